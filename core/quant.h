@@ -1,0 +1,35 @@
+/* Reference (scalar, portable) quantization kernels for every weft_type.
+ *
+ * These are the numeric oracle: SIMD and GPU kernels are tested against them.
+ * All lengths are element counts and must be multiples of the type's block
+ * size (checked by callers; asserted here). No function allocates or fails. */
+#ifndef WEFT_QUANT_H
+#define WEFT_QUANT_H
+
+#include "core/types.h"
+
+/* dst[0..n) = dequantized src (one row of `type`). */
+void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64_t n);
+
+/* Quantize n floats into dst (weft_row_size(type, n) bytes), rounding the way
+ * ggml's reference quantizers do (so results are bit-identical to ggml's).
+ * Supported: F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q8_K.
+ * Returns false (and writes nothing) for types without a quantizer. */
+bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t n);
+
+/* The activation type a weight type is multiplied with, as in ggml:
+ * Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K,
+ * F16 -> F16, BF16 -> BF16, F32 -> F32. */
+enum weft_type weft_vec_dot_type(enum weft_type weight_type);
+
+/* Dot product of one weight row (type `wtype`) with one activation row that
+ * has already been converted to weft_vec_dot_type(wtype) by
+ * weft_quantize_row. Integer arithmetic inside blocks, float across blocks,
+ * mirroring ggml's reference vec_dot so results match it closely. */
+float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n);
+
+/* Float reference: sum_i dequant(w)[i] * x[i], accumulated in double.
+ * Slow; for tests only. */
+double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x, int64_t n);
+
+#endif

@@ -1,0 +1,53 @@
+/* Sampling: logits -> next token id, plus log-probabilities.
+ *
+ * Order of transforms (as llama.cpp's default chain): penalties (repetition,
+ * frequency, presence over the last repeat_last_n accepted tokens) -> top-k ->
+ * top-p -> min-p -> temperature -> draw with the seeded RNG. temperature <= 0
+ * is greedy (argmax after penalties; ties -> lowest id). Logprobs are those of
+ * the model's full distribution: log_softmax of the raw logits, before any
+ * transform. Same seed + same logits sequence = same output. */
+#ifndef WEFT_SAMPLER_H
+#define WEFT_SAMPLER_H
+
+#include <stdint.h>
+
+#include "core/status.h"
+
+#define WEFT_MAX_LOGPROBS 20
+
+struct weft_sampling_params {
+    float temperature;        /* default 0.8; <= 0 greedy */
+    int32_t top_k;            /* default 40; <= 0 disables */
+    float top_p;              /* default 0.95; >= 1 disables */
+    float min_p;              /* default 0.05; <= 0 disables */
+    float repeat_penalty;     /* default 1.0 (off) */
+    int32_t repeat_last_n;    /* default 64 */
+    float frequency_penalty;  /* default 0 */
+    float presence_penalty;   /* default 0 */
+    uint64_t seed;            /* default 0xfeedbeef... any fixed value */
+    int32_t n_logprobs;       /* top-n logprobs to report, 0..WEFT_MAX_LOGPROBS */
+};
+
+void weft_sampling_params_default(struct weft_sampling_params *p);
+
+struct weft_sample {
+    int32_t id;
+    float logprob;                 /* of id under the raw distribution */
+    int32_t n_top;
+    int32_t top_id[WEFT_MAX_LOGPROBS];   /* descending logprob; ties -> lower id first */
+    float top_logprob[WEFT_MAX_LOGPROBS];
+};
+
+struct weft_sampler;
+/* Fails with WEFT_ERR_INVALID_ARG (message says which field) on out-of-range
+ * params; *out is NULL on failure. */
+weft_status weft_sampler_init(const struct weft_sampling_params *p, int32_t n_vocab,
+                              struct weft_sampler **out);
+void weft_sampler_free(struct weft_sampler *s);
+/* Record a token in the penalty history (call for prompt tokens too if they
+ * should be penalised; weft does for the prompt, as llama.cpp does). */
+void weft_sampler_accept(struct weft_sampler *s, int32_t id);
+/* Sample from logits[0..n_vocab) (not modified). */
+weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, struct weft_sample *out);
+
+#endif
