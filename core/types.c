@@ -6,6 +6,7 @@ static const struct weft_type_info type_info[WEFT_TYPE_COUNT_] = {
     [WEFT_TYPE_F32]  = {"F32", 1, 4, false, true},
     [WEFT_TYPE_F16]  = {"F16", 1, 2, false, true},
     [WEFT_TYPE_BF16] = {"BF16", 1, 2, false, true},
+    [WEFT_TYPE_I32]  = {"I32", 1, 4, false, false},
     [WEFT_TYPE_Q4_0] = {"Q4_0", WEFT_QK4_0, sizeof(struct weft_block_q4_0), true, true},
     [WEFT_TYPE_Q4_1] = {"Q4_1", WEFT_QK4_1, sizeof(struct weft_block_q4_1), true, true},
     [WEFT_TYPE_Q5_0] = {"Q5_0", WEFT_QK5_0, sizeof(struct weft_block_q5_0), true, true},

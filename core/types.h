@@ -26,6 +26,7 @@ enum weft_type {
     WEFT_TYPE_Q5_K = 13,
     WEFT_TYPE_Q6_K = 14,
     WEFT_TYPE_Q8_K = 15,  /* activations only */
+    WEFT_TYPE_I32  = 26,  /* indices (token ids, positions, block tables); not a weight type */
     WEFT_TYPE_BF16 = 30,
     WEFT_TYPE_COUNT_ = 31 /* one past the largest id; not a type */
 };
