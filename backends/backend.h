@@ -1,0 +1,198 @@
+/* The backend contract: devices, buffers, and a fused op list per step.
+ *
+ * A backend is a `struct weft_backend_iface` (function pointers, designated
+ * initializers) plus a private context, registered by name ("cpu", later
+ * "vulkan", "cuda", "hip"). core/ only ever talks to a backend through this
+ * header, so nothing in core/ knows which vendor runs an op.
+ *
+ * Ownership: buffers belong to the backend that allocated them; core/ holds
+ * opaque handles and frees them with buffer_free. An op refers to memory as
+ * (buffer, byte offset) pairs, never raw pointers, so a GPU backend can run
+ * the same op list it is given.
+ *
+ * Versioning: the iface only grows by appending slots; api_version says how
+ * many exist. Optional slots are marked and say what happens when NULL. */
+#ifndef WEFT_BACKEND_H
+#define WEFT_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "core/types.h"
+
+#define WEFT_BACKEND_API_VERSION 1
+
+struct weft_buffer;  /* opaque, backend-owned */
+
+/* A 2-D view of a buffer: ne1 rows of ne0 elements of `type`, rows nb1 bytes
+ * apart. A vector is ne1 = 1. */
+struct weft_view {
+    struct weft_buffer *buf;
+    size_t offset;
+    enum weft_type type;
+    int64_t ne0, ne1;
+    size_t nb1;
+};
+
+enum weft_op_kind {
+    WEFT_OP_EMBED,      /* out[r] = dequant(table[ids[r]])                     */
+    WEFT_OP_RMSNORM,    /* [sum = x + add;] out = sum / rms(sum) * w           */
+    WEFT_OP_MATMUL,     /* out = x · Wᵀ [+ add]                                */
+    WEFT_OP_ROPE_KV,    /* rotate q,k in place; write k,v into paged cache     */
+    WEFT_OP_ATTENTION,  /* paged causal GQA attention over block tables        */
+    WEFT_OP_SILU_MUL,   /* out = silu(gate) * up                               */
+    WEFT_OP_ADD,        /* out = a + b                                          */
+    WEFT_OP_COPY,       /* raw bytes between buffers (KV tiers, devices)       */
+    WEFT_OP_LOGITS,     /* logits[i] = rmsnorm(x[rows[i]]) · Wᵀ                */
+    WEFT_OP_COUNT_
+};
+
+enum weft_rope_mode {
+    WEFT_ROPE_NORMAL = 0, /* rotate pairs (2i, 2i+1)        — llama */
+    WEFT_ROPE_NEOX = 1,   /* rotate pairs (i, i + n_rot/2)  — neox/qwen */
+};
+
+/* Paged KV cache, as the forward pass sees it. One buffer holds every block;
+ * a block is WEFT_KV_BLOCK_TOKENS tokens of K and V for every layer:
+ *   block b, layer l, K: offset ((b * n_layer + l) * 2 + 0) * block_layer_bytes
+ *                     V: offset ((b * n_layer + l) * 2 + 1) * block_layer_bytes
+ *   inside: [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of `type` (F16 now).
+ * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS). */
+#define WEFT_KV_BLOCK_TOKENS 16
+struct weft_kv_view {
+    struct weft_buffer *buf;
+    enum weft_type type;       /* F16 */
+    uint32_t n_layer, layer;   /* which layer this op touches */
+    uint32_t n_kv_head, head_dim;
+};
+
+/* Per-step batch metadata, written by core into backend buffers:
+ *   pos[r]   int32, position of row r in its sequence
+ *   seq[r]   int32, sequence index of row r (0..n_seq)
+ *   slot[r]  int32, KV slot row r writes
+ *   bt_off[s] int32, start of sequence s's block list in `bt`
+ *   bt[...]  int32, physical block ids
+ * Row r attends to positions 0..pos[r] of sequence seq[r] (causal). */
+struct weft_batch_view {
+    uint32_t n_rows, n_seq;
+    struct weft_view pos, seq, slot, bt_off, bt;
+};
+
+struct weft_op_embed { struct weft_view table, ids, out; };
+struct weft_op_rmsnorm { struct weft_view x, add, sum, w, out; float eps; bool has_add; };
+struct weft_op_matmul { struct weft_view x, w, out, add; bool has_add; };
+struct weft_op_rope_kv {
+    struct weft_view q, k, v;       /* [rows, n_head*hd], [rows, n_kv*hd] x2, F32 */
+    struct weft_kv_view kv;
+    struct weft_batch_view batch;
+    uint32_t n_head, n_rot;
+    float freq_base, freq_scale;
+    enum weft_rope_mode mode;
+};
+struct weft_op_attention {
+    struct weft_view q, out;        /* [rows, n_head*hd] F32 */
+    struct weft_kv_view kv;
+    struct weft_batch_view batch;
+    uint32_t n_head;
+    float scale;                    /* usually 1/sqrt(hd) */
+};
+struct weft_op_silu_mul { struct weft_view gate, up, out; };
+struct weft_op_add { struct weft_view a, b, out; };
+struct weft_op_copy { struct weft_buffer *src, *dst; size_t src_off, dst_off, bytes; };
+struct weft_op_logits {
+    struct weft_view x;             /* [rows, n_embd] F32 */
+    struct weft_view rows;          /* I32 row indices, ne0 = n_out */
+    struct weft_view norm_w, w, out;/* out [n_out, n_vocab] F32 */
+    float eps;
+};
+
+struct weft_op {
+    enum weft_op_kind kind;
+    union {
+        struct weft_op_embed embed;
+        struct weft_op_rmsnorm rmsnorm;
+        struct weft_op_matmul matmul;
+        struct weft_op_rope_kv rope_kv;
+        struct weft_op_attention attention;
+        struct weft_op_silu_mul silu_mul;
+        struct weft_op_add add;
+        struct weft_op_copy copy;
+        struct weft_op_logits logits;
+    } u;
+};
+
+struct weft_device_info {
+    char name[128];            /* human-readable, e.g. "CPU (2 threads, AVX-512)" */
+    char id[32];               /* "cpu:0" */
+    uint64_t mem_total, mem_free; /* bytes; 0 if unknown */
+    uint32_t n_threads;        /* CPU only; 0 elsewhere */
+};
+
+struct weft_backend_params {
+    int device;                /* index within the backend */
+    int n_threads;             /* CPU: worker threads (0 = all cores) */
+};
+
+struct weft_backend;
+
+struct weft_backend_iface {
+    uint32_t api_version;
+    const char *name;          /* "cpu" */
+
+    /* Devices this backend sees. Returns the count (0 if its runtime is
+     * missing); `why` (may be NULL) gets a reason when 0. Fills at most
+     * max infos. */
+    int (*devices)(struct weft_device_info *infos, int max, const char **why);
+
+    /* Open one device. *out is NULL on failure. */
+    weft_status (*open)(const struct weft_backend_params *p, struct weft_backend **out);
+    void (*close)(struct weft_backend *b);
+
+    /* Buffers. alloc returns zero-filled memory or WEFT_ERR_NOMEM. */
+    weft_status (*buffer_alloc)(struct weft_backend *b, size_t size, struct weft_buffer **out);
+    /* Optional (NULL: core allocs + writes). Wrap host memory without copying;
+     * the memory must outlive the buffer (used for mmapped weights). */
+    weft_status (*buffer_wrap_host)(struct weft_backend *b, const void *ptr, size_t size,
+                                    struct weft_buffer **out);
+    void (*buffer_free)(struct weft_buffer *buf);
+    weft_status (*buffer_write)(struct weft_buffer *buf, size_t off, const void *src, size_t n);
+    weft_status (*buffer_read)(struct weft_buffer *buf, size_t off, void *dst, size_t n);
+    weft_status (*buffer_copy)(struct weft_buffer *dst, size_t dst_off,
+                               struct weft_buffer *src, size_t src_off, size_t n);
+
+    /* Whether run() accepts this op (its kind, types and shapes). */
+    bool (*supports)(struct weft_backend *b, const struct weft_op *op);
+    /* Record and run ops[0..n) in order. May return before completion on an
+     * async backend; sync waits. On failure nothing after the failing op ran. */
+    weft_status (*run)(struct weft_backend *b, const struct weft_op *ops, size_t n);
+    weft_status (*sync)(struct weft_backend *b);
+};
+
+/* Every backend object starts with its iface pointer. */
+struct weft_backend {
+    const struct weft_backend_iface *iface;
+};
+
+/* ---- registry ---- */
+/* Backends compiled into this build, in preference order. */
+int weft_backend_count(void);
+const struct weft_backend_iface *weft_backend_get(int i);
+const struct weft_backend_iface *weft_backend_find(const char *name);
+
+/* Open a device by spec "cpu", "cpu:0", "vulkan:1"... On failure *out is
+ * NULL and the message says whether the backend is unknown, not built, or
+ * the device index is out of range. */
+weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backend **out);
+static inline void weft_backend_close(struct weft_backend *b) { if (b) b->iface->close(b); }
+
+/* Convenience view constructors. */
+static inline struct weft_view weft_view_2d(struct weft_buffer *buf, size_t off, enum weft_type t,
+                                            int64_t ne0, int64_t ne1)
+{
+    struct weft_view v = {buf, off, t, ne0, ne1, weft_row_size(t, ne0)};
+    return v;
+}
+
+#endif

@@ -1,0 +1,122 @@
+/* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
+ * describes the block layout). */
+#include "backends/cpu/cpu_impl.h"
+
+#include <math.h>
+
+static inline size_t kv_layer_bytes(const struct weft_kv_view *kv)
+{
+    return (size_t)WEFT_KV_BLOCK_TOKENS * kv->n_kv_head * kv->head_dim * sizeof(weft_half);
+}
+
+/* Address of token `slot`'s K (which = 0) or V (which = 1) row of kv->layer. */
+static inline weft_half *kv_row(const struct weft_kv_view *kv, int64_t slot, int which)
+{
+    int64_t block = slot / WEFT_KV_BLOCK_TOKENS, off = slot % WEFT_KV_BLOCK_TOKENS;
+    size_t base = (((size_t)block * kv->n_layer + kv->layer) * 2 + (size_t)which) * kv_layer_bytes(kv);
+    return (weft_half *)(kv->buf->data + base) + (size_t)off * kv->n_kv_head * kv->head_dim;
+}
+
+static inline const int32_t *i32(const struct weft_view *v) { return (const int32_t *)cpu_ptr(v); }
+
+/* Rotate n_heads heads of x (head_dim apart) at position pos. ggml's
+ * convention: theta_i = pos * base^(-2i/n_rot); NORMAL rotates (2i, 2i+1),
+ * NEOX rotates (i, i + n_rot/2); dims past n_rot are left alone. */
+static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, int32_t pos,
+                       float freq_base, float freq_scale, enum weft_rope_mode mode)
+{
+    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
+    for (uint32_t h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * hd;
+        float theta = (float)pos * freq_scale;
+        for (uint32_t i = 0; i < n_rot / 2; i++) {
+            float c = cosf(theta), s = sinf(theta);
+            uint32_t a = mode == WEFT_ROPE_NEOX ? i : 2 * i;
+            uint32_t b = mode == WEFT_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
+            float x0 = v[a], x1 = v[b];
+            v[a] = x0 * c - x1 * s;
+            v[b] = x0 * s + x1 * c;
+            theta *= theta_scale;
+        }
+    }
+}
+
+struct attn_job { const struct weft_op *op; };
+
+static void rope_kv_job(void *ctx, int ith, int nth)
+{
+    const struct weft_op_rope_kv *o = &((struct attn_job *)ctx)->op->u.rope_kv;
+    const struct weft_kv_view *kv = &o->kv;
+    uint32_t hd = kv->head_dim, nkv = kv->n_kv_head;
+    int64_t lo, hi;
+    cpu_split(o->batch.n_rows, ith, nth, &lo, &hi);
+    const int32_t *pos = i32(&o->batch.pos), *slot = i32(&o->batch.slot);
+    for (int64_t r = lo; r < hi; r++) {
+        float *q = cpu_row_f32(&o->q, r), *k = cpu_row_f32(&o->k, r);
+        const float *v = cpu_row_f32(&o->v, r);
+        rope_heads(q, o->n_head, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
+        rope_heads(k, nkv, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
+        weft_half *kd = kv_row(kv, slot[r], 0), *vd = kv_row(kv, slot[r], 1);
+        for (uint32_t i = 0; i < nkv * hd; i++) {
+            kd[i] = weft_f32_to_half(k[i]);
+            vd[i] = weft_f32_to_half(v[i]);
+        }
+    }
+}
+
+weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    struct attn_job j = {op};
+    weft_cpu_pool_run(be->pool, rope_kv_job, &j);
+    return WEFT_OK;
+}
+
+/* One (row, head) pair: single pass with an online softmax over positions
+ * 0..pos[r] of the row's sequence. q is rounded to F16 first, as ggml does
+ * when K is F16, so scores match the reference implementation. */
+static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h,
+                     float *acc)
+{
+    const struct weft_kv_view *kv = &o->kv;
+    uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head, kvh = h / group;
+    const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq);
+    const int32_t *bt = i32(&o->batch.bt) + i32(&o->batch.bt_off)[seq[r]];
+    const float *q = cpu_row_f32(&o->q, r) + (size_t)h * hd;
+    float qh[512];
+    for (uint32_t d = 0; d < hd; d++) qh[d] = weft_half_to_f32(weft_f32_to_half(q[d]));
+    float m = -INFINITY, l = 0.0f;
+    for (uint32_t d = 0; d < hd; d++) acc[d] = 0.0f;
+    for (int32_t p = 0; p <= pos[r]; p++) {
+        int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
+        const weft_half *k = kv_row(kv, slot, 0) + (size_t)kvh * hd;
+        const weft_half *v = kv_row(kv, slot, 1) + (size_t)kvh * hd;
+        double dot = 0;
+        for (uint32_t d = 0; d < hd; d++) dot += (double)qh[d] * weft_half_to_f32(k[d]);
+        float s = (float)dot * o->scale;
+        float m_new = s > m ? s : m;
+        float corr = expf(m - m_new), e = expf(s - m_new);
+        l = l * corr + e;
+        for (uint32_t d = 0; d < hd; d++) acc[d] = acc[d] * corr + e * weft_half_to_f32(v[d]);
+        m = m_new;
+    }
+    float *out = cpu_row_f32(&o->out, r) + (size_t)h * hd;
+    for (uint32_t d = 0; d < hd; d++) out[d] = acc[d] / l;
+}
+
+static void attention_job(void *ctx, int ith, int nth)
+{
+    const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
+    int64_t n = (int64_t)o->batch.n_rows * o->n_head, lo, hi;
+    cpu_split(n, ith, nth, &lo, &hi);
+    float acc[512];
+    for (int64_t i = lo; i < hi; i++) attn_one(o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
+}
+
+weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    if (op->u.attention.kv.head_dim > 512)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
+    struct attn_job j = {op};
+    weft_cpu_pool_run(be->pool, attention_job, &j);
+    return WEFT_OK;
+}

@@ -1,0 +1,233 @@
+/* CPU backend: devices, buffers (host memory), op validation and dispatch. */
+#include "backends/cpu/cpu_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int cpu_default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static int cpu_devices(struct weft_device_info *infos, int max, const char **why)
+{
+    if (max < 1) return 1;
+    memset(&infos[0], 0, sizeof infos[0]);
+    const char *isa = "portable C";
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) isa = "AVX-512";
+    else if (__builtin_cpu_supports("avx2")) isa = "AVX2";
+#endif
+    snprintf(infos[0].name, sizeof infos[0].name, "CPU (%d cores, %s)", cpu_default_threads(), isa);
+    snprintf(infos[0].id, sizeof infos[0].id, "cpu:0");
+    long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && psz > 0) infos[0].mem_total = (uint64_t)pages * (uint64_t)psz;
+    if (avail > 0 && psz > 0) infos[0].mem_free = (uint64_t)avail * (uint64_t)psz;
+    infos[0].n_threads = (uint32_t)cpu_default_threads();
+    return 1;
+}
+
+static void cpu_close(struct weft_backend *b)
+{
+    struct weft_cpu_backend *be = (struct weft_cpu_backend *)b;
+    if (!be) return;
+    weft_cpu_pool_free(be->pool);
+    free(be->scratch);
+    free(be);
+}
+
+static const struct weft_backend_iface cpu_iface;
+
+static weft_status cpu_open(const struct weft_backend_params *p, struct weft_backend **out)
+{
+    *out = NULL;
+    if (p->device != 0) return weft_error(WEFT_ERR_NO_DEVICE, "cpu: no device %d (only cpu:0)", p->device);
+    struct weft_cpu_backend *be = calloc(1, sizeof *be);
+    if (!be) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
+    be->base.iface = &cpu_iface;
+    int nt = p->n_threads > 0 ? p->n_threads : cpu_default_threads();
+    weft_status st = weft_cpu_pool_init(nt, &be->pool);
+    if (st != WEFT_OK) { cpu_close(&be->base); return st; }
+    *out = &be->base;
+    return WEFT_OK;
+}
+
+weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size)
+{
+    if (size <= be->scratch_size) return WEFT_OK;
+    size_t cap = size + size / 2 + 4096;
+    uint8_t *p = aligned_alloc(64, (cap + 63) & ~(size_t)63);
+    if (!p) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory for %zu bytes of scratch", cap);
+    free(be->scratch);
+    be->scratch = p;
+    be->scratch_size = cap;
+    return WEFT_OK;
+}
+
+static weft_status cpu_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out)
+{
+    *out = NULL;
+    struct weft_buffer *buf = calloc(1, sizeof *buf);
+    size_t asz = (size + 63) & ~(size_t)63;
+    if (asz == 0) asz = 64;
+    uint8_t *data = buf ? aligned_alloc(64, asz) : NULL;
+    if (!data) {
+        free(buf);
+        return weft_error(WEFT_ERR_NOMEM, "cpu: cannot allocate buffer of %zu bytes", size);
+    }
+    memset(data, 0, asz);
+    buf->data = data;
+    buf->size = size;
+    buf->owned = true;
+    *out = buf;
+    return WEFT_OK;
+}
+
+static weft_status cpu_buffer_wrap_host(struct weft_backend *b, const void *ptr, size_t size,
+                                        struct weft_buffer **out)
+{
+    *out = NULL;
+    struct weft_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
+    buf->data = (uint8_t *)ptr;  /* read-only by contract: weights are never written */
+    buf->size = size;
+    buf->owned = false;
+    *out = buf;
+    return WEFT_OK;
+}
+
+static void cpu_buffer_free(struct weft_buffer *buf)
+{
+    if (!buf) return;
+    if (buf->owned) free(buf->data);
+    free(buf);
+}
+
+static weft_status cpu_buffer_write(struct weft_buffer *buf, size_t off, const void *src, size_t n)
+{
+    if (off > buf->size || n > buf->size - off)
+        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: write [%zu, +%zu) outside buffer of %zu", off, n, buf->size);
+    memcpy(buf->data + off, src, n);
+    return WEFT_OK;
+}
+
+static weft_status cpu_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size_t n)
+{
+    if (off > buf->size || n > buf->size - off)
+        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: read [%zu, +%zu) outside buffer of %zu", off, n, buf->size);
+    memcpy(dst, buf->data + off, n);
+    return WEFT_OK;
+}
+
+static weft_status cpu_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src,
+                                   size_t soff, size_t n)
+{
+    if (doff > dst->size || n > dst->size - doff || soff > src->size || n > src->size - soff)
+        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: copy of %zu bytes outside a buffer", n);
+    memmove(dst->data + doff, src->data + soff, n);
+    return WEFT_OK;
+}
+
+/* A view is usable if its rows lie inside its buffer. */
+static bool view_ok(const struct weft_view *v)
+{
+    if (!v->buf || v->ne0 <= 0 || v->ne1 <= 0) return false;
+    const struct weft_type_info *ti = weft_type_get(v->type);
+    if (!ti || v->ne0 % ti->block_size) return false;
+    size_t row = weft_row_size(v->type, v->ne0);
+    size_t end = v->offset + (size_t)(v->ne1 - 1) * v->nb1 + row;
+    return end <= v->buf->size && v->nb1 >= row;
+}
+
+static bool is_f32(const struct weft_view *v) { return v->type == WEFT_TYPE_F32 && view_ok(v); }
+static bool is_i32(const struct weft_view *v) { return v->type == WEFT_TYPE_I32 && view_ok(v); }
+
+static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
+{
+    switch (op->kind) {
+    case WEFT_OP_EMBED: {
+        const struct weft_type_info *ti = weft_type_get(op->u.embed.table.type);
+        return ti && ti->weight_ok && view_ok(&op->u.embed.table) && is_i32(&op->u.embed.ids) &&
+               is_f32(&op->u.embed.out) && op->u.embed.out.ne0 == op->u.embed.table.ne0;
+    }
+    case WEFT_OP_RMSNORM:
+        return is_f32(&op->u.rmsnorm.x) && is_f32(&op->u.rmsnorm.w) && is_f32(&op->u.rmsnorm.out) &&
+               (!op->u.rmsnorm.has_add || (is_f32(&op->u.rmsnorm.add) && is_f32(&op->u.rmsnorm.sum)));
+    case WEFT_OP_MATMUL: {
+        const struct weft_type_info *ti = weft_type_get(op->u.matmul.w.type);
+        return ti && ti->weight_ok && view_ok(&op->u.matmul.w) && is_f32(&op->u.matmul.x) &&
+               is_f32(&op->u.matmul.out) && op->u.matmul.x.ne0 == op->u.matmul.w.ne0 &&
+               op->u.matmul.out.ne0 == op->u.matmul.w.ne1 &&
+               (!op->u.matmul.has_add || is_f32(&op->u.matmul.add));
+    }
+    case WEFT_OP_ROPE_KV:
+    case WEFT_OP_ATTENTION: {
+        const struct weft_kv_view *kv = op->kind == WEFT_OP_ROPE_KV ? &op->u.rope_kv.kv : &op->u.attention.kv;
+        return kv->buf && kv->type == WEFT_TYPE_F16 && kv->layer < kv->n_layer;
+    }
+    case WEFT_OP_SILU_MUL:
+        return is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
+    case WEFT_OP_ADD:
+        return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
+    case WEFT_OP_COPY:
+        return op->u.copy.src && op->u.copy.dst;
+    case WEFT_OP_LOGITS: {
+        const struct weft_type_info *ti = weft_type_get(op->u.logits.w.type);
+        return ti && ti->weight_ok && is_f32(&op->u.logits.x) && is_f32(&op->u.logits.norm_w) &&
+               view_ok(&op->u.logits.w) && is_f32(&op->u.logits.out);
+    }
+    default:
+        return false;
+    }
+}
+
+static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
+{
+    struct weft_cpu_backend *be = (struct weft_cpu_backend *)b;
+    for (size_t i = 0; i < n; i++) {
+        const struct weft_op *op = &ops[i];
+        weft_status st;
+        switch (op->kind) {
+        case WEFT_OP_EMBED: st = weft_cpu_embed(be, op); break;
+        case WEFT_OP_RMSNORM: st = weft_cpu_rmsnorm(be, op); break;
+        case WEFT_OP_MATMUL: st = weft_cpu_matmul(be, op); break;
+        case WEFT_OP_ROPE_KV: st = weft_cpu_rope_kv(be, op); break;
+        case WEFT_OP_ATTENTION: st = weft_cpu_attention(be, op); break;
+        case WEFT_OP_SILU_MUL: st = weft_cpu_silu_mul(be, op); break;
+        case WEFT_OP_ADD: st = weft_cpu_add(be, op); break;
+        case WEFT_OP_COPY:
+            st = cpu_buffer_copy(op->u.copy.dst, op->u.copy.dst_off, op->u.copy.src,
+                                 op->u.copy.src_off, op->u.copy.bytes);
+            break;
+        case WEFT_OP_LOGITS: st = weft_cpu_logits(be, op); break;
+        default: st = weft_error(WEFT_ERR_UNSUPPORTED, "cpu: unknown op kind %d", (int)op->kind);
+        }
+        if (st != WEFT_OK) return st;
+    }
+    return WEFT_OK;
+}
+
+static weft_status cpu_sync(struct weft_backend *b) { return WEFT_OK; }
+
+static const struct weft_backend_iface cpu_iface = {
+    .api_version = WEFT_BACKEND_API_VERSION,
+    .name = "cpu",
+    .devices = cpu_devices,
+    .open = cpu_open,
+    .close = cpu_close,
+    .buffer_alloc = cpu_buffer_alloc,
+    .buffer_wrap_host = cpu_buffer_wrap_host,
+    .buffer_free = cpu_buffer_free,
+    .buffer_write = cpu_buffer_write,
+    .buffer_read = cpu_buffer_read,
+    .buffer_copy = cpu_buffer_copy,
+    .supports = cpu_supports,
+    .run = cpu_run,
+    .sync = cpu_sync,
+};
+
+const struct weft_backend_iface *weft_cpu_backend_iface(void) { return &cpu_iface; }

@@ -1,0 +1,232 @@
+/* Llama forward pass as a fused op list.
+ *
+ * Per layer (R = rows in the batch, E = n_embd, Ekv = head_dim * n_head_kv, F = n_ff):
+ *   xb   = rmsnorm(x) * attn_norm                  (R, E)
+ *   q,k,v = xb · Wq/Wk/Wvᵀ                         (R, E), (R, Ekv), (R, Ekv)
+ *   rope(q, k); k, v -> paged cache slots
+ *   att  = softmax(q kᵀ / sqrt(hd)) v  (causal, GQA, through block tables)  (R, E)
+ *   x    = x + att · Woᵀ                           (residual fused in MATMUL)
+ *   xb   = rmsnorm(x) * ffn_norm
+ *   hb   = silu(xb · Wgateᵀ) * (xb · Wupᵀ)         (R, F)
+ *   x    = x + hb · Wdownᵀ
+ * then logits = rmsnorm(x[rows]) * output_norm · Woutᵀ for the rows sampled. */
+#include "core/forward.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct weft_forward {
+    const struct weft_model *m;
+    struct weft_kv_pool *kv;
+    struct weft_backend *be;
+    uint32_t max_rows, max_seqs, max_blocks;
+    struct weft_buffer *act, *meta, *logits_buf;
+    size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
+    size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
+    int32_t *meta_host;            /* staging copy of the meta buffer */
+    size_t meta_bytes;
+    float *logits_host;
+    struct weft_op *ops;
+    size_t n_ops, cap_ops;
+};
+
+static size_t take(size_t *cursor, size_t bytes)
+{
+    size_t off = *cursor;
+    *cursor += (bytes + 255) & ~(size_t)255;
+    return off;
+}
+
+weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *kv, uint32_t max_rows,
+                              uint32_t max_seqs, uint32_t max_blocks, struct weft_forward **out)
+{
+    *out = NULL;
+    if (!max_rows || !max_seqs || !max_blocks || max_seqs > max_rows)
+        return weft_error(WEFT_ERR_INVALID_ARG, "forward: bad limits rows %u seqs %u blocks %u", max_rows, max_seqs, max_blocks);
+    struct weft_forward *fw = calloc(1, sizeof *fw);
+    if (!fw) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+    const struct weft_hparams *hp = &m->hp;
+    fw->m = m; fw->kv = kv; fw->be = m->be;
+    fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
+    size_t R = max_rows, f = sizeof(float), ekv = (size_t)hp->head_dim * hp->n_head_kv;
+    size_t c = 0;
+    fw->off_x = take(&c, R * hp->n_embd * f);
+    fw->off_xb = take(&c, R * hp->n_embd * f);
+    fw->off_q = take(&c, R * hp->n_embd * f);
+    fw->off_k = take(&c, R * ekv * f);
+    fw->off_v = take(&c, R * ekv * f);
+    fw->off_att = take(&c, R * hp->n_embd * f);
+    fw->off_gate = take(&c, R * hp->n_ff * f);
+    fw->off_up = take(&c, R * hp->n_ff * f);
+    fw->off_hb = take(&c, R * hp->n_ff * f);
+    const struct weft_backend_iface *bi = fw->be->iface;
+    weft_status st = bi->buffer_alloc(fw->be, c, &fw->act);
+    if (st != WEFT_OK) goto err;
+    /* meta: int32 arrays, laid out back to back (offsets in bytes) */
+    size_t mc = 0, i4 = sizeof(int32_t);
+    fw->off_ids = take(&mc, R * i4);
+    fw->off_pos = take(&mc, R * i4);
+    fw->off_seq = take(&mc, R * i4);
+    fw->off_slot = take(&mc, R * i4);
+    fw->off_btoff = take(&mc, max_seqs * i4);
+    fw->off_bt = take(&mc, (size_t)max_seqs * max_blocks * i4);
+    fw->off_rows = take(&mc, max_seqs * i4);
+    fw->meta_bytes = mc;
+    fw->meta_host = calloc(1, mc);
+    fw->logits_host = malloc((size_t)max_seqs * hp->n_vocab * f);
+    fw->cap_ops = 16 * (size_t)hp->n_layer + 8;
+    fw->ops = calloc(fw->cap_ops, sizeof *fw->ops);
+    if (!fw->meta_host || !fw->logits_host || !fw->ops) { st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory"); goto err; }
+    if ((st = bi->buffer_alloc(fw->be, mc, &fw->meta)) != WEFT_OK) goto err;
+    if ((st = bi->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf)) != WEFT_OK) goto err;
+    *out = fw;
+    return WEFT_OK;
+err:
+    weft_forward_free(fw);
+    return st;
+}
+
+void weft_forward_free(struct weft_forward *fw)
+{
+    if (!fw) return;
+    const struct weft_backend_iface *bi = fw->be->iface;
+    if (fw->act) bi->buffer_free(fw->act);
+    if (fw->meta) bi->buffer_free(fw->meta);
+    if (fw->logits_buf) bi->buffer_free(fw->logits_buf);
+    free(fw->meta_host);
+    free(fw->logits_host);
+    free(fw->ops);
+    free(fw);
+}
+
+static struct weft_op *push(struct weft_forward *fw, enum weft_op_kind kind)
+{
+    struct weft_op *op = &fw->ops[fw->n_ops++];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    return op;
+}
+
+static struct weft_view act(struct weft_forward *fw, size_t off, int64_t cols, uint32_t rows)
+{
+    return weft_view_2d(fw->act, off, WEFT_TYPE_F32, cols, rows);
+}
+
+static struct weft_view meta(struct weft_forward *fw, size_t off, uint32_t n)
+{
+    return weft_view_2d(fw->meta, off, WEFT_TYPE_I32, n, 1);
+}
+
+static void mm(struct weft_forward *fw, struct weft_view x, struct weft_view w, struct weft_view out, bool residual)
+{
+    struct weft_op *op = push(fw, WEFT_OP_MATMUL);
+    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out, .add = out, .has_add = residual};
+}
+
+weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq *seqs, uint32_t n_seq,
+                              const float **logits, uint32_t *n_logits)
+{
+    const struct weft_model *m = fw->m;
+    const struct weft_hparams *hp = &m->hp;
+    *logits = NULL;
+    *n_logits = 0;
+    if (n_seq == 0 || n_seq > fw->max_seqs)
+        return weft_error(WEFT_ERR_INVALID_ARG, "forward: %u sequences (1..%u allowed)", n_seq, fw->max_seqs);
+
+    /* Stage the batch metadata: ids, pos, seq, slot per row; block tables. */
+    int32_t *mh = fw->meta_host;
+    int32_t *ids = mh + fw->off_ids / 4, *pos = mh + fw->off_pos / 4, *seq = mh + fw->off_seq / 4;
+    int32_t *slot = mh + fw->off_slot / 4, *btoff = mh + fw->off_btoff / 4, *bt = mh + fw->off_bt / 4;
+    int32_t *rows = mh + fw->off_rows / 4;
+    uint32_t R = 0, n_out = 0, bt_n = 0;
+    for (uint32_t s = 0; s < n_seq; s++) {
+        const struct weft_fwd_seq *sq = &seqs[s];
+        uint32_t end = sq->pos0 + sq->n_tokens;
+        if (sq->n_tokens == 0 || R + sq->n_tokens > fw->max_rows)
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: batch needs %u rows, limit %u", R + sq->n_tokens, fw->max_rows);
+        if ((uint64_t)sq->kv->n_blocks * WEFT_KV_BLOCK_TOKENS < end || sq->kv->n_blocks > fw->max_blocks)
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u's block table does not cover position %u", s, end - 1);
+        btoff[s] = (int32_t)bt_n;
+        memcpy(bt + bt_n, sq->kv->blocks, sizeof(int32_t) * sq->kv->n_blocks);
+        bt_n += sq->kv->n_blocks;
+        for (uint32_t i = 0; i < sq->n_tokens; i++, R++) {
+            int32_t id = sq->tokens[i];
+            if (id < 0 || (uint32_t)id >= hp->n_vocab)
+                return weft_error(WEFT_ERR_INVALID_ARG, "forward: token id %d outside vocabulary of %u", id, hp->n_vocab);
+            uint32_t p = sq->pos0 + i;
+            ids[R] = id;
+            pos[R] = (int32_t)p;
+            seq[R] = (int32_t)s;
+            slot[R] = sq->kv->blocks[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + (int32_t)(p % WEFT_KV_BLOCK_TOKENS);
+        }
+        if (sq->want_logits) rows[n_out++] = (int32_t)(R - 1);
+    }
+    weft_status st = fw->be->iface->buffer_write(fw->meta, 0, fw->meta_host, fw->meta_bytes);
+    if (st != WEFT_OK) return st;
+
+    uint32_t E = hp->n_embd, Ekv = hp->head_dim * hp->n_head_kv, F = hp->n_ff;
+    struct weft_view x = act(fw, fw->off_x, E, R), xb = act(fw, fw->off_xb, E, R);
+    struct weft_view q = act(fw, fw->off_q, E, R), k = act(fw, fw->off_k, Ekv, R), v = act(fw, fw->off_v, Ekv, R);
+    struct weft_view att = act(fw, fw->off_att, E, R);
+    struct weft_view gate = act(fw, fw->off_gate, F, R), up = act(fw, fw->off_up, F, R), hb = act(fw, fw->off_hb, F, R);
+    struct weft_batch_view batch = {
+        .n_rows = R, .n_seq = n_seq,
+        .pos = meta(fw, fw->off_pos, R), .seq = meta(fw, fw->off_seq, R), .slot = meta(fw, fw->off_slot, R),
+        .bt_off = meta(fw, fw->off_btoff, n_seq), .bt = meta(fw, fw->off_bt, bt_n),
+    };
+
+    fw->n_ops = 0;
+    struct weft_op *op = push(fw, WEFT_OP_EMBED);
+    op->u.embed = (struct weft_op_embed){.table = m->tok_embd, .ids = meta(fw, fw->off_ids, R), .out = x};
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const struct weft_layer_weights *L = &m->layers[l];
+        op = push(fw, WEFT_OP_RMSNORM);
+        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->attn_norm, .out = xb, .eps = hp->rms_eps};
+        mm(fw, xb, L->wq, q, false);
+        mm(fw, xb, L->wk, k, false);
+        mm(fw, xb, L->wv, v, false);
+        op = push(fw, WEFT_OP_ROPE_KV);
+        op->u.rope_kv = (struct weft_op_rope_kv){
+            .q = q, .k = k, .v = v, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
+            .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = hp->rope_freq_base,
+            .freq_scale = hp->rope_freq_scale, .mode = hp->rope_mode};
+        op = push(fw, WEFT_OP_ATTENTION);
+        op->u.attention = (struct weft_op_attention){
+            .q = q, .out = att, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
+            .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hp->head_dim)};
+        mm(fw, att, L->wo, x, true);
+        op = push(fw, WEFT_OP_RMSNORM);
+        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->ffn_norm, .out = xb, .eps = hp->rms_eps};
+        mm(fw, xb, L->w_gate, gate, false);
+        mm(fw, xb, L->w_up, up, false);
+        op = push(fw, WEFT_OP_SILU_MUL);
+        op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = hb};
+        mm(fw, hb, L->w_down, x, true);
+    }
+    if (n_out) {
+        op = push(fw, WEFT_OP_LOGITS);
+        op->u.logits = (struct weft_op_logits){
+            .x = x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->output_norm, .w = m->output,
+            .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
+    }
+    for (size_t i = 0; i < fw->n_ops; i++)
+        if (!fw->be->iface->supports(fw->be, &fw->ops[i]))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (kind %d)",
+                              fw->be->iface->name, i, (int)fw->ops[i].kind);
+    if ((st = fw->be->iface->run(fw->be, fw->ops, fw->n_ops)) != WEFT_OK) return st;
+    if (n_out) {
+        if ((st = fw->be->iface->sync(fw->be)) != WEFT_OK) return st;
+        st = fw->be->iface->buffer_read(fw->logits_buf, 0, fw->logits_host, (size_t)n_out * hp->n_vocab * sizeof(float));
+        if (st != WEFT_OK) return st;
+    }
+    *logits = fw->logits_host;
+    *n_logits = n_out;
+    return WEFT_OK;
+}
+
+const struct weft_op *weft_forward_ops(const struct weft_forward *fw, size_t *n)
+{
+    *n = fw->n_ops;
+    return fw->ops;
+}

@@ -1,0 +1,36 @@
+/* The transformer as one op list per step, over a batch that can mix
+ * sequences (prefill chunks and single-token decodes). */
+#ifndef WEFT_FORWARD_H
+#define WEFT_FORWARD_H
+
+#include "core/kv.h"
+#include "core/model.h"
+
+/* One sequence's slice of a step. */
+struct weft_fwd_seq {
+    const int32_t *tokens;         /* n_tokens ids; these become rows of the batch */
+    uint32_t n_tokens;
+    uint32_t pos0;                 /* position of tokens[0] in the sequence */
+    const struct weft_kv_seq *kv;  /* must already cover pos0 + n_tokens positions */
+    bool want_logits;              /* logits for the last row of this slice */
+};
+
+struct weft_forward;
+
+/* Activation and metadata buffers on the model's backend for up to max_rows
+ * rows, max_seqs sequences and max_blocks blocks per sequence. */
+weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *kv, uint32_t max_rows,
+                              uint32_t max_seqs, uint32_t max_blocks, struct weft_forward **out);
+void weft_forward_free(struct weft_forward *fw);
+
+/* Run one step. *logits ([*n_logits][n_vocab], in order of the seqs that
+ * asked) is owned by fw and valid until the next step. Fails with
+ * WEFT_ERR_INVALID_ARG if the batch exceeds the limits given at init, or
+ * with the backend's status. */
+weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq *seqs, uint32_t n_seq,
+                              const float **logits, uint32_t *n_logits);
+
+/* Ops of the last step (for tests and tracing). */
+const struct weft_op *weft_forward_ops(const struct weft_forward *fw, size_t *n);
+
+#endif

@@ -1,0 +1,209 @@
+/* GGUF -> validated hyperparameters + weight views on a backend. */
+#include "core/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static weft_status get_u32_req(const struct weft_gguf *g, const char *arch, const char *suffix,
+                               uint32_t *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    weft_status st = weft_gguf_get_u32(g, key, out);
+    if (st == WEFT_ERR_NOT_FOUND) return weft_error(WEFT_ERR_FORMAT, "model: missing key '%s'", key);
+    if (st != WEFT_OK) return st;
+    if (*out == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s' is 0", key);
+    return WEFT_OK;
+}
+
+static weft_status get_opt_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    weft_status st = weft_gguf_get_u32(g, key, out);
+    return st == WEFT_ERR_NOT_FOUND ? WEFT_OK : st;
+}
+
+static weft_status get_opt_f32(const struct weft_gguf *g, const char *arch, const char *suffix, float *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    weft_status st = weft_gguf_get_f32(g, key, out);
+    if (st == WEFT_ERR_NOT_FOUND) return WEFT_OK;
+    if (st != WEFT_OK) return st;
+    if (!isfinite(*out)) return weft_error(WEFT_ERR_FORMAT, "model: '%s' is not finite", key);
+    return WEFT_OK;
+}
+
+weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp)
+{
+    memset(hp, 0, sizeof *hp);
+    const char *arch = NULL;
+    weft_status st = weft_gguf_get_str(g, "general.architecture", &arch, NULL);
+    if (st == WEFT_ERR_NOT_FOUND) return weft_error(WEFT_ERR_FORMAT, "model: missing key 'general.architecture'");
+    if (st != WEFT_OK) return st;
+    if (strcmp(arch, "llama") != 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (weft runs 'llama')", arch);
+    snprintf(hp->arch, sizeof hp->arch, "%s", arch);
+
+    if ((st = get_u32_req(g, arch, "embedding_length", &hp->n_embd)) ||
+        (st = get_u32_req(g, arch, "block_count", &hp->n_layer)) ||
+        (st = get_u32_req(g, arch, "feed_forward_length", &hp->n_ff)) ||
+        (st = get_u32_req(g, arch, "attention.head_count", &hp->n_head)))
+        return st;
+    hp->n_ctx_train = 2048;
+    hp->n_head_kv = hp->n_head;
+    hp->rms_eps = 1e-5f;
+    hp->rope_freq_base = 10000.0f;
+    float rope_scale = 1.0f;
+    if ((st = get_opt_u32(g, arch, "context_length", &hp->n_ctx_train)) ||
+        (st = get_opt_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv)) ||
+        (st = get_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
+        (st = get_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)) ||
+        (st = get_opt_f32(g, arch, "rope.scaling.factor", &rope_scale)))
+        return st;
+    if (hp->n_ctx_train == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.context_length' is 0", arch);
+    if (hp->n_head_kv == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.attention.head_count_kv' is 0", arch);
+    if (hp->n_embd % hp->n_head)
+        return weft_error(WEFT_ERR_FORMAT, "model: embedding_length %u is not divisible by head_count %u",
+                          hp->n_embd, hp->n_head);
+    if (hp->n_head % hp->n_head_kv)
+        return weft_error(WEFT_ERR_FORMAT, "model: head_count %u is not divisible by head_count_kv %u",
+                          hp->n_head, hp->n_head_kv);
+    hp->head_dim = hp->n_embd / hp->n_head;
+    hp->n_rot = hp->head_dim;
+    if ((st = get_opt_u32(g, arch, "rope.dimension_count", &hp->n_rot))) return st;
+    if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
+        return weft_error(WEFT_ERR_FORMAT, "model: rope.dimension_count %u must be even and in [2, head_dim %u]",
+                          hp->n_rot, hp->head_dim);
+    if (hp->head_dim > 512) return weft_error(WEFT_ERR_UNSUPPORTED, "model: head_dim %u > 512", hp->head_dim);
+    if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
+        return weft_error(WEFT_ERR_FORMAT, "model: rms epsilon %g out of range", hp->rms_eps);
+    if (!(hp->rope_freq_base > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.freq_base %g must be > 0", hp->rope_freq_base);
+    if (!(rope_scale > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.scaling.factor %g must be > 0", rope_scale);
+    hp->rope_freq_scale = 1.0f / rope_scale;
+    hp->rope_mode = WEFT_ROPE_NORMAL;  /* llama */
+
+    int64_t tok = weft_gguf_find_key(g, "tokenizer.ggml.tokens");
+    if (tok < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing key 'tokenizer.ggml.tokens'");
+    if (weft_gguf_kv_type(g, tok) != WEFT_GGUF_ARRAY || weft_gguf_arr_type(g, tok) != WEFT_GGUF_STRING)
+        return weft_error(WEFT_ERR_FORMAT, "model: 'tokenizer.ggml.tokens' is not a string array");
+    uint64_t nv = weft_gguf_arr_len(g, tok);
+    if (nv == 0 || nv > INT32_MAX) return weft_error(WEFT_ERR_FORMAT, "model: vocabulary size %llu out of range", (unsigned long long)nv);
+    hp->n_vocab = (uint32_t)nv;
+    uint32_t vs = hp->n_vocab;
+    if ((st = get_opt_u32(g, arch, "vocab_size", &vs))) return st;
+    if (vs != hp->n_vocab)
+        return weft_error(WEFT_ERR_FORMAT, "model: %s.vocab_size %u != %u tokens in tokenizer.ggml.tokens", arch, vs, hp->n_vocab);
+    return WEFT_OK;
+}
+
+/* Look up a tensor, check its shape ([ne0, ne1]) and that it is a type the
+ * backend can multiply / gather. */
+static weft_status bind(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool norm,
+                        struct weft_view *out, const uint8_t *base)
+{
+    int64_t i = weft_gguf_find_tensor(m->gguf, name);
+    if (i < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing tensor '%s'", name);
+    const struct weft_gguf_tensor *t = weft_gguf_tensor(m->gguf, i);
+    int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
+    if (t->ne[0] != ne0 || n1 != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+                          name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                          (long long)ne0, (long long)ne1);
+    if (norm && t->type != WEFT_TYPE_F32)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: norm tensor '%s' is %s, expected F32", name, weft_type_name(t->type));
+    *out = weft_view_2d(m->weights, (size_t)((const uint8_t *)t->data - base), t->type, ne0, ne1);
+    return WEFT_OK;
+}
+
+weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out)
+{
+    *out = NULL;
+    struct weft_model *m = calloc(1, sizeof *m);
+    if (!m) return weft_error(WEFT_ERR_NOMEM, "model: out of memory");
+    m->be = be;
+    weft_status st = weft_gguf_open(path, &m->gguf);
+    if (st != WEFT_OK) goto err;
+    if ((st = weft_hparams_load(m->gguf, &m->hp)) != WEFT_OK) goto err;
+    if ((st = weft_tokenizer_load(m->gguf, &m->tok)) != WEFT_OK) goto err;
+    if (weft_tokenizer_n_vocab(m->tok) != (int32_t)m->hp.n_vocab) {
+        st = weft_error(WEFT_ERR_FORMAT, "model: tokenizer has %d tokens, hyperparameters say %u",
+                        weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+        goto err;
+    }
+
+    /* One buffer spans the whole data section, so a view is (buffer, offset). */
+    int64_t nt = weft_gguf_n_tensors(m->gguf);
+    if (nt == 0) { st = weft_error(WEFT_ERR_FORMAT, "model: file has no tensors"); goto err; }
+    const struct weft_gguf_tensor *t0 = weft_gguf_tensor(m->gguf, 0);
+    const uint8_t *base = (const uint8_t *)t0->data - t0->offset;
+    size_t span = 0;
+    size_t counts[WEFT_TYPE_COUNT_] = {0};
+    for (int64_t i = 0; i < nt; i++) {
+        const struct weft_gguf_tensor *t = weft_gguf_tensor(m->gguf, i);
+        if (t->offset + t->size > span) span = t->offset + t->size;
+        int64_t ne = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+        m->n_params += (uint64_t)ne;
+        if (t->n_dims >= 2) counts[t->type] += t->size;
+    }
+    m->weight_bytes = span;
+    m->ftype = WEFT_TYPE_F32;
+    for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++)
+        if (counts[ti] > counts[m->ftype]) m->ftype = (enum weft_type)ti;
+    if (be->iface->buffer_wrap_host) {
+        st = be->iface->buffer_wrap_host(be, base, span, &m->weights);
+    } else {
+        st = be->iface->buffer_alloc(be, span, &m->weights);
+        if (st == WEFT_OK) st = be->iface->buffer_write(m->weights, 0, base, span);
+    }
+    if (st != WEFT_OK) goto err;
+
+    const struct weft_hparams *hp = &m->hp;
+    uint32_t n_embd_kv = hp->head_dim * hp->n_head_kv;
+    if ((st = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, false, &m->tok_embd, base)) ||
+        (st = bind(m, "output_norm.weight", hp->n_embd, 1, true, &m->output_norm, base)))
+        goto err;
+    if (weft_gguf_find_tensor(m->gguf, "output.weight") >= 0) {
+        if ((st = bind(m, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, base))) goto err;
+    } else {
+        m->hp.tied_output = true;
+        m->output = m->tok_embd;
+    }
+    m->layers = calloc(hp->n_layer, sizeof *m->layers);
+    if (!m->layers) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        struct weft_layer_weights *L = &m->layers[l];
+        char n[96];
+#define BIND(field, suffix, a, b, norm) \
+        snprintf(n, sizeof n, "blk.%u.%s", l, suffix); \
+        if ((st = bind(m, n, a, b, norm, &L->field, base))) goto err;
+        BIND(attn_norm, "attn_norm.weight", hp->n_embd, 1, true)
+        BIND(wq, "attn_q.weight", hp->n_embd, hp->n_embd, false)
+        BIND(wk, "attn_k.weight", hp->n_embd, n_embd_kv, false)
+        BIND(wv, "attn_v.weight", hp->n_embd, n_embd_kv, false)
+        BIND(wo, "attn_output.weight", hp->n_embd, hp->n_embd, false)
+        BIND(ffn_norm, "ffn_norm.weight", hp->n_embd, 1, true)
+        BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)
+        BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, false)
+        BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, false)
+#undef BIND
+    }
+    *out = m;
+    return WEFT_OK;
+err:
+    weft_model_free(m);
+    return st;
+}
+
+void weft_model_free(struct weft_model *m)
+{
+    if (!m) return;
+    if (m->weights) m->be->iface->buffer_free(m->weights);
+    free(m->layers);
+    weft_tokenizer_free(m->tok);
+    weft_gguf_close(m->gguf);
+    free(m);
+}

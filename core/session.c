@@ -1,0 +1,70 @@
+#include "core/session.h"
+
+#include <stdlib.h>
+
+struct weft_session {
+    const struct weft_model *m;
+    struct weft_kv_pool kv;
+    struct weft_kv_seq seq;
+    struct weft_forward *fw;
+    uint32_t n_ctx, max_batch, pos;
+};
+
+weft_status weft_session_init(const struct weft_model *m, uint32_t n_ctx, uint32_t max_batch,
+                              struct weft_session **out)
+{
+    *out = NULL;
+    if (n_ctx == 0) n_ctx = m->hp.n_ctx_train;
+    if (max_batch == 0) max_batch = 512;
+    if (max_batch > n_ctx) max_batch = n_ctx;
+    struct weft_session *s = calloc(1, sizeof *s);
+    if (!s) return weft_error(WEFT_ERR_NOMEM, "session: out of memory");
+    s->m = m;
+    s->n_ctx = n_ctx;
+    s->max_batch = max_batch;
+    uint32_t n_blocks = (n_ctx + WEFT_KV_BLOCK_TOKENS - 1) / WEFT_KV_BLOCK_TOKENS;
+    weft_status st = weft_kv_pool_init(&s->kv, m->be, m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, n_blocks);
+    if (st == WEFT_OK) st = weft_forward_init(m, &s->kv, max_batch, 1, n_blocks, &s->fw);
+    if (st != WEFT_OK) {
+        weft_session_free(s);
+        return st;
+    }
+    *out = s;
+    return WEFT_OK;
+}
+
+void weft_session_free(struct weft_session *s)
+{
+    if (!s) return;
+    weft_forward_free(s->fw);
+    if (s->kv.buf) {
+        weft_kv_seq_release(&s->kv, &s->seq);
+        weft_kv_pool_free(&s->kv);
+    }
+    free(s);
+}
+
+weft_status weft_session_eval(struct weft_session *s, const int32_t *tokens, size_t n, const float **logits)
+{
+    *logits = NULL;
+    if (n == 0) return weft_error(WEFT_ERR_INVALID_ARG, "session: no tokens to evaluate");
+    if (n > s->n_ctx - s->pos)
+        return weft_error(WEFT_ERR_CONTEXT, "context is full: %u + %zu tokens > n_ctx %u", s->pos, n, s->n_ctx);
+    weft_status st = weft_kv_seq_reserve(&s->kv, &s->seq, s->pos + (uint32_t)n);
+    if (st != WEFT_OK) return st;
+    for (size_t i = 0; i < n;) {
+        uint32_t chunk = (uint32_t)(n - i < s->max_batch ? n - i : s->max_batch);
+        struct weft_fwd_seq fs = {.tokens = tokens + i, .n_tokens = chunk, .pos0 = s->pos, .kv = &s->seq,
+                                  .want_logits = i + chunk == n};
+        uint32_t n_out;
+        if ((st = weft_forward_step(s->fw, &fs, 1, logits, &n_out)) != WEFT_OK) return st;
+        s->pos += chunk;
+        i += chunk;
+    }
+    return WEFT_OK;
+}
+
+uint32_t weft_session_pos(const struct weft_session *s) { return s->pos; }
+uint32_t weft_session_n_ctx(const struct weft_session *s) { return s->n_ctx; }
+void weft_session_reset(struct weft_session *s) { s->pos = 0; }
+void weft_session_truncate(struct weft_session *s, uint32_t n) { if (n < s->pos) s->pos = n; }

@@ -1,0 +1,146 @@
+#include "tools/cli_common.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tools/cli.h"
+
+void cli_opts_default(struct cli_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->device = "cpu";
+    o->n_predict = 128;
+    o->parse_special = true;
+    weft_sampling_params_default(&o->sp);
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) {
+        fprintf(stderr, "weft: %s expects an integer in [%d, %d], got '%s'\n", opt, lo, hi, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_float(const char *opt, const char *s, float *out)
+{
+    char *end;
+    float v = strtof(s, &end);
+    if (*end || end == s || !isfinite(v)) {
+        fprintf(stderr, "weft: %s expects a number, got '%s'\n", opt, s);
+        return -1;
+    }
+    *out = v;
+    return 1;
+}
+
+int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
+{
+    const char *a = argv[*i];
+    bool has_val = *i + 1 < argc;
+    const char *val = has_val ? argv[*i + 1] : NULL;
+#define VAL() do { if (!has_val) { fprintf(stderr, "weft: %s needs a value\n", a); return -1; } (*i)++; } while (0)
+    if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = val; return 1; }
+    if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = val; return 1; }
+    if (!strcmp(a, "--device") || !strcmp(a, "-d")) { VAL(); o->device = val; return 1; }
+    if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { VAL(); return parse_int(a, val, 0, 1 << 24, &o->n_predict); }
+    if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); return parse_int(a, val, 1, 1024, &o->n_threads); }
+    if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); return parse_int(a, val, 1, 1 << 24, &o->n_ctx); }
+    if (!strcmp(a, "-b") || !strcmp(a, "--batch")) { VAL(); return parse_int(a, val, 1, 1 << 16, &o->batch); }
+    if (!strcmp(a, "--temp")) { VAL(); return parse_float(a, val, &o->sp.temperature); }
+    if (!strcmp(a, "--top-k")) { VAL(); return parse_int(a, val, 0, 1 << 30, &o->sp.top_k); }
+    if (!strcmp(a, "--top-p")) { VAL(); return parse_float(a, val, &o->sp.top_p); }
+    if (!strcmp(a, "--min-p")) { VAL(); return parse_float(a, val, &o->sp.min_p); }
+    if (!strcmp(a, "--repeat-penalty")) { VAL(); return parse_float(a, val, &o->sp.repeat_penalty); }
+    if (!strcmp(a, "--repeat-last-n")) { VAL(); return parse_int(a, val, 0, 1 << 20, &o->sp.repeat_last_n); }
+    if (!strcmp(a, "--frequency-penalty")) { VAL(); return parse_float(a, val, &o->sp.frequency_penalty); }
+    if (!strcmp(a, "--presence-penalty")) { VAL(); return parse_float(a, val, &o->sp.presence_penalty); }
+    if (!strcmp(a, "--logprobs")) { VAL(); return parse_int(a, val, 0, WEFT_MAX_LOGPROBS, &o->sp.n_logprobs); }
+    if (!strcmp(a, "--seed")) {
+        VAL();
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(val, &end, 10);
+        if (errno || *end || end == val) { fprintf(stderr, "weft: --seed expects an integer\n"); return -1; }
+        o->sp.seed = v;
+        return 1;
+    }
+    if (!strcmp(a, "--json")) { o->json = true; return 1; }
+    if (!strcmp(a, "--no-bos")) { o->no_bos = true; return 1; }
+    if (!strcmp(a, "--no-parse-special")) { o->parse_special = false; return 1; }
+    if (!strcmp(a, "--parse-special")) { o->parse_special = true; return 1; }
+    if (!strcmp(a, "-v") || !strcmp(a, "--verbose")) { o->verbose = true; return 1; }
+#undef VAL
+    return 0;
+}
+
+void cli_usage_common(void)
+{
+    fprintf(stderr,
+            "  -m, --model FILE        GGUF model (default: SmolLM2-135M-Instruct Q4_1 from the cache)\n"
+            "  -p, --prompt TEXT       prompt text\n"
+            "  -n, --n-predict N       tokens to generate (default 128)\n"
+            "  --device SPEC           cpu (default), later vulkan:N, cuda:N, hip:N\n"
+            "  -t, --threads N         CPU threads (default: all cores)\n"
+            "  -c, --ctx N             context length (default: the model's)\n"
+            "  --temp T --top-k K --top-p P --min-p P --seed S\n"
+            "  --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P\n"
+            "  --logprobs K            report top-K logprobs per generated token (JSON)\n"
+            "  --json                  print one JSON object instead of streaming text\n"
+            "  --no-bos                do not add BOS; --no-parse-special: treat <|...|> as text\n");
+}
+
+void cli_fail(const char *what)
+{
+    const char *e = weft_last_error();
+    fprintf(stderr, "weft: %s%s%s\n", what, *e ? ": " : "", e);
+}
+
+int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
+{
+    *be = NULL;
+    *m = NULL;
+    char *def = NULL;
+    const char *path = o->model;
+    if (!path) {
+        def = weft_default_model_path();
+        if (!def) return 1;
+        path = def;
+    }
+    if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
+        cli_fail("cannot open device");
+        free(def);
+        return 1;
+    }
+    if (weft_model_load(path, *be, m) != WEFT_OK) {
+        fprintf(stderr, "weft: cannot load %s: %s\n", path, weft_last_error());
+        weft_backend_close(*be);
+        *be = NULL;
+        free(def);
+        return 1;
+    }
+    free(def);
+    return 0;
+}
+
+void cli_close(struct weft_backend *be, struct weft_model *m)
+{
+    weft_model_free(m);
+    weft_backend_close(be);
+}
+
+double cli_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}

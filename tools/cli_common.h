@@ -1,0 +1,33 @@
+/* Options shared by the model-running subcommands and the helpers that open
+ * a backend + model from them. */
+#ifndef WEFT_CLI_COMMON_H
+#define WEFT_CLI_COMMON_H
+
+#include <stdbool.h>
+
+#include "core/model.h"
+#include "core/sampler.h"
+
+struct cli_opts {
+    const char *model, *prompt, *device;
+    int n_predict, n_threads, n_ctx, batch;
+    bool json, no_bos, parse_special, verbose;
+    struct weft_sampling_params sp;
+};
+
+void cli_opts_default(struct cli_opts *o);
+/* Parse one option at argv[*i] (advancing *i past its value). Returns 1 if
+ * consumed, 0 if not a shared option, -1 on a usage error (printed). */
+int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i);
+/* Print the shared options' usage lines. */
+void cli_usage_common(void);
+
+/* Open the backend and model named by o (default model when -m is absent).
+ * Prints a one-line error and returns non-zero on failure. */
+int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m);
+void cli_close(struct weft_backend *be, struct weft_model *m);
+
+double cli_now_ms(void);
+void cli_fail(const char *what); /* "weft: <what>: <last error>" */
+
+#endif

@@ -1,0 +1,134 @@
+/* `weft info` and `weft devices`. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/cli_common.h"
+
+static void print_kv(const struct weft_gguf *g, int64_t i)
+{
+    const char *key = weft_gguf_key(g, i);
+    enum weft_gguf_type t = weft_gguf_kv_type(g, i);
+    printf("  %-44s ", key);
+    switch (t) {
+    case WEFT_GGUF_STRING: {
+        const char *s;
+        size_t len;
+        weft_gguf_get_str(g, key, &s, &len);
+        if (len > 60) printf("\"%.57s...\" (%zu bytes)\n", s, len);
+        else printf("\"%s\"\n", s);
+        break;
+    }
+    case WEFT_GGUF_ARRAY:
+        printf("[%llu elements]\n", (unsigned long long)weft_gguf_arr_len(g, i));
+        break;
+    case WEFT_GGUF_FLOAT32: case WEFT_GGUF_FLOAT64: {
+        float f = 0;
+        weft_gguf_get_f32(g, key, &f);
+        printf("%g\n", f);
+        break;
+    }
+    case WEFT_GGUF_BOOL: {
+        bool b = false;
+        weft_gguf_get_bool(g, key, &b);
+        printf("%s\n", b ? "true" : "false");
+        break;
+    }
+    default: {
+        uint64_t u = 0;
+        int32_t v = 0;
+        if (weft_gguf_get_u64(g, key, &u) == WEFT_OK) printf("%llu\n", (unsigned long long)u);
+        else if (weft_gguf_get_i32(g, key, &v) == WEFT_OK) printf("%d\n", v);
+        else printf("?\n");
+    }
+    }
+}
+
+int weft_cmd_info(int argc, char **argv)
+{
+    const char *path = NULL;
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--kv")) all = true;
+        else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else { fprintf(stderr, "usage: weft info MODEL [--kv]\n"); return 2; }
+    }
+    char *def = NULL;
+    if (!path && !(path = def = weft_default_model_path())) return 1;
+    /* Full validation = loading the model on the CPU backend (zero-copy). */
+    struct weft_backend *be = NULL;
+    struct weft_model *m = NULL;
+    if (weft_backend_open("cpu", 1, &be) != WEFT_OK) { cli_fail("cpu backend"); free(def); return 1; }
+    if (weft_model_load(path, be, &m) != WEFT_OK) {
+        fprintf(stderr, "weft: %s: %s\n", path, weft_last_error());
+        weft_backend_close(be);
+        free(def);
+        return 1;
+    }
+    const struct weft_hparams *hp = &m->hp;
+    const char *name = "";
+    weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
+    printf("file:        %s (GGUF v%u, %zu bytes)\n", path, weft_gguf_version(m->gguf), weft_gguf_file_size(m->gguf));
+    printf("name:        %s\n", name);
+    printf("arch:        %s, %.1fM params, weights mostly %s (%.1f MiB)\n", hp->arch, m->n_params / 1e6,
+           weft_type_name(m->ftype), m->weight_bytes / 1048576.0);
+    printf("layers %u, embd %u, heads %u (kv %u, head_dim %u), ff %u, vocab %u, ctx %u\n", hp->n_layer, hp->n_embd,
+           hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab, hp->n_ctx_train);
+    printf("rope: base %g, scale %g, dims %u; rms eps %g; output head %s\n", hp->rope_freq_base, hp->rope_freq_scale,
+           hp->n_rot, hp->rms_eps, hp->tied_output ? "tied to token_embd" : "separate");
+    const char *tm = "?";
+    weft_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm, NULL);
+    printf("tokenizer:   %s, bos %d, eos %d, add_bos %s\n", tm, weft_tokenizer_bos(m->tok), weft_tokenizer_eos(m->tok),
+           weft_tokenizer_add_bos(m->tok) ? "yes" : "no");
+    printf("tensors:     %lld, metadata keys: %lld\n", (long long)weft_gguf_n_tensors(m->gguf), (long long)weft_gguf_n_kv(m->gguf));
+    if (all)
+        for (int64_t i = 0; i < weft_gguf_n_kv(m->gguf); i++) print_kv(m->gguf, i);
+    weft_model_free(m);
+    weft_backend_close(be);
+    free(def);
+    return 0;
+}
+
+int weft_cmd_devices(int argc, char **argv)
+{
+    bool json = argc > 1 && !strcmp(argv[1], "--json");
+    static const char *const all[] = {"cpu", "vulkan", "cuda", "hip"};
+    json_t *arr = json_array();
+    for (size_t b = 0; b < sizeof all / sizeof all[0]; b++) {
+        const struct weft_backend_iface *bi = weft_backend_find(all[b]);
+        if (!bi) {
+            if (json) json_array_append_new(arr, json_pack("{s:s,s:b,s:s}", "backend", all[b], "available", 0,
+                                                           "reason", "not built into this weft"));
+            else printf("%-8s not built into this weft\n", all[b]);
+            continue;
+        }
+        struct weft_device_info info[16];
+        const char *why = NULL;
+        int n = bi->devices(info, 16, &why);
+        if (n == 0) {
+            if (json) json_array_append_new(arr, json_pack("{s:s,s:b,s:s}", "backend", all[b], "available", 0,
+                                                           "reason", why ? why : "no devices"));
+            else printf("%-8s no devices: %s\n", all[b], why ? why : "none found");
+        }
+        for (int i = 0; i < n && i < 16; i++) {
+            if (json)
+                json_array_append_new(arr, json_pack("{s:s,s:b,s:s,s:s,s:I,s:I}", "backend", all[b], "available", 1,
+                                                     "id", info[i].id, "name", info[i].name,
+                                                     "mem_total", (json_int_t)info[i].mem_total,
+                                                     "mem_free", (json_int_t)info[i].mem_free));
+            else
+                printf("%-8s %-8s %s, %.1f GiB (%.1f GiB free)\n", all[b], info[i].id, info[i].name,
+                       info[i].mem_total / 1073741824.0, info[i].mem_free / 1073741824.0);
+        }
+    }
+    if (json) {
+        char *s = json_dumps(arr, 0);
+        if (s) puts(s);
+        free(s);
+    }
+    json_decref(arr);
+    return 0;
+}

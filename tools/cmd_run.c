@@ -1,0 +1,170 @@
+/* `weft run` and `weft tokenize`. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/cli_common.h"
+#include "tools/generate.h"
+
+static void usage_run(void)
+{
+    fprintf(stderr, "usage: weft run [-m MODEL] -p TEXT [-n N] [options]\n");
+    cli_usage_common();
+}
+
+static json_t *json_ids(const int32_t *ids, size_t n)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n_prompt, const struct gen_result *r)
+{
+    json_t *root = json_object();
+    json_object_set_new(root, "prompt_ids", json_ids(prompt, n_prompt));
+    json_object_set_new(root, "ids", json_ids(r->ids, r->n));
+    json_object_set_new(root, "text", json_stringn(r->text, r->text_len));
+    if (o->sp.n_logprobs > 0) {
+        json_t *lp = json_array();
+        for (size_t i = 0; i < r->n; i++) {
+            const struct weft_sample *s = &r->samples[i];
+            json_t *e = json_object(), *top = json_array();
+            json_object_set_new(e, "id", json_integer(s->id));
+            json_object_set_new(e, "logprob", json_real(s->logprob));
+            for (int k = 0; k < s->n_top; k++)
+                json_array_append_new(top, json_pack("[if]", (int)s->top_id[k], (double)s->top_logprob[k]));
+            json_object_set_new(e, "top", top);
+            json_array_append_new(lp, e);
+        }
+        json_object_set_new(root, "logprobs", lp);
+    }
+    json_t *t = json_object();
+    json_object_set_new(t, "prompt_tokens", json_integer((json_int_t)r->n_prompt));
+    json_object_set_new(t, "prompt_ms", json_real(r->prompt_ms));
+    json_object_set_new(t, "prompt_tokens_per_s", json_real(r->prompt_ms > 0 ? r->n_prompt * 1e3 / r->prompt_ms : 0));
+    json_object_set_new(t, "gen_tokens", json_integer((json_int_t)r->n));
+    json_object_set_new(t, "gen_ms", json_real(r->gen_ms));
+    json_object_set_new(t, "gen_tokens_per_s", json_real(r->gen_ms > 0 ? r->n * 1e3 / r->gen_ms : 0));
+    json_object_set_new(root, "timings", t);
+    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : "length"));
+    char *s = json_dumps(root, JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7));
+    if (s) puts(s);
+    free(s);
+    json_decref(root);
+}
+
+int weft_cmd_run(int argc, char **argv)
+{
+    struct cli_opts o;
+    cli_opts_default(&o);
+    for (int i = 1; i < argc; i++) {
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
+            if (strcmp(argv[i], "-h") && strcmp(argv[i], "--help"))
+                fprintf(stderr, "weft run: unknown option '%s'\n", argv[i]);
+            usage_run();
+            return 2;
+        }
+    }
+    if (!o.prompt) { fprintf(stderr, "weft run: -p TEXT is required\n"); usage_run(); return 2; }
+
+    struct weft_backend *be;
+    struct weft_model *m;
+    if (cli_open(&o, &be, &m)) return 1;
+    int rc = 1;
+    struct weft_session *s = NULL;
+    struct weft_sampler *smp = NULL;
+    int32_t *prompt = NULL;
+    size_t n_prompt = 0;
+    struct gen_result r = {0};
+    if (weft_tokenize(m->tok, o.prompt, strlen(o.prompt), !o.no_bos, o.parse_special, &prompt, &n_prompt) != WEFT_OK) {
+        cli_fail("cannot tokenize the prompt");
+        goto out;
+    }
+    if (n_prompt == 0) { fprintf(stderr, "weft: the prompt has no tokens (and no BOS)\n"); goto out; }
+    uint32_t n_ctx = o.n_ctx ? (uint32_t)o.n_ctx : m->hp.n_ctx_train;
+    if (n_prompt > n_ctx) {
+        fprintf(stderr, "weft: prompt is %zu tokens, longer than the context of %u (-c to change)\n", n_prompt, n_ctx);
+        goto out;
+    }
+    if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { cli_fail("cannot create session"); goto out; }
+    if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { cli_fail("bad sampling options"); goto out; }
+    if (!o.json) { fputs(o.prompt, stdout); fflush(stdout); }
+    weft_status st = gen_run(s, m, smp, prompt, n_prompt, o.n_predict, o.json ? NULL : stdout, &r);
+    if (st != WEFT_OK) { fputc('\n', stdout); cli_fail("generation failed"); goto out; }
+    if (o.json) {
+        print_json(&o, prompt, n_prompt, &r);
+    } else {
+        fprintf(stdout, "\n");
+        fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s)\n",
+                r.n_prompt, r.prompt_ms, r.prompt_ms > 0 ? r.n_prompt * 1e3 / r.prompt_ms : 0.0,
+                r.n, r.gen_ms, r.gen_ms > 0 ? r.n * 1e3 / r.gen_ms : 0.0);
+    }
+    rc = 0;
+out:
+    gen_result_free(&r);
+    free(prompt);
+    weft_sampler_free(smp);
+    weft_session_free(s);
+    cli_close(be, m);
+    return rc;
+}
+
+int weft_cmd_tokenize(int argc, char **argv)
+{
+    struct cli_opts o;
+    cli_opts_default(&o);
+    o.parse_special = false;
+    bool no_special = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-special")) { no_special = true; continue; }
+        int r = cli_parse_common(&o, argc, argv, &i);
+        if (r < 0) return 2;
+        if (r == 0) {
+            fprintf(stderr, "usage: weft tokenize [-m MODEL] -p TEXT [--json] [--parse-special] [--no-special]\n"
+                            "  --no-special: do not add BOS/EOS\n");
+            return 2;
+        }
+    }
+    if (!o.prompt) { fprintf(stderr, "weft tokenize: -p TEXT is required\n"); return 2; }
+    struct weft_gguf *g = NULL;
+    struct weft_tokenizer *t = NULL;
+    char *def = NULL;
+    const char *path = o.model ? o.model : (def = weft_default_model_path());
+    if (!path) return 1;
+    int rc = 1;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (weft_gguf_open(path, &g) != WEFT_OK || weft_tokenizer_load(g, &t) != WEFT_OK) {
+        fprintf(stderr, "weft: cannot load tokenizer from %s: %s\n", path, weft_last_error());
+        goto out;
+    }
+    if (weft_tokenize(t, o.prompt, strlen(o.prompt), !no_special && !o.no_bos, o.parse_special, &ids, &n) != WEFT_OK) {
+        cli_fail("cannot tokenize");
+        goto out;
+    }
+    if (o.json) {
+        json_t *root = json_object(), *pieces = json_array();
+        json_object_set_new(root, "ids", json_ids(ids, n));
+        for (size_t i = 0; i < n; i++) json_array_append_new(pieces, json_string(weft_tokenizer_piece(t, ids[i])));
+        json_object_set_new(root, "pieces", pieces);
+        char *s = json_dumps(root, JSON_ENSURE_ASCII);
+        if (s) puts(s);
+        free(s);
+        json_decref(root);
+    } else {
+        for (size_t i = 0; i < n; i++) printf("%6d '%s'\n", ids[i], weft_tokenizer_piece(t, ids[i]));
+        printf("%zu tokens\n", n);
+    }
+    rc = 0;
+out:
+    free(ids);
+    weft_tokenizer_free(t);
+    weft_gguf_close(g);
+    free(def);
+    return rc;
+}

@@ -1,0 +1,79 @@
+#include "tools/generate.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli_common.h"
+
+static weft_status append(struct gen_result *r, size_t *cap, const char *s, size_t n)
+{
+    if (r->text_len + n + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 256) + n;
+        char *t = realloc(r->text, c);
+        if (!t) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+        r->text = t;
+        *cap = c;
+    }
+    memcpy(r->text + r->text_len, s, n);
+    r->text_len += n;
+    r->text[r->text_len] = '\0';
+    return WEFT_OK;
+}
+
+weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+                    const int32_t *prompt, size_t n_prompt, int n_predict, FILE *stream,
+                    struct gen_result *r)
+{
+    memset(r, 0, sizeof *r);
+    size_t cap_text = 0;
+    weft_status st = append(r, &cap_text, "", 0);
+    if (st != WEFT_OK) return st;
+    r->ids = malloc(sizeof(int32_t) * (n_predict > 0 ? n_predict : 1));
+    r->samples = malloc(sizeof(struct weft_sample) * (n_predict > 0 ? n_predict : 1));
+    if (!r->ids || !r->samples) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+
+    const float *logits = NULL;
+    double t0 = cli_now_ms();
+    if (n_prompt > 0 && (st = weft_session_eval(s, prompt, n_prompt, &logits)) != WEFT_OK) return st;
+    r->prompt_ms = cli_now_ms() - t0;
+    r->n_prompt = n_prompt;
+    if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
+    for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(smp, prompt[i]);
+
+    struct weft_detok dt;
+    weft_detok_init(&dt, m->tok, false);
+    const char *piece;
+    size_t plen;
+    t0 = cli_now_ms();
+    for (int i = 0; i < n_predict; i++) {
+        struct weft_sample smpl;
+        if ((st = weft_sampler_sample(smp, logits, &smpl)) != WEFT_OK) break;
+        if (weft_tokenizer_is_eog(m->tok, smpl.id)) { r->stopped_eog = true; break; }
+        weft_sampler_accept(smp, smpl.id);
+        r->ids[r->n] = smpl.id;
+        r->samples[r->n] = smpl;
+        r->n++;
+        if ((st = weft_detok_push(&dt, smpl.id, &piece, &plen)) != WEFT_OK) break;
+        if ((st = append(r, &cap_text, piece, plen)) != WEFT_OK) break;
+        if (stream && plen) { fwrite(piece, 1, plen, stream); fflush(stream); }
+        if ((st = weft_session_eval(s, &smpl.id, 1, &logits)) != WEFT_OK) {
+            if (st == WEFT_ERR_CONTEXT) st = WEFT_OK;  /* context full: stop, keep what we have */
+            break;
+        }
+    }
+    r->gen_ms = cli_now_ms() - t0;
+    if (st == WEFT_OK && (st = weft_detok_flush(&dt, &piece, &plen)) == WEFT_OK) {
+        st = append(r, &cap_text, piece, plen);
+        if (stream && plen) fwrite(piece, 1, plen, stream);
+    }
+    weft_detok_free(&dt);
+    return st;
+}
+
+void gen_result_free(struct gen_result *r)
+{
+    free(r->ids);
+    free(r->samples);
+    free(r->text);
+    memset(r, 0, sizeof *r);
+}

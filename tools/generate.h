@@ -1,0 +1,31 @@
+/* The generation loop shared by `weft run` and `weft chat`. */
+#ifndef WEFT_GENERATE_H
+#define WEFT_GENERATE_H
+
+#include <stdio.h>
+
+#include "core/sampler.h"
+#include "core/session.h"
+
+struct gen_result {
+    int32_t *ids;              /* generated ids (malloc'd) */
+    struct weft_sample *samples; /* per generated id (malloc'd) */
+    size_t n;
+    char *text;                /* detokenized generation (malloc'd) */
+    size_t text_len;
+    double prompt_ms, gen_ms;
+    size_t n_prompt;           /* tokens evaluated as prompt */
+    bool stopped_eog;
+};
+
+/* Evaluate prompt[0..n_prompt) in s (after what s already holds) and generate
+ * up to n_predict tokens, stopping at an end-of-generation token (which is
+ * not included). If `stream` is non-NULL the text is written there as it
+ * completes. The last generated token is evaluated too, so s ends holding
+ * the prompt and every generated token. */
+weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+                    const int32_t *prompt, size_t n_prompt, int n_predict, FILE *stream,
+                    struct gen_result *r);
+void gen_result_free(struct gen_result *r);
+
+#endif
