@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Install what weft needs to build and test, on Debian/Ubuntu, if it is missing:
+# cmake, make, gcc, g++, clang (+ its compiler-rt for the fuzzer), pkg-config,
+# jansson and libuv headers, python3 with pip (scripts/fetch-model.sh uses it).
+# Runs apt-get (as root, or through sudo) only when something is missing.
+set -euo pipefail
+
+missing=()
+need_cmd() { command -v "$1" >/dev/null 2>&1 || missing+=("$2"); }
+need_cmd cmake cmake
+need_cmd make make
+need_cmd gcc gcc
+need_cmd g++ g++
+need_cmd clang clang
+need_cmd pkg-config pkg-config
+need_cmd python3 python3
+if command -v pkg-config >/dev/null 2>&1; then
+    pkg-config --exists jansson || missing+=(libjansson-dev)
+    pkg-config --exists libuv || missing+=(libuv1-dev)
+else
+    missing+=(libjansson-dev libuv1-dev)
+fi
+python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+
+# libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev
+clang_rt_pkg() {
+    command -v clang >/dev/null 2>&1 || return 0
+    local major
+    major=$(clang -dumpversion 2>/dev/null | cut -d. -f1)
+    [ -n "$major" ] || return 0
+    local rtdir
+    rtdir=$(clang -print-resource-dir 2>/dev/null)/lib/linux
+    if ! ls "$rtdir"/libclang_rt.fuzzer*.a >/dev/null 2>&1; then echo "libclang-rt-$major-dev"; fi
+}
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"
+    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
+    else echo "install-deps: need root (or sudo) to run: $*" >&2; return 1
+    fi
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+    if ! command -v apt-get >/dev/null 2>&1; then
+        echo "install-deps: missing ${missing[*]}; install them with your package manager" >&2
+        exit 1
+    fi
+    echo "install-deps: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    as_root apt-get update
+    as_root apt-get install -y --no-install-recommends "${missing[@]}"
+fi
+
+# after clang is there: its runtime package (optional; only the fuzzer needs it)
+rt=$(clang_rt_pkg)
+if [ -n "$rt" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "install-deps: installing $rt"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! as_root apt-get install -y --no-install-recommends "$rt"; then
+        as_root apt-get update && as_root apt-get install -y --no-install-recommends "$rt" ||
+            echo "install-deps: warning: could not install $rt; the fuzz targets will not build" >&2
+    fi
+fi
+echo "install-deps: ok"

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# weft's whole test run, as CI does it (.ci/run), from any fresh Debian 12 box:
+#   1. install build deps if missing (scripts/install-deps.sh)
+#   2. fetch the default model (scripts/fetch-model.sh); if that fails the
+#      tests that need it print SKIP
+#   3. Release build in build/, ctest
+#   4. ASan+UBSan build in build-asan/, ctest
+#   5. scripts/fuzz-gguf.sh ${WEFT_FUZZ_SECONDS:-60}, if present
+# Every phase runs even if an earlier one failed; the exit code is non-zero if
+# any failed. Idempotent: re-running reuses the build folders.
+# Env: WEFT_FUZZ_SECONDS (0 skips fuzzing), WEFT_SKIP_ASAN=1, WEFT_SKIP_DEPS=1, JOBS.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root=$(pwd)
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/weft-test.XXXXXX")
+trap 'rm -rf "$logdir"' EXIT
+failed_phases=()
+
+say() { printf '\n==> %s\n' "$*"; }
+fail_phase() { failed_phases+=("$1"); echo "weft-test: FAILED: $1" >&2; }
+
+if [ "${WEFT_SKIP_DEPS:-0}" != 1 ]; then
+    say "dependencies"
+    bash scripts/install-deps.sh
+fi
+
+say "default model"
+if ! bash scripts/fetch-model.sh; then
+    echo "weft-test: warning: default model not available; tests that need it will SKIP" >&2
+fi
+
+# build_and_test NAME DIR CMAKE_ARGS...
+build_and_test() {
+    local name=$1 dir=$2
+    shift 2
+    say "$name: configure + build ($dir)"
+    if ! cmake -S "$root" -B "$dir" "$@"; then fail_phase "$name configure"; return; fi
+    if ! cmake --build "$dir" -j "$jobs"; then fail_phase "$name build"; return; fi
+    say "$name: ctest"
+    if ! ctest --test-dir "$dir" --output-on-failure --no-tests=error -j2 2>&1 | tee "$logdir/$name.log"; then
+        fail_phase "$name tests"
+    fi
+}
+
+build_and_test release build -DCMAKE_BUILD_TYPE=Release
+
+if [ "${WEFT_SKIP_ASAN:-0}" != 1 ]; then
+    export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+    export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+    build_and_test asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON
+fi
+
+fuzz_seconds=${WEFT_FUZZ_SECONDS:-60}
+if [ -f scripts/fuzz-gguf.sh ] && [ "$fuzz_seconds" != 0 ]; then
+    say "fuzz: scripts/fuzz-gguf.sh $fuzz_seconds"
+    if ! bash scripts/fuzz-gguf.sh "$fuzz_seconds"; then fail_phase "fuzz"; fi
+fi
+
+# One closing line over both ctest runs. ctest lines look like
+#   " 3/12 Test  #3: test_gguf ..........   Passed    0.05 sec" / "***Failed" / "***Skipped"
+passed=0 failed=0 skipped=0
+for log in "$logdir"/*.log; do
+    [ -f "$log" ] || continue
+    p=$(grep -cE 'Test +#[0-9]+: .* +Passed' "$log" || true)
+    s=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' "$log" || true)
+    t=$(grep -cE 'Test +#[0-9]+: ' "$log" || true)
+    passed=$((passed + p)) skipped=$((skipped + s)) failed=$((failed + t - p - s))
+done
+if [ ${#failed_phases[@]} -gt 0 ]; then
+    echo "weft-test: failed phases: ${failed_phases[*]}" >&2
+fi
+echo "$passed passed, $failed failed, $skipped skipped"
+[ ${#failed_phases[@]} -eq 0 ]

@@ -1,0 +1,669 @@
+/* Random-weight Llama GGUF generator. See tools/gen_model.h.
+ *
+ * Every tensor gets its own RNG stream seeded from (seed, tensor name), so a
+ * tensor's values do not depend on the order or number of the others. Values
+ * are sums of four uniforms (Irwin-Hall, rescaled to unit variance): integer
+ * arithmetic and one multiply, so the bytes are the same on every platform. */
+#define _GNU_SOURCE
+#include "tools/gen_model.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/gguf.h"
+#include "core/quant.h"
+#include "tools/cli.h"
+
+#define GEN_MAX_VOCAB (1u << 22)          /* 4M tokens; real vocabs stop at ~256k */
+#define GEN_MAX_DIM (1u << 20)
+#define GEN_SCRATCH_MMAP_ABOVE ((size_t)1 << 30)
+#define GEN_N_SPECIAL 3                   /* <unk> <s> </s> */
+#define GEN_N_BYTE 256
+
+/* SentencePiece token types (llama.cpp's llama_token_type). */
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+
+/* ---- deterministic randomness ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t stream_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the name */
+    for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = (h ^ *c) * 0x100000001b3ull;
+    uint64_t s = seed ^ h;
+    splitmix64(&s);
+    return s;
+}
+
+/* Approximately N(0,1): four 16-bit uniforms summed, centred, scaled to unit
+ * variance (var of one U(0,1) is 1/12). Exact in float: the sum is an integer. */
+static float rand_normal(uint64_t *s)
+{
+    uint64_t x = splitmix64(s);
+    int32_t sum = (int32_t)(x & 0xffff) + (int32_t)((x >> 16) & 0xffff) +
+                  (int32_t)((x >> 32) & 0xffff) + (int32_t)(x >> 48) - 2 * 65535;
+    return (float)sum * (1.7320508f / 65536.0f);
+}
+
+static uint32_t rand_below(uint64_t *s, uint32_t n) { return (uint32_t)((splitmix64(s) >> 32) % n); }
+
+static void rand_bytes(uint64_t *s, uint8_t *dst, size_t n)
+{
+    while (n) {
+        uint64_t x = splitmix64(s);
+        size_t k = n < 8 ? n : 8;
+        memcpy(dst, &x, k); /* byte order differs across hosts; all targets are little-endian */
+        dst += k;
+        n -= k;
+    }
+}
+
+/* ---- K-quant blocks drawn directly (there is no K-quant quantizer) ----
+ * Sub-block scales are uniform in [40,63], so their RMS is sqrt(51.5^2 + 575/12);
+ * q is uniform, so x = d*sc*(q - mean_q) has std d * K_SC_RMS * std_q. For
+ * Q4_K/Q5_K the min is set to sc * mean_q * d, making every sub-block zero-mean. */
+#define K_SC_LO 40
+#define K_SC_N 24
+static const float K_SC_RMS = 51.9634f;
+
+static void pack_scales_k4(uint8_t q[12], const uint8_t sc[8], const uint8_t m[8])
+{
+    /* inverse of ggml's get_scale_min_k4 */
+    for (int j = 0; j < 4; j++) {
+        q[j] = (uint8_t)((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+        q[j + 4] = (uint8_t)((m[j] & 63) | ((m[j + 4] >> 4) << 6));
+        q[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+}
+
+static void gen_k_blocks(enum weft_type type, void *dst, int64_t nb, float std, uint64_t *rng)
+{
+    if (type == WEFT_TYPE_Q4_K || type == WEFT_TYPE_Q5_K) {
+        bool q5 = type == WEFT_TYPE_Q5_K;
+        float std_q = q5 ? 9.2331f : 4.6098f;  /* sqrt((2^bits^2 - 1) / 12) */
+        float mean_q = q5 ? 15.5f : 7.5f;
+        float d = std / (K_SC_RMS * std_q);
+        weft_half hd = weft_f32_to_half(d), hmin = weft_f32_to_half(d * mean_q);
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t sc[8];
+            for (int j = 0; j < 8; j++) sc[j] = (uint8_t)(K_SC_LO + rand_below(rng, K_SC_N));
+            if (q5) {
+                struct weft_block_q5_k *b = (struct weft_block_q5_k *)dst + i;
+                b->d = hd;
+                b->dmin = hmin;
+                pack_scales_k4(b->scales, sc, sc);
+                rand_bytes(rng, b->qh, sizeof b->qh);
+                rand_bytes(rng, b->qs, sizeof b->qs);
+            } else {
+                struct weft_block_q4_k *b = (struct weft_block_q4_k *)dst + i;
+                b->d = hd;
+                b->dmin = hmin;
+                pack_scales_k4(b->scales, sc, sc);
+                rand_bytes(rng, b->qs, sizeof b->qs);
+            }
+        }
+    } else { /* Q6_K: x = d * sc * (q - 32), q uniform in [0,63] */
+        weft_half hd = weft_f32_to_half(std / (K_SC_RMS * 18.4730f));
+        for (int64_t i = 0; i < nb; i++) {
+            struct weft_block_q6_k *b = (struct weft_block_q6_k *)dst + i;
+            rand_bytes(rng, b->ql, sizeof b->ql);
+            rand_bytes(rng, b->qh, sizeof b->qh);
+            for (int j = 0; j < WEFT_QK_K / 16; j++) b->scales[j] = (int8_t)(K_SC_LO + rand_below(rng, K_SC_N));
+            b->d = hd;
+        }
+    }
+}
+
+static bool is_k_quant(enum weft_type t)
+{
+    return t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K;
+}
+
+static bool gen_type_ok(enum weft_type t)
+{
+    switch (t) {
+    case WEFT_TYPE_F32: case WEFT_TYPE_F16: case WEFT_TYPE_BF16: case WEFT_TYPE_Q8_0:
+    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
+    case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+int weft_gen_ftype(enum weft_type t)
+{
+    switch (t) {
+    case WEFT_TYPE_F32: return 0;
+    case WEFT_TYPE_F16: return 1;
+    case WEFT_TYPE_Q4_0: return 2;
+    case WEFT_TYPE_Q4_1: return 3;
+    case WEFT_TYPE_Q8_0: return 7;
+    case WEFT_TYPE_Q5_0: return 8;
+    case WEFT_TYPE_Q5_1: return 9;
+    case WEFT_TYPE_Q4_K: return 14;
+    case WEFT_TYPE_Q5_K: return 16;
+    case WEFT_TYPE_Q6_K: return 18;
+    case WEFT_TYPE_BF16: return 32;
+    default: return -1;
+    }
+}
+
+/* ---- scratch memory ---- */
+
+weft_status weft_scratch_init(struct weft_scratch *s, size_t size, const char *dir)
+{
+    memset(s, 0, sizeof *s);
+    if (size == 0) size = 64;
+    if (size <= GEN_SCRATCH_MMAP_ABOVE) {
+        s->base = malloc(size);
+        if (!s->base) return weft_error(WEFT_ERR_NOMEM, "out of memory allocating %zu bytes of tensor data", size);
+        s->size = size;
+        return WEFT_OK;
+    }
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/.weft-scratch-XXXXXX", dir && *dir ? dir : ".");
+    if (n < 0 || (size_t)n >= sizeof path) return weft_error(WEFT_ERR_INVALID_ARG, "scratch directory path too long");
+    int fd = mkstemp(path);
+    if (fd < 0) return weft_error(WEFT_ERR_IO, "cannot create scratch file in %s: %s", dir, strerror(errno));
+    unlink(path);
+    int err = posix_fallocate(fd, 0, (off_t)size);
+    if (err) {
+        close(fd);
+        return weft_error(WEFT_ERR_IO, "cannot reserve %zu bytes of scratch space in %s: %s", size, dir, strerror(err));
+    }
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return weft_error(WEFT_ERR_IO, "cannot map %zu bytes of scratch: %s", size, strerror(errno));
+    s->base = m;
+    s->size = size;
+    s->mapped = true;
+    return WEFT_OK;
+}
+
+void *weft_scratch_take(struct weft_scratch *s, size_t n)
+{
+    size_t r = (n + 63) & ~(size_t)63;
+    if (r < n || r > s->size - s->used) return NULL;
+    void *p = s->base + s->used;
+    s->used += r;
+    return p;
+}
+
+void weft_scratch_free(struct weft_scratch *s)
+{
+    if (!s->base) return;
+    if (s->mapped) munmap(s->base, s->size);
+    else free(s->base);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- params ---- */
+
+weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
+{
+    struct weft_gen_params q = {
+        .rope_freq_base = 10000.0f, .rms_eps = 1e-5f, .type = WEFT_TYPE_F16,
+        .seed = 1, .scale = 1.0f,
+    };
+    if (strcmp(preset, "tiny") == 0) {
+        q.n_embd = 256; q.n_layer = 2; q.n_head = 4; q.n_head_kv = 2; q.n_ff = 512;
+        q.n_vocab = 512; q.n_ctx = 512;
+    } else if (strcmp(preset, "smollm2-135m") == 0) {
+        q.n_embd = 576; q.n_layer = 30; q.n_head = 9; q.n_head_kv = 3; q.n_ff = 1536;
+        q.n_vocab = 49152; q.n_ctx = 2048; q.rope_freq_base = 100000.0f; q.tied_output = true;
+    } else {
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: tiny, smollm2-135m)", preset);
+    }
+    *p = q;
+    return WEFT_OK;
+}
+
+static weft_status check_n_vocab(uint32_t n_vocab, bool generated)
+{
+    uint32_t min = generated ? GEN_N_SPECIAL + GEN_N_BYTE + 1 : 1;
+    if (n_vocab < min || n_vocab > GEN_MAX_VOCAB)
+        return weft_error(WEFT_ERR_INVALID_ARG, "n_vocab %" PRIu32 " out of range [%" PRIu32 ", %u]%s",
+                          n_vocab, min, GEN_MAX_VOCAB,
+                          generated ? " (the generated vocab has 3 specials + 256 byte tokens)" : "");
+    return WEFT_OK;
+}
+
+weft_status weft_gen_validate(const struct weft_gen_params *p)
+{
+    const struct { const char *name; uint32_t v; } dims[] = {
+        {"n_embd", p->n_embd}, {"n_layer", p->n_layer}, {"n_head", p->n_head},
+        {"n_head_kv", p->n_head_kv}, {"n_ff", p->n_ff}, {"n_ctx", p->n_ctx},
+    };
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        if (dims[i].v == 0 || dims[i].v > GEN_MAX_DIM)
+            return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " out of range [1, %u]", dims[i].name,
+                              dims[i].v, GEN_MAX_DIM);
+    if (p->n_layer > 1024) return weft_error(WEFT_ERR_INVALID_ARG, "n_layer %" PRIu32 " > 1024", p->n_layer);
+    if (p->n_embd % p->n_head)
+        return weft_error(WEFT_ERR_INVALID_ARG, "n_head %" PRIu32 " does not divide n_embd %" PRIu32,
+                          p->n_head, p->n_embd);
+    if (p->n_head % p->n_head_kv)
+        return weft_error(WEFT_ERR_INVALID_ARG, "n_head_kv %" PRIu32 " does not divide n_head %" PRIu32,
+                          p->n_head_kv, p->n_head);
+    if ((p->n_embd / p->n_head) % 2)
+        return weft_error(WEFT_ERR_INVALID_ARG, "head dim %" PRIu32 " is odd (RoPE rotates pairs)",
+                          p->n_embd / p->n_head);
+    if (!p->vocab_from) {
+        weft_status st = check_n_vocab(p->n_vocab, true);
+        if (st) return st;
+    }
+    if (!gen_type_ok(p->type))
+        return weft_error(WEFT_ERR_INVALID_ARG, "cannot generate weights of type %s "
+                          "(use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)",
+                          weft_type_name(p->type));
+    uint32_t bs = weft_type_get(p->type)->block_size;
+    if (p->n_embd % bs)
+        return weft_error(WEFT_ERR_INVALID_ARG, "n_embd %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
+                          p->n_embd, weft_type_name(p->type), bs);
+    if (p->n_ff % bs)
+        return weft_error(WEFT_ERR_INVALID_ARG, "n_ff %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
+                          p->n_ff, weft_type_name(p->type), bs);
+    if (!(p->rope_freq_base > 0.0f) || !isfinite(p->rope_freq_base))
+        return weft_error(WEFT_ERR_INVALID_ARG, "rope freq base %g must be positive", (double)p->rope_freq_base);
+    if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
+        return weft_error(WEFT_ERR_INVALID_ARG, "rms eps %g must be in (0, 1)", (double)p->rms_eps);
+    if (!(p->scale > 0.0f) || !(p->scale < 1e4f))
+        return weft_error(WEFT_ERR_INVALID_ARG, "scale %g must be in (0, 1e4)", (double)p->scale);
+    return WEFT_OK;
+}
+
+/* ---- vocabulary ---- */
+
+/* SentencePiece-style pieces, all distinct: "▁", the printable ASCII chars,
+ * "▁"+each of them, then lowercase strings of length 2, 3, ... each followed
+ * by its "▁" form. Scores fall with the index so shorter pieces rank higher. */
+struct gen_vocab {
+    char (*text)[24];
+    const char **ptrs;
+    float *scores;
+    int32_t *types;
+};
+
+static void gen_vocab_free(struct gen_vocab *v)
+{
+    free(v->text);
+    free(v->ptrs);
+    free(v->scores);
+    free(v->types);
+}
+
+static weft_status gen_vocab_build(struct gen_vocab *v, uint32_t n)
+{
+    static const char spm_space[] = "\xe2\x96\x81";
+    v->text = calloc(n, sizeof *v->text);
+    v->ptrs = calloc(n, sizeof *v->ptrs);
+    v->scores = calloc(n, sizeof *v->scores);
+    v->types = calloc(n, sizeof *v->types);
+    if (!v->text || !v->ptrs || !v->scores || !v->types) {
+        gen_vocab_free(v);
+        return weft_error(WEFT_ERR_NOMEM, "out of memory building a %" PRIu32 "-token vocab", n);
+    }
+    uint32_t i = 0;
+    const char *specials[GEN_N_SPECIAL] = {"<unk>", "<s>", "</s>"};
+    const int32_t special_types[GEN_N_SPECIAL] = {TT_UNKNOWN, TT_CONTROL, TT_CONTROL};
+    for (int k = 0; k < GEN_N_SPECIAL; k++, i++) {
+        strcpy(v->text[i], specials[k]);
+        v->types[i] = special_types[k];
+    }
+    for (int b = 0; b < GEN_N_BYTE; b++, i++) {
+        snprintf(v->text[i], sizeof v->text[i], "<0x%02X>", b);
+        v->types[i] = TT_BYTE;
+    }
+    uint32_t first_piece = i;
+    if (i < n) strcpy(v->text[i++], spm_space);
+    for (int pass = 0; pass < 2; pass++)
+        for (int c = 33; c < 127 && i < n; c++, i++)
+            snprintf(v->text[i], sizeof v->text[i], "%s%c", pass ? spm_space : "", c);
+    for (int len = 2; i < n; len++) {
+        /* odometer over [a-z]^len */
+        char s[16];
+        memset(s, 'a', (size_t)len);
+        s[len] = '\0';
+        for (;;) {
+            if (i < n) snprintf(v->text[i++], sizeof v->text[0], "%s", s);
+            if (i < n) snprintf(v->text[i++], sizeof v->text[0], "%s%s", spm_space, s);
+            if (i >= n) break;
+            int k = len - 1;
+            while (k >= 0 && s[k] == 'z') s[k--] = 'a';
+            if (k < 0) break;
+            s[k]++;
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        v->ptrs[j] = v->text[j];
+        if (j >= first_piece) {
+            v->types[j] = TT_NORMAL;
+            v->scores[j] = -(float)(j - first_piece);
+        }
+    }
+    return WEFT_OK;
+}
+
+/* ---- the model ---- */
+
+struct gen_tensor {
+    char name[48];
+    enum weft_type type;
+    uint32_t n_dims;
+    int64_t ne[2];
+    bool is_norm;
+    size_t size;
+    void *data;
+};
+
+static void add_desc(struct gen_tensor *t, size_t *n, const char *name, enum weft_type type,
+                     int64_t ne0, int64_t ne1, bool is_norm)
+{
+    struct gen_tensor *d = &t[(*n)++];
+    snprintf(d->name, sizeof d->name, "%s", name);
+    d->type = is_norm ? WEFT_TYPE_F32 : type;
+    d->n_dims = is_norm ? 1 : 2;
+    d->ne[0] = ne0;
+    d->ne[1] = is_norm ? 1 : ne1;
+    d->is_norm = is_norm;
+    d->size = weft_row_size(d->type, ne0) * (size_t)d->ne[1];
+}
+
+/* Fill t->data. Weights: std = scale/sqrt(row length) (the matmul fan-in);
+ * norms: 1 + 0.02 N(0,1). */
+static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, float *row)
+{
+    uint64_t rng = stream_seed(seed, t->name);
+    int64_t n = t->ne[0];
+    if (t->is_norm) {
+        float *dst = t->data;
+        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f + 0.02f * rand_normal(&rng);
+        return WEFT_OK;
+    }
+    float std = scale / sqrtf((float)n);
+    if (is_k_quant(t->type)) {
+        gen_k_blocks(t->type, t->data, n / WEFT_QK_K * t->ne[1], std, &rng);
+        return WEFT_OK;
+    }
+    size_t rs = weft_row_size(t->type, n);
+    for (int64_t r = 0; r < t->ne[1]; r++) {
+        for (int64_t i = 0; i < n; i++) row[i] = std * rand_normal(&rng);
+        if (!weft_quantize_row(t->type, row, (unsigned char *)t->data + (size_t)r * rs, n))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "no quantizer for %s", weft_type_name(t->type));
+    }
+    return WEFT_OK;
+}
+
+static bool skip_non_tokenizer(const char *key) { return strncmp(key, "tokenizer.", 10) != 0; }
+
+/* Copy tokenizer.* from p->vocab_from into w; *n_vocab = its token count. */
+static weft_status copy_vocab(struct weft_gguf_writer *w, const char *path, uint32_t *n_vocab)
+{
+    struct weft_gguf *src = NULL;
+    weft_status st = weft_gguf_open(path, &src);
+    if (st) return st;
+    int64_t k = weft_gguf_find_key(src, "tokenizer.ggml.tokens");
+    if (k < 0 || weft_gguf_kv_type(src, k) != WEFT_GGUF_ARRAY || weft_gguf_arr_type(src, k) != WEFT_GGUF_STRING) {
+        st = weft_error(WEFT_ERR_FORMAT, "%s: no tokenizer.ggml.tokens string array to copy the vocab from", path);
+    } else if (weft_gguf_arr_len(src, k) > GEN_MAX_VOCAB || weft_gguf_arr_len(src, k) == 0) {
+        st = weft_error(WEFT_ERR_FORMAT, "%s: vocab of %" PRIu64 " tokens out of range", path,
+                        weft_gguf_arr_len(src, k));
+    } else {
+        *n_vocab = (uint32_t)weft_gguf_arr_len(src, k);
+        st = weft_gguf_writer_copy_kvs(w, src, skip_non_tokenizer);
+    }
+    weft_gguf_close(src);
+    return st;
+}
+
+static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen_params *p, uint32_t n_vocab)
+{
+    weft_status st = WEFT_OK;
+#define SET(call) do { if (!st) st = (call); } while (0)
+    SET(weft_gguf_writer_set_str(w, "general.architecture", "llama"));
+    SET(weft_gguf_writer_set_str(w, "general.name", p->name ? p->name : "weft-gen"));
+    SET(weft_gguf_writer_set_u32(w, "general.file_type", (uint32_t)weft_gen_ftype(p->type)));
+    if (weft_type_get(p->type)->is_quantized)
+        SET(weft_gguf_writer_set_u32(w, "general.quantization_version", 2));
+    SET(weft_gguf_writer_set_u32(w, "llama.context_length", p->n_ctx));
+    SET(weft_gguf_writer_set_u32(w, "llama.embedding_length", p->n_embd));
+    SET(weft_gguf_writer_set_u32(w, "llama.block_count", p->n_layer));
+    SET(weft_gguf_writer_set_u32(w, "llama.feed_forward_length", p->n_ff));
+    SET(weft_gguf_writer_set_u32(w, "llama.attention.head_count", p->n_head));
+    SET(weft_gguf_writer_set_u32(w, "llama.attention.head_count_kv", p->n_head_kv));
+    SET(weft_gguf_writer_set_f32(w, "llama.rope.freq_base", p->rope_freq_base));
+    SET(weft_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps));
+    SET(weft_gguf_writer_set_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head));
+    SET(weft_gguf_writer_set_u32(w, "llama.vocab_size", n_vocab));
+#undef SET
+    return st;
+}
+
+static weft_status set_vocab(struct weft_gguf_writer *w, uint32_t n_vocab)
+{
+    struct gen_vocab v = {0};
+    weft_status st = gen_vocab_build(&v, n_vocab);
+    if (st) return st;
+#define SET(call) do { if (!st) st = (call); } while (0)
+    SET(weft_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama"));
+    SET(weft_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v.ptrs, n_vocab));
+    SET(weft_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", v.scores, n_vocab));
+    SET(weft_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", v.types, n_vocab));
+    SET(weft_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", 1));
+    SET(weft_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", 2));
+    SET(weft_gguf_writer_set_u32(w, "tokenizer.ggml.unknown_token_id", 0));
+    SET(weft_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", true));
+    SET(weft_gguf_writer_set_bool(w, "tokenizer.ggml.add_eos_token", false));
+#undef SET
+    gen_vocab_free(&v);
+    return st;
+}
+
+static void dir_of(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) snprintf(dir, cap, ".");
+    else if (slash == path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
+}
+
+weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path)
+{
+    weft_status st = weft_gen_validate(p);
+    if (st) return st;
+
+    struct weft_gguf_writer *w = NULL;
+    struct gen_tensor *tensors = NULL;
+    struct weft_scratch scratch = {0};
+    float *row = NULL;
+    uint32_t n_vocab = p->n_vocab;
+
+    if ((st = weft_gguf_writer_init(&w))) goto out;
+    /* general.* and llama.* first (llama.cpp's order), then the vocab */
+    if ((st = set_hparams(w, p, n_vocab))) goto out;
+    if (p->vocab_from) {
+        if ((st = copy_vocab(w, p->vocab_from, &n_vocab))) goto out;
+        if ((st = check_n_vocab(n_vocab, false))) goto out;
+        if ((st = weft_gguf_writer_set_u32(w, "llama.vocab_size", n_vocab))) goto out;
+    } else if ((st = set_vocab(w, n_vocab))) {
+        goto out;
+    }
+
+    /* shapes: ne[0] is the row (input) length, as in llama.cpp */
+    uint32_t n_embd_kv = p->n_embd / p->n_head * p->n_head_kv;
+    size_t n_max = 3 + 9 * (size_t)p->n_layer, n = 0;
+    tensors = calloc(n_max, sizeof *tensors);
+    if (!tensors) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
+    add_desc(tensors, &n, "token_embd.weight", p->type, p->n_embd, n_vocab, false);
+    for (uint32_t l = 0; l < p->n_layer; l++) {
+        char nm[48];
+#define BLK(suffix, ne0, ne1, norm) \
+        (snprintf(nm, sizeof nm, "blk.%" PRIu32 "." suffix, l), add_desc(tensors, &n, nm, p->type, ne0, ne1, norm))
+        BLK("attn_norm.weight", p->n_embd, 1, true);
+        BLK("attn_q.weight", p->n_embd, p->n_embd, false);
+        BLK("attn_k.weight", p->n_embd, n_embd_kv, false);
+        BLK("attn_v.weight", p->n_embd, n_embd_kv, false);
+        BLK("attn_output.weight", p->n_embd, p->n_embd, false);
+        BLK("ffn_norm.weight", p->n_embd, 1, true);
+        BLK("ffn_gate.weight", p->n_embd, p->n_ff, false);
+        BLK("ffn_up.weight", p->n_embd, p->n_ff, false);
+        BLK("ffn_down.weight", p->n_ff, p->n_embd, false);
+#undef BLK
+    }
+    add_desc(tensors, &n, "output_norm.weight", p->type, p->n_embd, 1, true);
+    if (!p->tied_output) add_desc(tensors, &n, "output.weight", p->type, p->n_embd, n_vocab, false);
+
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += (tensors[i].size + 63) & ~(size_t)63;
+    char dir[4096];
+    dir_of(out_path, dir, sizeof dir);
+    if ((st = weft_scratch_init(&scratch, total, dir))) goto out;
+    row = malloc(sizeof *row * (p->n_embd > p->n_ff ? p->n_embd : p->n_ff));
+    if (!row) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
+
+    for (size_t i = 0; i < n; i++) {
+        struct gen_tensor *t = &tensors[i];
+        t->data = weft_scratch_take(&scratch, t->size);
+        if ((st = gen_fill(t, p->seed, p->scale, row))) goto out;
+        if ((st = weft_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data))) goto out;
+    }
+    st = weft_gguf_writer_write(w, out_path);
+
+out:
+    free(row);
+    if (w) weft_gguf_writer_free(w);
+    weft_scratch_free(&scratch);
+    free(tensors);
+    return st;
+}
+
+/* ---- CLI ---- */
+
+static void gen_usage(FILE *f)
+{
+    fprintf(f,
+            "usage: weft gen -o OUT [--preset tiny|smollm2-135m] [--type F16]\n"
+            "                [--embd N] [--layers N] [--heads N] [--kv-heads N] [--ff N]\n"
+            "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
+            "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
+            "Writes a random-weight Llama GGUF (default preset: tiny). Every 2-D tensor is in\n"
+            "--type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K); norms are F32.\n"
+            "--vocab-from copies the tokenizer.* keys (and vocab size) of another GGUF.\n");
+}
+
+static bool parse_u32(const char *s, uint32_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') return false;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end || v > UINT32_MAX) return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static bool parse_u64(const char *s, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s || *s == '-') return false;
+    unsigned long long v = strtoull(s, &end, 0);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_f32(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    if (!s || !*s) return false;
+    float v = strtof(s, &end);
+    if (errno || *end) return false;
+    *out = v;
+    return true;
+}
+
+int weft_cmd_gen(int argc, char **argv)
+{
+    struct weft_gen_params p;
+    const char *out = NULL;
+    /* the preset first, so that other flags override it wherever they appear */
+    const char *preset = "tiny";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { gen_usage(stdout); return 0; }
+        if (strcmp(argv[i], "--preset") == 0 && i + 1 < argc) preset = argv[++i];
+    }
+    if (weft_gen_preset(&p, preset)) {
+        fprintf(stderr, "weft: gen: %s\n", weft_last_error());
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool ok = true, takes = true;
+        if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) { out = v; ok = v != NULL; }
+        else if (strcmp(a, "--preset") == 0) ok = v != NULL;
+        else if (strcmp(a, "--type") == 0) ok = v && weft_type_from_name(v, &p.type);
+        else if (strcmp(a, "--embd") == 0) ok = parse_u32(v, &p.n_embd);
+        else if (strcmp(a, "--layers") == 0) ok = parse_u32(v, &p.n_layer);
+        else if (strcmp(a, "--heads") == 0) ok = parse_u32(v, &p.n_head);
+        else if (strcmp(a, "--kv-heads") == 0) ok = parse_u32(v, &p.n_head_kv);
+        else if (strcmp(a, "--ff") == 0) ok = parse_u32(v, &p.n_ff);
+        else if (strcmp(a, "--vocab") == 0) ok = parse_u32(v, &p.n_vocab);
+        else if (strcmp(a, "--ctx") == 0) ok = parse_u32(v, &p.n_ctx);
+        else if (strcmp(a, "--rope-base") == 0) ok = parse_f32(v, &p.rope_freq_base);
+        else if (strcmp(a, "--rms-eps") == 0) ok = parse_f32(v, &p.rms_eps);
+        else if (strcmp(a, "--scale") == 0) ok = parse_f32(v, &p.scale);
+        else if (strcmp(a, "--seed") == 0) ok = parse_u64(v, &p.seed);
+        else if (strcmp(a, "--name") == 0) { p.name = v; ok = v != NULL; }
+        else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
+        else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
+        else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }
+        else {
+            fprintf(stderr, "weft: gen: unknown argument '%s'\n", a);
+            gen_usage(stderr);
+            return 2;
+        }
+        if (!ok) {
+            fprintf(stderr, "weft: gen: %s needs a valid value%s%s%s\n", a, v ? " (got '" : "", v ? v : "",
+                    v ? "')" : "");
+            return 2;
+        }
+        if (takes) i++;
+    }
+    if (!out) {
+        fprintf(stderr, "weft: gen: -o OUT is required\n");
+        gen_usage(stderr);
+        return 2;
+    }
+    if (weft_gen_validate(&p)) {
+        fprintf(stderr, "weft: gen: %s\n", weft_last_error());
+        return 2;
+    }
+    weft_status st = weft_gen_model(&p, out);
+    if (st) {
+        fprintf(stderr, "weft: gen: %s\n", *weft_last_error() ? weft_last_error() : weft_status_str(st));
+        return 1;
+    }
+    printf("wrote %s: llama, n_embd %" PRIu32 ", %" PRIu32 " layers, %" PRIu32 "/%" PRIu32 " heads, n_ff %" PRIu32
+           ", %s, seed %" PRIu64 "%s\n",
+           out, p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff, weft_type_name(p.type), p.seed,
+           p.tied_output ? ", tied output" : "");
+    return 0;
+}
