@@ -1,0 +1,75 @@
+/* UTF-8 coding and Unicode class lookups (binary search over range tables). */
+#include "core/unicode.h"
+
+#include "core/unicode_tables.h"
+
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp)
+{
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (cp < r[mid][0]) hi = mid;
+        else if (cp > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static unsigned lookup(uint32_t cp)
+{
+    unsigned f = 0;
+    if (in_ranges(weft_ucd_letter, N_OF(weft_ucd_letter), cp)) f |= WEFT_UCP_LETTER;
+    if (in_ranges(weft_ucd_number, N_OF(weft_ucd_number), cp)) f |= WEFT_UCP_NUMBER;
+    if (in_ranges(weft_ucd_punct, N_OF(weft_ucd_punct), cp)) f |= WEFT_UCP_PUNCT;
+    if (in_ranges(weft_ucd_space, N_OF(weft_ucd_space), cp)) f |= WEFT_UCP_SPACE;
+    return f;
+}
+
+unsigned weft_unicode_flags(uint32_t cp)
+{
+    return cp < 128 ? weft_ucd_ascii[cp] : lookup(cp);
+}
+
+int weft_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    unsigned char c = s[0];
+    if (c < 0x80) { *cp = c; return 1; }
+    int len;
+    uint32_t v, min;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
+    else return 0;
+    if ((size_t)len > n) return 0;
+    for (int i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        v = (v << 6) | (s[i] & 0x3F);
+    }
+    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+    *cp = v;
+    return len;
+}
+
+int weft_utf8_encode(uint32_t cp, char *out)
+{
+    unsigned char *o = (unsigned char *)out;
+    if (cp < 0x80) { o[0] = (unsigned char)cp; return 1; }
+    if (cp < 0x800) {
+        o[0] = (unsigned char)(0xC0 | (cp >> 6));
+        o[1] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (unsigned char)(0xE0 | (cp >> 12));
+        o[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+        o[2] = (unsigned char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    o[0] = (unsigned char)(0xF0 | (cp >> 18));
+    o[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
+    o[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
+    o[3] = (unsigned char)(0x80 | (cp & 0x3F));
+    return 4;
+}
