@@ -349,6 +349,35 @@ static void quant_q8_0(const float *x, struct weft_block_q8_0 *b, int64_t nb)
     }
 }
 
+/* Activation quantizers: ggml's CPU backend (x86 SIMD path) computes the
+ * inverse scale as 127/amax and rounds to nearest-even, slightly unlike its
+ * reference quantizer. Random-weight models amplify such rounding
+ * differences, so the matmul activations follow the CPU path exactly. */
+static void quant_q8_0_act(const float *x, struct weft_block_q8_0 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_0) {
+        float amax = absmax(x, WEFT_QK8_0);
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b[i].d = f2h(amax / 127.0f);
+        for (int j = 0; j < WEFT_QK8_0; j++) b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+static void quant_q8_1_act(const float *x, struct weft_block_q8_1 *b, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_1) {
+        float amax = absmax(x, WEFT_QK8_1), d = amax / 127.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        b[i].d = f2h(d);
+        int sum = 0;
+        for (int j = 0; j < WEFT_QK8_1; j++) {
+            b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += b[i].qs[j];
+        }
+        b[i].s = f2h((float)sum * d);
+    }
+}
+
 /* s = d * sum(q) with the unrounded float d, as ggml. */
 static void quant_q8_1(const float *x, struct weft_block_q8_1 *b, int64_t nb)
 {
@@ -648,4 +677,11 @@ double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x,
         for (int64_t j = 0; j < len; j++) s += (double)buf[j] * (double)x[i + j];
     }
     return s;
+}
+
+bool weft_quantize_row_act(enum weft_type type, const float *src, void *dst, int64_t n)
+{
+    if (type == WEFT_TYPE_Q8_0) { quant_q8_0_act(src, dst, n / WEFT_QK8_0); return true; }
+    if (type == WEFT_TYPE_Q8_1) { quant_q8_1_act(src, dst, n / WEFT_QK8_1); return true; }
+    return weft_quantize_row(type, src, dst, n);
 }

@@ -17,6 +17,11 @@ void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64
  * Returns false (and writes nothing) for types without a quantizer. */
 bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t n);
 
+/* Quantize activations for a matmul: like weft_quantize_row, but Q8_0/Q8_1
+ * round as ggml's CPU backend does at run time (inverse scale 127/amax,
+ * round half to even) rather than as its reference file quantizer. */
+bool weft_quantize_row_act(enum weft_type type, const float *src, void *dst, int64_t n);
+
 /* The activation type a weight type is multiplied with, as in ggml:
  * Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K,
  * F16 -> F16, BF16 -> BF16, F32 -> F32. */

@@ -71,11 +71,12 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
     return WEFT_OK;
 }
 
-/* One (row, head) pair: single pass with an online softmax over positions
- * 0..pos[r] of the row's sequence. q is rounded to F16 first, as ggml does
- * when K is F16, so scores match the reference implementation. */
-static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h,
-                     float *acc)
+/* One (row, head) pair: a single pass with an online softmax over positions
+ * 0..pos[r] of the row's sequence, following ggml's CPU flash-attention
+ * numerics so outputs track llama.cpp's: q is rounded to F16 (K's dot type),
+ * and with an F16 V cache the weighted sum of V is kept in F16, rounding
+ * after every update. acc is scratch of head_dim floats. */
+static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, weft_half *acc16)
 {
     const struct weft_kv_view *kv = &o->kv;
     uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head, kvh = h / group;
@@ -84,8 +85,8 @@ static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h,
     const float *q = cpu_row_f32(&o->q, r) + (size_t)h * hd;
     float qh[512];
     for (uint32_t d = 0; d < hd; d++) qh[d] = weft_half_to_f32(weft_f32_to_half(q[d]));
-    float m = -INFINITY, l = 0.0f;
-    for (uint32_t d = 0; d < hd; d++) acc[d] = 0.0f;
+    float M = -INFINITY, S = 0.0f;
+    for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
     for (int32_t p = 0; p <= pos[r]; p++) {
         int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
         const weft_half *k = kv_row(kv, slot, 0) + (size_t)kvh * hd;
@@ -93,14 +94,22 @@ static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h,
         double dot = 0;
         for (uint32_t d = 0; d < hd; d++) dot += (double)qh[d] * weft_half_to_f32(k[d]);
         float s = (float)dot * o->scale;
-        float m_new = s > m ? s : m;
-        float corr = expf(m - m_new), e = expf(s - m_new);
-        l = l * corr + e;
-        for (uint32_t d = 0; d < hd; d++) acc[d] = acc[d] * corr + e * weft_half_to_f32(v[d]);
-        m = m_new;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            float Mold = M;
+            M = s;
+            ms = expf(Mold - M);
+            for (uint32_t d = 0; d < hd; d++) acc16[d] = weft_f32_to_half(weft_half_to_f32(acc16[d]) * ms);
+        } else {
+            vs = expf(s - M);
+        }
+        for (uint32_t d = 0; d < hd; d++)
+            acc16[d] = weft_f32_to_half(weft_half_to_f32(acc16[d]) + weft_half_to_f32(v[d]) * vs);
+        S = S * ms + vs;
     }
     float *out = cpu_row_f32(&o->out, r) + (size_t)h * hd;
-    for (uint32_t d = 0; d < hd; d++) out[d] = acc[d] / l;
+    float inv = 1.0f / S;
+    for (uint32_t d = 0; d < hd; d++) out[d] = weft_half_to_f32(acc16[d]) * inv;
 }
 
 static void attention_job(void *ctx, int ith, int nth)
@@ -108,7 +117,7 @@ static void attention_job(void *ctx, int ith, int nth)
     const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
     int64_t n = (int64_t)o->batch.n_rows * o->n_head, lo, hi;
     cpu_split(n, ith, nth, &lo, &hi);
-    float acc[512];
+    weft_half acc[512];
     for (int64_t i = lo; i < hi; i++) attn_one(o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
 }
 

@@ -28,7 +28,7 @@ static void mm_quantize(void *ctx, int ith, int nth)
     cpu_split(j->n_rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const float *src = j->xrows ? j->xrows + r * K : cpu_row_f32(j->x, r);
-        weft_quantize_row(j->vdt, src, j->xq + (size_t)r * j->qrow, K);
+        weft_quantize_row_act(j->vdt, src, j->xq + (size_t)r * j->qrow, K);
     }
 }
 
@@ -60,6 +60,7 @@ static weft_status matmul_rows(struct weft_cpu_backend *be, const struct weft_vi
 {
     struct mm_job j = {.x = x, .w = w, .out = out, .add = add, .xrows = xrows, .n_rows = n_rows};
     j.vdt = weft_vec_dot_type(w->type);
+
     j.qrow = weft_row_size(j.vdt, w->ne0);
     weft_status st = weft_cpu_scratch(be, scratch_off + (size_t)n_rows * j.qrow + 64);
     if (st != WEFT_OK) return st;
