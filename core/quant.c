@@ -484,61 +484,175 @@ static float dot_q4_0(const struct weft_block_q4_0 *w, const struct weft_block_q
     return sumf;
 }
 
+/* ---- Lane-exact emulation of ggml's x86 SIMD kernels ----------------------
+ *
+ * The reference outputs come from llama.cpp on an AVX-512 machine (AVX2, FMA,
+ * F16C, AVX512F/BW/VL/VNNI/BF16). The synth models are random-weight and
+ * chaotic: one ulp of difference in a dot product can flip the rounding of a
+ * later 8-bit activation quantization and so move logprobs by 0.1-1.0. So the
+ * kernels below reproduce the floating-point evaluation order of the SIMD
+ * kernels ggml picks on that machine, lane by lane, in portable C: integer
+ * partial sums are exact in any order, only the float steps are mirrored.
+ *
+ * Common pieces of the AVX2 32-element block kernels (ggml-cpu/arch/x86/
+ * quants.c): with AVX512VNNI+VL, mul_sum_us8_pairs_float / mul_sum_i8_pairs_
+ * float do one _mm256_dpbusd_epi32, so int32 lane l (0..7) holds the sum of
+ * products of elements 4l..4l+3 of the block, converted to float. Blocks are
+ * accumulated with _mm256_fmadd_ps into 8 float lanes (fmaf here), and
+ * hsum_float_8 adds the 8 lanes as ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)). */
+
+/* GCC builds ggml as gnu11/gnu++17, where -ffp-contract=fast turns the scalar
+ * `summs += m * s` of the Q4_1/Q5_1/Q5_K kernels into one fused multiply-add. */
+#ifndef WEFT_GGML_SCALAR_CONTRACT
+#define WEFT_GGML_SCALAR_CONTRACT 1
+#endif
+static inline float ggml_scalar_madd(float a, float b, float c)
+{
+#if WEFT_GGML_SCALAR_CONTRACT
+    return fmaf(a, b, c);
+#else
+    return c + a * b;
+#endif
+}
+
+static inline float hsum_float_8(const float x[8])
+{
+    return ((x[0] + x[4]) + (x[2] + x[6])) + ((x[1] + x[5]) + (x[3] + x[7]));
+}
+
+/* _mm512_reduce_add_ps (GCC and clang): halves 512->256->128->64->32. */
+static inline float reduce_add_16(const float x[16])
+{
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/* acc[l] = fma(d, float(sum of v[j]*q[j] for j in 4l..4l+3), acc[l]) */
+static inline void block32_fma_lanes(float acc[8], const int v[32], const int8_t q[32], float d)
+{
+    for (int l = 0; l < 8; l++) {
+        int s = v[4 * l] * q[4 * l] + v[4 * l + 1] * q[4 * l + 1] + v[4 * l + 2] * q[4 * l + 2] +
+                v[4 * l + 3] * q[4 * l + 3];
+        acc[l] = fmaf(d, (float)s, acc[l]);
+    }
+}
+
+/* Q4_1 x Q8_1: ggml_vec_dot_q4_1_q8_1, AVX2 branch. Nibbles are unsigned
+ * (0..15); d0*d1 scales the lanes, m*s is summed separately in a scalar. */
 static float dot_q4_1(const struct weft_block_q4_1 *w, const struct weft_block_q8_1 *x, int64_t nb)
 {
-    float sumf = 0;
+    float acc[8] = {0}, summs = 0;
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
-        int s0 = 0, s1 = 0;
+        summs = ggml_scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);
         for (int j = 0; j < 16; j++) {
-            s0 += (w[i].qs[j] & 0xF) * x[i].qs[j];
-            s1 += (w[i].qs[j] >> 4) * x[i].qs[j + 16];
+            v[j] = w[i].qs[j] & 0xF;
+            v[j + 16] = w[i].qs[j] >> 4;
         }
-        sumf += (h2f(w[i].d) * h2f(x[i].d)) * (float)(s0 + s1) + h2f(w[i].m) * h2f(x[i].s);
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return sumf;
+    return hsum_float_8(acc) + summs;
 }
 
+/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode; see
+ * weft_vec_dot_gemm for prefill). Values are (nibble | high bit << 4) - 16. */
 static float dot_q5_0(const struct weft_block_q5_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
-    float sumf = 0;
+    float acc[8] = {0};
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
         uint32_t qh = load_qh(w[i].qh);
-        int s0 = 0, s1 = 0;
         for (int j = 0; j < 16; j++) {
-            int h0 = ((qh >> j) & 1) << 4, h1 = ((qh >> (j + 16)) & 1) << 4;
-            s0 += (((w[i].qs[j] & 0xF) | h0) - 16) * x[i].qs[j];
-            s1 += (((w[i].qs[j] >> 4) | h1) - 16) * x[i].qs[j + 16];
+            v[j] = ((w[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - 16;
+            v[j + 16] = ((w[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
         }
-        sumf += (h2f(w[i].d) * h2f(x[i].d)) * (float)(s0 + s1);
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return sumf;
+    return hsum_float_8(acc);
 }
 
+/* Q5_1 x Q8_1: ggml_vec_dot_q5_1_q8_1, AVX2 branch (as Q4_1, 5-bit values). */
 static float dot_q5_1(const struct weft_block_q5_1 *w, const struct weft_block_q8_1 *x, int64_t nb)
 {
-    float sumf = 0;
+    float acc[8] = {0}, summs = 0;
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
+        summs = ggml_scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);
         uint32_t qh = load_qh(w[i].qh);
-        int s0 = 0, s1 = 0;
         for (int j = 0; j < 16; j++) {
-            int h0 = ((qh >> j) & 1) << 4, h1 = ((qh >> (j + 16)) & 1) << 4;
-            s0 += ((w[i].qs[j] & 0xF) | h0) * x[i].qs[j];
-            s1 += ((w[i].qs[j] >> 4) | h1) * x[i].qs[j + 16];
+            v[j] = (w[i].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+            v[j + 16] = (w[i].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
         }
-        sumf += (h2f(w[i].d) * h2f(x[i].d)) * (float)(s0 + s1) + h2f(w[i].m) * h2f(x[i].s);
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return sumf;
+    return hsum_float_8(acc) + summs;
 }
 
+/* Q8_0 x Q8_0: ggml_vec_dot_q8_0_q8_0, AVX2 branch (decode; see
+ * weft_vec_dot_gemm for prefill). */
 static float dot_q8_0(const struct weft_block_q8_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
-    float sumf = 0;
+    float acc[8] = {0};
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
-        int s = 0;
-        for (int j = 0; j < WEFT_QK8_0; j++) s += w[i].qs[j] * x[i].qs[j];
-        sumf += (float)s * (h2f(w[i].d) * h2f(x[i].d));
+        for (int j = 0; j < 32; j++) v[j] = w[i].qs[j];
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return sumf;
+    return hsum_float_8(acc);
+}
+
+/* F16 x F16: ggml_vec_dot_f16 with GGML_SIMD on AVX512F (no AVX512-FP16):
+ * GGML_F16_STEP 64, EPR 16, so 4 accumulators of 16 lanes; element e goes to
+ * accumulator (e/16)%4, lane e%16, with _mm512_fmadd_ps (the products of two
+ * halves are exact in float). GGML_F32Cx16_REDUCE: (s0+s2) + (s1+s3), then
+ * _mm512_reduce_add_ps. A tail (n % 64) is added in double, as ggml. */
+static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
+{
+    float sum[4][16] = {{0}};
+    int64_t np = n & ~(int64_t)63;
+    for (int64_t i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++) {
+                int64_t e = i + 16 * j + l;
+                sum[j][l] = fmaf(h2f(a[e]), h2f(b[e]), sum[j][l]);
+            }
+    float r[16];
+    for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
+    double s = reduce_add_16(r);
+    for (int64_t i = np; i < n; i++) s += (double)(h2f(a[i]) * h2f(b[i]));
+    return (float)s;
+}
+
+/* One _mm512_dpbf16_ps lane step: acc += a[1]*b[1], then acc += a[0]*b[0]
+ * (Intel's pseudo-code order; the bf16 products are exact in float, each add
+ * rounds to nearest even). */
+static inline float dpbf16_step(float acc, const weft_bf16 *a, const weft_bf16 *b)
+{
+    acc += weft_bf16_to_f32(a[1]) * weft_bf16_to_f32(b[1]);
+    acc += weft_bf16_to_f32(a[0]) * weft_bf16_to_f32(b[0]);
+    return acc;
+}
+
+/* BF16 x BF16: ggml_vec_dot_bf16, __AVX512BF16__ branch: two __m512
+ * accumulators c1 (elements i..i+31) and c2 (i+32..i+63) per 64 elements,
+ * lane l of a vector covering elements 2l and 2l+1; each reduced with
+ * _mm512_reduce_add_ps and summed in double; the tail in double. */
+static float dot_bf16(const weft_bf16 *a, const weft_bf16 *b, int64_t n)
+{
+    float c1[16] = {0}, c2[16] = {0};
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64)
+        for (int l = 0; l < 16; l++) {
+            c1[l] = dpbf16_step(c1[l], a + i + 2 * l, b + i + 2 * l);
+            c2[l] = dpbf16_step(c2[l], a + i + 32 + 2 * l, b + i + 32 + 2 * l);
+        }
+    double s = 0;
+    s += (double)reduce_add_16(c1);
+    s += (double)reduce_add_16(c2);
+    for (; i < n; i++) s += (double)(weft_bf16_to_f32(a[i]) * weft_bf16_to_f32(b[i]));
+    return (float)s;
 }
 
 /* K-quants, as ggml's generic kernels: weights are unpacked to int8 a[256]
@@ -613,17 +727,24 @@ static float dot_q5_k(const struct weft_block_q5_k *w, const struct weft_block_q
     return k_lanes_total(&acc, sumf);
 }
 
+/* Q6_K x Q8_K: ggml_vec_dot_q6_K_q8_K, AVX2 branch (no x86 repack for
+ * Q6_K). Within each 32-element chunk, int32 lane l gets elements 4l..4l+3
+ * (maddubs pairs, then madd with the 16-element scales), so over the block
+ * lane l sums the elements e with (e % 32) / 4 == l, exactly in int. Each
+ * block adds fma(d, float(lane), acc) with d = y.d * x.d; then hsum_float_8. */
 static float dot_q6_k(const struct weft_block_q6_k *w, const struct weft_block_q8_k *x, int64_t nb)
 {
-    struct k_lanes acc = {{0}};
+    float acc[8] = {0};
     int8_t a[WEFT_QK_K];
     for (int64_t i = 0; i < nb; i++) {
         q6_k_unpack(&w[i], a);
-        int sc[16];
-        for (int j = 0; j < 16; j++) sc[j] = w[i].scales[j];
-        k_lanes_add(&acc, a, x[i].qs, sc, 16, h2f(w[i].d) * x[i].d);
+        int32_t lanes[8] = {0};
+        for (int e = 0; e < WEFT_QK_K; e++)
+            lanes[(e & 31) >> 2] += w[i].scales[e / 16] * (a[e] * x[i].qs[e]);
+        float d = x[i].d * h2f(w[i].d);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
     }
-    return k_lanes_total(&acc, 0.0f);
+    return hsum_float_8(acc);
 }
 
 float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n)
@@ -636,19 +757,8 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
         for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
         return (float)s;
     }
-    case WEFT_TYPE_F16: {
-        /* products of halves are exact in float; sum in double as ggml */
-        const weft_half *a = w, *b = x;
-        double s = 0;
-        for (int64_t i = 0; i < n; i++) s += (double)(h2f(a[i]) * h2f(b[i]));
-        return (float)s;
-    }
-    case WEFT_TYPE_BF16: {
-        const weft_bf16 *a = w, *b = x;
-        double s = 0;
-        for (int64_t i = 0; i < n; i++) s += (double)(weft_bf16_to_f32(a[i]) * weft_bf16_to_f32(b[i]));
-        return (float)s;
-    }
+    case WEFT_TYPE_F16: return dot_f16(w, x, n);
+    case WEFT_TYPE_BF16: return dot_bf16(w, x, n);
     case WEFT_TYPE_Q4_0: return dot_q4_0(w, x, nb);
     case WEFT_TYPE_Q4_1: return dot_q4_1(w, x, nb);
     case WEFT_TYPE_Q5_0: return dot_q5_0(w, x, nb);
