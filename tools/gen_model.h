@@ -43,7 +43,8 @@ weft_status weft_gen_validate(const struct weft_gen_params *p);
 /* Generate and write the model to out_path. On failure returns the error
  * (message in weft_last_error()); out_path may then be missing or partial.
  * Tensor data lives in memory until written; above 1 GiB it is backed by an
- * unlinked scratch file next to out_path so RAM use stays bounded. */
+ * unlinked scratch file next to out_path (needs that much free disk there),
+ * so its pages are file-backed and the kernel can evict them under pressure. */
 weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path);
 
 /* llama.cpp's LLAMA_FTYPE for a model whose weights are all `t`
