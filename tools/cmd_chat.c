@@ -101,13 +101,16 @@ int weft_cmd_chat(int argc, char **argv)
     cli_opts_default(&o);
     o.n_predict = 512;
     const char *system = NULL;
+    bool template_system = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--system") && i + 1 < argc) { system = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--template-system")) { template_system = true; continue; }
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            fprintf(stderr, "usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT] [options]\n"
-                            "  with -p: answer that one message and exit; otherwise read messages from stdin\n");
+            fprintf(stderr, "usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT | --template-system] [options]\n"
+                            "  with -p: answer that one message and exit; otherwise read messages from stdin\n"
+                            "  --template-system: use the default system prompt the model's template defines\n");
             cli_usage_common();
             return 2;
         }
@@ -121,7 +124,9 @@ int weft_cmd_chat(int argc, char **argv)
     const char *tmpl = NULL;
     weft_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, NULL);
     st.style = weft_chat_detect(tmpl);
-    if (!system) system = weft_chat_default_system(tmpl);
+    /* Like llama.cpp's built-in templates, no system message unless asked:
+     * --template-system adds the one the Jinja template would inject. */
+    if (!system && template_system) system = weft_chat_default_system(tmpl);
     if (system && conv_add(&c, "system", system)) goto out;
     if (weft_session_init(m, o.n_ctx ? (uint32_t)o.n_ctx : m->hp.n_ctx_train, (uint32_t)o.batch, &st.s) != WEFT_OK ||
         weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
