@@ -1,0 +1,370 @@
+/* Every op x type x shape on every backend built in, compared by normalised
+ * mean squared error: the CPU backend against a naive double-precision
+ * reference written here, every other backend against the CPU backend. */
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/quant.h"
+#include "tests/check.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) /* uniform [-1, 1) */
+{
+    rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+static double nmse(const float *a, const double *ref, size_t n)
+{
+    double e = 0, s = 0;
+    for (size_t i = 0; i < n; i++) { e += (a[i] - ref[i]) * (a[i] - ref[i]); s += ref[i] * ref[i]; }
+    return s > 0 ? e / s : e;
+}
+
+/* ---- a backend under test ---- */
+static struct weft_backend *be;
+static const struct weft_backend_iface *bi;
+
+static struct weft_buffer *upload(const void *data, size_t n)
+{
+    struct weft_buffer *b = NULL;
+    CHECK(bi->buffer_alloc(be, n, &b) == WEFT_OK);
+    if (b && data) CHECK(bi->buffer_write(b, 0, data, n) == WEFT_OK);
+    return b;
+}
+
+static void download(struct weft_buffer *b, void *dst, size_t n) { CHECK(bi->buffer_read(b, 0, dst, n) == WEFT_OK); }
+
+static void run1(const struct weft_op *op)
+{
+    CHECK_MSG(bi->supports(be, op), "%s does not support op kind %d", bi->name, (int)op->kind);
+    CHECK(bi->run(be, op, 1) == WEFT_OK);
+    CHECK(bi->sync(be) == WEFT_OK);
+}
+
+/* random weights of `type`, [rows][k]; also returns their dequantized values */
+static void *rand_weights(enum weft_type t, int64_t rows, int64_t k, float *deq)
+{
+    size_t rs = weft_row_size(t, k);
+    uint8_t *w = malloc(rs * rows);
+    float *tmp = malloc(sizeof(float) * k);
+    for (int64_t r = 0; r < rows; r++) {
+        if (weft_quantize_row(t, (float[]){0}, NULL, 0) || true) {
+            for (int64_t i = 0; i < k; i++) tmp[i] = frand();
+            if (!weft_quantize_row(t, tmp, w + r * rs, k)) {
+                /* K-quants: random bytes, sane scales */
+                for (size_t b = 0; b < rs; b++) w[r * rs + b] = (uint8_t)(frand() * 127 + 128);
+                size_t nb = rs / weft_type_get(t)->type_size;
+                for (size_t b = 0; b < nb; b++) {
+                    uint8_t *blk = w + r * rs + b * weft_type_get(t)->type_size;
+                    weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
+                    if (t == WEFT_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+                    else { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+                }
+            }
+        }
+        weft_dequantize_row(t, w + r * rs, deq + r * k, k);
+    }
+    free(tmp);
+    return w;
+}
+
+static const enum weft_type weight_types[] = {
+    WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1,
+    WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K,
+};
+#define N_TYPES (sizeof weight_types / sizeof weight_types[0])
+
+/* tolerance by the activation type the backend multiplies with */
+static double mm_tol(enum weft_type t)
+{
+    enum weft_type v = weft_vec_dot_type(t);
+    return v == WEFT_TYPE_F32 ? 1e-10 : v == WEFT_TYPE_F16 ? 1e-5 : v == WEFT_TYPE_BF16 ? 1e-4 : 2e-4;
+}
+
+static void matmul_matches_reference_for_every_type_and_shape(void)
+{
+    static const int64_t shapes[][3] = {{1, 256, 40}, {3, 512, 33}, {17, 768, 70}, {64, 256, 16}};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        for (size_t si = 0; si < 4; si++) {
+            enum weft_type t = weight_types[ti];
+            int64_t R = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            float *wd = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * R * K);
+            float *add = malloc(sizeof(float) * R * N), *out = malloc(sizeof(float) * R * N);
+            double *ref = malloc(sizeof(double) * R * N);
+            void *w = rand_weights(t, N, K, wd);
+            for (int64_t i = 0; i < R * K; i++) x[i] = frand();
+            for (int64_t i = 0; i < R * N; i++) add[i] = frand();
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t n = 0; n < N; n++) {
+                    double s = add[r * N + n];
+                    for (int64_t k = 0; k < K; k++) s += (double)x[r * K + k] * wd[n * K + k];
+                    ref[r * N + n] = s;
+                }
+            struct weft_buffer *bw = upload(w, weft_row_size(t, K) * N), *bx = upload(x, sizeof(float) * R * K);
+            struct weft_buffer *bo = upload(add, sizeof(float) * R * N);
+            struct weft_op op = {.kind = WEFT_OP_MATMUL};
+            op.u.matmul = (struct weft_op_matmul){
+                .x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R), .w = weft_view_2d(bw, 0, t, K, N),
+                .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, N, R), .has_add = true};
+            op.u.matmul.add = op.u.matmul.out;  /* fused residual, in place */
+            run1(&op);
+            download(bo, out, sizeof(float) * R * N);
+            double e = nmse(out, ref, R * N);
+            CHECK_MSG(e < mm_tol(t), "%s matmul %s R%lld K%lld N%lld: nmse %.3g", bi->name, weft_type_name(t),
+                      (long long)R, (long long)K, (long long)N, e);
+            bi->buffer_free(bw); bi->buffer_free(bx); bi->buffer_free(bo);
+            free(w); free(wd); free(x); free(add); free(out); free(ref);
+        }
+    }
+}
+
+static void embed_and_logits_match_reference(void)
+{
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        enum weft_type t = weight_types[ti];
+        int64_t V = 50, E = 256, R = 5;
+        float *td = malloc(sizeof(float) * V * E), *out = malloc(sizeof(float) * R * E);
+        double *ref = malloc(sizeof(double) * R * E);
+        void *tab = rand_weights(t, V, E, td);
+        int32_t ids[5] = {0, 49, 7, 7, 23};
+        for (int64_t r = 0; r < R; r++) for (int64_t k = 0; k < E; k++) ref[r * E + k] = td[ids[r] * E + k];
+        struct weft_buffer *bt = upload(tab, weft_row_size(t, E) * V), *bi_ = upload(ids, sizeof ids);
+        struct weft_buffer *bo = upload(NULL, sizeof(float) * R * E);
+        struct weft_op op = {.kind = WEFT_OP_EMBED};
+        op.u.embed = (struct weft_op_embed){.table = weft_view_2d(bt, 0, t, E, V),
+                                            .ids = weft_view_2d(bi_, 0, WEFT_TYPE_I32, R, 1),
+                                            .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, E, R)};
+        run1(&op);
+        download(bo, out, sizeof(float) * R * E);
+        CHECK_MSG(nmse(out, ref, R * E) == 0, "%s embed %s", bi->name, weft_type_name(t));
+        /* logits of rows {4, 1}: rmsnorm(x) * g · tableᵀ */
+        float g[256], lg[2 * 50];
+        double lref[2 * 50];
+        for (int k = 0; k < E; k++) g[k] = 1.0f + 0.5f * frand();
+        int32_t rows[2] = {4, 1};
+        for (int i = 0; i < 2; i++) {
+            const float *x = out + rows[i] * E;
+            double ss = 0;
+            for (int k = 0; k < E; k++) ss += (double)x[k] * x[k];
+            double sc = 1.0 / sqrt(ss / E + 1e-5);
+            for (int64_t v = 0; v < V; v++) {
+                double s = 0;
+                for (int k = 0; k < E; k++) s += x[k] * sc * g[k] * td[v * E + k];
+                lref[i * V + v] = s;
+            }
+        }
+        struct weft_buffer *bg = upload(g, sizeof g), *br = upload(rows, sizeof rows), *bl = upload(NULL, sizeof lg);
+        struct weft_op lo = {.kind = WEFT_OP_LOGITS};
+        lo.u.logits = (struct weft_op_logits){
+            .x = weft_view_2d(bo, 0, WEFT_TYPE_F32, E, R), .rows = weft_view_2d(br, 0, WEFT_TYPE_I32, 2, 1),
+            .norm_w = weft_view_2d(bg, 0, WEFT_TYPE_F32, E, 1), .w = weft_view_2d(bt, 0, t, E, V),
+            .out = weft_view_2d(bl, 0, WEFT_TYPE_F32, V, 2), .eps = 1e-5f};
+        run1(&lo);
+        download(bl, lg, sizeof lg);
+        double e = nmse(lg, lref, 2 * V);
+        CHECK_MSG(e < mm_tol(t), "%s logits %s: nmse %.3g", bi->name, weft_type_name(t), e);
+        bi->buffer_free(bt); bi->buffer_free(bi_); bi->buffer_free(bo);
+        bi->buffer_free(bg); bi->buffer_free(br); bi->buffer_free(bl);
+        free(tab); free(td); free(out); free(ref);
+    }
+}
+
+static void elementwise_ops_match_reference(void)
+{
+    enum { R = 7, K = 96 };
+    static float x[R * K], a[R * K], w[K], out[R * K], sum[R * K];
+    static double ref[R * K], rsum[R * K];
+    for (int i = 0; i < R * K; i++) { x[i] = 3 * frand(); a[i] = frand(); }
+    for (int k = 0; k < K; k++) w[k] = frand();
+    struct weft_buffer *bx = upload(x, sizeof x), *ba = upload(a, sizeof a), *bw = upload(w, sizeof w);
+    struct weft_buffer *bo = upload(NULL, sizeof out), *bs = upload(NULL, sizeof sum);
+    struct weft_view vx = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R), va = weft_view_2d(ba, 0, WEFT_TYPE_F32, K, R);
+    struct weft_view vo = weft_view_2d(bo, 0, WEFT_TYPE_F32, K, R), vs = weft_view_2d(bs, 0, WEFT_TYPE_F32, K, R);
+    /* RMSNORM fused with the residual add */
+    for (int r = 0; r < R; r++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) { rsum[r * K + k] = (double)x[r * K + k] + a[r * K + k]; ss += rsum[r * K + k] * rsum[r * K + k]; }
+        for (int k = 0; k < K; k++) ref[r * K + k] = rsum[r * K + k] / sqrt(ss / K + 1e-6) * w[k];
+    }
+    struct weft_op op = {.kind = WEFT_OP_RMSNORM};
+    op.u.rmsnorm = (struct weft_op_rmsnorm){.x = vx, .add = va, .sum = vs, .w = weft_view_2d(bw, 0, WEFT_TYPE_F32, K, 1),
+                                            .out = vo, .eps = 1e-6f, .has_add = true};
+    run1(&op);
+    download(bo, out, sizeof out);
+    download(bs, sum, sizeof sum);
+    CHECK_MSG(nmse(out, ref, R * K) < 1e-12, "%s rmsnorm", bi->name);
+    CHECK_MSG(nmse(sum, rsum, R * K) < 1e-14, "%s rmsnorm sum", bi->name);
+    /* SILU_MUL */
+    for (int i = 0; i < R * K; i++) ref[i] = x[i] / (1 + exp(-(double)x[i])) * a[i];
+    op = (struct weft_op){.kind = WEFT_OP_SILU_MUL};
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = vx, .up = va, .out = vo};
+    run1(&op);
+    download(bo, out, sizeof out);
+    CHECK_MSG(nmse(out, ref, R * K) < 1e-12, "%s silu_mul", bi->name);
+    /* ADD */
+    for (int i = 0; i < R * K; i++) ref[i] = (double)x[i] + a[i];
+    op = (struct weft_op){.kind = WEFT_OP_ADD};
+    op.u.add = (struct weft_op_add){.a = vx, .b = va, .out = vo};
+    run1(&op);
+    download(bo, out, sizeof out);
+    CHECK_MSG(nmse(out, ref, R * K) < 1e-14, "%s add", bi->name);
+    /* COPY: a slice of x into the middle of out */
+    op = (struct weft_op){.kind = WEFT_OP_COPY};
+    op.u.copy = (struct weft_op_copy){.src = bx, .dst = bo, .src_off = 40, .dst_off = 400, .bytes = 1000};
+    run1(&op);
+    download(bo, out, sizeof out);
+    CHECK(memcmp((char *)out + 400, (char *)x + 40, 1000) == 0);
+    bi->buffer_free(bx); bi->buffer_free(ba); bi->buffer_free(bw); bi->buffer_free(bo); bi->buffer_free(bs);
+}
+
+/* ROPE_KV then ATTENTION for a batch of two sequences — one a prefill chunk
+ * continuing cached context, one a single decode row — with scattered
+ * blocks and GQA, against a direct computation over the same cached K/V. */
+static void rope_and_paged_attention_match_reference(void)
+{
+    for (int mode = 0; mode < 2; mode++) {
+        enum { NL = 2, LAYER = 1, NH = 4, NKV = 2, HD = 64, NBLK = 8 };
+        const int n_rot = HD;
+        const float base = 10000.0f;
+        size_t layer_bytes = (size_t)WEFT_KV_BLOCK_TOKENS * NKV * HD * 2, blk_bytes = layer_bytes * 2 * NL;
+        /* seq 0 holds positions 0..19 in blocks {5, 2}; its new rows are 20..24 (block 7 added)
+         * seq 1 holds positions 0..8 in block {0}; its new row is 9 */
+        int32_t bt[] = {5, 2, 7, 0}, bt_off[] = {0, 3};
+        int32_t pos[] = {20, 21, 22, 23, 24, 9}, seq[] = {0, 0, 0, 0, 0, 1};
+        enum { R = 6 };
+        int32_t slot[R];
+        for (int r = 0; r < R; r++) slot[r] = bt[bt_off[seq[r]] + pos[r] / 16] * 16 + pos[r] % 16;
+        uint16_t *cache = calloc(1, blk_bytes * NBLK);
+        /* fill old positions with random (F16) K/V */
+        for (int s = 0; s < 2; s++)
+            for (int p = 0; p < (s ? 9 : 20); p++) {
+                int sl = bt[bt_off[s] + p / 16] * 16 + p % 16;
+                for (int which = 0; which < 2; which++) {
+                    size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2 + which) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD;
+                    for (int i = 0; i < NKV * HD; i++) cache[off + i] = weft_f32_to_half(frand());
+                }
+            }
+        static float q[R * NH * HD], k[R * NKV * HD], v[R * NKV * HD], out[R * NH * HD];
+        static double ref[R * NH * HD];
+        for (int i = 0; i < R * NH * HD; i++) q[i] = frand();
+        for (int i = 0; i < R * NKV * HD; i++) { k[i] = frand(); v[i] = frand(); }
+        struct weft_buffer *bc = upload(cache, blk_bytes * NBLK), *bq = upload(q, sizeof q), *bk = upload(k, sizeof k);
+        struct weft_buffer *bv = upload(v, sizeof v), *bo = upload(NULL, sizeof out);
+        struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
+        struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, LAYER, NKV, HD};
+        struct weft_batch_view batch = {R, 2, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
+                                        weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 2, 1),
+                                        weft_view_2d(bbt, 0, WEFT_TYPE_I32, 4, 1)};
+        struct weft_op ops[2] = {{.kind = WEFT_OP_ROPE_KV}, {.kind = WEFT_OP_ATTENTION}};
+        ops[0].u.rope_kv = (struct weft_op_rope_kv){
+            .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .k = weft_view_2d(bk, 0, WEFT_TYPE_F32, NKV * HD, R),
+            .v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKV * HD, R), .kv = kv, .batch = batch, .n_head = NH,
+            .n_rot = n_rot, .freq_base = base, .freq_scale = 1.0f, .mode = (enum weft_rope_mode)mode};
+        ops[1].u.attention = (struct weft_op_attention){
+            .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, NH * HD, R),
+            .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f};
+        CHECK(bi->supports(be, &ops[0]) && bi->supports(be, &ops[1]));
+        CHECK(bi->run(be, ops, 2) == WEFT_OK && bi->sync(be) == WEFT_OK);
+        download(bo, out, sizeof out);
+        /* reference: rotate in double, write new K/V into a host copy of the cache, attend */
+        double qr[R][NH][HD];
+        for (int r = 0; r < R; r++) {
+            double kr[NKV][HD];
+            for (int h = 0; h < NH + NKV; h++) {
+                const float *src = h < NH ? q + (r * NH + h) * HD : k + (r * NKV + h - NH) * HD;
+                double *dst = h < NH ? qr[r][h] : kr[h - NH];
+                for (int d = 0; d < HD; d++) dst[d] = src[d];
+                for (int i = 0; i < n_rot / 2; i++) {
+                    double th = pos[r] * pow(base, -2.0 * i / n_rot), c = cos(th), s = sin(th);
+                    int a = mode ? i : 2 * i, b = mode ? i + n_rot / 2 : 2 * i + 1;
+                    double x0 = src[a], x1 = src[b];
+                    dst[a] = x0 * c - x1 * s;
+                    dst[b] = x0 * s + x1 * c;
+                }
+            }
+            size_t koff = (((size_t)(slot[r] / 16) * NL + LAYER) * 2 + 0) * layer_bytes / 2 + (size_t)(slot[r] % 16) * NKV * HD;
+            size_t voff = koff + layer_bytes / 2;
+            for (int i = 0; i < NKV * HD; i++) {
+                cache[koff + i] = weft_f32_to_half((float)kr[i / HD][i % HD]);
+                cache[voff + i] = weft_f32_to_half(v[r * NKV * HD + i]);
+            }
+        }
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < NH; h++) {
+                int kvh = h / (NH / NKV);
+                double sc[32], mx = -1e300, sum = 0;
+                for (int p = 0; p <= pos[r]; p++) {
+                    int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
+                    size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += qr[r][h][i] * weft_half_to_f32(cache[off + i]);
+                    sc[p] = d * 0.125;
+                    if (sc[p] > mx) mx = sc[p];
+                }
+                for (int p = 0; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
+                for (int i = 0; i < HD; i++) {
+                    double o = 0;
+                    for (int p = 0; p <= pos[r]; p++) {
+                        int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
+                        size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2 + 1) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
+                        o += sc[p] / sum * weft_half_to_f32(cache[off + i]);
+                    }
+                    ref[(r * NH + h) * HD + i] = o;
+                }
+            }
+        double e = nmse(out, ref, R * NH * HD);
+        printf("  %s attention (%s rope): nmse %.3g\n", bi->name, mode ? "neox" : "normal", e);
+        CHECK_MSG(e < 1e-5, "%s rope+attention mode %d: nmse %.3g", bi->name, mode, e);
+        /* the cache the backend wrote equals the reference's, bit for bit up to F16 rounding */
+        uint16_t *got = malloc(blk_bytes * NBLK);
+        download(bc, got, blk_bytes * NBLK);
+        size_t diff = 0;
+        for (size_t i = 0; i < blk_bytes * NBLK / 2; i++)
+            if (fabsf(weft_half_to_f32(got[i]) - weft_half_to_f32(cache[i])) > 2e-3f) diff++;
+        CHECK_MSG(diff == 0, "%s: %zu cache values differ", bi->name, diff);
+        free(got);
+        free(cache);
+        struct weft_buffer *all[] = {bc, bq, bk, bv, bo, bpos, bseq, bslot, bbo, bbt};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bi->buffer_free(all[i]);
+    }
+}
+
+static void buffers_reject_out_of_range_access(void)
+{
+    struct weft_buffer *b = upload(NULL, 100);
+    char tmp[200] = {0};
+    CHECK(bi->buffer_write(b, 90, tmp, 20) == WEFT_ERR_INVALID_ARG);
+    CHECK(bi->buffer_read(b, 101, tmp, 1) == WEFT_ERR_INVALID_ARG);
+    CHECK(bi->buffer_read(b, 0, tmp, 100) == WEFT_OK);
+    bi->buffer_free(b);
+}
+
+int main(void)
+{
+    int tested = 0;
+    for (int i = 0; i < weft_backend_count(); i++) {
+        bi = weft_backend_get(i);
+        struct weft_device_info info[8];
+        int n = bi->devices(info, 8, NULL);
+        for (int d = 0; d < n && d < 8; d++) {
+            char spec[48];
+            snprintf(spec, sizeof spec, "%s:%d", bi->name, d);
+            if (weft_backend_open(spec, 2, &be) != WEFT_OK) {
+                printf("%s: cannot open: %s\n", spec, weft_last_error());
+                continue;
+            }
+            printf("backend %s (%s)\n", spec, info[d].name);
+            RUN(matmul_matches_reference_for_every_type_and_shape);
+            RUN(embed_and_logits_match_reference);
+            RUN(elementwise_ops_match_reference);
+            RUN(rope_and_paged_attention_match_reference);
+            RUN(buffers_reject_out_of_range_access);
+            weft_backend_close(be);
+            tested++;
+        }
+    }
+    CHECK(tested >= 1);
+    return check_summary();
+}
