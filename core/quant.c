@@ -610,14 +610,14 @@ static float dot_q8_0(const struct weft_block_q8_0 *w, const struct weft_block_q
  * _mm512_reduce_add_ps. A tail (n % 64) is added in double, as ggml. */
 static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
 {
-    float sum[4][16] = {{0}};
+    float sum[4][16];
     int64_t np = n & ~(int64_t)63;
-    for (int64_t i = 0; i < np; i += 64)
-        for (int j = 0; j < 4; j++)
-            for (int l = 0; l < 16; l++) {
-                int64_t e = i + 16 * j + l;
-                sum[j][l] = fmaf(h2f(a[e]), h2f(b[e]), sum[j][l]);
-            }
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 16; l++) {
+            float c = 0.0f;
+            for (int64_t e = 16 * j + l; e < np; e += 64) c = fmaf(h2f(a[e]), h2f(b[e]), c);
+            sum[j][l] = c;
+        }
     float r[16];
     for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
     double s = reduce_add_16(r);
@@ -627,12 +627,14 @@ static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
 
 /* One _mm512_dpbf16_ps lane step: acc += a[1]*b[1], then acc += a[0]*b[0]
  * (Intel's pseudo-code order; the bf16 products are exact in float, each add
- * rounds to nearest even). */
+ * rounds to nearest even). Written with fmaf, which is the same arithmetic
+ * here since the products are exact: GCC 12 -O3 miscompiles the plain
+ * `acc += p1; acc += p0;` chain when it vectorizes it as an in-order
+ * (fold-left) reduction. */
 static inline float dpbf16_step(float acc, const weft_bf16 *a, const weft_bf16 *b)
 {
-    acc += weft_bf16_to_f32(a[1]) * weft_bf16_to_f32(b[1]);
-    acc += weft_bf16_to_f32(a[0]) * weft_bf16_to_f32(b[0]);
-    return acc;
+    acc = fmaf(weft_bf16_to_f32(a[1]), weft_bf16_to_f32(b[1]), acc);
+    return fmaf(weft_bf16_to_f32(a[0]), weft_bf16_to_f32(b[0]), acc);
 }
 
 /* BF16 x BF16: ggml_vec_dot_bf16, __AVX512BF16__ branch: two __m512
@@ -641,13 +643,18 @@ static inline float dpbf16_step(float acc, const weft_bf16 *a, const weft_bf16 *
  * _mm512_reduce_add_ps and summed in double; the tail in double. */
 static float dot_bf16(const weft_bf16 *a, const weft_bf16 *b, int64_t n)
 {
-    float c1[16] = {0}, c2[16] = {0};
-    int64_t i = 0;
-    for (; i + 64 <= n; i += 64)
-        for (int l = 0; l < 16; l++) {
-            c1[l] = dpbf16_step(c1[l], a + i + 2 * l, b + i + 2 * l);
-            c2[l] = dpbf16_step(c2[l], a + i + 32 + 2 * l, b + i + 32 + 2 * l);
+    float c1[16], c2[16];
+    int64_t np = n & ~(int64_t)63, i;
+    for (int l = 0; l < 16; l++) {
+        float s1 = 0.0f, s2 = 0.0f;
+        for (i = 2 * l; i < np; i += 64) {
+            s1 = dpbf16_step(s1, a + i, b + i);
+            s2 = dpbf16_step(s2, a + i + 32, b + i + 32);
         }
+        c1[l] = s1;
+        c2[l] = s2;
+    }
+    i = np;
     double s = 0;
     s += (double)reduce_add_16(c1);
     s += (double)reduce_add_16(c2);
@@ -769,6 +776,50 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
     case WEFT_TYPE_Q6_K: return dot_q6_k(w, x, nb);
     default: assert(!"weft_vec_dot: not a weight type"); return 0.0f;
     }
+}
+
+/* Dot product as ggml computes it inside a matmul of n_xrows activation rows
+ * by n_wrows weight rows of k elements. For one activation row (decode)
+ * ggml's mul_mat always calls the type's vec_dot (weft_vec_dot). For two or
+ * more rows (prefill) llamafile_sgemm (ggml-cpu/llamafile/sgemm.cpp) takes
+ * over for some types, with its own accumulation order:
+ *  - Q8_0, Q5_0 (and Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
+ *    __m256 accumulator per output and adds fma(dA*dB, updot lanes) per block,
+ *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both;
+ *  - F16: tinyBLAS<16, __m512>: one 16-lane accumulator per output, element e
+ *    in lane e%16, _mm512_fmadd_ps over 16-element chunks, then
+ *    _mm512_reduce_add_ps (vs. 4 accumulators in the vec_dot);
+ *  - BF16: tinyBLAS<32, __m512, __m512bh>: one accumulator, _mm512_dpbf16_ps
+ *    over 32-element chunks (lane l: elements 2l+1 then 2l), reduce_add.
+ * tinyBLAS needs n_wrows % 4 == 0 and k a multiple of its chunk, else ggml
+ * falls back to vec_dot. (llama.cpp runs the last layer's FFN and the output
+ * head on the last token only, i.e. with one row.) */
+float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
+                      int64_t n_xrows)
+{
+    if (n_xrows >= 2 && n_wrows % 4 == 0) {
+        if (wtype == WEFT_TYPE_F16 && k % 16 == 0) {
+            const weft_half *a = w, *b = x;
+            float acc[16];
+            for (int l = 0; l < 16; l++) {
+                float c = 0.0f;
+                for (int64_t i = l; i < k; i += 16) c = fmaf(h2f(a[i]), h2f(b[i]), c);
+                acc[l] = c;
+            }
+            return reduce_add_16(acc);
+        }
+        if (wtype == WEFT_TYPE_BF16 && k % 32 == 0) {
+            const weft_bf16 *a = w, *b = x;
+            float acc[16];
+            for (int l = 0; l < 16; l++) {
+                float c = 0.0f;
+                for (int64_t i = 2 * l; i < k; i += 32) c = dpbf16_step(c, a + i, b + i);
+                acc[l] = c;
+            }
+            return reduce_add_16(acc);
+        }
+    }
+    return weft_vec_dot(wtype, w, x, k);
 }
 
 double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x, int64_t n)
