@@ -49,18 +49,16 @@ static void *rand_weights(enum weft_type t, int64_t rows, int64_t k, float *deq)
     uint8_t *w = malloc(rs * rows);
     float *tmp = malloc(sizeof(float) * k);
     for (int64_t r = 0; r < rows; r++) {
-        if (weft_quantize_row(t, (float[]){0}, NULL, 0) || true) {
-            for (int64_t i = 0; i < k; i++) tmp[i] = frand();
-            if (!weft_quantize_row(t, tmp, w + r * rs, k)) {
-                /* K-quants: random bytes, sane scales */
-                for (size_t b = 0; b < rs; b++) w[r * rs + b] = (uint8_t)(frand() * 127 + 128);
-                size_t nb = rs / weft_type_get(t)->type_size;
-                for (size_t b = 0; b < nb; b++) {
-                    uint8_t *blk = w + r * rs + b * weft_type_get(t)->type_size;
-                    weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
-                    if (t == WEFT_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
-                    else { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
-                }
+        for (int64_t i = 0; i < k; i++) tmp[i] = frand();
+        if (!weft_quantize_row(t, tmp, w + r * rs, k)) {
+            /* K-quants have no quantizer: random bytes, sane scales */
+            for (size_t b = 0; b < rs; b++) w[r * rs + b] = (uint8_t)(frand() * 127 + 128);
+            size_t nb = rs / weft_type_get(t)->type_size;
+            for (size_t b = 0; b < nb; b++) {
+                uint8_t *blk = w + r * rs + b * weft_type_get(t)->type_size;
+                weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
+                if (t == WEFT_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
+                else { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
             }
         }
         weft_dequantize_row(t, w + r * rs, deq + r * k, k);
