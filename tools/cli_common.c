@@ -122,7 +122,7 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
         return 1;
     }
     if (weft_model_load(path, *be, m) != WEFT_OK) {
-        fprintf(stderr, "weft: cannot load %s: %s\n", path, weft_last_error());
+        fprintf(stderr, "weft: cannot load model: %s\n", weft_last_error());
         weft_backend_close(*be);
         *be = NULL;
         free(def);

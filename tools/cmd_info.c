@@ -63,7 +63,7 @@ int weft_cmd_info(int argc, char **argv)
     struct weft_model *m = NULL;
     if (weft_backend_open("cpu", 1, &be) != WEFT_OK) { cli_fail("cpu backend"); free(def); return 1; }
     if (weft_model_load(path, be, &m) != WEFT_OK) {
-        fprintf(stderr, "weft: %s: %s\n", path, weft_last_error());
+        fprintf(stderr, "weft: %s\n", weft_last_error());
         weft_backend_close(be);
         free(def);
         return 1;

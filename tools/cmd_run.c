@@ -49,7 +49,7 @@ static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n
     json_object_set_new(t, "gen_ms", json_real(r->gen_ms));
     json_object_set_new(t, "gen_tokens_per_s", json_real(r->gen_ms > 0 ? r->n * 1e3 / r->gen_ms : 0));
     json_object_set_new(root, "timings", t);
-    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : "length"));
+    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_ctx ? "context" : "length"));
     char *s = json_dumps(root, JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7));
     if (s) puts(s);
     free(s);
@@ -100,6 +100,7 @@ int weft_cmd_run(int argc, char **argv)
         print_json(&o, prompt, n_prompt, &r);
     } else {
         fprintf(stdout, "\n");
+        if (r.stopped_ctx) fprintf(stderr, "weft: stopped: the context of %u tokens is full (-c to change)\n", n_ctx);
         fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s)\n",
                 r.n_prompt, r.prompt_ms, r.prompt_ms > 0 ? r.n_prompt * 1e3 / r.prompt_ms : 0.0,
                 r.n, r.gen_ms, r.gen_ms > 0 ? r.n * 1e3 / r.gen_ms : 0.0);

@@ -57,7 +57,10 @@ weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct w
         if ((st = append(r, &cap_text, piece, plen)) != WEFT_OK) break;
         if (stream && plen) { fwrite(piece, 1, plen, stream); fflush(stream); }
         if ((st = weft_session_eval(s, &smpl.id, 1, &logits)) != WEFT_OK) {
-            if (st == WEFT_ERR_CONTEXT) st = WEFT_OK;  /* context full: stop, keep what we have */
+            if (st == WEFT_ERR_CONTEXT) {  /* context full: stop, keep what we have */
+                st = WEFT_OK;
+                r->stopped_ctx = true;
+            }
             break;
         }
     }

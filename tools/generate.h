@@ -16,6 +16,7 @@ struct gen_result {
     double prompt_ms, gen_ms;
     size_t n_prompt;           /* tokens evaluated as prompt */
     bool stopped_eog;
+    bool stopped_ctx;          /* the context filled up */
 };
 
 /* Evaluate prompt[0..n_prompt) in s (after what s already holds) and generate
