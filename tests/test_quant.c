@@ -581,6 +581,11 @@ static void make_weights(enum weft_type t, void *w, int64_t n)
  * float accumulation order, plus the half-rounded s of Q8_1) and with the
  * original floats (adds the activation quantization error). Errors are
  * normalised by sum |w_i x_i|. */
+/* core/quant.c: the dot product as ggml computes it inside a matmul of n_xrows
+ * activation rows (its multi-row llamafile sgemm order for F16/BF16). */
+float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
+                      int64_t n_xrows);
+
 static void check_vec_dot(enum weft_type t, int64_t n, double tol_same, double tol_orig)
 {
     enum weft_type xt = weft_vec_dot_type(t);
@@ -603,6 +608,11 @@ static void check_vec_dot(enum weft_type t, int64_t n, double tol_same, double t
               weft_type_name(t), (long long)n, got, ref_same, e_same, tol_same);
     CHECK_MSG(e_orig <= tol_orig, "%s n=%lld: %.9g vs %.9g (float x), err %.3g > %.3g",
               weft_type_name(t), (long long)n, got, ref_orig, e_orig, tol_orig);
+    /* the multi-row (prefill) order is just another summation order */
+    double got_mm = weft_vec_dot_mm(t, w, xq, n, 4, 2);
+    double e_mm = fabs(got_mm - ref_same) / norm;
+    CHECK_MSG(e_mm <= tol_same, "%s n=%lld: vec_dot_mm %.9g vs %.9g (quantized x), err %.3g > %.3g",
+              weft_type_name(t), (long long)n, got_mm, ref_same, e_mm, tol_same);
     free(w);
     free(xq);
     free(x);
