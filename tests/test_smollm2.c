@@ -1,0 +1,51 @@
+/* The default model, SmolLM2-135M-Instruct Q4_1, end to end through the CLI:
+ * `weft chat` answers a factual question, and greedy generation is pinned to
+ * the ids weft produced when its numerics were checked against llama.cpp's
+ * golden outputs (a regression guard for every layer of the stack: BPE
+ * tokenizer, Q8_0 embeddings, Q4_1 matmuls, GQA attention, tied head). */
+#include "tests/check.h"
+#include "tests/weft_exec.h"
+#include "tools/cli.h"
+
+static char *model;
+
+static void chat_answers_capital_of_france(void)
+{
+    char args[1024], *out = NULL;
+    snprintf(args, sizeof args, "chat -m '%s' -p 'What is the capital of France?' --temp 0 -n 48 -t 2", model);
+    int rc = weft_exec(args, &out);
+    CHECK_EQ_INT(rc, 0);
+    printf("  chat: %s", out ? out : "(none)\n");
+    CHECK(out && strstr(out, "Paris") != NULL);
+    free(out);
+}
+
+static void greedy_ids_are_pinned(void)
+{
+    static const int pinned[32] = {
+        260, 3003, 4683, 282, 260, 35526, 2380, 1743, 42, 2382, 28, 4461, 28, 284, 2654, 30,
+        1216, 4683, 359, 4959, 288, 260, 35526, 2380, 1743, 284, 359, 804, 288, 1464, 511, 550,
+    };
+    char args[1024];
+    snprintf(args, sizeof args, "run -m '%s' -p 'The three primary colors are' -n 32 --temp 0 --json -t 2", model);
+    json_t *j = weft_exec_json(args);
+    CHECK(j != NULL);
+    if (!j) return;
+    json_t *ids = json_object_get(j, "ids");
+    CHECK_EQ_INT(json_array_size(ids), 32);
+    for (size_t i = 0; i < 32 && i < json_array_size(ids); i++)
+        CHECK_MSG(json_integer_value(json_array_get(ids, i)) == pinned[i], "id %zu: %lld, pinned %d", i,
+                  json_integer_value(json_array_get(ids, i)), pinned[i]);
+    printf("  text: %s\n", json_string_value(json_object_get(j, "text")));
+    json_decref(j);
+}
+
+int main(void)
+{
+    model = weft_default_model_path();
+    if (!model) SKIP_ALL("the default model is not fetched (bash scripts/fetch-model.sh)");
+    RUN(chat_answers_capital_of_france);
+    RUN(greedy_ids_are_pinned);
+    free(model);
+    return check_summary();
+}
