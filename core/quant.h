@@ -33,6 +33,13 @@ enum weft_type weft_vec_dot_type(enum weft_type weight_type);
  * mirroring ggml's reference vec_dot so results match it closely. */
 float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n);
 
+/* weft_vec_dot for one element of a matmul of n_wrows weight rows by
+ * n_xrows activation rows: the same value up to float summation order, in
+ * the order ggml's CPU backend uses for that shape (llamafile's tinyBLAS for
+ * several F16/BF16 rows, the vec_dot kernels otherwise). */
+float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
+                      int64_t n_xrows);
+
 /* Float reference: sum_i dequant(w)[i] * x[i], accumulated in double.
  * Slow; for tests only. */
 double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x, int64_t n);

@@ -581,11 +581,6 @@ static void make_weights(enum weft_type t, void *w, int64_t n)
  * float accumulation order, plus the half-rounded s of Q8_1) and with the
  * original floats (adds the activation quantization error). Errors are
  * normalised by sum |w_i x_i|. */
-/* core/quant.c: the dot product as ggml computes it inside a matmul of n_xrows
- * activation rows (its multi-row llamafile sgemm order for F16/BF16). */
-float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
-                      int64_t n_xrows);
-
 static void check_vec_dot(enum weft_type t, int64_t n, double tol_same, double tol_orig)
 {
     enum weft_type xt = weft_vec_dot_type(t);

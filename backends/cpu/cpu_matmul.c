@@ -47,7 +47,7 @@ static void mm_dot(void *ctx, int ith, int nth)
             float *out = cpu_row_f32(j->out, r);
             const float *add = j->add ? cpu_row_f32(j->add, r) : NULL;
             for (int64_t n = n0; n < n1; n++) {
-                float v = weft_vec_dot(j->w->type, wbase + (size_t)n * j->w->nb1, xq, K);
+                float v = weft_vec_dot_mm(j->w->type, wbase + (size_t)n * j->w->nb1, xq, K, N, j->n_rows);
                 out[n] = add ? v + add[n] : v;
             }
         }
