@@ -75,7 +75,7 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->meta_bytes = mc;
     fw->meta_host = calloc(1, mc);
     fw->logits_host = malloc((size_t)max_seqs * hp->n_vocab * f);
-    fw->cap_ops = 16 * (size_t)hp->n_layer + 8;
+    fw->cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * (size_t)max_seqs;
     fw->ops = calloc(fw->cap_ops, sizeof *fw->ops);
     if (!fw->meta_host || !fw->logits_host || !fw->ops) { st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory"); goto err; }
     if ((st = bi->buffer_alloc(fw->be, mc, &fw->meta)) != WEFT_OK) goto err;
@@ -162,8 +162,6 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         }
         if (sq->want_logits) rows[n_out++] = (int32_t)(R - 1);
     }
-    weft_status st = fw->be->iface->buffer_write(fw->meta, 0, fw->meta_host, fw->meta_bytes);
-    if (st != WEFT_OK) return st;
 
     uint32_t E = hp->n_embd, Ekv = hp->head_dim * hp->n_head_kv, F = hp->n_ff;
     struct weft_view x = act(fw, fw->off_x, E, R), xb = act(fw, fw->off_xb, E, R);
@@ -195,6 +193,23 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         op->u.attention = (struct weft_op_attention){
             .q = q, .out = att, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
             .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hp->head_dim)};
+        if (l + 1 == hp->n_layer && n_out < R) {
+            /* After the last attention only the sampled rows matter (as in
+             * llama.cpp): pack them to the front and finish on n_out rows. */
+            if (n_out == 0) break;  /* a prefill chunk that samples nothing */
+            for (uint32_t i = 0; i < n_out; i++) {
+                if ((uint32_t)rows[i] == i) continue;
+                size_t from = (size_t)rows[i] * E * sizeof(float), to = (size_t)i * E * sizeof(float);
+                op = push(fw, WEFT_OP_COPY);
+                op->u.copy = (struct weft_op_copy){fw->act, fw->act, fw->off_att + from, fw->off_att + to, E * sizeof(float)};
+                op = push(fw, WEFT_OP_COPY);
+                op->u.copy = (struct weft_op_copy){fw->act, fw->act, fw->off_x + from, fw->off_x + to, E * sizeof(float)};
+                rows[i] = (int32_t)i;
+            }
+            uint32_t n = n_out;
+            x = act(fw, fw->off_x, E, n); xb = act(fw, fw->off_xb, E, n); att = act(fw, fw->off_att, E, n);
+            gate = act(fw, fw->off_gate, F, n); up = act(fw, fw->off_up, F, n); hb = act(fw, fw->off_hb, F, n);
+        }
         mm(fw, att, L->wo, x, true);
         op = push(fw, WEFT_OP_RMSNORM);
         op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->ffn_norm, .out = xb, .eps = hp->rms_eps};
@@ -210,6 +225,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             .x = x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->output_norm, .w = m->output,
             .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
     }
+    weft_status st = fw->be->iface->buffer_write(fw->meta, 0, fw->meta_host, fw->meta_bytes);
+    if (st != WEFT_OK) return st;
     for (size_t i = 0; i < fw->n_ops; i++)
         if (!fw->be->iface->supports(fw->be, &fw->ops[i]))
             return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (kind %d)",
