@@ -625,6 +625,31 @@ static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
     return (float)s;
 }
 
+/* F32 x F32: ggml_vec_dot_f32 with GGML_SIMD on AVX512F: GGML_F32_STEP 64,
+ * EPR 16, so 4 accumulators of 16 lanes; element e goes to accumulator
+ * (e/16)%4, lane e%16, with _mm512_fmadd_ps. GGML_F32x16_REDUCE adds them as
+ * (s0+s2) + (s1+s3), then _mm512_reduce_add_ps. Unlike the F16 kernel, sumf
+ * is a float here: the tail (n % 64, e.g. 44 of stories260K's n_ff 172) is
+ * `sumf += x[i]*y[i]` in float, which GCC contracts to an FMA (gnu++17,
+ * -ffp-contract=fast with -march=native). Mirrored bit for bit because the
+ * F16 KV cache rounding amplifies any last-bit difference over the decode. */
+static float dot_f32(const float *a, const float *b, int64_t n)
+{
+    float sum[4][16];
+    int64_t np = n & ~(int64_t)63;
+    for (int j = 0; j < 4; j++)
+        for (int l = 0; l < 16; l++) {
+            float c = 0.0f;
+            for (int64_t e = 16 * j + l; e < np; e += 64) c = fmaf(a[e], b[e], c);
+            sum[j][l] = c;
+        }
+    float r[16];
+    for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
+    float s = reduce_add_16(r);
+    for (int64_t i = np; i < n; i++) s = ggml_scalar_madd(a[i], b[i], s);
+    return s;
+}
+
 /* One _mm512_dpbf16_ps lane step: acc += a[1]*b[1], then acc += a[0]*b[0]
  * (Intel's pseudo-code order; the bf16 products are exact in float, each add
  * rounds to nearest even). Written with fmaf, which is the same arithmetic
@@ -758,12 +783,7 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
 {
     int64_t nb = n_blocks(wtype, n);
     switch (wtype) {
-    case WEFT_TYPE_F32: {
-        const float *a = w, *b = x;
-        double s = 0;
-        for (int64_t i = 0; i < n; i++) s += (double)a[i] * (double)b[i];
-        return (float)s;
-    }
+    case WEFT_TYPE_F32: return dot_f32(w, x, n);
     case WEFT_TYPE_F16: return dot_f16(w, x, n);
     case WEFT_TYPE_BF16: return dot_bf16(w, x, n);
     case WEFT_TYPE_Q4_0: return dot_q4_0(w, x, nb);
@@ -786,6 +806,10 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
  *  - Q8_0, Q5_0 (and Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
  *    __m256 accumulator per output and adds fma(dA*dB, updot lanes) per block,
  *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both;
+ *  - F32: tinyBLAS<16, __m512, __m512, float>: one 16-lane accumulator per
+ *    output, element e in lane e%16, _mm512_fmadd_ps over 16-element chunks,
+ *    then _mm512_reduce_add_ps (stories260K: wq/wk/wv/wo/w1/w3 and the head
+ *    during prefill; w2 has k = n_ff = 172, not a multiple of 16: vec_dot);
  *  - F16: tinyBLAS<16, __m512>: one 16-lane accumulator per output, element e
  *    in lane e%16, _mm512_fmadd_ps over 16-element chunks, then
  *    _mm512_reduce_add_ps (vs. 4 accumulators in the vec_dot);
@@ -798,6 +822,16 @@ float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_
                       int64_t n_xrows)
 {
     if (n_xrows >= 2 && n_wrows % 4 == 0) {
+        if (wtype == WEFT_TYPE_F32 && k % 16 == 0) {
+            const float *a = w, *b = x;
+            float acc[16];
+            for (int l = 0; l < 16; l++) {
+                float c = 0.0f;
+                for (int64_t i = l; i < k; i += 16) c = fmaf(a[i], b[i], c);
+                acc[l] = c;
+            }
+            return reduce_add_16(acc);
+        }
         if (wtype == WEFT_TYPE_F16 && k % 16 == 0) {
             const weft_half *a = w, *b = x;
             float acc[16];

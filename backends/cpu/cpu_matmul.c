@@ -77,6 +77,10 @@ weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *o
                        op->u.matmul.has_add ? &op->u.matmul.add : NULL, 0);
 }
 
+/* ggml's RMS_NORM scale (float squares summed in double); defined in
+ * cpu_ops.c, shared so the final norm rounds exactly as the per-layer ones. */
+float weft_cpu_rms_scale(const float *x, int64_t n, float eps);
+
 /* LOGITS: gather the requested rows, RMS-normalise them into scratch, then
  * multiply by the output head. Only these rows pay for the (large) lm_head. */
 weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *op)
@@ -94,9 +98,7 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
             return weft_error(WEFT_ERR_INVALID_ARG, "cpu: logits row %d outside [0, %lld)", idx[i],
                               (long long)x->ne1);
         const float *src = cpu_row_f32(x, idx[i]);
-        double ss = 0;
-        for (int64_t k = 0; k < K; k++) ss += (double)src[k] * src[k];
-        float scale = 1.0f / sqrtf((float)(ss / K) + op->u.logits.eps);
+        float scale = weft_cpu_rms_scale(src, K, op->u.logits.eps);
         for (int64_t k = 0; k < K; k++) normed[i * K + k] = src[k] * scale * w[k];
     }
     return matmul_rows(be, NULL, normed, n_out, &op->u.logits.w, &op->u.logits.out, NULL, normed_bytes);

@@ -28,6 +28,20 @@ weft_status weft_cpu_embed(struct weft_cpu_backend *be, const struct weft_op *op
     return WEFT_OK;
 }
 
+/* 1/sqrt(mean(x²) + eps) as ggml_compute_forward_rms_norm_f32: each square is
+ * rounded to float, then summed in double (ggml_float) in element order; the
+ * mean is rounded to float before eps is added. The caller then forms
+ * (x * scale) * w: ggml_vec_scale_f32 followed by the separate MUL by the
+ * norm weight. Mirrored exactly: llama.cpp's F16 KV cache turns last-bit
+ * differences into visible logprob drift over a greedy decode. */
+float weft_cpu_rms_scale(const float *x, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t k = 0; k < n; k++) sum += (double)(x[k] * x[k]);
+    const float mean = (float)(sum / (double)n);
+    return 1.0f / sqrtf(mean + eps);
+}
+
 /* y = h / sqrt(mean(h²) + eps) * w, h = x (+ add, stored to sum) */
 static void rmsnorm_job(void *ctx, int ith, int nth)
 {
@@ -46,9 +60,7 @@ static void rmsnorm_job(void *ctx, int ith, int nth)
             for (int64_t k = 0; k < K; k++) s[k] = x[k] + a[k];
             h = s;
         }
-        double ss = 0;
-        for (int64_t k = 0; k < K; k++) ss += (double)h[k] * h[k];
-        float scale = 1.0f / sqrtf((float)(ss / K) + o->eps);
+        float scale = weft_cpu_rms_scale(h, K, o->eps);
         for (int64_t k = 0; k < K; k++) y[k] = h[k] * scale * w[k];
     }
 }
@@ -60,6 +72,36 @@ weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *
     return WEFT_OK;
 }
 
+/* ggml_v_expf, AVX512F+DQ branch of ggml-cpu/vec.h (ARM's optimized-routines
+ * expf, max error ~1.5 ulp), one lane in portable C: fmaf where ggml uses
+ * _mm512_fmadd_ps/_mm512_fnmadd_ps, ldexpf for _mm512_scalef_ps (exact scale
+ * by 2^n, n is an integer here), and ggml's overflow/underflow blend for
+ * |n| > 192. */
+static float ggml_v_expf_lane(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
+                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
+    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return ldexpf(j, (int)n);
+}
+
+/* SwiGLU as ggml_vec_swiglu_f32 (AVX512F+DQ): 16-element chunks use
+ * ggml_v_silu (x / (1 + ggml_v_expf(0 - x))) times g; the n % 16 leftovers
+ * use ggml_silu_f32 (libm expf) times g. E.g. stories260K's n_ff 172 = 160
+ * polynomial + 12 expf elements. Kept bit-exact for the F16 KV cache's sake
+ * (see weft_cpu_rms_scale). */
+static void swiglu_row(int64_t n, float *y, const float *x, const float *g)
+{
+    const int64_t nv = n & ~(int64_t)15;
+    for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + ggml_v_expf_lane(0.0f - x[i])) * g[i];
+    for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * g[i];
+}
+
 static void silu_mul_job(void *ctx, int ith, int nth)
 {
     struct rows_job *j = ctx;
@@ -69,7 +111,7 @@ static void silu_mul_job(void *ctx, int ith, int nth)
     for (int64_t r = lo; r < hi; r++) {
         const float *g = cpu_row_f32(&o->gate, r), *u = cpu_row_f32(&o->up, r);
         float *y = cpu_row_f32(&o->out, r);
-        for (int64_t k = 0; k < K; k++) y[k] = g[k] / (1.0f + expf(-g[k])) * u[k];
+        swiglu_row(K, y, g, u);
     }
 }
 
