@@ -629,10 +629,15 @@ static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
  * EPR 16, so 4 accumulators of 16 lanes; element e goes to accumulator
  * (e/16)%4, lane e%16, with _mm512_fmadd_ps. GGML_F32x16_REDUCE adds them as
  * (s0+s2) + (s1+s3), then _mm512_reduce_add_ps. Unlike the F16 kernel, sumf
- * is a float here: the tail (n % 64, e.g. 44 of stories260K's n_ff 172) is
- * `sumf += x[i]*y[i]` in float, which GCC contracts to an FMA (gnu++17,
- * -ffp-contract=fast with -march=native). Mirrored bit for bit because the
- * F16 KV cache rounding amplifies any last-bit difference over the decode. */
+ * is a float here, and the tail (n % 64, e.g. 44 of stories260K's n_ff 172)
+ * is `sumf += x[i]*y[i]`, which GCC 12 -O3 -march=<AVX-512 CPU> vectorizes as
+ * an in-order (fold-left) reduction: 8 then 4 products at a time with
+ * vmulps (each product rounded), added one by one in element order; only the
+ * last tail % 4 elements run in the scalar epilogue, where -ffp-contract=fast
+ * fuses them into vfmadd231ss. Mirrored bit for bit because the F16 KV cache
+ * rounding amplifies any last-bit difference over the decode (stories260K:
+ * with a fully fused tail the first drift showed at decode step 2, with this
+ * split not before step 22). */
 static float dot_f32(const float *a, const float *b, int64_t n)
 {
     float sum[4][16];
@@ -646,7 +651,9 @@ static float dot_f32(const float *a, const float *b, int64_t n)
     float r[16];
     for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
     float s = reduce_add_16(r);
-    for (int64_t i = np; i < n; i++) s = ggml_scalar_madd(a[i], b[i], s);
+    const int64_t vec_end = np + ((n - np) & ~(int64_t)3);
+    for (int64_t i = np; i < vec_end; i++) s += a[i] * b[i];
+    for (int64_t i = vec_end; i < n; i++) s = ggml_scalar_madd(a[i], b[i], s);
     return s;
 }
 

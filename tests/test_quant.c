@@ -680,6 +680,46 @@ static void vec_dot_small_blocks_pick_single_elements(void)
     }
 }
 
+/* F32 dots follow ggml's AVX-512 summation order exactly (stories260K's
+ * logprobs drift through the F16 KV cache otherwise). Inputs are chosen so
+ * that any other order gives a different float. */
+static void vec_dot_f32_follows_ggml_order(void)
+{
+    float a[128] = {0}, b[128];
+    for (int i = 0; i < 128; i++) b[i] = 1.0f;
+    /* ggml_vec_dot_f32: 4 accumulators (element e -> (e/16)%4), reduced
+     * (s0+s2)+(s1+s3): 1e8 and -1e8 cancel before the 1 is added. In element
+     * order 1e8 + 1 rounds back to 1e8 and the result would be 0. */
+    a[0] = 1e8f;
+    a[16] = 1.0f;
+    a[32] = -1e8f;
+    CHECK_MSG(weft_vec_dot(WEFT_TYPE_F32, a, b, 64) == 1.0f, "F32 vec_dot: accumulators not paired as ggml");
+
+    /* tinyBLAS (prefill, k % 16 == 0, 4 | weight rows): one accumulator,
+     * element e in lane e%16. n = 32 is all tail for vec_dot (element order,
+     * result 0); tinyBLAS cancels 1e8 and -1e8 in lane 0, the 1 is in lane 1. */
+    float t[32] = {0};
+    t[0] = 1e8f;
+    t[1] = 1.0f;
+    t[16] = -1e8f;
+    CHECK_MSG(weft_vec_dot(WEFT_TYPE_F32, t, b, 32) == 0.0f, "F32 vec_dot: n < 64 not summed in element order");
+    CHECK_MSG(weft_vec_dot_mm(WEFT_TYPE_F32, t, b, 32, 4, 2) == 1.0f, "F32 vec_dot_mm: not tinyBLAS's lane order");
+    CHECK_MSG(weft_vec_dot_mm(WEFT_TYPE_F32, t, b, 32, 4, 1) == 0.0f, "F32 vec_dot_mm: one row must use vec_dot");
+    CHECK_MSG(weft_vec_dot_mm(WEFT_TYPE_F32, t, b, 32, 6, 2) == 0.0f, "F32 vec_dot_mm: 6 weight rows: no tinyBLAS");
+
+    /* The tail past the last 64: GCC's fold-left vectorization rounds each
+     * product of the first (tail & ~3) elements; the last tail % 4 are fused
+     * (vfmadd231ss). p = (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24 is not a float. */
+    const float e = 1.0f + 0x1p-12f, m = -(1.0f + 0x1p-11f);
+    float c[69] = {0}, d[69] = {0};
+    c[64] = e, d[64] = e;    /* rounded product: 1 + 2^-11 */
+    c[65] = m, d[65] = 1.0f; /* sum back to exactly 0 */
+    c[67] = m, d[67] = 1.0f; /* -(1 + 2^-11) */
+    c[68] = e, d[68] = e;    /* fused: leaves exactly 2^-24 */
+    float got = weft_vec_dot(WEFT_TYPE_F32, c, d, 69);
+    CHECK_MSG(got == 0x1p-24f, "F32 vec_dot tail: %a, want 0x1p-24", got);
+}
+
 static void vec_dot_type_follows_ggml(void)
 {
     CHECK_EQ_INT(weft_vec_dot_type(WEFT_TYPE_Q4_0), WEFT_TYPE_Q8_0);
@@ -721,6 +761,7 @@ int main(void)
     RUN(quantize_round_trip_error_is_bounded);
     RUN(vec_dot_type_follows_ggml);
     RUN(vec_dot_matches_float_reference);
+    RUN(vec_dot_f32_follows_ggml_order);
     RUN(vec_dot_k_quants_pick_single_elements);
     RUN(vec_dot_small_blocks_pick_single_elements);
     return check_summary();
