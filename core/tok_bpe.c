@@ -251,71 +251,20 @@ struct sym {
     int32_t prev, next, id;
 };
 
-struct bigram {
-    int32_t rank, left, right;
-    uint32_t size;
-};
-
-static int bg_before(const struct bigram *a, const struct bigram *b)
-{
-    if (a->rank != b->rank) return a->rank < b->rank;
-    return a->left < b->left;
-}
-
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-};
-
-static weft_status heap_push(struct heap *h, struct bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (merge heap)");
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return WEFT_OK;
-}
-
-static struct bigram heap_pop(struct heap *h)
-{
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bg_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bg_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
 
 static weft_status try_bigram(const struct weft_tokenizer *t, const struct sym *s, int32_t l,
-                              int32_t r, struct heap *h)
+                              int32_t r, struct tok_heap *h)
 {
     if (l < 0 || r < 0 || s[l].id < 0 || s[r].id < 0) return WEFT_OK;
     const struct tok_merge *m = tok_merge_find(t, s[l].id, s[r].id);
     if (!m) return WEFT_OK;
-    struct bigram b = { m->rank, l, r, s[l].n + s[r].n };
-    return heap_push(h, b);
+    struct tok_bigram b = { -(float)m->rank, l, r, s[l].n + s[r].n };
+    return tok_heap_push(h, b);
 }
 
 /* Encode one word (raw bytes w[0..n)). s and h are scratch space. */
 static weft_status encode_word(const struct weft_tokenizer *t, const unsigned char *w, size_t n,
-                               struct sym *s, struct heap *h, char *mapped, struct tok_ids *out)
+                               struct sym *s, struct tok_heap *h, char *mapped, struct tok_ids *out)
 {
     if (t->ignore_merges) { /* a word that is a token is taken whole */
         size_t m = 0;
@@ -330,7 +279,7 @@ static weft_status encode_word(const struct weft_tokenizer *t, const unsigned ch
     h->n = 0;
     for (size_t i = 1; i < n && !st; i++) st = try_bigram(t, s, (int32_t)i - 1, (int32_t)i, h);
     while (h->n && !st) {
-        struct bigram b = heap_pop(h);
+        struct tok_bigram b = tok_heap_pop(h);
         struct sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->next != b.right || l->n + r->n != b.size) continue;
         l->id = tok_merge_find(t, l->id, r->id)->result;
@@ -365,7 +314,7 @@ weft_status tok_bpe_encode(const struct weft_tokenizer *t, const char *text, siz
     struct words w = { 0 };
     struct sym *s = NULL;
     char *mapped = NULL;
-    struct heap h = { 0 };
+    struct tok_heap h = { 0 };
     if (!cp || !fl || !bo || !clean) { st = weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory"); goto done; }
     size_t n = 0, nb = 0;
     for (size_t i = 0; i < len;) {

@@ -67,6 +67,23 @@ const struct tok_merge *tok_merge_find(const struct weft_tokenizer *t, int32_t l
 uint32_t tok_byte_to_cp(unsigned char b);
 int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the map */
 
+/* Candidate merge of adjacent symbols `left`,`right` (size = their bytes when
+ * queued, to spot stale entries). Popped highest key first, then leftmost:
+ * SentencePiece uses the merged piece's score, BPE the negated merge rank. */
+struct tok_bigram {
+    float key;
+    int32_t left, right;
+    uint32_t size;
+};
+struct tok_heap {
+    struct tok_bigram *v;
+    size_t n, cap;
+};
+/* WEFT_ERR_NOMEM when growing fails (h unchanged). */
+weft_status tok_heap_push(struct tok_heap *h, struct tok_bigram b);
+/* Requires h->n > 0. */
+struct tok_bigram tok_heap_pop(struct tok_heap *h);
+
 /* Tokenize one raw-text fragment (no special tokens inside) and append ids. */
 weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, size_t len,
                            bool add_prefix, struct tok_ids *out);

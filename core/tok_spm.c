@@ -15,69 +15,16 @@ struct sym {
     int32_t prev, next;
 };
 
-struct bigram {
-    float score;
-    int32_t left, right;
-    uint32_t size;     /* bytes of left + right when queued; stale if that changed */
-};
-
-/* a before b in pop order: higher score, then smaller left. */
-static int bg_before(const struct bigram *a, const struct bigram *b)
-{
-    if (a->score != b->score) return a->score > b->score;
-    return a->left < b->left;
-}
-
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-};
-
-static weft_status heap_push(struct heap *h, struct bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (bigram heap)");
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&b, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = b;
-    return WEFT_OK;
-}
-
-static struct bigram heap_pop(struct heap *h)
-{
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && bg_before(&h->v[c + 1], &h->v[c])) c++;
-        if (!bg_before(&h->v[c], &last)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = last;
-    return top;
-}
 
 static weft_status try_bigram(const struct weft_tokenizer *t, const char *buf, const struct sym *s,
-                              int32_t left, int32_t right, struct heap *h)
+                              int32_t left, int32_t right, struct tok_heap *h)
 {
     if (left < 0 || right < 0) return WEFT_OK;
     uint32_t size = s[left].n + s[right].n;
     int32_t id = tok_lookup(t, buf + s[left].start, size);
     if (id < 0) return WEFT_OK;
-    struct bigram b = { t->scores[id], left, right, size };
-    return heap_push(h, b);
+    struct tok_bigram b = { t->scores[id], left, right, size };
+    return tok_heap_push(h, b);
 }
 
 static weft_status emit_bytes(const struct weft_tokenizer *t, const unsigned char *p, uint32_t n,
@@ -102,7 +49,7 @@ weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, siz
     /* escaped text: [U+2581] + text with every ' ' replaced by U+2581 */
     char *buf = malloc(3 * len + 3 + 1);
     struct sym *s = NULL;
-    struct heap h = { 0 };
+    struct tok_heap h = { 0 };
     if (!buf) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory");
     size_t n = 0;
     if (add_prefix) { memcpy(buf, space, 3); n = 3; }
@@ -127,7 +74,7 @@ weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, siz
         if ((st = try_bigram(t, buf, s, i - 1, i, &h))) goto done;
 
     while (h.n) {
-        struct bigram b = heap_pop(&h);
+        struct tok_bigram b = tok_heap_pop(&h);
         struct sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->next != b.right || l->n + r->n != b.size) continue;
         l->n += r->n;
