@@ -1,6 +1,7 @@
 /* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
  * describes the block layout). */
 #include "backends/cpu/cpu_impl.h"
+#include "core/quant.h"
 
 #include <math.h>
 
@@ -83,17 +84,15 @@ static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, w
     const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq);
     const int32_t *bt = i32(&o->batch.bt) + i32(&o->batch.bt_off)[seq[r]];
     const float *q = cpu_row_f32(&o->q, r) + (size_t)h * hd;
-    float qh[512];
-    for (uint32_t d = 0; d < hd; d++) qh[d] = weft_half_to_f32(weft_f32_to_half(q[d]));
+    weft_half qh16[512];
+    for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(q[d]);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
     for (int32_t p = 0; p <= pos[r]; p++) {
         int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
         const weft_half *k = kv_row(kv, slot, 0) + (size_t)kvh * hd;
         const weft_half *v = kv_row(kv, slot, 1) + (size_t)kvh * hd;
-        double dot = 0;
-        for (uint32_t d = 0; d < hd; d++) dot += (double)qh[d] * weft_half_to_f32(k[d]);
-        float s = (float)dot * o->scale;
+        float s = weft_vec_dot(WEFT_TYPE_F16, k, qh16, hd) * o->scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             float Mold = M;
@@ -104,8 +103,8 @@ static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, w
             vs = expf(s - M);
         }
         for (uint32_t d = 0; d < hd; d++)
-            acc16[d] = weft_f32_to_half(weft_half_to_f32(acc16[d]) + weft_half_to_f32(v[d]) * vs);
-        S = S * ms + vs;
+            acc16[d] = weft_f32_to_half(fmaf(weft_half_to_f32(v[d]), vs, weft_half_to_f32(acc16[d])));
+        S = fmaf(S, ms, vs);
     }
     float *out = cpu_row_f32(&o->out, r) + (size_t)h * hd;
     float inv = 1.0f / S;
