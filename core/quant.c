@@ -746,10 +746,17 @@ static float dot_q4_k(const struct weft_block_q4_k *w, const struct weft_block_q
     return k_lanes_total(&acc, sumf);
 }
 
+/* Q5_K x Q8_K: ggml_vec_dot_q5_K_q8_K, AVX2 branch (x86 has no Q5_K repack,
+ * and tinyBLAS takes no K-quants, so decode and prefill both come here). As
+ * for Q6_K, int32 lane l of each block sums the elements e with
+ * (e % 32) / 4 == l (maddubs pairs, then madd with the sub-block scale),
+ * exactly in int; the block adds fma(d, float(lane), acc) with
+ * d = y.d * x.d. The mins term is a float summs += dmin * int, with
+ * dmin = -y.d * x.dmin, which GCC contracts to an fma; the result is
+ * hsum_float_8(acc) + summs. */
 static float dot_q5_k(const struct weft_block_q5_k *w, const struct weft_block_q8_k *x, int64_t nb)
 {
-    struct k_lanes acc = {{0}};
-    float sumf = 0;
+    float acc[8] = {0}, summs = 0.0f;
     int8_t a[WEFT_QK_K];
     for (int64_t i = 0; i < nb; i++) {
         const uint8_t *q = w[i].qs, *qh = w[i].qh;
@@ -760,10 +767,13 @@ static float dot_q5_k(const struct weft_block_q5_k *w, const struct weft_block_q
         }
         int sc[8];
         int summ = k4_scales_mins_dot(w[i].scales, x[i].bsums, sc);
-        k_lanes_add(&acc, a, x[i].qs, sc, 32, h2f(w[i].d) * x[i].d);
-        sumf -= h2f(w[i].dmin) * x[i].d * (float)summ;
+        int32_t lanes[8] = {0};
+        for (int e = 0; e < WEFT_QK_K; e++) lanes[(e & 31) >> 2] += sc[e / 32] * (a[e] * x[i].qs[e]);
+        const float d = x[i].d * h2f(w[i].d), dmin = -x[i].d * h2f(w[i].dmin);
+        summs = fmaf(dmin, (float)summ, summs);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
     }
-    return k_lanes_total(&acc, sumf);
+    return hsum_float_8(acc) + summs;
 }
 
 /* Q6_K x Q8_K: ggml_vec_dot_q6_K_q8_K, AVX2 branch (no x86 repack for
