@@ -35,8 +35,11 @@ static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, 
             uint32_t a = mode == WEFT_ROPE_NEOX ? i : 2 * i;
             uint32_t b = mode == WEFT_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
             float x0 = v[a], x1 = v[b];
-            v[a] = x0 * c - x1 * s;
-            v[b] = x0 * s + x1 * c;
+            /* ggml's rotate_pairs (ops.cpp, gnu++17 -O3 -march=native) is
+             * contracted by GCC: x0*c - x1*s and x0*s + x1*c each fuse the
+             * x0 product. Unfused, stories260K drifts late in the decode. */
+            v[a] = fmaf(x0, c, -(x1 * s));
+            v[b] = fmaf(x0, s, x1 * c);
             theta *= theta_scale;
         }
     }
@@ -73,10 +76,23 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
 }
 
 /* One (row, head) pair: a single pass with an online softmax over positions
- * 0..pos[r] of the row's sequence, following ggml's CPU flash-attention
- * numerics so outputs track llama.cpp's: q is rounded to F16 (K's dot type),
- * and with an F16 V cache the weighted sum of V is kept in F16, rounding
- * after every update. acc is scratch of head_dim floats. */
+ * 0..pos[r] of the row's sequence, mirroring ggml's CPU flash attention
+ * (ggml_compute_forward_flash_attn_ext_f16_one_chunk, used by llama.cpp for
+ * decode and for prefills of < 64 rows or head_dim % 16 != 0; longer
+ * prefills with head_dim % 16 == 0 take ggml's tiled F32-GEMM path, which is
+ * not mirrored here):
+ *  - q is rounded to F16 and K·q is ggml_vec_dot_f16 (weft_vec_dot F16: four
+ *    16-lane fma accumulators for 64-element chunks, the tail in double);
+ *  - s = dot * scale; a new maximum rescales the F16 accumulator by
+ *    expf(Mold - M) (ggml_vec_scale_f16: multiply, round to F16);
+ *  - V is added as ggml_vec_mad_f16: fma(v, vs, acc) rounded to F16 (the
+ *    AVX-512 body uses _mm512_fmadd_ps; the scalar tail, all of it for
+ *    head_dim < 64, is contracted by GCC the same way);
+ *  - S = S*ms + vs is contracted by GCC into fma(S, ms, vs);
+ *  - the output is float(acc) * (1/S).
+ * Each of the three fusions was needed for stories260K / synth256 greedy
+ * logprobs to match llama.cpp: F16 rounding turns a last-bit difference
+ * into a visible one. acc16 is scratch of head_dim halves. */
 static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, weft_half *acc16)
 {
     const struct weft_kv_view *kv = &o->kv;
