@@ -688,7 +688,6 @@ weft_status weft_detok_flush(struct weft_detok *d, const char **out, size_t *out
     d->len = 0;
     weft_status st = d->n_pend ? out_put(d, REPLACEMENT, 3) : out_put(d, "", 0);
     d->n_pend = 0;
-    d->first = true;
     *out = st ? NULL : d->buf;
     *out_len = st ? 0 : d->len;
     return st;

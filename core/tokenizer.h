@@ -53,7 +53,9 @@ weft_status weft_tokenize(const struct weft_tokenizer *t, const char *text, size
 struct weft_detok {
     const struct weft_tokenizer *t;
     bool render_special;
-    bool first;              /* nothing emitted yet */
+    bool first;              /* nothing emitted yet; set false before decoding a
+                                continuation (text after a prompt) to keep its
+                                leading space */
     unsigned char pend[8];   /* bytes of an incomplete UTF-8 character */
     int n_pend;
     char *buf;               /* output of the last push/flush */

@@ -42,6 +42,7 @@ weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct w
 
     struct weft_detok dt;
     weft_detok_init(&dt, m->tok, false);
+    dt.first = false;  /* the generation continues the prompt: keep its leading space */
     const char *piece;
     size_t plen;
     t0 = cli_now_ms();
