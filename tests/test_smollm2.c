@@ -22,12 +22,14 @@ static void chat_answers_capital_of_france(void)
 
 static void greedy_ids_are_pinned(void)
 {
+    /* a prompt whose greedy path has no near-ties (smallest top-1/top-2
+     * margin 0.23), so the pin moves only if the numerics really change */
     static const int pinned[32] = {
-        260, 3003, 4683, 282, 260, 35526, 2380, 1743, 42, 2382, 28, 4461, 28, 284, 2654, 30,
-        1216, 4683, 359, 4959, 288, 260, 35526, 2380, 1743, 284, 359, 804, 288, 1464, 511, 550,
+        282, 913, 314, 216, 33, 32, 32, 5027, 20590, 30, 198, 198, 504, 16891, 1225, 282,
+        913, 314, 216, 33, 32, 32, 5027, 20590, 30, 198, 198, 504, 16891, 1225, 282, 913,
     };
     char args[1024];
-    snprintf(args, sizeof args, "run -m '%s' -p 'The three primary colors are' -n 32 --temp 0 --json -t 2", model);
+    snprintf(args, sizeof args, "run -m '%s' -p 'Water boils at 100 degrees Celsius. The boiling point' -n 32 --temp 0 --json -t 2", model);
     json_t *j = weft_exec_json(args);
     CHECK(j != NULL);
     if (!j) return;
