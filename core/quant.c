@@ -777,19 +777,31 @@ static float dot_q5_k(const struct weft_block_q5_k *w, const struct weft_block_q
 }
 
 /* Q6_K x Q8_K: ggml_vec_dot_q6_K_q8_K, AVX2 branch (no x86 repack for
- * Q6_K). Within each 32-element chunk, int32 lane l gets elements 4l..4l+3
- * (maddubs pairs, then madd with the 16-element scales), so over the block
- * lane l sums the elements e with (e % 32) / 4 == l, exactly in int. Each
- * block adds fma(d, float(lane), acc) with d = y.d * x.d; then hsum_float_8. */
+ * Q6_K), as rewritten by llama.cpp PR #22345 (April 2026, "optimize avx2
+ * q6_k"): the 6-bit values are used unsigned (0..63) and the -32 offset is
+ * taken off afterwards through the activation's bsums. Within each 32-element
+ * chunk, int32 lane l gets elements 4l..4l+3 (maddubs pairs, then madd with
+ * the 16-element scales), so over the block lane l sums the elements e with
+ * (e % 32) / 4 == l. The offset term is one madd of the 16 bsums with the 16
+ * scales, shifted left by 5: lane l holds
+ * 32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1]), i.e. the offset of 32-element
+ * sub-block l, which is subtracted lane-wise from the sums. All of this is
+ * exact int arithmetic, but it distributes the block's integer total over the
+ * 8 lanes differently from the older code (which subtracted 32*q8 per element
+ * pair), and the lanes are what the float steps see: each block adds
+ * fma(d, float(lane), acc) with d = y.d * x.d; then hsum_float_8. */
 static float dot_q6_k(const struct weft_block_q6_k *w, const struct weft_block_q8_k *x, int64_t nb)
 {
     float acc[8] = {0};
     int8_t a[WEFT_QK_K];
     for (int64_t i = 0; i < nb; i++) {
         q6_k_unpack(&w[i], a);
+        const int8_t *sc = w[i].scales;
         int32_t lanes[8] = {0};
         for (int e = 0; e < WEFT_QK_K; e++)
-            lanes[(e & 31) >> 2] += w[i].scales[e / 16] * (a[e] * x[i].qs[e]);
+            lanes[(e & 31) >> 2] += sc[e / 16] * ((a[e] + 32) * x[i].qs[e]);
+        for (int l = 0; l < 8; l++)
+            lanes[l] -= (x[i].bsums[2 * l] * sc[2 * l] + x[i].bsums[2 * l + 1] * sc[2 * l + 1]) * 32;
         float d = x[i].d * h2f(w[i].d);
         for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
     }
