@@ -656,6 +656,70 @@ static void vec_dot_k_quants_pick_single_elements(void)
     }
 }
 
+/* Q6_K x Q8_K follows the float order of ggml's AVX2 kernel as of llama.cpp
+ * PR #22345 (the one the reference outputs were made with): unsigned 6-bit
+ * values (0..63) summed into 8 int lanes, lane l getting the elements e with
+ * (e % 32) / 4 == l times scales[e/16], minus the -32 offset of 32-element
+ * sub-block l (32 * (bsums[2l]*sc[2l] + bsums[2l+1]*sc[2l+1])); per block
+ * fma(y.d * x.d, float(lane), acc); then hsum_float_8. The integer total is
+ * the same in any split, only the lanes (and so the float rounding) differ,
+ * so random blocks are checked bit for bit against this written-out order,
+ * and the older split (offset taken per element, signed values in each lane)
+ * must disagree somewhere, or the test would not discriminate. */
+static float hsum8(const float v[8])
+{
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+static void vec_dot_q6_k_follows_ggml_avx2_lanes(void)
+{
+    enum { NB = 3, N = NB * 256 };
+    int differs_from_old = 0, bad = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        struct weft_block_q6_k w[NB];
+        struct weft_block_q8_k xq[NB];
+        int q[NB][256];
+        float x[N];
+        for (int i = 0; i < N; i++) x[i] = rng_normal();
+        CHECK(weft_quantize_row(WEFT_TYPE_Q8_K, x, xq, N));
+        for (int b = 0; b < NB; b++) {
+            for (int e = 0; e < 256; e++) q[b][e] = (int)(rng_u64() % 64);
+            for (int k = 0; k < 16; k++) w[b].scales[k] = (int8_t)(rng_u64() % 256);
+            w[b].d = h(rng_uniform(1e-3f, 3e-2f));
+            /* pack (layout pinned by dequant_q6_k_interleaving) */
+            memset(w[b].ql, 0, sizeof w[b].ql);
+            memset(w[b].qh, 0, sizeof w[b].qh);
+            for (int e = 0; e < 256; e++) {
+                int hf = e / 128, k = (e % 128) / 32, l = e % 32;
+                uint8_t *lo = &w[b].ql[64 * hf + l + 32 * (k & 1)];
+                *lo |= (uint8_t)((q[b][e] & 15) << (k < 2 ? 0 : 4));
+                w[b].qh[32 * hf + l] |= (uint8_t)((q[b][e] >> 4) << (2 * k));
+            }
+        }
+        float acc_new[8] = {0}, acc_old[8] = {0};
+        for (int b = 0; b < NB; b++) {
+            const int8_t *sc = w[b].scales, *q8 = xq[b].qs;
+            int32_t ln[8] = {0}, lo[8] = {0};
+            for (int e = 0; e < 256; e++) {
+                ln[(e % 32) / 4] += sc[e / 16] * q[b][e] * q8[e];
+                lo[(e % 32) / 4] += sc[e / 16] * (q[b][e] - 32) * q8[e];
+            }
+            for (int l = 0; l < 8; l++)
+                ln[l] -= 32 * (xq[b].bsums[2 * l] * sc[2 * l] + xq[b].bsums[2 * l + 1] * sc[2 * l + 1]);
+            float d = xq[b].d * weft_half_to_f32(w[b].d);
+            for (int l = 0; l < 8; l++) {
+                acc_new[l] = fmaf(d, (float)ln[l], acc_new[l]);
+                acc_old[l] = fmaf(d, (float)lo[l], acc_old[l]);
+            }
+        }
+        float want = hsum8(acc_new), got = weft_vec_dot(WEFT_TYPE_Q6_K, w, xq, N);
+        if (memcmp(&got, &want, sizeof got) != 0) bad++;
+        if (hsum8(acc_old) != want) differs_from_old++;
+    }
+    CHECK_MSG(bad == 0, "Q6_K vec_dot: %d of 200 dots not bit-equal to ggml's AVX2 lane order", bad);
+    CHECK_MSG(differs_from_old > 0, "Q6_K lane test does not tell the two offset splits apart");
+}
+
 /* Same for the 32-element formats, against Q8_0/Q8_1 activations. */
 static void vec_dot_small_blocks_pick_single_elements(void)
 {
@@ -764,5 +828,6 @@ int main(void)
     RUN(vec_dot_f32_follows_ggml_order);
     RUN(vec_dot_k_quants_pick_single_elements);
     RUN(vec_dot_small_blocks_pick_single_elements);
+    RUN(vec_dot_q6_k_follows_ggml_avx2_lanes);
     return check_summary();
 }
