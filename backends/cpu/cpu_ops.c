@@ -5,7 +5,7 @@
 
 #include <math.h>
 
-struct rows_job { struct weft_cpu_backend *be; const struct weft_op *op; weft_status st; };
+struct rows_job { struct weft_cpu_backend *be; const struct weft_op *op; };
 
 static void embed_job(void *ctx, int ith, int nth)
 {
@@ -15,16 +15,21 @@ static void embed_job(void *ctx, int ith, int nth)
     cpu_split(n, ith, nth, &lo, &hi);
     const int32_t *id = (const int32_t *)cpu_ptr(ids);
     for (int64_t r = lo; r < hi; r++) {
-        if (id[r] < 0 || id[r] >= t->ne1) { j->st = WEFT_ERR_INVALID_ARG; continue; }
         weft_dequantize_row(t->type, cpu_ptr(t) + (size_t)id[r] * t->nb1, cpu_row_f32(out, r), t->ne0);
     }
 }
 
 weft_status weft_cpu_embed(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    struct rows_job j = {be, op, WEFT_OK};
+    /* ids are checked up front so the workers never see a bad one */
+    const struct weft_view *ids = &op->u.embed.ids;
+    const int32_t *id = (const int32_t *)cpu_ptr(ids);
+    for (int64_t r = 0; r < ids->ne0 * ids->ne1; r++)
+        if (id[r] < 0 || id[r] >= op->u.embed.table.ne1)
+            return weft_error(WEFT_ERR_INVALID_ARG, "cpu: token id %d outside the embedding table (%lld rows)",
+                              id[r], (long long)op->u.embed.table.ne1);
+    struct rows_job j = {be, op};
     weft_cpu_pool_run(be->pool, embed_job, &j);
-    if (j.st != WEFT_OK) return weft_error(j.st, "cpu: token id outside the embedding table");
     return WEFT_OK;
 }
 
@@ -67,7 +72,7 @@ static void rmsnorm_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    struct rows_job j = {be, op, WEFT_OK};
+    struct rows_job j = {be, op};
     weft_cpu_pool_run(be->pool, rmsnorm_job, &j);
     return WEFT_OK;
 }
@@ -117,7 +122,7 @@ static void silu_mul_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    struct rows_job j = {be, op, WEFT_OK};
+    struct rows_job j = {be, op};
     weft_cpu_pool_run(be->pool, silu_mul_job, &j);
     return WEFT_OK;
 }
@@ -137,7 +142,7 @@ static void add_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_add(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    struct rows_job j = {be, op, WEFT_OK};
+    struct rows_job j = {be, op};
     weft_cpu_pool_run(be->pool, add_job, &j);
     return WEFT_OK;
 }
