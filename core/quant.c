@@ -339,55 +339,36 @@ static float absmax(const float *x, int n)
     return amax;
 }
 
-static void quant_q8_0(const float *x, struct weft_block_q8_0 *b, int64_t nb)
+/* 8-bit block quantizers in two roundings. File quantization (runtime =
+ * false) follows ggml's reference: id = 1/d, round half away from zero.
+ * Matmul activations (runtime = true) follow ggml's x86 CPU path: id =
+ * 127/amax, round half to even. Random-weight models amplify even such
+ * rounding differences, so each use mirrors the ggml code it stands for. */
+static inline int8_t q8_round(float x, float amax, bool runtime)
 {
-    for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_0) {
-        float d = absmax(x, WEFT_QK8_0) / 127;
-        float id = d ? 1.0f / d : 0.0f;
-        b[i].d = f2h(d);
-        for (int j = 0; j < WEFT_QK8_0; j++) b[i].qs[j] = (int8_t)roundf(x[j] * id);
-    }
+    if (runtime) return (int8_t)nearbyintf(x * (amax != 0.0f ? 127.0f / amax : 0.0f));
+    float d = amax / 127;
+    return (int8_t)roundf(x * (d ? 1.0f / d : 0.0f));
 }
 
-/* Activation quantizers: ggml's CPU backend (x86 SIMD path) computes the
- * inverse scale as 127/amax and rounds to nearest-even, slightly unlike its
- * reference quantizer. Random-weight models amplify such rounding
- * differences, so the matmul activations follow the CPU path exactly. */
-static void quant_q8_0_act(const float *x, struct weft_block_q8_0 *b, int64_t nb)
+static void quant_q8_0(const float *x, struct weft_block_q8_0 *b, int64_t nb, bool runtime)
 {
     for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_0) {
         float amax = absmax(x, WEFT_QK8_0);
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        b[i].d = f2h(amax / 127.0f);
-        for (int j = 0; j < WEFT_QK8_0; j++) b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
-    }
-}
-
-static void quant_q8_1_act(const float *x, struct weft_block_q8_1 *b, int64_t nb)
-{
-    for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_1) {
-        float amax = absmax(x, WEFT_QK8_1), d = amax / 127.0f;
-        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-        b[i].d = f2h(d);
-        int sum = 0;
-        for (int j = 0; j < WEFT_QK8_1; j++) {
-            b[i].qs[j] = (int8_t)nearbyintf(x[j] * id);
-            sum += b[i].qs[j];
-        }
-        b[i].s = f2h((float)sum * d);
+        b[i].d = f2h(amax / 127);
+        for (int j = 0; j < WEFT_QK8_0; j++) b[i].qs[j] = q8_round(x[j], amax, runtime);
     }
 }
 
 /* s = d * sum(q) with the unrounded float d, as ggml. */
-static void quant_q8_1(const float *x, struct weft_block_q8_1 *b, int64_t nb)
+static void quant_q8_1(const float *x, struct weft_block_q8_1 *b, int64_t nb, bool runtime)
 {
     for (int64_t i = 0; i < nb; i++, x += WEFT_QK8_1) {
-        float d = absmax(x, WEFT_QK8_1) / 127;
-        float id = d ? 1.0f / d : 0.0f;
+        float amax = absmax(x, WEFT_QK8_1), d = amax / 127;
         b[i].d = f2h(d);
         int sum = 0;
         for (int j = 0; j < WEFT_QK8_1; j++) {
-            b[i].qs[j] = (int8_t)roundf(x[j] * id);
+            b[i].qs[j] = q8_round(x[j], amax, runtime);
             sum += b[i].qs[j];
         }
         b[i].s = f2h((float)sum * d);
@@ -446,8 +427,8 @@ bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t
     case WEFT_TYPE_Q4_1: quant_q4_1(src, dst, nb); break;
     case WEFT_TYPE_Q5_0: quant_q5_0(src, dst, nb); break;
     case WEFT_TYPE_Q5_1: quant_q5_1(src, dst, nb); break;
-    case WEFT_TYPE_Q8_0: quant_q8_0(src, dst, nb); break;
-    case WEFT_TYPE_Q8_1: quant_q8_1(src, dst, nb); break;
+    case WEFT_TYPE_Q8_0: quant_q8_0(src, dst, nb, false); break;
+    case WEFT_TYPE_Q8_1: quant_q8_1(src, dst, nb, false); break;
     case WEFT_TYPE_Q8_K: quant_q8_k(src, dst, nb); break;
     default: break;
     }
@@ -905,7 +886,7 @@ double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x,
 
 bool weft_quantize_row_act(enum weft_type type, const float *src, void *dst, int64_t n)
 {
-    if (type == WEFT_TYPE_Q8_0) { quant_q8_0_act(src, dst, n / WEFT_QK8_0); return true; }
-    if (type == WEFT_TYPE_Q8_1) { quant_q8_1_act(src, dst, n / WEFT_QK8_1); return true; }
+    if (type == WEFT_TYPE_Q8_0) { quant_q8_0(src, dst, n / WEFT_QK8_0, true); return true; }
+    if (type == WEFT_TYPE_Q8_1) { quant_q8_1(src, dst, n / WEFT_QK8_1, true); return true; }
     return weft_quantize_row(type, src, dst, n);
 }
