@@ -16,13 +16,8 @@ static int cpu_devices(struct weft_device_info *infos, int max, const char **why
 {
     if (max < 1) return 1;
     memset(&infos[0], 0, sizeof infos[0]);
-    const char *isa = "portable C";
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) isa = "AVX-512";
-    else if (__builtin_cpu_supports("avx2")) isa = "AVX2";
-#endif
-    snprintf(infos[0].name, sizeof infos[0].name, "CPU (%d cores, %s)", cpu_default_threads(), isa);
+    snprintf(infos[0].name, sizeof infos[0].name, "CPU (%d cores, %s kernels)", cpu_default_threads(),
+             weft_cpu_isa_name(weft_cpu_isa_select()));
     snprintf(infos[0].id, sizeof infos[0].id, "cpu:0");
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) infos[0].mem_total = (uint64_t)pages * (uint64_t)psz;
@@ -49,6 +44,7 @@ static weft_status cpu_open(const struct weft_backend_params *p, struct weft_bac
     struct weft_cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
     be->base.iface = &cpu_iface;
+    be->kern = weft_cpu_kernels_get(weft_cpu_isa_select());
     int nt = p->n_threads > 0 ? p->n_threads : cpu_default_threads();
     weft_status st = weft_cpu_pool_init(nt, &be->pool);
     if (st != WEFT_OK) { cpu_close(&be->base); return st; }

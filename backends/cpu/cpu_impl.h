@@ -3,6 +3,7 @@
 #define WEFT_CPU_IMPL_H
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_pool.h"
 
 struct weft_buffer {
@@ -14,6 +15,7 @@ struct weft_buffer {
 struct weft_cpu_backend {
     struct weft_backend base;
     struct weft_cpu_pool *pool;
+    const struct weft_cpu_kernels *kern;  /* the instruction set's kernel table */
     uint8_t *scratch;          /* per-run working memory (activation quantization...) */
     size_t scratch_size;
 };

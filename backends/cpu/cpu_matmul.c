@@ -19,6 +19,8 @@ struct mm_job {
     enum weft_type vdt;
     size_t qrow;                /* bytes of one converted activation row */
     uint8_t *xq;                /* [n_rows][qrow] */
+    weft_cpu_quant_fn quant;    /* activations -> vdt */
+    weft_cpu_dot_fn dot;        /* in the float order ggml uses for this shape */
 };
 
 static void mm_quantize(void *ctx, int ith, int nth)
@@ -28,7 +30,7 @@ static void mm_quantize(void *ctx, int ith, int nth)
     cpu_split(j->n_rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++) {
         const float *src = j->xrows ? j->xrows + r * K : cpu_row_f32(j->x, r);
-        weft_quantize_row_act(j->vdt, src, j->xq + (size_t)r * j->qrow, K);
+        j->quant(src, j->xq + (size_t)r * j->qrow, K);
     }
 }
 
@@ -40,6 +42,7 @@ static void mm_dot(void *ctx, int ith, int nth)
     int64_t tiles = (N + COL_TILE - 1) / COL_TILE, t0, t1;
     cpu_split(tiles, ith, nth, &t0, &t1);
     const uint8_t *wbase = cpu_ptr(j->w);
+    const weft_cpu_dot_fn dot = j->dot;
     for (int64_t t = t0; t < t1; t++) {
         int64_t n0 = t * COL_TILE, n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
         for (int64_t r = 0; r < j->n_rows; r++) {
@@ -47,7 +50,7 @@ static void mm_dot(void *ctx, int ith, int nth)
             float *out = cpu_row_f32(j->out, r);
             const float *add = j->add ? cpu_row_f32(j->add, r) : NULL;
             for (int64_t n = n0; n < n1; n++) {
-                float v = weft_vec_dot_mm(j->w->type, wbase + (size_t)n * j->w->nb1, xq, K, N, j->n_rows);
+                float v = dot(wbase + (size_t)n * j->w->nb1, xq, K);
                 out[n] = add ? v + add[n] : v;
             }
         }
@@ -60,6 +63,13 @@ static weft_status matmul_rows(struct weft_cpu_backend *be, const struct weft_vi
 {
     struct mm_job j = {.x = x, .w = w, .out = out, .add = add, .xrows = xrows, .n_rows = n_rows};
     j.vdt = weft_vec_dot_type(w->type);
+    const struct weft_cpu_kernels *k = be->kern;
+    j.quant = k->quant[j.vdt];
+    /* ggml takes llamafile's tinyBLAS path (another summation order) for
+     * several activation rows when the shapes allow it; follow it */
+    int mk = k->mm_k_multiple[w->type];
+    bool mm = k->dot_mm[w->type] && n_rows >= 2 && w->ne1 % 4 == 0 && mk && w->ne0 % mk == 0;
+    j.dot = mm ? k->dot_mm[w->type] : k->dot[w->type];
 
     j.qrow = weft_row_size(j.vdt, w->ne0);
     weft_status st = weft_cpu_scratch(be, scratch_off + (size_t)n_rows * j.qrow + 64);

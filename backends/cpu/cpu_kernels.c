@@ -1,0 +1,128 @@
+/* Kernel tables and run-time instruction-set selection. */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/quant.h"
+
+/* ---- the portable reference, as table entries ---- */
+#define REF_DOT(T)                                                                \
+    static float ref_dot_##T(const void *w, const void *x, int64_t n)             \
+    {                                                                             \
+        return weft_vec_dot(WEFT_TYPE_##T, w, x, n);                              \
+    }
+REF_DOT(F32) REF_DOT(F16) REF_DOT(BF16) REF_DOT(Q4_0) REF_DOT(Q4_1) REF_DOT(Q5_0) REF_DOT(Q5_1)
+REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K)
+
+/* weft_vec_dot_mm with a shape that selects the multi-row order */
+#define REF_DOT_MM(T)                                                             \
+    static float ref_dot_mm_##T(const void *w, const void *x, int64_t n)          \
+    {                                                                             \
+        return weft_vec_dot_mm(WEFT_TYPE_##T, w, x, n, 4, 2);                     \
+    }
+REF_DOT_MM(F32) REF_DOT_MM(F16) REF_DOT_MM(BF16)
+
+#define REF_QUANT(T)                                                              \
+    static void ref_quant_##T(const float *x, void *y, int64_t n)                 \
+    {                                                                             \
+        weft_quantize_row_act(WEFT_TYPE_##T, x, y, n);                            \
+    }
+REF_QUANT(F32) REF_QUANT(F16) REF_QUANT(BF16) REF_QUANT(Q8_0) REF_QUANT(Q8_1) REF_QUANT(Q8_K)
+
+static void fill_scalar(struct weft_cpu_kernels *k)
+{
+#define D(T) k->dot[WEFT_TYPE_##T] = ref_dot_##T;
+    D(F32) D(F16) D(BF16) D(Q4_0) D(Q4_1) D(Q5_0) D(Q5_1) D(Q8_0) D(Q4_K) D(Q5_K) D(Q6_K)
+#undef D
+    k->dot_mm[WEFT_TYPE_F32] = ref_dot_mm_F32;
+    k->dot_mm[WEFT_TYPE_F16] = ref_dot_mm_F16;
+    k->dot_mm[WEFT_TYPE_BF16] = ref_dot_mm_BF16;
+    k->mm_k_multiple[WEFT_TYPE_F32] = 16;
+    k->mm_k_multiple[WEFT_TYPE_F16] = 16;
+    k->mm_k_multiple[WEFT_TYPE_BF16] = 32;
+#define Q(T) k->quant[WEFT_TYPE_##T] = ref_quant_##T;
+    Q(F32) Q(F16) Q(BF16) Q(Q8_0) Q(Q8_1) Q(Q8_K)
+#undef Q
+}
+
+static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512"};
+
+const char *weft_cpu_isa_name(enum weft_cpu_isa isa)
+{
+    return isa < WEFT_CPU_ISA_COUNT_ ? isa_names[isa] : "?";
+}
+
+bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
+{
+    switch (isa) {
+    case WEFT_CPU_ISA_SCALAR: return true;
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+    case WEFT_CPU_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    case WEFT_CPU_ISA_AVX512:
+        return weft_cpu_isa_supported(WEFT_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vl");
+#endif
+    default: return false;
+    }
+}
+
+enum weft_cpu_isa weft_cpu_isa_select(void)
+{
+    enum weft_cpu_isa best = WEFT_CPU_ISA_SCALAR;
+    for (int i = WEFT_CPU_ISA_COUNT_ - 1; i > 0; i--)
+        if (weft_cpu_isa_supported((enum weft_cpu_isa)i)) { best = (enum weft_cpu_isa)i; break; }
+    const char *env = getenv("WEFT_CPU_ISA");
+    if (env && *env) {
+        for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {
+            if (strcmp(env, isa_names[i]) == 0) {
+                if (weft_cpu_isa_supported((enum weft_cpu_isa)i)) return (enum weft_cpu_isa)i;
+                fprintf(stderr, "weft: WEFT_CPU_ISA=%s is not supported here; using %s\n", env, isa_names[best]);
+                return best;
+            }
+        }
+        fprintf(stderr, "weft: unknown WEFT_CPU_ISA=%s (scalar, avx2, avx512); using %s\n", env, isa_names[best]);
+    }
+    return best;
+}
+
+static struct weft_cpu_kernels tables[WEFT_CPU_ISA_COUNT_];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernels *lower)
+{
+    for (int t = 0; t < WEFT_TYPE_COUNT_; t++) {
+        if (!k->dot[t]) k->dot[t] = lower->dot[t];
+        if (!k->dot_mm[t]) { k->dot_mm[t] = lower->dot_mm[t]; k->mm_k_multiple[t] = lower->mm_k_multiple[t]; }
+        if (!k->quant[t]) k->quant[t] = lower->quant[t];
+    }
+}
+
+static void build_tables(void)
+{
+    for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {
+        tables[i].isa = (enum weft_cpu_isa)i;
+        tables[i].name = isa_names[i];
+    }
+    fill_scalar(&tables[WEFT_CPU_ISA_SCALAR]);
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+    weft_cpu_kernels_fill_avx2_q(&tables[WEFT_CPU_ISA_AVX2]);
+    weft_cpu_kernels_fill_avx2_k(&tables[WEFT_CPU_ISA_AVX2]);
+    weft_cpu_kernels_fill_avx2_f(&tables[WEFT_CPU_ISA_AVX2]);
+    merge_lower(&tables[WEFT_CPU_ISA_AVX2], &tables[WEFT_CPU_ISA_SCALAR]);
+    weft_cpu_kernels_fill_avx512(&tables[WEFT_CPU_ISA_AVX512]);
+    merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
+#endif
+}
+
+const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa)
+{
+    if (isa >= WEFT_CPU_ISA_COUNT_ || !weft_cpu_isa_supported(isa)) return NULL;
+    pthread_once(&tables_once, build_tables);
+    return &tables[isa];
+}

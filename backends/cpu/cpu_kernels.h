@@ -1,0 +1,62 @@
+/* CPU kernel tables, one per instruction set, chosen at run time.
+ *
+ * Every table computes bit-identical results: each SIMD kernel follows the
+ * float order of the portable reference in core/quant.c (which follows
+ * ggml's x86 kernels, so weft matches llama.cpp's outputs), only faster.
+ * tests/test_cpu_kernels.c checks every entry of every table this machine
+ * can run against the reference, bit for bit.
+ *
+ * WEFT_CPU_ISA=scalar|avx2|avx512 in the environment forces a table (for
+ * tests and comparisons); asking for one the CPU lacks falls back to the best
+ * it has, with a warning on stderr. */
+#ifndef WEFT_CPU_KERNELS_H
+#define WEFT_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "core/types.h"
+
+enum weft_cpu_isa {
+    WEFT_CPU_ISA_SCALAR = 0,   /* portable C (any CPU; the NEON table will sit beside AVX2) */
+    WEFT_CPU_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
+    WEFT_CPU_ISA_AVX512 = 2,   /* AVX-512 F/BW/DQ/VL (+VNNI, +BF16 where present) */
+    WEFT_CPU_ISA_COUNT_
+};
+
+/* Dot of one weight row (n elements of the weight type) with one activation
+ * row already converted to weft_vec_dot_type(weight type). */
+typedef float (*weft_cpu_dot_fn)(const void *w, const void *x, int64_t n);
+/* Convert n floats of activations to a vec_dot type (Q8_0, Q8_1, Q8_K, F16,
+ * BF16, F32), bit-identical to weft_quantize_row_act. */
+typedef void (*weft_cpu_quant_fn)(const float *x, void *y, int64_t n);
+
+struct weft_cpu_kernels {
+    enum weft_cpu_isa isa;
+    const char *name;
+    /* single-row order (ggml's vec_dot kernels), indexed by weight type */
+    weft_cpu_dot_fn dot[WEFT_TYPE_COUNT_];
+    /* multi-row order (llamafile tinyBLAS) for F32/F16/BF16, used when the
+     * matmul has >= 2 activation rows, weight rows % 4 == 0 and k is a
+     * multiple of mm_k_multiple[type]; NULL where ggml has no such path */
+    weft_cpu_dot_fn dot_mm[WEFT_TYPE_COUNT_];
+    int mm_k_multiple[WEFT_TYPE_COUNT_];
+    /* activation quantizer, indexed by the vec_dot type */
+    weft_cpu_quant_fn quant[WEFT_TYPE_COUNT_];
+};
+
+/* Whether this CPU (and this build) can run the table. */
+bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
+const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
+/* The best supported table, or the one WEFT_CPU_ISA forces. */
+enum weft_cpu_isa weft_cpu_isa_select(void);
+/* The table for isa (entries a SIMD table lacks are filled from the next
+ * lower one, ending at the scalar reference); NULL if unsupported. */
+const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
+
+/* ---- SIMD kernels, one file per family; each fills the entries it has ---- */
+void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k);   /* cpu_avx2_q.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
+void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
+void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
+void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
+
+#endif
