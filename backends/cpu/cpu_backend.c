@@ -190,7 +190,12 @@ static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, si
         switch (op->kind) {
         case WEFT_OP_EMBED: st = weft_cpu_embed(be, op); break;
         case WEFT_OP_RMSNORM: st = weft_cpu_rmsnorm(be, op); break;
-        case WEFT_OP_MATMUL: st = weft_cpu_matmul(be, op); break;
+        case WEFT_OP_MATMUL: {
+            int g = weft_cpu_matmul_groupable(op, n - i);
+            st = weft_cpu_matmul(be, op, g);
+            i += (size_t)g - 1;
+            break;
+        }
         case WEFT_OP_ROPE_KV: st = weft_cpu_rope_kv(be, op); break;
         case WEFT_OP_ATTENTION: st = weft_cpu_attention(be, op); break;
         case WEFT_OP_SILU_MUL: st = weft_cpu_silu_mul(be, op); break;

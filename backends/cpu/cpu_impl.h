@@ -33,7 +33,11 @@ weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size);
  * validated by weft_cpu_supports. */
 weft_status weft_cpu_embed(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *op);
-weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *op);
+/* ops[0..n) are MATMULs sharing x (see weft_cpu_matmul_groupable). */
+weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *ops, int n);
+/* How many MATMULs from ops[0] can run as one job: same input, weight type
+ * and row length, and no output feeding a later one (at least 1). */
+int weft_cpu_matmul_groupable(const struct weft_op *ops, size_t n);
 weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op *op);

@@ -10,81 +10,151 @@
 
 #include <math.h>
 
-#define COL_TILE 16  /* weight rows per tile: reused across all activation rows */
+#define COL_TILE 16      /* weight rows per tile: reused across all activation rows */
+#define MAX_GROUP 4      /* matmuls sharing one input run as one job (q/k/v, gate/up) */
+#define SMALL_ROWS 4     /* up to this many rows, every thread converts x itself */
 
+/* One or more matmuls over the same activations x and the same weight type. */
 struct mm_job {
-    const struct weft_view *x, *w, *out, *add; /* add may be NULL */
-    const float *xrows;         /* if set, x rows are contiguous here instead of in *x */
-    int64_t n_rows;
-    enum weft_type vdt;
-    size_t qrow;                /* bytes of one converted activation row */
-    uint8_t *xq;                /* [n_rows][qrow] */
-    weft_cpu_quant_fn quant;    /* activations -> vdt */
-    weft_cpu_dot_fn dot;        /* in the float order ggml uses for this shape */
+    const struct weft_view *x;  /* NULL: rows are contiguous at xrows */
+    const float *xrows;
+    int64_t n_rows, K;
+    int n_mm;
+    const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP];
+    int64_t tile_end[MAX_GROUP]; /* cumulative tile counts over the group */
+    size_t qrow;                 /* bytes of one converted activation row */
+    uint8_t *xq;                 /* shared [n_rows][qrow], or per thread when private */
+    bool private_x;              /* each thread converts x into xq + ith * n_rows * qrow */
+    weft_cpu_quant_fn quant;     /* activations -> vec_dot type */
+    weft_cpu_dot_fn dot;         /* in the float order ggml uses for this shape */
 };
+
+static const float *x_row(const struct mm_job *j, int64_t r)
+{
+    return j->xrows ? j->xrows + r * j->K : cpu_row_f32(j->x, r);
+}
 
 static void mm_quantize(void *ctx, int ith, int nth)
 {
     struct mm_job *j = ctx;
-    int64_t lo, hi, K = j->w->ne0;
+    int64_t lo, hi;
     cpu_split(j->n_rows, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) {
-        const float *src = j->xrows ? j->xrows + r * K : cpu_row_f32(j->x, r);
-        j->quant(src, j->xq + (size_t)r * j->qrow, K);
-    }
+    for (int64_t r = lo; r < hi; r++) j->quant(x_row(j, r), j->xq + (size_t)r * j->qrow, j->K);
 }
 
 static void mm_dot(void *ctx, int ith, int nth)
 {
     struct mm_job *j = ctx;
-    int64_t N = j->w->ne1, K = j->w->ne0;
-    /* split columns in whole tiles so threads do not share cache lines of out */
-    int64_t tiles = (N + COL_TILE - 1) / COL_TILE, t0, t1;
-    cpu_split(tiles, ith, nth, &t0, &t1);
-    const uint8_t *wbase = cpu_ptr(j->w);
+    const uint8_t *xq = j->xq;
+    if (j->private_x) {  /* small batch: converting x is cheaper than a barrier */
+        uint8_t *mine = j->xq + (size_t)ith * j->n_rows * j->qrow;
+        for (int64_t r = 0; r < j->n_rows; r++) j->quant(x_row(j, r), mine + (size_t)r * j->qrow, j->K);
+        xq = mine;
+    }
+    /* split the group's tiles (whole tiles, so threads never share a cache
+     * line of out) evenly across threads */
+    int64_t t0, t1;
+    cpu_split(j->tile_end[j->n_mm - 1], ith, nth, &t0, &t1);
     const weft_cpu_dot_fn dot = j->dot;
+    int g = 0;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t n0 = t * COL_TILE, n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
+        while (t >= j->tile_end[g]) g++;
+        const struct weft_view *w = j->w[g];
+        int64_t n0 = (t - (g ? j->tile_end[g - 1] : 0)) * COL_TILE, N = w->ne1;
+        int64_t n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
+        const uint8_t *wbase = cpu_ptr(w);
         for (int64_t r = 0; r < j->n_rows; r++) {
-            const uint8_t *xq = j->xq + (size_t)r * j->qrow;
-            float *out = cpu_row_f32(j->out, r);
-            const float *add = j->add ? cpu_row_f32(j->add, r) : NULL;
+            const uint8_t *xr = xq + (size_t)r * j->qrow;
+            float *out = cpu_row_f32(j->out[g], r);
+            const float *add = j->add[g] ? cpu_row_f32(j->add[g], r) : NULL;
             for (int64_t n = n0; n < n1; n++) {
-                float v = dot(wbase + (size_t)n * j->w->nb1, xq, K);
+                float v = dot(wbase + (size_t)n * w->nb1, xr, j->K);
                 out[n] = add ? v + add[n] : v;
             }
         }
     }
 }
 
-static weft_status matmul_rows(struct weft_cpu_backend *be, const struct weft_view *x, const float *xrows,
-                               int64_t n_rows, const struct weft_view *w, const struct weft_view *out,
-                               const struct weft_view *add, size_t scratch_off)
+/* Run n matmuls (same x rows, same weight type and shape class) as one job. */
+static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_view *x, const float *xrows,
+                                int64_t n_rows, int n, const struct weft_view *const *w,
+                                const struct weft_view *const *out, const struct weft_view *const *add,
+                                size_t scratch_off)
 {
-    struct mm_job j = {.x = x, .w = w, .out = out, .add = add, .xrows = xrows, .n_rows = n_rows};
-    j.vdt = weft_vec_dot_type(w->type);
+    if (n < 1 || n > MAX_GROUP) return weft_error(WEFT_ERR_INVALID_ARG, "cpu: matmul group of %d", n);
+    struct mm_job j = {.x = x, .xrows = xrows, .n_rows = n_rows, .K = w[0]->ne0, .n_mm = n};
     const struct weft_cpu_kernels *k = be->kern;
-    j.quant = k->quant[j.vdt];
+    enum weft_type wt = w[0]->type, vdt = weft_vec_dot_type(wt);
+    int64_t tiles = 0;
+    bool all_div4 = true;
+    for (int i = 0; i < n; i++) {
+        j.w[i] = w[i];
+        j.out[i] = out[i];
+        j.add[i] = add[i];
+        tiles += (w[i]->ne1 + COL_TILE - 1) / COL_TILE;
+        j.tile_end[i] = tiles;
+        all_div4 &= w[i]->ne1 % 4 == 0;
+    }
+    j.quant = k->quant[vdt];
     /* ggml takes llamafile's tinyBLAS path (another summation order) for
      * several activation rows when the shapes allow it; follow it */
-    int mk = k->mm_k_multiple[w->type];
-    bool mm = k->dot_mm[w->type] && n_rows >= 2 && w->ne1 % 4 == 0 && mk && w->ne0 % mk == 0;
-    j.dot = mm ? k->dot_mm[w->type] : k->dot[w->type];
-
-    j.qrow = weft_row_size(j.vdt, w->ne0);
-    weft_status st = weft_cpu_scratch(be, scratch_off + (size_t)n_rows * j.qrow + 64);
+    int mk = k->mm_k_multiple[wt];
+    bool mm = k->dot_mm[wt] && n_rows >= 2 && all_div4 && mk && j.K % mk == 0;
+    j.dot = mm ? k->dot_mm[wt] : k->dot[wt];
+    j.qrow = weft_row_size(vdt, j.K);
+    int nth = weft_cpu_pool_threads(be->pool);
+    j.private_x = n_rows <= SMALL_ROWS && nth > 1;
+    size_t need = (size_t)n_rows * j.qrow * (j.private_x ? (size_t)nth : 1);
+    weft_status st = weft_cpu_scratch(be, scratch_off + need + 64);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch + scratch_off;
-    weft_cpu_pool_run(be->pool, mm_quantize, &j);
+    if (!j.private_x) weft_cpu_pool_run(be->pool, mm_quantize, &j);
     weft_cpu_pool_run(be->pool, mm_dot, &j);
     return WEFT_OK;
 }
 
-weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *op)
+static bool same_view(const struct weft_view *a, const struct weft_view *b)
 {
-    const struct weft_view *x = &op->u.matmul.x;
-    return matmul_rows(be, x, NULL, x->ne1, &op->u.matmul.w, &op->u.matmul.out,
-                       op->u.matmul.has_add ? &op->u.matmul.add : NULL, 0);
+    return a->buf == b->buf && a->offset == b->offset && a->ne0 == b->ne0 && a->ne1 == b->ne1 && a->nb1 == b->nb1;
+}
+
+static bool overlaps(const struct weft_view *a, const struct weft_view *b)
+{
+    if (a->buf != b->buf) return false;
+    size_t a1 = a->offset + (size_t)a->ne1 * a->nb1, b1 = b->offset + (size_t)b->ne1 * b->nb1;
+    return a->offset < b1 && b->offset < a1;
+}
+
+int weft_cpu_matmul_groupable(const struct weft_op *ops, size_t n)
+{
+    const struct weft_op_matmul *m0 = &ops[0].u.matmul;
+    int g = 1;
+    while ((size_t)g < n && g < MAX_GROUP && ops[g].kind == WEFT_OP_MATMUL) {
+        const struct weft_op_matmul *m = &ops[g].u.matmul;
+        if (!same_view(&m->x, &m0->x) || m->w.type != m0->w.type || m->w.ne0 != m0->w.ne0) break;
+        /* no earlier output of the group may feed (or alias) this one */
+        bool dep = false;
+        for (int i = 0; i <= g; i++) {
+            const struct weft_op_matmul *p = &ops[i].u.matmul;
+            if (overlaps(&p->out, &m->x) || (i < g && (overlaps(&p->out, &m->out) || (m->has_add && overlaps(&p->out, &m->add)))))
+                dep = true;
+        }
+        if (dep) break;
+        g++;
+    }
+    return g;
+}
+
+weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *ops, int n)
+{
+    const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP];
+    for (int i = 0; i < n; i++) {
+        w[i] = &ops[i].u.matmul.w;
+        out[i] = &ops[i].u.matmul.out;
+        add[i] = ops[i].u.matmul.has_add ? &ops[i].u.matmul.add : NULL;
+    }
+    const struct weft_view *x = &ops[0].u.matmul.x;
+    return matmul_group(be, x, NULL, x->ne1, n, w, out, add, 0);
 }
 
 /* ggml's RMS_NORM scale (float squares summed in double); defined in
@@ -102,14 +172,15 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
     if (st != WEFT_OK) return st;
     float *normed = (float *)be->scratch;
     const int32_t *idx = (const int32_t *)cpu_ptr(rows);
-    const float *w = (const float *)cpu_ptr(&op->u.logits.norm_w);
+    const float *g = (const float *)cpu_ptr(&op->u.logits.norm_w);
     for (int64_t i = 0; i < n_out; i++) {
         if (idx[i] < 0 || idx[i] >= x->ne1)
             return weft_error(WEFT_ERR_INVALID_ARG, "cpu: logits row %d outside [0, %lld)", idx[i],
                               (long long)x->ne1);
         const float *src = cpu_row_f32(x, idx[i]);
         float scale = weft_cpu_rms_scale(src, K, op->u.logits.eps);
-        for (int64_t k = 0; k < K; k++) normed[i * K + k] = src[k] * scale * w[k];
+        for (int64_t k = 0; k < K; k++) normed[i * K + k] = src[k] * scale * g[k];
     }
-    return matmul_rows(be, NULL, normed, n_out, &op->u.logits.w, &op->u.logits.out, NULL, normed_bytes);
+    const struct weft_view *w = &op->u.logits.w, *out = &op->u.logits.out, *add = NULL;
+    return matmul_group(be, NULL, normed, n_out, 1, &w, &out, &add, normed_bytes);
 }
