@@ -385,6 +385,16 @@ static void gen_vocab_from_copies_tokenizer_keys(void)
     if (s) weft_gguf_close(s);
 }
 
+/* Rows that do not fit a K-quant's 256 blocks fall back as llama-quantize does. */
+static void k_quant_rows_that_do_not_fit_fall_back(void)
+{
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q4_K, 576), WEFT_TYPE_Q5_0);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q4_K, 1536), WEFT_TYPE_Q4_K);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q5_K, 64), WEFT_TYPE_Q5_1);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q6_K, 64), WEFT_TYPE_Q8_0);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q4_0, 64), WEFT_TYPE_Q4_0);
+}
+
 static void gen_rejects_bad_params(void)
 {
     struct weft_gen_params base = small_params(WEFT_TYPE_Q4_0), p;
@@ -399,7 +409,7 @@ static void gen_rejects_bad_params(void)
     BAD(p.n_head = 64; p.n_head_kv = 1);         /* head dim 1: odd */
     BAD(p.n_embd = 48; p.n_head = 4);            /* not a multiple of 32 */
     BAD(p.n_ff = 100);                           /* ffn_down rows */
-    BAD(p.type = WEFT_TYPE_Q4_K);                /* 64 % 256 */
+    BAD(p.type = WEFT_TYPE_Q4_K; p.n_ff = 80);   /* 80 fits neither Q4_K nor its Q5_0 fallback */
     BAD(p.type = WEFT_TYPE_Q8_1);                /* activation type */
     BAD(p.type = WEFT_TYPE_Q8_K);
     BAD(p.type = (enum weft_type)4);             /* not a type at all */
@@ -634,6 +644,7 @@ int main(void)
     RUN(gen_every_type_loads_with_intended_std);
     RUN(gen_is_deterministic_in_seed);
     RUN(gen_vocab_from_copies_tokenizer_keys);
+    RUN(k_quant_rows_that_do_not_fit_fall_back);
     RUN(gen_rejects_bad_params);
     RUN(gen_cli_parses_flags);
     RUN(quantize_f16_to_q8_0_is_close);

@@ -243,6 +243,17 @@ static weft_status check_n_vocab(uint32_t n_vocab, bool generated)
     return WEFT_OK;
 }
 
+enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row)
+{
+    if (row % weft_type_get(t)->block_size == 0) return t;
+    switch (t) {  /* llama.cpp's llama-quantize fallbacks */
+    case WEFT_TYPE_Q4_K: return WEFT_TYPE_Q5_0;
+    case WEFT_TYPE_Q5_K: return WEFT_TYPE_Q5_1;
+    case WEFT_TYPE_Q6_K: return WEFT_TYPE_Q8_0;
+    default: return t;
+    }
+}
+
 weft_status weft_gen_validate(const struct weft_gen_params *p)
 {
     const struct { const char *name; uint32_t v; } dims[] = {
@@ -271,13 +282,16 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
         return weft_error(WEFT_ERR_INVALID_ARG, "cannot generate weights of type %s "
                           "(use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)",
                           weft_type_name(p->type));
-    uint32_t bs = weft_type_get(p->type)->block_size;
-    if (p->n_embd % bs)
-        return weft_error(WEFT_ERR_INVALID_ARG, "n_embd %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
-                          p->n_embd, weft_type_name(p->type), bs);
-    if (p->n_ff % bs)
-        return weft_error(WEFT_ERR_INVALID_ARG, "n_ff %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
-                          p->n_ff, weft_type_name(p->type), bs);
+    /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
+     * but every row must fit the fallback */
+    uint32_t rows[2] = {p->n_embd, p->n_ff};
+    for (int i = 0; i < 2; i++) {
+        enum weft_type t = weft_gen_row_type(p->type, rows[i]);
+        uint32_t bs = weft_type_get(t)->block_size;
+        if (rows[i] % bs)
+            return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
+                              i ? "n_ff" : "n_embd", rows[i], weft_type_name(t), bs);
+    }
     if (!(p->rope_freq_base > 0.0f) || !isfinite(p->rope_freq_base))
         return weft_error(WEFT_ERR_INVALID_ARG, "rope freq base %g must be positive", (double)p->rope_freq_base);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
@@ -509,11 +523,11 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     size_t n_max = 3 + 9 * (size_t)p->n_layer, n = 0;
     tensors = calloc(n_max, sizeof *tensors);
     if (!tensors) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
-    add_desc(tensors, &n, "token_embd.weight", p->type, p->n_embd, n_vocab, false);
+    add_desc(tensors, &n, "token_embd.weight", weft_gen_row_type(p->type, p->n_embd), p->n_embd, n_vocab, false);
     for (uint32_t l = 0; l < p->n_layer; l++) {
         char nm[48];
 #define BLK(suffix, ne0, ne1, norm) \
-        (snprintf(nm, sizeof nm, "blk.%" PRIu32 "." suffix, l), add_desc(tensors, &n, nm, p->type, ne0, ne1, norm))
+        (snprintf(nm, sizeof nm, "blk.%" PRIu32 "." suffix, l), add_desc(tensors, &n, nm, weft_gen_row_type(p->type, ne0), ne0, ne1, norm))
         BLK("attn_norm.weight", p->n_embd, 1, true);
         BLK("attn_q.weight", p->n_embd, p->n_embd, false);
         BLK("attn_k.weight", p->n_embd, n_embd_kv, false);
@@ -526,7 +540,7 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
 #undef BLK
     }
     add_desc(tensors, &n, "output_norm.weight", p->type, p->n_embd, 1, true);
-    if (!p->tied_output) add_desc(tensors, &n, "output.weight", p->type, p->n_embd, n_vocab, false);
+    if (!p->tied_output) add_desc(tensors, &n, "output.weight", weft_gen_row_type(p->type, p->n_embd), p->n_embd, n_vocab, false);
 
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += (tensors[i].size + 63) & ~(size_t)63;

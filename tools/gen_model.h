@@ -40,6 +40,12 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset);
  * opened here. */
 weft_status weft_gen_validate(const struct weft_gen_params *p);
 
+/* The type a row of `row` elements gets when the model type is t: t itself
+ * if the row fits t's blocks, else llama-quantize's fallback (Q4_K -> Q5_0,
+ * Q5_K -> Q5_1, Q6_K -> Q8_0), so e.g. SmolLM2's 576-wide rows work in a
+ * "Q4_K" model with only n_ff-wide rows in Q4_K, as llama.cpp would. */
+enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row);
+
 /* Generate and write the model to out_path. On failure returns the error
  * (message in weft_last_error()); out_path may then be missing or partial.
  * Tensor data lives in memory until written; above 1 GiB it is backed by an
