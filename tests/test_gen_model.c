@@ -420,7 +420,7 @@ static void gen_rejects_bad_params(void)
     BAD(p.rms_eps = 0.0f);
     BAD(p.rope_freq_base = -1.0f);
     BAD(p.scale = NAN);
-    BAD(p.n_embd = 576; p.n_head = 9; p.n_head_kv = 3; p.n_ff = 1536; p.type = WEFT_TYPE_Q6_K);
+    BAD(p.n_embd = 592; p.n_head = 8; p.n_head_kv = 4; p.n_ff = 1536; p.type = WEFT_TYPE_Q6_K); /* 592 fits neither Q6_K nor Q8_0 */
 #undef BAD
     CHECK(n == 17);
     /* a missing --vocab-from file is an error too (not INVALID_ARG: it comes from the reader) */
