@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# CPU throughput of weft on the default model and on random-weight SmolLM2-shape
+# models in Q4_0, Q8_0, Q4_K and F16 (made by `weft gen`, cached), with the
+# machine's measured read bandwidth. Needs build/weft (cmake build) and the
+# default model (scripts/fetch-model.sh).
+#   bench/cpu.sh [-t THREADS] [-r REPS] [-p PP] [-n TG] [--json]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+threads=2 reps=5 pp=512 tg=64 json=()
+while [ $# -gt 0 ]; do
+    case $1 in
+        -t) threads=$2; shift 2 ;;
+        -r) reps=$2; shift 2 ;;
+        -p) pp=$2; shift 2 ;;
+        -n) tg=$2; shift 2 ;;
+        --json) json=(--json); shift ;;
+        *) echo "usage: bench/cpu.sh [-t THREADS] [-r REPS] [-p PP] [-n TG] [--json]" >&2; exit 2 ;;
+    esac
+done
+weft=build/weft
+[ -x $weft ] || { echo "bench: build weft first (cmake -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j)" >&2; exit 1; }
+cache=${WEFT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}
+default=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
+[ -f "$default" ] || bash scripts/fetch-model.sh
+mkdir -p "$cache/bench"
+models=("$default")
+for t in Q4_0 Q8_0 Q4_K F16; do
+    f=$cache/bench/smollm2-shape-$t.gguf
+    [ -f "$f" ] || $weft gen -o "$f" --preset smollm2-135m --type $t --vocab-from "$default" >/dev/null
+    models+=("$f")
+done
+$weft bench --membw -t "$threads" "${json[@]}"
+for m in "${models[@]}"; do
+    echo
+    echo "== $(basename "$m")"
+    $weft bench -m "$m" -p "$pp" -n "$tg" -r "$reps" -t "$threads" "${json[@]}"
+done
