@@ -244,11 +244,10 @@ static double now_s(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Time dot and dot_mm over a 1536 x 576 weight matrix (one activation row),
- * per table; printed only. */
-static void simd_tables_timed_against_scalar(void)
+/* Time dot and dot_mm over an N x K weight matrix (one activation row), per
+ * table; printed only. */
+static void time_tables(int64_t N, int64_t K)
 {
-    const int64_t N = 1536, K = 576;
     for (int ti = 0; ti < 3; ti++) {
         enum weft_type t = ftypes[ti];
         size_t rs = weft_row_size(t, K);
@@ -267,8 +266,9 @@ static void simd_tables_timed_against_scalar(void)
                 weft_cpu_dot_fn f = mm ? k->dot_mm[t] : k->dot[t];
                 volatile float sink = 0;
                 double best = 1e30;
+                for (int64_t r = 0; r < N; r++) sink += f(w + (size_t)r * rs, x, K); /* warm-up */
                 for (int trial = 0; trial < 5; trial++) {
-                    int reps = isa == 0 ? 2 : 20;
+                    int reps = (int)((isa == 0 ? 2 : 20) * (1536 * 576 / (N * K)));
                     double t0 = now_s();
                     for (int rep = 0; rep < reps; rep++)
                         for (int64_t r = 0; r < N; r++) sink += f(w + (size_t)r * rs, x, K);
@@ -277,13 +277,49 @@ static void simd_tables_timed_against_scalar(void)
                 }
                 (void)sink;
                 if (isa == 0) base[mm] = best;
-                printf("  %-4s %-6s %-6s %8.1f us / 1536x576 matvec (%5.1fx scalar)\n", weft_type_name(t),
-                       mm ? "dot_mm" : "dot", k->name, best * 1e6, base[mm] / best);
+                printf("  %-4s %-6s %-6s %8.2f us / %lldx%lld matvec (%5.1fx scalar)\n", weft_type_name(t),
+                       mm ? "dot_mm" : "dot", k->name, best * 1e6, (long long)N, (long long)K, base[mm] / best);
             }
         }
         free(w);
         free(x);
     }
+}
+
+/* The activation converters on 64 rows of 576 floats. */
+static void time_quant(void)
+{
+    const int64_t n = 64 * 576;
+    float *x = malloc((size_t)n * sizeof(float));
+    uint8_t *y = malloc((size_t)n * 4);
+    for (int64_t i = 0; i < n; i++) x[i] = unif() * 8.0f;
+    for (int ti = 1; ti < 3; ti++) {
+        enum weft_type t = ftypes[ti];
+        double base = 0;
+        for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+            const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+            if (!k) continue;
+            double best = 1e30;
+            for (int trial = 0; trial < 5; trial++) {
+                double t0 = now_s();
+                for (int rep = 0; rep < 20; rep++) k->quant[t](x, y, n);
+                double dt = (now_s() - t0) / 20;
+                if (dt < best) best = dt;
+            }
+            if (isa == 0) base = best;
+            printf("  %-4s quant  %-6s %8.2f us / 64x576 floats (%5.1fx scalar)\n", weft_type_name(t), k->name,
+                   best * 1e6, base / best);
+        }
+    }
+    free(x);
+    free(y);
+}
+
+static void simd_tables_timed_against_scalar(void)
+{
+    time_tables(1536, 576); /* 1.7-3.5 MB of weights: mostly memory-bound */
+    time_tables(16, 576);   /* cache-resident: the kernels themselves */
+    time_quant();
 }
 
 int main(void)
