@@ -145,44 +145,78 @@ static void dot_and_quant_match_reference_on_random_rows(void)
  * high-bit pattern, Q8_0 weights down to -128, and f16 scales/mins/sums over
  * the whole finite range (subnormals, both zeros). Activation bytes stay in
  * [-127, 127], the quantizers' range. */
+/* One weight row and one activation row of random block bytes. mode 0:
+ * anything; mode 1: extremes (activations +-127 alternating, Q8_0 weights
+ * all -128); mode 2: large block sums with many significant bits and scales
+ * of one magnitude, so that every block shows in the total (Q4_0: values -8/-7
+ * times activations -100..-127, where the scalar (sum * dw) * dx rounds
+ * twice). */
+static void random_block_rows(enum weft_type wt, int64_t n, int mode, uint8_t *wq, uint8_t *xq)
+{
+    enum weft_type vdt = weft_vec_dot_type(wt);
+    int64_t nb = n / 32;
+    size_t wbytes = weft_row_size(wt, n), wblk = wbytes / (size_t)nb;
+    for (size_t b = 0; b < wbytes; b++) wq[b] = (uint8_t)rng_u64();
+    /* d (and m) are the first halves of every weight block */
+    int nh = (wt == WEFT_TYPE_Q4_1 || wt == WEFT_TYPE_Q5_1) ? 2 : 1;
+    for (int64_t i = 0; i < nb; i++)
+        for (int j = 0; j < nh; j++) {
+            weft_half hv = mode == 2 ? weft_f32_to_half((float)(0.5 + rng_unit())) : rng_half();
+            memcpy(wq + (size_t)i * wblk + 2 * j, &hv, 2);
+        }
+    size_t xblk = weft_row_size(vdt, 32), xh = vdt == WEFT_TYPE_Q8_1 ? 2 : 1;
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *blk = xq + (size_t)i * xblk;
+        for (size_t j = 0; j < xh; j++) {
+            weft_half hv = mode == 2 ? weft_f32_to_half((float)(0.5 + rng_unit())) : rng_half();
+            memcpy(blk + 2 * j, &hv, 2);
+        }
+        int8_t *q = (int8_t *)(blk + 2 * xh);
+        for (int j = 0; j < 32; j++) {
+            if (mode == 1) q[j] = (j & 1) ? 127 : -127;
+            else if (mode == 2) q[j] = (int8_t)(-100 - (int)(rng_u64() % 28));
+            else q[j] = (int8_t)((int)(rng_u64() % 255) - 127);
+        }
+        if (mode == 1 && wt == WEFT_TYPE_Q8_0) memset(wq + (size_t)i * wblk + 2, 0x80, 32);
+        if (mode == 2 && wt == WEFT_TYPE_Q4_0)
+            for (int j = 0; j < 16; j++) wq[(size_t)i * wblk + 2 + j] = (uint8_t)(rng_u64() & 0x11);
+    }
+}
+
+/* Random block bytes, not only what the quantizers write: every nibble and
+ * high-bit pattern, Q8_0 weights down to -128, and f16 scales/mins/sums over
+ * the whole finite range (subnormals, both zeros). Activation bytes stay in
+ * [-127, 127], the quantizers' range. */
 static void dot_matches_reference_on_random_block_bytes(void)
 {
     static uint8_t wq[MAX_N * 2], xq[MAX_N * 2];
     for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
         const struct weft_cpu_kernels *k = table(isa);
         if (!k) continue;
-        for (int t = 0; t < N_QTYPES; t++) {
-            enum weft_type wt = q_types[t], vdt = weft_vec_dot_type(wt);
-            for (int s = 0; s < N_SIZES; s++) {
-                int64_t n = sizes[s], nb = n / 32;
-                for (int trial = 0; trial < 4; trial++) {
-                    size_t wbytes = weft_row_size(wt, n), wblk = wbytes / (size_t)nb;
-                    for (size_t b = 0; b < wbytes; b++) wq[b] = (uint8_t)rng_u64();
-                    /* d (and m) are the first halves of every weight block */
-                    int nh = (wt == WEFT_TYPE_Q4_1 || wt == WEFT_TYPE_Q5_1) ? 2 : 1;
-                    for (int64_t i = 0; i < nb; i++)
-                        for (int j = 0; j < nh; j++) {
-                            weft_half hv = rng_half();
-                            memcpy(wq + (size_t)i * wblk + 2 * j, &hv, 2);
-                        }
-                    size_t xblk = weft_row_size(vdt, 32), xh = vdt == WEFT_TYPE_Q8_1 ? 2 : 1;
-                    for (int64_t i = 0; i < nb; i++) {
-                        uint8_t *blk = xq + (size_t)i * xblk;
-                        for (size_t j = 0; j < xh; j++) {
-                            weft_half hv = rng_half();
-                            memcpy(blk + 2 * j, &hv, 2);
-                        }
-                        int8_t *q = (int8_t *)(blk + 2 * xh);
-                        for (int j = 0; j < 32; j++) q[j] = (int8_t)((int)(rng_u64() % 255) - 127);
-                        if (trial == 0) /* extremes: every product at its largest magnitude */
-                            for (int j = 0; j < 32; j++) q[j] = (j & 1) ? 127 : -127;
-                    }
-                    if (trial == 0 && wt == WEFT_TYPE_Q8_0) /* all -128 weights */
-                        for (int64_t i = 0; i < nb; i++) memset(wq + (size_t)i * wblk + 2, 0x80, 32);
-                    dot_matches(k, wt, wq, xq, n, "random bytes");
+        for (int t = 0; t < N_QTYPES; t++)
+            for (int s = 0; s < N_SIZES; s++)
+                for (int trial = 0; trial < 6; trial++) {
+                    random_block_rows(q_types[t], sizes[s], trial < 3 ? trial : 0, wq, xq);
+                    dot_matches(k, q_types[t], wq, xq, sizes[s], "random bytes");
                 }
+    }
+}
+
+/* Rows of 1 to 5 blocks, where a last-bit difference in one block's float
+ * steps cannot hide in a long sum: covers the Q4_0 four-block and tail
+ * paths and the per-block scale order of every kernel. */
+static void dot_matches_reference_on_short_rows(void)
+{
+    uint8_t wq[5 * 36], xq[5 * 36];
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = table(isa);
+        if (!k) continue;
+        for (int t = 0; t < N_QTYPES; t++)
+            for (int r = 0; r < 1500; r++) {
+                int64_t n = 32 * (1 + r % 5);
+                random_block_rows(q_types[t], n, r % 3 == 0 ? 0 : 2, wq, xq);
+                if (!dot_matches(k, q_types[t], wq, xq, n, "short rows")) break;
             }
-        }
     }
 }
 
@@ -190,7 +224,8 @@ static void dot_matches_reference_on_random_block_bytes(void)
  * absolute maximum (+a and -a, repeated), values landing exactly on .5 after
  * scaling (amax 127 * 2^e makes 127/amax exact), tiny values whose 127/amax
  * overflows to inf, and huge values whose f16 scale overflows. */
-enum { EDGE_ZERO, EDGE_NEGZERO, EDGE_TIES, EDGE_HALVES, EDGE_TINY, EDGE_HUGE, EDGE_ONEHOT, EDGE_COUNT };
+enum { EDGE_ZERO, EDGE_NEGZERO, EDGE_TIES, EDGE_HALVES, EDGE_NEAR_HALVES, EDGE_TINY, EDGE_HUGE, EDGE_ONEHOT,
+       EDGE_COUNT };
 
 static void fill_edge(float *x, int64_t n, int kind)
 {
@@ -210,6 +245,23 @@ static void fill_edge(float *x, int64_t n, int kind)
             if (j == 0) v = 127.0f * sc;
             else if (j == 1) v = -127.0f * sc;
             else v = ((float)((int)(rng_u64() % 253) - 126) + 0.5f) * sc; /* k + 0.5 after scaling */
+            break;
+        }
+        case EDGE_NEAR_HALVES: {
+            /* any amax: x = (k + 0.5) / id, nudged by -1, 0 or +1 ulp, so x * id
+             * lands on or next to a tie; catches any other id = 127/amax
+             * (e.g. 1/(amax/127)) or another tie rule */
+            static float amax, id;
+            if (j == 0) {
+                amax = (float)(0.01 + 10.0 * rng_unit()) * (float)ldexp(1.0, (int)(b % 7) - 3);
+                id = 127.0f / amax;
+                v = (b & 1) ? -amax : amax;
+            }
+            else {
+                v = ((float)((int)(rng_u64() % 253) - 126) + 0.5f) / id;
+                int nudge = (int)(rng_u64() % 3) - 1;
+                if (nudge) v = nextafterf(v, nudge > 0 ? INFINITY : -INFINITY);
+            }
             break;
         }
         case EDGE_TINY: v = (float)ldexp(rng_normal(), -130 - (int)(b % 20)); break; /* subnormal amax */
@@ -331,6 +383,7 @@ int main(void)
     RUN(every_table_has_the_q_entries);
     RUN(dot_and_quant_match_reference_on_random_rows);
     RUN(dot_matches_reference_on_random_block_bytes);
+    RUN(dot_matches_reference_on_short_rows);
     RUN(quant_and_dot_match_reference_on_edge_rows);
     RUN(quant_rounds_exact_halves_to_even);
     printf("  %ld dot and %ld quantizer comparisons, bit for bit\n", n_dot_checked, n_quant_checked);
