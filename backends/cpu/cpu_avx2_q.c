@@ -219,8 +219,10 @@ static inline AVX2 float absmax32(const float *x)
 }
 
 /* q[j] = (int8_t)nearbyintf(x[j] * id) for 32 elements; returns sum(q).
- * The int8 cast keeps the low byte of the int32 conversion, as the scalar
- * code compiles on x86 (this matters only for non-finite input). */
+ * The int8 cast keeps the low byte of the int32 conversion, as GCC compiles
+ * the scalar cast on x86. This matters only where the scalar cast is
+ * undefined: NaN input, or amax < 127/FLT_MAX (127/amax = inf), where both
+ * give 0 for the finite elements' inf/NaN products. */
 static inline AVX2 int quant32(const float *x, float id, int8_t *q)
 {
     const __m256 vid = _mm256_set1_ps(id);
