@@ -8,6 +8,16 @@
 
 #include "core/quant.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+/* F16C via cpuid: clang 14's __builtin_cpu_supports does not know "f16c". */
+static bool have_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 /* ---- the portable reference, as table entries ---- */
 #define REF_DOT(T)                                                                \
     static float ref_dot_##T(const void *w, const void *x, int64_t n)             \
@@ -62,7 +72,7 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
     case WEFT_CPU_ISA_AVX2:
         __builtin_cpu_init();
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && have_f16c();
     case WEFT_CPU_ISA_AVX512:
         return weft_cpu_isa_supported(WEFT_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
