@@ -45,7 +45,7 @@ static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, 
     }
 }
 
-struct attn_job { const struct weft_op *op; };
+struct attn_job { const struct weft_op *op; const struct weft_cpu_kernels *kern; };
 
 static void rope_kv_job(void *ctx, int ith, int nth)
 {
@@ -70,7 +70,7 @@ static void rope_kv_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    struct attn_job j = {op};
+    struct attn_job j = {op, be->kern};
     weft_cpu_pool_run(be->pool, rope_kv_job, &j);
     return WEFT_OK;
 }
@@ -93,8 +93,10 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  * Each of the three fusions was needed for stories260K / synth256 greedy
  * logprobs to match llama.cpp: F16 rounding turns a last-bit difference
  * into a visible one. acc16 is scratch of head_dim halves. */
-static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, weft_half *acc16)
+static void attn_one(const struct weft_cpu_kernels *kern, const struct weft_op_attention *o, int64_t r, uint32_t h,
+                     weft_half *acc16)
 {
+    const weft_cpu_dot_fn dot_f16 = kern->dot[WEFT_TYPE_F16];
     const struct weft_kv_view *kv = &o->kv;
     uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head, kvh = h / group;
     const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq);
@@ -108,18 +110,17 @@ static void attn_one(const struct weft_op_attention *o, int64_t r, uint32_t h, w
         int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
         const weft_half *k = kv_row(kv, slot, 0) + (size_t)kvh * hd;
         const weft_half *v = kv_row(kv, slot, 1) + (size_t)kvh * hd;
-        float s = weft_vec_dot(WEFT_TYPE_F16, k, qh16, hd) * o->scale;
+        float s = dot_f16(k, qh16, hd) * o->scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             float Mold = M;
             M = s;
             ms = expf(Mold - M);
-            for (uint32_t d = 0; d < hd; d++) acc16[d] = weft_f32_to_half(weft_half_to_f32(acc16[d]) * ms);
+            kern->f16_scale(acc16, ms, hd);
         } else {
             vs = expf(s - M);
         }
-        for (uint32_t d = 0; d < hd; d++)
-            acc16[d] = weft_f32_to_half(fmaf(weft_half_to_f32(v[d]), vs, weft_half_to_f32(acc16[d])));
+        kern->f16_mad(acc16, v, vs, hd);
         S = fmaf(S, ms, vs);
     }
     float *out = cpu_row_f32(&o->out, r) + (size_t)h * hd;
@@ -133,14 +134,15 @@ static void attention_job(void *ctx, int ith, int nth)
     int64_t n = (int64_t)o->batch.n_rows * o->n_head, lo, hi;
     cpu_split(n, ith, nth, &lo, &hi);
     weft_half acc[512];
-    for (int64_t i = lo; i < hi; i++) attn_one(o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
+    const struct weft_cpu_kernels *kern = ((struct attn_job *)ctx)->kern;
+    for (int64_t i = lo; i < hi; i++) attn_one(kern, o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
 }
 
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     if (op->u.attention.kv.head_dim > 512)
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
-    struct attn_job j = {op};
+    struct attn_job j = {op, be->kern};
     weft_cpu_pool_run(be->pool, attention_job, &j);
     return WEFT_OK;
 }

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "core/quant.h"
@@ -42,8 +43,20 @@ REF_DOT_MM(F32) REF_DOT_MM(F16) REF_DOT_MM(BF16)
     }
 REF_QUANT(F32) REF_QUANT(F16) REF_QUANT(BF16) REF_QUANT(Q8_0) REF_QUANT(Q8_1) REF_QUANT(Q8_K)
 
+static void ref_f16_mad(weft_half *acc, const weft_half *v, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) acc[i] = weft_f32_to_half(fmaf(weft_half_to_f32(v[i]), s, weft_half_to_f32(acc[i])));
+}
+
+static void ref_f16_scale(weft_half *acc, float s, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) acc[i] = weft_f32_to_half(weft_half_to_f32(acc[i]) * s);
+}
+
 static void fill_scalar(struct weft_cpu_kernels *k)
 {
+    k->f16_mad = ref_f16_mad;
+    k->f16_scale = ref_f16_scale;
 #define D(T) k->dot[WEFT_TYPE_##T] = ref_dot_##T;
     D(F32) D(F16) D(BF16) D(Q4_0) D(Q4_1) D(Q5_0) D(Q5_1) D(Q8_0) D(Q4_K) D(Q5_K) D(Q6_K)
 #undef D
@@ -110,7 +123,10 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
         if (!k->dot[t]) k->dot[t] = lower->dot[t];
         if (!k->dot_mm[t]) { k->dot_mm[t] = lower->dot_mm[t]; k->mm_k_multiple[t] = lower->mm_k_multiple[t]; }
         if (!k->quant[t]) k->quant[t] = lower->quant[t];
+        if (!k->dot4[t] && k->dot[t] == lower->dot[t]) k->dot4[t] = lower->dot4[t];
     }
+    if (!k->f16_mad) k->f16_mad = lower->f16_mad;
+    if (!k->f16_scale) k->f16_scale = lower->f16_scale;
 }
 
 static void build_tables(void)
@@ -124,6 +140,8 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx2_q(&tables[WEFT_CPU_ISA_AVX2]);
     weft_cpu_kernels_fill_avx2_k(&tables[WEFT_CPU_ISA_AVX2]);
     weft_cpu_kernels_fill_avx2_f(&tables[WEFT_CPU_ISA_AVX2]);
+    weft_cpu_kernels_fill_avx2_attn(&tables[WEFT_CPU_ISA_AVX2]);
+    weft_cpu_kernels_fill_avx2_dot4(&tables[WEFT_CPU_ISA_AVX2]);
     merge_lower(&tables[WEFT_CPU_ISA_AVX2], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_avx512(&tables[WEFT_CPU_ISA_AVX512]);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);

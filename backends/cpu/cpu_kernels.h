@@ -30,6 +30,16 @@ typedef float (*weft_cpu_dot_fn)(const void *w, const void *x, int64_t n);
  * BF16, F32), bit-identical to weft_quantize_row_act. */
 typedef void (*weft_cpu_quant_fn)(const float *x, void *y, int64_t n);
 
+/* Four weight rows w, w + stride, w + 2 stride, w + 3 stride against one
+ * activation row: out[i] bit-identical to dot(w + i * stride, x, n). Lets a
+ * kernel share the activation loads and keep four row streams in flight. */
+typedef void (*weft_cpu_dot4_fn)(const void *w, size_t stride, const void *x, int64_t n, float out[4]);
+/* Flash attention's F16 V accumulator (ggml's ggml_vec_mad_f16 /
+ * ggml_vec_scale_f16): acc[i] = f16(fmaf(f32(v[i]), s, f32(acc[i]))) and
+ * acc[i] = f16(f32(acc[i]) * s), rounding to nearest even. */
+typedef void (*weft_cpu_f16_mad_fn)(weft_half *acc, const weft_half *v, float s, int64_t n);
+typedef void (*weft_cpu_f16_scale_fn)(weft_half *acc, float s, int64_t n);
+
 struct weft_cpu_kernels {
     enum weft_cpu_isa isa;
     const char *name;
@@ -42,6 +52,10 @@ struct weft_cpu_kernels {
     int mm_k_multiple[WEFT_TYPE_COUNT_];
     /* activation quantizer, indexed by the vec_dot type */
     weft_cpu_quant_fn quant[WEFT_TYPE_COUNT_];
+    /* optional four-row form of dot[] (NULL: the matmul calls dot 4 times) */
+    weft_cpu_dot4_fn dot4[WEFT_TYPE_COUNT_];
+    weft_cpu_f16_mad_fn f16_mad;
+    weft_cpu_f16_scale_fn f16_scale;
 };
 
 /* Whether this CPU (and this build) can run the table. */
@@ -58,5 +72,7 @@ void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k);   /* cpu_avx2_q.c
 void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
 void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
+void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 
 #endif
