@@ -27,6 +27,7 @@ struct mm_job {
     bool private_x;              /* each thread converts x into xq + ith * n_rows * qrow */
     weft_cpu_quant_fn quant;     /* activations -> vec_dot type */
     weft_cpu_dot_fn dot;         /* in the float order ggml uses for this shape */
+    weft_cpu_dot4_fn dot4;       /* same results, four weight rows at a time; may be NULL */
 };
 
 static const float *x_row(const struct mm_job *j, int64_t r)
@@ -67,7 +68,15 @@ static void mm_dot(void *ctx, int ith, int nth)
             const uint8_t *xr = xq + (size_t)r * j->qrow;
             float *out = cpu_row_f32(j->out[g], r);
             const float *add = j->add[g] ? cpu_row_f32(j->add[g], r) : NULL;
-            for (int64_t n = n0; n < n1; n++) {
+            int64_t n = n0;
+            if (j->dot4) {
+                for (; n + 4 <= n1; n += 4) {
+                    float v[4];
+                    j->dot4(wbase + (size_t)n * w->nb1, w->nb1, xr, j->K, v);
+                    for (int i = 0; i < 4; i++) out[n + i] = add ? v[i] + add[n + i] : v[i];
+                }
+            }
+            for (; n < n1; n++) {
                 float v = dot(wbase + (size_t)n * w->nb1, xr, j->K);
                 out[n] = add ? v + add[n] : v;
             }
@@ -101,6 +110,7 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     int mk = k->mm_k_multiple[wt];
     bool mm = k->dot_mm[wt] && n_rows >= 2 && all_div4 && mk && j.K % mk == 0;
     j.dot = mm ? k->dot_mm[wt] : k->dot[wt];
+    j.dot4 = mm ? NULL : k->dot4[wt];
     j.qrow = weft_row_size(vdt, j.K);
     int nth = weft_cpu_pool_threads(be->pool);
     j.private_x = n_rows <= SMALL_ROWS && nth > 1;
