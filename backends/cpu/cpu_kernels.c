@@ -124,6 +124,7 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
         if (!k->dot_mm[t]) { k->dot_mm[t] = lower->dot_mm[t]; k->mm_k_multiple[t] = lower->mm_k_multiple[t]; }
         if (!k->quant[t]) k->quant[t] = lower->quant[t];
         if (!k->dot4[t] && k->dot[t] == lower->dot[t]) k->dot4[t] = lower->dot4[t];
+        if (!k->gemm[t] && k->dot[t] == lower->dot[t]) k->gemm[t] = lower->gemm[t];
     }
     if (!k->f16_mad) k->f16_mad = lower->f16_mad;
     if (!k->f16_scale) k->f16_scale = lower->f16_scale;
@@ -142,6 +143,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx2_f(&tables[WEFT_CPU_ISA_AVX2]);
     weft_cpu_kernels_fill_avx2_attn(&tables[WEFT_CPU_ISA_AVX2]);
     weft_cpu_kernels_fill_avx2_dot4(&tables[WEFT_CPU_ISA_AVX2]);
+    weft_cpu_kernels_fill_avx2_gemm(&tables[WEFT_CPU_ISA_AVX2]);
     merge_lower(&tables[WEFT_CPU_ISA_AVX2], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_avx512(&tables[WEFT_CPU_ISA_AVX512]);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);

@@ -34,6 +34,12 @@ typedef void (*weft_cpu_quant_fn)(const float *x, void *y, int64_t n);
  * activation row: out[i] bit-identical to dot(w + i * stride, x, n). Lets a
  * kernel share the activation loads and keep four row streams in flight. */
 typedef void (*weft_cpu_dot4_fn)(const void *w, size_t stride, const void *x, int64_t n, float out[4]);
+/* A block of a matmul for prefill: for i < nw, j < nx,
+ *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
+ * bit-identical to dot[] (so any tiling inside is free to reorder work across
+ * outputs but never within one). nw <= 16; nx any. */
+typedef void (*weft_cpu_gemm_fn)(const void *w, size_t wstride, int nw, const void *x, size_t xstride, int nx,
+                                 int64_t n, float *out, size_t ldo);
 /* Flash attention's F16 V accumulator (ggml's ggml_vec_mad_f16 /
  * ggml_vec_scale_f16): acc[i] = f16(fmaf(f32(v[i]), s, f32(acc[i]))) and
  * acc[i] = f16(f32(acc[i]) * s), rounding to nearest even. */
@@ -54,6 +60,8 @@ struct weft_cpu_kernels {
     weft_cpu_quant_fn quant[WEFT_TYPE_COUNT_];
     /* optional four-row form of dot[] (NULL: the matmul calls dot 4 times) */
     weft_cpu_dot4_fn dot4[WEFT_TYPE_COUNT_];
+    /* optional register-blocked form of dot[] for many activation rows */
+    weft_cpu_gemm_fn gemm[WEFT_TYPE_COUNT_];
     weft_cpu_f16_mad_fn f16_mad;
     weft_cpu_f16_scale_fn f16_scale;
 };
@@ -74,5 +82,6 @@ void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 
 #endif

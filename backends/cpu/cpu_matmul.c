@@ -28,6 +28,7 @@ struct mm_job {
     weft_cpu_quant_fn quant;     /* activations -> vec_dot type */
     weft_cpu_dot_fn dot;         /* in the float order ggml uses for this shape */
     weft_cpu_dot4_fn dot4;       /* same results, four weight rows at a time; may be NULL */
+    weft_cpu_gemm_fn gemm;       /* same results, register-blocked over many rows; may be NULL */
 };
 
 static const float *x_row(const struct mm_job *j, int64_t r)
@@ -64,6 +65,16 @@ static void mm_dot(void *ctx, int ith, int nth)
         int64_t n0 = (t - (g ? j->tile_end[g - 1] : 0)) * COL_TILE, N = w->ne1;
         int64_t n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
         const uint8_t *wbase = cpu_ptr(w);
+        if (j->gemm && !j->add[g] && j->out[g]->nb1 % sizeof(float) == 0) {
+            /* prefill: one call per (tile, chunk of activation rows) */
+            const int64_t RC = 64;
+            for (int64_t r0 = 0; r0 < j->n_rows; r0 += RC) {
+                int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
+                j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, (int)(n1 - n0), xq + (size_t)r0 * j->qrow, j->qrow, nx,
+                        j->K, cpu_row_f32(j->out[g], r0) + n0, j->out[g]->nb1 / sizeof(float));
+            }
+            continue;
+        }
         for (int64_t r = 0; r < j->n_rows; r++) {
             const uint8_t *xr = xq + (size_t)r * j->qrow;
             float *out = cpu_row_f32(j->out[g], r);
@@ -111,6 +122,7 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     bool mm = k->dot_mm[wt] && n_rows >= 2 && all_div4 && mk && j.K % mk == 0;
     j.dot = mm ? k->dot_mm[wt] : k->dot[wt];
     j.dot4 = mm ? NULL : k->dot4[wt];
+    j.gemm = mm || n_rows < 8 ? NULL : k->gemm[wt];
     j.qrow = weft_row_size(vdt, j.K);
     int nth = weft_cpu_pool_threads(be->pool);
     j.private_x = n_rows <= SMALL_ROWS && nth > 1;
