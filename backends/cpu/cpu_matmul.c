@@ -65,13 +65,21 @@ static void mm_dot(void *ctx, int ith, int nth)
         int64_t n0 = (t - (g ? j->tile_end[g - 1] : 0)) * COL_TILE, N = w->ne1;
         int64_t n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
         const uint8_t *wbase = cpu_ptr(w);
-        if (j->gemm && !j->add[g] && j->out[g]->nb1 % sizeof(float) == 0) {
-            /* prefill: one call per (tile, chunk of activation rows) */
-            const int64_t RC = 64;
+        if (j->gemm) {
+            /* prefill: one call per (tile, chunk of activation rows), into a
+             * small buffer so a residual that aliases out can be added after */
+            enum { RC = 64 };
+            float tmp[RC * COL_TILE];
+            int nw = (int)(n1 - n0);
             for (int64_t r0 = 0; r0 < j->n_rows; r0 += RC) {
                 int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
-                j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, (int)(n1 - n0), xq + (size_t)r0 * j->qrow, j->qrow, nx,
-                        j->K, cpu_row_f32(j->out[g], r0) + n0, j->out[g]->nb1 / sizeof(float));
+                j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, nw, xq + (size_t)r0 * j->qrow, j->qrow, nx, j->K, tmp,
+                        COL_TILE);
+                for (int x = 0; x < nx; x++) {
+                    float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
+                    const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
+                    for (int i = 0; i < nw; i++) out[i] = add ? tmp[x * COL_TILE + i] + add[i] : tmp[x * COL_TILE + i];
+                }
             }
             continue;
         }
