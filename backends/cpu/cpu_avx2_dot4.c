@@ -1,4 +1,227 @@
-/* Four-row dots: none yet for any type, so the matmul calls dot[] per row. */
+/* AVX2 (+FMA, F16C) four-row dots: weight rows w, w + stride, w + 2 stride,
+ * w + 3 stride against one activation row, out[i] bit-identical to
+ * k->dot[type](w + i * stride, x, n) and so to the reference in core/quant.c
+ * (tests/test_cpu_kernels_dot4.c checks this for every table).
+ *
+ * Each row keeps the float operation sequence of the one-row kernels in
+ * cpu_avx2_q.c / cpu_avx2_k.c: its own 8-lane accumulator, the same scale
+ * products (dw * dx, multiplication commutes exactly), the same fma or
+ * mul+add per block, the same scalar chains and final horizontal sums. Only
+ * the integer lane values may come from other instruction sequences, and they
+ * are exact:
+ *  - Q4_0 / Q5_0: the one-row kernels multiply the signed values v = u - 8
+ *    (u - 16) by the activations; here the unsigned u (0..15, 0..31) go
+ *    through maddubs and 8 (16) times the activations' 4-byte lane sums,
+ *    computed once per block for all four rows, are subtracted: the same
+ *    int32 per lane, without the per-row sign fix-ups;
+ *  - Q4_0's reference is a scalar float chain per block,
+ *    sumf += ((float)s * dw) * dx; here the four rows' chains are the four
+ *    lanes of one 128-bit vector (mul, mul, add: the same IEEE ops).
+ * What is shared: the activation block loads (and their shuffles and lane
+ * sums), the activation scales' conversions, the loop; four independent
+ * accumulator chains hide the fma latency.
+ *
+ * int16 saturation in maddubs: unsigned operands are at most 31 (Q5_0 u),
+ * 15 (Q4_0/Q4_1), 63 (Q6_K) or 128 (|Q8_0 weight|), signed ones activations in
+ * [-127, 127]; pairs stay below 32767 as in the one-row kernels. */
 #include "backends/cpu/cpu_kernels.h"
 
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "core/types.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* keep in step with core/quant.c and cpu_avx2_q.c */
+#ifndef WEFT_GGML_SCALAR_CONTRACT
+#define WEFT_GGML_SCALAR_CONTRACT 1
+#endif
+
+/* Software prefetch distance in bytes ahead on each weight row (0: none). */
+#ifndef WEFT_DOT4_PREFETCH
+#define WEFT_DOT4_PREFETCH 0
+#endif
+
+static inline AVX2 float h2f(weft_half h) { return _cvtsh_ss(h); }
+
+static inline AVX2 float ggml_scalar_madd(float a, float b, float c)
+{
+#if WEFT_GGML_SCALAR_CONTRACT
+    return fmaf(a, b, c);
+#else
+    return c + a * b;
+#endif
+}
+
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
+static inline AVX2 float hsum_float_8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+/* byte j = 0x10 if bit j of the little-endian 32-bit qh is set, else 0 */
+static inline AVX2 __m256i hbit16_from_bits_32(const uint8_t qh[4])
+{
+    uint32_t x32;
+    memcpy(&x32, qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
+    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+static inline AVX2 __m256i lanes_us(__m256i u, __m256i s)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+}
+
+static inline AVX2 __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
+{
+#if WEFT_DOT4_PREFETCH > 0
+    _mm_prefetch((const char *)p + WEFT_DOT4_PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + stride + WEFT_DOT4_PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + 2 * stride + WEFT_DOT4_PREFETCH, _MM_HINT_T0);
+    _mm_prefetch((const char *)p + 3 * stride + WEFT_DOT4_PREFETCH, _MM_HINT_T0);
+#else
+    (void)p, (void)stride;
+#endif
+}
+
+#define ROW(T, r) ((const T *)((const uint8_t *)vw + (size_t)(r) * stride))
+
+/* ---- Q4_1 x Q8_1 (dot_q4_1: acc = fma(dw*dx, lanes, acc); summs = fma(m, s, summs)) ---- */
+
+static inline AVX2 void q4_1_row(const struct weft_block_q4_1 *w, __m256i xq, float xd, float xs, __m256 *acc,
+                                 float *summs)
+{
+    *summs = ggml_scalar_madd(h2f(w->m), xs, *summs);
+    __m256i p = lanes_us(bytes_from_nibbles_32(w->qs), xq);
+    __m256 d = _mm256_set1_ps(h2f(w->d) * xd);
+    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+}
+
+static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+{
+    const struct weft_block_q4_1 *w0 = ROW(struct weft_block_q4_1, 0), *w1 = ROW(struct weft_block_q4_1, 1);
+    const struct weft_block_q4_1 *w2 = ROW(struct weft_block_q4_1, 2), *w3 = ROW(struct weft_block_q4_1, 3);
+    const struct weft_block_q8_1 *x = vx;
+    const int64_t nb = n / WEFT_QK4_1;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_rows((const uint8_t *)&w0[i], stride);
+        const __m256i xq = load32(x[i].qs);
+        const float xd = h2f(x[i].d), xs = h2f(x[i].s);
+        q4_1_row(&w0[i], xq, xd, xs, &a0, &s0);
+        q4_1_row(&w1[i], xq, xd, xs, &a1, &s1);
+        q4_1_row(&w2[i], xq, xd, xs, &a2, &s2);
+        q4_1_row(&w3[i], xq, xd, xs, &a3, &s3);
+    }
+    out[0] = hsum_float_8(a0) + s0;
+    out[1] = hsum_float_8(a1) + s1;
+    out[2] = hsum_float_8(a2) + s2;
+    out[3] = hsum_float_8(a3) + s3;
+}
+
+/* ---- Q8_0 x Q8_0 (dot_q8_0: acc = fma(dw*dx, lanes, acc)) ----
+ * lanes as the one-row kernel: maddubs(|w|, x with w's sign) */
+
+static inline AVX2 void q8_0_row(const struct weft_block_q8_0 *w, __m256i xq, float xd, __m256 *acc)
+{
+    __m256i wq = load32(w->qs);
+    __m256i p = lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+    __m256 d = _mm256_set1_ps(h2f(w->d) * xd);
+    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+}
+
+static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+{
+    const struct weft_block_q8_0 *w0 = ROW(struct weft_block_q8_0, 0), *w1 = ROW(struct weft_block_q8_0, 1);
+    const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3);
+    const struct weft_block_q8_0 *x = vx;
+    const int64_t nb = n / WEFT_QK8_0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_rows((const uint8_t *)&w0[i], stride);
+        const __m256i xq = load32(x[i].qs);
+        const float xd = h2f(x[i].d);
+        q8_0_row(&w0[i], xq, xd, &a0);
+        q8_0_row(&w1[i], xq, xd, &a1);
+        q8_0_row(&w2[i], xq, xd, &a2);
+        q8_0_row(&w3[i], xq, xd, &a3);
+    }
+    out[0] = hsum_float_8(a0);
+    out[1] = hsum_float_8(a1);
+    out[2] = hsum_float_8(a2);
+    out[3] = hsum_float_8(a3);
+}
+
+/* ---- Q4_0 x Q8_0 (dot_q4_0: sumf += ((float)s * dw) * dx, block by block) ----
+ * s = sum(u * x) - 8 * sum(x) for the nibbles u; the four rows' block sums
+ * come out of one hadd tree as the four int32 of a 128-bit vector, and the
+ * four scalar chains run as its four float lanes. */
+
+static inline AVX2 __m128i half4_row_scales(const weft_half *d0, const weft_half *d1, const weft_half *d2,
+                                            const weft_half *d3)
+{
+    return _mm_setr_epi16((short)*d0, (short)*d1, (short)*d2, (short)*d3, 0, 0, 0, 0);
+}
+
+static AVX2 void dot4_q4_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+{
+    const struct weft_block_q4_0 *w0 = ROW(struct weft_block_q4_0, 0), *w1 = ROW(struct weft_block_q4_0, 1);
+    const struct weft_block_q4_0 *w2 = ROW(struct weft_block_q4_0, 2), *w3 = ROW(struct weft_block_q4_0, 3);
+    const struct weft_block_q8_0 *x = vx;
+    const int64_t nb = n / WEFT_QK4_0;
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    __m128 sumf = _mm_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_rows((const uint8_t *)&w0[i], stride);
+        const __m256i xq = load32(x[i].qs);
+        const __m256i xsum = lanes_us(ones8, xq); /* 4-byte lane sums of x */
+        __m256i p0 = lanes_us(bytes_from_nibbles_32(w0[i].qs), xq);
+        __m256i p1 = lanes_us(bytes_from_nibbles_32(w1[i].qs), xq);
+        __m256i p2 = lanes_us(bytes_from_nibbles_32(w2[i].qs), xq);
+        __m256i p3 = lanes_us(bytes_from_nibbles_32(w3[i].qs), xq);
+        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        /* 8 * sum(x) over the block, in every int32 */
+        __m128i xs = _mm_add_epi32(_mm256_castsi256_si128(xsum), _mm256_extracti128_si256(xsum, 1));
+        xs = _mm_add_epi32(xs, _mm_shuffle_epi32(xs, _MM_SHUFFLE(1, 0, 3, 2)));
+        xs = _mm_add_epi32(xs, _mm_shuffle_epi32(xs, _MM_SHUFFLE(2, 3, 0, 1)));
+        s = _mm_sub_epi32(s, _mm_slli_epi32(xs, 3));
+        __m128 dw = _mm_cvtph_ps(half4_row_scales(&w0[i].d, &w1[i].d, &w2[i].d, &w3[i].d));
+        __m128 t = _mm_mul_ps(_mm_mul_ps(_mm_cvtepi32_ps(s), dw), _mm_set1_ps(h2f(x[i].d)));
+        sumf = _mm_add_ps(sumf, t);
+    }
+    _mm_storeu_ps(out, sumf);
+}
+
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k)
+{
+    k->dot4[WEFT_TYPE_Q4_0] = dot4_q4_0;
+    k->dot4[WEFT_TYPE_Q4_1] = dot4_q4_1;
+    k->dot4[WEFT_TYPE_Q8_0] = dot4_q8_0;
+}
+
+#else
+
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k) { (void)k; }
+
+#endif
