@@ -297,6 +297,11 @@ static void fill_logprobs(const struct weft_sampler *s, const float *logits, flo
                           struct weft_sample *out)
 {
     int32_t V = s->n_vocab, n = s->p.n_logprobs;
+    if (n == 0) {  /* nobody asked: skip the pass over the vocabulary */
+        out->logprob = NAN;
+        out->n_top = 0;
+        return;
+    }
     double mx = raw_max, sum = 0.0;
     if (mx != -INFINITY)
         for (int32_t i = 0; i < V; i++)

@@ -32,7 +32,8 @@ void weft_sampling_params_default(struct weft_sampling_params *p);
 
 struct weft_sample {
     int32_t id;
-    float logprob;                 /* of id under the raw distribution */
+    float logprob;                 /* of id under the raw distribution; NAN when
+                                      n_logprobs is 0 (the pass is skipped) */
     int32_t n_top;
     int32_t top_id[WEFT_MAX_LOGPROBS];   /* descending logprob; ties -> lower id first */
     float top_logprob[WEFT_MAX_LOGPROBS];

@@ -131,6 +131,20 @@ static void logprobs_over_whole_vocab_sum_to_one(void)
     weft_sampler_free(s);
 }
 
+/* Without n_logprobs the vocabulary pass is skipped and logprob is NaN. */
+static void no_logprobs_requested_skips_them(void)
+{
+    const float l[4] = { 2.0f, 1.0f, 0.5f, -1.0f };
+    struct weft_sampling_params p = plain_params(0.0f);
+    struct weft_sampler *s = make(&p, 4);
+    struct weft_sample o;
+    CHECK_EQ_INT(weft_sampler_sample(s, l, &o), WEFT_OK);
+    CHECK_EQ_INT(o.id, 0);
+    CHECK(isnan(o.logprob));
+    CHECK_EQ_INT(o.n_top, 0);
+    weft_sampler_free(s);
+}
+
 static void logprobs_ignore_penalties_and_temperature(void)
 {
     const float l[4] = { 2.0f, 1.0f, 0.5f, -1.0f };
@@ -138,6 +152,7 @@ static void logprobs_ignore_penalties_and_temperature(void)
     ref_log_softmax(l, 4, ref);
     struct weft_sampling_params p = plain_params(0.0f);
     p.repeat_penalty = 3.0f;
+    p.n_logprobs = 1;
     struct weft_sampler *s = make(&p, 4);
     weft_sampler_accept(s, 0);
     struct weft_sample o;
@@ -600,6 +615,7 @@ static void nan_logits_handled(void)
     /* +inf wins outright and does not poison the rest */
     const float inf[4] = { 1.0f, INFINITY, 2.0f, NAN };
     struct weft_sampling_params pi = plain_params(1.0f);
+    pi.n_logprobs = 1;
     struct weft_sampler *si = make(&pi, 4);
     for (int i = 0; i < 100; i++)
         CHECK_EQ_INT(draw(si, inf), 1);
@@ -631,6 +647,7 @@ int main(void)
     RUN(logprobs_match_double_reference_top_list_descending);
     RUN(logprobs_over_whole_vocab_sum_to_one);
     RUN(logprobs_ignore_penalties_and_temperature);
+    RUN(no_logprobs_requested_skips_them);
     RUN(top_k_1_equals_greedy_at_any_temperature);
     RUN(same_seed_same_sequence_different_seed_different);
     RUN(empirical_frequencies_match_softmax_over_temperature);
