@@ -107,49 +107,68 @@ static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
 
 /* ---- Q4_1 x Q8_1 (dot_q4_1: acc = fma(dw*dx, lanes, acc); summs = fma(m, s, summs)) ---- */
 
-static inline AVX2 void q4_1_row(const struct weft_block_q4_1 *w, __m256i xq, float xd, float xs, __m256 *acc,
-                                 float *summs)
+/* The four rows' scales: the 32-bit words at the blocks' starts (d, or d
+ * and m) as four int32; F16C widens them exactly as h2f. */
+static inline AVX2 __m128i head4(const void *b0, const void *b1, const void *b2, const void *b3)
 {
-    *summs = ggml_scalar_madd(h2f(w->m), xs, *summs);
-    __m256i p = lanes_us(bytes_from_nibbles_32(w->qs), xq);
-    __m256 d = _mm256_set1_ps(h2f(w->d) * xd);
-    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+    uint32_t u0, u1, u2, u3;
+    memcpy(&u0, b0, 4), memcpy(&u1, b1, 4), memcpy(&u2, b2, 4), memcpy(&u3, b3, 4);
+    return _mm_setr_epi32((int)u0, (int)u1, (int)u2, (int)u3);
 }
 
+static inline AVX2 __m256 bcast_lane(__m256 v, int l) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l)); }
+
+static inline AVX2 __m256 q4_1_lanes_f(const struct weft_block_q4_1 *w, __m256i xq)
+{
+    return _mm256_cvtepi32_ps(lanes_us(bytes_from_nibbles_32(w->qs), xq));
+}
+
+/* dm = (d0 m0 d1 m1 d2 m2 d3 m3) of the four rows' blocks: the even lanes of
+ * dm * xd are the rows' dw * dx; the odd lanes of sm = fma(dm, xs, sm) are
+ * the rows' scalar summs chains (each lane its own fmaf chain; the even
+ * lanes are unused). */
 static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q4_1 *w0 = ROW(struct weft_block_q4_1, 0), *w1 = ROW(struct weft_block_q4_1, 1);
     const struct weft_block_q4_1 *w2 = ROW(struct weft_block_q4_1, 2), *w3 = ROW(struct weft_block_q4_1, 3);
     const struct weft_block_q8_1 *x = vx;
     const int64_t nb = n / WEFT_QK4_1;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, sm = a0;
     for (int64_t i = 0; i < nb; i++) {
         prefetch_rows((const uint8_t *)&w0[i], stride);
         const __m256i xq = load32(x[i].qs);
-        const float xd = h2f(x[i].d), xs = h2f(x[i].s);
-        q4_1_row(&w0[i], xq, xd, xs, &a0, &s0);
-        q4_1_row(&w1[i], xq, xd, xs, &a1, &s1);
-        q4_1_row(&w2[i], xq, xd, xs, &a2, &s2);
-        q4_1_row(&w3[i], xq, xd, xs, &a3, &s3);
+        const __m256 xd = _mm256_set1_ps(h2f(x[i].d)), xs = _mm256_set1_ps(h2f(x[i].s));
+        const __m256 dm = _mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i]));
+#if WEFT_GGML_SCALAR_CONTRACT
+        sm = _mm256_fmadd_ps(dm, xs, sm);
+#else
+        sm = _mm256_add_ps(sm, _mm256_mul_ps(dm, xs));
+#endif
+        const __m256 d = _mm256_mul_ps(dm, xd);
+        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q4_1_lanes_f(&w0[i], xq), a0);
+        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q4_1_lanes_f(&w1[i], xq), a1);
+        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q4_1_lanes_f(&w2[i], xq), a2);
+        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q4_1_lanes_f(&w3[i], xq), a3);
     }
-    out[0] = hsum_float_8(a0) + s0;
-    out[1] = hsum_float_8(a1) + s1;
-    out[2] = hsum_float_8(a2) + s2;
-    out[3] = hsum_float_8(a3) + s3;
+    float s[8];
+    _mm256_storeu_ps(s, sm);
+    out[0] = hsum_float_8(a0) + s[1];
+    out[1] = hsum_float_8(a1) + s[3];
+    out[2] = hsum_float_8(a2) + s[5];
+    out[3] = hsum_float_8(a3) + s[7];
 }
 
 /* ---- Q8_0 x Q8_0 (dot_q8_0: acc = fma(dw*dx, lanes, acc)) ----
  * lanes as the one-row kernel: maddubs(|w|, x with w's sign) */
 
-static inline AVX2 void q8_0_row(const struct weft_block_q8_0 *w, __m256i xq, float xd, __m256 *acc)
+static inline AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i xq)
 {
     __m256i wq = load32(w->qs);
-    __m256i p = lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
-    __m256 d = _mm256_set1_ps(h2f(w->d) * xd);
-    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+    return _mm256_cvtepi32_ps(lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)));
 }
 
+/* the even lanes of cvtph(head4) * xd are the rows' dw * dx (the odd lanes
+ * hold whatever follows d in the block, unused) */
 static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q8_0 *w0 = ROW(struct weft_block_q8_0, 0), *w1 = ROW(struct weft_block_q8_0, 1);
@@ -160,11 +179,46 @@ static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_
     for (int64_t i = 0; i < nb; i++) {
         prefetch_rows((const uint8_t *)&w0[i], stride);
         const __m256i xq = load32(x[i].qs);
-        const float xd = h2f(x[i].d);
-        q8_0_row(&w0[i], xq, xd, &a0);
-        q8_0_row(&w1[i], xq, xd, &a1);
-        q8_0_row(&w2[i], xq, xd, &a2);
-        q8_0_row(&w3[i], xq, xd, &a3);
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])),
+                                       _mm256_set1_ps(h2f(x[i].d)));
+        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q8_0_lanes_f(&w0[i], xq), a0);
+        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q8_0_lanes_f(&w1[i], xq), a1);
+        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q8_0_lanes_f(&w2[i], xq), a2);
+        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q8_0_lanes_f(&w3[i], xq), a3);
+    }
+    out[0] = hsum_float_8(a0);
+    out[1] = hsum_float_8(a1);
+    out[2] = hsum_float_8(a2);
+    out[3] = hsum_float_8(a3);
+}
+
+/* ---- Q5_0 x Q8_0 (dot_q5_0: acc = fma(dw*dx, lanes, acc)) ----
+ * lanes = sum(u * x) - 16 * sum(x) per 4-byte lane, u = nibble | hbit << 4 */
+
+static inline AVX2 __m256 q5_0_lanes_f(const struct weft_block_q5_0 *w, __m256i xq, __m256i xsum16)
+{
+    __m256i u = _mm256_or_si256(bytes_from_nibbles_32(w->qs), hbit16_from_bits_32(w->qh));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes_us(u, xq), xsum16));
+}
+
+static AVX2 void dot4_q5_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+{
+    const struct weft_block_q5_0 *w0 = ROW(struct weft_block_q5_0, 0), *w1 = ROW(struct weft_block_q5_0, 1);
+    const struct weft_block_q5_0 *w2 = ROW(struct weft_block_q5_0, 2), *w3 = ROW(struct weft_block_q5_0, 3);
+    const struct weft_block_q8_0 *x = vx;
+    const int64_t nb = n / WEFT_QK5_0;
+    const __m256i ones8 = _mm256_set1_epi8(1);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < nb; i++) {
+        prefetch_rows((const uint8_t *)&w0[i], stride);
+        const __m256i xq = load32(x[i].qs);
+        const __m256i xsum16 = _mm256_slli_epi32(lanes_us(ones8, xq), 4);
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])),
+                                       _mm256_set1_ps(h2f(x[i].d)));
+        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q5_0_lanes_f(&w0[i], xq, xsum16), a0);
+        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q5_0_lanes_f(&w1[i], xq, xsum16), a1);
+        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q5_0_lanes_f(&w2[i], xq, xsum16), a2);
+        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q5_0_lanes_f(&w3[i], xq, xsum16), a3);
     }
     out[0] = hsum_float_8(a0);
     out[1] = hsum_float_8(a1);
@@ -217,6 +271,7 @@ void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k)
 {
     k->dot4[WEFT_TYPE_Q4_0] = dot4_q4_0;
     k->dot4[WEFT_TYPE_Q4_1] = dot4_q4_1;
+    k->dot4[WEFT_TYPE_Q5_0] = dot4_q5_0;
     k->dot4[WEFT_TYPE_Q8_0] = dot4_q8_0;
 }
 
