@@ -267,6 +267,12 @@ static AVX2 void dot4_q4_0(const void *vw, size_t stride, const void *vx, int64_
     _mm_storeu_ps(out, sumf);
 }
 
+/* K-quants: none. Four-row forms of Q4_K and Q6_K that share the
+ * activations' shuffles and bsums (four or two rows per pass) measured no
+ * faster than four calls of the one-row kernels (0.8-1.0x, register spills;
+ * the 256-element blocks already amortize the loop), so the matmul keeps
+ * calling dot[] for them. */
+
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k)
 {
     k->dot4[WEFT_TYPE_Q4_0] = dot4_q4_0;
