@@ -1,4 +1,286 @@
-/* Register-blocked prefill tiles: none yet, so prefill calls dot[] per output. */
+/* Register-blocked prefill tiles (weft_cpu_gemm_fn): for i < nw, j < nx,
+ *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
+ * bit-identical to the table's one-row dot (cpu_avx2_q.c, core/quant.c).
+ *
+ * Each micro-tile runs MR weight rows against NR activation rows over the
+ * whole row: a weight block is loaded/unpacked once for NR outputs, an
+ * activation block once for MR outputs, and the MR*NR accumulator chains are
+ * independent. Per output the float steps are exactly the one-row kernel's:
+ *  - Q8_0, Q4_1: int32 lane l = exact sum over elements 4l..4l+3 of the block
+ *    (any instruction sequence giving the same int32 is fine), then
+ *    acc = fma(dw*dx, float(lane), acc) in that output's own 8 lanes
+ *    (dw*dx: the product of two broadcasts equals the scalar product), then
+ *    hsum_float_8, then "+ summs" for Q4_1 (summs = fma(m, s, summs) per
+ *    block, kept per output in one lane of an xmm);
+ *  - Q4_0: exact int block total, then sumf = sumf + (float(total) * dw) * dx,
+ *    eight outputs per ymm (lane-wise the same scalar operations).
+ * The AVX-512 VNNI form of Q8_0 (32 ymm registers, EVEX) is picked at run time
+ * where the CPU has AVX512VL + AVX512_VNNI; its int32 lanes come from
+ * vpdpbusd on (x + 128) as unsigned bytes, starting from -128 * (lane sum of
+ * w), which is the same exact integer. */
 #include "backends/cpu/cpu_kernels.h"
 
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+
+#include <immintrin.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/types.h"
+
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
+#define AI static inline __attribute__((always_inline))
+
+AI AVX2 float g_h2f(weft_half h) { return _cvtsh_ss(h); }
+
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
+AI AVX2 float g_hsum_float_8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+AI AVX2 __m256i g_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+AI AVX2 __m256i g_nibbles(const uint8_t *qs)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)qs);
+    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+}
+
+#define MAXR 6
+
+/* ---- Q8_0 x Q8_0 ---- */
+
+/* AVX2: lanes from |w| times x with w's sign (as the one-row kernel) */
+AI AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                            size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        for (int i = 0; i < MR; i++) {
+            __m256i wv = g_load32(wr[i][b].qs);
+            __m256i wa = _mm256_sign_epi8(wv, wv);
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(g_load32(xr[j][b].qs), wv)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
+}
+
+/* AVX512VL + VNNI: 32 ymm registers */
+AI VNNI void q8_0_tile_vnni(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                            size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        __m256i xu[MAXR];
+        for (int j = 0; j < NR; j++) {
+            dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+            xu[j] = _mm256_xor_si256(g_load32(xr[j][b].qs), bias); /* x + 128 as u8 */
+        }
+        for (int i = 0; i < MR; i++) {
+            __m256i wv = g_load32(wr[i][b].qs);
+            /* -128 * (sum of w over each lane's 4 bytes) */
+            __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv));
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_dpbusd_epi32(corr, xu[j], wv);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
+}
+
+/* ---- Q4_1 x Q8_1 ---- */
+
+AI AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                            size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q4_1 *wr[MAXR];
+    const struct weft_block_q8_1 *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q4_1 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_1 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    __m128 summs[MAXR][2]; /* lane j & 3 of summs[i][j >> 2]: output (i, j) */
+    for (int i = 0; i < MR; i++) {
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+        summs[i][0] = summs[i][1] = _mm_setzero_ps();
+    }
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        __m128 sx[2];
+        sx[0] = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)(NR > 1 ? xr[NR > 1 ? 1 : 0][b].s : 0),
+                                            (short)(NR > 2 ? xr[NR > 2 ? 2 : 0][b].s : 0),
+                                            (short)(NR > 3 ? xr[NR > 3 ? 3 : 0][b].s : 0), 0, 0, 0, 0));
+        sx[1] = _mm_cvtph_ps(_mm_setr_epi16((short)(NR > 4 ? xr[NR > 4 ? 4 : 0][b].s : 0),
+                                            (short)(NR > 5 ? xr[NR > 5 ? 5 : 0][b].s : 0), 0, 0, 0, 0, 0, 0));
+        for (int i = 0; i < MR; i++) {
+            __m256i wv = g_nibbles(wr[i][b].qs);
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            __m128 m = _mm_set1_ps(g_h2f(wr[i][b].m));
+            summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
+            if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++) {
+        float s[8];
+        _mm_storeu_ps(s, summs[i][0]);
+        _mm_storeu_ps(s + 4, summs[i][1]);
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]) + s[j];
+    }
+}
+
+/* ---- Q4_0 x Q8_0: a 4 x 2 tile, rows clamped at the edges ---- */
+
+AI AVX2 __m256i q4_0_lanes(__m256i v, const int8_t *xq)
+{
+    __m256i x = g_load32(xq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)),
+                             _mm256_set1_epi16(1));
+}
+
+/* totals of P0..P3 (low half of q0/q1's 128-bit lanes) */
+AI AVX2 __m256i hsum8x8(const __m256i P[8])
+{
+    __m256i h01 = _mm256_hadd_epi32(P[0], P[1]), h23 = _mm256_hadd_epi32(P[2], P[3]);
+    __m256i h45 = _mm256_hadd_epi32(P[4], P[5]), h67 = _mm256_hadd_epi32(P[6], P[7]);
+    __m256i q0 = _mm256_hadd_epi32(h01, h23), q1 = _mm256_hadd_epi32(h45, h67);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
+}
+
+static AVX2 void q4_0_tile(const uint8_t *w, size_t ws, int mr, const uint8_t *x, size_t xs, int nr, int64_t nb,
+                           float *out, size_t ldo)
+{
+    const struct weft_block_q4_0 *wr[4];
+    const struct weft_block_q8_0 *xr[2];
+    for (int i = 0; i < 4; i++) wr[i] = (const struct weft_block_q4_0 *)(w + (i < mr ? i : mr - 1) * ws);
+    for (int j = 0; j < 2; j++) xr[j] = (const struct weft_block_q8_0 *)(x + (j < nr ? j : nr - 1) * xs);
+    __m256 sumf = _mm256_setzero_ps(); /* lane j * 4 + i: output (i, j) */
+    const __m256i m8 = _mm256_set1_epi8(8);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i P[8];
+        for (int i = 0; i < 4; i++) {
+            __m256i v = _mm256_sub_epi8(g_nibbles(wr[i][b].qs), m8);
+            P[i] = q4_0_lanes(v, xr[0][b].qs);
+            P[4 + i] = q4_0_lanes(v, xr[1][b].qs);
+        }
+        __m256i T = hsum8x8(P);
+        __m128i dwh = _mm_setr_epi16((short)wr[0][b].d, (short)wr[1][b].d, (short)wr[2][b].d, (short)wr[3][b].d,
+                                     (short)wr[0][b].d, (short)wr[1][b].d, (short)wr[2][b].d, (short)wr[3][b].d);
+        __m128i dxh = _mm_setr_epi16((short)xr[0][b].d, (short)xr[0][b].d, (short)xr[0][b].d, (short)xr[0][b].d,
+                                     (short)xr[1][b].d, (short)xr[1][b].d, (short)xr[1][b].d, (short)xr[1][b].d);
+        __m256 t = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(T), _mm256_cvtph_ps(dwh)), _mm256_cvtph_ps(dxh));
+        sumf = _mm256_add_ps(sumf, t);
+    }
+    float s[8];
+    _mm256_storeu_ps(s, sumf);
+    for (int j = 0; j < nr; j++)
+        for (int i = 0; i < mr; i++) out[j * ldo + i] = s[j * 4 + i];
+}
+
+static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out,
+                           size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK4_0;
+    for (int j = 0; j < nx; j += 2)
+        for (int i = 0; i < nw; i += 4)
+            q4_0_tile((const uint8_t *)w + (size_t)i * ws, ws, nw - i < 4 ? nw - i : 4,
+                      (const uint8_t *)x + (size_t)j * xs, xs, nx - j < 2 ? nx - j : 2, nb, out + (size_t)j * ldo + i,
+                      ldo);
+}
+
+/* ---- drivers: MR x NR tiles over the block, smaller tiles at the edges ---- */
+
+#define TILE_CASE(tile, m, r)                                                                            \
+    case (m) * 8 + (r): tile(wp, ws, xp, xs, nb, o, ldo, m, r); break;
+#define TILE_CASES_M(tile, m)                                                                            \
+    TILE_CASE(tile, m, 1) TILE_CASE(tile, m, 2) TILE_CASE(tile, m, 3) TILE_CASE(tile, m, 4)            \
+    TILE_CASE(tile, m, 5) TILE_CASE(tile, m, 6)
+
+#define GEMM_DRIVER(ATTR, name, tile, QK, MR, NR)                                                        \
+    static ATTR void name(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,  \
+                          float *out, size_t ldo)                                                        \
+    {                                                                                                    \
+        const int64_t nb = n / (QK);                                                                     \
+        for (int j = 0; j < nx; j += (NR)) {                                                             \
+            int nr = nx - j < (NR) ? nx - j : (NR);                                                      \
+            for (int i = 0; i < nw; i += (MR)) {                                                         \
+                int mr = nw - i < (MR) ? nw - i : (MR);                                                  \
+                const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws;                                 \
+                const uint8_t *xp = (const uint8_t *)x + (size_t)j * xs;                                 \
+                float *o = out + (size_t)j * ldo + i;                                                    \
+                switch (mr * 8 + nr) {                                                                   \
+                    TILE_CASES_M(tile, 1) TILE_CASES_M(tile, 2) TILE_CASES_M(tile, 3)                    \
+                    TILE_CASES_M(tile, 4)                                                                \
+                default: break;                                                                          \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+    }
+
+GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
+GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 5)
+GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
+
+#include <cpuid.h>
+
+/* WEFT_GEMM_NO_VNNI=1 keeps the plain AVX2 tiles (for tests and comparisons) */
+static bool have_vnni_vl(void)
+{
+    const char *env = getenv("WEFT_GEMM_NO_VNNI");
+    if (env && *env && *env != '0') return false;
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
+        !__builtin_cpu_supports("avx512bw"))
+        return false;
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c >> 11) & 1; /* AVX512_VNNI */
+}
+
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k)
+{
+    k->gemm[WEFT_TYPE_Q8_0] = have_vnni_vl() ? gemm_q8_0_vnni : gemm_q8_0_avx2;
+    k->gemm[WEFT_TYPE_Q4_0] = gemm_q4_0;
+    k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
+}
+
+#else
+
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k) { (void)k; }
+
+#endif

@@ -1,0 +1,189 @@
+/* The register-blocked prefill tiles (gemm[] of every CPU kernel table this
+ * machine can run) against the same table's one-row dot[], bit for bit:
+ *   out[j * ldo + i] == dot(w + i * wstride, x + j * xstride, n)
+ * over edge shapes (nw 1..16, nx 1..64), several row lengths, contiguous and
+ * padded strides, ldo > nw. Also times gemm against per-output dot for a
+ * 1536 x 576 weight block times 64 activation rows (printed, not asserted).
+ * Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
+ * that has AVX512-VNNI. */
+#include "backends/cpu/cpu_kernels.h"
+#include "core/quant.h"
+#include "tests/check.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng_state = 0x5eedfacecafe0001ull;
+
+static uint64_t rng_u64(void)
+{
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
+
+static float rng_normal(void)
+{
+    double u1 = rng_unit(), u2 = rng_unit();
+    if (u1 < 1e-300) u1 = 1e-300;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void fill_data(float *x, int64_t n)
+{
+    float scale = (float)(0.05 + 3.0 * rng_unit());
+    for (int64_t i = 0; i < n; i++) {
+        float v = rng_normal() * scale;
+        if ((i / 32) % 5 == 1) v += scale;                  /* shifted block */
+        if (rng_u64() % 97 == 0) v *= 20.0f;                /* outlier */
+        x[i] = v;
+    }
+}
+
+static const enum weft_type types[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0,
+                                       WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K,
+                                       WEFT_TYPE_F16,  WEFT_TYPE_F32,  WEFT_TYPE_BF16};
+
+static long n_compared, n_tables_types;
+
+static bool type_fits(enum weft_type t, int64_t n)
+{
+    bool k = t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K;
+    return n % (k ? 256 : 32) == 0;
+}
+
+/* one (table, type, n, strides) case over all nw x nx shapes */
+static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int64_t n, size_t wpad, size_t xpad)
+{
+    enum weft_type vt = weft_vec_dot_type(t);
+    const int NW = 16, NX = 64;
+    size_t wrow = weft_row_size(t, n), xrow = weft_row_size(vt, n);
+    size_t ws = wrow + wpad, xs = xrow + xpad;
+    uint8_t *w = calloc((size_t)NW, ws), *x = calloc((size_t)NX, xs);
+    float *f = malloc((size_t)n * sizeof(float));
+    for (int i = 0; i < NW; i++) {
+        fill_data(f, n);
+        CHECK(weft_quantize_row(t, f, w + (size_t)i * ws, n));
+    }
+    for (int j = 0; j < NX; j++) {
+        fill_data(f, n);
+        CHECK(weft_quantize_row_act(vt, f, x + (size_t)j * xs, n));
+    }
+    static const int nws[] = {1, 3, 4, 5, 16}, nxs[] = {1, 2, 3, 7, 8, 64};
+    const size_t ldo = 19;
+    float *out = malloc(sizeof(float) * ldo * NX);
+    for (size_t a = 0; a < sizeof nws / sizeof *nws; a++) {
+        for (size_t b = 0; b < sizeof nxs / sizeof *nxs; b++) {
+            int nw = nws[a], nx = nxs[b];
+            for (size_t q = 0; q < ldo * NX; q++) out[q] = -12345.0f;
+            k->gemm[t](w, ws, nw, x, xs, nx, n, out, ldo);
+            int bad = 0;
+            for (int j = 0; j < nx; j++) {
+                for (int i = 0; i < (int)ldo; i++) {
+                    float got = out[j * ldo + i];
+                    if (i >= nw) {
+                        if (got != -12345.0f) bad++; /* must not write past nw */
+                        continue;
+                    }
+                    float want = k->dot[t](w + (size_t)i * ws, x + (size_t)j * xs, n);
+                    n_compared++;
+                    if (memcmp(&got, &want, sizeof got) != 0) {
+                        if (bad < 3)
+                            fprintf(stderr, "%s %s n=%lld nw=%d nx=%d (%d,%d): %.9g vs dot %.9g\n", k->name,
+                                    weft_type_name(t), (long long)n, nw, nx, i, j, got, want);
+                        bad++;
+                    }
+                }
+            }
+            for (size_t q = (size_t)nx * ldo; q < ldo * NX; q++) if (out[q] != -12345.0f) bad++;
+            CHECK_MSG(bad == 0, "%s %s n=%lld nw=%d nx=%d: %d mismatches", k->name, weft_type_name(t),
+                      (long long)n, nw, nx, bad);
+        }
+    }
+    free(out);
+    free(f);
+    free(w);
+    free(x);
+}
+
+static void gemm_matches_dot_bit_for_bit(void)
+{
+    static const int64_t ns[] = {32, 96, 256, 576, 1536};
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k) continue;
+        for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+            enum weft_type t = types[ti];
+            if (!k->gemm[t]) continue;
+            n_tables_types++;
+            long before = n_compared;
+            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                if (!type_fits(t, ns[ni])) continue;
+                check_shapes(k, t, ns[ni], 0, 0);
+                check_shapes(k, t, ns[ni], 13, 7);
+            }
+            printf("  %-6s %-5s gemm: %ld outputs compared with dot\n", k->name, weft_type_name(t),
+                   n_compared - before);
+        }
+    }
+    printf("  %ld table/type gemm entries, %ld outputs compared\n", n_tables_types, n_compared);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 1536 x 576 weights times 64 rows, through 16-row tiles as the matmul does */
+static void gemm_speed_printed(void)
+{
+    enum weft_cpu_isa isa = weft_cpu_isa_select();
+    const struct weft_cpu_kernels *k = weft_cpu_kernels_get(isa);
+    const int64_t N = 1536, K = 576, R = 64;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        enum weft_type t = types[ti], vt = weft_vec_dot_type(t);
+        if (!k->gemm[t] || !type_fits(t, K)) continue;
+        size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
+        uint8_t *w = malloc((size_t)N * wrow), *x = malloc((size_t)R * xrow);
+        float *f = malloc(K * sizeof(float)), *out = malloc(sizeof(float) * R * 16), *out2 = malloc(sizeof(float) * R * 16);
+        for (int64_t i = 0; i < N; i++) { fill_data(f, K); weft_quantize_row(t, f, w + i * wrow, K); }
+        for (int64_t j = 0; j < R; j++) { fill_data(f, K); weft_quantize_row_act(vt, f, x + j * xrow, K); }
+        double best_g = 1e9, best_d = 1e9;
+        volatile float sink = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            double t0 = now_s();
+            for (int64_t n0 = 0; n0 < N; n0 += 16) {
+                k->gemm[t](w + n0 * wrow, wrow, 16, x, xrow, (int)R, K, out, 16);
+                sink += out[0];
+            }
+            double t1 = now_s();
+            for (int64_t n0 = 0; n0 < N; n0 += 16) {
+                for (int64_t r = 0; r < R; r++)
+                    for (int i = 0; i < 16; i++) out2[r * 16 + i] = k->dot[t](w + (n0 + i) * wrow, x + r * xrow, K);
+                sink += out2[0];
+            }
+            double t2 = now_s();
+            if (t1 - t0 < best_g) best_g = t1 - t0;
+            if (t2 - t1 < best_d) best_d = t2 - t1;
+        }
+        double macs = (double)N * K * R;
+        printf("  %s %-5s 1536x576 x 64 rows: gemm %.3f ms (%.1f GMAC/s), dot %.3f ms (%.1f GMAC/s), %.2fx\n",
+               k->name, weft_type_name(t), best_g * 1e3, macs / best_g * 1e-9, best_d * 1e3,
+               macs / best_d * 1e-9, best_d / best_g);
+        free(w); free(x); free(f); free(out); free(out2);
+    }
+}
+
+int main(void)
+{
+    RUN(gemm_matches_dot_bit_for_bit);
+    RUN(gemm_speed_printed);
+    return check_summary();
+}
