@@ -256,6 +256,71 @@ GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 5)
 GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
 
+
+/* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
+ * half row j + 1), the weight block broadcast to both halves; each 256-bit
+ * half is exactly the ymm computation above for its own output. */
+#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
+
+AI Z512 void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
+                         size_t ldo, const int MR, const int NP)
+{
+    const struct weft_block_q8_0 *wr[4], *xr[8];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
+    for (int j = 0; j < 2 * NP; j++) xr[j] = (const struct weft_block_q8_0 *)(x + (j < nr ? j : nr - 1) * xs);
+    __m512 acc[4][4];
+    for (int i = 0; i < MR; i++)
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        __m512 dx[4];
+        __m512i xu[4];
+        for (int p = 0; p < NP; p++) {
+            const struct weft_block_q8_0 *x0 = &xr[2 * p][b], *x1 = &xr[2 * p + 1][b];
+            dx[p] = _mm512_insertf32x8(_mm512_set1_ps(g_h2f(x0->d)), _mm256_set1_ps(g_h2f(x1->d)), 1);
+            __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(g_load32(x0->qs)), g_load32(x1->qs), 1);
+            xu[p] = _mm512_xor_si512(xx, bias);
+        }
+        for (int i = 0; i < MR; i++) {
+            __m512i wv = _mm512_broadcast_i64x4(g_load32(wr[i][b].qs));
+            __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                            _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
+            __m512 dw = _mm512_set1_ps(g_h2f(wr[i][b].d));
+            for (int p = 0; p < NP; p++) {
+                __m512i q = _mm512_dpbusd_epi32(corr, xu[p], wv);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q), acc[i][p]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int p = 0; p < NP; p++) {
+            out[2 * p * ldo + i] = g_hsum_float_8(_mm512_castps512_ps256(acc[i][p]));
+            if (2 * p + 1 < nr) out[(2 * p + 1) * ldo + i] = g_hsum_float_8(_mm512_extractf32x8_ps(acc[i][p], 1));
+        }
+}
+
+#define ZCASE(m, q) case (m) * 8 + (q): q8_0_tile_z(wp, ws, xp, xs, nr, nb, o, ldo, m, q); break;
+#define ZCASES(m) ZCASE(m, 1) ZCASE(m, 2) ZCASE(m, 3) ZCASE(m, 4)
+
+static Z512 void gemm_q8_0_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+                             float *out, size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK8_0;
+    for (int j = 0; j < nx; j += 8) {
+        int nr = nx - j < 8 ? nx - j : 8;
+        for (int i = 0; i < nw; i += 4) {
+            int mr = nw - i < 4 ? nw - i : 4;
+            const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws;
+            const uint8_t *xp = (const uint8_t *)x + (size_t)j * xs;
+            float *o = out + (size_t)j * ldo + i;
+            switch (mr * 8 + (nr + 1) / 2) {
+                ZCASES(1) ZCASES(2) ZCASES(3) ZCASES(4)
+            default: break;
+            }
+        }
+    }
+}
+
 #include <cpuid.h>
 
 /* WEFT_GEMM_NO_VNNI=1 keeps the plain AVX2 tiles (for tests and comparisons) */
@@ -265,7 +330,7 @@ static bool have_vnni_vl(void)
     if (env && *env && *env != '0') return false;
     __builtin_cpu_init();
     if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
-        !__builtin_cpu_supports("avx512bw"))
+        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq"))
         return false;
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
@@ -274,7 +339,8 @@ static bool have_vnni_vl(void)
 
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k)
 {
-    k->gemm[WEFT_TYPE_Q8_0] = have_vnni_vl() ? gemm_q8_0_vnni : gemm_q8_0_avx2;
+    const char *env = getenv("WEFT_GEMM_YMM"); /* 1: the 256-bit VNNI tiles instead of zmm */
+    k->gemm[WEFT_TYPE_Q8_0] = !have_vnni_vl() ? gemm_q8_0_avx2 : env && *env == '1' ? gemm_q8_0_vnni : gemm_q8_0_z;
     k->gemm[WEFT_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
 }
