@@ -131,11 +131,12 @@ static void attn_one(const struct weft_cpu_kernels *kern, const struct weft_op_a
 static void attention_job(void *ctx, int ith, int nth)
 {
     const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
-    int64_t n = (int64_t)o->batch.n_rows * o->n_head, lo, hi;
-    cpu_split(n, ith, nth, &lo, &hi);
+    int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     weft_half acc[512];
     const struct weft_cpu_kernels *kern = ((struct attn_job *)ctx)->kern;
-    for (int64_t i = lo; i < hi; i++) attn_one(kern, o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
+    /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
+     * their position, so contiguous chunks would leave early threads idle */
+    for (int64_t i = ith; i < n; i += nth) attn_one(kern, o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
 }
 
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)
