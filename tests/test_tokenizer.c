@@ -152,13 +152,7 @@ static void bpe_adds_no_bos_and_knows_chat_end_tokens(void)
     CHECK(!weft_tokenizer_is_eog(bpe, 19556));
 }
 
-/* Load time is printed, not asserted: speed belongs to benchmarks, and a
- * shared machine makes any bound flaky. */
-static void bpe_vocab_load_time_is_reported(void)
-{
-    printf("  49152-token vocab + 48900 merges loaded in %.1f ms\n", bpe_load_ms);
-    CHECK(bpe_load_ms >= 0);
-}
+
 
 static const char *const round_trip_texts[] = {
     "Hello world", " leading space", "   three leading", "trailing   ", "tabs\tand\nnewlines\r\n",
@@ -500,7 +494,8 @@ int main(void)
     RUN(bpe_matches_llama_cpp_golden_with_parse_special);
     RUN(spm_prompt_gets_bos_with_add_special);
     RUN(bpe_adds_no_bos_and_knows_chat_end_tokens);
-    RUN(bpe_vocab_load_time_is_reported);
+    /* printed, not asserted: speed belongs to benchmarks */
+    printf("  49152-token vocab + 48900 merges loaded in %.1f ms\n", bpe_load_ms);
     RUN(spm_detokenize_round_trips_utf8);
     RUN(bpe_detokenize_round_trips_utf8);
     RUN(invalid_bytes_detokenize_to_replacement_char);
