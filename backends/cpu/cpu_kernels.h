@@ -45,6 +45,10 @@ typedef void (*weft_cpu_gemm_fn)(const void *w, size_t wstride, int nw, const vo
  * acc[i] = f16(f32(acc[i]) * s), rounding to nearest even. */
 typedef void (*weft_cpu_f16_mad_fn)(weft_half *acc, const weft_half *v, float s, int64_t n);
 typedef void (*weft_cpu_f16_scale_fn)(weft_half *acc, float s, int64_t n);
+/* SwiGLU out[i] = silu(gate[i]) * up[i] as ggml_vec_swiglu_f32's AVX512F+DQ
+ * branch: 16-element chunks use ggml_v_expf's polynomial, the n % 16
+ * leftovers libm expf (weft_cpu_swiglu_ref is the reference for both). */
+typedef void (*weft_cpu_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
 
 struct weft_cpu_kernels {
     enum weft_cpu_isa isa;
@@ -64,7 +68,12 @@ struct weft_cpu_kernels {
     weft_cpu_gemm_fn gemm[WEFT_TYPE_COUNT_];
     weft_cpu_f16_mad_fn f16_mad;
     weft_cpu_f16_scale_fn f16_scale;
+    weft_cpu_swiglu_fn swiglu;
 };
+
+/* The portable SwiGLU (the scalar table's entry); SIMD kernels call it for
+ * the n % 16 leftovers so those stay on the very same libm expf code. */
+void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 /* Whether this CPU (and this build) can run the table. */
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
@@ -83,5 +92,7 @@ void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
+void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
+void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
 
 #endif

@@ -77,46 +77,19 @@ weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *
     return WEFT_OK;
 }
 
-/* ggml_v_expf, AVX512F+DQ branch of ggml-cpu/vec.h (ARM's optimized-routines
- * expf, max error ~1.5 ulp), one lane in portable C: fmaf where ggml uses
- * _mm512_fmadd_ps/_mm512_fnmadd_ps, ldexpf for _mm512_scalef_ps (exact scale
- * by 2^n, n is an integer here), and ggml's overflow/underflow blend for
- * |n| > 192. */
-static float ggml_v_expf_lane(float x)
-{
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-    return ldexpf(j, (int)n);
-}
-
-/* SwiGLU as ggml_vec_swiglu_f32 (AVX512F+DQ): 16-element chunks use
- * ggml_v_silu (x / (1 + ggml_v_expf(0 - x))) times g; the n % 16 leftovers
- * use ggml_silu_f32 (libm expf) times g. E.g. stories260K's n_ff 172 = 160
- * polynomial + 12 expf elements. Kept bit-exact for the F16 KV cache's sake
- * (see weft_cpu_rms_scale). */
-static void swiglu_row(int64_t n, float *y, const float *x, const float *g)
-{
-    const int64_t nv = n & ~(int64_t)15;
-    for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + ggml_v_expf_lane(0.0f - x[i])) * g[i];
-    for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * g[i];
-}
-
+/* SwiGLU: the kernel table's swiglu (ggml_vec_swiglu_f32's exact float
+ * order, see weft_cpu_swiglu_ref in cpu_kernels.c), one row at a time. */
 static void silu_mul_job(void *ctx, int ith, int nth)
 {
     struct rows_job *j = ctx;
     const struct weft_op_silu_mul *o = &j->op->u.silu_mul;
     int64_t K = o->out.ne0, lo, hi;
     cpu_split(o->out.ne1, ith, nth, &lo, &hi);
+    const weft_cpu_swiglu_fn swiglu = j->be->kern->swiglu;
     for (int64_t r = lo; r < hi; r++) {
         const float *g = cpu_row_f32(&o->gate, r), *u = cpu_row_f32(&o->up, r);
         float *y = cpu_row_f32(&o->out, r);
-        swiglu_row(K, y, g, u);
+        swiglu(y, g, u, K);
     }
 }
 
