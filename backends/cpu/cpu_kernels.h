@@ -89,6 +89,7 @@ void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k);   /* cpu_avx2_q.c
 void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
 void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
+void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k); /* cpu_avx512_dot4.c: four-row dots, zmm */
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
