@@ -117,6 +117,17 @@ AI Z512 __m256 summs_step(__m256 dm, __m256 xs, __m256 sm)
 #endif
 }
 
+/* Two rows' Q4_1 blocks (20 bytes each) as the two 256-bit halves: all 32
+ * bytes from the block's start (the rest is the row's next block), or only
+ * the 20 (masked) on a row's last block, which may end a buffer. */
+AI Z512 __m512i load_blk2(const void *p0, const void *p1, int last)
+{
+    if (last)
+        return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(0xFFFFF, p0)),
+                                  _mm256_maskz_loadu_epi8(0xFFFFF, p1), 1);
+    return load32x2(p0, p1);
+}
+
 /* ---- Q4_1 x Q8_1 ---- */
 
 #define DOT4_Q4_1(ATTR, NAME, LANES) \
@@ -127,19 +138,22 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     const struct weft_block_q8_1 *x = vx; \
     const int64_t nb = n / WEFT_QK4_1; \
     const __m512i m4 = _mm512_set1_epi8(0x0F); \
+    const __m512i qidx = _mm512_setr_epi32(1, 2, 3, 4, 9, 10, 11, 12, 17, 18, 19, 20, 25, 26, 27, 28); \
+    const __m512i hidx = _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0); \
     /* d of row r (even lane 2r of dm * xd) into 128-bit lane r */ \
     const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6); \
     __m512 alo = _mm512_setzero_ps(), ahi = alo; \
     __m256 sm = _mm256_setzero_ps(); \
     for (int64_t i = 0; i < nb; i++) { \
         prefetch_rows((const uint8_t *)&w0[i], stride); \
-        const __m512i q = load16x4(w0[i].qs, w1[i].qs, w2[i].qs, w3[i].qs); \
+        const __m512i r01 = load_blk2(&w0[i], &w1[i], i + 1 == nb), r23 = load_blk2(&w2[i], &w3[i], i + 1 == nb); \
+        const __m512i q = _mm512_permutex2var_epi32(r01, qidx, r23); \
         const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x[i].qs)); \
         const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(x[i].qs + 16))); \
         const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
         const __m512i plo = LANES(lo, xlo), phi = LANES(hi, xhi); \
         const __m256 xd = _mm256_set1_ps(z_h2f(x[i].d)), xs = _mm256_set1_ps(z_h2f(x[i].s)); \
-        const __m256 dm = _mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])); \
+        const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi32(r01, hidx, r23))); \
         sm = summs_step(dm, xs, sm); \
         const __m512 d = _mm512_permutexvar_ps(didx, _mm512_castps256_ps512(_mm256_mul_ps(dm, xd))); \
         alo = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(plo), alo); \
