@@ -1,6 +1,7 @@
 /* CPU kernel tables, one per instruction set, chosen at run time.
  *
- * Every table computes bit-identical results: each SIMD kernel follows the
+ * Every table computes bit-identical results (which NaN comes out of a NaN
+ * input aside): each SIMD kernel follows the
  * float order of the portable reference in core/quant.c (which follows
  * ggml's x86 kernels, so weft matches llama.cpp's outputs), only faster.
  * tests/test_cpu_kernels.c checks every entry of every table this machine
