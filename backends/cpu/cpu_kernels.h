@@ -1,11 +1,11 @@
 /* CPU kernel tables, one per instruction set, chosen at run time.
  *
  * Every table computes bit-identical results (which NaN comes out of a NaN
- * input aside): each SIMD kernel follows the
- * float order of the portable reference in core/quant.c (which follows
- * ggml's x86 kernels, so weft matches llama.cpp's outputs), only faster.
- * tests/test_cpu_kernels.c checks every entry of every table this machine
- * can run against the reference, bit for bit.
+ * input aside): each SIMD kernel follows the float order of the portable
+ * reference in core/quant.c (which follows ggml's x86 kernels, so weft
+ * matches llama.cpp's outputs), only faster. tests/test_cpu_kernels_*.c check
+ * every entry of every table this machine can run against the reference,
+ * bit for bit.
  *
  * WEFT_CPU_ISA=scalar|avx2|avx512 in the environment forces a table (for
  * tests and comparisons); asking for one the CPU lacks falls back to the best
