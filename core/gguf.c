@@ -348,8 +348,12 @@ static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t 
         return weft_error(WEFT_ERR_FORMAT, "gguf: %s: ne[0] %lld is not a multiple of the %s block "
                           "size %u", ps->ctx, (long long)ne[0], ti->name, ti->block_size);
     if ((s = rd_u64(ps, "offset", &off))) return s;
-    /* nelem < 2^63 and type_size/block_size <= 2, so the size fits in u64 */
-    uint64_t size = (uint64_t)(nelem / ti->block_size) * ti->type_size;
+    /* nelem < 2^63, but F32 has 4 bytes an element: check the byte count too */
+    uint64_t blocks = (uint64_t)(nelem / ti->block_size);
+    if (blocks > UINT64_MAX / ti->type_size)
+        return weft_error(WEFT_ERR_FORMAT, "gguf: %s: data size overflows (%llu blocks of %u bytes)", ps->ctx,
+                          (unsigned long long)blocks, ti->type_size);
+    uint64_t size = blocks * ti->type_size;
     if (!ps->fill) return WEFT_OK;
 
     size_t slot = hash_slot(g, g->t_hash, g->t_cap, t_name, name);

@@ -494,6 +494,10 @@ CORRUPT_CASE(rejects_negative_dim, {
 CORRUPT_CASE(rejects_element_count_overflow, {
     put64(p, after(p, n, "tensor_aaaa") + 4 + 8, 1ull << 60); /* 32 * 2^60 > INT64_MAX */
     EXPECT_FORMAT(p, n, "overflow"); EXPECT_FORMAT(p, n, "tensor_aaaa"); })
+CORRUPT_CASE(rejects_byte_size_overflow, {
+    /* 32 * 2^57 elements fit int64, but at 4 bytes each the size is 2^64 (found by the fuzzer) */
+    put64(p, after(p, n, "tensor_aaaa") + 4 + 8, 1ull << 57);
+    EXPECT_FORMAT(p, n, "data size overflows"); EXPECT_FORMAT(p, n, "tensor_aaaa"); })
 CORRUPT_CASE(rejects_unknown_type_id, {
     put32(p, after(p, n, "tensor_aaaa") + 4 + 16, 99); EXPECT_FORMAT(p, n, "unknown type id 99"); })
 CORRUPT_CASE(rejects_activation_only_type, {
@@ -698,6 +702,7 @@ int main(void)
     RUN(rejects_dim_0);
     RUN(rejects_negative_dim);
     RUN(rejects_element_count_overflow);
+    RUN(rejects_byte_size_overflow);
     RUN(rejects_unknown_type_id);
     RUN(rejects_activation_only_type);
     RUN(rejects_row_not_multiple_of_block);
