@@ -100,7 +100,7 @@ static weft_status rd_bytes(struct parser *ps, uint64_t n, const char *what, con
 
 static weft_status rd_u32(struct parser *ps, const char *what, uint32_t *v)
 {
-    const uint8_t *b;
+    const uint8_t *b = NULL;
     weft_status s = rd_bytes(ps, 4, what, &b);
     if (s == WEFT_OK) memcpy(v, b, 4);
     return s;
@@ -108,7 +108,7 @@ static weft_status rd_u32(struct parser *ps, const char *what, uint32_t *v)
 
 static weft_status rd_u64(struct parser *ps, const char *what, uint64_t *v)
 {
-    const uint8_t *b;
+    const uint8_t *b = NULL;
     weft_status s = rd_bytes(ps, 8, what, &b);
     if (s == WEFT_OK) memcpy(v, b, 8);
     return s;
@@ -118,7 +118,7 @@ static weft_status rd_u64(struct parser *ps, const char *what, uint64_t *v)
 static weft_status rd_str(struct parser *ps, const char *what, const char **out, size_t *len)
 {
     uint64_t n;
-    const uint8_t *b;
+    const uint8_t *b = NULL;
     weft_status s = rd_u64(ps, what, &n);
     if (s) return s;
     if (n > ps->size - ps->pos)
@@ -209,8 +209,8 @@ static weft_status parse_bools(struct parser *ps, const uint8_t *b, uint64_t n)
 
 static weft_status parse_kv(struct parser *ps, struct weft_gguf *g, int64_t i)
 {
-    const char *key;
-    size_t key_len;
+    const char *key = NULL;
+    size_t key_len = 0;
     uint32_t type;
     weft_status s;
     struct kv *kv = ps->fill ? &g->kvs[i] : NULL;
@@ -236,7 +236,7 @@ static weft_status parse_kv(struct parser *ps, struct weft_gguf *g, int64_t i)
         kv->val = ps->p + ps->pos;
     }
     size_t val_start = ps->pos;
-    const uint8_t *b;
+    const uint8_t *b = NULL;
     if (type == WEFT_GGUF_STRING) {
         const char *v;
         size_t vlen;
@@ -305,8 +305,8 @@ static weft_status read_alignment(struct weft_gguf *g)
 
 static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t i)
 {
-    const char *name;
-    size_t name_len;
+    const char *name = NULL;
+    size_t name_len = 0;
     uint32_t n_dims, type;
     uint64_t off;
     int64_t ne[WEFT_GGUF_MAX_DIMS] = {1, 1, 1, 1};
@@ -421,8 +421,8 @@ static weft_status check_overlap(struct weft_gguf *g)
 static weft_status parse_header(struct parser *ps, struct weft_gguf *g, uint64_t *n_tensors,
                                 uint64_t *n_kv)
 {
-    const uint8_t *magic;
-    uint32_t version;
+    const uint8_t *magic = NULL;
+    uint32_t version = 0;
     snprintf(ps->ctx, sizeof ps->ctx, "header");
     if (ps->size < HEADER_BYTES)
         return weft_error(WEFT_ERR_FORMAT, "gguf: file too small (%zu bytes) for a GGUF header",
@@ -454,7 +454,7 @@ static weft_status parse_header(struct parser *ps, struct weft_gguf *g, uint64_t
 
 static weft_status parse_all(struct parser *ps, struct weft_gguf *g)
 {
-    uint64_t n_tensors, n_kv;
+    uint64_t n_tensors = 0, n_kv = 0;
     weft_status s;
     ps->pos = 0;
     if ((s = parse_header(ps, g, &n_tensors, &n_kv))) return s;
@@ -664,8 +664,8 @@ static weft_status range_err(const char *key, bool neg, uint64_t mag, const char
 
 weft_status weft_gguf_get_u32(const struct weft_gguf *g, const char *key, uint32_t *out)
 {
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     weft_status s = find_int(g, key, &neg, &mag);
     if (s) return s;
     if ((neg && mag) || mag > UINT32_MAX) return range_err(key, neg, mag, "u32");
@@ -675,8 +675,8 @@ weft_status weft_gguf_get_u32(const struct weft_gguf *g, const char *key, uint32
 
 weft_status weft_gguf_get_i32(const struct weft_gguf *g, const char *key, int32_t *out)
 {
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     weft_status s = find_int(g, key, &neg, &mag);
     if (s) return s;
     if (mag > (neg ? (uint64_t)INT32_MAX + 1 : (uint64_t)INT32_MAX)) return range_err(key, neg, mag, "i32");
@@ -686,8 +686,8 @@ weft_status weft_gguf_get_i32(const struct weft_gguf *g, const char *key, int32_
 
 weft_status weft_gguf_get_u64(const struct weft_gguf *g, const char *key, uint64_t *out)
 {
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     weft_status s = find_int(g, key, &neg, &mag);
     if (s) return s;
     if (neg && mag) return range_err(key, neg, mag, "u64");
@@ -782,8 +782,8 @@ double weft_gguf_arr_f64(const struct weft_gguf *g, int64_t i, uint64_t j)
     if (t == WEFT_GGUF_FLOAT32) { float f; memcpy(&f, b, 4); return f; }
     if (t == WEFT_GGUF_FLOAT64) { double d; memcpy(&d, b, 8); return d; }
     if (t == WEFT_GGUF_BOOL) return b[0] ? 1.0 : 0.0;
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     int_at(t, b, &neg, &mag);
     return neg ? -(double)mag : (double)mag;
 }
@@ -801,8 +801,8 @@ int64_t weft_gguf_arr_i64(const struct weft_gguf *g, int64_t i, uint64_t j)
         return (int64_t)d;
     }
     if (t == WEFT_GGUF_BOOL) return b[0] ? 1 : 0;
-    bool neg;
-    uint64_t mag;
+    bool neg = false;
+    uint64_t mag = 0;
     int_at(t, b, &neg, &mag);
     if (neg) return mag > (uint64_t)INT64_MAX ? INT64_MIN : -(int64_t)mag;
     return mag > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)mag; /* u64 above INT64_MAX saturates */
