@@ -130,6 +130,34 @@ AI Z512 __m512i load_blk2(const void *p0, const void *p1, int last)
 
 /* ---- Q4_1 x Q8_1 ---- */
 
+/* Activation scales of up to X4_CH blocks, widened once per call: block j's
+ * (xd, xs) pair repeated four times (8 floats), so the loop's scale vectors
+ * are plain loads. */
+#define X4_CH 32
+AI Z512 void x_scales(const struct weft_block_q8_1 *x, int64_t cn, float *xb)
+{
+    for (int64_t j = 0; j < cn; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], 4);
+        const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)u));
+        _mm256_store_ps(xb + 8 * j, _mm256_castpd_ps(_mm256_broadcastsd_pd(_mm_castps_pd(f))));
+    }
+}
+
+/* one block's nibbles (row r in 128-bit lane r) into the two accumulators */
+#define Q4_1_INT(LANES, q, xp, d, alo, ahi) \
+    do { \
+        const __m512i xlo_ = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xp))); \
+        const __m512i xhi_ = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)((xp) + 16))); \
+        const __m512i lo_ = _mm512_and_si512(q, m4), hi_ = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
+        alo = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(LANES(lo_, xlo_)), alo); \
+        ahi = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(LANES(hi_, xhi_)), ahi); \
+    } while (0)
+
+/* Two blocks per step: the 32 bytes loaded from block i's start hold block
+ * i+1's (d, m) too, so one permute gathers the 8 heads, one vcvtph2ps zmm
+ * widens them: floats [row r block i: d m] at 2r, [row r block i+1: d m] at
+ * 8 + 2r. The per-row chains still take block i, then block i+1. */
 #define DOT4_Q4_1(ATTR, NAME, LANES) \
 static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, float out[4]) \
 { \
@@ -140,24 +168,41 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     const __m512i m4 = _mm512_set1_epi8(0x0F); \
     const __m512i qidx = _mm512_setr_epi32(1, 2, 3, 4, 9, 10, 11, 12, 17, 18, 19, 20, 25, 26, 27, 28); \
     const __m512i hidx = _mm512_setr_epi32(0, 8, 16, 24, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0); \
-    /* d of row r (even lane 2r of dm * xd) into 128-bit lane r */ \
+    const __m512i hidx2 = _mm512_setr_epi32(0, 8, 16, 24, 5, 13, 21, 29, 0, 0, 0, 0, 0, 0, 0, 0); \
+    /* d of row r (lane 2r, or 8 + 2r for the second block) into 128-bit lane r */ \
     const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6); \
+    const __m512i didx1 = _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14); \
+    float xb[8 * X4_CH] __attribute__((aligned(64))); \
     __m512 alo = _mm512_setzero_ps(), ahi = alo; \
     __m256 sm = _mm256_setzero_ps(); \
-    for (int64_t i = 0; i < nb; i++) { \
-        prefetch_rows((const uint8_t *)&w0[i], stride); \
-        const __m512i r01 = load_blk2(&w0[i], &w1[i], i + 1 == nb), r23 = load_blk2(&w2[i], &w3[i], i + 1 == nb); \
-        const __m512i q = _mm512_permutex2var_epi32(r01, qidx, r23); \
-        const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x[i].qs)); \
-        const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(x[i].qs + 16))); \
-        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
-        const __m512i plo = LANES(lo, xlo), phi = LANES(hi, xhi); \
-        const __m256 xd = _mm256_set1_ps(z_h2f(x[i].d)), xs = _mm256_set1_ps(z_h2f(x[i].s)); \
-        const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi32(r01, hidx, r23))); \
-        sm = summs_step(dm, xs, sm); \
-        const __m512 d = _mm512_permutexvar_ps(didx, _mm512_castps256_ps512(_mm256_mul_ps(dm, xd))); \
-        alo = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(plo), alo); \
-        ahi = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(phi), ahi); \
+    for (int64_t c0 = 0; c0 < nb; c0 += X4_CH) { \
+        const int64_t cn = nb - c0 < X4_CH ? nb - c0 : X4_CH; \
+        x_scales(x + c0, cn, xb); \
+        int64_t j = 0; \
+        for (; j + 2 <= cn; j += 2) { \
+            const int64_t i = c0 + j; \
+            prefetch_rows((const uint8_t *)&w0[i], stride); \
+            const __m512i r01 = load32x2(&w0[i], &w1[i]), r23 = load32x2(&w2[i], &w3[i]); \
+            const __m512i s01 = load_blk2(&w0[i + 1], &w1[i + 1], i + 2 == nb); \
+            const __m512i s23 = load_blk2(&w2[i + 1], &w3[i + 1], i + 2 == nb); \
+            const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi32(r01, hidx2, r23))); \
+            const __m512 xds = _mm512_load_ps(xb + 8 * j); \
+            sm = summs_step(_mm512_castps512_ps256(dm), _mm256_load_ps(xb + 8 * j), sm); \
+            sm = summs_step(_mm512_extractf32x8_ps(dm, 1), _mm256_load_ps(xb + 8 * j + 8), sm); \
+            const __m512 p = _mm512_mul_ps(dm, xds); \
+            const __m512 d0 = _mm512_permutexvar_ps(didx, p), d1 = _mm512_permutexvar_ps(didx1, p); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs, d0, alo, ahi); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(s01, qidx, s23), x[i + 1].qs, d1, alo, ahi); \
+        } \
+        if (j < cn) { \
+            const int64_t i = c0 + j; \
+            const __m512i r01 = load_blk2(&w0[i], &w1[i], i + 1 == nb), r23 = load_blk2(&w2[i], &w3[i], i + 1 == nb); \
+            const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi32(r01, hidx, r23))); \
+            const __m256 xds = _mm256_load_ps(xb + 8 * j); \
+            sm = summs_step(dm, xds, sm); \
+            const __m512 d = _mm512_permutexvar_ps(didx, _mm512_castps256_ps512(_mm256_mul_ps(dm, xds))); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs, d, alo, ahi); \
+        } \
     } \
     /* per 128-bit lane r: hsum_float_8 of row r's (lanes 0..3, lanes 4..7) */ \
     __m512 r = _mm512_add_ps(alo, ahi);                                   /* x0+x4 x1+x5 x2+x6 x3+x7 */ \
