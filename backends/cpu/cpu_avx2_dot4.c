@@ -28,18 +28,7 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <immintrin.h>
-#include <math.h>
-#include <string.h>
-
-#include "core/types.h"
-
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* keep in step with core/quant.c and cpu_avx2_q.c */
-#ifndef WEFT_GGML_SCALAR_CONTRACT
-#define WEFT_GGML_SCALAR_CONTRACT 1
-#endif
+#include "backends/cpu/cpu_avx2_common.h"
 
 /* Software prefetch distance in bytes ahead on each weight row (0: none).
  * End to end (SmolLM2-135M Q4_1, 2 threads, noisy shared machine) 512 gave
@@ -49,50 +38,11 @@
 #define WEFT_DOT4_PREFETCH 512
 #endif
 
-static inline AVX2 float h2f(weft_half h) { return _cvtsh_ss(h); }
-
-static inline AVX2 float ggml_scalar_madd(float a, float b, float c)
-{
-#if WEFT_GGML_SCALAR_CONTRACT
-    return fmaf(a, b, c);
-#else
-    return c + a * b;
-#endif
-}
-
-/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-static inline AVX2 float hsum_float_8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-static inline AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
-}
-
 /* byte j = 0x10 if bit j of the little-endian 32-bit qh is set, else 0 */
 static inline AVX2 __m256i hbit16_from_bits_32(const uint8_t qh[4])
 {
-    uint32_t x32;
-    memcpy(&x32, qh, 4);
-    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
-    __m256i b = _mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf);
-    b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
-    return _mm256_and_si256(_mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+    return _mm256_and_si256(bytes_from_bits_32(qh), _mm256_set1_epi8(0x10));
 }
-
-static inline AVX2 __m256i lanes_us(__m256i u, __m256i s)
-{
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-}
-
-static inline AVX2 __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
 {
