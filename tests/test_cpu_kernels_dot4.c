@@ -9,44 +9,13 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
+#define TEST_RNG_SEED 0x5eed0d074d07ull
+#include "tests/test_rand.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ---- deterministic random numbers (splitmix64) ---- */
-
-static uint64_t rng_state = 0x5eed0d074d07ull;
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-static float rng_normal(void)
-{
-    double u1 = rng_unit(), u2 = rng_unit();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* normal data with a random per-row scale, a shifted mean on some blocks,
- * occasional outliers */
-static void fill_data(float *x, int64_t n)
-{
-    float scale = (float)ldexp(1.0, (int)(rng_u64() % 12) - 6);
-    float shift = (float)(rng_unit() * 2.0 - 1.0);
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = scale * (rng_normal() + ((i / 32) % 3 == 1 ? shift : 0.0f));
-        if (rng_u64() % 61 == 0) x[i] *= 20.0f + 80.0f * (float)rng_unit();
-    }
-}
 
 static bool is_k_quant(enum weft_type t)
 {
@@ -64,7 +33,7 @@ static bool is_block32(enum weft_type t)
 static void fill_weight_row(enum weft_type t, void *w, int64_t n, float *tmp)
 {
     if (!is_k_quant(t)) {
-        fill_data(tmp, n);
+        fill_activations(tmp, n);
         CHECK(weft_quantize_row(t, tmp, w, n));
         return;
     }
@@ -101,7 +70,7 @@ static void check_one(const struct weft_cpu_kernels *k, enum weft_type t, int64_
     float *tmp = malloc((size_t)n * sizeof(float));
     memset(w, 0xA5, 4 * stride + 64);
     for (int r = 0; r < 4; r++) fill_weight_row(t, w + (size_t)r * stride, n, tmp);
-    fill_data(tmp, n);
+    fill_activations(tmp, n);
     CHECK(weft_quantize_row_act(vdt, tmp, xq, n));
     float out[4];
     memset(out, 0xCD, sizeof out);
@@ -173,7 +142,7 @@ static void time_matrix(const struct weft_cpu_kernels *k, enum weft_type t, int6
     float *tmp = malloc((size_t)K * sizeof(float)), *o1 = malloc((size_t)N * sizeof(float)),
           *o4 = malloc((size_t)N * sizeof(float));
     for (int64_t r = 0; r < N; r++) fill_weight_row(t, w + (size_t)r * rb, K, tmp);
-    fill_data(tmp, K);
+    fill_activations(tmp, K);
     weft_quantize_row_act(vdt, tmp, xq, K);
     int reps = 200;
     double best1 = 1e9, best4 = 1e9;

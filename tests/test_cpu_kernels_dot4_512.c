@@ -11,6 +11,8 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
+#define TEST_RNG_SEED 0xa5125eed0d04ull
+#include "tests/test_rand.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -18,36 +20,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static uint64_t rng_state = 0xa5125eed0d04ull;
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-static float rng_normal(void)
-{
-    double u1 = rng_unit(), u2 = rng_unit();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* normal data, random scale, a shifted mean on some blocks, outliers */
-static void fill_data(float *x, int64_t n)
-{
-    float scale = (float)ldexp(1.0, (int)(rng_u64() % 12) - 6);
-    float shift = (float)(rng_unit() * 2.0 - 1.0);
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = scale * (rng_normal() + ((i / 32) % 3 == 1 ? shift : 0.0f));
-        if (rng_u64() % 61 == 0) x[i] *= 20.0f + 80.0f * (float)rng_unit();
-    }
-}
 
 static const enum weft_type types[] = {WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0};
 
@@ -62,10 +34,10 @@ static void check_one(const struct weft_cpu_kernels *k, const struct weft_cpu_ke
     float *tmp = malloc((size_t)n * sizeof(float));
     memset(w, 0x5A, 4 * stride + 64);
     for (int r = 0; r < 4; r++) {
-        fill_data(tmp, n);
+        fill_activations(tmp, n);
         CHECK(weft_quantize_row(t, tmp, w + (size_t)r * stride, n));
     }
-    fill_data(tmp, n);
+    fill_activations(tmp, n);
     CHECK(weft_quantize_row_act(vdt, tmp, xq, n));
     float out[4];
     memset(out, 0xCD, sizeof out);
@@ -141,10 +113,10 @@ static void timing_avx2_vs_avx512_dot4(void)
         uint8_t *w = malloc(rb * (size_t)N), *xq = malloc(weft_row_size(vdt, K));
         float *tmp = malloc((size_t)K * sizeof(float)), *o2 = malloc(N * sizeof(float)), *o5 = malloc(N * sizeof(float));
         for (int64_t r = 0; r < N; r++) {
-            fill_data(tmp, K);
+            fill_activations(tmp, K);
             weft_quantize_row(t, tmp, w + (size_t)r * rb, K);
         }
-        fill_data(tmp, K);
+        fill_activations(tmp, K);
         weft_quantize_row_act(vdt, tmp, xq, K);
         const int reps = 200;
         double b2 = 1e9, b5 = 1e9;

@@ -9,30 +9,13 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
+#define TEST_RNG_SEED 0x5eedfacecafe0001ull
+#include "tests/test_rand.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static uint64_t rng_state = 0x5eedfacecafe0001ull;
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-static float rng_normal(void)
-{
-    double u1 = rng_unit(), u2 = rng_unit();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
 
 static void fill_data(float *x, int64_t n)
 {

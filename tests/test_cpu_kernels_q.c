@@ -7,44 +7,13 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
+#define TEST_RNG_SEED 0x0ddba11c0ffee001ull
+#include "tests/test_rand.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ---- deterministic random numbers (splitmix64) ---- */
-
-static uint64_t rng_state = 0x0ddba11c0ffee001ull;
-
-static uint64_t rng_u64(void)
-{
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double rng_unit(void) { return (double)(rng_u64() >> 11) * (1.0 / 9007199254740992.0); }
-
-static float rng_normal(void)
-{
-    double u1 = rng_unit(), u2 = rng_unit();
-    if (u1 < 1e-300) u1 = 1e-300;
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
-}
-
-/* Normal data with a per-row scale, a shifted mean on some blocks and
- * occasional large outliers (as real activations have). */
-static void fill_data(float *x, int64_t n)
-{
-    float scale = (float)ldexp(1.0, (int)(rng_u64() % 12) - 6);
-    float shift = (float)(rng_unit() * 2.0 - 1.0);
-    for (int64_t i = 0; i < n; i++) {
-        x[i] = scale * (rng_normal() + ((i / 32) % 3 == 1 ? shift : 0.0f));
-        if (rng_u64() % 61 == 0) x[i] *= 20.0f + 80.0f * (float)rng_unit();
-    }
-}
 
 /* a random finite half (normals, subnormals, zeros of both signs) */
 static weft_half rng_half(void)
@@ -130,8 +99,8 @@ static void dot_and_quant_match_reference_on_random_rows(void)
             for (int s = 0; s < N_SIZES; s++) {
                 int64_t n = sizes[s];
                 for (int trial = 0; trial < 6; trial++) {
-                    fill_data(wf, n);
-                    fill_data(xf, n);
+                    fill_activations(wf, n);
+                    fill_activations(xf, n);
                     CHECK(weft_quantize_row(wt, wf, wq, n));
                     if (!quant_matches(k, vdt, xf, n, xq, "random")) continue;
                     dot_matches(k, wt, wq, xq, n, "random");
@@ -291,7 +260,7 @@ static void quant_and_dot_match_reference_on_edge_rows(void)
                     enum weft_type wt = q_types[t], vdt = weft_vec_dot_type(wt);
                     if (!quant_matches(k, vdt, xf, n, xq, "edge")) continue;
                     /* weights: random, and the same edge pattern (zero blocks etc.) */
-                    fill_data(wf, n);
+                    fill_activations(wf, n);
                     CHECK(weft_quantize_row(wt, wf, wq, n));
                     dot_matches(k, wt, wq, xq, n, "edge x");
                     if (kind == EDGE_TINY || kind == EDGE_HUGE) continue; /* file quantizers: finite d only */
@@ -365,8 +334,8 @@ static void avx2_dot_speed_on_576x1536(void)
     for (int t = 0; t < 2; t++) {
         enum weft_type wt = tt[t], vdt = weft_vec_dot_type(wt);
         uint8_t *w = malloc(weft_row_size(wt, K) * (size_t)rows), xq[2 * 576];
-        fill_data(wf, K * rows);
-        fill_data(xf, K);
+        fill_activations(wf, K * rows);
+        fill_activations(xf, K);
         weft_quantize_row(wt, wf, w, K * rows);
         weft_quantize_row_act(vdt, xf, xq, K);
         double ts = time_matvec(s, wt, w, xq, rows, K, 5, &sink);
