@@ -1,59 +1,372 @@
 #include "core/kv.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#define BT WEFT_KV_BLOCK_TOKENS
+
+size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim)
+{
+    size_t row = weft_row_size(type, head_dim);
+    return (size_t)BT * n_kv_head * row;
+}
+
+/* ---- hash table: registered hash -> block ---- */
+
+static uint32_t ht_slot(uint64_t h, uint32_t mask) { return (uint32_t)(h ^ (h >> 29)) & mask; }
+
+static int32_t ht_get(const struct weft_kv_pool *kv, uint64_t h)
+{
+    for (uint32_t i = ht_slot(h, kv->ht_mask);; i = (i + 1) & kv->ht_mask) {
+        if (kv->ht_key[i] == 0) return -1;
+        if (kv->ht_key[i] == h) return kv->ht_val[i];
+    }
+}
+
+static void ht_put(struct weft_kv_pool *kv, uint64_t h, int32_t b)
+{
+    uint32_t i = ht_slot(h, kv->ht_mask);
+    while (kv->ht_key[i] != 0) i = (i + 1) & kv->ht_mask;
+    kv->ht_key[i] = h;
+    kv->ht_val[i] = b;
+}
+
+/* Linear-probing delete by backward shift (no tombstones). */
+static void ht_del(struct weft_kv_pool *kv, uint64_t h)
+{
+    uint32_t m = kv->ht_mask, i = ht_slot(h, m);
+    while (kv->ht_key[i] != h) {
+        if (kv->ht_key[i] == 0) return;
+        i = (i + 1) & m;
+    }
+    for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
+        if (kv->ht_key[j] == 0) break;
+        uint32_t home = ht_slot(kv->ht_key[j], m);
+        /* move j back to i if its home is not in (i, j] (cyclically) */
+        bool in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+        if (!in_range) {
+            kv->ht_key[i] = kv->ht_key[j];
+            kv->ht_val[i] = kv->ht_val[j];
+            i = j;
+        }
+    }
+    kv->ht_key[i] = 0;
+}
+
+/* ---- LRU of cached (ref 0, registered) blocks ---- */
+
+static void lru_push(struct weft_kv_pool *kv, int32_t b)
+{
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = -1;
+    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
+    else kv->lru_head = b;
+    kv->lru_tail = b;
+    kv->n_cached++;
+}
+
+static void lru_remove(struct weft_kv_pool *kv, int32_t b)
+{
+    int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
+    if (p >= 0) kv->lru_next[p] = n; else kv->lru_head = n;
+    if (n >= 0) kv->lru_prev[n] = p; else kv->lru_tail = p;
+    kv->lru_prev[b] = kv->lru_next[b] = -1;
+    kv->n_cached--;
+}
+
+/* ---- pool ---- */
+
+weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg)
+{
+    enum weft_type type = cfg->type == WEFT_TYPE_F32 ? WEFT_TYPE_F16 : cfg->type;
+    if (type != WEFT_TYPE_F16 && type != WEFT_TYPE_Q8_0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: cache type %s (F16 or Q8_0 allowed)", weft_type_name(type));
+    if (cfg->n_blocks == 0 || cfg->n_blocks > (1u << 30))
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: pool needs 1..2^30 blocks, got %u", cfg->n_blocks);
+    if (!cfg->n_layer || !cfg->n_kv_head || !cfg->head_dim || cfg->head_dim % weft_type_get(type)->block_size)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: bad shape (%u layers, %u heads of %u) for %s", cfg->n_layer,
+                          cfg->n_kv_head, cfg->head_dim, weft_type_name(type));
+    struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
+                             .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .type = type,
+                             .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1};
+    k.block_bytes = 2 * (size_t)cfg->n_layer * weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim);
+    uint32_t n = cfg->n_blocks, cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    k.ht_mask = cap - 1;
+    k.ref = calloc(n, sizeof *k.ref);
+    k.hash = calloc(n, sizeof *k.hash);
+    k.parent = calloc(n, sizeof *k.parent);
+    k.toks = calloc((size_t)n * BT, sizeof *k.toks);
+    k.lru_prev = malloc(n * sizeof *k.lru_prev);
+    k.lru_next = malloc(n * sizeof *k.lru_next);
+    k.free_ids = malloc(n * sizeof *k.free_ids);
+    k.ht_key = calloc(cap, sizeof *k.ht_key);
+    k.ht_val = calloc(cap, sizeof *k.ht_val);
+    weft_status st = WEFT_OK;
+    if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val)
+        st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u blocks' bookkeeping", n);
+    if (st == WEFT_OK && cfg->n_host_blocks) {
+        k.n_host_blocks = cfg->n_host_blocks;
+        k.host = malloc(k.block_bytes * cfg->n_host_blocks);
+        k.host_free = malloc(cfg->n_host_blocks * sizeof *k.host_free);
+        if (!k.host || !k.host_free)
+            st = weft_error(WEFT_ERR_NOMEM, "kv: cannot allocate a host tier of %u blocks (%zu MiB)", cfg->n_host_blocks,
+                            (k.block_bytes * cfg->n_host_blocks) >> 20);
+    }
+    if (st == WEFT_OK) st = be->iface->buffer_alloc(be, k.block_bytes * n, &k.buf);
+    if (st != WEFT_OK) {
+        k.buf = NULL;
+        weft_kv_pool_free(&k);
+        return st;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        k.free_ids[i] = (int32_t)(n - 1 - i);  /* block 0 is taken first */
+        k.lru_prev[i] = k.lru_next[i] = -1;
+    }
+    k.n_free = n;
+    for (uint32_t i = 0; i < k.n_host_blocks; i++) k.host_free[i] = (int32_t)(k.n_host_blocks - 1 - i);
+    k.n_host_free = k.n_host_blocks;
+    *kv = k;
+    return WEFT_OK;
+}
 
 weft_status weft_kv_pool_init(struct weft_kv_pool *kv, struct weft_backend *be, uint32_t n_layer,
                               uint32_t n_kv_head, uint32_t head_dim, uint32_t n_blocks)
 {
-    struct weft_kv_pool k = {.be = be, .n_blocks = n_blocks, .n_layer = n_layer,
-                             .n_kv_head = n_kv_head, .head_dim = head_dim};
-    k.block_bytes = (size_t)2 * n_layer * WEFT_KV_BLOCK_TOKENS * n_kv_head * head_dim * sizeof(weft_half);
-    if (n_blocks == 0) return weft_error(WEFT_ERR_INVALID_ARG, "kv: pool needs at least one block");
-    k.free_ids = malloc(sizeof(int32_t) * n_blocks);
-    if (!k.free_ids) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
-    weft_status st = be->iface->buffer_alloc(be, k.block_bytes * n_blocks, &k.buf);
-    if (st != WEFT_OK) { free(k.free_ids); return st; }
-    for (uint32_t i = 0; i < n_blocks; i++) k.free_ids[i] = (int32_t)(n_blocks - 1 - i);
-    k.n_free = n_blocks;
-    *kv = k;
-    return WEFT_OK;
+    struct weft_kv_config c = {.n_layer = n_layer, .n_kv_head = n_kv_head, .head_dim = head_dim,
+                               .n_blocks = n_blocks, .type = WEFT_TYPE_F16};
+    return weft_kv_pool_create(kv, be, &c);
 }
 
 void weft_kv_pool_free(struct weft_kv_pool *kv)
 {
     if (kv->buf) kv->be->iface->buffer_free(kv->buf);
-    free(kv->free_ids);
-    kv->buf = NULL;
-    kv->free_ids = NULL;
+    free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
+    free(kv->lru_prev); free(kv->lru_next); free(kv->free_ids);
+    free(kv->ht_key); free(kv->ht_val);
+    free(kv->host); free(kv->host_free);
+    memset(kv, 0, sizeof *kv);
+}
+
+void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
+{
+    *out = (struct weft_kv_stats){
+        .n_blocks = kv->n_blocks, .used = kv->n_blocks - kv->n_free - kv->n_cached, .cached = kv->n_cached,
+        .free = kv->n_free, .n_host_blocks = kv->n_host_blocks, .host_used = kv->n_host_blocks - kv->n_host_free,
+        .hit_blocks = kv->hit_blocks, .evictions = kv->evictions};
+}
+
+uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
+
+uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens)
+{
+    /* 64-bit multiply-xorshift mixing of the parent and each id */
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < BT; i++) {
+        h ^= (uint64_t)(uint32_t)tokens[i] + 0x632be59bd9b4e019ull + (h << 6) + (h >> 2);
+        h *= 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+    }
+    return h ? h : 1;
+}
+
+/* Take a block for writing: never-used/unregistered first, else evict the
+ * least recently freed cached block. -1 if none. */
+static int32_t take_block(struct weft_kv_pool *kv)
+{
+    int32_t b;
+    if (kv->n_free) {
+        b = kv->free_ids[--kv->n_free];
+    } else if (kv->lru_head >= 0) {
+        b = kv->lru_head;
+        lru_remove(kv, b);
+        ht_del(kv, kv->hash[b]);
+        kv->hash[b] = 0;
+        kv->evictions++;
+    } else {
+        return -1;
+    }
+    kv->ref[b] = 1;
+    return b;
+}
+
+static void unref_block(struct weft_kv_pool *kv, int32_t b)
+{
+    if (--kv->ref[b] > 0) return;
+    if (kv->hash[b]) lru_push(kv, b);
+    else kv->free_ids[kv->n_free++] = b;
+}
+
+static weft_status seq_grow(struct weft_kv_seq *seq, uint32_t need)
+{
+    if (need <= seq->cap) return WEFT_OK;
+    uint32_t cap = need > 2 * seq->cap ? need : 2 * seq->cap;
+    int32_t *b = realloc(seq->blocks, sizeof(int32_t) * cap);
+    if (!b) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
+    seq->blocks = b;
+    seq->cap = cap;
+    return WEFT_OK;
+}
+
+uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n)
+{
+    if (!kv->prefix_cache || seq->n_blocks || n == 0) return 0;
+    uint32_t max_blocks = (n - 1) / BT, got = 0;
+    uint64_t h = 0;
+    if (seq_grow(seq, max_blocks) != WEFT_OK) return 0;
+    for (; got < max_blocks; got++) {
+        const int32_t *t = tokens + (size_t)got * BT;
+        uint64_t hn = weft_kv_block_hash(h, t);
+        int32_t b = ht_get(kv, hn);
+        if (b < 0 || kv->parent[b] != h || memcmp(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT)) break;
+        if (kv->ref[b]++ == 0) lru_remove(kv, b);
+        seq->blocks[seq->n_blocks++] = b;
+        h = hn;
+    }
+    seq->n_hashed = got;
+    seq->last_hash = h;
+    kv->hit_blocks += got;
+    return got * BT;
+}
+
+uint32_t weft_kv_seq_blocks_needed(const struct weft_kv_seq *seq, uint32_t n_tokens)
+{
+    uint32_t need = (n_tokens + BT - 1) / BT;
+    return need > seq->n_blocks ? need - seq->n_blocks : 0;
 }
 
 weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n_tokens)
 {
-    uint32_t need = (n_tokens + WEFT_KV_BLOCK_TOKENS - 1) / WEFT_KV_BLOCK_TOKENS;
-    if (need <= seq->n_blocks) return WEFT_OK;
-    if (need - seq->n_blocks > kv->n_free)
-        return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more blocks, %u free", need - seq->n_blocks, kv->n_free);
-    if (need > seq->cap) {
-        uint32_t cap = need > 2 * seq->cap ? need : 2 * seq->cap;
-        int32_t *b = realloc(seq->blocks, sizeof(int32_t) * cap);
-        if (!b) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
-        seq->blocks = b;
-        seq->cap = cap;
-    }
-    while (seq->n_blocks < need) seq->blocks[seq->n_blocks++] = kv->free_ids[--kv->n_free];
+    if (seq->swapped) return weft_error(WEFT_ERR_INVALID_ARG, "kv: sequence is swapped out");
+    uint32_t more = weft_kv_seq_blocks_needed(seq, n_tokens);
+    if (more == 0) return WEFT_OK;
+    if (more > weft_kv_available(kv))
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more blocks, %u available", more, weft_kv_available(kv));
+    weft_status st = seq_grow(seq, seq->n_blocks + more);
+    if (st != WEFT_OK) return st;
+    while (more--) seq->blocks[seq->n_blocks++] = take_block(kv);
     return WEFT_OK;
+}
+
+void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed)
+{
+    if (!kv->prefix_cache || seq->swapped) return;
+    uint32_t full = n_computed / BT;
+    if (full > seq->n_blocks) full = seq->n_blocks;
+    for (; seq->n_hashed < full; seq->n_hashed++) {
+        const int32_t *t = tokens + (size_t)seq->n_hashed * BT;
+        uint64_t h = weft_kv_block_hash(seq->last_hash, t);
+        int32_t b = seq->blocks[seq->n_hashed];
+        if (kv->hash[b] == 0 && ht_get(kv, h) < 0) {
+            kv->hash[b] = h;
+            kv->parent[b] = seq->last_hash;
+            memcpy(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT);
+            ht_put(kv, h, b);
+        }
+        seq->last_hash = h;
+    }
 }
 
 void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
 {
-    for (uint32_t i = 0; i < seq->n_blocks; i++) kv->free_ids[kv->n_free++] = seq->blocks[i];
+    if (seq->swapped) {
+        for (uint32_t i = 0; i < seq->n_blocks; i++) kv->host_free[kv->n_host_free++] = seq->host[i];
+    } else {
+        for (uint32_t i = seq->n_blocks; i-- > 0;) unref_block(kv, seq->blocks[i]);
+    }
     free(seq->blocks);
-    seq->blocks = NULL;
-    seq->n_blocks = seq->cap = 0;
+    free(seq->host);
+    memset(seq, 0, sizeof *seq);
+}
+
+weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
+{
+    if (seq->swapped) return WEFT_OK;
+    if (seq->n_blocks > kv->n_host_free)
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: host tier has %u free blocks, %u needed", kv->n_host_free, seq->n_blocks);
+    int32_t *slots = malloc(sizeof(int32_t) * (seq->n_blocks ? seq->n_blocks : 1));
+    if (!slots) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
+    const struct weft_backend_iface *bi = kv->be->iface;
+    weft_status st = bi->sync(kv->be);
+    for (uint32_t i = 0; i < seq->n_blocks && st == WEFT_OK; i++) {
+        int32_t h = kv->host_free[kv->n_host_free - 1 - i];
+        st = bi->buffer_read(kv->buf, (size_t)seq->blocks[i] * kv->block_bytes, kv->host + (size_t)h * kv->block_bytes,
+                             kv->block_bytes);
+        slots[i] = h;
+    }
+    if (st != WEFT_OK) {
+        free(slots);
+        return st;
+    }
+    kv->n_host_free -= seq->n_blocks;
+    for (uint32_t i = seq->n_blocks; i-- > 0;) unref_block(kv, seq->blocks[i]);
+    free(seq->host);
+    seq->host = slots;
+    seq->swapped = true;
+    return WEFT_OK;
+}
+
+weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
+{
+    if (!seq->swapped) return WEFT_OK;
+    if (seq->n_blocks > weft_kv_available(kv))
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u blocks to swap in, %u available", seq->n_blocks,
+                          weft_kv_available(kv));
+    const struct weft_backend_iface *bi = kv->be->iface;
+    weft_status st = WEFT_OK;
+    uint32_t i = 0;
+    for (; i < seq->n_blocks; i++) {
+        int32_t b = take_block(kv);
+        st = bi->buffer_write(kv->buf, (size_t)b * kv->block_bytes, kv->host + (size_t)seq->host[i] * kv->block_bytes,
+                              kv->block_bytes);
+        if (st != WEFT_OK) {
+            unref_block(kv, b);
+            break;
+        }
+        seq->blocks[i] = b;
+    }
+    if (st != WEFT_OK) {
+        /* give back what was taken; the host copy is still whole */
+        while (i-- > 0) unref_block(kv, seq->blocks[i]);
+        return st;
+    }
+    for (i = 0; i < seq->n_blocks; i++) kv->host_free[kv->n_host_free++] = seq->host[i];
+    free(seq->host);
+    seq->host = NULL;
+    seq->swapped = false;
+    return WEFT_OK;
 }
 
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer)
 {
-    struct weft_kv_view v = {kv->buf, WEFT_TYPE_F16, kv->n_layer, layer, kv->n_kv_head, kv->head_dim};
+    struct weft_kv_view v = {kv->buf, kv->type, kv->n_layer, layer, kv->n_kv_head, kv->head_dim};
     return v;
+}
+
+weft_status weft_kv_check(const struct weft_kv_pool *kv)
+{
+    uint32_t n_ref0_hashed = 0, n_ref0_plain = 0, n_ht = 0;
+    for (uint32_t b = 0; b < kv->n_blocks; b++) {
+        if (kv->ref[b] == 0 && kv->hash[b]) n_ref0_hashed++;
+        if (kv->ref[b] == 0 && !kv->hash[b]) n_ref0_plain++;
+        if (kv->hash[b] && ht_get(kv, kv->hash[b]) != (int32_t)b)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: block %u's hash is not in the table", b);
+    }
+    for (uint32_t i = 0; i <= kv->ht_mask; i++) n_ht += kv->ht_key[i] != 0;
+    uint32_t n_lru = 0;
+    for (int32_t b = kv->lru_head; b >= 0; b = kv->lru_next[b], n_lru++)
+        if (kv->ref[b] || !kv->hash[b] || n_lru > kv->n_blocks)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: LRU holds block %d (ref %u)", b, kv->ref[b]);
+    for (uint32_t i = 0; i < kv->n_free; i++)
+        if (kv->ref[kv->free_ids[i]] || kv->hash[kv->free_ids[i]])
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: free list holds block %d in use", kv->free_ids[i]);
+    if (n_lru != kv->n_cached || n_lru != n_ref0_hashed || kv->n_free != n_ref0_plain)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv check: %u in LRU, %u cached, %u ref-0 registered; %u free vs %u",
+                          n_lru, kv->n_cached, n_ref0_hashed, kv->n_free, n_ref0_plain);
+    uint32_t n_hashed = 0;
+    for (uint32_t b = 0; b < kv->n_blocks; b++) n_hashed += kv->hash[b] != 0;
+    if (n_ht != n_hashed)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv check: %u hash entries for %u registered blocks", n_ht, n_hashed);
+    return WEFT_OK;
 }

@@ -1,39 +1,134 @@
-/* Paged KV cache: a pool of fixed-size blocks on one device and per-sequence
- * block tables. This is the simple allocator (free list); reference counts,
- * prefix caching and host tiers build on it in the block manager. */
+/* Paged KV cache: the block manager.
+ *
+ * A pool of fixed-size blocks on one device (one block = WEFT_KV_BLOCK_TOKENS
+ * tokens of K and V for every layer; byte layout in backends/backend.h, the
+ * same whatever backend wrote it), per-sequence block tables, reference
+ * counts, and a prefix cache:
+ *
+ *  - A full block is named by a chained hash: hash(parent block's hash, its 16
+ *    token ids). Once a sequence has computed a full block it is registered
+ *    under that hash; a new sequence whose prompt starts with the same tokens
+ *    takes the registered blocks (ref count + 1) instead of computing them.
+ *  - A block whose ref count drops to 0 and that is registered stays cached:
+ *    it joins an LRU list and can still be hit, until an allocation that
+ *    finds no never-used/unregistered free block evicts the least recently
+ *    freed one.
+ *
+ * A host tier holds blocks of sequences swapped out by the scheduler.
+ *
+ * "No room" (WEFT_ERR_NO_ROOM) is an ordinary answer: the scheduler preempts
+ * or waits. Functions that fail leave the pool and the sequence unchanged.
+ * Not thread-safe: one owner (the engine thread) drives a pool. */
 #ifndef WEFT_KV_H
 #define WEFT_KV_H
 
 #include "backends/backend.h"
 
+struct weft_kv_config {
+    uint32_t n_layer, n_kv_head, head_dim;
+    uint32_t n_blocks;            /* device blocks (>= 1) */
+    uint32_t n_host_blocks;       /* host swap tier capacity, 0 = none */
+    enum weft_type type;          /* WEFT_TYPE_F16 (default when 0 is passed as F32) */
+    bool prefix_cache;            /* register and reuse full blocks */
+};
+
+struct weft_kv_stats {
+    uint32_t n_blocks, used, cached, free;   /* used: ref > 0; cached: ref 0, reusable */
+    uint32_t n_host_blocks, host_used;
+    uint64_t hit_blocks;                     /* blocks taken from the prefix cache */
+    uint64_t evictions;
+};
+
 struct weft_kv_pool {
     struct weft_backend *be;       /* not owned */
     struct weft_buffer *buf;       /* n_blocks blocks, layout in backend.h */
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
+    enum weft_type type;
+    bool prefix_cache;
     size_t block_bytes;            /* all layers, K and V */
-    int32_t *free_ids;             /* stack of free block ids */
-    uint32_t n_free;
+    /* per block */
+    uint32_t *ref;
+    uint64_t *hash;                /* 0 = not registered */
+    uint64_t *parent;              /* parent hash of a registered block */
+    int32_t *toks;                 /* [n_blocks][16] ids of a registered block */
+    int32_t *lru_prev, *lru_next;  /* cached blocks, oldest at lru_head */
+    int32_t lru_head, lru_tail;
+    int32_t *free_ids;             /* stack of free unregistered blocks */
+    uint32_t n_free, n_cached;
+    /* hash -> block (open addressing, linear probing) */
+    uint64_t *ht_key;
+    int32_t *ht_val;
+    uint32_t ht_mask;
+    /* host tier */
+    unsigned char *host;
+    uint32_t n_host_blocks;
+    int32_t *host_free;
+    uint32_t n_host_free;
+    uint64_t hit_blocks, evictions;
 };
 
-/* A sequence's block table: blocks[i] holds positions [16 i, 16 i + 16). */
+/* A sequence's block table: blocks[i] holds positions [16 i, 16 i + 16).
+ * n_hashed leading blocks are registered (their hashes chain from 0);
+ * last_hash is blocks[n_hashed - 1]'s. */
 struct weft_kv_seq {
     int32_t *blocks;
     uint32_t n_blocks, cap;
+    uint32_t n_hashed;
+    uint64_t last_hash;
+    /* when swapped out: host slots, one per block (n_blocks of them) */
+    int32_t *host;
+    bool swapped;
 };
 
-/* Allocate n_blocks blocks on be. *out untouched on failure. */
+/* Bytes of one layer's K (or V) in one block for this layout. */
+size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim);
+
+weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg);
+/* F16, no host tier, no prefix cache. */
 weft_status weft_kv_pool_init(struct weft_kv_pool *kv, struct weft_backend *be, uint32_t n_layer,
                               uint32_t n_kv_head, uint32_t head_dim, uint32_t n_blocks);
 void weft_kv_pool_free(struct weft_kv_pool *kv);
+void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out);
+/* Blocks an allocation could get now (free + cached). */
+uint32_t weft_kv_available(const struct weft_kv_pool *kv);
 
-/* Make seq able to hold n_tokens positions, taking blocks from the pool.
- * WEFT_ERR_NO_ROOM (an ordinary answer) when the pool is short; then seq is
- * unchanged. */
+/* Chained hash of one full block (never 0). */
+uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
+
+/* On an empty seq: take the longest registered prefix of tokens[0..n) in
+ * whole blocks, leaving at least one token to compute (so the last prompt
+ * token always produces logits). Returns the number of tokens covered. */
+uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n);
+
+/* Make seq able to hold n_tokens positions, taking fresh blocks (evicting
+ * cached ones when needed). WEFT_ERR_NO_ROOM when the pool is short; then
+ * seq is unchanged. */
 weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n_tokens);
-/* Return all of seq's blocks to the pool. */
+/* Blocks seq would need to take to hold n_tokens positions. */
+uint32_t weft_kv_seq_blocks_needed(const struct weft_kv_seq *seq, uint32_t n_tokens);
+
+/* tokens[0..n_computed) now have their K/V in seq's blocks: register the
+ * newly full blocks (no-op without a prefix cache). A block whose hash is
+ * already registered by another block stays unregistered. */
+void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed);
+
+/* Drop seq's references (last block first, so a prefix outlives its tail in
+ * the LRU) and its host copies; seq becomes empty. */
 void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
+
+/* Copy seq's blocks to the host tier and drop the device references.
+ * WEFT_ERR_NO_ROOM if the host tier is short (seq unchanged). Waits for the
+ * backend to finish pending work first. */
+weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
+/* Bring a swapped-out seq back into fresh device blocks. WEFT_ERR_NO_ROOM if
+ * the device is short (seq unchanged, still swapped). */
+weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
 
 /* View of one layer of the pool for ROPE_KV / ATTENTION ops. */
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer);
+
+/* Internal consistency check (ref counts vs free/cached lists vs hash
+ * table) for tests; WEFT_OK or WEFT_ERR_INVALID_ARG naming the problem. */
+weft_status weft_kv_check(const struct weft_kv_pool *kv);
 
 #endif

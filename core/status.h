@@ -21,7 +21,9 @@
     X(ERR_DEVICE,    -8,  "device error")                                \
     X(ERR_NO_ROOM,   -9,  "no room (KV cache full)")                     \
     X(ERR_CONTEXT,   -10, "context length exceeded")                     \
-    X(ERR_TYPE,      -11, "wrong value type")
+    X(ERR_TYPE,      -11, "wrong value type")                            \
+    X(ERR_BUSY,      -12, "busy (queue full)")                           \
+    X(ERR_QUOTA,     -13, "over quota")
 
 enum weft_status {
 #define WEFT_X_(name, val, str) WEFT_##name = val,

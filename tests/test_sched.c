@@ -1,0 +1,386 @@
+/* The continuous-batching scheduler (core/sched) without a model: a fake
+ * step "computes" what was scheduled and samples a token that depends only
+ * on the request and its length. Pins the token budget and chunked prefill,
+ * priority and FCFS order, preemption (swap and recompute) and resumption,
+ * tenant quotas, queue-full and never-fits rejections, abort, prefix hits,
+ * and that every block ends free or cached. */
+#include <string.h>
+
+#include "core/sched.h"
+#include "tests/check.h"
+
+static struct weft_backend *be;
+
+struct env {
+    struct weft_kv_pool kv;
+    struct weft_sched *s;
+};
+
+static void env_init(struct env *e, uint32_t n_blocks, uint32_t n_host, bool cache, struct weft_sched_config cfg)
+{
+    struct weft_kv_config c = {.n_layer = 1, .n_kv_head = 1, .head_dim = 32, .n_blocks = n_blocks,
+                               .n_host_blocks = n_host, .type = WEFT_TYPE_F16, .prefix_cache = cache};
+    CHECK(weft_kv_pool_create(&e->kv, be, &c) == WEFT_OK);
+    if (!cfg.n_ctx) cfg.n_ctx = 4096;
+    CHECK(weft_sched_create(&cfg, &e->kv, &e->s) == WEFT_OK);
+}
+
+static void env_free(struct env *e)
+{
+    struct weft_sched_req *const *q;
+    CHECK_EQ_INT(weft_sched_running(e->s, &q), 0);
+    CHECK_EQ_INT(weft_sched_waiting(e->s, &q), 0);
+    struct weft_kv_stats ks;
+    weft_kv_stats(&e->kv, &ks);
+    CHECK_EQ_INT(ks.used, 0);
+    CHECK_EQ_INT(ks.free + ks.cached, ks.n_blocks);
+    CHECK_EQ_INT(ks.host_used, 0);
+    CHECK(weft_kv_check(&e->kv) == WEFT_OK);
+    weft_sched_free(e->s);
+    weft_kv_pool_free(&e->kv);
+}
+
+static struct weft_sched_req *add(struct env *e, uint64_t id, uint32_t n_prompt, uint32_t max_new, int32_t prio,
+                                  uint32_t tenant)
+{
+    int32_t p[2048];
+    for (uint32_t i = 0; i < n_prompt; i++) p[i] = (int32_t)((id * 1000003u + i * 7919u) % 5000);
+    struct weft_sched_req *r = NULL;
+    weft_status st = weft_sched_add(e->s, id, p, n_prompt, max_new, prio, tenant, NULL, &r);
+    CHECK_MSG(st == WEFT_OK, "add %llu: %s", (unsigned long long)id, weft_last_error());
+    return r;
+}
+
+static int32_t fake_token(const struct weft_sched_req *r) { return (int32_t)((r->id * 31 + r->n_tokens * 17) % 5000); }
+
+/* One fake step: returns items scheduled; finishes requests at max_total.
+ * The "model" checks that every computed token's slot lies in a block the
+ * request holds. */
+static uint32_t step(struct env *e, struct weft_sched_item *copy, uint32_t *n_done, uint64_t *done_ids)
+{
+    struct weft_sched_item *it;
+    uint32_t n;
+    CHECK(weft_sched_schedule(e->s, &it, &n) == WEFT_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        CHECK(!it[i].req->kv.swapped);
+        CHECK((uint64_t)it[i].req->kv.n_blocks * WEFT_KV_BLOCK_TOKENS >= it[i].pos0 + it[i].n);
+        CHECK(it[i].pos0 == it[i].req->n_computed);
+        if (copy) copy[i] = it[i];
+    }
+    weft_sched_step_done(e->s, it, n);
+    for (uint32_t i = 0; i < n; i++) {
+        struct weft_sched_req *r = it[i].req;
+        if (!it[i].sample) continue;
+        if (r->n_tokens + 1 >= r->max_total) {  /* the last token is never computed */
+            if (done_ids) done_ids[(*n_done)++] = r->id;
+            weft_sched_finish(e->s, r);
+            /* items after i may not point at r (each request appears once) */
+        } else {
+            CHECK(weft_sched_append(e->s, r, fake_token(r)) == WEFT_OK);
+        }
+    }
+    CHECK(weft_kv_check(&e->kv) == WEFT_OK);
+    return n;
+}
+
+static void run_to_end(struct env *e, uint32_t *n_done, uint64_t *done_ids)
+{
+    for (int guard = 0; guard < 100000; guard++) {
+        struct weft_sched_req *const *q;
+        if (!weft_sched_running(e->s, &q) && !weft_sched_waiting(e->s, &q)) return;
+        if (step(e, NULL, n_done, done_ids) == 0) {
+            CHECK_MSG(0, "scheduler stalled with work left");
+            return;
+        }
+    }
+    CHECK_MSG(0, "did not finish");
+}
+
+static void budget_decodes_first_then_chunked_prefill(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false, (struct weft_sched_config){.max_step_tokens = 64, .max_running = 8});
+    add(&e, 1, 50, 4, 0, 0);
+    add(&e, 2, 40, 4, 0, 0);
+    add(&e, 3, 30, 4, 0, 0);
+    struct weft_sched_item it[8];
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 2);
+    CHECK(it[0].req->id == 1 && it[0].n == 50 && it[0].sample);
+    CHECK(it[1].req->id == 2 && it[1].n == 14 && !it[1].sample);  /* chunk of the budget left */
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 3);
+    CHECK(it[0].req->id == 1 && it[0].n == 1 && it[0].sample);   /* decode first */
+    CHECK(it[1].req->id == 2 && it[1].pos0 == 14 && it[1].n == 26 && it[1].sample);
+    CHECK(it[2].req->id == 3 && it[2].n == 30 && it[2].sample);  /* 64 - 1 - 26 = 37 left */
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void prefill_chunk_limit_and_max_running(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false,
+             (struct weft_sched_config){.max_step_tokens = 100, .max_running = 2, .max_prefill_chunk = 32});
+    add(&e, 1, 70, 3, 0, 0);
+    add(&e, 2, 10, 3, 0, 0);
+    add(&e, 3, 10, 3, 0, 0);
+    struct weft_sched_item it[4];
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 2);
+    CHECK(it[0].n == 32 && it[1].req->id == 2 && it[1].n == 10);
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 2);  /* request 3 waits: two running at most */
+    CHECK(it[0].req->id == 1 && it[0].n == 32 && it[1].req->id == 2 && it[1].n == 1);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void priority_then_fcfs(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false, (struct weft_sched_config){.max_step_tokens = 16, .max_running = 1});
+    add(&e, 1, 8, 2, 0, 0);
+    add(&e, 2, 8, 2, 5, 0);
+    add(&e, 3, 8, 2, 0, 0);
+    add(&e, 4, 8, 2, 5, 0);
+    add(&e, 5, 8, 2, -1, 0);
+    uint64_t done[8];
+    uint32_t n_done = 0;
+    run_to_end(&e, &n_done, done);
+    CHECK_EQ_INT(n_done, 5);
+    uint64_t want[5] = {2, 4, 1, 3, 5};
+    for (int i = 0; i < 5; i++) CHECK_MSG(done[i] == want[i], "finish %d: %llu", i, (unsigned long long)done[i]);
+    env_free(&e);
+}
+
+/* Pool of 6 blocks: three requests of 2 blocks' prompt that grow to 3 each. */
+static void preemption_swaps_latest_lowest_and_resumes(void)
+{
+    struct env e;
+    env_init(&e, 6, 16, false, (struct weft_sched_config){.max_step_tokens = 256, .max_running = 8});
+    struct weft_sched_req *a = add(&e, 1, 31, 16, 0, 0);
+    struct weft_sched_req *b = add(&e, 2, 31, 16, 0, 0);
+    struct weft_sched_req *c = add(&e, 3, 31, 16, 0, 0);
+    CHECK_EQ_INT(step(&e, NULL, NULL, NULL), 3);  /* 6 blocks, all used */
+    CHECK_EQ_INT(step(&e, NULL, NULL, NULL), 3);  /* position 31 still fits */
+    /* position 32 needs a third block each: c (latest) is swapped out */
+    struct weft_sched_item it[8];
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 2);
+    CHECK(it[0].req == a && it[1].req == b);
+    CHECK(c->state == WEFT_REQ_WAITING && c->kv.swapped && c->n_preempt == 1);
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.preempt_swap, 1);
+    CHECK_EQ_INT(st.swapped, 1);
+    uint32_t c_computed = c->n_computed;
+    CHECK_EQ_INT(c_computed, 32);
+    uint64_t done[4];
+    uint32_t n_done = 0;
+    run_to_end(&e, &n_done, done);
+    CHECK(n_done == 3 && done[2] == 3);  /* c resumed after a and b and finished */
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.preempt_recompute, 0);
+    CHECK_EQ_INT(st.prefill_tokens, 93);  /* swap kept c's K/V: nothing recomputed */
+    env_free(&e);
+}
+
+static void preemption_recomputes_when_host_is_full(void)
+{
+    struct env e;
+    env_init(&e, 6, 1, false, (struct weft_sched_config){.max_step_tokens = 256, .max_running = 8});
+    add(&e, 1, 31, 16, 0, 0);
+    add(&e, 2, 31, 16, 0, 0);
+    struct weft_sched_req *c = add(&e, 3, 31, 16, 0, 0);
+    for (int i = 0; i < 3; i++) step(&e, NULL, NULL, NULL);
+    CHECK(c->state == WEFT_REQ_WAITING && !c->kv.swapped && c->n_computed == 0 && c->kv.n_blocks == 0);
+    CHECK_EQ_INT(c->n_tokens, 33);  /* the tokens it generated are kept for the recompute */
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.preempt_recompute, 1);
+    run_to_end(&e, NULL, NULL);
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.prefill_tokens, 93 + 31);  /* c's prompt again (its generated tokens are not prompt) */
+    env_free(&e);
+}
+
+static void higher_priority_arrival_preempts_lower(void)
+{
+    struct env e;
+    env_init(&e, 4, 8, false, (struct weft_sched_config){.max_step_tokens = 256, .max_running = 8});
+    struct weft_sched_req *lo = add(&e, 1, 40, 8, 0, 0);  /* 3 blocks */
+    step(&e, NULL, NULL, NULL);
+    struct weft_sched_req *hi = add(&e, 2, 40, 8, 9, 0);
+    struct weft_sched_item it[4];
+    /* the waiting high-priority request needs 3 blocks of 1 free: lo gives way */
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 1);
+    CHECK(it[0].req == hi && lo->kv.swapped && lo->state == WEFT_REQ_WAITING);
+    uint64_t done[2];
+    uint32_t n_done = 0;
+    run_to_end(&e, &n_done, done);
+    CHECK(n_done == 2 && done[0] == 2 && done[1] == 1);
+    env_free(&e);
+}
+
+static void tenant_limits(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false, (struct weft_sched_config){.max_step_tokens = 512, .max_running = 16});
+    uint32_t ta, tb;
+    struct weft_tenant_limits la = {.max_running = 1}, lb = {.max_kv_blocks = 4};
+    CHECK(weft_sched_tenant(e.s, "a", &la, &ta) == WEFT_OK && ta == 1);
+    CHECK(weft_sched_tenant(e.s, "b", &lb, &tb) == WEFT_OK && tb == 2);
+    uint32_t again;
+    CHECK(weft_sched_tenant(e.s, "a", NULL, &again) == WEFT_OK && again == ta);
+    add(&e, 1, 10, 4, 0, ta);
+    add(&e, 2, 10, 4, 0, ta);   /* waits: tenant a runs one at a time */
+    add(&e, 3, 40, 8, 0, tb);   /* 3 blocks of b's 4 */
+    add(&e, 4, 20, 4, 0, tb);   /* 2 more would exceed b's quota: waits */
+    add(&e, 5, 10, 4, 0, 0);    /* the default tenant is not held up by them */
+    struct weft_sched_item it[8];
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 3);
+    CHECK(it[0].req->id == 1 && it[1].req->id == 3 && it[2].req->id == 5);
+    CHECK(weft_sched_tenant_blocks(e.s, tb) <= 4);
+    /* a request that could never fit its tenant's quota is refused up front */
+    int32_t p[100] = {0};
+    struct weft_sched_req *r;
+    CHECK(weft_sched_add(e.s, 9, p, 80, 10, 0, tb, NULL, &r) == WEFT_ERR_QUOTA && r == NULL);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void tenant_quota_preempts_within_tenant(void)
+{
+    /* two of tenant b's requests grow past its quota: b's latest is
+     * preempted, not the default tenant's even later one */
+    struct env e;
+    env_init(&e, 64, 16, false, (struct weft_sched_config){.max_step_tokens = 512, .max_running = 16});
+    uint32_t tb;
+    struct weft_tenant_limits lb = {.max_kv_blocks = 4};
+    CHECK(weft_sched_tenant(e.s, "b", &lb, &tb) == WEFT_OK);
+    struct weft_sched_req *b1 = add(&e, 1, 31, 8, 0, tb);
+    struct weft_sched_req *b2 = add(&e, 2, 31, 8, 0, tb);
+    struct weft_sched_req *d = add(&e, 3, 31, 8, 0, 0);
+    step(&e, NULL, NULL, NULL);  /* 2 blocks each; b at its quota */
+    step(&e, NULL, NULL, NULL);
+    step(&e, NULL, NULL, NULL);  /* position 32 needs a third block */
+    CHECK(b1->state == WEFT_REQ_RUNNING && b2->state == WEFT_REQ_WAITING && d->state == WEFT_REQ_RUNNING);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void refusals(void)
+{
+    struct env e;
+    env_init(&e, 8, 0, false, (struct weft_sched_config){.n_ctx = 256, .max_waiting = 2});
+    int32_t p[300] = {0};
+    struct weft_sched_req *r;
+    CHECK(weft_sched_add(e.s, 1, p, 0, 10, 0, 0, NULL, &r) == WEFT_ERR_INVALID_ARG);
+    CHECK(weft_sched_add(e.s, 1, p, 250, 10, 0, 0, NULL, &r) == WEFT_ERR_CONTEXT);
+    CHECK(weft_sched_add(e.s, 1, p, 200, 20, 0, 0, NULL, &r) == WEFT_ERR_NO_ROOM);  /* > 8 blocks */
+    CHECK(weft_sched_add(e.s, 1, p, 100, 10, 0, 7, NULL, &r) == WEFT_ERR_INVALID_ARG);  /* unknown tenant */
+    CHECK(weft_sched_add(e.s, 1, p, 10, 10, 0, 0, NULL, &r) == WEFT_OK);
+    CHECK(weft_sched_add(e.s, 2, p, 10, 10, 0, 0, NULL, &r) == WEFT_OK);
+    CHECK(weft_sched_add(e.s, 3, p, 10, 10, 0, 0, NULL, &r) == WEFT_ERR_BUSY);
+    CHECK(strstr(weft_last_error(), "full") != NULL);
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.rejected_full, 1);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void abort_frees_blocks_at_once(void)
+{
+    struct env e;
+    env_init(&e, 16, 8, false, (struct weft_sched_config){.max_step_tokens = 512});
+    struct weft_sched_req *a = add(&e, 1, 60, 50, 0, 0);
+    struct weft_sched_req *b = add(&e, 2, 60, 50, 0, 0);
+    step(&e, NULL, NULL, NULL);
+    struct weft_kv_stats ks;
+    weft_kv_stats(&e.kv, &ks);
+    CHECK_EQ_INT(ks.used, 8);
+    CHECK(weft_sched_find(e.s, 1) == a);
+    weft_sched_finish(e.s, a);
+    weft_kv_stats(&e.kv, &ks);
+    CHECK_EQ_INT(ks.used, 4);
+    CHECK(weft_sched_find(e.s, 1) == NULL);
+    /* a swapped-out request's host blocks go too */
+    CHECK(weft_kv_seq_swap_out(&e.kv, &b->kv) == WEFT_OK);
+    weft_sched_finish(e.s, b);
+    env_free(&e);
+}
+
+static void prefix_hits_are_counted(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, true, (struct weft_sched_config){.max_step_tokens = 512});
+    int32_t p[240];
+    for (int i = 0; i < 240; i++) p[i] = (i * 37) % 1000;
+    struct weft_sched_req *r;
+    CHECK(weft_sched_add(e.s, 1, p, 210, 4, 0, 0, NULL, &r) == WEFT_OK);
+    run_to_end(&e, NULL, NULL);
+    for (int i = 200; i < 240; i++) p[i] = 999 - i;  /* shares 200 tokens */
+    CHECK(weft_sched_add(e.s, 2, p, 230, 4, 0, 0, NULL, &r) == WEFT_OK);
+    struct weft_sched_item it[2];
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 1);
+    CHECK(it[0].pos0 == 192 && it[0].n == 230 - 192 && r->n_cached == 192);
+    run_to_end(&e, NULL, NULL);
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.prefix_hit_tokens, 192);
+    CHECK_EQ_INT(st.prefill_tokens, 210 + 38);
+    env_free(&e);
+}
+
+/* Random load on a tight pool: everything finishes and the accounting holds. */
+static void random_load_finishes(void)
+{
+    struct env e;
+    env_init(&e, 24, 10, true, (struct weft_sched_config){.max_step_tokens = 96, .max_running = 6, .max_waiting = 64,
+                                                          .max_prefill_chunk = 40});
+    uint64_t rng = 99;
+    uint32_t n_done = 0, added = 0;
+    uint64_t done[200];
+    for (int round = 0; round < 60; round++) {
+        for (int k = 0; k < 2; k++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t r = (uint32_t)(rng >> 33);
+            struct weft_sched_req *q;
+            int32_t p[200];
+            uint32_t np = 1 + r % 150, share = (r >> 8) % 3;
+            for (uint32_t i = 0; i < np; i++) p[i] = (int32_t)(i < 64 ? share * 100 + i : (r >> 4) + i) % 3000;
+            if (weft_sched_add(e.s, 1000 + added, p, np, 1 + (r >> 12) % 40, (int32_t)((r >> 20) % 3), 0, NULL, &q) ==
+                WEFT_OK)
+                added++;
+        }
+        step(&e, NULL, &n_done, done);
+    }
+    run_to_end(&e, &n_done, done);
+    CHECK_EQ_INT(n_done, added);
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    printf("  %u requests, %llu steps, %llu preempted (swap %llu), %llu prefix-hit tokens\n", added,
+           (unsigned long long)st.steps, (unsigned long long)(st.preempt_swap + st.preempt_recompute),
+           (unsigned long long)st.preempt_swap, (unsigned long long)st.prefix_hit_tokens);
+    CHECK(st.preempt_swap + st.preempt_recompute > 0);
+    env_free(&e);
+}
+
+int main(void)
+{
+    if (weft_backend_open("cpu", 1, &be) != WEFT_OK) {
+        fprintf(stderr, "%s\n", weft_last_error());
+        return 1;
+    }
+    RUN(budget_decodes_first_then_chunked_prefill);
+    RUN(prefill_chunk_limit_and_max_running);
+    RUN(priority_then_fcfs);
+    RUN(preemption_swaps_latest_lowest_and_resumes);
+    RUN(preemption_recomputes_when_host_is_full);
+    RUN(higher_priority_arrival_preempts_lower);
+    RUN(tenant_limits);
+    RUN(tenant_quota_preempts_within_tenant);
+    RUN(refusals);
+    RUN(abort_frees_blocks_at_once);
+    RUN(prefix_hits_are_counted);
+    RUN(random_load_finishes);
+    weft_backend_close(be);
+    return check_summary();
+}
