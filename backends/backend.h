@@ -22,7 +22,7 @@
 #include "core/status.h"
 #include "core/types.h"
 
-#define WEFT_BACKEND_API_VERSION 1
+#define WEFT_BACKEND_API_VERSION 2   /* 2: weight_prepare */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -168,6 +168,17 @@ struct weft_backend_iface {
      * async backend; sync waits. On failure nothing after the failing op ran. */
     weft_status (*run)(struct weft_backend *b, const struct weft_op *ops, size_t n);
     weft_status (*sync)(struct weft_backend *b);
+
+    /* ---- api_version >= 2 ---- */
+    /* Optional (NULL: nothing to do). w is a MATMUL / LOGITS weight matrix
+     * whose bytes are final: they must not change while its buffer lives.
+     * The backend may keep its own faster layout of it (e.g. rows
+     * interleaved for its kernels), costing extra memory, and use it
+     * whenever an op names exactly this view (or its leading rows); results
+     * stay bit-identical to the plain layout. Calling it again for the same
+     * view is harmless. Fails only on an invalid view; running short of
+     * memory just leaves the plain layout in use. */
+    weft_status (*weight_prepare)(struct weft_backend *b, const struct weft_view *w);
 };
 
 /* Every backend object starts with its iface pointer. */

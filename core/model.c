@@ -191,6 +191,16 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
         BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, false)
 #undef BIND
     }
+    if (be->iface->api_version >= 2 && be->iface->weight_prepare) {
+        /* the matrices are final: let the backend lay them out for its kernels */
+        if ((st = be->iface->weight_prepare(be, &m->output))) goto err;
+        for (uint32_t l = 0; l < hp->n_layer; l++) {
+            const struct weft_layer_weights *L = &m->layers[l];
+            const struct weft_view *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+            for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
+                if ((st = be->iface->weight_prepare(be, lm[i]))) goto err;
+        }
+    }
     *out = m;
     return WEFT_OK;
 err:

@@ -329,6 +329,58 @@ static void rope_and_paged_attention_match_reference(void)
     }
 }
 
+/* weight_prepare (a backend's own layout of a final weight matrix) changes
+ * no result bit: MATMUL before and after, for 1..9 activation rows, row
+ * counts with and without a partial last group, and a view of the leading
+ * rows only; LOGITS too. An invalid view is refused. */
+static void prepared_weights_give_bit_identical_results(void)
+{
+    if (!bi->weight_prepare) return;
+    static const int64_t Ns[] = {16, 40, 70, 200}, Rs[] = {1, 2, 3, 4, 5, 9};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        enum weft_type t = weight_types[ti];
+        const int64_t K = weft_type_get(t)->block_size == 256 ? 768 : 544; /* odd block counts */
+        for (size_t ni = 0; ni < 4; ni++) {
+            const int64_t N = Ns[ni], Rmax = 9;
+            float *wd = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * Rmax * K);
+            float *o1 = malloc(sizeof(float) * Rmax * N), *o2 = malloc(sizeof(float) * Rmax * N);
+            void *w = rand_weights(t, N, K, wd);
+            for (int64_t i = 0; i < Rmax * K; i++) x[i] = frand();
+            struct weft_buffer *bw = upload(w, weft_row_size(t, K) * N), *bx = upload(x, sizeof(float) * Rmax * K);
+            struct weft_buffer *bo = upload(NULL, sizeof(float) * Rmax * N);
+            const int64_t views[2] = {N, N > 16 ? N - 9 : N}; /* whole, leading rows */
+            float *before[6][2];
+            for (int pass = 0; pass < 2; pass++) {
+                if (pass == 1) CHECK(bi->weight_prepare(be, &(struct weft_view){bw, 0, t, K, N, weft_row_size(t, K)}) == WEFT_OK);
+                for (int ri = 0; ri < 6; ri++)
+                    for (int v = 0; v < 2; v++) {
+                        const int64_t R = Rs[ri], NV = views[v];
+                        struct weft_op op = {.kind = WEFT_OP_MATMUL};
+                        op.u.matmul = (struct weft_op_matmul){.x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R),
+                                                              .w = weft_view_2d(bw, 0, t, K, NV),
+                                                              .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, NV, R)};
+                        run1(&op);
+                        float *o = pass ? o2 : malloc(sizeof(float) * R * NV);
+                        download(bo, o, sizeof(float) * R * NV);
+                        if (!pass) before[ri][v] = o;
+                        else {
+                            CHECK_MSG(memcmp(before[ri][v], o, sizeof(float) * R * NV) == 0,
+                                      "%s %s R%lld N%lld of %lld: prepared weights changed the result", bi->name,
+                                      weft_type_name(t), (long long)R, (long long)NV, (long long)N);
+                            free(before[ri][v]);
+                        }
+                    }
+            }
+            bi->buffer_free(bw); bi->buffer_free(bx); bi->buffer_free(bo);
+            free(w); free(wd); free(x); free(o1); free(o2);
+        }
+    }
+    struct weft_buffer *b = upload(NULL, 1000);
+    CHECK(bi->weight_prepare(be, &(struct weft_view){b, 0, WEFT_TYPE_Q8_0, 64, 20, 68}) == WEFT_ERR_INVALID_ARG);
+    CHECK(bi->weight_prepare(be, &(struct weft_view){b, 0, WEFT_TYPE_Q8_0, 33, 1, 68}) == WEFT_ERR_INVALID_ARG);
+    bi->buffer_free(b);
+}
+
 static void buffers_reject_out_of_range_access(void)
 {
     struct weft_buffer *b = upload(NULL, 100);
@@ -356,6 +408,7 @@ int main(void)
             printf("backend %s (%s)\n", spec, info[d].name);
             RUN(matmul_matches_reference_for_every_type_and_shape);
             RUN(embed_and_logits_match_reference);
+            RUN(prepared_weights_give_bit_identical_results);
             RUN(elementwise_ops_match_reference);
             RUN(rope_and_paged_attention_match_reference);
             RUN(buffers_reject_out_of_range_access);

@@ -45,6 +45,8 @@ static weft_status cpu_open(const struct weft_backend_params *p, struct weft_bac
     if (!be) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
     be->base.iface = &cpu_iface;
     be->kern = weft_cpu_kernels_get(weft_cpu_isa_select());
+    const char *np = getenv("WEFT_CPU_NOPACK");
+    be->no_pack = np && *np && *np != '0';
     int nt = p->n_threads > 0 ? p->n_threads : cpu_default_threads();
     weft_status st = weft_cpu_pool_init(nt, &be->pool);
     if (st != WEFT_OK) { cpu_close(&be->base); return st; }
@@ -100,6 +102,7 @@ static void cpu_buffer_free(struct weft_buffer *buf)
 {
     if (!buf) return;
     if (buf->owned) free(buf->data);
+    weft_cpu_packed_free(buf);
     free(buf);
 }
 
@@ -229,6 +232,7 @@ static const struct weft_backend_iface cpu_iface = {
     .supports = cpu_supports,
     .run = cpu_run,
     .sync = cpu_sync,
+    .weight_prepare = weft_cpu_weight_prepare,
 };
 
 const struct weft_backend_iface *weft_cpu_backend_iface(void) { return &cpu_iface; }

@@ -6,16 +6,29 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_pool.h"
 
+/* A weight matrix of a buffer with a repacked copy (weight_prepare). */
+struct weft_cpu_packed_w {
+    size_t offset, nb1;        /* the plain view it stands for */
+    enum weft_type type;
+    int64_t ne0, ne1;
+    int64_t rows;              /* leading rows packed: ne1 rounded down to pk->rows */
+    const struct weft_cpu_packed *pk;  /* layout and kernel (of the table that packed it) */
+    uint8_t *data;             /* owned, rows * row size bytes */
+};
+
 struct weft_buffer {
     uint8_t *data;
     size_t size;
     bool owned;                /* false when wrapping host memory */
+    struct weft_cpu_packed_w *packed;  /* sorted by offset; owned */
+    size_t n_packed, cap_packed;
 };
 
 struct weft_cpu_backend {
     struct weft_backend base;
     struct weft_cpu_pool *pool;
     const struct weft_cpu_kernels *kern;  /* the instruction set's kernel table */
+    bool no_pack;              /* WEFT_CPU_NOPACK=1: weight_prepare keeps the plain layout */
     uint8_t *scratch;          /* per-run working memory (activation quantization...) */
     size_t scratch_size;
 };
@@ -28,6 +41,14 @@ static inline float *cpu_row_f32(const struct weft_view *v, int64_t r)
 
 /* Ensure the backend's scratch has `size` bytes; WEFT_ERR_NOMEM otherwise. */
 weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size);
+
+/* weight_prepare: a repacked copy of w when the kernel table has a layout for
+ * its type (see cpu_pack.c). */
+weft_status weft_cpu_weight_prepare(struct weft_backend *b, const struct weft_view *w);
+/* The packed copy standing for view w (same offset, type, row length and
+ * stride, no more rows), or NULL. */
+const struct weft_cpu_packed_w *weft_cpu_packed_find(const struct weft_view *w);
+void weft_cpu_packed_free(struct weft_buffer *buf);
 
 /* Op kernels: each runs one op on the pool and returns when done. The op was
  * validated by weft_cpu_supports. */

@@ -156,6 +156,7 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
         if (!k->quant[t]) k->quant[t] = lower->quant[t];
         if (!k->dot4[t] && k->dot[t] == lower->dot[t]) k->dot4[t] = lower->dot4[t];
         if (!k->gemm[t] && k->dot[t] == lower->dot[t]) k->gemm[t] = lower->gemm[t];
+        if (!k->packed[t].rows && k->dot[t] == lower->dot[t]) k->packed[t] = lower->packed[t];
     }
     if (!k->f16_mad) k->f16_mad = lower->f16_mad;
     if (!k->f16_scale) k->f16_scale = lower->f16_scale;
@@ -181,6 +182,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx512(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_dot4(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_swiglu(&tables[WEFT_CPU_ISA_AVX512]);
+    weft_cpu_kernels_fill_avx512_packed(&tables[WEFT_CPU_ISA_AVX512]);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
 #endif
 }

@@ -51,6 +51,26 @@ typedef void (*weft_cpu_f16_scale_fn)(weft_half *acc, float s, int64_t n);
  * leftovers libm expf (weft_cpu_swiglu_ref is the reference for both). */
 typedef void (*weft_cpu_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
 
+/* A repacked weight layout and its decode kernel. pack() stores rows
+ * [0, n_rows) of a matrix (n_rows % rows == 0, row i at w + i * stride, n
+ * elements each) as n_rows / rows groups of `rows` rows; group g starts at
+ * dst + g * rows * weft_row_size(type, n) (the same bytes as the plain rows,
+ * interleaved block by block so a group streams as one contiguous run).
+ * dot() takes one group and one activation row in the vec_dot type plus its
+ * aux bytes (made once per activation row by aux(), aux_size(n) bytes; NULL
+ * aux_size: none) and gives out[i] bit-identical to dot[type](row i of the
+ * group, x, n) for i < rows. */
+typedef void (*weft_cpu_pack_fn)(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n);
+typedef void (*weft_cpu_aux_fn)(const void *x, int64_t n, void *aux);
+typedef void (*weft_cpu_dotp_fn)(const void *wp, const void *x, const void *aux, int64_t n, float *out);
+struct weft_cpu_packed {
+    int rows;                  /* rows per group; 0: no packed form */
+    weft_cpu_pack_fn pack;
+    size_t (*aux_size)(int64_t n);
+    weft_cpu_aux_fn aux;
+    weft_cpu_dotp_fn dot;
+};
+
 struct weft_cpu_kernels {
     enum weft_cpu_isa isa;
     const char *name;
@@ -67,6 +87,8 @@ struct weft_cpu_kernels {
     weft_cpu_dot4_fn dot4[WEFT_TYPE_COUNT_];
     /* optional register-blocked form of dot[] for many activation rows */
     weft_cpu_gemm_fn gemm[WEFT_TYPE_COUNT_];
+    /* optional repacked layout for decode (rows == 0: none) */
+    struct weft_cpu_packed packed[WEFT_TYPE_COUNT_];
     weft_cpu_f16_mad_fn f16_mad;
     weft_cpu_f16_scale_fn f16_scale;
     weft_cpu_swiglu_fn swiglu;
@@ -94,6 +116,7 @@ void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k); /* cpu_avx51
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
+void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
 

@@ -21,8 +21,13 @@ struct mm_job {
     int64_t n_rows, K;
     int n_mm;
     const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP];
+    size_t qrow_w[MAX_GROUP];    /* bytes of one weight row */
     int64_t tile_end[MAX_GROUP]; /* cumulative tile counts over the group */
     size_t qrow;                 /* bytes of one converted activation row */
+    size_t xstride;              /* bytes per row in xq: qrow, then the packed kernels' aux */
+    size_t auxoff;               /* where in a row of xq the aux bytes start (64-byte aligned) */
+    const struct weft_cpu_packed *pk;  /* packed kernels for the group's packed matrices, or NULL */
+    const struct weft_cpu_packed_w *wp[MAX_GROUP]; /* repacked copies (NULL: none) */
     uint8_t *xq;                 /* shared [n_rows][qrow], or per thread when private */
     bool private_x;              /* each thread converts x into xq + ith * n_rows * qrow */
     weft_cpu_quant_fn quant;     /* activations -> vec_dot type */
@@ -36,12 +41,20 @@ static const float *x_row(const struct mm_job *j, int64_t r)
     return j->xrows ? j->xrows + r * j->K : cpu_row_f32(j->x, r);
 }
 
+/* activation row r into xq's row r: the vec_dot type, then the aux bytes */
+static void mm_convert(const struct mm_job *j, int64_t r, uint8_t *xq)
+{
+    uint8_t *dst = xq + (size_t)r * j->xstride;
+    j->quant(x_row(j, r), dst, j->K);
+    if (j->pk && j->pk->aux) j->pk->aux(dst, j->K, dst + j->auxoff);
+}
+
 static void mm_quantize(void *ctx, int ith, int nth)
 {
     struct mm_job *j = ctx;
     int64_t lo, hi;
     cpu_split(j->n_rows, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) j->quant(x_row(j, r), j->xq + (size_t)r * j->qrow, j->K);
+    for (int64_t r = lo; r < hi; r++) mm_convert(j, r, j->xq);
 }
 
 static void mm_dot(void *ctx, int ith, int nth)
@@ -49,8 +62,8 @@ static void mm_dot(void *ctx, int ith, int nth)
     struct mm_job *j = ctx;
     const uint8_t *xq = j->xq;
     if (j->private_x) {  /* small batch: converting x is cheaper than a barrier */
-        uint8_t *mine = j->xq + (size_t)ith * j->n_rows * j->qrow;
-        for (int64_t r = 0; r < j->n_rows; r++) j->quant(x_row(j, r), mine + (size_t)r * j->qrow, j->K);
+        uint8_t *mine = j->xq + (size_t)ith * j->n_rows * j->xstride;
+        for (int64_t r = 0; r < j->n_rows; r++) mm_convert(j, r, mine);
         xq = mine;
     }
     /* split the group's tiles (whole tiles, so threads never share a cache
@@ -73,8 +86,8 @@ static void mm_dot(void *ctx, int ith, int nth)
             int nw = (int)(n1 - n0);
             for (int64_t r0 = 0; r0 < j->n_rows; r0 += RC) {
                 int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
-                j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, nw, xq + (size_t)r0 * j->qrow, j->qrow, nx, j->K, tmp,
-                        COL_TILE);
+                j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, nw, xq + (size_t)r0 * j->xstride, j->xstride, nx, j->K,
+                        tmp, COL_TILE);
                 for (int x = 0; x < nx; x++) {
                     float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
                     const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
@@ -83,11 +96,22 @@ static void mm_dot(void *ctx, int ith, int nth)
             }
             continue;
         }
+        const struct weft_cpu_packed_w *wp = j->wp[g];
         for (int64_t r = 0; r < j->n_rows; r++) {
-            const uint8_t *xr = xq + (size_t)r * j->qrow;
+            const uint8_t *xr = xq + (size_t)r * j->xstride;
             float *out = cpu_row_f32(j->out[g], r);
             const float *add = j->add[g] ? cpu_row_f32(j->add[g], r) : NULL;
             int64_t n = n0;
+            if (wp) {
+                /* tiles start at multiples of COL_TILE, a multiple of the group */
+                const int G = wp->pk->rows;
+                const size_t gbytes = (size_t)G * j->qrow_w[g];
+                float v[COL_TILE];
+                for (; n + G <= n1 && n + G <= wp->rows; n += G) {
+                    wp->pk->dot(wp->data + (size_t)(n / G) * gbytes, xr, xr + j->auxoff, j->K, v);
+                    for (int i = 0; i < G; i++) out[n + i] = add ? v[i] + add[n + i] : v[i];
+                }
+            }
             if (j->dot4) {
                 for (; n + 4 <= n1; n += 4) {
                     float v[4];
@@ -132,9 +156,24 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     j.dot4 = mm ? NULL : k->dot4[wt];
     j.gemm = mm || n_rows < 8 ? NULL : k->gemm[wt];
     j.qrow = weft_row_size(vdt, j.K);
+    j.xstride = j.qrow;
+    if (!j.gemm && !mm) {
+        /* few rows: stream the repacked copies where there are any */
+        for (int i = 0; i < n; i++) {
+            j.qrow_w[i] = weft_row_size(wt, j.K);
+            j.wp[i] = weft_cpu_packed_find(w[i]);
+            if (j.wp[i] && COL_TILE % j.wp[i]->pk->rows) j.wp[i] = NULL;
+            if (j.wp[i] && j.pk && j.wp[i]->pk != j.pk) j.wp[i] = NULL; /* one aux form per job */
+            if (j.wp[i]) j.pk = j.wp[i]->pk;
+        }
+        if (j.pk && j.pk->aux_size) {
+            j.auxoff = (j.qrow + 63) & ~(size_t)63;
+            j.xstride = (j.auxoff + j.pk->aux_size(j.K) + 63) & ~(size_t)63;
+        }
+    }
     int nth = weft_cpu_pool_threads(be->pool);
     j.private_x = n_rows <= SMALL_ROWS && nth > 1;
-    size_t need = (size_t)n_rows * j.qrow * (j.private_x ? (size_t)nth : 1);
+    size_t need = (size_t)n_rows * j.xstride * (j.private_x ? (size_t)nth : 1);
     weft_status st = weft_cpu_scratch(be, scratch_off + need + 64);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch + scratch_off;

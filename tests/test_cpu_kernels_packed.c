@@ -1,0 +1,159 @@
+/* The repacked decode kernels (struct weft_cpu_packed) of every CPU kernel
+ * table this machine can run, bit for bit against the same table's one-row
+ * dot and against weft_vec_dot: a matrix of whole groups (plus a row stride
+ * with padding) is packed, every group runs against an activation row, and
+ * out[i] must equal dot(row i) as a float bit pattern. Odd block counts,
+ * one block, several groups. Also times the packed kernel against the
+ * plain-layout dot4 on an L2-sized and a DRAM-sized matrix (printed). */
+#include "backends/cpu/cpu_kernels.h"
+#include "core/quant.h"
+#include "tests/check.h"
+#define TEST_RNG_SEED 0x9ac4ed0d0c0ffeeull
+#include "tests/test_rand.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static bool same_float(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static long n_groups_run, n_rows_checked;
+
+/* quantized random rows of type t; some rows get extreme blocks (all
+ * nibbles 15 / all -128) so the integer paths see their limits */
+static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows, int64_t n, float *tmp)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        fill_activations(tmp, n);
+        if (r % 5 == 3)
+            for (int64_t i = 0; i < n; i++) tmp[i] = (i / 32) % 2 ? -1.0f : 1.0f + (float)(i % 7) * 1e-3f;
+        CHECK(weft_quantize_row(t, tmp, w + (size_t)r * stride, n));
+    }
+}
+
+static void check_one(const struct weft_cpu_kernels *k, enum weft_type t, int64_t n, int groups, size_t extra)
+{
+    const struct weft_cpu_packed *pk = &k->packed[t];
+    const enum weft_type vdt = weft_vec_dot_type(t);
+    const int64_t rows = (int64_t)groups * pk->rows;
+    const size_t rb = weft_row_size(t, n), stride = rb + extra;
+    uint8_t *w = malloc(stride * (size_t)rows + 64), *wp = malloc(rb * (size_t)rows + 64);
+    size_t qrow = weft_row_size(vdt, n), aux_bytes = pk->aux_size ? pk->aux_size(n) : 0;
+    uint8_t *xq = malloc(qrow + 64), *aux = malloc(aux_bytes + 64);
+    float *tmp = malloc((size_t)n * sizeof(float)), *out = malloc((size_t)pk->rows * sizeof(float));
+    memset(w, 0x5A, stride * (size_t)rows + 64);
+    fill_rows(t, w, stride, rows, n, tmp);
+    fill_activations(tmp, n);
+    CHECK(weft_quantize_row_act(vdt, tmp, xq, n));
+    if (pk->aux) pk->aux(xq, n, aux);
+    pk->pack(wp, w, stride, rows, n);
+    for (int g = 0; g < groups; g++) {
+        memset(out, 0xCD, (size_t)pk->rows * sizeof(float));
+        pk->dot(wp + (size_t)g * pk->rows * rb, xq, aux, n, out);
+        n_groups_run++;
+        for (int i = 0; i < pk->rows; i++) {
+            const uint8_t *row = w + (size_t)(g * pk->rows + i) * stride;
+            float one = k->dot[t](row, xq, n), ref = weft_vec_dot(t, row, xq, n);
+            CHECK_MSG(same_float(out[i], one), "%s %s n=%lld group %d row %d: packed %.9g vs dot %.9g", k->name,
+                      weft_type_name(t), (long long)n, g, i, out[i], one);
+            CHECK_MSG(same_float(out[i], ref), "%s %s n=%lld group %d row %d: packed %.9g vs reference %.9g",
+                      k->name, weft_type_name(t), (long long)n, g, i, out[i], ref);
+            n_rows_checked++;
+        }
+    }
+    free(w), free(wp), free(xq), free(aux), free(tmp), free(out);
+}
+
+static void packed_groups_match_the_one_row_dot_bit_for_bit(void)
+{
+    int tables = 0;
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k) continue;
+        printf("  table %s: packed", k->name);
+        bool any = false;
+        for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
+            enum weft_type t = (enum weft_type)ti;
+            if (!k->packed[t].rows) continue;
+            printf(" %s(x%d)", weft_type_name(t), k->packed[t].rows);
+            any = true;
+            static const int64_t blocks[] = {1, 2, 3, 5, 7, 18, 37, 48, 101};
+            const size_t blk = weft_row_size(t, weft_type_get(t)->block_size);
+            const size_t extras[] = {0, blk, 4096 + 2};
+            for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
+                for (int e = 0; e < 3; e++)
+                    for (int groups = 1; groups <= 3; groups += 2)
+                        check_one(k, t, blocks[b] * weft_type_get(t)->block_size, groups, extras[e]);
+        }
+        printf("\n");
+        tables += any;
+    }
+    printf("  %d tables with packed kernels, %ld groups, %ld rows compared bit for bit\n", tables, n_groups_run,
+           n_rows_checked);
+}
+
+/* ---- timing (printed, not asserted) ---- */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void time_matrix(const struct weft_cpu_kernels *k, enum weft_type t, int64_t K, int64_t N, int reps)
+{
+    const struct weft_cpu_packed *pk = &k->packed[t];
+    const enum weft_type vdt = weft_vec_dot_type(t);
+    const size_t rb = weft_row_size(t, K);
+    uint8_t *w = malloc(rb * (size_t)N), *wp = malloc(rb * (size_t)N);
+    uint8_t *xq = malloc(weft_row_size(vdt, K)), *aux = malloc(pk->aux_size ? pk->aux_size(K) : 1);
+    float *tmp = malloc((size_t)K * sizeof(float)), *o1 = malloc((size_t)N * sizeof(float)),
+          *o2 = malloc((size_t)N * sizeof(float));
+    fill_rows(t, w, rb, 64, K, tmp);
+    for (int64_t r = 64; r < N; r += 64) memcpy(w + (size_t)r * rb, w, rb * (size_t)(N - r < 64 ? N - r : 64));
+    fill_activations(tmp, K);
+    weft_quantize_row_act(vdt, tmp, xq, K);
+    pk->pack(wp, w, rb, N, K);
+    double b1 = 1e9, b2 = 1e9;
+    for (int round = 0; round < 5; round++) {
+        double t0 = now_s();
+        for (int rep = 0; rep < reps; rep++)
+            for (int64_t r = 0; r < N; r += 4) k->dot4[t](w + (size_t)r * rb, rb, xq, K, o1 + r);
+        double t1 = now_s();
+        for (int rep = 0; rep < reps; rep++) {
+            if (pk->aux) pk->aux(xq, K, aux);
+            for (int64_t r = 0; r < N; r += pk->rows) pk->dot(wp + (size_t)r * rb, xq, aux, K, o2 + r);
+        }
+        double t2 = now_s();
+        if (t1 - t0 < b1) b1 = t1 - t0;
+        if (t2 - t1 < b2) b2 = t2 - t1;
+    }
+    CHECK(memcmp(o1, o2, (size_t)N * sizeof(float)) == 0);
+    double bytes = (double)rb * (double)N * reps;
+    printf("  %s %s K=%lld N=%lld (%.1f MB): dot4 %.1f GB/s, packed x%d %.1f GB/s\n", k->name, weft_type_name(t),
+           (long long)K, (long long)N, rb * (double)N * 1e-6, bytes / b1 * 1e-9, pk->rows, bytes / b2 * 1e-9);
+    free(w), free(wp), free(xq), free(aux), free(tmp), free(o1), free(o2);
+}
+
+static void timing_packed_vs_dot4(void)
+{
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k) continue;
+        for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
+            enum weft_type t = (enum weft_type)ti;
+            if (!k->packed[t].rows || !k->dot4[t]) continue;
+            time_matrix(k, t, 576, 1536, 200);
+            time_matrix(k, t, 576, 49152, 3);
+        }
+    }
+}
+
+int main(void)
+{
+    RUN(packed_groups_match_the_one_row_dot_bit_for_bit);
+    RUN(timing_packed_vs_dot4);
+    return check_summary();
+}
