@@ -71,7 +71,7 @@ static void rope_kv_job(void *ctx, int ith, int nth)
 weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     struct attn_job j = {op, be->kern};
-    weft_cpu_pool_run(be->pool, rope_kv_job, &j);
+    weft_cpu_pool_run_parts(be->pool, rope_kv_job, &j, cpu_parts(be, op->u.rope_kv.batch.n_rows));
     return WEFT_OK;
 }
 
@@ -144,6 +144,7 @@ weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op
     if (op->u.attention.kv.head_dim > 512)
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
     struct attn_job j = {op, be->kern};
-    weft_cpu_pool_run(be->pool, attention_job, &j);
+    weft_cpu_pool_run_parts(be->pool, attention_job, &j,
+                            cpu_parts(be, (int64_t)op->u.attention.batch.n_rows * op->u.attention.n_head));
     return WEFT_OK;
 }

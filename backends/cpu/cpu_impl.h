@@ -65,6 +65,14 @@ weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op 
 weft_status weft_cpu_add(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *op);
 
+/* Parts for a job of n independent rows: one per thread, at most n (one row
+ * runs inline on the caller, with no synchronisation). */
+static inline int cpu_parts(const struct weft_cpu_backend *be, int64_t n)
+{
+    int nth = weft_cpu_pool_threads(be->pool);
+    return n < nth ? (n < 1 ? 1 : (int)n) : nth;
+}
+
 /* Split [0, n) into nth near-equal chunks; chunk ith is [*lo, *hi). */
 static inline void cpu_split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi)
 {

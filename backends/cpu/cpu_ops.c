@@ -29,7 +29,7 @@ weft_status weft_cpu_embed(struct weft_cpu_backend *be, const struct weft_op *op
             return weft_error(WEFT_ERR_INVALID_ARG, "cpu: token id %d outside the embedding table (%lld rows)",
                               id[r], (long long)op->u.embed.table.ne1);
     struct rows_job j = {be, op};
-    weft_cpu_pool_run(be->pool, embed_job, &j);
+    weft_cpu_pool_run_parts(be->pool, embed_job, &j, cpu_parts(be, ids->ne0 * ids->ne1));
     return WEFT_OK;
 }
 
@@ -73,7 +73,7 @@ static void rmsnorm_job(void *ctx, int ith, int nth)
 weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     struct rows_job j = {be, op};
-    weft_cpu_pool_run(be->pool, rmsnorm_job, &j);
+    weft_cpu_pool_run_parts(be->pool, rmsnorm_job, &j, cpu_parts(be, op->u.rmsnorm.x.ne1));
     return WEFT_OK;
 }
 
@@ -96,7 +96,7 @@ static void silu_mul_job(void *ctx, int ith, int nth)
 weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     struct rows_job j = {be, op};
-    weft_cpu_pool_run(be->pool, silu_mul_job, &j);
+    weft_cpu_pool_run_parts(be->pool, silu_mul_job, &j, cpu_parts(be, op->u.silu_mul.out.ne1));
     return WEFT_OK;
 }
 
@@ -116,6 +116,6 @@ static void add_job(void *ctx, int ith, int nth)
 weft_status weft_cpu_add(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     struct rows_job j = {be, op};
-    weft_cpu_pool_run(be->pool, add_job, &j);
+    weft_cpu_pool_run_parts(be->pool, add_job, &j, cpu_parts(be, op->u.add.out.ne1));
     return WEFT_OK;
 }

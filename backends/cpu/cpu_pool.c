@@ -1,8 +1,23 @@
+/* The worker pool. A job is split into nparts parts (fn(ctx, part, nparts));
+ * every thread, the caller included, claims parts one at a time from one
+ * atomic word until none is left, and the caller returns once every part has
+ * finished. Nobody waits for a thread to show up: a worker the OS has not
+ * scheduled yet (a busy machine, more threads than free cores) simply finds
+ * the job done and its parts run by the others, instead of stalling every
+ * op for a scheduler time slice.
+ *
+ * The word: generation (32 bits) | nparts (16) | next part (16). A claim is
+ * a CAS that only succeeds for the current generation, so a late worker can
+ * never take a part of a later job by mistake; after a successful claim the
+ * job's fn and ctx are stable (the caller cannot finish the job, let alone
+ * publish the next one, before that part is done). */
 #include "backends/cpu/cpu_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -12,43 +27,81 @@
 #define cpu_relax() ((void)0)
 #endif
 
-#define SPIN_ITERS 20000
+#define SPIN_PAUSES 4096   /* a waiting worker's pauses before it starts yielding */
+#define SPIN_YIELDS 256    /* then its yields before it sleeps (~ms on an idle machine) */
+#define WAIT_PAUSES 256    /* the caller's pauses before it yields, waiting for parts in flight */
+#define MAX_PARTS 0xFFFF
 
 struct weft_cpu_pool {
     int n;                      /* threads including the caller */
     pthread_t *tids;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    atomic_uint gen;            /* bumped per job */
-    atomic_int pending;         /* workers still running the current job */
+    _Atomic uint64_t state;     /* gen << 32 | nparts << 16 | next */
+    atomic_int done;            /* parts of the current job finished */
+    atomic_int sleepers;        /* workers asleep (or about to be) on cv */
     atomic_bool stop;
-    weft_cpu_job_fn fn;
+    uint32_t gen;               /* the caller's copy of the current generation */
+    weft_cpu_job_fn fn;         /* the current job; written before its state is published */
     void *ctx;
 };
 
 struct worker_arg { struct weft_cpu_pool *p; int ith; };
+
+static inline uint32_t gen_of(uint64_t s) { return (uint32_t)(s >> 32); }
+
+/* Take the next part of job `gen`; false when it has none left (or is over). */
+static bool claim(struct weft_cpu_pool *p, uint32_t gen, int *part, int *nparts)
+{
+    uint64_t s = atomic_load_explicit(&p->state, memory_order_acquire);
+    for (;;) {
+        int np = (int)((s >> 16) & 0xFFFF), next = (int)(s & 0xFFFF);
+        if (gen_of(s) != gen || next >= np) return false;
+        if (atomic_compare_exchange_weak_explicit(&p->state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire)) {
+            *part = next;
+            *nparts = np;
+            return true;
+        }
+    }
+}
+
+static void run_parts(struct weft_cpu_pool *p, uint32_t gen)
+{
+    int part, np;
+    while (claim(p, gen, &part, &np)) {
+        p->fn(p->ctx, part, np);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+}
 
 static void *worker_main(void *arg)
 {
     struct worker_arg wa = *(struct worker_arg *)arg;
     free(arg);
     struct weft_cpu_pool *p = wa.p;
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
-        unsigned g;
+        uint32_t g;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
-               !atomic_load(&p->stop)) {
-            if (++spins < SPIN_ITERS) { cpu_relax(); continue; }
+        while ((g = gen_of(atomic_load_explicit(&p->state, memory_order_acquire))) == seen &&
+               !atomic_load_explicit(&p->stop, memory_order_relaxed)) {
+            if (++spins < SPIN_PAUSES) { cpu_relax(); continue; }
+            if (spins < SPIN_PAUSES + SPIN_YIELDS) { sched_yield(); continue; }
+            /* sleepers before the state re-check, the caller publishes the
+             * state before reading sleepers (both seq_cst): one of the two
+             * sees the other, so no wake-up is lost */
+            atomic_fetch_add(&p->sleepers, 1);
             pthread_mutex_lock(&p->mu);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+            while (gen_of(atomic_load(&p->state)) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);
             pthread_mutex_unlock(&p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            spins = 0;
         }
         if (atomic_load(&p->stop)) return NULL;
         seen = g;
-        p->fn(p->ctx, wa.ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        run_parts(p, g);
     }
 }
 
@@ -92,16 +145,31 @@ void weft_cpu_pool_free(struct weft_cpu_pool *p)
 
 int weft_cpu_pool_threads(const struct weft_cpu_pool *p) { return p->n; }
 
-void weft_cpu_pool_run(struct weft_cpu_pool *p, weft_cpu_job_fn fn, void *ctx)
+void weft_cpu_pool_run_parts(struct weft_cpu_pool *p, weft_cpu_job_fn fn, void *ctx, int nparts)
 {
-    if (p->n == 1) { fn(ctx, 0, 1); return; }
+    if (nparts > MAX_PARTS) nparts = MAX_PARTS;
+    if (p->n == 1 || nparts <= 1) {
+        for (int i = 0; i < nparts; i++) fn(ctx, i, nparts);
+        return;
+    }
     p->fn = fn;
     p->ctx = ctx;
-    atomic_store(&p->pending, p->n - 1);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_acq_rel);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    fn(ctx, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    const uint32_t gen = ++p->gen;
+    atomic_store(&p->state, (uint64_t)gen << 32 | (uint64_t)nparts << 16);  /* seq_cst: see worker_main */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_parts(p, gen);
+    for (int spins = 0; atomic_load_explicit(&p->done, memory_order_acquire) < nparts; spins++) {
+        if (spins < WAIT_PAUSES) cpu_relax();
+        else sched_yield();
+    }
+}
+
+void weft_cpu_pool_run(struct weft_cpu_pool *p, weft_cpu_job_fn fn, void *ctx)
+{
+    weft_cpu_pool_run_parts(p, fn, ctx, p->n);
 }
