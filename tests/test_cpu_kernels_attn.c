@@ -1,5 +1,6 @@
 /* The F16 accumulator updates of every kernel table equal the scalar ones bit
  * for bit (flash attention's V sum depends on their exact rounding). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
@@ -43,8 +44,53 @@ static void f16_updates_match_scalar_on_every_table(void)
     printf("  %d comparisons\n", checked);
 }
 
+/* Random paged cache: n_layer 2, n_kv 3 heads, blocks in a shuffled order;
+ * K values make scores rise and fall so the running maximum moves often. */
+static void attn_rows_match_the_generic_row_bit_for_bit(void)
+{
+    const struct weft_cpu_kernels *ref = weft_cpu_kernels_get(WEFT_CPU_ISA_SCALAR);
+    static const uint32_t hds[] = {64, 128, 192, 256};
+    static const int64_t npos[] = {1, 2, 15, 16, 17, 31, 64, 100, 257};
+    int checked = 0, tables = 0;
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k || !k->attn_row) continue;
+        tables++;
+        for (size_t hi = 0; hi < 4; hi++)
+            for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++) {
+                const uint32_t hd = hds[hi], n_kv = 3, n_layer = 2;
+                const int64_t n = npos[pi], nblk = (n + 15) / 16 + 2;
+                const size_t tok = (size_t)n_kv * hd * 2, layer = 16 * tok, block = (size_t)n_layer * 2 * layer;
+                uint8_t *kv = malloc(block * (size_t)nblk);
+                for (size_t i = 0; i < block * (size_t)nblk / 2; i++) {
+                    weft_half h = weft_f32_to_half((float)((int)(next() % 2001) - 1000) * 1e-3f *
+                                                   (i % 97 == 0 ? 8.0f : 1.0f));
+                    memcpy(kv + 2 * i, &h, 2);
+                }
+                int32_t bt[40];
+                for (int64_t b = 0; b < nblk; b++) bt[b] = (int32_t)((b * 7 + 3) % nblk);
+                float q[256], o1[256], o2[256];
+                for (uint32_t d = 0; d < hd; d++) q[d] = (float)((int)(next() % 2001) - 1000) * 2e-3f;
+                for (uint32_t h = 0; h < n_kv; h++) {
+                    struct weft_cpu_attn_args a = {.q = q, .out = o1, .k0 = kv + layer * 2 + (size_t)h * hd * 2,
+                                                   .v_off = layer, .block_bytes = block, .tok_bytes = tok,
+                                                   .bt = bt, .n_pos = n, .hd = hd, .scale = 0.125f};
+                    weft_cpu_attn_row_generic(ref, &a);
+                    a.out = o2;
+                    k->attn_row(&a);
+                    CHECK_MSG(memcmp(o1, o2, hd * sizeof(float)) == 0, "%s attn_row hd=%u n_pos=%lld head %u",
+                              k->name, hd, (long long)n, h);
+                    checked++;
+                }
+                free(kv);
+            }
+    }
+    printf("  %d tables with attn_row, %d rows compared\n", tables, checked);
+}
+
 int main(void)
 {
     RUN(f16_updates_match_scalar_on_every_table);
+    RUN(attn_rows_match_the_generic_row_bit_for_bit);
     return check_summary();
 }

@@ -75,7 +75,7 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
     return WEFT_OK;
 }
 
-/* One (row, head) pair: a single pass with an online softmax over positions
+/* One (row, head) pair (struct weft_cpu_attn_args): a single pass with an online softmax over positions
  * 0..pos[r] of the row's sequence, mirroring ggml's CPU flash attention
  * (ggml_compute_forward_flash_attn_ext_f16_one_chunk, used by llama.cpp for
  * decode and for prefills of < 64 rows or head_dim % 16 != 0; longer
@@ -92,25 +92,21 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  *  - the output is float(acc) * (1/S).
  * Each of the three fusions was needed for stories260K / synth256 greedy
  * logprobs to match llama.cpp: F16 rounding turns a last-bit difference
- * into a visible one. acc16 is scratch of head_dim halves. */
-static void attn_one(const struct weft_cpu_kernels *kern, const struct weft_op_attention *o, int64_t r, uint32_t h,
-                     weft_half *acc16)
+ * into a visible one. kern->attn_row (where the table has one) computes
+ * the very same thing faster. */
+void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct weft_cpu_attn_args *a)
 {
     const weft_cpu_dot_fn dot_f16 = kern->dot[WEFT_TYPE_F16];
-    const struct weft_kv_view *kv = &o->kv;
-    uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head, kvh = h / group;
-    const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq);
-    const int32_t *bt = i32(&o->batch.bt) + i32(&o->batch.bt_off)[seq[r]];
-    const float *q = cpu_row_f32(&o->q, r) + (size_t)h * hd;
-    weft_half qh16[512];
-    for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(q[d]);
+    const uint32_t hd = a->hd;
+    weft_half qh16[512], acc16[512];
+    for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(a->q[d]);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
-    for (int32_t p = 0; p <= pos[r]; p++) {
-        int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
-        const weft_half *k = kv_row(kv, slot, 0) + (size_t)kvh * hd;
-        const weft_half *v = kv_row(kv, slot, 1) + (size_t)kvh * hd;
-        float s = dot_f16(k, qh16, hd) * o->scale;
+    for (int64_t p = 0; p < a->n_pos; p++) {
+        const uint8_t *kr = a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
+                            (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+        const weft_half *k = (const weft_half *)kr, *v = (const weft_half *)(kr + a->v_off);
+        float s = dot_f16(k, qh16, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             float Mold = M;
@@ -123,20 +119,40 @@ static void attn_one(const struct weft_cpu_kernels *kern, const struct weft_op_a
         kern->f16_mad(acc16, v, vs, hd);
         S = fmaf(S, ms, vs);
     }
-    float *out = cpu_row_f32(&o->out, r) + (size_t)h * hd;
     float inv = 1.0f / S;
-    for (uint32_t d = 0; d < hd; d++) out[d] = weft_half_to_f32(acc16[d]) * inv;
+    for (uint32_t d = 0; d < hd; d++) a->out[d] = weft_half_to_f32(acc16[d]) * inv;
 }
 
 static void attention_job(void *ctx, int ith, int nth)
 {
     const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
-    int64_t n = (int64_t)o->batch.n_rows * o->n_head;
-    weft_half acc[512];
     const struct weft_cpu_kernels *kern = ((struct attn_job *)ctx)->kern;
+    const struct weft_kv_view *kv = &o->kv;
+    const uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head;
+    const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq), *bt_off = i32(&o->batch.bt_off);
+    const bool fast = kern->attn_row && hd % 64 == 0 && hd <= 256;
+    int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
      * their position, so contiguous chunks would leave early threads idle */
-    for (int64_t i = ith; i < n; i += nth) attn_one(kern, o, i / o->n_head, (uint32_t)(i % o->n_head), acc);
+    for (int64_t i = ith; i < n; i += nth) {
+        const int64_t r = i / o->n_head;
+        const uint32_t h = (uint32_t)(i % o->n_head);
+        const uint8_t *k0 = (const uint8_t *)kv_row(kv, 0, 0) + (size_t)(h / group) * hd * sizeof(weft_half);
+        const struct weft_cpu_attn_args a = {
+            .q = cpu_row_f32(&o->q, r) + (size_t)h * hd,
+            .out = cpu_row_f32(&o->out, r) + (size_t)h * hd,
+            .k0 = k0,
+            .v_off = kv_layer_bytes(kv),
+            .block_bytes = (size_t)kv->n_layer * 2 * kv_layer_bytes(kv),
+            .tok_bytes = (size_t)kv->n_kv_head * hd * sizeof(weft_half),
+            .bt = i32(&o->batch.bt) + bt_off[seq[r]],
+            .n_pos = (int64_t)pos[r] + 1,
+            .hd = hd,
+            .scale = o->scale,
+        };
+        if (fast) kern->attn_row(&a);
+        else weft_cpu_attn_row_generic(kern, &a);
+    }
 }
 
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)

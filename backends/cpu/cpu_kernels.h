@@ -71,6 +71,24 @@ struct weft_cpu_packed {
     weft_cpu_dotp_fn dot;
 };
 
+/* One (row, head) of the CPU flash attention (cpu_attention.c describes the
+ * float order it mirrors) over positions 0..n_pos-1 of a paged cache:
+ * position p's K row (hd halves) is at k0 + bt[p / 16] * block_bytes +
+ * (p % 16) * tok_bytes, its V row v_off bytes further. */
+struct weft_cpu_attn_args {
+    const float *q;            /* hd floats */
+    float *out;                /* hd floats */
+    const uint8_t *k0;         /* the head's K row of token 0 of physical block 0 */
+    size_t v_off, block_bytes, tok_bytes;
+    const int32_t *bt;         /* the sequence's physical blocks */
+    int64_t n_pos;
+    uint32_t hd;               /* <= 512 */
+    float scale;
+};
+/* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
+ * weft_cpu_attn_row_generic. */
+typedef void (*weft_cpu_attn_row_fn)(const struct weft_cpu_attn_args *a);
+
 struct weft_cpu_kernels {
     enum weft_cpu_isa isa;
     const char *name;
@@ -92,7 +110,12 @@ struct weft_cpu_kernels {
     weft_cpu_f16_mad_fn f16_mad;
     weft_cpu_f16_scale_fn f16_scale;
     weft_cpu_swiglu_fn swiglu;
+    weft_cpu_attn_row_fn attn_row;  /* optional (NULL: the generic row) */
 };
+
+/* The attention row from the table's dot[F16], f16_scale, f16_mad and libm
+ * expf (cpu_attention.c): the reference for attn_row. */
+void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *k, const struct weft_cpu_attn_args *a);
 
 /* The portable SwiGLU (the scalar table's entry); SIMD kernels call it for
  * the n % 16 leftovers so those stay on the very same libm expf code. */
@@ -117,6 +140,7 @@ void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_at
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
 

@@ -1,0 +1,123 @@
+/* AVX-512 attention row (struct weft_cpu_attn_args), bit-identical to
+ * weft_cpu_attn_row_generic (tests/test_cpu_kernels_attn.c checks it) for
+ * head_dim 64, 128, 192, 256.
+ *
+ * The generic row does, per position: a ggml_vec_dot_f16 of K and the
+ * F16-rounded q, an online-softmax step with libm expf, and an F16
+ * accumulator update, each a call into the kernel table, with the
+ * accumulator in memory as halves. Here:
+ *  - the scores of a KV block's 16 tokens are computed together: per token
+ *    the four 16-lane accumulators (element e in accumulator (e/16)%4, lane
+ *    e%16, fma over 64-element chunks) and (s0+s2)+(s1+s3) exactly as the
+ *    dot, then the sixteen _mm512_reduce_add_ps trees (halves 512 -> 256 ->
+ *    128 -> 64 -> 32) run transposed, four shuffle+add steps for all
+ *    tokens at once, each lane adding the very same pairs;
+ *  - the accumulator stays in registers as floats that are always exact
+ *    halves: every update is rounded to F16 and back (vcvtps2ph with
+ *    round-to-nearest-even, vcvtph2ps), which is what storing it as halves
+ *    and loading it again does;
+ *  - the softmax steps (max, libm expf, S = fma(S, ms, vs)) stay scalar and
+ *    in position order. */
+#include "backends/cpu/cpu_kernels.h"
+
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+
+#include <immintrin.h>
+#include <math.h>
+
+#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
+#define AI static inline __attribute__((always_inline))
+
+AI Z512 __m512 h16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+AI Z512 __m512 round_f16(__m512 x)
+{
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* (s0+s2)+(s1+s3) of one token's K row against q (C chunks of 64) */
+AI Z512 __m512 token_lanes(const uint8_t *k, const __m512 *q, const int C)
+{
+    const __m512 z = _mm512_setzero_ps();
+    __m512 s0 = z, s1 = z, s2 = z, s3 = z;
+    for (int c = 0; c < C; c++) {
+        s0 = _mm512_fmadd_ps(h16(k + 128 * c), q[4 * c], s0);
+        s1 = _mm512_fmadd_ps(h16(k + 128 * c + 32), q[4 * c + 1], s1);
+        s2 = _mm512_fmadd_ps(h16(k + 128 * c + 64), q[4 * c + 2], s2);
+        s3 = _mm512_fmadd_ps(h16(k + 128 * c + 96), q[4 * c + 3], s3);
+    }
+    return _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+}
+
+/* r[0..15] -> lane t = _mm512_reduce_add_ps(r[t]) */
+AI Z512 __m512 reduce16(const __m512 *r)
+{
+    __m512 t[8], u[4], w[2];
+    for (int i = 0; i < 8; i++) /* t: lanes 0..7 token 2i, 8..15 token 2i+1: x[l] + x[l+8] */
+        t[i] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_f32x4(r[2 * i], r[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    for (int i = 0; i < 4; i++) /* u: quarter q token 4i+q: t[l] + t[l+4] */
+        u[i] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(t[2 * i], t[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    for (int i = 0; i < 2; i++) /* w: quarter q (u0+u2, u1+u3) of tokens 8i+q, 8i+4+q */
+        w[i] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[2 * i], u[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* x = w0 + w1: quarter q element e is token q + 4e */
+    const __m512 x = _mm512_add_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
+}
+
+AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
+{
+    __m512 q[16], acc[16];
+    for (int i = 0; i < 4 * C; i++) {
+        q[i] = round_f16(_mm512_loadu_ps(a->q + 16 * i));
+        acc[i] = _mm512_setzero_ps();
+    }
+    float M = -INFINITY, S = 0.0f;
+    float sc[16] __attribute__((aligned(64)));
+    for (int64_t p0 = 0; p0 < a->n_pos; p0 += 16) {
+        const uint8_t *kb = a->k0 + (size_t)a->bt[p0 / 16] * a->block_bytes;
+        const int nt = a->n_pos - p0 < 16 ? (int)(a->n_pos - p0) : 16;
+        __m512 r[16];
+        for (int t = 0; t < 16; t++) r[t] = t < nt ? token_lanes(kb + (size_t)t * a->tok_bytes, q, C) : _mm512_setzero_ps();
+        _mm512_store_ps(sc, _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale)));
+        for (int t = 0; t < nt; t++) {
+            const float s = sc[t];
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                const float Mold = M;
+                M = s;
+                ms = expf(Mold - M);
+                const __m512 m = _mm512_set1_ps(ms);
+                for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_mul_ps(acc[i], m));
+            } else {
+                vs = expf(s - M);
+            }
+            const uint8_t *v = kb + (size_t)t * a->tok_bytes + a->v_off;
+            const __m512 vv = _mm512_set1_ps(vs);
+            for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_fmadd_ps(h16(v + 32 * i), vv, acc[i]));
+            S = fmaf(S, ms, vs);
+        }
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / S);
+    for (int i = 0; i < 4 * C; i++) _mm512_storeu_ps(a->out + 16 * i, _mm512_mul_ps(acc[i], inv));
+}
+
+static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
+{
+    switch (a->hd) {
+    case 64: attn_row_c(a, 1); break;
+    case 128: attn_row_c(a, 2); break;
+    case 192: attn_row_c(a, 3); break;
+    default: attn_row_c(a, 4); break; /* 256 */
+    }
+}
+
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k) { k->attn_row = attn_row_512; }
+
+#else
+
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k) { (void)k; }
+
+#endif
