@@ -3,6 +3,7 @@
  *
  *   weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [--json]
  *   weft bench --membw [-t THREADS]
+ *   weft bench --concurrency 1,8,32 [-p 128] [-n 64] [-r 5]   (see bench_conc.c)
  *
  * pp N: evaluate N prompt tokens from an empty context (in batches of -b).
  * tg N: evaluate N tokens one at a time from an empty context.
@@ -19,6 +20,7 @@
 #include <string.h>
 
 #include "core/session.h"
+#include "tools/bench_conc.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 
@@ -164,10 +166,18 @@ int weft_cmd_bench(int argc, char **argv)
     struct cli_opts o;
     cli_opts_default(&o);
     int pp[16] = {128, 512}, n_pp = 2, tg[16] = {64}, n_tg = 1, reps = 5;
+    int conc[16], n_conc = 0;
     bool membw_only = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--membw")) { membw_only = true; continue; }
+        if (!strcmp(a, "--concurrency") && i + 1 < argc) {
+            if ((n_conc = parse_list(argv[++i], conc, 16)) <= 0) {
+                fprintf(stderr, "weft bench: bad value for --concurrency: '%s'\n", argv[i]);
+                return 2;
+            }
+            continue;
+        }
         if ((!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r")) && i + 1 < argc) {
             const char *v = argv[++i];
             int r = !strcmp(a, "-p") ? (n_pp = parse_list(v, pp, 16)) : !strcmp(a, "-n") ? (n_tg = parse_list(v, tg, 16))
@@ -179,7 +189,8 @@ int weft_cmd_bench(int argc, char **argv)
         if (r < 0) return 2;
         if (r == 0) {
             fprintf(stderr, "usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
-                            "       weft bench --membw [-t THREADS]\n");
+                            "       weft bench --membw [-t THREADS]\n"
+                            "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n");
             return 2;
         }
     }
@@ -188,6 +199,14 @@ int weft_cmd_bench(int argc, char **argv)
         struct weft_device_info info;
         const struct weft_backend_iface *cpu = weft_backend_find("cpu");
         threads = cpu && cpu->devices(&info, 1, NULL) == 1 ? (int)info.n_threads : 1;
+    }
+    if (n_conc) {
+        struct weft_backend *be;
+        struct weft_model *m;
+        if (cli_open(&o, &be, &m)) return 1;
+        int rc = bench_concurrency(&o, m, conc, n_conc, pp[0], tg[0], reps, threads);
+        cli_close(be, m);
+        return rc;
     }
     double bw_best = 0, bw = measure_membw(threads, membw_only ? 7 : 3, &bw_best);
     if (membw_only) {

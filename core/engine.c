@@ -1,0 +1,457 @@
+#include "core/engine.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/forward.h"
+
+/* Engine-side state of one request (sched_req.user). */
+struct ereq {
+    uint64_t id;
+    struct weft_sched_req *r;
+    struct weft_sampler *smp;
+    weft_event_cb cb;
+    void *user;
+    uint32_t max_tokens, n_generated;
+    int32_t *stop_ids;
+    uint32_t n_stop_ids;
+    bool ignore_eos, aborted;
+};
+
+struct pending_event {
+    struct weft_event ev;
+    weft_event_cb cb;
+    void *user;
+};
+
+struct weft_engine {
+    const struct weft_model *m;
+    struct weft_engine_config cfg;
+    struct weft_kv_pool kv;
+    struct weft_sched *sched;
+    struct weft_forward *fw;
+    struct weft_fwd_seq *fseqs;
+    struct pending_event *events;
+    uint32_t n_events, cap_events;
+    char message[256];
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    pthread_t thread;
+    bool started, stop;
+    uint64_t wake;              /* bumped by submit/abort/stop */
+    uint64_t next_id;
+    uint32_t n_aborted_pending;
+    uint64_t generated, submitted, finished, aborted, rejected;
+};
+
+#define BT WEFT_KV_BLOCK_TOKENS
+
+weft_status weft_engine_create(const struct weft_model *m, const struct weft_engine_config *cfg,
+                               struct weft_engine **out)
+{
+    *out = NULL;
+    struct weft_engine_config c = cfg ? *cfg : (struct weft_engine_config){0};
+    if (!c.n_ctx) c.n_ctx = m->hp.n_ctx_train;
+    if (!c.max_step_tokens) c.max_step_tokens = 512;
+    if (!c.max_seqs) c.max_seqs = 64;
+    if (c.max_seqs > c.max_step_tokens) c.max_seqs = c.max_step_tokens;
+    if (!c.max_waiting) c.max_waiting = 1024;
+    if (!c.kv_mib) c.kv_mib = 1024;
+    if (c.kv_type == WEFT_TYPE_F32) c.kv_type = WEFT_TYPE_F16;
+    const struct weft_hparams *hp = &m->hp;
+    uint32_t ctx_blocks = (c.n_ctx + BT - 1) / BT;
+    if (!c.kv_blocks) {
+        size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
+        size_t n = ((size_t)c.kv_mib << 20) / (bb ? bb : 1);
+        size_t all = (size_t)c.max_seqs * ctx_blocks;  /* every sequence at full length */
+        if (n > all) n = all;
+        if (n < ctx_blocks) n = ctx_blocks;
+        if (n > (1u << 24)) n = 1u << 24;
+        c.kv_blocks = (uint32_t)n;
+    }
+    if (!c.host_blocks && !c.no_swap) c.host_blocks = c.kv_blocks;
+    if (c.no_swap) c.host_blocks = 0;
+
+    struct weft_engine *e = calloc(1, sizeof *e);
+    if (!e) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->cfg = c;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
+                                .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
+                                .prefix_cache = !c.no_prefix_cache};
+    struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
+                                   .max_running = c.max_seqs, .max_waiting = c.max_waiting,
+                                   .max_prefill_chunk = c.max_prefill_chunk};
+    weft_status st = weft_kv_pool_create(&e->kv, m->be, &kc);
+    if (st == WEFT_OK) st = weft_sched_create(&sc, &e->kv, &e->sched);
+    if (st == WEFT_OK) st = weft_forward_init(m, &e->kv, c.max_step_tokens, c.max_seqs, ctx_blocks, &e->fw);
+    if (st == WEFT_OK) {
+        e->fseqs = calloc(c.max_seqs, sizeof *e->fseqs);
+        e->cap_events = 2 * c.max_seqs + 16;
+        e->events = calloc(e->cap_events, sizeof *e->events);
+        if (!e->fseqs || !e->events) st = weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    }
+    if (st != WEFT_OK) {
+        weft_engine_free(e);
+        return st;
+    }
+    *out = e;
+    return WEFT_OK;
+}
+
+static void ereq_free(struct ereq *er)
+{
+    if (!er) return;
+    weft_sampler_free(er->smp);
+    free(er->stop_ids);
+    free(er);
+}
+
+/* Queue an event for delivery once the lock is released. */
+static void emit(struct weft_engine *e, struct ereq *er, const struct weft_sample *tok, enum weft_finish fin,
+                 weft_status status)
+{
+    if (e->n_events == e->cap_events) {
+        uint32_t cap = e->cap_events * 2;
+        struct pending_event *p = realloc(e->events, sizeof *p * cap);
+        if (!p) return;  /* cannot happen in practice; the event is lost rather than the engine */
+        e->events = p;
+        e->cap_events = cap;
+    }
+    const struct weft_sched_req *r = er->r;
+    struct pending_event *pe = &e->events[e->n_events++];
+    memset(pe, 0, sizeof *pe);
+    pe->cb = er->cb;
+    pe->user = er->user;
+    pe->ev.id = er->id;
+    pe->ev.has_token = tok != NULL;
+    if (tok) pe->ev.token = *tok;
+    pe->ev.finish = fin;
+    pe->ev.status = status;
+    pe->ev.n_prompt = r->n_prompt;
+    pe->ev.n_cached = r->n_cached;
+    pe->ev.n_generated = er->n_generated;
+    pe->ev.n_preempt = r->n_preempt;
+    pe->ev.message = fin == WEFT_FINISH_ERROR ? e->message : NULL;
+}
+
+static void flush_events(struct weft_engine *e)
+{
+    /* the engine thread alone appends events, and only under the lock it
+     * released before calling this */
+    for (uint32_t i = 0; i < e->n_events; i++)
+        if (e->events[i].cb) e->events[i].cb(e->events[i].user, &e->events[i].ev);
+    e->n_events = 0;
+}
+
+/* Final event and release (lock held). */
+static void finish(struct weft_engine *e, struct ereq *er, const struct weft_sample *tok, enum weft_finish fin,
+                   weft_status status)
+{
+    emit(e, er, tok, fin, status);
+    weft_sched_finish(e->sched, er->r);
+    e->finished++;
+    if (fin == WEFT_FINISH_ABORT) e->aborted++;
+    ereq_free(er);
+}
+
+static void reap_aborted(struct weft_engine *e)
+{
+    if (!e->n_aborted_pending) return;
+    struct weft_sched_req *const *q;
+    for (int pass = 0; pass < 2; pass++) {
+        uint32_t n = pass == 0 ? weft_sched_running(e->sched, &q) : weft_sched_waiting(e->sched, &q);
+        for (uint32_t i = 0; i < n;) {
+            struct ereq *er = q[i]->user;
+            if (er->aborted) {
+                finish(e, er, NULL, WEFT_FINISH_ABORT, WEFT_OK);
+                n--;
+            } else {
+                i++;
+            }
+        }
+    }
+    e->n_aborted_pending = 0;
+}
+
+void weft_engine_free(struct weft_engine *e)
+{
+    if (!e) return;
+    if (e->started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = true;
+        e->wake++;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    if (e->sched) {
+        struct weft_sched_req *const *q;
+        while (weft_sched_running(e->sched, &q) || weft_sched_waiting(e->sched, &q)) {
+            finish(e, q[0]->user, NULL, WEFT_FINISH_ABORT, WEFT_OK);
+            if (e->n_events == e->cap_events) flush_events(e);
+        }
+        flush_events(e);
+        weft_sched_free(e->sched);
+    }
+    weft_forward_free(e->fw);
+    if (e->kv.buf) weft_kv_pool_free(&e->kv);
+    free(e->fseqs);
+    free(e->events);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+weft_status weft_engine_tenant(struct weft_engine *e, const char *name, const struct weft_tenant_limits *lim)
+{
+    uint32_t idx;
+    pthread_mutex_lock(&e->mu);
+    weft_status st = weft_sched_tenant(e->sched, name, lim, &idx);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request *req, uint64_t *id)
+{
+    *id = 0;
+    if (!req->prompt || req->n_prompt == 0) return weft_error(WEFT_ERR_INVALID_ARG, "request: empty prompt");
+    if (req->max_tokens == 0) return weft_error(WEFT_ERR_INVALID_ARG, "request: max_tokens must be at least 1");
+    for (uint32_t i = 0; i < req->n_prompt; i++)
+        if (req->prompt[i] < 0 || (uint32_t)req->prompt[i] >= e->m->hp.n_vocab)
+            return weft_error(WEFT_ERR_INVALID_ARG, "request: prompt token %d is outside the vocabulary of %u",
+                              req->prompt[i], e->m->hp.n_vocab);
+    struct ereq *er = calloc(1, sizeof *er);
+    if (!er) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    er->cb = req->cb;
+    er->user = req->user;
+    er->max_tokens = req->max_tokens;
+    er->ignore_eos = req->ignore_eos;
+    weft_status st = weft_sampler_init(&req->sampling, (int32_t)e->m->hp.n_vocab, &er->smp);
+    if (st == WEFT_OK && req->n_stop_ids) {
+        er->stop_ids = malloc(sizeof(int32_t) * req->n_stop_ids);
+        if (!er->stop_ids) st = weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+        else memcpy(er->stop_ids, req->stop_ids, sizeof(int32_t) * req->n_stop_ids);
+        er->n_stop_ids = req->n_stop_ids;
+    }
+    if (st != WEFT_OK) {
+        ereq_free(er);
+        return st;
+    }
+    for (uint32_t i = 0; i < req->n_prompt; i++) weft_sampler_accept(er->smp, req->prompt[i]);
+
+    pthread_mutex_lock(&e->mu);
+    uint32_t tenant = 0;
+    if (req->tenant && req->tenant[0]) st = weft_sched_tenant(e->sched, req->tenant, NULL, &tenant);
+    er->id = e->next_id;
+    if (st == WEFT_OK)
+        st = weft_sched_add(e->sched, er->id, req->prompt, req->n_prompt, req->max_tokens, req->priority, tenant, er,
+                            &er->r);
+    if (st == WEFT_OK) {
+        e->next_id++;
+        e->submitted++;
+        e->wake++;
+        pthread_cond_signal(&e->cv);
+        *id = er->id;
+    } else {
+        e->rejected++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != WEFT_OK) ereq_free(er);
+    return st;
+}
+
+weft_status weft_engine_abort(struct weft_engine *e, uint64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    struct weft_sched_req *r = weft_sched_find(e->sched, id);
+    struct ereq *er = r ? r->user : NULL;
+    weft_status st = WEFT_OK;
+    if (!er || er->aborted) {
+        st = weft_error(WEFT_ERR_NOT_FOUND, "engine: no running request %llu", (unsigned long long)id);
+    } else {
+        er->aborted = true;
+        e->n_aborted_pending++;
+        e->wake++;
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+static bool is_stop(const struct weft_engine *e, const struct ereq *er, int32_t id)
+{
+    if (!er->ignore_eos && weft_tokenizer_is_eog(e->m->tok, id)) return true;
+    for (uint32_t i = 0; i < er->n_stop_ids; i++)
+        if (er->stop_ids[i] == id) return true;
+    return false;
+}
+
+/* Sample one item's next token and emit it (lock held). */
+static void sample_item(struct weft_engine *e, struct ereq *er, const float *logits)
+{
+    struct weft_sample smp;
+    weft_status st = weft_sampler_sample(er->smp, logits, &smp);
+    if (st != WEFT_OK) {
+        snprintf(e->message, sizeof e->message, "%s", weft_last_error());
+        finish(e, er, NULL, WEFT_FINISH_ERROR, st);
+        return;
+    }
+    if (is_stop(e, er, smp.id)) {
+        finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
+        return;
+    }
+    weft_sampler_accept(er->smp, smp.id);
+    er->n_generated++;
+    e->generated++;
+    if (er->n_generated >= er->max_tokens) {
+        finish(e, er, &smp, WEFT_FINISH_LENGTH, WEFT_OK);
+        return;
+    }
+    if ((st = weft_sched_append(e->sched, er->r, smp.id)) != WEFT_OK) {
+        snprintf(e->message, sizeof e->message, "%s", weft_last_error());
+        finish(e, er, &smp, WEFT_FINISH_ERROR, st);
+        return;
+    }
+    emit(e, er, &smp, WEFT_FINISH_NONE, WEFT_OK);
+}
+
+/* One step; the caller holds no lock. */
+static weft_status step(struct weft_engine *e, bool *did_work)
+{
+    *did_work = false;
+    pthread_mutex_lock(&e->mu);
+    reap_aborted(e);
+    struct weft_sched_item *items;
+    uint32_t n_items;
+    weft_status st = weft_sched_schedule(e->sched, &items, &n_items);
+    if (st != WEFT_OK || n_items == 0) {
+        pthread_mutex_unlock(&e->mu);
+        flush_events(e);
+        return st;
+    }
+    for (uint32_t i = 0; i < n_items; i++) {
+        const struct weft_sched_item *it = &items[i];
+        e->fseqs[i] = (struct weft_fwd_seq){.tokens = it->req->tokens + it->pos0, .n_tokens = it->n,
+                                            .pos0 = it->pos0, .kv = &it->req->kv, .want_logits = it->sample};
+    }
+    pthread_mutex_unlock(&e->mu);
+
+    /* submit() and abort() may run meanwhile: neither touches running
+     * requests' tokens or blocks */
+    const float *logits;
+    uint32_t n_logits;
+    st = weft_forward_step(e->fw, e->fseqs, n_items, &logits, &n_logits);
+
+    pthread_mutex_lock(&e->mu);
+    if (st != WEFT_OK) {
+        snprintf(e->message, sizeof e->message, "%s", weft_last_error());
+        for (uint32_t i = 0; i < n_items; i++) finish(e, items[i].req->user, NULL, WEFT_FINISH_ERROR, st);
+        pthread_mutex_unlock(&e->mu);
+        flush_events(e);
+        *did_work = true;
+        return WEFT_OK;  /* the requests failed, not the engine */
+    }
+    weft_sched_step_done(e->sched, items, n_items);
+    uint32_t li = 0;
+    for (uint32_t i = 0; i < n_items; i++) {
+        if (!items[i].sample) continue;
+        struct ereq *er = items[i].req->user;
+        const float *lg = logits + (size_t)li++ * e->m->hp.n_vocab;
+        if (er->aborted) continue;  /* reaped at the next boundary */
+        sample_item(e, er, lg);
+    }
+    pthread_mutex_unlock(&e->mu);
+    flush_events(e);
+    *did_work = true;
+    return WEFT_OK;
+}
+
+weft_status weft_engine_step(struct weft_engine *e, bool *did_work)
+{
+    if (e->started) return weft_error(WEFT_ERR_INVALID_ARG, "engine: step() while the engine thread runs");
+    return step(e, did_work);
+}
+
+weft_status weft_engine_run_all(struct weft_engine *e)
+{
+    for (;;) {
+        bool did;
+        weft_status st = weft_engine_step(e, &did);
+        if (st != WEFT_OK) return st;
+        if (!did) {
+            /* nothing runnable: either nothing is left or the pending aborts
+             * were just reaped */
+            struct weft_sched_req *const *q;
+            pthread_mutex_lock(&e->mu);
+            uint32_t left = weft_sched_running(e->sched, &q) + weft_sched_waiting(e->sched, &q);
+            pthread_mutex_unlock(&e->mu);
+            if (!left) return WEFT_OK;
+            return weft_error(WEFT_ERR_NO_ROOM, "engine: %u requests cannot be scheduled", left);
+        }
+    }
+}
+
+static void *engine_main(void *arg)
+{
+    struct weft_engine *e = arg;
+    uint64_t seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        if (e->stop) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        seen = e->wake;
+        pthread_mutex_unlock(&e->mu);
+        bool did;
+        weft_status st = step(e, &did);
+        if (st == WEFT_OK && did) continue;
+        /* idle (or a scheduler failure): sleep until something changes */
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->wake == seen) pthread_cond_wait(&e->cv, &e->mu);
+        pthread_mutex_unlock(&e->mu);
+    }
+    return NULL;
+}
+
+weft_status weft_engine_start(struct weft_engine *e)
+{
+    if (e->started) return WEFT_OK;
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0)
+        return weft_error(WEFT_ERR_DEVICE, "engine: cannot start the engine thread");
+    e->started = true;
+    return WEFT_OK;
+}
+
+void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
+{
+    struct weft_sched_stats ss;
+    pthread_mutex_lock(&e->mu);
+    weft_sched_stats(e->sched, &ss);
+    memset(out, 0, sizeof *out);
+    out->running = ss.running;
+    out->waiting = ss.waiting;
+    out->swapped = ss.swapped;
+    weft_kv_stats(&e->kv, &out->kv);
+    out->steps = ss.steps;
+    out->step_tokens = ss.step_tokens;
+    out->generated_tokens = e->generated;
+    out->prefill_tokens = ss.prefill_tokens;
+    out->prefix_hit_tokens = ss.prefix_hit_tokens;
+    out->preempt_swap = ss.preempt_swap;
+    out->preempt_recompute = ss.preempt_recompute;
+    out->submitted = e->submitted;
+    out->finished = e->finished;
+    out->aborted = e->aborted;
+    out->rejected = e->rejected;
+    pthread_mutex_unlock(&e->mu);
+}
+
+uint32_t weft_engine_n_ctx(const struct weft_engine *e) { return e->cfg.n_ctx; }
+struct weft_kv_pool *weft_engine_kv(struct weft_engine *e) { return &e->kv; }

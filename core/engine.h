@@ -1,0 +1,115 @@
+/* The engine: many requests on one model, one step at a time.
+ *
+ *   loop { schedule -> build the batch -> forward -> sample -> emit events }
+ *
+ * Requests come in through submit() (any thread) and leave as events through
+ * their callback: one event per generated token, then exactly one final
+ * event (finish != WEFT_FINISH_NONE). Callbacks run on the engine thread (or
+ * inside weft_engine_step()); they must be quick and must not call back into
+ * the engine. abort() (any thread) ends a request; its blocks are freed at
+ * the next step boundary, before anything else runs.
+ *
+ * Outputs do not depend on batching: a request's tokens are the same alone
+ * or among any number of others, with or without the prefix cache, and
+ * across preemption (the backend's per-row results are batch-independent). */
+#ifndef WEFT_ENGINE_H
+#define WEFT_ENGINE_H
+
+#include "core/model.h"
+#include "core/sampler.h"
+#include "core/sched.h"
+
+struct weft_engine_config {
+    uint32_t n_ctx;              /* per sequence; 0 = the model's training context */
+    uint32_t max_step_tokens;    /* token budget per step (default 512) */
+    uint32_t max_seqs;           /* sequences per step (default 64) */
+    uint32_t max_waiting;        /* waiting-queue bound (default 1024) */
+    uint32_t max_prefill_chunk;  /* 0 = the step budget */
+    uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
+                                    max_seqs full-context sequences need, at least one's */
+    uint32_t kv_mib;             /* 0 = 1024 */
+    uint32_t host_blocks;        /* host swap tier; 0 = as many as device blocks, see no_swap */
+    bool no_swap;                /* preempt by recompute only */
+    bool no_prefix_cache;
+    enum weft_type kv_type;      /* 0 (F32) means F16 */
+};
+
+enum weft_finish {
+    WEFT_FINISH_NONE = 0,        /* more to come */
+    WEFT_FINISH_STOP,            /* end-of-generation or a stop token (not emitted) */
+    WEFT_FINISH_LENGTH,          /* max_tokens reached */
+    WEFT_FINISH_ABORT,           /* abort() or engine shutdown */
+    WEFT_FINISH_ERROR,           /* see status / message */
+};
+
+struct weft_event {
+    uint64_t id;
+    bool has_token;
+    struct weft_sample token;    /* when has_token */
+    enum weft_finish finish;
+    weft_status status;          /* WEFT_OK unless finish == ERROR */
+    uint32_t n_prompt, n_cached, n_generated, n_preempt;
+    const char *message;         /* ERROR: what went wrong (valid during the callback) */
+};
+
+typedef void (*weft_event_cb)(void *user, const struct weft_event *ev);
+
+struct weft_request {
+    const int32_t *prompt;       /* copied */
+    uint32_t n_prompt;
+    uint32_t max_tokens;         /* most new tokens (>= 1) */
+    struct weft_sampling_params sampling;
+    bool ignore_eos;             /* do not stop at end-of-generation tokens */
+    const int32_t *stop_ids;     /* extra stop tokens (copied) */
+    uint32_t n_stop_ids;
+    int32_t priority;            /* higher runs first */
+    const char *tenant;          /* NULL/"" = default; limits via weft_engine_tenant() */
+    weft_event_cb cb;
+    void *user;
+};
+
+struct weft_engine_stats {
+    uint32_t running, waiting, swapped;
+    struct weft_kv_stats kv;
+    uint64_t steps, step_tokens, generated_tokens;
+    uint64_t prefill_tokens, prefix_hit_tokens;
+    uint64_t preempt_swap, preempt_recompute;
+    uint64_t submitted, finished, aborted, rejected;
+};
+
+struct weft_engine;
+
+weft_status weft_engine_create(const struct weft_model *m, const struct weft_engine_config *cfg,
+                               struct weft_engine **out);
+/* Stops the thread if started, aborting what is left (final events sent). */
+void weft_engine_free(struct weft_engine *e);
+
+/* Run the step loop on its own thread. Without it, drive the engine with
+ * weft_engine_step(). */
+weft_status weft_engine_start(struct weft_engine *e);
+
+/* Queue a request; *id names it for abort(). Refusals are immediate and send
+ * no events: WEFT_ERR_BUSY (queue full), WEFT_ERR_CONTEXT (prompt +
+ * max_tokens > n_ctx), WEFT_ERR_NO_ROOM / WEFT_ERR_QUOTA (could never fit),
+ * WEFT_ERR_INVALID_ARG (bad parameters). */
+weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request *req, uint64_t *id);
+/* End a request (final event WEFT_FINISH_ABORT). WEFT_ERR_NOT_FOUND if it
+ * already finished. */
+weft_status weft_engine_abort(struct weft_engine *e, uint64_t id);
+
+/* Tenant limits (scheduler KV and running quotas), by name. */
+weft_status weft_engine_tenant(struct weft_engine *e, const char *name, const struct weft_tenant_limits *lim);
+
+/* One step (when the thread is not started): *did_work false when nothing
+ * was runnable. */
+weft_status weft_engine_step(struct weft_engine *e, bool *did_work);
+/* Step until no request is left (synchronous mode). */
+weft_status weft_engine_run_all(struct weft_engine *e);
+
+void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out);
+uint32_t weft_engine_n_ctx(const struct weft_engine *e);
+
+/* For tests: the pool and scheduler (engine thread not started). */
+struct weft_kv_pool *weft_engine_kv(struct weft_engine *e);
+
+#endif
