@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install what weft needs to build and test, on Debian/Ubuntu, if it is missing:
 # cmake, make, gcc, g++, clang (+ its compiler-rt for the fuzzer), pkg-config,
-# jansson and libuv headers, python3 with pip (scripts/fetch-model.sh uses it).
+# jansson, libuv and http-parser headers, python3 with pip (scripts/fetch-model.sh
+# uses it), and the Python packages the server's end-to-end tests use (pytest,
+# openai, from PyPI).
 # Runs apt-get (as root, or through sudo) only when something is missing.
 set -euo pipefail
 
@@ -20,6 +22,7 @@ if command -v pkg-config >/dev/null 2>&1; then
 else
     missing+=(libjansson-dev libuv1-dev)
 fi
+[ -f /usr/include/http_parser.h ] || missing+=(libhttp-parser-dev)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 
 # libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev
@@ -60,5 +63,11 @@ if [ -n "$rt" ] && command -v apt-get >/dev/null 2>&1; then
         as_root apt-get update && as_root apt-get install -y --no-install-recommends "$rt" ||
             echo "install-deps: warning: could not install $rt; the fuzz targets will not build" >&2
     fi
+fi
+# Python packages for the server's end-to-end tests (tests/e2e)
+if ! python3 -c 'import pytest, openai' >/dev/null 2>&1; then
+    echo "install-deps: pip install pytest openai"
+    python3 -m pip install -q pytest openai 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages pytest openai
 fi
 echo "install-deps: ok"

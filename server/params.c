@@ -1,0 +1,308 @@
+#include "server/params.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int json_depth_exceeds(const char *text, size_t len, int limit)
+{
+    int depth = 0;
+    bool in_str = false, esc = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (in_str) {
+            if (esc) esc = false;
+            else if (c == '\\') esc = true;
+            else if (c == '"') in_str = false;
+            continue;
+        }
+        if (c == '"') in_str = true;
+        else if (c == '[' || c == '{') {
+            if (++depth > limit) return 1;
+        } else if (c == ']' || c == '}') {
+            depth--;
+        }
+    }
+    return 0;
+}
+
+struct perr {
+    const char **param;
+    char *msg;
+    size_t size;
+};
+
+static bool fail(struct perr *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool fail(struct perr *e, const char *param, const char *fmt, ...)
+{
+    *e->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, e->size, fmt, ap);
+    va_end(ap);
+    return false;
+}
+
+static bool is_null_or_absent(const json_t *v) { return !v || json_is_null(v); }
+
+static bool get_bool(json_t *o, const char *key, bool *out, struct perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (is_null_or_absent(v)) return true;
+    if (!json_is_boolean(v)) return fail(e, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return true;
+}
+
+static bool get_num(json_t *o, const char *key, double lo, double hi, bool *given, double *out, struct perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (is_null_or_absent(v)) return true;
+    if (!json_is_number(v)) return fail(e, key, "'%s' must be a number", key);
+    double d = json_number_value(v);
+    if (!isfinite(d) || d < lo || d > hi) return fail(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, d);
+    *out = d;
+    if (given) *given = true;
+    return true;
+}
+
+static bool get_int(json_t *o, const char *key, int64_t lo, int64_t hi, bool *given, int64_t *out, struct perr *e)
+{
+    json_t *v = json_object_get(o, key);
+    if (is_null_or_absent(v)) return true;
+    if (!json_is_integer(v)) return fail(e, key, "'%s' must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return fail(e, key, "'%s' must be between %lld and %lld, got %lld", key, (long long)lo, (long long)hi,
+                    (long long)x);
+    *out = x;
+    if (given) *given = true;
+    return true;
+}
+
+/* "content": string, or an array of {"type":"text","text":...} parts. */
+static bool content_text(json_t *c, char **out, struct perr *e)
+{
+    if (json_is_string(c)) {
+        *out = strdup(json_string_value(c));
+        return *out ? true : fail(e, "messages", "out of memory");
+    }
+    if (!json_is_array(c)) return fail(e, "messages", "message 'content' must be a string or an array of text parts");
+    size_t len = 0, i;
+    json_t *part;
+    json_array_foreach(c, i, part) {
+        json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type) || strcmp(json_string_value(type), "text") != 0 ||
+            !json_is_string(text))
+            return fail(e, "messages", "content part %zu must be {\"type\": \"text\", \"text\": string}", i);
+        len += json_string_length(text);
+    }
+    char *s = malloc(len + 1);
+    if (!s) return fail(e, "messages", "out of memory");
+    size_t at = 0;
+    json_array_foreach(c, i, part) {
+        json_t *text = json_object_get(part, "text");
+        memcpy(s + at, json_string_value(text), json_string_length(text));
+        at += json_string_length(text);
+    }
+    s[at] = '\0';
+    *out = s;
+    return true;
+}
+
+static bool parse_messages(json_t *msgs, struct gen_params *p, struct perr *e)
+{
+    if (!json_is_array(msgs)) return fail(e, "messages", "'messages' must be an array of messages");
+    size_t n = json_array_size(msgs);
+    if (n == 0) return fail(e, "messages", "'messages' must not be empty");
+    if (n > WEFT_MAX_MESSAGES) return fail(e, "messages", "at most %d messages", WEFT_MAX_MESSAGES);
+    p->msgs = calloc(n, sizeof *p->msgs);
+    p->msg_text = calloc(n, sizeof *p->msg_text);
+    if (!p->msgs || !p->msg_text) return fail(e, "messages", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m)) return fail(e, "messages", "message %zu must be an object", i);
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_string(role)) return fail(e, "messages", "message %zu needs a string 'role'", i);
+        const char *r = json_string_value(role);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer"))
+            return fail(e, "messages", "message %zu has unsupported role '%.32s' (system, developer, user, assistant)",
+                        i, r);
+        if (!content) return fail(e, "messages", "message %zu needs 'content'", i);
+        if (!content_text(content, &p->msg_text[i], e)) return false;
+        p->msgs[i].role = strcmp(r, "developer") ? r : "system";
+        p->msgs[i].content = p->msg_text[i];
+        p->n_msgs++;
+    }
+    return true;
+}
+
+static bool parse_prompt(json_t *pr, struct gen_params *p, struct perr *e)
+{
+    if (!pr) return fail(e, "prompt", "'prompt' is required");
+    if (json_is_string(pr)) {
+        p->prompt = json_string_value(pr);
+        if (json_string_length(pr) == 0) return fail(e, "prompt", "'prompt' must not be empty");
+        return true;
+    }
+    if (!json_is_array(pr)) return fail(e, "prompt", "'prompt' must be a string or an array of token ids");
+    size_t n = json_array_size(pr);
+    if (n == 0) return fail(e, "prompt", "'prompt' must not be empty");
+    json_t *first = json_array_get(pr, 0);
+    if (json_is_string(first) || json_is_array(first)) {
+        if (n != 1) return fail(e, "prompt", "only one prompt per request is supported (n = 1)");
+        if (json_is_string(first)) return parse_prompt(first, p, e);
+        return parse_prompt(first, p, e);
+    }
+    p->prompt_ids = malloc(sizeof(int32_t) * n);
+    if (!p->prompt_ids) return fail(e, "prompt", "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(pr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return fail(e, "prompt", "prompt token %zu must be a non-negative integer id", i);
+        p->prompt_ids[i] = (int32_t)json_integer_value(v);
+    }
+    p->n_prompt_ids = (uint32_t)n;
+    return true;
+}
+
+static bool parse_stop(json_t *st, struct gen_params *p, struct perr *e)
+{
+    if (is_null_or_absent(st)) return true;
+    if (json_is_string(st)) {
+        if (json_string_length(st) == 0) return fail(e, "stop", "'stop' strings must not be empty");
+        if (json_string_length(st) > WEFT_MAX_STOP_LEN) return fail(e, "stop", "stop strings are limited to %d bytes", WEFT_MAX_STOP_LEN);
+        p->stop[p->n_stop++] = json_string_value(st);
+        return true;
+    }
+    if (!json_is_array(st)) return fail(e, "stop", "'stop' must be a string or an array of strings");
+    if (json_array_size(st) > WEFT_MAX_STOP) return fail(e, "stop", "at most %d stop strings", WEFT_MAX_STOP);
+    size_t i;
+    json_t *v;
+    json_array_foreach(st, i, v) {
+        if (!json_is_string(v) || json_string_length(v) == 0)
+            return fail(e, "stop", "'stop' entries must be non-empty strings");
+        if (json_string_length(v) > WEFT_MAX_STOP_LEN)
+            return fail(e, "stop", "stop strings are limited to %d bytes", WEFT_MAX_STOP_LEN);
+        p->stop[p->n_stop++] = json_string_value(v);
+    }
+    return true;
+}
+
+bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
+                      const char **param, char *msg, size_t msg_size)
+{
+    struct perr e = {param, msg, msg_size};
+    memset(p, 0, sizeof *p);
+    *root = NULL;
+    *param = NULL;
+    p->chat = chat;
+    p->max_tokens = -1;
+    /* OpenAI's defaults: plain sampling at temperature 1 */
+    weft_sampling_params_default(&p->sp);
+    p->sp.temperature = 1.0f;
+    p->sp.top_p = 1.0f;
+    p->sp.top_k = 0;
+    p->sp.min_p = 0.0f;
+    if (json_depth_exceeds(body, len, WEFT_MAX_JSON_DEPTH))
+        return fail(&e, NULL, "JSON nested deeper than %d levels", WEFT_MAX_JSON_DEPTH);
+    json_error_t jerr;
+    json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!j) return fail(&e, NULL, "invalid JSON: %s (line %d, column %d)", jerr.text, jerr.line, jerr.column);
+    *root = j;
+    if (!json_is_object(j)) return fail(&e, NULL, "the request body must be a JSON object");
+
+    json_t *model = json_object_get(j, "model");
+    if (!is_null_or_absent(model)) {
+        if (!json_is_string(model)) return fail(&e, "model", "'model' must be a string");
+        p->model = json_string_value(model);
+    }
+    if (chat) {
+        if (!parse_messages(json_object_get(j, "messages"), p, &e)) return false;
+    } else if (!parse_prompt(json_object_get(j, "prompt"), p, &e)) {
+        return false;
+    }
+    bool given = false;
+    int64_t iv;
+    double dv;
+    if (!get_int(j, "max_tokens", 1, 1 << 24, NULL, &p->max_tokens, &e)) return false;
+    if (chat && !get_int(j, "max_completion_tokens", 1, 1 << 24, NULL, &p->max_tokens, &e)) return false;
+    dv = p->sp.temperature;
+    if (!get_num(j, "temperature", 0, 2, NULL, &dv, &e)) return false;
+    p->sp.temperature = (float)dv;
+    dv = p->sp.top_p;
+    if (!get_num(j, "top_p", 0, 1, NULL, &dv, &e)) return false;
+    if (dv <= 0) return fail(&e, "top_p", "'top_p' must be greater than 0");
+    p->sp.top_p = (float)dv;
+    iv = 0;
+    if (!get_int(j, "top_k", -1, 1 << 20, NULL, &iv, &e)) return false;
+    p->sp.top_k = (int32_t)(iv < 0 ? 0 : iv);
+    dv = 0;
+    if (!get_num(j, "min_p", 0, 1, NULL, &dv, &e)) return false;
+    p->sp.min_p = (float)dv;
+    dv = 0;
+    if (!get_num(j, "presence_penalty", -2, 2, NULL, &dv, &e)) return false;
+    p->sp.presence_penalty = (float)dv;
+    dv = 0;
+    if (!get_num(j, "frequency_penalty", -2, 2, NULL, &dv, &e)) return false;
+    p->sp.frequency_penalty = (float)dv;
+    dv = 1;
+    if (!get_num(j, "repetition_penalty", 0.01, 10, NULL, &dv, &e)) return false;
+    p->sp.repeat_penalty = (float)dv;
+    iv = 0;
+    if (!get_int(j, "seed", INT64_MIN, INT64_MAX, &p->seed_given, &iv, &e)) return false;
+    if (p->seed_given) p->sp.seed = (uint64_t)iv;
+    iv = 1;
+    if (!get_int(j, "n", 1, 1, NULL, &iv, &e)) return false;
+    if (!get_int(j, "best_of", 1, 1, NULL, &iv, &e)) return false;
+    if (!parse_stop(json_object_get(j, "stop"), p, &e)) return false;
+    if (!get_bool(j, "stream", &p->stream, &e)) return false;
+    json_t *so = json_object_get(j, "stream_options");
+    if (!is_null_or_absent(so)) {
+        if (!json_is_object(so)) return fail(&e, "stream_options", "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &p->include_usage, &e)) return false;
+        if (!p->stream) return fail(&e, "stream_options", "'stream_options' is only allowed with 'stream': true");
+    }
+    if (chat) {
+        if (!get_bool(j, "logprobs", &p->logprobs, &e)) return false;
+        iv = 0;
+        if (!get_int(j, "top_logprobs", 0, WEFT_MAX_LOGPROBS, &given, &iv, &e)) return false;
+        if (given && !p->logprobs) return fail(&e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        p->top_logprobs = (int32_t)iv;
+    } else {
+        iv = 0;
+        if (!get_int(j, "logprobs", 0, WEFT_MAX_LOGPROBS, &given, &iv, &e)) return false;
+        p->logprobs = given;
+        p->top_logprobs = (int32_t)iv;
+    }
+    if (!get_bool(j, "ignore_eos", &p->ignore_eos, &e)) return false;
+    iv = 0;
+    if (!get_int(j, "priority", -1000000, 1000000, NULL, &iv, &e)) return false;
+    p->priority = (int32_t)iv;
+    bool echo = false;
+    if (!get_bool(j, "echo", &echo, &e)) return false;
+    if (echo) return fail(&e, "echo", "'echo' is not supported");
+    json_t *sfx = json_object_get(j, "suffix");
+    if (!is_null_or_absent(sfx)) return fail(&e, "suffix", "'suffix' is not supported");
+    json_t *lb = json_object_get(j, "logit_bias");
+    if (!is_null_or_absent(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
+        return fail(&e, "logit_bias", "'logit_bias' is not supported");
+    json_t *tools = json_object_get(j, "tools");
+    if (!is_null_or_absent(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
+        return fail(&e, "tools", "'tools' is not supported");
+    json_t *user = json_object_get(j, "user");
+    if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
+    p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
+    return true;
+}
+
+void gen_params_free(struct gen_params *p)
+{
+    for (uint32_t i = 0; i < p->n_msgs; i++) free(p->msg_text[i]);
+    free(p->msg_text);
+    free(p->msgs);
+    free(p->prompt_ids);
+    memset(p, 0, sizeof *p);
+}

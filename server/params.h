@@ -1,0 +1,53 @@
+/* Request bodies of POST /v1/completions and /v1/chat/completions, parsed
+ * and validated into one structure. Pure (no engine, no sockets), so the
+ * fuzzer drives it directly. Every rejection names the parameter. */
+#ifndef WEFT_SERVER_PARAMS_H
+#define WEFT_SERVER_PARAMS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/chat.h"
+#include "core/sampler.h"
+
+#define WEFT_MAX_STOP 16            /* stop strings per request */
+#define WEFT_MAX_STOP_LEN 256       /* bytes per stop string */
+#define WEFT_MAX_JSON_DEPTH 64
+#define WEFT_MAX_MESSAGES 1024
+
+struct gen_params {
+    bool chat;
+    /* completions: text or token ids; chat: messages */
+    const char *prompt;             /* points into the JSON (valid while it lives) */
+    int32_t *prompt_ids;            /* malloc'd when the prompt is given as ids */
+    uint32_t n_prompt_ids;
+    struct weft_chat_msg *msgs;     /* malloc'd; strings owned by msg_text */
+    uint32_t n_msgs;
+    char **msg_text;                /* malloc'd joined text-part contents */
+    const char *model;              /* NULL when absent */
+    int64_t max_tokens;             /* -1: not given */
+    struct weft_sampling_params sp;
+    bool seed_given;
+    const char *stop[WEFT_MAX_STOP];
+    uint32_t n_stop;
+    bool stream, include_usage;
+    bool logprobs;                  /* chat: logprobs=true; completions: logprobs given */
+    int32_t top_logprobs;           /* 0..20 */
+    bool ignore_eos;
+    int32_t priority;
+};
+
+/* Parse body[0..len) for the chat (chat=true) or completions endpoint.
+ * On success *root holds the JSON (caller json_decref's it after freeing p).
+ * On failure returns false with *param (static or NULL) and msg filled. */
+bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
+                      const char **param, char *msg, size_t msg_size);
+void gen_params_free(struct gen_params *p);
+
+/* JSON nesting depth of text, counting brackets outside strings, stopping
+ * early past limit (jansson recurses; a 100k-deep body must be refused
+ * before it is parsed). */
+int json_depth_exceeds(const char *text, size_t len, int limit);
+
+#endif

@@ -1,0 +1,173 @@
+#include "server/tenants.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool bad(char *msg, size_t n, const char *what, const char *detail)
+{
+    snprintf(msg, n, "%s: %s", what, detail);
+    return false;
+}
+
+static bool num(json_t *o, const char *k, double *out, char *msg, size_t n)
+{
+    json_t *v = json_object_get(o, k);
+    if (!v) return true;
+    if (!json_is_number(v) || json_number_value(v) < 0) return bad(msg, n, k, "must be a number >= 0");
+    *out = json_number_value(v);
+    return true;
+}
+
+bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size)
+{
+    memset(ts, 0, sizeof *ts);
+    if (!path) return true;
+    json_error_t err;
+    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &err);
+    if (!root) {
+        snprintf(msg, msg_size, "%s: line %d: %s", path, err.line, err.text);
+        return false;
+    }
+    bool ok = false;
+    json_t *arr = json_object_get(root, "tenants"), *anon = json_object_get(root, "allow_anonymous");
+    if (!json_is_object(root) || (arr && !json_is_array(arr))) {
+        bad(msg, msg_size, path, "expected {\"tenants\": [...]}");
+        goto out;
+    }
+    if (anon && !json_is_boolean(anon)) { bad(msg, msg_size, "allow_anonymous", "must be a boolean"); goto out; }
+    ts->allow_anonymous = json_is_true(anon);
+    size_t n = json_array_size(arr);
+    ts->t = calloc(n ? n : 1, sizeof *ts->t);
+    if (!ts->t) { bad(msg, msg_size, path, "out of memory"); goto out; }
+    for (size_t i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, i);
+        struct tenant_cfg *t = &ts->t[ts->n++];
+        json_t *name = json_object_get(o, "name"), *keys = json_object_get(o, "api_keys");
+        if (!json_is_object(o) || !json_is_string(name) || json_string_length(name) == 0 ||
+            json_string_length(name) >= WEFT_TENANT_NAME_MAX) {
+            bad(msg, msg_size, "tenant", "each needs a non-empty \"name\" (< 64 bytes)");
+            goto out;
+        }
+        snprintf(t->name, sizeof t->name, "%s", json_string_value(name));
+        for (size_t k = 0; k + 1 < ts->n; k++)
+            if (!strcmp(ts->t[k].name, t->name)) { bad(msg, msg_size, t->name, "tenant named twice"); goto out; }
+        if (keys && !json_is_array(keys)) { bad(msg, msg_size, t->name, "api_keys must be an array"); goto out; }
+        t->keys = calloc(json_array_size(keys) + 1, sizeof *t->keys);
+        if (!t->keys) { bad(msg, msg_size, path, "out of memory"); goto out; }
+        for (size_t k = 0; k < json_array_size(keys); k++) {
+            json_t *kv = json_array_get(keys, k);
+            if (!json_is_string(kv) || json_string_length(kv) < 8) {
+                bad(msg, msg_size, t->name, "api keys must be strings of at least 8 characters");
+                goto out;
+            }
+            t->keys[t->n_keys++] = strdup(json_string_value(kv));
+            ts->any_keys = true;
+        }
+        double prio = 0, kvb = 0, run = 0;
+        if (!num(o, "requests_per_second", &t->rps, msg, msg_size) || !num(o, "burst", &t->burst, msg, msg_size) ||
+            !num(o, "tokens_per_minute", &t->tpm, msg, msg_size) || !num(o, "max_kv_blocks", &kvb, msg, msg_size) ||
+            !num(o, "max_running", &run, msg, msg_size))
+            goto out;
+        json_t *pv = json_object_get(o, "priority");
+        if (pv && !json_is_integer(pv)) { bad(msg, msg_size, "priority", "must be an integer"); goto out; }
+        prio = pv ? (double)json_integer_value(pv) : 0;
+        if (prio < -1000000 || prio > 1000000) { bad(msg, msg_size, "priority", "out of range"); goto out; }
+        t->priority = (int32_t)prio;
+        t->lim.max_kv_blocks = kvb > 1e9 ? 1000000000u : (uint32_t)kvb;
+        t->lim.max_running = run > 1e9 ? 1000000000u : (uint32_t)run;
+        if (t->burst == 0) t->burst = t->rps > 1 ? t->rps : 1;
+        t->req_tokens = t->burst;
+        t->tok_tokens = t->tpm;
+        t->last = -1;
+    }
+    ok = true;
+out:
+    json_decref(root);
+    if (!ok) tenants_free(ts);
+    return ok;
+}
+
+void tenants_free(struct tenants *ts)
+{
+    for (uint32_t i = 0; i < ts->n; i++) {
+        for (uint32_t k = 0; k < ts->t[i].n_keys; k++) free(ts->t[i].keys[k]);
+        free(ts->t[i].keys);
+    }
+    free(ts->t);
+    memset(ts, 0, sizeof *ts);
+}
+
+/* Constant-time comparison of equal-length keys (no early exit on a match prefix). */
+static bool key_eq(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = la != lb;
+    for (size_t i = 0; i < la && i < lb; i++) d |= (unsigned char)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+struct tenant_cfg *tenants_auth(struct tenants *ts, const char *auth, bool *anon)
+{
+    *anon = false;
+    const char *key = NULL;
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) {
+        key = auth + 7;
+        while (*key == ' ') key++;
+    }
+    if (key && *key)
+        for (uint32_t i = 0; i < ts->n; i++)
+            for (uint32_t k = 0; k < ts->t[i].n_keys; k++)
+                if (key_eq(key, ts->t[i].keys[k])) return &ts->t[i];
+    if (ts->any_keys && !ts->allow_anonymous) return NULL;
+    if (key && *key && ts->any_keys) return NULL;  /* a wrong key is refused even when anonymous is allowed */
+    *anon = true;
+    return NULL;
+}
+
+static void refill(struct tenant_cfg *t, double now)
+{
+    if (t->last < 0) t->last = now;
+    double dt = now - t->last;
+    if (dt < 0) dt = 0;
+    t->last = now;
+    if (t->rps > 0) {
+        t->req_tokens += dt * t->rps;
+        if (t->req_tokens > t->burst) t->req_tokens = t->burst;
+    }
+    if (t->tpm > 0) {
+        t->tok_tokens += dt * t->tpm / 60.0;
+        if (t->tok_tokens > t->tpm) t->tok_tokens = t->tpm;
+    }
+}
+
+bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after)
+{
+    refill(t, now);
+    double wait = 0;
+    if (t->rps > 0 && t->req_tokens < 1) wait = (1 - t->req_tokens) / t->rps;
+    if (t->tpm > 0) {
+        double need = n_tokens > t->tpm ? t->tpm : n_tokens;  /* a request bigger than a minute waits for a full bucket */
+        if (t->tok_tokens < need) {
+            double w = (need - t->tok_tokens) / (t->tpm / 60.0);
+            if (w > wait) wait = w;
+        }
+    }
+    if (wait > 0) {
+        *retry_after = wait;
+        return false;
+    }
+    if (t->rps > 0) t->req_tokens -= 1;
+    if (t->tpm > 0) t->tok_tokens -= n_tokens;
+    return true;
+}
+
+void tenant_refund(struct tenant_cfg *t, double now, double n_tokens)
+{
+    refill(t, now);
+    if (t->tpm > 0 && n_tokens > 0) {
+        t->tok_tokens += n_tokens;
+        if (t->tok_tokens > t->tpm) t->tok_tokens = t->tpm;
+    }
+}

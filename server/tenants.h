@@ -1,0 +1,54 @@
+/* API keys, tenants and admission for `weft serve --config FILE`.
+ *
+ * FILE is JSON:
+ *   {"tenants": [{"name": "team-a", "api_keys": ["sk-..."], "priority": 10,
+ *                 "requests_per_second": 5, "burst": 10, "tokens_per_minute": 20000,
+ *                 "max_kv_blocks": 512, "max_running": 8}, ...],
+ *    "allow_anonymous": false}
+ * With any key configured, a request needs "Authorization: Bearer KEY" of
+ * a known key (else 401), unless allow_anonymous (then keyless requests
+ * are the default tenant ""). Each tenant has two token buckets: requests
+ * (refilled at requests_per_second, holding `burst`) and tokens (refilled at
+ * tokens_per_minute / 60 per second, holding one minute's worth); a request
+ * takes 1 request and prompt + max_tokens tokens, and what it did not use
+ * is returned when it ends. 0 = unlimited. */
+#ifndef WEFT_SERVER_TENANTS_H
+#define WEFT_SERVER_TENANTS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/sched.h"
+
+struct tenant_cfg {
+    char name[WEFT_TENANT_NAME_MAX];
+    char **keys;
+    uint32_t n_keys;
+    int32_t priority;
+    double rps, burst, tpm;
+    struct weft_tenant_limits lim;
+    /* buckets */
+    double req_tokens, tok_tokens, last;
+};
+
+struct tenants {
+    struct tenant_cfg *t;
+    uint32_t n;
+    bool any_keys, allow_anonymous;
+};
+
+/* Load FILE (NULL: no tenants, everything anonymous). false with msg on error. */
+bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);
+void tenants_free(struct tenants *ts);
+
+/* The tenant for an Authorization header value (may be NULL). Returns NULL
+ * when the request must be refused with 401; *anon set for the default. */
+struct tenant_cfg *tenants_auth(struct tenants *ts, const char *authorization, bool *anon);
+
+/* Take one request and n_tokens from t's buckets at time now (seconds).
+ * false: refuse with 429; *retry_after = seconds until it would fit. */
+bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after);
+/* Give back tokens a request reserved but did not use. */
+void tenant_refund(struct tenant_cfg *t, double now, double n_tokens);
+
+#endif

@@ -1,0 +1,218 @@
+/* The server's pure parts: request validation (server/params.c), tenants,
+ * API keys and token buckets (server/tenants.c), and the Prometheus text
+ * (server/metrics.c). The HTTP transport has test_http; the whole server is
+ * driven end to end by tests/e2e. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "server/metrics.h"
+#include "server/params.h"
+#include "server/tenants.h"
+#include "tests/check.h"
+
+static json_t *held;  /* the last parse's JSON: p's strings point into it */
+
+static bool parse(const char *body, bool chat, struct gen_params *p, const char **param)
+{
+    json_t *root;
+    char msg[256] = "";
+    bool ok = gen_params_parse(body, strlen(body), chat, p, &root, param, msg, sizeof msg);
+    if (!ok) CHECK_MSG(msg[0] != '\0', "refusal without a message");
+    json_decref(held);
+    held = root;
+    return ok;
+}
+
+static void completions_defaults_and_values(void)
+{
+    struct gen_params p;
+    const char *param;
+    CHECK(parse("{\"prompt\": \"hi\"}", false, &p, &param));
+    CHECK(p.max_tokens == -1 && p.sp.temperature == 1.0f && p.sp.top_p == 1.0f && p.sp.top_k == 0);
+    CHECK(!p.stream && !p.logprobs && p.n_stop == 0);
+    gen_params_free(&p);
+    CHECK(parse("{\"prompt\": [1, 2, 3], \"max_tokens\": 5, \"temperature\": 0, \"top_k\": 7, \"stop\": [\"a\", \"bc\"],"
+                " \"logprobs\": 3, \"seed\": 42, \"stream\": true, \"stream_options\": {\"include_usage\": true},"
+                " \"ignore_eos\": true, \"priority\": -3, \"model\": \"m\", \"user\": \"u\"}",
+                false, &p, &param));
+    CHECK(p.n_prompt_ids == 3 && p.prompt_ids[2] == 3 && p.max_tokens == 5 && p.sp.temperature == 0);
+    CHECK(p.sp.top_k == 7 && p.n_stop == 2 && p.logprobs && p.top_logprobs == 3 && p.sp.n_logprobs == 3);
+    CHECK(p.seed_given && p.sp.seed == 42 && p.stream && p.include_usage && p.ignore_eos && p.priority == -3);
+    gen_params_free(&p);
+    CHECK(parse("{\"prompt\": [\"one string\"]}", false, &p, &param) && p.prompt && !strcmp(p.prompt, "one string"));
+    gen_params_free(&p);
+}
+
+static void each_bad_parameter_is_named(void)
+{
+    static const struct { const char *body, *param; } bad[] = {
+        {"{}", "prompt"},
+        {"{\"prompt\": \"\"}", "prompt"},
+        {"{\"prompt\": [\"a\", \"b\"]}", "prompt"},
+        {"{\"prompt\": [-1]}", "prompt"},
+        {"{\"prompt\": \"x\", \"max_tokens\": 0}", "max_tokens"},
+        {"{\"prompt\": \"x\", \"max_tokens\": \"5\"}", "max_tokens"},
+        {"{\"prompt\": \"x\", \"temperature\": 3}", "temperature"},
+        {"{\"prompt\": \"x\", \"top_p\": 0}", "top_p"},
+        {"{\"prompt\": \"x\", \"min_p\": 2}", "min_p"},
+        {"{\"prompt\": \"x\", \"presence_penalty\": 9}", "presence_penalty"},
+        {"{\"prompt\": \"x\", \"n\": 2}", "n"},
+        {"{\"prompt\": \"x\", \"stop\": 3}", "stop"},
+        {"{\"prompt\": \"x\", \"stop\": [\"\"]}", "stop"},
+        {"{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs"},
+        {"{\"prompt\": \"x\", \"stream\": 1}", "stream"},
+        {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
+        {"{\"prompt\": \"x\", \"echo\": true}", "echo"},
+        {"{\"prompt\": \"x\", \"model\": 3}", "model"},
+        {"{\"prompt\": \"x\", \"seed\": 1.5}", "seed"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct gen_params p;
+        const char *param = NULL;
+        CHECK_MSG(!parse(bad[i].body, false, &p, &param), "accepted %s", bad[i].body);
+        CHECK_MSG(param && !strcmp(param, bad[i].param), "%s: param %s", bad[i].body, param ? param : "(none)");
+        gen_params_free(&p);
+    }
+    /* not JSON, not an object, too deep: no parameter to name */
+    const char *notobj[] = {"hello", "[1]", "{\"prompt\": \"x\"", "{\"prompt\": \"a\", \"prompt\": \"b\"}"};
+    for (size_t i = 0; i < 4; i++) {
+        struct gen_params p;
+        const char *param = "x";
+        CHECK(!parse(notobj[i], false, &p, &param) && param == NULL);
+        gen_params_free(&p);
+    }
+    char deep[4096];
+    memset(deep, '[', 2000);
+    memset(deep + 2000, ']', 2000);
+    deep[4000] = '\0';
+    CHECK(json_depth_exceeds(deep, 4000, WEFT_MAX_JSON_DEPTH));
+    CHECK(!json_depth_exceeds("{\"a\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}", 74, 8));
+}
+
+static void chat_messages(void)
+{
+    struct gen_params p;
+    const char *param;
+    CHECK(parse("{\"messages\": [{\"role\": \"system\", \"content\": \"s\"}, {\"role\": \"user\", \"content\": "
+                "[{\"type\": \"text\", \"text\": \"a\"}, {\"type\": \"text\", \"text\": \"b\"}]}], \"logprobs\": true,"
+                " \"top_logprobs\": 2}",
+                true, &p, &param));
+    CHECK(p.n_msgs == 2 && !strcmp(p.msgs[1].content, "ab") && !strcmp(p.msgs[0].role, "system"));
+    CHECK(p.logprobs && p.top_logprobs == 2);
+    gen_params_free(&p);
+    CHECK(parse("{\"messages\": [{\"role\": \"developer\", \"content\": \"d\"}]}", true, &p, &param));
+    CHECK(!strcmp(p.msgs[0].role, "system"));
+    gen_params_free(&p);
+    const char *bad[] = {
+        "{\"messages\": []}",
+        "{\"messages\": [{\"role\": \"user\"}]}",
+        "{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": [{\"type\": \"image_url\"}]}]}",
+        "{\"messages\": \"hi\"}",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"top_logprobs\": 2}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(!parse(bad[i], true, &p, &param), "accepted %s", bad[i]);
+        gen_params_free(&p);
+    }
+}
+
+static void tenants_keys_and_buckets(void)
+{
+    char path[] = "/tmp/weft-tenants-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char *cfg = "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-1111\"], \"priority\": 3,"
+                      " \"requests_per_second\": 2, \"burst\": 2, \"tokens_per_minute\": 600, \"max_kv_blocks\": 40,"
+                      " \"max_running\": 2}, {\"name\": \"b\", \"api_keys\": [\"sk-bbbb-2222\"]}]}";
+    CHECK(write(fd, cfg, strlen(cfg)) == (ssize_t)strlen(cfg));
+    close(fd);
+    struct tenants ts;
+    char msg[256];
+    CHECK(tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(ts.n == 2 && ts.any_keys && !ts.allow_anonymous);
+    bool anon;
+    struct tenant_cfg *a = tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon);
+    CHECK(a && !strcmp(a->name, "a") && a->priority == 3 && a->lim.max_kv_blocks == 40 && a->lim.max_running == 2);
+    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-111", &anon) == NULL && !anon);
+    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && !anon);
+    CHECK(tenants_auth(&ts, "Basic sk-aaaa-1111", &anon) == NULL && !anon);
+    /* request bucket: burst 2 at t=0, then one every 0.5 s */
+    double ra;
+    CHECK(tenant_admit(a, 100.0, 10, &ra));
+    CHECK(tenant_admit(a, 100.0, 10, &ra));
+    CHECK(!tenant_admit(a, 100.0, 10, &ra) && ra > 0.49 && ra < 0.51);
+    CHECK(tenant_admit(a, 100.5, 10, &ra));
+    /* token bucket: 600 per minute = 10 per second, holding 600 */
+    CHECK(!tenant_admit(a, 101.5, 700, &ra));  /* more than the bucket holds: waits for a full one */
+    CHECK(tenant_admit(a, 102.5, 500, &ra));
+    CHECK(!tenant_admit(a, 103.0, 200, &ra) && ra > 0);
+    tenant_refund(a, 103.0, 150);
+    CHECK(tenant_admit(a, 103.5, 150, &ra));
+    tenants_free(&ts);
+    /* bad files are refused with a message */
+    const char *bads[] = {"{\"tenants\": 3}", "{\"tenants\": [{\"api_keys\": [\"sk-xxxx-0000\"]}]}",
+                          "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"short\"]}]}",
+                          "{\"tenants\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}", "not json",
+                          "{\"tenants\": [{\"name\": \"a\", \"requests_per_second\": -1}]}"};
+    for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
+        FILE *f = fopen(path, "w");
+        fputs(bads[i], f);
+        fclose(f);
+        msg[0] = '\0';
+        CHECK_MSG(!tenants_load(&ts, path, msg, sizeof msg) && msg[0], "accepted %s", bads[i]);
+    }
+    /* no keys configured: everyone is the default tenant */
+    FILE *f = fopen(path, "w");
+    fputs("{\"tenants\": [{\"name\": \"free\"}], \"allow_anonymous\": true}", f);
+    fclose(f);
+    CHECK(tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && anon);
+    tenants_free(&ts);
+    unlink(path);
+}
+
+static void metrics_render_format(void)
+{
+    struct metrics m;
+    metrics_init(&m);
+    metrics_request(&m, "/v1/completions", 200);
+    metrics_request(&m, "/v1/completions", 200);
+    metrics_request(&m, "/v1/completions", 400);
+    metrics_observe(&m.ttft, 0.03);
+    metrics_observe(&m.ttft, 100);
+    struct weft_engine_stats es = {.running = 2, .waiting = 1};
+    es.kv.used = 5;
+    es.kv.free = 10;
+    es.kv.cached = 3;
+    size_t len;
+    char *t = metrics_render(&m, &es, 1000, 2000, &len);
+    CHECK(t && strlen(t) == len);
+    CHECK(strstr(t, "weft_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
+    CHECK(strstr(t, "weft_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_count 2\n"));
+    CHECK(strstr(t, "weft_kv_blocks_used 5\n") && strstr(t, "weft_kv_blocks_cached 3\n"));
+    CHECK(strstr(t, "weft_requests_running 2\n") && strstr(t, "weft_requests_waiting 1\n"));
+    CHECK(strstr(t, "weft_device_memory_bytes{use=\"kv_cache\"} 1000\n"));
+    /* every sample line is "name[{labels}] value" */
+    for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[0] == '#') continue;
+        CHECK_MSG(strchr(line, ' ') && line[0] == 'w', "bad line: %s", line);
+    }
+    free(t);
+}
+
+int main(void)
+{
+    RUN(completions_defaults_and_values);
+    RUN(each_bad_parameter_is_named);
+    RUN(chat_messages);
+    RUN(tenants_keys_and_buckets);
+    RUN(metrics_render_format);
+    json_decref(held);
+    return check_summary();
+}
