@@ -1,0 +1,106 @@
+"""Start `weft serve` on loopback for the end-to-end tests.
+
+WEFT_BIN names the weft binary (default: build/weft); the model is the
+default one (scripts/fetch-model.sh) unless WEFT_MODEL is set. Each server
+fixture runs its own process on a free port and is stopped with SIGTERM,
+which must drain and exit 0.
+"""
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+WEFT = os.environ.get("WEFT_BIN", os.path.join(ROOT, "build", "weft"))
+
+
+def default_model():
+    if os.environ.get("WEFT_MODEL"):
+        return os.environ["WEFT_MODEL"]
+    cache = os.environ.get("WEFT_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "weft")
+    return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+class Server:
+    def __init__(self, *args, model=None):
+        self.model = model or default_model()
+        if not os.path.exists(self.model):
+            pytest.skip(f"model {self.model} is not fetched (bash scripts/fetch-model.sh)")
+        if not os.path.exists(WEFT):
+            pytest.skip(f"{WEFT} is not built")
+        self.args = [WEFT, "serve", "-m", self.model, "--port", "0", "-t", "2", *args]
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.log = []
+        self.port = None
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.log.append(line)
+            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                break
+        if self.port is None:
+            self.proc.kill()
+            raise RuntimeError("weft serve did not start:\n" + "".join(self.log) + self.proc.stderr.read())
+        # keep draining stderr so the server never blocks on a full pipe
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def _read(self):
+        for line in self.proc.stderr:
+            self.log.append(line)
+
+    def get(self, path, headers=None):
+        req = urllib.request.Request(self.base + path, headers=headers or {})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def metric(self, name):
+        status, text = self.get("/metrics")
+        assert status == 200
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        raise KeyError(name)
+
+    def stop(self, timeout=60):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                raise AssertionError("weft serve did not drain and exit after SIGTERM")
+            assert rc == 0, "weft serve exited with %d after SIGTERM:\n%s" % (rc, "".join(self.log[-30:]))
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=server.base + "/v1", api_key="none", max_retries=0, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def model_id(client):
+    return client.models.list().data[0].id
