@@ -140,6 +140,7 @@ void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_at
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
+void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
