@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # CPU throughput of weft on the default model and on random-weight SmolLM2-shape
 # models in Q4_0, Q8_0, Q4_K and F16 (made by `weft gen`, cached), with the
-# machine's measured read bandwidth. Needs build/weft (cmake build) and the
-# default model (scripts/fetch-model.sh).
+# machine's measured read bandwidth. Needs build/weft (cmake build; WEFT_BIN=path
+# picks another binary, e.g. build-perf/weft) and the default model
+# (scripts/fetch-model.sh). WEFT_CPU_NOPACK=1 in the environment measures the
+# plain weight layout (no repacking at load) for comparison.
 #   bench/cpu.sh [-t THREADS] [-r REPS] [-p PP] [-n TG] [--json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: bench/cpu.sh [-t THREADS] [-r REPS] [-p PP] [-n TG] [--json]" >&2; exit 2 ;;
     esac
 done
-weft=build/weft
+weft=${WEFT_BIN:-build/weft}
 [ -x $weft ] || { echo "bench: build weft first (cmake -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j)" >&2; exit 1; }
 cache=${WEFT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}
 default=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
