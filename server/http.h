@@ -1,0 +1,135 @@
+/* HTTP/1.1 transport for `weft serve`: libuv TCP, http-parser, limits.
+ *
+ * One libuv loop thread owns every connection. A connection carries
+ * keep-alive and pipelined requests; they are handed to the handler one at
+ * a time, in order: the next request on a connection is not parsed until the
+ * response to the current one has ended (http_respond() or
+ * http_stream_end()). The handler may answer at once or later (from the loop
+ * thread, e.g. when engine events arrive through a uv_async).
+ *
+ * Everything a client can send is bounded (request line, header bytes and
+ * count, body size) and timed (idle keep-alive, slow headers/body); a
+ * violation is answered with the proper 4xx JSON error and the connection is
+ * closed, or the connection is just closed when the bytes are not HTTP.
+ * Nothing a client sends can crash or block the loop. */
+#ifndef WEFT_SERVER_HTTP_H
+#define WEFT_SERVER_HTTP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+struct http_limits {
+    size_t max_url;            /* request-target bytes (default 8 KiB) */
+    size_t max_header_bytes;   /* all header names + values (default 32 KiB) */
+    uint32_t max_headers;      /* header count (default 100) */
+    size_t max_body;           /* default 1 MiB; larger gets 413 */
+    uint32_t idle_timeout_ms;  /* keep-alive idle, no request in progress (default 60 s) */
+    uint32_t read_timeout_ms;  /* a started request must be complete within (default 30 s) */
+    uint32_t max_conns;        /* beyond this, new connections are closed at once (default 1024) */
+};                             /* a zero field (or a NULL limits pointer) means the default */
+
+struct http_header { const char *name, *value; };  /* NUL-terminated; names lower-cased */
+
+enum http_method { HTTP_M_GET, HTTP_M_POST, HTTP_M_HEAD, HTTP_M_OTHER };
+
+struct http_request {
+    enum http_method method;
+    const char *method_name;   /* "GET", "DELETE", ... (HTTP_M_OTHER tells which) */
+    const char *path;          /* without the query string or fragment; raw (not %-decoded);
+                                  "/" for an absolute-form target without a path */
+    const char *query;         /* "" when none */
+    const struct http_header *headers;
+    uint32_t n_headers;
+    const char *body;          /* NUL-terminated copy; body_len bytes */
+    size_t body_len;
+    bool keep_alive;           /* false: the connection closes after this response */
+};
+
+struct http_conn;
+struct http_server;
+
+/* Called on the loop thread for each complete request. The request and its
+ * strings are valid until the response ends. The handler must eventually
+ * answer (respond or stream) unless the connection closes first. A handler
+ * that answers later (not before it returns) must set http_conn_on_close:
+ * that is how it learns the connection pointer died. */
+typedef void (*http_handler_fn)(void *ctx, struct http_conn *c, const struct http_request *req);
+
+/* Lookup (case-insensitive); NULL when absent. */
+const char *http_header_get(const struct http_request *req, const char *name);
+
+/* The whole response. extra_headers: "Name: value\r\n..." or NULL. The body
+ * is copied. Content-Length and Connection are added (no body nor
+ * Content-Length for 1xx/204/304; no body for HEAD). Ends the request: the
+ * next pipelined one (if any) goes to the handler, maybe before this returns.
+ * Ignored when no request is waiting for an answer on c. */
+void http_respond(struct http_conn *c, int status, const char *content_type, const char *extra_headers,
+                  const char *body, size_t len);
+/* An OpenAI-style error body {"error":{"message","type","param","code"}};
+ * type NULL: "invalid_request_error" (4xx) or "server_error" (5xx); code is null. */
+void http_respond_error(struct http_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* The same error object as text, for callers that send it themselves (e.g. as
+ * an SSE event): {"error":{"message":msg,"type":type,"param":param|null,"code":null}},
+ * strings JSON-escaped, invalid UTF-8 replaced by U+FFFD. Writes at most cap
+ * bytes including the NUL (cut short if too long); returns the length. */
+size_t http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg);
+
+/* A streamed response (chunked transfer encoding), e.g. SSE. To an HTTP/1.0
+ * client: no chunking, the connection closes at the end. For HEAD: headers only. */
+void http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *extra_headers);
+/* Queue bytes (copied; len 0 is a no-op); returns false when the connection
+ * is gone (then stop: on_close follows from the loop). */
+bool http_stream_write(struct http_conn *c, const char *data, size_t len);
+void http_stream_end(struct http_conn *c);
+
+/* Called once when the connection closes for any reason while a request
+ * is in progress (client disconnect mid-stream): the handler aborts its work.
+ * After it the connection pointer must not be used. Set per request (cleared
+ * when the response ends). It runs from a libuv close callback, never from
+ * inside an http_* call. A client that half-closes (EOF) while its request is
+ * in progress counts as gone. */
+void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user);
+/* Bytes queued for writing not yet sent (backpressure for streams: nothing
+ * times out a response in progress, so a handler streaming to a client that
+ * does not read should give up when this stays large). */
+size_t http_conn_pending(const struct http_conn *c);
+
+/* Listen on host:port (host: IPv4 or IPv6 literal, NULL = 127.0.0.1; port 0:
+ * any free port; see http_server_port). Returns 0, or a negative libuv error
+ * (uv_strerror) with *out NULL; then run the loop once to release the handle.
+ * Sets SIGPIPE to ignored (a write to a closed socket must be an error). All
+ * http_* calls on a server and its connections happen on the loop's thread. */
+int http_server_start(uv_loop_t *loop, const char *host, int port, const struct http_limits *lim,
+                      http_handler_fn fn, void *ctx, struct http_server **out);
+int http_server_port(const struct http_server *s);
+/* Stop accepting; idle keep-alive connections are closed; requests in
+ * progress (or half received) continue and their responses say
+ * "Connection: close". *done is called (from the loop) once no connection is
+ * left; it may call http_server_free. */
+void http_server_drain(struct http_server *s, void (*done)(void *), void *arg);
+uint32_t http_server_n_conns(const struct http_server *s);
+/* Closes the listener and every connection (on_close fires for requests in
+ * progress). Memory is released from libuv close callbacks: keep running the
+ * loop until it returns. */
+void http_server_free(struct http_server *s);
+
+/* The request parser without sockets (fuzzing, tests): feed bytes, get the
+ * requests it would hand to the handler and the error status it would send
+ * (0 = none yet, or -1 for "close without a response"). */
+struct http_parse_result { uint32_t n_requests; int error_status; };
+struct http_parse_result http_parse_bytes(const struct http_limits *lim, const char *data, size_t len);
+/* The same, with a look at each request (valid during the call only) and the
+ * bytes fed in pieces of feed_size (0: all at once), as a socket would. */
+struct http_parse_opts {
+    void (*on_request)(void *ctx, const struct http_request *req);
+    void *ctx;
+    size_t feed_size;
+};
+struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
+                                             const struct http_parse_opts *opt);
+
+#endif

@@ -1,0 +1,550 @@
+/* The request parser core (http_internal.h): http-parser callbacks that copy
+ * a request into per-connection buffers and enforce the limits, the mapping
+ * of parse failures to HTTP statuses, and http_parse_bytes(). */
+#include "server/http_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define DEF_MAX_URL (8u << 10)
+#define DEF_MAX_HEADER_BYTES (32u << 10)
+#define DEF_MAX_HEADERS 100u
+#define DEF_MAX_BODY (1u << 20)
+#define DEF_IDLE_MS 60000u
+#define DEF_READ_MS 30000u
+#define DEF_MAX_CONNS 1024u
+/* offsets into sb are 32-bit; keep every bound well inside that */
+#define CAP_STRINGS (64u << 20)
+/* buffers bigger than this are freed between requests so idle connections stay small */
+#define KEEP_BUF (64u << 10)
+/* http-parser's own bound on the request line + headers (compiled in: 80 KiB) */
+#define PARSER_DEFAULT_MAX_HEADER (80u << 10)
+#define NO_VALUE UINT32_MAX
+
+void hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim)
+{
+    struct http_limits l = {0};
+    if (lim) l = *lim;
+    if (!l.max_url) l.max_url = DEF_MAX_URL;
+    if (!l.max_header_bytes) l.max_header_bytes = DEF_MAX_HEADER_BYTES;
+    if (!l.max_headers) l.max_headers = DEF_MAX_HEADERS;
+    if (!l.max_body) l.max_body = DEF_MAX_BODY;
+    if (!l.idle_timeout_ms) l.idle_timeout_ms = DEF_IDLE_MS;
+    if (!l.read_timeout_ms) l.read_timeout_ms = DEF_READ_MS;
+    if (!l.max_conns) l.max_conns = DEF_MAX_CONNS;
+    if (l.max_url > CAP_STRINGS) l.max_url = CAP_STRINGS;
+    if (l.max_header_bytes > CAP_STRINGS) l.max_header_bytes = CAP_STRINGS;
+    if (l.max_headers > (1u << 20)) l.max_headers = 1u << 20;
+    *out = l;
+}
+
+/* ---- errors ---- */
+
+static int fail(struct hpc *h, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(struct hpc *h, int status, const char *fmt, ...)
+{
+    if (h->state != HPC_ERROR) {
+        h->state = HPC_ERROR;
+        h->err_status = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(h->err_msg, sizeof h->err_msg, fmt, ap);
+        va_end(ap);
+    }
+    return -1;  /* makes http-parser stop with HPE_CB_* */
+}
+
+static bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
+
+static bool is_method_char(unsigned char c) { return is_upper(c) || c == '-' || c == '_'; }
+
+/* After an unknown method: "FOO /path ..." (a well-formed token, then a
+ * space) is 405, anything else 400. Decided once the token has ended, so the
+ * answer does not depend on how the bytes were split. */
+static void method_decide(struct hpc *h)
+{
+    uint32_t i = 0;
+    while (i < h->head_len && is_method_char(h->head[i])) i++;
+    if (i == h->head_len && i < HPC_HEAD) return;  /* the token goes on: wait */
+    h->method_pending = false;
+    if (i < h->head_len && h->head[i] == ' ')
+        fail(h, 405, "method %.*s is not supported", (int)i, (const char *)h->head);
+    else
+        fail(h, 400, "invalid HTTP method");
+}
+
+/* A parse failure http-parser found itself (not one of our limits). Bytes that
+ * do not start like an HTTP request line (binary, TLS, the HTTP/2 preface)
+ * get the connection closed without an answer; everything else a 400. */
+static void fail_parser(struct hpc *h, enum http_errno e)
+{
+    static const char h2[] = "PRI * HTTP/2";
+    size_t n = h->head_len < sizeof h2 - 1 ? h->head_len : sizeof h2 - 1;
+    if (h->head_len == 0 || !is_upper(h->head[0]) || (n >= 3 && memcmp(h->head, h2, n) == 0)) {
+        fail(h, -1, "not HTTP");
+        return;
+    }
+    switch (e) {
+    case HPE_HEADER_OVERFLOW:
+        fail(h, 431, "request header fields too large");
+        return;
+    case HPE_INVALID_METHOD:
+        h->method_pending = true;
+        h->state = HPC_MSG;
+        method_decide(h);
+        return;
+    case HPE_INVALID_VERSION:
+        fail(h, 400, "invalid HTTP version");
+        return;
+    case HPE_UNEXPECTED_CONTENT_LENGTH:
+        if (h->p.flags & F_CHUNKED || h->p.uses_transfer_encoding)
+            fail(h, 400, "Content-Length together with Transfer-Encoding");
+        else
+            fail(h, 400, "more than one Content-Length");
+        return;
+    default:
+        fail(h, 400, "malformed request: %s", http_errno_description(e));
+        return;
+    }
+}
+
+/* ---- buffers ---- */
+
+static bool grow(char **buf, size_t *cap, size_t need)
+{
+    if (need <= *cap) return true;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *b = realloc(*buf, c);
+    if (!b) return false;
+    *buf = b;
+    *cap = c;
+    return true;
+}
+
+static bool sb_put(struct hpc *h, const char *s, size_t n, bool lower)
+{
+    if (!grow(&h->sb, &h->sb_cap, h->sb_len + n + 1)) return false;
+    char *d = h->sb + h->sb_len;
+    if (lower)
+        for (size_t i = 0; i < n; i++) d[i] = (s[i] >= 'A' && s[i] <= 'Z') ? (char)(s[i] + 32) : s[i];
+    else
+        memcpy(d, s, n);
+    h->sb_len += n;
+    return true;
+}
+
+static bool sb_nul(struct hpc *h)
+{
+    if (!grow(&h->sb, &h->sb_cap, h->sb_len + 1)) return false;
+    h->sb[h->sb_len++] = 0;
+    return true;
+}
+
+/* ends whatever string (url, name, value) is open in sb */
+static bool close_string(struct hpc *h)
+{
+    return sb_nul(h);
+}
+
+/* ---- http-parser callbacks ---- */
+
+static int on_message_begin(http_parser *p)
+{
+    struct hpc *h = p->data;
+    h->state = HPC_MSG;
+    return 0;
+}
+
+static int on_url(http_parser *p, const char *at, size_t len)
+{
+    struct hpc *h = p->data;
+    h->url_len += len;
+    if (h->url_len > h->lim.max_url) return fail(h, 414, "request URI longer than %zu bytes", h->lim.max_url);
+    if (!sb_put(h, at, len, false)) return fail(h, 503, "out of memory");
+    return 0;
+}
+
+/* RFC 9110 token characters (header names); http-parser as built by Debian
+ * (not strict) lets spaces through, a request-smuggling hazard. */
+static bool is_tchar(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) return true;
+    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int count_header_bytes(struct hpc *h, size_t len)
+{
+    h->hdr_bytes += len;
+    if (h->hdr_bytes > h->lim.max_header_bytes)
+        return fail(h, 431, "request headers larger than %zu bytes", h->lim.max_header_bytes);
+    return 0;
+}
+
+static int on_header_field(http_parser *p, const char *at, size_t len)
+{
+    struct hpc *h = p->data;
+    if (count_header_bytes(h, len)) return -1;
+    if (h->headers_done) return 0;  /* chunked trailers: counted, not kept */
+    if (h->bstate != HPC_B_FIELD) {
+        if (!close_string(h)) return fail(h, 503, "out of memory");
+        if (h->n_hdr >= h->lim.max_headers)
+            return fail(h, 431, "more than %u request headers", h->lim.max_headers);
+        if (h->n_hdr >= h->hoff_cap) {
+            uint32_t c = h->hoff_cap ? h->hoff_cap * 2 : 16;
+            uint32_t *o = realloc(h->hoff, sizeof *o * 2 * c);
+            if (!o) return fail(h, 503, "out of memory");
+            h->hoff = o;
+            h->hoff_cap = c;
+        }
+        h->hoff[2 * h->n_hdr] = (uint32_t)h->sb_len;
+        h->hoff[2 * h->n_hdr + 1] = NO_VALUE;  /* until a value arrives */
+        h->n_hdr++;
+        h->bstate = HPC_B_FIELD;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (!is_tchar((unsigned char)at[i])) return fail(h, 400, "invalid character in a header name");
+    if (!sb_put(h, at, len, true)) return fail(h, 503, "out of memory");
+    return 0;
+}
+
+static int on_header_value(http_parser *p, const char *at, size_t len)
+{
+    struct hpc *h = p->data;
+    if (count_header_bytes(h, len)) return -1;
+    if (h->headers_done) return 0;
+    if (h->bstate != HPC_B_VALUE) {
+        if (h->bstate != HPC_B_FIELD || !close_string(h)) return fail(h, 503, "out of memory");
+        h->hoff[2 * (h->n_hdr - 1) + 1] = (uint32_t)h->sb_len;
+        h->bstate = HPC_B_VALUE;
+    }
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)at[i];
+        if ((c < 0x20 && c != '\t') || c == 0x7f) return fail(h, 400, "invalid character in a header value");
+    }
+    if (!sb_put(h, at, len, false)) return fail(h, 503, "out of memory");
+    return 0;
+}
+
+/* sb offset of a copy of url[a, b) */
+static bool sb_copy(struct hpc *h, size_t a, size_t b, size_t *off)
+{
+    *off = h->sb_len;
+    if (!grow(&h->sb, &h->sb_cap, h->sb_len + (b - a) + 1)) return false;
+    memmove(h->sb + h->sb_len, h->sb + a, b - a);
+    h->sb_len += b - a;
+    return sb_nul(h);
+}
+
+/* path and query (raw, not percent-decoded) from the request target */
+static bool split_url(struct hpc *h, size_t *path_off, size_t *query_off)
+{
+    const char *u = h->sb;
+    size_t n = h->url_len, pa = 0, pb = n, qa = 0, qb = 0;
+    if (n > 0 && u[0] != '/' && u[0] != '*' && n <= 0xffff && h->p.method != HTTP_CONNECT) {
+        struct http_parser_url pu;
+        http_parser_url_init(&pu);
+        if (http_parser_parse_url(u, n, 0, &pu) == 0) {
+            pa = pb = n;
+            if (pu.field_set & (1 << UF_PATH)) {
+                pa = pu.field_data[UF_PATH].off;
+                pb = pa + pu.field_data[UF_PATH].len;
+            }
+            if (pu.field_set & (1 << UF_QUERY)) {
+                qa = pu.field_data[UF_QUERY].off;
+                qb = qa + pu.field_data[UF_QUERY].len;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            if (u[i] == '#') { pb = i; break; }
+            if (u[i] == '?') {
+                pb = i;
+                qa = qb = i + 1;
+                while (qb < n && u[qb] != '#') qb++;
+                break;
+            }
+        }
+    }
+    if (pa == pb) {  /* absolute-form without a path: "/" */
+        *path_off = h->sb_len;
+        if (!sb_put(h, "/", 1, false) || !sb_nul(h)) return false;
+    } else if (!sb_copy(h, pa, pb, path_off)) {
+        return false;
+    }
+    return sb_copy(h, qa, qb, query_off);
+}
+
+static int on_headers_complete(http_parser *p)
+{
+    struct hpc *h = p->data;
+    if (!close_string(h)) return fail(h, 503, "out of memory");
+    h->headers_done = true;
+    if (p->http_major != 1) return fail(h, 505, "HTTP version %u.%u is not supported", p->http_major, p->http_minor);
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->lim.max_body)
+        return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
+                    (unsigned long long)p->content_length, h->lim.max_body);
+
+    size_t path_off, query_off;
+    if (!split_url(h, &path_off, &query_off)) return fail(h, 503, "out of memory");
+    if (h->n_hdr > h->hdrs_cap) {
+        struct http_header *a = realloc(h->hdrs, sizeof *a * h->n_hdr);
+        if (!a) return fail(h, 503, "out of memory");
+        h->hdrs = a;
+        h->hdrs_cap = h->n_hdr;
+    }
+    for (uint32_t i = 0; i < h->n_hdr; i++) {
+        static char empty[1];
+        char *v = h->hoff[2 * i + 1] == NO_VALUE ? empty : h->sb + h->hoff[2 * i + 1];
+        size_t vl = strlen(v);
+        while (vl > 0 && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) v[--vl] = 0;
+        h->hdrs[i].name = h->sb + h->hoff[2 * i];
+        h->hdrs[i].value = v;
+    }
+    struct http_request *r = &h->req;
+    switch (p->method) {
+    case HTTP_GET: r->method = HTTP_M_GET; break;
+    case HTTP_POST: r->method = HTTP_M_POST; break;
+    case HTTP_HEAD: r->method = HTTP_M_HEAD; break;
+    default: r->method = HTTP_M_OTHER; break;
+    }
+    r->method_name = http_method_str((enum hp_method)p->method);
+    r->path = h->sb + path_off;
+    r->query = h->sb + query_off;
+    r->headers = h->hdrs;
+    r->n_headers = h->n_hdr;
+    r->body = "";
+    r->body_len = 0;
+    r->keep_alive = false;
+
+    bool has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
+    const char *ex = http_header_get(r, "expect");
+    h->expect_continue = has_body && ex && strcasecmp(ex, "100-continue") == 0 && p->http_minor >= 1;
+    return 0;
+}
+
+static int on_body(http_parser *p, const char *at, size_t len)
+{
+    struct hpc *h = p->data;
+    h->expect_continue = false;
+    if (h->body_len + len > h->lim.max_body)
+        return fail(h, 413, "request body larger than the limit of %zu bytes", h->lim.max_body);
+    if (!grow(&h->body, &h->body_cap, h->body_len + len + 1)) return fail(h, 503, "out of memory");
+    memcpy(h->body + h->body_len, at, len);
+    h->body_len += len;
+    return 0;
+}
+
+static int on_message_complete(http_parser *p)
+{
+    struct hpc *h = p->data;
+    struct http_request *r = &h->req;
+    if (h->body_len) {
+        h->body[h->body_len] = 0;
+        r->body = h->body;
+        r->body_len = h->body_len;
+    }
+    /* an Upgrade or CONNECT request is answered (404/405 upstream) and the connection closed */
+    r->keep_alive = http_should_keep_alive(p) && !p->upgrade;
+    h->expect_continue = false;
+    h->state = HPC_READY;
+    http_parser_pause(p, 1);
+    return 0;
+}
+
+static const http_parser_settings settings = {
+    .on_message_begin = on_message_begin,
+    .on_url = on_url,
+    .on_header_field = on_header_field,
+    .on_header_value = on_header_value,
+    .on_headers_complete = on_headers_complete,
+    .on_body = on_body,
+    .on_message_complete = on_message_complete,
+};
+
+/* ---- the core ---- */
+
+void hpc_init(struct hpc *h, const struct http_limits *lim)
+{
+    memset(h, 0, sizeof *h);
+    hpc_limits_resolve(&h->lim, lim);
+    http_parser_init(&h->p, HTTP_REQUEST);
+    h->p.data = h;
+    /* http-parser's compiled-in bound must not undercut ours (a global; only
+     * raised when the limits ask for more than the default). */
+    size_t need = h->lim.max_url + h->lim.max_header_bytes + 4 * (size_t)h->lim.max_headers + 1024;
+    if (need > PARSER_DEFAULT_MAX_HEADER) http_parser_set_max_header_size(need > 0x7fffffff ? 0x7fffffff : (uint32_t)need);
+}
+
+void hpc_free(struct hpc *h)
+{
+    free(h->sb);
+    free(h->hoff);
+    free(h->body);
+    free(h->hdrs);
+    memset(h, 0, sizeof *h);
+}
+
+void hpc_next(struct hpc *h)
+{
+    if (h->sb_cap > KEEP_BUF) { free(h->sb); h->sb = NULL; h->sb_cap = 0; }
+    if (h->body_cap > KEEP_BUF) { free(h->body); h->body = NULL; h->body_cap = 0; }
+    if (h->hoff_cap > 256) { free(h->hoff); h->hoff = NULL; h->hoff_cap = 0; }
+    if (h->hdrs_cap > 256) { free(h->hdrs); h->hdrs = NULL; h->hdrs_cap = 0; }
+    h->sb_len = h->url_len = h->hdr_bytes = h->body_len = 0;
+    h->n_hdr = 0;
+    h->bstate = HPC_B_URL;
+    h->headers_done = h->expect_continue = false;
+    h->head_len = 0;
+    h->head_skip_done = h->method_pending = false;
+    memset(&h->req, 0, sizeof h->req);
+    if (h->state == HPC_READY) h->state = HPC_IDLE;
+    http_parser_pause(&h->p, 0);
+}
+
+size_t hpc_feed(struct hpc *h, const char *data, size_t len)
+{
+    if (h->state == HPC_READY || h->state == HPC_ERROR || len == 0) return 0;
+    /* keep the first bytes of the message (after any CR/LF between requests) */
+    for (size_t i = 0; i < len && h->head_len < HPC_HEAD; i++) {
+        unsigned char c = (unsigned char)data[i];
+        if (!h->head_skip_done && (c == '\r' || c == '\n')) continue;
+        h->head_skip_done = true;
+        h->head[h->head_len++] = c;
+    }
+    if (h->method_pending) {
+        method_decide(h);
+        return len;
+    }
+    size_t n = http_parser_execute(&h->p, &settings, data, len);
+    enum http_errno e = HTTP_PARSER_ERRNO(&h->p);
+    if (e == HPE_PAUSED) {
+        if (h->state != HPC_READY) fail(h, 400, "malformed request");  /* not expected */
+        return n;
+    }
+    if (e != HPE_OK) {
+        if (h->state != HPC_ERROR) fail_parser(h, e);
+        return h->method_pending ? len : n;  /* (the rest of the token is in head) */
+    }
+    if (n < len && h->state != HPC_ERROR) fail(h, 400, "malformed request");  /* not expected either */
+    return n;
+}
+
+/* ---- public helpers ---- */
+
+const char *http_header_get(const struct http_request *req, const char *name)
+{
+    if (!req || !name) return NULL;
+    for (uint32_t i = 0; i < req->n_headers; i++)
+        if (strcasecmp(req->headers[i].name, name) == 0) return req->headers[i].value;
+    return NULL;
+}
+
+/* length of the valid UTF-8 sequence at s (max n bytes), 0 if invalid */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+    unsigned c = s[0];
+    size_t k;
+    unsigned min;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf) { k = 2; min = 0x80; }
+    else if (c >= 0xe0 && c <= 0xef) { k = 3; min = 0x800; }
+    else if (c >= 0xf0 && c <= 0xf4) { k = 4; min = 0x10000; }
+    else return 0;
+    if (n < k) return 0;
+    unsigned cp = c & (0x3f >> (k - 1));
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return k;
+}
+
+/* appends a JSON string literal of s (invalid UTF-8 becomes U+FFFD) */
+static size_t json_str(char *buf, size_t cap, size_t o, const char *s)
+{
+#define PUT(ch) do { if (o + 1 < cap) buf[o] = (ch); o++; } while (0)
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s);
+    PUT('"');
+    for (size_t i = 0; i < n;) {
+        unsigned char c = u[i];
+        if (c == '"' || c == '\\') { PUT('\\'); PUT((char)c); i++; continue; }
+        if (c < 0x20) {
+            char e[8];
+            snprintf(e, sizeof e, "\\u%04x", c);
+            for (int j = 0; e[j]; j++) PUT(e[j]);
+            i++;
+            continue;
+        }
+        size_t k = utf8_len(u + i, n - i);
+        if (k == 0) { PUT('\xef'); PUT('\xbf'); PUT('\xbd'); i++; continue; }
+        if (o + k < cap) {  /* whole sequences only */
+            for (size_t j = 0; j < k; j++) PUT((char)u[i + j]);
+        } else {
+            o = cap;  /* truncated: stop writing */
+        }
+        i += k;
+    }
+    PUT('"');
+#undef PUT
+    return o;
+}
+
+size_t http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg)
+{
+    size_t o = 0;
+    const char *parts[] = {"{\"error\":{\"message\":", ",\"type\":", ",\"param\":", ",\"code\":null}}"};
+    for (int i = 0; i < 4; i++) {
+        for (const char *p = parts[i]; *p; p++) { if (o + 1 < cap) buf[o] = *p; o++; }
+        if (i == 0) o = json_str(buf, cap, o, msg ? msg : "");
+        if (i == 1) o = json_str(buf, cap, o, type ? type : "invalid_request_error");
+        if (i == 2) {
+            if (param) o = json_str(buf, cap, o, param);
+            else for (const char *p = "null"; *p; p++) { if (o + 1 < cap) buf[o] = *p; o++; }
+        }
+    }
+    if (cap == 0) return 0;
+    if (o >= cap) o = cap - 1;  /* too long: the caller's buffer was too small */
+    buf[o] = 0;
+    return o;
+}
+
+struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
+                                             const struct http_parse_opts *opt)
+{
+    struct http_parse_result res = {0, 0};
+    struct hpc *h = malloc(sizeof *h);
+    if (!h) { res.error_status = 503; return res; }
+    hpc_init(h, lim);
+    size_t off = 0, step = opt && opt->feed_size ? opt->feed_size : len;
+    while (off < len) {
+        size_t n = len - off < step ? len - off : step;
+        size_t used = hpc_feed(h, data + off, n);
+        off += used;
+        if (h->state == HPC_READY) {
+            res.n_requests++;
+            bool keep = h->req.keep_alive;
+            if (opt && opt->on_request) opt->on_request(opt->ctx, &h->req);
+            hpc_next(h);
+            if (!keep) break;
+        } else if (h->state == HPC_ERROR) {
+            res.error_status = h->err_status;
+            break;
+        } else if (used < n) {
+            break;  /* not reached: the core consumes everything unless it stops */
+        }
+    }
+    hpc_free(h);
+    free(h);
+    return res;
+}
+
+struct http_parse_result http_parse_bytes(const struct http_limits *lim, const char *data, size_t len)
+{
+    return http_parse_bytes_ex(lim, data, len, NULL);
+}
