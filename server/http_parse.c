@@ -61,11 +61,28 @@ static bool is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
 
 static bool is_method_char(unsigned char c) { return is_upper(c) || c == '-' || c == '_'; }
 
-/* After an unknown method: "FOO /path ..." (a well-formed token, then a
- * space) is 405, anything else 400. Decided once the token has ended, so the
+/* After an unknown method. Bytes that do not start like an HTTP request
+ * line (binary, TLS, the HTTP/2 preface) get the connection closed without
+ * an answer; "FOO /path ..." (a well-formed token, then a space) is 405;
+ * anything else 400. Decided only once the bytes seen settle it, so the
  * answer does not depend on how the bytes were split. */
 static void method_decide(struct hpc *h)
 {
+    static const char h2[] = "PRI * HTTP/2";
+    const size_t h2n = sizeof h2 - 1;
+    if (h->head_len == 0) return;
+    if (!is_upper(h->head[0])) {
+        h->method_pending = false;
+        fail(h, -1, "not HTTP");
+        return;
+    }
+    size_t m = h->head_len < h2n ? h->head_len : h2n;
+    if (memcmp(h->head, h2, m) == 0) {
+        if (m < h2n) return;  /* could still be the preface: wait */
+        h->method_pending = false;
+        fail(h, -1, "HTTP/2 preface");
+        return;
+    }
     uint32_t i = 0;
     while (i < h->head_len && is_method_char(h->head[i])) i++;
     if (i == h->head_len && i < HPC_HEAD) return;  /* the token goes on: wait */
@@ -76,25 +93,25 @@ static void method_decide(struct hpc *h)
         fail(h, 400, "invalid HTTP method");
 }
 
-/* A parse failure http-parser found itself (not one of our limits). Bytes that
- * do not start like an HTTP request line (binary, TLS, the HTTP/2 preface)
- * get the connection closed without an answer; everything else a 400. */
+/* A parse failure http-parser found itself (not one of our limits). */
 static void fail_parser(struct hpc *h, enum http_errno e)
 {
-    static const char h2[] = "PRI * HTTP/2";
-    size_t n = h->head_len < sizeof h2 - 1 ? h->head_len : sizeof h2 - 1;
-    if (h->head_len == 0 || !is_upper(h->head[0]) || (n >= 3 && memcmp(h->head, h2, n) == 0)) {
+    if (e == HPE_INVALID_METHOD) {
+        h->method_pending = true;
+        h->state = HPC_MSG;
+        method_decide(h);
+        return;
+    }
+    if (h->head_len == 0 || !is_upper(h->head[0])) {
         fail(h, -1, "not HTTP");
         return;
     }
     switch (e) {
-    case HPE_HEADER_OVERFLOW:
-        fail(h, 431, "request header fields too large");
-        return;
-    case HPE_INVALID_METHOD:
-        h->method_pending = true;
-        h->state = HPC_MSG;
-        method_decide(h);
+    case HPE_HEADER_OVERFLOW:  /* http-parser's own bound, found before our callbacks saw the bytes */
+        if (h->bstate == HPC_B_URL && !h->headers_done)
+            fail(h, 414, "request line too long");
+        else
+            fail(h, 431, "request header fields too large");
         return;
     case HPE_INVALID_VERSION:
         fail(h, 400, "invalid HTTP version");
@@ -464,54 +481,68 @@ static size_t utf8_len(const unsigned char *s, size_t n)
     return k;
 }
 
-/* appends a JSON string literal of s (invalid UTF-8 becomes U+FFFD) */
-static size_t json_str(char *buf, size_t cap, size_t o, const char *s)
+/* Output that is cut short at a whole piece (never inside an escape or a
+ * UTF-8 sequence) when the buffer is full. */
+struct jw {
+    char *buf;
+    size_t cap, len;
+    bool full;
+};
+
+static void jw_put(struct jw *w, const char *s, size_t n)
 {
-#define PUT(ch) do { if (o + 1 < cap) buf[o] = (ch); o++; } while (0)
+    if (w->full) return;
+    if (w->len + n >= w->cap) {
+        w->full = true;
+        return;
+    }
+    memcpy(w->buf + w->len, s, n);
+    w->len += n;
+}
+
+static void jw_lit(struct jw *w, const char *s) { jw_put(w, s, strlen(s)); }
+
+/* a JSON string literal of s (invalid UTF-8 becomes U+FFFD) */
+static void jw_str(struct jw *w, const char *s)
+{
     const unsigned char *u = (const unsigned char *)s;
     size_t n = strlen(s);
-    PUT('"');
-    for (size_t i = 0; i < n;) {
+    jw_put(w, "\"", 1);
+    for (size_t i = 0; i < n && !w->full;) {
         unsigned char c = u[i];
-        if (c == '"' || c == '\\') { PUT('\\'); PUT((char)c); i++; continue; }
-        if (c < 0x20) {
+        if (c == '"' || c == '\\') {
+            char e[2] = {'\\', (char)c};
+            jw_put(w, e, 2);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
             char e[8];
             snprintf(e, sizeof e, "\\u%04x", c);
-            for (int j = 0; e[j]; j++) PUT(e[j]);
+            jw_put(w, e, 6);
             i++;
-            continue;
-        }
-        size_t k = utf8_len(u + i, n - i);
-        if (k == 0) { PUT('\xef'); PUT('\xbf'); PUT('\xbd'); i++; continue; }
-        if (o + k < cap) {  /* whole sequences only */
-            for (size_t j = 0; j < k; j++) PUT((char)u[i + j]);
         } else {
-            o = cap;  /* truncated: stop writing */
+            size_t k = utf8_len(u + i, n - i);
+            if (k) jw_put(w, s + i, k);
+            else jw_put(w, "\xef\xbf\xbd", 3);  /* U+FFFD */
+            i += k ? k : 1;
         }
-        i += k;
     }
-    PUT('"');
-#undef PUT
-    return o;
+    jw_put(w, "\"", 1);
 }
 
 size_t http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg)
 {
-    size_t o = 0;
-    const char *parts[] = {"{\"error\":{\"message\":", ",\"type\":", ",\"param\":", ",\"code\":null}}"};
-    for (int i = 0; i < 4; i++) {
-        for (const char *p = parts[i]; *p; p++) { if (o + 1 < cap) buf[o] = *p; o++; }
-        if (i == 0) o = json_str(buf, cap, o, msg ? msg : "");
-        if (i == 1) o = json_str(buf, cap, o, type ? type : "invalid_request_error");
-        if (i == 2) {
-            if (param) o = json_str(buf, cap, o, param);
-            else for (const char *p = "null"; *p; p++) { if (o + 1 < cap) buf[o] = *p; o++; }
-        }
-    }
-    if (cap == 0) return 0;
-    if (o >= cap) o = cap - 1;  /* too long: the caller's buffer was too small */
-    buf[o] = 0;
-    return o;
+    if (!buf || cap == 0) return 0;
+    struct jw w = {buf, cap, 0, false};
+    jw_lit(&w, "{\"error\":{\"message\":");
+    jw_str(&w, msg ? msg : "");
+    jw_lit(&w, ",\"type\":");
+    jw_str(&w, type ? type : "invalid_request_error");
+    jw_lit(&w, ",\"param\":");
+    if (param) jw_str(&w, param);
+    else jw_lit(&w, "null");
+    jw_lit(&w, ",\"code\":null}}");
+    buf[w.len] = 0;
+    return w.len;
 }
 
 struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
