@@ -1,0 +1,232 @@
+/* Routing and the small endpoints of `weft serve`: /health, /ready,
+ * /metrics, /v1/models, /tokenize, /detokenize; authentication; the
+ * generation endpoints are in api_gen.c. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/tokenizer.h"
+#include "server/params.h"
+#include "server/server.h"
+
+double server_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void reply_json(struct server *s, struct http_conn *c, const char *ep, int status, json_t *j)
+{
+    char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    metrics_request(&s->metrics, ep, b ? status : 500);
+    if (!b) {
+        http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    http_respond(c, status, "application/json", NULL, b, strlen(b));
+    free(b);
+}
+
+static void reply_error(struct server *s, struct http_conn *c, const char *ep, int status, const char *type,
+                        const char *param, const char *msg)
+{
+    metrics_request(&s->metrics, ep, status);
+    http_respond_error(c, status, type, param, "%s", msg);
+}
+
+static json_t *parse_body(struct server *s, struct http_conn *c, const char *ep, const struct http_request *req)
+{
+    if (json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
+        reply_error(s, c, ep, 400, "invalid_request_error", NULL, "JSON nested too deeply");
+        return NULL;
+    }
+    json_error_t err;
+    json_t *j = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &err);
+    if (!j || !json_is_object(j)) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "the request body must be a JSON object%s%s", j ? "" : ": ", j ? "" : err.text);
+        json_decref(j);
+        reply_error(s, c, ep, 400, "invalid_request_error", NULL, msg);
+        return NULL;
+    }
+    return j;
+}
+
+static void do_tokenize(struct server *s, struct http_conn *c, const struct http_request *req)
+{
+    const char *ep = "/tokenize";
+    json_t *j = parse_body(s, c, ep, req);
+    if (!j) return;
+    json_t *pr = json_object_get(j, "prompt"), *content = json_object_get(j, "content");
+    json_t *as = json_object_get(j, "add_special");
+    if (!pr) pr = content;
+    if (!json_is_string(pr) || (as && !json_is_boolean(as))) {
+        json_decref(j);
+        reply_error(s, c, ep, 400, "invalid_request_error", "prompt",
+                    "'prompt' must be a string ('add_special' a boolean)");
+        return;
+    }
+    int32_t *ids = NULL;
+    size_t n = 0;
+    weft_status st = weft_tokenize(s->m->tok, json_string_value(pr), json_string_length(pr), !as || json_is_true(as),
+                                   true, &ids, &n);
+    json_decref(j);
+    if (st != WEFT_OK) {
+        reply_error(s, c, ep, 400, "invalid_request_error", "prompt", weft_last_error());
+        return;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    reply_json(s, c, ep, 200, json_pack("{s:o,s:i,s:i}", "tokens", arr, "count", (int)n, "max_model_len", (int)s->n_ctx));
+}
+
+static void do_detokenize(struct server *s, struct http_conn *c, const struct http_request *req)
+{
+    const char *ep = "/detokenize";
+    json_t *j = parse_body(s, c, ep, req);
+    if (!j) return;
+    json_t *arr = json_object_get(j, "tokens");
+    size_t n = json_array_size(arr);
+    int32_t *ids = json_is_array(arr) ? malloc(sizeof(int32_t) * (n ? n : 1)) : NULL;
+    bool ok = ids != NULL;
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        ok = json_is_integer(v) && json_integer_value(v) >= 0 &&
+             json_integer_value(v) < weft_tokenizer_n_vocab(s->m->tok);
+        if (ok) ids[i] = (int32_t)json_integer_value(v);
+    }
+    json_decref(j);
+    if (!ok) {
+        free(ids);
+        reply_error(s, c, ep, 400, "invalid_request_error", "tokens",
+                    "'tokens' must be an array of token ids within the vocabulary");
+        return;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    weft_status st = weft_detokenize(s->m->tok, ids, n, false, &text, &len);
+    free(ids);
+    if (st != WEFT_OK) {
+        reply_error(s, c, ep, 503, "server_error", NULL, "out of memory");
+        return;
+    }
+    reply_json(s, c, ep, 200, json_pack("{s:s%}", "prompt", text, len));
+    free(text);
+}
+
+static void do_metrics(struct server *s, struct http_conn *c)
+{
+    struct weft_engine_stats es;
+    weft_engine_stats(s->eng, &es);
+    metrics_request(&s->metrics, "/metrics", 200);
+    size_t len = 0;
+    char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &len);
+    if (!b) {
+        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        return;
+    }
+    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
+    free(b);
+}
+
+struct route {
+    const char *path;
+    enum http_method method;
+    int id;
+};
+
+enum { R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+
+static const struct route routes[] = {
+    {"/health", HTTP_M_GET, R_HEALTH},           {"/ready", HTTP_M_GET, R_READY},
+    {"/metrics", HTTP_M_GET, R_METRICS},         {"/v1/models", HTTP_M_GET, R_MODELS},
+    {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
+    {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
+};
+
+void server_handle(void *arg, struct http_conn *c, const struct http_request *req)
+{
+    struct server *s = arg;
+    const struct route *r = NULL;
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
+        if (!strcmp(req->path, routes[i].path)) r = &routes[i];
+    if (!r) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "no such endpoint: %.100s", req->path);
+        reply_error(s, c, "other", 404, "not_found_error", NULL, msg);
+        return;
+    }
+    bool head_ok = r->method == HTTP_M_GET && req->method == HTTP_M_HEAD;
+    if (req->method != r->method && !head_ok) {
+        char msg[160], allow[64];
+        snprintf(msg, sizeof msg, "%s does not allow %.16s", r->path, req->method_name);
+        snprintf(allow, sizeof allow, "Allow: %s\r\n", r->method == HTTP_M_GET ? "GET, HEAD" : "POST");
+        metrics_request(&s->metrics, r->path, 405);
+        char body[256];
+        json_t *j = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", "invalid_request_error",
+                              "param", "code");
+        char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        snprintf(body, sizeof body, "%s", b ? b : "{}");
+        free(b);
+        http_respond(c, 405, "application/json", allow, body, strlen(body));
+        return;
+    }
+    switch (r->id) {
+    case R_HEALTH:
+        reply_json(s, c, r->path, 200, json_pack("{s:s}", "status", "ok"));
+        return;
+    case R_READY: {
+        struct weft_engine_stats es;
+        weft_engine_stats(s->eng, &es);
+        bool ready = !s->draining && es.waiting < s->max_waiting;
+        reply_json(s, c, r->path, ready ? 200 : 503,
+                   json_pack("{s:s,s:i,s:i}", "status", s->draining ? "draining" : ready ? "ready" : "overloaded",
+                             "running", (int)es.running, "waiting", (int)es.waiting));
+        return;
+    }
+    case R_METRICS: do_metrics(s, c); return;
+    default: break;
+    }
+    /* the rest may need an API key */
+    bool anon;
+    struct tenant_cfg *t = tenants_auth(&s->tenants, http_header_get(req, "authorization"), &anon);
+    if (!t && !anon) {
+        s->metrics.rejected_auth++;
+        metrics_request(&s->metrics, r->path, 401);
+        http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
+                     "{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
+                     "\"param\":null,\"code\":\"invalid_api_key\"}}",
+                     strlen("{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
+                            "\"param\":null,\"code\":\"invalid_api_key\"}}"));
+        return;
+    }
+    switch (r->id) {
+    case R_MODELS:
+        reply_json(s, c, r->path, 200,
+                   json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:i}]}", "object", "list", "data", "id", s->model_id, "object",
+                             "model", "created", (json_int_t)s->created, "owned_by", "weft", "max_model_len",
+                             (int)s->n_ctx));
+        return;
+    case R_TOKENIZE: do_tokenize(s, c, req); return;
+    case R_DETOKENIZE: do_detokenize(s, c, req); return;
+    case R_COMPLETIONS:
+    case R_CHAT:
+        if (s->draining) {
+            metrics_request(&s->metrics, r->path, 503);
+            http_respond(c, 503, "application/json", "Retry-After: 5\r\n",
+                         "{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_busy\",\"param\":null,"
+                         "\"code\":null}}",
+                         strlen("{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_busy\","
+                                "\"param\":null,\"code\":null}}"));
+            return;
+        }
+        server_generate(s, c, req, r->id == R_CHAT, t);
+        return;
+    default: break;
+    }
+}
