@@ -853,6 +853,50 @@ static void live_disconnect_fires_on_close(void)
     srv_stop(ts);
 }
 
+/* mutated requests on 60 connections at once, then abrupt closes: the
+ * server stays up and answers */
+static void live_random_bytes(void)
+{
+    static const char *base[] = {
+        "GET /echo HTTP/1.1\r\nHost: x\r\n\r\n",
+        "POST /echo HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello",
+        "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+        "GET /forever HTTP/1.1\r\n\r\n",
+        "GET /delay/20 HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\nab",
+    };
+    struct tsrv *ts = srv_start(live_limits());
+    int port = atomic_load(&ts->port);
+    uint32_t rng = 12345;
+    struct cli *cs[60];
+    for (int i = 0; i < 60; i++) {
+        cs[i] = cli_open(port);
+        if (!cs[i]) continue;
+        char buf[512];
+        size_t n = 0;
+        for (int k = 0; k < 3; k++) {
+            const char *b = base[(rng = rng * 1103515245u + 12345u) >> 16 & 3 ? (rng >> 20) % 5 : 0];
+            size_t bl = strlen(b);
+            memcpy(buf + n, b, bl);
+            n += bl;
+        }
+        int muts = (int)((rng >> 8) % 4);
+        for (int m = 0; m < muts; m++) {
+            rng = rng * 1103515245u + 12345u;
+            buf[(rng >> 8) % n] = (char)(rng >> 24);
+        }
+        cli_send(cs[i], buf, n);
+    }
+    sleep_ms(50);
+    for (int i = 0; i < 60; i++) cli_close(cs[i]);
+    struct cli *c = cli_open(port);
+    struct resp r;
+    cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    cli_close(c);
+    srv_stop(ts);
+}
+
 /* http_server_free with a stream and a half-received request: on_close for
  * the stream, every handle closed (the loop ends, uv_loop_close succeeds) */
 static void live_free_closes_everything(void)
@@ -989,6 +1033,7 @@ int main(void)
     RUN(live_malformed);
     RUN(live_timeouts);
     RUN(live_disconnect_fires_on_close);
+    RUN(live_random_bytes);
     RUN(live_free_closes_everything);
     RUN(live_idle_connections_and_max_conns);
     RUN(live_drain);
