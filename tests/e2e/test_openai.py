@@ -234,8 +234,13 @@ def test_api_keys_and_rate_limit():
 def test_queue_full_is_503_with_retry_after():
     srv = Server("--max-seqs", "1", "--max-waiting", "1")
     try:
-        socks = [_open_stream(srv.port, PROMPTS[i], 400) for i in range(2)]  # one runs, one waits
-        time.sleep(0.5)
+        # one runs, then one waits (the second sent only once the first has left the queue)
+        socks = []
+        for i, name in enumerate(("weft_requests_running", "weft_requests_waiting")):
+            socks.append(_open_stream(srv.port, PROMPTS[i], 4000))
+            deadline = time.time() + 60
+            while time.time() < deadline and srv.metric(name) != 1:
+                time.sleep(0.02)
         c = openai.OpenAI(base_url=srv.base + "/v1", api_key="x", max_retries=0)
         codes = []
         for _ in range(3):
@@ -246,7 +251,7 @@ def test_queue_full_is_503_with_retry_after():
                 codes.append(e.status_code)
                 if e.status_code == 503:
                     assert int(e.response.headers["retry-after"]) >= 1
-        assert 503 in codes
+        assert 503 in codes, (codes, srv.metric("weft_requests_running"), srv.metric("weft_requests_waiting"))
         for s in socks:
             s.close()
         assert srv.get("/health")[0] == 200
