@@ -58,12 +58,13 @@ enum weft_rope_mode {
  * a block is WEFT_KV_BLOCK_TOKENS tokens of K and V for every layer:
  *   block b, layer l, K: offset ((b * n_layer + l) * 2 + 0) * block_layer_bytes
  *                     V: offset ((b * n_layer + l) * 2 + 1) * block_layer_bytes
- *   inside: [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of `type` (F16 now).
+ *   inside: [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of `type`: F16, or Q8_0
+ *   (each head a whole number of 34-byte blocks of 32; head_dim % 32 == 0).
  * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS). */
 #define WEFT_KV_BLOCK_TOKENS 16
 struct weft_kv_view {
     struct weft_buffer *buf;
-    enum weft_type type;       /* F16 */
+    enum weft_type type;       /* F16 or Q8_0 */
     uint32_t n_layer, layer;   /* which layer this op touches */
     uint32_t n_kv_head, head_dim;
 };

@@ -339,12 +339,75 @@ static void engine_thread_with_aborts(const char *path)
     weft_backend_close(be);
 }
 
+/* The Q8_0 KV cache option: logits close to the F16 cache's, and outputs
+ * still independent of batching. */
+static void q8_0_kv_cache(const char *path)
+{
+    struct weft_backend *be;
+    struct weft_model *m = load(&be, path);
+    CHECK(m != NULL);
+    if (!m) return;
+    const struct weft_hparams *hp = &m->hp;
+    if (hp->head_dim % 32) {
+        /* heads are not whole Q8_0 blocks: refused up front, with the reason */
+        struct weft_engine_config cfg = {.n_ctx = 256, .kv_type = WEFT_TYPE_Q8_0};
+        struct weft_engine *e = NULL;
+        CHECK(weft_engine_create(m, &cfg, &e) == WEFT_ERR_INVALID_ARG && e == NULL);
+        CHECK(strstr(weft_last_error(), "Q8_0") != NULL);
+        weft_model_free(m);
+        weft_backend_close(be);
+        return;
+    }
+    enum { NT = 40 };
+    struct job j;
+    make_jobs(&j, 1, hp->n_vocab, NT, NT, 1, 3);
+    float *lg[2];
+    for (int t = 0; t < 2; t++) {
+        struct weft_kv_pool kv;
+        struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
+                                    .n_blocks = 4, .type = t ? WEFT_TYPE_Q8_0 : WEFT_TYPE_F16};
+        CHECK(weft_kv_pool_create(&kv, be, &kc) == WEFT_OK);
+        struct weft_kv_seq sq = {0};
+        CHECK(weft_kv_seq_reserve(&kv, &sq, NT) == WEFT_OK);
+        struct weft_forward *fw;
+        CHECK(weft_forward_init(m, &kv, 64, 1, 4, &fw) == WEFT_OK);
+        struct weft_fwd_seq fs = {j.prompt, NT, 0, &sq, true};
+        const float *out;
+        uint32_t n_out;
+        CHECK(weft_forward_step(fw, &fs, 1, &out, &n_out) == WEFT_OK && n_out == 1);
+        lg[t] = malloc(sizeof(float) * hp->n_vocab);
+        memcpy(lg[t], out, sizeof(float) * hp->n_vocab);
+        weft_forward_free(fw);
+        weft_kv_seq_release(&kv, &sq);
+        weft_kv_pool_free(&kv);
+    }
+    double e = 0, n = 0;
+    for (uint32_t i = 0; i < hp->n_vocab; i++) {
+        e += (lg[0][i] - lg[1][i]) * (double)(lg[0][i] - lg[1][i]);
+        n += (double)lg[0][i] * lg[0][i];
+    }
+    printf("  Q8_0 vs F16 KV cache: logits nmse %.3g\n", e / n);
+    CHECK(e / n < 1e-3);
+    free(lg[0]);
+    free(lg[1]);
+    enum { N = 16 };
+    make_jobs(jobs, N, hp->n_vocab, 1, 60, 24, 41);
+    struct weft_engine_config cfg = {.n_ctx = 256, .kv_type = WEFT_TYPE_Q8_0};
+    run_groups(m, &cfg, jobs, N, 1, alone, NULL);
+    run_groups(m, &cfg, jobs, N, N, batched, NULL);
+    compare(alone, batched, N, "Q8_0 cache, 16 at once");
+    weft_model_free(m);
+    weft_backend_close(be);
+}
+
 static char stories[1024], *smollm2;
 
 static void stories_batching(void) { batching_does_not_change_outputs(stories, 100, 40); }
 static void stories_prefix_cache(void) { prefix_cache_reuses_and_changes_nothing(stories); }
 static void stories_preemption(void) { preemption_keeps_outputs(stories, 20, 60, 48, 12); }
 static void stories_engine_thread(void) { engine_thread_with_aborts(stories); }
+static void stories_q8_0_kv(void) { q8_0_kv_cache(stories); }
+static void smollm2_q8_0_kv(void) { q8_0_kv_cache(smollm2); }
 static void smollm2_batching(void) { batching_does_not_change_outputs(smollm2, 24, 16); }
 static void smollm2_prefix_cache(void) { prefix_cache_reuses_and_changes_nothing(smollm2); }
 static void smollm2_preemption(void) { preemption_keeps_outputs(smollm2, 8, 30, 32, 8); }
@@ -356,11 +419,13 @@ int main(void)
     RUN(stories_prefix_cache);
     RUN(stories_preemption);
     RUN(stories_engine_thread);
+    RUN(stories_q8_0_kv);
     smollm2 = weft_default_model_path();
     if (smollm2) {
         RUN(smollm2_batching);
         RUN(smollm2_prefix_cache);
         RUN(smollm2_preemption);
+        RUN(smollm2_q8_0_kv);
         free(smollm2);
     } else {
         printf("SmolLM2 cases skipped: the default model is not fetched (bash scripts/fetch-model.sh)\n");

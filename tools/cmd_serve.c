@@ -22,7 +22,7 @@ static void usage(void)
     fprintf(stderr,
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024]\n"
-            "                  [--model-name NAME] [--no-prefix-cache] [--template-system]\n"
+            "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h)\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
             "  --template-system: chats without a system message get the one the model's template defines\n");
@@ -85,6 +85,7 @@ int weft_cmd_serve(int argc, char **argv)
     const char *host = "127.0.0.1", *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0;
     bool no_prefix = false, template_system = false;
+    enum weft_type kv_type = WEFT_TYPE_F16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
@@ -93,6 +94,14 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
+        if (!strcmp(a, "--kv-type") && v) {
+            i++;
+            if (!weft_type_from_name(argv[i], &kv_type) || (kv_type != WEFT_TYPE_F16 && kv_type != WEFT_TYPE_Q8_0)) {
+                fprintf(stderr, "weft serve: --kv-type expects f16 or q8_0\n");
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--port") && v) { if (parse_u32(a, argv[++i], 0, 65535, &port)) return 2; continue; }
         if (!strcmp(a, "--max-seqs") && v) { if (parse_u32(a, argv[++i], 1, 4096, &max_seqs)) return 2; continue; }
         if (!strcmp(a, "--max-waiting") && v) { if (parse_u32(a, argv[++i], 1, 1 << 20, &max_waiting)) return 2; continue; }
@@ -144,7 +153,7 @@ int weft_cmd_serve(int argc, char **argv)
     struct weft_engine_config ec = {.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                     .max_waiting = max_waiting, .kv_mib = kv_mib,
                                     .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
-                                    .no_prefix_cache = no_prefix};
+                                    .no_prefix_cache = no_prefix, .kv_type = kv_type};
     if (weft_engine_create(m, &ec, &s.eng) != WEFT_OK) {
         cli_fail("cannot create the engine");
         goto out;

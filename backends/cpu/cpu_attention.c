@@ -5,17 +5,24 @@
 
 #include <math.h>
 
+/* Bytes of one token's K (or V) row: n_kv_head heads of head_dim in the
+ * cache type (F16, or Q8_0 blocks of 32). */
+static inline size_t kv_tok_bytes(const struct weft_kv_view *kv)
+{
+    return weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim);
+}
+
 static inline size_t kv_layer_bytes(const struct weft_kv_view *kv)
 {
-    return (size_t)WEFT_KV_BLOCK_TOKENS * kv->n_kv_head * kv->head_dim * sizeof(weft_half);
+    return (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv);
 }
 
 /* Address of token `slot`'s K (which = 0) or V (which = 1) row of kv->layer. */
-static inline weft_half *kv_row(const struct weft_kv_view *kv, int64_t slot, int which)
+static inline uint8_t *kv_row(const struct weft_kv_view *kv, int64_t slot, int which)
 {
     int64_t block = slot / WEFT_KV_BLOCK_TOKENS, off = slot % WEFT_KV_BLOCK_TOKENS;
     size_t base = (((size_t)block * kv->n_layer + kv->layer) * 2 + (size_t)which) * kv_layer_bytes(kv);
-    return (weft_half *)(kv->buf->data + base) + (size_t)off * kv->n_kv_head * kv->head_dim;
+    return kv->buf->data + base + (size_t)off * kv_tok_bytes(kv);
 }
 
 static inline const int32_t *i32(const struct weft_view *v) { return (const int32_t *)cpu_ptr(v); }
@@ -60,7 +67,13 @@ static void rope_kv_job(void *ctx, int ith, int nth)
         const float *v = cpu_row_f32(&o->v, r);
         rope_heads(q, o->n_head, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
         rope_heads(k, nkv, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
-        weft_half *kd = kv_row(kv, slot[r], 0), *vd = kv_row(kv, slot[r], 1);
+        if (kv->type == WEFT_TYPE_Q8_0) {
+            /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */
+            weft_quantize_row(WEFT_TYPE_Q8_0, k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
+            weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hd);
+            continue;
+        }
+        weft_half *kd = (weft_half *)kv_row(kv, slot[r], 0), *vd = (weft_half *)kv_row(kv, slot[r], 1);
         for (uint32_t i = 0; i < nkv * hd; i++) {
             kd[i] = weft_f32_to_half(k[i]);
             vd[i] = weft_f32_to_half(v[i]);
@@ -123,6 +136,40 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
     for (uint32_t d = 0; d < hd; d++) a->out[d] = weft_half_to_f32(acc16[d]) * inv;
 }
 
+/* The same single pass over a Q8_0 cache, as ggml's flash attention does
+ * for quantized K/V: q is quantized to Q8_0 and K·q is the Q8_0 integer
+ * dot; V rows are dequantized and accumulated in F32
+ * (ggml_vec_scale_f32 / ggml_vec_mad_f32, fused multiply-adds). */
+static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft_cpu_attn_args *a)
+{
+    const weft_cpu_dot_fn dot = kern->dot[WEFT_TYPE_Q8_0];
+    const uint32_t hd = a->hd;
+    struct weft_block_q8_0 qq[512 / 32];
+    float acc[512], vr[512];
+    weft_quantize_row_act(WEFT_TYPE_Q8_0, a->q, qq, hd);
+    float M = -INFINITY, S = 0.0f;
+    for (uint32_t d = 0; d < hd; d++) acc[d] = 0;
+    for (int64_t p = 0; p < a->n_pos; p++) {
+        const uint8_t *k = a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
+                           (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+        float s = dot(k, qq, hd) * a->scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            float Mold = M;
+            M = s;
+            ms = expf(Mold - M);
+            for (uint32_t d = 0; d < hd; d++) acc[d] *= ms;
+        } else {
+            vs = expf(s - M);
+        }
+        weft_dequantize_row(WEFT_TYPE_Q8_0, k + a->v_off, vr, hd);
+        for (uint32_t d = 0; d < hd; d++) acc[d] = fmaf(vr[d], vs, acc[d]);
+        S = fmaf(S, ms, vs);
+    }
+    float inv = 1.0f / S;
+    for (uint32_t d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+}
+
 static void attention_job(void *ctx, int ith, int nth)
 {
     const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
@@ -130,27 +177,30 @@ static void attention_job(void *ctx, int ith, int nth)
     const struct weft_kv_view *kv = &o->kv;
     const uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head;
     const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq), *bt_off = i32(&o->batch.bt_off);
-    const bool fast = kern->attn_row && hd % 64 == 0 && hd <= 256;
+    const bool q8 = kv->type == WEFT_TYPE_Q8_0;
+    const bool fast = !q8 && kern->attn_row && hd % 64 == 0 && hd <= 256;
+    const size_t head_bytes = weft_row_size(kv->type, hd);
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
      * their position, so contiguous chunks would leave early threads idle */
     for (int64_t i = ith; i < n; i += nth) {
         const int64_t r = i / o->n_head;
         const uint32_t h = (uint32_t)(i % o->n_head);
-        const uint8_t *k0 = (const uint8_t *)kv_row(kv, 0, 0) + (size_t)(h / group) * hd * sizeof(weft_half);
+        const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
         const struct weft_cpu_attn_args a = {
             .q = cpu_row_f32(&o->q, r) + (size_t)h * hd,
             .out = cpu_row_f32(&o->out, r) + (size_t)h * hd,
             .k0 = k0,
             .v_off = kv_layer_bytes(kv),
             .block_bytes = (size_t)kv->n_layer * 2 * kv_layer_bytes(kv),
-            .tok_bytes = (size_t)kv->n_kv_head * hd * sizeof(weft_half),
+            .tok_bytes = kv_tok_bytes(kv),
             .bt = i32(&o->batch.bt) + bt_off[seq[r]],
             .n_pos = (int64_t)pos[r] + 1,
             .hd = hd,
             .scale = o->scale,
         };
-        if (fast) kern->attn_row(&a);
+        if (q8) attn_row_q8_0(kern, &a);
+        else if (fast) kern->attn_row(&a);
         else weft_cpu_attn_row_generic(kern, &a);
     }
 }

@@ -166,7 +166,8 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ROPE_KV:
     case WEFT_OP_ATTENTION: {
         const struct weft_kv_view *kv = op->kind == WEFT_OP_ROPE_KV ? &op->u.rope_kv.kv : &op->u.attention.kv;
-        return kv->buf && kv->type == WEFT_TYPE_F16 && kv->layer < kv->n_layer;
+        return kv->buf && kv->layer < kv->n_layer &&
+               (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
     }
     case WEFT_OP_SILU_MUL:
         return is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
