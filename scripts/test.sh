@@ -5,7 +5,7 @@
 #      tests that need it print SKIP
 #   3. Release build in build/, ctest
 #   4. ASan+UBSan build in build-asan/, ctest
-#   5. scripts/fuzz-gguf.sh and scripts/fuzz-http.sh, ${WEFT_FUZZ_SECONDS:-60} each
+#   5. scripts/fuzz-{gguf,http,params}.sh, ${WEFT_FUZZ_SECONDS:-60} each
 # Every phase runs even if an earlier one failed; the exit code is non-zero if
 # any failed. Idempotent: re-running reuses the build folders.
 # Env: WEFT_FUZZ_SECONDS (0 skips fuzzing), WEFT_SKIP_ASAN=1, WEFT_SKIP_DEPS=1, JOBS.
@@ -52,10 +52,10 @@ if [ "${WEFT_SKIP_ASAN:-0}" != 1 ]; then
     build_and_test asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON
 fi
 
-# The fuzzers (GGUF reader, HTTP parser), each for WEFT_FUZZ_SECONDS: 2 min in all by default.
+# The fuzzers (GGUF reader, HTTP parser, request validation), each for WEFT_FUZZ_SECONDS: 3 min by default.
 fuzz_seconds=${WEFT_FUZZ_SECONDS:-60}
 if [ "$fuzz_seconds" != 0 ]; then
-    for f in scripts/fuzz-gguf.sh scripts/fuzz-http.sh; do
+    for f in scripts/fuzz-gguf.sh scripts/fuzz-http.sh scripts/fuzz-params.sh; do
         [ -f "$f" ] || continue
         say "fuzz: $f $fuzz_seconds"
         if ! bash "$f" "$fuzz_seconds"; then fail_phase "fuzz $(basename "$f" .sh)"; fi
