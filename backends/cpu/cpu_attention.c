@@ -52,6 +52,13 @@ static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, 
     }
 }
 
+/* The head's K row of position p of the sequence (its V row is v_off on). */
+static inline const uint8_t *attn_k_row(const struct weft_cpu_attn_args *a, int64_t p)
+{
+    return a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
+           (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+}
+
 struct attn_job { const struct weft_op *op; const struct weft_cpu_kernels *kern; };
 
 static void rope_kv_job(void *ctx, int ith, int nth)
@@ -116,8 +123,7 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
     for (int64_t p = 0; p < a->n_pos; p++) {
-        const uint8_t *kr = a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
-                            (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+        const uint8_t *kr = attn_k_row(a, p);
         const weft_half *k = (const weft_half *)kr, *v = (const weft_half *)(kr + a->v_off);
         float s = dot_f16(k, qh16, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
@@ -150,8 +156,7 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc[d] = 0;
     for (int64_t p = 0; p < a->n_pos; p++) {
-        const uint8_t *k = a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
-                           (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+        const uint8_t *k = attn_k_row(a, p);
         float s = dot(k, qq, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
