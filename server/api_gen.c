@@ -321,6 +321,21 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
             return;
         }
     }
+    if (g->streaming && g->conn && http_conn_pending(g->conn) > s->max_stream_buffer) {
+        /* a client that does not read: stop generating for it rather than
+         * queue without bound; the stream ends short (no [DONE]) */
+        json_decref(lp);
+        s->metrics.slow_client_aborts++;
+        g->finished = true;
+        g->aborted_by_us = true;
+        if (!g->engine_done) weft_engine_abort(s->eng, g->id);
+        if (g->tenant && g->max_tokens > g->n_gen) tenant_refund(g->tenant, now, (double)(g->max_tokens - g->n_gen));
+        metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+        http_stream_end(g->conn);
+        g->conn = NULL;
+        ctx_unref(g);  /* the HTTP side */
+        return;
+    }
     if (g->streaming && g->conn) {
         size_t upto = g->len - stop_holdback(g);
         bool first = g->sent == 0 && g->n_gen == 1;

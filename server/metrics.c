@@ -100,6 +100,9 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         (double)m->rejected_auth);
     one(&b, "weft_client_disconnects_total", "counter", "Requests aborted because the client went away.",
         (double)m->client_disconnects);
+    one(&b, "weft_slow_client_aborts_total", "counter",
+        "Streams ended because the client did not read (more than --max-stream-buffer queued).",
+        (double)m->slow_client_aborts);
     hist(&b, "weft_time_to_first_token_seconds", "Time from request to first token.", &m->ttft);
     hist(&b, "weft_inter_token_latency_seconds", "Time between consecutive tokens of a request.", &m->itl);
     hist(&b, "weft_request_duration_seconds", "Time from request to last token.", &m->e2e);

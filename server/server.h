@@ -34,6 +34,7 @@ struct server {
     struct tenants tenants;
     struct metrics metrics;
     uint64_t weight_bytes, kv_bytes;
+    size_t max_stream_buffer;        /* bytes queued for a streaming client before it is dropped */
     bool draining, closing;
     uint32_t n_active;               /* generation requests not yet released */
     void (*on_idle)(struct server *);/* called when n_active drops to 0 */

@@ -23,8 +23,10 @@ static void usage(void)
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024]\n"
             "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
+            "                  [--max-stream-buffer-kib 4096]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h)\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
+            "  --max-stream-buffer-kib: a streaming client that lets more than this pile up unread is dropped\n"
             "  --template-system: chats without a system message get the one the model's template defines\n");
 }
 
@@ -83,7 +85,7 @@ int weft_cmd_serve(int argc, char **argv)
     struct cli_opts o;
     cli_opts_default(&o);
     const char *host = "127.0.0.1", *config = NULL, *name = NULL;
-    uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0;
+    uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     bool no_prefix = false, template_system = false;
     enum weft_type kv_type = WEFT_TYPE_F16;
     for (int i = 1; i < argc; i++) {
@@ -105,6 +107,10 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--port") && v) { if (parse_u32(a, argv[++i], 0, 65535, &port)) return 2; continue; }
         if (!strcmp(a, "--max-seqs") && v) { if (parse_u32(a, argv[++i], 1, 4096, &max_seqs)) return 2; continue; }
         if (!strcmp(a, "--max-waiting") && v) { if (parse_u32(a, argv[++i], 1, 1 << 20, &max_waiting)) return 2; continue; }
+        if (!strcmp(a, "--max-stream-buffer-kib") && v) {
+            if (parse_u32(a, argv[++i], 1, 1 << 20, &max_stream_kib)) return 2;
+            continue;
+        }
         if (!strcmp(a, "--kv-mib") && v) { if (parse_u32(a, argv[++i], 1, 1 << 24, &kv_mib)) return 2; continue; }
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
@@ -131,6 +137,7 @@ int weft_cmd_serve(int argc, char **argv)
     s.created = (uint64_t)time(NULL);
     s.max_waiting = max_waiting;
     s.weight_bytes = m->weight_bytes;
+    s.max_stream_buffer = (size_t)max_stream_kib << 10;
     metrics_init(&s.metrics);
     pthread_mutex_init(&s.qmu, NULL);
     s.on_idle = close_if_idle;

@@ -274,3 +274,30 @@ def test_sigterm_drains_in_flight():
     srv.stop()  # SIGTERM: the request in flight completes, then exit 0
     t.join(60)
     assert out["r"].usage.completion_tokens == 48
+
+
+def test_slow_reader_is_dropped():
+    """A client that never reads its stream does not make the server queue
+    without bound: past --max-stream-buffer-kib its request is aborted and its
+    KV freed."""
+    srv = Server("--max-stream-buffer-kib", "16")
+    try:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        s.connect(("127.0.0.1", srv.port))
+        # top-20 logprobs make each event ~2 KB, so the kernel's socket
+        # buffers fill early and the rest piles up in the server
+        body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 6000, "stream": True, "ignore_eos": True,
+                           "temperature": 0, "logprobs": 20}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        deadline = time.time() + 120
+        while time.time() < deadline and srv.metric("weft_slow_client_aborts_total") < 1:
+            time.sleep(0.2)
+        assert srv.metric("weft_slow_client_aborts_total") == 1
+        while time.time() < deadline and srv.metric("weft_kv_blocks_used") > 0:
+            time.sleep(0.1)
+        assert srv.metric("weft_kv_blocks_used") == 0
+        assert srv.metric("weft_generation_tokens_total") < 6000
+        s.close()
+    finally:
+        srv.stop()
