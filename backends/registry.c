@@ -1,23 +1,111 @@
-/* Backends compiled into this build, and device specs ("cpu:0"). */
+/* Backends compiled into this build or loaded as modules, and device specs
+ * ("cpu:0"). Modules (backends/module.h) are looked for once, on first use. */
 #include "backends/backend.h"
+#include "backends/module.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const struct weft_backend_iface *weft_cpu_backend_iface(void);
 
-static const struct weft_backend_iface *(*const backends[])(void) = {
-#ifdef WEFT_HAVE_CPU
-    weft_cpu_backend_iface,
-#endif
+static const char *const module_names[] = {"vulkan", "cuda", "hip"};
+#define N_MODULES (sizeof module_names / sizeof module_names[0])
+#define MAX_BACKENDS (1 + N_MODULES)
+
+static const struct weft_backend_iface *loaded[MAX_BACKENDS];
+static int n_loaded;
+static char why_absent[N_MODULES][512];
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static const struct weft_module_host host = {
+    .abi = WEFT_MODULE_ABI,
+    .verror = weft_verror,
+    .status_str = weft_status_str,
 };
 
-int weft_backend_count(void) { return (int)(sizeof backends / sizeof backends[0]); }
+/* dlopen "<dir>/libweft-<name>.so"; 1 loaded, 0 file absent, -1 present but unusable */
+static int try_module(size_t mi, const char *dir)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s/libweft-%s.so", dir, module_names[mi]) >= (int)sizeof path) return 0;
+    if (access(path, F_OK) != 0) return 0;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why_absent[mi], sizeof why_absent[mi], "module not loadable: %.400s", dlerror());
+        return -1;
+    }
+    weft_module_init_fn init = (weft_module_init_fn)dlsym(h, WEFT_MODULE_INIT_SYMBOL);
+    if (!init) {
+        snprintf(why_absent[mi], sizeof why_absent[mi], "%.300s has no %s", path, WEFT_MODULE_INIT_SYMBOL);
+        dlclose(h);
+        return -1;
+    }
+    const char *why = NULL;
+    const struct weft_backend_iface *bi = init(&host, &why);
+    if (!bi || bi->api_version < 1 || !bi->name || strcmp(bi->name, module_names[mi]) != 0) {
+        snprintf(why_absent[mi], sizeof why_absent[mi], "%.300s: %.150s", path,
+                 why ? why : "module refused to initialise (ABI mismatch?)");
+        dlclose(h);
+        return -1;
+    }
+    loaded[n_loaded++] = bi;   /* the handle stays open for the process */
+    return 1;
+}
+
+static void load_all(void)
+{
+#ifdef WEFT_HAVE_CPU
+    loaded[n_loaded++] = weft_cpu_backend_iface();
+#endif
+    const char *no = getenv("WEFT_NO_MODULES");
+    bool skip = no && *no && strcmp(no, "0") != 0;
+    /* the folders to search */
+    char dirs[8][PATH_MAX];
+    int nd = 0;
+    const char *mp = getenv("WEFT_MODULE_PATH");
+    while (!skip && mp && *mp && nd < 6) {
+        const char *c = strchr(mp, ':');
+        size_t n = c ? (size_t)(c - mp) : strlen(mp);
+        if (n > 0 && n < PATH_MAX) { memcpy(dirs[nd], mp, n); dirs[nd++][n] = '\0'; }
+        mp = c ? c + 1 : NULL;
+    }
+    char exe[PATH_MAX];
+    ssize_t el = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (el > 0) {
+        exe[el] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            snprintf(dirs[nd++], PATH_MAX, "%s", exe);
+            if ((size_t)snprintf(dirs[nd], PATH_MAX, "%s/../lib/weft", exe) < PATH_MAX) nd++;
+        }
+    }
+    for (size_t mi = 0; mi < N_MODULES; mi++) {
+        if (skip) {
+            snprintf(why_absent[mi], sizeof why_absent[mi], "modules disabled (WEFT_NO_MODULES)");
+            continue;
+        }
+        snprintf(why_absent[mi], sizeof why_absent[mi], "not built into this weft (no libweft-%s.so found)",
+                 module_names[mi]);
+        for (int d = 0; d < nd; d++)
+            if (try_module(mi, dirs[d]) != 0) break;
+    }
+}
+
+int weft_backend_count(void)
+{
+    pthread_once(&once, load_all);
+    return n_loaded;
+}
 
 const struct weft_backend_iface *weft_backend_get(int i)
 {
-    return i >= 0 && i < weft_backend_count() ? backends[i]() : NULL;
+    return i >= 0 && i < weft_backend_count() ? loaded[i] : NULL;
 }
 
 const struct weft_backend_iface *weft_backend_find(const char *name)
@@ -25,6 +113,14 @@ const struct weft_backend_iface *weft_backend_find(const char *name)
     for (int i = 0; i < weft_backend_count(); i++)
         if (strcmp(weft_backend_get(i)->name, name) == 0) return weft_backend_get(i);
     return NULL;
+}
+
+const char *weft_backend_unavailable(const char *name)
+{
+    if (weft_backend_find(name)) return NULL;
+    for (size_t mi = 0; mi < N_MODULES; mi++)
+        if (strcmp(module_names[mi], name) == 0) return why_absent[mi];
+    return "not built into this weft";
 }
 
 static bool known_backend(const char *name)
@@ -56,7 +152,7 @@ weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backe
     const struct weft_backend_iface *be = weft_backend_find(name);
     if (!be) {
         if (known_backend(name))
-            return weft_error(WEFT_ERR_NO_DEVICE, "backend '%s' is not built into this weft", name);
+            return weft_error(WEFT_ERR_NO_DEVICE, "backend '%s' unavailable: %s", name, weft_backend_unavailable(name));
         return weft_error(WEFT_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, vulkan, cuda, hip)", name);
     }
     const char *why = NULL;

@@ -14,11 +14,17 @@ const char *weft_status_str(weft_status s)
     return "unknown status";
 }
 
+weft_status weft_verror(weft_status s, const char *fmt, va_list ap)
+{
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    return s;
+}
+
 weft_status weft_error(weft_status s, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    weft_verror(s, fmt, ap);
     va_end(ap);
     return s;
 }

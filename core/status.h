@@ -40,6 +40,8 @@ const char *weft_status_str(weft_status s);
 weft_status weft_error(weft_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+weft_status weft_verror(weft_status s, const char *fmt, va_list ap);
+
 /* The last error line recorded on this thread ("" if none). Valid until the
  * next weft_error() on the same thread. */
 const char *weft_last_error(void);

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/module.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 
@@ -100,9 +101,10 @@ int weft_cmd_devices(int argc, char **argv)
     for (size_t b = 0; b < sizeof all / sizeof all[0]; b++) {
         const struct weft_backend_iface *bi = weft_backend_find(all[b]);
         if (!bi) {
+            const char *why = weft_backend_unavailable(all[b]);
             if (json) json_array_append_new(arr, json_pack("{s:s,s:b,s:s}", "backend", all[b], "available", 0,
-                                                           "reason", "not built into this weft"));
-            else printf("%-8s not built into this weft\n", all[b]);
+                                                           "reason", why));
+            else printf("%-8s unavailable: %s\n", all[b], why);
             continue;
         }
         struct weft_device_info info[16];
