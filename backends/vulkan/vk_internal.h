@@ -1,0 +1,82 @@
+/* Vulkan backend internals shared by its .c files (not a public header).
+ *
+ * Contract between the backend's runtime (device, memory, pipelines, command
+ * recording: vk_backend.c, vk_pipeline.c, vk_cmd.c ...) and its op files
+ * (vk_ops_*.c, vk_matmul.c):
+ *
+ *  - Shaders are shaders/NAME.comp, compiled by glslc at build time and
+ *    embedded in the module. A shader may declare variants on a line
+ *      // variants: q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1,-DOTHER=1 ...
+ *    each compiled as pipeline "NAME_VARIANT" (commas separate defines);
+ *    without that line the pipeline is "NAME".
+ *  - Every storage buffer binding of a dispatch is bound as a whole buffer
+ *    (offset 0): set 0, bindings 0..n_bind-1, in the order of `binds`. A
+ *    shader gets its offsets (in elements of the type it reads) from push
+ *    constants, so no view offset ever meets an alignment rule.
+ *  - Push constants: at most 128 bytes, one struct per shader.
+ *  - Specialization constants 0..3 (uint) are the op file's to use (workgroup
+ *    size, subgroup size, ...).
+ *  - vk_dispatch records into the step being built; the runtime inserts the
+ *    barriers the declared byte ranges need (read-after-write,
+ *    write-after-read, write-after-write) and no others.
+ *  - Errors: weft_error(...) and return a weft_status; never abort. */
+#ifndef WEFT_VK_INTERNAL_H
+#define WEFT_VK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+struct vk_backend;   /* the device: struct weft_backend + Vulkan state */
+struct vk_pipeline;  /* opaque, owned and cached by the backend */
+
+/* What the device offers, read once at open. */
+struct vk_caps {
+    uint32_t subgroup_size;        /* 0 if unknown */
+    bool subgroup_arith;           /* subgroupAdd etc. in compute shaders */
+    bool subgroup_shuffle;
+    bool fp16_arith;               /* shaderFloat16 */
+    bool storage16;                /* storageBuffer16BitAccess */
+    bool storage8;                 /* storageBuffer8BitAccess */
+    bool int8_arith;               /* shaderInt8 */
+    bool unified_memory;           /* device-local memory is host-visible */
+    uint32_t max_workgroup_invocations;
+    uint32_t max_workgroup_count[3];
+    uint32_t max_shared_bytes;
+    uint64_t max_storage_range;    /* maxStorageBufferRange */
+};
+const struct vk_caps *vk_get_caps(const struct vk_backend *vb);
+
+/* The pipeline for embedded shader `name` ("mul_mat_vec_q4_0"), created on
+ * first use and cached (also across runs, by the on-disk pipeline cache).
+ * spec: n_spec uint32 specialization constants (ids 0..n_spec-1), part of the
+ * cache key. NULL (with weft_error set) if the shader is unknown or creation
+ * fails. */
+struct vk_pipeline *vk_pipeline_get(struct vk_backend *vb, const char *name, uint32_t n_bind,
+                                    uint32_t push_bytes, const uint32_t *spec, uint32_t n_spec);
+
+/* One storage buffer a dispatch uses, and the byte range it reads or writes
+ * there (for hazard tracking; the whole buffer is bound). */
+struct vk_bind {
+    struct weft_buffer *buf;
+    size_t offset, size;
+    bool write;
+};
+
+/* Record a dispatch of p with these bindings and push constants. */
+weft_status vk_dispatch(struct vk_backend *vb, struct vk_pipeline *p, const struct vk_bind *binds,
+                        uint32_t n_bind, const void *push, uint32_t push_bytes, uint32_t gx, uint32_t gy,
+                        uint32_t gz);
+
+/* Scratch device memory valid for the current run() (e.g. activations
+ * quantized once per op). Reused across ops: the hazard tracker orders it. */
+weft_status vk_scratch(struct vk_backend *vb, size_t bytes, struct weft_buffer **out);
+
+/* Op files. Each returns false / WEFT_ERR_UNSUPPORTED for what it does not do. */
+bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op);     /* MATMUL, LOGITS */
+weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op);
+
+#endif
