@@ -1,0 +1,253 @@
+/* Weight dequantization for the Vulkan shaders: ggml's block layouts,
+ * byte-exact with core/types.h.
+ *
+ * The including shader
+ *   - #defines DQ_WORD(i): uint word i (32-bit, little-endian) of the
+ *     readonly weight buffer,
+ *   - #defines exactly one of TYPE_F32 TYPE_F16 TYPE_BF16 TYPE_Q8_0
+ *     TYPE_Q4_0 TYPE_Q4_1 TYPE_Q5_0 TYPE_Q5_1 TYPE_Q4_K TYPE_Q5_K TYPE_Q6_K,
+ * (DQ_WORD's expansion must not use the short local names below: b, i, j,
+ * l, g, h, n, t, u, q, row, sm, sc, lo, hi, hb, hu; a buffer named e.g.
+ * `data_w` is safe), and gets
+ *   DQ_QK, DQ_QB            elements and bytes per block,
+ *   float dq_get(row, i)    element i of a row starting at byte offset `row`
+ *                           (any 2-byte-aligned offset),
+ *   vec4 dq_get4(row, i)    elements i..i+3, i % 4 == 0 (never crosses a
+ *                           block: every block size is a multiple of 4).
+ *
+ * Every block size in bytes is even, so with a 2-byte-aligned row every
+ * field read below (u16 scales, u32 groups of quants) is 2-byte-aligned
+ * too; dq_u32 joins two words when it straddles them. */
+#ifndef WEFT_DEQUANT_GLSL
+#define WEFT_DEQUANT_GLSL
+
+#ifndef DQ_WORD
+#error "define DQ_WORD(i) before including dequant.glsl"
+#endif
+
+uint dq_u8(uint b) { return (DQ_WORD(b >> 2) >> ((b & 3u) * 8u)) & 0xffu; }
+/* b even */
+uint dq_u16(uint b) { return (DQ_WORD(b >> 2) >> ((b & 2u) * 8u)) & 0xffffu; }
+/* b even */
+uint dq_u32(uint b)
+{
+    uint dq_w = b >> 2;
+    if ((b & 2u) == 0u) return DQ_WORD(dq_w);
+    return (DQ_WORD(dq_w) >> 16) | (DQ_WORD(dq_w + 1u) << 16);
+}
+float dq_f16(uint b) { return unpackHalf2x16(dq_u16(b)).x; }
+int dq_i8(uint b) { return bitfieldExtract(int(dq_u8(b)), 0, 8); }
+/* the four bytes of u as signed / unsigned values, byte 0 first */
+vec4 dq_i8x4(uint u)
+{
+    int s = int(u);
+    return vec4(bitfieldExtract(s, 0, 8), bitfieldExtract(s, 8, 8), bitfieldExtract(s, 16, 8),
+                bitfieldExtract(s, 24, 8));
+}
+/* (u >> shift) & 15 of each byte */
+vec4 dq_nib4(uint u, uint shift)
+{
+    u = (u >> shift) & 0x0f0f0f0fu;
+    return vec4(u & 0xffu, (u >> 8) & 0xffu, (u >> 16) & 0xffu, u >> 24);
+}
+/* bit `bit` of each byte of u */
+vec4 dq_bit4(uint u, uint bit)
+{
+    u = (u >> bit) & 0x01010101u;
+    return vec4(u & 0xffu, (u >> 8) & 0xffu, (u >> 16) & 0xffu, u >> 24);
+}
+
+/* K-quants: 6-bit scale and min of sub-block j (0..7) from scales[12] at byte b
+ * (ggml's get_scale_min_k4) */
+vec2 dq_scale_min_k4(uint b, uint j)
+{
+    if (j < 4u) return vec2(dq_u8(b + j) & 63u, dq_u8(b + j + 4u) & 63u);
+    uint q4 = dq_u8(b + j + 4u);
+    return vec2((q4 & 0xfu) | ((dq_u8(b + j - 4u) >> 6) << 4), (q4 >> 4) | ((dq_u8(b + j) >> 6) << 4));
+}
+
+#if defined(TYPE_F32)
+#define DQ_QK 1u
+#define DQ_QB 4u
+float dq_get(uint row, uint i) { return uintBitsToFloat(dq_u32(row + 4u * i)); }
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + 4u * i;
+    return uintBitsToFloat(uvec4(dq_u32(b), dq_u32(b + 4u), dq_u32(b + 8u), dq_u32(b + 12u)));
+}
+
+#elif defined(TYPE_F16)
+#define DQ_QK 1u
+#define DQ_QB 2u
+float dq_get(uint row, uint i) { return dq_f16(row + 2u * i); }
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + 2u * i;
+    return vec4(unpackHalf2x16(dq_u32(b)), unpackHalf2x16(dq_u32(b + 4u)));
+}
+
+#elif defined(TYPE_BF16)
+#define DQ_QK 1u
+#define DQ_QB 2u
+float dq_get(uint row, uint i) { return uintBitsToFloat(dq_u16(row + 2u * i) << 16); }
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + 2u * i, u0 = dq_u32(b), u1 = dq_u32(b + 4u);
+    return uintBitsToFloat(uvec4(u0 << 16, u0 & 0xffff0000u, u1 << 16, u1 & 0xffff0000u));
+}
+
+#elif defined(TYPE_Q8_0)
+/* d: f16, qs: int8[32]; x = d * q */
+#define DQ_QK 32u
+#define DQ_QB 34u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 34u;
+    return dq_f16(b) * float(dq_i8(b + 2u + i % 32u));
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 34u;
+    return dq_f16(b) * dq_i8x4(dq_u32(b + 2u + i % 32u));
+}
+
+#elif defined(TYPE_Q4_0)
+/* d: f16, qs[16]: element j < 16 in the low nibble of qs[j], j >= 16 in the
+ * high nibble of qs[j - 16]; x = d * (q - 8) */
+#define DQ_QK 32u
+#define DQ_QB 18u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 18u, j = i % 32u;
+    uint q = (dq_u8(b + 2u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    return dq_f16(b) * (float(q) - 8.0);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 18u, j = i % 32u;
+    return dq_f16(b) * (dq_nib4(dq_u32(b + 2u + (j & 15u)), (j & 16u) >> 2) - 8.0);
+}
+
+#elif defined(TYPE_Q4_1)
+/* d, m: f16, qs[16] as Q4_0; x = d * q + m */
+#define DQ_QK 32u
+#define DQ_QB 20u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 20u, j = i % 32u;
+    uint q = (dq_u8(b + 4u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    return dq_f16(b) * float(q) + dq_f16(b + 2u);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 20u, j = i % 32u;
+    return dq_f16(b) * dq_nib4(dq_u32(b + 4u + (j & 15u)), (j & 16u) >> 2) + dq_f16(b + 2u);
+}
+
+#elif defined(TYPE_Q5_0)
+/* d: f16, qh: u32 (bit j = 5th bit of element j), qs[16] as Q4_0;
+ * x = d * (q - 16) */
+#define DQ_QK 32u
+#define DQ_QB 22u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 22u, j = i % 32u;
+    uint q = ((dq_u8(b + 6u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + 2u) >> j) & 1u) << 4);
+    return dq_f16(b) * (float(q) - 16.0);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 22u, j = i % 32u;
+    uint hb = (dq_u32(b + 2u) >> j) & 15u; /* 5th bits of j..j+3 */
+    vec4 h = vec4(hb & 1u, (hb >> 1) & 1u, (hb >> 2) & 1u, hb >> 3) * 16.0;
+    return dq_f16(b) * (dq_nib4(dq_u32(b + 6u + (j & 15u)), (j & 16u) >> 2) + h - 16.0);
+}
+
+#elif defined(TYPE_Q5_1)
+/* d, m: f16, qh: u32, qs[16]; x = d * q + m */
+#define DQ_QK 32u
+#define DQ_QB 24u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 24u, j = i % 32u;
+    uint q = ((dq_u8(b + 8u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + 4u) >> j) & 1u) << 4);
+    return dq_f16(b) * float(q) + dq_f16(b + 2u);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 32u) * 24u, j = i % 32u;
+    uint hb = (dq_u32(b + 4u) >> j) & 15u;
+    vec4 h = vec4(hb & 1u, (hb >> 1) & 1u, (hb >> 2) & 1u, hb >> 3) * 16.0;
+    return dq_f16(b) * (dq_nib4(dq_u32(b + 8u + (j & 15u)), (j & 16u) >> 2) + h) + dq_f16(b + 2u);
+}
+
+#elif defined(TYPE_Q4_K)
+/* d, dmin: f16, scales[12], qs[128]. Element j: group g = j/64, half
+ * h = (j/32)&1, l = j%32: nibble h of qs[32g + l], sub-block 2g + h;
+ * x = d * sc * q - dmin * m */
+#define DQ_QK 256u
+#define DQ_QB 144u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 144u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
+    uint q = (dq_u8(b + 16u + 32u * g + l) >> (4u * h)) & 15u;
+    return dq_f16(b) * sm.x * float(q) - dq_f16(b + 2u) * sm.y;
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 144u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
+    return dq_f16(b) * sm.x * dq_nib4(dq_u32(b + 16u + 32u * g + l), 4u * h) - dq_f16(b + 2u) * sm.y;
+}
+
+#elif defined(TYPE_Q5_K)
+/* d, dmin: f16, scales[12], qh[32], qs[128]: as Q4_K, the 5th bit of
+ * element j is bit 2g + h of qh[l] */
+#define DQ_QK 256u
+#define DQ_QB 176u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 176u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
+    uint q = ((dq_u8(b + 48u + 32u * g + l) >> (4u * h)) & 15u) | (((dq_u8(b + 16u + l) >> (2u * g + h)) & 1u) << 4);
+    return dq_f16(b) * sm.x * float(q) - dq_f16(b + 2u) * sm.y;
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 176u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
+    vec4 q = dq_nib4(dq_u32(b + 48u + 32u * g + l), 4u * h) + 16.0 * dq_bit4(dq_u32(b + 16u + l), 2u * g + h);
+    return dq_f16(b) * sm.x * q - dq_f16(b + 2u) * sm.y;
+}
+
+#elif defined(TYPE_Q6_K)
+/* ql[128], qh[64], scales: int8[16], d: f16. Element j: n = j/128,
+ * quarter t = (j%128)/32, l = j%32: low 4 bits in nibble t>>1 of
+ * ql[64n + 32(t&1) + l], high 2 bits at bit 2t of qh[32n + l], scale
+ * scales[8n + 2t + l/16]; x = d * sc * (q - 32) */
+#define DQ_QK 256u
+#define DQ_QB 210u
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 210u, j = i % 256u, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
+    uint lo = (dq_u8(b + 64u * n + 32u * (t & 1u) + l) >> (4u * (t >> 1))) & 15u;
+    uint hi = (dq_u8(b + 128u + 32u * n + l) >> (2u * t)) & 3u;
+    float sc = float(dq_i8(b + 192u + 8u * n + 2u * t + l / 16u));
+    return dq_f16(b + 208u) * sc * (float(lo | (hi << 4)) - 32.0);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / 256u) * 210u, j = i % 256u, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
+    vec4 lo = dq_nib4(dq_u32(b + 64u * n + 32u * (t & 1u) + l), 4u * (t >> 1));
+    uint hu = (dq_u32(b + 128u + 32u * n + l) >> (2u * t)) & 0x03030303u;
+    vec4 hi = vec4(hu & 0xffu, (hu >> 8) & 0xffu, (hu >> 16) & 0xffu, hu >> 24);
+    float sc = float(dq_i8(b + 192u + 8u * n + 2u * t + l / 16u));
+    return dq_f16(b + 208u) * sc * (lo + 16.0 * hi - 32.0);
+}
+
+#else
+#error "dequant.glsl: define one TYPE_xxx"
+#endif
+
+#endif
