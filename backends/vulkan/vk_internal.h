@@ -80,3 +80,21 @@ weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op);
 weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op);
 
 #endif
+
+/* ---- added by the runtime (helper V1) ---- */
+
+/* Bytes the buffer was allocated with. */
+size_t vk_buffer_size(const struct weft_buffer *buf);
+
+/* A view lies inside its buffer, rows of whole blocks, nb1 >= row bytes. */
+bool vk_view_ok(const struct weft_view *v);
+
+/* Element-wise and attention ops (vk_ops.c, vk_attention.c). */
+bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op);   /* all but MATMUL/LOGITS/COPY */
+weft_status vk_op_embed(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_rmsnorm(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_add(struct vk_backend *vb, const struct weft_op *op);
+bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op);  /* ROPE_KV, ATTENTION */
+weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op);

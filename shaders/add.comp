@@ -1,0 +1,16 @@
+#version 450
+// ADD: out[r][k] = a[r][k] + b[r][k]. Offsets and row strides in floats.
+// Grid: x covers ne0 in 256s, y walks rows (strided by the y group count).
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer A { float a[]; };
+layout(std430, binding = 1) readonly buffer B { float b[]; };
+layout(std430, binding = 2) writeonly buffer O { float o[]; };
+layout(push_constant) uniform P { uint a_off, a_rs, b_off, b_rs, o_off, o_rs, ne0, ne1; } p;
+
+void main()
+{
+    uint k = gl_GlobalInvocationID.x;
+    if (k >= p.ne0) return;
+    for (uint r = gl_WorkGroupID.y; r < p.ne1; r += gl_NumWorkGroups.y)
+        o[p.o_off + r * p.o_rs + k] = a[p.a_off + r * p.a_rs + k] + b[p.b_off + r * p.b_rs + k];
+}

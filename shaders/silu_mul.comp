@@ -1,0 +1,18 @@
+#version 450
+// SILU_MUL (SwiGLU): out = gate / (1 + exp(-gate)) * up, the CPU's float order.
+layout(local_size_x = 256) in;
+layout(std430, binding = 0) readonly buffer G { float g[]; };
+layout(std430, binding = 1) readonly buffer U { float u[]; };
+layout(std430, binding = 2) writeonly buffer O { float o[]; };
+layout(push_constant) uniform P { uint g_off, g_rs, u_off, u_rs, o_off, o_rs, ne0, ne1; } p;
+
+void main()
+{
+    uint k = gl_GlobalInvocationID.x;
+    if (k >= p.ne0) return;
+    for (uint r = gl_WorkGroupID.y; r < p.ne1; r += gl_NumWorkGroups.y) {
+        float x = g[p.g_off + r * p.g_rs + k];
+        precise float s = x / (1.0 + exp(-x));
+        o[p.o_off + r * p.o_rs + k] = s * u[p.u_off + r * p.u_rs + k];
+    }
+}
