@@ -1,0 +1,149 @@
+/* Paged causal GQA attention with split-K (flash-decoding).
+ *
+ * A unit is one (row r, query head h); it attends to positions 0..pos[r] of
+ * its sequence through the block table, with the kv head h / group. One
+ * 32-lane group per (unit, split): lanes own dims lane, lane+32, ... of the
+ * head (head_dim <= 32 * WEFT_ATTN_MAXJ), each position's score is a group
+ * sum, and an online softmax keeps (max M, sum S, acc[hd]) in registers.
+ *
+ * n_split == 1 writes out = acc / S directly (prefill: the many rows fill
+ * the machine). n_split > 1 gives split s the positions [s*chunk,
+ * (s+1)*chunk), chunk = max(ceil(n_pos / n_split), min_chunk), writes its
+ * (M, S, acc) to part[unit][s][hd + 2], and weft_k_attn_combine merges
+ * them. The grid depends only on shapes, never on positions, so a step can
+ * be replayed as a graph while contexts grow. */
+#ifndef WEFT_KC_ATTENTION_CUH
+#define WEFT_KC_ATTENTION_CUH
+
+#include "kernels-common/kv.cuh"
+
+#define WEFT_ATTN_MAXJ 8   /* head_dim <= 256 */
+
+struct weft_kc_attn {
+    const float *q;
+    size_t q_ld;
+    float *out;
+    size_t out_ld;
+    struct weft_kc_kv kv;
+    const int32_t *pos, *seq, *bt_off, *bt;
+    int64_t n_rows;
+    int n_head, group;
+    float scale;
+    int n_split, min_chunk;
+    float *part;
+};
+
+/* element d of a cached head row: F16, or Q8_0 blocks of 32 (34 bytes) */
+template <int KVT> WEFT_DEV float weft_kv_elem(const uint8_t *head, int d);
+template <> WEFT_DEV float weft_kv_elem<WEFT_TYPE_F16>(const uint8_t *head, int d)
+{
+    return weft_ld_half(head + 2 * d);
+}
+template <> WEFT_DEV float weft_kv_elem<WEFT_TYPE_Q8_0>(const uint8_t *head, int d)
+{
+    const uint8_t *b = head + 34 * (d / 32);
+    return (float)(int8_t)b[2 + d % 32] * weft_ld_half(b);
+}
+
+/* grid (ceil(units / blockDim.y), n_split), blockDim (32, groups per block) */
+template <int KVT>
+static __global__ void weft_k_attention(struct weft_kc_attn a)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t u = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    if (u >= a.n_rows * a.n_head) return;
+    const int split = blockIdx.y, hd = a.kv.hd;
+    const int64_t r = u / a.n_head;
+    const int h = (int)(u % a.n_head), kh = h / a.group;
+    const int64_t n_pos = (int64_t)a.pos[r] + 1;
+    const int32_t *bt = a.bt + a.bt_off[a.seq[r]];
+    int64_t chunk = (n_pos + a.n_split - 1) / a.n_split;
+    if (chunk < a.min_chunk) chunk = a.min_chunk;
+    const int64_t p0 = (int64_t)split * chunk;
+    const int64_t p1 = p0 + chunk < n_pos ? p0 + chunk : n_pos;
+
+    float qv[WEFT_ATTN_MAXJ], acc[WEFT_ATTN_MAXJ];
+#pragma unroll
+    for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        qv[j] = d < hd ? a.q[r * a.q_ld + (size_t)h * hd + d] : 0.0f;
+        acc[j] = 0.0f;
+    }
+    float M = -INFINITY, S = 0.0f;
+    for (int64_t p = p0; p < p1; p++) {
+        const int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
+        const uint8_t *kr = weft_kv_row(a.kv, slot, 0) + (size_t)kh * a.kv.head_bytes;
+        const uint8_t *vr = weft_kv_row(a.kv, slot, 1) + (size_t)kh * a.kv.head_bytes;
+        float s = 0.0f;
+#pragma unroll
+        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) s = fmaf(qv[j], weft_kv_elem<KVT>(kr, d), s);
+        }
+        s = weft_group_sum<32>(s) * a.scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            ms = expf(M - s);   /* 0 on the first position (M = -inf) */
+            M = s;
+        } else {
+            vs = expf(s - M);
+        }
+        S = fmaf(S, ms, vs);
+#pragma unroll
+        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) acc[j] = fmaf(weft_kv_elem<KVT>(vr, d), vs, acc[j] * ms);
+        }
+    }
+    if (a.n_split == 1) {
+        const float inv = S > 0.0f ? 1.0f / S : 0.0f;
+#pragma unroll
+        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+            const int d = lane + 32 * j;
+            if (d < hd) a.out[r * a.out_ld + (size_t)h * hd + d] = acc[j] * inv;
+        }
+        return;
+    }
+    float *pp = a.part + ((size_t)u * a.n_split + split) * (size_t)(hd + 2);
+    if (lane == 0) {
+        pp[0] = M;
+        pp[1] = S;
+    }
+#pragma unroll
+    for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+        const int d = lane + 32 * j;
+        if (d < hd) pp[2 + d] = acc[j];
+    }
+}
+
+/* Merge the splits of each unit: one 32-lane group per unit. Splits that
+ * saw no position have S == 0 and are skipped. */
+static __global__ void weft_k_attn_combine(struct weft_kc_attn a)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t u = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    if (u >= a.n_rows * a.n_head) return;
+    const int hd = a.kv.hd;
+    const int64_t r = u / a.n_head;
+    const int h = (int)(u % a.n_head);
+    const float *pp = a.part + (size_t)u * a.n_split * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < a.n_split; s++)
+        if (pp[(size_t)s * (hd + 2) + 1] > 0.0f) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+    float den = 0.0f;
+    for (int s = 0; s < a.n_split; s++) {
+        const float *ps = pp + (size_t)s * (hd + 2);
+        if (ps[1] > 0.0f) den = fmaf(ps[1], expf(ps[0] - M), den);
+    }
+    const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+        float num = 0.0f;
+        for (int s = 0; s < a.n_split; s++) {
+            const float *ps = pp + (size_t)s * (hd + 2);
+            if (ps[1] > 0.0f) num = fmaf(ps[2 + d], expf(ps[0] - M), num);
+        }
+        a.out[r * a.out_ld + (size_t)h * hd + d] = num * inv;
+    }
+}
+
+#endif

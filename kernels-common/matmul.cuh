@@ -1,0 +1,85 @@
+/* MATMUL kernels that do not depend on a vendor's matrix instructions:
+ * activation quantization to Q8_1, the quantized matrix-vector product for
+ * decode (integer dp4a dots, kernels-common/dequant.cuh) and a plain float
+ * kernel for F32/F16/BF16 weights (and as the fallback for any type).
+ *
+ * Shapes: x [R][K] f32 (rows x_ld floats apart), W [N][K] of type T (rows
+ * w_nb1 bytes apart), out [R][N] f32 (out_ld), optional add [R][N] (add_ld)
+ * that may alias out (each element is read before it is written, by the
+ * same thread). */
+#ifndef WEFT_KC_MATMUL_CUH
+#define WEFT_KC_MATMUL_CUH
+
+#include "kernels-common/dequant.cuh"
+
+/* x [R][K] -> xq [R][K/32] Q8_1 blocks. Block (blockDim.x = 256): 8 groups
+ * of 32 lanes, one Q8_1 block per group; grid.x covers R * K/32 blocks. */
+static __global__ void weft_k_quantize_q8_1(const float *x, size_t x_ld, int64_t R, int64_t nb32,
+                                     struct weft_block_q8_1 *xq)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t blk = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (blk >= R * nb32) return;   /* whole groups leave together */
+    const int64_t r = blk / nb32, b = blk % nb32;
+    weft_quantize_q8_1_group(x[r * x_ld + b * 32 + lane], lane, &xq[blk]);
+}
+
+/* Decode: out[r][n] = W[n] · x[r] (+ add) for r < R <= NR. One 32-lane
+ * group per weight row n (blockDim = (32, rows per block)); lanes stride
+ * over the row's 32-element sub-blocks. */
+template <int T, int NR>
+static __global__ void weft_k_mmvq(const uint8_t *w, size_t w_nb1, int64_t N, int64_t nb32,
+                            const struct weft_block_q8_1 *xq, int R, float *out, size_t out_ld,
+                            const float *add, size_t add_ld)
+{
+    const int64_t n = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    if (n >= N) return;
+    const uint8_t *row = w + n * w_nb1;
+    float acc[NR];
+#pragma unroll
+    for (int r = 0; r < NR; r++) acc[r] = 0.0f;
+    for (int64_t s = threadIdx.x; s < nb32; s += 32) {
+#pragma unroll
+        for (int r = 0; r < NR; r++)
+            if (r < R) acc[r] += weft_dq<T>::dot32(row, (int)s, &xq[r * nb32 + s]);
+    }
+#pragma unroll
+    for (int r = 0; r < NR; r++) {
+        float v = weft_group_sum<32>(acc[r]);
+        if (threadIdx.x == 0 && r < R) out[r * out_ld + n] = add ? v + add[r * add_ld + n] : v;
+    }
+}
+
+/* Any weight type, float math: one 32-lane group per (weight row n, 8
+ * activation rows starting at 8 * blockIdx.y); lanes stride over k so the
+ * reads of W and x are coalesced. blockDim = (32, rows per block). */
+template <int T>
+static __global__ void weft_k_mm_float(const uint8_t *w, size_t w_nb1, int64_t N, int64_t K, const float *x,
+                                size_t x_ld, int64_t R, float *out, size_t out_ld, const float *add,
+                                size_t add_ld)
+{
+    enum { RB = 8 };
+    const int64_t n = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
+    const int64_t r0 = (int64_t)blockIdx.y * RB;
+    if (n >= N) return;
+    const uint8_t *row = w + n * w_nb1;
+    float acc[RB];
+#pragma unroll
+    for (int r = 0; r < RB; r++) acc[r] = 0.0f;
+    for (int64_t k = threadIdx.x; k < K; k += 32) {
+        const float wv = weft_dq<T>::at(row, k);
+#pragma unroll
+        for (int r = 0; r < RB; r++)
+            if (r0 + r < R) acc[r] = fmaf(wv, x[(r0 + r) * x_ld + k], acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < RB; r++) {
+        float v = weft_group_sum<32>(acc[r]);
+        if (threadIdx.x == 0 && r0 + r < R) {
+            const int64_t o = (r0 + r) * out_ld + n;
+            out[o] = add ? v + add[(r0 + r) * add_ld + n] : v;
+        }
+    }
+}
+
+#endif

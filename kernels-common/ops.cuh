@@ -1,0 +1,154 @@
+/* Element-wise and per-row kernels: EMBED, RMSNORM (+ residual add), the
+ * LOGITS row gather + norm, SILU_MUL, ADD, and ROPE_KV (rotation, then the
+ * K/V rows written into their paged-cache slots, F16 or Q8_0).
+ * Float operations follow the CPU backend's order (backends/cpu/cpu_ops.c,
+ * cpu_attention.c); compile without fma contraction. */
+#ifndef WEFT_KC_OPS_CUH
+#define WEFT_KC_OPS_CUH
+
+#include "kernels-common/kv.cuh"
+
+/* out[r][i] = dequant(table[ids[r]])[i]; grid (ceil(E/blockDim.x), R).
+ * An id outside [0, V) writes zeros and records itself in *err (err != 0
+ * is reported by the backend's next sync). */
+template <int T>
+static __global__ void weft_k_embed(const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                             float *out, size_t out_ld, int *err)
+{
+    const int64_t r = blockIdx.y, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= E) return;
+    const int32_t id = ids[r];
+    if (id < 0 || id >= V) {
+        out[r * out_ld + i] = 0.0f;
+        if (i == 0) *err = 1;
+        return;
+    }
+    out[r * out_ld + i] = weft_dq<T>::at(table + (size_t)id * t_nb1, i);
+}
+
+/* Sum over a whole block (blockDim.x a multiple of 32, <= 1024). All
+ * threads get the total. */
+WEFT_DEV float weft_block_sum(float v, float *smem /* [32] */)
+{
+    v = weft_group_sum<32>(v);
+    const int g = threadIdx.x / 32, ng = blockDim.x / 32;
+    __syncthreads();  /* smem may still be read from a previous call */
+    if (threadIdx.x % 32 == 0) smem[g] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int j = 0; j < ng; j++) t += smem[j];
+    return t;
+}
+
+/* One block per row: h = x (+ add, stored to sum); out = h * scale * w with
+ * scale = 1/sqrt(mean(h²) + eps). rows[] (may be NULL) picks which x row
+ * feeds output row blockIdx.x (LOGITS); a bad index sets *err. */
+static __global__ void weft_k_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_x_rows,
+                               const float *add, size_t add_ld, float *sum, size_t sum_ld, const float *w,
+                               float *out, size_t out_ld, int64_t K, float eps, int *err)
+{
+    __shared__ float red[32];
+    const int64_t r = blockIdx.x;
+    int64_t xr = r;
+    if (rows) {
+        xr = rows[r];
+        if (xr < 0 || xr >= n_x_rows) {
+            if (threadIdx.x == 0) *err = 2;
+            xr = 0;
+        }
+    }
+    const float *xp = x + xr * x_ld;
+    float ss = 0.0f;
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+        float h = xp[k];
+        if (add) {
+            h = h + add[r * add_ld + k];
+            sum[r * sum_ld + k] = h;
+        }
+        ss += h * h;
+    }
+    ss = weft_block_sum(ss, red);
+    const float mean = ss / (float)K;
+    const float scale = 1.0f / sqrtf(mean + eps);
+    for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+        /* the thread that wrote sum[k] reads it back */
+        float h = add ? sum[r * sum_ld + k] : xp[k];
+        out[r * out_ld + k] = h * scale * w[k];
+    }
+}
+
+/* out = silu(gate) * up = gate / (1 + exp(-gate)) * up; grid (ceil(K/bd), R) */
+static __global__ void weft_k_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
+                                size_t out_ld, int64_t K)
+{
+    const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    const float x = g[r * g_ld + k];
+    out[r * out_ld + k] = x / (1.0f + expf(-x)) * u[r * u_ld + k];
+}
+
+static __global__ void weft_k_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                           int64_t K)
+{
+    const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    out[r * out_ld + k] = a[r * a_ld + k] + b[r * b_ld + k];
+}
+
+/* Rotate q (n_head heads) and k (n_kv heads) of every row in place. One
+ * thread per (row, head, pair i < n_rot/2); theta = pos * freq_scale *
+ * theta_scale^i formed by repeated multiplication as the CPU does, with
+ * theta_scale = freq_base^(-2/n_rot) computed on the host. */
+static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld, const int32_t *pos, int64_t R,
+                            int n_head, int n_kv, int hd, int n_rot, float theta_scale, float freq_scale,
+                            int neox)
+{
+    const int half = n_rot / 2, nh = n_head + n_kv;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= R * nh * half) return;
+    const int i = (int)(t % half);
+    const int h = (int)((t / half) % nh);
+    const int64_t r = t / ((int64_t)half * nh);
+    float *v = h < n_head ? q + r * q_ld + (size_t)h * hd : k + r * k_ld + (size_t)(h - n_head) * hd;
+    float theta = (float)pos[r] * freq_scale;
+    for (int j = 0; j < i; j++) theta *= theta_scale;
+    const float c = cosf(theta), s = sinf(theta);
+    const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = fmaf(x0, c, -(x1 * s));
+    v[b] = fmaf(x0, s, x1 * c);
+}
+
+/* F16 cache: one thread per (row, element of the n_kv*hd K row), writing K and V. */
+static __global__ void weft_k_kv_write_f16(const float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *slot,
+                                    int64_t R, struct weft_kc_kv kv)
+{
+    const int64_t E = (int64_t)kv.n_kv * kv.hd, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t >= R * E) return;
+    const int64_t r = t / E, e = t % E;
+    uint16_t *kd = (uint16_t *)weft_kv_row(kv, slot[r], 0), *vd = (uint16_t *)weft_kv_row(kv, slot[r], 1);
+    kd[e] = weft_f2h(k[r * k_ld + e]);
+    vd[e] = weft_f2h(v[r * v_ld + e]);
+}
+
+/* Q8_0 cache (hd % 32 == 0): one 32-lane group per (row, 32-element block,
+ * K or V), rounding as the reference quantizer: d = amax/127, q =
+ * roundf(x * (1/d)) (half away from zero). */
+static __global__ void weft_k_kv_write_q8_0(const float *k, size_t k_ld, const float *v, size_t v_ld,
+                                     const int32_t *slot, int64_t R, struct weft_kc_kv kv)
+{
+    const int lane = threadIdx.x % 32;
+    const int64_t nb = (int64_t)kv.n_kv * kv.hd / 32;
+    const int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (g >= R * nb * 2) return;
+    const int which = (int)(g % 2);
+    const int64_t b = (g / 2) % nb, r = g / (2 * nb);
+    const float x = which ? v[r * v_ld + b * 32 + lane] : k[r * k_ld + b * 32 + lane];
+    const float amax = weft_group_max<32>(fabsf(x));
+    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t *blk = weft_kv_row(kv, slot[r], which) + b * 34;
+    blk[2 + lane] = (uint8_t)(int8_t)roundf(x * id);
+    if (lane == 0) *(uint16_t *)blk = weft_f2h(d);
+}
+
+#endif
