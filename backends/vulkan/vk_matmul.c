@@ -1,25 +1,212 @@
-/* Vulkan MATMUL and LOGITS (op side of vk_internal.h). Stub until the shaders land. */
+/* Vulkan MATMUL and LOGITS: out[r] = x[r] · Wᵀ (+ add[r]).
+ *
+ * Two paths by the number of activation rows M:
+ *   M <= MV_MAX_ROWS  mul_mat_vec_TYPE[_sg]: one workgroup per weight row,
+ *                     all M rows of x at once, so W is read once (decode);
+ *   M >  MV_MAX_ROWS  mul_mm_TYPE: 64 x 64 output tiles, W dequantized into
+ *                     shared memory per 32-wide k step (prefill).
+ * Both multiply f32 activations by dequantized weights and accumulate in f32
+ * (the CPU backend quantizes activations to the type's vec_dot type first,
+ * so results agree to that rounding, not bit for bit).
+ * LOGITS gathers and RMS-normalises the selected rows into scratch
+ * (logits_norm) and then runs the same matmul with the output head.
+ *
+ * Offsets and strides travel in push constants as 32-bit values (W in bytes,
+ * f32 views in floats), so supports() refuses views reaching past 4 GiB or
+ * the device's maxStorageBufferRange. */
 #include "backends/vulkan/vk_internal.h"
 
-#include "core/status.h"
+#include <stdio.h>
+
+#define MV_MAX_ROWS 8 /* shaders/mul_mat_vec.comp */
+#define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
+
+struct mm_push {
+    uint32_t w_off, w_stride;
+    uint32_t x_off, x_stride;
+    uint32_t o_off, o_stride;
+    uint32_t a_off, a_stride;
+    uint32_t K, N, M, has_add;
+};
+
+struct logits_norm_push {
+    uint32_t x_off, x_stride, x_rows;
+    uint32_t rows_off, g_off;
+    uint32_t o_off, o_stride;
+    uint32_t K;
+    float eps;
+};
+
+/* the variant suffix of a weight type, or NULL if no shader reads it */
+static const char *type_suffix(enum weft_type t)
+{
+    switch (t) {
+    case WEFT_TYPE_F32: return "f32";
+    case WEFT_TYPE_F16: return "f16";
+    case WEFT_TYPE_BF16: return "bf16";
+    case WEFT_TYPE_Q8_0: return "q8_0";
+    case WEFT_TYPE_Q4_0: return "q4_0";
+    case WEFT_TYPE_Q4_1: return "q4_1";
+    case WEFT_TYPE_Q5_0: return "q5_0";
+    case WEFT_TYPE_Q5_1: return "q5_1";
+    case WEFT_TYPE_Q4_K: return "q4_k";
+    case WEFT_TYPE_Q5_K: return "q5_k";
+    case WEFT_TYPE_Q6_K: return "q6_k";
+    default: return NULL;
+    }
+}
+
+/* bytes from the buffer start to the end of the view's last row */
+static uint64_t view_end(const struct weft_view *v)
+{
+    return (uint64_t)v->offset + (uint64_t)(v->ne1 - 1) * v->nb1 + weft_row_size(v->type, v->ne0);
+}
+
+/* a view the shaders can address: inside its buffer, offsets that fit the
+ * 32-bit push constants and the storage range, aligned to `align` bytes */
+static bool addressable(const struct vk_backend *vb, const struct weft_view *v, size_t align)
+{
+    if (!vk_view_ok(v) || v->offset % align || v->nb1 % align) return false;
+    uint64_t lim = vk_get_caps(vb)->max_storage_range;
+    if (lim == 0 || lim > UINT32_MAX) lim = UINT32_MAX;
+    return view_end(v) <= lim && vk_buffer_size(v->buf) <= lim;
+}
+
+static bool f32_ok(const struct vk_backend *vb, const struct weft_view *v)
+{
+    return v->type == WEFT_TYPE_F32 && addressable(vb, v, 4);
+}
+
+/* a weight matrix: a type the shaders read, rows 2-byte aligned (every
+ * block size is even), whole blocks per row (vk_view_ok) */
+static bool weight_ok(const struct vk_backend *vb, const struct weft_view *v)
+{
+    return type_suffix(v->type) && addressable(vb, v, 2);
+}
+
+static bool dispatchable(const struct vk_backend *vb, int64_t N, int64_t M)
+{
+    const struct vk_caps *c = vk_get_caps(vb);
+    uint64_t gx = c->max_workgroup_count[0], gy = c->max_workgroup_count[1];
+    if (M <= MV_MAX_ROWS) return (uint64_t)N <= gx * gy;
+    return (uint64_t)((N + MM_TILE - 1) / MM_TILE) <= gx && (uint64_t)((M + MM_TILE - 1) / MM_TILE) <= gy;
+}
 
 bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
 {
-    (void)vb;
-    (void)op;
+    if (op->kind == WEFT_OP_MATMUL) {
+        const struct weft_op_matmul *m = &op->u.matmul;
+        if (!weight_ok(vb, &m->w) || !f32_ok(vb, &m->x) || !f32_ok(vb, &m->out)) return false;
+        if (m->x.ne0 != m->w.ne0 || m->out.ne0 != m->w.ne1 || m->out.ne1 != m->x.ne1) return false;
+        if (m->has_add && (!f32_ok(vb, &m->add) || m->add.ne0 != m->out.ne0 || m->add.ne1 != m->out.ne1))
+            return false;
+        return dispatchable(vb, m->w.ne1, m->x.ne1);
+    }
+    if (op->kind == WEFT_OP_LOGITS) {
+        const struct weft_op_logits *l = &op->u.logits;
+        if (!weight_ok(vb, &l->w) || !f32_ok(vb, &l->x) || !f32_ok(vb, &l->norm_w) || !f32_ok(vb, &l->out))
+            return false;
+        if (l->rows.type != WEFT_TYPE_I32 || !addressable(vb, &l->rows, 4)) return false;
+        const int64_t n_out = l->rows.ne0;
+        if (l->x.ne0 != l->w.ne0 || l->norm_w.ne0 < l->x.ne0 || l->out.ne0 != l->w.ne1 || l->out.ne1 < n_out)
+            return false;
+        /* the normalised rows live in scratch: their offsets must fit too */
+        if ((uint64_t)n_out * (uint64_t)l->x.ne0 * 4 > UINT32_MAX) return false;
+        return n_out <= (int64_t)vk_get_caps(vb)->max_workgroup_count[0] && dispatchable(vb, l->w.ne1, n_out);
+    }
     return false;
+}
+
+/* bytes of a view (from its offset) for the hazard tracker */
+static size_t view_bytes(const struct weft_view *v) { return (size_t)(view_end(v) - v->offset); }
+
+static struct vk_bind bind_of(const struct weft_view *v, bool write)
+{
+    return (struct vk_bind){v->buf, v->offset, view_bytes(v), write};
+}
+
+static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
+{
+    uint32_t wg = K >= 4096 ? 256 : K >= 1024 ? 128 : 64;
+    const struct vk_caps *c = vk_get_caps(vb);
+    while (wg > 64 && wg > c->max_workgroup_invocations) wg /= 2;
+    return wg;
+}
+
+/* out[M rows] = x[M rows] · wᵀ (+ add): the view shapes were checked by
+ * supports(); x, out and add name M rows. */
+static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x, const struct weft_view *w,
+                              const struct weft_view *out, const struct weft_view *add, int64_t M)
+{
+    const int64_t K = w->ne0, N = w->ne1;
+    struct mm_push pc = {
+        .w_off = (uint32_t)w->offset, .w_stride = (uint32_t)w->nb1,
+        .x_off = (uint32_t)(x->offset / 4), .x_stride = (uint32_t)(x->nb1 / 4),
+        .o_off = (uint32_t)(out->offset / 4), .o_stride = (uint32_t)(out->nb1 / 4),
+        .K = (uint32_t)K, .N = (uint32_t)N, .M = (uint32_t)M, .has_add = add != NULL,
+    };
+    if (add) {
+        pc.a_off = (uint32_t)(add->offset / 4);
+        pc.a_stride = (uint32_t)(add->nb1 / 4);
+    }
+    struct vk_bind binds[4] = {bind_of(w, false), bind_of(x, false), bind_of(out, true),
+                               add ? bind_of(add, false) : bind_of(x, false)};
+    const struct vk_caps *caps = vk_get_caps(vb);
+    char name[64];
+    struct vk_pipeline *p;
+    uint32_t gx, gy;
+    if (M <= MV_MAX_ROWS) {
+        uint32_t wg = matvec_threads(vb, K);
+        snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), caps->subgroup_arith ? "_sg" : "");
+        p = vk_pipeline_get(vb, name, 4, sizeof pc, &wg, 1);
+        gx = (uint32_t)(N < caps->max_workgroup_count[0] ? N : caps->max_workgroup_count[0]);
+        gy = (uint32_t)((N + gx - 1) / gx);
+    } else {
+        snprintf(name, sizeof name, "mul_mm_%s", type_suffix(w->type));
+        p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
+        gx = (uint32_t)((N + MM_TILE - 1) / MM_TILE);
+        gy = (uint32_t)((M + MM_TILE - 1) / MM_TILE);
+    }
+    if (!p) return WEFT_ERR_DEVICE; /* vk_pipeline_get set the message */
+    return vk_dispatch(vb, p, binds, 4, &pc, sizeof pc, gx, gy, 1);
 }
 
 weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op)
 {
-    (void)vb;
-    (void)op;
-    return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan MATMUL: not implemented yet");
+    if (!vk_matmul_supports(vb, op))
+        return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan MATMUL: weight type %s or view shapes not supported",
+                          weft_type_name(op->u.matmul.w.type));
+    const struct weft_op_matmul *m = &op->u.matmul;
+    return run_matmul(vb, &m->x, &m->w, &m->out, m->has_add ? &m->add : NULL, m->x.ne1);
 }
 
 weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
 {
-    (void)vb;
-    (void)op;
-    return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan LOGITS: not implemented yet");
+    if (!vk_matmul_supports(vb, op))
+        return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan LOGITS: weight type %s or view shapes not supported",
+                          weft_type_name(op->u.logits.w.type));
+    const struct weft_op_logits *l = &op->u.logits;
+    const int64_t n_out = l->rows.ne0, K = l->x.ne0;
+    struct weft_buffer *scratch = NULL;
+    weft_status st = vk_scratch(vb, (size_t)n_out * (size_t)K * sizeof(float), &scratch);
+    if (st != WEFT_OK) return st;
+    /* normed [n_out][K] f32 at the start of scratch */
+    struct weft_view normed = weft_view_2d(scratch, 0, WEFT_TYPE_F32, K, n_out);
+    struct weft_view rows = l->rows, g = l->norm_w;
+    rows.ne1 = 1;
+    g.ne0 = K;
+    g.ne1 = 1;
+    struct logits_norm_push pn = {
+        .x_off = (uint32_t)(l->x.offset / 4), .x_stride = (uint32_t)(l->x.nb1 / 4), .x_rows = (uint32_t)l->x.ne1,
+        .rows_off = (uint32_t)(l->rows.offset / 4), .g_off = (uint32_t)(l->norm_w.offset / 4),
+        .o_off = 0, .o_stride = (uint32_t)K, .K = (uint32_t)K, .eps = l->eps,
+    };
+    struct vk_bind nb[4] = {bind_of(&l->x, false), bind_of(&rows, false), bind_of(&g, false), bind_of(&normed, true)};
+    struct vk_pipeline *p = vk_pipeline_get(vb, "logits_norm", 4, sizeof pn, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    st = vk_dispatch(vb, p, nb, 4, &pn, sizeof pn, (uint32_t)n_out, 1, 1);
+    if (st != WEFT_OK) return st;
+    struct weft_view out = l->out;
+    out.ne1 = n_out;
+    return run_matmul(vb, &normed, &l->w, &out, NULL, n_out);
 }

@@ -1,0 +1,107 @@
+#version 450
+// Matrix-vector product for decode: out[r][n] = x[r] · W[n] (+ add[r][n]) for
+// up to MV_MAX_ROWS activation rows r, so a small batch reads W once.
+//
+// One workgroup per weight row n (row = group x + group y * groups in x);
+// its WG threads stride over the row four elements at a time (consecutive
+// threads read consecutive bytes of W and x), each keeping one partial sum
+// per activation row; the partials are reduced with subgroupAdd (USE_SUBGROUP)
+// or a shared-memory tree, and threads 0..M-1 write one output each.
+// A residual `add` may alias `out`: the thread that writes out[r][n] is the
+// one that read add[r][n] just before.
+//
+// Bindings: 0 W (uint words), 1 x, 2 out, 3 add (f32). Offsets and strides
+// from push constants: W in bytes, the rest in floats.
+// Spec constant 0: WG (threads, a power of two).
+// variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K f32_sg:-DTYPE_F32,-DUSE_SUBGROUP f16_sg:-DTYPE_F16,-DUSE_SUBGROUP bf16_sg:-DTYPE_BF16,-DUSE_SUBGROUP q8_0_sg:-DTYPE_Q8_0,-DUSE_SUBGROUP q4_0_sg:-DTYPE_Q4_0,-DUSE_SUBGROUP q4_1_sg:-DTYPE_Q4_1,-DUSE_SUBGROUP q5_0_sg:-DTYPE_Q5_0,-DUSE_SUBGROUP q5_1_sg:-DTYPE_Q5_1,-DUSE_SUBGROUP q4_k_sg:-DTYPE_Q4_K,-DUSE_SUBGROUP q5_k_sg:-DTYPE_Q5_K,-DUSE_SUBGROUP q6_k_sg:-DTYPE_Q6_K,-DUSE_SUBGROUP
+#extension GL_GOOGLE_include_directive : require
+#extension GL_EXT_control_flow_attributes : enable
+#ifdef USE_SUBGROUP
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#endif
+
+#define MV_MAX_ROWS 8
+
+layout(constant_id = 0) const uint WG = 64;
+layout(local_size_x_id = 0) in;
+
+layout(binding = 0) readonly buffer WBuf { uint data_w[]; };
+layout(binding = 1) readonly buffer XBuf { float data_x[]; };
+layout(binding = 2) buffer OBuf { float data_o[]; };
+layout(binding = 3) readonly buffer ABuf { float data_a[]; };
+
+#define DQ_WORD(i) data_w[i]
+#include "dequant.glsl"
+
+layout(push_constant) uniform Push {
+    uint w_off, w_stride;   /* bytes */
+    uint x_off, x_stride;   /* floats */
+    uint o_off, o_stride;
+    uint a_off, a_stride;
+    uint K, N, M, has_add;
+} pc;
+
+#ifdef USE_SUBGROUP
+shared float red[MV_MAX_ROWS * WG]; /* [row][subgroup] */
+#else
+shared float red[MV_MAX_ROWS * WG]; /* [row][thread] */
+#endif
+
+vec4 x4(uint r, uint i)
+{
+    uint b = pc.x_off + r * pc.x_stride + i;
+    return vec4(data_x[b], data_x[b + 1u], data_x[b + 2u], data_x[b + 3u]);
+}
+
+void main()
+{
+    const uint n = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
+    if (n >= pc.N) return; /* uniform over the workgroup */
+    const uint tid = gl_LocalInvocationID.x;
+    const uint wrow = pc.w_off + n * pc.w_stride;
+
+    float acc[MV_MAX_ROWS];
+    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) acc[r] = 0.0;
+
+    const uint K4 = pc.K & ~3u;
+    for (uint i = 4u * tid; i < K4; i += 4u * WG) {
+        const vec4 wv = dq_get4(wrow, i);
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
+            if (r < pc.M) acc[r] += dot(wv, x4(r, i));
+    }
+    /* K % 4 elements left: only F32/F16/BF16 rows have them */
+    for (uint i = K4 + tid; i < pc.K; i += WG) {
+        const float wv = dq_get(wrow, i);
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
+            if (r < pc.M) acc[r] += wv * data_x[pc.x_off + r * pc.x_stride + i];
+    }
+
+#ifdef USE_SUBGROUP
+    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
+        if (r < pc.M) {
+            const float s = subgroupAdd(acc[r]);
+            if (subgroupElect()) red[r * WG + gl_SubgroupID] = s;
+        }
+    }
+    barrier();
+    if (tid < pc.M) {
+        float s = 0.0;
+        for (uint g = 0u; g < gl_NumSubgroups; g++) s += red[tid * WG + g];
+#else
+    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) red[r * WG + tid] = acc[r];
+    barrier();
+    for (uint h = WG / 2u; h > 0u; h >>= 1) {
+        if (tid < h) {
+            [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
+                if (r < pc.M) red[r * WG + tid] += red[r * WG + tid + h];
+        }
+        barrier();
+    }
+    if (tid < pc.M) {
+        float s = red[tid * WG];
+#endif
+        if (pc.has_add != 0u) s += data_a[pc.a_off + tid * pc.a_stride + n];
+        data_o[pc.o_off + tid * pc.o_stride + n] = s;
+    }
+}
