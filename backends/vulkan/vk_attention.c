@@ -1,14 +1,129 @@
-/* Vulkan ROPE_KV and ATTENTION over the paged F16 KV cache. */
+/* Vulkan ROPE_KV and ATTENTION over the paged F16 KV cache
+ * (shaders/rope_kv.comp, shaders/attention.comp; backend.h gives the
+ * layout). A Q8_0 cache is not supported here (supports() says no). */
 #include "backends/vulkan/vk_internal.h"
 
-bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op) { return false; }
+#include <math.h>
+
+#define MAX_HEAD_DIM 512 /* attention.comp: 2 * 64 invocations * 4 pairs */
+#define MAX_GROUPS 65535u
+
+static size_t view_bytes(const struct weft_view *v)
+{
+    return (size_t)(v->ne1 - 1) * v->nb1 + weft_row_size(v->type, v->ne0);
+}
+
+static bool fits(const struct vk_backend *vb, const struct weft_view *v)
+{
+    return (v->offset + view_bytes(v)) / 4 <= UINT32_MAX && vk_buffer_size(v->buf) <= vk_get_caps(vb)->max_storage_range;
+}
+
+/* F32 activations [rows, heads*hd], 4-byte aligned */
+static bool act_ok(const struct vk_backend *vb, const struct weft_view *v, uint32_t n_rows, uint64_t width)
+{
+    return v->type == WEFT_TYPE_F32 && vk_view_ok(v) && v->offset % 4 == 0 && v->nb1 % 4 == 0 &&
+           (uint64_t)v->ne0 >= width && v->ne1 >= (int64_t)n_rows && fits(vb, v);
+}
+
+static bool ids_ok(const struct vk_backend *vb, const struct weft_view *v, int64_t n)
+{
+    return v->type == WEFT_TYPE_I32 && vk_view_ok(v) && v->offset % 4 == 0 && v->ne0 * v->ne1 >= n &&
+           (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * 4) && fits(vb, v);
+}
+
+static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
+{
+    if (!kv->buf || kv->type != WEFT_TYPE_F16 || kv->layer >= kv->n_layer || kv->n_kv_head == 0 ||
+        kv->head_dim == 0 || kv->head_dim % 2 || kv->head_dim > MAX_HEAD_DIM)
+        return false;
+    size_t sz = vk_buffer_size(kv->buf);
+    return sz <= vk_get_caps(vb)->max_storage_range && sz / 4 <= UINT32_MAX;
+}
+
+bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
+{
+    if (op->kind == WEFT_OP_ROPE_KV) {
+        const struct weft_op_rope_kv *o = &op->u.rope_kv;
+        const struct weft_kv_view *kv = &o->kv;
+        const uint32_t R = o->batch.n_rows;
+        return kv_ok(vb, kv) && o->n_head > 0 && o->n_rot % 2 == 0 && o->n_rot <= kv->head_dim && R > 0 &&
+               act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
+               act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
+               act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * kv->head_dim) && ids_ok(vb, &o->batch.pos, R) &&
+               ids_ok(vb, &o->batch.slot, R);
+    }
+    if (op->kind == WEFT_OP_ATTENTION) {
+        const struct weft_op_attention *o = &op->u.attention;
+        const struct weft_kv_view *kv = &o->kv;
+        const uint32_t R = o->batch.n_rows;
+        return kv_ok(vb, kv) && o->n_head > 0 && o->n_head % kv->n_kv_head == 0 && o->n_head <= MAX_GROUPS &&
+               R > 0 && act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
+               act_ok(vb, &o->out, R, (uint64_t)o->n_head * kv->head_dim) && ids_ok(vb, &o->batch.pos, R) &&
+               ids_ok(vb, &o->batch.seq, R) && ids_ok(vb, &o->batch.bt_off, o->batch.n_seq ? o->batch.n_seq : 1) &&
+               ids_ok(vb, &o->batch.bt, 1);
+    }
+    return false;
+}
+
+static struct vk_bind bind_view(const struct weft_view *v, bool write)
+{
+    return (struct vk_bind){v->buf, v->offset, view_bytes(v), write};
+}
+
+static uint32_t elems(const struct weft_view *v) { return (uint32_t)(v->offset / 4); }
+static uint32_t stride(const struct weft_view *v) { return (uint32_t)(v->nb1 / 4); }
 
 weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
 {
-    return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan: ROPE_KV not yet");
+    const struct weft_op_rope_kv *o = &op->u.rope_kv;
+    const struct weft_kv_view *kv = &o->kv;
+    struct {
+        uint32_t q_off, q_rs, k_off, k_rs, v_off, v_rs, pos_off, slot_off, n_rows;
+        uint32_t n_head, n_kv, hd, n_rot, neox, n_layer, layer;
+        float freq_scale, theta_scale;
+    } pc = {elems(&o->q), stride(&o->q), elems(&o->k), stride(&o->k), elems(&o->v), stride(&o->v),
+            elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
+            o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
+            powf(o->freq_base, -2.0f / (float)o->n_rot)};
+    struct vk_pipeline *p = vk_pipeline_get(vb, "rope_kv_f16", 6, sizeof pc, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    struct weft_view q = o->q, k = o->k, v = o->v;
+    q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
+    /* the slots written are only known on the device: the whole cache is declared written */
+    const struct vk_bind b[6] = {bind_view(&q, true),
+                                 bind_view(&k, true),
+                                 bind_view(&v, false),
+                                 {kv->buf, 0, vk_buffer_size(kv->buf), true},
+                                 bind_view(&o->batch.pos, false),
+                                 bind_view(&o->batch.slot, false)};
+    uint32_t g = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
+    return vk_dispatch(vb, p, b, 6, &pc, sizeof pc, g, 1, 1);
 }
 
 weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
 {
-    return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan: ATTENTION not yet");
+    const struct weft_op_attention *o = &op->u.attention;
+    const struct weft_kv_view *kv = &o->kv;
+    struct {
+        uint32_t q_off, q_rs, o_off, o_rs, pos_off, seq_off, bto_off, bt_off0, n_rows;
+        uint32_t n_head, n_kv, hd, n_layer, layer;
+        float scale;
+    } pc = {elems(&o->q), stride(&o->q), elems(&o->out), stride(&o->out), elems(&o->batch.pos),
+            elems(&o->batch.seq), elems(&o->batch.bt_off), elems(&o->batch.bt), o->batch.n_rows, o->n_head,
+            kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->scale};
+    const struct vk_caps *c = vk_get_caps(vb);
+    const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
+    struct vk_pipeline *p = vk_pipeline_get(vb, sg ? "attention_f16_sg" : "attention_f16", 7, sizeof pc, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    struct weft_view q = o->q, out = o->out;
+    q.ne1 = out.ne1 = o->batch.n_rows;
+    const struct vk_bind b[7] = {bind_view(&q, false),
+                                 bind_view(&out, true),
+                                 {kv->buf, 0, vk_buffer_size(kv->buf), false},
+                                 bind_view(&o->batch.pos, false),
+                                 bind_view(&o->batch.seq, false),
+                                 bind_view(&o->batch.bt_off, false),
+                                 bind_view(&o->batch.bt, false)};
+    uint32_t gy = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
+    return vk_dispatch(vb, p, b, 7, &pc, sizeof pc, o->n_head, gy, 1);
 }

@@ -242,6 +242,7 @@ static weft_status create_device(struct vk_backend *vb)
     c->subgroup_size = p11.subgroupSize;
     c->subgroup_arith = compute_sg && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     c->subgroup_shuffle = compute_sg && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+    if (env_on("WEFT_VK_NO_SUBGROUP")) c->subgroup_arith = c->subgroup_shuffle = false;  /* tests the fallbacks */
     c->fp16_arith = f12.shaderFloat16;
     c->storage16 = f11.storageBuffer16BitAccess;
     c->storage8 = f12.storageBuffer8BitAccess;

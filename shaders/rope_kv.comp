@@ -1,0 +1,75 @@
+#version 450
+// variants: f16:-DKV_F16
+// ROPE_KV, one workgroup per batch row (rows strided by the group count):
+//  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
+//     pos * freq_scale, theta_{i+1} = theta_i * theta_scale (theta_scale
+//     computed on the host with the CPU's powf); NORMAL pairs (2i, 2i+1),
+//     NEOX (i, i + n_rot/2); x0*c - x1*s and x0*s + x1*c with the x0 product
+//     fused, as the CPU does;
+//  2. write k and v as F16 into the row's KV slot (backend.h's paged layout:
+//     token rows of n_kv*hd halves, two per uint word).
+// q/k/v offsets and row strides in floats; the cache addressed in words.
+layout(local_size_x = 64) in;
+layout(std430, binding = 0) coherent buffer Q { float q[]; };
+layout(std430, binding = 1) coherent buffer K { float k[]; };
+layout(std430, binding = 2) readonly buffer V { float v[]; };
+layout(std430, binding = 3) writeonly buffer C { uint cache[]; };
+layout(std430, binding = 4) readonly buffer POS { int pos[]; };
+layout(std430, binding = 5) readonly buffer SLOT { int slot[]; };
+layout(push_constant) uniform P {
+    uint q_off, q_rs, k_off, k_rs, v_off, v_rs;
+    uint pos_off, slot_off, n_rows;
+    uint n_head, n_kv, hd, n_rot, neox;
+    uint n_layer, layer;
+    float freq_scale, theta_scale;
+} p;
+
+const float TWO_PI_HI = 6.28318548202514648;       // float(2*pi)
+const float TWO_PI_LO = -1.7484555314695172e-7;     // 2*pi - TWO_PI_HI
+
+void main()
+{
+    const uint t = gl_LocalInvocationID.x;
+    const uint half_rot = p.n_rot / 2u;
+    for (uint r = gl_WorkGroupID.x; r < p.n_rows; r += gl_NumWorkGroups.x) {
+        const float fpos = float(pos[p.pos_off + r]);
+        for (uint idx = t; idx < (p.n_head + p.n_kv) * half_rot; idx += 64u) {
+            const uint h = idx / half_rot, i = idx % half_rot;
+            float theta = fpos * p.freq_scale;
+            for (uint j = 0u; j < i; j++) theta *= p.theta_scale;
+            // reduce to [-pi, pi] first: GPU sin/cos are only accurate there
+            const float n = round(theta / TWO_PI_HI);
+            precise float red = fma(-n, TWO_PI_HI, theta);
+            red = fma(-n, TWO_PI_LO, red);
+            const float c = cos(red), s = sin(red);
+            const uint a = p.neox != 0u ? i : 2u * i;
+            const uint b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
+            if (h < p.n_head) {
+                const uint base = p.q_off + r * p.q_rs + h * p.hd;
+                const float x0 = q[base + a], x1 = q[base + b];
+                precise float y0 = fma(x0, c, -(x1 * s));
+                precise float y1 = fma(x0, s, x1 * c);
+                q[base + a] = y0;
+                q[base + b] = y1;
+            } else {
+                const uint base = p.k_off + r * p.k_rs + (h - p.n_head) * p.hd;
+                const float x0 = k[base + a], x1 = k[base + b];
+                precise float y0 = fma(x0, c, -(x1 * s));
+                precise float y1 = fma(x0, s, x1 * c);
+                k[base + a] = y0;
+                k[base + b] = y1;
+            }
+        }
+        memoryBarrierBuffer();
+        barrier();
+        const uint tok_words = p.n_kv * p.hd / 2u, layer_words = 16u * tok_words;
+        const uint sl = uint(slot[p.slot_off + r]);
+        const uint kw = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_words + (sl % 16u) * tok_words;
+        const uint kb = p.k_off + r * p.k_rs, vb = p.v_off + r * p.v_rs;
+        for (uint w = t; w < tok_words; w += 64u) {
+            cache[kw + w] = packHalf2x16(vec2(k[kb + 2u * w], k[kb + 2u * w + 1u]));
+            cache[kw + layer_words + w] = packHalf2x16(vec2(v[vb + 2u * w], v[vb + 2u * w + 1u]));
+        }
+        barrier();  // the next row's rotation does not overtake this row's reads
+    }
+}
