@@ -196,6 +196,23 @@ static void matmul_matches_cpu_for_every_type_and_odd_shape(void)
     }
 }
 
+/* the matrix-vector path with the shared-memory tree instead of subgroupAdd */
+static void matvec_tree_reduction_matches_cpu(void)
+{
+    setenv("WEFT_VK_MATVEC_TREE", "1", 1);
+    static const int64_t Ms[] = {1, 3, 8};
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        const enum weft_type t = types[ti];
+        const int64_t qk = weft_type_get(t)->block_size, K = qk == 1 ? 37 : 3 * qk;
+        for (int mi = 0; mi < 3; mi++) {
+            double e = one_matmul(t, K, 33, Ms[mi], mi);
+            CHECK_MSG(e < tol(t), "tree %s K%lld M%lld: nmse %.3g", weft_type_name(t), (long long)K,
+                      (long long)Ms[mi], e);
+        }
+    }
+    unsetenv("WEFT_VK_MATVEC_TREE");
+}
+
 /* LOGITS for rows picked out of 13 (3 rows: matrix-vector path; 12 with
  * repeats: tiled path) */
 static void logits_match_cpu_on_selected_rows(void)
@@ -340,6 +357,7 @@ int main(void)
     printf("device: %s\n", info[0].name);
     RUN(supports_refuses_what_the_shaders_cannot_address);
     RUN(matmul_matches_cpu_for_every_type_and_odd_shape);
+    RUN(matvec_tree_reduction_matches_cpu);
     RUN(logits_match_cpu_on_selected_rows);
     RUN(chained_matmuls_in_one_run_match_cpu);
     for (size_t ti = 0; ti < N_TYPES; ti++)

@@ -17,6 +17,8 @@
 #include "backends/vulkan/vk_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define MV_MAX_ROWS 8 /* shaders/mul_mat_vec.comp */
 #define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
@@ -133,6 +135,14 @@ static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
     return wg;
 }
 
+/* matrix-vector partial sums reduced with subgroupAdd where the device has
+ * it; WEFT_VK_MATVEC_TREE=1 forces the shared-memory tree (tests run both) */
+static bool subgroup_reduce(const struct vk_caps *caps)
+{
+    const char *e = getenv("WEFT_VK_MATVEC_TREE");
+    return caps->subgroup_arith && !(e && *e && strcmp(e, "0") != 0);
+}
+
 /* out[M rows] = x[M rows] · wᵀ (+ add): the view shapes were checked by
  * supports(); x, out and add name M rows. */
 static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x, const struct weft_view *w,
@@ -157,7 +167,7 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x, 
     uint32_t gx, gy;
     if (M <= MV_MAX_ROWS) {
         uint32_t wg = matvec_threads(vb, K);
-        snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), caps->subgroup_arith ? "_sg" : "");
+        snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(caps) ? "_sg" : "");
         p = vk_pipeline_get(vb, name, 4, sizeof pc, &wg, 1);
         gx = (uint32_t)(N < caps->max_workgroup_count[0] ? N : caps->max_workgroup_count[0]);
         gy = (uint32_t)((N + gx - 1) / gx);
