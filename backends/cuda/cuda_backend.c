@@ -236,7 +236,7 @@ static bool is_i32(const struct weft_view *v) { return v->type == WEFT_TYPE_I32 
 
 static bool weight_ok(const struct weft_view *w)
 {
-    return weft_cu_matmul_type_ok((int)w->type) && view_ok(w) && w->ne0 % 32 == 0;
+    return weft_cu_matmul_type_ok((int)w->type) && view_ok(w);  /* block types: ne0 % block checked */
 }
 
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
