@@ -261,9 +261,9 @@ static bool have_vnni(void)
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k)
 {
     if (!have_vnni()) return;
-    k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){16, pack_q4_0x16, aux8_size, aux_q4_0, dotp_q4_0x16};
-    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){8, pack_q4_1x8, aux8_size, aux_q4_1, dotp_q4_1x8};
-    k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){8, pack_q8_0x8, aux64_size, aux_q8_0, dotp_q8_0x8};
+    k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_0x16, .aux_size = aux8_size, .aux = aux_q4_0, .dot = dotp_q4_0x16};
+    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
+    k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
 }
 
 #else

@@ -63,12 +63,26 @@ typedef void (*weft_cpu_swiglu_fn)(float *out, const float *gate, const float *u
 typedef void (*weft_cpu_pack_fn)(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n);
 typedef void (*weft_cpu_aux_fn)(const void *x, int64_t n, void *aux);
 typedef void (*weft_cpu_dotp_fn)(const void *wp, const void *x, const void *aux, int64_t n, float *out);
+/* Prefill over the same packed groups (optional). xpack() rearranges up to
+ * xrows activation rows (vec_dot type, row j at x + j * xstride, nx <= xrows;
+ * missing rows repeat the last one) into one unit of xp_size(n) bytes, once
+ * per op. gemmp() runs `groups` consecutive packed groups (group g at
+ * wp + g * rows * weft_row_size(type, n)) against nx activation rows held in
+ * consecutive units at xp (unit u: rows u * xrows ..): for i < groups * rows,
+ * j < nx, out[j * ldo + i] is bit-identical to dot[type](row i, x_j, n). */
+typedef void (*weft_cpu_xpack_fn)(const void *x, size_t xstride, int nx, int64_t n, void *dst);
+typedef void (*weft_cpu_gemmp_fn)(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
+                                  size_t ldo);
 struct weft_cpu_packed {
     int rows;                  /* rows per group; 0: no packed form */
     weft_cpu_pack_fn pack;
     size_t (*aux_size)(int64_t n);
     weft_cpu_aux_fn aux;
     weft_cpu_dotp_fn dot;
+    int xrows;                 /* activation rows per xpack unit; 0: no packed prefill */
+    size_t (*xp_size)(int64_t n);
+    weft_cpu_xpack_fn xpack;
+    weft_cpu_gemmp_fn gemmp;
 };
 
 /* One (row, head) of the CPU flash attention (cpu_attention.c describes the
@@ -141,6 +155,7 @@ void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_do
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmp.c: prefill on packed weights */
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */

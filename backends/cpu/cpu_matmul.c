@@ -29,6 +29,8 @@ struct mm_job {
     const struct weft_cpu_packed *pk;  /* packed kernels for the group's packed matrices, or NULL */
     const struct weft_cpu_packed_w *wp[MAX_GROUP]; /* repacked copies (NULL: none) */
     uint8_t *xq;                 /* shared [n_rows][qrow], or per thread when private */
+    uint8_t *xp;                 /* prefill on packed weights: units of pk->xrows rows (NULL: none) */
+    size_t xp_unit;              /* bytes of one unit */
     bool private_x;              /* each thread converts x into xq + ith * n_rows * qrow */
     weft_cpu_quant_fn quant;     /* activations -> vec_dot type */
     weft_cpu_dot_fn dot;         /* in the float order ggml uses for this shape */
@@ -46,15 +48,26 @@ static void mm_convert(const struct mm_job *j, int64_t r, uint8_t *xq)
 {
     uint8_t *dst = xq + (size_t)r * j->xstride;
     j->quant(x_row(j, r), dst, j->K);
-    if (j->pk && j->pk->aux) j->pk->aux(dst, j->K, dst + j->auxoff);
+    if (j->pk && j->pk->aux && !j->xp) j->pk->aux(dst, j->K, dst + j->auxoff);  /* decode's aux */
 }
 
 static void mm_quantize(void *ctx, int ith, int nth)
 {
     struct mm_job *j = ctx;
     int64_t lo, hi;
-    cpu_split(j->n_rows, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) mm_convert(j, r, j->xq);
+    if (!j->xp) {
+        cpu_split(j->n_rows, ith, nth, &lo, &hi);
+        for (int64_t r = lo; r < hi; r++) mm_convert(j, r, j->xq);
+        return;
+    }
+    /* whole units per thread: a unit's rows are converted, then packed */
+    const int xr = j->pk->xrows;
+    cpu_split((j->n_rows + xr - 1) / xr, ith, nth, &lo, &hi);
+    for (int64_t u = lo; u < hi; u++) {
+        const int64_t r0 = u * xr, nr = j->n_rows - r0 < xr ? j->n_rows - r0 : xr;
+        for (int64_t r = r0; r < r0 + nr; r++) mm_convert(j, r, j->xq);
+        j->pk->xpack(j->xq + (size_t)r0 * j->xstride, j->xstride, (int)nr, j->K, j->xp + (size_t)u * j->xp_unit);
+    }
 }
 
 static void mm_dot(void *ctx, int ith, int nth)
@@ -78,6 +91,25 @@ static void mm_dot(void *ctx, int ith, int nth)
         int64_t n0 = (t - (g ? j->tile_end[g - 1] : 0)) * COL_TILE, N = w->ne1;
         int64_t n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
         const uint8_t *wbase = cpu_ptr(w);
+        const struct weft_cpu_packed_w *wp = j->wp[g];
+        if (j->xp && wp && n1 <= wp->rows && (n1 - n0) % wp->pk->rows == 0) {
+            /* prefill on the packed copy: whole groups (tiles start at
+             * multiples of COL_TILE, a multiple of the group) */
+            enum { RC = 64 };
+            float tmp[RC * COL_TILE];
+            const int G = wp->pk->rows, nw = (int)(n1 - n0);
+            const uint8_t *wg = wp->data + (size_t)(n0 / G) * G * j->qrow_w[g];
+            for (int64_t r0 = 0; r0 < j->n_rows; r0 += RC) {
+                int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
+                wp->pk->gemmp(wg, nw / G, j->xp + (size_t)(r0 / wp->pk->xrows) * j->xp_unit, nx, j->K, tmp, COL_TILE);
+                for (int x = 0; x < nx; x++) {
+                    float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
+                    const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
+                    for (int i = 0; i < nw; i++) out[i] = add ? tmp[x * COL_TILE + i] + add[i] : tmp[x * COL_TILE + i];
+                }
+            }
+            continue;
+        }
         if (j->gemm) {
             /* prefill: one call per (tile, chunk of activation rows), into a
              * small buffer so a residual that aliases out can be added after */
@@ -96,13 +128,12 @@ static void mm_dot(void *ctx, int ith, int nth)
             }
             continue;
         }
-        const struct weft_cpu_packed_w *wp = j->wp[g];
         for (int64_t r = 0; r < j->n_rows; r++) {
             const uint8_t *xr = xq + (size_t)r * j->xstride;
             float *out = cpu_row_f32(j->out[g], r);
             const float *add = j->add[g] ? cpu_row_f32(j->add[g], r) : NULL;
             int64_t n = n0;
-            if (wp) {
+            if (wp && !j->xp) {
                 /* tiles start at multiples of COL_TILE, a multiple of the group */
                 const int G = wp->pk->rows;
                 const size_t gbytes = (size_t)G * j->qrow_w[g];
@@ -157,7 +188,24 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     j.gemm = mm || n_rows < 8 ? NULL : k->gemm[wt];
     j.qrow = weft_row_size(vdt, j.K);
     j.xstride = j.qrow;
-    if (!j.gemm && !mm) {
+    const struct weft_cpu_packed *pkt = &k->packed[wt];
+    bool prefill_packed = false;
+    if (!mm && n_rows >= 8 && pkt->gemmp) {
+        /* prefill on the packed copies where every matrix of the group has
+         * one (leftover rows past a copy, or a tile not of whole groups, take
+         * the plain gemm / dot) */
+        prefill_packed = true;
+        for (int i = 0; i < n; i++) {
+            j.qrow_w[i] = weft_row_size(wt, j.K);
+            j.wp[i] = weft_cpu_packed_find(w[i]);
+            if (!j.wp[i] || j.wp[i]->pk != pkt || COL_TILE % pkt->rows) prefill_packed = false;
+        }
+        if (!prefill_packed)
+            for (int i = 0; i < n; i++) j.wp[i] = NULL;
+        else
+            j.pk = pkt;
+    }
+    if (!j.gemm && !mm && !prefill_packed) {
         /* few rows: stream the repacked copies where there are any */
         for (int i = 0; i < n; i++) {
             j.qrow_w[i] = weft_row_size(wt, j.K);
@@ -173,10 +221,16 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     }
     int nth = weft_cpu_pool_threads(be->pool);
     j.private_x = n_rows <= SMALL_ROWS && nth > 1;
-    size_t need = (size_t)n_rows * j.xstride * (j.private_x ? (size_t)nth : 1);
+    size_t need = (size_t)n_rows * j.xstride * (j.private_x ? (size_t)nth : 1), xp_off = 0;
+    if (prefill_packed) {
+        j.xp_unit = pkt->xp_size(j.K);
+        xp_off = (need + 63) & ~(size_t)63;
+        need = xp_off + (size_t)((n_rows + pkt->xrows - 1) / pkt->xrows) * j.xp_unit;
+    }
     weft_status st = weft_cpu_scratch(be, scratch_off + need + 64);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch + scratch_off;
+    if (prefill_packed) j.xp = j.xq + xp_off;
     if (!j.private_x) weft_cpu_pool_run(be->pool, mm_quantize, &j);
     weft_cpu_pool_run(be->pool, mm_dot, &j);
     return WEFT_OK;

@@ -1,0 +1,151 @@
+/* Prefill on the packed weight layouts (struct weft_cpu_packed's xpack and
+ * gemmp, AVX-512 VNNI), so prefill and decode stream the same copy. out is
+ * bit-identical to the one-row dot (tests/test_cpu_kernels_gemmp.c): each
+ * output keeps the reference's eight float lanes per block, in its own
+ * 256-bit half of a zmm, and every float step is the reference's.
+ *
+ *  - Q8_0 (weights packed 8 rows x block column, each byte + 128 unsigned,
+ *    see cpu_avx512_packed.c). A unit is two activation rows; per block
+ *    (192 bytes): qs of row 0 | row 1 (64), their -128 * 4-byte lane sums
+ *    as int32 (64), dx of row 0 x 8 | row 1 x 8 as float (64). Per weight
+ *    row i and unit p: lanes = vpdpbusd(corr, w + 128, x) (the exact sums of
+ *    w * x over each 4 elements), acc = fma(dw * dx, float(lanes), acc); the
+ *    weight row is broadcast to both halves from memory, dw broadcast from a
+ *    per-block float copy of the group's eight scales. Tiles are 8 weight rows
+ *    x 2 units (16 accumulators). Everything the activations need is made
+ *    once per op by xpack, so the inner loop is vpdpbusd, vcvtdq2ps, vmulps,
+ *    vfmadd per 64 multiply-adds. */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <string.h>
+
+#include "core/types.h"
+
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define AI static inline __attribute__((always_inline))
+
+/* ---- Q8_0 ---- */
+
+#define Q8P_UNIT 192 /* bytes per block of a two-row unit */
+#define Q8P_GROUP 272 /* bytes per block column of an 8-row group */
+
+static size_t xp_size_q8_0(int64_t n) { return (size_t)(n / WEFT_QK8_0) * Q8P_UNIT; }
+
+static void xpack_q8_0(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    const int64_t nb = n / WEFT_QK8_0;
+    uint8_t *o = dst;
+    for (int r = 0; r < 2; r++) {
+        const struct weft_block_q8_0 *b = (const struct weft_block_q8_0 *)((const uint8_t *)x +
+                                                                           (size_t)(r < nx ? r : nx - 1) * xstride);
+        for (int64_t i = 0; i < nb; i++) {
+            uint8_t *u = o + (size_t)i * Q8P_UNIT;
+            memcpy(u + 32 * r, b[i].qs, 32);
+            int32_t c[8];
+            for (int l = 0; l < 8; l++)
+                c[l] = -128 * (b[i].qs[4 * l] + b[i].qs[4 * l + 1] + b[i].qs[4 * l + 2] + b[i].qs[4 * l + 3]);
+            memcpy(u + 64 + 32 * r, c, 32);
+            const float d = weft_half_to_f32(b[i].d);
+            for (int l = 0; l < 8; l++) memcpy(u + 128 + 32 * r + 4 * l, &d, 4);
+        }
+    }
+}
+
+/* hsum_float_8 of the four 256-bit halves of a and b, as ggml's
+ * ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)): results in elements 0 (a lo),
+ * 4 (a hi), 8 (b lo), 12 (b hi) */
+AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
+{
+    const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512 r = _mm512_add_ps(lo, hi);
+    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
+}
+
+/* one 8-row group x NP units (2 * NP activation rows, nr of them real) */
+AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo, int nr,
+                       const int NP)
+{
+    __m512 acc[8][2];
+    for (int i = 0; i < 8; i++)
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *wb = w + (size_t)b * Q8P_GROUP;
+        float dwf[8] __attribute__((aligned(32)));
+        _mm256_store_ps(dwf, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb)));
+        __m512i xq[2], corr[2];
+        __m512 dx[2];
+        for (int p = 0; p < NP; p++) {
+            const uint8_t *xb = x + (size_t)p * ubytes + (size_t)b * Q8P_UNIT;
+            xq[p] = _mm512_loadu_si512((const void *)xb);
+            corr[p] = _mm512_loadu_si512((const void *)(xb + 64));
+            dx[p] = _mm512_loadu_ps((const void *)(xb + 128));
+        }
+        for (int i = 0; i < 8; i++) {
+            const __m512i wv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * i)));
+            const __m512 dw = _mm512_set1_ps(dwf[i]);
+            for (int p = 0; p < NP; p++) {
+                const __m512i q = _mm512_dpbusd_epi32(corr[p], wv, xq[p]);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q), acc[i][p]);
+            }
+        }
+    }
+    for (int p = 0; p < NP; p++)
+        for (int i = 0; i < 8; i += 2) {
+            float t[16] __attribute__((aligned(64)));
+            _mm512_store_ps(t, hsum8_x4(acc[i][p], acc[i + 1][p]));
+            out[2 * p * ldo + i] = t[0];
+            out[2 * p * ldo + i + 1] = t[8];
+            if (2 * p + 1 < nr) {
+                out[(2 * p + 1) * ldo + i] = t[4];
+                out[(2 * p + 1) * ldo + i + 1] = t[12];
+            }
+        }
+}
+
+static Z512V void gemmp_q8_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK8_0;
+    const size_t gbytes = (size_t)nb * Q8P_GROUP, ubytes = (size_t)nb * Q8P_UNIT;
+    for (int j = 0; j < nx; j += 4) {
+        const int nr = nx - j < 4 ? nx - j : 4;
+        const uint8_t *x = (const uint8_t *)xp + (size_t)(j / 2) * ubytes;
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
+            float *o = out + (size_t)j * ldo + 8 * g;
+            if (nr > 2) q8p_tile(w, x, ubytes, nb, o, ldo, nr, 2);
+            else q8p_tile(w, x, ubytes, nb, o, ldo, nr, 1);
+        }
+    }
+}
+
+static bool have_vnni(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c >> 11) & 1; /* AVX512_VNNI */
+}
+
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k)
+{
+    if (!have_vnni()) return;
+    struct weft_cpu_packed *q8 = &k->packed[WEFT_TYPE_Q8_0];
+    if (q8->rows == 8) {
+        q8->xrows = 2;
+        q8->xp_size = xp_size_q8_0;
+        q8->xpack = xpack_q8_0;
+        q8->gemmp = gemmp_q8_0;
+    }
+}
+
+#else
+
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k) { (void)k; }
+
+#endif
