@@ -84,6 +84,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache};
+    weft_forward_kv_parts(m, &kc);
     struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
                                    .max_running = c.max_seqs, .max_waiting = c.max_waiting,
                                    .max_prefill_chunk = c.max_prefill_chunk};

@@ -16,12 +16,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One device's share of a step: its buffers and its run of the op list. With
+ * a split model, part p runs ops [op_begin, op_end) after part p-1 handed it
+ * the residual stream x. */
+struct fw_part {
+    struct weft_backend *be;
+    struct weft_buffer *act, *meta;
+    size_t op_begin, op_end;
+};
+
 struct weft_forward {
     const struct weft_model *m;
     struct weft_kv_pool *kv;
-    struct weft_backend *be;
+    struct weft_backend *be;       /* the last part's: it computes the logits */
     uint32_t max_rows, max_seqs, max_blocks;
-    struct weft_buffer *act, *meta, *logits_buf;
+    struct fw_part parts[WEFT_MAX_PARTS];
+    uint32_t n_parts, cur;         /* cur: the part ops are being added for */
+    struct weft_buffer *act, *logits_buf;   /* act: the current part's */
+    float *x_host;                 /* the residual stream crossing devices */
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
     int32_t *meta_host;            /* staging copy of the meta buffer */
@@ -30,6 +42,18 @@ struct weft_forward {
     struct weft_op *ops;
     size_t n_ops, cap_ops;
 };
+
+_Static_assert(WEFT_MAX_PARTS <= WEFT_KV_MAX_PARTS, "a KV pool holds as many parts as a model");
+
+void weft_forward_kv_parts(const struct weft_model *m, struct weft_kv_config *kc)
+{
+    kc->n_layer = m->hp.n_layer;
+    kc->n_parts = m->n_parts > 1 ? m->n_parts : 0;
+    for (uint32_t p = 0; p < m->n_parts && m->n_parts > 1; p++) {
+        kc->part_be[p] = m->parts[p].be;
+        kc->part_layers[p] = m->parts[p].n_layer;
+    }
+}
 
 static size_t take(size_t *cursor, size_t bytes)
 {
@@ -47,7 +71,13 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     struct weft_forward *fw = calloc(1, sizeof *fw);
     if (!fw) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
     const struct weft_hparams *hp = &m->hp;
-    fw->m = m; fw->kv = kv; fw->be = m->be;
+    fw->m = m; fw->kv = kv;
+    fw->n_parts = m->n_parts;
+    fw->be = m->parts[m->n_parts - 1].be;
+    if (kv->n_parts != m->n_parts) {
+        free(fw);
+        return weft_error(WEFT_ERR_INVALID_ARG, "forward: the KV pool has %u parts, the model %u", kv->n_parts, m->n_parts);
+    }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
     size_t R = max_rows, f = sizeof(float), ekv = (size_t)hp->head_dim * hp->n_head_kv;
     size_t c = 0;
@@ -60,9 +90,8 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_gate = take(&c, R * hp->n_ff * f);
     fw->off_up = take(&c, R * hp->n_ff * f);
     fw->off_hb = take(&c, R * hp->n_ff * f);
-    const struct weft_backend_iface *bi = fw->be->iface;
-    weft_status st = bi->buffer_alloc(fw->be, c, &fw->act);
-    if (st != WEFT_OK) goto err;
+    size_t act_bytes = c;
+    weft_status st;
     /* meta: int32 arrays, laid out back to back (offsets in bytes) */
     size_t mc = 0, i4 = sizeof(int32_t);
     fw->off_ids = take(&mc, R * i4);
@@ -78,8 +107,19 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * (size_t)max_seqs;
     fw->ops = calloc(fw->cap_ops, sizeof *fw->ops);
     if (!fw->meta_host || !fw->logits_host || !fw->ops) { st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory"); goto err; }
-    if ((st = bi->buffer_alloc(fw->be, mc, &fw->meta)) != WEFT_OK) goto err;
-    if ((st = bi->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf)) != WEFT_OK) goto err;
+    if (m->n_parts > 1 && !(fw->x_host = malloc(R * hp->n_embd * f))) {
+        st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+        goto err;
+    }
+    for (uint32_t p = 0; p < m->n_parts; p++) {
+        struct fw_part *fp = &fw->parts[p];
+        fp->be = m->parts[p].be;
+        const struct weft_backend_iface *bi = fp->be->iface;
+        if ((st = bi->buffer_alloc(fp->be, act_bytes, &fp->act)) != WEFT_OK) goto err;
+        if ((st = bi->buffer_alloc(fp->be, mc, &fp->meta)) != WEFT_OK) goto err;
+    }
+    st = fw->be->iface->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf);
+    if (st != WEFT_OK) goto err;
     *out = fw;
     return WEFT_OK;
 err:
@@ -90,10 +130,13 @@ err:
 void weft_forward_free(struct weft_forward *fw)
 {
     if (!fw) return;
-    const struct weft_backend_iface *bi = fw->be->iface;
-    if (fw->act) bi->buffer_free(fw->act);
-    if (fw->meta) bi->buffer_free(fw->meta);
-    if (fw->logits_buf) bi->buffer_free(fw->logits_buf);
+    for (uint32_t p = 0; p < fw->n_parts; p++) {
+        const struct weft_backend_iface *bi = fw->parts[p].be ? fw->parts[p].be->iface : NULL;
+        if (fw->parts[p].act) bi->buffer_free(fw->parts[p].act);
+        if (fw->parts[p].meta) bi->buffer_free(fw->parts[p].meta);
+    }
+    if (fw->logits_buf) fw->be->iface->buffer_free(fw->logits_buf);
+    free(fw->x_host);
     free(fw->meta_host);
     free(fw->logits_host);
     free(fw->ops);
@@ -115,7 +158,16 @@ static struct weft_view act(struct weft_forward *fw, size_t off, int64_t cols, u
 
 static struct weft_view meta(struct weft_forward *fw, size_t off, uint32_t n)
 {
-    return weft_view_2d(fw->meta, off, WEFT_TYPE_I32, n, 1);
+    return weft_view_2d(fw->parts[fw->cur].meta, off, WEFT_TYPE_I32, n, 1);
+}
+
+/* Start adding ops for part p (the ops so far belong to part p-1). */
+static void begin_part(struct weft_forward *fw, uint32_t p)
+{
+    if (p > 0) fw->parts[p - 1].op_end = fw->n_ops;
+    fw->cur = p;
+    fw->parts[p].op_begin = fw->n_ops;
+    fw->act = fw->parts[p].act;
 }
 
 static void mm(struct weft_forward *fw, struct weft_view x, struct weft_view w, struct weft_view out, bool residual)
@@ -164,6 +216,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     }
 
     uint32_t E = hp->n_embd, Ekv = hp->head_dim * hp->n_head_kv, F = hp->n_ff;
+    fw->n_ops = 0;
+    begin_part(fw, 0);
     struct weft_view x = act(fw, fw->off_x, E, R), xb = act(fw, fw->off_xb, E, R);
     struct weft_view q = act(fw, fw->off_q, E, R), k = act(fw, fw->off_k, Ekv, R), v = act(fw, fw->off_v, Ekv, R);
     struct weft_view att = act(fw, fw->off_att, E, R);
@@ -174,11 +228,21 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         .bt_off = meta(fw, fw->off_btoff, n_seq), .bt = meta(fw, fw->off_bt, bt_n),
     };
 
-    fw->n_ops = 0;
     struct weft_op *op = push(fw, WEFT_OP_EMBED);
     op->u.embed = (struct weft_op_embed){.table = m->tok_embd, .ids = meta(fw, fw->off_ids, R), .out = x};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const struct weft_layer_weights *L = &m->layers[l];
+        if (m->layer_part[l] != fw->cur) {
+            /* a new device: the same views, on its buffers */
+            begin_part(fw, m->layer_part[l]);
+            x = act(fw, fw->off_x, E, R); xb = act(fw, fw->off_xb, E, R);
+            q = act(fw, fw->off_q, E, R); k = act(fw, fw->off_k, Ekv, R); v = act(fw, fw->off_v, Ekv, R);
+            att = act(fw, fw->off_att, E, R);
+            gate = act(fw, fw->off_gate, F, R); up = act(fw, fw->off_up, F, R); hb = act(fw, fw->off_hb, F, R);
+            batch.pos = meta(fw, fw->off_pos, R); batch.seq = meta(fw, fw->off_seq, R);
+            batch.slot = meta(fw, fw->off_slot, R); batch.bt_off = meta(fw, fw->off_btoff, n_seq);
+            batch.bt = meta(fw, fw->off_bt, bt_n);
+        }
         op = push(fw, WEFT_OP_RMSNORM);
         op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->attn_norm, .out = xb, .eps = hp->rms_eps};
         mm(fw, xb, L->wq, q, false);
@@ -225,13 +289,29 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             .x = x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->output_norm, .w = m->output,
             .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
     }
-    weft_status st = fw->be->iface->buffer_write(fw->meta, 0, fw->meta_host, fw->meta_bytes);
-    if (st != WEFT_OK) return st;
-    for (size_t i = 0; i < fw->n_ops; i++)
-        if (!fw->be->iface->supports(fw->be, &fw->ops[i]))
-            return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (kind %d)",
-                              fw->be->iface->name, i, (int)fw->ops[i].kind);
-    if ((st = fw->be->iface->run(fw->be, fw->ops, fw->n_ops)) != WEFT_OK) return st;
+    fw->parts[fw->cur].op_end = fw->n_ops;
+    uint32_t last = fw->cur;   /* a prefill chunk sampling nothing may stop early */
+    weft_status st;
+    for (uint32_t p = 0; p <= last; p++) {
+        struct fw_part *fp = &fw->parts[p];
+        const struct weft_backend_iface *bi = fp->be->iface;
+        if (p > 0) {
+            /* hand the residual stream over: previous device -> host -> this one */
+            struct fw_part *prev = &fw->parts[p - 1];
+            size_t xb_bytes = (size_t)R * E * sizeof(float);
+            if ((st = prev->be->iface->sync(prev->be)) != WEFT_OK) return st;
+            if ((st = prev->be->iface->buffer_read(prev->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
+            if ((st = bi->buffer_write(fp->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
+        }
+        if ((st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK) return st;
+        for (size_t i = fp->op_begin; i < fp->op_end; i++)
+            if (!bi->supports(fp->be, &fw->ops[i]))
+                return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (kind %d)",
+                                  bi->name, i, (int)fw->ops[i].kind);
+        if (fp->op_end > fp->op_begin &&
+            (st = bi->run(fp->be, fw->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
+            return st;
+    }
     if (n_out) {
         if ((st = fw->be->iface->sync(fw->be)) != WEFT_OK) return st;
         st = fw->be->iface->buffer_read(fw->logits_buf, 0, fw->logits_host, (size_t)n_out * hp->n_vocab * sizeof(float));

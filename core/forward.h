@@ -17,6 +17,10 @@ struct weft_fwd_seq {
 
 struct weft_forward;
 
+/* Fill kc's layer count and device parts from the model's placement, so the
+ * KV pool keeps each layer's blocks on the device that runs the layer. */
+void weft_forward_kv_parts(const struct weft_model *m, struct weft_kv_config *kc);
+
 /* Activation and metadata buffers on the model's backend for up to max_rows
  * rows, max_seqs sequences and max_blocks blocks per sequence. */
 weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *kv, uint32_t max_rows,

@@ -90,7 +90,22 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .type = type,
                              .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1};
-    k.block_bytes = 2 * (size_t)cfg->n_layer * weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim);
+    size_t layer_bytes = 2 * weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim);
+    k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
+    if (cfg->n_parts > WEFT_KV_MAX_PARTS)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
+    k.n_parts = cfg->n_parts ? cfg->n_parts : 1;
+    for (uint32_t p = 0, l0 = 0; p < k.n_parts; p++) {
+        struct weft_kv_part *kp = &k.parts[p];
+        kp->be = cfg->n_parts ? cfg->part_be[p] : be;
+        kp->layer0 = l0;
+        kp->n_layer = cfg->n_parts ? cfg->part_layers[p] : cfg->n_layer;
+        kp->block_bytes = kp->n_layer * layer_bytes;
+        l0 += kp->n_layer;
+        if (!kp->be || !kp->n_layer || l0 > cfg->n_layer || (p + 1 == k.n_parts && l0 != cfg->n_layer))
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv: split parts do not cover the %u layers", cfg->n_layer);
+    }
+    k.be = k.parts[0].be;
     uint32_t n = cfg->n_blocks, cap = 16;
     while (cap < 2 * n) cap <<= 1;
     k.ht_mask = cap - 1;
@@ -114,9 +129,13 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
             st = weft_error(WEFT_ERR_NOMEM, "kv: cannot allocate a host tier of %u blocks (%zu MiB)", cfg->n_host_blocks,
                             (k.block_bytes * cfg->n_host_blocks) >> 20);
     }
-    if (st == WEFT_OK) st = be->iface->buffer_alloc(be, k.block_bytes * n, &k.buf);
+    for (uint32_t p = 0; p < k.n_parts && st == WEFT_OK; p++) {
+        struct weft_kv_part *kp = &k.parts[p];
+        st = kp->be->iface->buffer_alloc(kp->be, kp->block_bytes * n, &kp->buf);
+        if (st != WEFT_OK) kp->buf = NULL;
+    }
+    k.buf = k.parts[0].buf;
     if (st != WEFT_OK) {
-        k.buf = NULL;
         weft_kv_pool_free(&k);
         return st;
     }
@@ -141,7 +160,9 @@ weft_status weft_kv_pool_init(struct weft_kv_pool *kv, struct weft_backend *be, 
 
 void weft_kv_pool_free(struct weft_kv_pool *kv)
 {
-    if (kv->buf) kv->be->iface->buffer_free(kv->buf);
+    for (uint32_t p = 0; p < kv->n_parts; p++)
+        if (kv->parts[p].buf) kv->parts[p].be->iface->buffer_free(kv->parts[p].buf);
+    kv->buf = NULL;
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
     free(kv->lru_prev); free(kv->lru_next); free(kv->free_ids);
     free(kv->ht_key); free(kv->ht_val);
@@ -280,6 +301,20 @@ void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
     memset(seq, 0, sizeof *seq);
 }
 
+/* Device block b <-> one host-tier block (the parts' bytes back to back). */
+static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device)
+{
+    for (uint32_t p = 0; p < kv->n_parts; p++) {
+        const struct weft_kv_part *kp = &kv->parts[p];
+        size_t off = (size_t)b * kp->block_bytes;
+        weft_status st = to_device ? kp->be->iface->buffer_write(kp->buf, off, host, kp->block_bytes)
+                                   : kp->be->iface->buffer_read(kp->buf, off, host, kp->block_bytes);
+        if (st != WEFT_OK) return st;
+        host += kp->block_bytes;
+    }
+    return WEFT_OK;
+}
+
 weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
 {
     if (seq->swapped) return WEFT_OK;
@@ -287,12 +322,11 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
         return weft_error(WEFT_ERR_NO_ROOM, "kv: host tier has %u free blocks, %u needed", kv->n_host_free, seq->n_blocks);
     int32_t *slots = malloc(sizeof(int32_t) * (seq->n_blocks ? seq->n_blocks : 1));
     if (!slots) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
-    const struct weft_backend_iface *bi = kv->be->iface;
-    weft_status st = bi->sync(kv->be);
+    weft_status st = WEFT_OK;
+    for (uint32_t p = 0; p < kv->n_parts && st == WEFT_OK; p++) st = kv->parts[p].be->iface->sync(kv->parts[p].be);
     for (uint32_t i = 0; i < seq->n_blocks && st == WEFT_OK; i++) {
         int32_t h = kv->host_free[kv->n_host_free - 1 - i];
-        st = bi->buffer_read(kv->buf, (size_t)seq->blocks[i] * kv->block_bytes, kv->host + (size_t)h * kv->block_bytes,
-                             kv->block_bytes);
+        st = block_io(kv, seq->blocks[i], kv->host + (size_t)h * kv->block_bytes, false);
         slots[i] = h;
     }
     if (st != WEFT_OK) {
@@ -313,13 +347,11 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (seq->n_blocks > weft_kv_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u blocks to swap in, %u available", seq->n_blocks,
                           weft_kv_available(kv));
-    const struct weft_backend_iface *bi = kv->be->iface;
     weft_status st = WEFT_OK;
     uint32_t i = 0;
     for (; i < seq->n_blocks; i++) {
         int32_t b = take_block(kv);
-        st = bi->buffer_write(kv->buf, (size_t)b * kv->block_bytes, kv->host + (size_t)seq->host[i] * kv->block_bytes,
-                              kv->block_bytes);
+        st = block_io(kv, b, kv->host + (size_t)seq->host[i] * kv->block_bytes, true);
         if (st != WEFT_OK) {
             unref_block(kv, b);
             break;
@@ -340,7 +372,10 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer)
 {
-    struct weft_kv_view v = {kv->buf, kv->type, kv->n_layer, layer, kv->n_kv_head, kv->head_dim};
+    uint32_t p = 0;
+    while (p + 1 < kv->n_parts && layer >= kv->parts[p].layer0 + kv->parts[p].n_layer) p++;
+    const struct weft_kv_part *kp = &kv->parts[p];
+    struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, layer - kp->layer0, kv->n_kv_head, kv->head_dim};
     return v;
 }
 

@@ -24,8 +24,23 @@
 
 #include "backends/backend.h"
 
+/* With layers split over devices each device holds its layers' part of every
+ * block (the block layout of backend.h with n_layer = that part's count). */
+#define WEFT_KV_MAX_PARTS 8
+struct weft_kv_part {
+    struct weft_backend *be;       /* not owned */
+    uint32_t layer0, n_layer;
+    struct weft_buffer *buf;       /* n_blocks blocks of this part's layers */
+    size_t block_bytes;            /* this part's bytes of one block */
+};
+
 struct weft_kv_config {
     uint32_t n_layer, n_kv_head, head_dim;
+    /* 0: every layer on the pool's device; else consecutive layer counts per
+     * device, summing to n_layer */
+    uint32_t n_parts;
+    struct weft_backend *part_be[WEFT_KV_MAX_PARTS];
+    uint32_t part_layers[WEFT_KV_MAX_PARTS];
     uint32_t n_blocks;            /* device blocks (>= 1) */
     uint32_t n_host_blocks;       /* host swap tier capacity, 0 = none */
     enum weft_type type;          /* WEFT_TYPE_F16 (default when 0 is passed as F32) */
@@ -40,12 +55,14 @@ struct weft_kv_stats {
 };
 
 struct weft_kv_pool {
-    struct weft_backend *be;       /* not owned */
-    struct weft_buffer *buf;       /* n_blocks blocks, layout in backend.h */
+    struct weft_backend *be;       /* = parts[0].be, not owned */
+    struct weft_buffer *buf;       /* = parts[0].buf: n_blocks blocks, layout in backend.h */
+    struct weft_kv_part parts[WEFT_KV_MAX_PARTS];
+    uint32_t n_parts;
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
     enum weft_type type;
     bool prefix_cache;
-    size_t block_bytes;            /* all layers, K and V */
+    size_t block_bytes;            /* all layers (every part), K and V */
     /* per block */
     uint32_t *ref;
     uint64_t *hash;                /* 0 = not registered */

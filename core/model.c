@@ -100,10 +100,9 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     return WEFT_OK;
 }
 
-/* Look up a tensor, check its shape ([ne0, ne1]) and that it is a type the
- * backend can multiply / gather. */
-static weft_status bind(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool norm,
-                        struct weft_view *out, const uint8_t *base)
+/* Look up a tensor and check its shape ([ne0, ne1]) and type. */
+static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool norm,
+                        const struct weft_gguf_tensor **out)
 {
     int64_t i = weft_gguf_find_tensor(m->gguf, name);
     if (i < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing tensor '%s'", name);
@@ -115,16 +114,103 @@ static weft_status bind(struct weft_model *m, const char *name, int64_t ne0, int
                           (long long)ne0, (long long)ne1);
     if (norm && t->type != WEFT_TYPE_F32)
         return weft_error(WEFT_ERR_UNSUPPORTED, "model: norm tensor '%s' is %s, expected F32", name, weft_type_name(t->type));
-    *out = weft_view_2d(m->weights, (size_t)((const uint8_t *)t->data - base), t->type, ne0, ne1);
+    *out = t;
     return WEFT_OK;
 }
 
-weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out)
+/* Where each tensor lives on one part: wrapped host memory spanning the whole
+ * data section (offset = file offset), or a packed buffer of only the
+ * tensors the part uses (offsets assigned in a first pass). */
+struct placer {
+    struct weft_model *m;
+    struct weft_model_part *part;
+    const uint8_t *base;
+    bool packed, sizing;
+    size_t cursor;
+};
+
+static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, bool norm,
+                         struct weft_view *out)
+{
+    const struct weft_gguf_tensor *t = NULL;
+    weft_status st = find(pl->m, name, ne0, ne1, norm, &t);
+    if (st != WEFT_OK) return st;
+    size_t off = (size_t)((const uint8_t *)t->data - pl->base);
+    if (pl->packed) {
+        off = pl->cursor;
+        pl->cursor += (t->size + 255) & ~(size_t)255;
+        if (!pl->sizing && (st = pl->part->be->iface->buffer_write(pl->part->weights, off, t->data, t->size)))
+            return st;
+    }
+    *out = weft_view_2d(pl->part->weights, off, t->type, ne0, ne1);
+    return WEFT_OK;
+}
+
+/* Bind the views of the tensors part p uses (its layers; EMBED on the first
+ * part; LOGITS on the last). */
+static weft_status place_part(struct placer *pl, uint32_t p)
+{
+    struct weft_model *m = pl->m;
+    const struct weft_hparams *hp = &m->hp;
+    uint32_t n_embd_kv = hp->head_dim * hp->n_head_kv;
+    struct weft_view scratch;
+    weft_status st;
+    bool first = p == 0, last = p + 1 == m->n_parts;
+    if (first || (last && m->hp.tied_output))
+        if ((st = place(pl, "token_embd.weight", hp->n_embd, hp->n_vocab, false, first ? &m->tok_embd : &scratch)))
+            return st;
+    if (last) {
+        if ((st = place(pl, "output_norm.weight", hp->n_embd, 1, true, &m->output_norm))) return st;
+        if (m->hp.tied_output) m->output = first ? m->tok_embd : scratch;
+        else if ((st = place(pl, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output))) return st;
+    }
+    for (uint32_t l = pl->part->layer0; l < pl->part->layer0 + pl->part->n_layer; l++) {
+        struct weft_layer_weights *L = &m->layers[l];
+        char n[96];
+#define PLACE(field, suffix, a, b, norm) \
+        snprintf(n, sizeof n, "blk.%u.%s", l, suffix); \
+        if ((st = place(pl, n, a, b, norm, &L->field))) return st;
+        PLACE(attn_norm, "attn_norm.weight", hp->n_embd, 1, true)
+        PLACE(wq, "attn_q.weight", hp->n_embd, hp->n_embd, false)
+        PLACE(wk, "attn_k.weight", hp->n_embd, n_embd_kv, false)
+        PLACE(wv, "attn_v.weight", hp->n_embd, n_embd_kv, false)
+        PLACE(wo, "attn_output.weight", hp->n_embd, hp->n_embd, false)
+        PLACE(ffn_norm, "ffn_norm.weight", hp->n_embd, 1, true)
+        PLACE(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)
+        PLACE(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, false)
+        PLACE(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, false)
+#undef PLACE
+    }
+    return WEFT_OK;
+}
+
+static weft_status prepare_part(struct weft_model *m, uint32_t p)
+{
+    struct weft_backend *be = m->parts[p].be;
+    if (be->iface->api_version < 2 || !be->iface->weight_prepare) return WEFT_OK;
+    /* the matrices are final: let the backend lay them out for its kernels */
+    weft_status st;
+    if (p + 1 == m->n_parts && (st = be->iface->weight_prepare(be, &m->output))) return st;
+    for (uint32_t l = m->parts[p].layer0; l < m->parts[p].layer0 + m->parts[p].n_layer; l++) {
+        const struct weft_layer_weights *L = &m->layers[l];
+        const struct weft_view *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
+            if ((st = be->iface->weight_prepare(be, lm[i]))) return st;
+    }
+    return WEFT_OK;
+}
+
+weft_status weft_model_load_split(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
+                                  struct weft_model **out)
 {
     *out = NULL;
+    if (n_parts == 0 || n_parts > WEFT_MAX_PARTS)
+        return weft_error(WEFT_ERR_INVALID_ARG, "model: a split has 1..%d parts, got %u", WEFT_MAX_PARTS, n_parts);
+    for (uint32_t p = 0; p < n_parts; p++)
+        if (!parts[p].be) return weft_error(WEFT_ERR_INVALID_ARG, "model: split part %u has no device", p);
     struct weft_model *m = calloc(1, sizeof *m);
     if (!m) return weft_error(WEFT_ERR_NOMEM, "model: out of memory");
-    m->be = be;
+    m->be = parts[0].be;
     weft_status st = weft_gguf_open(path, &m->gguf);
     if (st != WEFT_OK) goto err;
     if ((st = weft_hparams_load(m->gguf, &m->hp)) != WEFT_OK) goto err;
@@ -134,8 +220,22 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
                         weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
         goto err;
     }
+    struct weft_split_part whole = {parts[0].be, m->hp.n_layer};
+    if (n_parts == 1 && parts[0].n_layer == 0) parts = &whole;
+    uint64_t total = 0;
+    for (uint32_t p = 0; p < n_parts; p++) {
+        if (parts[p].n_layer == 0) {
+            st = weft_error(WEFT_ERR_INVALID_ARG, "model: split part %u (%s) has no layers", p, parts[p].be->iface->name);
+            goto err;
+        }
+        total += parts[p].n_layer;
+    }
+    if (total != m->hp.n_layer) {
+        st = weft_error(WEFT_ERR_INVALID_ARG, "model: the split places %llu layers, the model has %u",
+                        (unsigned long long)total, m->hp.n_layer);
+        goto err;
+    }
 
-    /* One buffer spans the whole data section, so a view is (buffer, offset). */
     int64_t nt = weft_gguf_n_tensors(m->gguf);
     if (nt == 0) { st = weft_error(WEFT_ERR_FORMAT, "model: file has no tensors"); goto err; }
     const struct weft_gguf_tensor *t0 = weft_gguf_tensor(m->gguf, 0);
@@ -153,54 +253,33 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
     m->ftype = WEFT_TYPE_F32;
     for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++)
         if (counts[ti] > counts[m->ftype]) m->ftype = (enum weft_type)ti;
-    if (be->iface->buffer_wrap_host) {
-        st = be->iface->buffer_wrap_host(be, base, span, &m->weights);
-    } else {
-        st = be->iface->buffer_alloc(be, span, &m->weights);
-        if (st == WEFT_OK) st = be->iface->buffer_write(m->weights, 0, base, span);
-    }
-    if (st != WEFT_OK) goto err;
+    m->hp.tied_output = weft_gguf_find_tensor(m->gguf, "output.weight") < 0;
 
     const struct weft_hparams *hp = &m->hp;
-    uint32_t n_embd_kv = hp->head_dim * hp->n_head_kv;
-    if ((st = bind(m, "token_embd.weight", hp->n_embd, hp->n_vocab, false, &m->tok_embd, base)) ||
-        (st = bind(m, "output_norm.weight", hp->n_embd, 1, true, &m->output_norm, base)))
-        goto err;
-    if (weft_gguf_find_tensor(m->gguf, "output.weight") >= 0) {
-        if ((st = bind(m, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output, base))) goto err;
-    } else {
-        m->hp.tied_output = true;
-        m->output = m->tok_embd;
-    }
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
-    if (!m->layers) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
-    for (uint32_t l = 0; l < hp->n_layer; l++) {
-        struct weft_layer_weights *L = &m->layers[l];
-        char n[96];
-#define BIND(field, suffix, a, b, norm) \
-        snprintf(n, sizeof n, "blk.%u.%s", l, suffix); \
-        if ((st = bind(m, n, a, b, norm, &L->field, base))) goto err;
-        BIND(attn_norm, "attn_norm.weight", hp->n_embd, 1, true)
-        BIND(wq, "attn_q.weight", hp->n_embd, hp->n_embd, false)
-        BIND(wk, "attn_k.weight", hp->n_embd, n_embd_kv, false)
-        BIND(wv, "attn_v.weight", hp->n_embd, n_embd_kv, false)
-        BIND(wo, "attn_output.weight", hp->n_embd, hp->n_embd, false)
-        BIND(ffn_norm, "ffn_norm.weight", hp->n_embd, 1, true)
-        BIND(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)
-        BIND(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, false)
-        BIND(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, false)
-#undef BIND
-    }
-    if (be->iface->api_version >= 2 && be->iface->weight_prepare) {
-        /* the matrices are final: let the backend lay them out for its kernels */
-        if ((st = be->iface->weight_prepare(be, &m->output))) goto err;
-        for (uint32_t l = 0; l < hp->n_layer; l++) {
-            const struct weft_layer_weights *L = &m->layers[l];
-            const struct weft_view *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-            for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
-                if ((st = be->iface->weight_prepare(be, lm[i]))) goto err;
+    m->layer_part = calloc(hp->n_layer, sizeof *m->layer_part);
+    if (!m->layers || !m->layer_part) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
+    m->n_parts = n_parts;
+    for (uint32_t p = 0, l0 = 0; p < n_parts; l0 += parts[p].n_layer, p++) {
+        struct weft_model_part *mp = &m->parts[p];
+        *mp = (struct weft_model_part){.be = parts[p].be, .layer0 = l0, .n_layer = parts[p].n_layer};
+        for (uint32_t l = l0; l < l0 + mp->n_layer; l++) m->layer_part[l] = p;
+        struct placer pl = {.m = m, .part = mp, .base = base};
+        const struct weft_backend_iface *bi = mp->be->iface;
+        if (bi->buffer_wrap_host) {
+            if ((st = bi->buffer_wrap_host(mp->be, base, span, &mp->weights))) goto err;
+        } else {
+            pl.packed = pl.sizing = true;
+            if ((st = place_part(&pl, p))) goto err;
+            if ((st = bi->buffer_alloc(mp->be, pl.cursor ? pl.cursor : 1, &mp->weights))) goto err;
+            pl.sizing = false;
+            pl.cursor = 0;
         }
+        if ((st = place_part(&pl, p))) goto err;
     }
+    m->weights = m->parts[0].weights;
+    for (uint32_t p = 0; p < n_parts; p++)
+        if ((st = prepare_part(m, p))) goto err;
     *out = m;
     return WEFT_OK;
 err:
@@ -208,11 +287,21 @@ err:
     return st;
 }
 
+weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out)
+{
+    *out = NULL;
+    if (!be) return weft_error(WEFT_ERR_INVALID_ARG, "model: no device");
+    struct weft_split_part part = {be, 0};  /* 0: every layer */
+    return weft_model_load_split(path, &part, 1, out);
+}
+
 void weft_model_free(struct weft_model *m)
 {
     if (!m) return;
-    if (m->weights) m->be->iface->buffer_free(m->weights);
+    for (uint32_t p = 0; p < m->n_parts; p++)
+        if (m->parts[p].weights) m->parts[p].be->iface->buffer_free(m->parts[p].weights);
     free(m->layers);
+    free(m->layer_part);
     weft_tokenizer_free(m->tok);
     weft_gguf_close(m->gguf);
     free(m);

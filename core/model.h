@@ -21,12 +21,30 @@ struct weft_layer_weights {
     struct weft_view attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
 };
 
+/* Layers placed on several devices (--split cpu=2,vulkan:0=3): part i runs
+ * n_layer consecutive layers on be. The first part also runs EMBED, the last
+ * one LOGITS; activations cross between parts at layer boundaries. */
+#define WEFT_MAX_PARTS 8
+struct weft_split_part {
+    struct weft_backend *be;       /* not owned */
+    uint32_t n_layer;
+};
+
+struct weft_model_part {
+    struct weft_backend *be;       /* not owned */
+    struct weft_buffer *weights;   /* the tensors this part uses */
+    uint32_t layer0, n_layer;
+};
+
 struct weft_model {
     struct weft_hparams hp;
     struct weft_gguf *gguf;        /* owns the mapping the weights may live in */
     struct weft_tokenizer *tok;
-    struct weft_backend *be;       /* not owned */
-    struct weft_buffer *weights;   /* all tensor data, one buffer */
+    struct weft_backend *be;       /* = parts[0].be; not owned */
+    struct weft_buffer *weights;   /* = parts[0].weights */
+    struct weft_model_part parts[WEFT_MAX_PARTS];
+    uint32_t n_parts;
+    uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
     struct weft_view tok_embd, output_norm, output;
     struct weft_layer_weights *layers;
     enum weft_type ftype;          /* type of most weights, for display */
@@ -43,6 +61,11 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
  * and place the weights on `be` (zero-copy where the backend can wrap host
  * memory). *out is NULL on failure and nothing is left open. */
 weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out);
+/* The same with layers split over devices; the parts' n_layer must sum to
+ * the model's layer count. A device that cannot wrap host memory gets only
+ * the tensors its layers use. */
+weft_status weft_model_load_split(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
+                                  struct weft_model **out);
 void weft_model_free(struct weft_model *m);
 
 #endif

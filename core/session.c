@@ -23,7 +23,10 @@ weft_status weft_session_init(const struct weft_model *m, uint32_t n_ctx, uint32
     s->n_ctx = n_ctx;
     s->max_batch = max_batch;
     uint32_t n_blocks = (n_ctx + WEFT_KV_BLOCK_TOKENS - 1) / WEFT_KV_BLOCK_TOKENS;
-    weft_status st = weft_kv_pool_init(&s->kv, m->be, m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, n_blocks);
+    struct weft_kv_config kc = {.n_kv_head = m->hp.n_head_kv, .head_dim = m->hp.head_dim, .n_blocks = n_blocks,
+                                .type = WEFT_TYPE_F16};
+    weft_forward_kv_parts(m, &kc);
+    weft_status st = weft_kv_pool_create(&s->kv, m->be, &kc);
     if (st == WEFT_OK) st = weft_forward_init(m, &s->kv, max_batch, 1, n_blocks, &s->fw);
     if (st != WEFT_OK) {
         weft_session_free(s);

@@ -52,6 +52,7 @@ int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
     if (!strcmp(a, "-m") || !strcmp(a, "--model")) { VAL(); o->model = val; return 1; }
     if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = val; return 1; }
     if (!strcmp(a, "--device") || !strcmp(a, "-d")) { VAL(); o->device = val; return 1; }
+    if (!strcmp(a, "--split")) { VAL(); o->split = val; return 1; }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { VAL(); return parse_int(a, val, 0, 1 << 24, &o->n_predict); }
     if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); return parse_int(a, val, 1, 1024, &o->n_threads); }
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); return parse_int(a, val, 1, 1 << 24, &o->n_ctx); }
@@ -89,7 +90,8 @@ void cli_usage_common(void)
             "  -m, --model FILE        GGUF model (default: SmolLM2-135M-Instruct Q4_1 from the cache)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
-            "  --device SPEC           cpu (default), later vulkan:N, cuda:N, hip:N\n"
+            "  --device SPEC           cpu (default), vulkan:N, cuda:N, hip:N (see weft devices)\n"
+            "  --split SPEC=N,...      layers over several devices, in order, e.g. cpu=10,vulkan:0=20\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
@@ -105,6 +107,62 @@ void cli_fail(const char *what)
     fprintf(stderr, "weft: %s%s%s\n", what, *e ? ": " : "", e);
 }
 
+/* Backends opened for a split, closed by cli_close (one model per process). */
+static struct weft_backend *split_be[WEFT_MAX_PARTS];
+static int n_split_be;
+
+static void close_split(void)
+{
+    for (int i = 0; i < n_split_be; i++) weft_backend_close(split_be[i]);
+    n_split_be = 0;
+}
+
+/* "cpu=2,vulkan:0=3" -> parts (devices opened once each). */
+static int open_split(const char *spec, int n_threads, struct weft_split_part *parts, uint32_t *n_parts)
+{
+    char buf[512], *save = NULL;
+    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) {
+        fprintf(stderr, "weft: --split value too long\n");
+        return 1;
+    }
+    char names[WEFT_MAX_PARTS][64];
+    *n_parts = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strrchr(tok, '=');
+        char *end = NULL;
+        long n = eq ? strtol(eq + 1, &end, 10) : 0;
+        if (!eq || eq == tok || !end || *end || eq[1] == '\0' || n < 1 || n > 100000 || eq - tok >= 64) {
+            fprintf(stderr, "weft: --split expects DEVICE=LAYERS,... (e.g. cpu=2,vulkan:0=3), got '%s'\n", tok);
+            goto fail;
+        }
+        if (*n_parts == WEFT_MAX_PARTS) {
+            fprintf(stderr, "weft: --split takes at most %d parts\n", WEFT_MAX_PARTS);
+            goto fail;
+        }
+        *eq = '\0';
+        struct weft_backend *be = NULL;
+        for (uint32_t i = 0; i < *n_parts; i++)
+            if (!strcmp(names[i], tok)) be = parts[i].be;
+        if (!be) {
+            if (weft_backend_open(tok, n_threads, &be) != WEFT_OK) {
+                cli_fail("cannot open device");
+                goto fail;
+            }
+            split_be[n_split_be++] = be;
+        }
+        snprintf(names[*n_parts], sizeof names[0], "%s", tok);
+        parts[(*n_parts)++] = (struct weft_split_part){be, (uint32_t)n};
+    }
+    if (*n_parts == 0) {
+        fprintf(stderr, "weft: --split needs at least one DEVICE=LAYERS\n");
+        goto fail;
+    }
+    return 0;
+fail:
+    close_split();
+    return 1;
+}
+
 int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
 {
     *be = NULL;
@@ -116,14 +174,28 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
         if (!def) return 1;
         path = def;
     }
-    if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
-        cli_fail("cannot open device");
-        free(def);
-        return 1;
+    weft_status st;
+    if (o->split) {
+        struct weft_split_part parts[WEFT_MAX_PARTS];
+        uint32_t n = 0;
+        if (open_split(o->split, o->n_threads, parts, &n)) {
+            free(def);
+            return 1;
+        }
+        *be = parts[0].be;
+        st = weft_model_load_split(path, parts, n, m);
+    } else {
+        if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
+            cli_fail("cannot open device");
+            free(def);
+            return 1;
+        }
+        st = weft_model_load(path, *be, m);
     }
-    if (weft_model_load(path, *be, m) != WEFT_OK) {
+    if (st != WEFT_OK) {
         fprintf(stderr, "weft: cannot load model: %s\n", weft_last_error());
-        weft_backend_close(*be);
+        if (o->split) close_split();
+        else weft_backend_close(*be);
         *be = NULL;
         free(def);
         return 1;
@@ -135,7 +207,8 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
 void cli_close(struct weft_backend *be, struct weft_model *m)
 {
     weft_model_free(m);
-    weft_backend_close(be);
+    if (n_split_be) close_split();
+    else weft_backend_close(be);
 }
 
 double cli_now_ms(void)

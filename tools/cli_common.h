@@ -10,6 +10,7 @@
 
 struct cli_opts {
     const char *model, *prompt, *device;
+    const char *split;             /* --split cpu=2,vulkan:0=3, or NULL */
     int n_predict, n_threads, n_ctx, batch;
     bool json, no_bos, parse_special, verbose;
     struct weft_sampling_params sp;
@@ -22,7 +23,8 @@ int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i);
 /* Print the shared options' usage lines. */
 void cli_usage_common(void);
 
-/* Open the backend and model named by o (default model when -m is absent).
+/* Open the backend(s) and model named by o (default model when -m is absent;
+ * with --split, one backend per distinct device and *be is the first).
  * Prints a one-line error and returns non-zero on failure. */
 int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m);
 void cli_close(struct weft_backend *be, struct weft_model *m);
