@@ -196,6 +196,16 @@ static void matmul_matches_cpu_for_every_type_and_odd_shape(void)
     }
 }
 
+/* more weight rows than one dimension of workgroups holds (65535 on many
+ * devices): the matrix-vector path spreads rows over a second dimension */
+static void matvec_with_more_rows_than_one_dispatch_dimension_matches_cpu(void)
+{
+    double e = one_matmul(WEFT_TYPE_Q8_0, 32, 70001, 2, 1);
+    CHECK_MSG(e < tol(WEFT_TYPE_Q8_0), "Q8_0 N70001: nmse %.3g", e);
+    e = one_matmul(WEFT_TYPE_F16, 8, 70001, 11, 2);
+    CHECK_MSG(e < tol(WEFT_TYPE_F16), "F16 N70001 M11: nmse %.3g", e);
+}
+
 /* the matrix-vector path with the shared-memory tree instead of subgroupAdd */
 static void matvec_tree_reduction_matches_cpu(void)
 {
@@ -358,6 +368,7 @@ int main(void)
     RUN(supports_refuses_what_the_shaders_cannot_address);
     RUN(matmul_matches_cpu_for_every_type_and_odd_shape);
     RUN(matvec_tree_reduction_matches_cpu);
+    RUN(matvec_with_more_rows_than_one_dispatch_dimension_matches_cpu);
     RUN(logits_match_cpu_on_selected_rows);
     RUN(chained_matmuls_in_one_run_match_cpu);
     for (size_t ti = 0; ti < N_TYPES; ti++)

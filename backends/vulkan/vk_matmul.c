@@ -12,8 +12,9 @@
  * (logits_norm) and then runs the same matmul with the output head.
  *
  * Offsets and strides travel in push constants as 32-bit values (W in bytes,
- * f32 views in floats), so supports() refuses views reaching past 4 GiB or
- * the device's maxStorageBufferRange. */
+ * f32 views in floats) and every buffer is bound from its start, so
+ * supports() refuses views that end past 4 GiB or past the device's
+ * maxStorageBufferRange (a larger buffer is fine up to there). */
 #include "backends/vulkan/vk_internal.h"
 
 #include <stdio.h>
@@ -69,9 +70,10 @@ static uint64_t view_end(const struct weft_view *v)
 static bool addressable(const struct vk_backend *vb, const struct weft_view *v, size_t align)
 {
     if (!vk_view_ok(v) || v->offset % align || v->nb1 % align) return false;
-    uint64_t lim = vk_get_caps(vb)->max_storage_range;
+    /* the runtime binds min(buffer, maxStorageBufferRange rounded down to 16) */
+    uint64_t lim = vk_get_caps(vb)->max_storage_range & ~(uint64_t)15;
     if (lim == 0 || lim > UINT32_MAX) lim = UINT32_MAX;
-    return view_end(v) <= lim && vk_buffer_size(v->buf) <= lim;
+    return view_end(v) <= lim;
 }
 
 static bool f32_ok(const struct vk_backend *vb, const struct weft_view *v)
