@@ -2,11 +2,12 @@
 // Matrix-vector product for decode: out[r][n] = x[r] · W[n] (+ add[r][n]) for
 // up to MV_MAX_ROWS activation rows r, so a small batch reads W once.
 //
-// One workgroup per weight row n (row = group x + group y * groups in x);
-// its WG threads stride over the row four elements at a time (consecutive
-// threads read consecutive bytes of W and x), each keeping one partial sum
-// per activation row; the partials are reduced with subgroupAdd (USE_SUBGROUP)
-// or a shared-memory tree, and threads 0..M-1 write one output each.
+// One workgroup per MV_NR = 2 weight rows (n0 = MV_NR * (group x + group y *
+// groups in x)); its WG threads stride over the rows four elements at a time
+// (consecutive threads read consecutive bytes of W and x; each x value
+// serves both rows), each keeping one partial sum per (weight row,
+// activation row); the partials are reduced with subgroupAdd (USE_SUBGROUP)
+// or a shared-memory tree, and threads 0..MV_NR*M-1 write one output each.
 // A residual `add` may alias `out`: the thread that writes out[r][n] is the
 // one that read add[r][n] just before.
 //
@@ -22,6 +23,7 @@
 #endif
 
 #define MV_MAX_ROWS 8
+#define MV_NR 2
 
 layout(constant_id = 0) const uint WG = 64;
 layout(local_size_x_id = 0) in;
@@ -42,11 +44,8 @@ layout(push_constant) uniform Push {
     uint K, N, M, has_add;
 } pc;
 
-#ifdef USE_SUBGROUP
-shared float red[MV_MAX_ROWS * WG]; /* [row][subgroup] */
-#else
-shared float red[MV_MAX_ROWS * WG]; /* [row][thread] */
-#endif
+/* [weight row][activation row][subgroup (USE_SUBGROUP) or thread] */
+shared float red[MV_NR * MV_MAX_ROWS * WG];
 
 vec4 x4(uint r, uint i)
 {
@@ -56,52 +55,71 @@ vec4 x4(uint r, uint i)
 
 void main()
 {
-    const uint n = gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x;
-    if (n >= pc.N) return; /* uniform over the workgroup */
+    const uint n0 = MV_NR * (gl_WorkGroupID.x + gl_WorkGroupID.y * gl_NumWorkGroups.x);
+    if (n0 >= pc.N) return; /* uniform over the workgroup */
     const uint tid = gl_LocalInvocationID.x;
-    const uint wrow = pc.w_off + n * pc.w_stride;
+    const uint nr = min(MV_NR, pc.N - n0); /* weight rows this group has */
 
-    float acc[MV_MAX_ROWS];
-    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) acc[r] = 0.0;
+    float acc[MV_NR][MV_MAX_ROWS];
+    [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) acc[q][r] = 0.0;
 
     const uint K4 = pc.K & ~3u;
     for (uint i = 4u * tid; i < K4; i += 4u * WG) {
-        const vec4 wv = dq_get4(wrow, i);
-        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
-            if (r < pc.M) acc[r] += dot(wv, x4(r, i));
+        vec4 wv[MV_NR];
+        [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+            wv[q] = q < nr ? dq_get4(pc.w_off + (n0 + q) * pc.w_stride, i) : vec4(0.0);
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
+            if (r < pc.M) {
+                const vec4 xv = x4(r, i);
+                [[unroll]] for (uint q = 0u; q < MV_NR; q++) acc[q][r] += dot(wv[q], xv);
+            }
+        }
     }
     /* K % 4 elements left: only F32/F16/BF16 rows have them */
     for (uint i = K4 + tid; i < pc.K; i += WG) {
-        const float wv = dq_get(wrow, i);
-        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
-            if (r < pc.M) acc[r] += wv * data_x[pc.x_off + r * pc.x_stride + i];
+        float wv[MV_NR];
+        [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+            wv[q] = q < nr ? dq_get(pc.w_off + (n0 + q) * pc.w_stride, i) : 0.0;
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
+            if (r < pc.M) {
+                const float xv = data_x[pc.x_off + r * pc.x_stride + i];
+                [[unroll]] for (uint q = 0u; q < MV_NR; q++) acc[q][r] += wv[q] * xv;
+            }
+        }
     }
 
 #ifdef USE_SUBGROUP
-    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
-        if (r < pc.M) {
-            const float s = subgroupAdd(acc[r]);
-            if (subgroupElect()) red[r * WG + gl_SubgroupID] = s;
+    [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
+            if (r < pc.M) {
+                const float s = subgroupAdd(acc[q][r]);
+                if (subgroupElect()) red[(q * MV_MAX_ROWS + r) * WG + gl_SubgroupID] = s;
+            }
         }
-    }
     barrier();
-    if (tid < pc.M) {
+    if (tid < nr * pc.M) {
+        const uint q = tid / pc.M, r = tid % pc.M;
         float s = 0.0;
-        for (uint g = 0u; g < gl_NumSubgroups; g++) s += red[tid * WG + g];
+        for (uint g = 0u; g < gl_NumSubgroups; g++) s += red[(q * MV_MAX_ROWS + r) * WG + g];
 #else
-    [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) red[r * WG + tid] = acc[r];
+    [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) red[(q * MV_MAX_ROWS + r) * WG + tid] = acc[q][r];
     barrier();
     for (uint h = WG / 2u; h > 0u; h >>= 1) {
         if (tid < h) {
-            [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
-                if (r < pc.M) red[r * WG + tid] += red[r * WG + tid + h];
+            [[unroll]] for (uint q = 0u; q < MV_NR; q++)
+                [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++)
+                    if (r < pc.M) red[(q * MV_MAX_ROWS + r) * WG + tid] += red[(q * MV_MAX_ROWS + r) * WG + tid + h];
         }
         barrier();
     }
-    if (tid < pc.M) {
-        float s = red[tid * WG];
+    if (tid < nr * pc.M) {
+        const uint q = tid / pc.M, r = tid % pc.M;
+        float s = red[(q * MV_MAX_ROWS + r) * WG];
 #endif
-        if (pc.has_add != 0u) s += data_a[pc.a_off + tid * pc.a_stride + n];
-        data_o[pc.o_off + tid * pc.o_stride + n] = s;
+        const uint n = n0 + q;
+        if (pc.has_add != 0u) s += data_a[pc.a_off + r * pc.a_stride + n];
+        data_o[pc.o_off + r * pc.o_stride + n] = s;
     }
 }

@@ -1,7 +1,7 @@
 /* Vulkan MATMUL and LOGITS: out[r] = x[r] · Wᵀ (+ add[r]).
  *
  * Two paths by the number of activation rows M:
- *   M <= MV_MAX_ROWS  mul_mat_vec_TYPE[_sg]: one workgroup per weight row,
+ *   M <= MV_MAX_ROWS  mul_mat_vec_TYPE[_sg]: one workgroup per two weight rows,
  *                     all M rows of x at once, so W is read once (decode);
  *   M >  MV_MAX_ROWS  mul_mm_TYPE: 64 x 64 output tiles, W dequantized into
  *                     shared memory per 32-wide k step (prefill).
@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MV_MAX_ROWS 8 /* shaders/mul_mat_vec.comp */
+#define MV_MAX_ROWS 8 /* shaders/mul_mat_vec.comp: activation rows */
+#define MV_NR 2       /* shaders/mul_mat_vec.comp: weight rows per workgroup */
 #define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
 
 struct mm_push {
@@ -92,7 +93,7 @@ static bool dispatchable(const struct vk_backend *vb, int64_t N, int64_t M)
 {
     const struct vk_caps *c = vk_get_caps(vb);
     uint64_t gx = c->max_workgroup_count[0], gy = c->max_workgroup_count[1];
-    if (M <= MV_MAX_ROWS) return (uint64_t)N <= gx * gy;
+    if (M <= MV_MAX_ROWS) return (uint64_t)((N + MV_NR - 1) / MV_NR) <= gx * gy;
     return (uint64_t)((N + MM_TILE - 1) / MM_TILE) <= gx && (uint64_t)((M + MM_TILE - 1) / MM_TILE) <= gy;
 }
 
@@ -133,7 +134,8 @@ static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
 {
     uint32_t wg = K >= 4096 ? 256 : K >= 1024 ? 128 : 64;
     const struct vk_caps *c = vk_get_caps(vb);
-    while (wg > 64 && wg > c->max_workgroup_invocations) wg /= 2;
+    /* the reduction's shared array: MV_NR * MV_MAX_ROWS floats per thread */
+    while (wg > 64 && (wg > c->max_workgroup_invocations || wg * MV_NR * MV_MAX_ROWS * 4 > c->max_shared_bytes)) wg /= 2;
     return wg;
 }
 
@@ -171,8 +173,9 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x, 
         uint32_t wg = matvec_threads(vb, K);
         snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(caps) ? "_sg" : "");
         p = vk_pipeline_get(vb, name, 4, sizeof pc, &wg, 1);
-        gx = (uint32_t)(N < caps->max_workgroup_count[0] ? N : caps->max_workgroup_count[0]);
-        gy = (uint32_t)((N + gx - 1) / gx);
+        const int64_t groups = (N + MV_NR - 1) / MV_NR;
+        gx = (uint32_t)(groups < caps->max_workgroup_count[0] ? groups : caps->max_workgroup_count[0]);
+        gy = (uint32_t)((groups + gx - 1) / gx);
     } else {
         snprintf(name, sizeof name, "mul_mm_%s", type_suffix(w->type));
         p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
