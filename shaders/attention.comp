@@ -1,5 +1,5 @@
 #version 450
-// variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP
+// variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP
 // ATTENTION over the paged F16 KV cache: one workgroup per (head, row),
 // causal over positions 0..pos[row] of the row's sequence through its block
 // table, GQA (kv head = head / (n_head / n_kv)), online softmax in tiles of
@@ -7,6 +7,8 @@
 // rounded to F16 as the CPU does), the tile's max and sum are reduced
 // (subgroup ops when the device has them, else shared memory), and each
 // invocation accumulates its own pairs of output dims over the tile's V rows.
+// Q8_0 cache (as the CPU, after ggml): q quantized to Q8_0 (round half to
+// even), K·q as per-block integer dots times both scales, V dequantized.
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -29,6 +31,16 @@ layout(push_constant) uniform P {
 } p;
 
 shared float qs[512];
+#ifdef KV_Q8_0
+shared int qi[512];
+shared float qd[16];
+uint rd_u16(uint byte) { return (cache[byte >> 2] >> ((byte & 2u) * 8u)) & 0xffffu; }
+vec2 rd_i8x2(uint byte)
+{
+    const int u = int(rd_u16(byte));
+    return vec2(bitfieldExtract(u, 0, 8), bitfieldExtract(u, 8, 8));
+}
+#endif
 shared float es[WG];
 shared float red[WG];
 
@@ -82,11 +94,17 @@ float reduce_sum(float x)
 #endif
 }
 
-// word index of position pp's K row for kv head kvh (V is layer_words on)
+// where position pp's K row for kv head kvh starts (V is layer_units on):
+// F16 in words, Q8_0 in bytes
 uint k_word(uint blocks, uint pp, uint kvh, uint tok_words, uint layer_words)
 {
     const uint blk = uint(bt[blocks + pp / 16u]);
-    return ((blk * p.n_layer + p.layer) * 2u) * layer_words + (pp % 16u) * tok_words + kvh * (p.hd / 2u);
+#ifdef KV_Q8_0
+    const uint head_units = p.hd / 32u * 34u;
+#else
+    const uint head_units = p.hd / 2u;
+#endif
+    return ((blk * p.n_layer + p.layer) * 2u) * layer_words + (pp % 16u) * tok_words + kvh * head_units;
 }
 
 void main()
@@ -95,10 +113,27 @@ void main()
     const uint h = gl_WorkGroupID.x;
     const uint kvh = h / (p.n_head / p.n_kv);
     const uint hw = p.hd / 2u;
+#ifdef KV_Q8_0
+    const uint tok_words = p.n_kv * (p.hd / 32u) * 34u, layer_words = 16u * tok_words;  // bytes
+#else
     const uint tok_words = p.n_kv * hw, layer_words = 16u * tok_words;
+#endif
     for (uint r = gl_WorkGroupID.y; r < p.n_rows; r += gl_NumWorkGroups.y) {
         const uint qb = p.q_off + r * p.q_rs + h * p.hd;
+#ifdef KV_Q8_0
+        if (t < p.hd / 32u) {
+            float amax = 0.0;
+            for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(q[qb + 32u * t + j]));
+            const float id = amax != 0.0 ? 127.0 / amax : 0.0;
+            for (uint j = 0u; j < 32u; j++) {
+                precise float x = q[qb + 32u * t + j] * id;
+                qi[32u * t + j] = int(roundEven(x));
+            }
+            qd[t] = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
+        }
+#else
         for (uint d = t; d < p.hd; d += WG) qs[d] = unpackHalf2x16(packHalf2x16(vec2(q[qb + d], 0.0))).x;
+#endif
         barrier();
         const uint n_pos = uint(pos[p.pos_off + r]) + 1u;
         const uint blocks = p.bt_off0 + uint(bt_off[p.bto_off + uint(seq[p.seq_off + r])]);
@@ -111,10 +146,22 @@ void main()
             if (pp < n_pos) {
                 const uint kw = k_word(blocks, pp, kvh, tok_words, layer_words);
                 float dot = 0.0;
+#ifdef KV_Q8_0
+                for (uint b = 0u; b < p.hd / 32u; b++) {
+                    const uint base = kw + 34u * b;
+                    int isum = 0;
+                    for (uint j = 0u; j < 32u; j += 2u) {
+                        const ivec2 kk = ivec2(rd_i8x2(base + 2u + j));
+                        isum += kk.x * qi[32u * b + j] + kk.y * qi[32u * b + j + 1u];
+                    }
+                    dot += float(isum) * (unpackHalf2x16(rd_u16(base)).x * qd[b]);
+                }
+#else
                 for (uint i = 0u; i < hw; i++) {
                     const vec2 kk = unpackHalf2x16(cache[kw + i]);
                     dot += kk.x * qs[2u * i] + kk.y * qs[2u * i + 1u];
                 }
+#endif
                 s = dot * p.scale;
             }
             const float m_new = max(M, reduce_max(s));
@@ -131,7 +178,12 @@ void main()
                 vec2 a = acc[j] * corr;
                 for (uint u = 0u; u < n_tile; u++) {
                     const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
+#ifdef KV_Q8_0
+                    const uint vbase = vw + (2u * pi / 32u) * 34u;
+                    a += es[u] * (unpackHalf2x16(rd_u16(vbase)).x * rd_i8x2(vbase + 2u + (2u * pi) % 32u));
+#else
                     a += es[u] * unpackHalf2x16(cache[vw + pi]);
+#endif
                 }
                 acc[j] = a;
             }

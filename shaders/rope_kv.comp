@@ -1,19 +1,26 @@
 #version 450
-// variants: f16:-DKV_F16
+// variants: f16:-DKV_F16 q8_0:-DKV_Q8_0
 // ROPE_KV, one workgroup per batch row (rows strided by the group count):
 //  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
 //     pos * freq_scale, theta_{i+1} = theta_i * theta_scale (theta_scale
 //     computed on the host with the CPU's powf); NORMAL pairs (2i, 2i+1),
 //     NEOX (i, i + n_rot/2); x0*c - x1*s and x0*s + x1*c with the x0 product
 //     fused, as the CPU does;
-//  2. write k and v as F16 into the row's KV slot (backend.h's paged layout:
-//     token rows of n_kv*hd halves, two per uint word).
+//  2. write k and v into the row's KV slot (backend.h's paged layout): F16,
+//     token rows of n_kv*hd halves, two per uint word; or Q8_0, 34-byte
+//     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
+//     round-half-away(x/d)), stored 16 bits at a time with atomics since
+//     blocks share words with neighbouring blocks and token rows.
 // q/k/v offsets and row strides in floats; the cache addressed in words.
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) coherent buffer Q { float q[]; };
 layout(std430, binding = 1) coherent buffer K { float k[]; };
 layout(std430, binding = 2) readonly buffer V { float v[]; };
+#ifdef KV_Q8_0
+layout(std430, binding = 3) coherent buffer C { uint cache[]; };
+#else
 layout(std430, binding = 3) writeonly buffer C { uint cache[]; };
+#endif
 layout(std430, binding = 4) readonly buffer POS { int pos[]; };
 layout(std430, binding = 5) readonly buffer SLOT { int slot[]; };
 layout(push_constant) uniform P {
@@ -23,6 +30,25 @@ layout(push_constant) uniform P {
     uint n_layer, layer;
     float freq_scale, theta_scale;
 } p;
+
+#ifdef KV_Q8_0
+// 16 bits at an even byte offset, leaving the word's other half alone
+void put_u16(uint byte, uint val)
+{
+    const uint sh = (byte & 2u) * 8u;
+    atomicAnd(cache[byte >> 2], ~(0xffffu << sh));
+    atomicOr(cache[byte >> 2], (val & 0xffffu) << sh);
+}
+#endif
+
+#ifdef KV_Q8_0
+// C's roundf: half away from zero (a - floor(a) is exact)
+int round_away(float x)
+{
+    const float a = abs(x), f = floor(a);
+    return int(sign(x) * (a - f >= 0.5 ? f + 1.0 : f));
+}
+#endif
 
 const float TWO_PI_HI = 6.28318548202514648;       // float(2*pi)
 const float TWO_PI_LO = -1.7484555314695172e-7;     // 2*pi - TWO_PI_HI
@@ -62,14 +88,36 @@ void main()
         }
         memoryBarrierBuffer();
         barrier();
-        const uint tok_words = p.n_kv * p.hd / 2u, layer_words = 16u * tok_words;
         const uint sl = uint(slot[p.slot_off + r]);
-        const uint kw = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_words + (sl % 16u) * tok_words;
         const uint kb = p.k_off + r * p.k_rs, vb = p.v_off + r * p.v_rs;
+#ifdef KV_Q8_0
+        const uint nb = p.n_kv * p.hd / 32u, tok_bytes = nb * 34u, layer_bytes = 16u * tok_bytes;
+        const uint kbyte = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_bytes + (sl % 16u) * tok_bytes;
+        for (uint w = t; w < 2u * nb; w += 64u) {
+            const bool is_v = w >= nb;
+            const uint b = is_v ? w - nb : w;
+            const uint src = (is_v ? vb : kb) + 32u * b;
+            float amax = 0.0;
+            for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(is_v ? v[src + j] : k[src + j]));
+            const float d = amax / 127.0;
+            const float id = d != 0.0 ? 1.0 / d : 0.0;
+            const uint dst = kbyte + (is_v ? layer_bytes : 0u) + 34u * b;
+            put_u16(dst, packHalf2x16(vec2(d, 0.0)));
+            for (uint j = 0u; j < 32u; j += 2u) {
+                precise float x0 = (is_v ? v[src + j] : k[src + j]) * id;
+                precise float x1 = (is_v ? v[src + j + 1u] : k[src + j + 1u]) * id;
+                const int q0 = round_away(x0), q1 = round_away(x1);
+                put_u16(dst + 2u + j, (uint(q0) & 0xffu) | ((uint(q1) & 0xffu) << 8));
+            }
+        }
+#else
+        const uint tok_words = p.n_kv * p.hd / 2u, layer_words = 16u * tok_words;
+        const uint kw = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_words + (sl % 16u) * tok_words;
         for (uint w = t; w < tok_words; w += 64u) {
             cache[kw + w] = packHalf2x16(vec2(k[kb + 2u * w], k[kb + 2u * w + 1u]));
             cache[kw + layer_words + w] = packHalf2x16(vec2(v[vb + 2u * w], v[vb + 2u * w + 1u]));
         }
+#endif
         barrier();  // the next row's rotation does not overtake this row's reads
     }
 }

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/module.h"
+#include "core/quant.h"
 #include "tests/check.h"
 
 static const struct weft_backend_iface *bi;
@@ -172,6 +173,128 @@ static void impossible_allocation_is_nomem_and_device_still_works(void)
     bi->buffer_free(a);
 }
 
+/* ---- ROPE_KV + ATTENTION: Vulkan against the CPU backend ---- */
+
+enum { KV_NL = 2, KV_LAYER = 1, KV_NH = 8, KV_NKV = 2, KV_HD = 64, KV_NBLK = 24, KV_SEQ = 3 };
+#define KV_ROWS (75 + 1 + 1)
+
+struct kv_case {
+    enum weft_type type;
+    size_t cache_bytes;
+    uint8_t *cache;                          /* initial cache image */
+    float q[KV_ROWS * KV_NH * KV_HD], k[KV_ROWS * KV_NKV * KV_HD], v[KV_ROWS * KV_NKV * KV_HD];
+    int32_t pos[KV_ROWS], seq[KV_ROWS], slot[KV_ROWS], bt_off[KV_SEQ], bt[KV_NBLK];
+};
+
+static float kv_rand(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17; return (float)((*s >> 11) * (1.0 / 9007199254740992.0)) * 2 - 1; }
+
+/* seq 0: 70 cached positions and a 75-row prefill chunk (tiles of 64 and
+ * blocks of 16 crossed); seq 1: 5 cached + one decode row; seq 2: its first
+ * token. Blocks are scattered through the cache. */
+static void kv_case_init(struct kv_case *c, enum weft_type t)
+{
+    uint64_t s = 0x1234567ull;
+    c->type = t;
+    const size_t tok = weft_row_size(t, KV_NKV * KV_HD);
+    c->cache_bytes = tok * WEFT_KV_BLOCK_TOKENS * 2 * KV_NL * KV_NBLK;
+    c->cache = malloc(c->cache_bytes);
+    float row[KV_NKV * KV_HD];
+    for (size_t r = 0; r < c->cache_bytes / tok; r++) {
+        for (int i = 0; i < KV_NKV * KV_HD; i++) row[i] = kv_rand(&s);
+        weft_quantize_row(t, row, c->cache + r * tok, KV_NKV * KV_HD);
+    }
+    static const int32_t perm[KV_NBLK] = {17, 3, 9, 22, 0, 14, 6, 11, 20, 1, 8, 15, 5, 23, 2, 19, 12, 7, 21, 4, 16, 10, 18, 13};
+    memcpy(c->bt, perm, sizeof perm);
+    c->bt_off[0] = 0;   /* 145 positions: 10 blocks */
+    c->bt_off[1] = 10;  /* 6 positions: 1 block */
+    c->bt_off[2] = 11;
+    int r = 0;
+    for (int p = 70; p < 145; p++, r++) { c->pos[r] = p; c->seq[r] = 0; }
+    c->pos[r] = 5; c->seq[r++] = 1;
+    c->pos[r] = 0; c->seq[r++] = 2;
+    for (r = 0; r < KV_ROWS; r++)
+        c->slot[r] = c->bt[c->bt_off[c->seq[r]] + c->pos[r] / 16] * 16 + c->pos[r] % 16;
+    for (int i = 0; i < KV_ROWS * KV_NH * KV_HD; i++) c->q[i] = kv_rand(&s);
+    for (int i = 0; i < KV_ROWS * KV_NKV * KV_HD; i++) { c->k[i] = kv_rand(&s); c->v[i] = kv_rand(&s); }
+}
+
+/* Runs ROPE_KV then ATTENTION on `spec`; returns out and the cache after. */
+static bool kv_run(const char *spec, const struct kv_case *c, int mode, float *out, uint8_t *cache_after)
+{
+    struct weft_backend *b = NULL;
+    if (weft_backend_open(spec, 2, &b) != WEFT_OK) return false;
+    const struct weft_backend_iface *f = b->iface;
+    struct weft_buffer *bufs[10];
+    const void *src[10] = {c->cache, c->q, c->k, c->v, NULL, c->pos, c->seq, c->slot, c->bt_off, c->bt};
+    const size_t n[10] = {c->cache_bytes, sizeof c->q, sizeof c->k, sizeof c->v, sizeof c->q, sizeof c->pos,
+                          sizeof c->seq, sizeof c->slot, sizeof c->bt_off, sizeof c->bt};
+    bool ok = true;
+    for (int i = 0; i < 10; i++) {
+        ok &= f->buffer_alloc(b, n[i], &bufs[i]) == WEFT_OK;
+        if (ok && src[i]) ok &= f->buffer_write(bufs[i], 0, src[i], n[i]) == WEFT_OK;
+    }
+    CHECK(ok);
+    struct weft_kv_view kv = {bufs[0], c->type, KV_NL, KV_LAYER, KV_NKV, KV_HD};
+    struct weft_batch_view batch = {KV_ROWS, KV_SEQ, weft_view_2d(bufs[5], 0, WEFT_TYPE_I32, KV_ROWS, 1),
+                                    weft_view_2d(bufs[6], 0, WEFT_TYPE_I32, KV_ROWS, 1),
+                                    weft_view_2d(bufs[7], 0, WEFT_TYPE_I32, KV_ROWS, 1),
+                                    weft_view_2d(bufs[8], 0, WEFT_TYPE_I32, KV_SEQ, 1),
+                                    weft_view_2d(bufs[9], 0, WEFT_TYPE_I32, KV_NBLK, 1)};
+    struct weft_op ops[2] = {{.kind = WEFT_OP_ROPE_KV}, {.kind = WEFT_OP_ATTENTION}};
+    ops[0].u.rope_kv = (struct weft_op_rope_kv){
+        .q = weft_view_2d(bufs[1], 0, WEFT_TYPE_F32, KV_NH * KV_HD, KV_ROWS),
+        .k = weft_view_2d(bufs[2], 0, WEFT_TYPE_F32, KV_NKV * KV_HD, KV_ROWS),
+        .v = weft_view_2d(bufs[3], 0, WEFT_TYPE_F32, KV_NKV * KV_HD, KV_ROWS), .kv = kv, .batch = batch,
+        .n_head = KV_NH, .n_rot = 48, .freq_base = 10000.0f, .freq_scale = 0.5f, .mode = (enum weft_rope_mode)mode};
+    ops[1].u.attention = (struct weft_op_attention){
+        .q = weft_view_2d(bufs[1], 0, WEFT_TYPE_F32, KV_NH * KV_HD, KV_ROWS),
+        .out = weft_view_2d(bufs[4], 0, WEFT_TYPE_F32, KV_NH * KV_HD, KV_ROWS), .kv = kv, .batch = batch,
+        .n_head = KV_NH, .scale = 0.125f};
+    CHECK_MSG(f->supports(b, &ops[0]) && f->supports(b, &ops[1]), "%s: kv %s", spec, weft_type_name(c->type));
+    CHECK(f->run(b, ops, 2) == WEFT_OK && f->sync(b) == WEFT_OK);
+    CHECK(f->buffer_read(bufs[4], 0, out, sizeof c->q) == WEFT_OK);
+    CHECK(f->buffer_read(bufs[0], 0, cache_after, c->cache_bytes) == WEFT_OK);
+    for (int i = 0; i < 10; i++) f->buffer_free(bufs[i]);
+    weft_backend_close(b);
+    return true;
+}
+
+static void rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches(void)
+{
+    static struct kv_case c;
+    static float o_cpu[KV_ROWS * KV_NH * KV_HD], o_vk[KV_ROWS * KV_NH * KV_HD];
+    const enum weft_type types[2] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
+    for (int ti = 0; ti < 2; ti++)
+        for (int mode = 0; mode < 2; mode++) {
+            kv_case_init(&c, types[ti]);
+            uint8_t *c_cpu = malloc(c.cache_bytes), *c_vk = malloc(c.cache_bytes);
+            CHECK(kv_run("cpu", &c, mode, o_cpu, c_cpu));
+            CHECK(kv_run("vulkan:0", &c, mode, o_vk, c_vk));
+            double e = 0, s2 = 0;
+            for (size_t i = 0; i < sizeof o_cpu / sizeof o_cpu[0]; i++) {
+                e += (o_vk[i] - o_cpu[i]) * (double)(o_vk[i] - o_cpu[i]);
+                s2 += (double)o_cpu[i] * o_cpu[i];
+            }
+            printf("  kv %s %s rope: attention nmse vs cpu %.3g\n", weft_type_name(c.type), mode ? "neox" : "normal",
+                   e / s2);
+            CHECK_MSG(e / s2 < (c.type == WEFT_TYPE_F16 ? 1e-5 : 1e-6), "kv %s mode %d: nmse %.3g", weft_type_name(c.type), mode, e / s2);
+            /* caches: every token row dequantized, within one quantum of the CPU's */
+            const int64_t nrow = KV_NKV * KV_HD;
+            const size_t tok = weft_row_size(c.type, nrow);
+            float ra[KV_NKV * KV_HD], rb[KV_NKV * KV_HD];
+            size_t bad = 0;
+            for (size_t r = 0; r < c.cache_bytes / tok; r++) {
+                weft_dequantize_row(c.type, c_cpu + r * tok, ra, nrow);
+                weft_dequantize_row(c.type, c_vk + r * tok, rb, nrow);
+                for (int64_t i = 0; i < nrow; i++) bad += fabsf(ra[i] - rb[i]) > (c.type == WEFT_TYPE_F16 ? 2e-3f : 2e-2f);
+            }
+            CHECK_MSG(bad == 0, "kv %s: %zu cache values differ from the cpu's", weft_type_name(c.type), bad);
+            free(c_cpu);
+            free(c_vk);
+            free(c.cache);
+        }
+}
+
 static void each_case(void)
 {
     RUN(buffers_round_trip_at_odd_sizes_and_offsets);
@@ -222,6 +345,10 @@ int main(void)
         each_case();
         weft_backend_close(be);
     }
+    RUN(rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches);
+    setenv("WEFT_VK_NO_SUBGROUP", "1", 1);  /* the shared-memory reductions */
+    RUN(rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches);
+    unsetenv("WEFT_VK_NO_SUBGROUP");
     RUN(profile_table_does_not_crash);
     return check_summary();
 }

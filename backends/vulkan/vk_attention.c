@@ -1,6 +1,7 @@
-/* Vulkan ROPE_KV and ATTENTION over the paged F16 KV cache
+/* Vulkan ROPE_KV and ATTENTION over the paged KV cache, F16 or Q8_0
  * (shaders/rope_kv.comp, shaders/attention.comp; backend.h gives the
- * layout). A Q8_0 cache is not supported here (supports() says no). */
+ * layout). The shaders address the cache in 32-bit words (F16) or bytes
+ * (Q8_0), so supports() wants it within 2^32 of those. */
 #include "backends/vulkan/vk_internal.h"
 
 #include <math.h>
@@ -33,11 +34,13 @@ static bool ids_ok(const struct vk_backend *vb, const struct weft_view *v, int64
 
 static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
 {
-    if (!kv->buf || kv->type != WEFT_TYPE_F16 || kv->layer >= kv->n_layer || kv->n_kv_head == 0 ||
-        kv->head_dim == 0 || kv->head_dim % 2 || kv->head_dim > MAX_HEAD_DIM)
+    if (!kv->buf || kv->layer >= kv->n_layer || kv->n_kv_head == 0 || kv->head_dim == 0 || kv->head_dim % 2 ||
+        kv->head_dim > MAX_HEAD_DIM)
         return false;
     size_t sz = vk_buffer_size(kv->buf);
-    return sz <= vk_get_caps(vb)->max_storage_range && sz / 4 <= UINT32_MAX;
+    if (sz > vk_get_caps(vb)->max_storage_range) return false;
+    if (kv->type == WEFT_TYPE_F16) return sz / 4 <= UINT32_MAX;
+    return kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && sz <= UINT32_MAX;
 }
 
 bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
@@ -85,7 +88,7 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
             powf(o->freq_base, -2.0f / (float)o->n_rot)};
-    struct vk_pipeline *p = vk_pipeline_get(vb, "rope_kv_f16", 6, sizeof pc, NULL, 0);
+    struct vk_pipeline *p = vk_pipeline_get(vb, kv->type == WEFT_TYPE_Q8_0 ? "rope_kv_q8_0" : "rope_kv_f16", 6, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, k = o->k, v = o->v;
     q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
@@ -113,7 +116,9 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
             kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->scale};
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
-    struct vk_pipeline *p = vk_pipeline_get(vb, sg ? "attention_f16_sg" : "attention_f16", 7, sizeof pc, NULL, 0);
+    const bool q8 = kv->type == WEFT_TYPE_Q8_0;
+    const char *name = q8 ? (sg ? "attention_q8_0_sg" : "attention_q8_0") : (sg ? "attention_f16_sg" : "attention_f16");
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, out = o->out;
     q.ne1 = out.ne1 = o->batch.n_rows;
