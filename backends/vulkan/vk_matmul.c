@@ -5,9 +5,11 @@
  *                     all M rows of x at once, so W is read once (decode);
  *   M >  MV_MAX_ROWS  mul_mm_TYPE: 64 x 64 output tiles, W dequantized into
  *                     shared memory per 32-wide k step (prefill).
- * Both multiply f32 activations by dequantized weights and accumulate in f32
- * (the CPU backend quantizes activations to the type's vec_dot type first,
- * so results agree to that rounding, not bit for bit).
+ * Activations are first rounded as the CPU backend (and ggml) rounds them
+ * for this weight type (quant_act: Q8_0 / Q8_K blocks, F16, BF16; none for
+ * F32) into scratch, so both backends multiply the same values; the shaders
+ * then multiply by dequantized weights in f32. Results agree up to summation
+ * order (and, for Q4_1/Q5_1, ggml's f16-rounded Q8_1 block sums).
  * LOGITS gathers and RMS-normalises the selected rows into scratch
  * (logits_norm) and then runs the same matmul with the output head.
  *
@@ -31,6 +33,12 @@ struct mm_push {
     uint32_t o_off, o_stride;
     uint32_t a_off, a_stride;
     uint32_t K, N, M, has_add;
+};
+
+struct quant_act_push {
+    uint32_t x_off, x_stride;
+    uint32_t o_off, o_stride;
+    uint32_t K, M;
 };
 
 struct logits_norm_push {
@@ -58,6 +66,30 @@ static const char *type_suffix(enum weft_type t)
     case WEFT_TYPE_Q6_K: return "q6_k";
     default: return NULL;
     }
+}
+
+/* the quant_act variant that rounds activations as the CPU's vec_dot type of
+ * weight type t does (Q8_1 as Q8_0: the same values), or NULL for none */
+static const char *act_variant(enum weft_type t)
+{
+    switch (t) {
+    case WEFT_TYPE_F16: return "quant_act_f16";
+    case WEFT_TYPE_BF16: return "quant_act_bf16";
+    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0:
+    case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_1: return "quant_act_q8_0";
+    case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K: return "quant_act_q8_k";
+    default: return NULL;
+    }
+}
+
+#define SCRATCH_ALIGN 256
+
+static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1); }
+
+/* scratch bytes run_matmul needs for M rows of K (0 for F32 weights) */
+static size_t act_bytes(enum weft_type t, int64_t M, int64_t K)
+{
+    return act_variant(t) ? align_up((size_t)M * (size_t)K * sizeof(float)) : 0;
 }
 
 /* bytes from the buffer start to the end of the view's last row */
@@ -105,7 +137,7 @@ bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
         if (m->x.ne0 != m->w.ne0 || m->out.ne0 != m->w.ne1 || m->out.ne1 != m->x.ne1) return false;
         if (m->has_add && (!f32_ok(vb, &m->add) || m->add.ne0 != m->out.ne0 || m->add.ne1 != m->out.ne1))
             return false;
-        return dispatchable(vb, m->w.ne1, m->x.ne1);
+        return act_bytes(m->w.type, m->x.ne1, m->w.ne0) <= UINT32_MAX && dispatchable(vb, m->w.ne1, m->x.ne1);
     }
     if (op->kind == WEFT_OP_LOGITS) {
         const struct weft_op_logits *l = &op->u.logits;
@@ -116,7 +148,8 @@ bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
         if (l->x.ne0 != l->w.ne0 || l->norm_w.ne0 < l->x.ne0 || l->out.ne0 != l->w.ne1 || l->out.ne1 < n_out)
             return false;
         /* the normalised rows live in scratch: their offsets must fit too */
-        if ((uint64_t)n_out * (uint64_t)l->x.ne0 * 4 > UINT32_MAX) return false;
+        if (align_up((size_t)n_out * (size_t)l->x.ne0 * 4) + act_bytes(l->w.type, n_out, l->x.ne0) > UINT32_MAX)
+            return false;
         return n_out <= (int64_t)vk_get_caps(vb)->max_workgroup_count[0] && dispatchable(vb, l->w.ne1, n_out);
     }
     return false;
@@ -147,12 +180,46 @@ static bool subgroup_reduce(const struct vk_caps *caps)
     return caps->subgroup_arith && !(e && *e && strcmp(e, "0") != 0);
 }
 
+/* x' = x rounded as the CPU rounds activations for w's type, into scratch at
+ * xq_off ([M][K] dense); *xv becomes that view. Nothing to do for F32. */
+static weft_status round_activations(struct vk_backend *vb, const struct weft_view *w, struct weft_view *xv,
+                                     int64_t M, struct weft_buffer *scratch, size_t xq_off)
+{
+    const char *name = act_variant(w->type);
+    if (!name) return WEFT_OK;
+    const int64_t K = w->ne0, qa = w->type == WEFT_TYPE_F16 || w->type == WEFT_TYPE_BF16 ? 1
+                                   : weft_type_get(w->type)->block_size;
+    struct weft_view xq = weft_view_2d(scratch, xq_off, WEFT_TYPE_F32, K, M);
+    struct quant_act_push pc = {
+        .x_off = (uint32_t)(xv->offset / 4), .x_stride = (uint32_t)(xv->nb1 / 4),
+        .o_off = (uint32_t)(xq_off / 4), .o_stride = (uint32_t)K, .K = (uint32_t)K, .M = (uint32_t)M,
+    };
+    struct weft_view xin = *xv;
+    xin.ne1 = M;
+    struct vk_bind b[2] = {bind_of(&xin, false), bind_of(&xq, true)};
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, 2, sizeof pc, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    const uint64_t groups = ((uint64_t)M * (uint64_t)(K / qa) + 63) / 64;
+    const uint32_t mx = vk_get_caps(vb)->max_workgroup_count[0];
+    const uint32_t gx = (uint32_t)(groups < mx ? groups : mx), gy = (uint32_t)((groups + gx - 1) / gx);
+    weft_status st = vk_dispatch(vb, p, b, 2, &pc, sizeof pc, gx, gy, 1);
+    if (st == WEFT_OK) *xv = xq;
+    return st;
+}
+
 /* out[M rows] = x[M rows] · wᵀ (+ add): the view shapes were checked by
- * supports(); x, out and add name M rows. */
-static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x, const struct weft_view *w,
-                              const struct weft_view *out, const struct weft_view *add, int64_t M)
+ * supports(); x, out and add name M rows. The rounded activations go to
+ * scratch at xq_off (act_bytes of room). */
+static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_in, const struct weft_view *w,
+                              const struct weft_view *out, const struct weft_view *add, int64_t M,
+                              struct weft_buffer *scratch, size_t xq_off)
 {
     const int64_t K = w->ne0, N = w->ne1;
+    struct weft_view xv = *x_in;
+    xv.ne1 = M;
+    weft_status st = round_activations(vb, w, &xv, M, scratch, xq_off);
+    if (st != WEFT_OK) return st;
+    const struct weft_view *x = &xv;
     struct mm_push pc = {
         .w_off = (uint32_t)w->offset, .w_stride = (uint32_t)w->nb1,
         .x_off = (uint32_t)(x->offset / 4), .x_stride = (uint32_t)(x->nb1 / 4),
@@ -192,7 +259,13 @@ weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op)
         return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan MATMUL: weight type %s or view shapes not supported",
                           weft_type_name(op->u.matmul.w.type));
     const struct weft_op_matmul *m = &op->u.matmul;
-    return run_matmul(vb, &m->x, &m->w, &m->out, m->has_add ? &m->add : NULL, m->x.ne1);
+    const size_t need = act_bytes(m->w.type, m->x.ne1, m->w.ne0);
+    struct weft_buffer *scratch = NULL;
+    if (need) {
+        weft_status st = vk_scratch(vb, need, &scratch);
+        if (st != WEFT_OK) return st;
+    }
+    return run_matmul(vb, &m->x, &m->w, &m->out, m->has_add ? &m->add : NULL, m->x.ne1, scratch, 0);
 }
 
 weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
@@ -202,10 +275,12 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
                           weft_type_name(op->u.logits.w.type));
     const struct weft_op_logits *l = &op->u.logits;
     const int64_t n_out = l->rows.ne0, K = l->x.ne0;
+    /* scratch: normed [n_out][K] f32, then its rounded copy; asked for at
+     * once, as a larger request may replace the buffer */
+    const size_t normed_bytes = align_up((size_t)n_out * (size_t)K * sizeof(float));
     struct weft_buffer *scratch = NULL;
-    weft_status st = vk_scratch(vb, (size_t)n_out * (size_t)K * sizeof(float), &scratch);
+    weft_status st = vk_scratch(vb, normed_bytes + act_bytes(l->w.type, n_out, K), &scratch);
     if (st != WEFT_OK) return st;
-    /* normed [n_out][K] f32 at the start of scratch */
     struct weft_view normed = weft_view_2d(scratch, 0, WEFT_TYPE_F32, K, n_out);
     struct weft_view rows = l->rows, g = l->norm_w;
     rows.ne1 = 1;
@@ -223,5 +298,5 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
     if (st != WEFT_OK) return st;
     struct weft_view out = l->out;
     out.ne1 = n_out;
-    return run_matmul(vb, &normed, &l->w, &out, NULL, n_out);
+    return run_matmul(vb, &normed, &l->w, &out, NULL, n_out, scratch, normed_bytes);
 }
