@@ -295,6 +295,21 @@ static void rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches(void)
         }
 }
 
+/* WEFT_VK_VALIDATE without the layer: open fails and says why. */
+static void validation_requested_without_the_layer_fails_open(void)
+{
+    const char *old = getenv("VK_LAYER_PATH");
+    char *saved = old ? strdup(old) : NULL;
+    setenv("VK_LAYER_PATH", "/nonexistent-weft-layers", 1);
+    struct weft_backend *b = NULL;
+    CHECK(weft_backend_open("vulkan:0", 0, &b) == WEFT_ERR_DEVICE && b == NULL);
+    CHECK(strstr(weft_last_error(), "VK_LAYER_KHRONOS_validation") != NULL);
+    if (saved) setenv("VK_LAYER_PATH", saved, 1);
+    else unsetenv("VK_LAYER_PATH");
+    free(saved);
+    weft_backend_close(b);
+}
+
 static void each_case(void)
 {
     RUN(buffers_round_trip_at_odd_sizes_and_offsets);
@@ -350,5 +365,6 @@ int main(void)
     RUN(rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches);
     unsetenv("WEFT_VK_NO_SUBGROUP");
     RUN(profile_table_does_not_crash);
+    if (strcmp(getenv("WEFT_VK_VALIDATE"), "0") != 0) RUN(validation_requested_without_the_layer_fails_open);
     return check_summary();
 }

@@ -394,7 +394,8 @@ static weft_status run_one(struct vk_backend *vb, const struct weft_op *op)
 
 /* The whole list goes into one command buffer and one submit. Ops are
  * checked first, so a refused op leaves nothing run; an op failing while
- * recording leaves the ops before it submitted. */
+ * recording leaves the ops before it submitted; a validation error while
+ * recording (WEFT_VK_VALIDATE) submits nothing. */
 static weft_status vk_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
 {
     struct vk_backend *vb = (struct vk_backend *)b;
@@ -410,6 +411,11 @@ static weft_status vk_run(struct weft_backend *b, const struct weft_op *ops, siz
         vk_op_begin(vb, (int)ops[i].kind);
         st = run_one(vb, &ops[i]);
         vk_op_end(vb);
+    }
+    if (vb->val && vb->val->error) {
+        /* recording broke a rule: running it could fault the device */
+        vk_step_abort(vb);
+        return vk_check_validation(vb);
     }
     weft_status st2 = vk_step_submit(vb);
     if (st == WEFT_OK) st = st2;

@@ -144,6 +144,14 @@ weft_status vk_step_submit(struct vk_backend *vb)
     return st;
 }
 
+void vk_step_abort(struct vk_backend *vb)
+{
+    if (!vb->recording) return;
+    vb->recording = false;
+    vkEndCommandBuffer(vb->cb);
+    vb->step_queries = 0;
+}
+
 void vk_op_begin(struct vk_backend *vb, int kind)
 {
     if (!vb->profile || vb->n_queries + 2 > VK_MAX_QUERIES) {

@@ -126,6 +126,7 @@ weft_status vk_oneshot_begin(struct vk_backend *vb);      /* recording into vb->
 weft_status vk_oneshot_submit(struct vk_backend *vb);     /* submit and wait */
 weft_status vk_step_begin(struct vk_backend *vb);
 weft_status vk_step_submit(struct vk_backend *vb);
+void vk_step_abort(struct vk_backend *vb);                /* end recording, submit nothing */
 void vk_op_begin(struct vk_backend *vb, int kind);        /* profiling marks */
 void vk_op_end(struct vk_backend *vb);
 /* Record a transfer (copy) with hazard tracking. */
