@@ -81,16 +81,22 @@ struct weft_block_q8_k {
     int16_t bsums[WEFT_QK_K / 16];
 };
 
-_Static_assert(sizeof(struct weft_block_q4_0) == 18, "q4_0 layout");
-_Static_assert(sizeof(struct weft_block_q4_1) == 20, "q4_1 layout");
-_Static_assert(sizeof(struct weft_block_q5_0) == 22, "q5_0 layout");
-_Static_assert(sizeof(struct weft_block_q5_1) == 24, "q5_1 layout");
-_Static_assert(sizeof(struct weft_block_q8_0) == 34, "q8_0 layout");
-_Static_assert(sizeof(struct weft_block_q8_1) == 36, "q8_1 layout");
-_Static_assert(sizeof(struct weft_block_q4_k) == 144, "q4_k layout");
-_Static_assert(sizeof(struct weft_block_q5_k) == 176, "q5_k layout");
-_Static_assert(sizeof(struct weft_block_q6_k) == 210, "q6_k layout");
-_Static_assert(sizeof(struct weft_block_q8_k) == 292, "q8_k layout");
+/* C11 and C++ (nvcc/hipcc compile the kernels against this header) */
+#ifdef __cplusplus
+#define WEFT_STATIC_ASSERT static_assert
+#else
+#define WEFT_STATIC_ASSERT _Static_assert
+#endif
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q4_0) == 18, "q4_0 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q4_1) == 20, "q4_1 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q5_0) == 22, "q5_0 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q5_1) == 24, "q5_1 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q8_0) == 34, "q8_0 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q8_1) == 36, "q8_1 layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q4_k) == 144, "q4_k layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q5_k) == 176, "q5_k layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q6_k) == 210, "q6_k layout");
+WEFT_STATIC_ASSERT(sizeof(struct weft_block_q8_k) == 292, "q8_k layout");
 
 struct weft_type_info {
     const char *name;       /* "Q4_0" ... ; NULL for ids that are not types */
