@@ -88,9 +88,60 @@ static void attn_rows_match_the_generic_row_bit_for_bit(void)
     printf("  %d tables with attn_row, %d rows compared\n", tables, checked);
 }
 
+/* attn_group: 1..7 heads of a GQA group (their own q rows, one KV head)
+ * against the generic row of each, bit for bit; K values as above. */
+static void attn_groups_match_the_generic_row_bit_for_bit(void)
+{
+    const struct weft_cpu_kernels *ref = weft_cpu_kernels_get(WEFT_CPU_ISA_SCALAR);
+    static const uint32_t hds[] = {64, 128, 192};
+    static const int64_t npos[] = {1, 15, 16, 17, 33, 100, 257};
+    int checked = 0, tables = 0;
+    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k || !k->attn_group) continue;
+        tables++;
+        for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+            for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++)
+                for (int g = 1; g <= 7; g++) {
+                    const uint32_t hd = hds[hi], n_kv = 2, n_layer = 1;
+                    const int64_t n = npos[pi], nblk = (n + 15) / 16 + 1;
+                    const size_t tok = (size_t)n_kv * hd * 2, layer = 16 * tok, block = (size_t)n_layer * 2 * layer;
+                    uint8_t *kv = malloc(block * (size_t)nblk);
+                    for (size_t i = 0; i < block * (size_t)nblk / 2; i++) {
+                        weft_half h = weft_f32_to_half((float)((int)(next() % 2001) - 1000) * 1e-3f *
+                                                       (i % 89 == 0 ? 8.0f : 1.0f));
+                        memcpy(kv + 2 * i, &h, 2);
+                    }
+                    int32_t bt[40];
+                    for (int64_t b = 0; b < nblk; b++) bt[b] = (int32_t)((b * 5 + 1) % nblk);
+                    float q[7][192], o1[192], o2[7][192];
+                    struct weft_cpu_attn_args a[7];
+                    for (int h = 0; h < g; h++) {
+                        for (uint32_t d = 0; d < hd; d++)
+                            q[h][d] = (float)((int)(next() % 2001) - 1000) * (h % 2 ? 4e-3f : 1e-3f);
+                        a[h] = (struct weft_cpu_attn_args){.q = q[h], .out = o2[h], .k0 = kv + (size_t)hd * 2,
+                                                           .v_off = layer, .block_bytes = block, .tok_bytes = tok,
+                                                           .bt = bt, .n_pos = n, .hd = hd, .scale = 0.125f};
+                    }
+                    k->attn_group(a, g);
+                    for (int h = 0; h < g; h++) {
+                        struct weft_cpu_attn_args r = a[h];
+                        r.out = o1;
+                        weft_cpu_attn_row_generic(ref, &r);
+                        CHECK_MSG(memcmp(o1, o2[h], hd * sizeof(float)) == 0,
+                                  "%s attn_group hd=%u n_pos=%lld of %d: head %d", k->name, hd, (long long)n, g, h);
+                        checked++;
+                    }
+                    free(kv);
+                }
+    }
+    printf("  %d tables with attn_group, %d heads compared\n", tables, checked);
+}
+
 int main(void)
 {
     RUN(f16_updates_match_scalar_on_every_table);
     RUN(attn_rows_match_the_generic_row_bit_for_bit);
+    RUN(attn_groups_match_the_generic_row_bit_for_bit);
     return check_summary();
 }

@@ -186,27 +186,32 @@ static void attention_job(void *ctx, int ith, int nth)
     const bool fast = !q8 && kern->attn_row && hd % 64 == 0 && hd <= 256;
     const size_t head_bytes = weft_row_size(kv->type, hd);
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
+    const bool grouped = fast && kern->attn_group && group > 1 && group <= 16;
+    if (grouped) n = (int64_t)o->batch.n_rows * kv->n_kv_head; /* (row, KV head): its `group` heads at once */
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
      * their position, so contiguous chunks would leave early threads idle */
     for (int64_t i = ith; i < n; i += nth) {
-        const int64_t r = i / o->n_head;
-        const uint32_t h = (uint32_t)(i % o->n_head);
+        const int64_t r = grouped ? i / kv->n_kv_head : i / o->n_head;
+        const uint32_t h = grouped ? (uint32_t)(i % kv->n_kv_head) * group : (uint32_t)(i % o->n_head);
         const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
-        const struct weft_cpu_attn_args a = {
-            .q = cpu_row_f32(&o->q, r) + (size_t)h * hd,
-            .out = cpu_row_f32(&o->out, r) + (size_t)h * hd,
-            .k0 = k0,
-            .v_off = kv_layer_bytes(kv),
-            .block_bytes = (size_t)kv->n_layer * 2 * kv_layer_bytes(kv),
-            .tok_bytes = kv_tok_bytes(kv),
-            .bt = i32(&o->batch.bt) + bt_off[seq[r]],
-            .n_pos = (int64_t)pos[r] + 1,
-            .hd = hd,
-            .scale = o->scale,
-        };
-        if (q8) attn_row_q8_0(kern, &a);
-        else if (fast) kern->attn_row(&a);
-        else weft_cpu_attn_row_generic(kern, &a);
+        struct weft_cpu_attn_args a[16];
+        for (uint32_t g = 0; g < (grouped ? group : 1); g++)
+            a[g] = (struct weft_cpu_attn_args){
+                .q = cpu_row_f32(&o->q, r) + (size_t)(h + g) * hd,
+                .out = cpu_row_f32(&o->out, r) + (size_t)(h + g) * hd,
+                .k0 = k0,
+                .v_off = kv_layer_bytes(kv),
+                .block_bytes = (size_t)kv->n_layer * 2 * kv_layer_bytes(kv),
+                .tok_bytes = kv_tok_bytes(kv),
+                .bt = i32(&o->batch.bt) + bt_off[seq[r]],
+                .n_pos = (int64_t)pos[r] + 1,
+                .hd = hd,
+                .scale = o->scale,
+            };
+        if (grouped) kern->attn_group(a, (int)group);
+        else if (q8) attn_row_q8_0(kern, &a[0]);
+        else if (fast) kern->attn_row(&a[0]);
+        else weft_cpu_attn_row_generic(kern, &a[0]);
     }
 }
 
@@ -216,6 +221,6 @@ weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
     struct attn_job j = {op, be->kern};
     weft_cpu_pool_run_parts(be->pool, attention_job, &j,
-                            cpu_parts(be, (int64_t)op->u.attention.batch.n_rows * op->u.attention.n_head));
+                            cpu_parts(be, (int64_t)op->u.attention.batch.n_rows * op->u.attention.kv.n_kv_head));
     return WEFT_OK;
 }

@@ -114,7 +114,101 @@ static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
     }
 }
 
-void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k) { k->attn_row = attn_row_512; }
+/* G heads sharing one KV head and positions (GQA), each exactly attn_row_c's
+ * computation, in three phases per KV block: the G x 16 scores; the scalar
+ * softmax steps in position order per head (the libm expf calls, which
+ * would otherwise spill every live zmm per token); then the accumulator
+ * updates with no call in between, each V row converted once for all heads
+ * and the G accumulator chains interleaved. */
+AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const int G)
+{
+    __m512 q[4][8], acc[4][8];
+    float M[4], S[4];
+    for (int h = 0; h < G; h++) {
+        for (int i = 0; i < 4 * C; i++) {
+            q[h][i] = round_f16(_mm512_loadu_ps(a[h].q + 16 * i));
+            acc[h][i] = _mm512_setzero_ps();
+        }
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    const float scale = a[0].scale;
+    for (int64_t p0 = 0; p0 < a[0].n_pos; p0 += 16) {
+        const uint8_t *kb = a[0].k0 + (size_t)a[0].bt[p0 / 16] * a[0].block_bytes;
+        const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
+        float sc[4][16] __attribute__((aligned(64)));
+        for (int h = 0; h < G; h++) {
+            __m512 r[16];
+            for (int t = 0; t < 16; t++)
+                r[t] = t < nt ? token_lanes(kb + (size_t)t * a[0].tok_bytes, q[h], C) : _mm512_setzero_ps();
+            _mm512_store_ps(sc[h], _mm512_mul_ps(reduce16(r), _mm512_set1_ps(scale)));
+        }
+        float ms[4][16], vs[4][16];
+        for (int h = 0; h < G; h++)
+            for (int t = 0; t < nt; t++) {
+                const float s = sc[h][t];
+                ms[h][t] = 1.0f;
+                vs[h][t] = 1.0f;
+                if (s > M[h]) {
+                    const float Mold = M[h];
+                    M[h] = s;
+                    ms[h][t] = expf(Mold - M[h]);
+                } else {
+                    vs[h][t] = expf(s - M[h]);
+                }
+                S[h] = fmaf(S[h], ms[h][t], vs[h][t]);
+            }
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *v = kb + (size_t)t * a[0].tok_bytes + a[0].v_off;
+            __m512 vh[8];
+            for (int i = 0; i < 4 * C; i++) vh[i] = h16(v + 32 * i);
+            for (int h = 0; h < G; h++) {
+                if (ms[h][t] != 1.0f) { /* a new maximum (ms == 1 leaves acc as it is) */
+                    const __m512 m = _mm512_set1_ps(ms[h][t]);
+                    for (int i = 0; i < 4 * C; i++) acc[h][i] = round_f16(_mm512_mul_ps(acc[h][i], m));
+                }
+                const __m512 vv = _mm512_set1_ps(vs[h][t]);
+                for (int i = 0; i < 4 * C; i++) acc[h][i] = round_f16(_mm512_fmadd_ps(vh[i], vv, acc[h][i]));
+            }
+        }
+    }
+    for (int h = 0; h < G; h++) {
+        const __m512 inv = _mm512_set1_ps(1.0f / S[h]);
+        for (int i = 0; i < 4 * C; i++) _mm512_storeu_ps(a[h].out + 16 * i, _mm512_mul_ps(acc[h][i], inv));
+    }
+}
+
+static Z512 void attn_group_512(const struct weft_cpu_attn_args *a, int n)
+{
+    while (n > 0) {
+        const int g = n < 4 ? n : n == 5 ? 2 : n == 6 ? 3 : 4; /* no group of one after a group */
+        if (a->hd == 64) {
+            switch (g) {
+            case 1: attn_group_c(a, 1, 1); break;
+            case 2: attn_group_c(a, 1, 2); break;
+            case 3: attn_group_c(a, 1, 3); break;
+            default: attn_group_c(a, 1, 4); break;
+            }
+        } else if (a->hd == 128) {
+            switch (g) {
+            case 1: attn_group_c(a, 2, 1); break;
+            case 2: attn_group_c(a, 2, 2); break;
+            case 3: attn_group_c(a, 2, 3); break;
+            default: attn_group_c(a, 2, 4); break;
+            }
+        } else {
+            for (int h = 0; h < g; h++) attn_row_512(a + h);
+        }
+        a += g;
+        n -= g;
+    }
+}
+
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k)
+{
+    k->attn_row = attn_row_512;
+    k->attn_group = attn_group_512;
+}
 
 #else
 

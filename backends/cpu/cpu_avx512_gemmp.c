@@ -68,6 +68,18 @@ AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
     return _mm512_add_ps(r, _mm512_movehdup_ps(r));
 }
 
+/* t = corr; t += vpdpbusd(w, x): the lane sums of one weight row (u8, + 128)
+ * and two activation rows, corr and x read from memory (a fresh load of
+ * corr costs a load port, a register copy would cost a vector ALU slot) */
+AI Z512V __m512i q8p_lanes(const uint8_t *xb, __m512i wv)
+{
+    __m512i t;
+    __asm__("vmovdqu64 %[c], %[t]\n\tvpdpbusd %[x], %[w], %[t]"
+            : [t] "=&v"(t)
+            : [c] "m"(*(const __m512i *)(xb + 64)), [x] "m"(*(const __m512i *)xb), [w] "v"(wv));
+    return t;
+}
+
 /* one 8-row group x NP units (2 * NP activation rows, nr of them real) */
 AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo, int nr,
                        const int NP)
@@ -79,21 +91,19 @@ AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_
         const uint8_t *wb = w + (size_t)b * Q8P_GROUP;
         float dwf[8] __attribute__((aligned(32)));
         _mm256_store_ps(dwf, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb)));
-        __m512i xq[2], corr[2];
+        __asm__("" : "+m"(dwf)); /* broadcast each scale from memory, not by shuffles */
+        const uint8_t *xb[2];
         __m512 dx[2];
         for (int p = 0; p < NP; p++) {
-            const uint8_t *xb = x + (size_t)p * ubytes + (size_t)b * Q8P_UNIT;
-            xq[p] = _mm512_loadu_si512((const void *)xb);
-            corr[p] = _mm512_loadu_si512((const void *)(xb + 64));
-            dx[p] = _mm512_loadu_ps((const void *)(xb + 128));
+            xb[p] = x + (size_t)p * ubytes + (size_t)b * Q8P_UNIT;
+            dx[p] = _mm512_loadu_ps((const void *)(xb[p] + 128));
         }
         for (int i = 0; i < 8; i++) {
             const __m512i wv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * i)));
             const __m512 dw = _mm512_set1_ps(dwf[i]);
-            for (int p = 0; p < NP; p++) {
-                const __m512i q = _mm512_dpbusd_epi32(corr[p], wv, xq[p]);
-                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q), acc[i][p]);
-            }
+            for (int p = 0; p < NP; p++)
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q8p_lanes(xb[p], wv)),
+                                            acc[i][p]);
         }
     }
     for (int p = 0; p < NP; p++)

@@ -102,6 +102,10 @@ struct weft_cpu_attn_args {
 /* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
  * weft_cpu_attn_row_generic. */
 typedef void (*weft_cpu_attn_row_fn)(const struct weft_cpu_attn_args *a);
+/* n rows a[0..n) of heads sharing one KV head: equal k0, v_off, block_bytes,
+ * tok_bytes, bt, n_pos, hd and scale, their own q and out. Each out is
+ * bit-identical to weft_cpu_attn_row_generic of its args. */
+typedef void (*weft_cpu_attn_group_fn)(const struct weft_cpu_attn_args *a, int n);
 
 struct weft_cpu_kernels {
     enum weft_cpu_isa isa;
@@ -125,6 +129,7 @@ struct weft_cpu_kernels {
     weft_cpu_f16_scale_fn f16_scale;
     weft_cpu_swiglu_fn swiglu;
     weft_cpu_attn_row_fn attn_row;  /* optional (NULL: the generic row) */
+    weft_cpu_attn_group_fn attn_group; /* optional, where attn_row applies (NULL: attn_row per head) */
 };
 
 /* The attention row from the table's dot[F16], f16_scale, f16_mad and libm
