@@ -222,6 +222,15 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
     }
     struct weft_split_part whole = {parts[0].be, m->hp.n_layer};
     if (n_parts == 1 && parts[0].n_layer == 0) parts = &whole;
+    /* a last part of 0 layers takes the rest: cpu=2,vulkan:0 */
+    struct weft_split_part rest[WEFT_MAX_PARTS];
+    if (n_parts > 1 && parts[n_parts - 1].n_layer == 0) {
+        uint64_t before = 0;
+        for (uint32_t p = 0; p + 1 < n_parts; p++) before += parts[p].n_layer;
+        memcpy(rest, parts, n_parts * sizeof *parts);
+        rest[n_parts - 1].n_layer = before < m->hp.n_layer ? m->hp.n_layer - (uint32_t)before : 0;
+        parts = rest;
+    }
     uint64_t total = 0;
     for (uint32_t p = 0; p < n_parts; p++) {
         if (parts[p].n_layer == 0) {

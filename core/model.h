@@ -62,7 +62,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
  * memory). *out is NULL on failure and nothing is left open. */
 weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out);
 /* The same with layers split over devices; the parts' n_layer must sum to
- * the model's layer count. A device that cannot wrap host memory gets only
+ * the model's layer count (a last part of 0 takes the rest). A device that cannot wrap host memory gets only
  * the tensors its layers use. */
 weft_status weft_model_load_split(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
                                   struct weft_model **out);

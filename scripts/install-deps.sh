@@ -4,6 +4,10 @@
 # jansson, libuv and http-parser headers, python3 with pip (scripts/fetch-model.sh
 # uses it), and the Python packages the server's end-to-end tests use (pytest,
 # openai, from PyPI).
+# GPU backends: the Vulkan loader + headers, glslc, Mesa's lavapipe (a CPU
+# Vulkan device, so every Vulkan test runs without a GPU) and the Khronos
+# validation layer; Debian's HIP compiler and runtime headers (hipcc). The CUDA
+# toolkit is not in Debian main: the CUDA module is built when nvcc is found.
 # Runs apt-get (as root, or through sudo) only when something is missing.
 set -euo pipefail
 
@@ -24,6 +28,10 @@ else
 fi
 [ -f /usr/include/http_parser.h ] || missing+=(libhttp-parser-dev)
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || missing+=("$1"); }
+if command -v dpkg-query >/dev/null 2>&1; then
+    for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers hipcc libamdhip64-dev; do need_pkg "$p"; done
+fi
 
 # libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev
 clang_rt_pkg() {

@@ -2,10 +2,16 @@
  *  - stories260K (F32, real weights): ids exact, top-3 logprobs within 1e-3;
  *  - synth256-<TYPE> (every block layout): as the golden file's how_to_compare
  *    says — top-5 logprobs within 0.05, ids exact up to the first near-tie. */
+#include "backends/backend.h"
 #include "tests/check.h"
 #include "tests/weft_exec.h"
 
 static char models[1024], golden[1024];
+/* WEFT_TEST_DEVICE=vulkan:0 (or a --split value with a '='): run the golden
+ * comparisons on that device; WEFT_TEST_TYPES=F16,Q8_0,... limits the
+ * synth256 types (a GPU backend's set). */
+static char device_args[256];
+static const char *only_types;
 
 static void ids_equal(json_t *got, json_t *want, const char *what)
 {
@@ -31,8 +37,8 @@ static double our_logprob(json_t *step, json_int_t id)
 static json_t *run_weft(const char *model, const char *prompt, int n, int logprobs)
 {
     char args[2048];
-    snprintf(args, sizeof args, "run -m '%s/%s' -p '%s' -n %d --temp 0 --json --logprobs %d -t 2", models, model,
-             prompt, n, logprobs);
+    snprintf(args, sizeof args, "run -m '%s/%s' -p '%s' -n %d --temp 0 --json --logprobs %d -t 2%s", models, model,
+             prompt, n, logprobs, device_args);
     return weft_exec_json(args);
 }
 
@@ -93,7 +99,18 @@ static void synth256_every_type_matches_llama_cpp(void)
     const char *type;
     json_t *cases;
     int n_types = 0;
+    int n_want = 10;
+    if (only_types) {
+        n_want = 1;
+        for (const char *c = only_types; *c; c++) n_want += *c == ',';
+    }
     json_object_foreach(json_object_get(g, "cases_by_type"), type, cases) {
+        if (only_types) {
+            char padded[300], t[40];
+            snprintf(padded, sizeof padded, ",%s,", only_types);
+            snprintf(t, sizeof t, ",%s,", type);
+            if (!strstr(padded, t)) continue;
+        }
         n_types++;
         char model[64];
         snprintf(model, sizeof model, "synth256-%s.gguf", type);
@@ -133,7 +150,7 @@ static void synth256_every_type_matches_llama_cpp(void)
             json_decref(out);
         }
     }
-    CHECK_EQ_INT(n_types, 10);
+    CHECK_EQ_INT(n_types, n_want);
     json_decref(g);
 }
 
@@ -143,6 +160,22 @@ int main(void)
     snprintf(golden, sizeof golden, "%s/golden", WEFT_SHARED_DIR);
     if (!file_exists(models) || !file_exists(golden))
         SKIP_ALL("%s not found: the golden tests need ../shared beside the repository", WEFT_SHARED_DIR);
+    const char *dev = getenv("WEFT_TEST_DEVICE");
+    only_types = getenv("WEFT_TEST_TYPES");
+    if (only_types && !*only_types) only_types = NULL;
+    if (dev && *dev) {
+        bool split = strchr(dev, '=') != NULL;
+        char list[256];
+        snprintf(list, sizeof list, "%s", dev);
+        for (char *sv = NULL, *t = strtok_r(list, ",", &sv); t; t = strtok_r(NULL, ",", &sv)) {
+            struct weft_backend *be = NULL;
+            if (strchr(t, '=')) *strchr(t, '=') = '\0';
+            if (weft_backend_open(t, 1, &be) != WEFT_OK) SKIP_ALL("device %s unavailable: %s", t, weft_last_error());
+            weft_backend_close(be);
+        }
+        snprintf(device_args, sizeof device_args, " %s '%s'", split ? "--split" : "--device", dev);
+        printf("on %s\n", dev);
+    }
     RUN(stories260k_greedy_matches_llama_cpp);
     RUN(synth256_every_type_matches_llama_cpp);
     return check_summary();

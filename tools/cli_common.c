@@ -91,7 +91,8 @@ void cli_usage_common(void)
             "  -p, --prompt TEXT       prompt text\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
             "  --device SPEC           cpu (default), vulkan:N, cuda:N, hip:N (see weft devices)\n"
-            "  --split SPEC=N,...      layers over several devices, in order, e.g. cpu=10,vulkan:0=20\n"
+            "  --split DEV=N,...       layers over several devices, in order, e.g. cpu=10,vulkan:0=20;\n"
+            "                          a last DEV without =N takes the remaining layers (cpu=10,vulkan:0)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
@@ -131,15 +132,21 @@ static int open_split(const char *spec, int n_threads, struct weft_split_part *p
         char *eq = strrchr(tok, '=');
         char *end = NULL;
         long n = eq ? strtol(eq + 1, &end, 10) : 0;
-        if (!eq || eq == tok || !end || *end || eq[1] == '\0' || n < 1 || n > 100000 || eq - tok >= 64) {
-            fprintf(stderr, "weft: --split expects DEVICE=LAYERS,... (e.g. cpu=2,vulkan:0=3), got '%s'\n", tok);
+        bool rest = !eq && (!save || !*save);  /* the last device without =N: the rest */
+        if (!rest && (!eq || eq == tok || !end || *end || eq[1] == '\0' || n < 1 || n > 100000)) {
+            fprintf(stderr, "weft: --split expects DEVICE=LAYERS,...[,DEVICE] (e.g. cpu=2,vulkan:0=3 or cpu=2,vulkan:0), "
+                            "got '%s'\n", tok);
+            goto fail;
+        }
+        if (eq) *eq = '\0';
+        if (strlen(tok) >= sizeof names[0]) {
+            fprintf(stderr, "weft: --split: device name '%s' too long\n", tok);
             goto fail;
         }
         if (*n_parts == WEFT_MAX_PARTS) {
             fprintf(stderr, "weft: --split takes at most %d parts\n", WEFT_MAX_PARTS);
             goto fail;
         }
-        *eq = '\0';
         struct weft_backend *be = NULL;
         for (uint32_t i = 0; i < *n_parts; i++)
             if (!strcmp(names[i], tok)) be = parts[i].be;

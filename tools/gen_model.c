@@ -11,6 +11,8 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -423,6 +425,59 @@ static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, fl
     return WEFT_OK;
 }
 
+/* Every tensor draws from its own stream (seeded by its name), so tensors
+ * fill in parallel with the same bytes as one after another. */
+struct fill_job {
+    struct gen_tensor *t;
+    size_t n, next;
+    const struct weft_gen_params *p;
+    uint32_t row_len;
+    pthread_mutex_t mu;
+    weft_status st;
+    char err[256];
+};
+
+static void *fill_worker(void *arg)
+{
+    struct fill_job *j = arg;
+    float *row = malloc(sizeof *row * j->row_len);
+    for (;;) {
+        pthread_mutex_lock(&j->mu);
+        size_t i = j->st == WEFT_OK && row ? j->next++ : j->n;
+        if (!row && j->st == WEFT_OK) j->st = weft_error(WEFT_ERR_NOMEM, "out of memory");
+        pthread_mutex_unlock(&j->mu);
+        if (i >= j->n) break;
+        weft_status st = gen_fill(&j->t[i], j->p->seed, j->p->scale, row);
+        if (st != WEFT_OK) {
+            pthread_mutex_lock(&j->mu);
+            if (j->st == WEFT_OK) {
+                j->st = st;
+                snprintf(j->err, sizeof j->err, "%s", weft_last_error());
+            }
+            pthread_mutex_unlock(&j->mu);
+        }
+    }
+    free(row);
+    return NULL;
+}
+
+static weft_status fill_parallel(struct gen_tensor *t, size_t n, const struct weft_gen_params *p, uint32_t row_len)
+{
+    struct fill_job j = {.t = t, .n = n, .p = p, .row_len = row_len, .st = WEFT_OK};
+    pthread_mutex_init(&j.mu, NULL);
+    long nc = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = nc < 1 ? 1 : nc > 64 ? 64 : (int)nc;
+    pthread_t tid[64];
+    int started = 0;
+    for (int i = 1; i < nt; i++)
+        if (pthread_create(&tid[started], NULL, fill_worker, &j) == 0) started++;
+    fill_worker(&j);
+    for (int i = 0; i < started; i++) pthread_join(tid[i], NULL);
+    pthread_mutex_destroy(&j.mu);
+    if (j.st != WEFT_OK) return weft_error(j.st, "%s", j.err);
+    return WEFT_OK;
+}
+
 static bool skip_non_tokenizer(const char *key) { return strncmp(key, "tokenizer.", 10) != 0; }
 
 /* Copy tokenizer.* from p->vocab_from into w; *n_vocab = its token count. */
@@ -504,7 +559,6 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     struct weft_gguf_writer *w = NULL;
     struct gen_tensor *tensors = NULL;
     struct weft_scratch scratch = {0};
-    float *row = NULL;
     uint32_t n_vocab = p->n_vocab;
 
     if ((st = weft_gguf_writer_init(&w))) goto out;
@@ -547,19 +601,15 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     char dir[4096];
     dir_of(out_path, dir, sizeof dir);
     if ((st = weft_scratch_init(&scratch, total, dir))) goto out;
-    row = malloc(sizeof *row * (p->n_embd > p->n_ff ? p->n_embd : p->n_ff));
-    if (!row) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
-
+    for (size_t i = 0; i < n; i++) tensors[i].data = weft_scratch_take(&scratch, tensors[i].size);
+    if ((st = fill_parallel(tensors, n, p, p->n_embd > p->n_ff ? p->n_embd : p->n_ff))) goto out;
     for (size_t i = 0; i < n; i++) {
         struct gen_tensor *t = &tensors[i];
-        t->data = weft_scratch_take(&scratch, t->size);
-        if ((st = gen_fill(t, p->seed, p->scale, row))) goto out;
         if ((st = weft_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data))) goto out;
     }
     st = weft_gguf_writer_write(w, out_path);
 
 out:
-    free(row);
     if (w) weft_gguf_writer_free(w);
     weft_scratch_free(&scratch);
     free(tensors);
