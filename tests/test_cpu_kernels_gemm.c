@@ -4,7 +4,8 @@
  * over edge shapes (nw 1..16, nx 1..64), several row lengths, contiguous and
  * padded strides, ldo > nw. Also times gemm against per-output dot for a
  * 1536 x 576 weight block times 64 activation rows (printed, not asserted).
- * Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
+ * The gemm_mm entries (F16/F32/BF16) likewise against dot_mm[], with row
+ * lengths a multiple of mm_k_multiple. Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
  * that has AVX512-VNNI. */
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
@@ -41,8 +42,11 @@ static bool type_fits(enum weft_type t, int64_t n)
 }
 
 /* one (table, type, n, strides) case over all nw x nx shapes */
-static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int64_t n, size_t wpad, size_t xpad)
+static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int64_t n, size_t wpad, size_t xpad,
+                         bool mm)
 {
+    const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
+    const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];
     enum weft_type vt = weft_vec_dot_type(t);
     const int NW = 16, NX = 64;
     size_t wrow = weft_row_size(t, n), xrow = weft_row_size(vt, n);
@@ -64,7 +68,7 @@ static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int
         for (size_t b = 0; b < sizeof nxs / sizeof *nxs; b++) {
             int nw = nws[a], nx = nxs[b];
             for (size_t q = 0; q < ldo * NX; q++) out[q] = -12345.0f;
-            k->gemm[t](w, ws, nw, x, xs, nx, n, out, ldo);
+            gemm(w, ws, nw, x, xs, nx, n, out, ldo);
             int bad = 0;
             for (int j = 0; j < nx; j++) {
                 for (int i = 0; i < (int)ldo; i++) {
@@ -73,7 +77,7 @@ static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int
                         if (got != -12345.0f) bad++; /* must not write past nw */
                         continue;
                     }
-                    float want = k->dot[t](w + (size_t)i * ws, x + (size_t)j * xs, n);
+                    float want = dot(w + (size_t)i * ws, x + (size_t)j * xs, n);
                     n_compared++;
                     if (memcmp(&got, &want, sizeof got) != 0) {
                         if (bad < 3)
@@ -102,16 +106,19 @@ static void gemm_matches_dot_bit_for_bit(void)
         if (!k) continue;
         for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
             enum weft_type t = types[ti];
-            if (!k->gemm[t]) continue;
-            n_tables_types++;
-            long before = n_compared;
-            for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
-                if (!type_fits(t, ns[ni])) continue;
-                check_shapes(k, t, ns[ni], 0, 0);
-                check_shapes(k, t, ns[ni], 14, 6);  /* padded, keeping blocks' 2-byte alignment */
+            for (int mm = 0; mm < 2; mm++) {
+                if (!(mm ? k->gemm_mm[t] : k->gemm[t])) continue;
+                n_tables_types++;
+                long before = n_compared;
+                for (size_t ni = 0; ni < sizeof ns / sizeof *ns; ni++) {
+                    if (!type_fits(t, ns[ni]) || (mm && ns[ni] % k->mm_k_multiple[t])) continue;
+                    check_shapes(k, t, ns[ni], 0, 0, mm);
+                    check_shapes(k, t, ns[ni], 14, 6, mm);  /* padded, keeping blocks' 2-byte alignment */
+                    if (mm) check_shapes(k, t, ns[ni] + k->mm_k_multiple[t], 64, 0, mm); /* odd chunk counts */
+                }
+                printf("  %-6s %-5s %s: %ld outputs compared with %s\n", k->name, weft_type_name(t),
+                       mm ? "gemm_mm" : "gemm", n_compared - before, mm ? "dot_mm" : "dot");
             }
-            printf("  %-6s %-5s gemm: %ld outputs compared with dot\n", k->name, weft_type_name(t),
-                   n_compared - before);
         }
     }
     printf("  %ld table/type gemm entries, %ld outputs compared\n", n_tables_types, n_compared);
@@ -132,7 +139,10 @@ static void gemm_speed_printed(void)
     const int64_t N = 1536, K = 576, R = 64;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         enum weft_type t = types[ti], vt = weft_vec_dot_type(t);
-        if (!k->gemm[t] || !type_fits(t, K)) continue;
+        const bool mm = !k->gemm[t] && k->gemm_mm[t] && K % k->mm_k_multiple[t] == 0;
+        const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
+        const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];
+        if (!gemm || !type_fits(t, K)) continue;
         size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
         uint8_t *w = malloc((size_t)N * wrow), *x = malloc((size_t)R * xrow);
         float *f = malloc(K * sizeof(float)), *out = malloc(sizeof(float) * R * 16), *out2 = malloc(sizeof(float) * R * 16);
@@ -143,13 +153,13 @@ static void gemm_speed_printed(void)
         for (int rep = 0; rep < 3; rep++) {
             double t0 = now_s();
             for (int64_t n0 = 0; n0 < N; n0 += 16) {
-                k->gemm[t](w + n0 * wrow, wrow, 16, x, xrow, (int)R, K, out, 16);
+                gemm(w + n0 * wrow, wrow, 16, x, xrow, (int)R, K, out, 16);
                 sink += out[0];
             }
             double t1 = now_s();
             for (int64_t n0 = 0; n0 < N; n0 += 16) {
                 for (int64_t r = 0; r < R; r++)
-                    for (int i = 0; i < 16; i++) out2[r * 16 + i] = k->dot[t](w + (n0 + i) * wrow, x + r * xrow, K);
+                    for (int i = 0; i < 16; i++) out2[r * 16 + i] = dot(w + (n0 + i) * wrow, x + r * xrow, K);
                 sink += out2[0];
             }
             double t2 = now_s();
@@ -157,8 +167,8 @@ static void gemm_speed_printed(void)
             if (t2 - t1 < best_d) best_d = t2 - t1;
         }
         double macs = (double)N * K * R;
-        printf("  %s %-5s 1536x576 x 64 rows: gemm %.3f ms (%.1f GMAC/s), dot %.3f ms (%.1f GMAC/s), %.2fx\n",
-               k->name, weft_type_name(t), best_g * 1e3, macs / best_g * 1e-9, best_d * 1e3,
+        printf("  %s %-5s 1536x576 x 64 rows: gemm%s %.3f ms (%.1f GMAC/s), dot %.3f ms (%.1f GMAC/s), %.2fx\n",
+               k->name, weft_type_name(t), mm ? "_mm" : "", best_g * 1e3, macs / best_g * 1e-9, best_d * 1e3,
                macs / best_d * 1e-9, best_d / best_g);
         free(w); free(x); free(f); free(out); free(out2);
     }

@@ -156,6 +156,7 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
         if (!k->quant[t]) k->quant[t] = lower->quant[t];
         if (!k->dot4[t] && k->dot[t] == lower->dot[t]) k->dot4[t] = lower->dot4[t];
         if (!k->gemm[t] && k->dot[t] == lower->dot[t]) k->gemm[t] = lower->gemm[t];
+        if (!k->gemm_mm[t] && k->dot_mm[t] == lower->dot_mm[t]) k->gemm_mm[t] = lower->gemm_mm[t];
         if (!k->packed[t].rows && k->dot[t] == lower->dot[t]) k->packed[t] = lower->packed[t];
     }
     if (!k->f16_mad) k->f16_mad = lower->f16_mad;
@@ -185,7 +186,8 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx512_packed(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_attn(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_gemm(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemmp(&tables[WEFT_CPU_ISA_AVX512]);  /* after _packed: adds to its layouts */
+    weft_cpu_kernels_fill_avx512_gemmp(&tables[WEFT_CPU_ISA_AVX512]);
+    weft_cpu_kernels_fill_avx512_gemmf(&tables[WEFT_CPU_ISA_AVX512]);  /* after _packed: adds to its layouts */
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
 #endif
 }

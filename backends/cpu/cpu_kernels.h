@@ -123,6 +123,8 @@ struct weft_cpu_kernels {
     weft_cpu_dot4_fn dot4[WEFT_TYPE_COUNT_];
     /* optional register-blocked form of dot[] for many activation rows */
     weft_cpu_gemm_fn gemm[WEFT_TYPE_COUNT_];
+    /* optional register-blocked form of dot_mm[] (used where dot_mm is) */
+    weft_cpu_gemm_fn gemm_mm[WEFT_TYPE_COUNT_];
     /* optional repacked layout for decode (rows == 0: none) */
     struct weft_cpu_packed packed[WEFT_TYPE_COUNT_];
     weft_cpu_f16_mad_fn f16_mad;
@@ -160,6 +162,7 @@ void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_do
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
+void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */
 void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmp.c: prefill on packed weights */
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */

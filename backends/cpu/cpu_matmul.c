@@ -185,7 +185,7 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     bool mm = k->dot_mm[wt] && n_rows >= 2 && all_div4 && mk && j.K % mk == 0;
     j.dot = mm ? k->dot_mm[wt] : k->dot[wt];
     j.dot4 = mm ? NULL : k->dot4[wt];
-    j.gemm = mm || n_rows < 8 ? NULL : k->gemm[wt];
+    j.gemm = n_rows < 8 ? NULL : mm ? k->gemm_mm[wt] : k->gemm[wt];
     j.qrow = weft_row_size(vdt, j.K);
     j.xstride = j.qrow;
     const struct weft_cpu_packed *pkt = &k->packed[wt];
