@@ -116,6 +116,12 @@ static void gemm_matches_dot_bit_for_bit(void)
                     check_shapes(k, t, ns[ni], 14, 6, mm);  /* padded, keeping blocks' 2-byte alignment */
                     if (mm) check_shapes(k, t, ns[ni] + k->mm_k_multiple[t], 64, 0, mm); /* odd chunk counts */
                 }
+                /* long rows: the AVX-512 Q5_0 tiles lay out fewer activation
+                 * rows per chunk (4096), or none and fall back (8224) */
+                if (!mm && t == WEFT_TYPE_Q5_0) {
+                    check_shapes(k, t, 4096, 0, 0, mm);
+                    check_shapes(k, t, 8224, 22, 0, mm);
+                }
                 printf("  %-6s %-5s %s: %ld outputs compared with %s\n", k->name, weft_type_name(t),
                        mm ? "gemm_mm" : "gemm", n_compared - before, mm ? "dot_mm" : "dot");
             }

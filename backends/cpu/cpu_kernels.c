@@ -187,7 +187,8 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx512_attn(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_gemm(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_gemmp(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemmf(&tables[WEFT_CPU_ISA_AVX512]);  /* after _packed: adds to its layouts */
+    weft_cpu_kernels_fill_avx512_gemmf(&tables[WEFT_CPU_ISA_AVX512]);
+    weft_cpu_kernels_fill_avx512_gemmq(&tables[WEFT_CPU_ISA_AVX512]);  /* after _packed: adds to its layouts */
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
 #endif
 }
