@@ -180,9 +180,16 @@ static void bad_splits_are_refused(void)
     struct weft_model *m = NULL;
     CHECK(weft_model_load_split(WEFT_SHARED_DIR "/models/stories260K.gguf", p, 2, &m) == WEFT_ERR_INVALID_ARG);
     CHECK(strstr(weft_last_error(), "layers") != NULL);
-    p[1].n_layer = 0;
+    p[0].n_layer = 0;  /* only the last part may leave its count to the rest */
     CHECK(weft_model_load_split(WEFT_SHARED_DIR "/models/stories260K.gguf", p, 2, &m) == WEFT_ERR_INVALID_ARG);
     CHECK(m == NULL);
+    p[0].n_layer = 5;  /* and the rest must not be empty */
+    p[1].n_layer = 0;
+    CHECK(weft_model_load_split(WEFT_SHARED_DIR "/models/stories260K.gguf", p, 2, &m) == WEFT_ERR_INVALID_ARG);
+    p[0].n_layer = 2;  /* 2 + the rest (3) */
+    CHECK(weft_model_load_split(WEFT_SHARED_DIR "/models/stories260K.gguf", p, 2, &m) == WEFT_OK);
+    CHECK(m && m->parts[1].n_layer == 3 && m->layer_part[2] == 1);
+    weft_model_free(m);
 }
 
 int main(void)

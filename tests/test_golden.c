@@ -8,10 +8,15 @@
 
 static char models[1024], golden[1024];
 /* WEFT_TEST_DEVICE=vulkan:0 (or a --split value with a '='): run the golden
- * comparisons on that device; WEFT_TEST_TYPES=F16,Q8_0,... limits the
- * synth256 types (a GPU backend's set). */
+ * comparisons on that device. Ids must still match exactly; logprobs within
+ * WEFT_TEST_LOGPROB_TOL (default 1e-3, the CPU's bound: it mirrors ggml's CPU
+ * attention, F16 accumulator included, which a GPU backend does not — its
+ * F32 accumulation lands ~1e-2 away from llama.cpp's CPU numbers on
+ * stories260K). On a device the synth256 random-weight models (chaotic under
+ * activation rounding) run only for the types in WEFT_TEST_TYPES=F16,... */
 static char device_args[256];
 static const char *only_types;
+static double lp_tol = 1e-3;
 
 static void ids_equal(json_t *got, json_t *want, const char *what)
 {
@@ -75,7 +80,7 @@ static void stories260k_greedy_matches_llama_cpp(void)
                 json_t *e = json_array_get(wtop, k);
                 double want = json_number_value(json_array_get(e, 1));
                 double got = our_logprob(json_array_get(got_lp, s), json_integer_value(json_array_get(e, 0)));
-                CHECK_MSG(fabs(got - want) <= 1e-3, "'%s' step %zu top-%zu id %lld: logprob %.5f, want %.5f", prompt,
+                CHECK_MSG(fabs(got - want) <= lp_tol, "'%s' step %zu top-%zu id %lld: logprob %.5f, want %.5f", prompt,
                           s, k, json_integer_value(json_array_get(e, 0)), got, want);
                 if (fabs(got - want) > worst) worst = fabs(got - want);
             }
@@ -174,9 +179,11 @@ int main(void)
             weft_backend_close(be);
         }
         snprintf(device_args, sizeof device_args, " %s '%s'", split ? "--split" : "--device", dev);
-        printf("on %s\n", dev);
+        const char *tol = getenv("WEFT_TEST_LOGPROB_TOL");
+        if (tol && atof(tol) > 0) lp_tol = atof(tol);
+        printf("on %s (logprobs within %g)\n", dev, lp_tol);
     }
     RUN(stories260k_greedy_matches_llama_cpp);
-    RUN(synth256_every_type_matches_llama_cpp);
+    if (!device_args[0] || only_types) RUN(synth256_every_type_matches_llama_cpp);
     return check_summary();
 }

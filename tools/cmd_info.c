@@ -121,9 +121,12 @@ int weft_cmd_devices(int argc, char **argv)
                                                      "id", info[i].id, "name", info[i].name,
                                                      "mem_total", (json_int_t)info[i].mem_total,
                                                      "mem_free", (json_int_t)info[i].mem_free));
-            else
+            else if (info[i].mem_free)
                 printf("%-8s %-8s %s, %.1f GiB (%.1f GiB free)\n", all[b], info[i].id, info[i].name,
                        info[i].mem_total / 1073741824.0, info[i].mem_free / 1073741824.0);
+            else
+                printf("%-8s %-8s %s, %.1f GiB (free unknown)\n", all[b], info[i].id, info[i].name,
+                       info[i].mem_total / 1073741824.0);
         }
     }
     if (json) {
