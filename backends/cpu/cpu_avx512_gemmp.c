@@ -1,8 +1,7 @@
 /* Prefill on the packed weight layouts (struct weft_cpu_packed's xpack and
  * gemmp, AVX-512 VNNI), so prefill and decode stream the same copy. out is
  * bit-identical to the one-row dot (tests/test_cpu_kernels_gemmp.c): each
- * output keeps the reference's eight float lanes per block, in its own
- * 256-bit half of a zmm, and every float step is the reference's.
+ * float step is the reference's, lane for lane.
  *
  *  - Q8_0 (weights packed 8 rows x block column, each byte + 128 unsigned,
  *    see cpu_avx512_packed.c). A unit is two activation rows; per block
@@ -14,7 +13,11 @@
  *    per-block float copy of the group's eight scales. Tiles are 8 weight rows
  *    x 2 units (16 accumulators). Everything the activations need is made
  *    once per op by xpack, so the inner loop is vpdpbusd, vcvtdq2ps, vmulps,
- *    vfmadd per 64 multiply-adds. */
+ *    vfmadd per 64 multiply-adds.
+ *  - Q4_0 (x16 layout, one lane per weight row): see the Q4_0 section; its
+ *    reference keeps one float chain per output over exact block totals,
+ *    so the integer work dominates and a block's unpacked nibbles serve up
+ *    to 8 activation rows. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -135,6 +138,100 @@ static Z512V void gemmp_q8_0(const void *wp, int groups, const void *xp, int nx,
     }
 }
 
+/* ---- Q4_0 ----
+ *
+ * Weights in the x16 layout (cpu_avx512_packed.c: one 32-bit lane per row,
+ * chunk k holding bytes 4k..4k+3 of every row's qs). The reference order
+ * (ggml's repacked Q4_0) is one float chain per output over exact block
+ * totals: sum += ((float)total * dw) * dx, which is lane-wise what the x16
+ * decode kernel does; here a block's eight unpacked nibble vectors are made
+ * once and serve up to 8 activation rows, each a zmm of 16 outputs. A unit
+ * is one activation row: per block its 32 qs, -8 * their sum (int32) and dx
+ * (float), 40 bytes. */
+
+#define Q4P_UNIT 40
+#define Q4P_GROUP 288
+
+static size_t xp_size_q4_0(int64_t n) { return (size_t)(n / WEFT_QK8_0) * Q4P_UNIT; }
+
+static void xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    (void)xstride;
+    (void)nx; /* one row per unit */
+    const struct weft_block_q8_0 *b = x;
+    uint8_t *o = dst;
+    for (int64_t i = 0; i < n / WEFT_QK8_0; i++, o += Q4P_UNIT) {
+        int32_t s = 0;
+        for (int j = 0; j < 32; j++) s += b[i].qs[j];
+        s *= -8;
+        const float d = weft_half_to_f32(b[i].d);
+        memcpy(o, b[i].qs, 32);
+        memcpy(o + 32, &s, 4);
+        memcpy(o + 36, &d, 4);
+    }
+}
+
+AI Z512V __m512i bcast32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+AI Z512V void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *out, size_t ldo, const int NR)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8];
+    for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * Q4P_GROUP;
+        __m512i lo[4], hi[4];
+        for (int k = 0; k < 4; k++) {
+            const __m512i q = _mm512_loadu_si512((const void *)(p + 32 + 64 * k));
+            lo[k] = _mm512_and_si512(q, m4);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        for (int j = 0; j < NR; j++) {
+            const uint8_t *xb = x + ((size_t)j * nb + b) * Q4P_UNIT;
+            __m512i s0 = bcast32(xb + 32), s1 = _mm512_setzero_si512();
+            for (int k = 0; k < 4; k++) {
+                s0 = _mm512_dpbusd_epi32(s0, lo[k], bcast32(xb + 4 * k));
+                s1 = _mm512_dpbusd_epi32(s1, hi[k], bcast32(xb + 16 + 4 * k));
+            }
+            float dx;
+            memcpy(&dx, xb + 36, 4);
+            const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
+            acc[j] = _mm512_add_ps(acc[j], _mm512_mul_ps(_mm512_mul_ps(f, dw), _mm512_set1_ps(dx)));
+        }
+    }
+    for (int j = 0; j < NR; j++) _mm512_storeu_ps(out + (size_t)j * ldo, acc[j]);
+}
+
+static Z512V void gemmp_q4_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK4_0;
+    const size_t gbytes = (size_t)nb * Q4P_GROUP, ubytes = (size_t)nb * Q4P_UNIT;
+    for (int j = 0; j < nx; j += 8) {
+        const int nr = nx - j < 8 ? nx - j : 8;
+        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
+            float *o = out + (size_t)j * ldo + 16 * g;
+            switch (nr) {
+            case 1: q4p_tile(w, x, nb, o, ldo, 1); break;
+            case 2: q4p_tile(w, x, nb, o, ldo, 2); break;
+            case 3: q4p_tile(w, x, nb, o, ldo, 3); break;
+            case 4: q4p_tile(w, x, nb, o, ldo, 4); break;
+            case 5: q4p_tile(w, x, nb, o, ldo, 5); break;
+            case 6: q4p_tile(w, x, nb, o, ldo, 6); break;
+            case 7: q4p_tile(w, x, nb, o, ldo, 7); break;
+            default: q4p_tile(w, x, nb, o, ldo, 8); break;
+            }
+        }
+    }
+}
+
 static bool have_vnni(void)
 {
     unsigned a, b, c, d;
@@ -145,6 +242,13 @@ static bool have_vnni(void)
 void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k)
 {
     if (!have_vnni()) return;
+    struct weft_cpu_packed *q4 = &k->packed[WEFT_TYPE_Q4_0];
+    if (q4->rows == 16) {
+        q4->xrows = 1;
+        q4->xp_size = xp_size_q4_0;
+        q4->xpack = xpack_q4_0;
+        q4->gemmp = gemmp_q4_0;
+    }
     struct weft_cpu_packed *q8 = &k->packed[WEFT_TYPE_Q8_0];
     if (q8->rows == 8) {
         q8->xrows = 2;
