@@ -107,7 +107,7 @@ static void cpu_still_runs_and_hip_fails_cleanly(void)
 static void nvcc_build_loads_as_the_hip_module(void)
 {
     if (access(WEFT_BUILD_DIR "/libweft-hip-nvcc.so", R_OK) != 0) {
-        printf("  (no libweft-hip-nvcc.so in this build: WEFT_HIP_NVCC=OFF or no nvcc)\n");
+        printf("  (no libweft-hip-nvcc.so in this build: WEFT_HIP_NVCC is OFF, or ON and libweft-hip.so is that build, or no nvcc)\n");
         return;
     }
     char dir[] = "/tmp/weft-hip-nvcc-XXXXXX", cmd[1024];

@@ -37,6 +37,25 @@ weft_status weft_hip_err(hipError_t e, const char *what)
 
 static char devices_why[256];
 
+#ifndef WEFT_HIP_ON_CUDA
+#ifndef WEFT_HIP_TARGETS_STR
+#define WEFT_HIP_TARGETS_STR "gfx90a,gfx940,gfx1030"   /* backends/hip/CMakeLists.txt passes the real list */
+#endif
+/* Whether the kernels were built for this device's target ("gfx90a" out of
+ * gcnArchName "gfx90a:sramecc+:xnack-"): a code object runs only on its own
+ * target, so e.g. gfx942 (MI300X) or gfx1100 need their own build. */
+static bool target_built(const char *gcn_arch)
+{
+    const size_t n = strcspn(gcn_arch, ":");
+    for (const char *t = WEFT_HIP_TARGETS_STR; *t;) {
+        const size_t m = strcspn(t, ",");
+        if (m == n && !strncmp(t, gcn_arch, n)) return true;
+        t += m + (t[m] == ',');
+    }
+    return false;
+}
+#endif
+
 static int hip_devices(struct weft_device_info *infos, int max, const char **why)
 {
     int n = 0;
@@ -75,8 +94,9 @@ static int hip_devices(struct weft_device_info *infos, int max, const char **why
                  p.minor, p.warpSize, p.multiProcessorCount);
 #else
         /* gcnArchName: "gfx90a:sramecc+:xnack-"; the part before ':' is the target */
-        snprintf(infos[i].name, sizeof infos[i].name, "%.72s (%.*s, wave%d, %d CUs)", p.name,
-                 (int)strcspn(p.gcnArchName, ":"), p.gcnArchName, p.warpSize, p.multiProcessorCount);
+        snprintf(infos[i].name, sizeof infos[i].name, "%.64s (%.*s, wave%d, %d CUs%s)", p.name,
+                 (int)strcspn(p.gcnArchName, ":"), p.gcnArchName, p.warpSize, p.multiProcessorCount,
+                 target_built(p.gcnArchName) ? "" : "; NOT BUILT FOR");
 #endif
         infos[i].mem_total = p.totalGlobalMem;
         size_t fr = 0, tot = 0;
@@ -113,6 +133,14 @@ static weft_status hip_open(const struct weft_backend_params *p, struct weft_bac
     if (p->device < 0 || p->device >= n)
         return weft_error(WEFT_ERR_NO_DEVICE, "hip: no device %d (%d found)", p->device, n);
     if ((e = hipSetDevice(p->device)) != hipSuccess) return weft_hip_err(e, "selecting the device");
+#ifndef WEFT_HIP_ON_CUDA
+    hipDeviceProp_t prop;
+    if ((e = hipGetDeviceProperties(&prop, p->device)) != hipSuccess) return weft_hip_err(e, "reading the device");
+    if (!target_built(prop.gcnArchName))
+        return weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: %.*s is not one of the targets this libweft-hip.so was built for (%s; "
+                          "rebuild with -DWEFT_HIP_TARGETS=...)", p->device, (int)strcspn(prop.gcnArchName, ":"),
+                          prop.gcnArchName, WEFT_HIP_TARGETS_STR);
+#endif
     struct weft_hip_backend *be = calloc(1, sizeof *be);
     if (!be) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
     be->base.iface = &hip_iface;
