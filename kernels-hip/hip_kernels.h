@@ -27,7 +27,7 @@ extern "C" {
  * Q8_0 Q4_K Q5_K Q6_K). Paths: R <= 8 and a quantized type: x quantized to
  * Q8_1 blocks in scratch, integer-dot matrix-vector kernel
  * (kernels-common/matmul.cuh); R > 8 and a quantized type or F16: the
- * LDS-tiled float GEMM (hip_matmul.hip) with W dequantized tile by tile;
+ * LDS-tiled float GEMM (hip_gemm.hip) with W dequantized tile by tile;
  * F32/BF16 and few-row F16: the float kernel. */
 struct weft_hip_mm {
     int wt;                       /* enum weft_type */
