@@ -22,7 +22,7 @@
 #include "core/status.h"
 #include "core/types.h"
 
-#define WEFT_BACKEND_API_VERSION 2   /* 2: weight_prepare */
+#define WEFT_BACKEND_API_VERSION 3   /* 2: weight_prepare; 3: max_buffer */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -180,12 +180,26 @@ struct weft_backend_iface {
      * view is harmless. Fails only on an invalid view; running short of
      * memory just leaves the plain layout in use. */
     weft_status (*weight_prepare)(struct weft_backend *b, const struct weft_view *w);
+
+    /* ---- api_version >= 3 ---- */
+    /* Optional (NULL: no limit). The largest buffer an op can address on this
+     * device (e.g. Vulkan's maxStorageBufferRange): core keeps weight chunks
+     * and KV buffers under it. */
+    uint64_t (*max_buffer)(struct weft_backend *b);
 };
+
 
 /* Every backend object starts with its iface pointer. */
 struct weft_backend {
     const struct weft_backend_iface *iface;
 };
+
+/* The device's buffer limit (UINT64_MAX when it has none). */
+static inline uint64_t weft_backend_max_buffer(struct weft_backend *b)
+{
+    uint64_t v = b->iface->api_version >= 3 && b->iface->max_buffer ? b->iface->max_buffer(b) : 0;
+    return v ? v : UINT64_MAX;
+}
 
 /* ---- registry ---- */
 /* Backends compiled into this build, in preference order. */

@@ -74,10 +74,12 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->m = m; fw->kv = kv;
     fw->n_parts = m->n_parts;
     fw->be = m->parts[m->n_parts - 1].be;
-    if (kv->n_parts != m->n_parts) {
-        free(fw);
-        return weft_error(WEFT_ERR_INVALID_ARG, "forward: the KV pool has %u parts, the model %u", kv->n_parts, m->n_parts);
-    }
+    for (uint32_t l = 0; l < m->hp.n_layer; l++)
+        if (weft_kv_layer_view(kv, l).buf == NULL || kv->n_layer != m->hp.n_layer) {
+            free(fw);
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: the KV pool does not hold the model's %u layers",
+                              m->hp.n_layer);
+        }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
     size_t R = max_rows, f = sizeof(float), ekv = (size_t)hp->head_dim * hp->n_head_kv;
     size_t c = 0;

@@ -94,16 +94,31 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
     if (cfg->n_parts > WEFT_KV_MAX_PARTS)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
-    k.n_parts = cfg->n_parts ? cfg->n_parts : 1;
-    for (uint32_t p = 0, l0 = 0; p < k.n_parts; p++) {
-        struct weft_kv_part *kp = &k.parts[p];
-        kp->be = cfg->n_parts ? cfg->part_be[p] : be;
-        kp->layer0 = l0;
-        kp->n_layer = cfg->n_parts ? cfg->part_layers[p] : cfg->n_layer;
-        kp->block_bytes = kp->n_layer * layer_bytes;
-        l0 += kp->n_layer;
-        if (!kp->be || !kp->n_layer || l0 > cfg->n_layer || (p + 1 == k.n_parts && l0 != cfg->n_layer))
+    /* each device's layers, in buffers of as many whole layers as its
+     * largest buffer holds */
+    uint32_t n_dev = cfg->n_parts ? cfg->n_parts : 1, l0 = 0;
+    for (uint32_t p = 0; p < n_dev; p++) {
+        struct weft_backend *pbe = cfg->n_parts ? cfg->part_be[p] : be;
+        uint32_t nl = cfg->n_parts ? cfg->part_layers[p] : cfg->n_layer;
+        if (!pbe || !nl || l0 + nl > cfg->n_layer || (p + 1 == n_dev && l0 + nl != cfg->n_layer))
             return weft_error(WEFT_ERR_INVALID_ARG, "kv: split parts do not cover the %u layers", cfg->n_layer);
+        uint64_t per_layer = (uint64_t)cfg->n_blocks * layer_bytes, lim = weft_backend_max_buffer(pbe);
+        if (per_layer > lim)
+            return weft_error(WEFT_ERR_NO_ROOM, "kv: %u blocks of one layer take %llu MiB, more than the %s device's "
+                              "largest buffer (%llu MiB); use fewer blocks (--kv-mib) or a shorter context",
+                              cfg->n_blocks, (unsigned long long)(per_layer >> 20), pbe->iface->name,
+                              (unsigned long long)(lim >> 20));
+        uint32_t group = lim / per_layer > nl ? nl : (uint32_t)(lim / per_layer);
+        for (uint32_t done = 0; done < nl; done += group) {
+            if (k.n_parts == WEFT_KV_MAX_BUFS)
+                return weft_error(WEFT_ERR_NO_ROOM, "kv: the cache needs more than %d buffers", WEFT_KV_MAX_BUFS);
+            struct weft_kv_part *kp = &k.parts[k.n_parts++];
+            kp->be = pbe;
+            kp->layer0 = l0 + done;
+            kp->n_layer = nl - done < group ? nl - done : group;
+            kp->block_bytes = kp->n_layer * layer_bytes;
+        }
+        l0 += nl;
     }
     k.be = k.parts[0].be;
     uint32_t n = cfg->n_blocks, cap = 16;

@@ -25,8 +25,11 @@
 #include "backends/backend.h"
 
 /* With layers split over devices each device holds its layers' part of every
- * block (the block layout of backend.h with n_layer = that part's count). */
-#define WEFT_KV_MAX_PARTS 8
+ * block (the block layout of backend.h with n_layer = that part's count); a
+ * device whose buffers are limited (weft_backend_max_buffer) holds its layers
+ * in several such buffers, whole layers each. */
+#define WEFT_KV_MAX_PARTS 8     /* devices */
+#define WEFT_KV_MAX_BUFS 64     /* buffers over all devices */
 struct weft_kv_part {
     struct weft_backend *be;       /* not owned */
     uint32_t layer0, n_layer;
@@ -57,8 +60,8 @@ struct weft_kv_stats {
 struct weft_kv_pool {
     struct weft_backend *be;       /* = parts[0].be, not owned */
     struct weft_buffer *buf;       /* = parts[0].buf: n_blocks blocks, layout in backend.h */
-    struct weft_kv_part parts[WEFT_KV_MAX_PARTS];
-    uint32_t n_parts;
+    struct weft_kv_part parts[WEFT_KV_MAX_BUFS];
+    uint32_t n_parts;              /* buffers, in layer order */
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
     enum weft_type type;
     bool prefix_cache;

@@ -119,14 +119,25 @@ static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int
 }
 
 /* Where each tensor lives on one part: wrapped host memory spanning the whole
- * data section (offset = file offset), or a packed buffer of only the
- * tensors the part uses (offsets assigned in a first pass). */
+ * data section (offset = file offset), or buffers holding only the tensors
+ * the part uses, packed in order into chunks of at most WEFT_WEIGHT_CHUNK
+ * bytes (1 GiB, or $WEFT_WEIGHT_CHUNK_MIB; so no buffer outgrows what a GPU
+ * binds at once, e.g. Vulkan's maxStorageBufferRange) — offsets and chunk
+ * sizes come from a first pass. */
+static size_t weight_chunk(void)
+{
+    const char *e = getenv("WEFT_WEIGHT_CHUNK_MIB");  /* tests, and devices with small binding limits */
+    long v = e ? atol(e) : 0;
+    return v > 0 && v < (1l << 20) ? (size_t)v << 20 : (size_t)1 << 30;
+}
+
 struct placer {
     struct weft_model *m;
     struct weft_model_part *part;
     const uint8_t *base;
     bool packed, sizing;
-    size_t cursor;
+    size_t cursor, chunk_max;
+    uint32_t chunk;
 };
 
 static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, bool norm,
@@ -135,14 +146,33 @@ static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64
     const struct weft_gguf_tensor *t = NULL;
     weft_status st = find(pl->m, name, ne0, ne1, norm, &t);
     if (st != WEFT_OK) return st;
-    size_t off = (size_t)((const uint8_t *)t->data - pl->base);
+    size_t off = (size_t)((const uint8_t *)t->data - pl->base), need = (t->size + 255) & ~(size_t)255;
+    struct weft_buffer *buf = pl->part->weights;
     if (pl->packed) {
+        struct weft_model_part *mp = pl->part;
+        if (pl->cursor > 0 && pl->cursor + need > pl->chunk_max) {  /* the next chunk */
+            pl->chunk++;
+            pl->cursor = 0;
+        }
+        if (pl->sizing) {
+            if (pl->chunk >= mp->n_bufs) {
+                struct weft_buffer **nb = realloc(mp->bufs, (pl->chunk + 1) * sizeof *nb);
+                size_t *ns = realloc(mp->buf_sizes, (pl->chunk + 1) * sizeof *ns);
+                if (nb) mp->bufs = nb;
+                if (ns) mp->buf_sizes = ns;
+                if (!nb || !ns) return weft_error(WEFT_ERR_NOMEM, "model: out of memory");
+                mp->bufs[pl->chunk] = NULL;
+                mp->buf_sizes[pl->chunk] = 0;
+                mp->n_bufs = pl->chunk + 1;
+            }
+            mp->buf_sizes[pl->chunk] = pl->cursor + need;
+        }
         off = pl->cursor;
-        pl->cursor += (t->size + 255) & ~(size_t)255;
-        if (!pl->sizing && (st = pl->part->be->iface->buffer_write(pl->part->weights, off, t->data, t->size)))
-            return st;
+        pl->cursor += need;
+        buf = mp->bufs[pl->chunk];
+        if (!pl->sizing && (st = mp->be->iface->buffer_write(buf, off, t->data, t->size))) return st;
     }
-    *out = weft_view_2d(pl->part->weights, off, t->type, ne0, ne1);
+    *out = weft_view_2d(buf, off, t->type, ne0, ne1);
     return WEFT_OK;
 }
 
@@ -273,16 +303,20 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
         struct weft_model_part *mp = &m->parts[p];
         *mp = (struct weft_model_part){.be = parts[p].be, .layer0 = l0, .n_layer = parts[p].n_layer};
         for (uint32_t l = l0; l < l0 + mp->n_layer; l++) m->layer_part[l] = p;
-        struct placer pl = {.m = m, .part = mp, .base = base};
+        struct placer pl = {.m = m, .part = mp, .base = base, .chunk_max = weight_chunk()};
+        if (weft_backend_max_buffer(mp->be) < pl.chunk_max) pl.chunk_max = (size_t)weft_backend_max_buffer(mp->be);
         const struct weft_backend_iface *bi = mp->be->iface;
         if (bi->buffer_wrap_host) {
             if ((st = bi->buffer_wrap_host(mp->be, base, span, &mp->weights))) goto err;
         } else {
             pl.packed = pl.sizing = true;
             if ((st = place_part(&pl, p))) goto err;
-            if ((st = bi->buffer_alloc(mp->be, pl.cursor ? pl.cursor : 1, &mp->weights))) goto err;
+            for (uint32_t c = 0; c < mp->n_bufs; c++)
+                if ((st = bi->buffer_alloc(mp->be, mp->buf_sizes[c], &mp->bufs[c]))) goto err;
+            mp->weights = mp->n_bufs ? mp->bufs[0] : NULL;
             pl.sizing = false;
             pl.cursor = 0;
+            pl.chunk = 0;
         }
         if ((st = place_part(&pl, p))) goto err;
     }
@@ -307,8 +341,17 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
 void weft_model_free(struct weft_model *m)
 {
     if (!m) return;
-    for (uint32_t p = 0; p < m->n_parts; p++)
-        if (m->parts[p].weights) m->parts[p].be->iface->buffer_free(m->parts[p].weights);
+    for (uint32_t p = 0; p < m->n_parts; p++) {
+        struct weft_model_part *mp = &m->parts[p];
+        if (mp->n_bufs) {
+            for (uint32_t c = 0; c < mp->n_bufs; c++)
+                if (mp->bufs[c]) mp->be->iface->buffer_free(mp->bufs[c]);
+        } else if (mp->weights) {
+            mp->be->iface->buffer_free(mp->weights);
+        }
+        free(mp->bufs);
+        free(mp->buf_sizes);
+    }
     free(m->layers);
     free(m->layer_part);
     weft_tokenizer_free(m->tok);

@@ -32,7 +32,10 @@ struct weft_split_part {
 
 struct weft_model_part {
     struct weft_backend *be;       /* not owned */
-    struct weft_buffer *weights;   /* the tensors this part uses */
+    struct weft_buffer *weights;   /* wrapped host memory, or bufs[0] */
+    struct weft_buffer **bufs;     /* when not wrapped: the part's tensors in <= 1 GiB chunks */
+    size_t *buf_sizes;
+    uint32_t n_bufs;
     uint32_t layer0, n_layer;
 };
 

@@ -2,7 +2,8 @@
 // Matrix-vector product for decode: out[r][n] = x[r] · W[n] (+ add[r][n]) for
 // up to MV_MAX_ROWS activation rows r, so a small batch reads W once.
 //
-// One workgroup per MV_NR = 2 weight rows (n0 = MV_NR * (group x + group y *
+// One workgroup per MV_NR weight rows (2 on GPUs, more on a CPU device where
+// each workgroup costs more than its work; n0 = MV_NR * (group x + group y *
 // groups in x)); its WG threads stride over the rows four elements at a time
 // (consecutive threads read consecutive bytes of W and x; each x value
 // serves both rows), each keeping one partial sum per (weight row,
@@ -13,7 +14,7 @@
 //
 // Bindings: 0 W (uint words), 1 x, 2 out, 3 add (f32). Offsets and strides
 // from push constants: W in bytes, the rest in floats.
-// Spec constant 0: WG (threads, a power of two).
+// Spec constants: 0 WG (threads, a power of two), 1 MV_NR (weight rows).
 // variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K f32_sg:-DTYPE_F32,-DUSE_SUBGROUP f16_sg:-DTYPE_F16,-DUSE_SUBGROUP bf16_sg:-DTYPE_BF16,-DUSE_SUBGROUP q8_0_sg:-DTYPE_Q8_0,-DUSE_SUBGROUP q4_0_sg:-DTYPE_Q4_0,-DUSE_SUBGROUP q4_1_sg:-DTYPE_Q4_1,-DUSE_SUBGROUP q5_0_sg:-DTYPE_Q5_0,-DUSE_SUBGROUP q5_1_sg:-DTYPE_Q5_1,-DUSE_SUBGROUP q4_k_sg:-DTYPE_Q4_K,-DUSE_SUBGROUP q5_k_sg:-DTYPE_Q5_K,-DUSE_SUBGROUP q6_k_sg:-DTYPE_Q6_K,-DUSE_SUBGROUP
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -23,9 +24,9 @@
 #endif
 
 #define MV_MAX_ROWS 8
-#define MV_NR 2
 
 layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint MV_NR = 2;
 layout(local_size_x_id = 0) in;
 
 layout(binding = 0) readonly buffer WBuf { uint data_w[]; };

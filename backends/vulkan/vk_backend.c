@@ -251,6 +251,7 @@ static weft_status create_device(struct vk_backend *vb)
     for (int i = 0; i < 3; i++) c->max_workgroup_count[i] = vb->props.limits.maxComputeWorkGroupCount[i];
     c->max_shared_bytes = vb->props.limits.maxComputeSharedMemorySize;
     c->max_storage_range = vb->props.limits.maxStorageBufferRange;
+    c->cpu_device = vb->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
 
     VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .storageBuffer16BitAccess = f11.storageBuffer16BitAccess};
@@ -431,6 +432,11 @@ static weft_status vk_sync(struct weft_backend *b)
     return st != WEFT_OK ? st : st2;
 }
 
+static uint64_t vk_max_buffer(struct weft_backend *b)
+{
+    return vk_get_caps((struct vk_backend *)b)->max_storage_range & ~(uint64_t)255;
+}
+
 static const struct weft_backend_iface vk_iface = {
     .api_version = WEFT_BACKEND_API_VERSION,
     .name = "vulkan",
@@ -445,6 +451,7 @@ static const struct weft_backend_iface vk_iface = {
     .supports = vk_supports,
     .run = vk_run,
     .sync = vk_sync,
+    .max_buffer = vk_max_buffer,
 };
 
 WEFT_MODULE_EXPORT const struct weft_backend_iface *weft_backend_module_init(const struct weft_module_host *host,

@@ -42,6 +42,7 @@ struct vk_caps {
     bool storage8;                 /* storageBuffer8BitAccess */
     bool int8_arith;               /* shaderInt8 */
     bool unified_memory;           /* device-local memory is host-visible */
+    bool cpu_device;               /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): few, big workgroups pay */
     uint32_t max_workgroup_invocations;
     uint32_t max_workgroup_count[3];
     uint32_t max_shared_bytes;

@@ -24,7 +24,14 @@
 #include <string.h>
 
 #define MV_MAX_ROWS 8 /* shaders/mul_mat_vec.comp: activation rows */
-#define MV_NR 2       /* shaders/mul_mat_vec.comp: weight rows per workgroup */
+/* shaders/mul_mat_vec.comp: weight rows per workgroup: 2 on a GPU; on a CPU
+ * device (lavapipe) a workgroup costs far more than its work, so 16 */
+static uint32_t mv_nr(const struct vk_backend *vb)
+{
+    const char *e = getenv("WEFT_VK_MV_NR");  /* experiments */
+    if (e && atoi(e) > 0 && atoi(e) <= 64) return (uint32_t)atoi(e);
+    return vk_get_caps(vb)->cpu_device ? 16 : 2;
+}
 #define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
 
 struct mm_push {
@@ -125,7 +132,7 @@ static bool dispatchable(const struct vk_backend *vb, int64_t N, int64_t M)
 {
     const struct vk_caps *c = vk_get_caps(vb);
     uint64_t gx = c->max_workgroup_count[0], gy = c->max_workgroup_count[1];
-    if (M <= MV_MAX_ROWS) return (uint64_t)((N + MV_NR - 1) / MV_NR) <= gx * gy;
+    if (M <= MV_MAX_ROWS) return (uint64_t)((N + mv_nr(vb) - 1) / mv_nr(vb)) <= gx * gy;
     return (uint64_t)((N + MM_TILE - 1) / MM_TILE) <= gx && (uint64_t)((M + MM_TILE - 1) / MM_TILE) <= gy;
 }
 
@@ -168,7 +175,8 @@ static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
     uint32_t wg = K >= 4096 ? 256 : K >= 1024 ? 128 : 64;
     const struct vk_caps *c = vk_get_caps(vb);
     /* the reduction's shared array: MV_NR * MV_MAX_ROWS floats per thread */
-    while (wg > 64 && (wg > c->max_workgroup_invocations || wg * MV_NR * MV_MAX_ROWS * 4 > c->max_shared_bytes)) wg /= 2;
+    if (c->cpu_device) wg = 32;
+    while (wg > 32 && (wg > c->max_workgroup_invocations || wg * mv_nr(vb) * MV_MAX_ROWS * 4 > c->max_shared_bytes)) wg /= 2;
     return wg;
 }
 
@@ -239,8 +247,9 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
     if (M <= MV_MAX_ROWS) {
         uint32_t wg = matvec_threads(vb, K);
         snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(caps) ? "_sg" : "");
-        p = vk_pipeline_get(vb, name, 4, sizeof pc, &wg, 1);
-        const int64_t groups = (N + MV_NR - 1) / MV_NR;
+        const uint32_t spec[2] = {wg, mv_nr(vb)};
+        p = vk_pipeline_get(vb, name, 4, sizeof pc, spec, 2);
+        const int64_t groups = (N + spec[1] - 1) / spec[1];
         gx = (uint32_t)(groups < caps->max_workgroup_count[0] ? groups : caps->max_workgroup_count[0]);
         gy = (uint32_t)((groups + gx - 1) / gx);
     } else {
