@@ -41,6 +41,20 @@ static bool type_fits(enum weft_type t, int64_t n)
     return n % (k ? 256 : 32) == 0;
 }
 
+/* a weight row of type t from f (the K-quants have no quantizer: random
+ * qs/scales bytes with small positive d, dmin) */
+static bool weight_row(enum weft_type t, const float *f, uint8_t *dst, int64_t n)
+{
+    if (t != WEFT_TYPE_Q4_K) return weft_quantize_row(t, f, dst, n);
+    for (size_t i = 0; i < weft_row_size(t, n); i++) dst[i] = (uint8_t)rng_u64();
+    for (int64_t b = 0; b < n / 256; b++) {
+        struct weft_block_q4_k *k = (struct weft_block_q4_k *)dst + b;
+        k->d = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
+        k->dmin = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
+    }
+    return true;
+}
+
 /* one (table, type, n, strides) case over all nw x nx shapes */
 static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int64_t n, size_t wpad, size_t xpad,
                          bool mm)
@@ -55,7 +69,7 @@ static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int
     float *f = malloc((size_t)n * sizeof(float));
     for (int i = 0; i < NW; i++) {
         fill_data(f, n);
-        CHECK(weft_quantize_row(t, f, w + (size_t)i * ws, n));
+        CHECK(weight_row(t, f, w + (size_t)i * ws, n));
     }
     for (int j = 0; j < NX; j++) {
         fill_data(f, n);
@@ -122,6 +136,10 @@ static void gemm_matches_dot_bit_for_bit(void)
                     check_shapes(k, t, 4096, 0, 0, mm);
                     check_shapes(k, t, 8224, 22, 0, mm);
                 }
+                if (!mm && t == WEFT_TYPE_Q4_K) { /* one row pair per chunk; none (fallback) */
+                    check_shapes(k, t, 256 * 25, 0, 0, mm);
+                    check_shapes(k, t, 256 * 77, 0, 0, mm);
+                }
                 printf("  %-6s %-5s %s: %ld outputs compared with %s\n", k->name, weft_type_name(t),
                        mm ? "gemm_mm" : "gemm", n_compared - before, mm ? "dot_mm" : "dot");
             }
@@ -152,7 +170,7 @@ static void gemm_speed_printed(void)
         size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
         uint8_t *w = malloc((size_t)N * wrow), *x = malloc((size_t)R * xrow);
         float *f = malloc(K * sizeof(float)), *out = malloc(sizeof(float) * R * 16), *out2 = malloc(sizeof(float) * R * 16);
-        for (int64_t i = 0; i < N; i++) { fill_data(f, K); weft_quantize_row(t, f, w + i * wrow, K); }
+        for (int64_t i = 0; i < N; i++) { fill_data(f, K); weight_row(t, f, w + i * wrow, K); }
         for (int64_t j = 0; j < R; j++) { fill_data(f, K); weft_quantize_row_act(vt, f, x + j * xrow, K); }
         double best_g = 1e9, best_d = 1e9;
         volatile float sink = 0;
