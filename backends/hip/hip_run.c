@@ -1,9 +1,9 @@
 /* Running an op list on the HIP backend: each op becomes one or two
  * kernel launches on the backend's stream (kernels-hip/hip_kernels.h).
  *
- * Graphs (when on, see hip_backend.c): a step's launches are described by a key (every view's
- * buffer id, offset and shape, every scalar; not the data). The first time
- * a key is seen the ops run eagerly; the second time they are captured into
+ * Graphs (when on, see hip_backend.c): a step's launches are described by
+ * a key (every view's buffer id, offset and shape, every scalar; not the
+ * data). The first time a key is seen the ops run eagerly; the second time they are captured into
  * a graph and launched; from then on the graph is replayed, so a decode
  * step costs one launch instead of dozens. Data that changes between steps
  * (token ids, positions, block tables) lives in device buffers the kernels
