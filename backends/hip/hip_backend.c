@@ -96,7 +96,7 @@ static int hip_devices(struct weft_device_info *infos, int max, const char **why
         /* gcnArchName: "gfx90a:sramecc+:xnack-"; the part before ':' is the target */
         snprintf(infos[i].name, sizeof infos[i].name, "%.64s (%.*s, wave%d, %d CUs%s)", p.name,
                  (int)strcspn(p.gcnArchName, ":"), p.gcnArchName, p.warpSize, p.multiProcessorCount,
-                 target_built(p.gcnArchName) ? "" : "; NOT BUILT FOR");
+                 target_built(p.gcnArchName) ? "" : "; no kernels built for this target");
 #endif
         infos[i].mem_total = p.totalGlobalMem;
         size_t fr = 0, tot = 0;
