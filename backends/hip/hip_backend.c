@@ -385,6 +385,7 @@ static const struct weft_backend_iface hip_iface = {
     .run = weft_hip_run,
     .sync = hip_sync,
     .weight_prepare = NULL,
+    .max_buffer = NULL,         /* no limit below device memory: kernels index with 64-bit offsets */
 };
 
 WEFT_MODULE_EXPORT const struct weft_backend_iface *weft_backend_module_init(const struct weft_module_host *host,
