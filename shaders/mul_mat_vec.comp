@@ -8,7 +8,7 @@
 // (consecutive threads read consecutive bytes of W and x; each x value
 // serves both rows), each keeping one partial sum per (weight row,
 // activation row); the partials are reduced with subgroupAdd (USE_SUBGROUP)
-// or a shared-memory tree, and threads 0..MV_NR*M-1 write one output each.
+// or a shared-memory tree, and the threads write the MV_NR*M outputs.
 // A residual `add` may alias `out`: the thread that writes out[r][n] is the
 // one that read add[r][n] just before.
 //
@@ -99,8 +99,8 @@ void main()
             }
         }
     barrier();
-    if (tid < nr * pc.M) {
-        const uint q = tid / pc.M, r = tid % pc.M;
+    for (uint o = tid; o < nr * pc.M; o += WG) { /* MV_NR * M outputs may outnumber the threads */
+        const uint q = o / pc.M, r = o % pc.M;
         float s = 0.0;
         for (uint g = 0u; g < gl_NumSubgroups; g++) s += red[(q * MV_MAX_ROWS + r) * WG + g];
 #else
@@ -115,8 +115,8 @@ void main()
         }
         barrier();
     }
-    if (tid < nr * pc.M) {
-        const uint q = tid / pc.M, r = tid % pc.M;
+    for (uint o = tid; o < nr * pc.M; o += WG) {
+        const uint q = o / pc.M, r = o % pc.M;
         float s = red[(q * MV_MAX_ROWS + r) * WG];
 #endif
         const uint n = n0 + q;
