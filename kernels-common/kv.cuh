@@ -13,6 +13,24 @@ struct weft_kc_kv {
     int n_layer, layer, n_kv, hd;
 };
 
+/* The device-side description of one cache layer, made on the host from
+ * a backend's launcher struct K (weft_cu_kv or weft_hip_kv: base, type,
+ * n_layer, layer, n_kv, hd). */
+template <class K> __host__ __device__ inline struct weft_kc_kv weft_kc_kv_of(const K &kv)
+{
+    struct weft_kc_kv d;
+    const size_t head_bytes = kv.type == WEFT_TYPE_Q8_0 ? (size_t)kv.hd / 32 * 34 : (size_t)kv.hd * 2;
+    d.base = kv.base;
+    d.head_bytes = head_bytes;
+    d.tok_bytes = head_bytes * (size_t)kv.n_kv;
+    d.layer_bytes = d.tok_bytes * WEFT_KV_BLOCK_TOKENS;
+    d.n_layer = kv.n_layer;
+    d.layer = kv.layer;
+    d.n_kv = kv.n_kv;
+    d.hd = kv.hd;
+    return d;
+}
+
 WEFT_DEV uint8_t *weft_kv_row(const struct weft_kc_kv &kv, int64_t slot, int which)
 {
     const int64_t blk = slot / WEFT_KV_BLOCK_TOKENS, off = slot % WEFT_KV_BLOCK_TOKENS;

@@ -1,10 +1,10 @@
 /* The primitives weft's type-generic device code is written against.
  *
- * kernels-common/*.cuh hold device code that both the CUDA and the HIP
- * backends compile (block decoding, integer dot products, reductions, the
- * kernels themselves as templates). They never name a vendor intrinsic: a
- * backend's mapping header (kernels-cuda/cuda_prims.cuh, later
- * kernels-hip/hip_prims.cuh) defines the functions below and then includes
+ * The .cuh files in kernels-common/ hold device code that both the CUDA and
+ * the HIP backends compile (block decoding, integer dot products, reductions,
+ * the kernels themselves as templates). They never name a vendor intrinsic:
+ * a backend's mapping header (kernels-cuda/cuda_prims.cuh,
+ * kernels-hip/hip_prims.h) defines the functions below and then includes
  * this file, which checks they are there.
  *
  * Required from the mapping header (all __device__ inline):

@@ -4,8 +4,6 @@
 #include "kernels-common/attention.cuh"
 #include "kernels-cuda/cuda_kernels.h"
 
-struct weft_kc_kv weft_cu_kv_desc(const struct weft_cu_kv *kv);   /* cuda_ops.cu */
-
 enum { ATTN_GROUPS = 4, ATTN_MAX_SPLIT = 64, ATTN_MIN_CHUNK = 64 };
 
 extern "C" int weft_cu_attn_splits(int64_t n_rows, int n_head, int n_sm)
@@ -31,7 +29,7 @@ extern "C" cudaError_t weft_cu_attention(const struct weft_cu_attn_args *a, int 
     k.q_ld = a->q_ld;
     k.out = a->out;
     k.out_ld = a->out_ld;
-    k.kv = weft_cu_kv_desc(&a->kv);
+    k.kv = weft_kc_kv_of(a->kv);
     k.pos = a->pos;
     k.seq = a->seq;
     k.bt_off = a->bt_off;

@@ -56,22 +56,6 @@ extern "C" cudaError_t weft_cu_add(const float *a, size_t a_ld, const float *b, 
     return cudaGetLastError();
 }
 
-/* the device-side description of one cache layer */
-struct weft_kc_kv weft_cu_kv_desc(const struct weft_cu_kv *kv)
-{
-    struct weft_kc_kv d;
-    const size_t head_bytes = kv->type == WEFT_TYPE_Q8_0 ? (size_t)kv->hd / 32 * 34 : (size_t)kv->hd * 2;
-    d.base = kv->base;
-    d.head_bytes = head_bytes;
-    d.tok_bytes = head_bytes * (size_t)kv->n_kv;
-    d.layer_bytes = d.tok_bytes * WEFT_KV_BLOCK_TOKENS;
-    d.n_layer = kv->n_layer;
-    d.layer = kv->layer;
-    d.n_kv = kv->n_kv;
-    d.hd = kv->hd;
-    return d;
-}
-
 extern "C" cudaError_t weft_cu_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld,
                                        const int32_t *pos, const int32_t *slot, int64_t R, int n_head, int n_rot,
                                        float theta_scale, float freq_scale, int neox, const struct weft_cu_kv *kv,
@@ -82,7 +66,7 @@ extern "C" cudaError_t weft_cu_rope_kv(float *q, size_t q_ld, float *k, size_t k
     if (nt > 0)
         weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd,
                                                                   n_rot, theta_scale, freq_scale, neox);
-    const struct weft_kc_kv d = weft_cu_kv_desc(kv);
+    const struct weft_kc_kv d = weft_kc_kv_of(*kv);
     if (kv->type == WEFT_TYPE_Q8_0) {
         const int64_t groups = R * ((int64_t)kv->n_kv * kv->hd / 32) * 2;
         weft_k_kv_write_q8_0<<<(unsigned)((groups + 7) / 8), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);

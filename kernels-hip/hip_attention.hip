@@ -6,8 +6,6 @@
 #include "kernels-common/attention.cuh"
 #include "kernels-hip/hip_kernels.h"
 
-struct weft_kc_kv weft_hip_kv_desc(const struct weft_hip_kv *kv);   /* hip_ops.hip */
-
 /* units per 128-thread block; splits aim at 16 units per compute unit */
 enum { ATTN_GROUPS = 4, ATTN_MAX_SPLIT = 64, ATTN_MIN_CHUNK = 64 };
 
@@ -34,7 +32,7 @@ extern "C" hipError_t weft_hip_attention(const struct weft_hip_attn_args *a, int
     k.q_ld = a->q_ld;
     k.out = a->out;
     k.out_ld = a->out_ld;
-    k.kv = weft_hip_kv_desc(&a->kv);
+    k.kv = weft_kc_kv_of(a->kv);
     k.pos = a->pos;
     k.seq = a->seq;
     k.bt_off = a->bt_off;

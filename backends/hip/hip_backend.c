@@ -1,6 +1,7 @@
 /* HIP backend, host side: devices, buffers (hipMalloc'd device memory,
- * stream-ordered copies), op validation, and the module entry point.
- * Running ops (and graphs) is in hip_run.c; kernels in kernels-hip/.
+ * stream-ordered copies), and the module entry point. Op validation and
+ * running ops (with graphs) are the shared GPU host code's
+ * (backends/gpu/gpu_common.c) over hip_run.c's hooks; kernels in kernels-hip/.
  *
  * The module links libamdhip64. Where that library is absent, dlopen of
  * libweft-hip.so fails and `weft devices` says so; where it is present but
@@ -13,7 +14,6 @@
 #include "backends/hip/hip_impl.h"
 #include "backends/module.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,14 +111,12 @@ static void hip_close(struct weft_backend *b)
 {
     struct weft_hip_backend *be = (struct weft_hip_backend *)b;
     if (!be) return;
-    hipSetDevice(be->device);
+    hipSetDevice(be->gpu.device);
     if (be->stream) hipStreamSynchronize(be->stream);
-    weft_hip_graphs_clear(be);
-    if (be->scratch) hipFree(be->scratch);
-    if (be->err_host) hipHostFree(be->err_host);
+    weft_gpu_release(&be->gpu);
+    if (be->gpu.err_host) hipHostFree(be->gpu.err_host);
     if (be->stream) hipStreamDestroy(be->stream);
     hipGetLastError();
-    free(be->key_tmp);
     free(be);
 }
 
@@ -143,22 +141,23 @@ static weft_status hip_open(const struct weft_backend_params *p, struct weft_bac
 #endif
     struct weft_hip_backend *be = calloc(1, sizeof *be);
     if (!be) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
-    be->base.iface = &hip_iface;
-    be->device = p->device;
+    be->gpu.base.iface = &hip_iface;
+    be->gpu.hooks = &weft_hip_hooks;
+    be->gpu.device = p->device;
     /* Graphs: on by default in the nvcc build (as the CUDA backend); opt-in
      * (WEFT_HIP_GRAPHS=1) on ROCm, whose stream capture is younger */
     const char *g = getenv("WEFT_HIP_GRAPHS");
 #ifdef WEFT_HIP_ON_CUDA
-    be->graphs = !(g && !strcmp(g, "0"));
+    be->gpu.graphs = !(g && !strcmp(g, "0"));
 #else
-    be->graphs = g && strcmp(g, "0") != 0;
+    be->gpu.graphs = g && strcmp(g, "0") != 0;
 #endif
     weft_status st = WEFT_OK;
     if ((e = hipStreamCreateWithFlags(&be->stream, hipStreamNonBlocking)) != hipSuccess) {
         st = weft_hip_err(e, "creating a stream");
         goto err;
     }
-    if ((e = hipDeviceGetAttribute(&be->n_cu, hipDeviceAttributeMultiprocessorCount, p->device)) != hipSuccess ||
+    if ((e = hipDeviceGetAttribute(&be->gpu.n_mp, hipDeviceAttributeMultiprocessorCount, p->device)) != hipSuccess ||
         (e = hipDeviceGetAttribute(&be->warp, hipDeviceAttributeWarpSize, p->device)) != hipSuccess) {
         st = weft_hip_err(e, "reading the compute-unit count and wavefront size");
         goto err;
@@ -168,20 +167,18 @@ static weft_status hip_open(const struct weft_backend_params *p, struct weft_bac
                         p->device, be->warp);
         goto err;
     }
-    if ((e = hipHostMalloc((void **)&be->err_host, sizeof(int), hipHostMallocMapped)) != hipSuccess ||
-        (e = hipHostGetDevicePointer((void **)&be->err_dev, be->err_host, 0)) != hipSuccess) {
+    if ((e = hipHostMalloc((void **)&be->gpu.err_host, sizeof(int), hipHostMallocMapped)) != hipSuccess ||
+        (e = hipHostGetDevicePointer((void **)&be->gpu.err_dev, be->gpu.err_host, 0)) != hipSuccess) {
         st = weft_hip_err(e, "allocating the error word");
         goto err;
     }
-    *be->err_host = 0;
-    *out = &be->base;
+    *be->gpu.err_host = 0;
+    *out = &be->gpu.base;
     return WEFT_OK;
 err:
-    hip_close(&be->base);
+    hip_close(&be->gpu.base);
     return st;
 }
-
-static uint64_t next_buffer_id = 1;
 
 static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out)
 {
@@ -189,7 +186,7 @@ static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct 
     *out = NULL;
     struct weft_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
-    hipSetDevice(be->device);
+    hipSetDevice(be->gpu.device);
     size_t asz = size ? (size + 255) & ~(size_t)255 : 256;
     if (asz < size) {  /* size near SIZE_MAX */
         free(buf);
@@ -204,7 +201,7 @@ static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct 
         hipGetLastError();
         if (e == hipErrorOutOfMemory)
             return weft_error(WEFT_ERR_NOMEM, "hip:%d: out of device memory for a buffer of %zu bytes (%zu of %zu free)",
-                              be->device, size, fr, tot);
+                              be->gpu.device, size, fr, tot);
         return weft_hip_err(e, "allocating a buffer");
     }
     if ((e = hipMemsetAsync(buf->dev, 0, asz, be->stream)) != hipSuccess) {
@@ -212,9 +209,9 @@ static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct 
         free(buf);
         return weft_hip_err(e, "clearing a new buffer");
     }
-    buf->be = be;
+    buf->gpu = &be->gpu;
     buf->size = size;
-    buf->id = __atomic_fetch_add(&next_buffer_id, 1, __ATOMIC_RELAXED);
+    buf->id = weft_gpu_next_buffer_id();
     *out = buf;
     return WEFT_OK;
 }
@@ -222,27 +219,21 @@ static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct 
 static void hip_buffer_free(struct weft_buffer *buf)
 {
     if (!buf) return;
-    hipSetDevice(buf->be->device);
-    hipStreamSynchronize(buf->be->stream);  /* no queued op may still use it */
+    hipSetDevice(buf->gpu->device);
+    hipStreamSynchronize(weft_hip_of(buf->gpu)->stream);  /* no queued op may still use it */
     hipFree(buf->dev);
     hipGetLastError();
     free(buf);
-}
-
-static bool in_range(const struct weft_buffer *buf, size_t off, size_t n)
-{
-    return off <= buf->size && n <= buf->size - off;
 }
 
 /* Copies are queued on the backend's stream, so they are ordered with the
  * ops around them; write and read return once the host memory is done with. */
 static weft_status hip_buffer_write(struct weft_buffer *buf, size_t off, const void *src, size_t n)
 {
-    if (!in_range(buf, off, n))
-        return weft_error(WEFT_ERR_INVALID_ARG, "hip: write [%zu, +%zu) outside buffer of %zu", off, n, buf->size);
-    if (n == 0) return WEFT_OK;
-    struct weft_hip_backend *be = buf->be;
-    hipSetDevice(be->device);
+    weft_status st = weft_gpu_range(buf, off, n, "write");
+    if (st != WEFT_OK || n == 0) return st;
+    struct weft_hip_backend *be = weft_hip_of(buf->gpu);
+    hipSetDevice(be->gpu.device);
     hipError_t e = hipMemcpyAsync(buf->dev + off, src, n, hipMemcpyHostToDevice, be->stream);
     if (e == hipSuccess) e = hipStreamSynchronize(be->stream);
     return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "writing a buffer");
@@ -250,11 +241,10 @@ static weft_status hip_buffer_write(struct weft_buffer *buf, size_t off, const v
 
 static weft_status hip_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size_t n)
 {
-    if (!in_range(buf, off, n))
-        return weft_error(WEFT_ERR_INVALID_ARG, "hip: read [%zu, +%zu) outside buffer of %zu", off, n, buf->size);
-    if (n == 0) return WEFT_OK;
-    struct weft_hip_backend *be = buf->be;
-    hipSetDevice(be->device);
+    weft_status st = weft_gpu_range(buf, off, n, "read");
+    if (st != WEFT_OK || n == 0) return st;
+    struct weft_hip_backend *be = weft_hip_of(buf->gpu);
+    hipSetDevice(be->gpu.device);
     hipError_t e = hipMemcpyAsync(dst, buf->dev + off, n, hipMemcpyDeviceToHost, be->stream);
     if (e == hipSuccess) e = hipStreamSynchronize(be->stream);
     return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "reading a buffer");
@@ -263,110 +253,23 @@ static weft_status hip_buffer_read(struct weft_buffer *buf, size_t off, void *ds
 static weft_status hip_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src, size_t soff,
                                     size_t n)
 {
-    if (!in_range(dst, doff, n) || !in_range(src, soff, n))
+    if (!weft_gpu_in_range(dst, doff, n) || !weft_gpu_in_range(src, soff, n))
         return weft_error(WEFT_ERR_INVALID_ARG, "hip: copy of %zu bytes outside a buffer", n);
     if (n == 0) return WEFT_OK;
-    struct weft_hip_backend *be = dst->be;
-    hipSetDevice(be->device);
+    struct weft_hip_backend *be = weft_hip_of(dst->gpu);
+    hipSetDevice(be->gpu.device);
     hipError_t e = hipMemcpyAsync(dst->dev + doff, src->dev + soff, n, hipMemcpyDeviceToDevice, be->stream);
     return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "copying between buffers");
-}
-
-/* ---- supports ---- */
-
-/* A view's rows lie inside its buffer and are aligned for the kernels
- * (4 bytes for F32/I32 rows, 2 for every weight block format). */
-static bool view_ok(const struct weft_view *v)
-{
-    if (!v->buf || v->ne0 <= 0 || v->ne1 <= 0) return false;
-    const struct weft_type_info *ti = weft_type_get(v->type);
-    if (!ti || v->ne0 % ti->block_size) return false;
-    size_t row = weft_row_size(v->type, v->ne0);
-    size_t align = v->type == WEFT_TYPE_F32 || v->type == WEFT_TYPE_I32 ? 4 : 2;
-    if (v->offset % align || v->nb1 % align) return false;
-    size_t end = v->offset + (size_t)(v->ne1 - 1) * v->nb1 + row;
-    return end <= v->buf->size && v->nb1 >= row;
-}
-
-static bool is_f32(const struct weft_view *v) { return v->type == WEFT_TYPE_F32 && view_ok(v); }
-static bool is_i32(const struct weft_view *v) { return v->type == WEFT_TYPE_I32 && view_ok(v); }
-
-static bool weight_ok(const struct weft_view *w)
-{
-    return weft_hip_matmul_type_ok((int)w->type) && view_ok(w);  /* block types: ne0 % block checked */
-}
-
-static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
-{
-    return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
-           n_head % kv->n_kv_head == 0 &&
-           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
-}
-
-static bool batch_ok(const struct weft_batch_view *bv)
-{
-    return bv->n_rows > 0 && is_i32(&bv->pos) && is_i32(&bv->seq) && is_i32(&bv->slot) && is_i32(&bv->bt_off) &&
-           is_i32(&bv->bt);
-}
-
-static bool hip_supports(struct weft_backend *b, const struct weft_op *op)
-{
-    switch (op->kind) {
-    case WEFT_OP_EMBED: {
-        const struct weft_op_embed *o = &op->u.embed;
-        return weft_hip_matmul_type_ok((int)o->table.type) && view_ok(&o->table) && is_i32(&o->ids) &&
-               o->ids.ne1 == 1 && is_f32(&o->out) && o->out.ne0 == o->table.ne0 && o->out.ne1 >= o->ids.ne0;
-    }
-    case WEFT_OP_RMSNORM: {
-        const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
-        return is_f32(&o->x) && is_f32(&o->w) && is_f32(&o->out) &&
-               (!o->has_add || (is_f32(&o->add) && is_f32(&o->sum)));
-    }
-    case WEFT_OP_MATMUL: {
-        const struct weft_op_matmul *o = &op->u.matmul;
-        return weight_ok(&o->w) && is_f32(&o->x) && is_f32(&o->out) && o->x.ne0 == o->w.ne0 &&
-               o->out.ne0 == o->w.ne1 && o->out.ne1 >= o->x.ne1 && (!o->has_add || is_f32(&o->add));
-    }
-    case WEFT_OP_ROPE_KV: {
-        const struct weft_op_rope_kv *o = &op->u.rope_kv;
-        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->k) &&
-               is_f32(&o->v) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim;
-    }
-    case WEFT_OP_ATTENTION: {
-        const struct weft_op_attention *o = &op->u.attention;
-        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->out);
-    }
-    case WEFT_OP_SILU_MUL:
-        return is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
-    case WEFT_OP_ADD:
-        return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
-    case WEFT_OP_COPY:
-        return op->u.copy.src && op->u.copy.dst && in_range(op->u.copy.src, op->u.copy.src_off, op->u.copy.bytes) &&
-               in_range(op->u.copy.dst, op->u.copy.dst_off, op->u.copy.bytes);
-    case WEFT_OP_LOGITS: {
-        const struct weft_op_logits *o = &op->u.logits;
-        return weight_ok(&o->w) && is_f32(&o->x) && is_f32(&o->norm_w) && is_i32(&o->rows) && is_f32(&o->out) &&
-               o->x.ne0 == o->w.ne0 && o->out.ne0 == o->w.ne1 && o->out.ne1 >= o->rows.ne0;
-    }
-    default:
-        return false;
-    }
 }
 
 /* Waits for everything queued, then reports bad input the kernels met. */
 static weft_status hip_sync(struct weft_backend *b)
 {
     struct weft_hip_backend *be = (struct weft_hip_backend *)b;
-    hipSetDevice(be->device);
+    hipSetDevice(be->gpu.device);
     hipError_t e = hipStreamSynchronize(be->stream);
     if (e != hipSuccess) return weft_hip_err(e, "running the op list");
-    int err = *(volatile int *)be->err_host;
-    if (err) {
-        *(volatile int *)be->err_host = 0;
-        return weft_error(WEFT_ERR_INVALID_ARG, "hip: %s outside its table in the last op list (zeros were used)",
-                          err == 1 ? "a token id" : "a LOGITS row index");
-    }
-    return WEFT_OK;
+    return weft_gpu_take_input_error(&be->gpu);
 }
 
 static const struct weft_backend_iface hip_iface = {
@@ -381,7 +284,7 @@ static const struct weft_backend_iface hip_iface = {
     .buffer_write = hip_buffer_write,
     .buffer_read = hip_buffer_read,
     .buffer_copy = hip_buffer_copy,
-    .supports = hip_supports,
+    .supports = weft_gpu_supports,
     .run = weft_hip_run,
     .sync = hip_sync,
     .weight_prepare = NULL,
