@@ -186,7 +186,10 @@ static void attention_job(void *ctx, int ith, int nth)
     const bool fast = !q8 && kern->attn_row && hd % 64 == 0 && hd <= 256;
     const size_t head_bytes = weft_row_size(kv->type, hd);
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
-    const bool grouped = fast && kern->attn_group && group > 1 && group <= 16;
+    /* grouped where there are enough (row, KV head) units to share out
+     * (a decode step of one row keeps one head per part) */
+    const bool grouped = fast && kern->attn_group && group > 1 && group <= 16 &&
+                         (int64_t)o->batch.n_rows * kv->n_kv_head >= 2 * (int64_t)nth;
     if (grouped) n = (int64_t)o->batch.n_rows * kv->n_kv_head; /* (row, KV head): its `group` heads at once */
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
      * their position, so contiguous chunks would leave early threads idle */
@@ -220,7 +223,9 @@ weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op
     if (op->u.attention.kv.head_dim > 512)
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
     struct attn_job j = {op, be->kern};
+    /* parts: as many as there are (row, head) pairs or threads; a part with
+     * no grouped unit left simply returns */
     weft_cpu_pool_run_parts(be->pool, attention_job, &j,
-                            cpu_parts(be, (int64_t)op->u.attention.batch.n_rows * op->u.attention.kv.n_kv_head));
+                            cpu_parts(be, (int64_t)op->u.attention.batch.n_rows * op->u.attention.n_head));
     return WEFT_OK;
 }
