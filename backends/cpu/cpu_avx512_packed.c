@@ -25,10 +25,15 @@
  *    then rows (0,1), (2,3), (4,5), (6,7) as 256-bit halves of four 64-byte
  *    chunks, each weight stored + 128 (xor 0x80), unsigned for vpdpbusd,
  *    which starts from -128 * (the activations' 4-byte lane sums) (aux).
+ *  - Q5_0, 8 rows. Lanes as Q8_0; block column (176 bytes): d[8], qh[8],
+ *    then rows (0,1), (2,3), ... qs as 32-byte pairs; a pair is unpacked to
+ *    u = v + 16 (0..31) in element order, one row per 256-bit half
+ *    (vpermq, nibble shifts, the high bits from qh as a byte mask), and
+ *    vpdpbusd starts from -16 * (the activations' 4-byte lane sums) (aux).
  *
  * aux (one per activation row, from its Q8_0 / Q8_1 blocks): Q4_0 {int32
  * -8 sum(x), float dx} per block; Q4_1 {float dx, float sx}; Q8_0 {int32
- * -128 lane sums [8], float dx, pad} (64 bytes). */
+ * -128 lane sums [8], float dx, pad} (64 bytes); Q5_0 the same with -16. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -84,6 +89,22 @@ static void pack_q8_0x8(void *dst, const void *w, size_t stride, int64_t n_rows,
             }
 }
 
+/* Q5_0 x 8: d[8] (16 bytes), qh[8] (32), then per row pair (r, r + 1) its
+ * two qs (16 + 16) */
+static void pack_q5_0x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+{
+    const int64_t nb = n / WEFT_QK5_0;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_rows; g += 8)
+        for (int64_t i = 0; i < nb; i++, o += 8 * sizeof(struct weft_block_q5_0))
+            for (int r = 0; r < 8; r++) {
+                const struct weft_block_q5_0 *b = ROWP(struct weft_block_q5_0, g + r) + i;
+                memcpy(o + 2 * r, &b->d, 2);
+                memcpy(o + 16 + 4 * r, b->qh, 4);
+                memcpy(o + 48 + 16 * r, b->qs, 16);
+            }
+}
+
 /* ---- activation aux data ---- */
 
 static size_t aux8_size(int64_t n) { return (size_t)(n / 32) * 8; }
@@ -121,6 +142,21 @@ static void aux_q8_0(const void *vx, int64_t n, void *vaux)
         int32_t c[16] = {0};
         for (int l = 0; l < 8; l++)
             c[l] = -128 * (x[i].qs[4 * l] + x[i].qs[4 * l + 1] + x[i].qs[4 * l + 2] + x[i].qs[4 * l + 3]);
+        const float d = weft_half_to_f32(x[i].d);
+        memcpy(&c[8], &d, 4);
+        memcpy(a, c, 64);
+    }
+}
+
+/* as aux_q8_0 with -16: {int32 -16 lane sums [8], float dx, pad} per block */
+static void aux_q5_0(const void *vx, int64_t n, void *vaux)
+{
+    const struct weft_block_q8_0 *x = vx;
+    uint8_t *a = vaux;
+    for (int64_t i = 0; i < n / WEFT_QK8_0; i++, a += 64) {
+        int32_t c[16] = {0};
+        for (int l = 0; l < 8; l++)
+            c[l] = -16 * (x[i].qs[4 * l] + x[i].qs[4 * l + 1] + x[i].qs[4 * l + 2] + x[i].qs[4 * l + 3]);
         const float d = weft_half_to_f32(x[i].d);
         memcpy(&c[8], &d, 4);
         memcpy(a, c, 64);
@@ -251,6 +287,53 @@ static Z512V void dotp_q8_0x8(const void *wp, const void *vx, const void *vaux, 
     }
 }
 
+/* ---- Q5_0 x Q8_0, 8 rows: as Q8_0 x 8, the weights unpacked per row pair
+ * to u = v + 16 (0..31) in element order, lanes from -16 * lane sums ---- */
+static Z512V void dotp_q5_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    const uint8_t *p = wp, *a = vaux;
+    const struct weft_block_q8_0 *x = vx;
+    const int64_t nb = n / WEFT_QK5_0;
+    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i i1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i i2 = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m512i i3 = _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
+    const __m512i dup = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);     /* qs_r, qs_r, qs_r+1, qs_r+1 */
+    const __m512i sh = _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4);      /* low nibbles, then high */
+    const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(16);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < nb; i++, p += 176, a += 64) {
+        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs));
+        const __m512i corr = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a));
+        const __m512 d = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_broadcast_ss((const float *)(a + 32))));
+        uint64_t qh[4];
+        memcpy(qh, p + 16, 32);
+#define Q5_STEP(acc, k, idx)                                                                                     \
+        do {                                                                                                     \
+            const __m512i q = _mm512_permutexvar_epi64(                                                          \
+                dup, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(p + 48 + 32 * (k)))));          \
+            const __m512i nib = _mm512_and_si512(_mm512_srlv_epi64(q, sh), m4);                                  \
+            const __m512i u = _mm512_mask_add_epi8(nib, _cvtu64_mask64(qh[k]), nib, h16);                        \
+            acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, d),                                                 \
+                                  _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(corr, u, xq)), acc);                    \
+        } while (0)
+        Q5_STEP(a0, 0, i0);
+        Q5_STEP(a1, 1, i1);
+        Q5_STEP(a2, 2, i2);
+        Q5_STEP(a3, 3, i3);
+#undef Q5_STEP
+    }
+    float t[4][16] __attribute__((aligned(64)));
+    const __m512 acc[4] = {a0, a1, a2, a3};
+    for (int k = 0; k < 4; k++) {
+        const __m512 v = acc[k];
+        _mm512_store_ps(t[k], hsum8_lanes(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))));
+        out[2 * k] = t[k][0];
+        out[2 * k + 1] = t[k][8];
+    }
+}
+
 static bool have_vnni(void)
 {
     unsigned a, b, c, d;
@@ -264,6 +347,7 @@ void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k)
     k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_0x16, .aux_size = aux8_size, .aux = aux_q4_0, .dot = dotp_q4_0x16};
     k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
     k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
+    k->packed[WEFT_TYPE_Q5_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q5_0x8, .aux_size = aux64_size, .aux = aux_q5_0, .dot = dotp_q5_0x8};
 }
 
 #else
