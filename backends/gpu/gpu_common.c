@@ -187,7 +187,8 @@ static weft_status encode_all(struct weft_gpu *g, const struct weft_op *ops, siz
         int e = g->hooks->encode(g, &ops[i]);
         if (e) {
             char what[64];
-            snprintf(what, sizeof what, "op %zu (%s)", i, (unsigned)ops[i].kind < WEFT_OP_COUNT_ ? op_names[ops[i].kind] : "?");
+            snprintf(what, sizeof what, "op %zu (%s)", i,
+                     (unsigned)ops[i].kind < WEFT_OP_COUNT_ ? op_names[ops[i].kind] : "?");
             return g->hooks->error(e, what);
         }
     }
