@@ -44,6 +44,24 @@ vec2 rd_i8x2(uint byte)
 shared float es[WG];
 shared float red[WG];
 
+#ifndef KV_Q8_0
+/* round to the nearest F16 (ties to even), as the CPU's weft_f32_to_half;
+ * GLSL's packHalf2x16 leaves the rounding mode to the implementation */
+float round_f16_1(float f)
+{
+    const uint x = floatBitsToUint(f), sign = x & 0x80000000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return f;
+    if (ax >= 0x477ff000u) return uintBitsToFloat(sign | 0x7f800000u);   /* overflow: inf */
+    if (ax < 0x38800000u) {                                               /* F16 subnormal: multiples of 2^-24 */
+        precise float q = roundEven(uintBitsToFloat(ax) * 16777216.0) * (1.0 / 16777216.0);
+        return uintBitsToFloat(sign | floatBitsToUint(q));
+    }
+    uint r = ax + 0xfffu + ((ax >> 13) & 1u);                              /* ties to even at bit 13 */
+    return uintBitsToFloat(sign | (r & 0xffffe000u));
+}
+vec2 round_f16(vec2 v) { return vec2(round_f16_1(v.x), round_f16_1(v.y)); }
+#endif
+
 float reduce_max(float x)
 {
 #ifdef USE_SUBGROUP
@@ -164,6 +182,7 @@ void main()
 #endif
                 s = dot * p.scale;
             }
+#ifdef KV_Q8_0
             const float m_new = max(M, reduce_max(s));
             const float corr = exp(M - m_new);
             const float e = pp < n_pos ? exp(s - m_new) : 0.0;
@@ -178,15 +197,42 @@ void main()
                 vec2 a = acc[j] * corr;
                 for (uint u = 0u; u < n_tile; u++) {
                     const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
-#ifdef KV_Q8_0
                     const uint vbase = vw + (2u * pi / 32u) * 34u;
                     a += es[u] * (unpackHalf2x16(rd_u16(vbase)).x * rd_i8x2(vbase + 2u + (2u * pi) % 32u));
-#else
-                    a += es[u] * unpackHalf2x16(cache[vw + pi]);
-#endif
                 }
                 acc[j] = a;
             }
+#else
+            /* the CPU's (ggml's) single pass, position by position: a new
+             * maximum rescales the accumulator, which is rounded to F16 after
+             * every update. Every thread keeps the same M and S. */
+            es[t] = s;
+            barrier();
+            const uint n_tile = min(WG, n_pos - tile);
+            for (uint u = 0u; u < n_tile; u++) {
+                const float su = es[u];
+                float ms = 1.0, vs = 1.0;
+                const bool new_max = su > M;
+                if (new_max) {
+                    ms = S == 0.0 && M <= -3.0e38 ? 0.0 : exp(M - su);
+                    M = su;
+                } else {
+                    vs = exp(su - M);
+                }
+                const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
+                for (uint j = 0u; j < MAX_PAIRS; j++) {
+                    const uint pi = t + j * WG;
+                    if (pi >= hw) break;
+                    vec2 a = acc[j];
+                    if (new_max) a = round_f16(a * ms);
+                    const vec2 v = unpackHalf2x16(cache[vw + pi]);
+                    precise vec2 f = fma(v, vec2(vs), a);
+                    acc[j] = round_f16(f);
+                }
+                precise float sn = fma(S, ms, vs);
+                S = sn;
+            }
+#endif
             barrier();  // es is rewritten by the next tile
         }
         const float inv = 1.0 / S;

@@ -14,6 +14,10 @@
  *                           (any 2-byte-aligned offset),
  *   vec4 dq_get4(row, i)    elements i..i+3, i % 4 == 0 (never crosses a
  *                           block: every block size is a multiple of 4).
+ * With DQ_SPLIT_MIN defined, Q4_1 and Q5_1 give d * q only, and
+ *   float dq_min(row, blk)  the block's m, for the matmuls, which add m times
+ *                           the activation block's f16 sum as the CPU's
+ *                           Q8_1 dot product does.
  *
  * Every block size in bytes is even, so with a 2-byte-aligned row every
  * field read below (u16 scales, u32 groups of quants) is 2-byte-aligned
@@ -132,16 +136,22 @@ vec4 dq_get4(uint row, uint i)
 /* d, m: f16, qs[16] as Q4_0; x = d * q + m */
 #define DQ_QK 32u
 #define DQ_QB 20u
+#ifdef DQ_SPLIT_MIN
+#define DQ_M(b) 0.0
+float dq_min(uint row, uint blk) { return dq_f16(row + blk * 20u + 2u); }
+#else
+#define DQ_M(b) dq_f16((b) + 2u)
+#endif
 float dq_get(uint row, uint i)
 {
     uint b = row + (i / 32u) * 20u, j = i % 32u;
     uint q = (dq_u8(b + 4u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
-    return dq_f16(b) * float(q) + dq_f16(b + 2u);
+    return dq_f16(b) * float(q) + DQ_M(b);
 }
 vec4 dq_get4(uint row, uint i)
 {
     uint b = row + (i / 32u) * 20u, j = i % 32u;
-    return dq_f16(b) * dq_nib4(dq_u32(b + 4u + (j & 15u)), (j & 16u) >> 2) + dq_f16(b + 2u);
+    return dq_f16(b) * dq_nib4(dq_u32(b + 4u + (j & 15u)), (j & 16u) >> 2) + DQ_M(b);
 }
 
 #elif defined(TYPE_Q5_0)
@@ -167,18 +177,24 @@ vec4 dq_get4(uint row, uint i)
 /* d, m: f16, qh: u32, qs[16]; x = d * q + m */
 #define DQ_QK 32u
 #define DQ_QB 24u
+#ifdef DQ_SPLIT_MIN
+#define DQ_M(b) 0.0
+float dq_min(uint row, uint blk) { return dq_f16(row + blk * 24u + 2u); }
+#else
+#define DQ_M(b) dq_f16((b) + 2u)
+#endif
 float dq_get(uint row, uint i)
 {
     uint b = row + (i / 32u) * 24u, j = i % 32u;
     uint q = ((dq_u8(b + 8u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + 4u) >> j) & 1u) << 4);
-    return dq_f16(b) * float(q) + dq_f16(b + 2u);
+    return dq_f16(b) * float(q) + DQ_M(b);
 }
 vec4 dq_get4(uint row, uint i)
 {
     uint b = row + (i / 32u) * 24u, j = i % 32u;
     uint hb = (dq_u32(b + 4u) >> j) & 15u;
     vec4 h = vec4(hb & 1u, (hb >> 1) & 1u, (hb >> 2) & 1u, hb >> 3) * 16.0;
-    return dq_f16(b) * (dq_nib4(dq_u32(b + 8u + (j & 15u)), (j & 16u) >> 2) + h) + dq_f16(b + 2u);
+    return dq_f16(b) * (dq_nib4(dq_u32(b + 8u + (j & 15u)), (j & 16u) >> 2) + h) + DQ_M(b);
 }
 
 #elif defined(TYPE_Q4_K)

@@ -35,6 +35,9 @@ layout(binding = 2) buffer OBuf { float data_o[]; };
 layout(binding = 3) readonly buffer ABuf { float data_a[]; };
 
 #define DQ_WORD(i) data_w[i]
+#if defined(TYPE_Q4_1) || defined(TYPE_Q5_1)
+#define DQ_SPLIT_MIN 1  /* + m * (the Q8_1 block sum s, f16-rounded), as the CPU */
+#endif
 #include "dequant.glsl"
 
 layout(push_constant) uniform Push {
@@ -43,6 +46,7 @@ layout(push_constant) uniform Push {
     uint o_off, o_stride;
     uint a_off, a_stride;
     uint K, N, M, has_add;
+    uint s_off, s_stride;   /* Q4_1/Q5_1: the activation blocks' f16 sums, in x's buffer */
 } pc;
 
 /* [weight row][activation row][subgroup (USE_SUBGROUP) or thread] */
@@ -89,6 +93,19 @@ void main()
             }
         }
     }
+
+#ifdef DQ_SPLIT_MIN
+    for (uint blk = tid; blk < pc.K / 32u; blk += WG) {
+        float mn[MV_NR];
+        [[unroll]] for (uint q = 0u; q < MV_NR; q++) mn[q] = q < nr ? dq_min(pc.w_off + (n0 + q) * pc.w_stride, blk) : 0.0;
+        [[unroll]] for (uint r = 0u; r < MV_MAX_ROWS; r++) {
+            if (r < pc.M) {
+                const float sb = data_x[pc.s_off + r * pc.s_stride + blk];
+                [[unroll]] for (uint q = 0u; q < MV_NR; q++) acc[q][r] += mn[q] * sb;
+            }
+        }
+    }
+#endif
 
 #ifdef USE_SUBGROUP
     [[unroll]] for (uint q = 0u; q < MV_NR; q++)

@@ -31,6 +31,9 @@ layout(binding = 2) buffer OBuf { float data_o[]; };
 layout(binding = 3) readonly buffer ABuf { float data_a[]; };
 
 #define DQ_WORD(i) data_w[i]
+#if defined(TYPE_Q4_1) || defined(TYPE_Q5_1)
+#define DQ_SPLIT_MIN 1  /* + m * (the Q8_1 block sum s, f16-rounded), as the CPU */
+#endif
 #include "dequant.glsl"
 
 layout(push_constant) uniform Push {
@@ -39,6 +42,7 @@ layout(push_constant) uniform Push {
     uint o_off, o_stride;
     uint a_off, a_stride;
     uint K, N, M, has_add;
+    uint s_off, s_stride;   /* Q4_1/Q5_1: the activation blocks' f16 sums, in x's buffer */
 } pc;
 
 shared float sw[BK * (BN + PAD)]; /* [k][n] */
@@ -95,6 +99,10 @@ void main()
             const uint n = n0 + tn + 16u * i;
             if (n >= pc.N) continue;
             float s = acc[j][i];
+#ifdef DQ_SPLIT_MIN
+            const uint row = pc.w_off + n * pc.w_stride;
+            for (uint blk = 0u; blk < pc.K / 32u; blk++) s += dq_min(row, blk) * data_x[pc.s_off + m * pc.s_stride + blk];
+#endif
             if (pc.has_add != 0u) s += data_a[pc.a_off + m * pc.a_stride + n];
             data_o[pc.o_off + m * pc.o_stride + n] = s;
         }

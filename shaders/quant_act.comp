@@ -5,13 +5,15 @@
 // (random-weight models amplify even this rounding into visible logprob
 // drift). Per variant, one thread per unit:
 //   q8_0   block of 32: amax, d = f16(amax / 127), q = roundEven(x * 127 / amax),
-//          x' = d * q (also stands for Q8_1: its sum term is not mirrored)
+//          x' = d * q
+//   q8_1   as q8_0, and the block's s = f16(d * sum(q)) with the unrounded
+//          d = amax / 127 at s_off (for Q4_1/Q5_1 weights: ggml's Q8_1)
 //   q8_k   block of 256: max = the first element of largest |x|,
 //          iscale = -127 / max, q = min(127, roundEven(iscale * x)), x' = q / iscale
 //   f16    one element, round to nearest even half (as weft_f32_to_half)
 //   bf16   one element, round to nearest even bfloat16 (as weft_f32_to_bf16)
 // Bindings: 0 x, 1 x' (f32); offsets and strides in floats.
-// variants: q8_0:-DACT_Q8_0 q8_k:-DACT_Q8_K f16:-DACT_F16 bf16:-DACT_BF16
+// variants: q8_0:-DACT_Q8_0 q8_1:-DACT_Q8_0,-DACT_Q8_1 q8_k:-DACT_Q8_K f16:-DACT_F16 bf16:-DACT_BF16
 #define WG 64u
 layout(local_size_x = 64) in;
 
@@ -22,6 +24,7 @@ layout(push_constant) uniform Push {
     uint x_off, x_stride;
     uint o_off, o_stride;
     uint K, M;
+    uint s_off, s_stride;
 } pc;
 
 #if defined(ACT_Q8_0)
@@ -74,7 +77,18 @@ void main()
     for (uint j = 0u; j < QA; j++) amax = max(amax, abs(data_x[xb + j]));
     const float d = half_to_f32(f32_to_half(amax / 127.0));
     const float id = amax != 0.0 ? 127.0 / amax : 0.0;
+#ifdef ACT_Q8_1
+    float qsum = 0.0;  /* exact: at most 32 * 127 */
+    for (uint j = 0u; j < QA; j++) {
+        const float q = roundEven(data_x[xb + j] * id);
+        data_o[ob + j] = d * q;
+        qsum += q;
+    }
+    precise float sd = qsum * (amax / 127.0);
+    data_o[pc.s_off + r * pc.s_stride + u] = half_to_f32(f32_to_half(sd));
+#else
     for (uint j = 0u; j < QA; j++) data_o[ob + j] = d * roundEven(data_x[xb + j] * id);
+#endif
 #elif defined(ACT_Q8_K)
     float amax = 0.0, mx = 0.0;
     for (uint j = 0u; j < QA; j++) {

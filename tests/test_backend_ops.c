@@ -379,7 +379,7 @@ static void rope_and_paged_attention_match_reference(void)
     rng = 0x456789aull;
     for (int mode = 0; mode < 2; mode++) {
         const char *row = mode ? "ROPE_KV neox + ATTENTION" : "ROPE_KV normal + ATTENTION";
-        enum { NL = 2, LAYER = 1, NH = 4, NKV = 2, HD = 64, NBLK = 8 };
+        enum { NL = 2, LAYER = 1, NH = 6, NKV = 2, HD = 64, NBLK = 8 };
         const int n_rot = HD;
         const float base = 10000.0f;
         size_t layer_bytes = (size_t)WEFT_KV_BLOCK_TOKENS * NKV * HD * 2, blk_bytes = layer_bytes * 2 * NL;

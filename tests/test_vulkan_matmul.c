@@ -157,19 +157,36 @@ static double one_matmul(enum weft_type t, int64_t K, int64_t N, int64_t M, int 
         float *xr = malloc(sizeof(float) * (size_t)(M * K));
         uint8_t *xq = malloc(weft_row_size(WEFT_TYPE_Q8_K, 256) * (size_t)(K / 32 + 1) + 64);
         const enum weft_type vdt = weft_vec_dot_type(t);
+        /* Q8_1 (Q4_1/Q5_1 weights): the m * x part uses the block's f16 sum s */
+        float *sums = calloc((size_t)(M * (K / 32) + 1), sizeof(float));
         for (int64_t r = 0; r < M; r++) {
             const float *xs = x + (xoff + r * xnb) / 4;
             if (vdt == WEFT_TYPE_F32 || !weft_quantize_row_act(vdt, xs, xq, K)) memcpy(xr + r * K, xs, sizeof(float) * K);
             else weft_dequantize_row(vdt, xq, xr + r * K, K);
+            if (vdt == WEFT_TYPE_Q8_1)
+                for (int64_t b = 0; b < K / 32; b++)
+                    sums[r * (K / 32) + b] = weft_half_to_f32(((const struct weft_block_q8_1 *)xq)[b].s);
         }
         for (int64_t n = 0; n < N; n++) {
             weft_dequantize_row(t, w + (n + 1) * rs, wd, K);
             for (int64_t r = 0; r < M; r++) {
                 double s = add_mode ? a[(ooff + r * onb) / 4 + n] : 0;
                 for (int64_t k = 0; k < K; k++) s += (double)xr[r * K + k] * wd[k];
+                if (vdt == WEFT_TYPE_Q8_1) {
+                    const uint8_t *wr = w + (n + 1) * rs;
+                    const size_t bb = weft_type_get(t)->type_size;
+                    for (int64_t b = 0; b < K / 32; b++) {
+                        weft_half mh;
+                        memcpy(&mh, wr + b * bb + 2, 2);  /* m follows d in both Q4_1 and Q5_1 */
+                        double xs = 0;
+                        for (int64_t k = 32 * b; k < 32 * b + 32; k++) xs += xr[r * K + k];
+                        s += (double)weft_half_to_f32(mh) * (sums[r * (K / 32) + b] - xs);
+                    }
+                }
                 ref[(ooff + r * onb) / 4 + n] = (float)s;
             }
         }
+        free(sums);
         free(xr);
         free(xq);
         double er = nmse(v, ref, obytes / 4);

@@ -40,12 +40,14 @@ struct mm_push {
     uint32_t o_off, o_stride;
     uint32_t a_off, a_stride;
     uint32_t K, N, M, has_add;
+    uint32_t s_off, s_stride;   /* Q4_1/Q5_1: activation block sums (floats, in x's buffer) */
 };
 
 struct quant_act_push {
     uint32_t x_off, x_stride;
     uint32_t o_off, o_stride;
     uint32_t K, M;
+    uint32_t s_off, s_stride;
 };
 
 struct logits_norm_push {
@@ -76,14 +78,15 @@ static const char *type_suffix(enum weft_type t)
 }
 
 /* the quant_act variant that rounds activations as the CPU's vec_dot type of
- * weight type t does (Q8_1 as Q8_0: the same values), or NULL for none */
+ * weight type t does (Q8_1: Q8_0's values plus the f16 block sums the CPU's
+ * Q4_1/Q5_1 dot multiplies m by), or NULL for none */
 static const char *act_variant(enum weft_type t)
 {
     switch (t) {
     case WEFT_TYPE_F16: return "quant_act_f16";
     case WEFT_TYPE_BF16: return "quant_act_bf16";
-    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0:
-    case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_1: return "quant_act_q8_0";
+    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0: return "quant_act_q8_0";
+    case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_1: return "quant_act_q8_1";
     case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K: return "quant_act_q8_k";
     default: return NULL;
     }
@@ -94,9 +97,13 @@ static const char *act_variant(enum weft_type t)
 static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1); }
 
 /* scratch bytes run_matmul needs for M rows of K (0 for F32 weights) */
+static bool has_block_sums(enum weft_type t) { return t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_1; }
+
 static size_t act_bytes(enum weft_type t, int64_t M, int64_t K)
 {
-    return act_variant(t) ? align_up((size_t)M * (size_t)K * sizeof(float)) : 0;
+    if (!act_variant(t)) return 0;
+    size_t sums = has_block_sums(t) ? align_up((size_t)M * (size_t)(K / 32) * sizeof(float)) : 0;
+    return align_up((size_t)M * (size_t)K * sizeof(float)) + sums;
 }
 
 /* bytes from the buffer start to the end of the view's last row */
@@ -191,20 +198,30 @@ static bool subgroup_reduce(const struct vk_caps *caps)
 /* x' = x rounded as the CPU rounds activations for w's type, into scratch at
  * xq_off ([M][K] dense); *xv becomes that view. Nothing to do for F32. */
 static weft_status round_activations(struct vk_backend *vb, const struct weft_view *w, struct weft_view *xv,
-                                     int64_t M, struct weft_buffer *scratch, size_t xq_off)
+                                     int64_t M, struct weft_buffer *scratch, size_t xq_off, uint32_t *s_off)
 {
     const char *name = act_variant(w->type);
     if (!name) return WEFT_OK;
     const int64_t K = w->ne0, qa = w->type == WEFT_TYPE_F16 || w->type == WEFT_TYPE_BF16 ? 1
                                    : weft_type_get(w->type)->block_size;
+    /* [M][K] rounded values, then (Q8_1) [M][K/32] block sums; bound as one view */
     struct weft_view xq = weft_view_2d(scratch, xq_off, WEFT_TYPE_F32, K, M);
+    const size_t s_at = xq_off + align_up((size_t)M * (size_t)K * sizeof(float));
+    struct weft_view xq_all = xq;
+    if (has_block_sums(w->type)) {
+        xq_all.ne0 = (int64_t)((s_at - xq_off) / sizeof(float) + (size_t)M * (size_t)(K / 32));
+        xq_all.ne1 = 1;
+        xq_all.nb1 = (size_t)xq_all.ne0 * sizeof(float);
+        *s_off = (uint32_t)(s_at / 4);
+    }
     struct quant_act_push pc = {
         .x_off = (uint32_t)(xv->offset / 4), .x_stride = (uint32_t)(xv->nb1 / 4),
         .o_off = (uint32_t)(xq_off / 4), .o_stride = (uint32_t)K, .K = (uint32_t)K, .M = (uint32_t)M,
+        .s_off = (uint32_t)(s_at / 4), .s_stride = (uint32_t)(K / 32),
     };
     struct weft_view xin = *xv;
     xin.ne1 = M;
-    struct vk_bind b[2] = {bind_of(&xin, false), bind_of(&xq, true)};
+    struct vk_bind b[2] = {bind_of(&xin, false), bind_of(&xq_all, true)};
     struct vk_pipeline *p = vk_pipeline_get(vb, name, 2, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     const uint64_t groups = ((uint64_t)M * (uint64_t)(K / qa) + 63) / 64;
@@ -225,7 +242,8 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
     const int64_t K = w->ne0, N = w->ne1;
     struct weft_view xv = *x_in;
     xv.ne1 = M;
-    weft_status st = round_activations(vb, w, &xv, M, scratch, xq_off);
+    uint32_t s_off = 0;
+    weft_status st = round_activations(vb, w, &xv, M, scratch, xq_off, &s_off);
     if (st != WEFT_OK) return st;
     const struct weft_view *x = &xv;
     struct mm_push pc = {
@@ -233,6 +251,7 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
         .x_off = (uint32_t)(x->offset / 4), .x_stride = (uint32_t)(x->nb1 / 4),
         .o_off = (uint32_t)(out->offset / 4), .o_stride = (uint32_t)(out->nb1 / 4),
         .K = (uint32_t)K, .N = (uint32_t)N, .M = (uint32_t)M, .has_add = add != NULL,
+        .s_off = s_off, .s_stride = (uint32_t)(K / 32),
     };
     if (add) {
         pc.a_off = (uint32_t)(add->offset / 4);
@@ -240,6 +259,7 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
     }
     struct vk_bind binds[4] = {bind_of(w, false), bind_of(x, false), bind_of(out, true),
                                add ? bind_of(add, false) : bind_of(x, false)};
+    if (s_off) binds[1].size = (size_t)s_off * 4 + (size_t)M * (size_t)(K / 32) * 4 - binds[1].offset;  /* + the sums */
     const struct vk_caps *caps = vk_get_caps(vb);
     char name[64];
     struct vk_pipeline *p;

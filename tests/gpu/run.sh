@@ -4,7 +4,7 @@
 # the HIP kernels through nvcc and the HIP-to-CUDA mapping header), then on
 # every device found:
 #   - the backend-ops test (every op x type x shape vs the CPU, support matrix),
-#   - backend-specific tests (test_cuda, test_hip, test_vulkan_*),
+#   - backend-specific tests (test_gpu_kernels for CUDA and HIP, test_vulkan_*),
 #   - the stories260K golden (llama.cpp's ids) on the device and split cpu+device,
 #   - greedy equality with the CPU, alone and 8 at once, and with a layer split,
 #   - weft bench: SmolLM2-shape Q4_1, and Llama-3-8B-shape Q4_0 and Q8_0
@@ -79,11 +79,11 @@ echo "devices: ${devices:-none}"
 # ---- correctness ----
 step "backend-ops (all devices)" all 300 "$B/test_backend_ops"
 sed -n '/support\/pass matrix/,$p' "$out/logs/backend-ops_(all_devices)-all.log" > "$out/matrix.txt" 2>/dev/null
-[ -x "$B/test_cuda" ] && step "test_cuda" cuda:0 300 "$B/test_cuda"
+step "test_gpu_kernels" cuda:0 300 env WEFT_TEST_GPU=cuda "$B/test_gpu_kernels"
 for t in "$B"/test_vulkan_*; do [ -x "$t" ] && step "$(basename "$t")" vulkan:0 300 "$t"; done
 if [ $hip_ok = 1 ]; then
     step "backend-ops (hip via nvcc)" hip:0 300 "$BH/test_backend_ops"
-    [ -x "$BH/test_hip" ] && step "test_hip" hip:0 300 "$BH/test_hip"
+    step "test_gpu_kernels" hip:0 300 env WEFT_TEST_GPU=hip "$BH/test_gpu_kernels"
     step "golden" hip:0 300 env WEFT_TEST_DEVICE=hip:0 WEFT_TEST_LOGPROB_TOL=2e-2 "$BH/test_golden"
     step "equality + split + batch" hip:0 400 env WEFT_TEST_DEVICES=hip:0 "$BH/test_devices"
 fi

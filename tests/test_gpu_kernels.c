@@ -1,10 +1,9 @@
-/* HIP-specific behaviour (tests/test_backend_ops.c compares every op with
- * the reference on every backend, HIP included). The same checks as
- * tests/test_cuda.c, for the kernels in kernels-hip/ (built by hipcc for AMD
- * GPUs, or by nvcc through kernels-hip/hip_to_cuda.h, which is how they are
- * run on this project's NVIDIA machines):
- *  - a decode step replayed from a graph (WEFT_HIP_GRAPHS=1) gives
- *    bit-identical results to the same steps run without (WEFT_HIP_GRAPHS=0),
+/* What the CUDA and HIP backends do beyond single ops (tests/test_backend_ops.c
+ * compares every op with the reference on every backend), for the backend
+ * named by WEFT_TEST_GPU=cuda|hip (ctest runs it once for each; the HIP
+ * kernels run on NVIDIA GPUs when built by nvcc through kernels-hip/hip_to_cuda.h):
+ *  - a decode step replayed from a graph (WEFT_<GPU>_GRAPHS=1) gives
+ *    bit-identical results to the same steps run without (=0),
  *    step after step while positions, ids and the KV cache change, and
  *    matches the CPU backend;
  *  - split-K attention at long contexts (thousands of positions, GQA, F16
@@ -12,7 +11,8 @@
  *    (hundreds of rows) match the CPU backend;
  *  - matmul at the row counts around the decode/prefill switch and tile
  *    edges matches a double-precision reference for every weight type, and
- *    the LDS GEMM (HIP's own prefill kernel) at K and N off its tile sizes;
+ *    the prefill GEMMs at K, N and R off their tile sizes (CUDA's wmma tiles,
+ *    HIP's LDS tiles), with a fused residual that aliases out;
  *  - an impossible allocation returns WEFT_ERR_NOMEM and the backend keeps
  *    working.
  * Skipped (77) when the module is absent or sees no device. */
@@ -52,16 +52,16 @@ static void down(struct weft_backend *be, struct weft_buffer *b, void *dst, size
     CHECK(be->iface->buffer_read(b, 0, dst, n) == WEFT_OK);
 }
 
-/* WEFT_TEST_HIP_SPEC=cpu runs this file's harness against the CPU backend
+/* WEFT_TEST_GPU_SPEC=cpu runs this file's harness against the CPU backend
  * (checks the test itself on a machine without a GPU) */
-static const char *spec = "hip:0";
+static char gpu[16] = "cuda", spec[32] = "cuda:0", graphs_env[48] = "WEFT_CUDA_GRAPHS";
 
-static struct weft_backend *open_hip(bool graphs)
+static struct weft_backend *open_gpu(bool graphs)
 {
-    setenv("WEFT_HIP_GRAPHS", graphs ? "1" : "0", 1);   /* graphs are opt-in on ROCm */
+    setenv(graphs_env, graphs ? "1" : "0", 1);   /* graphs are opt-in on ROCm */
     struct weft_backend *be = NULL;
     if (weft_backend_open(spec, 0, &be) != WEFT_OK) fprintf(stderr, "open %s: %s\n", spec, weft_last_error());
-    unsetenv("WEFT_HIP_GRAPHS");
+    unsetenv(graphs_env);
     return be;
 }
 
@@ -202,7 +202,7 @@ static void step_free(struct step *s)
 
 static void graph_replay_equals_eager_steps(void)
 {
-    struct weft_backend *g = open_hip(true), *e = open_hip(false), *cpu = NULL;
+    struct weft_backend *g = open_gpu(true), *e = open_gpu(false), *cpu = NULL;
     CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
     if (!g || !e || !cpu) return;
     struct step sg, se, sc;
@@ -216,15 +216,15 @@ static void graph_replay_equals_eager_steps(void)
         CHECK(step_run(&sc, t, lc));
         CHECK_MSG(memcmp(lg, le, sizeof lg) == 0, "step %d: graph replay differs from eager run", t);
         double d = nmse_f(lg, lc, R * V);
-        CHECK_MSG(d < 1e-3, "step %d: hip vs cpu logits nmse %.3g", t, d);
-        if (t == 0 || t == 23) printf("  step %d: hip vs cpu nmse %.3g\n", t, d);
+        CHECK_MSG(d < 1e-3, "step %d: %s vs cpu logits nmse %.3g", t, gpu, d);
+        if (t == 0 || t == 23) printf("  step %d: %s vs cpu nmse %.3g\n", t, gpu, d);
     }
     step_free(&sg); step_free(&se); step_free(&sc);
     weft_backend_close(g); weft_backend_close(e); weft_backend_close(cpu);
 }
 
 /* ATTENTION alone over a cache filled with random K/V: rows of three
- * sequences (long decodes and a prefill chunk), HIP against the CPU. */
+ * sequences (long decodes and a prefill chunk), the GPU against the CPU. */
 static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type kvt, int n_head, int n_kv,
                            int hd, const int *seq_len, int n_seq, int prefill_rows, double tol)
 {
@@ -308,20 +308,20 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             for (int i = 0; i < hd; i++) ref[((size_t)r * n_head + h) * hd + i] = (float)(acc[i] / sum);
         }
     double e = nmse_f(og, ref, qn), ec = nmse_f(oc, ref, qn);
-    printf("  attention %s heads %d/%d hd %d, %d seqs (longest %d), %d prefill rows: nmse hip %.3g, cpu %.3g\n",
-           weft_type_name(kvt), n_head, n_kv, hd, n_seq, seq_len[0], prefill_rows, e, ec);
+    printf("  attention %s heads %d/%d hd %d, %d seqs (longest %d), %d prefill rows: nmse %s %.3g, cpu %.3g\n",
+           weft_type_name(kvt), n_head, n_kv, hd, n_seq, seq_len[0], prefill_rows, gpu, e, ec);
     if (!strncmp(spec, "cpu", 3)) tol = 1e-3;   /* harness check: the CPU accumulates in F16 */
-    CHECK_MSG(e < tol, "hip attention nmse %.3g >= %.3g", e, tol);
+    CHECK_MSG(e < tol, "%s attention nmse %.3g >= %.3g", gpu, e, tol);
     /* the CPU rounds q (and, for F16 caches, its accumulator) to F16 as
      * ggml does, so it is only close; the two must still agree */
-    CHECK_MSG(nmse_f(og, oc, qn) < 1e-3, "hip vs cpu attention nmse %.3g", nmse_f(og, oc, qn));
+    CHECK_MSG(nmse_f(og, oc, qn) < 1e-3, "%s vs cpu attention nmse %.3g", gpu, nmse_f(og, oc, qn));
     free(ref); free(kr); free(vr); free(sc); free(acc);
     free(bt_off); free(bt); free(pos); free(seq); free(slot); free(cache); free(q); free(oc); free(og);
 }
 
 static void split_k_attention_matches_cpu_at_long_contexts(void)
 {
-    struct weft_backend *hb = open_hip(true), *cpu = NULL;
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
     CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
     if (!hb || !cpu) return;
     const int lens1[] = {4000}, lens3[] = {3001, 700, 17};
@@ -396,7 +396,7 @@ static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, in
 
 static void matmul_row_counts_around_path_switches(void)
 {
-    struct weft_backend *hb = open_hip(true);
+    struct weft_backend *hb = open_gpu(true);
     if (!hb) return;
     static const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0,
                                            WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K,
@@ -407,11 +407,11 @@ static void matmul_row_counts_around_path_switches(void)
     weft_backend_close(hb);
 }
 
-/* The LDS GEMM's tails: K not a multiple of its 32-wide k step (float
- * weights), N and R off its 64 x 64 tile, a fused residual that aliases out. */
-static void lds_gemm_tails_and_fused_add(void)
+/* The prefill GEMMs' tails: K not a multiple of a 32-wide k step (float
+ * weights), N and R off a 64 x 64 tile, a fused residual that aliases out. */
+static void gemm_tails_and_fused_add(void)
 {
-    struct weft_backend *hb = open_hip(true);
+    struct weft_backend *hb = open_gpu(true);
     if (!hb) return;
     static const int64_t Rs[] = {9, 64, 77};
     matmul_case(hb, WEFT_TYPE_F16, 40, 65, Rs, 3, false);
@@ -426,7 +426,7 @@ static void lds_gemm_tails_and_fused_add(void)
 
 static void out_of_memory_is_reported_not_fatal(void)
 {
-    struct weft_backend *hb = open_hip(true);
+    struct weft_backend *hb = open_gpu(true);
     if (!hb) return;
     struct weft_buffer *b = NULL;
     CHECK(hb->iface->buffer_alloc(hb, (size_t)1 << 50, &b) == WEFT_ERR_NOMEM);
@@ -446,17 +446,22 @@ static void out_of_memory_is_reported_not_fatal(void)
 
 int main(void)
 {
-    const char *sp = getenv("WEFT_TEST_HIP_SPEC");
-    if (sp && *sp) spec = sp;
-    const struct weft_backend_iface *bi = weft_backend_find(strncmp(spec, "cpu", 3) ? "hip" : "cpu");
-    if (!bi) SKIP_ALL("HIP backend not loaded: %s", weft_backend_unavailable("hip"));
+    const char *g = getenv("WEFT_TEST_GPU");
+    if (g && *g) snprintf(gpu, sizeof gpu, "%s", g);
+    if (strcmp(gpu, "cuda") && strcmp(gpu, "hip")) SKIP_ALL("WEFT_TEST_GPU must be cuda or hip, not '%s'", gpu);
+    snprintf(spec, sizeof spec, "%s:0", gpu);
+    snprintf(graphs_env, sizeof graphs_env, "WEFT_%s_GRAPHS", strcmp(gpu, "cuda") ? "HIP" : "CUDA");
+    const char *sp = getenv("WEFT_TEST_GPU_SPEC");
+    if (sp && *sp) snprintf(spec, sizeof spec, "%s", sp);
+    const struct weft_backend_iface *bi = weft_backend_find(strncmp(spec, "cpu", 3) ? gpu : "cpu");
+    if (!bi) SKIP_ALL("%s backend not loaded: %s", gpu, weft_backend_unavailable(gpu));
     const char *why = NULL;
     struct weft_device_info info[1];
-    if (bi->devices(info, 1, &why) < 1) SKIP_ALL("no HIP device: %s", why ? why : "?");
+    if (bi->devices(info, 1, &why) < 1) SKIP_ALL("no %s device: %s", gpu, why ? why : "?");
     printf("device: %s\n", info[0].name);
     RUN(out_of_memory_is_reported_not_fatal);
     RUN(matmul_row_counts_around_path_switches);
-    RUN(lds_gemm_tails_and_fused_add);
+    RUN(gemm_tails_and_fused_add);
     RUN(split_k_attention_matches_cpu_at_long_contexts);
     RUN(graph_replay_equals_eager_steps);
     return check_summary();
