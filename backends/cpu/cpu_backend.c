@@ -60,6 +60,7 @@ weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size)
     size_t cap = size + size / 2 + 4096;
     uint8_t *p = aligned_alloc(64, (cap + 63) & ~(size_t)63);
     if (!p) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory for %zu bytes of scratch", cap);
+    if (be->scratch_size) memcpy(p, be->scratch, be->scratch_size);  /* contents kept, address not */
     free(be->scratch);
     be->scratch = p;
     be->scratch_size = cap;

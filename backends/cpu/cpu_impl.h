@@ -39,7 +39,9 @@ static inline float *cpu_row_f32(const struct weft_view *v, int64_t r)
     return (float *)(cpu_ptr(v) + (size_t)r * v->nb1);
 }
 
-/* Ensure the backend's scratch has `size` bytes; WEFT_ERR_NOMEM otherwise. */
+/* Ensure the backend's scratch has `size` bytes; WEFT_ERR_NOMEM otherwise.
+ * Growing keeps the contents but moves the memory: re-read be->scratch
+ * after every call, never keep a pointer into it across one. */
 weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size);
 
 /* weight_prepare: a repacked copy of w when the kernel table has a layout for

@@ -159,13 +159,16 @@ static void mm_dot(void *ctx, int ith, int nth)
 }
 
 /* Run n matmuls (same x rows, same weight type and shape class) as one job. */
-static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_view *x, const float *xrows,
-                                int64_t n_rows, int n, const struct weft_view *const *w,
-                                const struct weft_view *const *out, const struct weft_view *const *add,
-                                size_t scratch_off)
+/* x == NULL: the activation rows are contiguous F32 rows at the start of the
+ * backend's scratch, and the job's own scratch starts at scratch_off. They
+ * are addressed only after the scratch has grown to its final size (growing
+ * moves it), never through a pointer taken before. */
+static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_view *x, int64_t n_rows, int n,
+                                const struct weft_view *const *w, const struct weft_view *const *out,
+                                const struct weft_view *const *add, size_t scratch_off)
 {
     if (n < 1 || n > MAX_GROUP) return weft_error(WEFT_ERR_INVALID_ARG, "cpu: matmul group of %d", n);
-    struct mm_job j = {.x = x, .xrows = xrows, .n_rows = n_rows, .K = w[0]->ne0, .n_mm = n};
+    struct mm_job j = {.x = x, .n_rows = n_rows, .K = w[0]->ne0, .n_mm = n};
     const struct weft_cpu_kernels *k = be->kern;
     enum weft_type wt = w[0]->type, vdt = weft_vec_dot_type(wt);
     int64_t tiles = 0;
@@ -229,6 +232,7 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
     }
     weft_status st = weft_cpu_scratch(be, scratch_off + need + 64);
     if (st != WEFT_OK) return st;
+    if (!x) j.xrows = (const float *)be->scratch;
     j.xq = be->scratch + scratch_off;
     if (prefill_packed) j.xp = j.xq + xp_off;
     if (!j.private_x) weft_cpu_pool_run(be->pool, mm_quantize, &j);
@@ -277,7 +281,7 @@ weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *o
         add[i] = ops[i].u.matmul.has_add ? &ops[i].u.matmul.add : NULL;
     }
     const struct weft_view *x = &ops[0].u.matmul.x;
-    return matmul_group(be, x, NULL, x->ne1, n, w, out, add, 0);
+    return matmul_group(be, x, x->ne1, n, w, out, add, 0);
 }
 
 /* ggml's RMS_NORM scale (float squares summed in double); defined in
@@ -305,5 +309,6 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
         for (int64_t k = 0; k < K; k++) normed[i * K + k] = src[k] * scale * g[k];
     }
     const struct weft_view *w = &op->u.logits.w, *out = &op->u.logits.out, *add = NULL;
-    return matmul_group(be, NULL, normed, n_out, 1, &w, &out, &add, normed_bytes);
+    /* normed stays at the start of scratch; matmul_group may grow (move) it */
+    return matmul_group(be, NULL, n_out, 1, &w, &out, &add, normed_bytes);
 }
