@@ -6,6 +6,11 @@
  *    prefill chunks and decodes, equal the CPU's;
  *  - a split of the layers over two CPU backends, and over the CPU and each
  *    other device, equals the single-device run.
+ * stories260K (F32) must match exactly everywhere, and so must every CPU
+ * run. SmolLM2 rounds activations to 8 bits before each matmul, which turns
+ * a last-bit difference (a GPU's summation order, exp, sqrt) into a visible
+ * one within a few dozen tokens: on a GPU a prompt may part ways with the CPU
+ * only at a step where the CPU's own top-2 logprob margin is below NEAR_TIE.
  * Without a GPU backend only the CPU splits run. WEFT_TEST_DEVICES="a b"
  * restricts the devices (e.g. "vulkan:0"). */
 #include <pthread.h>
@@ -20,6 +25,7 @@
 
 struct out {
     int32_t ids[NGEN];
+    float margin[NGEN];   /* top-1 minus top-2 logprob at each step */
     uint32_t n;
     bool done;
 };
@@ -27,7 +33,10 @@ struct out {
 static void on_event(void *user, const struct weft_event *ev)
 {
     struct out *o = user;
-    if (ev->has_token && o->n < NGEN) o->ids[o->n++] = ev->token.id;
+    if (ev->has_token && o->n < NGEN) {
+        o->margin[o->n] = ev->token.n_top >= 2 ? ev->token.top_logprob[0] - ev->token.top_logprob[1] : 0;
+        o->ids[o->n++] = ev->token.id;
+    }
     if (ev->finish == WEFT_FINISH_ERROR) fprintf(stderr, "  request failed: %s\n", ev->message ? ev->message : "?");
     if (ev->finish != WEFT_FINISH_NONE) o->done = true;
 }
@@ -61,6 +70,7 @@ static bool generate(const struct weft_model *m, int32_t *const *prompts, const 
                                       .ignore_eos = true, .cb = on_event, .user = &outs[i]};
             weft_sampling_params_default(&rq.sampling);
             rq.sampling.temperature = 0;
+            rq.sampling.n_logprobs = 2;
             uint64_t id;
             ok = ok && weft_engine_submit(e, &rq, &id) == WEFT_OK;
         }
@@ -74,17 +84,28 @@ static bool generate(const struct weft_model *m, int32_t *const *prompts, const 
     return ok;
 }
 
-static uint32_t n_differ(const struct out *a, const struct out *b, uint32_t n, const char *what)
+/* Prompts whose greedy ids differ from the reference's. With near_tie > 0
+ * (a GPU on a model whose activations are rounded to 8 bits, which turns a
+ * last-bit difference into a visible one) a prompt may part ways only at a
+ * step where the reference's own top-2 margin is below near_tie. */
+static uint32_t n_differ(const struct out *a, const struct out *b, uint32_t n, const char *what, float near_tie)
 {
     uint32_t bad = 0;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t k = 0;
         while (k < NGEN && a[i].ids[k] == b[i].ids[k]) k++;
-        if (k < NGEN && bad++ < 3)
-            fprintf(stderr, "  %s: prompt %u differs from token %u (%d vs %d)\n", what, i, k, a[i].ids[k], b[i].ids[k]);
+        if (k == NGEN) continue;
+        bool tie = near_tie > 0 && a[i].margin[k] < near_tie;
+        if (!tie) bad++;
+        if (!tie || near_tie > 0)
+            fprintf(stderr, "  %s: prompt %u differs from token %u (%d vs %d; reference margin %.3f)%s\n", what, i, k,
+                    a[i].ids[k], b[i].ids[k], a[i].margin[k], tie ? ": a near-tie" : "");
     }
     return bad;
 }
+
+/* GPU vs CPU on a model with 8-bit activation rounding: see n_differ */
+#define NEAR_TIE 0.5f
 
 static struct weft_backend *cpu, *cpu2;
 static char devices[8][32];
@@ -97,7 +118,7 @@ static struct weft_model *load(const char *path, const struct weft_split_part *p
     return m;
 }
 
-static void model_on_every_device(const char *path, uint32_t n_prompts)
+static void model_on_every_device(const char *path, uint32_t n_prompts, float tie)
 {
     struct weft_model *ref = load(path, &(struct weft_split_part){cpu, 0}, 1);
     CHECK(ref != NULL);
@@ -111,7 +132,7 @@ static void model_on_every_device(const char *path, uint32_t n_prompts)
     CHECK(generate(ref, prompts, lens, n_prompts, 1, want));
     /* the CPU itself batched: the reference for the batched runs below */
     CHECK(generate(ref, prompts, lens, n_prompts, 8, got));
-    CHECK_MSG(n_differ(want, got, n_prompts, "cpu batched") == 0, "cpu: 8 at once differs from alone");
+    CHECK_MSG(n_differ(want, got, n_prompts, "cpu batched", 0) == 0, "cpu: 8 at once differs from alone");
 
     /* the split machinery on two CPU backends: bit-identical math */
     struct weft_split_part two_cpu[2] = {{cpu, half}, {cpu2, L - half}};
@@ -119,8 +140,8 @@ static void model_on_every_device(const char *path, uint32_t n_prompts)
     CHECK(m != NULL);
     if (m) {
         CHECK(generate(m, prompts, lens, n_prompts, 8, got));
-        CHECK_MSG(n_differ(want, got, n_prompts, "split cpu+cpu") == 0, "split over two CPU backends differs");
-        printf("  %s: split cpu=%u,cpu=%u, 8 at once == cpu\n", path, half, L - half);
+        CHECK_MSG(n_differ(want, got, n_prompts, "split cpu+cpu", 0) == 0, "split over two CPU backends differs");
+        printf("  %s: split cpu=%u,cpu=%u, 8 at once == cpu (bit for bit)\n", path, half, L - half);
         weft_model_free(m);
     }
     for (int d = 0; d < n_devices; d++) {
@@ -133,13 +154,13 @@ static void model_on_every_device(const char *path, uint32_t n_prompts)
         CHECK(m != NULL);
         if (m) {
             CHECK(generate(m, prompts, lens, 3, 1, got));
-            uint32_t bad = n_differ(want, got, 3, devices[d]);
+            uint32_t bad = n_differ(want, got, 3, devices[d], tie);
             CHECK_MSG(bad == 0, "%s: %u of 3 prompts differ from the CPU", devices[d], bad);
-            printf("  %s on %s: 3 prompts x %d greedy tokens == cpu\n", path, devices[d], NGEN);
+            printf("  %s on %s: 3 prompts x %d greedy tokens %s cpu\n", path, devices[d], NGEN, bad ? "!=" : tie > 0 ? "== (up to near-ties)" : "==");
             CHECK(generate(m, prompts, lens, n_prompts, 8, got));
-            bad = n_differ(want, got, n_prompts, devices[d]);
+            bad = n_differ(want, got, n_prompts, devices[d], tie);
             CHECK_MSG(bad == 0, "%s: 8 at once: %u of %u prompts differ from the CPU", devices[d], bad, n_prompts);
-            printf("  %s on %s: %u prompts 8 at once == cpu\n", path, devices[d], n_prompts);
+            printf("  %s on %s: %u prompts 8 at once %s cpu\n", path, devices[d], n_prompts, bad ? "!=" : tie > 0 ? "== (up to near-ties)" : "==");
             weft_model_free(m);
         }
         struct weft_split_part mixed[2] = {{cpu, half}, {be, L - half}};
@@ -147,9 +168,9 @@ static void model_on_every_device(const char *path, uint32_t n_prompts)
         CHECK(m != NULL);
         if (m) {
             CHECK(generate(m, prompts, lens, n_prompts, 8, got));
-            uint32_t bad = n_differ(want, got, n_prompts, "split");
+            uint32_t bad = n_differ(want, got, n_prompts, "split", tie);
             CHECK_MSG(bad == 0, "split cpu=%u,%s=%u: %u of %u prompts differ", half, devices[d], L - half, bad, n_prompts);
-            printf("  %s split cpu=%u,%s=%u, 8 at once == cpu\n", path, half, devices[d], L - half);
+            printf("  %s split cpu=%u,%s=%u, 8 at once %s cpu\n", path, half, devices[d], L - half, bad ? "!=" : tie > 0 ? "== (up to near-ties)" : "==");
             weft_model_free(m);
         }
         weft_backend_close(be);
@@ -160,7 +181,7 @@ static void model_on_every_device(const char *path, uint32_t n_prompts)
 
 static void stories260k(void)
 {
-    model_on_every_device(WEFT_SHARED_DIR "/models/stories260K.gguf", NPROMPT);
+    model_on_every_device(WEFT_SHARED_DIR "/models/stories260K.gguf", NPROMPT, 0);  /* F32: exact */
 }
 
 static void smollm2(void)
@@ -170,7 +191,7 @@ static void smollm2(void)
         printf("  (SmolLM2-135M not fetched: skipped)\n");
         return;
     }
-    model_on_every_device(path, NPROMPT);
+    model_on_every_device(path, NPROMPT, NEAR_TIE);
     free(path);
 }
 
