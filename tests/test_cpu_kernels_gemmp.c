@@ -49,7 +49,7 @@ static uint8_t *pack_acts(const struct weft_cpu_packed *pk, const uint8_t *x, si
 {
     const int units = (nx + pk->xrows - 1) / pk->xrows;
     const size_t ub = pk->xp_size(n);
-    uint8_t *xp = aligned_alloc(64, ub * (size_t)units + 64);
+    uint8_t *xp = aligned_alloc(64, (ub * (size_t)units + 64 + 63) & ~(size_t)63);
     for (int u = 0; u < units; u++) {
         int r = nx - u * pk->xrows < pk->xrows ? nx - u * pk->xrows : pk->xrows;
         pk->xpack(x + (size_t)u * pk->xrows * xs, xs, r, n, xp + (size_t)u * ub);
@@ -63,7 +63,7 @@ static void check_one(const struct weft_cpu_kernels *k, enum weft_type t, int64_
     const enum weft_type vdt = weft_vec_dot_type(t);
     const int64_t rows = (int64_t)groups * pk->rows;
     const size_t rb = weft_row_size(t, n), ws = rb + 34, xs = weft_row_size(vdt, n) + 36;
-    uint8_t *w = malloc(ws * (size_t)rows), *wp = aligned_alloc(64, rb * (size_t)rows + 64);
+    uint8_t *w = malloc(ws * (size_t)rows), *wp = aligned_alloc(64, (rb * (size_t)rows + 64 + 63) & ~(size_t)63);
     uint8_t *x = malloc(xs * (size_t)nx);
     float *tmp = malloc((size_t)n * sizeof(float));
     fill_rows(t, w, ws, rows, n, tmp);
@@ -142,7 +142,7 @@ static void timing_gemmp_vs_gemm(void)
             if (!pk->gemmp || !k->gemm[t]) continue;
             const enum weft_type vdt = weft_vec_dot_type(t);
             const size_t rb = weft_row_size(t, K), xs = weft_row_size(vdt, K);
-            uint8_t *w = malloc(rb * N), *wp = aligned_alloc(64, rb * N), *x = malloc(xs * NX);
+            uint8_t *w = malloc(rb * N), *wp = aligned_alloc(64, (rb * N + 63) & ~(size_t)63), *x = malloc(xs * NX);
             float *tmp = malloc(K * sizeof(float)), *o1 = malloc(sizeof(float) * N * NX),
                   *o2 = malloc(sizeof(float) * N * NX);
             fill_rows(t, w, rb, N, K, tmp);
