@@ -4,6 +4,10 @@
 // head's matmul. One workgroup per selected row; the sum of squares is a
 // shared-memory tree (f32; ggml sums in double: differences ~1e-7 relative).
 // A row index outside [0, x_rows) gives a row of zeros.
+// EXACT (lavapipe; needs shaderFloat64): the CPU's weft_cpu_rms_scale step
+// for step (invocation 0 sums the float squares in double in element order),
+// out = (x * scale) * g.
+// variants: std:-DSTD exact:-DEXACT
 //
 // Bindings: 0 x, 1 rows (int32), 2 g (norm weight), 3 out; offsets in elements.
 #define WG 128u
@@ -30,6 +34,32 @@ void main()
     const int src = data_rows[pc.rows_off + i];
     const bool valid = src >= 0 && uint(src) < pc.x_rows;
     const uint xb = pc.x_off + (valid ? uint(src) : 0u) * pc.x_stride;
+#ifdef EXACT
+    if (tid == 0u) {
+        double sum = 0.0;
+        if (valid)
+            for (uint k = 0u; k < pc.K; k++) {
+                const float v = data_x[xb + k];
+                precise float sq = v * v;
+                precise double ns = sum + double(sq);
+                sum = ns;
+            }
+        precise double md = sum / double(pc.K);
+        const float mean = float(md);
+        precise float me = mean + pc.eps;
+        precise float sc = 1.0 / sqrt(me);
+        red[0] = sc;
+    }
+    barrier();
+    const float xscale = red[0];
+    const uint xob = pc.o_off + i * pc.o_stride;
+    for (uint k = tid; k < pc.K; k += WG) {
+        precise float y = data_x[xb + k] * xscale;
+        precise float yg = y * data_g[pc.g_off + k];
+        data_o[xob + k] = valid ? yg : 0.0;
+    }
+    return;
+#endif
     float ss = 0.0;
     if (valid)
         for (uint k = tid; k < pc.K; k += WG) {

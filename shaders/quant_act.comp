@@ -12,13 +12,23 @@
 //          iscale = -127 / max, q = min(127, roundEven(iscale * x)), x' = q / iscale
 //   f16    one element, round to nearest even half (as weft_f32_to_half)
 //   bf16   one element, round to nearest even bfloat16 (as weft_f32_to_bf16)
+//   q8_0x, q8_1x (ACT_EXACT, for shaders/mul_mat_exact.comp): the same
+//          blocks as integers: q packed four int8 to a word at o_off (row
+//          stride o_stride words), and per block (d, s) as float bits at
+//          s_off + (r * s_stride + block) * 2 (s = 0 for q8_0x)
 // Bindings: 0 x, 1 x' (f32); offsets and strides in floats.
-// variants: q8_0:-DACT_Q8_0 q8_1:-DACT_Q8_0,-DACT_Q8_1 q8_k:-DACT_Q8_K f16:-DACT_F16 bf16:-DACT_BF16
+// Every division and product is `precise`: bit for bit the CPU's on a device
+// with IEEE float arithmetic.
+// variants: q8_0:-DACT_Q8_0 q8_1:-DACT_Q8_0,-DACT_Q8_1 q8_k:-DACT_Q8_K f16:-DACT_F16 bf16:-DACT_BF16 q8_0x:-DACT_Q8_0,-DACT_EXACT q8_1x:-DACT_Q8_0,-DACT_Q8_1,-DACT_EXACT
 #define WG 64u
 layout(local_size_x = 64) in;
 
 layout(binding = 0) readonly buffer XBuf { float data_x[]; };
+#ifdef ACT_EXACT
+layout(binding = 1) writeonly buffer OBuf { uint data_o[]; };
+#else
 layout(binding = 1) writeonly buffer OBuf { float data_o[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint x_off, x_stride;
@@ -72,7 +82,32 @@ void main()
     if (idx >= units * pc.M) return;
     const uint r = idx / units, u = idx % units;
     const uint xb = pc.x_off + r * pc.x_stride + u * QA, ob = pc.o_off + r * pc.o_stride + u * QA;
-#if defined(ACT_Q8_0)
+#if defined(ACT_EXACT)
+    float amax = 0.0;
+    for (uint j = 0u; j < QA; j++) amax = max(amax, abs(data_x[xb + j]));
+    precise float d0 = amax / 127.0;
+    precise float id = amax != 0.0 ? 127.0 / amax : 0.0;
+    int qsum = 0;
+    const uint wo = pc.o_off + r * pc.o_stride + u * 8u;
+    for (uint j = 0u; j < QA; j += 4u) {
+        uint word = 0u;
+        for (uint e = 0u; e < 4u; e++) {
+            precise float xs = data_x[xb + j + e] * id;
+            const int q = int(roundEven(xs));
+            qsum += q;
+            word |= (uint(q) & 0xffu) << (8u * e);
+        }
+        data_o[wo + j / 4u] = word;
+    }
+    const uint so = pc.s_off + (r * pc.s_stride + u) * 2u;
+    data_o[so] = floatBitsToUint(half_to_f32(f32_to_half(d0)));
+#ifdef ACT_Q8_1
+    precise float sd = float(qsum) * d0;
+    data_o[so + 1u] = floatBitsToUint(half_to_f32(f32_to_half(sd)));
+#else
+    data_o[so + 1u] = 0u;
+#endif
+#elif defined(ACT_Q8_0)
     float amax = 0.0;
     for (uint j = 0u; j < QA; j++) amax = max(amax, abs(data_x[xb + j]));
     const float d = half_to_f32(f32_to_half(amax / 127.0));

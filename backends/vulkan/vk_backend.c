@@ -200,6 +200,14 @@ static int vk_devices(struct weft_device_info *infos, int max, const char **why)
 
 const struct vk_caps *vk_get_caps(const struct vk_backend *vb) { return &vb->caps; }
 
+bool vk_exact_ops(const struct vk_backend *vb)
+{
+    if (!vb->caps.fp64) return false;
+    const char *e = getenv("WEFT_VK_EXACT");
+    if (e && *e) return strcmp(e, "0") != 0;
+    return vb->caps.cpu_device;
+}
+
 static void vk_close(struct weft_backend *b)
 {
     struct vk_backend *vb = (struct vk_backend *)b;
@@ -252,6 +260,7 @@ static weft_status create_device(struct vk_backend *vb)
     c->max_shared_bytes = vb->props.limits.maxComputeSharedMemorySize;
     c->max_storage_range = vb->props.limits.maxStorageBufferRange;
     c->cpu_device = vb->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    c->fp64 = f2.features.shaderFloat64;
 
     VkPhysicalDeviceVulkan11Features e11 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES,
                                             .storageBuffer16BitAccess = f11.storageBuffer16BitAccess};
@@ -263,6 +272,7 @@ static weft_status create_device(struct vk_backend *vb)
     VkPhysicalDeviceFeatures2 e2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &e12};
     e2.features.shaderInt16 = f2.features.shaderInt16;
     e2.features.shaderInt64 = f2.features.shaderInt64;
+    e2.features.shaderFloat64 = f2.features.shaderFloat64;
 
     uint32_t nq = 0;
     vkGetPhysicalDeviceQueueFamilyProperties(vb->pd, &nq, NULL);

@@ -43,12 +43,19 @@ struct vk_caps {
     bool int8_arith;               /* shaderInt8 */
     bool unified_memory;           /* device-local memory is host-visible */
     bool cpu_device;               /* VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe): few, big workgroups pay */
+    bool fp64;                     /* shaderFloat64 (the exact RMS norms sum in double, as the CPU) */
     uint32_t max_workgroup_invocations;
     uint32_t max_workgroup_count[3];
     uint32_t max_shared_bytes;
     uint64_t max_storage_range;    /* maxStorageBufferRange */
 };
 const struct vk_caps *vk_get_caps(const struct vk_backend *vb);
+
+/* Element-wise ops, norms, RoPE and attention bit for bit as the CPU
+ * backend's (shaders' EXACT variants): on CPU-type devices with shaderFloat64
+ * (lavapipe), whose float arithmetic is IEEE step for step; a GPU keeps the
+ * faster forms. WEFT_VK_EXACT=0|1 overrides (tests). */
+bool vk_exact_ops(const struct vk_backend *vb);
 
 /* The pipeline for embedded shader `name` ("mul_mat_vec_q4_0"), created on
  * first use and cached (also across runs, by the on-disk pipeline cache).

@@ -33,6 +33,24 @@ static uint32_t mv_nr(const struct vk_backend *vb)
     return vk_get_caps(vb)->cpu_device ? 16 : 2;
 }
 #define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
+#define EXACT_WG 64   /* shaders/mul_mat_exact.comp: outputs per workgroup (x) */
+
+/* Bit-exact matmuls (shaders/mul_mat_exact.comp: the CPU's reference dot
+ * products step for step) for the weight types that have them, on CPU-type
+ * devices (lavapipe), whose IEEE float arithmetic makes that possible and
+ * where it costs little; a GPU keeps the faster shaders. WEFT_VK_EXACT=0|1
+ * overrides (tests). */
+static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
+{
+    if (t != WEFT_TYPE_Q8_0 && t != WEFT_TYPE_Q4_1) return false;
+    const char *e = getenv("WEFT_VK_EXACT");
+    if (e && *e) return strcmp(e, "0") != 0;
+    return vk_get_caps(vb)->cpu_device;
+}
+
+/* core/quant.c's Q4_1 x Q8_1 order: one float chain per row (1) or ggml's
+ * eight AVX2 lanes (0); mul_mat_exact's q4_1 / q4_1_lanes variants */
+#define Q4_1_ONE_CHAIN 0
 
 struct mm_push {
     uint32_t w_off, w_stride;
@@ -99,8 +117,14 @@ static size_t align_up(size_t n) { return (n + SCRATCH_ALIGN - 1) & ~(size_t)(SC
 /* scratch bytes run_matmul needs for M rows of K (0 for F32 weights) */
 static bool has_block_sums(enum weft_type t) { return t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_1; }
 
-static size_t act_bytes(enum weft_type t, int64_t M, int64_t K)
+static size_t act_bytes_exact(int64_t M, int64_t K)
 {
+    return align_up((size_t)M * (size_t)K) + align_up((size_t)M * (size_t)(K / 32) * 2 * sizeof(float));
+}
+
+static size_t act_bytes(const struct vk_backend *vb, enum weft_type t, int64_t M, int64_t K)
+{
+    if (exact_mode(vb, t)) return act_bytes_exact(M, K);
     if (!act_variant(t)) return 0;
     size_t sums = has_block_sums(t) ? align_up((size_t)M * (size_t)(K / 32) * sizeof(float)) : 0;
     return align_up((size_t)M * (size_t)K * sizeof(float)) + sums;
@@ -135,10 +159,11 @@ static bool weight_ok(const struct vk_backend *vb, const struct weft_view *v)
     return type_suffix(v->type) && addressable(vb, v, 2);
 }
 
-static bool dispatchable(const struct vk_backend *vb, int64_t N, int64_t M)
+static bool dispatchable(const struct vk_backend *vb, enum weft_type t, int64_t N, int64_t M)
 {
     const struct vk_caps *c = vk_get_caps(vb);
     uint64_t gx = c->max_workgroup_count[0], gy = c->max_workgroup_count[1];
+    if (exact_mode(vb, t)) return (uint64_t)((N + EXACT_WG - 1) / EXACT_WG) <= gx && (uint64_t)M <= gy;
     if (M <= MV_MAX_ROWS) return (uint64_t)((N + mv_nr(vb) - 1) / mv_nr(vb)) <= gx * gy;
     return (uint64_t)((N + MM_TILE - 1) / MM_TILE) <= gx && (uint64_t)((M + MM_TILE - 1) / MM_TILE) <= gy;
 }
@@ -151,7 +176,7 @@ bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
         if (m->x.ne0 != m->w.ne0 || m->out.ne0 != m->w.ne1 || m->out.ne1 != m->x.ne1) return false;
         if (m->has_add && (!f32_ok(vb, &m->add) || m->add.ne0 != m->out.ne0 || m->add.ne1 != m->out.ne1))
             return false;
-        return act_bytes(m->w.type, m->x.ne1, m->w.ne0) <= UINT32_MAX && dispatchable(vb, m->w.ne1, m->x.ne1);
+        return act_bytes(vb, m->w.type, m->x.ne1, m->w.ne0) <= UINT32_MAX && dispatchable(vb, m->w.type, m->w.ne1, m->x.ne1);
     }
     if (op->kind == WEFT_OP_LOGITS) {
         const struct weft_op_logits *l = &op->u.logits;
@@ -162,9 +187,9 @@ bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
         if (l->x.ne0 != l->w.ne0 || l->norm_w.ne0 < l->x.ne0 || l->out.ne0 != l->w.ne1 || l->out.ne1 < n_out)
             return false;
         /* the normalised rows live in scratch: their offsets must fit too */
-        if (align_up((size_t)n_out * (size_t)l->x.ne0 * 4) + act_bytes(l->w.type, n_out, l->x.ne0) > UINT32_MAX)
+        if (align_up((size_t)n_out * (size_t)l->x.ne0 * 4) + act_bytes(vb, l->w.type, n_out, l->x.ne0) > UINT32_MAX)
             return false;
-        return n_out <= (int64_t)vk_get_caps(vb)->max_workgroup_count[0] && dispatchable(vb, l->w.ne1, n_out);
+        return n_out <= (int64_t)vk_get_caps(vb)->max_workgroup_count[0] && dispatchable(vb, l->w.type, l->w.ne1, n_out);
     }
     return false;
 }
@@ -232,6 +257,55 @@ static weft_status round_activations(struct vk_backend *vb, const struct weft_vi
     return st;
 }
 
+/* run_matmul on exact_mode's path: quant_act_q8_{0,1}x writes the
+ * activations' integer blocks to scratch at xq_off ([M][K] int8, then
+ * [M][K/32] (d, s) float pairs), then mul_mat_exact gives each output the
+ * CPU's dot product, for any M (decode and prefill alike). */
+static weft_status run_matmul_exact(struct vk_backend *vb, const struct weft_view *x_in, const struct weft_view *w,
+                                    const struct weft_view *out, const struct weft_view *add, int64_t M,
+                                    struct weft_buffer *scratch, size_t xq_off)
+{
+    const int64_t K = w->ne0, N = w->ne1;
+    const bool q8_1 = w->type == WEFT_TYPE_Q4_1;
+    const size_t s_at = xq_off + align_up((size_t)M * (size_t)K);
+    const size_t all = act_bytes_exact(M, K);
+    struct weft_view xq_all = weft_view_2d(scratch, xq_off, WEFT_TYPE_F32, (int64_t)(all / 4), 1);
+    struct quant_act_push qp = {
+        .x_off = (uint32_t)(x_in->offset / 4), .x_stride = (uint32_t)(x_in->nb1 / 4),
+        .o_off = (uint32_t)(xq_off / 4), .o_stride = (uint32_t)(K / 4), .K = (uint32_t)K, .M = (uint32_t)M,
+        .s_off = (uint32_t)(s_at / 4), .s_stride = (uint32_t)(K / 32),
+    };
+    struct weft_view xin = *x_in;
+    xin.ne1 = M;
+    struct vk_bind qb[2] = {bind_of(&xin, false), bind_of(&xq_all, true)};
+    struct vk_pipeline *p = vk_pipeline_get(vb, q8_1 ? "quant_act_q8_1x" : "quant_act_q8_0x", 2, sizeof qp, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    const uint64_t groups = ((uint64_t)M * (uint64_t)(K / 32) + 63) / 64;
+    const uint32_t mx = vk_get_caps(vb)->max_workgroup_count[0];
+    const uint32_t qx = (uint32_t)(groups < mx ? groups : mx), qy = (uint32_t)((groups + qx - 1) / qx);
+    weft_status st = vk_dispatch(vb, p, qb, 2, &qp, sizeof qp, qx, qy, 1);
+    if (st != WEFT_OK) return st;
+    struct mm_push pc = {
+        .w_off = (uint32_t)w->offset, .w_stride = (uint32_t)w->nb1,
+        .x_off = qp.o_off, .x_stride = qp.o_stride,
+        .o_off = (uint32_t)(out->offset / 4), .o_stride = (uint32_t)(out->nb1 / 4),
+        .K = (uint32_t)K, .N = (uint32_t)N, .M = (uint32_t)M, .has_add = add != NULL,
+        .s_off = qp.s_off, .s_stride = qp.s_stride,
+    };
+    if (add) {
+        pc.a_off = (uint32_t)(add->offset / 4);
+        pc.a_stride = (uint32_t)(add->nb1 / 4);
+    }
+    struct weft_view o = *out;
+    o.ne1 = M;
+    struct vk_bind binds[4] = {bind_of(w, false), bind_of(&xq_all, false), bind_of(&o, true),
+                               add ? bind_of(add, false) : bind_of(&xq_all, false)};
+    const char *name = !q8_1 ? "mul_mat_exact_q8_0" : Q4_1_ONE_CHAIN ? "mul_mat_exact_q4_1" : "mul_mat_exact_q4_1_lanes";
+    p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
+    if (!p) return WEFT_ERR_DEVICE;
+    return vk_dispatch(vb, p, binds, 4, &pc, sizeof pc, (uint32_t)((N + EXACT_WG - 1) / EXACT_WG), (uint32_t)M, 1);
+}
+
 /* out[M rows] = x[M rows] · wᵀ (+ add): the view shapes were checked by
  * supports(); x, out and add name M rows. The rounded activations go to
  * scratch at xq_off (act_bytes of room). */
@@ -240,6 +314,7 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
                               struct weft_buffer *scratch, size_t xq_off)
 {
     const int64_t K = w->ne0, N = w->ne1;
+    if (exact_mode(vb, w->type)) return run_matmul_exact(vb, x_in, w, out, add, M, scratch, xq_off);
     struct weft_view xv = *x_in;
     xv.ne1 = M;
     uint32_t s_off = 0;
@@ -288,7 +363,7 @@ weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op)
         return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan MATMUL: weight type %s or view shapes not supported",
                           weft_type_name(op->u.matmul.w.type));
     const struct weft_op_matmul *m = &op->u.matmul;
-    const size_t need = act_bytes(m->w.type, m->x.ne1, m->w.ne0);
+    const size_t need = act_bytes(vb, m->w.type, m->x.ne1, m->w.ne0);
     struct weft_buffer *scratch = NULL;
     if (need) {
         weft_status st = vk_scratch(vb, need, &scratch);
@@ -308,7 +383,7 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
      * once, as a larger request may replace the buffer */
     const size_t normed_bytes = align_up((size_t)n_out * (size_t)K * sizeof(float));
     struct weft_buffer *scratch = NULL;
-    weft_status st = vk_scratch(vb, normed_bytes + act_bytes(l->w.type, n_out, K), &scratch);
+    weft_status st = vk_scratch(vb, normed_bytes + act_bytes(vb, l->w.type, n_out, K), &scratch);
     if (st != WEFT_OK) return st;
     struct weft_view normed = weft_view_2d(scratch, 0, WEFT_TYPE_F32, K, n_out);
     struct weft_view rows = l->rows, g = l->norm_w;
@@ -321,7 +396,7 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
         .o_off = 0, .o_stride = (uint32_t)K, .K = (uint32_t)K, .eps = l->eps,
     };
     struct vk_bind nb[4] = {bind_of(&l->x, false), bind_of(&rows, false), bind_of(&g, false), bind_of(&normed, true)};
-    struct vk_pipeline *p = vk_pipeline_get(vb, "logits_norm", 4, sizeof pn, NULL, 0);
+    struct vk_pipeline *p = vk_pipeline_get(vb, vk_exact_ops(vb) ? "logits_norm_exact" : "logits_norm_std", 4, sizeof pn, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     st = vk_dispatch(vb, p, nb, 4, &pn, sizeof pn, (uint32_t)n_out, 1, 1);
     if (st != WEFT_OK) return st;

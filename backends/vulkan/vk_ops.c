@@ -132,7 +132,10 @@ weft_status vk_op_rmsnorm(struct vk_backend *vb, const struct weft_op *op)
         b[4] = bind_view(&o->sum, true);
         nb = 5;
     }
-    struct vk_pipeline *p = vk_pipeline_get(vb, o->has_add ? "rmsnorm_add" : "rmsnorm_plain", nb, sizeof pc, NULL, 0);
+    const bool exact = vk_exact_ops(vb);
+    struct vk_pipeline *p = vk_pipeline_get(vb, o->has_add ? (exact ? "rmsnorm_add_x" : "rmsnorm_add")
+                                                           : (exact ? "rmsnorm_plain_x" : "rmsnorm_plain"),
+                                            nb, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     return vk_dispatch(vb, p, b, nb, &pc, sizeof pc, row_groups(o->x.ne1), 1, 1);
 }
@@ -152,7 +155,7 @@ static weft_status binary(struct vk_backend *vb, const char *name, const struct 
 
 weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op)
 {
-    return binary(vb, "silu_mul", &op->u.silu_mul.gate, &op->u.silu_mul.up, &op->u.silu_mul.out);
+    return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &op->u.silu_mul.gate, &op->u.silu_mul.up, &op->u.silu_mul.out);
 }
 
 weft_status vk_op_add(struct vk_backend *vb, const struct weft_op *op)
