@@ -14,7 +14,7 @@ struct weft_kc_kv {
 };
 
 /* The device-side description of one cache layer, made on the host from
- * a backend's launcher struct K (weft_cu_kv or weft_hip_kv: base, type,
+ * a launcher struct K (struct weft_gk_kv of kernels-common/launch.h: base, type,
  * n_layer, layer, n_kv, hd). */
 template <class K> __host__ __device__ inline struct weft_kc_kv weft_kc_kv_of(const K &kv)
 {

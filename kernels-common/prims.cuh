@@ -15,6 +15,10 @@
  *   float    weft_shfl_xor(float v, int mask, int width)  butterfly exchange
  *   int      weft_shfl_xor_i(int v, int mask, int width)
  *   WEFT_WARP_SIZE                    the hardware warp/wavefront size
+ * and for the shared launchers (kernels-common/launch_*.cuh), the runtime:
+ *   weft_stream_t                     its stream type (cudaStream_t, hipStream_t)
+ *   int      weft_launch_error(void)  its last launch error, cleared (0: none)
+ *   WEFT_LAUNCH_EINVAL                its invalid-value error code, as int
  * and, under the same names on both vendors: __uint_as_float,
  * __float2int_rn, expf/sqrtf/cosf/sinf/roundf/fmaf, threadIdx/blockIdx,
  * __syncthreads, __shared__, __global__.

@@ -4,6 +4,7 @@
 #define WEFT_CUDA_PRIMS_CUH
 
 #include <cuda_fp16.h>
+#include <cuda_runtime.h>
 #include <stdint.h>
 
 #define WEFT_DEV __device__ __forceinline__
@@ -14,6 +15,11 @@ WEFT_DEV uint16_t weft_f2h(float f) { return __half_as_ushort(__float2half_rn(f)
 WEFT_DEV int weft_dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 WEFT_DEV float weft_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 WEFT_DEV int weft_shfl_xor_i(int v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
+
+/* the runtime, for kernels-common/launch_*.cuh */
+typedef cudaStream_t weft_stream_t;
+static inline int weft_launch_error(void) { return (int)cudaGetLastError(); }
+#define WEFT_LAUNCH_EINVAL ((int)cudaErrorInvalidValue)
 
 #define WEFT_PRIMS_MAPPED 1
 #include "kernels-common/prims.cuh"

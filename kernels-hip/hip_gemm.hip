@@ -1,6 +1,7 @@
-/* The prefill GEMM for MATMUL (R > 8 rows), in a file of its own so its
- * instantiations (one per weight type and target) compile in parallel with
- * hip_matmul.hip's.
+/* HIP's prefill GEMM for MATMUL (R > WEFT_GK_MMVQ_ROWS rows, quantized or
+ * F16 weights): weft_gk_gemm (kernels-common/launch.h), in a file of its own
+ * so its instantiations (one per weight type and target) compile in
+ * parallel with hip_matmul.hip's.
  *
  * Why a GEMM of its own: CUDA's prefill path uses NVIDIA's wmma tensor-core
  * API, which has no HIP equivalent on all three targets (gfx1030 has no
@@ -10,7 +11,7 @@
  * compiler pairs the 4 x 4 register tile's fmaf into packed v_pk_fma_f32. */
 #include "kernels-hip/hip_prims.h"
 #include "kernels-common/dequant.cuh"
-#include "kernels-hip/hip_kernels.h"
+#include "kernels-common/launch.h"
 
 /* ---- prefill GEMM: out tile 64 (x rows) x 64 (W rows) per 256-thread block ----
  * Per 32-wide k step the block stages x and W (dequantized) as f32 in LDS,
@@ -69,28 +70,11 @@ __global__ void __launch_bounds__(GT_THREADS) weft_k_gemm_lds(const uint8_t *w, 
         }
 }
 
-template <int T> static void launch_gemm(const struct weft_hip_mm *m, hipStream_t st)
+template <int T> static void gemm_launch(const struct weft_gk_mm *m, weft_stream_t st)
 {
     dim3 grid((unsigned)((m->N + GT_N - 1) / GT_N), (unsigned)((m->R + GT_M - 1) / GT_M));
     weft_k_gemm_lds<T><<<grid, GT_THREADS, 0, st>>>(m->w, m->w_nb1, m->N, m->K, m->x, m->x_ld, m->R, m->out,
                                                     m->out_ld, m->add, m->add_ld);
 }
 
-/* hip_matmul.hip's prefill path: any weight type but F32/BF16 (which the
- * float kernel handles at every R) */
-extern "C" hipError_t weft_hip_gemm(const struct weft_hip_mm *m, hipStream_t st)
-{
-    switch (m->wt) {
-    case WEFT_TYPE_F16: launch_gemm<WEFT_TYPE_F16>(m, st); break;
-    case WEFT_TYPE_Q4_0: launch_gemm<WEFT_TYPE_Q4_0>(m, st); break;
-    case WEFT_TYPE_Q4_1: launch_gemm<WEFT_TYPE_Q4_1>(m, st); break;
-    case WEFT_TYPE_Q5_0: launch_gemm<WEFT_TYPE_Q5_0>(m, st); break;
-    case WEFT_TYPE_Q5_1: launch_gemm<WEFT_TYPE_Q5_1>(m, st); break;
-    case WEFT_TYPE_Q8_0: launch_gemm<WEFT_TYPE_Q8_0>(m, st); break;
-    case WEFT_TYPE_Q4_K: launch_gemm<WEFT_TYPE_Q4_K>(m, st); break;
-    case WEFT_TYPE_Q5_K: launch_gemm<WEFT_TYPE_Q5_K>(m, st); break;
-    case WEFT_TYPE_Q6_K: launch_gemm<WEFT_TYPE_Q6_K>(m, st); break;
-    default: return hipErrorInvalidValue;
-    }
-    return hipSuccess;
-}
+#include "kernels-common/launch_gemm.cuh"

@@ -54,6 +54,12 @@ WEFT_DEV int weft_dp4a(int a, int b, int c)
 WEFT_DEV float weft_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
 WEFT_DEV int weft_shfl_xor_i(int v, int mask, int width) { return __shfl_xor(v, mask, width); }
 
+/* the runtime, for kernels-common/launch_*.cuh (CUDA's through
+ * hip_to_cuda.h in the nvcc build) */
+typedef hipStream_t weft_stream_t;
+static inline int weft_launch_error(void) { return (int)hipGetLastError(); }
+#define WEFT_LAUNCH_EINVAL ((int)hipErrorInvalidValue)
+
 #define WEFT_PRIMS_MAPPED 1
 #include "kernels-common/prims.cuh"
 

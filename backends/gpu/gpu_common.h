@@ -1,8 +1,11 @@
 /* What the CUDA and HIP backends share on the host: buffers as the shared
  * code sees them, op validation (supports), per-op scratch, and running an
  * op list with step graphs (keys, an LRU table, capture on the second
- * sighting). Each backend keeps only its runtime calls and hands them in as
- * a struct weft_gpu_hooks; this code never names a vendor function.
+ * sighting). The runtime calls come in as a struct weft_gpu_hooks; this
+ * code never names a vendor function. The rest of the shared host code:
+ * gpu_encode.c (each op as launches of kernels-common/launch.h) and
+ * gpu_runtime.h (the runtime calls and hooks, written once for both
+ * runtimes' names), so a backend keeps only devices, open and close.
  *
  * Compiled into each GPU module (backends/cuda, backends/hip), not into
  * weft_core. Runtime error codes travel as int, 0 meaning success
@@ -33,9 +36,9 @@ struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
     const char *debug_env;   /* "WEFT_CUDA_DEBUG": when set, say why graph capture was given up */
     int err_oom;             /* the runtime's out-of-memory code */
+    int err_invalid;         /* its invalid-value code */
 
-    /* The kernels' shape queries (kernels-cuda/cuda_kernels.h and
-     * kernels-hip/hip_kernels.h have these signatures). */
+    /* The kernels' shape queries (weft_gk_* of kernels-common/launch.h). */
     int (*type_ok)(int wt);  /* weight types the matmul takes */
     size_t (*matmul_scratch)(int wt, int64_t K, int64_t R);
     int (*attn_splits)(int64_t n_rows, int n_head, int n_mp);
@@ -52,8 +55,11 @@ struct weft_gpu_hooks {
     int (*stream_sync)(struct weft_gpu *g);
     int (*dev_alloc)(struct weft_gpu *g, size_t n, void **out);
     void (*dev_free)(struct weft_gpu *g, void *p);
+    /* Enqueue a device-to-device copy of n bytes on the stream. */
+    int (*copy)(struct weft_gpu *g, void *dst, const void *src, size_t n);
 
-    /* Enqueue one op (already accepted by weft_gpu_supports) on the stream. */
+    /* Enqueue one op (already accepted by weft_gpu_supports) on the stream:
+     * weft_gpu_encode for the real backends. */
     int (*encode)(struct weft_gpu *g, const struct weft_op *op);
 
     /* Graphs: start capturing the stream; end the capture and, when the
@@ -83,6 +89,7 @@ struct weft_gpu {
     const struct weft_gpu_hooks *hooks;
     int device;
     int n_mp;                /* multiprocessors: SMs on NVIDIA, compute units on AMD */
+    void *stream;            /* the runtime's stream (cudaStream_t, hipStream_t) every op is queued on */
     uint8_t *scratch;        /* per-op temporaries; ops run in order, so one suffices */
     size_t scratch_size;
     int *err_host, *err_dev; /* mapped pinned word kernels set on bad input */
@@ -126,6 +133,10 @@ weft_status weft_gpu_run(struct weft_gpu *g, const struct weft_op *ops, size_t n
 /* After the stream is idle: the input error the kernels reported in
  * *err_host since the last call (cleared), as WEFT_ERR_INVALID_ARG, or WEFT_OK. */
 weft_status weft_gpu_take_input_error(struct weft_gpu *g);
+
+/* Enqueue one op as kernel launches on g's stream (gpu_encode.c); the
+ * runtime's error code, 0 on success. */
+int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op);
 
 /* Destroy every graph (they hold scratch's and buffers' addresses). */
 void weft_gpu_graphs_clear(struct weft_gpu *g);

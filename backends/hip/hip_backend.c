@@ -1,17 +1,21 @@
-/* HIP backend, host side: devices, buffers (hipMalloc'd device memory,
- * stream-ordered copies), and the module entry point. Op validation and
- * running ops (with graphs) are the shared GPU host code's
- * (backends/gpu/gpu_common.c) over hip_run.c's hooks; kernels in kernels-hip/.
+/* HIP backend, host side: devices, open and close, and the module entry
+ * point. Buffers (hipMalloc'd device memory, stream-ordered copies), op
+ * validation and running ops (with graphs) are the shared GPU host code's:
+ * backends/gpu/gpu_runtime.h instantiated below with HIP's names, over
+ * backends/gpu/gpu_common.c and gpu_encode.c; kernels in kernels-hip/ over
+ * kernels-common/.
  *
  * The module links libamdhip64. Where that library is absent, dlopen of
  * libweft-hip.so fails and `weft devices` says so; where it is present but
  * the ROCm kernel driver (/dev/kfd) or an AMD GPU is not, devices() returns
  * 0 with the reason. Either way weft carries on with its other backends.
- * No HIP failure aborts: each becomes a weft_status (weft_hip_err).
+ * No HIP failure aborts: each becomes a weft_status (weft_rt_err).
  *
  * Built with WEFT_HIP_ON_CUDA the same code runs on CUDA's runtime
  * (kernels-hip/hip_to_cuda.h): the backend is still "hip", on an NVIDIA GPU. */
-#include "backends/hip/hip_impl.h"
+#include "kernels-hip/hip_api.h"
+
+#include "backends/backend.h"
 #include "backends/module.h"
 
 #include <stdio.h>
@@ -19,21 +23,11 @@
 #include <string.h>
 #include <unistd.h>
 
-weft_status weft_hip_err(hipError_t e, const char *what)
-{
-    const char *msg = hipGetErrorString(e);
-    hipGetLastError();  /* clear it unless sticky */
-    switch (e) {
-    case hipErrorOutOfMemory:
-        return weft_error(WEFT_ERR_NOMEM, "hip: %s: out of device memory (%s)", what, msg);
-    case hipErrorNoDevice:
-    case hipErrorInsufficientDriver:
-    case hipErrorInvalidDevice:
-        return weft_error(WEFT_ERR_NO_DEVICE, "hip: %s: %s", what, msg);
-    default:
-        return weft_error(WEFT_ERR_DEVICE, "hip: %s: %s (error %d)", what, msg, (int)e);
-    }
-}
+#define WEFT_RT(x) hip##x
+#define WEFT_RT_OOM hipErrorOutOfMemory
+#define WEFT_RT_NAME "hip"
+#define WEFT_RT_DEBUG_ENV "WEFT_HIP_DEBUG"
+#include "backends/gpu/gpu_runtime.h"
 
 static char devices_why[256];
 
@@ -109,15 +103,15 @@ static int hip_devices(struct weft_device_info *infos, int max, const char **why
 
 static void hip_close(struct weft_backend *b)
 {
-    struct weft_hip_backend *be = (struct weft_hip_backend *)b;
-    if (!be) return;
-    hipSetDevice(be->gpu.device);
-    if (be->stream) hipStreamSynchronize(be->stream);
-    weft_gpu_release(&be->gpu);
-    if (be->gpu.err_host) hipHostFree(be->gpu.err_host);
-    if (be->stream) hipStreamDestroy(be->stream);
+    struct weft_gpu *g = (struct weft_gpu *)b;
+    if (!g) return;
+    hipSetDevice(g->device);
+    if (g->stream) hipStreamSynchronize(weft_rt_stream(g));
+    weft_gpu_release(g);
+    if (g->err_host) hipHostFree(g->err_host);
+    if (g->stream) hipStreamDestroy(weft_rt_stream(g));
     hipGetLastError();
-    free(be);
+    free(g);
 }
 
 static const struct weft_backend_iface hip_iface;
@@ -127,149 +121,60 @@ static weft_status hip_open(const struct weft_backend_params *p, struct weft_bac
     *out = NULL;
     int n = 0;
     hipError_t e = hipGetDeviceCount(&n);
-    if (e != hipSuccess) return weft_hip_err(e, "counting devices");
+    if (e != hipSuccess) return weft_rt_err(e, "counting devices");
     if (p->device < 0 || p->device >= n)
         return weft_error(WEFT_ERR_NO_DEVICE, "hip: no device %d (%d found)", p->device, n);
-    if ((e = hipSetDevice(p->device)) != hipSuccess) return weft_hip_err(e, "selecting the device");
+    if ((e = hipSetDevice(p->device)) != hipSuccess) return weft_rt_err(e, "selecting the device");
 #ifndef WEFT_HIP_ON_CUDA
     hipDeviceProp_t prop;
-    if ((e = hipGetDeviceProperties(&prop, p->device)) != hipSuccess) return weft_hip_err(e, "reading the device");
+    if ((e = hipGetDeviceProperties(&prop, p->device)) != hipSuccess) return weft_rt_err(e, "reading the device");
     if (!target_built(prop.gcnArchName))
         return weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: %.*s is not one of the targets this libweft-hip.so was built for (%s; "
                           "rebuild with -DWEFT_HIP_TARGETS=...)", p->device, (int)strcspn(prop.gcnArchName, ":"),
                           prop.gcnArchName, WEFT_HIP_TARGETS_STR);
 #endif
-    struct weft_hip_backend *be = calloc(1, sizeof *be);
-    if (!be) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
-    be->gpu.base.iface = &hip_iface;
-    be->gpu.hooks = &weft_hip_hooks;
-    be->gpu.device = p->device;
+    struct weft_gpu *g = calloc(1, sizeof *g);
+    if (!g) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
+    g->base.iface = &hip_iface;
+    g->hooks = &weft_rt_hooks;
+    g->device = p->device;
     /* Graphs: on by default in the nvcc build (as the CUDA backend); opt-in
      * (WEFT_HIP_GRAPHS=1) on ROCm, whose stream capture is younger */
-    const char *g = getenv("WEFT_HIP_GRAPHS");
+    const char *graphs = getenv("WEFT_HIP_GRAPHS");
 #ifdef WEFT_HIP_ON_CUDA
-    be->gpu.graphs = !(g && !strcmp(g, "0"));
+    g->graphs = !(graphs && !strcmp(graphs, "0"));
 #else
-    be->gpu.graphs = g && strcmp(g, "0") != 0;
+    g->graphs = graphs && strcmp(graphs, "0") != 0;
 #endif
     weft_status st = WEFT_OK;
-    if ((e = hipStreamCreateWithFlags(&be->stream, hipStreamNonBlocking)) != hipSuccess) {
-        st = weft_hip_err(e, "creating a stream");
+    hipStream_t stream = NULL;
+    int warp = 0;
+    if ((e = hipStreamCreateWithFlags(&stream, hipStreamNonBlocking)) != hipSuccess) {
+        st = weft_rt_err(e, "creating a stream");
         goto err;
     }
-    if ((e = hipDeviceGetAttribute(&be->gpu.n_mp, hipDeviceAttributeMultiprocessorCount, p->device)) != hipSuccess ||
-        (e = hipDeviceGetAttribute(&be->warp, hipDeviceAttributeWarpSize, p->device)) != hipSuccess) {
-        st = weft_hip_err(e, "reading the compute-unit count and wavefront size");
+    g->stream = stream;
+    if ((e = hipDeviceGetAttribute(&g->n_mp, hipDeviceAttributeMultiprocessorCount, p->device)) != hipSuccess ||
+        (e = hipDeviceGetAttribute(&warp, hipDeviceAttributeWarpSize, p->device)) != hipSuccess) {
+        st = weft_rt_err(e, "reading the compute-unit count and wavefront size");
         goto err;
     }
-    if (be->warp < 32) {   /* kernels-common works in 32-lane groups inside one wavefront */
+    if (warp < 32) {   /* kernels-common works in 32-lane groups inside one wavefront */
         st = weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: wavefront of %d lanes (weft's kernels need 32 or 64)",
-                        p->device, be->warp);
+                        p->device, warp);
         goto err;
     }
-    if ((e = hipHostMalloc((void **)&be->gpu.err_host, sizeof(int), hipHostMallocMapped)) != hipSuccess ||
-        (e = hipHostGetDevicePointer((void **)&be->gpu.err_dev, be->gpu.err_host, 0)) != hipSuccess) {
-        st = weft_hip_err(e, "allocating the error word");
+    if ((e = hipHostMalloc((void **)&g->err_host, sizeof(int), hipHostMallocMapped)) != hipSuccess ||
+        (e = hipHostGetDevicePointer((void **)&g->err_dev, g->err_host, 0)) != hipSuccess) {
+        st = weft_rt_err(e, "allocating the error word");
         goto err;
     }
-    *be->gpu.err_host = 0;
-    *out = &be->gpu.base;
+    *g->err_host = 0;
+    *out = &g->base;
     return WEFT_OK;
 err:
-    hip_close(&be->gpu.base);
+    hip_close(&g->base);
     return st;
-}
-
-static weft_status hip_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out)
-{
-    struct weft_hip_backend *be = (struct weft_hip_backend *)b;
-    *out = NULL;
-    struct weft_buffer *buf = calloc(1, sizeof *buf);
-    if (!buf) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
-    hipSetDevice(be->gpu.device);
-    size_t asz = size ? (size + 255) & ~(size_t)255 : 256;
-    if (asz < size) {  /* size near SIZE_MAX */
-        free(buf);
-        return weft_error(WEFT_ERR_NOMEM, "hip: cannot allocate a buffer of %zu bytes", size);
-    }
-    hipError_t e = hipMalloc((void **)&buf->dev, asz);
-    if (e != hipSuccess) {
-        free(buf);
-        size_t fr = 0, tot = 0;
-        hipGetLastError();
-        hipMemGetInfo(&fr, &tot);
-        hipGetLastError();
-        if (e == hipErrorOutOfMemory)
-            return weft_error(WEFT_ERR_NOMEM, "hip:%d: out of device memory for a buffer of %zu bytes (%zu of %zu free)",
-                              be->gpu.device, size, fr, tot);
-        return weft_hip_err(e, "allocating a buffer");
-    }
-    if ((e = hipMemsetAsync(buf->dev, 0, asz, be->stream)) != hipSuccess) {
-        hipFree(buf->dev);
-        free(buf);
-        return weft_hip_err(e, "clearing a new buffer");
-    }
-    buf->gpu = &be->gpu;
-    buf->size = size;
-    buf->id = weft_gpu_next_buffer_id();
-    *out = buf;
-    return WEFT_OK;
-}
-
-static void hip_buffer_free(struct weft_buffer *buf)
-{
-    if (!buf) return;
-    hipSetDevice(buf->gpu->device);
-    hipStreamSynchronize(weft_hip_of(buf->gpu)->stream);  /* no queued op may still use it */
-    hipFree(buf->dev);
-    hipGetLastError();
-    free(buf);
-}
-
-/* Copies are queued on the backend's stream, so they are ordered with the
- * ops around them; write and read return once the host memory is done with. */
-static weft_status hip_buffer_write(struct weft_buffer *buf, size_t off, const void *src, size_t n)
-{
-    weft_status st = weft_gpu_range(buf, off, n, "write");
-    if (st != WEFT_OK || n == 0) return st;
-    struct weft_hip_backend *be = weft_hip_of(buf->gpu);
-    hipSetDevice(be->gpu.device);
-    hipError_t e = hipMemcpyAsync(buf->dev + off, src, n, hipMemcpyHostToDevice, be->stream);
-    if (e == hipSuccess) e = hipStreamSynchronize(be->stream);
-    return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "writing a buffer");
-}
-
-static weft_status hip_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size_t n)
-{
-    weft_status st = weft_gpu_range(buf, off, n, "read");
-    if (st != WEFT_OK || n == 0) return st;
-    struct weft_hip_backend *be = weft_hip_of(buf->gpu);
-    hipSetDevice(be->gpu.device);
-    hipError_t e = hipMemcpyAsync(dst, buf->dev + off, n, hipMemcpyDeviceToHost, be->stream);
-    if (e == hipSuccess) e = hipStreamSynchronize(be->stream);
-    return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "reading a buffer");
-}
-
-static weft_status hip_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src, size_t soff,
-                                    size_t n)
-{
-    if (!weft_gpu_in_range(dst, doff, n) || !weft_gpu_in_range(src, soff, n))
-        return weft_error(WEFT_ERR_INVALID_ARG, "hip: copy of %zu bytes outside a buffer", n);
-    if (n == 0) return WEFT_OK;
-    struct weft_hip_backend *be = weft_hip_of(dst->gpu);
-    hipSetDevice(be->gpu.device);
-    hipError_t e = hipMemcpyAsync(dst->dev + doff, src->dev + soff, n, hipMemcpyDeviceToDevice, be->stream);
-    return e == hipSuccess ? WEFT_OK : weft_hip_err(e, "copying between buffers");
-}
-
-/* Waits for everything queued, then reports bad input the kernels met. */
-static weft_status hip_sync(struct weft_backend *b)
-{
-    struct weft_hip_backend *be = (struct weft_hip_backend *)b;
-    hipSetDevice(be->gpu.device);
-    hipError_t e = hipStreamSynchronize(be->stream);
-    if (e != hipSuccess) return weft_hip_err(e, "running the op list");
-    return weft_gpu_take_input_error(&be->gpu);
 }
 
 static const struct weft_backend_iface hip_iface = {
@@ -278,15 +183,15 @@ static const struct weft_backend_iface hip_iface = {
     .devices = hip_devices,
     .open = hip_open,
     .close = hip_close,
-    .buffer_alloc = hip_buffer_alloc,
+    .buffer_alloc = weft_rt_buffer_alloc,
     .buffer_wrap_host = NULL,   /* weights are uploaded into device memory */
-    .buffer_free = hip_buffer_free,
-    .buffer_write = hip_buffer_write,
-    .buffer_read = hip_buffer_read,
-    .buffer_copy = hip_buffer_copy,
+    .buffer_free = weft_rt_buffer_free,
+    .buffer_write = weft_rt_buffer_write,
+    .buffer_read = weft_rt_buffer_read,
+    .buffer_copy = weft_rt_buffer_copy,
     .supports = weft_gpu_supports,
-    .run = weft_hip_run,
-    .sync = hip_sync,
+    .run = weft_rt_run,
+    .sync = weft_rt_sync,
     .weight_prepare = NULL,
     .max_buffer = NULL,         /* no limit below device memory: kernels index with 64-bit offsets */
 };

@@ -1,0 +1,94 @@
+/* Encoding an op as kernel launches, for every GPU backend: each op becomes
+ * one or two launches (kernels-common/launch.h) on the backend's stream.
+ * Compiled into each GPU module next to gpu_common.c; the launchers it
+ * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
+ * call an op needs beyond a launch, COPY's device-to-device copy, is the
+ * backend's copy hook. */
+#include "backends/gpu/gpu_common.h"
+#include "kernels-common/launch.h"
+
+#include <math.h>
+
+static struct weft_gk_kv kv_desc(const struct weft_kv_view *kv)
+{
+    struct weft_gk_kv d = {kv->buf->dev, (int)kv->type, (int)kv->n_layer, (int)kv->layer, (int)kv->n_kv_head,
+                           (int)kv->head_dim};
+    return d;
+}
+
+int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
+{
+    void *st = g->stream;
+    switch (op->kind) {
+    case WEFT_OP_EMBED: {
+        const struct weft_op_embed *o = &op->u.embed;
+        return weft_gk_embed((int)o->table.type, weft_gpu_ptr(&o->table), o->table.nb1, o->table.ne1, o->table.ne0,
+                             weft_gpu_i32(&o->ids), o->ids.ne0, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
+                             g->err_dev, st);
+    }
+    case WEFT_OP_RMSNORM: {
+        const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
+        return weft_gk_rmsnorm(weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), NULL, o->x.ne1,
+                               o->has_add ? weft_gpu_f32(&o->add) : NULL, o->has_add ? weft_gpu_ld(&o->add) : 0,
+                               o->has_add ? weft_gpu_f32(&o->sum) : NULL, o->has_add ? weft_gpu_ld(&o->sum) : 0,
+                               weft_gpu_f32(&o->w), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->x.ne1, o->x.ne0,
+                               o->eps, g->err_dev, st);
+    }
+    case WEFT_OP_MATMUL: {
+        const struct weft_op_matmul *o = &op->u.matmul;
+        struct weft_gk_mm m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0, o->w.ne1, o->x.ne1,
+                               weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
+                               o->has_add ? weft_gpu_f32(&o->add) : NULL, o->has_add ? weft_gpu_ld(&o->add) : 0};
+        return weft_gk_matmul(&m, g->scratch, st);
+    }
+    case WEFT_OP_ROPE_KV: {
+        const struct weft_op_rope_kv *o = &op->u.rope_kv;
+        struct weft_gk_kv kv = kv_desc(&o->kv);
+        /* as the CPU: theta_scale from the host's powf */
+        float theta_scale = powf(o->freq_base, -2.0f / (float)o->n_rot);
+        return weft_gk_rope_kv(weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->k), weft_gpu_ld(&o->k),
+                               weft_gpu_f32(&o->v), weft_gpu_ld(&o->v), weft_gpu_i32(&o->batch.pos),
+                               weft_gpu_i32(&o->batch.slot), o->batch.n_rows, (int)o->n_head, (int)o->n_rot,
+                               theta_scale, o->freq_scale, o->mode == WEFT_ROPE_NEOX, &kv, st);
+    }
+    case WEFT_OP_ATTENTION: {
+        const struct weft_op_attention *o = &op->u.attention;
+        struct weft_gk_attn_args a = {weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->out),
+                                      weft_gpu_ld(&o->out), kv_desc(&o->kv), weft_gpu_i32(&o->batch.pos),
+                                      weft_gpu_i32(&o->batch.seq), weft_gpu_i32(&o->batch.bt_off),
+                                      weft_gpu_i32(&o->batch.bt), o->batch.n_rows, (int)o->n_head, o->scale};
+        return weft_gk_attention(&a, weft_gpu_attn_splits(g, o), g->scratch, st);
+    }
+    case WEFT_OP_SILU_MUL: {
+        const struct weft_op_silu_mul *o = &op->u.silu_mul;
+        return weft_gk_silu_mul(weft_gpu_f32(&o->gate), weft_gpu_ld(&o->gate), weft_gpu_f32(&o->up),
+                                weft_gpu_ld(&o->up), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1,
+                                o->out.ne0, st);
+    }
+    case WEFT_OP_ADD: {
+        const struct weft_op_add *o = &op->u.add;
+        return weft_gk_add(weft_gpu_f32(&o->a), weft_gpu_ld(&o->a), weft_gpu_f32(&o->b), weft_gpu_ld(&o->b),
+                           weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1, o->out.ne0, st);
+    }
+    case WEFT_OP_COPY: {
+        const struct weft_op_copy *o = &op->u.copy;
+        if (!o->bytes) return 0;
+        return g->hooks->copy(g, o->dst->dev + o->dst_off, o->src->dev + o->src_off, o->bytes);
+    }
+    case WEFT_OP_LOGITS: {
+        /* rmsnorm of the listed rows into scratch, then the output matmul */
+        const struct weft_op_logits *o = &op->u.logits;
+        const int64_t n_out = o->rows.ne0, K = o->x.ne0;
+        float *normed = (float *)g->scratch;
+        int e = weft_gk_rmsnorm(weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), weft_gpu_i32(&o->rows), o->x.ne1, NULL, 0,
+                                NULL, 0, weft_gpu_f32(&o->norm_w), normed, (size_t)K, n_out, K, o->eps, g->err_dev,
+                                st);
+        if (e) return e;
+        struct weft_gk_mm m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0, o->w.ne1, n_out, normed,
+                               (size_t)K, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), NULL, 0};
+        return weft_gk_matmul(&m, g->scratch + weft_gpu_logits_norm_bytes(o), st);
+    }
+    default:
+        return g->hooks->err_invalid;
+    }
+}

@@ -1,0 +1,227 @@
+/* The runtime calls of a GPU backend, written once for CUDA's and HIP's
+ * runtime APIs, which name the same calls alike (cudaMalloc / hipMalloc,
+ * cudaStreamSynchronize / hipStreamSynchronize, ...): error reporting,
+ * buffers (allocation, stream-ordered copies), sync, and the runtime hooks
+ * of the shared host code (backends/gpu/gpu_common.h: launches go through
+ * backends/gpu/gpu_encode.c, graphs through stream capture).
+ *
+ * Not a normal header: a backend's host file (backends/cuda/cuda_backend.c,
+ * backends/hip/hip_backend.c) defines
+ *   WEFT_RT(x)     its runtime's name for x: cuda##x or hip##x (the HIP
+ *                  names resolve to CUDA's through kernels-hip/hip_to_cuda.h
+ *                  in the HIP backend's nvcc build)
+ *   WEFT_RT_OOM    its out-of-memory code (cudaErrorMemoryAllocation, hipErrorOutOfMemory)
+ *   WEFT_RT_NAME   its name in messages ("cuda", "hip")
+ *   WEFT_RT_DEBUG_ENV  the variable that asks why graph capture was given up
+ *                  ("WEFT_CUDA_DEBUG", "WEFT_HIP_DEBUG")
+ * then includes this file once, and gets these static functions: weft_rt_err,
+ * weft_rt_hooks (for its weft_gpu's hooks), and the iface's buffer_alloc,
+ * buffer_free, buffer_write, buffer_read, buffer_copy, run and sync
+ * (weft_rt_*). What differs between the vendors (devices, open, close)
+ * stays in the backend's file.
+ *
+ * No call here aborts: each failure becomes a weft_status. */
+#ifndef WEFT_GPU_RUNTIME_H
+#define WEFT_GPU_RUNTIME_H
+
+#if !defined(WEFT_RT) || !defined(WEFT_RT_OOM) || !defined(WEFT_RT_NAME) || !defined(WEFT_RT_DEBUG_ENV)
+#error "define WEFT_RT(x), WEFT_RT_OOM, WEFT_RT_NAME and WEFT_RT_DEBUG_ENV before including backends/gpu/gpu_runtime.h"
+#endif
+
+#include "backends/gpu/gpu_common.h"
+#include "kernels-common/launch.h"
+
+#include <stdlib.h>
+
+_Static_assert(WEFT_RT(Success) == 0, "gpu_common.h: runtime codes are 0 on success");
+
+typedef WEFT_RT(Error_t) weft_rt_error_t;
+typedef WEFT_RT(Stream_t) weft_rt_stream_t;
+
+static inline weft_rt_stream_t weft_rt_stream(const struct weft_gpu *g) { return (weft_rt_stream_t)g->stream; }
+
+/* A failed runtime call as a weft_status: out-of-memory -> WEFT_ERR_NOMEM,
+ * no device/driver -> WEFT_ERR_NO_DEVICE, anything else WEFT_ERR_DEVICE;
+ * the message names `what` and the runtime's own words. Clears the
+ * runtime's last error when it is not sticky. */
+static weft_status weft_rt_err(weft_rt_error_t e, const char *what)
+{
+    const char *msg = WEFT_RT(GetErrorString)(e);
+    WEFT_RT(GetLastError)();  /* clear it unless sticky */
+    switch (e) {
+    case WEFT_RT_OOM:
+        return weft_error(WEFT_ERR_NOMEM, WEFT_RT_NAME ": %s: out of device memory (%s)", what, msg);
+    case WEFT_RT(ErrorNoDevice):
+    case WEFT_RT(ErrorInsufficientDriver):
+    case WEFT_RT(ErrorInvalidDevice):
+        return weft_error(WEFT_ERR_NO_DEVICE, WEFT_RT_NAME ": %s: %s", what, msg);
+    default:
+        return weft_error(WEFT_ERR_DEVICE, WEFT_RT_NAME ": %s: %s (error %d)", what, msg, (int)e);
+    }
+}
+
+/* ---- buffers ---- */
+
+static weft_status weft_rt_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out)
+{
+    struct weft_gpu *g = (struct weft_gpu *)b;
+    *out = NULL;
+    struct weft_buffer *buf = calloc(1, sizeof *buf);
+    if (!buf) return weft_error(WEFT_ERR_NOMEM, WEFT_RT_NAME ": out of host memory");
+    WEFT_RT(SetDevice)(g->device);
+    size_t asz = size ? (size + 255) & ~(size_t)255 : 256;
+    if (asz < size) {  /* size near SIZE_MAX */
+        free(buf);
+        return weft_error(WEFT_ERR_NOMEM, WEFT_RT_NAME ": cannot allocate a buffer of %zu bytes", size);
+    }
+    weft_rt_error_t e = WEFT_RT(Malloc)((void **)&buf->dev, asz);
+    if (e != WEFT_RT(Success)) {
+        free(buf);
+        size_t fr = 0, tot = 0;
+        WEFT_RT(GetLastError)();
+        WEFT_RT(MemGetInfo)(&fr, &tot);
+        WEFT_RT(GetLastError)();
+        if (e == WEFT_RT_OOM)
+            return weft_error(WEFT_ERR_NOMEM,
+                              WEFT_RT_NAME ":%d: out of device memory for a buffer of %zu bytes (%zu of %zu free)",
+                              g->device, size, fr, tot);
+        return weft_rt_err(e, "allocating a buffer");
+    }
+    if ((e = WEFT_RT(MemsetAsync)(buf->dev, 0, asz, weft_rt_stream(g))) != WEFT_RT(Success)) {
+        WEFT_RT(Free)(buf->dev);
+        free(buf);
+        return weft_rt_err(e, "clearing a new buffer");
+    }
+    buf->gpu = g;
+    buf->size = size;
+    buf->id = weft_gpu_next_buffer_id();
+    *out = buf;
+    return WEFT_OK;
+}
+
+static void weft_rt_buffer_free(struct weft_buffer *buf)
+{
+    if (!buf) return;
+    WEFT_RT(SetDevice)(buf->gpu->device);
+    WEFT_RT(StreamSynchronize)(weft_rt_stream(buf->gpu));  /* no queued op may still use it */
+    WEFT_RT(Free)(buf->dev);
+    WEFT_RT(GetLastError)();
+    free(buf);
+}
+
+/* Copies are queued on the backend's stream, so they are ordered with the
+ * ops around them; write and read return once the host memory is done with. */
+static weft_status weft_rt_buffer_write(struct weft_buffer *buf, size_t off, const void *src, size_t n)
+{
+    weft_status st = weft_gpu_range(buf, off, n, "write");
+    if (st != WEFT_OK || n == 0) return st;
+    const weft_rt_stream_t s = weft_rt_stream(buf->gpu);
+    WEFT_RT(SetDevice)(buf->gpu->device);
+    weft_rt_error_t e = WEFT_RT(MemcpyAsync)(buf->dev + off, src, n, WEFT_RT(MemcpyHostToDevice), s);
+    if (e == WEFT_RT(Success)) e = WEFT_RT(StreamSynchronize)(s);
+    return e == WEFT_RT(Success) ? WEFT_OK : weft_rt_err(e, "writing a buffer");
+}
+
+static weft_status weft_rt_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size_t n)
+{
+    weft_status st = weft_gpu_range(buf, off, n, "read");
+    if (st != WEFT_OK || n == 0) return st;
+    const weft_rt_stream_t s = weft_rt_stream(buf->gpu);
+    WEFT_RT(SetDevice)(buf->gpu->device);
+    weft_rt_error_t e = WEFT_RT(MemcpyAsync)(dst, buf->dev + off, n, WEFT_RT(MemcpyDeviceToHost), s);
+    if (e == WEFT_RT(Success)) e = WEFT_RT(StreamSynchronize)(s);
+    return e == WEFT_RT(Success) ? WEFT_OK : weft_rt_err(e, "reading a buffer");
+}
+
+static weft_status weft_rt_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src, size_t soff,
+                                       size_t n)
+{
+    if (!weft_gpu_in_range(dst, doff, n) || !weft_gpu_in_range(src, soff, n))
+        return weft_error(WEFT_ERR_INVALID_ARG, WEFT_RT_NAME ": copy of %zu bytes outside a buffer", n);
+    if (n == 0) return WEFT_OK;
+    WEFT_RT(SetDevice)(dst->gpu->device);
+    weft_rt_error_t e = WEFT_RT(MemcpyAsync)(dst->dev + doff, src->dev + soff, n, WEFT_RT(MemcpyDeviceToDevice),
+                                             weft_rt_stream(dst->gpu));
+    return e == WEFT_RT(Success) ? WEFT_OK : weft_rt_err(e, "copying between buffers");
+}
+
+/* Waits for everything queued, then reports bad input the kernels met. */
+static weft_status weft_rt_sync(struct weft_backend *b)
+{
+    struct weft_gpu *g = (struct weft_gpu *)b;
+    WEFT_RT(SetDevice)(g->device);
+    weft_rt_error_t e = WEFT_RT(StreamSynchronize)(weft_rt_stream(g));
+    if (e != WEFT_RT(Success)) return weft_rt_err(e, "running the op list");
+    return weft_gpu_take_input_error(g);
+}
+
+static weft_status weft_rt_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
+{
+    struct weft_gpu *g = (struct weft_gpu *)b;
+    WEFT_RT(SetDevice)(g->device);
+    return weft_gpu_run(g, ops, n);
+}
+
+/* ---- the runtime hooks of backends/gpu/gpu_common.h ---- */
+
+static weft_status weft_rt_hook_error(int e, const char *what) { return weft_rt_err((weft_rt_error_t)e, what); }
+static const char *weft_rt_hook_error_str(int e) { return WEFT_RT(GetErrorString)((weft_rt_error_t)e); }
+static void weft_rt_hook_clear_error(void) { WEFT_RT(GetLastError)(); }
+
+static int weft_rt_hook_stream_sync(struct weft_gpu *g) { return WEFT_RT(StreamSynchronize)(weft_rt_stream(g)); }
+static int weft_rt_hook_dev_alloc(struct weft_gpu *g, size_t n, void **out) { return WEFT_RT(Malloc)(out, n); }
+static void weft_rt_hook_dev_free(struct weft_gpu *g, void *p) { WEFT_RT(Free)(p); }
+
+static int weft_rt_hook_copy(struct weft_gpu *g, void *dst, const void *src, size_t n)
+{
+    return WEFT_RT(MemcpyAsync)(dst, src, n, WEFT_RT(MemcpyDeviceToDevice), weft_rt_stream(g));
+}
+
+static int weft_rt_hook_capture_begin(struct weft_gpu *g)
+{
+    return WEFT_RT(StreamBeginCapture)(weft_rt_stream(g), WEFT_RT(StreamCaptureModeThreadLocal));
+}
+
+static int weft_rt_hook_capture_end(struct weft_gpu *g, bool launched_ok, void **exec)
+{
+    WEFT_RT(Graph_t) graph = NULL;
+    weft_rt_error_t e = WEFT_RT(StreamEndCapture)(weft_rt_stream(g), &graph);
+    if (e == WEFT_RT(Success) && !launched_ok) e = WEFT_RT(ErrorStreamCaptureInvalidated);
+    WEFT_RT(GraphExec_t) x = NULL;
+    if (e == WEFT_RT(Success)) e = WEFT_RT(GraphInstantiateWithFlags)(&x, graph, 0);
+    if (graph) WEFT_RT(GraphDestroy)(graph);
+    *exec = e == WEFT_RT(Success) ? x : NULL;
+    return e;
+}
+
+static int weft_rt_hook_graph_launch(struct weft_gpu *g, void *exec)
+{
+    return WEFT_RT(GraphLaunch)((WEFT_RT(GraphExec_t))exec, weft_rt_stream(g));
+}
+
+static void weft_rt_hook_graph_destroy(void *exec) { WEFT_RT(GraphExecDestroy)((WEFT_RT(GraphExec_t))exec); }
+
+static const struct weft_gpu_hooks weft_rt_hooks = {
+    .name = WEFT_RT_NAME,
+    .debug_env = WEFT_RT_DEBUG_ENV,
+    .err_oom = WEFT_RT_OOM,
+    .err_invalid = WEFT_RT(ErrorInvalidValue),
+    .type_ok = weft_gk_matmul_type_ok,
+    .matmul_scratch = weft_gk_matmul_scratch,
+    .attn_splits = weft_gk_attn_splits,
+    .attention_scratch = weft_gk_attention_scratch,
+    .error = weft_rt_hook_error,
+    .error_str = weft_rt_hook_error_str,
+    .clear_error = weft_rt_hook_clear_error,
+    .stream_sync = weft_rt_hook_stream_sync,
+    .dev_alloc = weft_rt_hook_dev_alloc,
+    .dev_free = weft_rt_hook_dev_free,
+    .copy = weft_rt_hook_copy,
+    .encode = weft_gpu_encode,
+    .capture_begin = weft_rt_hook_capture_begin,
+    .capture_end = weft_rt_hook_capture_end,
+    .graph_launch = weft_rt_hook_graph_launch,
+    .graph_destroy = weft_rt_hook_graph_destroy,
+};
+
+#endif

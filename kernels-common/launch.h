@@ -1,0 +1,108 @@
+/* The GPU kernels' launchers, callable from C: one interface for the CUDA
+ * and HIP backends. kernels-cuda/ and kernels-hip/ each define every
+ * function below (each into its own module, libweft-cuda.so or
+ * libweft-hip.so, with hidden visibility, so the names never meet); the
+ * shared host code calls them (backends/gpu/gpu_encode.c).
+ *
+ * Most launcher bodies are themselves shared (kernels-common/launch_*.cuh,
+ * compiled once per backend with its primitives); a backend writes its own
+ * only where its hardware wants another shape: weft_gk_gemm.
+ *
+ * Every pointer is a device address already resolved from a (buffer,
+ * offset) view; strides named *_ld are in elements, *_nb1 in bytes. A
+ * launcher only enqueues work on `stream` (a cudaStream_t or hipStream_t)
+ * and returns the runtime's error code as an int: 0 (cudaSuccess,
+ * hipSuccess), or e.g. the invalid-value or invalid-configuration code. It
+ * never synchronizes, allocates or aborts, so it may be captured into a
+ * graph. Device-side input errors (a token id outside the table, a LOGITS
+ * row outside x) write zeros and set *err to nonzero. */
+#ifndef WEFT_KC_LAUNCH_H
+#define WEFT_KC_LAUNCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* up to this many rows, a quantized MATMUL takes the matrix-vector path */
+#define WEFT_GK_MMVQ_ROWS 8
+
+/* out[R][N] = x[R][K] · W[N][K]ᵀ (+ add, which may alias out).
+ * wt: any weight type of core/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
+ * Q8_0 Q4_K Q5_K Q6_K). Paths (kernels-common/launch_matmul.cuh):
+ * R <= WEFT_GK_MMVQ_ROWS and a quantized type: x quantized to Q8_1 blocks
+ * in scratch, integer-dot (dp4a) matrix-vector kernel; more rows and a
+ * quantized type or F16: the backend's weft_gk_gemm; F32/BF16 and few-row
+ * F16: the float kernel. */
+struct weft_gk_mm {
+    int wt;                       /* enum weft_type */
+    const uint8_t *w;
+    size_t w_nb1;
+    int64_t K, N, R;
+    const float *x;
+    size_t x_ld;
+    float *out;
+    size_t out_ld;
+    const float *add;             /* NULL: none */
+    size_t add_ld;
+};
+/* scratch bytes weft_gk_matmul needs for this shape (0 if none) */
+size_t weft_gk_matmul_scratch(int wt, int64_t K, int64_t R);
+/* whether weft_gk_matmul handles weight type wt */
+int weft_gk_matmul_type_ok(int wt);
+int weft_gk_matmul(const struct weft_gk_mm *m, void *scratch, void *stream);
+/* The backend's own prefill GEMM, for R > WEFT_GK_MMVQ_ROWS and a quantized
+ * or F16 W (kernels-cuda: tensor cores; kernels-hip: LDS-tiled float). */
+int weft_gk_gemm(const struct weft_gk_mm *m, void *stream);
+
+int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids, int64_t R,
+                  float *out, size_t out_ld, int *err, void *stream);
+
+/* rows == NULL: output row r normalises x row r; else x row rows[r]
+ * (LOGITS' gather). add/sum: the fused residual (add == NULL: none). */
+int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_x_rows, const float *add,
+                    size_t add_ld, float *sum, size_t sum_ld, const float *w, float *out, size_t out_ld, int64_t R,
+                    int64_t K, float eps, int *err, void *stream);
+
+int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld, int64_t R,
+                     int64_t K, void *stream);
+int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
+                int64_t K, void *stream);
+
+/* One layer of the paged KV cache (backends/backend.h). */
+struct weft_gk_kv {
+    uint8_t *base;                /* the cache buffer */
+    int type;                     /* WEFT_TYPE_F16 or WEFT_TYPE_Q8_0 (hd % 32 == 0) */
+    int n_layer, layer, n_kv, hd;
+};
+
+int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
+                    const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
+                    int neox, const struct weft_gk_kv *kv, void *stream);
+
+struct weft_gk_attn_args {
+    const float *q;
+    size_t q_ld;
+    float *out;
+    size_t out_ld;
+    struct weft_gk_kv kv;
+    const int32_t *pos, *seq, *bt_off, *bt;
+    int64_t n_rows;
+    int n_head;
+    float scale;
+};
+/* How many splits of the context for n_rows x n_head units on n_mp
+ * multiprocessors (SMs, compute units); shapes only, so a graph of the
+ * step stays valid. */
+int weft_gk_attn_splits(int64_t n_rows, int n_head, int n_mp);
+size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, int n_split);
+/* head_dim <= 256; n_head a multiple of kv.n_kv */
+int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split, void *scratch, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

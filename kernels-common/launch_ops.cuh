@@ -1,0 +1,87 @@
+/* The launchers of EMBED, RMSNORM (and the LOGITS gather), SILU_MUL, ADD
+ * and ROPE_KV (kernels-common/launch.h) over kernels-common/ops.cuh, shared
+ * by the backends: a backend's kernels file includes its primitives
+ * (kernels-common/prims.cuh lists them, including the runtime's stream
+ * type, last error and invalid-value code) and then this file once.
+ * Block sizes are multiples of 64, so every block is whole warps on NVIDIA
+ * and whole wavefronts on CDNA (64 lanes) and RDNA (32). */
+#ifndef WEFT_KC_LAUNCH_OPS_CUH
+#define WEFT_KC_LAUNCH_OPS_CUH
+
+#include "kernels-common/ops.cuh"
+#include "kernels-common/launch.h"
+
+template <int T>
+static void embed_t(const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids, int64_t R,
+                    float *out, size_t out_ld, int *err, weft_stream_t st)
+{
+    dim3 grid((unsigned)((E + 255) / 256), (unsigned)R);
+    weft_k_embed<T><<<grid, 256, 0, st>>>(table, t_nb1, V, E, ids, out, out_ld, err);
+}
+
+extern "C" int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                             int64_t R, float *out, size_t out_ld, int *err, void *stream)
+{
+    if (R <= 0) return 0;
+    const weft_stream_t st = (weft_stream_t)stream;
+#define E_(T) case WEFT_TYPE_##T: embed_t<WEFT_TYPE_##T>(table, t_nb1, V, E, ids, R, out, out_ld, err, st); break;
+    switch (wt) {
+        E_(F32) E_(F16) E_(BF16) E_(Q4_0) E_(Q4_1) E_(Q5_0) E_(Q5_1) E_(Q8_0) E_(Q4_K) E_(Q5_K) E_(Q6_K)
+    default: return WEFT_LAUNCH_EINVAL;
+    }
+#undef E_
+    return weft_launch_error();
+}
+
+extern "C" int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_x_rows, const float *add,
+                               size_t add_ld, float *sum, size_t sum_ld, const float *w, float *out, size_t out_ld,
+                               int64_t R, int64_t K, float eps, int *err, void *stream)
+{
+    if (R <= 0) return 0;
+    const int threads = K >= 1024 ? 1024 : K >= 256 ? 256 : 64;
+    weft_k_rmsnorm<<<(unsigned)R, threads, 0, (weft_stream_t)stream>>>(x, x_ld, rows, n_x_rows, add, add_ld, sum,
+                                                                       sum_ld, w, out, out_ld, K, eps, err);
+    return weft_launch_error();
+}
+
+extern "C" int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                                int64_t R, int64_t K, void *stream)
+{
+    if (R <= 0) return 0;
+    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
+    weft_k_silu_mul<<<grid, 256, 0, (weft_stream_t)stream>>>(g, g_ld, u, u_ld, out, out_ld, K);
+    return weft_launch_error();
+}
+
+extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                           int64_t R, int64_t K, void *stream)
+{
+    if (R <= 0) return 0;
+    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
+    weft_k_add<<<grid, 256, 0, (weft_stream_t)stream>>>(a, a_ld, b, b_ld, out, out_ld, K);
+    return weft_launch_error();
+}
+
+extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld,
+                               const int32_t *pos, const int32_t *slot, int64_t R, int n_head, int n_rot,
+                               float theta_scale, float freq_scale, int neox, const struct weft_gk_kv *kv,
+                               void *stream)
+{
+    if (R <= 0) return 0;
+    const weft_stream_t st = (weft_stream_t)stream;
+    const int64_t nt = R * (n_head + kv->n_kv) * (n_rot / 2);
+    if (nt > 0)
+        weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd,
+                                                                  n_rot, theta_scale, freq_scale, neox);
+    const struct weft_kc_kv d = weft_kc_kv_of(*kv);
+    if (kv->type == WEFT_TYPE_Q8_0) {
+        const int64_t groups = R * ((int64_t)kv->n_kv * kv->hd / 32) * 2;
+        weft_k_kv_write_q8_0<<<(unsigned)((groups + 7) / 8), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
+    } else {
+        const int64_t n = R * kv->n_kv * kv->hd;
+        weft_k_kv_write_f16<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
+    }
+    return weft_launch_error();
+}
+
+#endif
