@@ -14,21 +14,30 @@
  *   WEFT_RT_NAME   its name in messages ("cuda", "hip")
  *   WEFT_RT_DEBUG_ENV  the variable that asks why graph capture was given up
  *                  ("WEFT_CUDA_DEBUG", "WEFT_HIP_DEBUG")
- * then includes this file once, and gets these static functions: weft_rt_err,
- * weft_rt_hooks (for its weft_gpu's hooks), and the iface's buffer_alloc,
- * buffer_free, buffer_write, buffer_read, buffer_copy, run and sync
- * (weft_rt_*). What differs between the vendors (devices, open, close)
- * stays in the backend's file.
+ *   WEFT_RT_ATTR_MP    the device attribute of its multiprocessor count
+ *   WEFT_RT_HOST_ALLOC_MAPPED(pp, n), WEFT_RT_HOST_FREE(p)   mapped pinned
+ *                  host memory (the two runtimes name these differently)
+ * then includes this file once, and defines the two functions that differ
+ * between the vendors (how devices are named and checked, graphs by
+ * default), declared here:
+ *   static int weft_rt_devices(struct weft_device_info *infos, int max, const char **why);
+ *   static weft_status weft_rt_open(const struct weft_backend_params *p, struct weft_backend **out);
+ * It gets: weft_rt_err, weft_rt_open_gpu and weft_rt_mem_free (the shared
+ * parts of open and devices), the runtime hooks, the backend's iface
+ * (weft_rt_iface: close, buffers, run and sync from here) and the module's
+ * entry point, weft_backend_module_init.
  *
  * No call here aborts: each failure becomes a weft_status. */
 #ifndef WEFT_GPU_RUNTIME_H
 #define WEFT_GPU_RUNTIME_H
 
-#if !defined(WEFT_RT) || !defined(WEFT_RT_OOM) || !defined(WEFT_RT_NAME) || !defined(WEFT_RT_DEBUG_ENV)
-#error "define WEFT_RT(x), WEFT_RT_OOM, WEFT_RT_NAME and WEFT_RT_DEBUG_ENV before including backends/gpu/gpu_runtime.h"
+#if !defined(WEFT_RT) || !defined(WEFT_RT_OOM) || !defined(WEFT_RT_NAME) || !defined(WEFT_RT_DEBUG_ENV) || \
+    !defined(WEFT_RT_ATTR_MP) || !defined(WEFT_RT_HOST_ALLOC_MAPPED) || !defined(WEFT_RT_HOST_FREE)
+#error "define WEFT_RT(x) and the other WEFT_RT_* macros before including backends/gpu/gpu_runtime.h"
 #endif
 
 #include "backends/gpu/gpu_common.h"
+#include "backends/module.h"
 #include "kernels-common/launch.h"
 
 #include <stdlib.h>
@@ -58,6 +67,79 @@ static weft_status weft_rt_err(weft_rt_error_t e, const char *what)
     default:
         return weft_error(WEFT_ERR_DEVICE, WEFT_RT_NAME ": %s: %s (error %d)", what, msg, (int)e);
     }
+}
+
+/* ---- open and close ---- */
+
+static const struct weft_gpu_hooks weft_rt_hooks;
+static const struct weft_backend_iface weft_rt_iface;
+
+/* the backend's own (see the top of this file) */
+static int weft_rt_devices(struct weft_device_info *infos, int max, const char **why);
+static weft_status weft_rt_open(const struct weft_backend_params *p, struct weft_backend **out);
+
+/* The free memory of device i for devices() (0 when unknown); leaves i selected. */
+static size_t weft_rt_mem_free(int i)
+{
+    size_t fr = 0, tot = 0;
+    if (WEFT_RT(SetDevice)(i) != WEFT_RT(Success) || WEFT_RT(MemGetInfo)(&fr, &tot) != WEFT_RT(Success)) fr = 0;
+    WEFT_RT(GetLastError)();
+    return fr;
+}
+
+static void weft_rt_close(struct weft_backend *b)
+{
+    struct weft_gpu *g = (struct weft_gpu *)b;
+    if (!g) return;
+    WEFT_RT(SetDevice)(g->device);
+    if (g->stream) WEFT_RT(StreamSynchronize)(weft_rt_stream(g));
+    weft_gpu_release(g);
+    if (g->err_host) WEFT_RT_HOST_FREE(g->err_host);
+    if (g->stream) WEFT_RT(StreamDestroy)(weft_rt_stream(g));
+    WEFT_RT(GetLastError)();
+    free(g);
+}
+
+/* What every backend's open does: device p->device selected; a weft_gpu
+ * with the iface, the runtime hooks, the device, a non-blocking stream, the
+ * multiprocessor count and the mapped error word; graphs off (the backend
+ * decides). On failure nothing is left allocated. */
+static weft_status weft_rt_open_gpu(const struct weft_backend_params *p, struct weft_gpu **out)
+{
+    *out = NULL;
+    int n = 0;
+    weft_rt_error_t e = WEFT_RT(GetDeviceCount)(&n);
+    if (e != WEFT_RT(Success)) return weft_rt_err(e, "counting devices");
+    if (p->device < 0 || p->device >= n)
+        return weft_error(WEFT_ERR_NO_DEVICE, WEFT_RT_NAME ": no device %d (%d found)", p->device, n);
+    if ((e = WEFT_RT(SetDevice)(p->device)) != WEFT_RT(Success)) return weft_rt_err(e, "selecting the device");
+    struct weft_gpu *g = calloc(1, sizeof *g);
+    if (!g) return weft_error(WEFT_ERR_NOMEM, WEFT_RT_NAME ": out of host memory");
+    g->base.iface = &weft_rt_iface;
+    g->hooks = &weft_rt_hooks;
+    g->device = p->device;
+    weft_status st = WEFT_OK;
+    weft_rt_stream_t stream = NULL;
+    if ((e = WEFT_RT(StreamCreateWithFlags)(&stream, WEFT_RT(StreamNonBlocking))) != WEFT_RT(Success)) {
+        st = weft_rt_err(e, "creating a stream");
+        goto err;
+    }
+    g->stream = stream;
+    if ((e = WEFT_RT(DeviceGetAttribute)(&g->n_mp, WEFT_RT_ATTR_MP, p->device)) != WEFT_RT(Success)) {
+        st = weft_rt_err(e, "reading the multiprocessor count");
+        goto err;
+    }
+    if ((e = WEFT_RT_HOST_ALLOC_MAPPED((void **)&g->err_host, sizeof(int))) != WEFT_RT(Success) ||
+        (e = WEFT_RT(HostGetDevicePointer)((void **)&g->err_dev, g->err_host, 0)) != WEFT_RT(Success)) {
+        st = weft_rt_err(e, "allocating the error word");
+        goto err;
+    }
+    *g->err_host = 0;
+    *out = g;
+    return WEFT_OK;
+err:
+    weft_rt_close(&g->base);
+    return st;
 }
 
 /* ---- buffers ---- */
@@ -223,5 +305,37 @@ static const struct weft_gpu_hooks weft_rt_hooks = {
     .graph_launch = weft_rt_hook_graph_launch,
     .graph_destroy = weft_rt_hook_graph_destroy,
 };
+
+/* ---- the backend ---- */
+
+static const struct weft_backend_iface weft_rt_iface = {
+    .api_version = WEFT_BACKEND_API_VERSION,
+    .name = WEFT_RT_NAME,
+    .devices = weft_rt_devices,
+    .open = weft_rt_open,
+    .close = weft_rt_close,
+    .buffer_alloc = weft_rt_buffer_alloc,
+    .buffer_wrap_host = NULL,   /* weights are uploaded into device memory */
+    .buffer_free = weft_rt_buffer_free,
+    .buffer_write = weft_rt_buffer_write,
+    .buffer_read = weft_rt_buffer_read,
+    .buffer_copy = weft_rt_buffer_copy,
+    .supports = weft_gpu_supports,
+    .run = weft_rt_run,
+    .sync = weft_rt_sync,
+    .weight_prepare = NULL,
+    .max_buffer = NULL,         /* no limit below device memory: kernels index with 64-bit offsets */
+};
+
+WEFT_MODULE_EXPORT const struct weft_backend_iface *weft_backend_module_init(const struct weft_module_host *host,
+                                                                            const char **why)
+{
+    if (!host || host->abi != WEFT_MODULE_ABI) {
+        if (why) *why = "module ABI mismatch (rebuild libweft-" WEFT_RT_NAME ".so with this weft)";
+        return NULL;
+    }
+    weft_module_host_ = host;
+    return &weft_rt_iface;
+}
 
 #endif

@@ -1,9 +1,11 @@
-/* HIP backend, host side: devices, open and close, and the module entry
- * point. Buffers (hipMalloc'd device memory, stream-ordered copies), op
- * validation and running ops (with graphs) are the shared GPU host code's:
- * backends/gpu/gpu_runtime.h instantiated below with HIP's names, over
- * backends/gpu/gpu_common.c and gpu_encode.c; kernels in kernels-hip/ over
- * kernels-common/.
+/* HIP backend, host side: what only HIP has to say (how devices are named,
+ * which targets the kernels were built for, wavefront sizes, graphs opt-in
+ * on ROCm). Everything else is the GPU host code shared with the CUDA
+ * backend: backends/gpu/gpu_runtime.h instantiated below with HIP's names
+ * (open, close, buffers of hipMalloc'd device memory, stream-ordered
+ * copies, the module entry point), over gpu_common.c (op validation,
+ * running ops with graphs) and gpu_encode.c (ops as launches); kernels in
+ * kernels-hip/ over kernels-common/.
  *
  * The module links libamdhip64. Where that library is absent, dlopen of
  * libweft-hip.so fails and `weft devices` says so; where it is present but
@@ -16,7 +18,6 @@
 #include "kernels-hip/hip_api.h"
 
 #include "backends/backend.h"
-#include "backends/module.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,9 @@
 #define WEFT_RT_OOM hipErrorOutOfMemory
 #define WEFT_RT_NAME "hip"
 #define WEFT_RT_DEBUG_ENV "WEFT_HIP_DEBUG"
+#define WEFT_RT_ATTR_MP hipDeviceAttributeMultiprocessorCount
+#define WEFT_RT_HOST_ALLOC_MAPPED(pp, n) hipHostMalloc(pp, n, hipHostMallocMapped)
+#define WEFT_RT_HOST_FREE(p) hipHostFree(p)
 #include "backends/gpu/gpu_runtime.h"
 
 static char devices_why[256];
@@ -50,7 +54,7 @@ static bool target_built(const char *gcn_arch)
 }
 #endif
 
-static int hip_devices(struct weft_device_info *infos, int max, const char **why)
+static int weft_rt_devices(struct weft_device_info *infos, int max, const char **why)
 {
     int n = 0;
     hipError_t e = hipGetDeviceCount(&n);
@@ -93,51 +97,44 @@ static int hip_devices(struct weft_device_info *infos, int max, const char **why
                  target_built(p.gcnArchName) ? "" : "; no kernels built for this target");
 #endif
         infos[i].mem_total = p.totalGlobalMem;
-        size_t fr = 0, tot = 0;
-        if (hipSetDevice(i) == hipSuccess && hipMemGetInfo(&fr, &tot) == hipSuccess) infos[i].mem_free = fr;
-        hipGetLastError();
+        infos[i].mem_free = weft_rt_mem_free(i);
     }
     hipSetDevice(prev);
     return n;
 }
 
-static void hip_close(struct weft_backend *b)
+/* What the devices must have beyond weft_rt_open_gpu's: kernels built for
+ * the target (AMD) and wavefronts of at least 32 lanes. */
+static weft_status hip_check_device(int device)
 {
-    struct weft_gpu *g = (struct weft_gpu *)b;
-    if (!g) return;
-    hipSetDevice(g->device);
-    if (g->stream) hipStreamSynchronize(weft_rt_stream(g));
-    weft_gpu_release(g);
-    if (g->err_host) hipHostFree(g->err_host);
-    if (g->stream) hipStreamDestroy(weft_rt_stream(g));
-    hipGetLastError();
-    free(g);
-}
-
-static const struct weft_backend_iface hip_iface;
-
-static weft_status hip_open(const struct weft_backend_params *p, struct weft_backend **out)
-{
-    *out = NULL;
-    int n = 0;
-    hipError_t e = hipGetDeviceCount(&n);
-    if (e != hipSuccess) return weft_rt_err(e, "counting devices");
-    if (p->device < 0 || p->device >= n)
-        return weft_error(WEFT_ERR_NO_DEVICE, "hip: no device %d (%d found)", p->device, n);
-    if ((e = hipSetDevice(p->device)) != hipSuccess) return weft_rt_err(e, "selecting the device");
 #ifndef WEFT_HIP_ON_CUDA
     hipDeviceProp_t prop;
-    if ((e = hipGetDeviceProperties(&prop, p->device)) != hipSuccess) return weft_rt_err(e, "reading the device");
+    hipError_t e = hipGetDeviceProperties(&prop, device);
+    if (e != hipSuccess) return weft_rt_err(e, "reading the device");
     if (!target_built(prop.gcnArchName))
         return weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: %.*s is not one of the targets this libweft-hip.so was built for (%s; "
-                          "rebuild with -DWEFT_HIP_TARGETS=...)", p->device, (int)strcspn(prop.gcnArchName, ":"),
+                          "rebuild with -DWEFT_HIP_TARGETS=...)", device, (int)strcspn(prop.gcnArchName, ":"),
                           prop.gcnArchName, WEFT_HIP_TARGETS_STR);
 #endif
-    struct weft_gpu *g = calloc(1, sizeof *g);
-    if (!g) return weft_error(WEFT_ERR_NOMEM, "hip: out of host memory");
-    g->base.iface = &hip_iface;
-    g->hooks = &weft_rt_hooks;
-    g->device = p->device;
+    int warp = 0;
+    hipError_t w = hipDeviceGetAttribute(&warp, hipDeviceAttributeWarpSize, device);
+    if (w != hipSuccess) return weft_rt_err(w, "reading the wavefront size");
+    if (warp < 32)   /* kernels-common works in 32-lane groups inside one wavefront */
+        return weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: wavefront of %d lanes (weft's kernels need 32 or 64)", device,
+                          warp);
+    return WEFT_OK;
+}
+
+static weft_status weft_rt_open(const struct weft_backend_params *p, struct weft_backend **out)
+{
+    struct weft_gpu *g;
+    weft_status st = weft_rt_open_gpu(p, &g);
+    *out = NULL;
+    if (st != WEFT_OK) return st;
+    if ((st = hip_check_device(p->device)) != WEFT_OK) {
+        weft_rt_close(&g->base);
+        return st;
+    }
     /* Graphs: on by default in the nvcc build (as the CUDA backend); opt-in
      * (WEFT_HIP_GRAPHS=1) on ROCm, whose stream capture is younger */
     const char *graphs = getenv("WEFT_HIP_GRAPHS");
@@ -146,63 +143,6 @@ static weft_status hip_open(const struct weft_backend_params *p, struct weft_bac
 #else
     g->graphs = graphs && strcmp(graphs, "0") != 0;
 #endif
-    weft_status st = WEFT_OK;
-    hipStream_t stream = NULL;
-    int warp = 0;
-    if ((e = hipStreamCreateWithFlags(&stream, hipStreamNonBlocking)) != hipSuccess) {
-        st = weft_rt_err(e, "creating a stream");
-        goto err;
-    }
-    g->stream = stream;
-    if ((e = hipDeviceGetAttribute(&g->n_mp, hipDeviceAttributeMultiprocessorCount, p->device)) != hipSuccess ||
-        (e = hipDeviceGetAttribute(&warp, hipDeviceAttributeWarpSize, p->device)) != hipSuccess) {
-        st = weft_rt_err(e, "reading the compute-unit count and wavefront size");
-        goto err;
-    }
-    if (warp < 32) {   /* kernels-common works in 32-lane groups inside one wavefront */
-        st = weft_error(WEFT_ERR_NO_DEVICE, "hip:%d: wavefront of %d lanes (weft's kernels need 32 or 64)",
-                        p->device, warp);
-        goto err;
-    }
-    if ((e = hipHostMalloc((void **)&g->err_host, sizeof(int), hipHostMallocMapped)) != hipSuccess ||
-        (e = hipHostGetDevicePointer((void **)&g->err_dev, g->err_host, 0)) != hipSuccess) {
-        st = weft_rt_err(e, "allocating the error word");
-        goto err;
-    }
-    *g->err_host = 0;
     *out = &g->base;
     return WEFT_OK;
-err:
-    hip_close(&g->base);
-    return st;
-}
-
-static const struct weft_backend_iface hip_iface = {
-    .api_version = WEFT_BACKEND_API_VERSION,
-    .name = "hip",
-    .devices = hip_devices,
-    .open = hip_open,
-    .close = hip_close,
-    .buffer_alloc = weft_rt_buffer_alloc,
-    .buffer_wrap_host = NULL,   /* weights are uploaded into device memory */
-    .buffer_free = weft_rt_buffer_free,
-    .buffer_write = weft_rt_buffer_write,
-    .buffer_read = weft_rt_buffer_read,
-    .buffer_copy = weft_rt_buffer_copy,
-    .supports = weft_gpu_supports,
-    .run = weft_rt_run,
-    .sync = weft_rt_sync,
-    .weight_prepare = NULL,
-    .max_buffer = NULL,         /* no limit below device memory: kernels index with 64-bit offsets */
-};
-
-WEFT_MODULE_EXPORT const struct weft_backend_iface *weft_backend_module_init(const struct weft_module_host *host,
-                                                                            const char **why)
-{
-    if (!host || host->abi != WEFT_MODULE_ABI) {
-        if (why) *why = "module ABI mismatch (rebuild libweft-hip.so with this weft)";
-        return NULL;
-    }
-    weft_module_host_ = host;
-    return &hip_iface;
 }
