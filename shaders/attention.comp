@@ -1,5 +1,5 @@
 #version 450
-// variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP
+// variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP f16x:-DKV_F16,-DEXACT
 // ATTENTION over the paged F16 KV cache: one workgroup per (head, row),
 // causal over positions 0..pos[row] of the row's sequence through its block
 // table, GQA (kv head = head / (n_head / n_kv)), online softmax in tiles of
@@ -9,6 +9,13 @@
 // invocation accumulates its own pairs of output dims over the tile's V rows.
 // Q8_0 cache (as the CPU, after ggml): q quantized to Q8_0 (round half to
 // even), K·q as per-block integer dots times both scales, V dequantized.
+// EXACT (F16 cache, lavapipe: bit for bit as the CPU's
+// weft_cpu_attn_row_generic): q rounded to F16 in integer arithmetic, K·q in
+// ggml_vec_dot_f16's order (element e in accumulator (e/16)%4, lane e%16,
+// fma over 64-element chunks; (s0+s2)+(s1+s3); the 16 lanes halved
+// 16 -> 8 -> 4 -> 2 -> 1; a tail past a multiple of 64 added in double),
+// exp by the CPU's polynomial (expv.glsl), every fma by fma_x (exact.glsl).
+#extension GL_GOOGLE_include_directive : require
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -43,6 +50,10 @@ vec2 rd_i8x2(uint byte)
 #endif
 shared float es[WG];
 shared float red[WG];
+#ifdef EXACT
+#include "expv.glsl"
+#define FMA2(a, b, c) vec2(fma_x((a).x, (b).x, (c).x), fma_x((a).y, (b).y, (c).y))
+#endif
 
 #ifndef KV_Q8_0
 /* round to the nearest F16 (ties to even), as the CPU's weft_f32_to_half;
@@ -149,13 +160,19 @@ void main()
             }
             qd[t] = unpackHalf2x16(packHalf2x16(vec2(amax / 127.0, 0.0))).x;
         }
+#elif defined(EXACT)
+        for (uint d = t; d < p.hd; d += WG) qs[d] = round_f16_1(q[qb + d]);
 #else
         for (uint d = t; d < p.hd; d += WG) qs[d] = unpackHalf2x16(packHalf2x16(vec2(q[qb + d], 0.0))).x;
 #endif
         barrier();
         const uint n_pos = uint(pos[p.pos_off + r]) + 1u;
         const uint blocks = p.bt_off0 + uint(bt_off[p.bto_off + uint(seq[p.seq_off + r])]);
+#ifdef EXACT
+        float M = uintBitsToFloat(0xff800000u), S = 0.0;  /* -inf, as the CPU */
+#else
         float M = -3.0e38, S = 0.0;
+#endif
         vec2 acc[MAX_PAIRS];
         for (uint j = 0u; j < MAX_PAIRS; j++) acc[j] = vec2(0.0);
         for (uint tile = 0u; tile < n_pos; tile += WG) {
@@ -174,13 +191,41 @@ void main()
                     }
                     dot += float(isum) * (unpackHalf2x16(rd_u16(base)).x * qd[b]);
                 }
+#elif defined(EXACT)
+                const uint np = p.hd & ~63u;
+                float rl[16];
+                for (uint l = 0u; l < 16u; l++) {
+                    float c[4];
+                    for (uint j = 0u; j < 4u; j++) {
+                        float cc = 0.0;
+                        for (uint e = 16u * j + l; e < np; e += 64u) {
+                            const vec2 kk = unpackHalf2x16(cache[kw + e / 2u]);
+                            cc = fma_x((e & 1u) != 0u ? kk.y : kk.x, qs[e], cc);
+                        }
+                        c[j] = cc;
+                    }
+                    precise float r4 = (c[0] + c[2]) + (c[1] + c[3]);
+                    rl[l] = r4;
+                }
+                for (uint l = 0u; l < 8u; l++) { precise float h8 = rl[l] + rl[l + 8u]; rl[l] = h8; }
+                for (uint l = 0u; l < 4u; l++) { precise float h4 = rl[l] + rl[l + 4u]; rl[l] = h4; }
+                precise float red1 = (rl[0] + rl[2]) + (rl[1] + rl[3]);
+                double ds = double(red1);
+                for (uint e = np; e < p.hd; e++) {
+                    const vec2 kk = unpackHalf2x16(cache[kw + e / 2u]);
+                    precise float pr = ((e & 1u) != 0u ? kk.y : kk.x) * qs[e];
+                    precise double dn = ds + double(pr);
+                    ds = dn;
+                }
+                dot = float(ds);
 #else
                 for (uint i = 0u; i < hw; i++) {
                     const vec2 kk = unpackHalf2x16(cache[kw + i]);
                     dot += kk.x * qs[2u * i] + kk.y * qs[2u * i + 1u];
                 }
 #endif
-                s = dot * p.scale;
+                precise float sd = dot * p.scale;
+                s = sd;
             }
 #ifdef KV_Q8_0
             const float m_new = max(M, reduce_max(s));
@@ -213,35 +258,56 @@ void main()
                 const float su = es[u];
                 float ms = 1.0, vs = 1.0;
                 const bool new_max = su > M;
+#ifdef EXACT
+                if (new_max) {
+                    precise float dm = M - su;
+                    ms = expv(dm);
+                    M = su;
+                } else {
+                    precise float dm = su - M;
+                    vs = expv(dm);
+                }
+#else
                 if (new_max) {
                     ms = S == 0.0 && M <= -3.0e38 ? 0.0 : exp(M - su);
                     M = su;
                 } else {
                     vs = exp(su - M);
                 }
+#endif
                 const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
                 for (uint j = 0u; j < MAX_PAIRS; j++) {
                     const uint pi = t + j * WG;
                     if (pi >= hw) break;
                     vec2 a = acc[j];
-                    if (new_max) a = round_f16(a * ms);
+                    precise vec2 am = a * ms;
+                    if (new_max) a = round_f16(am);
                     const vec2 v = unpackHalf2x16(cache[vw + pi]);
+#ifdef EXACT
+                    precise vec2 f = FMA2(v, vec2(vs), a);
+#else
                     precise vec2 f = fma(v, vec2(vs), a);
+#endif
                     acc[j] = round_f16(f);
                 }
+#ifdef EXACT
+                precise float sn = fma_x(S, ms, vs);
+#else
                 precise float sn = fma(S, ms, vs);
+#endif
                 S = sn;
             }
 #endif
             barrier();  // es is rewritten by the next tile
         }
-        const float inv = 1.0 / S;
+        precise float inv = 1.0 / S;
         const uint ob = p.o_off + r * p.o_rs + h * p.hd;
         for (uint j = 0u; j < MAX_PAIRS; j++) {
             const uint pi = t + j * WG;
             if (pi >= hw) break;
-            o[ob + 2u * pi] = acc[j].x * inv;
-            o[ob + 2u * pi + 1u] = acc[j].y * inv;
+            precise vec2 ov = acc[j] * inv;
+            o[ob + 2u * pi] = ov.x;
+            o[ob + 2u * pi + 1u] = ov.y;
         }
         barrier();  // qs is rewritten for the next row
     }

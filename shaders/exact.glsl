@@ -20,8 +20,8 @@ float fma_x(float a, float b, float c)
     precise double e2 = p - e1;
     precise double e3 = dc - bb;
     precise double err = e2 + e3;
-    if (err != 0.0) {
-        uvec2 u = unpackDouble2x32(s);
+    uvec2 u = unpackDouble2x32(s);
+    if (((u.y >> 20) & 0x7ffu) != 0x7ffu && err != 0.0) {  /* s finite (else err is NaN) */
         if ((u.x & 1u) == 0u) {
             if ((err > 0.0) == (s > 0.0)) {
                 u.x += 1u;                                    /* away from zero: u.x is even, no carry */

@@ -1,5 +1,5 @@
 #version 450
-// variants: f16:-DKV_F16 q8_0:-DKV_Q8_0
+// variants: f16:-DKV_F16 q8_0:-DKV_Q8_0 f16x:-DKV_F16,-DROPE_TABLE q8_0x:-DKV_Q8_0,-DROPE_TABLE
 // ROPE_KV, one workgroup per batch row (rows strided by the group count):
 //  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
 //     pos * freq_scale, theta_{i+1} = theta_i * theta_scale (theta_scale
@@ -11,7 +11,13 @@
 //     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
 //     round-half-away(x/d)), stored 16 bits at a time with atomics since
 //     blocks share words with neighbouring blocks and token rows.
+// ROPE_TABLE (lavapipe, bit for bit as the CPU): cos/sin from binding 6,
+// [pos][n_rot/2][2] floats made on the host by the CPU's own
+// weft_rope_cos_sin (core/rope.h); the fused products by fma_x (exact.glsl,
+// one rounding as the CPU's fmaf); F16 cache values rounded to nearest even
+// in integer arithmetic.
 // q/k/v offsets and row strides in floats; the cache addressed in words.
+#extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) coherent buffer Q { float q[]; };
 layout(std430, binding = 1) coherent buffer K { float k[]; };
@@ -23,6 +29,34 @@ layout(std430, binding = 3) writeonly buffer C { uint cache[]; };
 #endif
 layout(std430, binding = 4) readonly buffer POS { int pos[]; };
 layout(std430, binding = 5) readonly buffer SLOT { int slot[]; };
+#ifdef ROPE_TABLE
+layout(std430, binding = 6) readonly buffer TAB { float tab[]; };
+#include "exact.glsl"
+#define FMA fma_x
+/* f32 -> f16 bits, round to nearest even (as weft_f32_to_half) */
+uint half_bits(float f)
+{
+    const uint x = floatBitsToUint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u);
+    if (ax >= 0x477ff000u) return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return sign;
+        const uint e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126u - e;
+        uint hm = m >> shift;
+        const uint rem = m & ((1u << shift) - 1u), hb = 1u << (shift - 1u);
+        if (rem > hb || (rem == hb && (hm & 1u) != 0u)) hm++;
+        return sign | hm;
+    }
+    uint h = (ax - 0x38000000u) >> 13;
+    const uint rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u) != 0u)) h++;
+    return sign | h;
+}
+uint pack_f16x2(float a, float b) { return half_bits(a) | (half_bits(b) << 16); }
+#else
+#define FMA fma
+uint pack_f16x2(float a, float b) { return packHalf2x16(vec2(a, b)); }
+#endif
 layout(push_constant) uniform P {
     uint q_off, q_rs, k_off, k_rs, v_off, v_rs;
     uint pos_off, slot_off, n_rows;
@@ -61,6 +95,10 @@ void main()
         const float fpos = float(pos[p.pos_off + r]);
         for (uint idx = t; idx < (p.n_head + p.n_kv) * half_rot; idx += 64u) {
             const uint h = idx / half_rot, i = idx % half_rot;
+#ifdef ROPE_TABLE
+            const uint tb = uint(pos[p.pos_off + r]) * p.n_rot + 2u * i;
+            const float c = tab[tb], s = tab[tb + 1u];
+#else
             float theta = fpos * p.freq_scale;
             for (uint j = 0u; j < i; j++) theta *= p.theta_scale;
             // reduce to [-pi, pi] first: GPU sin/cos are only accurate there
@@ -68,20 +106,23 @@ void main()
             precise float red = fma(-n, TWO_PI_HI, theta);
             red = fma(-n, TWO_PI_LO, red);
             const float c = cos(red), s = sin(red);
+#endif
             const uint a = p.neox != 0u ? i : 2u * i;
             const uint b = p.neox != 0u ? i + half_rot : 2u * i + 1u;
             if (h < p.n_head) {
                 const uint base = p.q_off + r * p.q_rs + h * p.hd;
                 const float x0 = q[base + a], x1 = q[base + b];
-                precise float y0 = fma(x0, c, -(x1 * s));
-                precise float y1 = fma(x0, s, x1 * c);
+                precise float x1s = x1 * s, x1c = x1 * c;
+                precise float y0 = FMA(x0, c, -x1s);
+                precise float y1 = FMA(x0, s, x1c);
                 q[base + a] = y0;
                 q[base + b] = y1;
             } else {
                 const uint base = p.k_off + r * p.k_rs + (h - p.n_head) * p.hd;
                 const float x0 = k[base + a], x1 = k[base + b];
-                precise float y0 = fma(x0, c, -(x1 * s));
-                precise float y1 = fma(x0, s, x1 * c);
+                precise float x1s = x1 * s, x1c = x1 * c;
+                precise float y0 = FMA(x0, c, -x1s);
+                precise float y1 = FMA(x0, s, x1c);
                 k[base + a] = y0;
                 k[base + b] = y1;
             }
@@ -114,8 +155,8 @@ void main()
         const uint tok_words = p.n_kv * p.hd / 2u, layer_words = 16u * tok_words;
         const uint kw = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_words + (sl % 16u) * tok_words;
         for (uint w = t; w < tok_words; w += 64u) {
-            cache[kw + w] = packHalf2x16(vec2(k[kb + 2u * w], k[kb + 2u * w + 1u]));
-            cache[kw + layer_words + w] = packHalf2x16(vec2(v[vb + 2u * w], v[vb + 2u * w + 1u]));
+            cache[kw + w] = pack_f16x2(k[kb + 2u * w], k[kb + 2u * w + 1u]);
+            cache[kw + layer_words + w] = pack_f16x2(v[vb + 2u * w], v[vb + 2u * w + 1u]);
         }
 #endif
         barrier();  // the next row's rotation does not overtake this row's reads

@@ -1,7 +1,9 @@
 /* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
  * describes the block layout). */
 #include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/cpu_expf.h"
 #include "core/quant.h"
+#include "core/rope.h"
 
 #include <math.h>
 
@@ -27,18 +29,17 @@ static inline uint8_t *kv_row(const struct weft_kv_view *kv, int64_t slot, int w
 
 static inline const int32_t *i32(const struct weft_view *v) { return (const int32_t *)cpu_ptr(v); }
 
-/* Rotate n_heads heads of x (head_dim apart) at position pos. ggml's
- * convention: theta_i = pos * base^(-2i/n_rot); NORMAL rotates (2i, 2i+1),
- * NEOX rotates (i, i + n_rot/2); dims past n_rot are left alone. */
-static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, int32_t pos,
-                       float freq_base, float freq_scale, enum weft_rope_mode mode)
+/* Rotate n_heads heads of x (head_dim apart) by the angles' cos/sin cs
+ * (weft_rope_cos_sin: ggml's convention theta_i = pos * base^(-2i/n_rot)).
+ * NORMAL rotates (2i, 2i+1), NEOX (i, i + n_rot/2); dims past n_rot are left
+ * alone. */
+static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, const float *cs,
+                       enum weft_rope_mode mode)
 {
-    float theta_scale = powf(freq_base, -2.0f / (float)n_rot);
     for (uint32_t h = 0; h < n_heads; h++) {
         float *v = x + (size_t)h * hd;
-        float theta = (float)pos * freq_scale;
         for (uint32_t i = 0; i < n_rot / 2; i++) {
-            float c = cosf(theta), s = sinf(theta);
+            const float c = cs[2 * i], s = cs[2 * i + 1];
             uint32_t a = mode == WEFT_ROPE_NEOX ? i : 2 * i;
             uint32_t b = mode == WEFT_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
             float x0 = v[a], x1 = v[b];
@@ -47,7 +48,6 @@ static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, 
              * x0 product. Unfused, stories260K drifts late in the decode. */
             v[a] = fmaf(x0, c, -(x1 * s));
             v[b] = fmaf(x0, s, x1 * c);
-            theta *= theta_scale;
         }
     }
 }
@@ -72,8 +72,10 @@ static void rope_kv_job(void *ctx, int ith, int nth)
     for (int64_t r = lo; r < hi; r++) {
         float *q = cpu_row_f32(&o->q, r), *k = cpu_row_f32(&o->k, r);
         const float *v = cpu_row_f32(&o->v, r);
-        rope_heads(q, o->n_head, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
-        rope_heads(k, nkv, hd, o->n_rot, pos[r], o->freq_base, o->freq_scale, o->mode);
+        float cs[512];  /* n_rot <= head_dim <= 512 (supports) */
+        weft_rope_cos_sin(pos[r], o->n_rot, o->freq_base, o->freq_scale, cs);
+        rope_heads(q, o->n_head, hd, o->n_rot, cs, o->mode);
+        rope_heads(k, nkv, hd, o->n_rot, cs, o->mode);
         if (kv->type == WEFT_TYPE_Q8_0) {
             /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */
             weft_quantize_row(WEFT_TYPE_Q8_0, k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
@@ -90,6 +92,9 @@ static void rope_kv_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op)
 {
+    if (op->u.rope_kv.n_rot > 512 || op->u.rope_kv.n_rot > op->u.rope_kv.kv.head_dim)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: n_rot %u (more than head_dim %u or 512)", op->u.rope_kv.n_rot,
+                          op->u.rope_kv.kv.head_dim);
     struct attn_job j = {op, be->kern};
     weft_cpu_pool_run_parts(be->pool, rope_kv_job, &j, cpu_parts(be, op->u.rope_kv.batch.n_rows));
     return WEFT_OK;
@@ -104,7 +109,11 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  *  - q is rounded to F16 and K·q is ggml_vec_dot_f16 (weft_vec_dot F16: four
  *    16-lane fma accumulators for 64-element chunks, the tail in double);
  *  - s = dot * scale; a new maximum rescales the F16 accumulator by
- *    expf(Mold - M) (ggml_vec_scale_f16: multiply, round to F16);
+ *    exp(Mold - M) (ggml_vec_scale_f16: multiply, round to F16), else the
+ *    value gets the weight exp(s - M). ggml calls libm's expf here; weft
+ *    uses ggml_v_expf's polynomial (weft_cpu_expf, cpu_expf.h) instead, so
+ *    that a GPU backend can reproduce the softmax bit for bit (it cannot
+ *    reproduce libm), at ~1.5 ulp from expf;
  *  - V is added as ggml_vec_mad_f16: fma(v, vs, acc) rounded to F16 (the
  *    AVX-512 body uses _mm512_fmadd_ps; the scalar tail, all of it for
  *    head_dim < 64, is contracted by GCC the same way);
@@ -130,10 +139,10 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
         if (s > M) {
             float Mold = M;
             M = s;
-            ms = expf(Mold - M);
+            ms = weft_cpu_expf(Mold - M);
             kern->f16_scale(acc16, ms, hd);
         } else {
-            vs = expf(s - M);
+            vs = weft_cpu_expf(s - M);
         }
         kern->f16_mad(acc16, v, vs, hd);
         S = fmaf(S, ms, vs);
@@ -162,10 +171,10 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
         if (s > M) {
             float Mold = M;
             M = s;
-            ms = expf(Mold - M);
+            ms = weft_cpu_expf(Mold - M);
             for (uint32_t d = 0; d < hd; d++) acc[d] *= ms;
         } else {
-            vs = expf(s - M);
+            vs = weft_cpu_expf(s - M);
         }
         weft_dequantize_row(WEFT_TYPE_Q8_0, k + a->v_off, vr, hd);
         for (uint32_t d = 0; d < hd; d++) acc[d] = fmaf(vr[d], vs, acc[d]);

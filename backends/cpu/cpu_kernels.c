@@ -1,5 +1,6 @@
 /* Kernel tables and run-time instruction-set selection. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_expf.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -53,24 +54,6 @@ static void ref_f16_scale(weft_half *acc, float s, int64_t n)
     for (int64_t i = 0; i < n; i++) acc[i] = weft_f32_to_half(weft_half_to_f32(acc[i]) * s);
 }
 
-/* ggml_v_expf, AVX512F+DQ branch of ggml-cpu/vec.h (ARM's optimized-routines
- * expf, max error ~1.5 ulp), one lane in portable C: fmaf where ggml uses
- * _mm512_fmadd_ps/_mm512_fnmadd_ps, ldexpf for _mm512_scalef_ps (exact scale
- * by 2^n, n is an integer here), and ggml's overflow/underflow blend for
- * |n| > 192. */
-static float ggml_v_expf_lane(float x)
-{
-    const float r = 0x1.8p23f;
-    const float z = fmaf(x, 0x1.715476p+0f, r);
-    const float n = z - r;
-    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
-    const float u = b * b;
-    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)),
-                         u, fmaf(0x1.ffffecp-1f, b, 1.0f));
-    if (fabsf(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
-    return ldexpf(j, (int)n);
-}
-
 /* SwiGLU as ggml_vec_swiglu_f32 (AVX512F+DQ): 16-element chunks use
  * ggml_v_silu (x / (1 + ggml_v_expf(0 - x))) times g; the n % 16 leftovers
  * use ggml_silu_f32 (libm expf) times g. E.g. stories260K's n_ff 172 = 160
@@ -79,7 +62,7 @@ static float ggml_v_expf_lane(float x)
 void weft_cpu_swiglu_ref(float *y, const float *x, const float *g, int64_t n)
 {
     const int64_t nv = n & ~(int64_t)15;
-    for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + ggml_v_expf_lane(0.0f - x[i])) * g[i];
+    for (int64_t i = 0; i < nv; i++) y[i] = x[i] / (1.0f + weft_cpu_expf(0.0f - x[i])) * g[i];
     for (int64_t i = nv; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i])) * g[i];
 }
 

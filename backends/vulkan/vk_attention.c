@@ -2,9 +2,11 @@
  * (shaders/rope_kv.comp, shaders/attention.comp; backend.h gives the
  * layout). The shaders address the cache in 32-bit words (F16) or bytes
  * (Q8_0), so supports() wants it within 2^32 of those. */
-#include "backends/vulkan/vk_internal.h"
+#include "backends/vulkan/vk_priv.h"  /* the rope table lives in the backend */
+#include "core/rope.h"
 
 #include <math.h>
+#include <string.h>
 
 #define MAX_HEAD_DIM 512 /* attention.comp: 2 * 64 invocations * 4 pairs */
 #define MAX_GROUPS 65535u
@@ -76,6 +78,50 @@ static struct vk_bind bind_view(const struct weft_view *v, bool write)
 static uint32_t elems(const struct weft_view *v) { return (uint32_t)(v->offset / 4); }
 static uint32_t stride(const struct weft_view *v) { return (uint32_t)(v->nb1 / 4); }
 
+/* host pointer of a buffer in mapped memory, or NULL */
+static const uint8_t *host_ptr(const struct weft_buffer *b)
+{
+    return b->chunk && b->chunk->mapped ? b->chunk->mapped + b->mem_off : NULL;
+}
+
+/* The exact ROPE_KV's table, covering every position of the batch: its cos
+ * and sin come from weft_rope_cos_sin, the CPU backend's own code, so the
+ * shader rotates by the CPU's bits (GPU sin/cos are not libm's). Needs the
+ * positions in mapped memory (they are read while the step is recorded; the
+ * core writes them before run). NULL (no error) where that is not so: the
+ * shader then computes its own angles. */
+static struct weft_buffer *rope_table(struct vk_backend *vb, const struct weft_op_rope_kv *o)
+{
+    const uint8_t *pp = host_ptr(o->batch.pos.buf);
+    if (!vk_exact_ops(vb) || !pp) return NULL;
+    const int32_t *pos = (const int32_t *)(pp + o->batch.pos.offset);
+    int32_t max = 0;
+    for (uint32_t r = 0; r < o->batch.n_rows; r++) {
+        if (pos[r] < 0) return NULL;
+        if (pos[r] > max) max = pos[r];
+    }
+    const bool same = vb->rope_tab && vb->rope_n_rot == o->n_rot && vb->rope_base == o->freq_base &&
+                      vb->rope_scale == o->freq_scale;
+    if (same && (uint32_t)max < vb->rope_cap) return vb->rope_tab;
+    uint32_t cap = 256;
+    while (cap <= (uint32_t)max && cap < (1u << 30)) cap *= 2;
+    struct weft_buffer *t = NULL;
+    if (vk_buffer_new(vb, (size_t)cap * o->n_rot * sizeof(float), false, false, &t) != WEFT_OK) return NULL;
+    float *dst = (float *)host_ptr(t);
+    if (!dst) {
+        vk_buffer_free(t);
+        return NULL;
+    }
+    for (uint32_t p = 0; p < cap; p++) weft_rope_cos_sin((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, dst + (size_t)p * o->n_rot);
+    if (vb->rope_tab) vk_buffer_free(vb->rope_tab);  /* waits for a step in flight that reads it */
+    vb->rope_tab = t;
+    vb->rope_cap = cap;
+    vb->rope_n_rot = o->n_rot;
+    vb->rope_base = o->freq_base;
+    vb->rope_scale = o->freq_scale;
+    return t;
+}
+
 weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
 {
     const struct weft_op_rope_kv *o = &op->u.rope_kv;
@@ -88,19 +134,24 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
             powf(o->freq_base, -2.0f / (float)o->n_rot)};
-    struct vk_pipeline *p = vk_pipeline_get(vb, kv->type == WEFT_TYPE_Q8_0 ? "rope_kv_q8_0" : "rope_kv_f16", 6, sizeof pc, NULL, 0);
+    struct weft_buffer *tab = rope_table(vb, o);
+    const bool q8 = kv->type == WEFT_TYPE_Q8_0;
+    const char *name = tab ? (q8 ? "rope_kv_q8_0x" : "rope_kv_f16x") : (q8 ? "rope_kv_q8_0" : "rope_kv_f16");
+    const uint32_t nb = tab ? 7 : 6;
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, nb, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, k = o->k, v = o->v;
     q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
     /* the slots written are only known on the device: the whole cache is declared written */
-    const struct vk_bind b[6] = {bind_view(&q, true),
+    const struct vk_bind b[7] = {bind_view(&q, true),
                                  bind_view(&k, true),
                                  bind_view(&v, false),
                                  {kv->buf, 0, vk_buffer_size(kv->buf), true},
                                  bind_view(&o->batch.pos, false),
-                                 bind_view(&o->batch.slot, false)};
+                                 bind_view(&o->batch.slot, false),
+                                 {tab, 0, tab ? vk_buffer_size(tab) : 0, false}};
     uint32_t g = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
-    return vk_dispatch(vb, p, b, 6, &pc, sizeof pc, g, 1, 1);
+    return vk_dispatch(vb, p, b, nb, &pc, sizeof pc, g, 1, 1);
 }
 
 weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
@@ -117,7 +168,8 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
-    const char *name = q8 ? (sg ? "attention_q8_0_sg" : "attention_q8_0") : (sg ? "attention_f16_sg" : "attention_f16");
+    const char *name = q8 ? (sg ? "attention_q8_0_sg" : "attention_q8_0")
+                          : vk_exact_ops(vb) ? "attention_f16x" : (sg ? "attention_f16_sg" : "attention_f16");
     struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, out = o->out;

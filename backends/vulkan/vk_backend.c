@@ -218,6 +218,7 @@ static void vk_close(struct weft_backend *b)
         if (vb->profile) vk_profile_print(vb);
         vk_cmd_free(vb);
         vk_pipelines_free(vb);
+        if (vb->rope_tab) vk_buffer_destroy_now(vb->rope_tab);
         vk_mem_free_all(vb);
         vkDestroyDevice(vb->dev, NULL);
     }

@@ -50,7 +50,7 @@ static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
 
 /* core/quant.c's Q4_1 x Q8_1 order: one float chain per row (1) or ggml's
  * eight AVX2 lanes (0); mul_mat_exact's q4_1 / q4_1_lanes variants */
-#define Q4_1_ONE_CHAIN 0
+#define Q4_1_ONE_CHAIN 1
 
 struct mm_push {
     uint32_t w_off, w_stride;

@@ -84,6 +84,12 @@ struct vk_backend {
     struct weft_buffer **retired;  /* freed once the step in flight completes */
     uint32_t n_retired, cap_retired;
 
+    /* exact ROPE_KV (vk_attention.c): cos/sin of positions [0, rope_cap) by
+     * weft_rope_cos_sin, [pos][n_rot/2][2] floats, for one (base, scale, n_rot) */
+    struct weft_buffer *rope_tab;
+    uint32_t rope_cap, rope_n_rot;
+    float rope_base, rope_scale;
+
     /* WEFT_PROFILE=1 */
     bool profile;
     VkQueryPool qpool;
