@@ -6,12 +6,14 @@
  * whole row: a weight block is loaded/unpacked once for NR outputs, an
  * activation block once for MR outputs, and the MR*NR accumulator chains are
  * independent. Per output the float steps are exactly the one-row kernel's:
- *  - Q8_0, Q4_1: int32 lane l = exact sum over elements 4l..4l+3 of the block
+ *  - Q8_0: int32 lane l = exact sum over elements 4l..4l+3 of the block
  *    (any instruction sequence giving the same int32 is fine), then
  *    acc = fma(dw*dx, float(lane), acc) in that output's own 8 lanes
  *    (dw*dx: the product of two broadcasts equals the scalar product), then
- *    hsum_float_8, then "+ summs" for Q4_1 (summs = fma(m, s, summs) per
- *    block, kept per output in one lane of an xmm);
+ *    hsum_float_8;
+ *  - Q4_1: exact int block total isum, then acc = fma(dw*dx, float(isum),
+ *    acc) and summs = fma(m, s, summs), one lane of an xmm per output,
+ *    acc + summs at the end;
  *  - Q4_0: exact int block total, then sumf = sumf + (float(total) * dw) * dx,
  *    eight outputs per ymm (lane-wise the same scalar operations).
  * The AVX-512 VNNI form of Q8_0 (32 ymm registers, EVEX) is picked at run time
@@ -121,46 +123,41 @@ AI VNNI void q8_0_tile_vnni(const uint8_t *w, size_t ws, const uint8_t *x, size_
 
 /* ---- Q4_1 x Q8_1 ---- */
 
+/* up to four activation rows (NR <= 4; the driver's larger cases are never
+ * taken): per weight row i, output (i, j) is lane j of acc[i] and sm[i];
+ * the block sums of the four outputs from one hadd tree */
 AI AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
                             size_t ldo, const int MR, const int NR)
 {
+    if (NR > 4) return;
     const struct weft_block_q4_1 *wr[MAXR];
-    const struct weft_block_q8_1 *xr[MAXR];
+    const struct weft_block_q8_1 *xr[4];
     for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q4_1 *)(w + i * ws);
-    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_1 *)(x + j * xs);
-    __m256 acc[MAXR][MAXR];
-    __m128 summs[MAXR][2]; /* lane j & 3 of summs[i][j >> 2]: output (i, j) */
-    for (int i = 0; i < MR; i++) {
-        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
-        summs[i][0] = summs[i][1] = _mm_setzero_ps();
-    }
+    for (int j = 0; j < 4; j++) xr[j] = (const struct weft_block_q8_1 *)(x + (j < NR ? j : NR - 1) * xs);
+    __m128 acc[MAXR], sm[MAXR];
+    for (int i = 0; i < MR; i++) acc[i] = sm[i] = _mm_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        __m256 dx[MAXR];
-        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
-        __m128 sx[2];
-        sx[0] = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)(NR > 1 ? xr[NR > 1 ? 1 : 0][b].s : 0),
-                                            (short)(NR > 2 ? xr[NR > 2 ? 2 : 0][b].s : 0),
-                                            (short)(NR > 3 ? xr[NR > 3 ? 3 : 0][b].s : 0), 0, 0, 0, 0));
-        sx[1] = _mm_cvtph_ps(_mm_setr_epi16((short)(NR > 4 ? xr[NR > 4 ? 4 : 0][b].s : 0),
-                                            (short)(NR > 5 ? xr[NR > 5 ? 5 : 0][b].s : 0), 0, 0, 0, 0, 0, 0));
+        const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].d, (short)xr[1][b].d, (short)xr[2][b].d,
+                                                      (short)xr[3][b].d, 0, 0, 0, 0));
+        const __m128 sx = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)xr[1][b].s, (short)xr[2][b].s,
+                                                      (short)xr[3][b].s, 0, 0, 0, 0));
         for (int i = 0; i < MR; i++) {
-            __m256i wv = g_nibbles(wr[i][b].qs);
-            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
-            __m128 m = _mm_set1_ps(g_h2f(wr[i][b].m));
-            summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
-            if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
-            for (int j = 0; j < NR; j++) {
-                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
-            }
+            const __m256i wv = g_nibbles(wr[i][b].qs);
+            __m256i p[4];
+            for (int j = 0; j < 4; j++)
+                p[j] = j < NR ? _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones)
+                              : _mm256_setzero_si256();
+            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+            const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+            acc[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(g_h2f(wr[i][b].d)), dx), _mm_cvtepi32_ps(t), acc[i]);
+            sm[i] = _mm_fmadd_ps(_mm_set1_ps(g_h2f(wr[i][b].m)), sx, sm[i]);
         }
     }
     for (int i = 0; i < MR; i++) {
-        float s[8];
-        _mm_storeu_ps(s, summs[i][0]);
-        _mm_storeu_ps(s + 4, summs[i][1]);
-        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]) + s[j];
+        float s[4];
+        _mm_storeu_ps(s, _mm_add_ps(acc[i], sm[i]));
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = s[j];
     }
 }
 
@@ -254,7 +251,7 @@ static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size
 
 GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 5)
-GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
+GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 4)
 
 
 /* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
