@@ -544,8 +544,8 @@ static float dot_q4_1(const struct weft_block_q4_1 *w, const struct weft_block_q
     return acc + summs;
 }
 
-/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode; see
- * weft_vec_dot_gemm for prefill). Values are (nibble | high bit << 4) - 16. */
+/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode and prefill).
+ * Values are (nibble | high bit << 4) - 16. */
 static float dot_q5_0(const struct weft_block_q5_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
     float acc[8] = {0};
@@ -579,17 +579,21 @@ static float dot_q5_1(const struct weft_block_q5_1 *w, const struct weft_block_q
     return hsum_float_8(acc) + summs;
 }
 
-/* Q8_0 x Q8_0: ggml_vec_dot_q8_0_q8_0, AVX2 branch (decode; see
- * weft_vec_dot_gemm for prefill). */
+/* Q8_0 x Q8_0: weft's own order (not ggml's 8 float lanes per row), as
+ * Q4_1's: one float chain per row over exact block sums (|isum| <=
+ * 32 * 128 * 127, exact in float):
+ *   acc = fmaf(dw * dx, (float)isum, acc)
+ * from 0, dw * dx rounded to float first. The CPU kernels (every ISA) and
+ * the GPU shaders mirror this exactly. */
 static float dot_q8_0(const struct weft_block_q8_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
-    float acc[8] = {0};
-    int v[32];
+    float acc = 0.0f;
     for (int64_t i = 0; i < nb; i++) {
-        for (int j = 0; j < 32; j++) v[j] = w[i].qs[j];
-        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
+        int isum = 0;
+        for (int j = 0; j < 32; j++) isum += w[i].qs[j] * x[i].qs[j];
+        acc = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)isum, acc);
     }
-    return hsum_float_8(acc);
+    return acc;
 }
 
 /* F16 x F16: ggml_vec_dot_f16 with GGML_SIMD on AVX512F (no AVX512-FP16):
@@ -821,9 +825,10 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
  * ggml's mul_mat always calls the type's vec_dot (weft_vec_dot). For two or
  * more rows (prefill) llamafile_sgemm (ggml-cpu/llamafile/sgemm.cpp) takes
  * over for some types, with its own accumulation order:
- *  - Q8_0, Q5_0 (and Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
+ *  - Q5_0 (and Q8_0, Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
  *    __m256 accumulator per output and adds fma(dA*dB, updot lanes) per block,
- *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both;
+ *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both
+ *    (weft's Q8_0 and Q4_1 follow their own one-chain order in both);
  *  - F32: tinyBLAS<16, __m512, __m512, float>: one 16-lane accumulator per
  *    output, element e in lane e%16, _mm512_fmadd_ps over 16-element chunks,
  *    then _mm512_reduce_add_ps (stories260K: wq/wk/wv/wo/w1/w3 and the head

@@ -17,7 +17,8 @@
  *  - Q4_0's reference is a scalar float chain per block,
  *    sumf += ((float)s * dw) * dx; here the four rows' chains are the four
  *    lanes of one 128-bit vector (mul, mul, add: the same IEEE ops);
- *    likewise Q4_1's two chains acc = fma(dw*dx, (float)isum, acc) and
+ *    likewise Q8_0's chain acc = fma(dw*dx, (float)isum, acc) and Q4_1's
+ *    two chains acc = fma(dw*dx, (float)isum, acc) and
  *    summs = fma(m, s, summs), added at the end.
  * What is shared: the activation block loads (and their shuffles and lane
  * sums), the activation scales' conversions, the loop; four independent
@@ -105,38 +106,38 @@ static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_
     _mm_storeu_ps(out, _mm_add_ps(acc, sm));
 }
 
-/* ---- Q8_0 x Q8_0 (dot_q8_0: acc = fma(dw*dx, lanes, acc)) ----
- * lanes as the one-row kernel: maddubs(|w|, x with w's sign) */
+/* ---- Q8_0 x Q8_0 (dot_q8_0: per row acc = fma(dw*dx, float(isum), acc)) ----
+ * lanes as the one-row kernel: maddubs(|w|, x with w's sign); the four rows'
+ * chains are the lanes of one xmm, their block sums from one hadd tree */
 
-static inline AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i xq)
+static inline AVX2 __m256i q8_0_lanes(const struct weft_block_q8_0 *w, __m256i xq)
 {
     __m256i wq = load32(w->qs);
-    return _mm256_cvtepi32_ps(lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)));
+    return lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
 }
 
-/* the even lanes of cvtph(head4) * xd are the rows' dw * dx (the odd lanes
- * hold whatever follows d in the block, unused) */
+/* the even lanes of cvtph(head4) are the rows' dw (the odd lanes hold
+ * whatever follows d in the block, unused) */
 static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q8_0 *w0 = ROW(struct weft_block_q8_0, 0), *w1 = ROW(struct weft_block_q8_0, 1);
     const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3);
     const struct weft_block_q8_0 *x = vx;
     const int64_t nb = n / WEFT_QK8_0;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    __m128 acc = _mm_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
         prefetch_rows((const uint8_t *)&w0[i], stride);
         const __m256i xq = load32(x[i].qs);
-        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])),
-                                       _mm256_set1_ps(h2f(x[i].d)));
-        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q8_0_lanes_f(&w0[i], xq), a0);
-        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q8_0_lanes_f(&w1[i], xq), a1);
-        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q8_0_lanes_f(&w2[i], xq), a2);
-        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q8_0_lanes_f(&w3[i], xq), a3);
+        const __m128 dw = _mm256_castps256_ps128(
+            _mm256_permutevar8x32_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), even));
+        const __m256i p0 = q8_0_lanes(&w0[i], xq), p1 = q8_0_lanes(&w1[i], xq);
+        const __m256i p2 = q8_0_lanes(&w2[i], xq), p3 = q8_0_lanes(&w3[i], xq);
+        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
+        const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(h2f(x[i].d))), _mm_cvtepi32_ps(s), acc);
     }
-    out[0] = hsum_float_8(a0);
-    out[1] = hsum_float_8(a1);
-    out[2] = hsum_float_8(a2);
-    out[3] = hsum_float_8(a3);
+    _mm_storeu_ps(out, acc);
 }
 
 /* ---- Q5_0 x Q8_0 (dot_q5_0: acc = fma(dw*dx, lanes, acc)) ----

@@ -16,11 +16,9 @@
  *    sums per row, added within the 128-bit lane to the block's isum. Nibbles
  *    are unsigned (0..15), activations signed: vpdpbusd directly, or
  *    maddubs + madd (pairs <= 2*15*127, no int16 saturation).
- *  - Q8_0: 8 float lanes per row, each lane its own chain
- *    acc = fma(dw*dx, float(int32 lane), acc) per block, lane l the exact
- *    sum over block elements 4l..4l+3, then hsum_float_8 as
- *    ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)).
- *    Two rows per zmm (256-bit half r = row r). VNNI: vpdpbusd on
+ *  - Q8_0 (reference: one chain per row, acc = fma(dw*dx, float(isum),
+ *    acc)): two rows per zmm (256-bit half r = row r), 8 int32 lanes each,
+ *    folded to the four rows' block totals. VNNI: vpdpbusd on
  *    (w + 128) as unsigned bytes times x, started from -128 * (lane sums
  *    of x), computed once per block for all rows: the same exact integer.
  *    Without VNNI: maddubs(|w|, x negated where w < 0) + madd, as the
@@ -50,15 +48,6 @@
 #define ROW(T, r) ((const T *)((const uint8_t *)vw + (size_t)(r) * stride))
 
 AI Z512 float z_h2f(weft_half h) { return _cvtsh_ss(h); }
-
-/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-AI Z512 float z_hsum_float_8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 AI Z512 void prefetch_rows(const uint8_t *p, size_t stride)
 {
@@ -224,6 +213,21 @@ DOT4_Q4_1(Z512V, dot4_q4_1_vnni, lanes_us_vnni)
         p23 = lanes_us_bw(_mm512_abs_epi8(q23), _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(q23), z_, xq)); \
     } while (0)
 
+/* p01: rows 0 | 1 (256-bit halves, 8 int32 lanes each), p23: rows 2 | 3;
+ * the four rows' block totals, in row order, as an xmm */
+AI Z512 __m128i q8_totals(__m512i p01, __m512i p23)
+{
+    /* per 128-bit lane: (p01, p23, p01, p23) partials, then (p01, p23, ...) */
+    __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(p01, p23), _mm512_unpackhi_epi32(p01, p23));
+    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
+    /* 128-bit lanes 0 + 1 (rows 0, 2), 2 + 3 (rows 1, 3) */
+    t = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm512_castsi512_si128(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
+}
+
+/* the rows' chains acc = fma(dw*dx, float(isum), acc) are the four lanes of
+ * an xmm; dw from the even lanes of cvtph(head4) */
 #define DOT4_Q8_0(ATTR, NAME, LANES8) \
 static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, float out[4]) \
 { \
@@ -231,24 +235,19 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3); \
     const struct weft_block_q8_0 *x = vx; \
     const int64_t nb = n / WEFT_QK8_0; \
-    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2); \
-    const __m512i i23 = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6); \
-    __m512 a01 = _mm512_setzero_ps(), a23 = a01; \
+    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); \
+    __m128 acc = _mm_setzero_ps(); \
     for (int64_t i = 0; i < nb; i++) { \
         prefetch_rows((const uint8_t *)&w0[i], stride); \
         const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs)); \
         const __m512i q01 = load32x2(w0[i].qs, w1[i].qs), q23 = load32x2(w2[i].qs, w3[i].qs); \
         __m512i p01, p23; \
         LANES8(q01, q23, xq, p01, p23); \
-        const __m512 d = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), \
-                                                              _mm256_set1_ps(z_h2f(x[i].d)))); \
-        a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i01, d), _mm512_cvtepi32_ps(p01), a01); \
-        a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i23, d), _mm512_cvtepi32_ps(p23), a23); \
+        const __m128 dw = _mm256_castps256_ps128( \
+            _mm256_permutevar8x32_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), even)); \
+        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(z_h2f(x[i].d))), _mm_cvtepi32_ps(q8_totals(p01, p23)), acc); \
     } \
-    out[0] = z_hsum_float_8(_mm512_castps512_ps256(a01)); \
-    out[1] = z_hsum_float_8(_mm512_extractf32x8_ps(a01, 1)); \
-    out[2] = z_hsum_float_8(_mm512_castps512_ps256(a23)); \
-    out[3] = z_hsum_float_8(_mm512_extractf32x8_ps(a23, 1)); \
+    _mm_storeu_ps(out, acc); \
 }
 
 DOT4_Q8_0(Z512, dot4_q8_0_bw, Q8_LANES_BW)
