@@ -14,7 +14,8 @@
 // ggml_vec_dot_f16's order (element e in accumulator (e/16)%4, lane e%16,
 // fma over 64-element chunks; (s0+s2)+(s1+s3); the 16 lanes halved
 // 16 -> 8 -> 4 -> 2 -> 1; a tail past a multiple of 64 added in double),
-// exp by the CPU's polynomial (expv.glsl), every fma by fma_x (exact.glsl).
+// exp as glibc's expf, which the CPU calls (expf_libm.glsl), every fma by
+// fma_x (exact.glsl).
 #extension GL_GOOGLE_include_directive : require
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
@@ -51,7 +52,8 @@ vec2 rd_i8x2(uint byte)
 shared float es[WG];
 shared float red[WG];
 #ifdef EXACT
-#include "expv.glsl"
+#include "exact.glsl"
+#include "expf_libm.glsl"
 #define FMA2(a, b, c) vec2(fma_x((a).x, (b).x, (c).x), fma_x((a).y, (b).y, (c).y))
 #endif
 
@@ -261,11 +263,11 @@ void main()
 #ifdef EXACT
                 if (new_max) {
                     precise float dm = M - su;
-                    ms = expv(dm);
+                    ms = expf_libm(dm);
                     M = su;
                 } else {
                     precise float dm = su - M;
-                    vs = expv(dm);
+                    vs = expf_libm(dm);
                 }
 #else
                 if (new_max) {

@@ -5,10 +5,11 @@
 // step here is `precise`). One invocation per output (weight row n,
 // activation row r; fma_x: exact.glsl): per 32-element block the integer sums of q_w * q_x are
 // exact in any order; the float steps follow the CPU's order exactly:
-//   LANES8 (Q8_0, and Q4_1 in ggml's AVX2 order): 8 lanes, lane l = the
+//   one chain (core/quant.c's Q8_0 and Q4_1 orders):
+//     acc = fma(dw * dx, float(block sum), acc);
+//   LANES8 (ggml's AVX2 order, the *_lanes variants): 8 lanes, lane l = the
 //     integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, float(lane),
 //     acc[l]) block after block, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7));
-//   else (Q4_1): one chain, acc = fma(dw * dx, float(block sum), acc);
 //   Q4_1 adds summs = fma(m, s, summs) (s: the activation block's f16 sum)
 //   at the end: acc + summs; then + add[r][n] when has_add.
 // Activations come from quant_act's exact variants: int8 q packed four to a
@@ -16,7 +17,7 @@
 // (d, s) as float bits ([M][K/32][2] at s_off, row stride s_stride blocks).
 // A residual `add` may alias `out` (each invocation reads add[r][n] first).
 // Bindings: 0 W (words), 1 activations (words), 2 out, 3 add.
-// variants: q8_0:-DTYPE_Q8_0,-DLANES8 q4_1:-DTYPE_Q4_1,-DDQ_SPLIT_MIN q4_1_lanes:-DTYPE_Q4_1,-DDQ_SPLIT_MIN,-DLANES8
+// variants: q8_0:-DTYPE_Q8_0 q4_1:-DTYPE_Q4_1,-DDQ_SPLIT_MIN q8_0_lanes:-DTYPE_Q8_0,-DLANES8 q4_1_lanes:-DTYPE_Q4_1,-DDQ_SPLIT_MIN,-DLANES8
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : enable
 layout(local_size_x = 64) in;

@@ -1,7 +1,6 @@
 /* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
  * describes the block layout). */
 #include "backends/cpu/cpu_impl.h"
-#include "backends/cpu/cpu_expf.h"
 #include "core/quant.h"
 #include "core/rope.h"
 
@@ -109,11 +108,9 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  *  - q is rounded to F16 and K·q is ggml_vec_dot_f16 (weft_vec_dot F16: four
  *    16-lane fma accumulators for 64-element chunks, the tail in double);
  *  - s = dot * scale; a new maximum rescales the F16 accumulator by
- *    exp(Mold - M) (ggml_vec_scale_f16: multiply, round to F16), else the
- *    value gets the weight exp(s - M). ggml calls libm's expf here; weft
- *    uses ggml_v_expf's polynomial (weft_cpu_expf, cpu_expf.h) instead, so
- *    that a GPU backend can reproduce the softmax bit for bit (it cannot
- *    reproduce libm), at ~1.5 ulp from expf;
+ *    expf(Mold - M) (ggml_vec_scale_f16: multiply, round to F16), else the
+ *    value gets the weight expf(s - M): libm's expf, as ggml (the Vulkan
+ *    backend's exact attention reproduces glibc's, shaders/expf_libm.glsl);
  *  - V is added as ggml_vec_mad_f16: fma(v, vs, acc) rounded to F16 (the
  *    AVX-512 body uses _mm512_fmadd_ps; the scalar tail, all of it for
  *    head_dim < 64, is contracted by GCC the same way);
@@ -139,10 +136,10 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
         if (s > M) {
             float Mold = M;
             M = s;
-            ms = weft_cpu_expf(Mold - M);
+            ms = expf(Mold - M);
             kern->f16_scale(acc16, ms, hd);
         } else {
-            vs = weft_cpu_expf(s - M);
+            vs = expf(s - M);
         }
         kern->f16_mad(acc16, v, vs, hd);
         S = fmaf(S, ms, vs);
@@ -171,10 +168,10 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
         if (s > M) {
             float Mold = M;
             M = s;
-            ms = weft_cpu_expf(Mold - M);
+            ms = expf(Mold - M);
             for (uint32_t d = 0; d < hd; d++) acc[d] *= ms;
         } else {
-            vs = weft_cpu_expf(s - M);
+            vs = expf(s - M);
         }
         weft_dequantize_row(WEFT_TYPE_Q8_0, k + a->v_off, vr, hd);
         for (uint32_t d = 0; d < hd; d++) acc[d] = fmaf(vr[d], vs, acc[d]);

@@ -3,7 +3,7 @@
  * head_dim 64, 128, 192, 256.
  *
  * The generic row does, per position: a ggml_vec_dot_f16 of K and the
- * F16-rounded q, an online-softmax step with weft_cpu_expf, and an F16
+ * F16-rounded q, an online-softmax step with libm expf, and an F16
  * accumulator update, each a call into the kernel table, with the
  * accumulator in memory as halves. Here:
  *  - the scores of a KV block's 16 tokens are computed together: per token
@@ -16,10 +16,9 @@
  *    halves: every update is rounded to F16 and back (vcvtps2ph with
  *    round-to-nearest-even, vcvtph2ps), which is what storing it as halves
  *    and loading it again does;
- *  - the softmax steps (max, weft_cpu_expf, S = fma(S, ms, vs)) stay scalar and
+ *  - the softmax steps (max, libm expf, S = fma(S, ms, vs)) stay scalar and
  *    in position order. */
 #include "backends/cpu/cpu_kernels.h"
-#include "backends/cpu/cpu_expf.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -89,11 +88,11 @@ AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
             if (s > M) {
                 const float Mold = M;
                 M = s;
-                ms = weft_cpu_expf(Mold - M);
+                ms = expf(Mold - M);
                 const __m512 m = _mm512_set1_ps(ms);
                 for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_mul_ps(acc[i], m));
             } else {
-                vs = weft_cpu_expf(s - M);
+                vs = expf(s - M);
             }
             const uint8_t *v = kb + (size_t)t * a->tok_bytes + a->v_off;
             const __m512 vv = _mm512_set1_ps(vs);
@@ -117,7 +116,7 @@ static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
 
 /* G heads sharing one KV head and positions (GQA), each exactly attn_row_c's
  * computation, in three phases per KV block: the G x 16 scores; the scalar
- * softmax steps in position order per head (the weft_cpu_expf calls, which
+ * softmax steps in position order per head (the libm expf calls, which
  * would otherwise spill every live zmm per token); then the accumulator
  * updates with no call in between, each V row converted once for all heads
  * and the G accumulator chains interleaved. */
@@ -153,9 +152,9 @@ AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const
                 if (s > M[h]) {
                     const float Mold = M[h];
                     M[h] = s;
-                    ms[h][t] = weft_cpu_expf(Mold - M[h]);
+                    ms[h][t] = expf(Mold - M[h]);
                 } else {
-                    vs[h][t] = weft_cpu_expf(s - M[h]);
+                    vs[h][t] = expf(s - M[h]);
                 }
                 S[h] = fmaf(S[h], ms[h][t], vs[h][t]);
             }

@@ -48,9 +48,9 @@ static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
     return vk_get_caps(vb)->cpu_device;
 }
 
-/* core/quant.c's Q4_1 x Q8_1 order: one float chain per row (1) or ggml's
- * eight AVX2 lanes (0); mul_mat_exact's q4_1 / q4_1_lanes variants */
-#define Q4_1_ONE_CHAIN 1
+/* core/quant.c's Q8_0 and Q4_1 dot order: one float chain per row (1) or
+ * ggml's eight AVX2 lanes (0); mul_mat_exact's q8_0, q4_1 / *_lanes variants */
+#define DOT_ONE_CHAIN 1
 
 struct mm_push {
     uint32_t w_off, w_stride;
@@ -300,7 +300,8 @@ static weft_status run_matmul_exact(struct vk_backend *vb, const struct weft_vie
     o.ne1 = M;
     struct vk_bind binds[4] = {bind_of(w, false), bind_of(&xq_all, false), bind_of(&o, true),
                                add ? bind_of(add, false) : bind_of(&xq_all, false)};
-    const char *name = !q8_1 ? "mul_mat_exact_q8_0" : Q4_1_ONE_CHAIN ? "mul_mat_exact_q4_1" : "mul_mat_exact_q4_1_lanes";
+    const char *name = DOT_ONE_CHAIN ? (q8_1 ? "mul_mat_exact_q4_1" : "mul_mat_exact_q8_0")
+                                     : (q8_1 ? "mul_mat_exact_q4_1_lanes" : "mul_mat_exact_q8_0_lanes");
     p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     return vk_dispatch(vb, p, binds, 4, &pc, sizeof pc, (uint32_t)((N + EXACT_WG - 1) / EXACT_WG), (uint32_t)M, 1);
