@@ -10,6 +10,11 @@
  * F32) into scratch, so both backends multiply the same values; the shaders
  * then multiply by dequantized weights in f32. Results agree up to summation
  * order (and, for Q4_1/Q5_1, ggml's f16-rounded Q8_1 block sums).
+ * On CPU-type devices (lavapipe; exact_mode) Q8_0 and Q4_1 take a third
+ * path for every M: quant_act_q8_{0,1}x writes the activations' integer
+ * blocks and mul_mat_exact computes each output as core/quant.c's dot does,
+ * step for step, so the results equal the CPU's bit for bit (decode and
+ * prefill alike). GPUs keep the faster paths above.
  * LOGITS gathers and RMS-normalises the selected rows into scratch
  * (logits_norm) and then runs the same matmul with the output head.
  *
@@ -38,14 +43,11 @@ static uint32_t mv_nr(const struct vk_backend *vb)
 /* Bit-exact matmuls (shaders/mul_mat_exact.comp: the CPU's reference dot
  * products step for step) for the weight types that have them, on CPU-type
  * devices (lavapipe), whose IEEE float arithmetic makes that possible and
- * where it costs little; a GPU keeps the faster shaders. WEFT_VK_EXACT=0|1
- * overrides (tests). */
+ * where it costs little; a GPU keeps the faster shaders (vk_exact_ops:
+ * WEFT_VK_EXACT=0|1 overrides). */
 static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
 {
-    if (t != WEFT_TYPE_Q8_0 && t != WEFT_TYPE_Q4_1) return false;
-    const char *e = getenv("WEFT_VK_EXACT");
-    if (e && *e) return strcmp(e, "0") != 0;
-    return vk_get_caps(vb)->cpu_device;
+    return (t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_Q4_1) && vk_exact_ops(vb);  /* fma_x needs shaderFloat64 */
 }
 
 /* core/quant.c's Q8_0 and Q4_1 dot order: one float chain per row (1) or

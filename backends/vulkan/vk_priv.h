@@ -1,5 +1,7 @@
 /* Vulkan runtime state shared by the runtime's own files (vk_backend.c,
- * vk_mem.c, vk_pipeline.c, vk_cmd.c). Op files use vk_internal.h only. */
+ * vk_mem.c, vk_pipeline.c, vk_cmd.c). Op files use vk_internal.h only, but
+ * for vk_attention.c's exact RoPE table (rope_tab below, and a buffer's
+ * mapped pointer). */
 #ifndef WEFT_VK_PRIV_H
 #define WEFT_VK_PRIV_H
 
