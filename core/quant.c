@@ -483,7 +483,7 @@ static float dot_q4_0(const struct weft_block_q4_0 *w, const struct weft_block_q
  * hsum_float_8 adds the 8 lanes as ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)). */
 
 /* GCC builds ggml as gnu11/gnu++17, where -ffp-contract=fast turns the scalar
- * `summs += m * s` of the Q5_1/Q5_K kernels into one fused multiply-add. */
+ * `summs += m * s` of the Q4_1/Q5_1/Q5_K kernels into one fused multiply-add. */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
@@ -520,32 +520,25 @@ static inline void block32_fma_lanes(float acc[8], const int v[32], const int8_t
     }
 }
 
-/* Q4_1 x Q8_1: weft's own order (not ggml's: ggml's AVX2 kernel keeps 8
- * float lanes per row, which makes a packed many-row kernel convert and
- * multiply 8 lanes per row per block). One float chain per row, like ggml's
- * repacked Q4_0 gemv: per block the exact integer sum of q * x (q the
- * unsigned nibbles 0..15, x the Q8_1 int8s; |isum| <= 32 * 15 * 127, exact
- * in float), then
- *   acc   = fmaf(dw * dx, (float)isum, acc)
- *   summs = fmaf(m, s, summs)
- * (dw * dx rounded to float first; s is the Q8_1 block's stored f16 sum),
- * both chains from 0, result acc + summs. The CPU kernels (every ISA) and
- * the GPU shaders mirror this exactly. */
+/* Q4_1 x Q8_1: ggml_vec_dot_q4_1_q8_1, AVX2 branch. Nibbles are unsigned
+ * (0..15); d0*d1 scales the lanes, m*s is summed separately in a scalar. */
 static float dot_q4_1(const struct weft_block_q4_1 *w, const struct weft_block_q8_1 *x, int64_t nb)
 {
-    float acc = 0.0f, summs = 0.0f;
+    float acc[8] = {0}, summs = 0;
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
-        int isum = 0;
-        for (int j = 0; j < 16; j++)
-            isum += (w[i].qs[j] & 0xF) * x[i].qs[j] + (w[i].qs[j] >> 4) * x[i].qs[j + 16];
-        acc = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)isum, acc);
-        summs = fmaf(h2f(w[i].m), h2f(x[i].s), summs);
+        summs = ggml_scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);
+        for (int j = 0; j < 16; j++) {
+            v[j] = w[i].qs[j] & 0xF;
+            v[j + 16] = w[i].qs[j] >> 4;
+        }
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return acc + summs;
+    return hsum_float_8(acc) + summs;
 }
 
-/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode and prefill).
- * Values are (nibble | high bit << 4) - 16. */
+/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode; see
+ * weft_vec_dot_gemm for prefill). Values are (nibble | high bit << 4) - 16. */
 static float dot_q5_0(const struct weft_block_q5_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
     float acc[8] = {0};
@@ -561,8 +554,7 @@ static float dot_q5_0(const struct weft_block_q5_0 *w, const struct weft_block_q
     return hsum_float_8(acc);
 }
 
-/* Q5_1 x Q8_1: ggml_vec_dot_q5_1_q8_1, AVX2 branch: 8 float lanes scaled by
- * d0*d1, m*s summed separately in a scalar (values 0..31). */
+/* Q5_1 x Q8_1: ggml_vec_dot_q5_1_q8_1, AVX2 branch (as Q4_1, 5-bit values). */
 static float dot_q5_1(const struct weft_block_q5_1 *w, const struct weft_block_q8_1 *x, int64_t nb)
 {
     float acc[8] = {0}, summs = 0;
@@ -579,21 +571,17 @@ static float dot_q5_1(const struct weft_block_q5_1 *w, const struct weft_block_q
     return hsum_float_8(acc) + summs;
 }
 
-/* Q8_0 x Q8_0: weft's own order (not ggml's 8 float lanes per row), as
- * Q4_1's: one float chain per row over exact block sums (|isum| <=
- * 32 * 128 * 127, exact in float):
- *   acc = fmaf(dw * dx, (float)isum, acc)
- * from 0, dw * dx rounded to float first. The CPU kernels (every ISA) and
- * the GPU shaders mirror this exactly. */
+/* Q8_0 x Q8_0: ggml_vec_dot_q8_0_q8_0, AVX2 branch (decode; see
+ * weft_vec_dot_gemm for prefill). */
 static float dot_q8_0(const struct weft_block_q8_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
-    float acc = 0.0f;
+    float acc[8] = {0};
+    int v[32];
     for (int64_t i = 0; i < nb; i++) {
-        int isum = 0;
-        for (int j = 0; j < 32; j++) isum += w[i].qs[j] * x[i].qs[j];
-        acc = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)isum, acc);
+        for (int j = 0; j < 32; j++) v[j] = w[i].qs[j];
+        block32_fma_lanes(acc, v, x[i].qs, h2f(w[i].d) * h2f(x[i].d));
     }
-    return acc;
+    return hsum_float_8(acc);
 }
 
 /* F16 x F16: ggml_vec_dot_f16 with GGML_SIMD on AVX512F (no AVX512-FP16):
@@ -825,10 +813,9 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
  * ggml's mul_mat always calls the type's vec_dot (weft_vec_dot). For two or
  * more rows (prefill) llamafile_sgemm (ggml-cpu/llamafile/sgemm.cpp) takes
  * over for some types, with its own accumulation order:
- *  - Q5_0 (and Q8_0, Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
+ *  - Q8_0, Q5_0 (and Q4_0 when not repacked): tinyBLAS_Q0_AVX keeps one
  *    __m256 accumulator per output and adds fma(dA*dB, updot lanes) per block,
- *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both
- *    (weft's Q8_0 and Q4_1 follow their own one-chain order in both);
+ *    the same float order as the AVX2 vec_dot, so weft_vec_dot serves both;
  *  - F32: tinyBLAS<16, __m512, __m512, float>: one 16-lane accumulator per
  *    output, element e in lane e%16, _mm512_fmadd_ps over 16-element chunks,
  *    then _mm512_reduce_add_ps (stories260K: wq/wk/wv/wo/w1/w3 and the head

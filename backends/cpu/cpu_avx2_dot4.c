@@ -16,10 +16,7 @@
  *    int32 per lane, without the per-row sign fix-ups;
  *  - Q4_0's reference is a scalar float chain per block,
  *    sumf += ((float)s * dw) * dx; here the four rows' chains are the four
- *    lanes of one 128-bit vector (mul, mul, add: the same IEEE ops);
- *    likewise Q8_0's chain acc = fma(dw*dx, (float)isum, acc) and Q4_1's
- *    two chains acc = fma(dw*dx, (float)isum, acc) and
- *    summs = fma(m, s, summs), added at the end.
+ *    lanes of one 128-bit vector (mul, mul, add: the same IEEE ops).
  * What is shared: the activation block loads (and their shuffles and lane
  * sums), the activation scales' conversions, the loop; four independent
  * accumulator chains hide the fma latency.
@@ -61,8 +58,7 @@ static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
 
 #define ROW(T, r) ((const T *)((const uint8_t *)vw + (size_t)(r) * stride))
 
-/* ---- Q4_1 x Q8_1 (dot_q4_1: per row acc = fma(dw*dx, float(isum), acc);
- * summs = fma(m, s, summs); acc + summs) ---- */
+/* ---- Q4_1 x Q8_1 (dot_q4_1: acc = fma(dw*dx, lanes, acc); summs = fma(m, s, summs)) ---- */
 
 /* The four rows' scales: the 32-bit words at the blocks' starts (d, or d
  * and m) as four int32; F16C widens them exactly as h2f. */
@@ -75,69 +71,78 @@ static inline AVX2 __m128i head4(const void *b0, const void *b1, const void *b2,
 
 static inline AVX2 __m256 bcast_lane(__m256 v, int l) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l)); }
 
-static inline AVX2 __m256i q4_1_lanes(const struct weft_block_q4_1 *w, __m256i xq)
+static inline AVX2 __m256 q4_1_lanes_f(const struct weft_block_q4_1 *w, __m256i xq)
 {
-    return lanes_us(bytes_from_nibbles_32(w->qs), xq);
+    return _mm256_cvtepi32_ps(lanes_us(bytes_from_nibbles_32(w->qs), xq));
 }
 
-/* The four rows' chains are the four lanes of one xmm (acc and summs): the
- * rows' block sums from one hadd tree, (d0 m0 d1 m1 d2 m2 d3 m3) widened
- * once and split into the d and m lanes. */
+/* dm = (d0 m0 d1 m1 d2 m2 d3 m3) of the four rows' blocks: the even lanes of
+ * dm * xd are the rows' dw * dx; the odd lanes of sm = fma(dm, xs, sm) are
+ * the rows' scalar summs chains (each lane its own fmaf chain; the even
+ * lanes are unused). */
 static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q4_1 *w0 = ROW(struct weft_block_q4_1, 0), *w1 = ROW(struct weft_block_q4_1, 1);
     const struct weft_block_q4_1 *w2 = ROW(struct weft_block_q4_1, 2), *w3 = ROW(struct weft_block_q4_1, 3);
     const struct weft_block_q8_1 *x = vx;
     const int64_t nb = n / WEFT_QK4_1;
-    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    __m128 acc = _mm_setzero_ps(), sm = acc;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, sm = a0;
     for (int64_t i = 0; i < nb; i++) {
         prefetch_rows((const uint8_t *)&w0[i], stride);
         const __m256i xq = load32(x[i].qs);
-        const __m128 xd = _mm_set1_ps(h2f(x[i].d)), xs = _mm_set1_ps(h2f(x[i].s));
-        const __m256 dm = _mm256_permutevar8x32_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), split);
-        const __m256i p0 = q4_1_lanes(&w0[i], xq), p1 = q4_1_lanes(&w1[i], xq);
-        const __m256i p2 = q4_1_lanes(&w2[i], xq), p3 = q4_1_lanes(&w3[i], xq);
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-        const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        acc = _mm_fmadd_ps(_mm_mul_ps(_mm256_castps256_ps128(dm), xd), _mm_cvtepi32_ps(s), acc);
-        sm = _mm_fmadd_ps(_mm256_extractf128_ps(dm, 1), xs, sm);
+        const __m256 xd = _mm256_set1_ps(h2f(x[i].d)), xs = _mm256_set1_ps(h2f(x[i].s));
+        const __m256 dm = _mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i]));
+#if WEFT_GGML_SCALAR_CONTRACT
+        sm = _mm256_fmadd_ps(dm, xs, sm);
+#else
+        sm = _mm256_add_ps(sm, _mm256_mul_ps(dm, xs));
+#endif
+        const __m256 d = _mm256_mul_ps(dm, xd);
+        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q4_1_lanes_f(&w0[i], xq), a0);
+        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q4_1_lanes_f(&w1[i], xq), a1);
+        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q4_1_lanes_f(&w2[i], xq), a2);
+        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q4_1_lanes_f(&w3[i], xq), a3);
     }
-    _mm_storeu_ps(out, _mm_add_ps(acc, sm));
+    float s[8];
+    _mm256_storeu_ps(s, sm);
+    out[0] = hsum_float_8(a0) + s[1];
+    out[1] = hsum_float_8(a1) + s[3];
+    out[2] = hsum_float_8(a2) + s[5];
+    out[3] = hsum_float_8(a3) + s[7];
 }
 
-/* ---- Q8_0 x Q8_0 (dot_q8_0: per row acc = fma(dw*dx, float(isum), acc)) ----
- * lanes as the one-row kernel: maddubs(|w|, x with w's sign); the four rows'
- * chains are the lanes of one xmm, their block sums from one hadd tree */
+/* ---- Q8_0 x Q8_0 (dot_q8_0: acc = fma(dw*dx, lanes, acc)) ----
+ * lanes as the one-row kernel: maddubs(|w|, x with w's sign) */
 
-static inline AVX2 __m256i q8_0_lanes(const struct weft_block_q8_0 *w, __m256i xq)
+static inline AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i xq)
 {
     __m256i wq = load32(w->qs);
-    return lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq));
+    return _mm256_cvtepi32_ps(lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)));
 }
 
-/* the even lanes of cvtph(head4) are the rows' dw (the odd lanes hold
- * whatever follows d in the block, unused) */
+/* the even lanes of cvtph(head4) * xd are the rows' dw * dx (the odd lanes
+ * hold whatever follows d in the block, unused) */
 static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q8_0 *w0 = ROW(struct weft_block_q8_0, 0), *w1 = ROW(struct weft_block_q8_0, 1);
     const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3);
     const struct weft_block_q8_0 *x = vx;
     const int64_t nb = n / WEFT_QK8_0;
-    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    __m128 acc = _mm_setzero_ps();
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < nb; i++) {
         prefetch_rows((const uint8_t *)&w0[i], stride);
         const __m256i xq = load32(x[i].qs);
-        const __m128 dw = _mm256_castps256_ps128(
-            _mm256_permutevar8x32_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), even));
-        const __m256i p0 = q8_0_lanes(&w0[i], xq), p1 = q8_0_lanes(&w1[i], xq);
-        const __m256i p2 = q8_0_lanes(&w2[i], xq), p3 = q8_0_lanes(&w3[i], xq);
-        const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-        const __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(h2f(x[i].d))), _mm_cvtepi32_ps(s), acc);
+        const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])),
+                                       _mm256_set1_ps(h2f(x[i].d)));
+        a0 = _mm256_fmadd_ps(bcast_lane(d, 0), q8_0_lanes_f(&w0[i], xq), a0);
+        a1 = _mm256_fmadd_ps(bcast_lane(d, 2), q8_0_lanes_f(&w1[i], xq), a1);
+        a2 = _mm256_fmadd_ps(bcast_lane(d, 4), q8_0_lanes_f(&w2[i], xq), a2);
+        a3 = _mm256_fmadd_ps(bcast_lane(d, 6), q8_0_lanes_f(&w3[i], xq), a3);
     }
-    _mm_storeu_ps(out, acc);
+    out[0] = hsum_float_8(a0);
+    out[1] = hsum_float_8(a1);
+    out[2] = hsum_float_8(a2);
+    out[3] = hsum_float_8(a3);
 }
 
 /* ---- Q5_0 x Q8_0 (dot_q5_0: acc = fma(dw*dx, lanes, acc)) ----

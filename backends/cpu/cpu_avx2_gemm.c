@@ -6,11 +6,12 @@
  * whole row: a weight block is loaded/unpacked once for NR outputs, an
  * activation block once for MR outputs, and the MR*NR accumulator chains are
  * independent. Per output the float steps are exactly the one-row kernel's:
- *  - Q8_0, Q4_1: exact int block total isum (any instruction sequence
- *    giving the same integer is fine), then acc = fma(dw*dx, float(isum),
- *    acc), one lane of a vector per output (dw*dx: the product of two
- *    broadcasts equals the scalar product); Q4_1 also summs = fma(m, s,
- *    summs) per block, acc + summs at the end;
+ *  - Q8_0, Q4_1: int32 lane l = exact sum over elements 4l..4l+3 of the block
+ *    (any instruction sequence giving the same int32 is fine), then
+ *    acc = fma(dw*dx, float(lane), acc) in that output's own 8 lanes
+ *    (dw*dx: the product of two broadcasts equals the scalar product), then
+ *    hsum_float_8, then "+ summs" for Q4_1 (summs = fma(m, s, summs) per
+ *    block, kept per output in one lane of an xmm);
  *  - Q4_0: exact int block total, then sumf = sumf + (float(total) * dw) * dx,
  *    eight outputs per ymm (lane-wise the same scalar operations).
  * The AVX-512 VNNI form of Q8_0 (32 ymm registers, EVEX) is picked at run time
@@ -34,6 +35,15 @@
 
 AI AVX2 float g_h2f(weft_half h) { return _cvtsh_ss(h); }
 
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
+AI AVX2 float g_hsum_float_8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
 AI AVX2 __m256i g_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 AI AVX2 __m256i g_nibbles(const uint8_t *qs)
@@ -47,95 +57,110 @@ AI AVX2 __m256i g_nibbles(const uint8_t *qs)
 
 /* ---- Q8_0 x Q8_0 ---- */
 
-/* Up to four activation rows (NR <= 4; the driver's larger cases are never
- * taken): per weight row i, output (i, j) is lane j of acc[i]; the block
- * totals of the four outputs from one hadd tree. LANES(wv, i, xr): the
- * 8 exact int32 lane sums. */
-#define Q8_0_TILE(ATTR, NAME, PREP_X, PREP_W, LANES)                                                          \
-    AI ATTR void NAME(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,        \
-                      size_t ldo, const int MR, const int NR)                                                \
-    {                                                                                                        \
-        if (NR > 4) return;                                                                                  \
-        const struct weft_block_q8_0 *wr[MAXR], *xr[4];                                                      \
-        for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);                   \
-        for (int j = 0; j < 4; j++) xr[j] = (const struct weft_block_q8_0 *)(x + (j < NR ? j : NR - 1) * xs); \
-        __m128 acc[MAXR];                                                                                    \
-        for (int i = 0; i < MR; i++) acc[i] = _mm_setzero_ps();                                              \
-        for (int64_t b = 0; b < nb; b++) {                                                                   \
-            const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].d, (short)xr[1][b].d,              \
-                                                          (short)xr[2][b].d, (short)xr[3][b].d, 0, 0, 0, 0)); \
-            __m256i xv[4];                                                                                   \
-            for (int j = 0; j < NR; j++) xv[j] = PREP_X(g_load32(xr[j][b].qs));                              \
-            for (int i = 0; i < MR; i++) {                                                                   \
-                const __m256i wv = g_load32(wr[i][b].qs);                                                    \
-                PREP_W;                                                                                      \
-                __m256i p[4];                                                                                \
-                for (int j = 0; j < 4; j++) p[j] = j < NR ? LANES : _mm256_setzero_si256();                  \
-                const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3])); \
-                const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));   \
-                acc[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(g_h2f(wr[i][b].d)), dx), _mm_cvtepi32_ps(t), acc[i]); \
-            }                                                                                                \
-        }                                                                                                    \
-        for (int i = 0; i < MR; i++) {                                                                       \
-            float s[4];                                                                                      \
-            _mm_storeu_ps(s, acc[i]);                                                                        \
-            for (int j = 0; j < NR; j++) out[j * ldo + i] = s[j];                                            \
-        }                                                                                                    \
-    }
-
 /* AVX2: lanes from |w| times x with w's sign (as the one-row kernel) */
-#define Q8_X_AVX2(v) (v)
-#define Q8_W_AVX2 const __m256i wa = _mm256_sign_epi8(wv, wv)
-#define Q8_LANES_AVX2 \
-    _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(xv[j], wv)), _mm256_set1_epi16(1))
-Q8_0_TILE(AVX2, q8_0_tile_avx2, Q8_X_AVX2, Q8_W_AVX2, Q8_LANES_AVX2)
+AI AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                            size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        for (int i = 0; i < MR; i++) {
+            __m256i wv = g_load32(wr[i][b].qs);
+            __m256i wa = _mm256_sign_epi8(wv, wv);
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(g_load32(xr[j][b].qs), wv)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
+}
 
-/* AVX512VL + VNNI: vpdpbusd on x + 128 (unsigned) times w, started from
- * -128 * (the lane sums of w) */
-#define Q8_X_VNNI(v) _mm256_xor_si256((v), _mm256_set1_epi8((char)0x80))
-#define Q8_W_VNNI \
-    const __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(), \
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), wv))
-#define Q8_LANES_VNNI _mm256_dpbusd_epi32(corr, xv[j], wv)
-Q8_0_TILE(VNNI, q8_0_tile_vnni, Q8_X_VNNI, Q8_W_VNNI, Q8_LANES_VNNI)
+/* AVX512VL + VNNI: 32 ymm registers */
+AI VNNI void q8_0_tile_vnni(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                            size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i bias = _mm256_set1_epi8((char)0x80);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        __m256i xu[MAXR];
+        for (int j = 0; j < NR; j++) {
+            dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+            xu[j] = _mm256_xor_si256(g_load32(xr[j][b].qs), bias); /* x + 128 as u8 */
+        }
+        for (int i = 0; i < MR; i++) {
+            __m256i wv = g_load32(wr[i][b].qs);
+            /* -128 * (sum of w over each lane's 4 bytes) */
+            __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv));
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_dpbusd_epi32(corr, xu[j], wv);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
+}
 
 /* ---- Q4_1 x Q8_1 ---- */
 
-/* up to four activation rows (NR <= 4; the driver's larger cases are never
- * taken): per weight row i, output (i, j) is lane j of acc[i] and sm[i];
- * the block sums of the four outputs from one hadd tree */
 AI AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
                             size_t ldo, const int MR, const int NR)
 {
-    if (NR > 4) return;
     const struct weft_block_q4_1 *wr[MAXR];
-    const struct weft_block_q8_1 *xr[4];
+    const struct weft_block_q8_1 *xr[MAXR];
     for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q4_1 *)(w + i * ws);
-    for (int j = 0; j < 4; j++) xr[j] = (const struct weft_block_q8_1 *)(x + (j < NR ? j : NR - 1) * xs);
-    __m128 acc[MAXR], sm[MAXR];
-    for (int i = 0; i < MR; i++) acc[i] = sm[i] = _mm_setzero_ps();
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_1 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    __m128 summs[MAXR][2]; /* lane j & 3 of summs[i][j >> 2]: output (i, j) */
+    for (int i = 0; i < MR; i++) {
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+        summs[i][0] = summs[i][1] = _mm_setzero_ps();
+    }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        const __m128 dx = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].d, (short)xr[1][b].d, (short)xr[2][b].d,
-                                                      (short)xr[3][b].d, 0, 0, 0, 0));
-        const __m128 sx = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)xr[1][b].s, (short)xr[2][b].s,
-                                                      (short)xr[3][b].s, 0, 0, 0, 0));
+        __m256 dx[MAXR];
+        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        __m128 sx[2];
+        sx[0] = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)(NR > 1 ? xr[NR > 1 ? 1 : 0][b].s : 0),
+                                            (short)(NR > 2 ? xr[NR > 2 ? 2 : 0][b].s : 0),
+                                            (short)(NR > 3 ? xr[NR > 3 ? 3 : 0][b].s : 0), 0, 0, 0, 0));
+        sx[1] = _mm_cvtph_ps(_mm_setr_epi16((short)(NR > 4 ? xr[NR > 4 ? 4 : 0][b].s : 0),
+                                            (short)(NR > 5 ? xr[NR > 5 ? 5 : 0][b].s : 0), 0, 0, 0, 0, 0, 0));
         for (int i = 0; i < MR; i++) {
-            const __m256i wv = g_nibbles(wr[i][b].qs);
-            __m256i p[4];
-            for (int j = 0; j < 4; j++)
-                p[j] = j < NR ? _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones)
-                              : _mm256_setzero_si256();
-            const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-            const __m128i t = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-            acc[i] = _mm_fmadd_ps(_mm_mul_ps(_mm_set1_ps(g_h2f(wr[i][b].d)), dx), _mm_cvtepi32_ps(t), acc[i]);
-            sm[i] = _mm_fmadd_ps(_mm_set1_ps(g_h2f(wr[i][b].m)), sx, sm[i]);
+            __m256i wv = g_nibbles(wr[i][b].qs);
+            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            __m128 m = _mm_set1_ps(g_h2f(wr[i][b].m));
+            summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
+            if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
         }
     }
     for (int i = 0; i < MR; i++) {
-        float s[4];
-        _mm_storeu_ps(s, _mm_add_ps(acc[i], sm[i]));
-        for (int j = 0; j < NR; j++) out[j * ldo + i] = s[j];
+        float s[8];
+        _mm_storeu_ps(s, summs[i][0]);
+        _mm_storeu_ps(s + 4, summs[i][1]);
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]) + s[j];
     }
 }
 
@@ -227,64 +252,51 @@ static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size
         }                                                                                                \
     }
 
-GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 4)
-GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 4)
-GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 4)
+GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
+GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 5)
+GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
 
 
-/* AVX-512 VNNI with zmm: two activation rows per zmm (low half row 2p,
- * high half row 2p + 1), the weight block broadcast to both halves; a weight
- * row's four zmm (8 outputs x 8 lanes) fold into one ymm of the 8 outputs'
- * block totals, in the order (rows 0, 2, 4, 6, 1, 3, 5, 7), and the 8
- * chains are the lanes of acc[i] in that order. */
+/* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
+ * half row j + 1), the weight block broadcast to both halves; each 256-bit
+ * half is exactly the ymm computation above for its own output. */
 #define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
-
-/* q[p]: two outputs' 8 int32 lanes (rows 2p, 2p+1). Element k of the result:
- * the total of output 2k (k < 4) or 2(k-4)+1 (k >= 4). */
-AI Z512 __m256i fold4(__m512i q0, __m512i q1, __m512i q2, __m512i q3)
-{
-    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(q0, q1), _mm512_unpackhi_epi32(q0, q1));
-    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(q2, q3), _mm512_unpackhi_epi32(q2, q3));
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
-    const __m512i a = _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512i b = _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 1, 3, 1));
-    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
-}
 
 AI Z512 void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
                          size_t ldo, const int MR, const int NP)
 {
     const struct weft_block_q8_0 *wr[4], *xr[8];
     for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
-    for (int j = 0; j < 8; j++) xr[j] = (const struct weft_block_q8_0 *)(x + (j < nr ? j : nr - 1) * xs);
-    __m256 acc[4];
-    for (int i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (int j = 0; j < 2 * NP; j++) xr[j] = (const struct weft_block_q8_0 *)(x + (j < nr ? j : nr - 1) * xs);
+    __m512 acc[4][4];
+    for (int i = 0; i < MR; i++)
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
     const __m512i bias = _mm512_set1_epi8((char)0x80);
     for (int64_t b = 0; b < nb; b++) {
+        __m512 dx[4];
         __m512i xu[4];
         for (int p = 0; p < NP; p++) {
             const struct weft_block_q8_0 *x0 = &xr[2 * p][b], *x1 = &xr[2 * p + 1][b];
+            dx[p] = _mm512_insertf32x8(_mm512_set1_ps(g_h2f(x0->d)), _mm256_set1_ps(g_h2f(x1->d)), 1);
             __m512i xx = _mm512_inserti64x4(_mm512_castsi256_si512(g_load32(x0->qs)), g_load32(x1->qs), 1);
             xu[p] = _mm512_xor_si512(xx, bias);
         }
-        const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16((short)xr[0][b].d, (short)xr[2][b].d, (short)xr[4][b].d,
-                                                         (short)xr[6][b].d, (short)xr[1][b].d, (short)xr[3][b].d,
-                                                         (short)xr[5][b].d, (short)xr[7][b].d));
         for (int i = 0; i < MR; i++) {
             __m512i wv = _mm512_broadcast_i64x4(g_load32(wr[i][b].qs));
             __m512i corr = _mm512_sub_epi32(_mm512_setzero_si512(),
                                             _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wv));
-            __m512i q[4];
-            for (int p = 0; p < 4; p++) q[p] = p < NP ? _mm512_dpbusd_epi32(corr, xu[p], wv) : _mm512_setzero_si512();
-            const __m256 f = _mm256_cvtepi32_ps(fold4(q[0], q[1], q[2], q[3]));
-            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(g_h2f(wr[i][b].d)), dx), f, acc[i]);
+            __m512 dw = _mm512_set1_ps(g_h2f(wr[i][b].d));
+            for (int p = 0; p < NP; p++) {
+                __m512i q = _mm512_dpbusd_epi32(corr, xu[p], wv);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q), acc[i][p]);
+            }
         }
     }
-    for (int i = 0; i < MR; i++) {
-        float s[8];
-        _mm256_storeu_ps(s, acc[i]);
-        for (int j = 0; j < nr; j++) out[j * ldo + i] = s[(j >> 1) + 4 * (j & 1)];
-    }
+    for (int i = 0; i < MR; i++)
+        for (int p = 0; p < NP; p++) {
+            out[2 * p * ldo + i] = g_hsum_float_8(_mm512_castps512_ps256(acc[i][p]));
+            if (2 * p + 1 < nr) out[(2 * p + 1) * ldo + i] = g_hsum_float_8(_mm512_extractf32x8_ps(acc[i][p], 1));
+        }
 }
 
 #define ZCASE(m, q) case (m) * 8 + (q): q8_0_tile_z(wp, ws, xp, xs, nr, nb, o, ldo, m, q); break;

@@ -10,10 +10,8 @@
  *  - float parts follow the reference operation by operation: per block
  *    acc = fma(dw*dx, float(lane), acc) in 8 lanes, hsum_float_8 as
  *    ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), then "+ summs" where the
- *    reference has it (Q5_1: summs = fma(m, s, summs) block by block,
- *    scalar); Q4_0, Q4_1 and Q8_0 keep the reference's scalar float chain
- *    over per-block int sums (Q4_1, Q8_0: acc = fma(dw*dx, float(isum),
- *    acc); Q4_1 also summs = fma(m, s, summs), then acc + summs).
+ *    reference has it (summs = fma(m, s, summs) block by block, scalar);
+ *    Q4_0 keeps the reference's scalar float loop over per-block int sums.
  *
  * int16 saturation cannot occur in _mm256_maddubs_epi16: the unsigned operand
  * is at most 31 (Q4_1/Q5_1 values), 16 (|Q4_0/Q5_0 values|, sign moved onto
@@ -77,42 +75,20 @@ static AVX2 float dot_q4_0(const void *vw, const void *vx, int64_t n)
     return sumf;
 }
 
-static inline AVX2 __m256i q4_1_lanes(const struct weft_block_q4_1 *w, const struct weft_block_q8_1 *x)
-{
-    return lanes_us(bytes_from_nibbles_32(w->qs), load32(x->qs));
-}
-
-/* Reference: one float chain per row, acc = fmaf(dw*dx, (float)isum, acc)
- * and summs = fmaf(m, s, summs) per block, then acc + summs; the block
- * sums come four at a time from one hadd tree. */
 static AVX2 float dot_q4_1(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q4_1 *w = vw;
     const struct weft_block_q8_1 *x = vx;
     const int64_t nb = n / WEFT_QK4_1;
-    float acc = 0.0f, summs = 0.0f;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        __m256i p0 = q4_1_lanes(&w[i], &x[i]), p1 = q4_1_lanes(&w[i + 1], &x[i + 1]);
-        __m256i p2 = q4_1_lanes(&w[i + 2], &x[i + 2]), p3 = q4_1_lanes(&w[i + 3], &x[i + 3]);
-        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        int32_t si[4];
-        _mm_storeu_si128((__m128i *)si, s);
-        for (int k = 0; k < 4; k++) {
-            acc = fmaf(h2f(w[i + k].d) * h2f(x[i + k].d), (float)si[k], acc);
-            summs = fmaf(h2f(w[i + k].m), h2f(x[i + k].s), summs);
-        }
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
+    for (int64_t i = 0; i < nb; i++) {
+        summs = ggml_scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);
+        __m256i p = lanes_us(bytes_from_nibbles_32(w[i].qs), load32(x[i].qs));
+        __m256 d = _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
-    for (; i < nb; i++) {
-        __m256i p = q4_1_lanes(&w[i], &x[i]);
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-        acc = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)_mm_cvtsi128_si32(s), acc);
-        summs = fmaf(h2f(w[i].m), h2f(x[i].s), summs);
-    }
-    return acc + summs;
+    return hsum_float_8(acc) + summs;
 }
 
 static AVX2 float dot_q5_0(const void *vw, const void *vx, int64_t n)
@@ -153,37 +129,18 @@ static AVX2 float dot_q5_1(const void *vw, const void *vx, int64_t n)
     return hsum_float_8(acc) + summs;
 }
 
-static inline AVX2 __m256i q8_0_lanes(const struct weft_block_q8_0 *w, const struct weft_block_q8_0 *x)
-{
-    return lanes_ss(load32(w->qs), load32(x->qs));
-}
-
-/* Reference: one float chain per row, acc = fmaf(dw*dx, (float)isum, acc)
- * per block; the block sums four at a time from one hadd tree. */
 static AVX2 float dot_q8_0(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q8_0 *w = vw;
     const struct weft_block_q8_0 *x = vx;
     const int64_t nb = n / WEFT_QK8_0;
-    float acc = 0.0f;
-    int64_t i = 0;
-    for (; i + 4 <= nb; i += 4) {
-        __m256i p0 = q8_0_lanes(&w[i], &x[i]), p1 = q8_0_lanes(&w[i + 1], &x[i + 1]);
-        __m256i p2 = q8_0_lanes(&w[i + 2], &x[i + 2]), p3 = q8_0_lanes(&w[i + 3], &x[i + 3]);
-        __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p0, p1), _mm256_hadd_epi32(p2, p3));
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        int32_t si[4];
-        _mm_storeu_si128((__m128i *)si, s);
-        for (int k = 0; k < 4; k++) acc = fmaf(h2f(w[i + k].d) * h2f(x[i + k].d), (float)si[k], acc);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++) {
+        __m256i p = lanes_ss(load32(w[i].qs), load32(x[i].qs));
+        __m256 d = _mm256_set1_ps(h2f(w[i].d) * h2f(x[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
-    for (; i < nb; i++) {
-        __m256i p = q8_0_lanes(&w[i], &x[i]);
-        __m128i s = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(1, 0, 3, 2)));
-        s = _mm_add_epi32(s, _mm_shuffle_epi32(s, _MM_SHUFFLE(2, 3, 0, 1)));
-        acc = fmaf(h2f(w[i].d) * h2f(x[i].d), (float)_mm_cvtsi128_si32(s), acc);
-    }
-    return acc;
+    return hsum_float_8(acc);
 }
 
 /* ---- activation quantizers (runtime rounding) ---- */

@@ -5,20 +5,22 @@
  * tests/test_cpu_kernels_dot4_512.c and test_cpu_kernels_dot4.c check it.
  *
  * Several rows share one 512-bit register, but every output row keeps the
- * float operation sequence of its one-row kernel and the same scale
- * products (dw*dx from F16C widenings; the product commutes). Integer
- * parts are exact whatever instructions compute them:
- *  - Q4_1 (reference: one chain per row, acc = fma(dw*dx, float(isum),
- *    acc), summs = fma(m, s, summs), then acc + summs): one zmm holds the
- *    four rows' 16 nibble bytes (128-bit lane r = row r). Its low nibbles
- *    times the activations' first 16 bytes (broadcast to all four 128-bit
- *    lanes) and its high nibbles times the last 16 give four int32 partial
- *    sums per row, added within the 128-bit lane to the block's isum. Nibbles
+ * float operation sequence of its one-row kernel: 8 float lanes of its own,
+ * each lane its own chain acc = fma(dw*dx, float(int32 lane), acc) per block,
+ * the same scale products (dw*dx from F16C widenings; the product commutes),
+ * the same final hsum_float_8 order ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)),
+ * the same scalar terms (Q4_1: summs = fma(m, s, summs) per block, added
+ * last). Lane l of a row is the exact int32 sum over its block elements
+ * 4l..4l+3 of w*x, whatever instructions compute it:
+ *  - Q4_1: one zmm holds the four rows' 16 nibble bytes (128-bit lane r =
+ *    row r). Its low nibbles times the activations' first 16 bytes
+ *    (broadcast to all four 128-bit lanes) give the rows' lanes 0..3, its
+ *    high nibbles times the last 16 give lanes 4..7; two zmm accumulators
+ *    (lanes 0..3 / lanes 4..7 of every row) and no shuffles in the loop.
+ *    hsum's first step (low half + high half) is acc_lo + acc_hi. Nibbles
  *    are unsigned (0..15), activations signed: vpdpbusd directly, or
  *    maddubs + madd (pairs <= 2*15*127, no int16 saturation).
- *  - Q8_0 (reference: one chain per row, acc = fma(dw*dx, float(isum),
- *    acc)): two rows per zmm (256-bit half r = row r), 8 int32 lanes each,
- *    folded to the four rows' block totals. VNNI: vpdpbusd on
+ *  - Q8_0: two rows per zmm (256-bit half r = row r). VNNI: vpdpbusd on
  *    (w + 128) as unsigned bytes times x, started from -128 * (lane sums
  *    of x), computed once per block for all rows: the same exact integer.
  *    Without VNNI: maddubs(|w|, x negated where w < 0) + madd, as the
@@ -40,6 +42,11 @@
 #define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
+/* keep in step with core/quant.c and cpu_avx2_q.c */
+#ifndef WEFT_GGML_SCALAR_CONTRACT
+#define WEFT_GGML_SCALAR_CONTRACT 1
+#endif
+
 /* Software prefetch distance in bytes ahead on each weight row (0: none). */
 #ifndef WEFT_DOT4_512_PREFETCH
 #define WEFT_DOT4_512_PREFETCH 512
@@ -48,6 +55,15 @@
 #define ROW(T, r) ((const T *)((const uint8_t *)vw + (size_t)(r) * stride))
 
 AI Z512 float z_h2f(weft_half h) { return _cvtsh_ss(h); }
+
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
+AI Z512 float z_hsum_float_8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
 
 AI Z512 void prefetch_rows(const uint8_t *p, size_t stride)
 {
@@ -91,6 +107,16 @@ AI Z512 __m512i lanes_us_bw(__m512i u, __m512i s)
 
 AI Z512V __m512i lanes_us_vnni(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
 
+/* the rows' summs chains, each lane its own fmaf(m, s, summs) (odd lanes) */
+AI Z512 __m256 summs_step(__m256 dm, __m256 xs, __m256 sm)
+{
+#if WEFT_GGML_SCALAR_CONTRACT
+    return _mm256_fmadd_ps(dm, xs, sm);
+#else
+    return _mm256_add_ps(sm, _mm256_mul_ps(dm, xs));
+#endif
+}
+
 /* Two rows' Q4_1 blocks (20 bytes each) as the two 256-bit halves: all 32
  * bytes from the block's start (the rest is the row's next block), or only
  * the 20 (masked) on a row's last block, which may end a buffer. */
@@ -118,19 +144,20 @@ AI Z512 void x_scales(const struct weft_block_q8_1 *x, int64_t cn, float *xb)
     }
 }
 
-/* one block's int32 lanes (row r in 128-bit lane r: its four lane sums) */
-#define Q4_1_INT(LANES, q, xp) \
-    _mm512_add_epi32(LANES(_mm512_and_si512(q, m4), \
-                           _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xp)))), \
-                     LANES(_mm512_and_si512(_mm512_srli_epi16(q, 4), m4), \
-                           _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)((xp) + 16)))))
+/* one block's nibbles (row r in 128-bit lane r) into the two accumulators */
+#define Q4_1_INT(LANES, q, xp, d, alo, ahi) \
+    do { \
+        const __m512i xlo_ = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xp))); \
+        const __m512i xhi_ = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)((xp) + 16))); \
+        const __m512i lo_ = _mm512_and_si512(q, m4), hi_ = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4); \
+        alo = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(LANES(lo_, xlo_)), alo); \
+        ahi = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(LANES(hi_, xhi_)), ahi); \
+    } while (0)
 
 /* Two blocks per step: the 32 bytes loaded from block i's start hold block
  * i+1's (d, m) too, so one permute gathers the 8 heads, one vcvtph2ps zmm
  * widens them: floats [row r block i: d m] at 2r, [row r block i+1: d m] at
- * 8 + 2r. Row r's block sums land in elements 4r (block i) and 4r + 1
- * (block i+1) of one vector; its acc chain is element 4r of acc, which takes
- * block i, then block i+1; its summs chain is element 2r + 1 of sm. */
+ * 8 + 2r. The per-row chains still take block i, then block i+1. */
 #define DOT4_Q4_1(ATTR, NAME, LANES) \
 static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, float out[4]) \
 { \
@@ -146,7 +173,7 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     const __m512i didx = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6); \
     const __m512i didx1 = _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14); \
     float xb[8 * X4_CH] __attribute__((aligned(64))); \
-    __m512 acc = _mm512_setzero_ps(); \
+    __m512 alo = _mm512_setzero_ps(), ahi = alo; \
     __m256 sm = _mm256_setzero_ps(); \
     for (int64_t c0 = 0; c0 < nb; c0 += X4_CH) { \
         const int64_t cn = nb - c0 < X4_CH ? nb - c0 : X4_CH; \
@@ -160,34 +187,29 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
             const __m512i s23 = load_blk2(&w2[i + 1], &w3[i + 1], i + 2 == nb); \
             const __m512 dm = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutex2var_epi32(r01, hidx2, r23))); \
             const __m512 xds = _mm512_load_ps(xb + 8 * j); \
-            sm = _mm256_fmadd_ps(_mm512_castps512_ps256(dm), _mm256_load_ps(xb + 8 * j), sm); \
-            sm = _mm256_fmadd_ps(_mm512_extractf32x8_ps(dm, 1), _mm256_load_ps(xb + 8 * j + 8), sm); \
+            sm = summs_step(_mm512_castps512_ps256(dm), _mm256_load_ps(xb + 8 * j), sm); \
+            sm = summs_step(_mm512_extractf32x8_ps(dm, 1), _mm256_load_ps(xb + 8 * j + 8), sm); \
             const __m512 p = _mm512_mul_ps(dm, xds); \
             const __m512 d0 = _mm512_permutexvar_ps(didx, p), d1 = _mm512_permutexvar_ps(didx1, p); \
-            const __m512i a_ = Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs); \
-            const __m512i b_ = Q4_1_INT(LANES, _mm512_permutex2var_epi32(s01, qidx, s23), x[i + 1].qs); \
-            /* per 128-bit lane: (a0+a2, b0+b2, a1+a3, b1+b3), then (a, b, a, b) totals */ \
-            __m512i c_ = _mm512_add_epi32(_mm512_unpacklo_epi32(a_, b_), _mm512_unpackhi_epi32(a_, b_)); \
-            c_ = _mm512_add_epi32(c_, _mm512_shuffle_epi32(c_, _MM_PERM_BADC)); \
-            const __m512 f_ = _mm512_cvtepi32_ps(c_); \
-            acc = _mm512_fmadd_ps(d0, f_, acc); \
-            acc = _mm512_fmadd_ps(d1, _mm512_movehdup_ps(f_), acc); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs, d0, alo, ahi); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(s01, qidx, s23), x[i + 1].qs, d1, alo, ahi); \
         } \
         if (j < cn) { \
             const int64_t i = c0 + j; \
             const __m512i r01 = load_blk2(&w0[i], &w1[i], i + 1 == nb), r23 = load_blk2(&w2[i], &w3[i], i + 1 == nb); \
             const __m256 dm = _mm256_cvtph_ps(_mm512_castsi512_si128(_mm512_permutex2var_epi32(r01, hidx, r23))); \
             const __m256 xds = _mm256_load_ps(xb + 8 * j); \
-            sm = _mm256_fmadd_ps(dm, xds, sm); \
+            sm = summs_step(dm, xds, sm); \
             const __m512 d = _mm512_permutexvar_ps(didx, _mm512_castps256_ps512(_mm256_mul_ps(dm, xds))); \
-            __m512i c_ = Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs); \
-            c_ = _mm512_add_epi32(c_, _mm512_shuffle_epi32(c_, _MM_PERM_BADC)); \
-            c_ = _mm512_add_epi32(c_, _mm512_shuffle_epi32(c_, _MM_PERM_CDAB)); \
-            acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(c_), acc); \
+            Q4_1_INT(LANES, _mm512_permutex2var_epi32(r01, qidx, r23), x[i].qs, d, alo, ahi); \
         } \
     } \
+    /* per 128-bit lane r: hsum_float_8 of row r's (lanes 0..3, lanes 4..7) */ \
+    __m512 r = _mm512_add_ps(alo, ahi);                                   /* x0+x4 x1+x5 x2+x6 x3+x7 */ \
+    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2))); /* (x0+x4)+(x2+x6), ... */ \
+    r = _mm512_add_ps(r, _mm512_movehdup_ps(r)); \
     const __m128 h = _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, \
-                                                                                    0, 0, 0, 0, 0), acc)); \
+                                                                                    0, 0, 0, 0, 0), r)); \
     const __m128 s = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sm, _mm256_setr_epi32(1, 3, 5, 7, 1, 3, 5, 7))); \
     _mm_storeu_ps(out, _mm_add_ps(h, s)); \
 }
@@ -213,21 +235,6 @@ DOT4_Q4_1(Z512V, dot4_q4_1_vnni, lanes_us_vnni)
         p23 = lanes_us_bw(_mm512_abs_epi8(q23), _mm512_mask_sub_epi8(xq, _mm512_movepi8_mask(q23), z_, xq)); \
     } while (0)
 
-/* p01: rows 0 | 1 (256-bit halves, 8 int32 lanes each), p23: rows 2 | 3;
- * the four rows' block totals, in row order, as an xmm */
-AI Z512 __m128i q8_totals(__m512i p01, __m512i p23)
-{
-    /* per 128-bit lane: (p01, p23, p01, p23) partials, then (p01, p23, ...) */
-    __m512i t = _mm512_add_epi32(_mm512_unpacklo_epi32(p01, p23), _mm512_unpackhi_epi32(p01, p23));
-    t = _mm512_add_epi32(t, _mm512_shuffle_epi32(t, _MM_PERM_BADC));
-    /* 128-bit lanes 0 + 1 (rows 0, 2), 2 + 3 (rows 1, 3) */
-    t = _mm512_add_epi32(t, _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(2, 3, 0, 1)));
-    return _mm512_castsi512_si128(
-        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 8, 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), t));
-}
-
-/* the rows' chains acc = fma(dw*dx, float(isum), acc) are the four lanes of
- * an xmm; dw from the even lanes of cvtph(head4) */
 #define DOT4_Q8_0(ATTR, NAME, LANES8) \
 static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, float out[4]) \
 { \
@@ -235,19 +242,24 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3); \
     const struct weft_block_q8_0 *x = vx; \
     const int64_t nb = n / WEFT_QK8_0; \
-    const __m256i even = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); \
-    __m128 acc = _mm_setzero_ps(); \
+    const __m512i i01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2); \
+    const __m512i i23 = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6); \
+    __m512 a01 = _mm512_setzero_ps(), a23 = a01; \
     for (int64_t i = 0; i < nb; i++) { \
         prefetch_rows((const uint8_t *)&w0[i], stride); \
         const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs)); \
         const __m512i q01 = load32x2(w0[i].qs, w1[i].qs), q23 = load32x2(w2[i].qs, w3[i].qs); \
         __m512i p01, p23; \
         LANES8(q01, q23, xq, p01, p23); \
-        const __m128 dw = _mm256_castps256_ps128( \
-            _mm256_permutevar8x32_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), even)); \
-        acc = _mm_fmadd_ps(_mm_mul_ps(dw, _mm_set1_ps(z_h2f(x[i].d))), _mm_cvtepi32_ps(q8_totals(p01, p23)), acc); \
+        const __m512 d = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(head4(&w0[i], &w1[i], &w2[i], &w3[i])), \
+                                                              _mm256_set1_ps(z_h2f(x[i].d)))); \
+        a01 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i01, d), _mm512_cvtepi32_ps(p01), a01); \
+        a23 = _mm512_fmadd_ps(_mm512_permutexvar_ps(i23, d), _mm512_cvtepi32_ps(p23), a23); \
     } \
-    _mm_storeu_ps(out, acc); \
+    out[0] = z_hsum_float_8(_mm512_castps512_ps256(a01)); \
+    out[1] = z_hsum_float_8(_mm512_extractf32x8_ps(a01, 1)); \
+    out[2] = z_hsum_float_8(_mm512_castps512_ps256(a23)); \
+    out[3] = z_hsum_float_8(_mm512_extractf32x8_ps(a23, 1)); \
 }
 
 DOT4_Q8_0(Z512, dot4_q8_0_bw, Q8_LANES_BW)

@@ -1,18 +1,15 @@
 /* AVX-512 VNNI prefill tiles (the gemm entry, see cpu_kernels.h) for Q4_1,
- * bit-identical to the one-row dot (tests/test_cpu_kernels_gemm.c), whose
- * reference (core/quant.c dot_q4_1) is one float chain per output:
- * acc = fma(dw*dx, float(isum), acc) and summs = fma(m, s, summs) per
- * block, then acc + summs.
+ * bit-identical to the one-row dot (tests/test_cpu_kernels_gemm.c).
  *
- * A tile is up to 4 weight rows x 8 activation rows. Two activation rows
- * per zmm (low half row 2p, high half row 2p + 1), each weight block's 32
- * nibbles (unsigned, element order) broadcast to both halves, vpdpbusd
- * against the signed activations: int32 lane l of a half = the exact sum
- * over elements 4l..4l+3. The four zmm of a weight row (8 outputs x 8
- * lanes) are folded by an unpack/add tree into one ymm of the 8 outputs'
- * exact block sums, in the order (rows 0, 2, 4, 6, 1, 3, 5, 7); the float
- * chains of weight row i are the 8 lanes of acc[i] and sm[i] in that order,
- * with the activations' d and s widened in the same order. */
+ * As the Q8_0 zmm tile in cpu_avx2_gemm.c: two activation rows per zmm (low
+ * half row j, high half row j + 1), each weight block broadcast to both
+ * halves, so every 256-bit half is the one-row kernel's computation for its
+ * own output: int32 lane l = the exact sum over elements 4l..4l+3 (the
+ * block's 32 nibbles unpacked in element order, unsigned, straight into
+ * vpdpbusd against the signed activations), acc = fma(dw*dx, float(lane),
+ * acc) per block, hsum_float_8 at the end; plus the per-output scalar chain
+ * summs = fma(m, s, summs) (eight activation rows per ymm, one ymm per weight
+ * row, in a second pass over the blocks), added last. A tile is up to 4 weight rows x 8 activation rows. */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
@@ -28,25 +25,20 @@
 
 AI Z512V float h2f(weft_half h) { return _cvtsh_ss(h); }
 
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
+AI Z512V float hsum_float_8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
 /* a Q4_1 block's 32 values (0..15) in element order, in both 256-bit halves */
 AI Z512V __m512i nibbles2(const uint8_t qs[16])
 {
     const __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
     return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
-}
-
-/* q[p]: two outputs' 8 int32 lanes (rows 2p, 2p+1). Element k of the result:
- * the total of output 2k (k < 4) or 2(k-4)+1 (k >= 4). */
-AI Z512V __m256i fold4(__m512i q0, __m512i q1, __m512i q2, __m512i q3)
-{
-    /* per 128-bit lane L: (q0, q1, q0, q1) partial sums, then (q0, q1, q2, q3) */
-    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(q0, q1), _mm512_unpackhi_epi32(q0, q1));
-    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(q2, q3), _mm512_unpackhi_epi32(q2, q3));
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
-    /* 128-bit lanes 0 + 1 (even rows), 2 + 3 (odd rows) */
-    const __m512i a = _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512i b = _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 1, 3, 1));
-    return _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_castsi512_si256(b));
 }
 
 AI Z512V void q4_1_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
@@ -56,33 +48,45 @@ AI Z512V void q4_1_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
     const struct weft_block_q8_1 *xr[8];
     for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q4_1 *)(w + i * ws);
     for (int j = 0; j < 8; j++) xr[j] = (const struct weft_block_q8_1 *)(x + (j < nr ? j : nr - 1) * xs);
-    __m256 acc[4], sm[4];
-    for (int i = 0; i < MR; i++) acc[i] = sm[i] = _mm256_setzero_ps();
+    __m512 acc[4][4];
+    __m256 sm[4];
+    for (int i = 0; i < MR; i++) {
+        sm[i] = _mm256_setzero_ps();
+        for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
+    }
     for (int64_t b = 0; b < nb; b++) {
+        __m512 dx[4];
         __m512i xx[4];
-        for (int p = 0; p < NP; p++)
-            xx[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)xr[2 * p][b].qs)),
-                                       _mm256_loadu_si256((const __m256i *)xr[2 * p + 1][b].qs), 1);
-        const __m256 dx = _mm256_cvtph_ps(_mm_setr_epi16((short)xr[0][b].d, (short)xr[2][b].d, (short)xr[4][b].d,
-                                                         (short)xr[6][b].d, (short)xr[1][b].d, (short)xr[3][b].d,
-                                                         (short)xr[5][b].d, (short)xr[7][b].d));
-        const __m256 sx = _mm256_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)xr[2][b].s, (short)xr[4][b].s,
-                                                         (short)xr[6][b].s, (short)xr[1][b].s, (short)xr[3][b].s,
-                                                         (short)xr[5][b].s, (short)xr[7][b].s));
+        for (int p = 0; p < NP; p++) {
+            const struct weft_block_q8_1 *x0 = &xr[2 * p][b], *x1 = &xr[2 * p + 1][b];
+            dx[p] = _mm512_insertf32x8(_mm512_set1_ps(h2f(x0->d)), _mm256_set1_ps(h2f(x1->d)), 1);
+            xx[p] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qs)),
+                                       _mm256_loadu_si256((const __m256i *)x1->qs), 1);
+        }
         for (int i = 0; i < MR; i++) {
             const __m512i wv = nibbles2(wr[i][b].qs);
-            __m512i q[4];
-            for (int p = 0; p < 4; p++)
-                q[p] = p < NP ? _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xx[p]) : _mm512_setzero_si512();
-            const __m256 f = _mm256_cvtepi32_ps(fold4(q[0], q[1], q[2], q[3]));
-            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(h2f(wr[i][b].d)), dx), f, acc[i]);
-            sm[i] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wr[i][b].m)), sx, sm[i]);
+            const __m512 dw = _mm512_set1_ps(h2f(wr[i][b].d));
+            for (int p = 0; p < NP; p++) {
+                const __m512i q = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xx[p]);
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q), acc[i][p]);
+            }
         }
+    }
+    /* the summs chains in a pass of their own (fewer live registers above) */
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256 sx = _mm256_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)xr[1][b].s, (short)xr[2][b].s,
+                                                         (short)xr[3][b].s, (short)xr[4][b].s, (short)xr[5][b].s,
+                                                         (short)xr[6][b].s, (short)xr[7][b].s));
+        for (int i = 0; i < MR; i++) sm[i] = _mm256_fmadd_ps(_mm256_set1_ps(h2f(wr[i][b].m)), sx, sm[i]);
     }
     for (int i = 0; i < MR; i++) {
         float s[8];
-        _mm256_storeu_ps(s, _mm256_add_ps(acc[i], sm[i]));
-        for (int j = 0; j < nr; j++) out[j * ldo + i] = s[(j >> 1) + 4 * (j & 1)];
+        _mm256_storeu_ps(s, sm[i]);
+        for (int p = 0; p < NP; p++) {
+            out[2 * p * ldo + i] = hsum_float_8(_mm512_castps512_ps256(acc[i][p])) + s[2 * p];
+            if (2 * p + 1 < nr)
+                out[(2 * p + 1) * ldo + i] = hsum_float_8(_mm512_extractf32x8_ps(acc[i][p], 1)) + s[2 * p + 1];
+        }
     }
 }
 

@@ -15,23 +15,17 @@
  *    high nibbles 16+4k..16+4k+3 of row r, in lane r. vpdpbusd on the
  *    unsigned nibbles with the activations' 4-byte groups broadcast, started
  *    from -8 * sum(block of x) (aux), gives the exact sum of (q - 8) * x.
- *  - Q4_1, 16 rows, one 32-bit lane per row. The reference is two float
- *    chains per row:
- *      acc = fmaf(dw * dx, (float)isum, acc); summs = fmaf(m, s, summs)
- *    then acc + summs, so sixteen rows are sixteen lanes of two zmm. Block
- *    column (320 bytes): d[16] (f16), m[16] (f16), then four 64-byte chunks
- *    as Q4_0's (chunk k: bytes 4k..4k+3 of row r's qs at 4r). vpdpbusd on
- *    the unsigned nibbles (0..15) with the activations' 4-byte groups
- *    broadcast gives the exact isum.
- *  - Q8_0, 16 rows, one 32-bit lane per row. The reference is one float
- *    chain per row, acc = fmaf(dw * dx, (float)isum, acc). Block column
- *    (544 bytes): d[16] (f16), then eight 64-byte chunks; chunk k holds
- *    bytes 4k..4k+3 of every row's qs at 4r, each weight stored + 128 (xor
- *    0x80), unsigned for vpdpbusd, which starts from -128 * sum(block of x)
- *    (aux) and so gives the exact isum.
- *  - Q5_0, 8 rows. The reference keeps 8 float lanes per row (lane l: the
- *    int sum of elements 4l..4l+3), then hsum_float_8; block column (176
- *    bytes): d[8], qh[8],
+ *  - Q4_1, 8 rows. The reference keeps 8 float lanes per row (lane l: the
+ *    int sum of elements 4l..4l+3) and a summs chain. Block column (160
+ *    bytes): (d, m)[8] (f16), then rows 0..3's qs (row r: bytes 16r..),
+ *    rows 4..7's: one load per four rows; low nibbles against x[0..15]
+ *    give lanes 0..3, high nibbles against x[16..31] lanes 4..7 (as
+ *    cpu_avx512_dot4.c, without its permutes and per-row loads).
+ *  - Q8_0, 8 rows. Lanes as Q4_1; block column (272 bytes): d[8] (f16),
+ *    then rows (0,1), (2,3), (4,5), (6,7) as 256-bit halves of four 64-byte
+ *    chunks, each weight stored + 128 (xor 0x80), unsigned for vpdpbusd,
+ *    which starts from -128 * (the activations' 4-byte lane sums) (aux).
+ *  - Q5_0, 8 rows. Lanes as Q8_0; block column (176 bytes): d[8], qh[8],
  *    then rows (0,1), (2,3), ... qs as 32-byte pairs; a pair is unpacked to
  *    u = v + 16 (0..31) in element order, one row per 256-bit half
  *    (vpermq, nibble shifts, the high bits from qh as a byte mask), and
@@ -39,8 +33,7 @@
  *
  * aux (one per activation row, from its Q8_0 / Q8_1 blocks): Q4_0 {int32
  * -8 sum(x), float dx} per block; Q4_1 {float dx, float sx}; Q8_0 {int32
- * -128 sum(x), float dx}; Q5_0 {int32 -16 lane sums [8], float dx, pad}
- * (64 bytes). */
+ * -128 lane sums [8], float dx, pad} (64 bytes); Q5_0 the same with -16. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -69,30 +62,30 @@ static void pack_q4_0x16(void *dst, const void *w, size_t stride, int64_t n_rows
             }
 }
 
-static void pack_q4_1x16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+static void pack_q4_1x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
 {
     const int64_t nb = n / WEFT_QK4_1;
     uint8_t *o = dst;
-    for (int64_t g = 0; g < n_rows; g += 16)
-        for (int64_t i = 0; i < nb; i++, o += 16 * sizeof(struct weft_block_q4_1))
-            for (int r = 0; r < 16; r++) {
+    for (int64_t g = 0; g < n_rows; g += 8)
+        for (int64_t i = 0; i < nb; i++, o += 8 * sizeof(struct weft_block_q4_1))
+            for (int r = 0; r < 8; r++) {
                 const struct weft_block_q4_1 *b = ROWP(struct weft_block_q4_1, g + r) + i;
-                memcpy(o + 2 * r, &b->d, 2);
-                memcpy(o + 32 + 2 * r, &b->m, 2);
-                for (int k = 0; k < 4; k++) memcpy(o + 64 + 64 * k + 4 * r, b->qs + 4 * k, 4);
+                memcpy(o + 4 * r, &b->d, 2);
+                memcpy(o + 4 * r + 2, &b->m, 2);
+                memcpy(o + 32 + 16 * r, b->qs, 16);
             }
 }
 
-static void pack_q8_0x16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+static void pack_q8_0x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
 {
     const int64_t nb = n / WEFT_QK8_0;
     uint8_t *o = dst;
-    for (int64_t g = 0; g < n_rows; g += 16)
-        for (int64_t i = 0; i < nb; i++, o += 16 * sizeof(struct weft_block_q8_0))
-            for (int r = 0; r < 16; r++) {
+    for (int64_t g = 0; g < n_rows; g += 8)
+        for (int64_t i = 0; i < nb; i++, o += 8 * sizeof(struct weft_block_q8_0))
+            for (int r = 0; r < 8; r++) {
                 const struct weft_block_q8_0 *b = ROWP(struct weft_block_q8_0, g + r) + i;
                 memcpy(o + 2 * r, &b->d, 2);
-                for (int j = 0; j < 32; j++) o[32 + 64 * (j / 4) + 4 * r + j % 4] = (uint8_t)b->qs[j] ^ 0x80;
+                for (int j = 0; j < 32; j++) o[16 + 32 * r + j] = (uint8_t)b->qs[j] ^ 0x80;
             }
 }
 
@@ -145,17 +138,17 @@ static void aux_q8_0(const void *vx, int64_t n, void *vaux)
 {
     const struct weft_block_q8_0 *x = vx;
     uint8_t *a = vaux;
-    for (int64_t i = 0; i < n / WEFT_QK8_0; i++, a += 8) {
-        int32_t s = 0;
-        for (int j = 0; j < 32; j++) s += x[i].qs[j];
-        s *= -128;
+    for (int64_t i = 0; i < n / WEFT_QK8_0; i++, a += 64) {
+        int32_t c[16] = {0};
+        for (int l = 0; l < 8; l++)
+            c[l] = -128 * (x[i].qs[4 * l] + x[i].qs[4 * l + 1] + x[i].qs[4 * l + 2] + x[i].qs[4 * l + 3]);
         const float d = weft_half_to_f32(x[i].d);
-        memcpy(a, &s, 4);
-        memcpy(a + 4, &d, 4);
+        memcpy(&c[8], &d, 4);
+        memcpy(a, c, 64);
     }
 }
 
-/* {int32 -16 lane sums [8], float dx, pad} per block */
+/* as aux_q8_0 with -16: {int32 -16 lane sums [8], float dx, pad} per block */
 static void aux_q5_0(const void *vx, int64_t n, void *vaux)
 {
     const struct weft_block_q8_0 *x = vx;
@@ -170,12 +163,19 @@ static void aux_q5_0(const void *vx, int64_t n, void *vaux)
     }
 }
 
-/* Software prefetch distance in bytes on the packed stream (0: none) of
- * the x16 kernels, one prefetch per cache line of a block column. SmolLM2
- * Q4_1 tg64 with 2 threads on the shared 2-core machine, paired runs:
- * medians of 5 pairs 112 t/s without, 174 with 2560, 164 with 5120. */
+/* Software prefetch distance in bytes on the packed stream (0: none), one
+ * prefetch per cache line of a block column. The hardware prefetchers alone
+ * leave these kernels waiting on the stream: SmolLM2 Q4_1 tg64 with 2
+ * threads on the shared 2-core machine went from 112 to 174 t/s (medians of
+ * 5 paired runs) with 2560 bytes, 164 with 5120. */
 #ifndef WEFT_PACKED_PREFETCH
 #define WEFT_PACKED_PREFETCH 2560
+#endif
+#if WEFT_PACKED_PREFETCH > 0
+#define PREFETCH_COLUMN(p, bytes) \
+    for (int l_ = 0; l_ < (bytes); l_ += 64) _mm_prefetch((const char *)(p) + WEFT_PACKED_PREFETCH + l_, _MM_HINT_T0)
+#else
+#define PREFETCH_COLUMN(p, bytes) ((void)0)
 #endif
 
 #define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
@@ -197,9 +197,7 @@ static Z512V void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux,
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < nb; i++, p += 288, a += 8) {
-#if WEFT_PACKED_PREFETCH > 0
-        for (int l = 0; l < 288; l += 64) _mm_prefetch((const char *)p + WEFT_PACKED_PREFETCH + l, _MM_HINT_T0);
-#endif
+        PREFETCH_COLUMN(p, 288);
         const int8_t *xq = x[i].qs;
         __m512i s0 = bcast32(a), s1 = _mm512_setzero_si512();
         for (int k = 0; k < 4; k++) {
@@ -225,59 +223,86 @@ AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
     return _mm512_add_ps(r, _mm512_movehdup_ps(r));
 }
 
-/* ---- Q4_1 x Q8_1, 16 rows ---- */
-static Z512V void dotp_q4_1x16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+/* ---- Q4_1 x Q8_1, 8 rows ---- */
+static Z512V void dotp_q4_1x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp;
     const float *a = vaux;
     const struct weft_block_q8_1 *x = vx;
     const int64_t nb = n / WEFT_QK4_1;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512 acc = _mm512_setzero_ps(), sm = acc;
-    for (int64_t i = 0; i < nb; i++, p += 320) {
-#if WEFT_PACKED_PREFETCH > 0
-        for (int l = 0; l < 320; l += 64) _mm_prefetch((const char *)p + WEFT_PACKED_PREFETCH + l, _MM_HINT_T0);
-#endif
-        const int8_t *xq = x[i].qs;
-        __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-        for (int k = 0; k < 4; k++) {
-            const __m512i q = _mm512_loadu_si512((const void *)(p + 64 + 64 * k));
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_and_si512(q, m4), bcast32(xq + 4 * k));
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_and_si512(_mm512_srli_epi16(q, 4), m4), bcast32(xq + 16 + 4 * k));
-        }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(a[2 * i])), f, acc);
-        sm = _mm512_fmadd_ps(mw, _mm512_set1_ps(a[2 * i + 1]), sm);
+    /* d*dx of row r (lane 2r) into 128-bit lane r, rows 0..3 / 4..7 */
+    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i i1 = _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14);
+    __m512 lo0 = _mm512_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0, sm = lo0;
+    for (int64_t i = 0; i < nb; i++, p += 160) {
+        PREFETCH_COLUMN(p, 160);
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        double xds_d;
+        memcpy(&xds_d, a + 2 * i, 8);
+        const __m512 xds = _mm512_castpd_ps(_mm512_set1_pd(xds_d));
+        sm = _mm512_fmadd_ps(dm, xds, sm); /* odd lanes: fmaf(m, s, summs) */
+        const __m512 pr = _mm512_mul_ps(dm, xds);
+        const __m512 d0 = _mm512_permutexvar_ps(i0, pr), d1 = _mm512_permutexvar_ps(i1, pr);
+        const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)x[i].qs));
+        const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(x[i].qs + 16)));
+        const __m512i q0 = _mm512_loadu_si512((const void *)(p + 32));
+        const __m512i q1 = _mm512_loadu_si512((const void *)(p + 96));
+        const __m512i z = _mm512_setzero_si512();
+        lo0 = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, _mm512_and_si512(q0, m4), xlo)), lo0);
+        hi0 = _mm512_fmadd_ps(
+            d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4), xhi)), hi0);
+        lo1 = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, _mm512_and_si512(q1, m4), xlo)), lo1);
+        hi1 = _mm512_fmadd_ps(
+            d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4), xhi)), hi1);
     }
-    _mm512_storeu_ps(out, _mm512_add_ps(acc, sm));
+    const __m512 h0 = hsum8_lanes(lo0, hi0), h1 = hsum8_lanes(lo1, hi1);
+    /* rows 0..3 from h0's elements 0, 4, 8, 12; rows 4..7 from h1's; summs of row r at sm lane 2r+1 */
+    const __m256 h = _mm512_castps512_ps256(
+        _mm512_permutex2var_ps(h0, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0), h1));
+    const __m256 s = _mm512_castps512_ps256(
+        _mm512_permutexvar_ps(_mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0), sm));
+    _mm256_storeu_ps(out, _mm256_add_ps(h, s));
 }
 
-/* ---- Q8_0 x Q8_0, 16 rows ---- */
-static Z512V void dotp_q8_0x16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+/* ---- Q8_0 x Q8_0, 8 rows ---- */
+static Z512V void dotp_q8_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp, *a = vaux;
     const struct weft_block_q8_0 *x = vx;
     const int64_t nb = n / WEFT_QK8_0;
-    __m512 acc = _mm512_setzero_ps();
-    for (int64_t i = 0; i < nb; i++, p += 544, a += 8) {
-#if WEFT_PACKED_PREFETCH > 0
-        for (int l = 0; l < 544; l += 64) _mm_prefetch((const char *)p + WEFT_PACKED_PREFETCH + l, _MM_HINT_T0);
-#endif
-        const int8_t *xq = x[i].qs;
-        __m512i s0 = bcast32(a), s1 = _mm512_setzero_si512();
-        for (int k = 0; k < 4; k++) {
-            s0 = _mm512_dpbusd_epi32(s0, _mm512_loadu_si512((const void *)(p + 32 + 64 * k)), bcast32(xq + 4 * k));
-            s1 = _mm512_dpbusd_epi32(s1, _mm512_loadu_si512((const void *)(p + 288 + 64 * k)), bcast32(xq + 16 + 4 * k));
-        }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        float dx;
-        memcpy(&dx, a + 4, 4);
-        const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(s0, s1));
-        acc = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(dx)), f, acc);
+    /* d*dx of rows (2k, 2k+1) into the two 256-bit halves */
+    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i i1 = _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m512i i2 = _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5);
+    const __m512i i3 = _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < nb; i++, p += 272, a += 64) {
+        PREFETCH_COLUMN(p, 272);
+        const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs));
+        const __m512i corr = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a));
+        const __m512 d = _mm512_castps256_ps512(
+            _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), _mm256_broadcast_ss((const float *)(a + 32))));
+#define Q8_STEP(acc, k, idx)                                                                                      \
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx, d),                                                      \
+                              _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(                                             \
+                                  corr, _mm512_loadu_si512((const void *)(p + 16 + 64 * (k))), xq)),            \
+                              acc)
+        Q8_STEP(a0, 0, i0);
+        Q8_STEP(a1, 1, i1);
+        Q8_STEP(a2, 2, i2);
+        Q8_STEP(a3, 3, i3);
+#undef Q8_STEP
     }
-    _mm512_storeu_ps(out, acc);
+    /* per 256-bit half (one row): lanes 0..3 + lanes 4..7, then as hsum8_lanes */
+    float t[4][16] __attribute__((aligned(64)));
+    const __m512 acc[4] = {a0, a1, a2, a3};
+    for (int k = 0; k < 4; k++) {
+        const __m512 v = acc[k];
+        _mm512_store_ps(t[k], hsum8_lanes(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1))));
+        out[2 * k] = t[k][0];
+        out[2 * k + 1] = t[k][8];
+    }
 }
 
 /* ---- Q5_0 x Q8_0, 8 rows: as Q8_0 x 8, the weights unpacked per row pair
@@ -296,6 +321,7 @@ static Z512V void dotp_q5_0x8(const void *wp, const void *vx, const void *vaux, 
     const __m512i m4 = _mm512_set1_epi8(0x0F), h16 = _mm512_set1_epi8(16);
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     for (int64_t i = 0; i < nb; i++, p += 176, a += 64) {
+        PREFETCH_COLUMN(p, 176);
         const __m512i xq = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)x[i].qs));
         const __m512i corr = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)a));
         const __m512 d = _mm512_castps256_ps512(
@@ -338,8 +364,8 @@ void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k)
 {
     if (!have_vnni()) return;
     k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_0x16, .aux_size = aux8_size, .aux = aux_q4_0, .dot = dotp_q4_0x16};
-    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_1x16, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x16};
-    k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q8_0x16, .aux_size = aux8_size, .aux = aux_q8_0, .dot = dotp_q8_0x16};
+    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
+    k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
     k->packed[WEFT_TYPE_Q5_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q5_0x8, .aux_size = aux64_size, .aux = aux_q5_0, .dot = dotp_q5_0x8};
 }
 
