@@ -5,8 +5,14 @@
  * packed unit by unit (a short last unit repeats its last row), and
  * out[j * ldo + i] must equal dot(row i, x_j) as a float bit pattern, with
  * nothing written outside the nx x (groups * rows) window. Odd block counts,
- * one block, 1..3 groups, nx 1..9 and 64. Also times gemmp against the
- * table's plain gemm on a 1536 x 576 block times 64 rows (printed). */
+ * one block, 1..3 groups, nx 1..9 and 64. Then the CPU backend's MATMUL on
+ * prepared (packed) weights, bit for bit against weft_vec_dot: row counts
+ * with a partial last group or tile (those rows fall back to the plain
+ * kernels), a view of the leading rows, 8..70 activation rows (past one
+ * 64-row chunk), two matmuls sharing x as one group, a fused residual. Also
+ * times gemmp against the table's plain gemm on a 1536 x 576 block times 64
+ * rows (printed). */
+#include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
@@ -120,6 +126,112 @@ static void gemmp_matches_the_one_row_dot_bit_for_bit(void)
     printf("  %d tables with packed prefill, %ld outputs compared bit for bit\n", tables, n_checked);
 }
 
+/* ---- the backend's dispatch: packed prefill, and its fallbacks ---- */
+
+static struct weft_buffer *upload(struct weft_backend *be, const void *data, size_t n)
+{
+    struct weft_buffer *b = NULL;
+    CHECK(be->iface->buffer_alloc(be, n, &b) == WEFT_OK);
+    if (b && data) CHECK(be->iface->buffer_write(b, 0, data, n) == WEFT_OK);
+    return b;
+}
+
+/* out[r][n] (+ add[r][n]) of a prepared matrix against weft_vec_dot */
+static long check_matmul_rows(enum weft_type t, const uint8_t *w, int64_t nv, const uint8_t *xq, int64_t R,
+                              int64_t K, const float *out, const float *add, const char *what)
+{
+    const size_t rb = weft_row_size(t, K), xb = weft_row_size(weft_vec_dot_type(t), K);
+    long bad = 0;
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t n = 0; n < nv; n++) {
+            float want = weft_vec_dot(t, w + (size_t)n * rb, xq + (size_t)r * xb, K);
+            if (add) want += add[r * nv + n];
+            const float got = out[r * nv + n];
+            if (!same_float(got, want) && bad++ < 3)
+                CHECK_MSG(false, "MATMUL %s %s K%lld R%lld: out (%lld, %lld) %.9g, one-row dot %.9g", weft_type_name(t),
+                          what, (long long)K, (long long)R, (long long)r, (long long)n, got, want);
+            n_checked++;
+        }
+    return bad;
+}
+
+static void matmul_on_packed_weights_matches_the_one_row_dot(void)
+{
+    struct weft_backend *be = NULL;
+    if (weft_backend_open("cpu", 2, &be) != WEFT_OK || !be) {
+        printf("SKIP: no cpu backend: %s\n", weft_last_error());
+        return;
+    }
+    const struct weft_backend_iface *bi = be->iface;
+    if (!bi->weight_prepare) {
+        weft_backend_close(be);
+        return;
+    }
+    static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0};
+    /* N1, N2: the two matrices (tails of 3 rows past a group, a tile of 8
+     * rows, 13 past a tile); R: activation rows */
+    static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {8, 9, 13, 64, 70};
+    const int64_t RMAX = 70;
+    long checked0 = n_checked;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+                const enum weft_type t = types[ti], vdt = weft_vec_dot_type(t);
+                const int64_t K = Ks[ki], N1 = Ns[ni][0], N2 = Ns[ni][1];
+                const size_t rb = weft_row_size(t, K), xb = weft_row_size(vdt, K);
+                uint8_t *w1 = malloc(rb * N1), *w2 = malloc(rb * N2), *xq = malloc(xb * RMAX);
+                float *x = malloc(sizeof(float) * K * RMAX), *add = malloc(sizeof(float) * RMAX * N1),
+                      *o1 = malloc(sizeof(float) * RMAX * N1), *o2 = malloc(sizeof(float) * RMAX * N2);
+                fill_rows(t, w1, rb, N1, K, x);
+                fill_rows(t, w2, rb, N2, K, x);
+                for (int64_t r = 0; r < RMAX; r++) {
+                    fill_activations(x + r * K, K);
+                    CHECK(weft_quantize_row_act(vdt, x + r * K, xq + (size_t)r * xb, K));
+                }
+                fill_activations(add, RMAX * N1);
+                struct weft_buffer *bw1 = upload(be, w1, rb * N1), *bw2 = upload(be, w2, rb * N2),
+                                   *bx = upload(be, x, sizeof(float) * K * RMAX),
+                                   *bo1 = upload(be, NULL, sizeof(float) * RMAX * N1),
+                                   *bo2 = upload(be, NULL, sizeof(float) * RMAX * N2);
+                CHECK(bi->weight_prepare(be, &(struct weft_view){bw1, 0, t, K, N1, rb}) == WEFT_OK);
+                CHECK(bi->weight_prepare(be, &(struct weft_view){bw2, 0, t, K, N2, rb}) == WEFT_OK);
+                for (size_t ri = 0; ri < sizeof Rs / sizeof Rs[0]; ri++) {
+                    const int64_t R = Rs[ri];
+                    /* the two matrices as one group (same x), then the leading N1 - 5 rows of the first
+                     * with a fused residual (in place) */
+                    struct weft_op ops[2] = {{.kind = WEFT_OP_MATMUL}, {.kind = WEFT_OP_MATMUL}};
+                    ops[0].u.matmul = (struct weft_op_matmul){.x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R),
+                                                              .w = weft_view_2d(bw1, 0, t, K, N1),
+                                                              .out = weft_view_2d(bo1, 0, WEFT_TYPE_F32, N1, R)};
+                    ops[1].u.matmul = (struct weft_op_matmul){.x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R),
+                                                              .w = weft_view_2d(bw2, 0, t, K, N2),
+                                                              .out = weft_view_2d(bo2, 0, WEFT_TYPE_F32, N2, R)};
+                    if (!bi->supports(be, &ops[0])) continue;
+                    CHECK(bi->run(be, ops, 2) == WEFT_OK && bi->sync(be) == WEFT_OK);
+                    CHECK(bi->buffer_read(bo1, 0, o1, sizeof(float) * R * N1) == WEFT_OK);
+                    CHECK(bi->buffer_read(bo2, 0, o2, sizeof(float) * R * N2) == WEFT_OK);
+                    check_matmul_rows(t, w1, N1, xq, R, K, o1, NULL, "first of a group");
+                    check_matmul_rows(t, w2, N2, xq, R, K, o2, NULL, "second of a group");
+                    const int64_t NV = N1 - 5;
+                    CHECK(bi->buffer_write(bo1, 0, add, sizeof(float) * R * NV) == WEFT_OK);
+                    struct weft_op op = {.kind = WEFT_OP_MATMUL};
+                    op.u.matmul = (struct weft_op_matmul){.x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R),
+                                                          .w = weft_view_2d(bw1, 0, t, K, NV),
+                                                          .out = weft_view_2d(bo1, 0, WEFT_TYPE_F32, NV, R),
+                                                          .has_add = true};
+                    op.u.matmul.add = op.u.matmul.out;
+                    CHECK(bi->run(be, &op, 1) == WEFT_OK && bi->sync(be) == WEFT_OK);
+                    CHECK(bi->buffer_read(bo1, 0, o1, sizeof(float) * R * NV) == WEFT_OK);
+                    check_matmul_rows(t, w1, NV, xq, R, K, o1, add, "leading rows + residual");
+                }
+                struct weft_buffer *all[] = {bw1, bw2, bx, bo1, bo2};
+                for (int i = 0; i < 5; i++) bi->buffer_free(all[i]);
+                free(w1), free(w2), free(xq), free(x), free(add), free(o1), free(o2);
+            }
+    printf("  backend %s: %ld MATMUL outputs compared bit for bit\n", bi->name, n_checked - checked0);
+    weft_backend_close(be);
+}
+
 /* ---- timing (printed, not asserted) ---- */
 
 static double now_s(void)
@@ -172,6 +284,7 @@ static void timing_gemmp_vs_gemm(void)
 int main(void)
 {
     RUN(gemmp_matches_the_one_row_dot_bit_for_bit);
+    RUN(matmul_on_packed_weights_matches_the_one_row_dot);
     RUN(timing_gemmp_vs_gemm);
     return check_summary();
 }

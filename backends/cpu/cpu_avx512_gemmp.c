@@ -17,7 +17,10 @@
  *  - Q4_0 (x16 layout, one lane per weight row): see the Q4_0 section; its
  *    reference keeps one float chain per output over exact block totals,
  *    so the integer work dominates and a block's unpacked nibbles serve up
- *    to 8 activation rows. */
+ *    to 8 activation rows.
+ *  - Q4_1 (x8 decode layout, ggml's 8 float lanes per output plus a summs
+ *    chain): see the Q4_1 section; a block's unpacked nibbles and scales
+ *    serve up to 4 activation rows. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -66,6 +69,15 @@ AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
 {
     const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
     const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    __m512 r = _mm512_add_ps(lo, hi);
+    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
+}
+
+/* per 128-bit lane: hsum_float_8 of (lanes 0..3 = lo, lanes 4..7 = hi) as
+ * ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), in the lane's element 0 */
+AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
+{
     __m512 r = _mm512_add_ps(lo, hi);
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
     return _mm512_add_ps(r, _mm512_movehdup_ps(r));
@@ -232,6 +244,116 @@ static Z512V void gemmp_q4_0(const void *wp, int groups, const void *xp, int nx,
     }
 }
 
+/* ---- Q4_1 ----
+ *
+ * Weights in the x8 decode layout (cpu_avx512_packed.c: per block column
+ * (d, m)[8] as f16, then rows 0..3's qs at 16r, rows 4..7's). The reference
+ * (ggml's AVX2 Q4_1 dot) keeps 8 float lanes per output, lane l the exact
+ * int sum over elements 4l..4l+3: acc[l] = fma(dw * dx, float(lane), acc[l]),
+ * a separate chain summs = fma(m, s, summs), and hsum_float_8(acc) + summs.
+ * As in the decode kernel, one zmm holds four weight rows x four lanes (row
+ * r in 128-bit lane r) of one activation row: low nibbles against x[0..15]
+ * give lanes 0..3, high nibbles against x[16..31] lanes 4..7. A block's four
+ * unpacked nibble vectors and its d vectors (d of row r repeated over its
+ * 128-bit lane) are made once and serve up to 4 activation rows (16 lane
+ * accumulators); the summs chains take a second, cheap pass over the blocks.
+ * A unit is one activation row: per block its 32 qs, dx and s as floats,
+ * padded to 48 bytes (no 16-byte load crosses a cache line). */
+
+#define Q41P_UNIT 48
+#define Q41P_GROUP 160
+#define Q41P_NR 4 /* activation rows per tile */
+
+static size_t xp_size_q4_1(int64_t n) { return (size_t)(n / WEFT_QK8_1) * Q41P_UNIT; }
+
+static void xpack_q4_1(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    (void)xstride;
+    (void)nx; /* one row per unit */
+    const struct weft_block_q8_1 *b = x;
+    uint8_t *o = dst;
+    for (int64_t i = 0; i < n / WEFT_QK8_1; i++, o += Q41P_UNIT) {
+        const float f[4] = {weft_half_to_f32(b[i].d), weft_half_to_f32(b[i].s), 0.0f, 0.0f};
+        memcpy(o, b[i].qs, 32);
+        memcpy(o + 32, f, 16);
+    }
+}
+
+/* one 8-row group x NR activation rows (units at x, ubytes apart) */
+AI Z512V void q41p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo,
+                        const int NR)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* d of row r (element 2r of the converted (d, m) pairs) over 128-bit lane r, rows 0..3 / 4..7 */
+    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+    const __m512i i1 = _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14);
+    __m512 lo0[Q41P_NR], hi0[Q41P_NR], lo1[Q41P_NR], hi1[Q41P_NR];
+    for (int j = 0; j < NR; j++) lo0[j] = hi0[j] = lo1[j] = hi1[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * Q41P_GROUP;
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 dw0 = _mm512_permutexvar_ps(i0, dm), dw1 = _mm512_permutexvar_ps(i1, dm);
+        const __m512i q0 = _mm512_loadu_si512((const void *)(p + 32));
+        const __m512i q1 = _mm512_loadu_si512((const void *)(p + 96));
+        const __m512i l0 = _mm512_and_si512(q0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
+        const __m512i l1 = _mm512_and_si512(q1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
+        for (int j = 0; j < NR; j++) {
+            const uint8_t *xb = x + (size_t)j * ubytes + (size_t)b * Q41P_UNIT;
+            const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb));
+            const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb + 16)));
+            float dxf;
+            memcpy(&dxf, xb + 32, 4);
+            const __m512 dx = _mm512_set1_ps(dxf);
+            const __m512 d0 = _mm512_mul_ps(dw0, dx), d1 = _mm512_mul_ps(dw1, dx);
+            const __m512i z = _mm512_setzero_si512();
+            lo0[j] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, l0, xlo)), lo0[j]);
+            hi0[j] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, h0, xhi)), hi0[j]);
+            lo1[j] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, l1, xlo)), lo1[j]);
+            hi1[j] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, h1, xhi)), hi1[j]);
+        }
+    }
+    /* summs: odd elements of fma((d, m) pairs, (dx, s) pairs, sm) are fmaf(m, s, summs) per row */
+    __m512 sm[Q41P_NR];
+    for (int j = 0; j < NR; j++) sm[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)b * Q41P_GROUP)));
+        for (int j = 0; j < NR; j++) {
+            double xds;
+            memcpy(&xds, x + (size_t)j * ubytes + (size_t)b * Q41P_UNIT + 32, 8);
+            sm[j] = _mm512_fmadd_ps(dm, _mm512_castpd_ps(_mm512_set1_pd(xds)), sm[j]);
+        }
+    }
+    const __m512i ih = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m512i is = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    for (int j = 0; j < NR; j++) {
+        /* rows 0..3 from element 0 of h0's 128-bit lanes, rows 4..7 from h1's */
+        const __m512 h0 = hsum8_lanes(lo0[j], hi0[j]), h1 = hsum8_lanes(lo1[j], hi1[j]);
+        const __m256 h = _mm512_castps512_ps256(_mm512_permutex2var_ps(h0, ih, h1));
+        const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(is, sm[j]));
+        _mm256_storeu_ps(out + (size_t)j * ldo, _mm256_add_ps(h, s));
+    }
+}
+
+static Z512V void gemmp_q4_1(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK4_1;
+    const size_t gbytes = (size_t)nb * Q41P_GROUP, ubytes = (size_t)nb * Q41P_UNIT;
+    for (int j = 0; j < nx; j += Q41P_NR) {
+        const int nr = nx - j < Q41P_NR ? nx - j : Q41P_NR;
+        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
+            float *o = out + (size_t)j * ldo + 8 * g;
+            switch (nr) {
+            case 1: q41p_tile(w, x, ubytes, nb, o, ldo, 1); break;
+            case 2: q41p_tile(w, x, ubytes, nb, o, ldo, 2); break;
+            case 3: q41p_tile(w, x, ubytes, nb, o, ldo, 3); break;
+            default: q41p_tile(w, x, ubytes, nb, o, ldo, 4); break;
+            }
+        }
+    }
+}
+
 static bool have_vnni(void)
 {
     unsigned a, b, c, d;
@@ -248,6 +370,13 @@ void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k)
         q4->xp_size = xp_size_q4_0;
         q4->xpack = xpack_q4_0;
         q4->gemmp = gemmp_q4_0;
+    }
+    struct weft_cpu_packed *q41 = &k->packed[WEFT_TYPE_Q4_1];
+    if (q41->rows == 8) {
+        q41->xrows = 1;
+        q41->xp_size = xp_size_q4_1;
+        q41->xpack = xpack_q4_1;
+        q41->gemmp = gemmp_q4_1;
     }
     struct weft_cpu_packed *q8 = &k->packed[WEFT_TYPE_Q8_0];
     if (q8->rows == 8) {
