@@ -537,8 +537,9 @@ static float dot_q4_1(const struct weft_block_q4_1 *w, const struct weft_block_q
     return hsum_float_8(acc) + summs;
 }
 
-/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch (decode; see
- * weft_vec_dot_gemm for prefill). Values are (nibble | high bit << 4) - 16. */
+/* Q5_0 x Q8_0: ggml_vec_dot_q5_0_q8_0, AVX2 branch, for decode and prefill
+ * alike (weft_vec_dot_mm keeps this order for any batch; only F32/F16/BF16
+ * take tinyBLAS's). Values are (nibble | high bit << 4) - 16. */
 static float dot_q5_0(const struct weft_block_q5_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
     float acc[8] = {0};
@@ -571,8 +572,8 @@ static float dot_q5_1(const struct weft_block_q5_1 *w, const struct weft_block_q
     return hsum_float_8(acc) + summs;
 }
 
-/* Q8_0 x Q8_0: ggml_vec_dot_q8_0_q8_0, AVX2 branch (decode; see
- * weft_vec_dot_gemm for prefill). */
+/* Q8_0 x Q8_0: ggml_vec_dot_q8_0_q8_0, AVX2 branch, for decode and prefill
+ * alike (as Q5_0: see weft_vec_dot_mm). */
 static float dot_q8_0(const struct weft_block_q8_0 *w, const struct weft_block_q8_0 *x, int64_t nb)
 {
     float acc[8] = {0};
