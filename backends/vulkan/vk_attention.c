@@ -105,6 +105,7 @@ static struct weft_buffer *rope_table(struct vk_backend *vb, const struct weft_o
     if (same && (uint32_t)max < vb->rope_cap) return vb->rope_tab;
     uint32_t cap = 256;
     while (cap <= (uint32_t)max && cap < (1u << 30)) cap *= 2;
+    if ((uint32_t)max >= cap) return NULL;
     struct weft_buffer *t = NULL;
     if (vk_buffer_new(vb, (size_t)cap * o->n_rot * sizeof(float), false, false, &t) != WEFT_OK) return NULL;
     float *dst = (float *)host_ptr(t);

@@ -52,7 +52,7 @@ static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
 
 /* core/quant.c's Q8_0 and Q4_1 dot order: one float chain per row (1) or
  * ggml's eight AVX2 lanes (0); mul_mat_exact's q8_0, q4_1 / *_lanes variants */
-#define DOT_ONE_CHAIN 1
+#define DOT_ONE_CHAIN 0
 
 struct mm_push {
     uint32_t w_off, w_stride;
