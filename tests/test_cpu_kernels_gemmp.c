@@ -8,7 +8,7 @@
  * one block, 1..3 groups, nx 1..9 and 64. Then the CPU backend's MATMUL on
  * prepared (packed) weights, bit for bit against weft_vec_dot: row counts
  * with a partial last group or tile (those rows fall back to the plain
- * kernels), a view of the leading rows, 8..70 activation rows (past one
+ * kernels), a view of the leading rows, 2..70 activation rows (past one
  * 64-row chunk), two matmuls sharing x as one group, a fused residual. Also
  * times gemmp against the table's plain gemm on a 1536 x 576 block times 64
  * rows (printed). */
@@ -170,7 +170,7 @@ static void matmul_on_packed_weights_matches_the_one_row_dot(void)
     static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0};
     /* N1, N2: the two matrices (tails of 3 rows past a group, a tile of 8
      * rows, 13 past a tile); R: activation rows */
-    static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {8, 9, 13, 64, 70};
+    static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {2, 3, 4, 5, 8, 9, 13, 64, 70};
     const int64_t RMAX = 70;
     long checked0 = n_checked;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
