@@ -20,7 +20,7 @@
  *    to 8 activation rows.
  *  - Q4_1 (x8 decode layout, ggml's 8 float lanes per output plus a summs
  *    chain): see the Q4_1 section; a block's unpacked nibbles and scales
- *    serve up to 4 activation rows. */
+ *    serve up to 8 activation rows. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -253,16 +253,19 @@ static Z512V void gemmp_q4_0(const void *wp, int groups, const void *xp, int nx,
  * a separate chain summs = fma(m, s, summs), and hsum_float_8(acc) + summs.
  * As in the decode kernel, one zmm holds four weight rows x four lanes (row
  * r in 128-bit lane r) of one activation row: low nibbles against x[0..15]
- * give lanes 0..3, high nibbles against x[16..31] lanes 4..7. A block's four
- * unpacked nibble vectors and its d vectors (d of row r repeated over its
- * 128-bit lane) are made once and serve up to 4 activation rows (16 lane
- * accumulators); the summs chains take a second, cheap pass over the blocks.
+ * give lanes 0..3, high nibbles against x[16..31] lanes 4..7. Per 4-row
+ * half of a group, a block's two unpacked nibble vectors and its d vector
+ * (d of row r repeated over its 128-bit lane) are made once and serve up to
+ * 8 activation rows (16 lane accumulators; per activation row and block:
+ * one vmulps for d * dx, two each of vpdpbusd, vcvtdq2ps, vfmadd: what
+ * ggml's order costs); the summs chains take a third, cheap pass over the
+ * blocks. (Whole groups x 4 activation rows, the unpacking shared by fewer
+ * rows, measured about 5% slower.)
  * A unit is one activation row: per block its 32 qs, dx and s as floats,
  * padded to 48 bytes (no 16-byte load crosses a cache line). */
 
 #define Q41P_UNIT 48
 #define Q41P_GROUP 160
-#define Q41P_NR 4 /* activation rows per tile */
 
 static size_t xp_size_q4_1(int64_t n) { return (size_t)(n / WEFT_QK8_1) * Q41P_UNIT; }
 
@@ -279,41 +282,41 @@ static void xpack_q4_1(const void *x, size_t xstride, int nx, int64_t n, void *d
     }
 }
 
-/* one 8-row group x NR activation rows (units at x, ubytes apart) */
-AI Z512V void q41p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo,
-                        const int NR)
+/* one 8-row group x NR activation rows (units at x, ubytes apart): each
+ * 4-row half in a pass of its own (16 lane accumulators), its hsum_float_8
+ * results kept in hb, then the summs pass, then hb + summs */
+AI Z512V void q41p_tile8(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo,
+                         const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    /* d of row r (element 2r of the converted (d, m) pairs) over 128-bit lane r, rows 0..3 / 4..7 */
-    const __m512i i0 = _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
-    const __m512i i1 = _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14);
-    __m512 lo0[Q41P_NR], hi0[Q41P_NR], lo1[Q41P_NR], hi1[Q41P_NR];
-    for (int j = 0; j < NR; j++) lo0[j] = hi0[j] = lo1[j] = hi1[j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *p = w + (size_t)b * Q41P_GROUP;
-        const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
-        const __m512 dw0 = _mm512_permutexvar_ps(i0, dm), dw1 = _mm512_permutexvar_ps(i1, dm);
-        const __m512i q0 = _mm512_loadu_si512((const void *)(p + 32));
-        const __m512i q1 = _mm512_loadu_si512((const void *)(p + 96));
-        const __m512i l0 = _mm512_and_si512(q0, m4), h0 = _mm512_and_si512(_mm512_srli_epi16(q0, 4), m4);
-        const __m512i l1 = _mm512_and_si512(q1, m4), h1 = _mm512_and_si512(_mm512_srli_epi16(q1, 4), m4);
-        for (int j = 0; j < NR; j++) {
-            const uint8_t *xb = x + (size_t)j * ubytes + (size_t)b * Q41P_UNIT;
-            const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb));
-            const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb + 16)));
-            float dxf;
-            memcpy(&dxf, xb + 32, 4);
-            const __m512 dx = _mm512_set1_ps(dxf);
-            const __m512 d0 = _mm512_mul_ps(dw0, dx), d1 = _mm512_mul_ps(dw1, dx);
-            const __m512i z = _mm512_setzero_si512();
-            lo0[j] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, l0, xlo)), lo0[j]);
-            hi0[j] = _mm512_fmadd_ps(d0, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, h0, xhi)), hi0[j]);
-            lo1[j] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, l1, xlo)), lo1[j]);
-            hi1[j] = _mm512_fmadd_ps(d1, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, h1, xhi)), hi1[j]);
+    float hb[8][8] __attribute__((aligned(32)));
+    for (int h = 0; h < 2; h++) {
+        const __m512i ih = h ? _mm512_setr_epi32(8, 8, 8, 8, 10, 10, 10, 10, 12, 12, 12, 12, 14, 14, 14, 14)
+                             : _mm512_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2, 4, 4, 4, 4, 6, 6, 6, 6);
+        __m512 lo[8], hi[8];
+        for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm512_setzero_ps();
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *p = w + (size_t)b * Q41P_GROUP;
+            const __m512 dw = _mm512_permutexvar_ps(ih, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
+            const __m512i q = _mm512_loadu_si512((const void *)(p + 32 + 64 * h));
+            const __m512i l = _mm512_and_si512(q, m4), u = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+            for (int j = 0; j < NR; j++) {
+                const uint8_t *xb = x + (size_t)j * ubytes + (size_t)b * Q41P_UNIT;
+                const __m512i xlo = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)xb));
+                const __m512i xhi = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xb + 16)));
+                float dxf;
+                memcpy(&dxf, xb + 32, 4);
+                const __m512 d = _mm512_mul_ps(dw, _mm512_set1_ps(dxf));
+                const __m512i z = _mm512_setzero_si512();
+                lo[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, l, xlo)), lo[j]);
+                hi[j] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(z, u, xhi)), hi[j]);
+            }
         }
+        const __m512i i4 = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+        for (int j = 0; j < NR; j++)
+            _mm_store_ps(&hb[j][4 * h], _mm512_castps512_ps128(_mm512_permutexvar_ps(i4, hsum8_lanes(lo[j], hi[j]))));
     }
-    /* summs: odd elements of fma((d, m) pairs, (dx, s) pairs, sm) are fmaf(m, s, summs) per row */
-    __m512 sm[Q41P_NR];
+    __m512 sm[8];
     for (int j = 0; j < NR; j++) sm[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m512 dm = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)b * Q41P_GROUP)));
@@ -323,14 +326,10 @@ AI Z512V void q41p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64
             sm[j] = _mm512_fmadd_ps(dm, _mm512_castpd_ps(_mm512_set1_pd(xds)), sm[j]);
         }
     }
-    const __m512i ih = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 0, 0, 0, 0, 0, 0, 0);
     const __m512i is = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
     for (int j = 0; j < NR; j++) {
-        /* rows 0..3 from element 0 of h0's 128-bit lanes, rows 4..7 from h1's */
-        const __m512 h0 = hsum8_lanes(lo0[j], hi0[j]), h1 = hsum8_lanes(lo1[j], hi1[j]);
-        const __m256 h = _mm512_castps512_ps256(_mm512_permutex2var_ps(h0, ih, h1));
-        const __m256 s = _mm512_castps512_ps256(_mm512_permutexvar_ps(is, sm[j]));
-        _mm256_storeu_ps(out + (size_t)j * ldo, _mm256_add_ps(h, s));
+        const __m256 sv = _mm512_castps512_ps256(_mm512_permutexvar_ps(is, sm[j]));
+        _mm256_storeu_ps(out + (size_t)j * ldo, _mm256_add_ps(_mm256_load_ps(hb[j]), sv));
     }
 }
 
@@ -338,17 +337,21 @@ static Z512V void gemmp_q4_1(const void *wp, int groups, const void *xp, int nx,
 {
     const int64_t nb = n / WEFT_QK4_1;
     const size_t gbytes = (size_t)nb * Q41P_GROUP, ubytes = (size_t)nb * Q41P_UNIT;
-    for (int j = 0; j < nx; j += Q41P_NR) {
-        const int nr = nx - j < Q41P_NR ? nx - j : Q41P_NR;
+    for (int j = 0; j < nx; j += 8) {
+        const int nr = nx - j < 8 ? nx - j : 8;
         const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
         for (int g = 0; g < groups; g++) {
             const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
             float *o = out + (size_t)j * ldo + 8 * g;
             switch (nr) {
-            case 1: q41p_tile(w, x, ubytes, nb, o, ldo, 1); break;
-            case 2: q41p_tile(w, x, ubytes, nb, o, ldo, 2); break;
-            case 3: q41p_tile(w, x, ubytes, nb, o, ldo, 3); break;
-            default: q41p_tile(w, x, ubytes, nb, o, ldo, 4); break;
+            case 1: q41p_tile8(w, x, ubytes, nb, o, ldo, 1); break;
+            case 2: q41p_tile8(w, x, ubytes, nb, o, ldo, 2); break;
+            case 3: q41p_tile8(w, x, ubytes, nb, o, ldo, 3); break;
+            case 4: q41p_tile8(w, x, ubytes, nb, o, ldo, 4); break;
+            case 5: q41p_tile8(w, x, ubytes, nb, o, ldo, 5); break;
+            case 6: q41p_tile8(w, x, ubytes, nb, o, ldo, 6); break;
+            case 7: q41p_tile8(w, x, ubytes, nb, o, ldo, 7); break;
+            default: q41p_tile8(w, x, ubytes, nb, o, ldo, 8); break;
             }
         }
     }
