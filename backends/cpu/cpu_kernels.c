@@ -167,6 +167,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_avx512_dot4(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_swiglu(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_packed(&tables[WEFT_CPU_ISA_AVX512]);
+    weft_cpu_kernels_fill_avx512_packedk(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_attn(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_gemm(&tables[WEFT_CPU_ISA_AVX512]);
     weft_cpu_kernels_fill_avx512_gemmp(&tables[WEFT_CPU_ISA_AVX512]);

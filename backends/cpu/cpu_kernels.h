@@ -161,6 +161,7 @@ void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_at
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k); /* cpu_avx512_packedk.c: repacked decode, K-quants */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
 void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmq.c: Q5_0 prefill tiles */
 void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */

@@ -1,0 +1,219 @@
+/* Repacked decode layouts for the K-quants (AVX-512 VNNI), as
+ * cpu_avx512_packed.c does for the 32-element types: a group of rows is
+ * stored block column by block column, one 32-bit lane per row, so one
+ * kernel call streams one contiguous run and needs no horizontal sums.
+ * out[i] is bit-identical to the table's one-row dot of row i
+ * (tests/test_cpu_kernels_packed.c checks it).
+ *
+ *  - Q4_K, 16 rows. The reference (core/quant.c dot_q4_k, ggml's AVX2
+ *    order) keeps per row 8 int32 lanes per block (lane l: the elements e
+ *    with e % 8 == l, each times its 32-element sub-block scale), adds
+ *    d * float(lane) (mul, then add) into 8 float lanes, subtracts
+ *    (dmin * dx) * float(summ) from a scalar sumf per block, and at the end
+ *    adds the 8 float lanes to sumf one by one. Here the 8 int lanes of 16
+ *    rows are 8 zmm (lane r = row r) and every float step is the same step
+ *    in lane r. Block column (2304 bytes = 16 blocks): d[16], dmin[16]
+ *    (f16), the scales as three 64-byte planes (plane k, lane r: bytes
+ *    4k..4k+3 of row r's scales[12], unpacked in the kernel as
+ *    get_scale_min_k4), then 32 chunks of 64 bytes: chunk 8c + l holds, in
+ *    lane r, qs bytes 32c + l + {0, 8, 16, 24} of row r, so its low nibbles
+ *    are elements 64c + l + {0, 8, 16, 24} (sub-block 2c) and its high
+ *    nibbles the same + 32 (sub-block 2c + 1): four elements of int lane l
+ *    under one scale. vpmaddubsw against the activations' matching 4 bytes
+ *    (broadcast), then vpdpwssd with the scale as an int16 pair, adds
+ *    scale * (the 4 products) to lane l; exact in int (|pairs| <= 3840).
+ *    The mins term sum_j m_j * (bsums[2j] + bsums[2j+1]) is 4 vpdpwssd.
+ *
+ * aux (one per activation row, from its Q8_K blocks), 288 bytes per block:
+ * the 256 qs rearranged (sub-block j, lane l: bytes 32j + 4l.. hold
+ * x[32j + l + {0, 8, 16, 24}]), int16 bsum pairs B[8] (B[j] = bsums[2j] +
+ * bsums[2j+1]), float dx, pad. */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <string.h>
+
+#include "core/types.h"
+
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+
+#include <cpuid.h>
+#include <immintrin.h>
+
+#define ROWP(T, r) ((const T *)((const uint8_t *)w + (size_t)(r) * stride))
+
+/* ---- Q4_K x 16 layout ---- */
+#define Q4K_COL 2304 /* 16 * sizeof(struct weft_block_q4_k) */
+#define Q4K_QS 256   /* offset of the 32 qs chunks in a block column */
+
+static void pack_q4_kx16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_rows; g += 16)
+        for (int64_t i = 0; i < nb; i++, o += Q4K_COL)
+            for (int r = 0; r < 16; r++) {
+                const struct weft_block_q4_k *b = ROWP(struct weft_block_q4_k, g + r) + i;
+                memcpy(o + 2 * r, &b->d, 2);
+                memcpy(o + 32 + 2 * r, &b->dmin, 2);
+                for (int k = 0; k < 3; k++) memcpy(o + 64 + 64 * k + 4 * r, b->scales + 4 * k, 4);
+                for (int c = 0; c < 4; c++)
+                    for (int l = 0; l < 8; l++)
+                        for (int t = 0; t < 4; t++)
+                            o[Q4K_QS + 64 * (8 * c + l) + 4 * r + t] = b->qs[32 * c + l + 8 * t];
+            }
+}
+
+#define Q4K_AUX 288
+
+static size_t aux_q4_k_size(int64_t n) { return (size_t)(n / WEFT_QK_K) * Q4K_AUX; }
+
+static void aux_q4_k(const void *vx, int64_t n, void *vaux)
+{
+    const struct weft_block_q8_k *x = vx;
+    uint8_t *a = vaux;
+    for (int64_t i = 0; i < n / WEFT_QK_K; i++, a += Q4K_AUX) {
+        memset(a, 0, Q4K_AUX);
+        for (int j = 0; j < 8; j++)
+            for (int l = 0; l < 8; l++)
+                for (int t = 0; t < 4; t++) a[32 * j + 4 * l + t] = (uint8_t)x[i].qs[32 * j + l + 8 * t];
+        for (int j = 0; j < 8; j++) {
+            const int16_t b = (int16_t)(x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            memcpy(a + 256 + 2 * j, &b, 2);
+        }
+        memcpy(a + 272, &x[i].d, 4);
+    }
+}
+
+/* Software prefetch distance in bytes on the packed stream (0: none), one
+ * prefetch per cache line of a block column, as cpu_avx512_packed.c. */
+#ifndef WEFT_PACKEDK_PREFETCH
+#define WEFT_PACKEDK_PREFETCH 2560
+#endif
+#if WEFT_PACKEDK_PREFETCH > 0
+#define PREFETCH_COLUMN(p, bytes) \
+    for (int l_ = 0; l_ < (bytes); l_ += 64) _mm_prefetch((const char *)(p) + WEFT_PACKEDK_PREFETCH + l_, _MM_HINT_T0)
+#else
+#define PREFETCH_COLUMN(p, bytes) ((void)0)
+#endif
+
+#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+#define AI static inline __attribute__((always_inline))
+
+AI Z512V __m512i bcast32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* per dword: bytes (b, b) of the dword as an int16 pair (b, b) */
+AI Z512V __m512i pair_idx(int b)
+{
+    const __m128i i = _mm_setr_epi8((char)b, -1, (char)b, -1, (char)(4 + b), -1, (char)(4 + b), -1, (char)(8 + b), -1,
+                                    (char)(8 + b), -1, (char)(12 + b), -1, (char)(12 + b), -1);
+    return _mm512_broadcast_i32x4(i);
+}
+
+/* ---- Q4_K x Q8_K, 16 rows ---- */
+static Z512V void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    (void)vx;
+    const uint8_t *p = wp, *a = vaux;
+    const int64_t nb = n / WEFT_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f),
+                  km3 = _mm512_set1_epi32(0x03030303);
+    const __m512i b0 = pair_idx(0), b1 = pair_idx(1), b2 = pair_idx(2), b3 = pair_idx(3);
+    /* per dword: bytes (0, 1) / (2, 3) as int16s */
+    const __m512i mlo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
+    const __m512i mhi =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1));
+    __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0, f4 = f0, f5 = f0, f6 = f0, f7 = f0, sumf = f0;
+    for (int64_t i = 0; i < nb; i++, p += Q4K_COL, a += Q4K_AUX) {
+        PREFETCH_COLUMN(p, Q4K_COL);
+        const __m512i s0 = _mm512_loadu_si512((const void *)(p + 64));
+        const __m512i s1 = _mm512_loadu_si512((const void *)(p + 128));
+        const __m512i s2 = _mm512_loadu_si512((const void *)(p + 192));
+        /* k4_unpack_scales, lane-wise: u0, u1 scales 0..3, 4..7; u2, u3 mins */
+        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), km2),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 6), km3), 4));
+        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(s2, km2),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 6), km3), 4));
+        const __m512i u2 = _mm512_and_si512(s1, km1);
+        const __m512i u0 = _mm512_and_si512(s0, km1);
+        /* summ = sum_j m_j * B_j, exact */
+        __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(u2, mlo), bcast32(a + 256));
+        summ = _mm512_dpwssd_epi32(summ, _mm512_shuffle_epi8(u2, mhi), bcast32(a + 260));
+        summ = _mm512_dpwssd_epi32(summ, _mm512_shuffle_epi8(u3, mlo), bcast32(a + 264));
+        summ = _mm512_dpwssd_epi32(summ, _mm512_shuffle_epi8(u3, mhi), bcast32(a + 268));
+        __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, l4 = l0, l5 = l0, l6 = l0, l7 = l0;
+        const uint8_t *q = p + Q4K_QS;
+        for (int c = 0; c < 4; c++, q += 512) {
+            const __m512i ulo = c < 2 ? u0 : u1;
+            const __m512i sclo = _mm512_shuffle_epi8(ulo, (c & 1) ? b2 : b0);
+            const __m512i schi = _mm512_shuffle_epi8(ulo, (c & 1) ? b3 : b1);
+            const uint8_t *xlo = a + 64 * c, *xhi = a + 64 * c + 32;
+#define Q4K_STEP(acc, l)                                                                                      \
+            do {                                                                                              \
+                const __m512i qv = _mm512_loadu_si512((const void *)(q + 64 * (l)));                          \
+                acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(_mm512_and_si512(qv, m4), bcast32(xlo + 4 * (l))), \
+                                          sclo);                                                              \
+                acc = _mm512_dpwssd_epi32(                                                                    \
+                    acc, _mm512_maddubs_epi16(_mm512_and_si512(_mm512_srli_epi16(qv, 4), m4), bcast32(xhi + 4 * (l))), \
+                    schi);                                                                                    \
+            } while (0)
+            Q4K_STEP(l0, 0);
+            Q4K_STEP(l1, 1);
+            Q4K_STEP(l2, 2);
+            Q4K_STEP(l3, 3);
+            Q4K_STEP(l4, 4);
+            Q4K_STEP(l5, 5);
+            Q4K_STEP(l6, 6);
+            Q4K_STEP(l7, 7);
+#undef Q4K_STEP
+        }
+        float dx;
+        memcpy(&dx, a + 272, 4);
+        const __m512 vdx = _mm512_set1_ps(dx);
+        const __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)), vdx);
+        const __m512 dm = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32))), vdx);
+        f0 = _mm512_add_ps(f0, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l0)));
+        f1 = _mm512_add_ps(f1, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l1)));
+        f2 = _mm512_add_ps(f2, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l2)));
+        f3 = _mm512_add_ps(f3, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l3)));
+        f4 = _mm512_add_ps(f4, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l4)));
+        f5 = _mm512_add_ps(f5, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l5)));
+        f6 = _mm512_add_ps(f6, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l6)));
+        f7 = _mm512_add_ps(f7, _mm512_mul_ps(d, _mm512_cvtepi32_ps(l7)));
+        sumf = _mm512_sub_ps(sumf, _mm512_mul_ps(dm, _mm512_cvtepi32_ps(summ)));
+    }
+    sumf = _mm512_add_ps(sumf, f0);
+    sumf = _mm512_add_ps(sumf, f1);
+    sumf = _mm512_add_ps(sumf, f2);
+    sumf = _mm512_add_ps(sumf, f3);
+    sumf = _mm512_add_ps(sumf, f4);
+    sumf = _mm512_add_ps(sumf, f5);
+    sumf = _mm512_add_ps(sumf, f6);
+    sumf = _mm512_add_ps(sumf, f7);
+    _mm512_storeu_ps(out, sumf);
+}
+
+static bool have_vnni(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    return (c >> 11) & 1; /* AVX512_VNNI */
+}
+
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k)
+{
+    if (!have_vnni()) return;
+    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
+        .rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size, .aux = aux_q4_k, .dot = dotp_q4_kx16};
+}
+
+#else
+
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k) { (void)k; }
+
+#endif
