@@ -3,7 +3,7 @@
  * dot and against weft_vec_dot: a matrix of whole groups (plus a row stride
  * with padding) is packed, every group runs against an activation row, and
  * out[i] must equal dot(row i) as a float bit pattern. Odd block counts,
- * one block, several groups; K-quants (Q4_K) on K = 256..25856. Also times
+ * one block, several groups; K-quants (Q4_K, Q6_K) on K = 256..25856. Also times
  * the packed kernel against the plain-layout dot4 (the one-row dot where a
  * type has no dot4) on an L2-sized and a DRAM-sized matrix (printed). */
 #include "backends/cpu/cpu_kernels.h"
@@ -25,16 +25,24 @@ static long n_groups_run, n_rows_checked;
  * nibbles 15 / all -128) so the integer paths see their limits */
 static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows, int64_t n, float *tmp)
 {
-    if (t == WEFT_TYPE_Q4_K) { /* no Q4_K quantizer: random bytes, small positive d and dmin */
-        for (int64_t r = 0; r < rows; r++) {
-            struct weft_block_q4_k *b = (struct weft_block_q4_k *)(w + (size_t)r * stride);
+    if (t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q6_K) {
+        /* no K-quant quantizer: random bytes (every fifth row all 0xFF: the
+         * largest nibbles, 6-bit values and Q4_K scales/mins, Q6_K scales -1),
+         * small positive d (and dmin) */
+        const size_t bb = weft_row_size(t, WEFT_QK_K);
+        for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < n / WEFT_QK_K; i++) {
-                uint8_t *by = (uint8_t *)&b[i];
-                for (size_t j = 0; j < sizeof b[i]; j++) by[j] = r % 5 == 3 ? 0xFF : (uint8_t)rng_u64();
-                b[i].d = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
-                b[i].dmin = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
+                uint8_t *by = w + (size_t)r * stride + (size_t)i * bb;
+                for (size_t j = 0; j < bb; j++) by[j] = r % 5 == 3 ? 0xFF : (uint8_t)rng_u64();
+                const weft_half d = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
+                const weft_half dmin = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
+                if (t == WEFT_TYPE_Q4_K) {
+                    struct weft_block_q4_k *b = (struct weft_block_q4_k *)by;
+                    b->d = d, b->dmin = dmin;
+                } else {
+                    ((struct weft_block_q6_k *)by)->d = d;
+                }
             }
-        }
         return;
     }
     for (int64_t r = 0; r < rows; r++) {

@@ -198,6 +198,109 @@ static Z512V void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux,
     _mm512_storeu_ps(out, sumf);
 }
 
+/* ---- Q6_K x 16 layout ---- */
+#define Q6K_COL 3360 /* 16 * sizeof(struct weft_block_q6_k) */
+#define Q6K_QL 288   /* 32 ql planes */
+#define Q6K_QH 2336  /* 16 qh planes */
+
+static void pack_q6_kx16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_rows; g += 16)
+        for (int64_t i = 0; i < nb; i++, o += Q6K_COL)
+            for (int r = 0; r < 16; r++) {
+                const struct weft_block_q6_k *b = ROWP(struct weft_block_q6_k, g + r) + i;
+                memcpy(o + 2 * r, &b->d, 2);
+                for (int k = 0; k < 4; k++) memcpy(o + 32 + 64 * k + 4 * r, b->scales + 4 * k, 4);
+                for (int h = 0; h < 4; h++)
+                    for (int l = 0; l < 8; l++) memcpy(o + Q6K_QL + 64 * (8 * h + l) + 4 * r, b->ql + 32 * h + 4 * l, 4);
+                for (int h = 0; h < 2; h++)
+                    for (int l = 0; l < 8; l++) memcpy(o + Q6K_QH + 64 * (8 * h + l) + 4 * r, b->qh + 32 * h + 4 * l, 4);
+            }
+}
+
+/* per dword: bytes b0, b1 of the dword as sign-extended int16s (after srai 8) */
+AI Z512V __m512i sx_pair(__m512i v, int b0, int b1)
+{
+    const __m128i i = _mm_setr_epi8(-1, (char)b0, -1, (char)b1, -1, (char)(4 + b0), -1, (char)(4 + b1), -1,
+                                    (char)(8 + b0), -1, (char)(8 + b1), -1, (char)(12 + b0), -1, (char)(12 + b1));
+    return _mm512_srai_epi16(_mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(i)), 8);
+}
+
+/* ---- Q6_K x Q8_K, 16 rows: int lane l = the elements 32k + 4l..4l+3 (all
+ * k) times their 16-element scale, minus 32 * (bsums[2l] sc[2l] +
+ * bsums[2l+1] sc[2l+1]); acc = fma(d, float(lane), acc); hsum_float_8 ---- */
+static Z512V void dotp_q6_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    (void)vaux;
+    const uint8_t *p = wp;
+    const struct weft_block_q8_k *x = vx;
+    const int64_t nb = n / WEFT_QK_K;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0, f4 = f0, f5 = f0, f6 = f0, f7 = f0;
+    for (int64_t i = 0; i < nb; i++, p += Q6K_COL) {
+        PREFETCH_COLUMN(p, Q6K_COL);
+        const __m512i sp[4] = {_mm512_loadu_si512((const void *)(p + 32)), _mm512_loadu_si512((const void *)(p + 96)),
+                               _mm512_loadu_si512((const void *)(p + 160)), _mm512_loadu_si512((const void *)(p + 224))};
+        const int8_t *xq = x[i].qs;
+        __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, l4 = l0, l5 = l0, l6 = l0, l7 = l0;
+        for (int k = 0; k < 8; k++) {
+            const int nh = k >> 2, j = k & 3;
+            const __m512i sclo = sx_pair(sp[k >> 1], 2 * (k & 1), 2 * (k & 1));
+            const __m512i schi = sx_pair(sp[k >> 1], 2 * (k & 1) + 1, 2 * (k & 1) + 1);
+            const uint8_t *ql = p + Q6K_QL + 64 * 8 * (2 * nh + (j & 1)), *qh = p + Q6K_QH + 64 * 8 * nh;
+#define Q6K_STEP(acc, l, sc)                                                                                    \
+            do {                                                                                                \
+                __m512i lo = _mm512_loadu_si512((const void *)(ql + 64 * (l)));                                 \
+                __m512i hb = _mm512_loadu_si512((const void *)(qh + 64 * (l)));                                 \
+                lo = j & 2 ? _mm512_srli_epi16(lo, 4) : lo;                                                     \
+                hb = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)                      \
+                                                     : j == 3 ? _mm512_srli_epi16(hb, 2) : hb;                  \
+                const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m4), hb, m30, 0xF8);           \
+                acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, bcast32(xq + 32 * k + 4 * (l))), sc);    \
+            } while (0)
+            Q6K_STEP(l0, 0, sclo);
+            Q6K_STEP(l1, 1, sclo);
+            Q6K_STEP(l2, 2, sclo);
+            Q6K_STEP(l3, 3, sclo);
+            Q6K_STEP(l4, 4, schi);
+            Q6K_STEP(l5, 5, schi);
+            Q6K_STEP(l6, 6, schi);
+            Q6K_STEP(l7, 7, schi);
+#undef Q6K_STEP
+        }
+        const int16_t *bs = x[i].bsums;
+        const __m512i z = _mm512_setzero_si512();
+#define Q6K_OFF(acc, l)                                                                                         \
+        acc = _mm512_sub_epi32(                                                                                 \
+            acc, _mm512_slli_epi32(_mm512_dpwssd_epi32(z, sx_pair(sp[(l) >> 1], 2 * ((l) & 1), 2 * ((l) & 1) + 1), \
+                                                       bcast32(bs + 2 * (l))), 5))
+        Q6K_OFF(l0, 0);
+        Q6K_OFF(l1, 1);
+        Q6K_OFF(l2, 2);
+        Q6K_OFF(l3, 3);
+        Q6K_OFF(l4, 4);
+        Q6K_OFF(l5, 5);
+        Q6K_OFF(l6, 6);
+        Q6K_OFF(l7, 7);
+#undef Q6K_OFF
+        const __m512 d = _mm512_mul_ps(_mm512_set1_ps(x[i].d), _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
+        f0 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l0), f0);
+        f1 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l1), f1);
+        f2 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l2), f2);
+        f3 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l3), f3);
+        f4 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l4), f4);
+        f5 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l5), f5);
+        f6 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l6), f6);
+        f7 = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(l7), f7);
+    }
+    /* hsum_float_8: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
+    const __m512 h = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(f0, f4), _mm512_add_ps(f2, f6)),
+                                   _mm512_add_ps(_mm512_add_ps(f1, f5), _mm512_add_ps(f3, f7)));
+    _mm512_storeu_ps(out, h);
+}
+
 static bool have_vnni(void)
 {
     unsigned a, b, c, d;
@@ -210,6 +313,7 @@ void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k)
     if (!have_vnni()) return;
     k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
         .rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size, .aux = aux_q4_k, .dot = dotp_q4_kx16};
+    k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16};
 }
 
 #else
