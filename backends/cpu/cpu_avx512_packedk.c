@@ -34,7 +34,8 @@
 
 #include "core/types.h"
 
-#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+/* -DWEFT_NO_PACKEDK builds without these layouts (for A/B timing) */
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD) && !defined(WEFT_NO_PACKEDK)
 
 #include <cpuid.h>
 #include <immintrin.h>
@@ -148,6 +149,7 @@ static Z512V void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux,
         summ = _mm512_dpwssd_epi32(summ, _mm512_shuffle_epi8(u3, mhi), bcast32(a + 268));
         __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, l4 = l0, l5 = l0, l6 = l0, l7 = l0;
         const uint8_t *q = p + Q4K_QS;
+#pragma GCC unroll 4
         for (int c = 0; c < 4; c++, q += 512) {
             const __m512i ulo = c < 2 ? u0 : u1;
             const __m512i sclo = _mm512_shuffle_epi8(ulo, (c & 1) ? b2 : b0);
@@ -245,6 +247,7 @@ static Z512V void dotp_q6_kx16(const void *wp, const void *vx, const void *vaux,
                                _mm512_loadu_si512((const void *)(p + 160)), _mm512_loadu_si512((const void *)(p + 224))};
         const int8_t *xq = x[i].qs;
         __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, l4 = l0, l5 = l0, l6 = l0, l7 = l0;
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
             const int nh = k >> 2, j = k & 3;
             const __m512i sclo = sx_pair(sp[k >> 1], 2 * (k & 1), 2 * (k & 1));
