@@ -6,6 +6,7 @@
  * one block, several groups; K-quants (Q4_K, Q6_K) on K = 256..25856. Also times
  * the packed kernel against the plain-layout dot4 (the one-row dot where a
  * type has no dot4) on an L2-sized and a DRAM-sized matrix (printed). */
+#include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
@@ -114,6 +115,77 @@ static void packed_groups_match_the_one_row_dot_bit_for_bit(void)
            n_rows_checked);
 }
 
+/* ---- the backend's decode dispatch on K-quant packed copies: odd row
+ * counts (leftover rows past the groups take the one-row dot), 1..5
+ * activation rows ---- */
+
+static struct weft_buffer *upload(struct weft_backend *be, const void *data, size_t n)
+{
+    struct weft_buffer *b = NULL;
+    CHECK(be->iface->buffer_alloc(be, n, &b) == WEFT_OK);
+    if (b && data) CHECK(be->iface->buffer_write(b, 0, data, n) == WEFT_OK);
+    return b;
+}
+
+static void matmul_on_packed_k_weights_matches_the_one_row_dot(void)
+{
+    struct weft_backend *be = NULL;
+    if (weft_backend_open("cpu", 2, &be) != WEFT_OK || !be) {
+        printf("SKIP: no cpu backend: %s\n", weft_last_error());
+        return;
+    }
+    const struct weft_backend_iface *bi = be->iface;
+    if (!bi->weight_prepare) {
+        weft_backend_close(be);
+        return;
+    }
+    static const enum weft_type types[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K};
+    static const int64_t Ks[] = {256, 1536}, Ns[] = {37, 16, 53}, Rs[] = {1, 2, 3, 5};
+    const int64_t RMAX = 5;
+    long checked = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
+            for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
+                const enum weft_type t = types[ti], vdt = weft_vec_dot_type(t);
+                const int64_t K = Ks[ki], N = Ns[ni];
+                const size_t rb = weft_row_size(t, K), xb = weft_row_size(vdt, K);
+                uint8_t *w = malloc(rb * N), *xq = malloc(xb * RMAX);
+                float *x = malloc(sizeof(float) * K * RMAX), *o = malloc(sizeof(float) * RMAX * N);
+                fill_rows(t, w, rb, N, K, x);
+                for (int64_t r = 0; r < RMAX; r++) {
+                    fill_activations(x + r * K, K);
+                    CHECK(weft_quantize_row_act(vdt, x + r * K, xq + (size_t)r * xb, K));
+                }
+                struct weft_buffer *bw = upload(be, w, rb * N), *bx = upload(be, x, sizeof(float) * K * RMAX),
+                                   *bo = upload(be, NULL, sizeof(float) * RMAX * N);
+                CHECK(bi->weight_prepare(be, &(struct weft_view){bw, 0, t, K, N, rb}) == WEFT_OK);
+                for (size_t ri = 0; ri < sizeof Rs / sizeof Rs[0]; ri++) {
+                    const int64_t R = Rs[ri];
+                    struct weft_op op = {.kind = WEFT_OP_MATMUL};
+                    op.u.matmul = (struct weft_op_matmul){.x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R),
+                                                          .w = weft_view_2d(bw, 0, t, K, N),
+                                                          .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, N, R)};
+                    if (!bi->supports(be, &op)) continue;
+                    CHECK(bi->run(be, &op, 1) == WEFT_OK && bi->sync(be) == WEFT_OK);
+                    CHECK(bi->buffer_read(bo, 0, o, sizeof(float) * R * N) == WEFT_OK);
+                    long bad = 0;
+                    for (int64_t r = 0; r < R; r++)
+                        for (int64_t n = 0; n < N; n++, checked++) {
+                            const float want = weft_vec_dot(t, w + (size_t)n * rb, xq + (size_t)r * xb, K);
+                            if (!same_float(o[r * N + n], want) && bad++ < 3)
+                                CHECK_MSG(false, "MATMUL %s K%lld N%lld R%lld: out (%lld, %lld) %.9g, one-row dot %.9g",
+                                          weft_type_name(t), (long long)K, (long long)N, (long long)R, (long long)r,
+                                          (long long)n, o[r * N + n], want);
+                        }
+                }
+                struct weft_buffer *all[] = {bw, bx, bo};
+                for (int i = 0; i < 3; i++) bi->buffer_free(all[i]);
+                free(w), free(xq), free(x), free(o);
+            }
+    printf("  backend %s: %ld Q4_K/Q6_K MATMUL outputs compared bit for bit\n", bi->name, checked);
+    weft_backend_close(be);
+}
+
 /* ---- timing (printed, not asserted) ---- */
 
 static double now_s(void)
@@ -184,6 +256,7 @@ static void timing_packed_vs_dot4(void)
 int main(void)
 {
     RUN(packed_groups_match_the_one_row_dot_bit_for_bit);
+    RUN(matmul_on_packed_k_weights_matches_the_one_row_dot);
     RUN(timing_packed_vs_dot4);
     return check_summary();
 }
