@@ -85,27 +85,7 @@ static void aux_q4_k(const void *vx, int64_t n, void *vaux)
     }
 }
 
-/* Software prefetch distance in bytes on the packed stream (0: none), one
- * prefetch per cache line of a block column, as cpu_avx512_packed.c. */
-#ifndef WEFT_PACKEDK_PREFETCH
-#define WEFT_PACKEDK_PREFETCH 2560
-#endif
-#if WEFT_PACKEDK_PREFETCH > 0
-#define PREFETCH_COLUMN(p, bytes) \
-    for (int l_ = 0; l_ < (bytes); l_ += 64) _mm_prefetch((const char *)(p) + WEFT_PACKEDK_PREFETCH + l_, _MM_HINT_T0)
-#else
-#define PREFETCH_COLUMN(p, bytes) ((void)0)
-#endif
-
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-#define AI static inline __attribute__((always_inline))
-
-AI Z512V __m512i bcast32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
+#include "backends/cpu/cpu_avx512_packed.h"
 
 /* per dword: bytes (b, b) of the dword as an int16 pair (b, b) */
 AI Z512V __m512i pair_idx(int b)
