@@ -322,6 +322,20 @@ if [ $dry = 1 ]; then
     nocache=(WEFT_CACHE_DIR="$out/empty-cache" WEFT_MODEL=)
 fi
 
+# Without the real SmolLM2 (a device machine cannot fetch it), test_devices'
+# SmolLM2 case runs on a random-weight SmolLM2-shape Q4_1 with SmolLM2's real
+# vocabulary (shared/models/synth-smollm2-vocab.gguf); the bench reuses it.
+if [ $dry = 0 ] && [ -z "${WEFT_TEST_SMOLLM2:-}" ] && [ -z "${WEFT_MODEL:-}" ] &&
+    [ ! -f "${WEFT_CACHE_DIR:-$HOME/.cache/weft}/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    f=$models/smollm2-shape-Q4_1.gguf
+    voc=()
+    [ -f "$shared/models/synth-smollm2-vocab.gguf" ] && voc=(--vocab-from "$shared/models/synth-smollm2-vocab.gguf")
+    if [ -s "$f" ] || step "gen smollm2-shape Q4_1 (equality)" host 120 "$W" gen -o "$f" --preset smollm2-135m \
+        --type Q4_1 "${voc[@]}"; then
+        export WEFT_TEST_SMOLLM2=$f
+    fi
+fi
+
 # correct DEVICE: the golden (ids exact; logprobs within 2e-2: GPU attention
 # accumulates in F32, the CPU in F16 as ggml), split cpu+device, equality
 correct() {
