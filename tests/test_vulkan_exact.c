@@ -23,25 +23,7 @@ static bool must_be_exact;
 
 static float frand(void) { return (float)(rng_unit() * 2.0 - 1.0); }
 
-struct pair { struct weft_buffer *c, *v; size_t size; };
-
-static struct pair pair_new(const void *data, size_t n)
-{
-    struct pair p = {NULL, NULL, n};
-    CHECK(cpu->iface->buffer_alloc(cpu, n, &p.c) == WEFT_OK);
-    CHECK(vk->iface->buffer_alloc(vk, n, &p.v) == WEFT_OK);
-    if (data && p.c && p.v) {
-        CHECK(cpu->iface->buffer_write(p.c, 0, data, n) == WEFT_OK);
-        CHECK(vk->iface->buffer_write(p.v, 0, data, n) == WEFT_OK);
-    }
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    if (p->c) cpu->iface->buffer_free(p->c);
-    if (p->v) vk->iface->buffer_free(p->v);
-}
+#include "tests/vk_pair.h"
 
 static struct weft_view vc(const struct pair *p, size_t off, enum weft_type t, int64_t ne0, int64_t ne1)
 {

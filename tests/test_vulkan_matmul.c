@@ -20,26 +20,7 @@ static struct weft_backend *cpu, *vk;
 
 static float frand(void) { return (float)(rng_unit() * 2.0 - 1.0); }
 
-/* one buffer with the same bytes on both backends */
-struct pair { struct weft_buffer *c, *v; size_t size; };
-
-static struct pair pair_new(const void *data, size_t n)
-{
-    struct pair p = {NULL, NULL, n};
-    CHECK(cpu->iface->buffer_alloc(cpu, n, &p.c) == WEFT_OK);
-    CHECK(vk->iface->buffer_alloc(vk, n, &p.v) == WEFT_OK);
-    if (data && p.c && p.v) {
-        CHECK(cpu->iface->buffer_write(p.c, 0, data, n) == WEFT_OK);
-        CHECK(vk->iface->buffer_write(p.v, 0, data, n) == WEFT_OK);
-    }
-    return p;
-}
-
-static void pair_free(struct pair *p)
-{
-    if (p->c) cpu->iface->buffer_free(p->c);
-    if (p->v) vk->iface->buffer_free(p->v);
-}
+#include "tests/vk_pair.h"
 
 static double nmse(const float *a, const float *ref, size_t n)
 {
