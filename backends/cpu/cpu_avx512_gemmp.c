@@ -32,8 +32,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-#define AI static inline __attribute__((always_inline))
+#include "backends/cpu/cpu_avx512_packed.h"
 
 /* ---- Q8_0 ---- */
 
@@ -104,6 +103,7 @@ AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_
         for (int p = 0; p < NP; p++) acc[i][p] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *wb = w + (size_t)b * Q8P_GROUP;
+        PREFETCH_COLUMN(wb, Q8P_GROUP);
         float dwf[8] __attribute__((aligned(32)));
         _mm256_store_ps(dwf, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)wb)));
         __asm__("" : "+m"(dwf)); /* broadcast each scale from memory, not by shuffles */
@@ -183,13 +183,6 @@ static void xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *d
     }
 }
 
-AI Z512V __m512i bcast32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm512_set1_epi32(v);
-}
-
 AI Z512V void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *out, size_t ldo, const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -197,6 +190,7 @@ AI Z512V void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *ou
     for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + (size_t)b * Q4P_GROUP;
+        PREFETCH_COLUMN(p, Q4P_GROUP);
         __m512i lo[4], hi[4];
         for (int k = 0; k < 4; k++) {
             const __m512i q = _mm512_loadu_si512((const void *)(p + 32 + 64 * k));
@@ -297,6 +291,7 @@ AI Z512V void q41p_tile8(const uint8_t *w, const uint8_t *x, size_t ubytes, int6
         for (int j = 0; j < NR; j++) lo[j] = hi[j] = _mm512_setzero_ps();
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *p = w + (size_t)b * Q41P_GROUP;
+            if (!h) PREFETCH_COLUMN(p, Q41P_GROUP); /* the second pass finds the group in L1 */
             const __m512 dw = _mm512_permutexvar_ps(ih, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)));
             const __m512i q = _mm512_loadu_si512((const void *)(p + 32 + 64 * h));
             const __m512i l = _mm512_and_si512(q, m4), u = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
