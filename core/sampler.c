@@ -333,11 +333,17 @@ static void fill_logprobs(const struct weft_sampler *s, const float *logits, flo
 
 /* ---- sampling ---- */
 
+static bool penalties_active(const struct weft_sampler *s)
+{
+    const struct weft_sampling_params *p = &s->p;
+    return s->hist_len > 0 &&
+           (p->repeat_penalty != 1.0f || p->frequency_penalty != 0.0f || p->presence_penalty != 0.0f);
+}
+
 static void apply_penalties(struct weft_sampler *s)
 {
     const struct weft_sampling_params *p = &s->p;
-    if (s->hist_len == 0 ||
-        (p->repeat_penalty == 1.0f && p->frequency_penalty == 0.0f && p->presence_penalty == 0.0f))
+    if (!penalties_active(s))
         return;
     /* cand[] is still in id order here. Each distinct id is penalised once:
      * its count is negated as a "done" mark, then restored. */
@@ -369,6 +375,23 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
     const struct weft_sampling_params *p = &s->p;
     int32_t V = s->n_vocab;
     struct weft_cand *c = s->cand;
+
+    if (p->temperature <= 0.0f && !penalties_active(s)) {
+        /* greedy with nothing to adjust: one read-only pass (the general
+         * path below writes a candidate per id first); the same choice */
+        float best = sanitize(logits[0]);
+        int32_t chosen = 0;
+        for (int32_t i = 1; i < V; i++) {
+            float l = sanitize(logits[i]);
+            if (l > best) {
+                best = l;
+                chosen = i;
+            }
+        }
+        out->id = chosen;
+        fill_logprobs(s, logits, best, out);
+        return WEFT_OK;
+    }
 
     float raw_max = -INFINITY;
     for (int32_t i = 0; i < V; i++) {
