@@ -5,6 +5,8 @@
 #include "core/rope.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Bytes of one token's K (or V) row: n_kv_head heads of head_dim in the
  * cache type (F16, or Q8_0 blocks of 32). */
@@ -32,24 +34,37 @@ static inline const int32_t *i32(const struct weft_view *v) { return (const int3
  * (weft_rope_cos_sin: ggml's convention theta_i = pos * base^(-2i/n_rot)).
  * NORMAL rotates (2i, 2i+1), NEOX (i, i + n_rot/2); dims past n_rot are left
  * alone. */
+#define ROPE_HEADS_BODY                                                                          \
+    for (uint32_t h = 0; h < n_heads; h++) {                                                     \
+        float *v = x + (size_t)h * hd;                                                           \
+        for (uint32_t i = 0; i < n_rot / 2; i++) {                                               \
+            const float c = cs[2 * i], s = cs[2 * i + 1];                                        \
+            uint32_t a = mode == WEFT_ROPE_NEOX ? i : 2 * i;                                     \
+            uint32_t b = mode == WEFT_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;                     \
+            float x0 = v[a], x1 = v[b];                                                          \
+            v[a] = fmaf(x0, c, -(x1 * s));                                                       \
+            v[b] = fmaf(x0, s, x1 * c);                                                          \
+        }                                                                                        \
+    }
+/* ggml's rotate_pairs (ops.cpp, gnu++17 -O3 -march=native) is contracted by
+ * GCC: x0*c - x1*s and x0*s + x1*c each fuse the x0 product. Unfused,
+ * stories260K drifts late in the decode. fmaf is exact either way; on a CPU
+ * with FMA the second copy has it inlined instead of a libm call each. */
 static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, const float *cs,
                        enum weft_rope_mode mode)
 {
-    for (uint32_t h = 0; h < n_heads; h++) {
-        float *v = x + (size_t)h * hd;
-        for (uint32_t i = 0; i < n_rot / 2; i++) {
-            const float c = cs[2 * i], s = cs[2 * i + 1];
-            uint32_t a = mode == WEFT_ROPE_NEOX ? i : 2 * i;
-            uint32_t b = mode == WEFT_ROPE_NEOX ? i + n_rot / 2 : 2 * i + 1;
-            float x0 = v[a], x1 = v[b];
-            /* ggml's rotate_pairs (ops.cpp, gnu++17 -O3 -march=native) is
-             * contracted by GCC: x0*c - x1*s and x0*s + x1*c each fuse the
-             * x0 product. Unfused, stories260K drifts late in the decode. */
-            v[a] = fmaf(x0, c, -(x1 * s));
-            v[b] = fmaf(x0, s, x1 * c);
-        }
-    }
+    ROPE_HEADS_BODY
 }
+
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+__attribute__((target("fma"))) static void rope_heads_fma(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot,
+                                                         const float *cs, enum weft_rope_mode mode)
+{
+    ROPE_HEADS_BODY
+}
+#define HAVE_ROPE_FMA 1
+#endif
+#undef ROPE_HEADS_BODY
 
 /* The head's K row of position p of the sequence (its V row is v_off on). */
 static inline const uint8_t *attn_k_row(const struct weft_cpu_attn_args *a, int64_t p)
@@ -58,35 +73,88 @@ static inline const uint8_t *attn_k_row(const struct weft_cpu_attn_args *a, int6
            (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
 }
 
-struct attn_job { const struct weft_op *op; const struct weft_cpu_kernels *kern; };
+struct attn_job { const struct weft_op *op; const struct weft_cpu_kernels *kern; const float *cs; };
+
+/* the cos/sin table of every row of a ROPE_KV batch (be->rope_cs) */
+static void rope_table_job(void *ctx, int ith, int nth)
+{
+    struct weft_cpu_backend *be = ctx;
+    int64_t lo, hi;
+    cpu_split(be->rope_rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++)
+        weft_rope_cos_sin(be->rope_pos[r], be->rope_n_rot, be->rope_base, be->rope_scale,
+                          be->rope_cs + (size_t)r * be->rope_n_rot);
+}
 
 static void rope_kv_job(void *ctx, int ith, int nth)
 {
-    const struct weft_op_rope_kv *o = &((struct attn_job *)ctx)->op->u.rope_kv;
+    const struct attn_job *j = ctx;
+    const struct weft_op_rope_kv *o = &j->op->u.rope_kv;
     const struct weft_kv_view *kv = &o->kv;
     uint32_t hd = kv->head_dim, nkv = kv->n_kv_head;
     int64_t lo, hi;
     cpu_split(o->batch.n_rows, ith, nth, &lo, &hi);
-    const int32_t *pos = i32(&o->batch.pos), *slot = i32(&o->batch.slot);
+    const int32_t *slot = i32(&o->batch.slot);
+#ifdef HAVE_ROPE_FMA
+    void (*const rope)(float *, uint32_t, uint32_t, uint32_t, const float *, enum weft_rope_mode) =
+        j->kern->isa >= WEFT_CPU_ISA_AVX2 ? rope_heads_fma : rope_heads;
+#else
+    void (*const rope)(float *, uint32_t, uint32_t, uint32_t, const float *, enum weft_rope_mode) = rope_heads;
+#endif
+    const weft_cpu_quant_fn to_f16 = j->kern->quant[WEFT_TYPE_F16];
     for (int64_t r = lo; r < hi; r++) {
         float *q = cpu_row_f32(&o->q, r), *k = cpu_row_f32(&o->k, r);
         const float *v = cpu_row_f32(&o->v, r);
-        float cs[512];  /* n_rot <= head_dim <= 512 (supports) */
-        weft_rope_cos_sin(pos[r], o->n_rot, o->freq_base, o->freq_scale, cs);
-        rope_heads(q, o->n_head, hd, o->n_rot, cs, o->mode);
-        rope_heads(k, nkv, hd, o->n_rot, cs, o->mode);
+        const float *cs = j->cs + (size_t)r * o->n_rot;
+        rope(q, o->n_head, hd, o->n_rot, cs, o->mode);
+        rope(k, nkv, hd, o->n_rot, cs, o->mode);
         if (kv->type == WEFT_TYPE_Q8_0) {
             /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */
             weft_quantize_row(WEFT_TYPE_Q8_0, k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
             weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hd);
             continue;
         }
-        weft_half *kd = (weft_half *)kv_row(kv, slot[r], 0), *vd = (weft_half *)kv_row(kv, slot[r], 1);
-        for (uint32_t i = 0; i < nkv * hd; i++) {
-            kd[i] = weft_f32_to_half(k[i]);
-            vd[i] = weft_f32_to_half(v[i]);
-        }
+        /* the table's F16 conversion: round to nearest even, as weft_f32_to_half */
+        to_f16(k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
+        to_f16(v, kv_row(kv, slot[r], 1), (int64_t)nkv * hd);
     }
+}
+
+/* be->rope_cs for this op's rows: made again only when the positions or the
+ * rope parameters differ from the last ROPE_KV's (the other layers of a
+ * step reuse it) */
+static weft_status rope_table(struct weft_cpu_backend *be, const struct weft_op_rope_kv *o)
+{
+    const int64_t n = o->batch.n_rows;
+    const int32_t *pos = i32(&o->batch.pos);
+    if (n == be->rope_rows && o->n_rot == be->rope_n_rot && o->freq_base == be->rope_base &&
+        o->freq_scale == be->rope_scale && (n == 0 || memcmp(pos, be->rope_pos, (size_t)n * sizeof *pos) == 0))
+        return WEFT_OK;
+    const size_t need_cs = (size_t)n * o->n_rot, need_pos = (size_t)n;
+    if (need_cs > be->rope_cs_cap || need_pos > be->rope_pos_cap) {
+        const size_t cap_cs = need_cs + need_cs / 2 + 1024, cap_pos = need_pos + need_pos / 2 + 16;
+        float *cs = malloc(cap_cs * sizeof *cs);
+        int32_t *p = malloc(cap_pos * sizeof *p);
+        if (!cs || !p) {
+            free(cs);
+            free(p);
+            return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory for the rope table of %lld rows", (long long)n);
+        }
+        free(be->rope_cs);
+        free(be->rope_pos);
+        be->rope_cs = cs;
+        be->rope_pos = p;
+        be->rope_cs_cap = cap_cs;
+        be->rope_pos_cap = cap_pos;
+    }
+    be->rope_rows = -1; /* not valid until made */
+    memcpy(be->rope_pos, pos, (size_t)n * sizeof *pos);
+    be->rope_n_rot = o->n_rot;
+    be->rope_base = o->freq_base;
+    be->rope_scale = o->freq_scale;
+    be->rope_rows = n;
+    weft_cpu_pool_run_parts(be->pool, rope_table_job, be, cpu_parts(be, n));
+    return WEFT_OK;
 }
 
 weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *op)
@@ -94,7 +162,9 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
     if (op->u.rope_kv.n_rot > 512 || op->u.rope_kv.n_rot > op->u.rope_kv.kv.head_dim)
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: n_rot %u (more than head_dim %u or 512)", op->u.rope_kv.n_rot,
                           op->u.rope_kv.kv.head_dim);
-    struct attn_job j = {op, be->kern};
+    weft_status st = rope_table(be, &op->u.rope_kv);
+    if (st != WEFT_OK) return st;
+    struct attn_job j = {op, be->kern, be->rope_cs};
     weft_cpu_pool_run_parts(be->pool, rope_kv_job, &j, cpu_parts(be, op->u.rope_kv.batch.n_rows));
     return WEFT_OK;
 }
@@ -228,7 +298,7 @@ weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op
 {
     if (op->u.attention.kv.head_dim > 512)
         return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
-    struct attn_job j = {op, be->kern};
+    struct attn_job j = {op, be->kern, NULL};
     /* parts: as many as there are (row, head) pairs or threads; a part with
      * no grouped unit left simply returns */
     weft_cpu_pool_run_parts(be->pool, attention_job, &j,

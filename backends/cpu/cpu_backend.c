@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int cpu_default_threads(void)
@@ -26,12 +27,51 @@ static int cpu_devices(struct weft_device_info *infos, int max, const char **why
     return 1;
 }
 
+static const char *const op_names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
+                                                       "silu_mul", "add", "copy", "logits"};
+
+static void profile_print(const struct weft_cpu_backend *be)
+{
+    double total = 0.0;
+    for (int k = 0; k < WEFT_OP_COUNT_; k++) total += be->prof_s[k];
+    fprintf(stderr, "cpu profile (%d threads): %.3f s in ops\n", weft_cpu_pool_threads(be->pool), total);
+    fprintf(stderr, "  %-10s %10s %6s %12s %10s %12s\n", "op", "s", "%", "calls", "us/call", "rows/call");
+    for (int k = 0; k < WEFT_OP_COUNT_; k++) {
+        if (!be->prof_calls[k]) continue;
+        fprintf(stderr, "  %-10s %10.3f %6.1f %12llu %10.1f %12.1f\n", op_names[k], be->prof_s[k],
+                total > 0 ? 100.0 * be->prof_s[k] / total : 0.0, (unsigned long long)be->prof_calls[k],
+                1e6 * be->prof_s[k] / (double)be->prof_calls[k],
+                (double)be->prof_rows[k] / (double)be->prof_calls[k]);
+    }
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* rows an op works on, for the profile */
+static int64_t op_rows(const struct weft_op *op)
+{
+    switch (op->kind) {
+    case WEFT_OP_MATMUL: return op->u.matmul.x.ne1;
+    case WEFT_OP_LOGITS: return op->u.logits.rows.ne0;
+    case WEFT_OP_RMSNORM: return op->u.rmsnorm.x.ne1;
+    default: return 0;
+    }
+}
+
 static void cpu_close(struct weft_backend *b)
 {
     struct weft_cpu_backend *be = (struct weft_cpu_backend *)b;
     if (!be) return;
+    if (be->profile) profile_print(be);
     weft_cpu_pool_free(be->pool);
     free(be->scratch);
+    free(be->rope_cs);
+    free(be->rope_pos);
     free(be);
 }
 
@@ -47,6 +87,9 @@ static weft_status cpu_open(const struct weft_backend_params *p, struct weft_bac
     be->kern = weft_cpu_kernels_get(weft_cpu_isa_select());
     const char *np = getenv("WEFT_CPU_NOPACK");
     be->no_pack = np && *np && *np != '0';
+    const char *pf = getenv("WEFT_CPU_PROFILE");
+    be->profile = pf && *pf && *pf != '0';
+    be->rope_rows = -1;
     int nt = p->n_threads > 0 ? p->n_threads : cpu_default_threads();
     weft_status st = weft_cpu_pool_init(nt, &be->pool);
     if (st != WEFT_OK) { cpu_close(&be->base); return st; }
@@ -192,6 +235,7 @@ static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, si
     for (size_t i = 0; i < n; i++) {
         const struct weft_op *op = &ops[i];
         weft_status st;
+        const double t0 = be->profile ? now_s() : 0.0;
         switch (op->kind) {
         case WEFT_OP_EMBED: st = weft_cpu_embed(be, op); break;
         case WEFT_OP_RMSNORM: st = weft_cpu_rmsnorm(be, op); break;
@@ -211,6 +255,11 @@ static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, si
             break;
         case WEFT_OP_LOGITS: st = weft_cpu_logits(be, op); break;
         default: st = weft_error(WEFT_ERR_UNSUPPORTED, "cpu: unknown op kind %d", (int)op->kind);
+        }
+        if (be->profile && op->kind < WEFT_OP_COUNT_) {
+            be->prof_s[op->kind] += now_s() - t0;
+            be->prof_calls[op->kind]++;
+            be->prof_rows[op->kind] += (uint64_t)op_rows(op);
         }
         if (st != WEFT_OK) return st;
     }

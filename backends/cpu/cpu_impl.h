@@ -31,6 +31,20 @@ struct weft_cpu_backend {
     bool no_pack;              /* WEFT_CPU_NOPACK=1: weight_prepare keeps the plain layout */
     uint8_t *scratch;          /* per-run working memory (activation quantization...) */
     size_t scratch_size;
+    /* WEFT_CPU_PROFILE=1: wall time and calls per op kind (a matmul group
+     * counts once, under its first op), printed to stderr at close */
+    bool profile;
+    /* ROPE_KV's cos/sin per batch row, kept while the positions and the
+     * rope parameters stay the same (every layer of a step asks for the
+     * very same table) */
+    float *rope_cs;            /* [rope_rows][rope_n_rot] */
+    int32_t *rope_pos;         /* the positions rope_cs was made for */
+    int64_t rope_rows;         /* -1: none */
+    size_t rope_cs_cap, rope_pos_cap; /* floats, positions */
+    uint32_t rope_n_rot;
+    float rope_base, rope_scale;
+    double prof_s[WEFT_OP_COUNT_];
+    uint64_t prof_calls[WEFT_OP_COUNT_], prof_rows[WEFT_OP_COUNT_];
 };
 
 static inline uint8_t *cpu_ptr(const struct weft_view *v) { return v->buf->data + v->offset; }
