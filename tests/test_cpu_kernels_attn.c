@@ -1,5 +1,6 @@
 /* The F16 accumulator updates of every kernel table equal the scalar ones bit
  * for bit (flash attention's V sum depends on their exact rounding). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,7 +119,8 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                     struct weft_cpu_attn_args a[7];
                     for (int h = 0; h < g; h++) {
                         for (uint32_t d = 0; d < hd; d++)
-                            q[h][d] = (float)((int)(next() % 2001) - 1000) * (h % 2 ? 4e-3f : 1e-3f);
+                            q[h][d] = (float)((int)(next() % 2001) - 1000) *
+                                      (h % 3 == 2 ? 6e-2f : h % 2 ? 4e-3f : 1e-3f); /* wide scores too */
                         a[h] = (struct weft_cpu_attn_args){.q = q[h], .out = o2[h], .k0 = kv + (size_t)hd * 2,
                                                            .v_off = layer, .block_bytes = block, .tok_bytes = tok,
                                                            .bt = bt, .n_pos = n, .hd = hd, .scale = 0.125f};
@@ -138,8 +140,28 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
     printf("  %d tables with attn_group, %d heads compared\n", tables, checked);
 }
 
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+#include <immintrin.h>
+
+#include "backends/cpu/cpu_expf_libm512.h"
+
+/* the AVX-512 softmax's expf equals libm's here (else the kernel falls back
+ * to libm's, correct but slower: this says so) */
+static void vector_expf_equals_libm(void)
+{
+    if (!weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512)) {
+        printf("  no AVX-512: skipped\n");
+        return;
+    }
+    CHECK(weft_cpu_expf16_matches_libm());
+}
+#endif
+
 int main(void)
 {
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+    RUN(vector_expf_equals_libm);
+#endif
     RUN(f16_updates_match_scalar_on_every_table);
     RUN(attn_rows_match_the_generic_row_bit_for_bit);
     RUN(attn_groups_match_the_generic_row_bit_for_bit);

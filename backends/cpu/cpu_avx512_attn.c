@@ -16,14 +16,23 @@
  *    halves: every update is rounded to F16 and back (vcvtps2ph with
  *    round-to-nearest-even, vcvtph2ps), which is what storing it as halves
  *    and loading it again does;
- *  - the softmax steps (max, libm expf, S = fma(S, ms, vs)) stay scalar and
- *    in position order. */
+ *  - the softmax steps of a block's 16 tokens: the running maximum and each
+ *    token's expf argument in position order (scalar compares and
+ *    subtractions, as the row does them), the 16 expf at once with
+ *    weft_expf16 (glibc's expf, cpu_expf_libm512.h; libm's own where that
+ *    would not be equal), then S = fma(S, ms, vs) in position order. */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
 #include <immintrin.h>
 #include <math.h>
+
+#include "backends/cpu/cpu_expf_libm512.h"
+
+/* weft_expf16 equals this process's libm expf (checked once when the table
+ * is filled); false: the softmax steps call libm's expf one at a time */
+static bool vexp_ok;
 
 #define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AI static inline __attribute__((always_inline))
@@ -67,6 +76,54 @@ AI Z512 __m512 reduce16(const __m512 *r)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
+/* The online-softmax steps of one head over a block's scores sc[0..nt):
+ * per token, a new maximum gives ms = expf(Mold - M), vs = 1, otherwise
+ * ms = 1, vs = expf(s - M); then S = fma(S, ms, vs). Exactly the scalar
+ * loop's values (NaN scores included: they never make a new maximum). */
+AI Z512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
+{
+    float m = *M, s_ = *S;
+    if (!vexp_ok) {
+        for (int t = 0; t < nt; t++) {
+            const float s = sc[t];
+            ms[t] = vs[t] = 1.0f;
+            if (s > m) {
+                const float mold = m;
+                m = s;
+                ms[t] = expf(mold - m);
+            } else {
+                vs[t] = expf(s - m);
+            }
+            s_ = fmaf(s_, ms[t], vs[t]);
+        }
+        *M = m;
+        *S = s_;
+        return;
+    }
+    float arg[16] __attribute__((aligned(64)));
+    unsigned nm = 0; /* tokens that raise the maximum */
+    for (int t = 0; t < 16; t++) {
+        if (t >= nt) {
+            arg[t] = 0.0f;
+            continue;
+        }
+        const float s = sc[t];
+        if (s > m) {
+            arg[t] = m - s;
+            m = s;
+            nm |= 1u << t;
+        } else {
+            arg[t] = s - m;
+        }
+    }
+    const __m512 e = weft_expf16(_mm512_load_ps(arg)), one = _mm512_set1_ps(1.0f);
+    _mm512_storeu_ps(ms, _mm512_mask_blend_ps((__mmask16)nm, one, e));
+    _mm512_storeu_ps(vs, _mm512_mask_blend_ps((__mmask16)nm, e, one));
+    for (int t = 0; t < nt; t++) s_ = fmaf(s_, ms[t], vs[t]);
+    *M = m;
+    *S = s_;
+}
+
 AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
 {
     __m512 q[16], acc[16];
@@ -82,22 +139,16 @@ AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
         __m512 r[16];
         for (int t = 0; t < 16; t++) r[t] = t < nt ? token_lanes(kb + (size_t)t * a->tok_bytes, q, C) : _mm512_setzero_ps();
         _mm512_store_ps(sc, _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale)));
+        float ms[16], vs[16];
+        softmax_steps(sc, nt, &M, &S, ms, vs);
         for (int t = 0; t < nt; t++) {
-            const float s = sc[t];
-            float ms = 1.0f, vs = 1.0f;
-            if (s > M) {
-                const float Mold = M;
-                M = s;
-                ms = expf(Mold - M);
-                const __m512 m = _mm512_set1_ps(ms);
+            if (ms[t] != 1.0f) { /* a new maximum (ms == 1 leaves acc as it is) */
+                const __m512 m = _mm512_set1_ps(ms[t]);
                 for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_mul_ps(acc[i], m));
-            } else {
-                vs = expf(s - M);
             }
             const uint8_t *v = kb + (size_t)t * a->tok_bytes + a->v_off;
-            const __m512 vv = _mm512_set1_ps(vs);
+            const __m512 vv = _mm512_set1_ps(vs[t]);
             for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_fmadd_ps(h16(v + 32 * i), vv, acc[i]));
-            S = fmaf(S, ms, vs);
         }
     }
     const __m512 inv = _mm512_set1_ps(1.0f / S);
@@ -144,20 +195,7 @@ AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const
             _mm512_store_ps(sc[h], _mm512_mul_ps(reduce16(r), _mm512_set1_ps(scale)));
         }
         float ms[4][16], vs[4][16];
-        for (int h = 0; h < G; h++)
-            for (int t = 0; t < nt; t++) {
-                const float s = sc[h][t];
-                ms[h][t] = 1.0f;
-                vs[h][t] = 1.0f;
-                if (s > M[h]) {
-                    const float Mold = M[h];
-                    M[h] = s;
-                    ms[h][t] = expf(Mold - M[h]);
-                } else {
-                    vs[h][t] = expf(s - M[h]);
-                }
-                S[h] = fmaf(S[h], ms[h][t], vs[h][t]);
-            }
+        for (int h = 0; h < G; h++) softmax_steps(sc[h], nt, &M[h], &S[h], ms[h], vs[h]);
         for (int t = 0; t < nt; t++) {
             const uint8_t *v = kb + (size_t)t * a[0].tok_bytes + a[0].v_off;
             __m512 vh[8];
@@ -206,6 +244,8 @@ static Z512 void attn_group_512(const struct weft_cpu_attn_args *a, int n)
 
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k)
 {
+    /* the tables are filled on every CPU: run the check only where it can */
+    vexp_ok = weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512) && weft_cpu_expf16_matches_libm();
     k->attn_row = attn_row_512;
     k->attn_group = attn_group_512;
 }
