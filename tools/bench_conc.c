@@ -6,7 +6,9 @@
  * from submit to the last token), mean time to first token, mean
  * inter-token latency, the aggregate decode rate it implies (C x 1000 / ITL:
  * what batching buys once the prompts are in; on a CPU the prompts' prefill
- * dominates the wall time), and tokens per engine step. */
+ * dominates the wall time), tokens per engine step, and both rates as a
+ * multiple of concurrency 1's when 1 is among the levels. The runs are
+ * interleaved across levels. */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -134,46 +136,70 @@ int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, cons
     if (!o->json) {
         printf("model: %s (%s), device %s, %d threads; %d-token prompts, %d new tokens each, %d runs per level\n\n",
                name, weft_type_name(m->ftype), o->device, threads, pp, tg, reps);
-        printf("| %11s | %15s | %18s | %12s | %10s | %12s | %11s |\n", "concurrency", "gen t/s median",
-               "gen t/s mean ± sd", "TTFT ms", "ITL ms", "decode t/s", "tok/step");
+        printf("| %11s | %15s | %18s | %12s | %10s | %12s | %11s | %8s | %8s |\n", "concurrency", "gen t/s median",
+               "gen t/s mean ± sd", "TTFT ms", "ITL ms", "decode t/s", "tok/step", "gen vs 1", "dec vs 1");
         printf("|-------------|-----------------|--------------------|--------------|------------|--------------|"
-               "-------------|\n");
+               "-------------|----------|----------|\n");
     }
     json_t *results = json_array();
     int rc = 0;
+    /* one warm-up per level, then the runs interleaved across levels (run i
+     * of every level before run i + 1 of any), so that a busy spell of a
+     * shared machine falls on all levels alike rather than on one */
+    struct level_result (*r)[100] = calloc((size_t)n_levels, sizeof *r);
+    if (!r) { cli_fail("out of memory"); weft_engine_free(e); json_decref(results); return 1; }
     for (int l = 0; l < n_levels && rc == 0; l++) {
-        uint32_t c = (uint32_t)levels[l];
-        if (c == 0) continue;
-        struct level_result warm, r[100];
-        double tps[100], ttft[100], itl[100], tps_sum = 0, tps_sd = 0, ttft_mean = 0, tps2[100];
-        if (run_level(e, m, c, (uint32_t)pp, (uint32_t)tg, 0x1234 + c, &warm)) { rc = 1; break; }
-        for (int i = 0; i < reps && rc == 0; i++) {
-            if (run_level(e, m, c, (uint32_t)pp, (uint32_t)tg, 0x9e3779b9ull * (i + 1) + c, &r[i])) rc = 1;
-            tps[i] = tps2[i] = r[i].tps;
-            ttft[i] = r[i].ttft_ms;
-            itl[i] = r[i].itl_ms;
-            tps_sum += r[i].tps;
-            ttft_mean += r[i].ttft_ms;
-        }
-        if (rc) break;
-        double mean = tps_sum / reps;
-        for (int i = 0; i < reps; i++) tps_sd += (tps2[i] - mean) * (tps2[i] - mean);
-        tps_sd = reps > 1 ? sqrt(tps_sd / (reps - 1)) : 0;
-        double tpsm = median(tps, reps), ttftm = median(ttft, reps), itlm = median(itl, reps);
-        double steps = r[reps / 2].tok_per_step;
-        double dec_tps = itlm > 0 ? c * 1e3 / itlm : 0;  /* C streams, one token per ITL each */
-        if (o->json) {
-            json_array_append_new(results, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f}", "concurrency", (int)c,
-                                                     "gen_tps_median", tpsm, "gen_tps_mean", mean, "gen_tps_sd", tps_sd,
-                                                     "ttft_ms_median", ttftm, "itl_ms_median", itlm,
-                                                     "decode_tps", dec_tps, "tokens_per_step", steps));
-        } else {
-            printf("| %11u | %15.1f | %8.1f ± %7.1f | %12.1f | %10.2f | %12.1f | %11.1f |\n", c, tpsm, mean, tps_sd,
-                   ttftm, itlm, dec_tps, steps);
-            fflush(stdout);
-        }
-        (void)ttft_mean;
+        struct level_result warm;
+        if (levels[l] > 0 && run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg, 0x1234 + levels[l], &warm))
+            rc = 1;
     }
+    for (int i = 0; i < reps && rc == 0; i++)
+        for (int l = 0; l < n_levels && rc == 0; l++)
+            if (levels[l] > 0 && run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg,
+                                           0x9e3779b9ull * (i + 1) + levels[l], &r[l][i]))
+                rc = 1;
+    double base_tps = 0, base_dec = 0; /* concurrency 1's medians, for the ratios */
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int l = 0; l < n_levels; l++) {
+            uint32_t c = (uint32_t)levels[l];
+            if (c == 0 || (pass == 0 && c != 1)) continue;
+            double tps[100], ttft[100], itl[100], tps_sum = 0, tps_sd = 0;
+            for (int i = 0; i < reps; i++) {
+                tps[i] = r[l][i].tps;
+                ttft[i] = r[l][i].ttft_ms;
+                itl[i] = r[l][i].itl_ms;
+                tps_sum += r[l][i].tps;
+            }
+            double mean = tps_sum / reps;
+            for (int i = 0; i < reps; i++) tps_sd += (r[l][i].tps - mean) * (r[l][i].tps - mean);
+            tps_sd = reps > 1 ? sqrt(tps_sd / (reps - 1)) : 0;
+            double tpsm = median(tps, reps), ttftm = median(ttft, reps), itlm = median(itl, reps);
+            double steps = r[l][reps / 2].tok_per_step;
+            double dec_tps = itlm > 0 ? c * 1e3 / itlm : 0;  /* C streams, one token per ITL each */
+            if (pass == 0) {
+                base_tps = tpsm;
+                base_dec = dec_tps;
+                continue;
+            }
+            double x_gen = base_tps > 0 ? tpsm / base_tps : 0, x_dec = base_dec > 0 ? dec_tps / base_dec : 0;
+            if (o->json) {
+                /* the ratios are null without a concurrency-1 level */
+                json_array_append_new(
+                    results, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:f,s:f,s:o,s:o}", "concurrency", (int)c,
+                                       "gen_tps_median", tpsm, "gen_tps_mean", mean, "gen_tps_sd", tps_sd,
+                                       "ttft_ms_median", ttftm, "itl_ms_median", itlm, "decode_tps", dec_tps,
+                                       "tokens_per_step", steps, "gen_vs_c1", base_tps > 0 ? json_real(x_gen) : json_null(),
+                                       "decode_vs_c1", base_dec > 0 ? json_real(x_dec) : json_null()));
+            } else {
+                char xg[16] = "-", xd[16] = "-";
+                if (base_tps > 0) snprintf(xg, sizeof xg, "%.2fx", x_gen);
+                if (base_dec > 0) snprintf(xd, sizeof xd, "%.2fx", x_dec);
+                printf("| %11u | %15.1f | %8.1f ± %7.1f | %12.1f | %10.2f | %12.1f | %11.1f | %8s | %8s |\n", c, tpsm,
+                       mean, tps_sd, ttftm, itlm, dec_tps, steps, xg, xd);
+                fflush(stdout);
+            }
+        }
+    free(r);
     if (o->json && rc == 0) {
         json_t *root = json_pack("{s:s,s:s,s:i,s:i,s:i,s:o}", "model", name, "type", weft_type_name(m->ftype),
                                  "threads", threads, "prompt_tokens", pp, "new_tokens", tg, "results", results);
