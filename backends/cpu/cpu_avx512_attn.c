@@ -76,6 +76,20 @@ AI Z512 __m512 reduce16(const __m512 *r)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
+/* Prefetch the head's K and V rows of the sequence's next KV block (16
+ * tokens, C * 128 bytes each): blocks sit far apart (a block holds every
+ * layer), so the hardware prefetchers start cold at each one. */
+AI Z512 void prefetch_block(const struct weft_cpu_attn_args *a, int64_t p0, const int C)
+{
+    if (p0 + 16 >= a->n_pos) return;
+    const uint8_t *nb = a->k0 + (size_t)a->bt[p0 / 16 + 1] * a->block_bytes;
+    for (int t = 0; t < 16; t++)
+        for (int c = 0; c < 2 * C; c++) {
+            _mm_prefetch((const char *)nb + (size_t)t * a->tok_bytes + 64 * c, _MM_HINT_T0);
+            _mm_prefetch((const char *)nb + (size_t)t * a->tok_bytes + a->v_off + 64 * c, _MM_HINT_T0);
+        }
+}
+
 /* The online-softmax steps of one head over a block's scores sc[0..nt):
  * per token, a new maximum gives ms = expf(Mold - M), vs = 1, otherwise
  * ms = 1, vs = expf(s - M); then S = fma(S, ms, vs). Exactly the scalar
@@ -136,6 +150,7 @@ AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
     for (int64_t p0 = 0; p0 < a->n_pos; p0 += 16) {
         const uint8_t *kb = a->k0 + (size_t)a->bt[p0 / 16] * a->block_bytes;
         const int nt = a->n_pos - p0 < 16 ? (int)(a->n_pos - p0) : 16;
+        prefetch_block(a, p0, C);
         __m512 r[16];
         for (int t = 0; t < 16; t++) r[t] = t < nt ? token_lanes(kb + (size_t)t * a->tok_bytes, q, C) : _mm512_setzero_ps();
         _mm512_store_ps(sc, _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale)));
@@ -187,6 +202,7 @@ AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const
     for (int64_t p0 = 0; p0 < a[0].n_pos; p0 += 16) {
         const uint8_t *kb = a[0].k0 + (size_t)a[0].bt[p0 / 16] * a[0].block_bytes;
         const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
+        prefetch_block(a, p0, C);
         float sc[4][16] __attribute__((aligned(64)));
         for (int h = 0; h < G; h++) {
             __m512 r[16];
