@@ -181,9 +181,9 @@ static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
 }
 
 /* G heads sharing one KV head and positions (GQA), each exactly attn_row_c's
- * computation, in three phases per KV block: the G x 16 scores; the scalar
- * softmax steps in position order per head (the libm expf calls, which
- * would otherwise spill every live zmm per token); then the accumulator
+ * computation, in three phases per KV block: the G x 16 scores, each K row
+ * converted once for all heads; the softmax steps per head (softmax_steps,
+ * whose expf would otherwise spill every live zmm); then the accumulator
  * updates with no call in between, each V row converted once for all heads
  * and the G accumulator chains interleaved. */
 AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const int G)
@@ -204,12 +204,28 @@ AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const
         const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
         prefetch_block(a, p0, C);
         float sc[4][16] __attribute__((aligned(64)));
-        for (int h = 0; h < G; h++) {
-            __m512 r[16];
-            for (int t = 0; t < 16; t++)
-                r[t] = t < nt ? token_lanes(kb + (size_t)t * a[0].tok_bytes, q[h], C) : _mm512_setzero_ps();
-            _mm512_store_ps(sc[h], _mm512_mul_ps(reduce16(r), _mm512_set1_ps(scale)));
+        __m512 r[4][16]; /* per head, per token: token_lanes' (s0+s2)+(s1+s3), each K row converted once */
+        for (int t = 0; t < 16; t++) {
+            if (t >= nt) {
+                for (int h = 0; h < G; h++) r[h][t] = _mm512_setzero_ps();
+                continue;
+            }
+            const uint8_t *k = kb + (size_t)t * a[0].tok_bytes;
+            __m512 kh[8];
+            for (int i = 0; i < 4 * C; i++) kh[i] = h16(k + 32 * i);
+            for (int h = 0; h < G; h++) {
+                const __m512 z = _mm512_setzero_ps();
+                __m512 s0 = z, s1 = z, s2 = z, s3 = z;
+                for (int c = 0; c < C; c++) {
+                    s0 = _mm512_fmadd_ps(kh[4 * c], q[h][4 * c], s0);
+                    s1 = _mm512_fmadd_ps(kh[4 * c + 1], q[h][4 * c + 1], s1);
+                    s2 = _mm512_fmadd_ps(kh[4 * c + 2], q[h][4 * c + 2], s2);
+                    s3 = _mm512_fmadd_ps(kh[4 * c + 3], q[h][4 * c + 3], s3);
+                }
+                r[h][t] = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+            }
         }
+        for (int h = 0; h < G; h++) _mm512_store_ps(sc[h], _mm512_mul_ps(reduce16(r[h]), _mm512_set1_ps(scale)));
         float ms[4][16], vs[4][16];
         for (int h = 0; h < G; h++) softmax_steps(sc[h], nt, &M[h], &S[h], ms[h], vs[h]);
         for (int t = 0; t < nt; t++) {
