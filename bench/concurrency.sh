@@ -28,11 +28,7 @@ while [ $# -gt 0 ]; do
         *) echo "usage: bench/concurrency.sh [-t THREADS] [-r REPS] [-c LEVELS] [-p PP] [-n TG] [--big-p PP] [--big-n TG] [--no-big] [--json]" >&2; exit 2 ;;
     esac
 done
-weft=${WEFT_BIN:-build/weft}
-[ -x $weft ] || { echo "bench: build weft first (cmake -B build -DCMAKE_BUILD_TYPE=Release && cmake --build build -j)" >&2; exit 1; }
-cache=${WEFT_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weft}
-default=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf
-[ -f "$default" ] || bash scripts/fetch-model.sh
+. bench/common.sh
 $weft bench --membw -t "$threads" "${json[@]}"
 echo
 echo "== $(basename "$default")"
