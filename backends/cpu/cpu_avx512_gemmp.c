@@ -61,39 +61,6 @@ static void xpack_q8_0(const void *x, size_t xstride, int nx, int64_t n, void *d
     }
 }
 
-/* hsum_float_8 of the four 256-bit halves of a and b, as ggml's
- * ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)): results in elements 0 (a lo),
- * 4 (a hi), 8 (b lo), 12 (b hi) */
-AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
-{
-    const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-    __m512 r = _mm512_add_ps(lo, hi);
-    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
-}
-
-/* per 128-bit lane: hsum_float_8 of (lanes 0..3 = lo, lanes 4..7 = hi) as
- * ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), in the lane's element 0 */
-AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
-{
-    __m512 r = _mm512_add_ps(lo, hi);
-    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
-}
-
-/* t = corr; t += vpdpbusd(w, x): the lane sums of one weight row (u8, + 128)
- * and two activation rows, corr and x read from memory (a fresh load of
- * corr costs a load port, a register copy would cost a vector ALU slot) */
-AI Z512V __m512i q8p_lanes(const uint8_t *xb, __m512i wv)
-{
-    __m512i t;
-    __asm__("vmovdqu64 %[c], %[t]\n\tvpdpbusd %[x], %[w], %[t]"
-            : [t] "=&v"(t)
-            : [c] "m"(*(const __m512i *)(xb + 64)), [x] "m"(*(const __m512i *)xb), [w] "v"(wv));
-    return t;
-}
-
 /* one 8-row group x NP units (2 * NP activation rows, nr of them real) */
 AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo, int nr,
                        const int NP)
@@ -117,7 +84,7 @@ AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_
             const __m512i wv = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(wb + 16 + 32 * i)));
             const __m512 dw = _mm512_set1_ps(dwf[i]);
             for (int p = 0; p < NP; p++)
-                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(q8p_lanes(xb[p], wv)),
+                acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx[p]), _mm512_cvtepi32_ps(lanes_corr(xb[p], wv)),
                                             acc[i][p]);
         }
     }

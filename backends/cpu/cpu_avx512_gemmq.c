@@ -24,31 +24,9 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
-#define AI static inline __attribute__((always_inline))
+#include "backends/cpu/cpu_avx512_packed.h"
 
 enum { UNIT = 192, XBUF = 48 * 1024 }; /* bytes per pair-block: x | corr | dx */
-
-/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) of each 256-bit half of a and b:
- * elements 0 (a lo), 4 (a hi), 8 (b lo), 12 (b hi) */
-AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
-{
-    const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
-    const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
-    __m512 r = _mm512_add_ps(lo, hi);
-    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
-}
-
-/* corr from memory into a fresh register, then += u . x (x from memory) */
-AI Z512V __m512i lanes_mem(const uint8_t *ub, __m512i u)
-{
-    __m512i t;
-    __asm__("vmovdqu64 %[c], %[t]\n\tvpdpbusd %[x], %[w], %[t]"
-            : [t] "=&v"(t)
-            : [c] "m"(*(const __m512i *)(ub + 64)), [x] "m"(*(const __m512i *)ub), [w] "v"(u));
-    return t;
-}
 
 /* pairs of rows j0.. (nr real rows, the last repeated) -> units of UNIT bytes per block */
 static Z512V void prep_q8_0_pairs(const uint8_t *x, size_t xs, int nr, int64_t nb, uint8_t *dst, int corr_mul)
@@ -100,7 +78,7 @@ AI Z512V void q5_0_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t 
             for (int p = 0; p < NP; p++) {
                 const uint8_t *ub = xu + ((size_t)p * nb + b) * UNIT;
                 acc[i][p] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_load_ps((const void *)(ub + 128))),
-                                            _mm512_cvtepi32_ps(lanes_mem(ub, u)), acc[i][p]);
+                                            _mm512_cvtepi32_ps(lanes_corr(ub, u)), acc[i][p]);
             }
         }
     }

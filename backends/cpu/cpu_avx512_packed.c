@@ -191,15 +191,6 @@ static Z512V void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux,
     _mm512_storeu_ps(out, acc);
 }
 
-/* per 128-bit lane: hsum_float_8 of (lanes 0..3 = acc lo, lanes 4..7 = acc
- * hi) as ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), in the lane's element 0 */
-AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
-{
-    __m512 r = _mm512_add_ps(lo, hi);
-    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
-}
-
 /* ---- Q4_1 x Q8_1, 8 rows ---- */
 static Z512V void dotp_q4_1x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {

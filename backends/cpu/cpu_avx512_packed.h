@@ -1,7 +1,8 @@
-/* What the AVX-512 VNNI packed decode kernels share (cpu_avx512_packed.c for
- * the 32-element block types, cpu_avx512_packedk.c for the K-quants):
- * target attributes, a 32-bit broadcast and the software prefetch on the
- * packed stream. Include after <immintrin.h>, inside the x86 guard. */
+/* What the AVX-512 VNNI kernels share (the packed decode kernels of
+ * cpu_avx512_packed.c and cpu_avx512_packedk.c, the prefill tiles of
+ * cpu_avx512_gemmp.c and cpu_avx512_gemmq.c): target attributes, a 32-bit
+ * broadcast, the software prefetch on the packed stream, ggml's 8-lane
+ * horizontal sum and the corrected vpdpbusd lanes. Include after <immintrin.h>, inside the x86 guard. */
 #ifndef WEFT_CPU_AVX512_PACKED_H
 #define WEFT_CPU_AVX512_PACKED_H
 
@@ -31,6 +32,38 @@ AI Z512V __m512i bcast32(const void *p)
     int32_t v;
     memcpy(&v, p, 4);
     return _mm512_set1_epi32(v);
+}
+
+/* hsum_float_8 as ggml: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)).
+ * Per 128-bit lane, of lanes 0..3 = lo and lanes 4..7 = hi, in the lane's
+ * element 0. */
+AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
+{
+    __m512 r = _mm512_add_ps(lo, hi);
+    r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(r, _mm512_movehdup_ps(r));
+}
+
+/* The same of each 256-bit half of a and b: in elements 0 (a lo), 4 (a hi),
+ * 8 (b lo), 12 (b hi). */
+AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
+{
+    const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+    const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+    return hsum8_lanes(lo, hi);
+}
+
+/* t = corr; t += vpdpbusd(w, x), for a unit of the two-row activation layout
+ * (x at u, the int32 corrections at u + 64): corr and x are read from
+ * memory, since a fresh load of corr costs a load port where a register copy
+ * would cost a vector ALU slot. */
+AI Z512V __m512i lanes_corr(const uint8_t *u, __m512i w)
+{
+    __m512i t;
+    __asm__("vmovdqu64 %[c], %[t]\n\tvpdpbusd %[x], %[w], %[t]"
+            : [t] "=&v"(t)
+            : [c] "m"(*(const __m512i *)(u + 64)), [x] "m"(*(const __m512i *)u), [w] "v"(w));
+    return t;
 }
 
 #endif
