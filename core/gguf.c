@@ -4,7 +4,8 @@
  * counts the bytes all copied strings need. One arena is then allocated for
  * kv records, tensor records, string-array entries, both hash tables and the
  * string bytes. Pass 2 walks again (same checks) and fills the arena, checking
- * uniqueness through the hash tables. Finally tensors are checked for overlap.
+ * uniqueness through the hash tables and that the tensors' data tile the data
+ * section in info order (which also rules out overlap).
  * Numeric values and arrays stay in the mapping and are read with memcpy
  * (they are unaligned). Layout of a GGUF v2/v3 file, all little-endian:
  *   "GGUF" u32 version, u64 n_tensors, u64 n_kv,
@@ -81,6 +82,7 @@ struct parser {
     uint64_t n_arr_strs;
     char *chars;                  /* pass 2 cursors into the arena */
     struct str_ent *ents;
+    uint64_t next_off;            /* pass 2: where the next tensor's data must start */
 };
 
 static weft_status past_end(const struct parser *ps, const char *what, uint64_t need)
@@ -207,6 +209,19 @@ static weft_status parse_bools(struct parser *ps, const uint8_t *b, uint64_t n)
     return WEFT_OK;
 }
 
+/* Keys whose string values are identifiers that weft compares and prints as C
+ * strings (core/model, core/tokenizer): an embedded NUL would let "llama\0evil"
+ * pass as "llama", so such a value is rejected. Other strings (tokens, templates,
+ * names) may hold any bytes; readers that care use the length. */
+static bool is_identifier_key(const char *key, size_t len)
+{
+    static const char *const ids[] = {"general.architecture", "tokenizer.ggml.model",
+                                      "tokenizer.ggml.pre"};
+    for (size_t k = 0; k < sizeof ids / sizeof ids[0]; k++)
+        if (strlen(ids[k]) == len && memcmp(ids[k], key, len) == 0) return true;
+    return false;
+}
+
 static weft_status parse_kv(struct parser *ps, struct weft_gguf *g, int64_t i)
 {
     const char *key = NULL;
@@ -219,8 +234,11 @@ static weft_status parse_kv(struct parser *ps, struct weft_gguf *g, int64_t i)
     if ((s = rd_str(ps, "key", &key, &key_len))) return s;
     if (key_len == 0) return weft_error(WEFT_ERR_FORMAT, "gguf: kv %lld has an empty key", (long long)i);
     set_ctx(ps, "key", i, key, key_len);
-    if (memchr(key, '\0', key_len))
-        return weft_error(WEFT_ERR_FORMAT, "gguf: %s (kv %lld) contains a NUL byte", ps->ctx, (long long)i);
+    /* keys are looked up and printed as C strings; the message shows the part before the NUL */
+    const char *nul = memchr(key, '\0', key_len);
+    if (nul)
+        return weft_error(WEFT_ERR_FORMAT, "gguf: %s (kv %lld) contains a NUL byte at byte %zu of %zu",
+                          ps->ctx, (long long)i, (size_t)(nul - key), key_len);
     if ((s = rd_u32(ps, "value type", &type))) return s;
     if (type > WEFT_GGUF_FLOAT64)
         return weft_error(WEFT_ERR_FORMAT, "gguf: %s: invalid value type %u (valid: 0..12)",
@@ -241,6 +259,10 @@ static weft_status parse_kv(struct parser *ps, struct weft_gguf *g, int64_t i)
         const char *v;
         size_t vlen;
         if ((s = rd_str(ps, "string value", &v, &vlen))) return s;
+        const char *vnul = memchr(v, '\0', vlen);
+        if (vnul && is_identifier_key(key, key_len))
+            return weft_error(WEFT_ERR_FORMAT, "gguf: %s: value contains a NUL byte at byte %zu of %zu "
+                              "(an identifier must be plain text)", ps->ctx, (size_t)(vnul - v), vlen);
         if (kv) { kv->str = v; kv->str_len = vlen; }
     } else if (type == WEFT_GGUF_ARRAY) {
         uint32_t at;
@@ -303,6 +325,26 @@ static weft_status read_alignment(struct weft_gguf *g)
 
 /* ---- tensor infos ---- */
 
+/* Tensor i (pass 2; tensors 0..i-1 filled, alignment checked) has data offset
+ * `off` where ps->next_off was due. */
+static weft_status layout_error(const struct parser *ps, const struct weft_gguf *g, int64_t i,
+                                uint64_t off)
+{
+    char also[192] = "";
+    if (off < ps->next_off) {
+        /* tensors 0..i-1 tile [0, next_off) with gaps shorter than the alignment, and
+         * off is aligned, so it falls inside the data of the first j that ends after it */
+        int64_t j = 0;
+        while (j < i - 1 && off >= g->tensors[j].offset + g->tensors[j].size) j++;
+        const struct weft_gguf_tensor *t = &g->tensors[j];
+        snprintf(also, sizeof also, ": it overlaps tensor '%s' data [%llu, %llu)", t->name,
+                 (unsigned long long)t->offset, (unsigned long long)(t->offset + t->size));
+    }
+    return weft_error(WEFT_ERR_FORMAT, "gguf: %s: data offset %llu, expected %llu (tensor data must "
+                      "follow tensor-info order, each padded to the alignment %zu)%s", ps->ctx,
+                      (unsigned long long)off, (unsigned long long)ps->next_off, g->alignment, also);
+}
+
 static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t i)
 {
     const char *name = NULL;
@@ -317,9 +359,11 @@ static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t 
     if (name_len == 0)
         return weft_error(WEFT_ERR_FORMAT, "gguf: tensor %lld has an empty name", (long long)i);
     set_ctx(ps, "tensor", i, name, name_len);
-    if (memchr(name, '\0', name_len))
-        return weft_error(WEFT_ERR_FORMAT, "gguf: %s (tensor %lld) name contains a NUL byte",
-                          ps->ctx, (long long)i);
+    /* names are looked up and printed as C strings; the message shows the part before the NUL */
+    const char *nul = memchr(name, '\0', name_len);
+    if (nul)
+        return weft_error(WEFT_ERR_FORMAT, "gguf: %s (tensor %lld) name contains a NUL byte at byte "
+                          "%zu of %zu", ps->ctx, (long long)i, (size_t)(nul - name), name_len);
     if ((s = rd_u32(ps, "n_dims", &n_dims))) return s;
     if (n_dims < 1 || n_dims > WEFT_GGUF_MAX_DIMS)
         return weft_error(WEFT_ERR_FORMAT, "gguf: %s: n_dims %u out of range 1..%d", ps->ctx, n_dims,
@@ -372,6 +416,12 @@ static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t 
     if (end > ps->size)
         return weft_error(WEFT_ERR_FORMAT, "gguf: %s: data [%zu, %zu) runs past end of file (%zu bytes)",
                           ps->ctx, start, end, ps->size);
+    /* As llama.cpp's reader: tensor i's data starts where tensor i-1's ends, padded
+     * to the alignment (tensor 0 at 0), so the data section is the tensors in info
+     * order with no gap and no overlap. The size is what type and shape imply (GGUF
+     * stores none), so a wrong shape or type shows up as the next tensor's offset. */
+    if (off != ps->next_off) return layout_error(ps, g, i, off);
+    ps->next_off = off + (size + g->alignment - 1) / g->alignment * g->alignment; /* no wrap: in file */
     struct weft_gguf_tensor *t = &g->tensors[i];
     t->name = name;
     t->type = (enum weft_type)type;
@@ -381,39 +431,6 @@ static weft_status parse_tensor(struct parser *ps, struct weft_gguf *g, int64_t 
     t->size = (size_t)size;
     t->data = ps->p + start;
     return WEFT_OK;
-}
-
-struct span { uint64_t off; size_t size; int64_t idx; };
-
-static int span_cmp(const void *a, const void *b)
-{
-    const struct span *x = a, *y = b;
-    return x->off < y->off ? -1 : x->off > y->off ? 1 : 0;
-}
-
-static weft_status check_overlap(struct weft_gguf *g)
-{
-    if (g->n_tensors < 2) return WEFT_OK;
-    struct span *sp = malloc((size_t)g->n_tensors * sizeof *sp);
-    if (!sp) return weft_error(WEFT_ERR_NOMEM, "gguf: out of memory sorting %lld tensors",
-                               (long long)g->n_tensors);
-    for (int64_t i = 0; i < g->n_tensors; i++)
-        sp[i] = (struct span){g->tensors[i].offset, g->tensors[i].size, i};
-    qsort(sp, (size_t)g->n_tensors, sizeof *sp, span_cmp);
-    weft_status s = WEFT_OK;
-    for (int64_t i = 1; i < g->n_tensors; i++) {
-        const struct span *a = &sp[i - 1], *b = &sp[i];
-        if (a->off + a->size > b->off) {
-            s = weft_error(WEFT_ERR_FORMAT, "gguf: tensors '%s' data [%llu, %llu) and '%s' data "
-                           "[%llu, %llu) overlap", g->tensors[a->idx].name,
-                           (unsigned long long)a->off, (unsigned long long)(a->off + a->size),
-                           g->tensors[b->idx].name, (unsigned long long)b->off,
-                           (unsigned long long)(b->off + b->size));
-            break;
-        }
-    }
-    free(sp);
-    return s;
 }
 
 /* ---- the two passes ---- */
@@ -457,6 +474,7 @@ static weft_status parse_all(struct parser *ps, struct weft_gguf *g)
     uint64_t n_tensors = 0, n_kv = 0;
     weft_status s;
     ps->pos = 0;
+    ps->next_off = 0;
     if ((s = parse_header(ps, g, &n_tensors, &n_kv))) return s;
     g->n_kv = (int64_t)n_kv;
     g->n_tensors = (int64_t)n_tensors;
@@ -508,8 +526,7 @@ static weft_status build(const uint8_t *data, size_t size, struct weft_gguf *g)
     ps.fill = true;
     ps.ents = (struct str_ent *)(ar + o_e);
     ps.chars = (char *)(ar + o_c);
-    if ((s = parse_all(&ps, g))) return s;
-    return check_overlap(g);
+    return parse_all(&ps, g);
 }
 
 /* ---- open / close ---- */

@@ -2,11 +2,16 @@
  *
  * The reader mmaps the file and validates everything before returning:
  * magic, version, counts against the file size, string and array lengths,
- * value types, unique keys and tensor names, tensor dims (positive, product
- * without overflow, first dim a multiple of the block size), types, data
- * offsets (aligned to general.alignment, inside the file) and sizes (no
- * overlap past the end). On any problem it fails with WEFT_ERR_FORMAT and
- * weft_last_error() names what is wrong, e.g.
+ * value types, unique keys and tensor names with no NUL byte in them, no NUL in
+ * the identifier values general.architecture, tokenizer.ggml.model and
+ * tokenizer.ggml.pre (other strings may hold any bytes), tensor dims (positive,
+ * product without overflow, first dim a multiple of the block size), types, and
+ * the data layout as llama.cpp enforces it: each tensor's size is what its type
+ * and shape imply, its offset is the sum of the sizes of the tensors before it
+ * (in info order), each padded to general.alignment, and its data lies inside
+ * the file; so no two tensors overlap. Bytes after the last tensor are allowed.
+ * On any problem it fails with WEFT_ERR_FORMAT and weft_last_error() names what
+ * is wrong, e.g.
  *   "tensor 'blk.0.attn_q.weight': data [1024, 5120) runs past end of file (4096 bytes)".
  * It never reads outside the mapping. Hyperparameter checks live in core/model. */
 #ifndef WEFT_GGUF_H

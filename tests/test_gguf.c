@@ -477,7 +477,12 @@ CORRUPT_CASE(rejects_duplicate_key, {
     memcpy(p + find(p, n, "test.u32"), "test.arr", 8); EXPECT_FORMAT(p, n, "duplicate key 'test.arr'"); })
 CORRUPT_CASE(rejects_empty_key, {
     put64(p, find(p, n, "test.u32") - 8, 0); EXPECT_FORMAT(p, n, "empty key"); })
-CORRUPT_CASE(rejects_nul_in_key, { p[find(p, n, "test.u32") + 4] = 0; EXPECT_FORMAT(p, n, "NUL"); })
+CORRUPT_CASE(rejects_nul_in_key, {
+    p[find(p, n, "test.u32") + 4] = 0;
+    EXPECT_FORMAT(p, n, "gguf: key 'test' (kv 1) contains a NUL byte at byte 4 of 8"); })
+CORRUPT_CASE(rejects_nul_in_tensor_name, {
+    p[find(p, n, "tensor_bbbb") + 6] = 0;
+    EXPECT_FORMAT(p, n, "gguf: tensor 'tensor' (tensor 1) name contains a NUL byte at byte 6 of 11"); })
 CORRUPT_CASE(rejects_duplicate_tensor_name, {
     memcpy(p + find(p, n, "tensor_bbbb"), "tensor_aaaa", 11);
     EXPECT_FORMAT(p, n, "duplicate tensor name 'tensor_aaaa'"); })
@@ -515,6 +520,115 @@ CORRUPT_CASE(rejects_tensor_offset_overflow, {
 CORRUPT_CASE(rejects_overlapping_tensors, {
     put64(p, after(p, n, "tensor_bbbb") + 4 + 8 + 4, 224);
     EXPECT_FORMAT(p, n, "overlap"); EXPECT_FORMAT(p, n, "tensor_bbbb"); })
+/* The data section must be the tensors in info order, each padded to the alignment
+ * (as llama.cpp requires): small_file has aaaa [0, 256), bbbb [256, 292), cccc [320, 512). */
+#define OFF_A(p, n) (after(p, n, "tensor_aaaa") + 4 + 16 + 4)
+#define OFF_B(p, n) (after(p, n, "tensor_bbbb") + 4 + 8 + 4)
+#define OFF_C(p, n) (after(p, n, "tensor_cccc") + 4 + 32 + 4)
+CORRUPT_CASE(rejects_tensors_out_of_info_order, {
+    /* cccc [0, 192), bbbb [192, 228), aaaa [256, 512): inside the file, no overlap */
+    put64(p, OFF_A(p, n), 256); put64(p, OFF_B(p, n), 192); put64(p, OFF_C(p, n), 0);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_aaaa': data offset 256, expected 0"); })
+CORRUPT_CASE(rejects_first_tensor_not_at_data_start, {
+    put64(p, OFF_A(p, n), 32);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_aaaa': data offset 32, expected 0"); })
+CORRUPT_CASE(rejects_gap_between_tensors, {
+    /* bbbb shrunk to one Q4_0 block (18 bytes, 32 padded): cccc is due at 288, not 320 */
+    put64(p, after(p, n, "tensor_bbbb") + 4, 32);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_cccc': data offset 320, expected 288");
+    EXPECT_FORMAT(p, n, "alignment 32"); })
+CORRUPT_CASE(rejects_tensor_larger_than_its_slot, {
+    /* bbbb as Q8_0 is 68 bytes, [256, 324), running into cccc at 320 */
+    put32(p, after(p, n, "tensor_bbbb") + 4 + 8, WEFT_TYPE_Q8_0);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_cccc': data offset 320, expected 352");
+    EXPECT_FORMAT(p, n, "overlaps tensor 'tensor_bbbb' data [256, 324)"); })
+CORRUPT_CASE(rejects_huge_dims_without_wrapping, {
+    /* 32 x (2^64-1)/128 F32: 2^64 - 128 bytes, fits u64 but offset + size wraps size_t */
+    put64(p, after(p, n, "tensor_aaaa") + 4 + 8, UINT64_MAX / 128);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_aaaa': data offset 0 + size"); EXPECT_FORMAT(p, n, "overflows"); })
+CORRUPT_CASE(rejects_huge_dims_past_end, {
+    /* 192 * 2^40 bytes: no wrap, far past the end */
+    put64(p, after(p, n, "tensor_cccc") + 4 + 24, 1ull << 40);
+    EXPECT_FORMAT(p, n, "tensor 'tensor_cccc': data ["); EXPECT_FORMAT(p, n, "runs past end of file"); })
+
+/* llama.cpp does not require the data section to end the file, so neither do we. */
+static void accepts_bytes_after_last_tensor(void)
+{
+    void *f;
+    size_t n;
+    small_file(&f, &n);
+    uint8_t *p = realloc(f, n + 7);
+    memset(p + n, 0xab, 7);
+    struct weft_gguf *g = NULL;
+    CHECK_MSG(weft_gguf_open_memory(p, n + 7, &g) == WEFT_OK, "%s", weft_last_error());
+    if (g) CHECK_EQ_INT(weft_gguf_tensor(g, 2)->offset, 320);
+    weft_gguf_close(g);
+    free(p);
+}
+
+/* ---- NUL bytes in string values ---- */
+
+/* Each '#' is a placeholder a case turns into a NUL (the writer takes C strings). */
+static void strings_file(void **out, size_t *n)
+{
+    struct weft_gguf_writer *w = NULL;
+    static const char *const toks[2] = {"to#ken", "b"};
+    weft_gguf_writer_init(&w);
+    weft_gguf_writer_set_str(w, "general.architecture", "llama#evil");
+    weft_gguf_writer_set_str(w, "general.name", "na#me");
+    weft_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2#x");
+    weft_gguf_writer_set_str(w, "tokenizer.ggml.pre", "smollm#x");
+    weft_gguf_writer_set_str(w, "tokenizer.chat_template", "{{ x }}#y");
+    weft_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 2);
+    CHECK_EQ_INT(weft_gguf_writer_to_memory(w, out, n), WEFT_OK);
+    weft_gguf_writer_free(w);
+}
+
+static void nul_at_hash(uint8_t *p, size_t n, const char *s)
+{
+    p[find(p, n, s) + (size_t)(strchr(s, '#') - s)] = 0;
+}
+
+#define STRINGS_CASE(fn, body) \
+    static void fn(void) { void *f_; size_t n; strings_file(&f_, &n); uint8_t *p = f_; body; free(f_); }
+
+/* "llama\0evil" would pass core/model's strcmp(arch, "llama"). */
+STRINGS_CASE(rejects_nul_in_architecture, {
+    nul_at_hash(p, n, "llama#evil");
+    EXPECT_FORMAT(p, n, "gguf: key 'general.architecture': value contains a NUL byte at byte 5 of 10"); })
+STRINGS_CASE(rejects_nul_in_tokenizer_model, {
+    nul_at_hash(p, n, "gpt2#x");
+    EXPECT_FORMAT(p, n, "key 'tokenizer.ggml.model': value contains a NUL byte at byte 4 of 6"); })
+STRINGS_CASE(rejects_nul_in_tokenizer_pre, {
+    nul_at_hash(p, n, "smollm#x");
+    EXPECT_FORMAT(p, n, "key 'tokenizer.ggml.pre': value contains a NUL byte at byte 6 of 8"); })
+
+/* Tokens are arbitrary bytes, and names and templates are text the reader need not police. */
+static void keeps_nul_in_other_strings(void)
+{
+    void *f;
+    size_t n;
+    strings_file(&f, &n);
+    uint8_t *p = f;
+    nul_at_hash(p, n, "na#me"); nul_at_hash(p, n, "{{ x }}#y"); nul_at_hash(p, n, "to#ken");
+    struct weft_gguf *g = NULL;
+    CHECK_MSG(weft_gguf_open_memory(p, n, &g) == WEFT_OK, "%s", weft_last_error());
+    if (g) {
+        const char *s = NULL;
+        size_t len = 0;
+        CHECK_EQ_INT(weft_gguf_get_str(g, "general.name", &s, &len), WEFT_OK);
+        CHECK(len == 5 && memcmp(s, "na\0me", 6) == 0);
+        CHECK_EQ_INT(weft_gguf_get_str(g, "tokenizer.chat_template", &s, &len), WEFT_OK);
+        CHECK_EQ_INT(len, 9);
+        s = weft_gguf_arr_str(g, weft_gguf_find_key(g, "tokenizer.ggml.tokens"), 0, &len);
+        CHECK(s && len == 6 && memcmp(s, "to\0ken", 7) == 0);
+        CHECK_EQ_INT(weft_gguf_get_str(g, "general.architecture", &s, NULL), WEFT_OK);
+        CHECK(s && strcmp(s, "llama#evil") == 0);
+        weft_gguf_close(g);
+    }
+    free(f);
+}
+
 CORRUPT_CASE(rejects_alignment_0, {
     put32(p, after(p, n, "general.alignment") + 4, 0); EXPECT_FORMAT(p, n, "general.alignment 0"); })
 CORRUPT_CASE(rejects_alignment_3, {
@@ -695,6 +809,7 @@ int main(void)
     RUN(rejects_duplicate_key);
     RUN(rejects_empty_key);
     RUN(rejects_nul_in_key);
+    RUN(rejects_nul_in_tensor_name);
     RUN(rejects_duplicate_tensor_name);
     RUN(rejects_empty_tensor_name);
     RUN(rejects_n_dims_0);
@@ -710,6 +825,17 @@ int main(void)
     RUN(rejects_tensor_data_past_end);
     RUN(rejects_tensor_offset_overflow);
     RUN(rejects_overlapping_tensors);
+    RUN(rejects_tensors_out_of_info_order);
+    RUN(rejects_first_tensor_not_at_data_start);
+    RUN(rejects_gap_between_tensors);
+    RUN(rejects_tensor_larger_than_its_slot);
+    RUN(rejects_huge_dims_without_wrapping);
+    RUN(rejects_huge_dims_past_end);
+    RUN(accepts_bytes_after_last_tensor);
+    RUN(rejects_nul_in_architecture);
+    RUN(rejects_nul_in_tokenizer_model);
+    RUN(rejects_nul_in_tokenizer_pre);
+    RUN(keeps_nul_in_other_strings);
     RUN(rejects_alignment_0);
     RUN(rejects_alignment_3);
     RUN(rejects_alignment_wrong_type);
