@@ -22,6 +22,7 @@
 #define PEND_MAX (256u << 10)  /* unparsed pipelined bytes held before reading pauses */
 #define PEND_KEEP (64u << 10)  /* bigger pend buffers are freed once empty */
 #define LINGER_MS 1000u
+#define OVER_LIMIT_FIRST_MS 2000u  /* a connection past the per-client limit must ask at once */
 
 enum { T_NONE, T_IDLE, T_READ, T_LINGER };
 enum { L_CLOSED, L_OPEN, L_CLOSING };
@@ -43,6 +44,12 @@ struct http_conn {
     bool lingering, peer_eof, reading, in_process, continue_sent;
     bool req_active;            /* a request is with the handler; its response has not ended */
     bool streaming, chunked, head, keep;
+    bool out_paused;            /* more than max_output queued: parsing and reading wait */
+    bool over_limit;            /* accepted past max_conns_per_client, not exempted */
+    bool exempt;                /* not counted against its peer address */
+    bool peer_known;
+    struct sockaddr_storage peer;
+    char peer_text[48];
     void (*on_close)(void *);
     void *on_close_user;
 };
@@ -57,6 +64,7 @@ struct http_server {
     struct http_conn *conns;
     uint32_t n_conns;
     bool draining, freeing, in_check;
+    size_t out_now, out_peak;   /* bytes queued unsent: all connections now, one connection at most */
     void (*drain_done)(void *);
     void *drain_arg;
     char rbuf[READ_BUF];        /* one loop thread: reads are copied out at once */
@@ -204,6 +212,7 @@ static void on_write(uv_write_t *req, int status)
     struct wreq *w = (struct wreq *)req;
     struct http_conn *c = w->c;
     c->pending -= w->len;
+    c->srv->out_now -= w->len;
     free(w);
     if (c->closing) return;
     if (status < 0) {
@@ -211,6 +220,10 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     if (c->finishing && c->pending == 0 && !c->lingering) start_shutdown(c);
+    if (c->out_paused && c->pending <= c->srv->lim.max_output / 2) {
+        c->out_paused = false;
+        process(c);  /* the next pipelined request, and reading again */
+    }
 }
 
 static struct wreq *wreq_new(size_t cap)
@@ -239,6 +252,8 @@ static bool wreq_send(struct http_conn *c, struct wreq *w)
         return false;
     }
     c->pending += w->len;
+    c->srv->out_now += w->len;
+    if (c->pending > c->srv->out_peak) c->srv->out_peak = c->pending;
     return true;
 }
 
@@ -318,7 +333,7 @@ void http_respond(struct http_conn *c, int status, const char *content_type, con
 {
     if (!c || !c->req_active || c->streaming) return;
     if (!c->closing) {
-        c->keep = c->keep && !c->srv->draining;
+        c->keep = c->keep && !c->srv->draining && !c->over_limit;
         /* 1xx, 204 and 304 have no body and no Content-Length */
         bool bodyless = status < 200 || status == 204 || status == 304;
         char framing[48] = "";
@@ -359,7 +374,7 @@ void http_stream_begin(struct http_conn *c, int status, const char *content_type
     if (c->closing) return;
     /* HTTP/1.0 has no chunked encoding: the body runs until the close */
     c->chunked = c->pc.p.http_minor >= 1;
-    c->keep = c->keep && c->chunked && !c->srv->draining;
+    c->keep = c->keep && c->chunked && !c->srv->draining && !c->over_limit;
     struct wreq *w = head_new(status, content_type, extra_headers, c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
                               c->keep, 0);
     wreq_send(c, w);
@@ -399,6 +414,42 @@ void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
 size_t http_conn_pending(const struct http_conn *c)
 {
     return c ? c->pending : 0;
+}
+
+bool http_conn_over_client_limit(const struct http_conn *c)
+{
+    return c && c->over_limit;
+}
+
+void http_conn_exempt(struct http_conn *c)
+{
+    if (!c) return;
+    c->over_limit = false;
+    c->exempt = true;
+}
+
+const char *http_conn_peer(const struct http_conn *c)
+{
+    return c ? c->peer_text : "";
+}
+
+static bool same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family) return false;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return false;
+}
+
+/* Connections from c's peer address that count against its limit (c excluded). */
+static uint32_t peer_conns(const struct http_server *s, const struct http_conn *c)
+{
+    uint32_t n = 0;
+    for (const struct http_conn *o = s->conns; o; o = o->next)
+        if (o != c && o->peer_known && !o->exempt && !o->closing && same_peer(&o->peer, &c->peer)) n++;
+    return n;
 }
 
 /* ---- reading ---- */
@@ -480,7 +531,10 @@ static void process(struct http_conn *c)
     if (c->in_process) return;  /* a response ended inside the handler: the loop below goes on */
     c->in_process = true;
     struct http_server *s = c->srv;
-    while (!c->closing && !c->finishing && !c->req_active && c->pend_off < c->pend_len) {
+    /* a client that does not read its answers gets no more of them
+     * computed: past max_output the next request waits (on_write resumes) */
+    while (!c->closing && !c->finishing && !c->req_active && c->pend_off < c->pend_len &&
+           c->pending <= s->lim.max_output) {
         size_t avail = c->pend_len - c->pend_off;
         size_t used = hpc_feed(&c->pc, c->pend + c->pend_off, avail);
         c->pend_off += used;
@@ -524,7 +578,8 @@ static void process(struct http_conn *c)
             timer_set(c, T_IDLE, s->lim.idle_timeout_ms);
         }
     }
-    if (c->pend_len - c->pend_off > PEND_MAX) read_stop(c);
+    c->out_paused = c->pending > s->lim.max_output;
+    if (c->out_paused || c->pend_len - c->pend_off > PEND_MAX) read_stop(c);
     else read_start(c);
 }
 
@@ -563,7 +618,17 @@ static void on_connection(uv_stream_t *ls, int status)
     s->conns = c;
     s->n_conns++;
     uv_tcp_nodelay(&c->tcp, 1);
-    timer_set(c, T_IDLE, s->lim.idle_timeout_ms);
+    int alen = sizeof c->peer;
+    if (uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &alen) == 0) {
+        c->peer_known = true;
+        if (c->peer.ss_family == AF_INET)
+            uv_ip4_name((const struct sockaddr_in *)&c->peer, c->peer_text, sizeof c->peer_text);
+        else if (c->peer.ss_family == AF_INET6)
+            uv_ip6_name((const struct sockaddr_in6 *)&c->peer, c->peer_text, sizeof c->peer_text);
+        c->over_limit = peer_conns(s, c) >= s->lim.max_conns_per_client;
+    }
+    timer_set(c, T_IDLE, c->over_limit && s->lim.idle_timeout_ms > OVER_LIMIT_FIRST_MS ? OVER_LIMIT_FIRST_MS
+                                                                                      : s->lim.idle_timeout_ms);
     read_start(c);
 }
 
@@ -622,6 +687,16 @@ int http_server_port(const struct http_server *s)
 uint32_t http_server_n_conns(const struct http_server *s)
 {
     return s ? s->n_conns : 0;
+}
+
+size_t http_server_output_peak(const struct http_server *s)
+{
+    return s ? s->out_peak : 0;
+}
+
+size_t http_server_output_now(const struct http_server *s)
+{
+    return s ? s->out_now : 0;
 }
 
 static void close_listener(struct http_server *s)

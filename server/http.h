@@ -28,6 +28,13 @@ struct http_limits {
     uint32_t idle_timeout_ms;  /* keep-alive idle, no request in progress (default 60 s) */
     uint32_t read_timeout_ms;  /* a started request must be complete within (default 30 s) */
     uint32_t max_conns;        /* beyond this, new connections are closed at once (default 1024) */
+    size_t max_output;         /* per connection: while more than this is queued unsent, the next
+                                  pipelined request is not parsed and reading pauses; it resumes
+                                  once the queue is down to half (default 1 MiB). A connection
+                                  thus holds at most max_output + one response */
+    uint32_t max_conns_per_client; /* connections from one peer address (default 64): past it a
+                                  connection is accepted flagged (http_conn_over_client_limit)
+                                  and closed after its first response unless the handler exempts it */
 };                             /* a zero field (or a NULL limits pointer) means the default */
 
 struct http_header { const char *name, *value; };  /* NUL-terminated; names lower-cased */
@@ -97,6 +104,17 @@ void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
  * times out a response in progress, so a handler streaming to a client that
  * does not read should give up when this stays large). */
 size_t http_conn_pending(const struct http_conn *c);
+/* The connection was accepted past max_conns_per_client for its peer
+ * address. Unless the handler calls http_conn_exempt() (e.g. for a trusted
+ * upstream such as weft router), its first response says "Connection:
+ * close" and it closes; until its first request it gets 2 s, not the idle
+ * timeout. */
+bool http_conn_over_client_limit(const struct http_conn *c);
+/* Lift the per-client limit for c: it is no longer flagged nor counted
+ * against its peer address. */
+void http_conn_exempt(struct http_conn *c);
+/* The peer address as text ("127.0.0.1", "::1"), "" if unknown. */
+const char *http_conn_peer(const struct http_conn *c);
 
 /* Listen on host:port (host: IPv4 or IPv6 literal, NULL = 127.0.0.1; port 0:
  * any free port; see http_server_port). Returns 0, or a negative libuv error
@@ -112,6 +130,11 @@ int http_server_port(const struct http_server *s);
  * left; it may call http_server_free. */
 void http_server_drain(struct http_server *s, void (*done)(void *), void *arg);
 uint32_t http_server_n_conns(const struct http_server *s);
+/* The most bytes ever queued unsent on one connection (the output bound at
+ * work: at most max_output + the largest single response), and the bytes
+ * queued unsent on all connections now. */
+size_t http_server_output_peak(const struct http_server *s);
+size_t http_server_output_now(const struct http_server *s);
 /* Closes the listener and every connection (on_close fires for requests in
  * progress). Memory is released from libuv close callbacks: keep running the
  * loop until it returns. */

@@ -23,6 +23,8 @@
 /* http-parser's own bound on the request line + headers (compiled in: 80 KiB) */
 #define PARSER_DEFAULT_MAX_HEADER (80u << 10)
 #define NO_VALUE UINT32_MAX
+#define DEF_MAX_OUTPUT (1u << 20)
+#define DEF_MAX_CONNS_PER_CLIENT 64u
 
 void hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim)
 {
@@ -35,6 +37,8 @@ void hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim)
     if (!l.idle_timeout_ms) l.idle_timeout_ms = DEF_IDLE_MS;
     if (!l.read_timeout_ms) l.read_timeout_ms = DEF_READ_MS;
     if (!l.max_conns) l.max_conns = DEF_MAX_CONNS;
+    if (!l.max_output) l.max_output = DEF_MAX_OUTPUT;
+    if (!l.max_conns_per_client) l.max_conns_per_client = DEF_MAX_CONNS_PER_CLIENT;
     if (l.max_url > CAP_STRINGS) l.max_url = CAP_STRINGS;
     if (l.max_header_bytes > CAP_STRINGS) l.max_header_bytes = CAP_STRINGS;
     if (l.max_headers > (1u << 20)) l.max_headers = 1u << 20;

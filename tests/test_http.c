@@ -377,6 +377,17 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
         start_pending(ts, c, 5, n, true);
     } else if (strcmp(r->path, "/forever") == 0) {
         start_pending(ts, c, 10, -1, true);
+    } else if (strcmp(r->path, "/big") == 0) {
+        static char big[16 << 10];
+        memset(big, 'b', sizeof big);
+        http_respond(c, 200, "text/plain", NULL, big, sizeof big);
+    } else if (strcmp(r->path, "/peak") == 0) {
+        char b[32];
+        int len = snprintf(b, sizeof b, "%zu", http_server_output_peak(ts->s));
+        http_respond(c, 200, "text/plain", NULL, b, (size_t)len);
+    } else if (strcmp(r->path, "/exempt") == 0) {
+        http_conn_exempt(c);
+        http_respond(c, 200, "text/plain", NULL, "exempt", 6);
     } else if (strcmp(r->path, "/conns") == 0) {
         char b[32];
         int len = snprintf(b, sizeof b, "%u", http_server_n_conns(ts->s));
@@ -976,6 +987,112 @@ static void live_idle_connections_and_max_conns(void)
     srv_stop(ts);
 }
 
+/* A keep-alive client that pipelines requests and never reads: past
+ * max_output queued unsent, the next request is not answered (not even
+ * parsed) until the client reads, so the server holds at most max_output +
+ * one response for it; once it reads, every answer arrives, in order. */
+static void live_output_bound_for_a_client_that_does_not_read(void)
+{
+    struct http_limits lim = live_limits();
+    lim.idle_timeout_ms = 20000;
+    lim.max_output = 64 << 10;
+    struct tsrv *ts = srv_start(lim);
+    int port = atomic_load(&ts->port);
+    struct cli *c = calloc(1, sizeof *c);
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 4096;
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    struct timeval tv = {5, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(c->fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(connect(c->fd, (struct sockaddr *)&a, sizeof a) == 0);
+    enum { N = 600 };  /* 600 x 16 KiB = 9.6 MB of answers */
+    const char *one = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
+    size_t ol = strlen(one);
+    char *reqs = malloc(ol * N);
+    for (int i = 0; i < N; i++) memcpy(reqs + i * ol, one, ol);
+    CHECK(cli_send(c, reqs, ol * N));  /* 19 KB: fits the socket buffers */
+    free(reqs);
+    /* let the server do all it will: until the handled count stops moving */
+    int last = -1;
+    for (int i = 0; i < 100 && atomic_load(&ts->handled) != last; i++) {
+        last = atomic_load(&ts->handled);
+        sleep_ms(50);
+    }
+    int handled = atomic_load(&ts->handled);
+    CHECK_MSG(handled < N / 2, "answered %d of %d pipelined requests for a client that reads nothing", handled, N);
+    struct cli *q = cli_open(port);
+    struct resp r;
+    cli_sends(q, "GET /peak HTTP/1.1\r\n\r\n");
+    cli_response(q, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    size_t peak = strtoul(r.body, NULL, 10);
+    CHECK_MSG(peak <= lim.max_output + (16 << 10) + 256, "%zu bytes queued unsent for one connection", peak);
+    CHECK(peak >= lim.max_output);
+    cli_close(q);
+    /* reading resumes the answers: all N arrive */
+    int got = 0;
+    for (int i = 0; i < N; i++) {
+        cli_response(c, &r, false);
+        if (r.status != 200) break;
+        got++;
+    }
+    CHECK_EQ_INT(got, N);
+    cli_close(c);
+    srv_stop(ts);
+}
+
+/* Past max_conns_per_client from one address, a connection gets its first
+ * answer with "Connection: close" (the handler sees the flag), unless the
+ * handler exempts it; exempt connections do not count. */
+static void live_per_client_connection_limit(void)
+{
+    struct http_limits lim = live_limits();
+    lim.idle_timeout_ms = 20000;
+    lim.max_conns_per_client = 3;
+    struct tsrv *ts = srv_start(lim);
+    int port = atomic_load(&ts->port);
+    struct resp r;
+    struct cli *c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = cli_open(port);
+        cli_sends(c[i], "GET /echo HTTP/1.1\r\n\r\n");
+        cli_response(c[i], &r, false);
+        CHECK(r.status == 200 && !r.close);
+    }
+    struct cli *x = cli_open(port);
+    cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
+    cli_response(x, &r, false);
+    CHECK(r.status == 200 && r.close);
+    CHECK(cli_closed(x));
+    cli_close(x);
+    struct cli *t = cli_open(port);
+    cli_sends(t, "GET /exempt HTTP/1.1\r\n\r\n");
+    cli_response(t, &r, false);
+    CHECK(r.status == 200 && !r.close);
+    cli_sends(t, "GET /echo HTTP/1.1\r\n\r\n");
+    cli_response(t, &r, false);
+    CHECK(r.status == 200 && !r.close);
+    /* one of the three leaves: room for a plain one again */
+    cli_close(c[0]);
+    bool ok = false;
+    for (int i = 0; i < 100 && !ok; i++) {
+        x = cli_open(port);
+        cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
+        cli_response(x, &r, false);
+        ok = r.status == 200 && !r.close;
+        cli_close(x);
+        if (!ok) sleep_ms(10);
+    }
+    CHECK(ok);
+    cli_close(t);
+    cli_close(c[1]);
+    cli_close(c[2]);
+    srv_stop(ts);
+}
+
 static void live_drain(void)
 {
     struct http_limits lim = live_limits();
@@ -1037,5 +1154,7 @@ int main(void)
     RUN(live_free_closes_everything);
     RUN(live_idle_connections_and_max_conns);
     RUN(live_drain);
+    RUN(live_output_bound_for_a_client_that_does_not_read);
+    RUN(live_per_client_connection_limit);
     return check_summary();
 }
