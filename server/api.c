@@ -6,6 +6,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <strings.h>
+
 #include "core/tokenizer.h"
 #include "server/params.h"
 #include "server/server.h"
@@ -17,7 +21,7 @@ double server_now(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void reply_json(struct server *s, struct http_conn *c, const char *ep, int status, json_t *j)
+static void reply_json(struct weft_server *s, struct http_conn *c, const char *ep, int status, json_t *j)
 {
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
@@ -30,14 +34,14 @@ static void reply_json(struct server *s, struct http_conn *c, const char *ep, in
     free(b);
 }
 
-static void reply_error(struct server *s, struct http_conn *c, const char *ep, int status, const char *type,
+static void reply_error(struct weft_server *s, struct http_conn *c, const char *ep, int status, const char *type,
                         const char *param, const char *msg)
 {
     metrics_request(&s->metrics, ep, status);
     http_respond_error(c, status, type, param, "%s", msg);
 }
 
-static json_t *parse_body(struct server *s, struct http_conn *c, const char *ep, const struct http_request *req)
+static json_t *parse_body(struct weft_server *s, struct http_conn *c, const char *ep, const struct http_request *req)
 {
     if (json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
         reply_error(s, c, ep, 400, "invalid_request_error", NULL, "JSON nested too deeply");
@@ -55,36 +59,92 @@ static json_t *parse_body(struct server *s, struct http_conn *c, const char *ep,
     return j;
 }
 
-static void do_tokenize(struct server *s, struct http_conn *c, const struct http_request *req)
+/* POST /tokenize: the tokenizing runs on the worker pool, like a
+ * generation request's. */
+struct tok_job {
+    struct weft_server *s;
+    struct http_conn *c;          /* NULL once the client left */
+    char *text;
+    size_t len;
+    bool add_special;
+    int32_t *ids;
+    size_t n;
+    weft_status st;
+    char msg[256];
+};
+
+static void tok_job_gone(void *user) { ((struct tok_job *)user)->c = NULL; }
+
+static void tok_job_work(void *arg)
+{
+    struct tok_job *j = arg;
+    if (pthread_equal(pthread_self(), j->s->loop_thread)) atomic_fetch_add(&j->s->tokenized_on_loop, 1);
+    else atomic_fetch_add(&j->s->tokenized_on_worker, 1);
+    j->st = weft_tokenize(j->s->m->tok, j->text, j->len, j->add_special, true, &j->ids, &j->n);
+    if (j->st != WEFT_OK) snprintf(j->msg, sizeof j->msg, "%s", weft_last_error());
+}
+
+static void tok_job_done(void *arg)
+{
+    struct tok_job *j = arg;
+    struct weft_server *s = j->s;
+    const char *ep = "/tokenize";
+    if (j->c && j->st != WEFT_OK) {
+        reply_error(s, j->c, ep, 400, "invalid_request_error", "prompt", j->msg);
+    } else if (j->c) {
+        json_t *arr = json_array();
+        for (size_t i = 0; i < j->n; i++) json_array_append_new(arr, json_integer(j->ids[i]));
+        reply_json(s, j->c, ep, 200,
+                   json_pack("{s:o,s:i,s:i}", "tokens", arr, "count", (int)j->n, "max_model_len", (int)s->n_ctx));
+    }
+    free(j->ids);
+    free(j->text);
+    free(j);
+    if (--s->n_active == 0 && s->on_idle) s->on_idle(s);
+}
+
+static void do_tokenize(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     const char *ep = "/tokenize";
-    json_t *j = parse_body(s, c, ep, req);
-    if (!j) return;
-    json_t *pr = json_object_get(j, "prompt"), *content = json_object_get(j, "content");
-    json_t *as = json_object_get(j, "add_special");
+    json_t *jb = parse_body(s, c, ep, req);
+    if (!jb) return;
+    json_t *pr = json_object_get(jb, "prompt"), *content = json_object_get(jb, "content");
+    json_t *as = json_object_get(jb, "add_special");
     if (!pr) pr = content;
     if (!json_is_string(pr) || (as && !json_is_boolean(as))) {
-        json_decref(j);
+        json_decref(jb);
         reply_error(s, c, ep, 400, "invalid_request_error", "prompt",
                     "'prompt' must be a string ('add_special' a boolean)");
         return;
     }
-    int32_t *ids = NULL;
-    size_t n = 0;
-    weft_status st = weft_tokenize(s->m->tok, json_string_value(pr), json_string_length(pr), !as || json_is_true(as),
-                                   true, &ids, &n);
-    json_decref(j);
-    if (st != WEFT_OK) {
-        reply_error(s, c, ep, 400, "invalid_request_error", "prompt", weft_last_error());
+    struct tok_job *j = calloc(1, sizeof *j);
+    if (j) j->text = malloc(json_string_length(pr) + 1);
+    if (!j || !j->text) {
+        free(j);
+        json_decref(jb);
+        reply_error(s, c, ep, 503, "server_error", NULL, "out of memory");
         return;
     }
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
-    free(ids);
-    reply_json(s, c, ep, 200, json_pack("{s:o,s:i,s:i}", "tokens", arr, "count", (int)n, "max_model_len", (int)s->n_ctx));
+    j->s = s;
+    j->c = c;
+    j->len = json_string_length(pr);
+    memcpy(j->text, json_string_value(pr), j->len + 1);
+    j->add_special = !as || json_is_true(as);
+    json_decref(jb);
+    if (weft_workers_submit(s->workers, tok_job_work, tok_job_done, j) != WEFT_OK) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s", weft_last_error());
+        free(j->text);
+        free(j);
+        metrics_request(&s->metrics, ep, 503);
+        http_respond_error(c, 503, "server_busy", NULL, "%s", msg);
+        return;
+    }
+    s->n_active++;
+    http_conn_on_close(c, tok_job_gone, j);
 }
 
-static void do_detokenize(struct server *s, struct http_conn *c, const struct http_request *req)
+static void do_detokenize(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     const char *ep = "/detokenize";
     json_t *j = parse_body(s, c, ep, req);
@@ -118,19 +178,69 @@ static void do_detokenize(struct server *s, struct http_conn *c, const struct ht
     free(text);
 }
 
-static void do_metrics(struct server *s, struct http_conn *c)
+/* The server-side figures metrics_render does not know: HTTP output
+ * buffering, where tokenization ran, the worker queue, config reloads. */
+static char *server_metrics(const struct weft_server *s, size_t *len)
 {
+    char *b = malloc(2048);
+    if (!b) return NULL;
+    int n = snprintf(
+        b, 2048,
+        "# HELP weft_http_output_buffered_bytes Response bytes queued unsent, all connections.\n"
+        "# TYPE weft_http_output_buffered_bytes gauge\nweft_http_output_buffered_bytes %zu\n"
+        "# HELP weft_http_output_peak_bytes The most response bytes ever queued unsent on one connection.\n"
+        "# TYPE weft_http_output_peak_bytes gauge\nweft_http_output_peak_bytes %zu\n"
+        "# HELP weft_http_connections Open client connections.\n# TYPE weft_http_connections gauge\n"
+        "weft_http_connections %u\n"
+        "# HELP weft_tokenize_total Prompts tokenized, by the thread that did it.\n"
+        "# TYPE weft_tokenize_total counter\nweft_tokenize_total{thread=\"worker\"} %llu\n"
+        "weft_tokenize_total{thread=\"loop\"} %llu\n"
+        "# HELP weft_tokenize_pending Requests tokenizing or waiting to.\n# TYPE weft_tokenize_pending gauge\n"
+        "weft_tokenize_pending %u\n"
+        "# HELP weft_config_reloads_total Tenant config reloads (SIGHUP), by result.\n"
+        "# TYPE weft_config_reloads_total counter\nweft_config_reloads_total{result=\"ok\"} %llu\n"
+        "weft_config_reloads_total{result=\"error\"} %llu\n",
+        http_server_output_now(s->http), http_server_output_peak(s->http), http_server_n_conns(s->http),
+        (unsigned long long)atomic_load(&s->tokenized_on_worker), (unsigned long long)atomic_load(&s->tokenized_on_loop),
+        weft_workers_pending(s->workers), (unsigned long long)s->reloads, (unsigned long long)s->reload_failures);
+    *len = n > 0 && n < 2048 ? (size_t)n : 0;
+    return b;
+}
+
+static void do_metrics(struct weft_server *s, struct http_conn *c, const struct http_request *req)
+{
+    if (s->metrics_key) {
+        const char *a = http_header_get(req, "authorization");
+        size_t kl = strlen(s->metrics_key);
+        bool ok = a && !strncasecmp(a, "Bearer ", 7) && strlen(a + 7) == kl && !memcmp(a + 7, s->metrics_key, kl);
+        if (!ok) {
+            metrics_request(&s->metrics, "/metrics", 401);
+            http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
+                         "{\"error\":{\"message\":\"/metrics needs the metrics key\",\"type\":\"authentication_error\","
+                         "\"param\":null,\"code\":\"invalid_api_key\"}}",
+                         strlen("{\"error\":{\"message\":\"/metrics needs the metrics key\",\"type\":"
+                                "\"authentication_error\",\"param\":null,\"code\":\"invalid_api_key\"}}"));
+            return;
+        }
+    }
     struct weft_engine_stats es;
     weft_engine_stats(s->eng, &es);
     metrics_request(&s->metrics, "/metrics", 200);
-    size_t len = 0;
+    size_t len = 0, xlen = 0;
     char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &len);
-    if (!b) {
+    char *x = server_metrics(s, &xlen);
+    char *all = b && x ? realloc(b, len + xlen + 1) : NULL;
+    if (!all) {
+        free(b);
+        free(x);
         http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
-    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
-    free(b);
+    memcpy(all + len, x, xlen);
+    all[len + xlen] = '\0';
+    free(x);
+    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, all, len + xlen);
+    free(all);
 }
 
 struct route {
@@ -148,12 +258,30 @@ static const struct route routes[] = {
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
 };
 
-void server_handle(void *arg, struct http_conn *c, const struct http_request *req)
+static void handle(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool metrics_only)
 {
-    struct server *s = arg;
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(req->path, routes[i].path)) r = &routes[i];
+    /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
+    if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY) r = NULL;
+    if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
+    if (http_conn_over_client_limit(c)) {
+        /* past the per-client connection limit: only a trusted upstream (weft router) goes on */
+        bool anon0;
+        struct tenant_cfg *t0 = tenants_auth(&s->tenants, http_header_get(req, "authorization"), &anon0);
+        if (t0 && t0->trusted) {
+            http_conn_exempt(c);
+        } else {
+            char msg[200];
+            snprintf(msg, sizeof msg, "too many connections from %s (at most %u per client address); reuse a "
+                     "keep-alive connection", http_conn_peer(c), s->cfg.http.max_conns_per_client ?
+                     s->cfg.http.max_conns_per_client : 64);
+            s->metrics.rejected_conns++;
+            reply_error(s, c, r ? r->path : "other", 429, "rate_limit_error", NULL, msg);
+            return;
+        }
+    }
     if (!r) {
         char msg[160];
         snprintf(msg, sizeof msg, "no such endpoint: %.100s", req->path);
@@ -189,7 +317,7 @@ void server_handle(void *arg, struct http_conn *c, const struct http_request *re
                              "running", (int)es.running, "waiting", (int)es.waiting));
         return;
     }
-    case R_METRICS: do_metrics(s, c); return;
+    case R_METRICS: do_metrics(s, c, req); return;
     default: break;
     }
     /* the rest may need an API key */
@@ -229,4 +357,11 @@ void server_handle(void *arg, struct http_conn *c, const struct http_request *re
         return;
     default: break;
     }
+}
+
+void server_handle(void *arg, struct http_conn *c, const struct http_request *req) { handle(arg, c, req, false); }
+
+void server_handle_metrics(void *arg, struct http_conn *c, const struct http_request *req)
+{
+    handle(arg, c, req, true);
 }

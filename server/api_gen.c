@@ -4,12 +4,22 @@
  * checked against the stop strings, and go out as one JSON response or as
  * server-sent events ending in `data: [DONE]`.
  *
- * A gen_ctx is held by two sides: the engine (until its final event) and
- * the HTTP response (until it ends or the client goes away). A client that
- * disconnects aborts the engine request at once. */
+ * Admission runs cheapest first: the body is parsed and checked on the
+ * loop thread, then bounds that need no tokens (a prompt of B bytes has at
+ * least B / (longest vocabulary piece) tokens: against the context and the
+ * tenant's whole budget), and only then are the prompt rendered and
+ * tokenized, on the worker pool (server/workers.h), never on the loop.
+ *
+ * A gen_ctx is held by up to three sides: the tokenizing job (until its
+ * done callback), the engine (until its final event) and the HTTP response
+ * (until it ends or the client goes away). A client that disconnects aborts
+ * the engine request at once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "core/tokenizer.h"
@@ -17,15 +27,24 @@
 #include "server/server.h"
 
 struct gen_ctx {
-    struct server *srv;
+    struct weft_server *srv;
+    struct gen_ctx *prev, *next;     /* srv->gens: every live context (drain timeout) */
     struct http_conn *conn;          /* NULL once the response ended or the client left */
     int refs;
     uint64_t id;
-    bool engine_done, finished, streaming, chat, aborted_by_us;
+    bool engine_done, finished, streaming, chat, aborted_by_us, submitted;
     struct gen_params p;
     json_t *root;
-    struct tenant_cfg *tenant;
+    char tenant[WEFT_TENANT_NAME_MAX];  /* whose buckets were charged ("" none) */
+    char end_tenant[WEFT_TENANT_NAME_MAX]; /* engine quotas: the tenant, or a trusted upstream's end tenant */
+    int32_t priority;
+    bool charged;
     double reserved;                 /* tokens taken from the tenant's bucket */
+    /* the tokenizing job: in (p) and out */
+    int32_t *ids;
+    size_t n_ids;
+    weft_status tok_status;
+    char tok_msg[256];
     char rid[48];
     uint32_t n_prompt, n_cached, n_gen;
     uint32_t max_tokens;
@@ -41,7 +60,11 @@ struct gen_ctx {
 static void ctx_unref(struct gen_ctx *g)
 {
     if (--g->refs > 0) return;
-    struct server *s = g->srv;
+    struct weft_server *s = g->srv;
+    if (g->prev) g->prev->next = g->next;
+    else if (s->gens == g) s->gens = g->next;
+    if (g->next) g->next->prev = g->prev;
+    free(g->ids);
     weft_detok_free(&g->dt);
     gen_params_free(&g->p);
     json_decref(g->root);
@@ -64,6 +87,17 @@ static bool text_append(struct gen_ctx *g, const char *s, size_t n)
     g->len += n;
     g->text[g->len] = '\0';
     return true;
+}
+
+/* Give back what the request reserved and did not use (tenant looked up
+ * by name: SIGHUP may have reloaded the tenants since). */
+static void refund_unused(struct gen_ctx *g, double now)
+{
+    if (!g->charged) return;
+    g->charged = false;
+    struct tenant_cfg *t = tenants_find(&g->srv->tenants, g->tenant);
+    double unused = g->submitted ? (double)(g->max_tokens > g->n_gen ? g->max_tokens - g->n_gen : 0) : g->reserved;
+    if (t && unused > 0) tenant_refund(t, now, unused);
 }
 
 /* ---- JSON helpers ---- */
@@ -109,14 +143,45 @@ static bool send_sse(struct gen_ctx *g, json_t *j)
     return ok;
 }
 
-/* The text of one token on its own (for logprobs). */
-static json_t *token_str(const struct weft_tokenizer *t, int32_t id)
+/* An error event in the stream ({"error": {...}}), e.g. before it is cut. */
+static void send_sse_error(struct gen_ctx *g, const char *type, const char *msg)
 {
-    char *s = NULL;
-    size_t n = 0;
-    if (weft_detokenize(t, &id, 1, false, &s, &n) != WEFT_OK || !s) return json_string("");
-    json_t *j = json_stringn(s, n);
-    free(s);
+    if (!g->conn) return;
+    char body[600];
+    memcpy(body, "data: ", 6);
+    size_t n = http_error_body(body + 6, sizeof body - 8, type, NULL, msg);
+    memcpy(body + 6 + n, "\n\n", 2);
+    http_stream_write(g->conn, body, n + 8);
+}
+
+/* The text of token id where it stands in the completion (first: it is
+ * the first piece, whose SentencePiece space the text drops), rendered the
+ * way the completion's text is (logprobs keys and tokens). */
+static json_t *token_str(const struct weft_tokenizer *t, int32_t id, bool first)
+{
+    struct weft_detok d;
+    weft_detok_init(&d, t, false);
+    d.first = first;
+    const char *a, *b;
+    size_t na = 0, nb = 0;
+    json_t *j = NULL;
+    char *both = NULL;
+    if (weft_detok_push(&d, id, &a, &na) == WEFT_OK && (both = malloc(na + 16))) {
+        memcpy(both, a, na);
+        if (weft_detok_flush(&d, &b, &nb) == WEFT_OK && nb <= 15) memcpy(both + na, b, nb);
+        else nb = 0;
+        j = json_stringn(both, na + nb);
+    }
+    free(both);
+    weft_detok_free(&d);
+    return j ? j : json_string("");
+}
+
+/* The sampled token's string: exactly the text it added (text[from..len)),
+ * so the strings of a completion's tokens concatenate to its text. */
+static json_t *sampled_str(const struct gen_ctx *g, size_t from)
+{
+    json_t *j = json_stringn(g->text ? g->text + from : "", g->len - from);
     return j ? j : json_string("");
 }
 
@@ -133,26 +198,27 @@ static json_t *token_bytes(const struct weft_tokenizer *t, int32_t id)
 
 /* Logprob entries of one sampled token, in the endpoint's format; appended
  * to `into` (chat: array of entries; completions: object of arrays). */
-static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t *into, size_t text_offset)
+static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t *into, size_t text_offset,
+                         bool first)
 {
     const struct weft_tokenizer *t = g->srv->m->tok;
     int ntop = g->p.top_logprobs < sm->n_top ? g->p.top_logprobs : sm->n_top;
     if (g->chat) {
         json_t *top = json_array();
         for (int i = 0; i < ntop; i++)
-            json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_str(t, sm->top_id[i]), "logprob",
+            json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_str(t, sm->top_id[i], first), "logprob",
                                                  (double)sm->top_logprob[i], "bytes", token_bytes(t, sm->top_id[i])));
-        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", token_str(t, sm->id), "logprob",
+        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", sampled_str(g, text_offset), "logprob",
                                               (double)sm->logprob, "bytes", token_bytes(t, sm->id), "top_logprobs",
                                               top));
     } else {
         json_t *top = json_object();
         for (int i = 0; i < ntop; i++) {
-            json_t *k = token_str(t, sm->top_id[i]);
+            json_t *k = token_str(t, sm->top_id[i], first);
             json_object_set_new(top, json_string_value(k), json_real(sm->top_logprob[i]));
             json_decref(k);
         }
-        json_array_append_new(json_object_get(into, "tokens"), token_str(t, sm->id));
+        json_array_append_new(json_object_get(into, "tokens"), sampled_str(g, text_offset));
         json_array_append_new(json_object_get(into, "token_logprobs"), json_real(sm->logprob));
         json_array_append_new(json_object_get(into, "top_logprobs"), top);
         json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)text_offset));
@@ -225,7 +291,7 @@ static size_t stop_holdback(const struct gen_ctx *g)
  * may find the client gone (g->conn becomes NULL through on_client_gone). */
 static bool respond_final(struct gen_ctx *g)
 {
-    struct server *s = g->srv;
+    struct weft_server *s = g->srv;
     if (!g->conn) return false;
     if (g->streaming) {
         if (g->sent < g->len) {
@@ -275,13 +341,13 @@ static void finish_gen(struct gen_ctx *g, const char *reason)
     if (weft_detok_flush(&g->dt, &piece, &plen) == WEFT_OK && plen && !g->aborted_by_us) text_append(g, piece, plen);
     double now = server_now();
     metrics_observe(&g->srv->metrics.e2e, now - g->t0);
-    if (g->tenant && g->max_tokens > g->n_gen) tenant_refund(g->tenant, now, (double)(g->max_tokens - g->n_gen));
+    refund_unused(g, now);
     if (respond_final(g)) ctx_unref(g);  /* the HTTP side */
 }
 
 static void on_token(struct gen_ctx *g, const struct weft_event *ev)
 {
-    struct server *s = g->srv;
+    struct weft_server *s = g->srv;
     double now = server_now();
     g->n_gen++;
     s->metrics.generation_tokens++;
@@ -295,11 +361,12 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
     const char *piece;
     size_t plen;
     size_t before = g->len;
+    bool first_piece = g->dt.first;
     if (weft_detok_push(&g->dt, ev->token.id, &piece, &plen) == WEFT_OK && plen) text_append(g, piece, plen);
     json_t *lp = NULL;
     if (g->p.logprobs) {
         lp = g->streaming ? new_logprobs(g->chat) : json_incref(g->lp);
-        add_logprobs(g, &ev->token, lp, before);
+        add_logprobs(g, &ev->token, lp, before, first_piece);
         if (!g->streaming) {
             json_decref(lp);
             lp = NULL;
@@ -329,9 +396,12 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
         g->finished = true;
         g->aborted_by_us = true;
         if (!g->engine_done) weft_engine_abort(s->eng, g->id);
-        if (g->tenant && g->max_tokens > g->n_gen) tenant_refund(g->tenant, now, (double)(g->max_tokens - g->n_gen));
+        refund_unused(g, now);
         metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
-        http_stream_end(g->conn);
+        /* say why the stream ends short (no [DONE]) before ending it */
+        send_sse_error(g, "server_error", "the client did not read its stream: more than the stream buffer "
+                                          "(--max-stream-buffer-kib) was waiting unsent");
+        if (g->conn) http_stream_end(g->conn);
         g->conn = NULL;
         ctx_unref(g);  /* the HTTP side */
         return;
@@ -378,9 +448,8 @@ static void on_client_gone(void *user)
     if (!g->finished) {
         g->finished = true;
         g->srv->metrics.client_disconnects++;
-        if (!g->engine_done) weft_engine_abort(g->srv->eng, g->id);
-        if (g->tenant && g->max_tokens > g->n_gen)
-            tenant_refund(g->tenant, server_now(), (double)(g->max_tokens - g->n_gen));
+        if (g->submitted && !g->engine_done) weft_engine_abort(g->srv->eng, g->id);
+        refund_unused(g, server_now());
     }
     ctx_unref(g);  /* the HTTP side */
 }
@@ -390,7 +459,7 @@ static void on_client_gone(void *user)
 void server_engine_event(void *ctx, const struct weft_event *ev)
 {
     struct gen_ctx *g = ctx;
-    struct server *s = g->srv;
+    struct weft_server *s = g->srv;
     pthread_mutex_lock(&s->qmu);
     if (s->n_q == s->cap_q) {
         uint32_t cap = s->cap_q ? s->cap_q * 2 : 256;
@@ -418,7 +487,7 @@ void server_engine_event(void *ctx, const struct weft_event *ev)
 
 void server_drain_events(uv_async_t *a)
 {
-    struct server *s = a->data;
+    struct weft_server *s = a->data;
     for (;;) {
         pthread_mutex_lock(&s->qmu);
         /* swap buffers so the engine can keep queueing while we deliver */
@@ -443,58 +512,250 @@ void server_drain_events(uv_async_t *a)
 
 /* ---- the request ---- */
 
-static bool model_matches(const struct server *s, const char *name)
+static bool model_matches(const struct weft_server *s, const char *name)
 {
     return !name || !strcmp(name, s->model_id) || !strcmp(name, "default");
 }
 
-static weft_status tokenize_request(struct server *s, struct gen_params *p, int32_t **ids, size_t *n, char *msg,
-                                    size_t msg_size)
+/* Render (chat) and tokenize g's prompt into g->ids / g->n_ids; the status
+ * and message land in g->tok_status / g->tok_msg. Runs on a worker thread
+ * (weft_last_error is per thread: its text is copied here). Reads only g->p
+ * and the server's immutable model/template fields. */
+static void tokenize_work(void *arg)
 {
+    struct gen_ctx *g = arg;
+    struct weft_server *s = g->srv;
+    if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
+    else atomic_fetch_add(&s->tokenized_on_worker, 1);
     const struct weft_tokenizer *tok = s->m->tok;
+    struct gen_params *p = &g->p;
+    weft_status st;
     if (p->chat) {
         struct weft_chat_msg *msgs = p->msgs;
         size_t nm = p->n_msgs;
         struct weft_chat_msg *with = NULL;
         if (s->default_system && strcmp(p->msgs[0].role, "system") != 0) {
             with = malloc(sizeof *with * (nm + 1));
-            if (!with) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+            if (!with) {
+                g->tok_status = WEFT_ERR_NOMEM;
+                snprintf(g->tok_msg, sizeof g->tok_msg, "out of memory");
+                return;
+            }
             with[0] = (struct weft_chat_msg){"system", s->default_system};
             memcpy(with + 1, msgs, sizeof *with * nm);
             msgs = with;
             nm++;
         }
         char *text = NULL;
-        weft_status st = weft_chat_render(s->chat_style, msgs, nm, true, &text);
+        st = weft_chat_render(s->chat_style, msgs, nm, true, &text);
         free(with);
-        if (st != WEFT_OK) {
-            snprintf(msg, msg_size, "%s", weft_last_error());
-            return st;
-        }
-        st = weft_tokenize(tok, text, strlen(text), true, true, ids, n);
+        if (st == WEFT_OK) st = weft_tokenize(tok, text, strlen(text), true, true, &g->ids, &g->n_ids);
         free(text);
-        return st;
+    } else {
+        st = weft_tokenize(tok, p->prompt, strlen(p->prompt), true, true, &g->ids, &g->n_ids);
     }
-    if (p->prompt_ids) {
-        for (uint32_t i = 0; i < p->n_prompt_ids; i++)
-            if (p->prompt_ids[i] >= weft_tokenizer_n_vocab(tok)) {
-                snprintf(msg, msg_size, "prompt token %u (%d) is outside the vocabulary of %d", i, p->prompt_ids[i],
-                         weft_tokenizer_n_vocab(tok));
-                return WEFT_ERR_INVALID_ARG;
-            }
-        *ids = malloc(sizeof(int32_t) * p->n_prompt_ids);
-        if (!*ids) return WEFT_ERR_NOMEM;
-        memcpy(*ids, p->prompt_ids, sizeof(int32_t) * p->n_prompt_ids);
-        *n = p->n_prompt_ids;
-        return WEFT_OK;
-    }
-    return weft_tokenize(tok, p->prompt, strlen(p->prompt), true, true, ids, n);
+    g->tok_status = st;
+    if (st != WEFT_OK) snprintf(g->tok_msg, sizeof g->tok_msg, "%s", weft_last_error());
 }
 
-void server_generate(struct server *s, struct http_conn *c, const struct http_request *req, bool chat,
+/* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
+static void copy_prompt_ids(struct gen_ctx *g)
+{
+    const struct weft_tokenizer *tok = g->srv->m->tok;
+    struct gen_params *p = &g->p;
+    for (uint32_t i = 0; i < p->n_prompt_ids; i++)
+        if (p->prompt_ids[i] >= weft_tokenizer_n_vocab(tok)) {
+            g->tok_status = WEFT_ERR_INVALID_ARG;
+            snprintf(g->tok_msg, sizeof g->tok_msg, "prompt token %u (%d) is outside the vocabulary of %d", i,
+                     p->prompt_ids[i], weft_tokenizer_n_vocab(tok));
+            return;
+        }
+    g->ids = malloc(sizeof(int32_t) * p->n_prompt_ids);
+    if (!g->ids) {
+        g->tok_status = WEFT_ERR_NOMEM;
+        snprintf(g->tok_msg, sizeof g->tok_msg, "out of memory");
+        return;
+    }
+    memcpy(g->ids, p->prompt_ids, sizeof(int32_t) * p->n_prompt_ids);
+    g->n_ids = p->n_prompt_ids;
+    g->tok_status = WEFT_OK;
+}
+
+/* Answer an error on g's connection and release the HTTP side. extra:
+ * response headers ("Retry-After: N\r\n") or NULL. */
+static void reject(struct gen_ctx *g, int status, const char *etype, const char *param, const char *msg,
+                   const char *extra)
+{
+    struct weft_server *s = g->srv;
+    struct http_conn *c = g->conn;
+    g->conn = NULL;
+    g->finished = true;
+    refund_unused(g, server_now());
+    metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
+    if (c) {
+        char body[1024];
+        size_t n = http_error_body(body, sizeof body, etype, param, msg);
+        http_respond(c, status, "application/json", extra, body, n);
+    }
+    ctx_unref(g);  /* the HTTP side */
+}
+
+/* Seconds until the queue has drained, predicted from what requests take
+ * here (mean end-to-end time) and how many run at once; at least 1. */
+static int predicted_drain_s(const struct weft_server *s)
+{
+    struct weft_engine_stats es;
+    weft_engine_stats(s->eng, &es);
+    double mean = s->metrics.e2e.n ? s->metrics.e2e.sum / (double)s->metrics.e2e.n : 1.0;
+    double par = es.running ? es.running : 1;
+    double t = ((double)es.waiting + (double)weft_workers_pending(s->workers) + 1) * mean / par;
+    if (!(t >= 1)) return 1;
+    return t > 3600 ? 3600 : (int)(t + 0.999);
+}
+
+static void admit_and_submit(struct gen_ctx *g);
+
+static void tokenize_done(void *arg)
+{
+    struct gen_ctx *g = arg;
+    if (!g->finished && g->conn) admit_and_submit(g);
+    ctx_unref(g);  /* the job's reference */
+}
+
+/* After tokenization (loop thread): exact context checks, the tenant's
+ * buckets, the engine. */
+static void admit_and_submit(struct gen_ctx *g)
+{
+    struct weft_server *s = g->srv;
+    const char *pname = g->chat ? "messages" : "prompt";
+    char msg[512], extra[64];
+    if (g->tok_status != WEFT_OK) {
+        if (g->tok_status == WEFT_ERR_NOMEM) reject(g, 503, "server_error", NULL, "out of memory", NULL);
+        else reject(g, 400, "invalid_request_error", pname, g->tok_msg, NULL);
+        return;
+    }
+    size_t n_ids = g->n_ids;
+    if (n_ids == 0) {
+        reject(g, 400, "invalid_request_error", "prompt", "the prompt is empty after tokenization", NULL);
+        return;
+    }
+    if (n_ids >= s->n_ctx) {
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %u tokens. However, your prompt has %zu tokens.", s->n_ctx,
+                 n_ids);
+        reject(g, 400, "invalid_request_error", pname, msg, NULL);
+        return;
+    }
+    if (g->p.max_tokens < 0) g->p.max_tokens = g->chat ? (int64_t)(s->n_ctx - n_ids) : 16;
+    if ((uint64_t)n_ids + (uint64_t)g->p.max_tokens > s->n_ctx) {
+        if (!g->chat && !json_object_get(g->root, "max_tokens")) {
+            g->p.max_tokens = (int64_t)(s->n_ctx - n_ids);
+        } else {
+            snprintf(msg, sizeof msg,
+                     "This model's maximum context length is %u tokens. However, you requested %zu tokens "
+                     "(%zu in the prompt, %lld for the completion).",
+                     s->n_ctx, n_ids + (size_t)g->p.max_tokens, n_ids, (long long)g->p.max_tokens);
+            reject(g, 400, "invalid_request_error", "max_tokens", msg, NULL);
+            return;
+        }
+    }
+    g->n_prompt = (uint32_t)n_ids;
+    g->max_tokens = (uint32_t)g->p.max_tokens;
+    struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
+    if (tenant) {
+        double retry, need = (double)n_ids + (double)g->max_tokens;
+        if (!tenant_admit(tenant, server_now(), need, &retry)) {
+            s->metrics.rejected_rate++;
+            if (isinf(retry)) {
+                snprintf(msg, sizeof msg,
+                         "this request needs %.0f tokens (%zu in the prompt + max_tokens %u), more than tenant '%s' "
+                         "may use in a whole minute (tokens_per_minute %.0f): it can never be admitted; send fewer "
+                         "tokens",
+                         need, n_ids, g->max_tokens, tenant->name, tenant->tpm);
+                reject(g, 429, "rate_limit_error", "max_tokens", msg, NULL);
+                return;
+            }
+            snprintf(extra, sizeof extra, "Retry-After: %d\r\n", (int)(retry + 0.999) > 0 ? (int)(retry + 0.999) : 1);
+            snprintf(msg, sizeof msg, "rate limit of tenant '%s' reached; retry in %.1f s", tenant->name, retry);
+            reject(g, 429, "rate_limit_error", NULL, msg, extra);
+            return;
+        }
+        g->charged = true;
+        g->reserved = need;
+    }
+    if (!g->p.seed_given) g->p.sp.seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid;
+    snprintf(g->rid, sizeof g->rid, "%s-%llx%06llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
+             (unsigned long long)(s->next_rid++));
+    for (uint32_t i = 0; i < g->p.n_stop; i++)
+        if (strlen(g->p.stop[i]) > g->max_stop) g->max_stop = strlen(g->p.stop[i]);
+    weft_detok_init(&g->dt, s->m->tok, false);
+    /* a completion continues its prompt: its first piece keeps its space
+     * (as `weft run` prints it); a chat answer starts a message */
+    if (!g->chat) g->dt.first = false;
+    g->streaming = g->p.stream;
+    if (g->p.logprobs && !g->streaming) g->lp = new_logprobs(g->chat);
+
+    struct weft_request rq = {.prompt = g->ids, .n_prompt = (uint32_t)n_ids, .max_tokens = g->max_tokens,
+                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .priority = g->priority,
+                              .tenant = g->end_tenant, .cb = server_engine_event, .user = g};
+    g->refs++;  /* the engine's */
+    weft_status st = weft_engine_submit(s->eng, &rq, &g->id);
+    if (st != WEFT_OK) {
+        g->refs--;
+        snprintf(msg, sizeof msg, "%s", weft_last_error());
+        if (st == WEFT_ERR_BUSY) {
+            s->metrics.rejected_queue++;
+            snprintf(extra, sizeof extra, "Retry-After: %d\r\n", predicted_drain_s(s));
+            reject(g, 503, "server_busy", NULL, msg, extra);
+        } else {
+            reject(g, st == WEFT_ERR_NOMEM ? 503 : 400, st == WEFT_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                   NULL, msg, NULL);
+        }
+        return;
+    }
+    g->submitted = true;
+    free(g->ids);
+    g->ids = NULL;
+    s->metrics.prompt_tokens += n_ids;
+    if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+}
+
+/* The fewest tokens a prompt can have: every token covers at most
+ * max_piece_bytes of text (its vocabulary piece is at least as long as
+ * what it matches: SentencePiece spaces and byte tokens are longer). */
+static size_t min_prompt_tokens(const struct weft_server *s, const struct gen_params *p)
+{
+    if (p->prompt_ids) return p->n_prompt_ids;
+    size_t bytes = 0;
+    if (p->chat)
+        for (uint32_t i = 0; i < p->n_msgs; i++) bytes += strlen(p->msgs[i].content);
+    else
+        bytes = strlen(p->prompt);
+    size_t per = s->max_piece_bytes ? s->max_piece_bytes : 1;
+    return (bytes + per - 1) / per;
+}
+
+static bool parse_priority_header(const char *v, int32_t *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < -1000000 || x > 1000000) return false;
+    *out = (int32_t)x;
+    return true;
+}
+
+static bool valid_tenant_name(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f) return false;
+    return true;
+}
+
+void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant)
 {
-    const char *ep = chat ? "/v1/chat/completions" : "/v1/completions";
     struct gen_ctx *g = calloc(1, sizeof *g);
     if (!g) {
         http_respond_error(c, 503, "server_error", NULL, "out of memory");
@@ -504,120 +765,115 @@ void server_generate(struct server *s, struct http_conn *c, const struct http_re
     g->chat = chat;
     g->t0 = server_now();
     s->n_active++;
-    g->refs = 1;
-    const char *param = NULL;
-    char msg[256];
-    int32_t *ids = NULL;
-    size_t n_ids = 0;
-    int status = 400;
-    const char *etype = "invalid_request_error";
-    char extra[64] = "";
-    if (!gen_params_parse(req->body, req->body_len, chat, &g->p, &g->root, &param, msg, sizeof msg)) goto fail;
-    if (!model_matches(s, g->p.model)) {
-        status = 404;
-        etype = "not_found_error";
-        param = "model";
-        snprintf(msg, sizeof msg, "the model '%.64s' does not exist; this server serves '%s'", g->p.model, s->model_id);
-        goto fail;
-    }
-    weft_status st = tokenize_request(s, &g->p, &ids, &n_ids, msg, sizeof msg);
-    if (st != WEFT_OK) {
-        if (st == WEFT_ERR_NOMEM) { status = 503; etype = "server_error"; snprintf(msg, sizeof msg, "out of memory"); }
-        param = chat ? "messages" : "prompt";
-        goto fail;
-    }
-    if (n_ids == 0) {
-        param = "prompt";
-        snprintf(msg, sizeof msg, "the prompt is empty after tokenization");
-        goto fail;
-    }
-    if (n_ids >= s->n_ctx) {
-        param = chat ? "messages" : "prompt";
-        snprintf(msg, sizeof msg,
-                 "This model's maximum context length is %u tokens. However, your prompt has %zu tokens.", s->n_ctx,
-                 n_ids);
-        goto fail;
-    }
-    if (g->p.max_tokens < 0) g->p.max_tokens = chat ? (int64_t)(s->n_ctx - n_ids) : 16;
-    if ((uint64_t)n_ids + (uint64_t)g->p.max_tokens > s->n_ctx) {
-        if (!chat && !json_object_get(g->root, "max_tokens")) {
-            g->p.max_tokens = (int64_t)(s->n_ctx - n_ids);
-        } else {
-            param = "max_tokens";
-            snprintf(msg, sizeof msg,
-                     "This model's maximum context length is %u tokens. However, you requested %zu tokens "
-                     "(%zu in the prompt, %lld for the completion).",
-                     s->n_ctx, n_ids + (size_t)g->p.max_tokens, n_ids, (long long)g->p.max_tokens);
-            goto fail;
-        }
-    }
-    g->n_prompt = (uint32_t)n_ids;
-    g->max_tokens = (uint32_t)g->p.max_tokens;
-    if (tenant) {
-        double retry;
-        if (!tenant_admit(tenant, server_now(), (double)n_ids + (double)g->max_tokens, &retry)) {
-            s->metrics.rejected_rate++;
-            status = 429;
-            etype = "rate_limit_error";
-            snprintf(extra, sizeof extra, "Retry-After: %d\r\n", (int)(retry + 0.999) > 0 ? (int)(retry + 0.999) : 1);
-            snprintf(msg, sizeof msg, "rate limit of tenant '%s' reached; retry in %.1f s", tenant->name, retry);
-            goto fail;
-        }
-        g->tenant = tenant;
-        g->reserved = (double)n_ids + (double)g->max_tokens;
-    }
-    if (!g->p.seed_given) g->p.sp.seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid;
-    snprintf(g->rid, sizeof g->rid, "%s-%llx%06llx", chat ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
-             (unsigned long long)(s->next_rid++));
-    for (uint32_t i = 0; i < g->p.n_stop; i++)
-        if (strlen(g->p.stop[i]) > g->max_stop) g->max_stop = strlen(g->p.stop[i]);
-    weft_detok_init(&g->dt, s->m->tok, false);
-    g->streaming = g->p.stream;
-    if (g->p.logprobs && !g->streaming) g->lp = new_logprobs(chat);
-
-    struct weft_request rq = {.prompt = ids, .n_prompt = (uint32_t)n_ids, .max_tokens = g->max_tokens,
-                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos,
-                              .priority = g->p.priority + (tenant ? tenant->priority : 0),
-                              .tenant = tenant ? tenant->name : NULL, .cb = server_engine_event, .user = g};
-    g->refs = 2;  /* engine + HTTP */
+    g->refs = 1;  /* the HTTP side */
     g->conn = c;
-    st = weft_engine_submit(s->eng, &rq, &g->id);
-    if (st != WEFT_OK) {
-        g->refs = 1;
-        g->conn = NULL;
-        if (tenant) tenant_refund(tenant, server_now(), g->reserved);
-        if (st == WEFT_ERR_BUSY) {
-            s->metrics.rejected_queue++;
-            status = 503;
-            etype = "server_busy";
-            snprintf(extra, sizeof extra, "Retry-After: 1\r\n");
-        } else if (st == WEFT_ERR_NOMEM) {
-            status = 503;
-            etype = "server_error";
+    g->next = s->gens;
+    if (s->gens) s->gens->prev = g;
+    s->gens = g;
+    const char *param = NULL;
+    char msg[512];
+    if (!gen_params_parse(req->body, req->body_len, chat, &g->p, &g->root, &param, msg, sizeof msg)) {
+        reject(g, 400, "invalid_request_error", param, msg, NULL);
+        return;
+    }
+    if (!model_matches(s, g->p.model)) {
+        snprintf(msg, sizeof msg, "the model '%.64s' does not exist; this server serves '%s'", g->p.model, s->model_id);
+        reject(g, 404, "not_found_error", "model", msg, NULL);
+        return;
+    }
+    /* who: the tenant, or for a trusted upstream (weft router) the end tenant
+     * and priority it names; anyone else's x-weft-* headers are ignored */
+    const struct tenant_cfg *cap = tenant;
+    snprintf(g->tenant, sizeof g->tenant, "%s", tenant ? tenant->name : "");
+    snprintf(g->end_tenant, sizeof g->end_tenant, "%s", tenant ? tenant->name : "");
+    bool prio_from_header = false;
+    if (tenant && tenant->trusted) {
+        const char *ht = http_header_get(req, "x-weft-tenant"), *hp = http_header_get(req, "x-weft-priority");
+        if (ht) {
+            if (!valid_tenant_name(ht)) {
+                reject(g, 400, "invalid_request_error", NULL,
+                       "the x-weft-tenant header must be a tenant name of 1 to 63 printable characters", NULL);
+                return;
+            }
+            cap = tenants_find(&s->tenants, ht);
+            /* engine quotas belong to tenants configured here; others share the default */
+            snprintf(g->end_tenant, sizeof g->end_tenant, "%s", cap ? cap->name : "");
         }
-        snprintf(msg, sizeof msg, "%s", weft_last_error());
-        goto fail;
+        if (hp) {
+            if (!parse_priority_header(hp, &g->priority)) {
+                reject(g, 400, "invalid_request_error", NULL,
+                       "the x-weft-priority header must be an integer in -1000000..1000000", NULL);
+                return;
+            }
+            prio_from_header = true;
+        }
     }
-    free(ids);
-    s->metrics.prompt_tokens += n_ids;
+    if (!prio_from_header) g->priority = tenant_priority(cap, g->p.priority_given, g->p.priority);
+
+    /* bounds that need no tokens, before any tokenizing */
+    size_t lower = min_prompt_tokens(s, &g->p);
+    if (lower >= s->n_ctx) {
+        snprintf(msg, sizeof msg,
+                 "This model's maximum context length is %u tokens. However, your prompt has at least %zu tokens.",
+                 s->n_ctx, lower);
+        reject(g, 400, "invalid_request_error", chat ? "messages" : "prompt", msg, NULL);
+        return;
+    }
+    if (tenant && tenant->tpm > 0) {
+        double need = (double)lower + (double)(g->p.max_tokens > 0 ? g->p.max_tokens : 1);
+        if (need > tenant->tpm) {
+            s->metrics.rejected_rate++;
+            snprintf(msg, sizeof msg,
+                     "this request needs at least %.0f tokens (prompt + max_tokens), more than tenant '%s' may use "
+                     "in a whole minute (tokens_per_minute %.0f): it can never be admitted; send fewer tokens",
+                     need, tenant->name, tenant->tpm);
+            reject(g, 429, "rate_limit_error", g->p.max_tokens > 0 ? "max_tokens" : NULL, msg, NULL);
+            return;
+        }
+    }
     http_conn_on_close(c, on_client_gone, g);
-    if (g->streaming)
-        http_stream_begin(c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
-    return;
-fail:
-    free(ids);
-    metrics_request(&s->metrics, ep, status);
-    if (extra[0]) {
-        char body[512];
-        json_t *j = json_pack("{s:{s:s,s:s,s:o,s:o}}", "error", "message", msg, "type", etype, "param",
-                              param ? json_string(param) : json_null(), "code", json_null());
-        char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
-        json_decref(j);
-        snprintf(body, sizeof body, "%s", b ? b : "{}");
-        free(b);
-        http_respond(c, status, "application/json", extra, body, strlen(body));
-    } else {
-        http_respond_error(c, status, etype, param, "%s", msg);
+    if (g->p.prompt_ids) {
+        copy_prompt_ids(g);
+        admit_and_submit(g);
+        return;
     }
-    ctx_unref(g);
+    g->refs++;  /* the job's */
+    weft_status st = weft_workers_submit(s->workers, tokenize_work, tokenize_done, g);
+    if (st != WEFT_OK) {
+        g->refs--;
+        s->metrics.rejected_queue++;
+        char extra[64];
+        snprintf(extra, sizeof extra, "Retry-After: %d\r\n", predicted_drain_s(s));
+        snprintf(msg, sizeof msg, "%s", weft_last_error());
+        reject(g, 503, st == WEFT_ERR_BUSY ? "server_busy" : "server_error", NULL, msg, extra);
+    }
+}
+
+/* The drain deadline passed (or a second SIGTERM): every request still
+ * open ends now, a stream with an error event, an unanswered request with
+ * 503; the engine side is aborted. Loop thread. */
+void server_cut_all(struct weft_server *s, const char *why)
+{
+    for (struct gen_ctx *g = s->gens, *next; g; g = next) {
+        next = g->next;
+        g->refs++;  /* hold it while ending it */
+        if (!g->finished && g->conn) {
+            if (g->streaming && g->submitted) {
+                send_sse_error(g, "server_error", why);
+                g->finished = true;
+                g->aborted_by_us = true;
+                refund_unused(g, server_now());
+                metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+                struct http_conn *c = g->conn;
+                g->conn = NULL;
+                if (c) http_stream_end(c);
+                ctx_unref(g);  /* the HTTP side */
+            } else {
+                reject(g, 503, "server_error", NULL, why, "Retry-After: 5\r\n");
+            }
+        }
+        if (g->submitted && !g->engine_done) weft_engine_abort(s->eng, g->id);
+        next = g->next;
+        ctx_unref(g);
+    }
 }

@@ -100,6 +100,8 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         (double)m->rejected_auth);
     one(&b, "weft_client_disconnects_total", "counter", "Requests aborted because the client went away.",
         (double)m->client_disconnects);
+    one(&b, "weft_rejected_connections_total", "counter",
+        "Connections refused past the per-client connection limit (429).", (double)m->rejected_conns);
     one(&b, "weft_slow_client_aborts_total", "counter",
         "Streams ended because the client did not read (more than --max-stream-buffer queued).",
         (double)m->slow_client_aborts);

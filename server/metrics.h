@@ -23,7 +23,7 @@ struct metrics {
     struct metric_req_key reqs[64]; /* requests by endpoint and status */
     uint32_t n_reqs;
     uint64_t prompt_tokens, generation_tokens;
-    uint64_t rejected_rate, rejected_queue, rejected_auth, client_disconnects, slow_client_aborts;
+    uint64_t rejected_rate, rejected_queue, rejected_auth, rejected_conns, client_disconnects, slow_client_aborts;
     struct metric_hist ttft, itl, e2e;
 };
 

@@ -279,7 +279,7 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     }
     if (!get_bool(j, "ignore_eos", &p->ignore_eos, &e)) return false;
     iv = 0;
-    if (!get_int(j, "priority", -1000000, 1000000, NULL, &iv, &e)) return false;
+    if (!get_int(j, "priority", -1000000, 1000000, &p->priority_given, &iv, &e)) return false;
     p->priority = (int32_t)iv;
     bool echo = false;
     if (!get_bool(j, "echo", &echo, &e)) return false;

@@ -36,6 +36,7 @@ struct gen_params {
     int32_t top_logprobs;           /* 0..20 */
     bool ignore_eos;
     int32_t priority;
+    bool priority_given;
 };
 
 /* Parse body[0..len) for the chat (chat=true) or completions endpoint.

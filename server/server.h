@@ -1,17 +1,21 @@
-/* `weft serve`: state shared by the HTTP handlers (server/api*.c) and the
- * command (server/serve.c). Everything here lives on the libuv loop thread,
- * except the event queue, which the engine thread fills. */
+/* Private to server/: the state shared by the HTTP handlers (server/api*.c)
+ * and the lifecycle (server/serve.c; public API in server/serve.h).
+ * Everything here lives on the libuv loop thread, except the event queue,
+ * which the engine thread fills, and the tokenize counters (atomics). */
 #ifndef WEFT_SERVER_SERVER_H
 #define WEFT_SERVER_SERVER_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <uv.h>
 
 #include "core/chat.h"
 #include "core/engine.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/serve.h"
 #include "server/tenants.h"
+#include "server/workers.h"
 
 struct gen_ctx;
 
@@ -21,9 +25,26 @@ struct queued_event {
     char message[200];
 };
 
-struct server {
+struct weft_server {
+    uv_loop_t loop_storage;
     uv_loop_t *loop;
+    pthread_t loop_thread;
     struct http_server *http;
+    struct http_server *http_metrics; /* own listener for /metrics, or NULL */
+    const char *metrics_key;
+    struct weft_workers *workers;
+    struct weft_server_config cfg;
+    char tenants_path[1024];
+    struct gen_ctx *gens;            /* live generation requests */
+    size_t max_piece_bytes;          /* longest vocabulary piece: tokens >= bytes / this */
+    atomic_uint_fast64_t tokenized_on_loop, tokenized_on_worker;
+    uint64_t reloads, reload_failures;
+    uv_signal_t sig_term, sig_int, sig_hup, sig_usr1, sig_usr2;
+    uv_timer_t drain_timer;
+    uv_async_t stop_async;           /* weft_server_stop from any thread */
+    atomic_int stop_requests;
+    int stops_handled;
+    bool signals, drained, cut;
     struct weft_engine *eng;
     const struct weft_model *m;
     char model_id[128];
@@ -37,7 +58,7 @@ struct server {
     size_t max_stream_buffer;        /* bytes queued for a streaming client before it is dropped */
     bool draining, closing;
     uint32_t n_active;               /* generation requests not yet released */
-    void (*on_idle)(struct server *);/* called when n_active drops to 0 */
+    void (*on_idle)(struct weft_server *);/* called when n_active drops to 0 */
     uint64_t next_rid;
     /* engine thread -> loop */
     uv_async_t async;
@@ -48,9 +69,14 @@ struct server {
 
 /* The HTTP handler (server/api.c). */
 void server_handle(void *srv, struct http_conn *c, const struct http_request *req);
+/* The same for the metrics listener: /metrics, /health, /ready only. */
+void server_handle_metrics(void *srv, struct http_conn *c, const struct http_request *req);
 /* POST /v1/completions and /v1/chat/completions (server/api_gen.c). */
-void server_generate(struct server *s, struct http_conn *c, const struct http_request *req, bool chat,
+void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant);
+/* End every open generation request now (drain deadline): streams get an
+ * error event saying why, unanswered requests 503; engine sides aborted. */
+void server_cut_all(struct weft_server *s, const char *why);
 /* Engine callback (engine thread): queue the event for the loop. */
 void server_engine_event(void *ctx, const struct weft_event *ev);
 /* uv_async callback (loop thread): deliver queued events. */

@@ -1,6 +1,7 @@
 #include "server/tenants.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,9 @@ bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_si
         prio = pv ? (double)json_integer_value(pv) : 0;
         if (prio < -1000000 || prio > 1000000) { bad(msg, msg_size, "priority", "out of range"); goto out; }
         t->priority = (int32_t)prio;
+        json_t *tr = json_object_get(o, "trusted");
+        if (tr && !json_is_boolean(tr)) { bad(msg, msg_size, "trusted", "must be a boolean"); goto out; }
+        t->trusted = json_is_true(tr);
         t->lim.max_kv_blocks = kvb > 1e9 ? 1000000000u : (uint32_t)kvb;
         t->lim.max_running = run > 1e9 ? 1000000000u : (uint32_t)run;
         if (t->burst == 0) t->burst = t->rps > 1 ? t->rps : 1;
@@ -97,6 +101,36 @@ void tenants_free(struct tenants *ts)
     }
     free(ts->t);
     memset(ts, 0, sizeof *ts);
+}
+
+struct tenant_cfg *tenants_find(struct tenants *ts, const char *name)
+{
+    for (uint32_t i = 0; name && i < ts->n; i++)
+        if (!strcmp(ts->t[i].name, name)) return &ts->t[i];
+    return NULL;
+}
+
+bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size)
+{
+    struct tenants fresh;
+    if (!tenants_load(&fresh, path, msg, msg_size)) return false;
+    for (uint32_t i = 0; i < fresh.n; i++) {
+        struct tenant_cfg *n = &fresh.t[i], *o = tenants_find(ts, n->name);
+        if (!o) continue;
+        /* the same tenant keeps what it has spent, within its new capacities */
+        n->last = o->last;
+        n->req_tokens = o->req_tokens < n->burst ? o->req_tokens : n->burst;
+        n->tok_tokens = o->tok_tokens < n->tpm ? o->tok_tokens : n->tpm;
+    }
+    tenants_free(ts);
+    *ts = fresh;
+    return true;
+}
+
+int32_t tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested)
+{
+    int32_t cap = t ? t->priority : 0;
+    return given && requested < cap ? requested : cap;
 }
 
 /* Constant-time comparison of equal-length keys (no early exit on a match prefix). */
@@ -145,12 +179,15 @@ static void refill(struct tenant_cfg *t, double now)
 bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after)
 {
     refill(t, now);
+    if (t->tpm > 0 && n_tokens > t->tpm) {
+        *retry_after = INFINITY;
+        return false;
+    }
     double wait = 0;
     if (t->rps > 0 && t->req_tokens < 1) wait = (1 - t->req_tokens) / t->rps;
     if (t->tpm > 0) {
-        double need = n_tokens > t->tpm ? t->tpm : n_tokens;  /* a request bigger than a minute waits for a full bucket */
-        if (t->tok_tokens < need) {
-            double w = (need - t->tok_tokens) / (t->tpm / 60.0);
+        if (t->tok_tokens < n_tokens) {
+            double w = (n_tokens - t->tok_tokens) / (t->tpm / 60.0);
             if (w > wait) wait = w;
         }
     }

@@ -3,7 +3,7 @@
  * FILE is JSON:
  *   {"tenants": [{"name": "team-a", "api_keys": ["sk-..."], "priority": 10,
  *                 "requests_per_second": 5, "burst": 10, "tokens_per_minute": 20000,
- *                 "max_kv_blocks": 512, "max_running": 8}, ...],
+ *                 "max_kv_blocks": 512, "max_running": 8, "trusted": false}, ...],
  *    "allow_anonymous": false}
  * With any key configured, a request needs "Authorization: Bearer KEY" of
  * a known key (else 401), unless allow_anonymous (then keyless requests
@@ -11,7 +11,19 @@
  * (refilled at requests_per_second, holding `burst`) and tokens (refilled at
  * tokens_per_minute / 60 per second, holding one minute's worth); a request
  * takes 1 request and prompt + max_tokens tokens, and what it did not use
- * is returned when it ends. 0 = unlimited. */
+ * is returned when it ends. 0 = unlimited. A request bigger than the whole
+ * token budget (prompt + max_tokens > tokens_per_minute) can never fit and
+ * is refused at once.
+ *
+ * Priority: a tenant's "priority" is the highest its requests get; a
+ * request's own "priority" can only lower it (anonymous requests: at most
+ * 0). A "trusted" tenant (meant for weft router in front of the instance)
+ * may name the end tenant and the priority in the x-weft-tenant and
+ * x-weft-priority headers, and its connections are exempt from the
+ * per-client connection limit.
+ *
+ * SIGHUP reloads FILE (tenants_reload): buckets of tenants that keep their
+ * name keep their level; a bad file leaves the old configuration in place. */
 #ifndef WEFT_SERVER_TENANTS_H
 #define WEFT_SERVER_TENANTS_H
 
@@ -25,6 +37,7 @@ struct tenant_cfg {
     char **keys;
     uint32_t n_keys;
     int32_t priority;
+    bool trusted;
     double rps, burst, tpm;
     struct weft_tenant_limits lim;
     /* buckets */
@@ -40,13 +53,22 @@ struct tenants {
 /* Load FILE (NULL: no tenants, everything anonymous). false with msg on error. */
 bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);
 void tenants_free(struct tenants *ts);
+/* Load path again into ts; on failure ts is unchanged (false, msg). Tenant
+ * pointers from before are invalid afterwards: hold names, not pointers,
+ * across a reload (tenants_find). */
+bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size);
+struct tenant_cfg *tenants_find(struct tenants *ts, const char *name);
+/* The priority a request gets: requested (when given) but never above the
+ * tenant's (t NULL: anonymous, cap 0). */
+int32_t tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested);
 
 /* The tenant for an Authorization header value (may be NULL). Returns NULL
  * when the request must be refused with 401; *anon set for the default. */
 struct tenant_cfg *tenants_auth(struct tenants *ts, const char *authorization, bool *anon);
 
 /* Take one request and n_tokens from t's buckets at time now (seconds).
- * false: refuse with 429; *retry_after = seconds until it would fit. */
+ * false: refuse with 429; *retry_after = seconds until it would fit, or
+ * INFINITY when n_tokens is more than the whole budget (it never will). */
 bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after);
 /* Give back tokens a request reserved but did not use. */
 void tenant_refund(struct tenant_cfg *t, double now, double n_tokens);

@@ -2,6 +2,7 @@
  * API keys and token buckets (server/tenants.c), and the Prometheus text
  * (server/metrics.c). The HTTP transport has test_http; the whole server is
  * driven end to end by tests/e2e. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -145,7 +146,8 @@ static void tenants_keys_and_buckets(void)
     CHECK(!tenant_admit(a, 100.0, 10, &ra) && ra > 0.49 && ra < 0.51);
     CHECK(tenant_admit(a, 100.5, 10, &ra));
     /* token bucket: 600 per minute = 10 per second, holding 600 */
-    CHECK(!tenant_admit(a, 101.5, 700, &ra));  /* more than the bucket holds: waits for a full one */
+    /* more than the whole budget (600 a minute) can never fit: refused at once, no retry time */
+    CHECK(!tenant_admit(a, 101.5, 700, &ra) && isinf(ra));
     CHECK(tenant_admit(a, 102.5, 500, &ra));
     CHECK(!tenant_admit(a, 103.0, 200, &ra) && ra > 0);
     tenant_refund(a, 103.0, 150);
@@ -169,6 +171,60 @@ static void tenants_keys_and_buckets(void)
     fclose(f);
     CHECK(tenants_load(&ts, path, msg, sizeof msg));
     CHECK(tenants_auth(&ts, NULL, &anon) == NULL && anon);
+    tenants_free(&ts);
+    unlink(path);
+}
+
+/* A request may lower its priority below its tenant's, never raise it; an
+ * anonymous one is capped at 0. */
+static void priority_is_capped_by_the_tenant(void)
+{
+    struct tenant_cfg t = {.priority = 10};
+    CHECK(tenant_priority(&t, false, 0) == 10);
+    CHECK(tenant_priority(&t, true, 1000000) == 10);
+    CHECK(tenant_priority(&t, true, 3) == 3);
+    CHECK(tenant_priority(&t, true, -50) == -50);
+    CHECK(tenant_priority(NULL, true, 1000000) == 0);
+    CHECK(tenant_priority(NULL, true, -2) == -2);
+    CHECK(tenant_priority(NULL, false, 0) == 0);
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* SIGHUP's reload: new keys and limits take effect, a tenant that keeps its
+ * name keeps what it spent, a bad file changes nothing; "trusted" parses. */
+static void tenants_reload_keeps_buckets(void)
+{
+    char path[] = "/tmp/weft-tenants-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-1111\"], \"tokens_per_minute\": 600},"
+                     " {\"name\": \"router\", \"api_keys\": [\"sk-rrrr-0000\"], \"trusted\": true}]}");
+    struct tenants ts;
+    char msg[256];
+    bool anon;
+    CHECK(tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(tenants_find(&ts, "router")->trusted && !tenants_find(&ts, "a")->trusted);
+    double ra;
+    CHECK(tenant_admit(tenants_find(&ts, "a"), 10.0, 500, &ra));  /* 100 left */
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
+                     " \"priority\": 4}]}");
+    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
+    struct tenant_cfg *a = tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon);
+    CHECK(a && a->priority == 4 && !tenants_find(&ts, "router"));
+    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) == NULL && !anon);
+    CHECK(!tenant_admit(a, 10.0, 200, &ra) && ra > 0 && !isinf(ra));  /* still only 100 left */
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"trusted\": \"yes\"}]}");
+    msg[0] = '\0';
+    CHECK(!tenants_reload(&ts, path, msg, sizeof msg) && msg[0]);
+    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon) != NULL);  /* the old config stays */
     tenants_free(&ts);
     unlink(path);
 }
@@ -212,6 +268,8 @@ int main(void)
     RUN(each_bad_parameter_is_named);
     RUN(chat_messages);
     RUN(tenants_keys_and_buckets);
+    RUN(priority_is_capped_by_the_tenant);
+    RUN(tenants_reload_keeps_buckets);
     RUN(metrics_render_format);
     json_decref(held);
     return check_summary();

@@ -1,0 +1,289 @@
+/* The server's lifecycle (serve.h): create, run the loop, drain on
+ * SIGTERM/SIGINT with a deadline, reload tenants on SIGHUP, free.
+ *
+ * Shutdown, in order: the drain stops the listener and lets requests in
+ * flight finish; once no connection is left (drained) and every request has
+ * been released (n_active 0: a client that left mid-stream may still have
+ * an abort on its way through the engine), the last handles are closed and
+ * the loop ends. The deadline (or a second stop) cuts what is left first. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/tokenizer.h"
+#include "server/server.h"
+
+#define DEF_DRAIN_MS 30000u
+#define DEF_STREAM_BUFFER (4u << 20)
+
+static void close_handle(uv_handle_t *h)
+{
+    if (h->loop && !uv_is_closing(h)) uv_close(h, NULL);
+}
+
+/* Every loop handle and both listeners; the loop ends once they are closed. */
+static void close_all(struct weft_server *s)
+{
+    pthread_mutex_lock(&s->qmu);
+    s->closing = true;
+    pthread_mutex_unlock(&s->qmu);
+    close_handle((uv_handle_t *)&s->async);
+    close_handle((uv_handle_t *)&s->stop_async);
+    close_handle((uv_handle_t *)&s->drain_timer);
+    if (s->signals) {
+        close_handle((uv_handle_t *)&s->sig_term);
+        close_handle((uv_handle_t *)&s->sig_int);
+        close_handle((uv_handle_t *)&s->sig_hup);
+        close_handle((uv_handle_t *)&s->sig_usr1);
+        close_handle((uv_handle_t *)&s->sig_usr2);
+    }
+    if (s->http) http_server_free(s->http);
+    if (s->http_metrics) http_server_free(s->http_metrics);
+    s->http = s->http_metrics = NULL;
+    if (s->workers) weft_workers_free(s->workers);
+    s->workers = NULL;
+}
+
+static void close_if_idle(struct weft_server *s)
+{
+    if (!s->drained || s->n_active || s->closing) return;
+    close_all(s);
+}
+
+static void on_drained(void *arg)
+{
+    struct weft_server *s = arg;
+    s->drained = true;
+    s->http = NULL;  /* it frees itself once drained: see cut() */
+    close_if_idle(s);
+}
+
+/* The deadline: end every request left, close every connection. */
+static void cut(struct weft_server *s, const char *why)
+{
+    if (s->cut || s->closing) return;
+    s->cut = true;
+    uv_timer_stop(&s->drain_timer);
+    fprintf(stderr, "weft serve: %s: ending %u requests still in flight\n", why, s->n_active);
+    server_cut_all(s, "the server is shutting down and this request was ended at the drain deadline");
+    if (s->http) http_server_free(s->http);  /* closes half-received requests and slow readers too */
+    s->http = NULL;
+    s->drained = true;
+    close_if_idle(s);
+}
+
+static void on_drain_timer(uv_timer_t *t) { cut(t->data, "drain timeout"); }
+
+static void begin_drain(struct weft_server *s, const char *why)
+{
+    if (s->draining) {
+        cut(s, why);
+        return;
+    }
+    fprintf(stderr, "weft serve: %s, draining %u requests in flight (at most %u ms; again to end them now)\n", why,
+            s->n_active, s->cfg.drain_timeout_ms);
+    s->draining = true;
+    uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
+    if (s->http_metrics) {
+        http_server_free(s->http_metrics);
+        s->http_metrics = NULL;
+    }
+    /* the listener frees itself when done; on_drained forgets the pointer */
+    struct http_server *h = s->http;
+    http_server_drain(h, on_drained, s);
+}
+
+static void reload_tenants(struct weft_server *s)
+{
+    if (!s->tenants_path[0]) {
+        fprintf(stderr, "weft serve: SIGHUP: no --config file to reload\n");
+        return;
+    }
+    char msg[512];
+    if (!tenants_reload(&s->tenants, s->tenants_path, msg, sizeof msg)) {
+        s->reload_failures++;
+        fprintf(stderr, "weft serve: SIGHUP: %s: kept the tenants as they were\n", msg);
+        return;
+    }
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        if (weft_engine_tenant(s->eng, s->tenants.t[i].name, &s->tenants.t[i].lim) != WEFT_OK)
+            fprintf(stderr, "weft serve: SIGHUP: tenant '%s': %s\n", s->tenants.t[i].name, weft_last_error());
+    s->reloads++;
+    fprintf(stderr, "weft serve: SIGHUP: reloaded %u tenants from %s\n", s->tenants.n, s->tenants_path);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    struct weft_server *s = h->data;
+    if (signum == SIGHUP) reload_tenants(s);
+    else if (signum == SIGTERM || signum == SIGINT) begin_drain(s, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+    /* SIGUSR1, SIGUSR2: ignored (they would kill the process by default) */
+}
+
+static void on_stop_async(uv_async_t *a)
+{
+    struct weft_server *s = a->data;
+    while (s->stops_handled < atomic_load(&s->stop_requests)) {
+        s->stops_handled++;
+        begin_drain(s, "stop requested");
+    }
+}
+
+void weft_server_stop(struct weft_server *s)
+{
+    if (!s) return;
+    atomic_fetch_add(&s->stop_requests, 1);
+    pthread_mutex_lock(&s->qmu);
+    bool closing = s->closing;
+    pthread_mutex_unlock(&s->qmu);
+    if (!closing) uv_async_send(&s->stop_async);
+}
+
+static void idle_cb(struct weft_server *s) { close_if_idle(s); }
+
+static size_t longest_piece(const struct weft_tokenizer *t)
+{
+    size_t best = 1;
+    for (int32_t id = 0; id < weft_tokenizer_n_vocab(t); id++) {
+        const char *p = weft_tokenizer_piece(t, id);
+        size_t n = p ? strlen(p) : 0;
+        if (n > best) best = n;
+    }
+    return best;
+}
+
+static void signal_on(struct weft_server *s, uv_signal_t *h, int signum)
+{
+    uv_signal_init(s->loop, h);
+    h->data = s;
+    uv_signal_start(h, on_signal, signum);
+}
+
+weft_status weft_server_create(const struct weft_model *m, const struct weft_server_config *cfg,
+                               struct weft_server **out)
+{
+    *out = NULL;
+    struct weft_server *s = calloc(1, sizeof *s);
+    if (!s) return weft_error(WEFT_ERR_NOMEM, "server: out of memory");
+    s->cfg = *cfg;
+    if (!s->cfg.drain_timeout_ms) s->cfg.drain_timeout_ms = DEF_DRAIN_MS;
+    s->max_stream_buffer = cfg->max_stream_buffer ? cfg->max_stream_buffer : DEF_STREAM_BUFFER;
+    s->metrics_key = cfg->metrics_key;
+    s->m = m;
+    s->created = (uint64_t)time(NULL);
+    s->max_waiting = cfg->engine.max_waiting ? cfg->engine.max_waiting : 1024;
+    s->weight_bytes = m->weight_bytes;
+    snprintf(s->model_id, sizeof s->model_id, "%s", cfg->model_id ? cfg->model_id : "default");
+    if (cfg->tenants_path) snprintf(s->tenants_path, sizeof s->tenants_path, "%s", cfg->tenants_path);
+    metrics_init(&s->metrics);
+    pthread_mutex_init(&s->qmu, NULL);
+    s->on_idle = idle_cb;
+    char msg[512];
+    if (!tenants_load(&s->tenants, cfg->tenants_path, msg, sizeof msg)) {
+        pthread_mutex_destroy(&s->qmu);
+        free(s);
+        return weft_error(WEFT_ERR_INVALID_ARG, "bad --config: %s", msg);
+    }
+    const char *tmpl = NULL;
+    weft_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, NULL);
+    s->chat_style = weft_chat_detect(tmpl);
+    /* like `weft chat` and llama.cpp's built-in templates: no system prompt
+     * unless the request has one, or template_system asks for the one the
+     * model's Jinja template would inject */
+    s->default_system = cfg->template_system ? weft_chat_default_system(tmpl) : NULL;
+    s->max_piece_bytes = longest_piece(m->tok);
+
+    weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);
+    if (st != WEFT_OK) goto fail_early;
+    s->n_ctx = weft_engine_n_ctx(s->eng);
+    struct weft_kv_pool *kv = weft_engine_kv(s->eng);
+    s->kv_bytes = (uint64_t)kv->block_bytes * kv->n_blocks;
+    for (uint32_t i = 0; i < s->tenants.n; i++)
+        if ((st = weft_engine_tenant(s->eng, s->tenants.t[i].name, &s->tenants.t[i].lim)) != WEFT_OK) goto fail_early;
+
+    s->loop = &s->loop_storage;
+    if (uv_loop_init(s->loop) != 0) {
+        st = weft_error(WEFT_ERR_NOMEM, "server: cannot create the event loop");
+        goto fail_early;
+    }
+    s->loop_thread = pthread_self();
+    uv_async_init(s->loop, &s->async, server_drain_events);
+    s->async.data = s;
+    uv_async_init(s->loop, &s->stop_async, on_stop_async);
+    s->stop_async.data = s;
+    uv_timer_init(s->loop, &s->drain_timer);
+    s->drain_timer.data = s;
+    int err = http_server_start(s->loop, cfg->host, cfg->port, &cfg->http, server_handle, s, &s->http);
+    if (err) {
+        st = weft_error(WEFT_ERR_IO, "cannot listen on %s:%d: %s", cfg->host ? cfg->host : "127.0.0.1", cfg->port,
+                        uv_strerror(err));
+        goto fail;
+    }
+    if (cfg->metrics_port > 0) {
+        err = http_server_start(s->loop, cfg->host, cfg->metrics_port, &cfg->http, server_handle_metrics, s,
+                                &s->http_metrics);
+        if (err) {
+            st = weft_error(WEFT_ERR_IO, "cannot listen on %s:%d for /metrics: %s", cfg->host ? cfg->host : "127.0.0.1",
+                            cfg->metrics_port, uv_strerror(err));
+            goto fail;
+        }
+    }
+    if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
+    if ((st = weft_engine_start(s->eng)) != WEFT_OK) goto fail;
+    if (cfg->handle_signals) {
+        s->signals = true;
+        signal_on(s, &s->sig_term, SIGTERM);
+        signal_on(s, &s->sig_int, SIGINT);
+        signal_on(s, &s->sig_hup, SIGHUP);
+        signal_on(s, &s->sig_usr1, SIGUSR1);
+        signal_on(s, &s->sig_usr2, SIGUSR2);
+    }
+    *out = s;
+    return WEFT_OK;
+fail:
+    weft_server_free(s);
+    return st;
+fail_early:
+    weft_engine_free(s->eng);
+    tenants_free(&s->tenants);
+    pthread_mutex_destroy(&s->qmu);
+    free(s);
+    return st;
+}
+
+int weft_server_port(const struct weft_server *s) { return http_server_port(s->http); }
+int weft_server_metrics_port(const struct weft_server *s)
+{
+    return s->http_metrics ? http_server_port(s->http_metrics) : -1;
+}
+bool weft_server_has_keys(const struct weft_server *s) { return s->tenants.any_keys; }
+uint32_t weft_server_n_ctx(const struct weft_server *s) { return s->n_ctx; }
+
+weft_status weft_server_run(struct weft_server *s)
+{
+    s->loop_thread = pthread_self();
+    uv_run(s->loop, UV_RUN_DEFAULT);
+    return WEFT_OK;
+}
+
+void weft_server_free(struct weft_server *s)
+{
+    if (!s) return;
+    /* the engine first: its last events (none once drained) go to a queue nobody reads */
+    pthread_mutex_lock(&s->qmu);
+    s->closing = true;
+    pthread_mutex_unlock(&s->qmu);
+    weft_engine_free(s->eng);
+    s->eng = NULL;
+    s->closing = false;
+    close_all(s);  /* whatever run left open (create failed, or run never called) */
+    uv_run(s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(s->loop);
+    free(s->q);
+    free(s->q2);
+    tenants_free(&s->tenants);
+    pthread_mutex_destroy(&s->qmu);
+    free(s);
+}

@@ -1,0 +1,65 @@
+/* `weft serve` as a library: one OpenAI-compatible HTTP server over one
+ * engine, with its lifecycle (create / run / stop / free), signals and
+ * drain. tools/cmd_serve.c is a thin command over it; weft router reuses the
+ * HTTP stack (server/http.h, server/workers.h) the same way.
+ *
+ * Threads: weft_server_run() runs the libuv loop on the calling thread; the
+ * engine steps on its own thread; tokenization runs on a small worker pool.
+ *
+ * Signals (when cfg.handle_signals): SIGTERM or SIGINT starts a drain: stop
+ * accepting, let requests in flight finish, return from run. A second
+ * SIGTERM/SIGINT, or drain_timeout_ms after the first, ends what is left
+ * at once: streams get an error event and their end, requests not yet
+ * answered get 503, every connection is closed, and run returns WEFT_OK (the
+ * command exits 0). SIGHUP reloads the tenants file (a bad file is reported
+ * and the old configuration kept); SIGUSR1 and SIGUSR2 are ignored. */
+#ifndef WEFT_SERVER_SERVE_H
+#define WEFT_SERVER_SERVE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/engine.h"
+#include "core/model.h"
+#include "server/http.h"
+
+struct weft_server_config {
+    const char *host;                /* NULL: 127.0.0.1 */
+    int port;                        /* 0: any free port (weft_server_port) */
+    const char *tenants_path;        /* --config FILE (server/tenants.h), NULL: none */
+    const char *model_id;            /* name answered in /v1/models; NULL: "default" */
+    struct weft_engine_config engine;
+    bool template_system;            /* chats without a system message get the template's */
+    size_t max_stream_buffer;        /* unread stream bytes before the client is cut (0: 4 MiB) */
+    uint32_t drain_timeout_ms;       /* 0: 30 s */
+    struct http_limits http;         /* zero fields: http.h's defaults */
+    int metrics_port;                /* > 0: /metrics (and /health, /ready) on their own listener
+                                        at host:metrics_port, and no longer on the main one; 0: none */
+    const char *metrics_key;         /* non-NULL: /metrics needs "Authorization: Bearer KEY" */
+    uint32_t n_workers;              /* tokenizing threads (0: 2) */
+    uint32_t max_queued_work;        /* requests tokenizing or waiting to (0: 64); past it 503 */
+    bool handle_signals;             /* install the SIGTERM/SIGINT/SIGHUP/SIGUSR1 handlers above */
+};
+
+struct weft_server;
+
+/* Everything but the loop: tenants, the engine (started), the listener(s)
+ * and the worker pool. m must outlive the server. On failure *out is NULL
+ * and weft_last_error() says what (bad tenants file, address in use, ...);
+ * nothing is left behind. Call from the thread that will call run. */
+weft_status weft_server_create(const struct weft_model *m, const struct weft_server_config *cfg,
+                               struct weft_server **out);
+int weft_server_port(const struct weft_server *s);
+int weft_server_metrics_port(const struct weft_server *s);  /* -1 when none */
+bool weft_server_has_keys(const struct weft_server *s);
+uint32_t weft_server_n_ctx(const struct weft_server *s);
+/* Run the loop until the server has stopped (drained, or cut at the
+ * deadline). WEFT_OK. */
+weft_status weft_server_run(struct weft_server *s);
+/* Start the drain (as SIGTERM does). Any thread; the second call cuts at once. */
+void weft_server_stop(struct weft_server *s);
+/* After run returned (or instead of run): stops the engine, frees everything. */
+void weft_server_free(struct weft_server *s);
+
+#endif
