@@ -45,6 +45,7 @@ struct gen_ctx {
     size_t n_ids;
     weft_status tok_status;
     char tok_msg[256];
+    atomic_bool cancelled;           /* the client left: a queued job skips its work */
     char rid[48];
     uint32_t n_prompt, n_cached, n_gen;
     uint32_t max_tokens;
@@ -445,6 +446,7 @@ static void on_client_gone(void *user)
     struct gen_ctx *g = user;
     if (!g->conn) return;  /* the response already ended */
     g->conn = NULL;
+    atomic_store(&g->cancelled, true);
     if (!g->finished) {
         g->finished = true;
         g->srv->metrics.client_disconnects++;
@@ -525,6 +527,11 @@ static void tokenize_work(void *arg)
 {
     struct gen_ctx *g = arg;
     struct weft_server *s = g->srv;
+    if (atomic_load(&g->cancelled)) {
+        g->tok_status = WEFT_ERR_INVALID_ARG;
+        snprintf(g->tok_msg, sizeof g->tok_msg, "the client left");
+        return;
+    }
     if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
     else atomic_fetch_add(&s->tokenized_on_worker, 1);
     const struct weft_tokenizer *tok = s->m->tok;

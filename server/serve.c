@@ -56,8 +56,7 @@ static void on_drained(void *arg)
 {
     struct weft_server *s = arg;
     s->drained = true;
-    s->http = NULL;  /* it frees itself once drained: see cut() */
-    close_if_idle(s);
+    close_if_idle(s);  /* frees the drained listener (close_all) once no request is left */
 }
 
 /* The deadline: end every request left, close every connection. */
@@ -90,9 +89,7 @@ static void begin_drain(struct weft_server *s, const char *why)
         http_server_free(s->http_metrics);
         s->http_metrics = NULL;
     }
-    /* the listener frees itself when done; on_drained forgets the pointer */
-    struct http_server *h = s->http;
-    http_server_drain(h, on_drained, s);
+    http_server_drain(s->http, on_drained, s);
 }
 
 static void reload_tenants(struct weft_server *s)

@@ -278,8 +278,8 @@ def test_sigterm_drains_in_flight():
 
 def test_slow_reader_is_dropped():
     """A client that never reads its stream does not make the server queue
-    without bound: past --max-stream-buffer-kib its request is aborted and its
-    KV freed."""
+    without bound: past --max-stream-buffer-kib its request is aborted, its
+    KV freed, and the stream ends with an error event saying why."""
     srv = Server("--max-stream-buffer-kib", "16")
     try:
         s = socket.socket()
@@ -298,6 +298,19 @@ def test_slow_reader_is_dropped():
             time.sleep(0.1)
         assert srv.metric("weft_kv_blocks_used") == 0
         assert srv.metric("weft_generation_tokens_total") < 6000
+        # the stream says why it ends short before it ends: an error event, no [DONE]
+        data = b""
+        s.settimeout(5)
+        while b"\r\n0\r\n\r\n" not in data[-64:]:
+            try:
+                chunk = s.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            data += chunk
+        assert b'data: {"error"' in data and b"did not read" in data
+        assert b"data: [DONE]" not in data
         s.close()
     finally:
         srv.stop()
