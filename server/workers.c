@@ -5,6 +5,11 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define WORKER_NICE 5
 
 struct job {
     weft_work_fn work;
@@ -28,6 +33,12 @@ struct weft_workers {
 static void *worker_main(void *arg)
 {
     struct weft_workers *w = arg;
+#ifdef SYS_gettid
+    /* below the loop thread: where they share a core, the loop's short
+     * answers (health checks, streams) go before a long tokenization. Linux
+     * nice values are per thread; failing to lower one's own is harmless */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WORKER_NICE);
+#endif
     pthread_mutex_lock(&w->mu);
     for (;;) {
         while (!w->head && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
