@@ -64,6 +64,7 @@ static json_t *parse_body(struct weft_server *s, struct http_conn *c, const char
 struct tok_job {
     struct weft_server *s;
     struct http_conn *c;          /* NULL once the client left */
+    atomic_bool gone;             /* the same, for the worker: skip the work */
     char *text;
     size_t len;
     bool add_special;
@@ -73,11 +74,17 @@ struct tok_job {
     char msg[256];
 };
 
-static void tok_job_gone(void *user) { ((struct tok_job *)user)->c = NULL; }
+static void tok_job_gone(void *user)
+{
+    struct tok_job *j = user;
+    j->c = NULL;
+    atomic_store(&j->gone, true);
+}
 
 static void tok_job_work(void *arg)
 {
     struct tok_job *j = arg;
+    if (atomic_load(&j->gone)) return;
     if (pthread_equal(pthread_self(), j->s->loop_thread)) atomic_fetch_add(&j->s->tokenized_on_loop, 1);
     else atomic_fetch_add(&j->s->tokenized_on_worker, 1);
     j->st = weft_tokenize(j->s->m->tok, j->text, j->len, j->add_special, true, &j->ids, &j->n);
@@ -211,8 +218,11 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
 {
     if (s->metrics_key) {
         const char *a = http_header_get(req, "authorization");
-        size_t kl = strlen(s->metrics_key);
-        bool ok = a && !strncasecmp(a, "Bearer ", 7) && strlen(a + 7) == kl && !memcmp(a + 7, s->metrics_key, kl);
+        /* constant time over the key's length: no early exit on a matching prefix */
+        size_t kl = strlen(s->metrics_key), al = a && !strncasecmp(a, "Bearer ", 7) ? strlen(a + 7) : 0;
+        unsigned char d = al != kl;
+        for (size_t i = 0; i < kl; i++) d |= (unsigned char)((i < al ? a[7 + i] : 0) ^ s->metrics_key[i]);
+        bool ok = al && d == 0;
         if (!ok) {
             metrics_request(&s->metrics, "/metrics", 401);
             http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",

@@ -429,6 +429,7 @@ static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char 
     g->n_cached = ev->n_cached;
     if (!g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && g->n_gen == 0) {
+            refund_unused(g, server_now());
             http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
             metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
             g->conn = NULL;
@@ -597,6 +598,7 @@ static void reject(struct gen_ctx *g, int status, const char *etype, const char 
     struct http_conn *c = g->conn;
     g->conn = NULL;
     g->finished = true;
+    atomic_store(&g->cancelled, true);  /* a job still queued for it skips its work */
     refund_unused(g, server_now());
     metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
     if (c) {
@@ -666,9 +668,13 @@ static void admit_and_submit(struct gen_ctx *g)
             return;
         }
     }
+    struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
+    bool max_given = json_object_get(g->root, "max_tokens") || json_object_get(g->root, "max_completion_tokens");
+    if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids < tenant->tpm &&
+        (double)n_ids + (double)g->p.max_tokens > tenant->tpm)
+        g->p.max_tokens = (int64_t)(tenant->tpm - (double)n_ids);  /* the default fits the budget: never refused for it */
     g->n_prompt = (uint32_t)n_ids;
     g->max_tokens = (uint32_t)g->p.max_tokens;
-    struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
     if (tenant) {
         double retry, need = (double)n_ids + (double)g->max_tokens;
         if (!tenant_admit(tenant, server_now(), need, &retry)) {
@@ -687,7 +693,7 @@ static void admit_and_submit(struct gen_ctx *g)
             reject(g, 429, "rate_limit_error", NULL, msg, extra);
             return;
         }
-        g->charged = true;
+        g->charged = tenant->tpm > 0;
         g->reserved = need;
     }
     if (!g->p.seed_given) g->p.sp.seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid;
@@ -727,6 +733,18 @@ static void admit_and_submit(struct gen_ctx *g)
     if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
 }
 
+/* Bytes of s without the leading and trailing ASCII whitespace chat
+ * templates trim from each message (core/chat.c's trim). */
+static size_t trimmed_len(const char *s)
+{
+    size_t n = strlen(s), a = 0;
+#define PY_SPACE(c) ((c) == ' ' || ((c) >= '\t' && (c) <= '\r') || ((c) >= 0x1c && (c) <= 0x1f))
+    while (a < n && PY_SPACE((unsigned char)s[a])) a++;
+    while (n > a && PY_SPACE((unsigned char)s[n - 1])) n--;
+#undef PY_SPACE
+    return n - a;
+}
+
 /* The fewest tokens a prompt can have: every token covers at most
  * max_piece_bytes of text (its vocabulary piece is at least as long as
  * what it matches: SentencePiece spaces and byte tokens are longer). */
@@ -735,7 +753,7 @@ static size_t min_prompt_tokens(const struct weft_server *s, const struct gen_pa
     if (p->prompt_ids) return p->n_prompt_ids;
     size_t bytes = 0;
     if (p->chat)
-        for (uint32_t i = 0; i < p->n_msgs; i++) bytes += strlen(p->msgs[i].content);
+        for (uint32_t i = 0; i < p->n_msgs; i++) bytes += trimmed_len(p->msgs[i].content);
     else
         bytes = strlen(p->prompt);
     size_t per = s->max_piece_bytes ? s->max_piece_bytes : 1;

@@ -6,6 +6,9 @@
  * and parsing stops (c->req_active) until the response ends, so pipelined
  * requests are answered strictly in order. Reading goes on meanwhile (a
  * disconnect is noticed at once) unless too many unparsed bytes pile up.
+ * Between requests, while more than max_output of answers is queued unsent
+ * (a client pipelining without reading), neither parsing nor reading goes
+ * on until the client has taken half of it.
  * One timer per connection: idle (between requests), read (a request has
  * begun: it must be complete within read_timeout_ms, counted from its first
  * byte), linger (after an error answer: discard input until the client
@@ -223,6 +226,9 @@ static void on_write(uv_write_t *req, int status)
     if (c->out_paused && c->pending <= c->srv->lim.max_output / 2) {
         c->out_paused = false;
         process(c);  /* the next pipelined request, and reading again */
+    } else if (c->out_paused && c->timer_mode == T_IDLE) {
+        /* a client reading slowly is not idle: the idle timeout counts from its last progress */
+        timer_set(c, T_IDLE, c->srv->lim.idle_timeout_ms);
     }
 }
 
@@ -579,7 +585,10 @@ static void process(struct http_conn *c)
         }
     }
     c->out_paused = c->pending > s->lim.max_output;
-    if (c->out_paused || c->pend_len - c->pend_off > PEND_MAX) read_stop(c);
+    /* paused between requests: stop reading too (the client pipelines without
+     * reading). During a request keep reading, so a disconnect is seen at
+     * once; what it sends meanwhile is bounded by PEND_MAX. */
+    if ((c->out_paused && !c->req_active) || c->pend_len - c->pend_off > PEND_MAX) read_stop(c);
     else read_start(c);
 }
 
@@ -713,8 +722,31 @@ void http_server_drain(struct http_server *s, void (*done)(void *), void *arg)
     s->drain_done = done;
     s->drain_arg = arg;
     close_listener(s);
-    for (struct http_conn *c = s->conns; c; c = c->next)
-        if (!c->req_active && c->pc.state == HPC_IDLE && !c->finishing) conn_close(c);
+    for (struct http_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->req_active || c->pc.state != HPC_IDLE || c->finishing) continue;
+        /* idle: closed; answers still queued for it (paused by the output bound) go out first */
+        if (c->pending) conn_finish(c);
+        else conn_close(c);
+    }
+    server_check(s);
+}
+
+void http_server_close_soon(struct http_server *s, uint32_t ms)
+{
+    if (!s || s->freeing) return;
+    s->draining = true;
+    close_listener(s);
+    for (struct http_conn *c = s->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->closing) continue;
+        if (c->finishing && !c->req_active) {
+            /* its last answer is queued: it gets ms to take it, no more */
+            if (c->lingering || c->pending) timer_set(c, T_LINGER, ms);
+            continue;
+        }
+        conn_close(c);  /* a request still in progress or half received */
+    }
     server_check(s);
 }
 

@@ -130,6 +130,11 @@ int http_server_port(const struct http_server *s);
  * left; it may call http_server_free. */
 void http_server_drain(struct http_server *s, void (*done)(void *), void *arg);
 uint32_t http_server_n_conns(const struct http_server *s);
+/* Like drain, but now: stop accepting; a connection whose last answer is
+ * queued gets at most ms to take it (then closes), every other one closes
+ * at once (on_close fires for requests in progress). A drain's done
+ * callback still follows once no connection is left. */
+void http_server_close_soon(struct http_server *s, uint32_t ms);
 /* The most bytes ever queued unsent on one connection (the output bound at
  * work: at most max_output + the largest single response), and the bytes
  * queued unsent on all connections now. */

@@ -59,7 +59,11 @@ static void on_drained(void *arg)
     close_if_idle(s);  /* frees the drained listener (close_all) once no request is left */
 }
 
-/* The deadline: end every request left, close every connection. */
+/* The deadline: end every request left, close every connection. The
+ * answers just queued (error events, 503s) get CUT_FLUSH_MS to go out; a
+ * half-received request or a client that does not read is closed then at
+ * the latest. The drain's done callback (on_drained) follows. */
+#define CUT_FLUSH_MS 1000u
 static void cut(struct weft_server *s, const char *why)
 {
     if (s->cut || s->closing) return;
@@ -67,10 +71,7 @@ static void cut(struct weft_server *s, const char *why)
     uv_timer_stop(&s->drain_timer);
     fprintf(stderr, "weft serve: %s: ending %u requests still in flight\n", why, s->n_active);
     server_cut_all(s, "the server is shutting down and this request was ended at the drain deadline");
-    if (s->http) http_server_free(s->http);  /* closes half-received requests and slow readers too */
-    s->http = NULL;
-    s->drained = true;
-    close_if_idle(s);
+    http_server_close_soon(s->http, CUT_FLUSH_MS);
 }
 
 static void on_drain_timer(uv_timer_t *t) { cut(t->data, "drain timeout"); }
@@ -85,10 +86,7 @@ static void begin_drain(struct weft_server *s, const char *why)
             s->n_active, s->cfg.drain_timeout_ms);
     s->draining = true;
     uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
-    if (s->http_metrics) {
-        http_server_free(s->http_metrics);
-        s->http_metrics = NULL;
-    }
+    /* the metrics listener stays up until the end: /ready says "draining" */
     http_server_drain(s->http, on_drained, s);
 }
 

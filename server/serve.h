@@ -9,9 +9,11 @@
  * Signals (when cfg.handle_signals): SIGTERM or SIGINT starts a drain: stop
  * accepting, let requests in flight finish, return from run. A second
  * SIGTERM/SIGINT, or drain_timeout_ms after the first, ends what is left
- * at once: streams get an error event and their end, requests not yet
- * answered get 503, every connection is closed, and run returns WEFT_OK (the
- * command exits 0). SIGHUP reloads the tenants file (a bad file is reported
+ * at once: generation streams get an error event and their end, generation
+ * requests not yet answered get 503 (both get a second to go out), every
+ * other connection — a half-received request, a /tokenize in progress — is
+ * closed, and run returns WEFT_OK (the command exits 0). During the drain
+ * /ready answers 503 "draining" (on the metrics listener too). SIGHUP reloads the tenants file (a bad file is reported
  * and the old configuration kept); SIGUSR1 and SIGUSR2 are ignored. */
 #ifndef WEFT_SERVER_SERVE_H
 #define WEFT_SERVER_SERVE_H

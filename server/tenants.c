@@ -119,8 +119,9 @@ bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_
         if (!o) continue;
         /* the same tenant keeps what it has spent, within its new capacities */
         n->last = o->last;
-        n->req_tokens = o->req_tokens < n->burst ? o->req_tokens : n->burst;
-        n->tok_tokens = o->tok_tokens < n->tpm ? o->tok_tokens : n->tpm;
+        /* a bucket that had no limit before starts full */
+        if (o->rps > 0) n->req_tokens = o->req_tokens < n->burst ? o->req_tokens : n->burst;
+        if (o->tpm > 0) n->tok_tokens = o->tok_tokens < n->tpm ? o->tok_tokens : n->tpm;
     }
     tenants_free(ts);
     *ts = fresh;

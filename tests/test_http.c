@@ -991,13 +991,8 @@ static void live_idle_connections_and_max_conns(void)
  * max_output queued unsent, the next request is not answered (not even
  * parsed) until the client reads, so the server holds at most max_output +
  * one response for it; once it reads, every answer arrives, in order. */
-static void live_output_bound_for_a_client_that_does_not_read(void)
+static struct cli *cli_open_small_rcvbuf(int port)
 {
-    struct http_limits lim = live_limits();
-    lim.idle_timeout_ms = 20000;
-    lim.max_output = 64 << 10;
-    struct tsrv *ts = srv_start(lim);
-    int port = atomic_load(&ts->port);
     struct cli *c = calloc(1, sizeof *c);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
     int small = 4096;
@@ -1008,20 +1003,64 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     CHECK(connect(c->fd, (struct sockaddr *)&a, sizeof a) == 0);
-    enum { N = 600 };  /* 600 x 16 KiB = 9.6 MB of answers */
+    return c;
+}
+
+/* sends n pipelined GET /big and waits until the server stops answering; returns how many it answered */
+static int pipeline_big_unread(struct tsrv *ts, struct cli *c, int n)
+{
     const char *one = "GET /big HTTP/1.1\r\nHost: x\r\n\r\n";
     size_t ol = strlen(one);
-    char *reqs = malloc(ol * N);
-    for (int i = 0; i < N; i++) memcpy(reqs + i * ol, one, ol);
-    CHECK(cli_send(c, reqs, ol * N));  /* 19 KB: fits the socket buffers */
+    char *reqs = malloc(ol * (size_t)n);
+    for (int i = 0; i < n; i++) memcpy(reqs + (size_t)i * ol, one, ol);
+    int before = atomic_load(&ts->handled);
+    CHECK(cli_send(c, reqs, ol * (size_t)n));
     free(reqs);
-    /* let the server do all it will: until the handled count stops moving */
     int last = -1;
     for (int i = 0; i < 100 && atomic_load(&ts->handled) != last; i++) {
         last = atomic_load(&ts->handled);
         sleep_ms(50);
     }
-    int handled = atomic_load(&ts->handled);
+    return atomic_load(&ts->handled) - before;
+}
+
+/* Drain with a paused pipeliner: the answers already queued for it go out
+ * before its connection closes; the requests it never got to are dropped. */
+static void live_drain_delivers_queued_answers(void)
+{
+    struct http_limits lim = live_limits();
+    lim.idle_timeout_ms = 20000;
+    lim.max_output = 64 << 10;
+    struct tsrv *ts = srv_start(lim);
+    struct cli *c = cli_open_small_rcvbuf(atomic_load(&ts->port));
+    int handled = pipeline_big_unread(ts, c, 300);
+    CHECK(handled > 0 && handled < 300);
+    srv_drain(ts);
+    struct resp r;
+    int got = 0;
+    for (;;) {
+        cli_response(c, &r, false);
+        if (r.status != 200) break;
+        got++;
+    }
+    CHECK_EQ_INT(got, handled);
+    CHECK_EQ_INT(r.status, 0);  /* then closed */
+    cli_close(c);
+    CHECK(wait_for(&ts->drained, 1));
+    pthread_join(ts->th, NULL);
+    free(ts);
+}
+
+static void live_output_bound_for_a_client_that_does_not_read(void)
+{
+    struct http_limits lim = live_limits();
+    lim.idle_timeout_ms = 20000;
+    lim.max_output = 64 << 10;
+    struct tsrv *ts = srv_start(lim);
+    int port = atomic_load(&ts->port);
+    enum { N = 600 };  /* 600 x 16 KiB = 9.6 MB of answers */
+    struct cli *c = cli_open_small_rcvbuf(port);
+    int handled = pipeline_big_unread(ts, c, N);
     CHECK_MSG(handled < N / 2, "answered %d of %d pipelined requests for a client that reads nothing", handled, N);
     struct cli *q = cli_open(port);
     struct resp r;
@@ -1156,5 +1195,6 @@ int main(void)
     RUN(live_drain);
     RUN(live_output_bound_for_a_client_that_does_not_read);
     RUN(live_per_client_connection_limit);
+    RUN(live_drain_delivers_queued_answers);
     return check_summary();
 }

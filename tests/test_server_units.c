@@ -221,6 +221,15 @@ static void tenants_reload_keeps_buckets(void)
     CHECK(a && a->priority == 4 && !tenants_find(&ts, "router"));
     CHECK(tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) == NULL && !anon);
     CHECK(!tenant_admit(a, 10.0, 200, &ra) && ra > 0 && !isinf(ra));  /* still only 100 left */
+    /* a bucket that had no limit before starts full when one is set */
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
+                     " \"priority\": 4}, {\"name\": \"b\", \"tokens_per_minute\": 0}]}");
+    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
+                     " \"priority\": 4}, {\"name\": \"b\", \"tokens_per_minute\": 300}]}");
+    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
+    CHECK(tenant_admit(tenants_find(&ts, "b"), 10.0, 300, &ra));
+    a = tenants_find(&ts, "a");
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"trusted\": \"yes\"}]}");
     msg[0] = '\0';
     CHECK(!tenants_reload(&ts, path, msg, sizeof msg) && msg[0]);

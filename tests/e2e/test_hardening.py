@@ -371,6 +371,16 @@ def test_request_bigger_than_the_whole_budget_is_429_at_once():
         # and the tenant is not locked out by them
         st, _, _ = post(srv, "/v1/completions", {"prompt": "hello", "max_tokens": 2}, auth)
         assert st == 200
+        # a chat that gives no max_tokens defaults to what fits the budget (not to the
+        # context, which is more than the budget): it is admitted once the bucket is full
+        for _ in range(3):
+            st, headers, body = post(srv, "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}],
+                                                                   "temperature": 0}, auth, timeout=120)
+            if st != 429:
+                break
+            assert "never" not in body, body
+            time.sleep(float(headers["Retry-After"]))
+        assert st == 200, body
     finally:
         srv.stop()
         os.unlink(path)
