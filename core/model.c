@@ -245,6 +245,7 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
     if (st != WEFT_OK) goto err;
     if ((st = weft_hparams_load(m->gguf, &m->hp)) != WEFT_OK) goto err;
     if ((st = weft_tokenizer_load(m->gguf, &m->tok)) != WEFT_OK) goto err;
+    if ((st = weft_fingerprint_model(m->gguf, &m->hp, &m->fingerprint)) != WEFT_OK) goto err;
     if (weft_tokenizer_n_vocab(m->tok) != (int32_t)m->hp.n_vocab) {
         st = weft_error(WEFT_ERR_FORMAT, "model: tokenizer has %d tokens, hyperparameters say %u",
                         weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);

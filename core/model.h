@@ -5,6 +5,7 @@
 #define WEFT_MODEL_H
 
 #include "backends/backend.h"
+#include "core/fingerprint.h"
 #include "core/gguf.h"
 #include "core/tokenizer.h"
 
@@ -50,6 +51,7 @@ struct weft_model {
     uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
     struct weft_view tok_embd, output_norm, output;
     struct weft_layer_weights *layers;
+    struct weft_fingerprint fingerprint; /* core/fingerprint.h: computed at load */
     enum weft_type ftype;          /* type of most weights, for display */
     uint64_t n_params;
     size_t weight_bytes;

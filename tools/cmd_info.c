@@ -85,6 +85,9 @@ int weft_cmd_info(int argc, char **argv)
     printf("tokenizer:   %s, bos %d, eos %d, add_bos %s\n", tm, weft_tokenizer_bos(m->tok), weft_tokenizer_eos(m->tok),
            weft_tokenizer_add_bos(m->tok) ? "yes" : "no");
     printf("tensors:     %lld, metadata keys: %lld\n", (long long)weft_gguf_n_tensors(m->gguf), (long long)weft_gguf_n_kv(m->gguf));
+    char fp[WEFT_FINGERPRINT_STR];
+    weft_fingerprint_str(&m->fingerprint, fp);
+    printf("fingerprint: %s\n", fp);
     if (all)
         for (int64_t i = 0; i < weft_gguf_n_kv(m->gguf); i++) print_kv(m->gguf, i);
     weft_model_free(m);
