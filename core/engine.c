@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/forward.h"
 
@@ -18,6 +19,7 @@ struct ereq {
     int32_t *stop_ids;
     uint32_t n_stop_ids;
     bool ignore_eos, aborted;
+    double t_submit, queue_seconds;  /* queue_seconds < 0: not run yet */
 };
 
 struct pending_event {
@@ -44,7 +46,44 @@ struct weft_engine {
     uint64_t next_id;
     uint32_t n_aborted_pending;
     uint64_t generated, submitted, finished, aborted, rejected;
+    double prefill_tps, decode_tps;  /* moving averages over live steps */
+    uint32_t decode_rows;
 };
+
+#define RATE_ALPHA 0.2  /* weight of the newest step in the moving averages */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void ewma(double *avg, double sample)
+{
+    *avg = *avg > 0 ? *avg + RATE_ALPHA * (sample - *avg) : sample;
+}
+
+/* Attribute one step's time (lock held): a step of decodes only measures the
+ * decode rate; a step that is mostly prefill measures the prefill rate, with
+ * its decode rows' share taken out at the decode rate when that is known. */
+static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decode, double dt)
+{
+    if (dt <= 0) return;
+    if (prefill == 0 && decode > 0) {
+        ewma(&e->decode_tps, decode / dt);
+        e->decode_rows = decode;
+        return;
+    }
+    if (prefill == 0) return;
+    double t = dt;
+    if (decode && e->decode_tps > 0) t -= decode / e->decode_tps;
+    if (t < dt * 0.25) {
+        if (prefill < 4 * decode) return;  /* mostly decode: says little about prefill */
+        t = dt;
+    }
+    ewma(&e->prefill_tps, prefill / t);
+}
 
 #define BT WEFT_KV_BLOCK_TOKENS
 
@@ -138,6 +177,7 @@ static void emit(struct weft_engine *e, struct ereq *er, const struct weft_sampl
     pe->ev.n_cached = r->n_cached;
     pe->ev.n_generated = er->n_generated;
     pe->ev.n_preempt = r->n_preempt;
+    pe->ev.queue_seconds = er->queue_seconds > 0 ? er->queue_seconds : 0;
     pe->ev.message = fin == WEFT_FINISH_ERROR ? e->message : NULL;
 }
 
@@ -230,6 +270,8 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
     struct ereq *er = calloc(1, sizeof *er);
     if (!er) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
     er->cb = req->cb;
+    er->t_submit = now_s();
+    er->queue_seconds = -1;
     er->user = req->user;
     er->max_tokens = req->max_tokens;
     er->ignore_eos = req->ignore_eos;
@@ -336,10 +378,17 @@ static weft_status step(struct weft_engine *e, bool *did_work)
         flush_events(e);
         return st;
     }
+    double t0 = now_s();
+    uint32_t n_prefill = 0, n_decode = 0;
     for (uint32_t i = 0; i < n_items; i++) {
         const struct weft_sched_item *it = &items[i];
         e->fseqs[i] = (struct weft_fwd_seq){.tokens = it->req->tokens + it->pos0, .n_tokens = it->n,
                                             .pos0 = it->pos0, .kv = &it->req->kv, .want_logits = it->sample};
+        struct ereq *er = it->req->user;
+        if (er->queue_seconds < 0) er->queue_seconds = t0 - er->t_submit;
+        /* a prompt's tokens (first pass or recompute after preemption) vs one generated row */
+        if (it->n == 1 && it->pos0 >= it->req->n_prompt) n_decode++;
+        else n_prefill += it->n;
     }
     pthread_mutex_unlock(&e->mu);
 
@@ -349,7 +398,9 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     uint32_t n_logits;
     st = weft_forward_step(e->fw, e->fseqs, n_items, &logits, &n_logits);
 
+    double dt = now_s() - t0;
     pthread_mutex_lock(&e->mu);
+    if (st == WEFT_OK) measure_step(e, n_prefill, n_decode, dt);
     if (st != WEFT_OK) {
         snprintf(e->message, sizeof e->message, "%s", weft_last_error());
         for (uint32_t i = 0; i < n_items; i++) finish(e, items[i].req->user, NULL, WEFT_FINISH_ERROR, st);
@@ -451,8 +502,57 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->finished = e->finished;
     out->aborted = e->aborted;
     out->rejected = e->rejected;
+    out->prefill_tps = e->prefill_tps;
+    out->decode_tps = e->decode_tps;
+    out->decode_rows = e->decode_rows;
+    struct weft_sched_req *const *q;
+    uint32_t n = weft_sched_waiting(e->sched, &q);
+    for (uint32_t i = 0; i < n; i++)
+        if (q[i]->n_prompt > q[i]->n_computed) out->queued_prefill_tokens += q[i]->n_prompt - q[i]->n_computed;
+    n = weft_sched_running(e->sched, &q);
+    for (uint32_t i = 0; i < n; i++)
+        if (q[i]->n_prompt > q[i]->n_computed) out->queued_prefill_tokens += q[i]->n_prompt - q[i]->n_computed;
     pthread_mutex_unlock(&e->mu);
 }
 
 uint32_t weft_engine_n_ctx(const struct weft_engine *e) { return e->cfg.n_ctx; }
 struct weft_kv_pool *weft_engine_kv(struct weft_engine *e) { return &e->kv; }
+
+static void calib_event(void *user, const struct weft_event *ev) { (void)user; (void)ev; }
+
+weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
+{
+    if (e->started) return weft_error(WEFT_ERR_INVALID_ARG, "engine: calibrate() while the engine thread runs");
+    if (!n_prompt) n_prompt = 64;
+    if (n_prompt + 8 > e->cfg.n_ctx) n_prompt = e->cfg.n_ctx > 16 ? e->cfg.n_ctx - 8 : 1;
+    int32_t *ids = malloc(sizeof(int32_t) * n_prompt);
+    if (!ids) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    /* spread over the vocabulary, away from the control ids at its start */
+    uint32_t nv = e->m->hp.n_vocab;
+    for (uint32_t i = 0; i < n_prompt; i++) ids[i] = (int32_t)((nv > 300 ? 256 : 0) + (i * 7919u) % (nv > 300 ? nv - 256 : nv));
+    struct weft_request rq = {.prompt = ids, .n_prompt = n_prompt, .max_tokens = 4, .ignore_eos = true,
+                              .cb = calib_event};
+    weft_sampling_params_default(&rq.sampling);
+    rq.sampling.temperature = 0;
+    uint64_t id;
+    weft_status st = WEFT_OK;
+    /* twice: the first run pays for first touches (weights paged in, buffers
+     * allocated) and only the second one's rates are kept */
+    for (int pass = 0; pass < 2 && st == WEFT_OK; pass++) {
+        ids[0] = (int32_t)((uint32_t)(ids[0] + 1) % nv);  /* another prompt: no prefix-cache hit */
+        st = weft_engine_submit(e, &rq, &id);
+        if (st == WEFT_OK) st = weft_engine_run_all(e);
+        if (pass == 0) {
+            pthread_mutex_lock(&e->mu);
+            e->prefill_tps = e->decode_tps = 0;
+            pthread_mutex_unlock(&e->mu);
+        }
+    }
+    free(ids);
+    /* not the traffic's: the counters start from zero */
+    pthread_mutex_lock(&e->mu);
+    e->generated = e->submitted = e->finished = e->aborted = e->rejected = 0;
+    weft_sched_reset_totals(e->sched);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}

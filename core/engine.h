@@ -49,6 +49,7 @@ struct weft_event {
     enum weft_finish finish;
     weft_status status;          /* WEFT_OK unless finish == ERROR */
     uint32_t n_prompt, n_cached, n_generated, n_preempt;
+    double queue_seconds;        /* from submit to the first step that ran it (0 until then) */
     const char *message;         /* ERROR: what went wrong (valid during the callback) */
 };
 
@@ -75,6 +76,12 @@ struct weft_engine_stats {
     uint64_t prefill_tokens, prefix_hit_tokens;
     uint64_t preempt_swap, preempt_recompute;
     uint64_t submitted, finished, aborted, rejected;
+    uint64_t queued_prefill_tokens;  /* prompt tokens not yet computed: waiting + running */
+    /* Measured on live steps (moving averages, seeded by weft_engine_calibrate;
+     * 0 until measured): prompt tokens per second in steps that are mostly
+     * prefill, generated tokens per second (all rows of a decode step). */
+    double prefill_tps, decode_tps;
+    uint32_t decode_rows;            /* rows of the last decode step the rate was measured on */
 };
 
 struct weft_engine;
@@ -83,6 +90,13 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
                                struct weft_engine **out);
 /* Stops the thread if started, aborting what is left (final events sent). */
 void weft_engine_free(struct weft_engine *e);
+
+/* Seed the measured rates (stats' prefill_tps, decode_tps) with a short
+ * run before the engine serves: one synthetic prompt of n_prompt tokens (0:
+ * 64) and a few decode steps, through the ordinary path. Call before
+ * weft_engine_start, with nothing submitted; leaves no request behind (its
+ * prompt blocks may stay as reusable cache). */
+weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt);
 
 /* Run the step loop on its own thread. Without it, drive the engine with
  * weft_engine_step(). */

@@ -395,6 +395,8 @@ void weft_sched_stats(const struct weft_sched *s, struct weft_sched_stats *out)
     for (uint32_t i = 0; i < s->n_waiting; i++) out->swapped += s->waiting[i]->kv.swapped;
 }
 
+void weft_sched_reset_totals(struct weft_sched *s) { memset(&s->st, 0, sizeof s->st); }
+
 uint32_t weft_sched_running(const struct weft_sched *s, struct weft_sched_req *const **reqs)
 {
     *reqs = s->running;

@@ -119,6 +119,8 @@ void weft_sched_finish(struct weft_sched *s, struct weft_sched_req *r);
 
 struct weft_sched_req *weft_sched_find(struct weft_sched *s, uint64_t id);
 void weft_sched_stats(const struct weft_sched *s, struct weft_sched_stats *out);
+/* Zero the totals in the stats (steps, tokens, preemptions, prefix hits). */
+void weft_sched_reset_totals(struct weft_sched *s);
 /* Queues in order (for tests): running then waiting. */
 uint32_t weft_sched_running(const struct weft_sched *s, struct weft_sched_req *const **reqs);
 uint32_t weft_sched_waiting(const struct weft_sched *s, struct weft_sched_req *const **reqs);
