@@ -185,35 +185,6 @@ static void do_detokenize(struct weft_server *s, struct http_conn *c, const stru
     free(text);
 }
 
-/* The server-side figures metrics_render does not know: HTTP output
- * buffering, where tokenization ran, the worker queue, config reloads. */
-static char *server_metrics(const struct weft_server *s, size_t *len)
-{
-    char *b = malloc(2048);
-    if (!b) return NULL;
-    int n = snprintf(
-        b, 2048,
-        "# HELP weft_http_output_buffered_bytes Response bytes queued unsent, all connections.\n"
-        "# TYPE weft_http_output_buffered_bytes gauge\nweft_http_output_buffered_bytes %zu\n"
-        "# HELP weft_http_output_peak_bytes The most response bytes ever queued unsent on one connection.\n"
-        "# TYPE weft_http_output_peak_bytes gauge\nweft_http_output_peak_bytes %zu\n"
-        "# HELP weft_http_connections Open client connections.\n# TYPE weft_http_connections gauge\n"
-        "weft_http_connections %u\n"
-        "# HELP weft_tokenize_total Prompts tokenized, by the thread that did it.\n"
-        "# TYPE weft_tokenize_total counter\nweft_tokenize_total{thread=\"worker\"} %llu\n"
-        "weft_tokenize_total{thread=\"loop\"} %llu\n"
-        "# HELP weft_tokenize_pending Requests tokenizing or waiting to.\n# TYPE weft_tokenize_pending gauge\n"
-        "weft_tokenize_pending %u\n"
-        "# HELP weft_config_reloads_total Tenant config reloads (SIGHUP), by result.\n"
-        "# TYPE weft_config_reloads_total counter\nweft_config_reloads_total{result=\"ok\"} %llu\n"
-        "weft_config_reloads_total{result=\"error\"} %llu\n",
-        http_server_output_now(s->http), http_server_output_peak(s->http), http_server_n_conns(s->http),
-        (unsigned long long)atomic_load(&s->tokenized_on_worker), (unsigned long long)atomic_load(&s->tokenized_on_loop),
-        weft_workers_pending(s->workers), (unsigned long long)s->reloads, (unsigned long long)s->reload_failures);
-    *len = n > 0 && n < 2048 ? (size_t)n : 0;
-    return b;
-}
-
 static void do_metrics(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     if (s->metrics_key) {
@@ -236,21 +207,20 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     struct weft_engine_stats es;
     weft_engine_stats(s->eng, &es);
     metrics_request(&s->metrics, "/metrics", 200);
-    size_t len = 0, xlen = 0;
-    char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &len);
-    char *x = server_metrics(s, &xlen);
-    char *all = b && x ? realloc(b, len + xlen + 1) : NULL;
-    if (!all) {
-        free(b);
-        free(x);
+    struct metrics_extra x = {
+        .model_name = s->model_id, .vllm_compat = s->cfg.metrics_vllm,
+        .out_now = http_server_output_now(s->http), .out_peak = http_server_output_peak(s->http),
+        .conns = http_server_n_conns(s->http), .tok_pending = weft_workers_pending(s->workers),
+        .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
+        .reloads_ok = s->reloads, .reloads_err = s->reload_failures};
+    size_t len = 0;
+    char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
+    if (!b) {
         http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
-    memcpy(all + len, x, xlen);
-    all[len + xlen] = '\0';
-    free(x);
-    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, all, len + xlen);
-    free(all);
+    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
+    free(b);
 }
 
 struct route {
@@ -259,11 +229,12 @@ struct route {
     int id;
 };
 
-enum { R_HEALTH, R_READY, R_METRICS, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
 
 static const struct route routes[] = {
     {"/health", HTTP_M_GET, R_HEALTH},           {"/ready", HTTP_M_GET, R_READY},
     {"/metrics", HTTP_M_GET, R_METRICS},         {"/v1/models", HTTP_M_GET, R_MODELS},
+    {"/load", HTTP_M_GET, R_LOAD},
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
 };
@@ -274,7 +245,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(req->path, routes[i].path)) r = &routes[i];
     /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
-    if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY) r = NULL;
+    if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY && r->id != R_LOAD) r = NULL;
     if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
     if (http_conn_over_client_limit(c)) {
         /* past the per-client connection limit: only a trusted upstream (weft router) goes on */
@@ -328,6 +299,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         return;
     }
     case R_METRICS: do_metrics(s, c, req); return;
+    case R_LOAD: server_do_load(s, c); return;
     default: break;
     }
     /* the rest may need an API key */

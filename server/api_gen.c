@@ -331,10 +331,15 @@ static bool respond_final(struct gen_ctx *g)
 
 /* The request is complete (engine finished, or a stop string matched):
  * answer, give back unused tokens, release the HTTP side. */
-static void finish_gen(struct gen_ctx *g, const char *reason)
+static void count_finish(struct gen_ctx *g, enum metric_finish f) { g->srv->metrics.finish[f]++; }
+
+/* reason: the response's finish_reason; why: the metric's (an engine abort or
+ * error after tokens were sent still reads "stop" to the client). */
+static void finish_gen(struct gen_ctx *g, const char *reason, enum metric_finish why)
 {
     if (g->finished) return;
     g->finished = true;
+    count_finish(g, why);
     g->finish_reason = reason;
     const char *piece;
     size_t plen;
@@ -355,6 +360,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
     if (g->n_gen == 1) {
         g->t_first = now;
         metrics_observe(&s->metrics.ttft, now - g->t0);
+        metrics_observe(&s->metrics.queue, ev->queue_seconds);
     } else {
         metrics_observe(&s->metrics.itl, now - g->t_last);
     }
@@ -385,7 +391,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
                 g->aborted_by_us = true;
                 weft_engine_abort(s->eng, g->id);
             }
-            finish_gen(g, "stop");
+            finish_gen(g, "stop", METRIC_FINISH_STOP);
             return;
         }
     }
@@ -394,6 +400,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
          * queue without bound; the stream ends short (no [DONE]) */
         json_decref(lp);
         s->metrics.slow_client_aborts++;
+        count_finish(g, METRIC_FINISH_SLOW_CLIENT);
         g->finished = true;
         g->aborted_by_us = true;
         if (!g->engine_done) weft_engine_abort(s->eng, g->id);
@@ -430,13 +437,18 @@ static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char 
     if (!g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && g->n_gen == 0) {
             refund_unused(g, server_now());
+            count_finish(g, METRIC_FINISH_ERROR);
             http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
             metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
             g->conn = NULL;
             g->finished = true;
             ctx_unref(g);
         } else {
-            finish_gen(g, ev->finish == WEFT_FINISH_LENGTH ? "length" : "stop");
+            finish_gen(g, ev->finish == WEFT_FINISH_LENGTH ? "length" : "stop",
+                       ev->finish == WEFT_FINISH_LENGTH  ? METRIC_FINISH_LENGTH
+                       : ev->finish == WEFT_FINISH_ABORT ? METRIC_FINISH_ABORT
+                       : ev->finish == WEFT_FINISH_ERROR ? METRIC_FINISH_ERROR
+                                                         : METRIC_FINISH_STOP);
         }
     }
     ctx_unref(g);  /* the engine side */
@@ -451,6 +463,7 @@ static void on_client_gone(void *user)
     if (!g->finished) {
         g->finished = true;
         g->srv->metrics.client_disconnects++;
+        if (g->submitted) count_finish(g, METRIC_FINISH_CLIENT_GONE);
         if (g->submitted && !g->engine_done) weft_engine_abort(g->srv->eng, g->id);
         refund_unused(g, server_now());
     }
@@ -883,6 +896,7 @@ void server_cut_all(struct weft_server *s, const char *why)
         next = g->next;
         g->refs++;  /* hold it while ending it */
         if (!g->finished && g->conn) {
+            if (g->submitted) count_finish(g, METRIC_FINISH_SHUTDOWN);
             if (g->streaming && g->submitted) {
                 send_sse_error(g, "server_error", why);
                 g->finished = true;

@@ -11,9 +11,13 @@ static const double itl_bounds[METRIC_HIST_BUCKETS] = {0.001, 0.0025, 0.005, 0.0
                                                        0.08, 0.1, 0.15, 0.25, 0.5, 1, 2.5};
 static const double e2e_bounds[METRIC_HIST_BUCKETS] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 120, 300};
 
+static const double queue_bounds[METRIC_HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                         0.5, 1, 2.5, 5, 10, 30, 60};
+
 void metrics_init(struct metrics *m)
 {
     memset(m, 0, sizeof *m);
+    m->queue.bounds = queue_bounds;
     m->ttft.bounds = ttft_bounds;
     m->itl.bounds = itl_bounds;
     m->e2e.bounds = e2e_bounds;
@@ -63,70 +67,141 @@ static void put(struct sbuf *b, const char *fmt, ...)
     }
 }
 
-static void hist(struct sbuf *b, const char *name, const char *help, const struct metric_hist *h)
+/* Every series carries the model's name (model_name="..."), so one
+ * Prometheus can hold several models' instances apart. */
+struct out {
+    struct sbuf b;
+    char lbl[200];              /* model_name="..." */
+};
+
+static void hist(struct out *o, const char *name, const char *help, const struct metric_hist *h)
 {
-    put(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    put(&o->b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < METRIC_HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        put(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cum);
+        put(&o->b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, o->lbl, h->bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[METRIC_HIST_BUCKETS];
-    put(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)cum, name, h->sum,
-        name, (unsigned long long)h->n);
+    put(&o->b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, o->lbl,
+        (unsigned long long)cum, name, o->lbl, h->sum, name, o->lbl, (unsigned long long)h->n);
 }
 
-static void one(struct sbuf *b, const char *name, const char *type, const char *help, double v)
+static void one(struct out *o, const char *name, const char *type, const char *help, double v)
 {
-    put(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+    put(&o->b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name, o->lbl, v);
 }
+
+static void head(struct out *o, const char *name, const char *type, const char *help)
+{
+    put(&o->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* A label value: backslash, quote and newline escaped (Prometheus text format). */
+static void label_value(char *dst, size_t cap, const char *v)
+{
+    size_t n = 0;
+    for (; *v && n + 3 < cap; v++) {
+        if (*v == '\\' || *v == '"') dst[n++] = '\\', dst[n++] = *v;
+        else if (*v == '\n') dst[n++] = '\\', dst[n++] = 'n';
+        else dst[n++] = *v;
+    }
+    dst[n] = '\0';
+}
+
+static const char *const finish_names[METRIC_FINISH_N] = {"stop", "length", "abort", "error", "client_gone",
+                                                         "slow_client", "shutdown"};
+
+const char *metrics_finish_name(enum metric_finish f) { return f < METRIC_FINISH_N ? finish_names[f] : "?"; }
 
 char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
-                     uint64_t weight_bytes, size_t *len)
+                     uint64_t weight_bytes, const struct metrics_extra *x, size_t *len)
 {
-    struct sbuf b = {malloc(8192), 0, 8192, false};
-    if (!b.p) return NULL;
-    put(&b, "# HELP weft_requests_total HTTP requests by endpoint and status.\n# TYPE weft_requests_total counter\n");
+    struct out o = {.b = {malloc(16384), 0, 16384, false}};
+    if (!o.b.p) return NULL;
+    char model[160];
+    label_value(model, sizeof model, x && x->model_name ? x->model_name : "default");
+    snprintf(o.lbl, sizeof o.lbl, "model_name=\"%s\"", model);
+    struct sbuf *b = &o.b;
+    head(&o, "weft_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (uint32_t i = 0; i < m->n_reqs; i++)
-        put(&b, "weft_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", m->reqs[i].endpoint, m->reqs[i].status,
-            (unsigned long long)m->reqs[i].n);
-    one(&b, "weft_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m->prompt_tokens);
-    one(&b, "weft_generation_tokens_total", "counter", "Generated tokens sent.", (double)m->generation_tokens);
-    one(&b, "weft_rejected_rate_limit_total", "counter", "Requests refused by a tenant's rate limit (429).",
+        put(b, "weft_requests_total{%s,endpoint=\"%s\",status=\"%d\"} %llu\n", o.lbl, m->reqs[i].endpoint,
+            m->reqs[i].status, (unsigned long long)m->reqs[i].n);
+    head(&o, "weft_request_finish_total", "counter", "Generation requests ended, by reason.");
+    for (int i = 0; i < METRIC_FINISH_N; i++)
+        put(b, "weft_request_finish_total{%s,reason=\"%s\"} %llu\n", o.lbl, finish_names[i],
+            (unsigned long long)m->finish[i]);
+    one(&o, "weft_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m->prompt_tokens);
+    one(&o, "weft_generation_tokens_total", "counter", "Generated tokens sent.", (double)m->generation_tokens);
+    one(&o, "weft_rejected_rate_limit_total", "counter", "Requests refused by a tenant's rate limit (429).",
         (double)m->rejected_rate);
-    one(&b, "weft_rejected_queue_full_total", "counter", "Requests refused because the queue was full (503).",
+    one(&o, "weft_rejected_queue_full_total", "counter", "Requests refused because the queue was full (503).",
         (double)m->rejected_queue);
-    one(&b, "weft_rejected_auth_total", "counter", "Requests refused for a missing or wrong API key (401).",
+    one(&o, "weft_rejected_auth_total", "counter", "Requests refused for a missing or wrong API key (401).",
         (double)m->rejected_auth);
-    one(&b, "weft_client_disconnects_total", "counter", "Requests aborted because the client went away.",
+    one(&o, "weft_client_disconnects_total", "counter", "Requests aborted because the client went away.",
         (double)m->client_disconnects);
-    one(&b, "weft_rejected_connections_total", "counter",
+    one(&o, "weft_rejected_connections_total", "counter",
         "Connections refused past the per-client connection limit (429).", (double)m->rejected_conns);
-    one(&b, "weft_slow_client_aborts_total", "counter",
+    one(&o, "weft_slow_client_aborts_total", "counter",
         "Streams ended because the client did not read (more than --max-stream-buffer queued).",
         (double)m->slow_client_aborts);
-    hist(&b, "weft_time_to_first_token_seconds", "Time from request to first token.", &m->ttft);
-    hist(&b, "weft_inter_token_latency_seconds", "Time between consecutive tokens of a request.", &m->itl);
-    hist(&b, "weft_request_duration_seconds", "Time from request to last token.", &m->e2e);
-    one(&b, "weft_requests_running", "gauge", "Requests being computed.", es->running);
-    one(&b, "weft_requests_waiting", "gauge", "Requests queued (including preempted).", es->waiting);
-    one(&b, "weft_requests_swapped", "gauge", "Preempted requests whose KV is in host memory.", es->swapped);
-    one(&b, "weft_kv_blocks_used", "gauge", "KV blocks referenced by sequences.", es->kv.used);
-    one(&b, "weft_kv_blocks_free", "gauge", "KV blocks never used or released unregistered.", es->kv.free);
-    one(&b, "weft_kv_blocks_cached", "gauge", "Free KV blocks kept for prefix reuse.", es->kv.cached);
-    one(&b, "weft_kv_blocks_total", "gauge", "KV blocks in the device pool.", es->kv.n_blocks);
-    one(&b, "weft_kv_host_blocks_used", "gauge", "Host-tier KV blocks holding swapped sequences.", es->kv.host_used);
-    one(&b, "weft_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
+    hist(&o, "weft_time_to_first_token_seconds", "Time from request to first token.", &m->ttft);
+    hist(&o, "weft_inter_token_latency_seconds", "Time between consecutive tokens of a request.", &m->itl);
+    hist(&o, "weft_request_duration_seconds", "Time from request to last token.", &m->e2e);
+    hist(&o, "weft_request_queue_seconds", "Time from admission to the first engine step that ran the request.",
+         &m->queue);
+    one(&o, "weft_requests_running", "gauge", "Requests being computed.", es->running);
+    one(&o, "weft_requests_waiting", "gauge", "Requests queued (including preempted).", es->waiting);
+    one(&o, "weft_requests_swapped", "gauge", "Preempted requests whose KV is in host memory.", es->swapped);
+    one(&o, "weft_queued_prefill_tokens", "gauge", "Prompt tokens admitted and not yet computed.",
+        (double)es->queued_prefill_tokens);
+    one(&o, "weft_kv_blocks_used", "gauge", "KV blocks referenced by sequences.", es->kv.used);
+    one(&o, "weft_kv_blocks_free", "gauge", "KV blocks never used or released unregistered.", es->kv.free);
+    one(&o, "weft_kv_blocks_cached", "gauge", "Free KV blocks kept for prefix reuse.", es->kv.cached);
+    one(&o, "weft_kv_blocks", "gauge", "KV blocks in the device pool.", es->kv.n_blocks);
+    double usage = es->kv.n_blocks ? (double)es->kv.used / es->kv.n_blocks : 0;
+    one(&o, "weft_kv_cache_usage_ratio", "gauge", "Share of the device KV pool held by sequences (0..1).", usage);
+    one(&o, "weft_kv_host_blocks_used", "gauge", "Host-tier KV blocks holding swapped sequences.", es->kv.host_used);
+    one(&o, "weft_kv_host_blocks", "gauge", "KV blocks in the host tier.", es->kv.n_host_blocks);
+    one(&o, "weft_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
         (double)es->prefix_hit_tokens);
-    one(&b, "weft_prefill_tokens_total", "counter", "Prompt tokens computed.", (double)es->prefill_tokens);
-    one(&b, "weft_preemptions_total", "counter", "Sequences preempted (swap or recompute).",
+    one(&o, "weft_prefill_tokens_total", "counter", "Prompt tokens computed.", (double)es->prefill_tokens);
+    one(&o, "weft_preemptions_total", "counter", "Sequences preempted (swap or recompute).",
         (double)(es->preempt_swap + es->preempt_recompute));
-    one(&b, "weft_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
-    one(&b, "weft_engine_step_tokens_total", "counter", "Tokens computed over all steps.", (double)es->step_tokens);
-    put(&b, "# HELP weft_device_memory_bytes Device memory held, by use.\n# TYPE weft_device_memory_bytes gauge\n"
-            "weft_device_memory_bytes{use=\"weights\"} %llu\nweft_device_memory_bytes{use=\"kv_cache\"} %llu\n",
-        (unsigned long long)weight_bytes, (unsigned long long)kv_bytes);
-    if (b.oom) { free(b.p); return NULL; }
-    *len = b.len;
-    return b.p;
+    one(&o, "weft_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
+    one(&o, "weft_engine_step_tokens_total", "counter", "Tokens computed over all steps.", (double)es->step_tokens);
+    one(&o, "weft_prefill_tokens_per_second", "gauge", "Measured prefill rate (moving average over live steps).",
+        es->prefill_tps);
+    one(&o, "weft_decode_tokens_per_second", "gauge", "Measured decode rate (moving average over live steps).",
+        es->decode_tps);
+    head(&o, "weft_device_memory_bytes", "gauge", "Device memory held, by use.");
+    put(b, "weft_device_memory_bytes{%s,use=\"weights\"} %llu\nweft_device_memory_bytes{%s,use=\"kv_cache\"} %llu\n",
+        o.lbl, (unsigned long long)weight_bytes, o.lbl, (unsigned long long)kv_bytes);
+    if (x) {
+        one(&o, "weft_http_output_buffered_bytes", "gauge", "Response bytes queued unsent, all connections.",
+            (double)x->out_now);
+        one(&o, "weft_http_output_peak_bytes", "gauge", "The most response bytes ever queued unsent on one connection.",
+            (double)x->out_peak);
+        one(&o, "weft_http_connections", "gauge", "Open client connections.", x->conns);
+        head(&o, "weft_tokenize_total", "counter", "Prompts tokenized, by the thread that did it.");
+        put(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
+            (unsigned long long)x->tok_worker, o.lbl, (unsigned long long)x->tok_loop);
+        one(&o, "weft_tokenize_pending", "gauge", "Requests tokenizing or waiting to.", x->tok_pending);
+        head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
+        put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",
+            o.lbl, (unsigned long long)x->reloads_ok, o.lbl, (unsigned long long)x->reloads_err);
+    }
+    if (x && x->vllm_compat) {
+        /* the names endpoint pickers and autoscalers built for vLLM already read */
+        one(&o, "vllm:num_requests_running", "gauge", "Requests being computed (weft_requests_running).", es->running);
+        one(&o, "vllm:num_requests_waiting", "gauge", "Requests queued (weft_requests_waiting).", es->waiting);
+        one(&o, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage, 0..1 (weft_kv_cache_usage_ratio).", usage);
+        head(&o, "vllm:cache_config_info", "gauge", "KV cache configuration.");
+        put(b, "vllm:cache_config_info{%s,block_size=\"%d\",num_gpu_blocks=\"%u\"} 1\n", o.lbl, WEFT_KV_BLOCK_TOKENS,
+            es->kv.n_blocks);
+    }
+    if (b->oom) { free(b->p); return NULL; }
+    *len = b->len;
+    return b->p;
 }

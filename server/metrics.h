@@ -19,20 +19,36 @@ struct metric_hist {
 
 struct metric_req_key { char endpoint[32]; int status; uint64_t n; };
 
+enum metric_finish {
+    METRIC_FINISH_STOP, METRIC_FINISH_LENGTH, METRIC_FINISH_ABORT, METRIC_FINISH_ERROR,
+    METRIC_FINISH_CLIENT_GONE, METRIC_FINISH_SLOW_CLIENT, METRIC_FINISH_SHUTDOWN, METRIC_FINISH_N
+};
+const char *metrics_finish_name(enum metric_finish f);
+
+/* Figures from outside struct metrics, and how to render. */
+struct metrics_extra {
+    const char *model_name;        /* the model_name label of every series */
+    bool vllm_compat;              /* also vllm:num_requests_running/waiting, kv_cache_usage_perc, cache_config_info */
+    size_t out_now, out_peak;
+    uint32_t conns, tok_pending;
+    uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
+};
+
 struct metrics {
     struct metric_req_key reqs[64]; /* requests by endpoint and status */
     uint32_t n_reqs;
     uint64_t prompt_tokens, generation_tokens;
     uint64_t rejected_rate, rejected_queue, rejected_auth, rejected_conns, client_disconnects, slow_client_aborts;
-    struct metric_hist ttft, itl, e2e;
+    struct metric_hist ttft, itl, e2e, queue;
+    uint64_t finish[METRIC_FINISH_N];
 };
 
 void metrics_init(struct metrics *m);
 void metrics_request(struct metrics *m, const char *endpoint, int status);
 void metrics_observe(struct metric_hist *h, double seconds);
-/* Render everything (plus the engine's stats and device memory) into a
- * malloc'd string. */
+/* Render everything (plus the engine's stats, device memory and x, which
+ * may be NULL) into a malloc'd string; NULL when out of memory. */
 char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
-                     uint64_t weight_bytes, size_t *len);
+                     uint64_t weight_bytes, const struct metrics_extra *x, size_t *len);
 
 #endif

@@ -226,6 +226,9 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         }
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
+    server_describe_devices(s, cfg->devices);
+    /* measured rates for /load from the first poll on */
+    if (!cfg->no_calibrate && (st = weft_engine_calibrate(s->eng, 0)) != WEFT_OK) goto fail;
     if ((st = weft_engine_start(s->eng)) != WEFT_OK) goto fail;
     if (cfg->handle_signals) {
         s->signals = true;

@@ -39,9 +39,13 @@ struct weft_server_config {
     int metrics_port;                /* > 0: /metrics (and /health, /ready) on their own listener
                                         at host:metrics_port, and no longer on the main one; 0: none */
     const char *metrics_key;         /* non-NULL: /metrics needs "Authorization: Bearer KEY" */
+    bool metrics_vllm;               /* --metrics-compat vllm: also the vllm:* names autoscalers read */
     uint32_t n_workers;              /* tokenizing threads (0: 2) */
     uint32_t max_queued_work;        /* requests tokenizing or waiting to (0: 64); past it 503 */
     bool handle_signals;             /* install the SIGTERM/SIGINT/SIGHUP/SIGUSR1 handlers above */
+    const char *devices;             /* what the model runs on, for /load: "cpu", "vulkan:0", or a
+                                        --split spec "cpu=10,vulkan:0"; NULL: "cpu" */
+    bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */
 };
 
 struct weft_server;

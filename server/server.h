@@ -19,6 +19,12 @@
 
 struct gen_ctx;
 
+#define SERVER_MAX_DEVICES 8
+struct server_device {
+    char id[40], backend[16], name[128], vendor[16];
+    uint64_t mem_total;
+};
+
 struct queued_event {
     struct gen_ctx *ctx;
     struct weft_event ev;
@@ -45,6 +51,8 @@ struct weft_server {
     atomic_int stop_requests;
     int stops_handled;
     bool signals, drained, cut;
+    struct server_device devices[SERVER_MAX_DEVICES];
+    uint32_t n_devices;
     struct weft_engine *eng;
     const struct weft_model *m;
     char model_id[128];
@@ -74,6 +82,10 @@ void server_handle_metrics(void *srv, struct http_conn *c, const struct http_req
 /* POST /v1/completions and /v1/chat/completions (server/api_gen.c). */
 void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant);
+/* GET /load (server/api_load.c); the device list it reports, from the
+ * --device or --split spec. */
+void server_do_load(struct weft_server *s, struct http_conn *c);
+void server_describe_devices(struct weft_server *s, const char *spec);
 /* End every open generation request now (drain deadline): streams get an
  * error event saying why, unanswered requests 503; engine sides aborted. */
 void server_cut_all(struct weft_server *s, const char *why);

@@ -251,22 +251,39 @@ static void metrics_render_format(void)
     es.kv.used = 5;
     es.kv.free = 10;
     es.kv.cached = 3;
+    es.kv.n_blocks = 20;
+    es.queued_prefill_tokens = 77;
+    m.finish[METRIC_FINISH_LENGTH] = 4;
     size_t len;
-    char *t = metrics_render(&m, &es, 1000, 2000, &len);
+    struct metrics_extra x = {.model_name = "m\"1", .vllm_compat = true};
+    char *t = metrics_render(&m, &es, 1000, 2000, &x, &len);
     CHECK(t && strlen(t) == len);
-    CHECK(strstr(t, "weft_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
-    CHECK(strstr(t, "weft_requests_total{endpoint=\"/v1/completions\",status=\"400\"} 1\n"));
-    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"0.025\"} 0\n"));
-    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"0.05\"} 1\n"));
-    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"));
-    CHECK(strstr(t, "weft_time_to_first_token_seconds_count 2\n"));
-    CHECK(strstr(t, "weft_kv_blocks_used 5\n") && strstr(t, "weft_kv_blocks_cached 3\n"));
-    CHECK(strstr(t, "weft_requests_running 2\n") && strstr(t, "weft_requests_waiting 1\n"));
-    CHECK(strstr(t, "weft_device_memory_bytes{use=\"kv_cache\"} 1000\n"));
-    /* every sample line is "name[{labels}] value" */
+#define L "model_name=\"m\\\"1\""
+    CHECK(strstr(t, "weft_requests_total{" L ",endpoint=\"/v1/completions\",status=\"200\"} 2\n"));
+    CHECK(strstr(t, "weft_requests_total{" L ",endpoint=\"/v1/completions\",status=\"400\"} 1\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{" L ",le=\"0.025\"} 0\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{" L ",le=\"0.05\"} 1\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_bucket{" L ",le=\"+Inf\"} 2\n"));
+    CHECK(strstr(t, "weft_time_to_first_token_seconds_count{" L "} 2\n"));
+    CHECK(strstr(t, "weft_kv_blocks_used{" L "} 5\n") && strstr(t, "weft_kv_blocks_cached{" L "} 3\n"));
+    CHECK(strstr(t, "weft_kv_blocks{" L "} 20\n") && strstr(t, "weft_kv_cache_usage_ratio{" L "} 0.25\n"));
+    CHECK(strstr(t, "weft_requests_running{" L "} 2\n") && strstr(t, "weft_requests_waiting{" L "} 1\n"));
+    CHECK(strstr(t, "weft_queued_prefill_tokens{" L "} 77\n"));
+    CHECK(strstr(t, "weft_request_finish_total{" L ",reason=\"length\"} 4\n"));
+    CHECK(strstr(t, "weft_device_memory_bytes{" L ",use=\"kv_cache\"} 1000\n"));
+    CHECK(strstr(t, "vllm:num_requests_waiting{" L "} 1\n") && strstr(t, "vllm:kv_cache_usage_perc{" L "} 0.25\n"));
+    CHECK(strstr(t, "vllm:cache_config_info{" L ",block_size=\"16\",num_gpu_blocks=\"20\"} 1\n"));
+    CHECK(!strstr(t, "weft_kv_blocks_total"));
+#undef L
+    /* every sample line is "name{labels} value"; gauges are not named _total */
     for (char *line = strtok(t, "\n"); line; line = strtok(NULL, "\n")) {
+        if (!strncmp(line, "# TYPE ", 7)) {
+            const char *sp = strrchr(line, ' ');
+            bool total = sp - line > 13 && !strncmp(sp - 6, "_total", 6);
+            CHECK_MSG(!strcmp(sp + 1, "counter") == total, "bad type line: %s", line);
+        }
         if (line[0] == '#') continue;
-        CHECK_MSG(strchr(line, ' ') && line[0] == 'w', "bad line: %s", line);
+        CHECK_MSG(strchr(line, ' ') && strchr(line, '{') && (line[0] == 'w' || line[0] == 'v'), "bad line: %s", line);
     }
     free(t);
 }

@@ -24,6 +24,7 @@ static void usage(void)
             "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
+            "                  [--metrics-compat vllm]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
             "                 SIGHUP reloads it\n"
@@ -33,6 +34,7 @@ static void usage(void)
             "                 request waits and reading pauses\n"
             "  --metrics-port PORT: serve /metrics (and /health, /ready) there instead of on --port\n"
             "  --metrics-key KEY: /metrics needs Authorization: Bearer KEY\n"
+            "  --metrics-compat vllm: /metrics also under the vllm:* names autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
             "  --max-stream-buffer-kib: a streaming client that lets more than this pile up unread is dropped\n"
             "  --template-system: chats without a system message get the one the model's template defines\n");
@@ -68,6 +70,14 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
         if (!strcmp(a, "--metrics-key") && v) { sc.metrics_key = argv[++i]; continue; }
+        if (!strcmp(a, "--metrics-compat") && v) {
+            if (strcmp(argv[++i], "vllm") != 0) {
+                fprintf(stderr, "weft serve: --metrics-compat expects vllm\n");
+                return 2;
+            }
+            sc.metrics_vllm = true;
+            continue;
+        }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--kv-type") && v) {
@@ -118,6 +128,7 @@ int weft_cmd_serve(int argc, char **argv)
         size_t n = strlen(model_id);
         if (n > 5 && !strcmp(model_id + n - 5, ".gguf")) model_id[n - 5] = '\0';
     }
+    sc.devices = o.split ? o.split : o.device;
     sc.port = (int)port;
     sc.tenants_path = config;
     sc.model_id = model_id;

@@ -28,6 +28,25 @@ def default_model():
     return os.path.join(cache, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
 
 
+def parse_labels(text):
+    """'a="x",b="y"' -> {"a": "x", "b": "y"} (values without escapes)."""
+    return dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', text or ""))
+
+
+def metric_in(text, name, labels=None):
+    want = parse_labels(labels) if isinstance(labels, str) else dict(labels or {})
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = re.match(r'^([^{\s]+)(?:\{(.*)\})?\s+(\S+)$', line)
+        if not m or m.group(1) != name:
+            continue
+        have = parse_labels(m.group(2))
+        if all(have.get(k) == v for k, v in want.items()):
+            return float(m.group(3))
+    raise KeyError(f"{name} {want}")
+
+
 class Server:
     def __init__(self, *args, model=None):
         self.model = model or default_model()
@@ -69,13 +88,12 @@ class Server:
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
 
-    def metric(self, name):
+    def metric(self, name, labels=None):
+        """The value of series `name` whose labels include `labels` (a dict,
+        or 'k="v",...' text); every weft series also has model_name."""
         status, text = self.get("/metrics")
         assert status == 200
-        for line in text.splitlines():
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-        raise KeyError(name)
+        return metric_in(text, name, labels)
 
     def stop(self, timeout=60):
         if self.proc.poll() is None:

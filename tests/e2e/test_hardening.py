@@ -27,13 +27,7 @@ def rss_mib(pid):
 
 
 def metric_value(srv, name, labels=None):
-    status, text = srv.get("/metrics")
-    assert status == 200
-    want = name + ("{" + labels + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    raise KeyError(want)
+    return srv.metric(name, labels)
 
 
 def wait_metric(srv, name, pred, seconds=60):

@@ -6,6 +6,7 @@ import concurrent.futures as cf
 import json
 import math
 import os
+import re
 import socket
 import tempfile
 import threading
@@ -13,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import Server
+from conftest import Server, metric_in
 
 openai = pytest.importorskip("openai")
 
@@ -188,7 +189,25 @@ def test_metrics_text_format(server, client, model_id):
                  "weft_kv_blocks_cached", "weft_prefix_cache_hit_tokens_total", "weft_preemptions_total",
                  "weft_device_memory_bytes"):
         assert name in text, name
-    assert 'weft_requests_total{endpoint="/v1/completions",status="200"}' in text
+    assert metric_in(text, "weft_requests_total", {"endpoint": "/v1/completions", "status": "200"}) >= 1
+    # the names the router, dashboard and autoscalers will query
+    assert 0 <= metric_in(text, "weft_kv_cache_usage_ratio") <= 1
+    assert metric_in(text, "weft_kv_blocks") > 0
+    assert metric_in(text, "weft_request_finish_total", {"reason": "length"}) >= 1
+    assert metric_in(text, "weft_request_queue_seconds_count") >= 1
+    assert metric_in(text, "weft_prefill_tokens_per_second") > 0 and metric_in(text, "weft_decode_tokens_per_second") > 0
+    # Prometheus' conventions (what promtool checks): every sample in a declared
+    # family, counters end in _total and gauges do not, every weft series names its model
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.M))
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name = re.match(r"^[^{\s]+", line).group(0)
+        family = re.sub(r"_(bucket|sum|count)$", "", name) if name not in types else name
+        assert family in types, line
+        assert 'model_name="' + model_id + '"' in line, line
+    for name, kind in types.items():
+        assert (kind == "counter") == name.endswith("_total"), (name, kind)
 
 
 def test_tokenize_detokenize(server):

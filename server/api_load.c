@@ -1,0 +1,98 @@
+/* GET /load: the instance's state in one compact JSON object, cheap enough
+ * for a router to poll every 100-250 ms (FLEET.md, "What an instance
+ * publishes"). Everything comes from the engine's stats (one lock) and
+ * figures fixed at start. */
+#define _GNU_SOURCE  /* strcasestr */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/fingerprint.h"
+#include "server/server.h"
+
+/* Who made the device, from the backend and its name. */
+static const char *vendor_of(const char *backend, const char *name)
+{
+    if (!strcmp(backend, "cuda")) return "nvidia";
+    if (!strcmp(backend, "hip")) return "amd";
+    if (!strcmp(backend, "cpu")) return "cpu";
+    static const struct { const char *needle, *vendor; } known[] = {
+        {"nvidia", "nvidia"}, {"geforce", "nvidia"}, {"amd", "amd"},     {"radeon", "amd"},
+        {"intel", "intel"},   {"apple", "apple"},    {"llvmpipe", "mesa"}, {"lavapipe", "mesa"},
+        {"adreno", "qualcomm"}, {"mali", "arm"},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (strcasestr(name, known[i].needle)) return known[i].vendor;
+    return "unknown";
+}
+
+/* "cpu", "vulkan:1", or a split spec "cpu=10,vulkan:0": one entry per device. */
+void server_describe_devices(struct weft_server *s, const char *spec)
+{
+    s->n_devices = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec && *spec ? spec : "cpu");
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok && s->n_devices < SERVER_MAX_DEVICES;
+         tok = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq) *eq = '\0';
+        struct server_device *d = &s->devices[s->n_devices++];
+        char *colon = strchr(tok, ':');
+        int index = colon ? atoi(colon + 1) : 0;
+        if (colon) *colon = '\0';
+        snprintf(d->backend, sizeof d->backend, "%s", tok);
+        snprintf(d->id, sizeof d->id, "%s:%d", tok, index);
+        memcpy(d->name, d->id, sizeof d->id);  /* until the backend names it */
+        const struct weft_backend_iface *be = weft_backend_find(tok);
+        struct weft_device_info infos[16];
+        int n = be && be->devices ? be->devices(infos, 16, NULL) : 0;
+        if (index >= 0 && index < n) {
+            snprintf(d->name, sizeof d->name, "%s", infos[index].name);
+            d->mem_total = infos[index].mem_total;
+        }
+        snprintf(d->vendor, sizeof d->vendor, "%s", vendor_of(d->backend, d->name));
+    }
+}
+
+void server_do_load(struct weft_server *s, struct http_conn *c)
+{
+    struct weft_engine_stats es;
+    weft_engine_stats(s->eng, &es);
+    json_t *devs = json_array();
+    for (uint32_t i = 0; i < s->n_devices; i++) {
+        const struct server_device *d = &s->devices[i];
+        json_array_append_new(devs, json_pack("{s:s,s:s,s:s,s:s,s:I}", "id", d->id, "name", d->name, "backend",
+                                              d->backend, "vendor", d->vendor, "memory_bytes",
+                                              (json_int_t)d->mem_total));
+    }
+    char fp[WEFT_FINGERPRINT_STR];
+    weft_fingerprint_str(&s->m->fingerprint, fp);
+    const struct weft_kv_stats *kv = &es.kv;
+    json_t *j = json_pack(
+        "{s:s,s:s,s:b,s:i,s:i,s:I,s:i,"
+        "s:{s:i,s:{s:i,s:i,s:i,s:i},s:{s:i,s:i}},"
+        "s:f,s:f,s:i,s:o,s:s,s:s,"
+        "s:{s:i,s:i,s:i}}",
+        "role", "both", "model", s->model_id, "draining", s->draining, "running", (int)es.running, "waiting",
+        (int)es.waiting, "queued_prefill_tokens", (json_int_t)es.queued_prefill_tokens, "tokenizing",
+        (int)weft_workers_pending(s->workers),
+        "kv", "block_tokens", WEFT_KV_BLOCK_TOKENS, "device", "used", (int)kv->used, "cached", (int)kv->cached, "free",
+        (int)kv->free, "total", (int)kv->n_blocks, "host", "used", (int)kv->host_used, "total", (int)kv->n_host_blocks,
+        "prefill_tokens_per_s", es.prefill_tps, "decode_tokens_per_s", es.decode_tps, "decode_rows",
+        (int)es.decode_rows, "devices", devs, "fingerprint", fp, "kv_type", weft_type_name(s->cfg.engine.kv_type ?
+        s->cfg.engine.kv_type : WEFT_TYPE_F16),
+        "limits", "max_seqs", (int)(s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64), "max_waiting",
+        (int)s->max_waiting, "n_ctx", (int)s->n_ctx);
+    char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    metrics_request(&s->metrics, "/load", b ? 200 : 500);
+    if (!b) {
+        http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        return;
+    }
+    http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
+    free(b);
+}
