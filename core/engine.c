@@ -556,3 +556,11 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
     pthread_mutex_unlock(&e->mu);
     return st;
 }
+
+void weft_engine_on_kv_event(struct weft_engine *e, weft_kv_event_fn fn, void *user)
+{
+    pthread_mutex_lock(&e->mu);
+    e->kv.on_event = fn;
+    e->kv.on_event_user = user;
+    pthread_mutex_unlock(&e->mu);
+}

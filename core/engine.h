@@ -91,6 +91,11 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
 /* Stops the thread if started, aborting what is left (final events sent). */
 void weft_engine_free(struct weft_engine *e);
 
+/* Tell fn about every block the prefix cache registers or evicts (core/kv.h;
+ * fn runs on the engine thread with the engine locked). Call before
+ * weft_engine_calibrate / weft_engine_start; fn NULL turns it off. */
+void weft_engine_on_kv_event(struct weft_engine *e, weft_kv_event_fn fn, void *user);
+
 /* Seed the measured rates (stats' prefill_tps, decode_tps) with a short
  * run before the engine serves: one synthetic prompt of n_prompt tokens (0:
  * 64) and a few decode steps, through the ordinary path. Call before

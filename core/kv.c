@@ -218,6 +218,7 @@ static int32_t take_block(struct weft_kv_pool *kv)
         b = kv->lru_head;
         lru_remove(kv, b);
         ht_del(kv, kv->hash[b]);
+        if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, kv->hash[b], kv->parent[b]);
         kv->hash[b] = 0;
         kv->evictions++;
     } else {
@@ -299,6 +300,7 @@ void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const 
             kv->parent[b] = seq->last_hash;
             memcpy(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT);
             ht_put(kv, h, b);
+            if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_STORED, h, seq->last_hash);
         }
         seq->last_hash = h;
     }

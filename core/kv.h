@@ -57,6 +57,14 @@ struct weft_kv_stats {
     uint64_t evictions;
 };
 
+/* What the prefix cache tells a listener (e.g. a router, through weft
+ * serve's /v1/kv/events): a full block was registered under its chained
+ * hash, or a registered block was evicted. Called from inside the pool's
+ * operations (the engine thread, under its lock): must be quick and must
+ * not call back into the pool. */
+enum weft_kv_event_kind { WEFT_KV_EVENT_STORED = 1, WEFT_KV_EVENT_REMOVED = 2 };
+typedef void (*weft_kv_event_fn)(void *user, enum weft_kv_event_kind kind, uint64_t hash, uint64_t parent);
+
 struct weft_kv_pool {
     struct weft_backend *be;       /* = parts[0].be, not owned */
     struct weft_buffer *buf;       /* = parts[0].buf: n_blocks blocks, layout in backend.h */
@@ -85,6 +93,8 @@ struct weft_kv_pool {
     int32_t *host_free;
     uint32_t n_host_free;
     uint64_t hit_blocks, evictions;
+    weft_kv_event_fn on_event;     /* NULL: none */
+    void *on_event_user;
 };
 
 /* A sequence's block table: blocks[i] holds positions [16 i, 16 i + 16).

@@ -229,12 +229,13 @@ struct route {
     int id;
 };
 
-enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
 
 static const struct route routes[] = {
     {"/health", HTTP_M_GET, R_HEALTH},           {"/ready", HTTP_M_GET, R_READY},
     {"/metrics", HTTP_M_GET, R_METRICS},         {"/v1/models", HTTP_M_GET, R_MODELS},
-    {"/load", HTTP_M_GET, R_LOAD},
+    {"/load", HTTP_M_GET, R_LOAD},              {"/v1/kv/events", HTTP_M_GET, R_KV_EVENTS},
+    {"/v1/kv/index", HTTP_M_GET, R_KV_INDEX},
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
 };
@@ -300,6 +301,8 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     }
     case R_METRICS: do_metrics(s, c, req); return;
     case R_LOAD: server_do_load(s, c); return;
+    case R_KV_EVENTS: server_do_kv_events(s, c); return;
+    case R_KV_INDEX: server_do_kv_index(s, c); return;
     default: break;
     }
     /* the rest may need an API key */

@@ -44,6 +44,7 @@ static void close_all(struct weft_server *s)
     s->http = s->http_metrics = NULL;
     if (s->workers) weft_workers_free(s->workers);
     s->workers = NULL;
+    server_kv_events_close(s);  /* unhooks the engine first */
 }
 
 static void close_if_idle(struct weft_server *s)
@@ -86,6 +87,8 @@ static void begin_drain(struct weft_server *s, const char *why)
             s->n_active, s->cfg.drain_timeout_ms);
     s->draining = true;
     uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
+    /* KV-event subscriptions never end by themselves: end them so the drain can finish */
+    server_kv_events_end_all(s, "the server is shutting down");
     /* the metrics listener stays up until the end: /ready says "draining" */
     http_server_drain(s->http, on_drained, s);
 }
@@ -227,6 +230,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
     server_describe_devices(s, cfg->devices);
+    if ((st = server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */
     if (!cfg->no_calibrate && (st = weft_engine_calibrate(s->eng, 0)) != WEFT_OK) goto fail;
     if ((st = weft_engine_start(s->eng)) != WEFT_OK) goto fail;

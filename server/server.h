@@ -11,6 +11,7 @@
 
 #include "core/chat.h"
 #include "core/engine.h"
+#include "core/fingerprint.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/serve.h"
@@ -18,6 +19,7 @@
 #include "server/workers.h"
 
 struct gen_ctx;
+struct kv_events;
 
 #define SERVER_MAX_DEVICES 8
 struct server_device {
@@ -53,6 +55,7 @@ struct weft_server {
     bool signals, drained, cut;
     struct server_device devices[SERVER_MAX_DEVICES];
     uint32_t n_devices;
+    struct kv_events *kv_events;     /* server/kv_events.c */
     struct weft_engine *eng;
     const struct weft_model *m;
     char model_id[128];
@@ -86,6 +89,15 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
  * --device or --split spec. */
 void server_do_load(struct weft_server *s, struct http_conn *c);
 void server_describe_devices(struct weft_server *s, const char *spec);
+/* GET /v1/kv/events and /v1/kv/index (server/kv_events.c). init hooks
+ * the engine's KV events (before calibration); end_all ends every
+ * subscription (drain); close releases it all after the engine stopped. */
+weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks);
+void server_kv_events_end_all(struct weft_server *s, const char *why);
+void server_kv_events_close(struct weft_server *s);
+void server_do_kv_events(struct weft_server *s, struct http_conn *c);
+void server_do_kv_index(struct weft_server *s, struct http_conn *c);
+uint32_t server_kv_subscribers(const struct weft_server *s);
 /* End every open generation request now (drain deadline): streams get an
  * error event saying why, unanswered requests 503; engine sides aborted. */
 void server_cut_all(struct weft_server *s, const char *why);

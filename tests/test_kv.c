@@ -145,6 +145,51 @@ static void lru_evicts_oldest_and_tail_first(void)
     weft_kv_pool_free(&kv);
 }
 
+struct evlog {
+    int n;
+    int kind[16];
+    uint64_t hash[16], parent[16];
+};
+
+static void log_event(void *user, enum weft_kv_event_kind kind, uint64_t hash, uint64_t parent)
+{
+    struct evlog *l = user;
+    if (l->n < 16) l->kind[l->n] = kind, l->hash[l->n] = hash, l->parent[l->n] = parent;
+    l->n++;
+}
+
+/* The hook sees every registration (chained: parent 0, then the previous
+ * block's hash) and every eviction of a registered block, nothing else. */
+static void events_report_stores_and_evictions(void)
+{
+    struct weft_kv_pool kv;
+    make_pool(&kv, 3, 0, true);
+    struct evlog l = {0};
+    kv.on_event = log_event;
+    kv.on_event_user = &l;
+    int32_t p[48], q[48];
+    seq_tokens(p, 48, 5);
+    seq_tokens(q, 48, 6);
+    struct weft_kv_seq a = {0}, b = {0};
+    CHECK(weft_kv_seq_reserve(&kv, &a, 48) == WEFT_OK);
+    CHECK_EQ_INT(l.n, 0);  /* reserving registers nothing */
+    weft_kv_seq_commit(&kv, &a, p, 40);  /* two full blocks */
+    CHECK_EQ_INT(l.n, 2);
+    CHECK(l.kind[0] == WEFT_KV_EVENT_STORED && l.parent[0] == 0 && l.hash[0] == weft_kv_block_hash(0, p));
+    CHECK(l.kind[1] == WEFT_KV_EVENT_STORED && l.parent[1] == l.hash[0] &&
+          l.hash[1] == weft_kv_block_hash(l.hash[0], p + 16));
+    weft_kv_seq_release(&kv, &a);
+    CHECK_EQ_INT(l.n, 2);  /* released blocks stay cached: no event */
+    /* q needs all three blocks: the unregistered one first, then the two cached ones are evicted */
+    CHECK(weft_kv_seq_reserve(&kv, &b, 48) == WEFT_OK);
+    CHECK_EQ_INT(l.n, 4);
+    CHECK(l.kind[2] == WEFT_KV_EVENT_REMOVED && l.kind[3] == WEFT_KV_EVENT_REMOVED);
+    CHECK((l.hash[2] == l.hash[0] && l.hash[3] == l.hash[1]) || (l.hash[2] == l.hash[1] && l.hash[3] == l.hash[0]));
+    weft_kv_seq_release(&kv, &b);
+    all_free_or_cached(&kv);
+    weft_kv_pool_free(&kv);
+}
+
 static void duplicate_blocks_stay_private(void)
 {
     /* two sequences compute the same prefix at once: the first to commit
@@ -282,6 +327,7 @@ int main(void)
     RUN(prefix_cache_shares_full_blocks);
     RUN(lru_evicts_oldest_and_tail_first);
     RUN(duplicate_blocks_stay_private);
+    RUN(events_report_stores_and_evictions);
     RUN(swap_round_trip_keeps_bytes);
     RUN(bad_configs_are_refused);
     RUN(random_workload_keeps_invariants);

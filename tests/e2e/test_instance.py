@@ -54,8 +54,12 @@ def test_load_reports_what_the_instance_holds_and_does():
         fp = [l.split()[1] for l in info.splitlines() if l.startswith("fingerprint:")][0]
         assert d["fingerprint"] == fp and len(fp) == 32
         # one running, one waiting with a known prompt
-        status, body = srv.get("/metrics")
         a = open_stream(srv.port, PROMPT, 4000)
+        got = b""
+        while b"data: {" not in got:  # its first token: its queue time is observed
+            chunk = a.recv(4096)
+            assert chunk
+            got += chunk
         wait_load(srv, lambda d: d["running"] == 1)
         long_prompt = " ".join(["word"] * 300)
         b = open_stream(srv.port, long_prompt, 4)
@@ -87,5 +91,103 @@ def test_metrics_compat_vllm_aliases():
     srv = Server()
     try:
         assert "vllm:" not in srv.get("/metrics")[1]
+    finally:
+        srv.stop()
+
+
+class EventReader:
+    """A GET /v1/kv/events subscriber: its parsed events, in order."""
+
+    def __init__(self, port):
+        self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.s.sendall(b"GET /v1/kv/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.buf = b""
+        self.events = []
+
+    def poll(self, seconds=0.3):
+        self.s.settimeout(seconds)
+        try:
+            while True:
+                chunk = self.s.recv(65536)
+                if not chunk:
+                    break
+                self.buf += chunk
+        except socket.timeout:
+            pass
+        found = []
+        for part in self.buf.split(b"\n"):
+            if part.startswith(b"data: {"):
+                found.append(json.loads(part[6:]))
+        self.events = found
+        return found
+
+    def close(self):
+        self.s.close()
+
+
+def complete(srv, prompt, max_tokens=1):
+    return urllib_request(srv, "/v1/completions", {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0})
+
+
+def urllib_request(srv, path, body):
+    import urllib.request
+    r = urllib.request.Request(srv.base + path, data=json.dumps(body).encode(),
+                               headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(r, timeout=120) as resp:
+        return json.loads(resp.read())
+
+
+def test_kv_events_and_index_follow_the_prefix_cache():
+    # a small pool (16 blocks at -c 256) so that blocks are evicted too
+    srv = Server("-c", "256", "--kv-mib", "1", "--max-seqs", "1")
+    try:
+        ev = EventReader(srv.port)
+        hello = None
+        deadline = time.time() + 10
+        while time.time() < deadline and not hello:
+            got = ev.poll()
+            hello = got[0] if got else None
+        assert hello["type"] == "hello" and hello["block_tokens"] == 16
+        index0 = get_json(srv, "/v1/kv/index")
+        assert index0["seq"] == hello["seq"] and index0["count"] == len(index0["blocks"])
+        words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi".split()
+        prompts = [" ".join(words[(i + j) % len(words)] + str(i) for j in range(60)) for i in range(8)]
+        n_tokens = []
+        for p in prompts:
+            n = urllib_request(srv, "/tokenize", {"prompt": p})["count"]
+            n_tokens.append(n)
+            complete(srv, p)
+        time.sleep(0.5)
+        events = [e for e in ev.poll() if e["type"] != "hello"]
+        # numbered one by one from the hello on, no gap
+        assert [e["seq"] for e in events] == list(range(hello["seq"] + 1, hello["seq"] + 1 + len(events)))
+        stored = [e for e in events if e["type"] == "stored"]
+        removed = [e for e in events if e["type"] == "removed"]
+        # each prompt's full blocks (max_tokens 1: only the prompt is computed), chained:
+        # the first from parent 0, then each from the one before
+        assert len(stored) == sum(n // 16 for n in n_tokens), (len(stored), n_tokens)
+        firsts = [e for e in stored if e["parent"] == "0" * 16]
+        assert len(firsts) == len(prompts)
+        hashes = {e["hash"] for e in stored}
+        assert all(e["parent"] == "0" * 16 or e["parent"] in hashes or e["parent"] in
+                   {b[0] for b in index0["blocks"]} for e in stored)
+        # 8 prompts of ~4 blocks each through a 16-block pool: some were evicted, and said so
+        assert removed and all(r["hash"] in hashes or r["hash"] in {b[0] for b in index0["blocks"]} for r in removed)
+        # the snapshot is the events applied in order, and never holds more than the pool
+        idx = get_json(srv, "/v1/kv/index")
+        live = {b[0]: b[1] for b in index0["blocks"]}
+        for e in events:
+            if e["type"] == "stored":
+                live[e["hash"]] = e["parent"]
+            else:
+                live.pop(e["hash"], None)
+        assert idx["seq"] == events[-1]["seq"]
+        assert {b[0]: b[1] for b in idx["blocks"]} == live
+        assert idx["count"] <= get_json(srv, "/load")["kv"]["device"]["total"]
+        # a drain ends the subscription (it would hold the drain otherwise)
+        srv.stop()
+        ev.poll(2)
+        assert b'"error"' in ev.buf
+        ev.close()
     finally:
         srv.stop()
