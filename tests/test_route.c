@@ -1,0 +1,232 @@
+/* The routing policy (core/route.h) on synthetic instance states: the
+ * prefix holder wins while quick and loses once waiting for it costs more
+ * than recomputing; unequal speeds get proportional shares; ties break the
+ * same way every time; unhealthy, stale and full instances are never
+ * chosen; without shared prefixes on equal instances its choices are
+ * least-load's; round-robin takes turns. */
+#include <string.h>
+
+#include "core/route.h"
+#include "tests/check.h"
+
+/* splitmix64: the traces are the same on every run */
+static uint64_t test_rand_next(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static struct weft_route_instance idle(double prefill_tps)
+{
+    return (struct weft_route_instance){.healthy = true, .age_s = 0.1, .prefill_tps = prefill_tps,
+                                        .decode_tps = prefill_tps / 10, .max_seqs = 64, .max_waiting = 256};
+}
+
+static const struct weft_route_config weft = {.policy = WEFT_ROUTE_WEFT};
+static const struct weft_route_config least = {.policy = WEFT_ROUTE_LEAST_LOAD};
+
+static uint32_t pick(const struct weft_route_config *cfg, const struct weft_route_request *rq,
+                     const struct weft_route_instance *in, uint32_t n, struct weft_route_choice *c)
+{
+    struct weft_route_choice out[16];
+    uint32_t k = 0;
+    CHECK(weft_route_rank(cfg, rq, in, n, out, &k) == WEFT_OK);
+    if (k == 0) return UINT32_MAX;
+    if (c) *c = out[0];
+    return out[0].index;
+}
+
+static void prefix_holder_wins_when_idle(void)
+{
+    struct weft_route_instance in[3] = {idle(1000), idle(1000), idle(1000)};
+    in[1].matched_blocks = 10;
+    struct weft_route_request rq = {.n_prompt = 200, .max_tokens = 16};
+    struct weft_route_choice c;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 1);
+    CHECK_EQ_INT(c.matched_tokens, 160);
+    CHECK(c.reason == WEFT_ROUTE_R_PREFIX);
+    CHECK_NEAR(c.predicted_ttft_s, 40.0 / 1000, 1e-12);
+    /* a whole-prompt match still computes the last token */
+    in[1].matched_blocks = 13;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 1);
+    CHECK_EQ_INT(c.matched_tokens, 199);
+}
+
+static void prefix_holder_loses_when_its_wait_exceeds_recompute(void)
+{
+    struct weft_route_instance in[2] = {idle(1000), idle(1000)};
+    in[0].matched_blocks = 12;  /* 192 of 200 */
+    struct weft_route_request rq = {.n_prompt = 200};
+    /* its queue costs less than recomputing 192 tokens: it still wins */
+    in[0].queued_prefill_tokens = 150;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 0);
+    /* more than that: recomputing elsewhere is quicker, so the prefix is copied there */
+    in[0].queued_prefill_tokens = 250;
+    struct weft_route_choice c;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 1);
+    CHECK(c.reason == WEFT_ROUTE_R_SPEED && c.matched_tokens == 0);
+    /* a faster instance without the prefix beats a slow holder */
+    struct weft_route_instance f[2] = {idle(100), idle(10000)};
+    f[0].matched_blocks = 6;
+    CHECK_EQ_INT(pick(&weft, &rq, f, 2, NULL), 1);
+    /* and a slot wait (no free sequence slot) counts against the holder */
+    in[0].queued_prefill_tokens = 0;
+    in[0].running = in[0].max_seqs = 8;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 1);
+}
+
+/* Requests of unique prompts arrive at 1.2x what the fleet can compute
+ * (saturated: every queue grows); each instance drains its queue at its
+ * rate. Each request goes where it would start soonest, so the queues grow
+ * in step and the tokens split in proportion to speed. (Below saturation
+ * the faster instances take more than their share: a request finishes
+ * sooner there.) */
+static void unequal_speeds_get_proportional_shares(void)
+{
+    const double rate[4] = {4000, 2000, 1000, 1000};
+    struct weft_route_instance in[4];
+    for (int i = 0; i < 4; i++) in[i] = idle(rate[i]);
+    double routed[4] = {0}, total = 0;
+    struct weft_route_request rq = {.n_prompt = 500};
+    const double dt = 0.01;
+    uint64_t rng = 7;
+    double arrivals = 0;
+    for (int step = 0; step < 20000; step++) {
+        arrivals += 1.2 * 8000 * dt / 500;
+        while (arrivals >= 1) {
+            arrivals -= 1;
+            rq.n_prompt = 400 + (uint32_t)(test_rand_next(&rng) % 201);
+            uint32_t k = pick(&weft, &rq, in, 4, NULL);
+            if (k == UINT32_MAX) continue;
+            in[k].queued_prefill_tokens += rq.n_prompt;
+            routed[k] += rq.n_prompt;
+            total += rq.n_prompt;
+        }
+        for (int i = 0; i < 4; i++) {
+            double d = rate[i] * dt;
+            in[i].queued_prefill_tokens = in[i].queued_prefill_tokens > d ? in[i].queued_prefill_tokens - (uint64_t)d : 0;
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        double share = routed[i] / total, want = rate[i] / 8000;
+        CHECK_MSG(share > want * 0.9 && share < want * 1.1, "instance %d: %.3f of the tokens, %.3f wanted", i, share,
+                  want);
+    }
+}
+
+static void ties_break_the_same_way_every_time(void)
+{
+    struct weft_route_instance in[4] = {idle(1000), idle(1000), idle(1000), idle(1000)};
+    struct weft_route_request rq = {.n_prompt = 100};
+    for (int r = 0; r < 3; r++) CHECK_EQ_INT(pick(&weft, &rq, in, 4, NULL), 0);
+    /* equal time: more matched tokens, then fewer requests, then the lower index */
+    in[0].running = 3;
+    in[2].running = 1;
+    in[3].running = 1;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 4, NULL), 1);
+    in[1].running = 2;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 4, NULL), 2);
+    struct weft_route_choice out[4];
+    uint32_t k;
+    CHECK(weft_route_rank(&weft, &rq, in, 4, out, &k) == WEFT_OK && k == 4);
+    CHECK(out[0].index == 2 && out[1].index == 3 && out[2].index == 1 && out[3].index == 0);
+}
+
+static void unhealthy_stale_and_full_are_never_chosen(void)
+{
+    struct weft_route_instance in[4] = {idle(1000), idle(100000), idle(1000), idle(1000)};
+    struct weft_route_request rq = {.n_prompt = 300};
+    in[1].healthy = false;  /* fastest and holding the prefix, but down */
+    in[1].matched_blocks = 18;
+    in[2].age_s = 5;  /* no state for 5 s */
+    in[2].matched_blocks = 18;
+    in[3].running = in[3].max_seqs;  /* no slot and no room to wait */
+    in[3].waiting = in[3].max_waiting;
+    in[3].matched_blocks = 18;
+    in[0].queued_prefill_tokens = 1000000;
+    struct weft_route_choice out[4];
+    uint32_t k;
+    CHECK(weft_route_rank(&weft, &rq, in, 4, out, &k) == WEFT_OK);
+    CHECK(k == 1 && out[0].index == 0);
+    CHECK(weft_route_rank(&least, &rq, in, 4, out, &k) == WEFT_OK && k == 1 && out[0].index == 0);
+    in[0].healthy = false;
+    CHECK(weft_route_rank(&weft, &rq, in, 4, out, &k) == WEFT_OK && k == 0);
+    struct weft_route_config rr = {.policy = WEFT_ROUTE_ROUND_ROBIN};
+    CHECK(weft_route_rank(&rr, &rq, in, 4, out, &k) == WEFT_OK && k == 0);
+    /* not yet measured: weft cannot rank it */
+    struct weft_route_instance u = idle(0);
+    CHECK(weft_route_rank(&weft, &rq, &u, 1, out, &k) == WEFT_OK && k == 0);
+    CHECK(weft_route_rank(&weft, NULL, &u, 1, out, &k) == WEFT_ERR_INVALID_ARG);
+}
+
+/* A replayed trace of unique prompts on four equal instances, with the load
+ * each dispatch and completion leaves: weft's choice is least-load's. */
+static void without_shared_prefixes_it_is_least_load(void)
+{
+    struct weft_route_instance a[4], b[4];
+    for (int i = 0; i < 4; i++) a[i] = b[i] = idle(2000);
+    uint64_t rng = 11;
+    struct { uint32_t inst, uncached; } live[64];
+    int n_live = 0, agree = 0, n = 0;
+    for (int t = 0; t < 5000; t++) {
+        if (n_live == 64 || (n_live && test_rand_next(&rng) % 3 == 0)) {
+            int j = (int)(test_rand_next(&rng) % (uint64_t)n_live);
+            weft_route_first_token(&a[live[j].inst], live[j].uncached);
+            weft_route_finished(&a[live[j].inst]);
+            weft_route_first_token(&b[live[j].inst], live[j].uncached);
+            weft_route_finished(&b[live[j].inst]);
+            live[j] = live[--n_live];
+            continue;
+        }
+        struct weft_route_request rq = {.n_prompt = 16 + (uint32_t)(test_rand_next(&rng) % 2000)};
+        uint32_t x = pick(&weft, &rq, a, 4, NULL), y = pick(&least, &rq, b, 4, NULL);
+        n++;
+        agree += x == y;
+        if (x == UINT32_MAX) continue;
+        weft_route_dispatched(&a[x], rq.n_prompt);
+        weft_route_dispatched(&b[x], rq.n_prompt);  /* the same history for both */
+        live[n_live].inst = x;
+        live[n_live++].uncached = rq.n_prompt;
+    }
+    CHECK_EQ_INT(agree, n);
+}
+
+static void round_robin_takes_turns_over_the_eligible(void)
+{
+    struct weft_route_instance in[3] = {idle(1000), idle(1000), idle(1000)};
+    in[1].healthy = false;
+    struct weft_route_request rq = {.n_prompt = 10};
+    struct weft_route_config rr = {.policy = WEFT_ROUTE_ROUND_ROBIN};
+    uint32_t seen[4];
+    for (uint64_t t = 0; t < 4; t++) {
+        rr.rr_next = t;
+        struct weft_route_choice c = {0};
+        seen[t] = pick(&rr, &rq, in, 3, &c);
+        CHECK(c.reason == WEFT_ROUTE_R_ROUND_ROBIN);
+    }
+    CHECK(seen[0] == 0 && seen[1] == 2 && seen[2] == 0 && seen[3] == 2);
+}
+
+static void names_round_trip(void)
+{
+    enum weft_route_policy p;
+    CHECK(weft_route_policy_parse("least-load", &p) && p == WEFT_ROUTE_LEAST_LOAD);
+    CHECK(weft_route_policy_parse("weft", &p) && p == WEFT_ROUTE_WEFT);
+    CHECK(!weft_route_policy_parse("random", &p));
+    CHECK(!strcmp(weft_route_reason_name(WEFT_ROUTE_R_PREFIX), "prefix"));
+}
+
+int main(void)
+{
+    RUN(prefix_holder_wins_when_idle);
+    RUN(prefix_holder_loses_when_its_wait_exceeds_recompute);
+    RUN(unequal_speeds_get_proportional_shares);
+    RUN(ties_break_the_same_way_every_time);
+    RUN(unhealthy_stale_and_full_are_never_chosen);
+    RUN(without_shared_prefixes_it_is_least_load);
+    RUN(round_robin_takes_turns_over_the_eligible);
+    RUN(names_round_trip);
+    return check_summary();
+}
