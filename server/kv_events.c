@@ -162,7 +162,7 @@ static void deliver(uv_async_t *a)
     pthread_mutex_unlock(&k->mu);
     if (lost) k->seq++;  /* a number nobody gets: subscribers see the gap and resync */
     if (n == 0) return;
-    size_t per = 160, len = 0;
+    size_t per = 200, len = 0;  /* one event is at most ~152 bytes */
     char *buf = k->subs ? malloc(per * n) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t seq = ++k->seq;
