@@ -24,7 +24,7 @@ static void usage(void)
             "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
-            "                  [--metrics-compat vllm]\n"
+            "                  [--metrics-compat vllm] [--no-calibrate]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
             "                 SIGHUP reloads it\n"
@@ -34,6 +34,7 @@ static void usage(void)
             "                 request waits and reading pauses\n"
             "  --metrics-port PORT: serve /metrics (and /health, /ready) there instead of on --port\n"
             "  --metrics-key KEY: /metrics needs Authorization: Bearer KEY\n"
+            "  --no-calibrate: skip the short rate measurement at start (/load's rates stay 0 until traffic)\n"
             "  --metrics-compat vllm: /metrics also under the vllm:* names autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
             "  --max-stream-buffer-kib: a streaming client that lets more than this pile up unread is dropped\n"
@@ -79,6 +80,7 @@ int weft_cmd_serve(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
+        if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--kv-type") && v) {
             i++;

@@ -48,13 +48,16 @@ def metric_in(text, name, labels=None):
 
 
 class Server:
-    def __init__(self, *args, model=None):
+    def __init__(self, *args, model=None, calibrate=False):
+        """calibrate: let the server measure its rates at start (slow under
+        ASan; only the tests of /load need it)."""
         self.model = model or default_model()
         if not os.path.exists(self.model):
             pytest.skip(f"model {self.model} is not fetched (bash scripts/fetch-model.sh)")
         if not os.path.exists(WEFT):
             pytest.skip(f"{WEFT} is not built")
-        self.args = [WEFT, "serve", "-m", self.model, "--port", "0", "-t", "2", *args]
+        self.args = [WEFT, "serve", "-m", self.model, "--port", "0", "-t", "2",
+                     *([] if calibrate else ["--no-calibrate"]), *args]
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.port = None

@@ -37,7 +37,7 @@ def wait_load(srv, pred, seconds=60):
 
 
 def test_load_reports_what_the_instance_holds_and_does():
-    srv = Server("--max-seqs", "1", "--max-waiting", "8")
+    srv = Server("--max-seqs", "1", "--max-waiting", "8", calibrate=True)
     try:
         d = get_json(srv, "/load")
         assert d["role"] == "both" and not d["draining"]
