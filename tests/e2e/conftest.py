@@ -47,6 +47,18 @@ def metric_in(text, name, labels=None):
     raise KeyError(f"{name} {want}")
 
 
+def open_stream(port, prompt, max_tokens):
+    """A raw socket with a streamed, greedy, ignore_eos completion sent on it."""
+    import json
+    import socket
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
+                       "temperature": 0}).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    return s
+
+
 class Server:
     def __init__(self, *args, model=None, calibrate=False):
         """calibrate: let the server measure its rates at start (slow under

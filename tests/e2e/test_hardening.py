@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, Server
+from conftest import ROOT, Server, metric_in
 
 PROMPT = "Once upon a time, there was a little"
 
@@ -333,7 +333,9 @@ def test_second_sigterm_ends_the_drain_at_once():
     s = open_stream(srv.port, {"prompt": PROMPT, "max_tokens": 4000, "ignore_eos": True, "temperature": 0})
     assert b"data: {" in read_all(s, 30, until=b"data: {")
     srv.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    deadline = time.time() + 20  # the second one only once the first has started the drain
+    while time.time() < deadline and not any("SIGTERM, draining" in l for l in srv.log):
+        time.sleep(0.02)
     srv.proc.send_signal(signal.SIGTERM)
     rest = read_all(s, 20)
     try:
@@ -413,8 +415,16 @@ def test_per_client_connection_limit_spares_a_trusted_upstream():
     srv = Server("--config", path)  # --max-conns-per-client 64
     try:
         idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(64)]
-        time.sleep(0.2)
-        st, headers, body = None, None, None
+        # until the server has accepted all 64, asked from another address (this one is at its limit)
+        def conns():
+            q = socket.create_connection(("127.0.0.1", srv.port), timeout=10, source_address=("127.0.0.3", 0))
+            q.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            text = read_all(q, 10).decode(errors="replace")
+            q.close()
+            return metric_in(text, "weft_http_connections")
+        deadline = time.time() + 30
+        while time.time() < deadline and conns() < 65:
+            time.sleep(0.02)
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-user-0000001\r\n\r\n")
         data = read_all(s, 10)

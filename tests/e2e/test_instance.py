@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 
-from conftest import WEFT, Server, metric_in
+from conftest import WEFT, Server, metric_in, open_stream
 
 PROMPT = "Once upon a time, there was a little"
 
@@ -17,13 +17,6 @@ def get_json(srv, path):
     return json.loads(body)
 
 
-def open_stream(port, prompt, max_tokens):
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-                       "temperature": 0}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    return s
 
 
 def wait_load(srv, pred, seconds=60):
@@ -157,8 +150,12 @@ def test_kv_events_and_index_follow_the_prefix_cache():
             n = urllib_request(srv, "/tokenize", {"prompt": p})["count"]
             n_tokens.append(n)
             complete(srv, p)
-        time.sleep(0.5)
-        events = [e for e in ev.poll() if e["type"] != "hello"]
+        # until the events reach what the index says (both are the loop's, in order)
+        seq = get_json(srv, "/v1/kv/index")["seq"]
+        deadline = time.time() + 30
+        while time.time() < deadline and not [e for e in ev.poll() if e["seq"] == seq]:
+            pass
+        events = [e for e in ev.events if e["type"] != "hello"]
         # numbered one by one from the hello on, no gap
         assert [e["seq"] for e in events] == list(range(hello["seq"] + 1, hello["seq"] + 1 + len(events)))
         stored = [e for e in events if e["type"] == "stored"]

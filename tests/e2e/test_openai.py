@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import Server, metric_in
+from conftest import Server, metric_in, open_stream
 
 openai = pytest.importorskip("openai")
 
@@ -152,17 +152,8 @@ def test_concurrent_streams_equal_sequential(client, model_id):
     assert together == alone
 
 
-def _open_stream(port, prompt, max_tokens):
-    s = socket.create_connection(("127.0.0.1", port), timeout=30)
-    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True, "ignore_eos": True,
-                       "temperature": 0}).encode()
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(body) + body)
-    return s
-
-
 def test_disconnects_free_kv(server):
-    socks = [_open_stream(server.port, PROMPTS[i % len(PROMPTS)] + " " * (i % 5), 200) for i in range(50)]
+    socks = [open_stream(server.port, PROMPTS[i % len(PROMPTS)] + " " * (i % 5), 200) for i in range(50)]
     # wait until some have streamed something, then drop them all
     got = socks[0].recv(256)
     assert got.startswith(b"HTTP/1.1 200")
@@ -256,7 +247,7 @@ def test_queue_full_is_503_with_retry_after():
         # one runs, then one waits (the second sent only once the first has left the queue)
         socks = []
         for i, name in enumerate(("weft_requests_running", "weft_requests_waiting")):
-            socks.append(_open_stream(srv.port, PROMPTS[i], 4000))
+            socks.append(open_stream(srv.port, PROMPTS[i], 4000))
             deadline = time.time() + 60
             while time.time() < deadline and srv.metric(name) != 1:
                 time.sleep(0.02)
