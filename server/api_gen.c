@@ -548,58 +548,13 @@ static void tokenize_work(void *arg)
     }
     if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
     else atomic_fetch_add(&s->tokenized_on_worker, 1);
-    const struct weft_tokenizer *tok = s->m->tok;
-    struct gen_params *p = &g->p;
-    weft_status st;
-    if (p->chat) {
-        struct weft_chat_msg *msgs = p->msgs;
-        size_t nm = p->n_msgs;
-        struct weft_chat_msg *with = NULL;
-        if (s->default_system && strcmp(p->msgs[0].role, "system") != 0) {
-            with = malloc(sizeof *with * (nm + 1));
-            if (!with) {
-                g->tok_status = WEFT_ERR_NOMEM;
-                snprintf(g->tok_msg, sizeof g->tok_msg, "out of memory");
-                return;
-            }
-            with[0] = (struct weft_chat_msg){"system", s->default_system};
-            memcpy(with + 1, msgs, sizeof *with * nm);
-            msgs = with;
-            nm++;
-        }
-        char *text = NULL;
-        st = weft_chat_render(s->chat_style, msgs, nm, true, &text);
-        free(with);
-        if (st == WEFT_OK) st = weft_tokenize(tok, text, strlen(text), true, true, &g->ids, &g->n_ids);
-        free(text);
-    } else {
-        st = weft_tokenize(tok, p->prompt, strlen(p->prompt), true, true, &g->ids, &g->n_ids);
-    }
-    g->tok_status = st;
-    if (st != WEFT_OK) snprintf(g->tok_msg, sizeof g->tok_msg, "%s", weft_last_error());
+    g->tok_status = prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
 }
 
 /* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
 static void copy_prompt_ids(struct gen_ctx *g)
 {
-    const struct weft_tokenizer *tok = g->srv->m->tok;
-    struct gen_params *p = &g->p;
-    for (uint32_t i = 0; i < p->n_prompt_ids; i++)
-        if (p->prompt_ids[i] >= weft_tokenizer_n_vocab(tok)) {
-            g->tok_status = WEFT_ERR_INVALID_ARG;
-            snprintf(g->tok_msg, sizeof g->tok_msg, "prompt token %u (%d) is outside the vocabulary of %d", i,
-                     p->prompt_ids[i], weft_tokenizer_n_vocab(tok));
-            return;
-        }
-    g->ids = malloc(sizeof(int32_t) * p->n_prompt_ids);
-    if (!g->ids) {
-        g->tok_status = WEFT_ERR_NOMEM;
-        snprintf(g->tok_msg, sizeof g->tok_msg, "out of memory");
-        return;
-    }
-    memcpy(g->ids, p->prompt_ids, sizeof(int32_t) * p->n_prompt_ids);
-    g->n_ids = p->n_prompt_ids;
-    g->tok_status = WEFT_OK;
+    g->tok_status = prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
 }
 
 /* Answer an error on g's connection and release the HTTP side. extra:

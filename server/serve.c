@@ -184,13 +184,10 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         free(s);
         return weft_error(WEFT_ERR_INVALID_ARG, "bad --config: %s", msg);
     }
-    const char *tmpl = NULL;
-    weft_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, NULL);
-    s->chat_style = weft_chat_detect(tmpl);
     /* like `weft chat` and llama.cpp's built-in templates: no system prompt
      * unless the request has one, or template_system asks for the one the
      * model's Jinja template would inject */
-    s->default_system = cfg->template_system ? weft_chat_default_system(tmpl) : NULL;
+    prompt_rules_from_gguf(&s->rules, m->gguf, m->tok, cfg->template_system);
     s->max_piece_bytes = longest_piece(m->tok);
 
     weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);

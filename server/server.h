@@ -14,6 +14,7 @@
 #include "core/fingerprint.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/prompt.h"
 #include "server/serve.h"
 #include "server/tenants.h"
 #include "server/workers.h"
@@ -61,8 +62,7 @@ struct weft_server {
     char model_id[128];
     uint64_t created;
     uint32_t n_ctx, max_waiting;
-    enum weft_chat_style chat_style;
-    const char *default_system;      /* injected like the model's template does, or NULL */
+    struct prompt_rules rules;       /* tokenizer, chat family, injected default system prompt */
     struct tenants tenants;
     struct metrics metrics;
     uint64_t weight_bytes, kv_bytes;

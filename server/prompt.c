@@ -1,0 +1,82 @@
+/* Request -> token ids (prompt.h). */
+#include "server/prompt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gguf.h"
+#include "core/kv.h"
+
+void prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
+                            bool template_system)
+{
+    const char *tmpl = NULL;
+    weft_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL);
+    r->tok = tok;
+    r->chat_style = weft_chat_detect(tmpl);
+    r->default_system = template_system ? weft_chat_default_system(tmpl) : NULL;
+}
+
+static weft_status fail(char *msg, size_t cap, weft_status st, const char *text)
+{
+    if (msg && cap) snprintf(msg, cap, "%s", text);
+    return st;
+}
+
+weft_status prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
+                          char *msg, size_t msg_size)
+{
+    *ids = NULL;
+    *n = 0;
+    if (p->prompt_ids) {
+        int32_t nv = weft_tokenizer_n_vocab(r->tok);
+        for (uint32_t i = 0; i < p->n_prompt_ids; i++)
+            if (p->prompt_ids[i] < 0 || p->prompt_ids[i] >= nv) {
+                if (msg && msg_size)
+                    snprintf(msg, msg_size, "prompt token %u (%d) is outside the vocabulary of %d", i, p->prompt_ids[i],
+                             nv);
+                return WEFT_ERR_INVALID_ARG;
+            }
+        int32_t *out = malloc(sizeof(int32_t) * (p->n_prompt_ids ? p->n_prompt_ids : 1));
+        if (!out) return fail(msg, msg_size, WEFT_ERR_NOMEM, "out of memory");
+        memcpy(out, p->prompt_ids, sizeof(int32_t) * p->n_prompt_ids);
+        *ids = out;
+        *n = p->n_prompt_ids;
+        return WEFT_OK;
+    }
+    weft_status st;
+    if (p->chat) {
+        const struct weft_chat_msg *msgs = p->msgs;
+        size_t nm = p->n_msgs;
+        struct weft_chat_msg *with = NULL;
+        if (r->default_system && nm && strcmp(p->msgs[0].role, "system") != 0) {
+            with = malloc(sizeof *with * (nm + 1));
+            if (!with) return fail(msg, msg_size, WEFT_ERR_NOMEM, "out of memory");
+            with[0] = (struct weft_chat_msg){"system", r->default_system};
+            memcpy(with + 1, msgs, sizeof *with * nm);
+            msgs = with;
+            nm++;
+        }
+        char *text = NULL;
+        st = weft_chat_render(r->chat_style, msgs, nm, true, &text);
+        free(with);
+        if (st == WEFT_OK) st = weft_tokenize(r->tok, text, strlen(text), true, true, ids, n);
+        free(text);
+    } else {
+        st = weft_tokenize(r->tok, p->prompt, strlen(p->prompt), true, true, ids, n);
+    }
+    if (st != WEFT_OK && msg && msg_size) snprintf(msg, msg_size, "%s", weft_last_error());
+    return st;
+}
+
+uint32_t prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap)
+{
+    uint64_t parent = 0;
+    uint32_t k = 0;
+    for (size_t i = 0; i + WEFT_KV_BLOCK_TOKENS <= n && k < cap; i += WEFT_KV_BLOCK_TOKENS) {
+        parent = weft_kv_block_hash(parent, ids + i);
+        out[k++] = parent;
+    }
+    return k;
+}
