@@ -1,0 +1,310 @@
+/* The router's fleet state and decisions (fleet.h). */
+#include "server/fleet.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/http_client.h"
+#include "server/prompt.h"
+
+#define DEF_INDEX_MIN 4096u
+#define DEF_INDEX_MAX (1u << 20)
+#define MAX_PROMPT_BLOCKS (1u << 16)
+
+static void copy_str(char *dst, size_t cap, json_t *v)
+{
+    snprintf(dst, cap, "%s", json_is_string(v) ? json_string_value(v) : "");
+}
+
+static uint32_t u32_of(json_t *v) { return json_is_integer(v) && json_integer_value(v) > 0 ? (uint32_t)json_integer_value(v) : 0; }
+
+bool fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char *err, size_t err_size)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t je;
+    json_t *j = json_loadb(text, len, 0, &je);
+    if (!j || !json_is_object(j)) {
+        snprintf(err, err_size, "/load is not a JSON object: %s", j ? "" : je.text);
+        json_decref(j);
+        return false;
+    }
+    json_t *kv = json_object_get(j, "kv"), *lim = json_object_get(j, "limits");
+    json_t *pf = json_object_get(j, "prefill_tokens_per_s"), *dc = json_object_get(j, "decode_tokens_per_s");
+    if (!json_is_object(kv) || !json_is_object(lim) || !json_is_number(pf) || !json_is_integer(json_object_get(j, "running"))) {
+        snprintf(err, err_size, "/load lacks kv, limits, running or prefill_tokens_per_s");
+        json_decref(j);
+        return false;
+    }
+    copy_str(out->role, sizeof out->role, json_object_get(j, "role"));
+    copy_str(out->model, sizeof out->model, json_object_get(j, "model"));
+    copy_str(out->fingerprint, sizeof out->fingerprint, json_object_get(j, "fingerprint"));
+    out->draining = json_is_true(json_object_get(j, "draining"));
+    out->running = u32_of(json_object_get(j, "running"));
+    out->waiting = u32_of(json_object_get(j, "waiting"));
+    out->tokenizing = u32_of(json_object_get(j, "tokenizing"));
+    json_t *q = json_object_get(j, "queued_prefill_tokens");
+    out->queued_prefill_tokens = json_is_integer(q) && json_integer_value(q) > 0 ? (uint64_t)json_integer_value(q) : 0;
+    out->prefill_tps = json_number_value(pf);
+    out->decode_tps = json_is_number(dc) ? json_number_value(dc) : 0;
+    out->block_tokens = u32_of(json_object_get(kv, "block_tokens"));
+    json_t *dev = json_object_get(kv, "device"), *host = json_object_get(kv, "host");
+    out->kv_used = u32_of(json_object_get(dev, "used"));
+    out->kv_cached = u32_of(json_object_get(dev, "cached"));
+    out->kv_free = u32_of(json_object_get(dev, "free"));
+    out->kv_total = u32_of(json_object_get(dev, "total"));
+    out->host_used = u32_of(json_object_get(host, "used"));
+    out->host_total = u32_of(json_object_get(host, "total"));
+    out->max_seqs = u32_of(json_object_get(lim, "max_seqs"));
+    out->max_waiting = u32_of(json_object_get(lim, "max_waiting"));
+    out->n_ctx = u32_of(json_object_get(lim, "n_ctx"));
+    json_t *d0 = json_array_get(json_object_get(j, "devices"), 0);
+    copy_str(out->device, sizeof out->device, json_object_get(d0, "name"));
+    copy_str(out->vendor, sizeof out->vendor, json_object_get(d0, "vendor"));
+    copy_str(out->backend, sizeof out->backend, json_object_get(d0, "backend"));
+    json_decref(j);
+    return true;
+}
+
+void fleet_init(struct fleet *f, const struct fleet_config *cfg)
+{
+    memset(f, 0, sizeof *f);
+    if (cfg) f->cfg = *cfg;
+    if (!f->cfg.index_min_blocks) f->cfg.index_min_blocks = DEF_INDEX_MIN;
+    if (!f->cfg.index_max_blocks) f->cfg.index_max_blocks = DEF_INDEX_MAX;
+    if (f->cfg.index_min_blocks > f->cfg.index_max_blocks) f->cfg.index_min_blocks = f->cfg.index_max_blocks;
+}
+
+static void instance_free(struct fleet_instance *in)
+{
+    weft_prefix_index_free(&in->ix);
+    free(in->url);
+    free(in->name);
+    free(in);
+}
+
+void fleet_instance_unref(struct fleet_instance *in)
+{
+    if (in && --in->refs == 0) instance_free(in);
+}
+
+void fleet_free(struct fleet *f)
+{
+    for (uint32_t i = 0; i < f->n; i++) {
+        f->inst[i]->removed = true;
+        fleet_instance_unref(f->inst[i]);
+    }
+    f->n = 0;
+}
+
+weft_status fleet_add(struct fleet *f, const char *url, struct fleet_instance **out)
+{
+    if (out) *out = NULL;
+    if (f->n == FLEET_MAX_INSTANCES) return weft_error(WEFT_ERR_BUSY, "router: at most %d instances", FLEET_MAX_INSTANCES);
+    char *host;
+    int port;
+    if (!hcl_parse_url(url, &host, &port)) return weft_error(WEFT_ERR_INVALID_ARG, "router: '%s' is not http://host:port", url);
+    struct fleet_instance *in = calloc(1, sizeof *in);
+    char name[300];
+    snprintf(name, sizeof name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    free(host);
+    if (in) {
+        in->url = strdup(url);
+        in->name = strdup(name);
+    }
+    if (!in || !in->url || !in->name || weft_prefix_index_init(&in->ix, f->cfg.index_min_blocks) != WEFT_OK) {
+        if (in) instance_free(in);
+        return weft_error(WEFT_ERR_NOMEM, "router: out of memory for an instance");
+    }
+    in->refs = 1;
+    f->inst[f->n++] = in;
+    if (out) *out = in;
+    return WEFT_OK;
+}
+
+struct fleet_instance *fleet_find(const struct fleet *f, const char *url)
+{
+    for (uint32_t i = 0; i < f->n; i++)
+        if (!strcmp(f->inst[i]->url, url)) return f->inst[i];
+    return NULL;
+}
+
+void fleet_remove(struct fleet *f, struct fleet_instance *in)
+{
+    for (uint32_t i = 0; i < f->n; i++)
+        if (f->inst[i] == in) {
+            memmove(f->inst + i, f->inst + i + 1, sizeof *f->inst * (f->n - i - 1));
+            f->n--;
+            in->removed = true;
+            fleet_instance_unref(in);
+            return;
+        }
+}
+
+void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now)
+{
+    in->load = *l;
+    in->has_load = true;
+    in->load_at = now;
+    in->healthy = true;
+    in->poll_failures = 0;
+    /* what the instance can hold (device blocks are its prefix cache), plus
+     * room for what is dispatched and not yet reported */
+    uint64_t want = 2ull * l->kv_total;
+    if (want < f->cfg.index_min_blocks) want = f->cfg.index_min_blocks;
+    if (want > f->cfg.index_max_blocks) want = f->cfg.index_max_blocks;
+    /* resize only on a real change, not on every poll's jitter */
+    if (want > in->ix.cap || want < in->ix.cap / 2) weft_prefix_index_resize(&in->ix, (uint32_t)want);
+}
+
+void fleet_poll_failed(struct fleet_instance *in)
+{
+    in->poll_failures++;
+    in->healthy = false;
+}
+
+bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash)
+{
+    if (!in->ev_synced) return false;
+    if (seq <= in->ev_seq) return true;  /* already in the snapshot */
+    if (seq != in->ev_seq + 1) {
+        in->ev_gaps++;
+        in->ev_synced = false;
+        return false;
+    }
+    in->ev_seq = seq;
+    if (stored) weft_prefix_index_insert(&in->ix, hash);
+    else weft_prefix_index_remove(&in->ix, hash);
+    in->ev_applied++;
+    return true;
+}
+
+void fleet_kv_snapshot_begin(struct fleet_instance *in)
+{
+    weft_prefix_index_clear(&in->ix);
+    in->ev_synced = false;
+}
+
+void fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash) { weft_prefix_index_insert(&in->ix, hash); }
+
+void fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq)
+{
+    in->ev_seq = seq;
+    in->ev_synced = true;
+    in->resyncs++;
+}
+
+void fleet_kv_unsynced(struct fleet_instance *in) { in->ev_synced = false; }
+
+static bool usable(const struct fleet *f, const struct fleet_instance *in)
+{
+    (void)f;
+    return in->has_load && in->healthy && !in->load.draining;
+}
+
+weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+                                uint32_t max_tokens, double now, struct fleet_decision *d)
+{
+    memset(d, 0, sizeof *d);
+    struct weft_route_instance ri[FLEET_MAX_INSTANCES];
+    struct weft_route_choice out[FLEET_MAX_INSTANCES];
+    for (uint32_t i = 0; i < f->n; i++) {
+        const struct fleet_instance *in = f->inst[i];
+        const struct fleet_load *l = &in->load;
+        struct weft_route_instance *r = &ri[i];
+        memset(r, 0, sizeof *r);
+        r->healthy = usable(f, in);
+        r->age_s = now - in->load_at;
+        r->prefill_tps = l->prefill_tps;
+        r->decode_tps = l->decode_tps;
+        /* the report, or the router's own count when that is larger (dispatched since) */
+        r->running = l->running > in->own_running ? l->running : in->own_running;
+        r->waiting = l->waiting > in->own_waiting ? l->waiting : in->own_waiting;
+        r->max_seqs = l->max_seqs;
+        r->max_waiting = l->max_waiting;
+        r->queued_prefill_tokens = l->queued_prefill_tokens > in->own_queued ? l->queued_prefill_tokens : in->own_queued;
+        r->matched_blocks = n_hashes ? weft_prefix_index_match(&in->ix, hashes, n_hashes) : 0;
+    }
+    struct weft_route_config rc = {.policy = f->cfg.policy, .stale_s = f->cfg.stale_s, .rr_next = f->rr_next};
+    struct weft_route_request rq = {.n_prompt = n_prompt, .max_tokens = max_tokens};
+    uint32_t k = 0;
+    weft_status st = f->n ? weft_route_rank(&rc, &rq, ri, f->n, out, &k) : WEFT_OK;
+    if (st != WEFT_OK) return st;
+    if (k == 0) {
+        f->no_instance++;
+        return weft_error(WEFT_ERR_NO_ROOM, "router: no instance can take the request (%u known, none healthy "
+                          "with room)", f->n);
+    }
+    if (f->cfg.policy == WEFT_ROUTE_ROUND_ROBIN) f->rr_next++;
+    d->best = out[0];
+    d->in = f->inst[out[0].index];
+    d->in->refs++;
+    if (k > 1) {
+        d->second = out[1];
+        d->runner_up = f->inst[out[1].index];
+    }
+    d->n_prompt = n_prompt;
+    d->uncached = n_prompt - d->best.matched_tokens;
+    struct fleet_instance *in = d->in;
+    /* in-flight, as core/route counts it */
+    in->own_queued += d->uncached;
+    if (in->load.max_seqs && in->own_running >= in->load.max_seqs) in->own_waiting++;
+    else in->own_running++;
+    in->requests++;
+    in->prompt_tokens += n_prompt;
+    in->uncached_tokens += d->uncached;
+    /* routing history: the prompt's full blocks will be there */
+    weft_prefix_index_insert_chain(&in->ix, hashes, n_hashes);
+    f->decisions[d->best.reason]++;
+    return WEFT_OK;
+}
+
+weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+                         struct fleet_decision *d)
+{
+    uint32_t nb = (uint32_t)(n / 16 < MAX_PROMPT_BLOCKS ? n / 16 : MAX_PROMPT_BLOCKS);
+    uint64_t stackbuf[256], *h = nb <= 256 ? stackbuf : malloc(sizeof(uint64_t) * nb);
+    if (!h) return weft_error(WEFT_ERR_NOMEM, "router: out of memory");
+    nb = prompt_block_hashes(ids, n, h, nb);
+    weft_status st = fleet_decide_hashed(f, h, nb, (uint32_t)n, max_tokens, now, d);
+    if (h != stackbuf) free(h);
+    return st;
+}
+
+void fleet_first_token(struct fleet *f, struct fleet_decision *d)
+{
+    (void)f;
+    if (!d->in || d->first_token_seen) return;
+    d->first_token_seen = true;
+    d->in->own_queued = d->in->own_queued > d->uncached ? d->in->own_queued - d->uncached : 0;
+}
+
+void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed)
+{
+    struct fleet_instance *in = d->in;
+    if (!in) return;
+    fleet_first_token(f, d);
+    if (in->own_waiting) in->own_waiting--;
+    else if (in->own_running) in->own_running--;
+    if (failed) in->errors++;
+    if (actual_cached >= 0) {
+        uint64_t p = d->best.matched_tokens, a = (uint64_t)actual_cached;
+        f->cached_predicted += p;
+        f->cached_actual += a;
+        uint64_t diff = p > a ? p - a : a - p;
+        if (diff == 0) f->pred_exact++;
+        else if (diff <= WEFT_ROUTE_BLOCK_TOKENS) f->pred_within_block++;
+        else f->pred_off++;
+    }
+    d->in = NULL;
+    d->runner_up = NULL;
+    fleet_instance_unref(in);
+}
+
+size_t fleet_index_bytes(const struct fleet *f)
+{
+    size_t b = 0;
+    for (uint32_t i = 0; i < f->n; i++) b += weft_prefix_index_bytes(&f->inst[i]->ix);
+    return b;
+}

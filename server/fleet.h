@@ -1,0 +1,138 @@
+/* The router's picture of its fleet, without sockets: per instance its last
+ * /load report, the router's own in-flight accounting and a prefix index
+ * (core/prefix_index.h) fed by routing history and corrected by KV events;
+ * and the decision for one request (hash its prompt, match each index,
+ * rank with core/route, count the dispatch). server/router.c does the I/O
+ * around it; tests drive it directly (a million prompts, no HTTP).
+ *
+ * One thread (the router's loop) owns a fleet. Instances are reference
+ * counted: a decision keeps its instance alive after DNS discovery drops it. */
+#ifndef WEFT_SERVER_FLEET_H
+#define WEFT_SERVER_FLEET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/fingerprint.h"
+#include "core/prefix_index.h"
+#include "core/route.h"
+#include "core/status.h"
+
+#define FLEET_MAX_INSTANCES 256
+
+/* What GET /load says (server/api_load.c). */
+struct fleet_load {
+    char role[16];
+    char model[128];
+    bool draining;
+    uint32_t running, waiting, tokenizing;
+    uint64_t queued_prefill_tokens;
+    uint32_t block_tokens;
+    uint32_t kv_used, kv_cached, kv_free, kv_total, host_used, host_total;
+    double prefill_tps, decode_tps;
+    uint32_t max_seqs, max_waiting, n_ctx;
+    char fingerprint[WEFT_FINGERPRINT_STR];
+    char device[96];               /* first device's name */
+    char vendor[32];
+    char backend[16];
+};
+
+/* Parse a /load body; false with err set when it is not one. */
+bool fleet_parse_load(const char *json, size_t len, struct fleet_load *out, char *err, size_t err_size);
+
+struct fleet_instance {
+    char *url;                     /* as given ("http://127.0.0.1:8081") */
+    char *name;                    /* host:port, for headers, metrics and logs */
+    uint32_t refs;                 /* the fleet's + decisions in flight */
+    bool removed;                  /* dropped from the fleet (DNS), alive while refs */
+    /* reported */
+    struct fleet_load load;
+    bool has_load;
+    double load_at;                /* when the last good /load arrived (caller's clock, s) */
+    bool healthy;                  /* the last poll answered */
+    uint32_t poll_failures;        /* in a row */
+    /* the router's own: dispatched and not yet answered */
+    uint32_t own_running, own_waiting;
+    uint64_t own_queued;           /* uncached prompt tokens dispatched, not yet at first token */
+    /* the prefix index and the KV event stream's position */
+    struct weft_prefix_index ix;
+    uint64_t ev_seq;               /* last event applied */
+    bool ev_synced;                /* the index follows the instance's events */
+    /* counters */
+    uint64_t requests, prompt_tokens, uncached_tokens, errors;
+    uint64_t ev_applied, ev_gaps, resyncs;
+    void *io;                      /* the router's (connections, subscriptions) */
+};
+
+struct fleet_config {
+    enum weft_route_policy policy;
+    double stale_s;                /* 0: 2 s */
+    uint32_t index_min_blocks;     /* index capacity before the first report and its floor (0: 4096) */
+    uint32_t index_max_blocks;     /* its ceiling per instance (0: 1M, about 24 MiB) */
+};
+
+struct fleet {
+    struct fleet_config cfg;
+    struct fleet_instance *inst[FLEET_MAX_INSTANCES];
+    uint32_t n;
+    uint64_t rr_next;
+    uint64_t decisions[4];         /* by enum weft_route_reason */
+    uint64_t no_instance;          /* requests nothing could take */
+    uint64_t cached_predicted, cached_actual;      /* tokens, over answers that reported it */
+    uint64_t pred_exact, pred_within_block, pred_off;  /* answers by |predicted - actual| */
+};
+
+struct fleet_decision {
+    struct fleet_instance *in;     /* chosen (a reference is held until fleet_finished) */
+    struct fleet_instance *runner_up;  /* NULL when none (no reference) */
+    struct weft_route_choice best, second;
+    uint32_t n_prompt, uncached;
+    bool first_token_seen;
+};
+
+void fleet_init(struct fleet *f, const struct fleet_config *cfg);
+/* Frees every instance (io must be released by the caller first). */
+void fleet_free(struct fleet *f);
+/* Add an instance by URL; WEFT_ERR_BUSY when full, WEFT_ERR_INVALID_ARG for
+ * a URL that is not http://host:port. *out may be NULL. */
+weft_status fleet_add(struct fleet *f, const char *url, struct fleet_instance **out);
+struct fleet_instance *fleet_find(const struct fleet *f, const char *url);
+/* Drop from the fleet (no new requests); freed once no decision holds it. */
+void fleet_remove(struct fleet *f, struct fleet_instance *in);
+void fleet_instance_unref(struct fleet_instance *in);
+
+/* A /load report arrived (now: the caller's clock in seconds); the index is
+ * resized to the reported capacity. A failed poll: fleet_poll_failed. */
+void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now);
+void fleet_poll_failed(struct fleet_instance *in);
+
+/* KV events (server/kv_events.c): apply one; false when seq shows a gap
+ * (the caller resyncs from a snapshot: fleet_kv_snapshot_begin, inserts,
+ * fleet_kv_snapshot_end). */
+bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash);
+void fleet_kv_snapshot_begin(struct fleet_instance *in);
+void fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash);
+void fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq);
+void fleet_kv_unsynced(struct fleet_instance *in);
+
+/* Choose an instance for a prompt of ids[0..n) (now: the caller's clock).
+ * WEFT_OK with d filled and the dispatch counted (in-flight load, the
+ * prompt's blocks into the chosen index); WEFT_ERR_NO_ROOM when no instance
+ * can take it (all unhealthy, stale, full or draining). */
+weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+                         struct fleet_decision *d);
+/* The same with the block hashes already computed (hashes[0..n_hashes) of a
+ * prompt of n_prompt tokens). */
+weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+                                uint32_t max_tokens, double now, struct fleet_decision *d);
+/* The chosen instance started answering (its prompt is done). */
+void fleet_first_token(struct fleet *f, struct fleet_decision *d);
+/* The answer ended; actual_cached: the instance's cached_tokens, or -1 when
+ * it did not say; failed: it ended in an error. Releases the reference. */
+void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed);
+
+/* Bytes held by the fleet's indexes. */
+size_t fleet_index_bytes(const struct fleet *f);
+
+#endif
