@@ -209,6 +209,15 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
     memset(d, 0, sizeof *d);
     struct weft_route_instance ri[FLEET_MAX_INSTANCES];
     struct weft_route_choice out[FLEET_MAX_INSTANCES];
+    /* an instance not measured yet (started with --no-calibrate, no traffic
+     * yet) counts at the fleet's mean measured rate, or 1000 tokens/s */
+    double sum_p = 0, sum_d = 0;
+    uint32_t n_p = 0, n_d = 0;
+    for (uint32_t i = 0; i < f->n; i++) {
+        if (f->inst[i]->load.prefill_tps > 0) sum_p += f->inst[i]->load.prefill_tps, n_p++;
+        if (f->inst[i]->load.decode_tps > 0) sum_d += f->inst[i]->load.decode_tps, n_d++;
+    }
+    double def_p = n_p ? sum_p / n_p : 1000.0, def_d = n_d ? sum_d / n_d : 100.0;
     for (uint32_t i = 0; i < f->n; i++) {
         const struct fleet_instance *in = f->inst[i];
         const struct fleet_load *l = &in->load;
@@ -216,8 +225,8 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
         memset(r, 0, sizeof *r);
         r->healthy = usable(f, in);
         r->age_s = now - in->load_at;
-        r->prefill_tps = l->prefill_tps;
-        r->decode_tps = l->decode_tps;
+        r->prefill_tps = l->prefill_tps > 0 ? l->prefill_tps : def_p;
+        r->decode_tps = l->decode_tps > 0 ? l->decode_tps : def_d;
         /* the report, or the router's own count when that is larger (dispatched since) */
         r->running = l->running > in->own_running ? l->running : in->own_running;
         r->waiting = l->waiting > in->own_waiting ? l->waiting : in->own_waiting;

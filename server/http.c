@@ -55,6 +55,9 @@ struct http_conn {
     char peer_text[48];
     void (*on_close)(void *);
     void *on_close_user;
+    void (*on_writable)(void *user);  /* once pending <= writable_below */
+    void *on_writable_user;
+    size_t writable_below;
 };
 
 struct http_server {
@@ -223,6 +226,12 @@ static void on_write(uv_write_t *req, int status)
         return;
     }
     if (c->finishing && c->pending == 0 && !c->lingering) start_shutdown(c);
+    if (c->on_writable && c->pending <= c->writable_below) {
+        void (*fn)(void *) = c->on_writable;
+        c->on_writable = NULL;
+        fn(c->on_writable_user);
+        if (c->closing) return;
+    }
     if (c->out_paused && c->pending <= c->srv->lim.max_output / 2) {
         c->out_paused = false;
         process(c);  /* the next pipelined request, and reading again */
@@ -325,6 +334,7 @@ static void end_request(struct http_conn *c)
     c->streaming = false;
     c->on_close = NULL;
     c->on_close_user = NULL;
+    c->on_writable = NULL;
     hpc_next(&c->pc);
     if (c->closing) return;
     if (!c->keep || c->srv->draining) {
@@ -415,6 +425,14 @@ void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
     if (!c || !c->req_active) return;
     c->on_close = fn;
     c->on_close_user = user;
+}
+
+void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user)
+{
+    if (!c || !c->req_active) return;
+    c->on_writable = fn;
+    c->on_writable_user = user;
+    c->writable_below = below;
 }
 
 size_t http_conn_pending(const struct http_conn *c)

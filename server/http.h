@@ -104,6 +104,10 @@ void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
  * times out a response in progress, so a handler streaming to a client that
  * does not read should give up when this stays large). */
 size_t http_conn_pending(const struct http_conn *c);
+/* Call fn(user) once, from a write completion, when no more than below
+ * bytes are queued unsent on c (a proxy resumes reading its upstream).
+ * Replaces an earlier one; cleared when the response ends or c closes. */
+void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user);
 /* The connection was accepted past max_conns_per_client for its peer
  * address. Unless the handler calls http_conn_exempt() (e.g. for a trusted
  * upstream such as weft router), its first response says "Connection:

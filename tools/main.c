@@ -17,7 +17,8 @@ static void usage(void)
             "  quantize   convert a GGUF's weights to another type\n"
             "  gen        write a random-weight Llama GGUF (tests, benchmarks)\n"
             "  bench      prompt/generation throughput and memory bandwidth\n"
-            "  serve      OpenAI-compatible HTTP server\n");
+            "  serve      OpenAI-compatible HTTP server\n"
+            "  router     one endpoint in front of many weft serve instances\n");
 }
 
 int main(int argc, char **argv)
@@ -30,6 +31,7 @@ int main(int argc, char **argv)
         {"run", weft_cmd_run},           {"chat", weft_cmd_chat},   {"tokenize", weft_cmd_tokenize},
         {"info", weft_cmd_info},         {"devices", weft_cmd_devices},
         {"quantize", weft_cmd_quantize}, {"gen", weft_cmd_gen},           {"bench", weft_cmd_bench}, {"serve", weft_cmd_serve},
+        {"router", weft_cmd_router},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);

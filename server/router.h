@@ -1,0 +1,65 @@
+/* `weft router` as a library: one OpenAI-compatible endpoint in front of
+ * many `weft serve` instances (FLEET.md, "Routing"). It tokenizes each
+ * prompt with the model's own tokenizer, hashes its 16-token blocks as
+ * core/kv does, looks them up in a per-instance prefix index (routing
+ * history corrected by the instances' KV events), ranks the instances with
+ * core/route on their polled /load plus its own in-flight accounting, and
+ * proxies the request there, streaming the answer back with backpressure.
+ *
+ * Endpoints: POST /v1/completions and /v1/chat/completions (routed),
+ * POST /tokenize and /detokenize (forwarded to the least loaded), GET
+ * /v1/models (the fleet's models), /health, /ready (some instance usable),
+ * /metrics. Answers carry x-weft-instance and x-weft-route (policy, reason,
+ * matched tokens, predicted TTFT, runner-up).
+ *
+ * Threads: run() runs the libuv loop on the calling thread; tokenization
+ * runs on a small worker pool (server/workers.h). Signals (when asked):
+ * SIGTERM/SIGINT stop accepting and let requests in flight finish (a second
+ * one cuts them). */
+#ifndef WEFT_SERVER_ROUTER_H
+#define WEFT_SERVER_ROUTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/route.h"
+#include "core/status.h"
+#include "server/http.h"
+#include "server/prompt.h"
+
+#define WEFT_ROUTER_MAX_URLS 64
+
+struct weft_router_config {
+    const char *host;                /* NULL: 127.0.0.1 */
+    int port;                        /* 0: any free port */
+    const char *instances[WEFT_ROUTER_MAX_URLS];  /* http://host:port */
+    uint32_t n_instances;
+    const char *dns;                 /* "NAME:PORT": every address NAME resolves to is an instance */
+    uint32_t dns_interval_ms;        /* re-resolve period (0: 5000) */
+    enum weft_route_policy policy;
+    uint32_t poll_ms;                /* /load period per instance (0: 200) */
+    struct prompt_rules rules;       /* the model's tokenizer and chat rendering (as the instances') */
+    const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
+                                        is what the router sends upstream; client keys are checked */
+    const char *upstream_key;        /* overrides the trusted key from tenants_path */
+    bool no_kv_events;               /* routing history only, no /v1/kv/events subscriptions */
+    uint32_t index_max_blocks;       /* per instance (0: 1M) */
+    uint32_t timeout_ms;             /* upstream inactivity (0: 600 s) */
+    uint32_t n_workers;              /* tokenizing threads (0: 2) */
+    uint32_t max_queued_work;        /* (0: 256) */
+    struct http_limits http;
+    bool handle_signals;
+};
+
+struct weft_router;
+
+/* Listener, worker pool, instances (polled from the first loop turn). On
+ * failure *out is NULL and weft_last_error() says why. */
+weft_status weft_router_create(const struct weft_router_config *cfg, struct weft_router **out);
+int weft_router_port(const struct weft_router *r);
+weft_status weft_router_run(struct weft_router *r);
+/* Any thread: stop accepting and drain (the second call cuts). */
+void weft_router_stop(struct weft_router *r);
+void weft_router_free(struct weft_router *r);
+
+#endif

@@ -1,0 +1,76 @@
+/* weft router's internals, shared by router.c (lifecycle, polling, KV
+ * events, DNS), router_proxy.c (requests) and router_metrics.c. */
+#ifndef WEFT_SERVER_ROUTER_INTERNAL_H
+#define WEFT_SERVER_ROUTER_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <uv.h>
+
+#include "server/fleet.h"
+#include "server/http_client.h"
+#include "server/router.h"
+#include "server/tenants.h"
+#include "server/workers.h"
+
+#define ROUTER_LAT_BUCKETS 12
+
+/* per instance: its connections and subscriptions */
+struct inst_io {
+    struct weft_router *r;
+    struct fleet_instance *in;
+    struct hcl_pool *pool;
+    struct hcl_req *poll, *events, *snapshot;
+    char *pbuf;                    /* the /load or /v1/kv/index body being received */
+    size_t plen, pcap;
+    char *sbuf;
+    size_t slen, scap;
+    int pstatus, sstatus;
+    char *ebuf;                    /* the event stream's unparsed tail */
+    size_t elen, ecap;
+    struct { uint64_t seq, hash; bool stored; } *held;  /* events during a snapshot */
+    uint32_t n_held, cap_held;
+    bool held_overflow;
+    bool fp_warned;
+    struct inst_io *next_dead;     /* removed, waiting for its requests to end */
+};
+
+struct weft_router {
+    struct weft_router_config cfg;
+    uv_loop_t *loop;
+    uv_loop_t own_loop;
+    struct http_server *http;
+    struct weft_workers *workers;
+    struct tenants tenants;
+    bool has_tenants;
+    char *upstream_auth;           /* "Authorization: Bearer KEY\r\n" or NULL */
+    struct fleet fleet;
+    uv_timer_t poll_timer, dns_timer;
+    uv_getaddrinfo_t gai;
+    bool gai_busy;
+    char *dns_host;
+    int dns_port;
+    struct inst_io *dead;
+    uv_async_t stop_async;
+    atomic_int stop_requests;
+    uv_signal_t sig_term, sig_int;
+    bool draining, stopped;
+    double t0;
+    char fingerprint[40];          /* the fleet's model (first reported) */
+    /* metrics */
+    uint64_t requests, rejected, upstream_errors, client_gone;
+    uint64_t lat_count, lat_hist[ROUTER_LAT_BUCKETS + 1];
+    double lat_sum;
+    uint64_t by_status[6];         /* 1xx..5xx, other */
+    uint64_t tokenized;
+};
+
+extern const double router_lat_bounds[ROUTER_LAT_BUCKETS];
+
+double router_now(const struct weft_router *r);
+void router_handle(void *ctx, struct http_conn *c, const struct http_request *req);
+void router_observe_overhead(struct weft_router *r, double seconds);
+char *router_metrics_render(struct weft_router *r, size_t *len);
+struct inst_io *router_io(const struct fleet_instance *in);
+
+#endif

@@ -1,0 +1,145 @@
+/* `weft router`: one OpenAI endpoint in front of many `weft serve`
+ * instances (server/router.h). It loads the model's tokenizer and chat
+ * template from the GGUF's metadata (not its weights: the file is mapped,
+ * the tensors never read) so it hashes prompts exactly as the instances do.
+ *
+ *   weft router [-m MODEL] --instance URL [--instance URL ...]
+ *               [--instances-dns NAME:PORT] [--policy weft|least-load|round-robin]
+ *               [--host 127.0.0.1] [--port 8000] ... */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gguf.h"
+#include "core/tokenizer.h"
+#include "server/router.h"
+#include "tools/cli.h"
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: weft router [-m MODEL] --instance URL [--instance URL ...] [--instances-dns NAME:PORT]\n"
+            "                   [--policy weft|least-load|round-robin] [--host 127.0.0.1] [--port 8000]\n"
+            "                   [--config FILE] [--upstream-key KEY] [--template-system] [--poll-ms 200]\n"
+            "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
+            "                   [--tokenize-threads 2]\n"
+            "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
+            "  --instance URL: http://host:port of a weft serve (repeatable)\n"
+            "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
+            "                 --dns-interval-ms (a Kubernetes headless Service)\n"
+            "  --policy: weft (predicted time to first token: prefix, queue and measured speed; default),\n"
+            "            least-load or round-robin (for comparison)\n"
+            "  --config FILE: weft serve's tenants file: client keys are checked here, and its trusted key\n"
+            "                 is what the router sends the instances (with x-weft-tenant)\n"
+            "  --template-system: as weft serve's flag (must match the instances' for prefix hits on chats)\n"
+            "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
+            "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
+            "  --timeout S: an upstream answer idle this long fails (default 600)\n");
+}
+
+static int parse_u32(const char *a, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "weft router: %s expects an integer in %u..%u\n", a, lo, hi);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}
+
+int weft_cmd_router(int argc, char **argv)
+{
+    struct weft_router_config rc = {.host = "127.0.0.1", .handle_signals = true};
+    const char *model = NULL;
+    uint32_t port = 8000, timeout_s = 600, threads = 2;
+    bool template_system = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool v = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) { model = argv[++i]; continue; }
+        if (!strcmp(a, "--host") && v) { rc.host = argv[++i]; continue; }
+        if (!strcmp(a, "--config") && v) { rc.tenants_path = argv[++i]; continue; }
+        if (!strcmp(a, "--upstream-key") && v) { rc.upstream_key = argv[++i]; continue; }
+        if (!strcmp(a, "--instances-dns") && v) { rc.dns = argv[++i]; continue; }
+        if (!strcmp(a, "--template-system")) { template_system = true; continue; }
+        if (!strcmp(a, "--no-kv-events")) { rc.no_kv_events = true; continue; }
+        if (!strcmp(a, "--instance") && v) {
+            if (rc.n_instances == WEFT_ROUTER_MAX_URLS) {
+                fprintf(stderr, "weft router: at most %d --instance (use --instances-dns for more)\n", WEFT_ROUTER_MAX_URLS);
+                return 2;
+            }
+            rc.instances[rc.n_instances++] = argv[++i];
+            continue;
+        }
+        if (!strcmp(a, "--policy") && v) {
+            if (!weft_route_policy_parse(argv[++i], &rc.policy)) {
+                fprintf(stderr, "weft router: --policy expects weft, least-load or round-robin\n");
+                return 2;
+            }
+            continue;
+        }
+        struct { const char *flag; uint32_t lo, hi, *out; } nums[] = {
+            {"--port", 0, 65535, &port},
+            {"--poll-ms", 10, 60000, &rc.poll_ms},
+            {"--dns-interval-ms", 100, 3600000, &rc.dns_interval_ms},
+            {"--index-blocks", 64, 1u << 30, &rc.index_max_blocks},
+            {"--timeout", 1, 86400, &timeout_s},
+            {"--tokenize-threads", 1, 64, &threads},
+        };
+        bool matched = false;
+        for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
+            if (!strcmp(a, nums[k].flag) && v) {
+                if (parse_u32(a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                matched = true;
+            }
+        if (matched) continue;
+        usage();
+        return !strcmp(a, "-h") || !strcmp(a, "--help") ? 0 : 2;
+    }
+    if (!rc.n_instances && !rc.dns) {
+        fprintf(stderr, "weft router: give --instance URL or --instances-dns NAME:PORT\n");
+        usage();
+        return 2;
+    }
+    char *def = NULL;
+    if (!model) {
+        def = weft_default_model_path();
+        if (!def) return 1;
+        model = def;
+    }
+    struct weft_gguf *g = NULL;
+    struct weft_tokenizer *tok = NULL;
+    weft_status st = weft_gguf_open(model, &g);
+    if (st == WEFT_OK) st = weft_tokenizer_load(g, &tok);
+    if (st != WEFT_OK) {
+        fprintf(stderr, "weft: %s: %s\n", model, weft_last_error());
+        if (g) weft_gguf_close(g);
+        free(def);
+        return 1;
+    }
+    prompt_rules_from_gguf(&rc.rules, g, tok, template_system);
+    rc.port = (int)port;
+    rc.timeout_ms = timeout_s * 1000u;
+    rc.n_workers = threads;
+    struct weft_router *r;
+    st = weft_router_create(&rc, &r);
+    if (st != WEFT_OK) {
+        fprintf(stderr, "weft: %s\n", weft_last_error());
+        weft_tokenizer_free(tok);
+        weft_gguf_close(g);
+        free(def);
+        return 1;
+    }
+    fprintf(stderr, "weft router: listening on http://%s:%d (%s policy, %u instance%s%s%s)\n", rc.host,
+            weft_router_port(r), weft_route_policy_name(rc.policy), rc.n_instances, rc.n_instances == 1 ? "" : "s",
+            rc.dns ? " + DNS " : "", rc.dns ? rc.dns : "");
+    weft_router_run(r);
+    weft_router_free(r);
+    weft_tokenizer_free(tok);
+    weft_gguf_close(g);
+    free(def);
+    fprintf(stderr, "weft router: stopped\n");
+    return 0;
+}
