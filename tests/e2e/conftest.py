@@ -59,17 +59,24 @@ def open_stream(port, prompt, max_tokens):
     return s
 
 
+SANITIZED = os.environ.get("WEFT_SANITIZED", "") in ("1", "ON", "on", "TRUE", "true")
+
+
 class Server:
-    def __init__(self, *args, model=None, calibrate=False):
+    def __init__(self, *args, model=None, calibrate=False, threads=2, cpu=None):
         """calibrate: let the server measure its rates at start (slow under
-        ASan; only the tests of /load need it)."""
+        ASan; only the tests of /load need it). cpu: pin with taskset -c."""
         self.model = model or default_model()
         if not os.path.exists(self.model):
             pytest.skip(f"model {self.model} is not fetched (bash scripts/fetch-model.sh)")
         if not os.path.exists(WEFT):
             pytest.skip(f"{WEFT} is not built")
-        self.args = [WEFT, "serve", "-m", self.model, "--port", "0", "-t", "2",
+        self.args = [*(["taskset", "-c", str(cpu)] if cpu is not None else []),
+                     WEFT, "serve", "-m", self.model, "--port", "0", "-t", str(threads),
                      *([] if calibrate else ["--no-calibrate"]), *args]
+        self._start("weft serve")
+
+    def _start(self, what):
         self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.log = []
         self.port = None
@@ -85,7 +92,7 @@ class Server:
                 break
         if self.port is None:
             self.proc.kill()
-            raise RuntimeError("weft serve did not start:\n" + "".join(self.log) + self.proc.stderr.read())
+            raise RuntimeError(what + " did not start:\n" + "".join(self.log) + self.proc.stderr.read())
         # keep draining stderr so the server never blocks on a full pipe
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -119,6 +126,34 @@ class Server:
                 self.proc.kill()
                 raise AssertionError("weft serve did not drain and exit after SIGTERM")
             assert rc == 0, "weft serve exited with %d after SIGTERM:\n%s" % (rc, "".join(self.log[-30:]))
+
+
+class Router(Server):
+    """`weft router` in front of the given Server instances (their URLs)."""
+
+    def __init__(self, instances, *args, model=None):
+        self.model = model or default_model()
+        if not os.path.exists(WEFT):
+            pytest.skip(f"{WEFT} is not built")
+        self.args = [WEFT, "router", "-m", self.model, "--port", "0", "--poll-ms", "100", *args]
+        for i in instances:
+            self.args += ["--instance", i if isinstance(i, str) else i.base]
+        self._start("weft router")
+
+    def wait_ready(self, n_up=None, timeout=60):
+        """Until /ready answers 200 (and n_up instances are up): a state, polled."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            status, text = self.get("/ready")
+            if status == 200:
+                if n_up is None:
+                    return
+                _, m = self.get("/metrics")
+                up = sum(float(v) for k, v in re.findall(r'^weft_router_instance_up\{([^}]*)\} (\S+)$', m, re.M))
+                if up >= n_up:
+                    return
+            time.sleep(0.05)
+        raise AssertionError("the router did not become ready:\n" + "".join(self.log[-20:]))
 
 
 @pytest.fixture(scope="module")
