@@ -123,13 +123,22 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache};
-    weft_forward_kv_parts(m, &kc);
+    bool mock = c.mock_prefill_tps > 0;
+    if (mock) {
+        /* the real block count, a token payload: one layer of one 8-wide head */
+        kc.n_layer = 1;
+        kc.n_kv_head = 1;
+        kc.head_dim = 8;
+        if (!(c.mock_decode_tps > 0)) c.mock_decode_tps = 50;
+    } else {
+        weft_forward_kv_parts(m, &kc);
+    }
     struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
                                    .max_running = c.max_seqs, .max_waiting = c.max_waiting,
                                    .max_prefill_chunk = c.max_prefill_chunk};
     weft_status st = weft_kv_pool_create(&e->kv, m->be, &kc);
     if (st == WEFT_OK) st = weft_sched_create(&sc, &e->kv, &e->sched);
-    if (st == WEFT_OK) st = weft_forward_init(m, &e->kv, c.max_step_tokens, c.max_seqs, ctx_blocks, &e->fw);
+    if (st == WEFT_OK && !mock) st = weft_forward_init(m, &e->kv, c.max_step_tokens, c.max_seqs, ctx_blocks, &e->fw);
     if (st == WEFT_OK) {
         e->fseqs = calloc(c.max_seqs, sizeof *e->fseqs);
         e->cap_events = 2 * c.max_seqs + 16;
@@ -335,6 +344,8 @@ static bool is_stop(const struct weft_engine *e, const struct ereq *er, int32_t 
     return false;
 }
 
+static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_sample smp);
+
 /* Sample one item's next token and emit it (lock held). */
 static void sample_item(struct weft_engine *e, struct ereq *er, const float *logits)
 {
@@ -345,6 +356,27 @@ static void sample_item(struct weft_engine *e, struct ereq *er, const float *log
         finish(e, er, NULL, WEFT_FINISH_ERROR, st);
         return;
     }
+    take_sample(e, er, smp);
+}
+
+/* A mock's token (lock held): a function of the sequence's last token and
+ * length, skipping control and end-of-generation ids, probability 1. */
+static void mock_sample_item(struct weft_engine *e, struct ereq *er)
+{
+    const struct weft_sched_req *r = er->r;
+    uint32_t nv = e->m->hp.n_vocab, n = r->n_tokens;
+    uint32_t last = n ? (uint32_t)r->tokens[n - 1] : 0;
+    uint32_t id = (uint32_t)((last * 2654435761u + n * 40503u) % nv);
+    for (uint32_t k = 0; k < nv && (weft_tokenizer_is_eog(e->m->tok, (int32_t)id) ||
+                                    weft_tokenizer_is_control(e->m->tok, (int32_t)id)); k++)
+        id = (id + 1) % nv;
+    struct weft_sample smp = {.id = (int32_t)id};
+    take_sample(e, er, smp);
+}
+
+static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_sample smp)
+{
+    weft_status st;
     if (is_stop(e, er, smp.id)) {
         finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
         return;
@@ -394,9 +426,17 @@ static weft_status step(struct weft_engine *e, bool *did_work)
 
     /* submit() and abort() may run meanwhile: neither touches running
      * requests' tokens or blocks */
-    const float *logits;
-    uint32_t n_logits;
-    st = weft_forward_step(e->fw, e->fseqs, n_items, &logits, &n_logits);
+    const float *logits = NULL;
+    uint32_t n_logits = 0;
+    if (e->cfg.mock_prefill_tps > 0) {
+        /* the speed model's time, spent waiting */
+        double t = n_prefill / e->cfg.mock_prefill_tps + (n_decode ? 1.0 / e->cfg.mock_decode_tps : 0);
+        struct timespec ts = {(time_t)t, (long)((t - (double)(time_t)t) * 1e9)};
+        while (nanosleep(&ts, &ts) != 0) {}
+        st = WEFT_OK;
+    } else {
+        st = weft_forward_step(e->fw, e->fseqs, n_items, &logits, &n_logits);
+    }
 
     double dt = now_s() - t0;
     pthread_mutex_lock(&e->mu);
@@ -414,9 +454,11 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     for (uint32_t i = 0; i < n_items; i++) {
         if (!items[i].sample) continue;
         struct ereq *er = items[i].req->user;
-        const float *lg = logits + (size_t)li++ * e->m->hp.n_vocab;
+        const float *lg = logits ? logits + (size_t)li * e->m->hp.n_vocab : NULL;
+        li++;
         if (er->aborted) continue;  /* reaped at the next boundary */
-        sample_item(e, er, lg);
+        if (lg) sample_item(e, er, lg);
+        else mock_sample_item(e, er);
     }
     pthread_mutex_unlock(&e->mu);
     flush_events(e);

@@ -32,6 +32,16 @@ struct weft_engine_config {
     bool no_swap;                /* preempt by recompute only */
     bool no_prefix_cache;
     enum weft_type kv_type;      /* 0 (F32) means F16 */
+    /* A mock engine (weft serve --mock) when mock_prefill_tps > 0: no model
+     * compute (the model may be loaded without weights, weft_model_load_meta).
+     * A step takes prefill tokens / mock_prefill_tps seconds, plus
+     * 1 / mock_decode_tps when it has decode rows (each sequence decodes at
+     * that rate, as on a memory-bound GPU), spent waiting; it then samples a
+     * deterministic ordinary token (never end-of-generation). The scheduler,
+     * the KV pool's blocks, hashes, prefix cache and events are the real ones;
+     * KV capacity is what kv_mib would hold for the real model, with a
+     * minimal payload per block. */
+    double mock_prefill_tps, mock_decode_tps;
 };
 
 enum weft_finish {

@@ -331,6 +331,33 @@ err:
     return st;
 }
 
+weft_status weft_model_load_meta(const char *path, struct weft_backend *be, struct weft_model **out)
+{
+    *out = NULL;
+    struct weft_model *m = calloc(1, sizeof *m);
+    if (!m) return weft_error(WEFT_ERR_NOMEM, "model: out of memory");
+    m->be = be;
+    weft_status st = weft_gguf_open(path, &m->gguf);
+    if (st == WEFT_OK) st = weft_hparams_load(m->gguf, &m->hp);
+    if (st == WEFT_OK) st = weft_tokenizer_load(m->gguf, &m->tok);
+    if (st == WEFT_OK) st = weft_fingerprint_model(m->gguf, &m->hp, &m->fingerprint);
+    if (st == WEFT_OK && weft_tokenizer_n_vocab(m->tok) != (int32_t)m->hp.n_vocab)
+        st = weft_error(WEFT_ERR_FORMAT, "model: tokenizer has %d tokens, hyperparameters say %u",
+                        weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
+    if (st != WEFT_OK) {
+        weft_model_free(m);
+        return st;
+    }
+    int64_t nt = weft_gguf_n_tensors(m->gguf);
+    for (int64_t i = 0; i < nt; i++) {
+        const struct weft_gguf_tensor *t = weft_gguf_tensor(m->gguf, i);
+        m->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    m->ftype = WEFT_TYPE_F32;
+    *out = m;
+    return WEFT_OK;
+}
+
 weft_status weft_model_load(const char *path, struct weft_backend *be, struct weft_model **out)
 {
     *out = NULL;

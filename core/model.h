@@ -71,6 +71,10 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
  * the tensors its layers use. */
 weft_status weft_model_load_split(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
                                   struct weft_model **out);
+/* The hyperparameters, tokenizer and fingerprint of `path`, without placing
+ * any weight (n_parts 0, no layers): for a mock engine
+ * (weft_engine_config.mock_prefill_tps). be is kept for the KV pool. */
+weft_status weft_model_load_meta(const char *path, struct weft_backend *be, struct weft_model **out);
 void weft_model_free(struct weft_model *m);
 
 #endif

@@ -746,6 +746,38 @@ static bool valid_tenant_name(const char *v)
     return true;
 }
 
+/* --mock's injected failures: true when g was answered (or left hanging). */
+static bool mock_inject(struct gen_ctx *g)
+{
+    struct weft_server *s = g->srv;
+    /* xorshift64*: reproducible from --mock-seed */
+    uint64_t x = s->mock_rng ? s->mock_rng : (s->cfg.mock_seed ? s->cfg.mock_seed : 1);
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    s->mock_rng = x;
+    double u = (double)((x * 0x2545F4914F6CDD1Dull) >> 11) / 9007199254740992.0, acc = 0;
+    int kind = -1;
+    for (int k = 0; k < 5 && kind < 0; k++)
+        if (u < (acc += s->cfg.mock_fail[k])) kind = k;
+    if (kind < 0) return false;
+    s->mock_injected[kind]++;
+    switch (kind) {
+    case WEFT_MOCK_FAIL_429:
+        reject(g, 429, "rate_limit_error", NULL, "mock: injected rate limit", "Retry-After: 1\r\n");
+        break;
+    case WEFT_MOCK_FAIL_503:
+        reject(g, 503, "server_busy", NULL, "mock: injected overload", "Retry-After: 1\r\n");
+        break;
+    case WEFT_MOCK_FAIL_500: reject(g, 500, "server_error", NULL, "mock: injected failure", NULL); break;
+    case WEFT_MOCK_FAIL_NOKV:
+        reject(g, 503, "server_busy", NULL, "mock: injected: no KV cache room for this request", "Retry-After: 1\r\n");
+        break;
+    default:  /* a hang: nothing until the client leaves, or shutdown cuts it */
+        http_conn_on_close(g->conn, on_client_gone, g);
+        break;
+    }
+    return true;
+}
+
 void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant)
 {
@@ -774,6 +806,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
         reject(g, 404, "not_found_error", "model", msg, NULL);
         return;
     }
+    if (s->cfg.engine.mock_prefill_tps > 0 && mock_inject(g)) return;
     /* who: the tenant, or for a trusted upstream (weft router) the end tenant
      * and priority it names; anyone else's x-weft-* headers are ignored */
     const struct tenant_cfg *cap = tenant;

@@ -32,6 +32,15 @@ static const char *vendor_of(const char *backend, const char *name)
 void server_describe_devices(struct weft_server *s, const char *spec)
 {
     s->n_devices = 0;
+    if (s->cfg.engine.mock_prefill_tps > 0) {
+        struct server_device *d = &s->devices[s->n_devices++];
+        memset(d, 0, sizeof *d);
+        snprintf(d->backend, sizeof d->backend, "mock");
+        snprintf(d->id, sizeof d->id, "mock:0");
+        snprintf(d->name, sizeof d->name, "%s", s->cfg.mock_device ? s->cfg.mock_device : "mock");
+        snprintf(d->vendor, sizeof d->vendor, "%s", s->cfg.mock_vendor ? s->cfg.mock_vendor : "mock");
+        return;
+    }
     char buf[256];
     snprintf(buf, sizeof buf, "%s", spec && *spec ? spec : "cpu");
     char *save = NULL;

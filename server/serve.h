@@ -46,7 +46,17 @@ struct weft_server_config {
     const char *devices;             /* what the model runs on, for /load: "cpu", "vulkan:0", or a
                                         --split spec "cpu=10,vulkan:0"; NULL: "cpu" */
     bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */
+    /* --mock (engine.mock_prefill_tps > 0): /load names one device "mock:0"
+     * with these (NULL: "mock"); each generation request fails first, with
+     * these probabilities, as: 429, 503 (overload), 500, a hang (no answer
+     * until the client leaves or shutdown), 503 for no KV room. Drawn from
+     * mock_seed (0: 1), on the loop thread, so a run is reproducible. */
+    const char *mock_vendor, *mock_device;
+    double mock_fail[5];
+    uint64_t mock_seed;
 };
+
+enum { WEFT_MOCK_FAIL_429, WEFT_MOCK_FAIL_503, WEFT_MOCK_FAIL_500, WEFT_MOCK_FAIL_HANG, WEFT_MOCK_FAIL_NOKV };
 
 struct weft_server;
 

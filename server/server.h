@@ -56,6 +56,8 @@ struct weft_server {
     bool signals, drained, cut;
     struct server_device devices[SERVER_MAX_DEVICES];
     uint32_t n_devices;
+    uint64_t mock_rng;                /* --mock failure draws (loop thread) */
+    uint64_t mock_injected[5];
     struct kv_events *kv_events;     /* server/kv_events.c */
     struct weft_engine *eng;
     const struct weft_model *m;

@@ -26,6 +26,8 @@ static void usage(void)
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64]\n"
+            "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
+            "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
             "                 SIGHUP reloads it\n"
             "  --drain-timeout S: on SIGTERM, requests still running after S seconds end with an error\n"
@@ -38,7 +40,11 @@ static void usage(void)
             "  --metrics-compat vllm: /metrics also under the vllm:* names autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
             "  --max-stream-buffer-kib: a streaming client that lets more than this pile up unread is dropped\n"
-            "  --template-system: chats without a system message get the one the model's template defines\n");
+            "  --template-system: chats without a system message get the one the model's template defines\n"
+            "  --mock SPEC: for router tests at scale: the real HTTP surface, scheduler, KV blocks, hashes\n"
+            "                 and events, with compute replaced by a speed model (prefill tokens/s; decode\n"
+            "                 tokens/s per sequence); the model's weights are not loaded. Never token-exact.\n"
+            "  --mock-fail: a generation request fails first with these probabilities (hang: no answer)\n");
 }
 
 static int parse_u32(const char *a, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
@@ -53,6 +59,71 @@ static int parse_u32(const char *a, const char *v, uint32_t lo, uint32_t hi, uin
     return 0;
 }
 
+/* "prefill=4000,decode=50,vendor=nvidia,device=H200" */
+static int parse_mock(const char *spec, double *prefill, double *decode, char *vendor, size_t vn, char *device,
+                      size_t dn)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq) goto bad;
+        *eq = 0;
+        const char *val = eq + 1;
+        char *end;
+        if (!strcmp(kv, "prefill") || !strcmp(kv, "decode")) {
+            double x = strtod(val, &end);
+            if (end == val || *end || !(x > 0) || x > 1e9) goto bad;
+            *(kv[0] == 'p' ? prefill : decode) = x;
+        } else if (!strcmp(kv, "vendor")) {
+            snprintf(vendor, vn, "%s", val);
+        } else if (!strcmp(kv, "device")) {
+            snprintf(device, dn, "%s", val);
+        } else {
+            goto bad;
+        }
+    }
+    if (*prefill > 0 && *decode > 0) return 0;
+bad:
+    fprintf(stderr, "weft serve: --mock expects prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME], not '%s'\n",
+            spec);
+    return -1;
+}
+
+/* "429=0.01,hang=0.001" */
+static int parse_mock_fail(const char *spec, double p[5])
+{
+    static const char *names[5] = {"429", "503", "500", "hang", "nokv"};
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *save = NULL;
+    double sum = 0;
+    for (char *kv = strtok_r(buf, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(kv, '=');
+        int k = -1;
+        if (eq) {
+            *eq = 0;
+            for (int j = 0; j < 5; j++)
+                if (!strcmp(kv, names[j])) k = j;
+        }
+        char *end;
+        double x = eq ? strtod(eq + 1, &end) : -1;
+        if (k < 0 || end == eq + 1 || *end || x < 0 || x > 1) {
+            fprintf(stderr, "weft serve: --mock-fail expects KIND=P,... with KIND 429, 503, 500, hang or nokv and "
+                    "P in 0..1, not '%s'\n", spec);
+            return -1;
+        }
+        p[k] = x;
+        sum += x;
+    }
+    if (sum > 1) {
+        fprintf(stderr, "weft serve: --mock-fail's probabilities add up to more than 1\n");
+        return -1;
+    }
+    return 0;
+}
+
 int weft_cmd_serve(int argc, char **argv)
 {
     struct cli_opts o;
@@ -62,6 +133,9 @@ int weft_cmd_serve(int argc, char **argv)
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
              max_tokenizing = 64;
     bool no_prefix = false, template_system = false;
+    const char *mock = NULL, *mock_fail = NULL;
+    char mock_vendor[32] = "", mock_device[96] = "";
+    uint32_t mock_seed = 1;
     enum weft_type kv_type = WEFT_TYPE_F16;
     struct weft_server_config sc = {.host = "127.0.0.1", .handle_signals = true};
     for (int i = 1; i < argc; i++) {
@@ -80,6 +154,8 @@ int weft_cmd_serve(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
+        if (!strcmp(a, "--mock") && v) { mock = argv[++i]; continue; }
+        if (!strcmp(a, "--mock-fail") && v) { mock_fail = argv[++i]; continue; }
         if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--kv-type") && v) {
@@ -102,6 +178,7 @@ int weft_cmd_serve(int argc, char **argv)
             {"--metrics-port", 1, 65535, &metrics_port},
             {"--tokenize-threads", 1, 64, &tok_threads},
             {"--max-tokenizing", 1, 1 << 16, &max_tokenizing},
+            {"--mock-seed", 1, 0xffffffffu, &mock_seed},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
@@ -117,9 +194,37 @@ int weft_cmd_serve(int argc, char **argv)
             return 2;
         }
     }
+    double mock_p = 0, mock_d = 0;
+    if (mock && parse_mock(mock, &mock_p, &mock_d, mock_vendor, sizeof mock_vendor, mock_device, sizeof mock_device))
+        return 2;
+    if (mock_fail && (!mock || parse_mock_fail(mock_fail, sc.mock_fail))) {
+        if (!mock) fprintf(stderr, "weft serve: --mock-fail needs --mock\n");
+        return 2;
+    }
     struct weft_backend *be;
     struct weft_model *m;
-    if (cli_open(&o, &be, &m)) return 1;
+    if (mock) {
+        /* no weights: the tokenizer, shape and fingerprint; the KV pool on the CPU */
+        char *def = o.model ? NULL : weft_default_model_path();
+        if (!o.model && !def) return 1;
+        if (weft_backend_open("cpu", 1, &be) != WEFT_OK) {
+            fprintf(stderr, "weft serve: cannot open the CPU backend: %s\n", weft_last_error());
+            free(def);
+            return 1;
+        }
+        if (weft_model_load_meta(o.model ? o.model : def, be, &m) != WEFT_OK) {
+            fprintf(stderr, "weft: cannot load model: %s\n", weft_last_error());
+            weft_backend_close(be);
+            free(def);
+            return 1;
+        }
+        free(def);
+        sc.mock_vendor = mock_vendor[0] ? mock_vendor : NULL;
+        sc.mock_device = mock_device[0] ? mock_device : NULL;
+        sc.mock_seed = mock_seed;
+    } else if (cli_open(&o, &be, &m)) {
+        return 1;
+    }
     char model_id[128];
     if (name) {
         snprintf(model_id, sizeof model_id, "%s", name);
@@ -145,7 +250,8 @@ int weft_cmd_serve(int argc, char **argv)
     sc.engine = (struct weft_engine_config){.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
-                                            .no_prefix_cache = no_prefix, .kv_type = kv_type};
+                                            .no_prefix_cache = no_prefix, .kv_type = kv_type,
+                                            .mock_prefill_tps = mock_p, .mock_decode_tps = mock_d};
     struct weft_server *s;
     if (weft_server_create(m, &sc, &s) != WEFT_OK) {
         fprintf(stderr, "weft serve: %s\n", weft_last_error());
