@@ -212,7 +212,8 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
         .out_now = http_server_output_now(s->http), .out_peak = http_server_output_peak(s->http),
         .conns = http_server_n_conns(s->http), .tok_pending = weft_workers_pending(s->workers),
         .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
-        .reloads_ok = s->reloads, .reloads_err = s->reload_failures};
+        .reloads_ok = s->reloads, .reloads_err = s->reload_failures,
+        .mock_injected = s->cfg.engine.mock_prefill_tps > 0 ? s->mock_injected : NULL};
     size_t len = 0;
     char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
     if (!b) {

@@ -191,6 +191,13 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
         put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",
             o.lbl, (unsigned long long)x->reloads_ok, o.lbl, (unsigned long long)x->reloads_err);
+        if (x->mock_injected) {
+            static const char *kinds[5] = {"429", "503", "500", "hang", "nokv"};
+            head(&o, "weft_mock_injected_failures_total", "counter", "Failures a --mock instance injected, by kind.");
+            for (int k = 0; k < 5; k++)
+                put(b, "weft_mock_injected_failures_total{%s,kind=\"%s\"} %llu\n", o.lbl, kinds[k],
+                    (unsigned long long)x->mock_injected[k]);
+        }
     }
     if (x && x->vllm_compat) {
         /* the names endpoint pickers and autoscalers built for vLLM already read */

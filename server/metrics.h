@@ -32,6 +32,7 @@ struct metrics_extra {
     size_t out_now, out_peak;
     uint32_t conns, tok_pending;
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
+    const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
 };
 
 struct metrics {
