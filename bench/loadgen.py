@@ -12,6 +12,14 @@ as JSON (--json FILE) and as a PNG plot (--plot FILE, needs matplotlib).
 Prompts are distinct (no prefix-cache hits) and sized with the server's
 /tokenize when it has one, else by word count. Tokens are counted from the
 final usage chunk (stream_options.include_usage), else one per content chunk.
+
+--shared-prefix takes SGLang's generated-shared-prefix workload: --gsp-num-groups
+groups, each with a system prompt of --gsp-system-prompt-len tokens shared by
+its --gsp-prompts-per-group requests, each adding a question of
+--gsp-question-len tokens and asking for --gsp-output-len tokens; requests
+are shuffled. --gsp-hot-share F sends a fraction F of all requests to group 0
+(one hot prefix). The prefix hit rate comes from the answers' cached_tokens,
+the per-instance share from weft router's x-weft-instance header.
 Standard library only (plus matplotlib for the plot).
 """
 import argparse
@@ -69,6 +77,28 @@ def make_prompts(url, n, target, headers, seed):
     return prompts
 
 
+def tokens_per_word(url, headers, rng):
+    """Measured once with /tokenize on a sample (1.33 when the server has none)."""
+    sample = " ".join(rng.choice(WORDS) for _ in range(400))
+    k = count_tokens(url, sample, headers)
+    return k / 400 if k else 1.33
+
+
+def make_shared_prefix(url, args, headers):
+    """(prompt, group) pairs of SGLang's generated-shared-prefix workload."""
+    rng = random.Random(args.seed)
+    tpw = tokens_per_word(url, headers, rng)
+    words = lambda n_tokens: " ".join(rng.choice(WORDS) for _ in range(max(1, round(n_tokens / tpw))))
+    systems = [f"System {g}: " + words(args.gsp_system_prompt_len) for g in range(args.gsp_num_groups)]
+    n = args.gsp_num_groups * args.gsp_prompts_per_group
+    if args.gsp_hot_share > 0 and args.gsp_num_groups > 1:
+        groups = [0 if rng.random() < args.gsp_hot_share else rng.randrange(1, args.gsp_num_groups) for _ in range(n)]
+    else:
+        groups = [g for g in range(args.gsp_num_groups) for _ in range(args.gsp_prompts_per_group)]
+        rng.shuffle(groups)
+    return [(systems[g] + "\n\nQuestion %d: " % i + words(args.gsp_question_len) + "?", g) for i, g in enumerate(groups)]
+
+
 def one(url, model, prompt, args, headers, rec):
     body = {"model": model, "prompt": prompt, "max_tokens": args.max_tokens, "stream": True,
             "stream_options": {"include_usage": True}, "temperature": args.temperature}
@@ -78,6 +108,7 @@ def one(url, model, prompt, args, headers, rec):
     rec["chunks"] = []
     try:
         conn, r = request(url, "POST", "/v1/completions", body, headers)
+        rec["instance"] = r.getheader("x-weft-instance")
         if r.status != 200:
             rec["error"] = f"HTTP {r.status}: {r.read()[:200]!r}"
             conn.close()
@@ -104,6 +135,8 @@ def one(url, model, prompt, args, headers, rec):
         rec["t_done"] = time.perf_counter()
         rec["tokens"] = usage["completion_tokens"] if usage else len(rec["chunks"])
         rec["prompt_tokens"] = usage["prompt_tokens"] if usage else None
+        details = (usage or {}).get("prompt_tokens_details") or {}
+        rec["cached_tokens"] = details.get("cached_tokens")
     except (OSError, ValueError) as e:
         rec["error"] = repr(e)
 
@@ -133,7 +166,16 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", default=None, help="write the results here")
     ap.add_argument("--plot", default=None, help="write a PNG plot here (needs matplotlib)")
+    ap.add_argument("--shared-prefix", action="store_true", help="SGLang's generated-shared-prefix workload (--gsp-*)")
+    ap.add_argument("--gsp-num-groups", type=int, default=64)
+    ap.add_argument("--gsp-prompts-per-group", type=int, default=16)
+    ap.add_argument("--gsp-system-prompt-len", type=int, default=2048)
+    ap.add_argument("--gsp-question-len", type=int, default=128)
+    ap.add_argument("--gsp-output-len", type=int, default=256)
+    ap.add_argument("--gsp-hot-share", type=float, default=0, help="fraction of requests on group 0's prefix")
     args = ap.parse_args()
+    if args.shared_prefix:
+        args.max_tokens = args.gsp_output_len
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
 
     model = args.model
@@ -141,15 +183,22 @@ def main():
         conn, r = request(args.url, "GET", "/v1/models", headers=headers)
         model = json.loads(r.read())["data"][0]["id"]
         conn.close()
-    prompts = make_prompts(args.url, args.requests, args.prompt_tokens, headers, args.seed)
+    if args.shared_prefix:
+        pairs = make_shared_prefix(args.url, args, headers)
+        prompts = [p for p, _ in pairs]
+    else:
+        prompts = make_prompts(args.url, args.requests, args.prompt_tokens, headers, args.seed)
     recs = [dict() for _ in prompts]
     sem = threading.Semaphore(args.concurrency if args.rate <= 0 else len(prompts))
     threads = []
     rng = random.Random(args.seed)
     t0 = time.perf_counter()
+    due = t0
     for i, p in enumerate(prompts):
         if args.rate > 0 and i:
-            time.sleep(rng.expovariate(args.rate))
+            # Poisson arrivals on an absolute schedule: starting a thread does not slow the rate
+            due += rng.expovariate(args.rate)
+            time.sleep(max(0.0, due - time.perf_counter()))
         sem.acquire()
 
         def run(i=i, p=p):
@@ -171,6 +220,13 @@ def main():
     lat = [r["t_done"] - r["t_send"] for r in ok]
     gen = sum(r["tokens"] for r in ok)
     ptoks = [r["prompt_tokens"] for r in ok if r.get("prompt_tokens")]
+    with_cache = [r for r in ok if r.get("cached_tokens") is not None]
+    per_instance = {}
+    for r in ok:
+        d = per_instance.setdefault(r.get("instance") or "?", {"requests": 0, "prompt_tokens": 0, "uncached_tokens": 0})
+        d["requests"] += 1
+        d["prompt_tokens"] += r.get("prompt_tokens") or 0
+        d["uncached_tokens"] += (r.get("prompt_tokens") or 0) - (r.get("cached_tokens") or 0)
     res = {
         "url": args.url, "model": model, "requests": len(prompts), "ok": len(ok), "errors": len(errors),
         "concurrency": args.concurrency if args.rate <= 0 else None, "rate": args.rate or None,
@@ -180,12 +236,25 @@ def main():
         "ttft_ms": {f"p{p}": 1e3 * pct(ttft, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(ttft) if ttft else None},
         "itl_ms": {f"p{p}": 1e3 * pct(itl, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(itl) if itl else None},
         "latency_s": {f"p{p}": pct(lat, p) for p in (50, 90, 99)},
+        "hit_rate": (sum(1 for r in with_cache if r["cached_tokens"] > 0) / len(with_cache)) if with_cache else None,
+        "cached_token_share": (sum(r["cached_tokens"] for r in with_cache) /
+                               max(1, sum(r["prompt_tokens"] or 0 for r in with_cache))) if with_cache else None,
+        "per_instance": per_instance,
+        "workload": ({"shared_prefix": True, "groups": args.gsp_num_groups, "prompts_per_group": args.gsp_prompts_per_group,
+                      "system_prompt_len": args.gsp_system_prompt_len, "question_len": args.gsp_question_len,
+                      "output_len": args.gsp_output_len, "hot_share": args.gsp_hot_share}
+                     if args.shared_prefix else {"shared_prefix": False, "prompt_tokens": args.prompt_tokens}),
         "first_errors": errors[:5],
     }
     print(f"{res['ok']}/{res['requests']} requests ok in {wall:.1f} s against {args.url} ({model}); "
           f"prompts ~{res['prompt_tokens_mean'] or args.prompt_tokens:.0f} tokens, {args.max_tokens} new; "
           + (f"concurrency {args.concurrency}" if args.rate <= 0 else f"rate {args.rate}/s"))
     print(f"aggregate generation: {res['gen_tokens_per_s']:.1f} tokens/s, {res['requests_per_s']:.2f} requests/s")
+    if res["hit_rate"] is not None:
+        print(f"prefix hits: {res['hit_rate']:.1%} of requests, {res['cached_token_share']:.1%} of prompt tokens cached")
+    if len(per_instance) > 1 or "?" not in per_instance:
+        print("per instance: " + ", ".join(f"{k} {v['requests']} req / {v['uncached_tokens']} prefill tok"
+                                           for k, v in sorted(per_instance.items())))
     print("| metric        |      P50 |      P90 |      P99 |")
     print("|---------------|----------|----------|----------|")
     for name, d, unit in (("TTFT ms", res["ttft_ms"], 1), ("ITL ms", res["itl_ms"], 1), ("latency s", res["latency_s"], 1)):

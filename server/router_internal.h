@@ -13,7 +13,7 @@
 #include "server/tenants.h"
 #include "server/workers.h"
 
-#define ROUTER_LAT_BUCKETS 12
+#define ROUTER_LAT_BUCKETS 18
 
 /* per instance: its connections and subscriptions */
 struct inst_io {

@@ -13,8 +13,9 @@
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
 #define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" */
 
-const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
-                                                      0.01,   0.025,   0.05,   0.1,   0.25,   1.0};
+const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
+                                                      0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
+                                                      0.01,    0.025,  0.05,   0.1,    0.25,   1.0};
 
 struct pxy {
     struct weft_router *r;
