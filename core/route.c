@@ -5,6 +5,7 @@
 
 #define DEF_STALE_S 2.0
 #define DEF_GEN_TOKENS 64.0
+#define MAX_GEN_TOKENS 512u
 
 static bool eligible(const struct weft_route_config *cfg, const struct weft_route_instance *in)
 {
@@ -54,9 +55,9 @@ static bool better(const struct weft_route_config *cfg, const struct weft_route_
         if (lx != ly) return lx < ly;
         return a->index < b->index;
     }
-    /* weft: seconds first, compared with a relative tolerance so that float
-     * noise (the same work on equal instances) falls to the tie-breaks */
-    double ta = a->predicted_ttft_s, tb = b->predicted_ttft_s;
+    /* weft: seconds to the end first, compared with a relative tolerance so
+     * that float noise (the same work on equal instances) falls to the tie-breaks */
+    double ta = a->predicted_e2e_s, tb = b->predicted_e2e_s;
     double tol = 1e-9 * (ta > tb ? ta : tb);
     if (ta < tb - tol) return true;
     if (tb < ta - tol) return false;
@@ -77,8 +78,14 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
         if (!eligible(cfg, &inst[i])) continue;
         if (cfg->policy == WEFT_ROUTE_WEFT && !(inst[i].prefill_tps > 0)) continue;  /* not measured yet */
         struct weft_route_choice c = {.index = i};
-        if (cfg->policy == WEFT_ROUTE_WEFT) c.predicted_ttft_s = predicted_ttft(req, &inst[i], &c.matched_tokens);
-        else uncached(req, &inst[i], &c.matched_tokens);
+        if (cfg->policy == WEFT_ROUTE_WEFT) {
+            c.predicted_ttft_s = predicted_ttft(req, &inst[i], &c.matched_tokens);
+            c.predicted_e2e_s = c.predicted_ttft_s;
+            uint32_t gen = req->max_tokens < MAX_GEN_TOKENS ? req->max_tokens : MAX_GEN_TOKENS;
+            if (gen && inst[i].decode_row_tps > 0) c.predicted_e2e_s += gen / inst[i].decode_row_tps;
+        } else {
+            uncached(req, &inst[i], &c.matched_tokens);
+        }
         if (c.matched_tokens > best_match) best_match = c.matched_tokens;
         out[k++] = c;
     }

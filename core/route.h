@@ -8,6 +8,11 @@
  *   ttft_i = (queued prefill tokens_i + this request's uncached tokens_i)
  *            / measured prefill rate_i  +  slot wait_i
  *
+ * plus, when the request says how many tokens it may generate and the
+ * instance's per-sequence decode rate is known, the time to generate them
+ * there (min(max_tokens, 512) / decode_row_tps): the request goes where it
+ * will finish soonest, so a faster decoder takes more of the long answers.
+ *
  * where uncached_i = prompt tokens - the prefix instance i already holds
  * (matched blocks x 16), and slot wait_i is the time for one running
  * request to finish when the instance has no free sequence slot (decode
@@ -51,6 +56,7 @@ struct weft_route_instance {
     double age_s;              /* since its state was last refreshed */
     double prefill_tps;        /* measured prompt tokens/s (> 0; else it is not ranked by weft) */
     double decode_tps;         /* measured generated tokens/s over all its running rows */
+    double decode_row_tps;     /* one sequence's measured decode rate (tokens/s); 0: unknown */
     uint32_t running, waiting; /* requests, as reported plus dispatched since */
     uint32_t max_seqs, max_waiting;
     uint64_t queued_prefill_tokens; /* as reported plus dispatched since */
@@ -72,6 +78,7 @@ struct weft_route_config {
 struct weft_route_choice {
     uint32_t index;            /* into the instances given */
     double predicted_ttft_s;
+    double predicted_e2e_s;    /* ttft + the generation time (= ttft when unknown) */
     uint32_t matched_tokens;
     enum weft_route_reason reason;
 };

@@ -277,12 +277,12 @@ static void route_and_forward(struct pxy *x)
     const struct fleet_decision *d = &x->d;
     int k = snprintf(x->extra, sizeof x->extra,
                      "x-weft-instance: %s\r\nx-weft-route: policy=%s; reason=%s; matched=%u; prompt=%u; "
-                     "predicted_ttft_ms=%.3f",
+                     "predicted_ttft_ms=%.3f; predicted_e2e_ms=%.3f",
                      d->in->name, weft_route_policy_name(r->fleet.cfg.policy), weft_route_reason_name(d->best.reason),
-                     d->best.matched_tokens, d->n_prompt, d->best.predicted_ttft_s * 1e3);
+                     d->best.matched_tokens, d->n_prompt, d->best.predicted_ttft_s * 1e3, d->best.predicted_e2e_s * 1e3);
     if (d->runner_up && k > 0 && (size_t)k < sizeof x->extra)
-        k += snprintf(x->extra + k, sizeof x->extra - (size_t)k, "; runner_up=%s; runner_up_ttft_ms=%.3f",
-                      d->runner_up->name, d->second.predicted_ttft_s * 1e3);
+        k += snprintf(x->extra + k, sizeof x->extra - (size_t)k, "; runner_up=%s; runner_up_ttft_ms=%.3f; runner_up_e2e_ms=%.3f",
+                      d->runner_up->name, d->second.predicted_ttft_s * 1e3, d->second.predicted_e2e_s * 1e3);
     if (k > 0 && (size_t)k < sizeof x->extra - 3) snprintf(x->extra + k, sizeof x->extra - (size_t)k, "\r\n");
     forward(x, d->in);
 }

@@ -116,6 +116,25 @@ static void unequal_speeds_get_proportional_shares(void)
     }
 }
 
+/* "Finish soonest": with equal prefill, the faster decoder takes a long
+ * answer; a request that says nothing of its length is a tie. */
+static void a_long_answer_goes_to_the_faster_decoder(void)
+{
+    struct weft_route_instance in[2] = {idle(2000), idle(2000)};
+    in[0].decode_row_tps = 20;
+    in[1].decode_row_tps = 80;
+    struct weft_route_request rq = {.n_prompt = 200, .max_tokens = 100};
+    struct weft_route_choice c;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 1);
+    CHECK_NEAR(c.predicted_e2e_s - c.predicted_ttft_s, 100.0 / 80, 1e-9);
+    rq.max_tokens = 0;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 0);
+    /* a long prefill queue at the fast decoder outweighs its decode gain */
+    rq.max_tokens = 100;
+    in[1].queued_prefill_tokens = 20000;  /* 10 s */
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 0);
+}
+
 static void ties_break_the_same_way_every_time(void)
 {
     struct weft_route_instance in[4] = {idle(1000), idle(1000), idle(1000), idle(1000)};
@@ -223,6 +242,7 @@ int main(void)
     RUN(prefix_holder_wins_when_idle);
     RUN(prefix_holder_loses_when_its_wait_exceeds_recompute);
     RUN(unequal_speeds_get_proportional_shares);
+    RUN(a_long_answer_goes_to_the_faster_decoder);
     RUN(ties_break_the_same_way_every_time);
     RUN(unhealthy_stale_and_full_are_never_chosen);
     RUN(without_shared_prefixes_it_is_least_load);

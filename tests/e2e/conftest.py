@@ -86,9 +86,9 @@ class Server:
             if not line:
                 break
             self.log.append(line)
-            m = re.search(r"listening on http://[^:]+:(\d+)", line)
+            m = re.search(r"listening on http://([^:\s]+):(\d+)", line)
             if m:
-                self.port = int(m.group(1))
+                self.host, self.port = m.group(1), int(m.group(2))
                 break
         if self.port is None:
             self.proc.kill()
@@ -96,7 +96,7 @@ class Server:
         # keep draining stderr so the server never blocks on a full pipe
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.base = f"http://{self.host}:{self.port}"
 
     def _read(self):
         for line in self.proc.stderr:
