@@ -167,9 +167,10 @@ SCENARIOS = {
 
 def run_scenario(args, name):
     sc = SCENARIOS[name]
-    rows = {p: [] for p in sc["policies"]}
+    pols = [p for p in sc["policies"] if not args.policies or p in args.policies.split(",")]
+    rows = {p: [] for p in pols}
     for run in range(args.runs):
-        for pol in sc["policies"]:
+        for pol in pols:
             insts = start_instances(args, sc["instances"])
             router = Proc([args.weft, "router", "-m", args.model, "--port", "0", "--policy", pol, "--poll-ms", "100"] +
                           sum((["--instance", i.url] for i in insts), []), "weft router")
@@ -218,7 +219,7 @@ def report(name, rows):
               f"| {med(rs, lambda r: r['ttft_ms']['p99']):7.1f} | {med(rs, lambda r: r['itl_ms']['p99']):10.1f} "
               f"| {med(rs, lambda r: r['hit_rate']) if rs[0]['hit_rate'] is not None else float('nan'):5.1%} | {share}")
     w = rows.get("weft")
-    if not w:
+    if not w or any(p not in rows for p in SCENARIOS[name]["policies"]):
         return
     if name == "real-shared":
         rr = rows["round-robin"]
@@ -272,6 +273,7 @@ def main():
     ap.add_argument("--model", default=default_model())
     ap.add_argument("--out", default=os.path.join(ROOT, "bench-out"))
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--policies", default=None, help="comma-separated subset of each scenario's policies")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     all_rows = {}

@@ -13,6 +13,13 @@
  * there (min(max_tokens, 512) / decode_row_tps): the request goes where it
  * will finish soonest, so a faster decoder takes more of the long answers.
  *
+ * And when the instance has no free KV blocks for the request's new ones,
+ * each block it must take evicts a cached block it will likely have to
+ * recompute: (blocks needed - free blocks) x 16 / prefill rate is added
+ * too. So a prefix is copied freely while there is room, and under KV
+ * pressure only when waiting for its holder costs more than the copy and
+ * the damage it does together (a copy that thrashes the cache is no gain).
+ *
  * where uncached_i = prompt tokens - the prefix instance i already holds
  * (matched blocks x 16), and slot wait_i is the time for one running
  * request to finish when the instance has no free sequence slot (decode
@@ -61,6 +68,8 @@ struct weft_route_instance {
     uint32_t max_seqs, max_waiting;
     uint64_t queued_prefill_tokens; /* as reported plus dispatched since */
     uint32_t matched_blocks;   /* leading blocks of this request's prompt it holds (from the index) */
+    bool kv_known;             /* kv_free_blocks is reported */
+    uint32_t kv_free_blocks;   /* blocks neither in use nor caching a prefix */
     double mean_gen_tokens;    /* generated tokens per request there (slot wait), 0: 64 */
 };
 

@@ -236,6 +236,10 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
         r->max_waiting = l->max_waiting;
         r->queued_prefill_tokens = l->queued_prefill_tokens > in->own_queued ? l->queued_prefill_tokens : in->own_queued;
         r->matched_blocks = n_hashes ? weft_prefix_index_match(&in->ix, hashes, n_hashes) : 0;
+        /* free blocks as reported, less what the router dispatched since (its uncached prompts) */
+        uint64_t pending = in->own_queued / 16;
+        r->kv_known = l->kv_total > 0;
+        r->kv_free_blocks = l->kv_free > pending ? (uint32_t)(l->kv_free - pending) : 0;
     }
     struct weft_route_config rc = {.policy = f->cfg.policy, .stale_s = f->cfg.stale_s, .rr_next = f->rr_next};
     struct weft_route_request rq = {.n_prompt = n_prompt, .max_tokens = max_tokens};

@@ -77,6 +77,26 @@ static void prefix_holder_loses_when_its_wait_exceeds_recompute(void)
     CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 1);
 }
 
+/* Under KV pressure a copy evicts cached prefixes the instance will have to
+ * recompute: the holder keeps a request it would lose with room to spare. */
+static void a_copy_that_would_evict_costs_its_damage(void)
+{
+    struct weft_route_instance in[2] = {idle(1000), idle(1000)};
+    in[0].matched_blocks = 12;
+    in[0].queued_prefill_tokens = 250;  /* the wait at the holder exceeds recomputing 192 tokens */
+    struct weft_route_request rq = {.n_prompt = 200};
+    in[0].kv_known = in[1].kv_known = true;
+    in[0].kv_free_blocks = in[1].kv_free_blocks = 100;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 1);  /* room: copied */
+    in[1].kv_free_blocks = 0;                        /* full: 13 blocks evicted there (208 tokens to redo) */
+    struct weft_route_choice c;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 0);
+    CHECK_NEAR(c.predicted_e2e_s, (250.0 + 8) / 1000, 1e-9);
+    /* a much longer wait still moves it */
+    in[0].queued_prefill_tokens = 2000;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 1);
+}
+
 /* Requests of unique prompts arrive at 1.2x what the fleet can compute
  * (saturated: every queue grows); each instance drains its queue at its
  * rate. Each request goes where it would start soonest, so the queues grow
@@ -241,6 +261,7 @@ int main(void)
 {
     RUN(prefix_holder_wins_when_idle);
     RUN(prefix_holder_loses_when_its_wait_exceeds_recompute);
+    RUN(a_copy_that_would_evict_costs_its_damage);
     RUN(unequal_speeds_get_proportional_shares);
     RUN(a_long_answer_goes_to_the_faster_decoder);
     RUN(ties_break_the_same_way_every_time);
