@@ -134,17 +134,18 @@ def loadgen(args, url, lg_args, out):
 
 
 SCENARIOS = {
-    # 5 x 900-token prefixes (about 57 blocks each) over two instances of 182 KV blocks
-    # (2,912 tokens; -c 2048 so that the one-full-context floor does not raise it): 78 % of the fleet's KV
+    # 5 x 600-token prefixes (38 blocks each, 190 in all) over two instances of 136 KV blocks
+    # (--kv-mib 48; -c 2048 so that the one-full-context floor does not raise it): 70 % of the
+    # fleet's KV, more than one instance holds
     "real-shared": dict(
-        instances=[{"cpu": 0, "extra": ["--kv-mib", "64", "-c", "2048"]},
-                   {"cpu": 1, "extra": ["--kv-mib", "64", "-c", "2048"]}],
-        loadgen=["--shared-prefix", "--gsp-num-groups", "5", "--gsp-prompts-per-group", "12",
-                 "--gsp-system-prompt-len", "900", "--gsp-question-len", "32", "--gsp-output-len", "16", "-c", "6"],
+        instances=[{"cpu": 0, "extra": ["--kv-mib", "48", "-c", "2048"]},
+                   {"cpu": 1, "extra": ["--kv-mib", "48", "-c", "2048"]}],
+        loadgen=["--shared-prefix", "--gsp-num-groups", "5", "--gsp-prompts-per-group", "16",
+                 "--gsp-system-prompt-len", "600", "--gsp-question-len", "32", "--gsp-output-len", "16", "-c", "6"],
         policies=POLICIES),
     "real-unique": dict(
-        instances=[{"cpu": 0, "extra": ["--kv-mib", "64", "-c", "2048"]},
-                   {"cpu": 1, "extra": ["--kv-mib", "64", "-c", "2048"]}],
+        instances=[{"cpu": 0, "extra": ["--kv-mib", "48", "-c", "2048"]},
+                   {"cpu": 1, "extra": ["--kv-mib", "48", "-c", "2048"]}],
         loadgen=["-n", "48", "--prompt-tokens", "200", "--max-tokens", "16", "--ignore-eos", "-c", "6"],
         policies=("least-load", "weft")),
     "mock-speeds": dict(
