@@ -48,6 +48,7 @@ struct weft_engine {
     uint64_t generated, submitted, finished, aborted, rejected;
     double prefill_tps, decode_tps;  /* moving averages over live steps */
     uint32_t decode_rows;
+    double decode_row_tps;           /* each sequence advances one token per decode step */
 };
 
 #define RATE_ALPHA 0.2  /* weight of the newest step in the moving averages */
@@ -72,6 +73,7 @@ static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decod
     if (dt <= 0) return;
     if (prefill == 0 && decode > 0) {
         ewma(&e->decode_tps, decode / dt);
+        ewma(&e->decode_row_tps, 1.0 / dt);
         e->decode_rows = decode;
         return;
     }
@@ -547,6 +549,7 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->prefill_tps = e->prefill_tps;
     out->decode_tps = e->decode_tps;
     out->decode_rows = e->decode_rows;
+    out->decode_row_tps = e->decode_row_tps;
     struct weft_sched_req *const *q;
     uint32_t n = weft_sched_waiting(e->sched, &q);
     for (uint32_t i = 0; i < n; i++)
@@ -586,7 +589,7 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
         if (st == WEFT_OK) st = weft_engine_run_all(e);
         if (pass == 0) {
             pthread_mutex_lock(&e->mu);
-            e->prefill_tps = e->decode_tps = 0;
+            e->prefill_tps = e->decode_tps = e->decode_row_tps = 0;
             pthread_mutex_unlock(&e->mu);
         }
     }

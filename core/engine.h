@@ -92,6 +92,7 @@ struct weft_engine_stats {
      * prefill, generated tokens per second (all rows of a decode step). */
     double prefill_tps, decode_tps;
     uint32_t decode_rows;            /* rows of the last decode step the rate was measured on */
+    double decode_row_tps;           /* one sequence's decode rate: 1 / decode-step time (moving average) */
 };
 
 struct weft_engine;

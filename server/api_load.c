@@ -83,14 +83,15 @@ void server_do_load(struct weft_server *s, struct http_conn *c)
     json_t *j = json_pack(
         "{s:s,s:s,s:b,s:i,s:i,s:I,s:i,"
         "s:{s:i,s:{s:i,s:i,s:i,s:i},s:{s:i,s:i}},"
-        "s:f,s:f,s:i,s:o,s:s,s:s,"
+        "s:f,s:f,s:f,s:i,s:o,s:s,s:s,"
         "s:{s:i,s:i,s:i}}",
         "role", "both", "model", s->model_id, "draining", s->draining, "running", (int)es.running, "waiting",
         (int)es.waiting, "queued_prefill_tokens", (json_int_t)es.queued_prefill_tokens, "tokenizing",
         (int)weft_workers_pending(s->workers),
         "kv", "block_tokens", WEFT_KV_BLOCK_TOKENS, "device", "used", (int)kv->used, "cached", (int)kv->cached, "free",
         (int)kv->free, "total", (int)kv->n_blocks, "host", "used", (int)kv->host_used, "total", (int)kv->n_host_blocks,
-        "prefill_tokens_per_s", es.prefill_tps, "decode_tokens_per_s", es.decode_tps, "decode_rows",
+        "prefill_tokens_per_s", es.prefill_tps, "decode_tokens_per_s", es.decode_tps,
+        "decode_row_tokens_per_s", es.decode_row_tps, "decode_rows",
         (int)es.decode_rows, "devices", devs, "fingerprint", fp, "kv_type", weft_type_name(s->cfg.engine.kv_type ?
         s->cfg.engine.kv_type : WEFT_TYPE_F16),
         "limits", "max_seqs", (int)(s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64), "max_waiting",

@@ -49,6 +49,8 @@ bool fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char
     out->prefill_tps = json_number_value(pf);
     out->decode_tps = json_is_number(dc) ? json_number_value(dc) : 0;
     out->decode_rows = u32_of(json_object_get(j, "decode_rows"));
+    json_t *dr = json_object_get(j, "decode_row_tokens_per_s");
+    out->decode_row_tps = json_is_number(dr) ? json_number_value(dr) : 0;
     out->block_tokens = u32_of(json_object_get(kv, "block_tokens"));
     json_t *dev = json_object_get(kv, "device"), *host = json_object_get(kv, "host");
     out->kv_used = u32_of(json_object_get(dev, "used"));
@@ -228,7 +230,7 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
         r->age_s = now - in->load_at;
         r->prefill_tps = l->prefill_tps > 0 ? l->prefill_tps : def_p;
         r->decode_tps = l->decode_tps > 0 ? l->decode_tps : def_d;
-        r->decode_row_tps = l->decode_tps > 0 ? l->decode_tps / (l->decode_rows ? l->decode_rows : 1) : 0;
+        r->decode_row_tps = l->decode_row_tps;
         /* the report, or the router's own count when that is larger (dispatched since) */
         r->running = l->running > in->own_running ? l->running : in->own_running;
         r->waiting = l->waiting > in->own_waiting ? l->waiting : in->own_waiting;

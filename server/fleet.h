@@ -32,6 +32,7 @@ struct fleet_load {
     uint32_t kv_used, kv_cached, kv_free, kv_total, host_used, host_total;
     double prefill_tps, decode_tps;
     uint32_t decode_rows;          /* rows in the steps decode_tps was measured on */
+    double decode_row_tps;         /* one sequence's decode rate */
     uint32_t max_seqs, max_waiting, n_ctx;
     char fingerprint[WEFT_FINGERPRINT_STR];
     char device[96];               /* first device's name */
