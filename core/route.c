@@ -82,7 +82,7 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
             c.predicted_ttft_s = predicted_ttft(req, &inst[i], &c.matched_tokens);
             c.predicted_e2e_s = c.predicted_ttft_s;
             uint32_t gen = req->max_tokens < MAX_GEN_TOKENS ? req->max_tokens : MAX_GEN_TOKENS;
-            if (gen && inst[i].decode_row_tps > 0) c.predicted_e2e_s += gen / inst[i].decode_row_tps;
+            if (cfg->decode_aware && gen && inst[i].decode_row_tps > 0) c.predicted_e2e_s += gen / inst[i].decode_row_tps;
             if (inst[i].kv_known) {
                 /* blocks this request takes there beyond the free ones evict cached prefixes */
                 uint64_t total = ((uint64_t)req->n_prompt + gen + WEFT_ROUTE_BLOCK_TOKENS - 1) / WEFT_ROUTE_BLOCK_TOKENS;

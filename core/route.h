@@ -8,10 +8,13 @@
  *   ttft_i = (queued prefill tokens_i + this request's uncached tokens_i)
  *            / measured prefill rate_i  +  slot wait_i
  *
- * plus, when the request says how many tokens it may generate and the
- * instance's per-sequence decode rate is known, the time to generate them
- * there (min(max_tokens, 512) / decode_row_tps): the request goes where it
- * will finish soonest, so a faster decoder takes more of the long answers.
+ * plus, with cfg.decode_aware, when the request says how many tokens it may
+ * generate and the instance's per-sequence decode rate is known, the time
+ * to generate them there (min(max_tokens, 512) / decode_row_tps), so a
+ * faster decoder takes more of the long answers. Off by default: on the
+ * CPU fleet measured, live per-sequence decode rates vary with each step's
+ * batch by more than the queue differences the ranking must see, and the
+ * term cost prefix hits (bench/fleet.sh real-shared).
  *
  * And when the instance has no free KV blocks for the request's new ones,
  * each block it must take evicts a cached block it will likely have to
@@ -82,6 +85,7 @@ struct weft_route_config {
     enum weft_route_policy policy;
     double stale_s;            /* 0: 2 s */
     uint64_t rr_next;          /* round-robin: the turn (the caller advances it) */
+    bool decode_aware;         /* weft: add the generation time (see above) */
 };
 
 struct weft_route_choice {

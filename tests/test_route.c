@@ -140,6 +140,7 @@ static void unequal_speeds_get_proportional_shares(void)
  * answer; a request that says nothing of its length is a tie. */
 static void a_long_answer_goes_to_the_faster_decoder(void)
 {
+    const struct weft_route_config weft = {.policy = WEFT_ROUTE_WEFT, .decode_aware = true};
     struct weft_route_instance in[2] = {idle(2000), idle(2000)};
     in[0].decode_row_tps = 20;
     in[1].decode_row_tps = 80;
@@ -149,6 +150,10 @@ static void a_long_answer_goes_to_the_faster_decoder(void)
     CHECK_NEAR(c.predicted_e2e_s - c.predicted_ttft_s, 100.0 / 80, 1e-9);
     rq.max_tokens = 0;
     CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 0);
+    /* not asked for (the default): the generation time is not counted */
+    static const struct weft_route_config plain = {.policy = WEFT_ROUTE_WEFT};
+    rq.max_tokens = 100;
+    CHECK_EQ_INT(pick(&plain, &rq, in, 2, NULL), 0);
     /* a long prefill queue at the fast decoder outweighs its decode gain */
     rq.max_tokens = 100;
     in[1].queued_prefill_tokens = 20000;  /* 10 s */
