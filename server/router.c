@@ -39,28 +39,41 @@ static bool buf_add(char **b, size_t *len, size_t *cap, const char *d, size_t n,
 
 /* ---- /load polling ---- */
 
-static void poll_head(void *u, int status, const struct http_header *h, uint32_t n)
+/* head and body callbacks of a whole-answer request (user: a struct body_buf) */
+static void collect_head(void *u, int status, const struct http_header *h, uint32_t n)
 {
     (void)h;
     (void)n;
-    ((struct inst_io *)u)->pstatus = status;
+    ((struct body_buf *)u)->status = status;
 }
 
-static void poll_body(void *u, const char *d, size_t n)
+static void collect_body(void *u, const char *d, size_t n)
 {
-    struct inst_io *io = u;
-    if (!buf_add(&io->pbuf, &io->plen, &io->pcap, d, n, MAX_LOAD_BODY)) io->pstatus = -1;
+    struct body_buf *b = u;
+    if (!buf_add(&b->b, &b->len, &b->cap, d, n, b->max)) b->status = -1;
+}
+
+static void body_reset(struct body_buf *b, bool release)
+{
+    b->len = 0;
+    b->status = 0;
+    if (release) {
+        free(b->b);
+        b->b = NULL;
+        b->cap = 0;
+    }
 }
 
 static void poll_done(void *u, int err)
 {
-    struct inst_io *io = u;
+    struct inst_io *io = ((struct body_buf *)u)->io;
     struct weft_router *r = io->r;
     io->poll = NULL;
     struct fleet_load l;
     char msg[160];
     bool was = io->in->healthy;
-    if (err == 0 && io->pstatus == 200 && fleet_parse_load(io->pbuf ? io->pbuf : "", io->plen, &l, msg, sizeof msg)) {
+    if (err == 0 && io->load.status == 200 &&
+        fleet_parse_load(io->load.b ? io->load.b : "", io->load.len, &l, msg, sizeof msg)) {
         if (!r->fingerprint[0] && l.fingerprint[0]) {
             snprintf(r->fingerprint, sizeof r->fingerprint, "%s", l.fingerprint);
             fprintf(stderr, "weft router: fleet model %s (fingerprint %s, from %s)\n", l.model, l.fingerprint,
@@ -83,17 +96,17 @@ static void poll_done(void *u, int err)
         if (was || io->in->poll_failures == 1)
             fprintf(stderr, "weft router: %s did not answer /load (%s)\n", io->in->name,
                     err ? (err == HCL_E_TIMEOUT ? "timeout" : err == HCL_E_PROTOCOL ? "not HTTP" : uv_strerror(err))
-                        : io->pstatus == 200 ? msg : "bad status");
+                        : io->load.status == 200 ? msg : "bad status");
         if (io->events) {  /* what it holds is unknown until it is back */
             hcl_cancel(io->events);
             io->events = NULL;
             fleet_kv_unsynced(io->in);
         }
     }
-    io->plen = 0;
+    body_reset(&io->load, false);
 }
 
-static const struct hcl_callbacks poll_cbs = {poll_head, poll_body, poll_done};
+static const struct hcl_callbacks poll_cbs = {collect_head, collect_body, poll_done};
 
 static void upstream_headers(const struct weft_router *r, char *buf, size_t cap)
 {
@@ -191,24 +204,11 @@ static void events_start(struct inst_io *io)
     if (hcl_request(io->pool, &o, &events_cbs, io, &io->events) != 0) io->events = NULL;
 }
 
-static void snap_head(void *u, int status, const struct http_header *h, uint32_t n)
-{
-    (void)h;
-    (void)n;
-    ((struct inst_io *)u)->sstatus = status;
-}
-
-static void snap_body(void *u, const char *d, size_t n)
-{
-    struct inst_io *io = u;
-    if (!buf_add(&io->sbuf, &io->slen, &io->scap, d, n, MAX_INDEX_BODY)) io->sstatus = -1;
-}
-
 static void snap_done(void *u, int err)
 {
-    struct inst_io *io = u;
+    struct inst_io *io = ((struct body_buf *)u)->io;
     io->snapshot = NULL;
-    json_t *j = err == 0 && io->sstatus == 200 ? json_loadb(io->sbuf, io->slen, 0, NULL) : NULL;
+    json_t *j = err == 0 && io->index.status == 200 ? json_loadb(io->index.b, io->index.len, 0, NULL) : NULL;
     json_t *blocks = json_object_get(j, "blocks");
     json_t *sq = json_object_get(j, "seq");
     bool ok = json_is_array(blocks) && json_is_integer(sq) && !io->held_overflow;
@@ -224,14 +224,11 @@ static void snap_done(void *u, int err)
     json_decref(j);
     io->n_held = 0;
     io->held_overflow = false;
-    io->slen = 0;
-    free(io->sbuf);
-    io->sbuf = NULL;
-    io->scap = 0;
+    body_reset(&io->index, true);  /* snapshots are rare and large: do not keep the buffer */
     if (!ok) fleet_kv_unsynced(io->in);  /* the next hello or poll tries again */
 }
 
-static const struct hcl_callbacks snap_cbs = {snap_head, snap_body, snap_done};
+static const struct hcl_callbacks snap_cbs = {collect_head, collect_body, snap_done};
 
 static void snapshot_start(struct inst_io *io)
 {
@@ -242,8 +239,8 @@ static void snapshot_start(struct inst_io *io)
     char h[512];
     upstream_headers(io->r, h, sizeof h);
     struct hcl_opts o = {.method = "GET", .path = "/v1/kv/index", .headers = h, .timeout_ms = 30000};
-    io->sstatus = 0;
-    if (hcl_request(io->pool, &o, &snap_cbs, io, &io->snapshot) != 0) io->snapshot = NULL;
+    body_reset(&io->index, false);
+    if (hcl_request(io->pool, &o, &snap_cbs, &io->index, &io->snapshot) != 0) io->snapshot = NULL;
 }
 
 /* ---- instances ---- */
@@ -261,6 +258,8 @@ static struct inst_io *io_create(struct weft_router *r, struct fleet_instance *i
     if (io) {
         io->r = r;
         io->in = in;
+        io->load = (struct body_buf){.io = io, .max = MAX_LOAD_BODY};
+        io->index = (struct body_buf){.io = io, .max = MAX_INDEX_BODY};
         if (hcl_pool_create(r->loop, res->ai_addr, in->name, 32, 0, &io->pool) != 0) {
             free(io);
             io = NULL;
@@ -286,8 +285,8 @@ static void io_free(struct inst_io *io)
     io_release(io);
     hcl_pool_free(io->pool);
     io->in->io = NULL;
-    free(io->pbuf);
-    free(io->sbuf);
+    free(io->load.b);
+    free(io->index.b);
     free(io->ebuf);
     free(io->held);
     free(io);
@@ -342,9 +341,8 @@ static void on_poll(uv_timer_t *t)
         if (!io) continue;
         if (!io->poll) {
             struct hcl_opts o = {.method = "GET", .path = "/load", .headers = h, .timeout_ms = timeout};
-            io->pstatus = 0;
-            io->plen = 0;
-            if (hcl_request(io->pool, &o, &poll_cbs, io, &io->poll) != 0) {
+            body_reset(&io->load, false);
+            if (hcl_request(io->pool, &o, &poll_cbs, &io->load, &io->poll) != 0) {
                 io->poll = NULL;
                 fleet_poll_failed(io->in);
             }

@@ -15,17 +15,21 @@
 
 #define ROUTER_LAT_BUCKETS 18
 
+/* An answer collected whole (status, body up to max bytes; past it status -1). */
+struct body_buf {
+    struct inst_io *io;
+    char *b;
+    size_t len, cap, max;
+    int status;
+};
+
 /* per instance: its connections and subscriptions */
 struct inst_io {
     struct weft_router *r;
     struct fleet_instance *in;
     struct hcl_pool *pool;
     struct hcl_req *poll, *events, *snapshot;
-    char *pbuf;                    /* the /load or /v1/kv/index body being received */
-    size_t plen, pcap;
-    char *sbuf;
-    size_t slen, scap;
-    int pstatus, sstatus;
+    struct body_buf load, index;   /* the /load and /v1/kv/index answers being received */
     char *ebuf;                    /* the event stream's unparsed tail */
     size_t elen, ecap;
     struct { uint64_t seq, hash; bool stored; } *held;  /* events during a snapshot */

@@ -224,3 +224,15 @@ double cli_now_ms(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    char *end;
+    long long x = strtoll(v, &end, 10);
+    if (end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "weft %s: %s expects an integer in %u..%u\n", cmd, flag, lo, hi);
+        return -1;
+    }
+    *out = (uint32_t)x;
+    return 0;
+}

@@ -31,5 +31,7 @@ void cli_close(struct weft_backend *be, struct weft_model *m);
 
 double cli_now_ms(void);
 void cli_fail(const char *what); /* "weft: <what>: <last error>" */
+/* An integer flag value in lo..hi; otherwise prints "weft CMD: FLAG expects ..." and returns -1. */
+int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out);
 
 #endif

@@ -14,6 +14,7 @@
 #include "core/tokenizer.h"
 #include "server/router.h"
 #include "tools/cli.h"
+#include "tools/cli_common.h"
 
 static void usage(void)
 {
@@ -35,18 +36,6 @@ static void usage(void)
             "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
             "  --timeout S: an upstream answer idle this long fails (default 600)\n");
-}
-
-static int parse_u32(const char *a, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "weft router: %s expects an integer in %u..%u\n", a, lo, hi);
-        return -1;
-    }
-    *out = (uint32_t)x;
-    return 0;
 }
 
 int weft_cmd_router(int argc, char **argv)
@@ -91,7 +80,7 @@ int weft_cmd_router(int argc, char **argv)
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
             if (!strcmp(a, nums[k].flag) && v) {
-                if (parse_u32(a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                if (cli_parse_u32("router", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
                 matched = true;
             }
         if (matched) continue;

@@ -47,18 +47,6 @@ static void usage(void)
             "  --mock-fail: a generation request fails first with these probabilities (hang: no answer)\n");
 }
 
-static int parse_u32(const char *a, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
-{
-    char *end;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || x < lo || x > hi) {
-        fprintf(stderr, "weft serve: %s expects an integer in %u..%u\n", a, lo, hi);
-        return -1;
-    }
-    *out = (uint32_t)x;
-    return 0;
-}
-
 /* "prefill=4000,decode=50,vendor=nvidia,device=H200" */
 static int parse_mock(const char *spec, double *prefill, double *decode, char *vendor, size_t vn, char *device,
                       size_t dn)
@@ -183,7 +171,7 @@ int weft_cmd_serve(int argc, char **argv)
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
             if (!strcmp(a, nums[k].flag) && v) {
-                if (parse_u32(a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                if (cli_parse_u32("serve", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
                 matched = true;
             }
         if (matched) continue;
