@@ -2,12 +2,41 @@
  * supports/run/sync, and the module entry point. Memory is vk_mem.c,
  * pipelines vk_pipeline.c, command recording vk_cmd.c, ops vk_ops.c,
  * vk_attention.c and vk_matmul.c. */
+#if defined(__SANITIZE_ADDRESS__) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NODELETE */
+#endif
 #include "backends/module.h"
 #include "backends/vulkan/vk_priv.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <dlfcn.h>
+#include <link.h>
+
+/* Under ASan only: keep the loaded Vulkan drivers (libvulkan_*.so) mapped past
+ * vkDestroyInstance. Mesa 22.3.6's lavapipe (Debian 12, +deb12u2) keeps 128
+ * bytes per instance in a global and the loader then dlcloses it, so LeakSanitizer
+ * reports a leak from an "<unknown module>" in every process that enumerates
+ * devices -- a ten-line vkCreateInstance/vkEnumeratePhysicalDevices/
+ * vkDestroyInstance program shows it. Pinned (RTLD_NOLOAD|RTLD_NODELETE promotes
+ * an object that is already loaded), the driver's globals still point at what it
+ * kept, and leaks in weft's own code are reported as before. */
+static int pin_driver(struct dl_phdr_info *info, size_t size, void *user)
+{
+    (void)size;
+    (void)user;
+    const char *base = strrchr(info->dlpi_name, '/');
+    base = base ? base + 1 : info->dlpi_name;
+    if (strncmp(base, "libvulkan_", 10) == 0) (void)dlopen(info->dlpi_name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    return 0;
+}
+static void pin_drivers(void) { dl_iterate_phdr(pin_driver, NULL); }
+#else
+static void pin_drivers(void) {}
+#endif
 
 static const char *vk_result_str(VkResult r)
 {
@@ -119,6 +148,7 @@ static weft_status make_instance(struct vk_validation *val, VkInstance *inst, Vk
         return weft_error(r == VK_ERROR_INCOMPATIBLE_DRIVER ? WEFT_ERR_NO_DEVICE : WEFT_ERR_DEVICE,
                           "vulkan: vkCreateInstance: %s (no Vulkan 1.2 driver?)", vk_result_str(r));
     }
+    pin_drivers();
     if (val) {
         PFN_vkCreateDebugUtilsMessengerEXT create =
             (PFN_vkCreateDebugUtilsMessengerEXT)vkGetInstanceProcAddr(*inst, "vkCreateDebugUtilsMessengerEXT");
