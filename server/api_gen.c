@@ -395,7 +395,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
             return;
         }
     }
-    if (g->streaming && g->conn && http_conn_pending(g->conn) > s->max_stream_buffer) {
+    if (g->streaming && g->conn && http_conn_unread(g->conn) > s->max_stream_buffer) {
         /* a client that does not read: stop generating for it rather than
          * queue without bound; the stream ends short (no [DONE]) */
         json_decref(lp);

@@ -15,7 +15,9 @@
  * closes, so the answer is not lost to a TCP reset). */
 #include "server/http_internal.h"
 
+#include <linux/sockios.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -438,6 +440,17 @@ void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *u
 size_t http_conn_pending(const struct http_conn *c)
 {
     return c ? c->pending : 0;
+}
+
+size_t http_conn_unread(const struct http_conn *c)
+{
+    if (!c) return 0;
+    size_t n = c->pending;
+    uv_os_fd_t fd;
+    int outq = 0;
+    if (!c->closing && uv_fileno((const uv_handle_t *)&c->tcp, &fd) == 0 && ioctl(fd, SIOCOUTQ, &outq) == 0 && outq > 0)
+        n += (size_t)outq;
+    return n;
 }
 
 bool http_conn_over_client_limit(const struct http_conn *c)

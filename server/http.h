@@ -104,6 +104,10 @@ void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
  * times out a response in progress, so a handler streaming to a client that
  * does not read should give up when this stays large). */
 size_t http_conn_pending(const struct http_conn *c);
+/* What the client has not read yet: the queued bytes above plus those in the
+ * kernel's send queue for its socket (SIOCOUTQ; up to several MiB once the
+ * kernel has grown the buffer). A stream's bound on a slow reader uses this. */
+size_t http_conn_unread(const struct http_conn *c);
 /* Call fn(user) once, from a write completion, when no more than below
  * bytes are queued unsent on c (a proxy resumes reading its upstream).
  * Replaces an earlier one; cleared when the response ends or c closes. */

@@ -353,16 +353,17 @@ def test_second_sigterm_ends_the_drain_at_once():
 # ---- 5. budgets ------------------------------------------------------------
 
 def test_request_bigger_than_the_whole_budget_is_429_at_once():
-    path = config_file({"tenants": [{"name": "t", "api_keys": ["sk-tttt-00000001"], "tokens_per_minute": 2000}]})
+    # a small budget: the default-length chat below may generate all of it
+    path = config_file({"tenants": [{"name": "t", "api_keys": ["sk-tttt-00000001"], "tokens_per_minute": 600}]})
     srv = Server("--config", path)
     auth = {"Authorization": "Bearer sk-tttt-00000001"}
     try:
         # caught before tokenizing (max_tokens alone is the whole budget)
-        st, headers, body = post(srv, "/v1/completions", {"prompt": "hello", "max_tokens": 2000}, auth)
+        st, headers, body = post(srv, "/v1/completions", {"prompt": "hello", "max_tokens": 600}, auth)
         assert st == 429 and "tokens_per_minute" in body and "never" in body, body
         assert "Retry-After" not in headers
-        # caught once tokenized: ~1700 prompt tokens + 600
-        st, headers, body = post(srv, "/v1/completions", {"prompt": "one two three " * 570, "max_tokens": 600}, auth)
+        # caught once tokenized: ~1700 prompt tokens + 100
+        st, headers, body = post(srv, "/v1/completions", {"prompt": "one two three " * 570, "max_tokens": 100}, auth)
         assert st == 429 and "tokens_per_minute" in body and "never" in body, body
         # and the tenant is not locked out by them
         st, _, _ = post(srv, "/v1/completions", {"prompt": "hello", "max_tokens": 2}, auth)

@@ -295,8 +295,8 @@ def test_slow_reader_is_dropped():
         s = socket.socket()
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
         s.connect(("127.0.0.1", srv.port))
-        # top-20 logprobs make each event ~2 KB, so the kernel's socket
-        # buffers fill early and the rest piles up in the server
+        # top-20 logprobs make each event ~2 KB; unread bytes count where they
+        # wait, in the server's queue or in the kernel's send queue
         body = json.dumps({"prompt": PROMPTS[0], "max_tokens": 6000, "stream": True, "ignore_eos": True,
                            "temperature": 0, "logprobs": 20}).encode()
         s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
