@@ -33,8 +33,12 @@ static double predicted_ttft(const struct weft_route_request *req, const struct 
     uint32_t todo = uncached(req, in, matched);
     double t = ((double)in->queued_prefill_tokens + todo) / in->prefill_tps;
     if (in->max_seqs && in->running >= in->max_seqs) {
-        /* no slot: wait for running requests to finish, one per slot ahead of us */
-        double per_row = in->decode_tps > 0 && in->running ? in->decode_tps / in->running : 0;
+        /* no slot: wait for running requests to finish, one per slot ahead of us;
+         * a sequence's own decode rate when measured (the total's share per
+         * running request assumes a batch as large as the count now) */
+        double per_row = in->decode_row_tps > 0                  ? in->decode_row_tps
+                         : in->decode_tps > 0 && in->running ? in->decode_tps / in->running
+                                                             : 0;
         double gen = in->mean_gen_tokens > 0 ? in->mean_gen_tokens : DEF_GEN_TOKENS;
         double ahead = (double)in->waiting + 1;
         double slots = in->max_seqs ? in->max_seqs : 1;

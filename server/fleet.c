@@ -231,6 +231,7 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
         r->prefill_tps = l->prefill_tps > 0 ? l->prefill_tps : def_p;
         r->decode_tps = l->decode_tps > 0 ? l->decode_tps : def_d;
         r->decode_row_tps = l->decode_row_tps;
+        r->mean_gen_tokens = in->gen_mean;
         /* the report, or the router's own count when that is larger (dispatched since) */
         r->running = l->running > in->own_running ? l->running : in->own_running;
         r->waiting = l->waiting > in->own_waiting ? l->waiting : in->own_waiting;
@@ -305,6 +306,9 @@ void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_ca
     if (in->own_waiting) in->own_waiting--;
     else if (in->own_running) in->own_running--;
     if (failed) in->errors++;
+    if (!failed && d->generated > 0)
+        in->gen_mean = in->gen_mean > 0 ? in->gen_mean + 0.05 * ((double)d->generated - in->gen_mean)
+                                        : (double)d->generated;
     if (actual_cached >= 0) {
         uint64_t p = d->best.matched_tokens, a = (uint64_t)actual_cached;
         f->cached_predicted += p;

@@ -57,6 +57,7 @@ struct fleet_instance {
     /* the router's own: dispatched and not yet answered */
     uint32_t own_running, own_waiting;
     uint64_t own_queued;           /* uncached prompt tokens dispatched, not yet at first token */
+    double gen_mean;               /* tokens its answers generated (moving average; 0: none seen) */
     /* the prefix index and the KV event stream's position */
     struct weft_prefix_index ix;
     uint64_t ev_seq;               /* last event applied */
@@ -91,6 +92,8 @@ struct fleet_decision {
     struct weft_route_choice best, second;
     uint32_t n_prompt, uncached;
     bool first_token_seen;
+    int64_t generated;             /* the answer's completion_tokens, set by the caller before
+                                      fleet_finished when it saw them (> 0) */
 };
 
 void fleet_init(struct fleet *f, const struct fleet_config *cfg);

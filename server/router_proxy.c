@@ -11,7 +11,7 @@
 
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
-#define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" */
+#define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" and "completion_tokens" */
 
 const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
                                                       0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
@@ -91,23 +91,32 @@ void router_observe_overhead(struct weft_router *r, double s)
 
 /* ---- the answer ---- */
 
-static void scan_cached(struct pxy *x, const char *d, size_t n)
+/* The last complete "key":N in b[0..len) (-1 none); digits that end at the
+ * buffer's end may go on in the next chunk and do not count yet. */
+static int64_t last_number(const char *b, size_t len, const char *key, size_t kl, int64_t prev)
 {
-    /* the last complete "cached_tokens":N in what came so far (it may straddle chunks: the tail carries over) */
-    static const char key[] = "\"cached_tokens\":";
-    const size_t kl = sizeof key - 1;
-    char local[4096], *b = local;
-    size_t len = x->tail_len + n;
-    if (len > sizeof local && !(b = malloc(len))) return;
-    memcpy(b, x->tail, x->tail_len);
-    memcpy(b + x->tail_len, d, n);
     for (size_t i = 0; i + kl < len; i++) {
         if (b[i] != '"' || memcmp(b + i, key, kl) != 0) continue;
         size_t j = i + kl;
         int64_t v = 0;
         while (j < len && b[j] >= '0' && b[j] <= '9') v = v * 10 + (b[j++] - '0');
-        if (j < len && j > i + kl) x->cached = v;  /* digits ended inside the buffer: complete */
+        if (j < len && j > i + kl) prev = v;
     }
+    return prev;
+}
+
+static void scan_usage(struct pxy *x, const char *d, size_t n)
+{
+    /* "cached_tokens" and "completion_tokens" in what came so far (they may
+     * straddle chunks: the tail carries over) */
+    static const char k_cached[] = "\"cached_tokens\":", k_gen[] = "\"completion_tokens\":";
+    char local[4096], *b = local;
+    size_t len = x->tail_len + n;
+    if (len > sizeof local && !(b = malloc(len))) return;
+    memcpy(b, x->tail, x->tail_len);
+    memcpy(b + x->tail_len, d, n);
+    x->cached = last_number(b, len, k_cached, sizeof k_cached - 1, x->cached);
+    x->d.generated = last_number(b, len, k_gen, sizeof k_gen - 1, x->d.generated);
     size_t keep = len < TAIL ? len : TAIL;
     memcpy(x->tail, b + len - keep, keep);
     x->tail_len = keep;
@@ -144,7 +153,7 @@ static void up_body(void *u, const char *d, size_t n)
 {
     struct pxy *x = u;
     if (x->decided) fleet_first_token(&x->r->fleet, &x->d);
-    if (x->routed) scan_cached(x, d, n);
+    if (x->routed) scan_usage(x, d, n);
     if (!http_stream_write(x->c, d, n)) return;  /* the client is gone: on_close follows */
     if (http_conn_pending(x->c) > STREAM_HIGH) {
         /* a slow client: stop reading upstream (the instance's own slow-reader

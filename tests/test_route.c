@@ -160,6 +160,36 @@ static void a_long_answer_goes_to_the_faster_decoder(void)
     CHECK_EQ_INT(pick(&weft, &rq, in, 2, NULL), 0);
 }
 
+/* No free slot: the wait is for running requests to finish, at one
+ * sequence's measured decode rate and the answers' mean length there. A
+ * total decode rate measured at batch 1 divided by 64 running would make a
+ * fast instance look 64 times slower to free a slot (a burst then split
+ * evenly over 4:2:1:1 instances). */
+static void a_full_instance_waits_for_a_slot_at_its_row_rate(void)
+{
+    struct weft_route_instance in[2] = {idle(16000), idle(4000)};
+    in[0].running = 64;             /* every slot taken */
+    in[0].waiting = 20;
+    in[0].queued_prefill_tokens = 64000;  /* 4 s at 16000/s */
+    in[0].decode_tps = 400;         /* measured on one row */
+    in[0].decode_row_tps = 400;
+    in[0].mean_gen_tokens = 4;
+    in[1].queued_prefill_tokens = 16000;  /* 4 s at 4000/s */
+    struct weft_route_request rq = {.n_prompt = 1000, .max_tokens = 4};
+    struct weft_route_choice c;
+    /* 4.06 s + 21 slots ahead x 4 tokens / 400/s / 64 slots (about 3 ms) vs 4.25 s */
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 0);
+    CHECK_NEAR(c.predicted_ttft_s, 65000.0 / 16000 + 4.0 / 400 * 21 / 64, 1e-9);
+    /* without the row rate, the total's share per running request */
+    in[0].decode_row_tps = 0;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 1);
+    /* long answers there: the slot wait is long (64 tokens at 400/s, 21/64 of them) */
+    in[0].decode_row_tps = 400;
+    in[0].mean_gen_tokens = 0;      /* none seen: 64 tokens */
+    CHECK_EQ_INT(pick(&weft, &rq, in, 2, &c), 0);
+    CHECK_NEAR(c.predicted_ttft_s, 65000.0 / 16000 + 64.0 / 400 * 21 / 64, 1e-9);
+}
+
 static void ties_break_the_same_way_every_time(void)
 {
     struct weft_route_instance in[4] = {idle(1000), idle(1000), idle(1000), idle(1000)};
@@ -269,6 +299,7 @@ int main(void)
     RUN(a_copy_that_would_evict_costs_its_damage);
     RUN(unequal_speeds_get_proportional_shares);
     RUN(a_long_answer_goes_to_the_faster_decoder);
+    RUN(a_full_instance_waits_for_a_slot_at_its_row_rate);
     RUN(ties_break_the_same_way_every_time);
     RUN(unhealthy_stale_and_full_are_never_chosen);
     RUN(without_shared_prefixes_it_is_least_load);
