@@ -7,8 +7,11 @@ Scenarios (FLEET.md, "How to measure it here"; the issue's figures):
                 fleet's KV (--kv-mib keeps it small): hit rate, throughput
                 and TTFT against round-robin
   real-unique   the same fleet, all-unique prompts: weft vs least-load
-  mock-speeds   four mocks at prefill speeds 4:2:1:1, unique prompts:
-                prefill tokens routed in proportion, throughput vs least-load
+  mock-speeds   four mocks at prefill speeds 4:2:1:1, unique prompts, a
+                closed loop of 24 clients: prefill tokens routed in
+                proportion, throughput vs least-load
+  mock-speeds-burst  the same, all 240 requests at once (a batch job): the
+                split is made before any answer comes back
   mock-hot      four equal mocks, one prefix carrying 80 % of the traffic:
                 max/min instance load and hit rate
   mock-latency  zero-latency mocks at 200 requests/s: the router's added
@@ -119,7 +122,7 @@ def start_instances(args, spec):
     for i, s in enumerate(spec):
         cmd = [args.weft, "serve", "-m", args.model, "--port", "0", "--max-conns-per-client", "4096"]
         if s.get("mock"):
-            cmd += ["--mock", s["mock"], "--no-calibrate"] + s.get("extra", [])
+            cmd += ["--mock", s["mock"]] + s.get("extra", [])
         else:
             cmd = ["taskset", "-c", str(s["cpu"])] + cmd + ["-t", "1"] + s.get("extra", [])
         procs.append(Proc(cmd, "weft serve"))
@@ -152,6 +155,13 @@ SCENARIOS = {
         instances=[{"mock": "prefill=%d,decode=%d,vendor=v%d" % (p, p // 40, i)}
                    for i, p in enumerate((16000, 8000, 4000, 4000))],
         loadgen=["-n", "240", "--prompt-tokens", "1000", "--max-tokens", "4", "--ignore-eos", "-c", "24"],
+        policies=("least-load", "weft")),
+    # the same fleet and prompts, all 240 requests at once (a batch job): no completion
+    # feeds back before the split is made, so the split is the routing policy's alone
+    "mock-speeds-burst": dict(
+        instances=[{"mock": "prefill=%d,decode=%d,vendor=v%d" % (p, p // 40, i)}
+                   for i, p in enumerate((16000, 8000, 4000, 4000))],
+        loadgen=["-n", "240", "--prompt-tokens", "1000", "--max-tokens", "4", "--ignore-eos", "-c", "240"],
         policies=("least-load", "weft")),
     "mock-hot": dict(
         instances=[{"mock": "prefill=8000,decode=200"} for _ in range(4)],
@@ -227,11 +237,11 @@ def report(name, rows):
         print(f"  weft vs round-robin: throughput {med(w, lambda r: r['requests_per_s']) / med(rr, lambda r: r['requests_per_s']):.2f}x "
               f"(target >= 2), TTFT p50 {med(w, lambda r: r['ttft_ms']['p50']) / med(rr, lambda r: r['ttft_ms']['p50']):.2f} "
               f"of round-robin's (target <= 0.2), hit {med(w, lambda r: r['hit_rate']):.1%} (target >= 80 %)")
-    if name in ("real-unique", "mock-speeds", "mock-hot"):
+    if name in ("real-unique", "mock-speeds", "mock-speeds-burst", "mock-hot"):
         ll = rows["least-load"]
         print(f"  weft vs least-load: throughput {med(w, lambda r: r['requests_per_s']) / med(ll, lambda r: r['requests_per_s']):.2f}x, "
               f"TTFT p50 {med(w, lambda r: r['ttft_ms']['p50']):.0f} vs {med(ll, lambda r: r['ttft_ms']['p50']):.0f} ms")
-    if name == "mock-speeds":
+    if name in ("mock-speeds", "mock-speeds-burst"):
         s = [statistics.median(x) for x in zip(*[shares(r, "uncached_tokens") for r in w])]
         want = [4 / 8, 2 / 8, 1 / 8, 1 / 8]
         print("  weft's prefill-token shares " + "/".join(f"{x:.3f}" for x in s) + " vs speed shares 0.500/0.250/0.125/0.125: "

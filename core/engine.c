@@ -563,18 +563,24 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
 uint32_t weft_engine_n_ctx(const struct weft_engine *e) { return e->cfg.n_ctx; }
 struct weft_kv_pool *weft_engine_kv(struct weft_engine *e) { return &e->kv; }
 
+#define CALIB_WARMUP_PROMPT 64u
+#define CALIB_MAX_PROMPT 1024u
+#define CALIB_TARGET_S 0.25
+
 static void calib_event(void *user, const struct weft_event *ev) { (void)user; (void)ev; }
 
 weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
 {
     if (e->started) return weft_error(WEFT_ERR_INVALID_ARG, "engine: calibrate() while the engine thread runs");
-    if (!n_prompt) n_prompt = 64;
-    if (n_prompt + 8 > e->cfg.n_ctx) n_prompt = e->cfg.n_ctx > 16 ? e->cfg.n_ctx - 8 : 1;
-    int32_t *ids = malloc(sizeof(int32_t) * n_prompt);
+    bool autosize = n_prompt == 0;
+    uint32_t cap = autosize ? CALIB_MAX_PROMPT : n_prompt;
+    if (cap + 8 > e->cfg.n_ctx) cap = e->cfg.n_ctx > 16 ? e->cfg.n_ctx - 8 : 1;
+    n_prompt = autosize ? (CALIB_WARMUP_PROMPT < cap ? CALIB_WARMUP_PROMPT : cap) : cap;
+    int32_t *ids = malloc(sizeof(int32_t) * cap);
     if (!ids) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
     /* spread over the vocabulary, away from the control ids at its start */
     uint32_t nv = e->m->hp.n_vocab;
-    for (uint32_t i = 0; i < n_prompt; i++) ids[i] = (int32_t)((nv > 300 ? 256 : 0) + (i * 7919u) % (nv > 300 ? nv - 256 : nv));
+    for (uint32_t i = 0; i < cap; i++) ids[i] = (int32_t)((nv > 300 ? 256 : 0) + (i * 7919u) % (nv > 300 ? nv - 256 : nv));
     struct weft_request rq = {.prompt = ids, .n_prompt = n_prompt, .max_tokens = 4, .ignore_eos = true,
                               .cb = calib_event};
     weft_sampling_params_default(&rq.sampling);
@@ -585,8 +591,15 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
      * allocated) and only the second one's rates are kept */
     for (int pass = 0; pass < 2 && st == WEFT_OK; pass++) {
         ids[0] = (int32_t)((uint32_t)(ids[0] + 1) % nv);  /* another prompt: no prefix-cache hit */
+        double t0 = now_s();
         st = weft_engine_submit(e, &rq, &id);
         if (st == WEFT_OK) st = weft_engine_run_all(e);
+        if (pass == 0 && autosize) {
+            /* the measured run: about CALIB_TARGET_S of prefill at the warm-up's rate */
+            double dt = now_s() - t0;
+            double want = dt > 0 ? rq.n_prompt * (CALIB_TARGET_S / dt) : cap;
+            rq.n_prompt = want >= cap ? cap : want > rq.n_prompt ? (uint32_t)want : rq.n_prompt;
+        }
         if (pass == 0) {
             pthread_mutex_lock(&e->mu);
             e->prefill_tps = e->decode_tps = e->decode_row_tps = 0;

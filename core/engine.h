@@ -108,8 +108,12 @@ void weft_engine_free(struct weft_engine *e);
 void weft_engine_on_kv_event(struct weft_engine *e, weft_kv_event_fn fn, void *user);
 
 /* Seed the measured rates (stats' prefill_tps, decode_tps) with a short
- * run before the engine serves: one synthetic prompt of n_prompt tokens (0:
- * 64) and a few decode steps, through the ordinary path. Call before
+ * run before the engine serves: a warm-up prompt, then one synthetic prompt
+ * of n_prompt tokens and a few decode steps, through the ordinary path.
+ * n_prompt 0: sized from the warm-up (64 tokens) to take about a quarter
+ * second, 64..1024 tokens, so that a fast device's rate is not its per-step
+ * overhead (64 tokens on a 16000 tokens/s device measured about half of it)
+ * and a slow one starts in about the same time as before. Call before
  * weft_engine_start, with nothing submitted; leaves no request behind (its
  * prompt blocks may stay as reusable cache). */
 weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt);
