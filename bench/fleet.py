@@ -39,6 +39,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 POLICIES = ("round-robin", "least-load", "weft")
+LOGDIR = None  # set from --out: each process's stderr is kept there
 
 
 def default_model():
@@ -67,9 +68,17 @@ class Proc:
         if self.port is None:
             self.p.kill()
             raise RuntimeError(f"{what} did not start: {''.join(log)}")
-        # drain stderr
+        # the rest of stderr goes to LOGDIR/<what>-<port>.log (the first lines too)
         import threading
-        threading.Thread(target=lambda: [None for _ in self.p.stderr], daemon=True).start()
+        path = os.path.join(LOGDIR, f"{what.replace(' ', '-')}-{self.port}.log") if LOGDIR else os.devnull
+        f = open(path, "w")
+        f.writelines(log)
+
+        def drain():
+            for line in self.p.stderr:
+                f.write(line)
+            f.close()
+        threading.Thread(target=drain, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self):
@@ -291,6 +300,9 @@ def main():
     ap.add_argument("--policies", default=None, help="comma-separated subset of each scenario's policies")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
+    global LOGDIR
+    LOGDIR = os.path.join(args.out, "logs")
+    os.makedirs(LOGDIR, exist_ok=True)
     all_rows = {}
     for name in args.scenarios:
         if name not in SCENARIOS:

@@ -140,7 +140,9 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
     status_count(x->r, status);
     http_stream_begin(x->c, status, ctype, x->extra);
     x->head_sent = true;
-    if (x->decided) fleet_first_token(&x->r->fleet, &x->d);
+    /* not the first token yet: weft serve starts a stream's head when the
+     * request is queued, and its tokens count as queued here until the first
+     * token comes (the next /load poll may not have them yet) */
 }
 
 static void on_writable(void *u)
