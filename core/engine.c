@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "core/forward.h"
+#include "core/stop.h"
 
 /* Engine-side state of one request (sched_req.user). */
 struct ereq {
@@ -298,6 +299,7 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
         return st;
     }
     for (uint32_t i = 0; i < req->n_prompt; i++) weft_sampler_accept(er->smp, req->prompt[i]);
+    weft_sampler_set_position(er->smp, req->sample_pos);
 
     pthread_mutex_lock(&e->mu);
     uint32_t tenant = 0;
@@ -340,10 +342,7 @@ weft_status weft_engine_abort(struct weft_engine *e, uint64_t id)
 
 static bool is_stop(const struct weft_engine *e, const struct ereq *er, int32_t id)
 {
-    if (!er->ignore_eos && weft_tokenizer_is_eog(e->m->tok, id)) return true;
-    for (uint32_t i = 0; i < er->n_stop_ids; i++)
-        if (er->stop_ids[i] == id) return true;
-    return false;
+    return weft_stop_is_token(e->m->tok, er->ignore_eos, er->stop_ids, er->n_stop_ids, id);
 }
 
 static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_sample smp);

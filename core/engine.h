@@ -73,6 +73,9 @@ struct weft_request {
     bool ignore_eos;             /* do not stop at end-of-generation tokens */
     const int32_t *stop_ids;     /* extra stop tokens (copied) */
     uint32_t n_stop_ids;
+    uint32_t sample_pos;         /* the sampler's position for the first new token: 0, or for a
+                                    continuation the tokens already generated (they end the
+                                    prompt), so a seeded stream draws what it would have */
     int32_t priority;            /* higher runs first */
     const char *tenant;          /* NULL/"" = default; limits via weft_engine_tenant() */
     weft_event_cb cb;

@@ -21,7 +21,8 @@ struct weft_cand {
 struct weft_sampler {
     struct weft_sampling_params p;
     int32_t n_vocab;
-    uint64_t rng[4];            /* xoshiro256** state */
+    uint64_t seed_mix;          /* the seed, mixed once */
+    uint64_t pos;               /* position of the next draw (tokens sampled before it) */
     /* penalty history: ring of the last repeat_last_n accepted ids */
     int32_t *hist;              /* (repeat_last_n) */
     int32_t hist_len, hist_pos;
@@ -30,33 +31,26 @@ struct weft_sampler {
     double *w;                  /* (n_vocab) scratch: unnormalised probabilities */
 };
 
-/* ---- RNG: splitmix64 seeding, xoshiro256** generation (Blackman & Vigna) ---- */
+/* ---- RNG: counter-based, a function of (seed, position) ----
+ *
+ * The draw for the token at position pos (0 = the first generated token) is
+ * splitmix64's finaliser over the seed's mix and pos, so it depends on
+ * nothing else: an interrupted stream continued elsewhere from its k tokens
+ * (weft_sampler_set_position(k)) draws what the uninterrupted one would. */
 
-static uint64_t splitmix64(uint64_t *x)
+static uint64_t mix64(uint64_t z)
 {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
     return z ^ (z >> 31);
 }
 
-static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t rng_next(uint64_t s[4])
-{
-    uint64_t r = rotl64(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return r;
-}
-
 /* Uniform in [0, 1) with 53 random bits. */
-static double rng_uniform(uint64_t s[4]) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+static double rng_uniform_at(uint64_t seed_mix, uint64_t pos)
+{
+    uint64_t z = mix64(seed_mix + (pos + 1) * 0x9e3779b97f4a7c15ULL);
+    return (double)(mix64(z ^ 0xd1342543de82ef95ULL) >> 11) * 0x1.0p-53;
+}
 
 /* ---- parameters ---- */
 
@@ -118,9 +112,7 @@ weft_status weft_sampler_init(const struct weft_sampling_params *p, int32_t n_vo
         goto nomem;
     s->p = *p;
     s->n_vocab = n_vocab;
-    uint64_t x = p->seed;
-    for (int i = 0; i < 4; i++)
-        s->rng[i] = splitmix64(&x);
+    s->seed_mix = mix64(p->seed ^ 0x6a09e667f3bcc909ULL);
     s->count = calloc((size_t)n_vocab, sizeof *s->count);
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
@@ -390,6 +382,7 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
         }
         out->id = chosen;
         fill_logprobs(s, logits, best, out);
+        s->pos++;
         return WEFT_OK;
     }
 
@@ -478,7 +471,7 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
     double inv_t = 1.0 / (double)p->temperature, sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += (s->w[i] = exp(((double)c[i].logit - mx) * inv_t));
-    double u = rng_uniform(s->rng) * sum, acc = 0.0;
+    double u = rng_uniform_at(s->seed_mix, s->pos) * sum, acc = 0.0;
     size_t pick = n;
     for (size_t i = 0; i < n; i++) {
         acc += s->w[i];
@@ -500,5 +493,10 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
 done:
     out->id = chosen;
     fill_logprobs(s, logits, raw_max, out);
+    s->pos++;
     return WEFT_OK;
 }
+
+void weft_sampler_set_position(struct weft_sampler *s, uint64_t pos) { s->pos = pos; }
+
+uint64_t weft_sampler_position(const struct weft_sampler *s) { return s->pos; }

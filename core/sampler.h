@@ -5,7 +5,13 @@
  * top-p -> min-p -> temperature -> draw with the seeded RNG. temperature <= 0
  * is greedy (argmax after penalties; ties -> lowest id). Logprobs are those of
  * the model's full distribution: log_softmax of the raw logits, before any
- * transform. Same seed + same logits sequence = same output. */
+ * transform. Same seed + same logits sequence = same output.
+ *
+ * The randomness of a draw is a function of (seed, position) only, position
+ * counting the tokens this sampler drew before (from 0, or from where
+ * weft_sampler_set_position put it): a stream cut after k tokens and
+ * continued elsewhere with the same seed, position k and the same penalty
+ * history (prompt + the k tokens accepted) samples what it would have. */
 #ifndef WEFT_SAMPLER_H
 #define WEFT_SAMPLER_H
 
@@ -50,5 +56,8 @@ void weft_sampler_free(struct weft_sampler *s);
 void weft_sampler_accept(struct weft_sampler *s, int32_t id);
 /* Sample from logits[0..n_vocab) (not modified). */
 weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, struct weft_sample *out);
+/* The position of the next draw (each successful sample advances it by one). */
+void weft_sampler_set_position(struct weft_sampler *s, uint64_t pos);
+uint64_t weft_sampler_position(const struct weft_sampler *s);
 
 #endif

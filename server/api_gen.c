@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/stop.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
 #include "server/server.h"
@@ -47,12 +48,15 @@ struct gen_ctx {
     char tok_msg[256];
     atomic_bool cancelled;           /* the client left: a queued job skips its work */
     char rid[48];
-    uint32_t n_prompt, n_cached, n_gen;
+    uint32_t n_prompt, n_cached, n_gen;  /* n_gen: the whole completion's, a continuation's too */
+    uint32_t n_new;                  /* tokens generated here (a continuation's after its k) */
     uint32_t max_tokens;
-    struct weft_detok dt;
-    char *text;                      /* visible generated text so far */
-    size_t len, cap, sent;           /* sent: bytes of text already streamed */
-    size_t max_stop;
+    uint64_t created;
+    struct weft_stop st;             /* the output text and where it stops (core/stop.h) */
+    bool st_ready, role_sent, seed_sent;
+    size_t sent;                     /* bytes of st.text already streamed */
+    int32_t *chunk_ids;              /* weft.ids: tokens not yet named in a chunk */
+    uint32_t n_chunk_ids, cap_chunk_ids;
     json_t *lp;                      /* logprobs: chat "content" array or completions object */
     const char *finish_reason;
     double t0, t_first, t_last;
@@ -66,28 +70,26 @@ static void ctx_unref(struct gen_ctx *g)
     else if (s->gens == g) s->gens = g->next;
     if (g->next) g->next->prev = g->prev;
     free(g->ids);
-    weft_detok_free(&g->dt);
+    if (g->st_ready) weft_stop_free(&g->st);
+    free(g->chunk_ids);
     gen_params_free(&g->p);
     json_decref(g->root);
     json_decref(g->lp);
-    free(g->text);
     free(g);
     if (--s->n_active == 0 && s->on_idle) s->on_idle(s);
 }
 
-static bool text_append(struct gen_ctx *g, const char *s, size_t n)
+/* weft.ids: remember a token for the next chunk */
+static void chunk_id_add(struct gen_ctx *g, int32_t id)
 {
-    if (g->len + n + 1 > g->cap) {
-        size_t cap = g->cap * 2 + n + 64;
-        char *t = realloc(g->text, cap);
-        if (!t) return false;
-        g->text = t;
-        g->cap = cap;
+    if (g->n_chunk_ids == g->cap_chunk_ids) {
+        uint32_t cap = g->cap_chunk_ids ? g->cap_chunk_ids * 2 : 16;
+        int32_t *a = realloc(g->chunk_ids, sizeof *a * cap);
+        if (!a) return;  /* the router then continues from fewer tokens: still exact */
+        g->chunk_ids = a;
+        g->cap_chunk_ids = cap;
     }
-    memcpy(g->text + g->len, s, n);
-    g->len += n;
-    g->text[g->len] = '\0';
-    return true;
+    g->chunk_ids[g->n_chunk_ids++] = id;
 }
 
 /* Give back what the request reserved and did not use (tenant looked up
@@ -108,18 +110,6 @@ static json_t *usage_json(const struct gen_ctx *g)
     return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)g->n_prompt, "completion_tokens", (int)g->n_gen,
                      "total_tokens", (int)(g->n_prompt + g->n_gen), "prompt_tokens_details", "cached_tokens",
                      (int)g->n_cached);
-}
-
-static void send_json(struct http_conn *c, int status, json_t *j)
-{
-    char *s = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!s) {
-        http_respond_error(c, 500, "server_error", NULL, "out of memory");
-        return;
-    }
-    http_respond(c, status, "application/json", NULL, s, strlen(s));
-    free(s);
 }
 
 static bool send_sse(struct gen_ctx *g, json_t *j)
@@ -178,11 +168,11 @@ static json_t *token_str(const struct weft_tokenizer *t, int32_t id, bool first)
     return j ? j : json_string("");
 }
 
-/* The sampled token's string: exactly the text it added (text[from..len)),
- * so the strings of a completion's tokens concatenate to its text. */
-static json_t *sampled_str(const struct gen_ctx *g, size_t from)
+/* The sampled token's string: exactly the text it added, so the strings of
+ * a completion's tokens concatenate to its text. */
+static json_t *sampled_str(const struct gen_ctx *g, size_t from, size_t len)
 {
-    json_t *j = json_stringn(g->text ? g->text + from : "", g->len - from);
+    json_t *j = json_stringn(g->st.text ? g->st.text + from : "", len);
     return j ? j : json_string("");
 }
 
@@ -200,7 +190,7 @@ static json_t *token_bytes(const struct weft_tokenizer *t, int32_t id)
 /* Logprob entries of one sampled token, in the endpoint's format; appended
  * to `into` (chat: array of entries; completions: object of arrays). */
 static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t *into, size_t text_offset,
-                         bool first)
+                         size_t text_len, bool first)
 {
     const struct weft_tokenizer *t = g->srv->m->tok;
     int ntop = g->p.top_logprobs < sm->n_top ? g->p.top_logprobs : sm->n_top;
@@ -209,7 +199,7 @@ static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t
         for (int i = 0; i < ntop; i++)
             json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_str(t, sm->top_id[i], first), "logprob",
                                                  (double)sm->top_logprob[i], "bytes", token_bytes(t, sm->top_id[i])));
-        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", sampled_str(g, text_offset), "logprob",
+        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", sampled_str(g, text_offset, text_len), "logprob",
                                               (double)sm->logprob, "bytes", token_bytes(t, sm->id), "top_logprobs",
                                               top));
     } else {
@@ -219,7 +209,7 @@ static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t
             json_object_set_new(top, json_string_value(k), json_real(sm->top_logprob[i]));
             json_decref(k);
         }
-        json_array_append_new(json_object_get(into, "tokens"), sampled_str(g, text_offset));
+        json_array_append_new(json_object_get(into, "tokens"), sampled_str(g, text_offset, text_len));
         json_array_append_new(json_object_get(into, "token_logprobs"), json_real(sm->logprob));
         json_array_append_new(json_object_get(into, "top_logprobs"), top);
         json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)text_offset));
@@ -232,8 +222,27 @@ static json_t *new_logprobs(bool chat)
     return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
 }
 
-static json_t *chunk(struct gen_ctx *g, const char *text, size_t n, json_t *lp, const char *finish, bool role)
+/* weft.ids: the tokens since the last chunk (and the seed, once), as the
+ * chunk's last member, so a router can cut it off the line */
+static void chunk_ext(struct gen_ctx *g, json_t *j)
 {
+    if (!g->p.ext_ids) return;
+    json_t *w = json_object(), *a = json_array();
+    for (uint32_t i = 0; i < g->n_chunk_ids; i++) json_array_append_new(a, json_integer(g->chunk_ids[i]));
+    g->n_chunk_ids = 0;
+    json_object_set_new(w, "ids", a);
+    if (!g->seed_sent) {
+        json_object_set_new(w, "seed", json_integer((json_int_t)g->p.sp.seed));
+        g->seed_sent = true;
+    }
+    json_object_set_new(j, "weft", w);
+}
+
+/* A stream chunk; the first one sent in a chat stream names the role. */
+static json_t *chunk(struct gen_ctx *g, const char *text, size_t n, json_t *lp, const char *finish)
+{
+    bool role = g->chat && !g->role_sent;
+    g->role_sent = true;
     json_t *choice;
     json_t *fin = finish ? json_string(finish) : json_null();
     if (g->chat) {
@@ -246,43 +255,11 @@ static json_t *chunk(struct gen_ctx *g, const char *text, size_t n, json_t *lp, 
         choice = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text", text ? text : "", text ? n : 0, "logprobs",
                            lp ? lp : json_null(), "finish_reason", fin);
     }
-    return json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", g->rid, "object",
-                     g->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->srv->created,
-                     "model", g->srv->model_id, "choices", choice);
-}
-
-/* ---- stop strings ---- */
-
-/* Earliest occurrence of any stop string in text[from..len); -1 if none. */
-static long find_stop(const struct gen_ctx *g, size_t from)
-{
-    long best = -1;
-    for (uint32_t i = 0; i < g->p.n_stop; i++) {
-        const char *s = g->p.stop[i];
-        size_t n = strlen(s);
-        for (size_t at = from; at + n <= g->len; at++)
-            if (!memcmp(g->text + at, s, n)) {
-                if (best < 0 || (long)at < best) best = (long)at;
-                break;
-            }
-    }
-    return best;
-}
-
-/* Bytes at the end of text that could still begin a stop string. */
-static size_t stop_holdback(const struct gen_ctx *g)
-{
-    size_t hold = 0;
-    for (uint32_t i = 0; i < g->p.n_stop; i++) {
-        const char *s = g->p.stop[i];
-        size_t n = strlen(s);
-        for (size_t k = n - 1; k > hold; k--)
-            if (k <= g->len && !memcmp(g->text + g->len - k, s, k)) {
-                hold = k;
-                break;
-            }
-    }
-    return hold;
+    json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", g->rid, "object",
+                          g->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
+                          "model", g->srv->model_id, "choices", choice);
+    if (j) chunk_ext(g, j);
+    return j;
 }
 
 /* ---- finishing ---- */
@@ -295,15 +272,15 @@ static bool respond_final(struct gen_ctx *g)
     struct weft_server *s = g->srv;
     if (!g->conn) return false;
     if (g->streaming) {
-        if (g->sent < g->len) {
-            send_sse(g, chunk(g, g->text + g->sent, g->len - g->sent, NULL, NULL, false));
-            g->sent = g->len;
+        if (g->sent < g->st.len) {
+            send_sse(g, chunk(g, g->st.text + g->sent, g->st.len - g->sent, NULL, NULL));
+            g->sent = g->st.len;
         }
-        send_sse(g, chunk(g, g->chat ? NULL : "", 0, NULL, g->finish_reason, false));
+        send_sse(g, chunk(g, g->chat ? NULL : "", 0, NULL, g->finish_reason));
         if (g->p.include_usage) {
             json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", g->rid, "object",
                                   g->chat ? "chat.completion.chunk" : "text_completion", "created",
-                                  (json_int_t)s->created, "model", s->model_id, "choices", "usage", usage_json(g));
+                                  (json_int_t)g->created, "model", s->model_id, "choices", "usage", usage_json(g));
             send_sse(g, u);
         }
         if (g->conn) http_stream_write(g->conn, "data: [DONE]\n\n", 14);
@@ -314,15 +291,22 @@ static bool respond_final(struct gen_ctx *g)
         json_t *lp = g->lp ? json_incref(g->lp) : json_null();
         if (g->chat)
             choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
-                               g->text ? g->text : "", g->len, "logprobs",
+                               g->st.text ? g->st.text : "", g->st.len, "logprobs",
                                g->lp ? json_pack("{s:o}", "content", lp) : lp, "finish_reason", g->finish_reason);
         else
-            choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", g->text ? g->text : "", g->len, "logprobs", lp,
+            choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", g->st.text ? g->st.text : "", g->st.len,
+                               "logprobs", lp,
                                "finish_reason", g->finish_reason);
         json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", g->rid, "object",
-                              g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)s->created,
+                              g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created,
                               "model", s->model_id, "choices", choice, "usage", usage_json(g));
-        send_json(g->conn, 200, j);
+        char extra[64];
+        snprintf(extra, sizeof extra, "x-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
+        char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (body) http_respond(g->conn, 200, "application/json", extra, body, strlen(body));
+        else http_respond_error(g->conn, 500, "server_error", NULL, "out of memory");
+        free(body);
     }
     metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
     g->conn = NULL;
@@ -341,10 +325,10 @@ static void finish_gen(struct gen_ctx *g, const char *reason, enum metric_finish
     g->finished = true;
     count_finish(g, why);
     g->finish_reason = reason;
-    const char *piece;
-    size_t plen;
-    /* held bytes of an incomplete character come out as U+FFFD (not after a stop string) */
-    if (weft_detok_flush(&g->dt, &piece, &plen) == WEFT_OK && plen && !g->aborted_by_us) text_append(g, piece, plen);
+    /* held bytes of an incomplete character come out as U+FFFD, held-back
+     * text is released (nothing after a stop string) */
+    struct weft_stop_step step;
+    weft_stop_end(&g->st, &step);
     double now = server_now();
     metrics_observe(&g->srv->metrics.e2e, now - g->t0);
     refund_unused(g, now);
@@ -357,7 +341,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
     double now = server_now();
     g->n_gen++;
     s->metrics.generation_tokens++;
-    if (g->n_gen == 1) {
+    if (++g->n_new == 1) {
         g->t_first = now;
         metrics_observe(&s->metrics.ttft, now - g->t0);
         metrics_observe(&s->metrics.queue, ev->queue_seconds);
@@ -365,35 +349,34 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
         metrics_observe(&s->metrics.itl, now - g->t_last);
     }
     g->t_last = now;
-    const char *piece;
-    size_t plen;
-    size_t before = g->len;
-    bool first_piece = g->dt.first;
-    if (weft_detok_push(&g->dt, ev->token.id, &piece, &plen) == WEFT_OK && plen) text_append(g, piece, plen);
+    struct weft_stop_step step;
+    if (weft_stop_push(&g->st, ev->token.id, &step) != WEFT_OK) {
+        /* out of memory for the text: end the answer with what it has */
+        g->aborted_by_us = true;
+        if (!g->engine_done) weft_engine_abort(s->eng, g->id);
+        finish_gen(g, "stop", METRIC_FINISH_ERROR);
+        return;
+    }
+    if (g->p.ext_ids) chunk_id_add(g, ev->token.id);
     json_t *lp = NULL;
-    if (g->p.logprobs) {
+    if (g->p.logprobs && step.stop != WEFT_STOP_TOKEN) {
         lp = g->streaming ? new_logprobs(g->chat) : json_incref(g->lp);
-        add_logprobs(g, &ev->token, lp, before, first_piece);
+        add_logprobs(g, &ev->token, lp, step.tok_from, step.tok_len, step.first_piece);
         if (!g->streaming) {
             json_decref(lp);
             lp = NULL;
         }
     }
-    if (g->p.n_stop) {
-        size_t from = before >= g->max_stop ? before - g->max_stop + 1 : 0;
-        long at = find_stop(g, from);
-        if (at >= 0) {
-            g->len = (size_t)at;
-            g->text[g->len] = '\0';
-            if (g->sent > g->len) g->sent = g->len;
-            json_decref(lp);
-            if (!g->engine_done) {
-                g->aborted_by_us = true;
-                weft_engine_abort(s->eng, g->id);
-            }
-            finish_gen(g, "stop", METRIC_FINISH_STOP);
-            return;
+    if (step.stop != WEFT_STOP_NONE) {
+        /* a stop string (or a stop token the engine let through): the rest
+         * and the end go out from finish_gen */
+        json_decref(lp);
+        if (!g->engine_done) {
+            g->aborted_by_us = true;
+            weft_engine_abort(s->eng, g->id);
         }
+        finish_gen(g, "stop", METRIC_FINISH_STOP);
+        return;
     }
     if (g->streaming && g->conn && http_conn_unread(g->conn) > s->max_stream_buffer) {
         /* a client that does not read: stop generating for it rather than
@@ -415,11 +398,10 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
         return;
     }
     if (g->streaming && g->conn) {
-        size_t upto = g->len - stop_holdback(g);
-        bool first = g->sent == 0 && g->n_gen == 1;
+        size_t upto = g->st.released;
         if (upto > g->sent || lp) {
-            send_sse(g, chunk(g, g->text + g->sent, upto > g->sent ? upto - g->sent : 0, lp, NULL, first && g->chat));
-            g->sent = upto > g->sent ? upto : g->sent;
+            send_sse(g, chunk(g, g->st.text + g->sent, upto > g->sent ? upto - g->sent : 0, lp, NULL));
+            if (upto > g->sent) g->sent = upto;
         } else {
             json_decref(lp);
         }
@@ -664,21 +646,78 @@ static void admit_and_submit(struct gen_ctx *g)
         g->charged = tenant->tpm > 0;
         g->reserved = need;
     }
-    if (!g->p.seed_given) g->p.sp.seed = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid;
-    snprintf(g->rid, sizeof g->rid, "%s-%llx%06llx", g->chat ? "chatcmpl" : "cmpl", (unsigned long long)s->created,
-             (unsigned long long)(s->next_rid++));
-    for (uint32_t i = 0; i < g->p.n_stop; i++)
-        if (strlen(g->p.stop[i]) > g->max_stop) g->max_stop = strlen(g->p.stop[i]);
-    weft_detok_init(&g->dt, s->m->tok, false);
+    /* the effective seed, reported (x-weft-seed, weft.ids), in int64 range
+     * so that it can be sent back as "seed" */
+    if (!g->p.seed_given)
+        g->p.sp.seed = ((uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid * 0xbf58476d1ce4e5b9ull) >> 1;
+    g->created = g->p.ext_created > 0 ? (uint64_t)g->p.ext_created : s->created;
+    if (g->p.ext_rid) snprintf(g->rid, sizeof g->rid, "%s", g->p.ext_rid);
+    else snprintf(g->rid, sizeof g->rid, "%s-%llx%06llx", g->chat ? "chatcmpl" : "cmpl",
+                  (unsigned long long)s->created, (unsigned long long)s->next_rid);
+    s->next_rid++;
     /* a completion continues its prompt: its first piece keeps its space
      * (as `weft run` prints it); a chat answer starts a message */
-    if (!g->chat) g->dt.first = false;
+    struct weft_stop_cfg scfg = {.tok = s->m->tok, .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
+                                 .n_strings = g->p.n_stop, .continues_prompt = !g->chat};
+    if (weft_stop_init(&g->st, &scfg) != WEFT_OK) {
+        reject(g, 503, "server_error", NULL, "out of memory", NULL);
+        return;
+    }
+    g->st_ready = true;
     g->streaming = g->p.stream;
     if (g->p.logprobs && !g->streaming) g->lp = new_logprobs(g->chat);
+    char headers[128];
+    snprintf(headers, sizeof headers, "Cache-Control: no-cache\r\nx-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
 
-    struct weft_request rq = {.prompt = g->ids, .n_prompt = (uint32_t)n_ids, .max_tokens = g->max_tokens,
-                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .priority = g->priority,
-                              .tenant = g->end_tenant, .cb = server_engine_event, .user = g};
+    int32_t *prompt = g->ids;
+    uint32_t k = g->p.n_cont;
+    if (g->p.cont) {
+        /* a continuation: its k tokens go through the stop state as they did
+         * on the instance that made them (text, hold-back, what was sent, the
+         * role); then either that already ended the answer or the engine goes
+         * on from prompt + k at sampler position k */
+        if (k > g->max_tokens) {
+            snprintf(msg, sizeof msg, "'weft.continue' holds %u tokens, more than max_tokens %u", k, g->max_tokens);
+            reject(g, 400, "invalid_request_error", "weft", msg, NULL);
+            return;
+        }
+        for (uint32_t i = 0; i < k; i++)
+            if ((uint32_t)g->p.cont_ids[i] >= s->m->hp.n_vocab) {
+                snprintf(msg, sizeof msg, "'weft.continue' token %d is outside the vocabulary (%u)", g->p.cont_ids[i],
+                         s->m->hp.n_vocab);
+                reject(g, 400, "invalid_request_error", "weft", msg, NULL);
+                return;
+            }
+        struct weft_stop_step step = {0};
+        for (uint32_t i = 0; i < k && step.stop == WEFT_STOP_NONE; i++) {
+            if (weft_stop_push(&g->st, g->p.cont_ids[i], &step) != WEFT_OK) {
+                reject(g, 503, "server_error", NULL, "out of memory", NULL);
+                return;
+            }
+            if (step.stop != WEFT_STOP_TOKEN) g->n_gen++;
+            if (step.stop == WEFT_STOP_NONE && (step.emit_len || g->p.logprobs)) g->role_sent = true;
+        }
+        g->sent = g->st.released;
+        if (step.stop != WEFT_STOP_NONE || g->n_gen >= g->max_tokens) {
+            g->n_prompt = (uint32_t)n_ids;
+            http_stream_begin(g->conn, 200, "text/event-stream", headers);
+            finish_gen(g, step.stop != WEFT_STOP_NONE ? "stop" : "length",
+                       step.stop != WEFT_STOP_NONE ? METRIC_FINISH_STOP : METRIC_FINISH_LENGTH);
+            return;
+        }
+        int32_t *all = realloc(g->ids, sizeof(int32_t) * (n_ids + k));
+        if (!all) {
+            reject(g, 503, "server_error", NULL, "out of memory", NULL);
+            return;
+        }
+        memcpy(all + n_ids, g->p.cont_ids, sizeof(int32_t) * k);
+        g->ids = prompt = all;
+        s->metrics.continuations++;
+    }
+
+    struct weft_request rq = {.prompt = prompt, .n_prompt = (uint32_t)n_ids + k, .max_tokens = g->max_tokens - k,
+                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = k,
+                              .priority = g->priority, .tenant = g->end_tenant, .cb = server_engine_event, .user = g};
     g->refs++;  /* the engine's */
     weft_status st = weft_engine_submit(s->eng, &rq, &g->id);
     if (st != WEFT_OK) {
@@ -688,6 +727,11 @@ static void admit_and_submit(struct gen_ctx *g)
             s->metrics.rejected_queue++;
             snprintf(extra, sizeof extra, "Retry-After: %d\r\n", predicted_drain_s(s));
             reject(g, 503, "server_busy", NULL, msg, extra);
+        } else if (st == WEFT_ERR_NO_ROOM) {
+            /* this instance's KV cache can never hold it; a larger one may:
+             * 503 (a router tries elsewhere), marked as such */
+            s->metrics.rejected_no_room++;
+            reject(g, 503, "server_busy", NULL, msg, "x-weft-reject: no_kv_room\r\n");
         } else {
             reject(g, st == WEFT_ERR_NOMEM ? 503 : 400, st == WEFT_ERR_NOMEM ? "server_error" : "invalid_request_error",
                    NULL, msg, NULL);
@@ -698,7 +742,7 @@ static void admit_and_submit(struct gen_ctx *g)
     free(g->ids);
     g->ids = NULL;
     s->metrics.prompt_tokens += n_ids;
-    if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+    if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", headers);
 }
 
 /* Bytes of s without the leading and trailing ASCII whitespace chat

@@ -137,6 +137,10 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         (double)m->rejected_rate);
     one(&o, "weft_rejected_queue_full_total", "counter", "Requests refused because the queue was full (503).",
         (double)m->rejected_queue);
+    one(&o, "weft_rejected_no_kv_room_total", "counter",
+        "Requests refused because this instance's KV cache could never hold them (503).", (double)m->rejected_no_room);
+    one(&o, "weft_continuations_total", "counter",
+        "Interrupted streams carried on here from their generated tokens (weft.continue).", (double)m->continuations);
     one(&o, "weft_rejected_auth_total", "counter", "Requests refused for a missing or wrong API key (401).",
         (double)m->rejected_auth);
     one(&o, "weft_client_disconnects_total", "counter", "Requests aborted because the client went away.",

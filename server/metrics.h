@@ -40,6 +40,8 @@ struct metrics {
     uint32_t n_reqs;
     uint64_t prompt_tokens, generation_tokens;
     uint64_t rejected_rate, rejected_queue, rejected_auth, rejected_conns, client_disconnects, slow_client_aborts;
+    uint64_t rejected_no_room;       /* could never fit this instance's KV cache (503) */
+    uint64_t continuations;          /* weft.continue requests carried on here */
     struct metric_hist ttft, itl, e2e, queue;
     uint64_t finish[METRIC_FINISH_N];
 };

@@ -191,6 +191,53 @@ static bool parse_stop(json_t *st, struct gen_params *p, struct perr *e)
     return true;
 }
 
+/* The "weft" extension object: {"ids": true} asks for each chunk's token
+ * ids and the effective seed; {"continue": [ids], "id": "...", "created": N}
+ * carries a stream on from the tokens already generated. */
+static bool parse_ext(json_t *w, struct gen_params *p, struct perr *e)
+{
+    if (is_null_or_absent(w)) return true;
+    if (!json_is_object(w)) return fail(e, "weft", "'weft' must be an object");
+    const char *key;
+    json_t *v;
+    json_object_foreach(w, key, v) {
+        if (strcmp(key, "ids") && strcmp(key, "continue") && strcmp(key, "id") && strcmp(key, "created"))
+            return fail(e, "weft", "unknown field 'weft.%.64s' (known: ids, continue, id, created)", key);
+    }
+    if (!get_bool(w, "ids", &p->ext_ids, e)) return false;
+    json_t *c = json_object_get(w, "continue");
+    if (!is_null_or_absent(c)) {
+        if (!json_is_array(c)) return fail(e, "weft", "'weft.continue' must be an array of token ids");
+        size_t n = json_array_size(c);
+        if (n > (1u << 24)) return fail(e, "weft", "'weft.continue' is too long");
+        p->cont_ids = malloc(sizeof(int32_t) * (n ? n : 1));
+        if (!p->cont_ids) return fail(e, "weft", "out of memory");
+        size_t i;
+        json_array_foreach(c, i, v) {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+                return fail(e, "weft", "'weft.continue' entries must be token ids (non-negative integers)");
+            p->cont_ids[i] = (int32_t)json_integer_value(v);
+        }
+        p->n_cont = (uint32_t)n;
+        p->cont = true;
+        if (!p->stream) return fail(e, "weft", "'weft.continue' needs 'stream': true");
+    }
+    json_t *id = json_object_get(w, "id");
+    if (!is_null_or_absent(id)) {
+        if (!json_is_string(id) || json_string_length(id) == 0 || json_string_length(id) >= 48)
+            return fail(e, "weft", "'weft.id' must be a string of 1 to 47 bytes");
+        for (const char *q = json_string_value(id); *q; q++)
+            if ((unsigned char)*q < 0x21 || (unsigned char)*q > 0x7e || *q == '"' || *q == '\\')
+                return fail(e, "weft", "'weft.id' must be printable ASCII without quotes or backslashes");
+        p->ext_rid = json_string_value(id);
+    }
+    bool given = false;
+    int64_t cr = 0;
+    if (!get_int(w, "created", 0, INT64_MAX, &given, &cr, e)) return false;
+    if (given) p->ext_created = cr;
+    return true;
+}
+
 bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
                       const char **param, char *msg, size_t msg_size)
 {
@@ -295,7 +342,7 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
-    return true;
+    return parse_ext(json_object_get(j, "weft"), p, &e);
 }
 
 void gen_params_free(struct gen_params *p)
@@ -304,5 +351,6 @@ void gen_params_free(struct gen_params *p)
     free(p->msg_text);
     free(p->msgs);
     free(p->prompt_ids);
+    free(p->cont_ids);
     memset(p, 0, sizeof *p);
 }

@@ -37,6 +37,13 @@ struct gen_params {
     bool ignore_eos;
     int32_t priority;
     bool priority_given;
+    /* the "weft" extension (weft router <-> weft serve; ordinary clients leave it out) */
+    bool ext_ids;                   /* chunks carry their token ids; the effective seed is reported */
+    bool cont;                      /* a continuation of an interrupted stream */
+    int32_t *cont_ids;              /* malloc'd: the tokens it had generated */
+    uint32_t n_cont;
+    const char *ext_rid;            /* the completion id to keep (NULL: a new one) */
+    int64_t ext_created;            /* its created time (0: now's) */
 };
 
 /* Parse body[0..len) for the chat (chat=true) or completions endpoint.

@@ -219,6 +219,63 @@ static void same_seed_same_sequence_different_seed_different(void)
     CHECK(distinct > 30);
 }
 
+/* A draw depends on (seed, position) only: a sampler set to position k,
+ * with the same penalty history, draws what an uninterrupted one drew at
+ * its k-th token, for every k, with penalties on; the drawing position
+ * advances on greedy samples too. */
+static void a_draw_is_a_function_of_seed_and_position(void)
+{
+    enum { V = 64, N = 120 };
+    float l[V];
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(tl_uniform() * 0.7);
+    struct weft_sampling_params p = plain_params(0.9f);
+    p.seed = 77;
+    p.repeat_penalty = 1.3f;
+    p.repeat_last_n = 16;
+    p.presence_penalty = 0.2f;
+    int32_t ref[N];
+    struct weft_sampler *s = make(&p, V);
+    weft_sampler_accept(s, 3);  /* a prompt */
+    weft_sampler_accept(s, 5);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(weft_sampler_position(s), i);
+        ref[i] = draw(s, l);
+        weft_sampler_accept(s, ref[i]);
+    }
+    weft_sampler_free(s);
+    for (int k = 0; k < N; k += 7) {
+        struct weft_sampler *c = make(&p, V);
+        weft_sampler_accept(c, 3);
+        weft_sampler_accept(c, 5);
+        for (int i = 0; i < k; i++) weft_sampler_accept(c, ref[i]);
+        weft_sampler_set_position(c, (uint64_t)k);
+        int same = 1;
+        for (int i = k; i < N; i++) {
+            int32_t id = draw(c, l);
+            same &= id == ref[i];
+            weft_sampler_accept(c, id);
+        }
+        CHECK_MSG(same, "continued at k=%d, the draws differ", k);
+        weft_sampler_free(c);
+    }
+    /* position, not call count: two samplers at different positions differ */
+    struct weft_sampler *a = make(&p, V), *b = make(&p, V);
+    weft_sampler_set_position(b, 1000);
+    int differ = 0;
+    for (int i = 0; i < 50; i++) differ += draw(a, l) != draw(b, l);
+    CHECK_MSG(differ > 25, "only %d of 50 draws differ between positions 0.. and 1000..", differ);
+    weft_sampler_free(a);
+    weft_sampler_free(b);
+    /* greedy samples advance it as well */
+    struct weft_sampling_params g = plain_params(0.0f);
+    struct weft_sampler *gs = make(&g, V);
+    draw(gs, l);
+    draw(gs, l);
+    CHECK_EQ_INT(weft_sampler_position(gs), 2);
+    weft_sampler_free(gs);
+}
+
 /* Draw n times; compare frequencies with softmax(l[kept]/T) over `kept`. */
 static void check_frequencies(const struct weft_sampling_params *p, const float *l, int V,
                               const int *kept, int n_kept, int n)
@@ -650,6 +707,7 @@ int main(void)
     RUN(no_logprobs_requested_skips_them);
     RUN(top_k_1_equals_greedy_at_any_temperature);
     RUN(same_seed_same_sequence_different_seed_different);
+    RUN(a_draw_is_a_function_of_seed_and_position);
     RUN(empirical_frequencies_match_softmax_over_temperature);
     RUN(top_k_renormalises_over_the_k_best);
     RUN(top_p_excludes_the_tail);

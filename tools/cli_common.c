@@ -75,6 +75,13 @@ int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
         o->sp.seed = v;
         return 1;
     }
+    if (!strcmp(a, "--stop")) {
+        VAL();
+        if (!*val) { fprintf(stderr, "weft: --stop expects a non-empty string\n"); return -1; }
+        if (o->n_stops >= CLI_MAX_STOPS) { fprintf(stderr, "weft: at most %d --stop strings\n", CLI_MAX_STOPS); return -1; }
+        o->stops[o->n_stops++] = val;
+        return 1;
+    }
     if (!strcmp(a, "--json")) { o->json = true; return 1; }
     if (!strcmp(a, "--no-bos")) { o->no_bos = true; return 1; }
     if (!strcmp(a, "--no-parse-special")) { o->parse_special = false; return 1; }
@@ -97,6 +104,7 @@ void cli_usage_common(void)
             "  -c, --ctx N             context length (default: the model's)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
             "  --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P\n"
+            "  --stop TEXT             end the generation where TEXT appears (repeatable)\n"
             "  --logprobs K            report top-K logprobs per generated token (JSON)\n"
             "  --json                  print one JSON object instead of streaming text\n"
             "  --no-bos                do not add BOS; --no-parse-special: treat <|...|> as text\n");

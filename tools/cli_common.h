@@ -8,12 +8,16 @@
 #include "core/model.h"
 #include "core/sampler.h"
 
+#define CLI_MAX_STOPS 16
+
 struct cli_opts {
     const char *model, *prompt, *device;
     const char *split;             /* --split cpu=2,vulkan:0=3, or NULL */
     int n_predict, n_threads, n_ctx, batch;
     bool json, no_bos, parse_special, verbose;
     struct weft_sampling_params sp;
+    const char *stops[CLI_MAX_STOPS];  /* --stop, in order */
+    uint32_t n_stops;
 };
 
 void cli_opts_default(struct cli_opts *o);

@@ -51,6 +51,8 @@ struct chat_state {
     int32_t *hist;                 /* tokens the session holds */
     size_t n_hist, cap_hist;
     int n_predict;
+    const char *const *stops;
+    uint32_t n_stops;
 };
 
 /* Render the conversation, evaluate what the session does not hold yet, and
@@ -72,7 +74,7 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     while (common < n && common < st->n_hist && ids[common] == st->hist[common]) common++;
     if (common == n) common--;  /* re-evaluate the last token to get fresh logits */
     weft_session_truncate(st->s, (uint32_t)common);
-    weft_status ws = gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, stdout, &r);
+    weft_status ws = gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops, st->n_stops, stdout, &r);
     fputc('\n', stdout);
     fflush(stdout);
     if (ws != WEFT_OK) { cli_fail("generation failed"); goto out; }
@@ -120,7 +122,7 @@ int weft_cmd_chat(int argc, char **argv)
     if (cli_open(&o, &be, &m)) return 1;
     int rc = 1;
     struct conv c = {0};
-    struct chat_state st = {.m = m, .n_predict = o.n_predict};
+    struct chat_state st = {.m = m, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
     const char *tmpl = NULL;
     weft_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, NULL);
     st.style = weft_chat_detect(tmpl);

@@ -49,7 +49,7 @@ static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n
     json_object_set_new(t, "gen_ms", json_real(r->gen_ms));
     json_object_set_new(t, "gen_tokens_per_s", json_real(r->gen_ms > 0 ? r->n * 1e3 / r->gen_ms : 0));
     json_object_set_new(root, "timings", t);
-    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_ctx ? "context" : "length"));
+    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_string ? "stop" : r->stopped_ctx ? "context" : "length"));
     char *s = json_dumps(root, JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7));
     if (s) puts(s);
     free(s);
@@ -94,7 +94,7 @@ int weft_cmd_run(int argc, char **argv)
     if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { cli_fail("cannot create session"); goto out; }
     if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { cli_fail("bad sampling options"); goto out; }
     if (!o.json) { fputs(o.prompt, stdout); fflush(stdout); }
-    weft_status st = gen_run(s, m, smp, prompt, n_prompt, o.n_predict, o.json ? NULL : stdout, &r);
+    weft_status st = gen_run(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops, o.json ? NULL : stdout, &r);
     if (st != WEFT_OK) { fputc('\n', stdout); cli_fail("generation failed"); goto out; }
     if (o.json) {
         print_json(&o, prompt, n_prompt, &r);

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/stop.h"
 #include "tools/cli_common.h"
 
 static weft_status append(struct gen_result *r, size_t *cap, const char *s, size_t n)
@@ -21,8 +22,8 @@ static weft_status append(struct gen_result *r, size_t *cap, const char *s, size
 }
 
 weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                    const int32_t *prompt, size_t n_prompt, int n_predict, FILE *stream,
-                    struct gen_result *r)
+                    const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
+                    uint32_t n_stops, FILE *stream, struct gen_result *r)
 {
     memset(r, 0, sizeof *r);
     size_t cap_text = 0;
@@ -40,23 +41,22 @@ weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct w
     if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
     for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(smp, prompt[i]);
 
-    struct weft_detok dt;
-    weft_detok_init(&dt, m->tok, false);
-    dt.first = false;  /* the generation continues the prompt: keep its leading space */
-    const char *piece;
-    size_t plen;
+    struct weft_stop stop;
+    struct weft_stop_cfg scfg = {.tok = m->tok, .strings = stops, .n_strings = n_stops,
+                                 .continues_prompt = true};  /* keep the generation's leading space */
+    if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
+    struct weft_stop_step step;
     t0 = cli_now_ms();
     for (int i = 0; i < n_predict; i++) {
         struct weft_sample smpl;
         if ((st = weft_sampler_sample(smp, logits, &smpl)) != WEFT_OK) break;
-        if (weft_tokenizer_is_eog(m->tok, smpl.id)) { r->stopped_eog = true; break; }
+        if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
+        if (stream && step.emit_len) { fwrite(stop.text + step.emit_from, 1, step.emit_len, stream); fflush(stream); }
+        if (step.stop == WEFT_STOP_TOKEN) { r->stopped_eog = true; break; }
         weft_sampler_accept(smp, smpl.id);
         r->ids[r->n] = smpl.id;
         r->samples[r->n] = smpl;
         r->n++;
-        if ((st = weft_detok_push(&dt, smpl.id, &piece, &plen)) != WEFT_OK) break;
-        if ((st = append(r, &cap_text, piece, plen)) != WEFT_OK) break;
-        if (stream && plen) { fwrite(piece, 1, plen, stream); fflush(stream); }
         if ((st = weft_session_eval(s, &smpl.id, 1, &logits)) != WEFT_OK) {
             if (st == WEFT_ERR_CONTEXT) {  /* context full: stop, keep what we have */
                 st = WEFT_OK;
@@ -64,13 +64,14 @@ weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct w
             }
             break;
         }
+        if (step.stop == WEFT_STOP_STRING) { r->stopped_string = true; break; }
     }
     r->gen_ms = cli_now_ms() - t0;
-    if (st == WEFT_OK && (st = weft_detok_flush(&dt, &piece, &plen)) == WEFT_OK) {
-        st = append(r, &cap_text, piece, plen);
-        if (stream && plen) fwrite(piece, 1, plen, stream);
+    if (st == WEFT_OK && (st = weft_stop_end(&stop, &step)) == WEFT_OK) {
+        if (stream && step.emit_len) fwrite(stop.text + step.emit_from, 1, step.emit_len, stream);
+        st = append(r, &cap_text, stop.text, stop.len);
     }
-    weft_detok_free(&dt);
+    weft_stop_free(&stop);
     return st;
 }
 

@@ -17,16 +17,18 @@ struct gen_result {
     size_t n_prompt;           /* tokens evaluated as prompt */
     bool stopped_eog;
     bool stopped_ctx;          /* the context filled up */
+    bool stopped_string;       /* a stop string matched (text cut before it) */
 };
 
 /* Evaluate prompt[0..n_prompt) in s (after what s already holds) and generate
  * up to n_predict tokens, stopping at an end-of-generation token (which is
- * not included). If `stream` is non-NULL the text is written there as it
+ * not included) or at the first of stops[0..n_stops) in the text (cut
+ * there; core/stop.h, as the server does). If `stream` is non-NULL the text is written there as it
  * completes. The last generated token is evaluated too, so s ends holding
  * the prompt and every generated token. */
 weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                    const int32_t *prompt, size_t n_prompt, int n_predict, FILE *stream,
-                    struct gen_result *r);
+                    const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
+                    uint32_t n_stops, FILE *stream, struct gen_result *r);
 void gen_result_free(struct gen_result *r);
 
 #endif
