@@ -587,7 +587,7 @@ static void admit_and_submit(struct gen_ctx *g)
 {
     struct weft_server *s = g->srv;
     const char *pname = g->chat ? "messages" : "prompt";
-    char msg[512], extra[64];
+    char msg[512], extra[128];
     if (g->tok_status != WEFT_OK) {
         if (g->tok_status == WEFT_ERR_NOMEM) reject(g, 503, "server_error", NULL, "out of memory", NULL);
         else reject(g, 400, "invalid_request_error", pname, g->tok_msg, NULL);
@@ -725,7 +725,15 @@ static void admit_and_submit(struct gen_ctx *g)
         snprintf(msg, sizeof msg, "%s", weft_last_error());
         if (st == WEFT_ERR_BUSY) {
             s->metrics.rejected_queue++;
-            snprintf(extra, sizeof extra, "Retry-After: %d\r\n", predicted_drain_s(s));
+            /* the queue is full; when what it waits for is KV room (sequence
+             * slots are free but the waiting cannot start, or no block is
+             * free or reusable), say so: a router counts it as such */
+            struct weft_engine_stats es;
+            weft_engine_stats(s->eng, &es);
+            uint32_t slots = s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64;
+            bool kv_full = es.kv.free + es.kv.cached == 0 || (es.waiting > 0 && es.running < slots);
+            snprintf(extra, sizeof extra, "Retry-After: %d\r\n%s", predicted_drain_s(s),
+                     kv_full ? "x-weft-reject: no_kv_room\r\n" : "");
             reject(g, 503, "server_busy", NULL, msg, extra);
         } else if (st == WEFT_ERR_NO_ROOM) {
             /* this instance's KV cache can never hold it; a larger one may:

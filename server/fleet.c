@@ -152,6 +152,12 @@ void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct f
     in->load_at = now;
     in->healthy = true;
     in->poll_failures = 0;
+    /* the active check passed: an open circuit lets one request try it */
+    if (in->circuit == FLEET_CIRCUIT_OPEN) {
+        in->circuit = FLEET_CIRCUIT_HALF_OPEN;
+        in->probing = false;
+        in->consecutive_failures = 0;
+    }
     /* what the instance can hold (device blocks are its prefix cache), plus
      * room for what is dispatched and not yet reported */
     uint64_t want = 2ull * l->kv_total;
@@ -165,6 +171,29 @@ void fleet_poll_failed(struct fleet_instance *in)
 {
     in->poll_failures++;
     in->healthy = false;
+    if (in->circuit != FLEET_CIRCUIT_OPEN) {
+        in->circuit = FLEET_CIRCUIT_OPEN;
+        in->circuit_opens++;
+    }
+    in->probing = false;
+}
+
+void fleet_request_result(struct fleet_instance *in, bool ok)
+{
+    if (ok) {
+        in->consecutive_failures = 0;
+        if (in->circuit == FLEET_CIRCUIT_HALF_OPEN) in->circuit = FLEET_CIRCUIT_CLOSED;
+        in->probing = false;
+        return;
+    }
+    in->failures++;
+    in->consecutive_failures++;
+    in->probing = false;
+    if (in->circuit == FLEET_CIRCUIT_HALF_OPEN ||
+        (in->circuit == FLEET_CIRCUIT_CLOSED && in->consecutive_failures >= FLEET_CIRCUIT_FAILURES)) {
+        in->circuit = FLEET_CIRCUIT_OPEN;
+        in->circuit_opens++;
+    }
 }
 
 bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash)
@@ -203,11 +232,21 @@ void fleet_kv_unsynced(struct fleet_instance *in) { in->ev_synced = false; }
 static bool usable(const struct fleet *f, const struct fleet_instance *in)
 {
     (void)f;
+    if (in->circuit == FLEET_CIRCUIT_OPEN) return false;
+    if (in->circuit == FLEET_CIRCUIT_HALF_OPEN && in->probing) return false;  /* one trial at a time */
     return in->has_load && in->healthy && !in->load.draining;
 }
 
-weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
-                                uint32_t max_tokens, double now, struct fleet_decision *d)
+static bool excluded(const struct fleet_instance *in, struct fleet_instance *const *except, uint32_t n_except)
+{
+    for (uint32_t i = 0; i < n_except; i++)
+        if (except[i] == in) return true;
+    return false;
+}
+
+static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+                          uint32_t max_tokens, double now, struct fleet_instance *const *except, uint32_t n_except,
+                          struct fleet_decision *d)
 {
     memset(d, 0, sizeof *d);
     struct weft_route_instance ri[FLEET_MAX_INSTANCES];
@@ -226,7 +265,7 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
         const struct fleet_load *l = &in->load;
         struct weft_route_instance *r = &ri[i];
         memset(r, 0, sizeof *r);
-        r->healthy = usable(f, in);
+        r->healthy = usable(f, in) && !excluded(in, except, n_except);
         r->age_s = now - in->load_at;
         r->prefill_tps = l->prefill_tps > 0 ? l->prefill_tps : def_p;
         r->decode_tps = l->decode_tps > 0 ? l->decode_tps : def_d;
@@ -265,6 +304,7 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
     d->n_prompt = n_prompt;
     d->uncached = n_prompt - d->best.matched_tokens;
     struct fleet_instance *in = d->in;
+    if (in->circuit == FLEET_CIRCUIT_HALF_OPEN) in->probing = true;
     /* in-flight, as core/route counts it */
     in->own_queued += d->uncached;
     if (in->load.max_seqs && in->own_running >= in->load.max_seqs) in->own_waiting++;
@@ -278,14 +318,26 @@ weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_
     return WEFT_OK;
 }
 
+weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+                                uint32_t max_tokens, double now, struct fleet_decision *d)
+{
+    return decide(f, hashes, n_hashes, n_prompt, max_tokens, now, NULL, 0, d);
+}
+
 weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                          struct fleet_decision *d)
+{
+    return fleet_decide_except(f, ids, n, max_tokens, now, NULL, 0, d);
+}
+
+weft_status fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+                                struct fleet_instance *const *except, uint32_t n_except, struct fleet_decision *d)
 {
     uint32_t nb = (uint32_t)(n / 16 < MAX_PROMPT_BLOCKS ? n / 16 : MAX_PROMPT_BLOCKS);
     uint64_t stackbuf[256], *h = nb <= 256 ? stackbuf : malloc(sizeof(uint64_t) * nb);
     if (!h) return weft_error(WEFT_ERR_NOMEM, "router: out of memory");
     nb = prompt_block_hashes(ids, n, h, nb);
-    weft_status st = fleet_decide_hashed(f, h, nb, (uint32_t)n, max_tokens, now, d);
+    weft_status st = decide(f, h, nb, (uint32_t)n, max_tokens, now, except, n_except, d);
     if (h != stackbuf) free(h);
     return st;
 }
@@ -303,6 +355,7 @@ void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_ca
     struct fleet_instance *in = d->in;
     if (!in) return;
     fleet_first_token(f, d);
+    in->probing = false;
     if (in->own_waiting) in->own_waiting--;
     else if (in->own_running) in->own_running--;
     if (failed) in->errors++;

@@ -43,6 +43,14 @@ struct fleet_load {
 /* Parse a /load body; false with err set when it is not one. */
 bool fleet_parse_load(const char *json, size_t len, struct fleet_load *out, char *err, size_t err_size);
 
+/* The circuit breaker: CLOSED takes traffic; FLEET_CIRCUIT_FAILURES request
+ * failures in a row (connect errors, 5xx, broken or hung answers) or a
+ * failed health check (the /load poll) OPEN it: no traffic; the next
+ * health check that passes makes it HALF_OPEN: one request at a time tries
+ * it, and the first to succeed closes it again (one that fails reopens it). */
+enum fleet_circuit { FLEET_CIRCUIT_CLOSED = 0, FLEET_CIRCUIT_HALF_OPEN, FLEET_CIRCUIT_OPEN };
+#define FLEET_CIRCUIT_FAILURES 3
+
 struct fleet_instance {
     char *url;                     /* as given ("http://127.0.0.1:8081") */
     char *name;                    /* host:port, for headers, metrics and logs */
@@ -54,6 +62,10 @@ struct fleet_instance {
     double load_at;                /* when the last good /load arrived (caller's clock, s) */
     bool healthy;                  /* the last poll answered */
     uint32_t poll_failures;        /* in a row */
+    enum fleet_circuit circuit;
+    bool probing;                  /* HALF_OPEN: its trial request is in flight */
+    uint32_t consecutive_failures;
+    uint64_t failures, circuit_opens;
     /* the router's own: dispatched and not yet answered */
     uint32_t own_running, own_waiting;
     uint64_t own_queued;           /* uncached prompt tokens dispatched, not yet at first token */
@@ -111,6 +123,10 @@ void fleet_instance_unref(struct fleet_instance *in);
  * resized to the reported capacity. A failed poll: fleet_poll_failed. */
 void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now);
 void fleet_poll_failed(struct fleet_instance *in);
+/* A request to in ended: ok, or failed in a way that counts against its
+ * health (connect error, 5xx other than a capacity refusal, broken or hung
+ * answer). Drives the circuit breaker. */
+void fleet_request_result(struct fleet_instance *in, bool ok);
 
 /* KV events (server/kv_events.c): apply one; false when seq shows a gap
  * (the caller resyncs from a snapshot: fleet_kv_snapshot_begin, inserts,
@@ -127,6 +143,10 @@ void fleet_kv_unsynced(struct fleet_instance *in);
  * can take it (all unhealthy, stale, full or draining). */
 weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                          struct fleet_decision *d);
+/* The same, never choosing an instance in except[0..n_except) (those a
+ * request already failed on). */
+weft_status fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+                                struct fleet_instance *const *except, uint32_t n_except, struct fleet_decision *d);
 /* The same with the block hashes already computed (hashes[0..n_hashes) of a
  * prompt of n_prompt tokens). */
 weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,

@@ -102,6 +102,8 @@ static void poll_done(void *u, int err)
             io->events = NULL;
             fleet_kv_unsynced(io->in);
         }
+        /* a hung or dead instance: what it was answering moves elsewhere now */
+        if (io->inflight) router_instance_failed(r, io);
     }
     body_reset(&io->load, false);
 }

@@ -38,6 +38,8 @@ struct weft_router_config {
     uint32_t dns_interval_ms;        /* re-resolve period (0: 5000) */
     enum weft_route_policy policy;
     uint32_t poll_ms;                /* /load period per instance (0: 200) */
+    uint32_t max_retries;            /* attempts elsewhere before a request's first byte (0: 2; --max-retries) */
+    uint32_t max_migrations;         /* moves of a stream after it (0: 2; --max-migrations) */
     struct prompt_rules rules;       /* the model's tokenizer and chat rendering (as the instances') */
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */

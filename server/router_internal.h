@@ -23,6 +23,23 @@ struct body_buf {
     int status;
 };
 
+struct pxy;
+
+/* Capacity refusals by device class, for the scale-out signal. */
+enum { SO_NO_KV_ROOM = 0, SO_BUSY, SO_NO_INSTANCE, SO_N };
+#define ROUTER_MAX_CLASSES 32
+struct scale_class {
+    char name[96];                 /* the instances' device ("" for none known) */
+    uint64_t signals[SO_N];
+    double win_start;              /* refusals in this minute and the one before */
+    uint64_t win_now, win_prev;
+    double dur_mean;               /* seconds a request took on this class (moving average) */
+    uint32_t max_seqs;             /* the largest instance's */
+};
+
+enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_N };
+enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_N };
+
 /* per instance: its connections and subscriptions */
 struct inst_io {
     struct weft_router *r;
@@ -37,6 +54,7 @@ struct inst_io {
     bool held_overflow;
     bool fp_warned;
     struct inst_io *next_dead;     /* removed, waiting for its requests to end */
+    struct pxy *inflight;          /* requests it is answering (failed over when it stops answering) */
 };
 
 struct weft_router {
@@ -67,6 +85,12 @@ struct weft_router {
     double lat_sum;
     uint64_t by_status[6];         /* 1xx..5xx, other */
     uint64_t tokenized;
+    /* failover */
+    uint64_t retries[RETRY_N], migrations[MIG_N], migration_limit, failover_exhausted;
+    struct scale_class classes[ROUTER_MAX_CLASSES];
+    uint32_t n_classes;
+    uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];
+    double ttft_sum;
 };
 
 extern const double router_lat_bounds[ROUTER_LAT_BUCKETS];
@@ -76,5 +100,11 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
 void router_observe_overhead(struct weft_router *r, double seconds);
 char *router_metrics_render(struct weft_router *r, size_t *len);
 struct inst_io *router_io(const struct fleet_instance *in);
+/* The instance stopped answering its health check: every request it holds
+ * moves (retried before its first byte, migrated after). */
+void router_instance_failed(struct weft_router *r, struct inst_io *io);
+/* The scale-out signal's class table entry for an instance's device. */
+struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in);
+void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason);
 
 #endif

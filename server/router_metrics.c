@@ -1,9 +1,11 @@
 /* weft router's /metrics (Prometheus text): requests by instance, policy
  * decisions by reason, predicted vs actual cached tokens, the router-added
  * latency histogram, per-instance load as the router sees it. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/router_internal.h"
 
@@ -41,6 +43,139 @@ static void put(struct mbuf *m, const char *fmt, ...)
 static void head(struct mbuf *m, const char *name, const char *type, const char *help)
 {
     put(m, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in)
+{
+    const char *name = in && in->has_load ? (in->load.device[0] ? in->load.device : in->load.backend) : "";
+    for (uint32_t i = 0; i < r->n_classes; i++)
+        if (!strcmp(r->classes[i].name, name)) {
+            if (in && in->load.max_seqs > r->classes[i].max_seqs) r->classes[i].max_seqs = in->load.max_seqs;
+            return &r->classes[i];
+        }
+    if (r->n_classes == ROUTER_MAX_CLASSES) return &r->classes[ROUTER_MAX_CLASSES - 1];
+    struct scale_class *c = &r->classes[r->n_classes++];
+    memset(c, 0, sizeof *c);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    if (in) c->max_seqs = in->load.max_seqs;
+    return c;
+}
+
+/* Refusals count in one-minute windows (this one and the last). */
+static void class_roll(struct scale_class *c, double now)
+{
+    if (c->win_start == 0) c->win_start = now;
+    while (now - c->win_start >= 60) {
+        c->win_prev = now - c->win_start >= 120 ? 0 : c->win_now;
+        c->win_now = 0;
+        c->win_start = now - c->win_start >= 120 ? now : c->win_start + 60;
+    }
+}
+
+void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason)
+{
+    struct scale_class *c = router_class(r, in);
+    double now = router_now(r);
+    class_roll(c, now);
+    c->signals[reason]++;
+    c->win_now++;
+}
+
+/* Instances of a class it would take to serve what it refused (Little's
+ * law): refused requests per second over the last minute x the seconds a
+ * request takes there / the sequences one instance runs at once. */
+static uint32_t desired_extra(struct scale_class *c, double now)
+{
+    class_roll(c, now);
+    double span = now - c->win_start + (c->win_prev ? 60 : 0);
+    if (span < 1) span = 1;
+    double rate = (double)(c->win_now + c->win_prev) / span;
+    if (rate <= 0) return 0;
+    double dur = c->dur_mean > 0 ? c->dur_mean : 1.0;
+    double per = c->max_seqs ? c->max_seqs : 1;
+    double n = rate * dur / per;
+    return n > 1000 ? 1000 : (uint32_t)ceil(n);
+}
+
+static void label_value(char *out, size_t cap, const char *v)
+{
+    size_t k = 0;
+    for (; *v && k + 3 < cap; v++) {
+        if (*v == '"' || *v == '\\') out[k++] = '\\';
+        if (*v == '\n') {
+            out[k++] = '\\';
+            out[k++] = 'n';
+            continue;
+        }
+        out[k++] = *v;
+    }
+    out[k] = 0;
+}
+
+static void failover_metrics(struct mbuf *m, struct weft_router *r)
+{
+    const struct fleet *f = &r->fleet;
+    static const char *rr[RETRY_N] = {"connect", "5xx", "busy", "no_kv_room", "hang"};
+    static const char *mr[MIG_N] = {"died", "hang", "error_event"};
+    static const char *so[SO_N] = {"no_kv_room", "busy", "no_instance"};
+    head(m, "weft_router_retries_total", "counter",
+         "Requests sent to another instance before their first byte, by why the last one did not answer.");
+    for (int k = 0; k < RETRY_N; k++)
+        put(m, "weft_router_retries_total{reason=\"%s\"} %llu\n", rr[k], (unsigned long long)r->retries[k]);
+    head(m, "weft_router_migrations_total", "counter",
+         "Streams continued on another instance after their first byte (weft.continue), by why.");
+    for (int k = 0; k < MIG_N; k++)
+        put(m, "weft_router_migrations_total{reason=\"%s\"} %llu\n", mr[k], (unsigned long long)r->migrations[k]);
+    head(m, "weft_router_migration_limit_total", "counter",
+         "Streams ended with an error event because they had moved --max-migrations times.");
+    put(m, "weft_router_migration_limit_total %llu\n", (unsigned long long)r->migration_limit);
+    head(m, "weft_router_failover_exhausted_total", "counter",
+         "Requests that failed over and found no other instance to take them.");
+    put(m, "weft_router_failover_exhausted_total %llu\n", (unsigned long long)r->failover_exhausted);
+    head(m, "weft_router_circuit_state", "gauge", "Each instance's circuit breaker: 0 closed, 1 half-open, 2 open.");
+    for (uint32_t i = 0; i < f->n; i++)
+        put(m, "weft_router_circuit_state{instance=\"%s\"} %d\n", f->inst[i]->name, (int)f->inst[i]->circuit);
+    head(m, "weft_router_circuit_opens_total", "counter", "Times each instance's circuit opened.");
+    for (uint32_t i = 0; i < f->n; i++)
+        put(m, "weft_router_circuit_opens_total{instance=\"%s\"} %llu\n", f->inst[i]->name,
+            (unsigned long long)f->inst[i]->circuit_opens);
+    head(m, "weft_router_instance_failures_total", "counter",
+         "Requests that failed on each instance (connect errors, 5xx, broken or hung answers).");
+    for (uint32_t i = 0; i < f->n; i++)
+        put(m, "weft_router_instance_failures_total{instance=\"%s\"} %llu\n", f->inst[i]->name,
+            (unsigned long long)f->inst[i]->failures);
+    head(m, "weft_router_scale_out_signals_total", "counter",
+         "Requests refused for capacity, by reason and the refusing instances' device class "
+         "(no_kv_room: its KV cache can never hold the request; busy: its queue is full; no_instance: nothing could "
+         "take it).");
+    double now = router_now(r);
+    for (uint32_t i = 0; i < r->n_classes; i++) {
+        char lv[200];
+        label_value(lv, sizeof lv, r->classes[i].name);
+        for (int k = 0; k < SO_N; k++)
+            put(m, "weft_router_scale_out_signals_total{reason=\"%s\",device_class=\"%s\"} %llu\n", so[k], lv,
+                (unsigned long long)r->classes[i].signals[k]);
+    }
+    head(m, "weft_router_desired_extra_instances", "gauge",
+         "Extra instances per device class that would have served what was refused in the last minute "
+         "(refusals per second x mean request seconds / max_seqs).");
+    for (uint32_t i = 0; i < r->n_classes; i++) {
+        char lv[200];
+        label_value(lv, sizeof lv, r->classes[i].name);
+        put(m, "weft_router_desired_extra_instances{device_class=\"%s\"} %u\n", lv, desired_extra(&r->classes[i], now));
+    }
+    head(m, "weft_router_ttft_seconds", "histogram",
+         "Time from a stream's arrival at the router to its first token leaving it (moves included).");
+    static const double b[ROUTER_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                                 0.5,   0.75, 1.0,   1.5,  2.0,   3.0, 5.0,  10,  30};
+    uint64_t cum = 0;
+    for (int k = 0; k < ROUTER_LAT_BUCKETS; k++) {
+        cum += r->ttft_hist[k];
+        put(m, "weft_router_ttft_seconds_bucket{le=\"%g\"} %llu\n", b[k], (unsigned long long)cum);
+    }
+    put(m, "weft_router_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)r->ttft_count);
+    put(m, "weft_router_ttft_seconds_sum %.6f\nweft_router_ttft_seconds_count %llu\n", r->ttft_sum,
+        (unsigned long long)r->ttft_count);
 }
 
 char *router_metrics_render(struct weft_router *r, size_t *len)
@@ -131,6 +266,7 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
     for (uint32_t i = 0; i < f->n; i++)
         put(&m, "weft_router_instance_kv_resyncs_total{instance=\"%s\"} %llu\n", f->inst[i]->name,
             (unsigned long long)f->inst[i]->resyncs);
+    failover_metrics(&m, r);
     if (m.oom) {
         free(m.b);
         return NULL;

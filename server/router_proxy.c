@@ -17,6 +17,8 @@ const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0
                                                       0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
                                                       0.01,    0.025,  0.05,   0.1,    0.25,   1.0};
 
+#define MAX_TRIED 16
+
 struct pxy {
     struct weft_router *r;
     struct http_conn *c;
@@ -36,20 +38,62 @@ struct pxy {
     struct fleet_instance *target;    /* forwarded (not routed) requests */
     struct hcl_req *up;
     bool head_sent, sse;
-    double t_arrival;
+    double t_arrival, t_dispatch;
     char extra[640];
     char upstream_hdrs[1024];
     char tail[TAIL * 2 + 1];
     size_t tail_len;
     int64_t cached;                   /* last "cached_tokens" seen in the answer, -1 none */
+    /* failover: the instances tried, the stream so far (to continue it elsewhere) */
+    bool ext;                         /* the router asked for weft.ids: the stream can move */
+    bool refused;                     /* this attempt's answer is a refusal to retry elsewhere (not forwarded) */
+    int refusal;                      /* its RETRY_* reason */
+    bool stream_error;                /* the instance sent an error event mid-stream */
+    bool done_seen, first_content;
+    struct fleet_instance *tried[MAX_TRIED];
+    uint32_t n_tried, retries, migrations;
+    int32_t *gen;                     /* token ids of every chunk forwarded */
+    uint32_t n_gen, cap_gen;
+    long long seed;
+    bool seed_known, rid_known;
+    char rid[48];
+    long long created;
+    char *ev;                         /* an SSE event not complete yet */
+    size_t ev_len, ev_cap;
+    struct inst_io *on_io;            /* the instance answering it (its inflight list) */
+    struct pxy *io_prev, *io_next;
 };
+
+static void io_link(struct pxy *x, struct inst_io *io)
+{
+    x->on_io = io;
+    x->io_prev = NULL;
+    x->io_next = io->inflight;
+    if (io->inflight) io->inflight->io_prev = x;
+    io->inflight = x;
+}
+
+static void io_unlink(struct pxy *x)
+{
+    struct inst_io *io = x->on_io;
+    if (!io) return;
+    if (x->io_prev) x->io_prev->io_next = x->io_next;
+    else io->inflight = x->io_next;
+    if (x->io_next) x->io_next->io_prev = x->io_prev;
+    x->on_io = NULL;
+    x->io_prev = x->io_next = NULL;
+}
 
 static void pxy_unref(struct pxy *x)
 {
     if (--x->refs > 0) return;
+    io_unlink(x);
+    for (uint32_t i = 0; i < x->n_tried; i++) fleet_instance_unref(x->tried[i]);
     gen_params_free(&x->p);
     json_decref(x->root);
     free(x->ids);
+    free(x->gen);
+    free(x->ev);
     free(x);
 }
 
@@ -123,20 +167,177 @@ static void scan_usage(struct pxy *x, const char *d, size_t n)
     if (b != local) free(b);
 }
 
+/* ---- the stream: the router's weft.ids come off each chunk ---- */
+
+static void gen_add(struct pxy *x, int32_t id)
+{
+    if (x->n_gen == x->cap_gen) {
+        uint32_t c = x->cap_gen ? x->cap_gen * 2 : 64;
+        int32_t *g = realloc(x->gen, sizeof *g * c);
+        if (!g) return;  /* then a move continues from fewer tokens (the client would see a repeat): rare */
+        x->gen = g;
+        x->cap_gen = c;
+    }
+    x->gen[x->n_gen++] = id;
+}
+
+static void observe_ttft(struct weft_router *r, double s)
+{
+    r->ttft_count++;
+    r->ttft_sum += s;
+    static const double b[ROUTER_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
+                                                 0.5,   0.75, 1.0,   1.5,  2.0,   3.0, 5.0,  10,  30};
+    uint32_t k = 0;
+    while (k < ROUTER_LAT_BUCKETS && s > b[k]) k++;
+    r->ttft_hist[k]++;
+}
+
+static bool client_write(struct pxy *x, const char *d, size_t n);
+
+/* One whole event ("data: ...\n\n"): the weft member is cut off (its ids
+ * kept), [DONE] and usage noted, an error event held back (the stream
+ * moves instead); the rest goes to the client unchanged. */
+static void stream_event(struct pxy *x, const char *e, size_t n)
+{
+    if (n < 8 || memcmp(e, "data: ", 6) != 0) {
+        client_write(x, e, n);
+        return;
+    }
+    const char *pl = e + 6;
+    size_t plen = n - 6;
+    while (plen && (pl[plen - 1] == '\n' || pl[plen - 1] == '\r')) plen--;
+    if (plen == 6 && !memcmp(pl, "[DONE]", 6)) {
+        x->done_seen = true;
+        client_write(x, e, n);
+        return;
+    }
+    if (plen > 9 && !memcmp(pl, "{\"error\"", 8)) {
+        x->stream_error = true;  /* the instance gave up on it (shutdown, failure): move it */
+        return;
+    }
+    static const char mark[] = ",\"weft\":{";
+    const size_t ml = sizeof mark - 1;
+    long at = -1;
+    for (size_t i = plen >= ml + 1 ? plen - ml - 1 : 0; i-- > 0;)
+        if (!memcmp(pl + i, mark, ml)) {
+            at = (long)i;
+            break;
+        }
+    if (at < 0 || pl[plen - 1] != '}') {
+        client_write(x, e, n);
+        return;
+    }
+    json_t *w = json_loadb(pl + at + 8, plen - (size_t)at - 9, 0, NULL);
+    if (w) {
+        json_t *ids = json_object_get(w, "ids"), *sd = json_object_get(w, "seed"), *v;
+        size_t i;
+        json_array_foreach(ids, i, v) gen_add(x, (int32_t)json_integer_value(v));
+        if (json_is_integer(sd)) {
+            x->seed = (long long)json_integer_value(sd);
+            x->seed_known = true;
+        }
+        json_decref(w);
+    }
+    if (!x->rid_known) {
+        /* the chunk's first members: "id":"...", "object", "created":N */
+        char buf[256];
+        size_t k = (size_t)at < sizeof buf - 2 ? (size_t)at : sizeof buf - 2;
+        memcpy(buf, pl, k);
+        buf[k] = 0;
+        const char *pid = strstr(buf, "\"id\":\""), *pc = strstr(buf, "\"created\":");
+        if (pid && pc) {
+            pid += 6;
+            const char *q = strchr(pid, '"');
+            if (q && (size_t)(q - pid) < sizeof x->rid) {
+                memcpy(x->rid, pid, (size_t)(q - pid));
+                x->rid[q - pid] = 0;
+                x->created = strtoll(pc + 10, NULL, 10);
+                x->rid_known = true;
+            }
+        }
+    }
+    char local[2048], *out = local;
+    size_t olen = 6 + (size_t)at + 1 + 2;
+    if (olen > sizeof local && !(out = malloc(olen))) return;
+    memcpy(out, "data: ", 6);
+    memcpy(out + 6, pl, (size_t)at);
+    memcpy(out + 6 + at, "}\n\n", 3);
+    if (x->routed) scan_usage(x, out, olen);
+    if (!x->first_content && x->n_gen > 0) {
+        x->first_content = true;
+        observe_ttft(x->r, router_now(x->r) - x->t_arrival);
+    }
+    client_write(x, out, olen);
+    if (out != local) free(out);
+}
+
+static void stream_feed(struct pxy *x, const char *d, size_t n)
+{
+    if (x->ev_len + n > x->ev_cap) {
+        size_t c = x->ev_cap ? x->ev_cap * 2 : 4096;
+        while (c < x->ev_len + n) c *= 2;
+        char *b = realloc(x->ev, c);
+        if (!b) return;
+        x->ev = b;
+        x->ev_cap = c;
+    }
+    memcpy(x->ev + x->ev_len, d, n);
+    x->ev_len += n;
+    size_t start = 0;
+    for (size_t i = 1; i < x->ev_len; i++)
+        if (x->ev[i] == '\n' && x->ev[i - 1] == '\n') {
+            stream_event(x, x->ev + start, i + 1 - start);
+            start = i + 1;
+            if (x->gone) return;
+        }
+    memmove(x->ev, x->ev + start, x->ev_len - start);
+    x->ev_len -= start;
+}
+
+/* ---- the answer ---- */
+
+static bool can_move(const struct pxy *x)
+{
+    const struct router_limits { uint32_t retries, migrations; } l = {
+        x->r->cfg.max_retries ? x->r->cfg.max_retries : 2, x->r->cfg.max_migrations ? x->r->cfg.max_migrations : 2};
+    if (x->n_tried + 1 >= MAX_TRIED) return false;
+    return x->head_sent ? x->ext && x->migrations < l.migrations : x->retries < l.retries;
+}
+
 static void up_head(void *u, int status, const struct http_header *h, uint32_t n)
 {
     struct pxy *x = u;
     const char *ctype = "application/json";
-    size_t len = strlen(x->extra);
+    bool no_room = false;
     for (uint32_t i = 0; i < n; i++) {
         if (!strcmp(h[i].name, "content-type")) ctype = h[i].value;
-        else if (!strcmp(h[i].name, "retry-after") || !strcmp(h[i].name, "cache-control") ||
-                 !strcmp(h[i].name, "www-authenticate"))
+        else if (!strcmp(h[i].name, "x-weft-reject") && !strcmp(h[i].value, "no_kv_room")) no_room = true;
+        else if (!strcmp(h[i].name, "x-weft-seed") && x->ext) {
+            x->seed = strtoll(h[i].value, NULL, 10);
+            x->seed_known = true;
+        }
+    }
+    /* a refusal or a failure before anything reached the client, or any
+     * non-200 to a move: try another instance (the body is dropped) */
+    if (x->routed && (status >= 500 || (x->head_sent && status != 200)) && can_move(x)) {
+        x->refused = true;
+        x->refusal = no_room ? RETRY_NO_KV_ROOM : status == 503 ? RETRY_BUSY : RETRY_5XX;
+        if (x->decided) {
+            if (no_room) router_scale_signal(x->r, x->d.in, SO_NO_KV_ROOM);
+            else if (status == 503) router_scale_signal(x->r, x->d.in, SO_BUSY);
+        }
+        return;
+    }
+    if (x->head_sent) return;  /* a move's answer: the client has its head */
+    size_t len = strlen(x->extra);
+    for (uint32_t i = 0; i < n; i++)
+        if (!strcmp(h[i].name, "retry-after") || !strcmp(h[i].name, "cache-control") ||
+            !strcmp(h[i].name, "www-authenticate") || (!strcmp(h[i].name, "x-weft-seed") && !x->ext))
             len += (size_t)snprintf(x->extra + len, sizeof x->extra > len ? sizeof x->extra - len : 0, "%s: %s\r\n",
                                     h[i].name, h[i].value);
-    }
     if (len >= sizeof x->extra) x->extra[sizeof x->extra - 1] = 0;
     x->sse = strstr(ctype, "text/event-stream") != NULL;
+    if (x->ext && !x->sse) x->ext = false;
     status_count(x->r, status);
     http_stream_begin(x->c, status, ctype, x->extra);
     x->head_sent = true;
@@ -151,23 +352,44 @@ static void on_writable(void *u)
     if (x->up) hcl_resume(x->up);
 }
 
-static void up_body(void *u, const char *d, size_t n)
+static bool client_write(struct pxy *x, const char *d, size_t n)
 {
-    struct pxy *x = u;
-    if (x->decided) fleet_first_token(&x->r->fleet, &x->d);
-    if (x->routed) scan_usage(x, d, n);
-    if (!http_stream_write(x->c, d, n)) return;  /* the client is gone: on_close follows */
-    if (http_conn_pending(x->c) > STREAM_HIGH) {
+    if (!http_stream_write(x->c, d, n)) return false;  /* the client is gone: on_close follows */
+    if (x->up && http_conn_pending(x->c) > STREAM_HIGH) {
         /* a slow client: stop reading upstream (the instance's own slow-reader
          * rule then applies to the router's connection) */
         hcl_pause(x->up);
         http_conn_on_writable(x->c, STREAM_LOW, on_writable, x);
     }
+    return true;
+}
+
+static void up_body(void *u, const char *d, size_t n)
+{
+    struct pxy *x = u;
+    if (x->refused) return;
+    if (x->decided) fleet_first_token(&x->r->fleet, &x->d);
+    if (x->ext) {
+        stream_feed(x, d, n);
+        return;
+    }
+    if (x->routed) scan_usage(x, d, n);
+    if (x->routed && !x->first_content && x->sse) {
+        x->first_content = true;
+        observe_ttft(x->r, router_now(x->r) - x->t_arrival);
+    }
+    client_write(x, d, n);
 }
 
 static void finish(struct pxy *x, bool failed)
 {
+    io_unlink(x);
     if (x->decided) {
+        struct scale_class *c = router_class(x->r, x->d.in);
+        if (c && !failed) {
+            double dur = router_now(x->r) - x->t_dispatch;
+            c->dur_mean = c->dur_mean > 0 ? c->dur_mean + 0.05 * (dur - c->dur_mean) : dur;
+        }
         fleet_finished(&x->r->fleet, &x->d, failed ? -1 : x->cached, failed);
         x->decided = false;
     }
@@ -177,31 +399,99 @@ static void finish(struct pxy *x, bool failed)
     }
 }
 
+static void route_and_forward(struct pxy *x);
+
+/* End a stream that cannot go on, with an error event (no [DONE]). */
+static void stream_fail(struct pxy *x, const char *msg)
+{
+    char body[480], ev[560];
+    http_error_body(body, sizeof body, "server_error", NULL, msg);
+    int k = snprintf(ev, sizeof ev, "data: %s\n\n", body);
+    if (x->sse) http_stream_write(x->c, ev, (size_t)k);
+    finish(x, true);
+    http_conn_on_close(x->c, NULL, NULL);
+    http_stream_end(x->c);
+    pxy_unref(x);
+}
+
+/* The current attempt failed (why: RETRY_* before the first byte, MIG_*
+ * after): try the next instance, continuing the stream where it stood. */
+static void move_on(struct pxy *x, bool health, int why, const char *what)
+{
+    struct weft_router *r = x->r;
+    struct fleet_instance *in = x->decided ? x->d.in : NULL;
+    if (in) {
+        if (health) fleet_request_result(in, false);  /* a capacity refusal says nothing of its health */
+        in->refs++;
+        x->tried[x->n_tried++] = in;
+    }
+    if (x->head_sent) {
+        x->migrations++;
+        r->migrations[why]++;
+        fprintf(stderr, "weft router: moving a stream from %s after %u tokens (%s)\n", in ? in->name : "?", x->n_gen,
+                what);
+    } else {
+        x->retries++;
+        r->retries[why]++;
+    }
+    finish(x, true);
+    x->refused = x->stream_error = x->done_seen = false;
+    x->ev_len = 0;
+    x->tail_len = 0;
+    x->cached = -1;
+    route_and_forward(x);
+}
+
 static void up_done(void *u, int err)
 {
     struct pxy *x = u;
     x->up = NULL;
+    io_unlink(x);
     const char *name = x->decided ? x->d.in->name : x->target ? x->target->name : "?";
-    if (err) {
-        x->r->upstream_errors++;
-        const char *why = err == HCL_E_TIMEOUT ? "timed out" : err == HCL_E_PROTOCOL ? "sent no HTTP" : uv_strerror(err);
-        if (!x->head_sent) {
-            char msg[300];
-            snprintf(msg, sizeof msg, "instance %s failed: %s", name, why);
-            finish(x, true);
-            http_conn_on_close(x->c, NULL, NULL);
-            reply(x, 502, "server_error", "%s", msg);
-            pxy_unref(x);
+    const char *why = err == HCL_E_TIMEOUT ? "timed out" : err == HCL_E_PROTOCOL ? "sent no HTTP" : err ? uv_strerror(err) : "";
+    if (x->refused) {
+        move_on(x, x->refusal == RETRY_5XX, x->head_sent ? MIG_ERROR_EVENT : x->refusal, "refused");
+        return;
+    }
+    if (err) x->r->upstream_errors++;
+    if (err && !x->head_sent) {
+        if (x->routed && can_move(x)) {
+            move_on(x, true, RETRY_CONNECT, why);
             return;
         }
-        if (x->sse) {
-            char body[400], ev[480];
-            char msg[300];
-            snprintf(msg, sizeof msg, "instance %s failed mid-answer: %s", name, why);
-            http_error_body(body, sizeof body, "server_error", NULL, msg);
-            int k = snprintf(ev, sizeof ev, "data: %s\n\n", body);
-            http_stream_write(x->c, ev, (size_t)k);
+        char msg[300];
+        snprintf(msg, sizeof msg, "instance %s failed: %s", name, why);
+        if (x->decided) fleet_request_result(x->d.in, false);
+        finish(x, true);
+        http_conn_on_close(x->c, NULL, NULL);
+        reply(x, 502, "server_error", "%s", msg);
+        pxy_unref(x);
+        return;
+    }
+    if (x->ext && (err || !x->done_seen)) {
+        /* the stream broke after its first byte: continue it elsewhere */
+        if (can_move(x)) {
+            move_on(x, true, x->stream_error ? MIG_ERROR_EVENT : MIG_DIED, err ? why : x->stream_error ? "error event" : "closed");
+            return;
         }
+        char msg[300];
+        x->r->migration_limit++;
+        snprintf(msg, sizeof msg, "instance %s failed mid-answer (%s) and the stream was moved %u times already",
+                 name, err ? why : "closed", x->migrations);
+        if (x->decided) fleet_request_result(x->d.in, false);
+        stream_fail(x, msg);
+        return;
+    }
+    if (err) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "instance %s failed mid-answer: %s", name, why);
+        if (x->decided) fleet_request_result(x->d.in, false);
+        if (x->sse) {
+            stream_fail(x, msg);
+            return;
+        }
+    } else if (x->decided) {
+        fleet_request_result(x->d.in, true);
     }
     finish(x, err != 0);
     http_conn_on_close(x->c, NULL, NULL);
@@ -210,6 +500,31 @@ static void up_done(void *u, int err)
 }
 
 static const struct hcl_callbacks up_cbs = {up_head, up_body, up_done};
+
+void router_instance_failed(struct weft_router *r, struct inst_io *io)
+{
+    (void)r;
+    while (io->inflight) {
+        struct pxy *x = io->inflight;
+        io_unlink(x);
+        if (x->up) {
+            hcl_cancel(x->up);
+            x->up = NULL;
+        }
+        if (x->routed && can_move(x)) {
+            move_on(x, true, x->head_sent ? MIG_HANG : RETRY_HANG, "its health check failed");
+        } else if (x->head_sent) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "instance %s stopped answering", io->in->name);
+            stream_fail(x, msg);
+        } else {
+            finish(x, true);
+            http_conn_on_close(x->c, NULL, NULL);
+            reply(x, 502, "server_error", "instance %s stopped answering", io->in->name);
+            pxy_unref(x);
+        }
+    }
+}
 
 static void on_client_gone(void *u)
 {
@@ -223,6 +538,33 @@ static void on_client_gone(void *u)
     }
     finish(x, false);
     pxy_unref(x);
+}
+
+/* The body sent upstream: the client's, or for a stream the router can
+ * move, with weft.ids asked for, and once it has moved a continuation of
+ * what the client already has (its token ids, completion id, created and
+ * seed). NULL: send the client's body as it is. */
+static char *upstream_body(struct pxy *x, size_t *len)
+{
+    if (!x->ext) return NULL;
+    json_t *w = json_pack("{s:b}", "ids", 1);
+    bool cont = x->head_sent;
+    if (cont) {
+        json_t *a = json_array();
+        for (uint32_t i = 0; i < x->n_gen; i++) json_array_append_new(a, json_integer(x->gen[i]));
+        json_object_set_new(w, "continue", a);
+        if (x->rid_known) {
+            json_object_set_new(w, "id", json_string(x->rid));
+            json_object_set_new(w, "created", json_integer(x->created));
+        }
+        if (!x->p.seed_given && x->seed_known) json_object_set_new(x->root, "seed", json_integer(x->seed));
+    }
+    json_object_set_new(x->root, "weft", w);
+    char *b = json_dumps(x->root, JSON_COMPACT);
+    json_object_del(x->root, "weft");
+    if (cont && !x->p.seed_given) json_object_del(x->root, "seed");
+    *len = b ? strlen(b) : 0;
+    return b;
 }
 
 static void forward(struct pxy *x, struct fleet_instance *in)
@@ -251,18 +593,33 @@ static void forward(struct pxy *x, struct fleet_instance *in)
     }
     char path[600];
     snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query);
-    struct hcl_opts o = {.method = req->method_name, .path = path, .headers = x->upstream_hdrs, .body = req->body,
-                         .body_len = req->body_len, .timeout_ms = r->cfg.timeout_ms};
+    size_t blen = 0;
+    char *body = upstream_body(x, &blen);
+    struct hcl_opts o = {.method = req->method_name, .path = path, .headers = x->upstream_hdrs,
+                         .body = body ? body : req->body, .body_len = body ? blen : req->body_len,
+                         .timeout_ms = r->cfg.timeout_ms};
     int rc = io ? hcl_request(io->pool, &o, &up_cbs, x, &x->up) : HCL_E_CLOSED;
-    router_observe_overhead(r, router_now(r) - x->t_arrival);
+    free(body);
+    if (x->n_tried == 0) router_observe_overhead(r, router_now(r) - x->t_arrival);
+    x->t_dispatch = router_now(r);
     if (rc != 0) {
         x->up = NULL;
         r->upstream_errors++;
+        if (x->routed && can_move(x)) {
+            move_on(x, true, x->head_sent ? MIG_DIED : RETRY_CONNECT, "cannot be reached");
+            return;
+        }
+        if (x->head_sent) {
+            stream_fail(x, "no instance could continue the stream");
+            return;
+        }
         finish(x, true);
         http_conn_on_close(x->c, NULL, NULL);
         reply(x, 502, "server_error", "instance %s cannot be reached", in->name);
         pxy_unref(x);
+        return;
     }
+    io_link(x, io);
 }
 
 /* ---- routing ---- */
@@ -271,30 +628,41 @@ static void route_and_forward(struct pxy *x)
 {
     struct weft_router *r = x->r;
     uint32_t mt = x->p.max_tokens > 0 ? (uint32_t)(x->p.max_tokens < 1000000 ? x->p.max_tokens : 1000000) : 16;
-    weft_status st = fleet_decide(&r->fleet, x->ids, x->n_ids, mt, router_now(r), &x->d);
+    weft_status st = fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, router_now(r), x->tried, x->n_tried, &x->d);
     if (st != WEFT_OK) {
         r->rejected++;
+        if (x->n_tried) r->failover_exhausted++;
+        router_scale_signal(r, NULL, SO_NO_INSTANCE);
+        if (x->head_sent) {
+            stream_fail(x, "no other instance can continue the stream now");
+            return;
+        }
         http_conn_on_close(x->c, NULL, NULL);
         status_count(r, 503);
-        http_respond(x->c, 503, "application/json", "Retry-After: 1\r\n",
-                     "{\"error\":{\"message\":\"no instance can take the request now\",\"type\":\"server_busy\","
-                     "\"param\":null,\"code\":null}}",
-                     strlen("{\"error\":{\"message\":\"no instance can take the request now\",\"type\":\"server_busy\","
-                            "\"param\":null,\"code\":null}}"));
+        static const char msg[] = "{\"error\":{\"message\":\"no instance can take the request now\",\"type\":"
+                                  "\"server_busy\",\"param\":null,\"code\":null}}";
+        http_respond(x->c, 503, "application/json", "Retry-After: 1\r\n", msg, sizeof msg - 1);
         pxy_unref(x);
         return;
     }
     x->decided = true;
     const struct fleet_decision *d = &x->d;
-    int k = snprintf(x->extra, sizeof x->extra,
-                     "x-weft-instance: %s\r\nx-weft-route: policy=%s; reason=%s; matched=%u; prompt=%u; "
-                     "predicted_ttft_ms=%.3f; predicted_e2e_ms=%.3f",
-                     d->in->name, weft_route_policy_name(r->fleet.cfg.policy), weft_route_reason_name(d->best.reason),
-                     d->best.matched_tokens, d->n_prompt, d->best.predicted_ttft_s * 1e3, d->best.predicted_e2e_s * 1e3);
-    if (d->runner_up && k > 0 && (size_t)k < sizeof x->extra)
-        k += snprintf(x->extra + k, sizeof x->extra - (size_t)k, "; runner_up=%s; runner_up_ttft_ms=%.3f; runner_up_e2e_ms=%.3f",
-                      d->runner_up->name, d->second.predicted_ttft_s * 1e3, d->second.predicted_e2e_s * 1e3);
-    if (k > 0 && (size_t)k < sizeof x->extra - 3) snprintf(x->extra + k, sizeof x->extra - (size_t)k, "\r\n");
+    if (!x->head_sent) {
+        int k = snprintf(x->extra, sizeof x->extra,
+                         "x-weft-instance: %s\r\nx-weft-route: policy=%s; reason=%s; matched=%u; prompt=%u; "
+                         "predicted_ttft_ms=%.3f; predicted_e2e_ms=%.3f",
+                         d->in->name, weft_route_policy_name(r->fleet.cfg.policy),
+                         weft_route_reason_name(d->best.reason), d->best.matched_tokens, d->n_prompt,
+                         d->best.predicted_ttft_s * 1e3, d->best.predicted_e2e_s * 1e3);
+        if (d->runner_up && k > 0 && (size_t)k < sizeof x->extra)
+            k += snprintf(x->extra + k, sizeof x->extra - (size_t)k,
+                          "; runner_up=%s; runner_up_ttft_ms=%.3f; runner_up_e2e_ms=%.3f", d->runner_up->name,
+                          d->second.predicted_ttft_s * 1e3, d->second.predicted_e2e_s * 1e3);
+        if (k > 0 && (size_t)k < sizeof x->extra - 3) snprintf(x->extra + k, sizeof x->extra - (size_t)k, "\r\n");
+        if (x->retries && k > 0 && (size_t)k < sizeof x->extra - 40)
+            snprintf(x->extra + strlen(x->extra), sizeof x->extra - strlen(x->extra), "x-weft-retries: %u\r\n",
+                     x->retries);
+    }
     forward(x, d->in);
 }
 
@@ -362,6 +730,8 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
         pxy_unref(x);
         return;
     }
+    /* a stream the router can move: unless the client uses the extension itself */
+    x->ext = x->p.stream && !json_object_get(x->root, "weft");
     http_conn_on_close(c, on_client_gone, x);
     x->refs++;  /* the job's */
     if (weft_workers_submit(r->workers, tokenize_work, tokenize_done, x) != WEFT_OK) {

@@ -23,6 +23,7 @@ static void usage(void)
             "                   [--policy weft|least-load|round-robin] [--host 127.0.0.1] [--port 8000]\n"
             "                   [--config FILE] [--upstream-key KEY] [--template-system] [--poll-ms 200]\n"
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
+            "                   [--max-retries N] [--max-migrations N]\n"
             "                   [--tokenize-threads 2]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
@@ -35,7 +36,9 @@ static void usage(void)
             "  --template-system: as weft serve's flag (must match the instances' for prefix hits on chats)\n"
             "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
-            "  --timeout S: an upstream answer idle this long fails (default 600)\n");
+            "  --timeout S: an upstream answer idle this long fails (default 600)\n"
+            "  --max-retries N: other instances a request tries before its first byte (default 2)\n"
+            "  --max-migrations N: times a stream moves to another instance after it (default 2)\n");
 }
 
 int weft_cmd_router(int argc, char **argv)
@@ -76,6 +79,8 @@ int weft_cmd_router(int argc, char **argv)
             {"--index-blocks", 64, 1u << 30, &rc.index_max_blocks},
             {"--timeout", 1, 86400, &timeout_s},
             {"--tokenize-threads", 1, 64, &threads},
+            {"--max-retries", 1, 15, &rc.max_retries},
+            {"--max-migrations", 1, 15, &rc.max_migrations},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
