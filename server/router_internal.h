@@ -39,6 +39,7 @@ struct scale_class {
 
 enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_N };
 enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_N };
+enum { THROTTLE_RATE = 0, THROTTLE_TOO_LARGE, THROTTLE_N };
 
 /* per instance: its connections and subscriptions */
 struct inst_io {
@@ -87,6 +88,7 @@ struct weft_router {
     uint64_t tokenized;
     /* failover */
     uint64_t retries[RETRY_N], migrations[MIG_N], migration_limit, failover_exhausted;
+    uint64_t admitted, throttled[THROTTLE_N];
     struct scale_class classes[ROUTER_MAX_CLASSES];
     uint32_t n_classes;
     uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];

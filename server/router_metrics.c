@@ -132,6 +132,13 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
     head(m, "weft_router_failover_exhausted_total", "counter",
          "Requests that failed over and found no other instance to take them.");
     put(m, "weft_router_failover_exhausted_total %llu\n", (unsigned long long)r->failover_exhausted);
+    head(m, "weft_router_admission_total", "counter",
+         "Generation requests at the router's tenant buckets: admitted, throttled (429 with a Retry-After "
+         "reservation), too_large (more than the tenant's whole budget: 429 at once).");
+    put(m, "weft_router_admission_total{result=\"admitted\"} %llu\n", (unsigned long long)r->admitted);
+    put(m, "weft_router_admission_total{result=\"throttled\"} %llu\n", (unsigned long long)r->throttled[THROTTLE_RATE]);
+    put(m, "weft_router_admission_total{result=\"too_large\"} %llu\n",
+        (unsigned long long)r->throttled[THROTTLE_TOO_LARGE]);
     head(m, "weft_router_circuit_state", "gauge", "Each instance's circuit breaker: 0 closed, 1 half-open, 2 open.");
     for (uint32_t i = 0; i < f->n; i++)
         put(m, "weft_router_circuit_state{instance=\"%s\"} %d\n", f->inst[i]->name, (int)f->inst[i]->circuit);

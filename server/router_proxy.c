@@ -2,6 +2,7 @@
  * decide (server/fleet.h), proxy to the chosen instance, stream the answer
  * back with backpressure, account for it at the end. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +63,29 @@ struct pxy {
     size_t ev_len, ev_cap;
     struct inst_io *on_io;            /* the instance answering it (its inflight list) */
     struct pxy *io_prev, *io_next;
+    /* the tenant's buckets at the router (fleet-wide) */
+    char tenant[WEFT_TENANT_NAME_MAX];
+    bool charged, delivered;
+    double reserved;                  /* tokens taken: prompt + max_tokens */
+    uint32_t reserved_max;            /* the max_tokens in it */
+    int64_t clamp_max;                /* > 0: max_tokens sent upstream (the default cut to the budget) */
+    int64_t generated;                /* completion tokens seen (-1 unknown) */
+    char rl_hdrs[400];                /* x-ratelimit-* for the client */
 };
+
+/* Give back what the request reserved and did not use (looked up by name). */
+static void refund(struct pxy *x)
+{
+    if (!x->charged) return;
+    x->charged = false;
+    struct tenant_cfg *t = tenants_find(&x->r->tenants, x->tenant);
+    if (!t) return;
+    double unused;
+    if (!x->delivered) unused = x->reserved;  /* nothing was generated for it */
+    else if (x->generated >= 0) unused = x->reserved_max > x->generated ? (double)(x->reserved_max - x->generated) : 0;
+    else unused = 0;  /* not known: keep it all (no overshoot) */
+    if (unused > 0) tenant_refund(t, router_now(x->r), unused);
+}
 
 static void io_link(struct pxy *x, struct inst_io *io)
 {
@@ -87,6 +110,7 @@ static void io_unlink(struct pxy *x)
 static void pxy_unref(struct pxy *x)
 {
     if (--x->refs > 0) return;
+    refund(x);
     io_unlink(x);
     for (uint32_t i = 0; i < x->n_tried; i++) fleet_instance_unref(x->tried[i]);
     gen_params_free(&x->p);
@@ -95,6 +119,15 @@ static void pxy_unref(struct pxy *x)
     free(x->gen);
     free(x->ev);
     free(x);
+}
+
+static bool valid_name(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f) return false;
+    return true;
 }
 
 static void status_count(struct weft_router *r, int status)
@@ -329,6 +362,7 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
         return;
     }
     if (x->head_sent) return;  /* a move's answer: the client has its head */
+    x->delivered = status == 200;
     size_t len = strlen(x->extra);
     for (uint32_t i = 0; i < n; i++)
         if (!strcmp(h[i].name, "retry-after") || !strcmp(h[i].name, "cache-control") ||
@@ -384,6 +418,8 @@ static void up_body(void *u, const char *d, size_t n)
 static void finish(struct pxy *x, bool failed)
 {
     io_unlink(x);
+    if (x->ext) x->generated = x->n_gen;
+    else if (x->decided && x->d.generated > 0) x->generated = x->d.generated;
     if (x->decided) {
         struct scale_class *c = router_class(x->r, x->d.in);
         if (c && !failed) {
@@ -546,7 +582,13 @@ static void on_client_gone(void *u)
  * seed). NULL: send the client's body as it is. */
 static char *upstream_body(struct pxy *x, size_t *len)
 {
-    if (!x->ext) return NULL;
+    if (!x->ext && x->clamp_max <= 0) return NULL;
+    if (x->clamp_max > 0) json_object_set_new(x->root, "max_tokens", json_integer(x->clamp_max));
+    if (!x->ext) {
+        char *b = json_dumps(x->root, JSON_COMPACT);
+        *len = b ? strlen(b) : 0;
+        return b;
+    }
     json_t *w = json_pack("{s:b}", "ids", 1);
     bool cont = x->head_sent;
     if (cont) {
@@ -590,6 +632,12 @@ static void forward(struct pxy *x, struct fleet_instance *in)
                 len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-priority: %d\r\n",
                                         tenant_priority(t, x->p.priority_given, x->p.priority));
         }
+    }
+    if (!x->tenant[0] && x->routed) {
+        /* no key names the tenant: the gateway's fairness id may (Gateway API inference extension) */
+        const char *fid = http_header_get(req, "x-gateway-inference-fairness-id");
+        if (fid && valid_name(fid))
+            len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", fid);
     }
     char path[600];
     snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query);
@@ -662,8 +710,71 @@ static void route_and_forward(struct pxy *x)
         if (x->retries && k > 0 && (size_t)k < sizeof x->extra - 40)
             snprintf(x->extra + strlen(x->extra), sizeof x->extra - strlen(x->extra), "x-weft-retries: %u\r\n",
                      x->retries);
+        if (strlen(x->extra) + strlen(x->rl_hdrs) < sizeof x->extra)
+            memcpy(x->extra + strlen(x->extra), x->rl_hdrs, strlen(x->rl_hdrs) + 1);
     }
     forward(x, d->in);
+}
+
+static uint32_t fleet_n_ctx(const struct weft_router *r)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < r->fleet.n; i++)
+        if (r->fleet.inst[i]->has_load && r->fleet.inst[i]->load.n_ctx > n) n = r->fleet.inst[i]->load.n_ctx;
+    return n;
+}
+
+/* The tenant's buckets, fleet-wide, before any instance sees the request:
+ * prompt + max_tokens reserved now (the unused part comes back at the end),
+ * a request bigger than the whole budget refused at once, a refusal told
+ * when its share will be there (a reservation: tenants.h). */
+static bool admit(struct pxy *x)
+{
+    struct weft_router *r = x->r;
+    if (!r->has_tenants) return true;
+    bool anon;
+    struct tenant_cfg *t = tenants_auth(&r->tenants, http_header_get(x->req, "authorization"), &anon);
+    if (!t) return true;
+    snprintf(x->tenant, sizeof x->tenant, "%s", t->name);
+    double now = router_now(r);
+    int64_t mt = x->p.max_tokens;
+    if (mt <= 0) {
+        uint32_t ctx = fleet_n_ctx(r);
+        mt = x->chat && ctx > x->n_ids ? (int64_t)(ctx - x->n_ids) : 16;
+        /* the default fits the budget: never refused for it (as weft serve does) */
+        if (t->tpm > 0 && (double)x->n_ids < t->tpm && (double)x->n_ids + (double)mt > t->tpm) {
+            mt = (int64_t)(t->tpm - (double)x->n_ids);
+            x->clamp_max = mt;
+        }
+    }
+    double need = (double)x->n_ids + (double)mt, ra = 0;
+    if (!tenant_admit(t, now, need, &ra)) {
+        r->throttled[isinf(ra) ? THROTTLE_TOO_LARGE : THROTTLE_RATE]++;
+        char hdr[512], msg[400];
+        size_t n = 0;
+        if (!isinf(ra)) n = (size_t)snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", (int)ceil(ra) > 0 ? (int)ceil(ra) : 1);
+        tenant_ratelimit_headers(t, now, hdr + n, sizeof hdr - n);
+        if (isinf(ra))
+            snprintf(msg, sizeof msg,
+                     "this request needs %.0f tokens (%zu in the prompt + max_tokens %lld), more than tenant '%s' may "
+                     "use in a whole minute (tokens_per_minute %.0f): it can never be admitted; send fewer tokens",
+                     need, x->n_ids, (long long)mt, t->name, t->tpm);
+        else
+            snprintf(msg, sizeof msg, "rate limit of tenant '%s' reached; retry in %.1f s", t->name, ra);
+        char body[600];
+        size_t bl = http_error_body(body, sizeof body, "rate_limit_error", isinf(ra) ? "max_tokens" : NULL, msg);
+        http_conn_on_close(x->c, NULL, NULL);
+        status_count(r, 429);
+        http_respond(x->c, 429, "application/json", hdr, body, bl);
+        pxy_unref(x);
+        return false;
+    }
+    r->admitted++;
+    x->charged = t->tpm > 0;
+    x->reserved = need;
+    x->reserved_max = (uint32_t)mt;
+    tenant_ratelimit_headers(t, now, x->rl_hdrs, sizeof x->rl_hdrs);
+    return true;
 }
 
 static void tokenize_work(void *arg)
@@ -694,6 +805,7 @@ static void tokenize_done(void *arg)
         pxy_unref(x);
         return;
     }
+    if (!admit(x)) return;
     route_and_forward(x);
 }
 
@@ -706,6 +818,7 @@ static struct pxy *pxy_new(struct weft_router *r, struct http_conn *c, const str
     x->req = req;
     x->refs = 1;
     x->cached = -1;
+    x->generated = -1;
     x->t_arrival = router_now(r);
     return x;
 }

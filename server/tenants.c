@@ -119,6 +119,9 @@ bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_
         if (!o) continue;
         /* the same tenant keeps what it has spent, within its new capacities */
         n->last = o->last;
+        n->promised_req = o->promised_req;
+        n->promised_tok = o->promised_tok;
+        n->promise_until = o->promise_until;
         /* a bucket that had no limit before starts full */
         if (o->rps > 0) n->req_tokens = o->req_tokens < n->burst ? o->req_tokens : n->burst;
         if (o->tpm > 0) n->tok_tokens = o->tok_tokens < n->tpm ? o->tok_tokens : n->tpm;
@@ -180,24 +183,42 @@ static void refill(struct tenant_cfg *t, double now)
 bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after)
 {
     refill(t, now);
+    if (now >= t->promise_until) t->promised_req = t->promised_tok = 0;  /* nobody came back for them */
     if (t->tpm > 0 && n_tokens > t->tpm) {
         *retry_after = INFINITY;
         return false;
     }
-    double wait = 0;
-    if (t->rps > 0 && t->req_tokens < 1) wait = (1 - t->req_tokens) / t->rps;
-    if (t->tpm > 0) {
-        if (t->tok_tokens < n_tokens) {
-            double w = (n_tokens - t->tok_tokens) / (t->tpm / 60.0);
+    bool short_req = t->rps > 0 && t->req_tokens < 1;
+    bool short_tok = t->tpm > 0 && t->tok_tokens < n_tokens;
+    if (short_req || short_tok) {
+        /* a reservation: when this request's share will be there after
+         * what earlier refusals were promised, so a refused burst comes back
+         * spread out rather than all at once */
+        double wait = 0;
+        if (t->rps > 0) {
+            double w = (1 + t->promised_req - t->req_tokens) / t->rps;
             if (w > wait) wait = w;
         }
-    }
-    if (wait > 0) {
+        if (t->tpm > 0) {
+            double w = (n_tokens + t->promised_tok - t->tok_tokens) / (t->tpm / 60.0);
+            if (w > wait) wait = w;
+        }
+        if (wait < 0.001) wait = 0.001;
+        if (t->rps > 0) t->promised_req += 1;
+        if (t->tpm > 0) t->promised_tok += n_tokens;
+        /* promises lapse a little after the last one falls due (Retry-After rounds up to seconds) */
+        if (now + wait + 2 > t->promise_until) t->promise_until = now + wait + 2;
         *retry_after = wait;
         return false;
     }
-    if (t->rps > 0) t->req_tokens -= 1;
-    if (t->tpm > 0) t->tok_tokens -= n_tokens;
+    if (t->rps > 0) {
+        t->req_tokens -= 1;
+        t->promised_req = t->promised_req > 1 ? t->promised_req - 1 : 0;
+    }
+    if (t->tpm > 0) {
+        t->tok_tokens -= n_tokens;
+        t->promised_tok = t->promised_tok > n_tokens ? t->promised_tok - n_tokens : 0;
+    }
     return true;
 }
 
@@ -208,4 +229,27 @@ void tenant_refund(struct tenant_cfg *t, double now, double n_tokens)
         t->tok_tokens += n_tokens;
         if (t->tok_tokens > t->tpm) t->tok_tokens = t->tpm;
     }
+}
+
+size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap)
+{
+    refill(t, now);
+    size_t n = 0;
+    if (cap) buf[0] = 0;
+    if (t->rps > 0) {
+        double left = t->req_tokens > 0 ? t->req_tokens : 0, reset = (t->burst - left) / t->rps;
+        n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0,
+                              "x-ratelimit-limit-requests: %.0f\r\nx-ratelimit-remaining-requests: %.0f\r\n"
+                              "x-ratelimit-reset-requests: %.3fs\r\n",
+                              t->burst, floor(left), reset > 0 ? reset : 0);
+    }
+    if (t->tpm > 0) {
+        double left = t->tok_tokens > 0 ? t->tok_tokens : 0, reset = (t->tpm - left) / (t->tpm / 60.0);
+        n += (size_t)snprintf(buf + n, cap > n ? cap - n : 0,
+                              "x-ratelimit-limit-tokens: %.0f\r\nx-ratelimit-remaining-tokens: %.0f\r\n"
+                              "x-ratelimit-reset-tokens: %.3fs\r\n",
+                              t->tpm, floor(left), reset > 0 ? reset : 0);
+    }
+    if (n >= cap && cap) buf[0] = 0;
+    return n < cap ? n : 0;
 }

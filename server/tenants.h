@@ -42,6 +42,8 @@ struct tenant_cfg {
     struct weft_tenant_limits lim;
     /* buckets */
     double req_tokens, tok_tokens, last;
+    double promised_req, promised_tok;  /* promised to refused requests (their Retry-After), not yet taken */
+    double promise_until;               /* when the last promise lapses */
 };
 
 struct tenants {
@@ -68,8 +70,15 @@ struct tenant_cfg *tenants_auth(struct tenants *ts, const char *authorization, b
 
 /* Take one request and n_tokens from t's buckets at time now (seconds).
  * false: refuse with 429; *retry_after = seconds until it would fit, or
- * INFINITY when n_tokens is more than the whole budget (it never will). */
+ * INFINITY when n_tokens is more than the whole budget (it never will).
+ * Retry-After is a reservation: the time at which this request's share is
+ * there after what earlier refused requests were promised (a refused burst
+ * of k is told to come back spread over k shares' refill time, and each
+ * that honours it fits); an admitted request takes one promise back. */
 bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after);
+/* OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} header
+ * lines for t's buckets now (only those it has); bytes written. */
+size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap);
 /* Give back tokens a request reserved but did not use. */
 void tenant_refund(struct tenant_cfg *t, double now, double n_tokens);
 

@@ -177,6 +177,31 @@ static void tenants_keys_and_buckets(void)
 
 /* A request may lower its priority below its tenant's, never raise it; an
  * anonymous one is capped at 0. */
+/* Retry-After is a reservation: a refused burst is told to come back at
+ * spread-out times, and every refused request that comes back when told
+ * (rounded up to whole seconds, as the header carries it) fits. */
+static void a_refused_burst_is_told_spread_out_times_that_fit(void)
+{
+    for (int kind = 0; kind < 2; kind++) {
+        struct tenant_cfg t = {.name = "b", .last = -1};
+        if (kind == 0) t.rps = 2, t.burst = 5, t.req_tokens = 5;
+        else t.tpm = 600, t.tok_tokens = 600;  /* 10 tokens/s, 50 a request: 12 fit at once */
+        double need = 50, ra, back[20];
+        int admitted = 0, refused = 0;
+        for (int i = 0; i < 20; i++) {
+            if (tenant_admit(&t, 100.0, need, &ra)) admitted++;
+            else back[refused++] = 100.0 + ceil(ra);
+        }
+        CHECK_EQ_INT(admitted, kind == 0 ? 5 : 12);
+        /* spread: no more come back in any second than the refill admits then */
+        for (int i = 1; i < refused; i++) CHECK(back[i] >= back[i - 1]);
+        CHECK(back[refused - 1] - back[0] >= (kind == 0 ? 6 : 30));
+        int ok = 0;
+        for (int i = 0; i < refused; i++) ok += tenant_admit(&t, back[i], need, &ra);
+        CHECK_MSG(ok == refused, "kind %d: %d of %d fit when they came back", kind, ok, refused);
+    }
+}
+
 static void priority_is_capped_by_the_tenant(void)
 {
     struct tenant_cfg t = {.priority = 10};
@@ -294,6 +319,7 @@ int main(void)
     RUN(each_bad_parameter_is_named);
     RUN(chat_messages);
     RUN(tenants_keys_and_buckets);
+    RUN(a_refused_burst_is_told_spread_out_times_that_fit);
     RUN(priority_is_capped_by_the_tenant);
     RUN(tenants_reload_keeps_buckets);
     RUN(metrics_render_format);
