@@ -88,6 +88,7 @@ static void poll_done(void *u, int err)
             fleet_poll_failed(io->in);
         } else {
             fleet_apply_load(&r->fleet, io->in, &l, router_now(r));
+            router_queue_kick(r);  /* it may have room now */
             if (!was) fprintf(stderr, "weft router: %s up (%s %s, %.0f prefill tok/s)\n", io->in->name, l.backend,
                               l.device, l.prefill_tps);
         }
@@ -437,6 +438,8 @@ static void on_drained(void *arg)
     for (uint32_t i = 0; i < r->fleet.n; i++)
         if (r->fleet.inst[i]->io) io_release(r->fleet.inst[i]->io);
     uv_close((uv_handle_t *)&r->poll_timer, NULL);
+    uv_timer_stop(&r->pump_timer);
+    uv_close((uv_handle_t *)&r->pump_timer, NULL);
     uv_close((uv_handle_t *)&r->dns_timer, NULL);
     uv_close((uv_handle_t *)&r->stop_async, NULL);
     if (r->cfg.handle_signals) {
@@ -521,6 +524,8 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     }
     uv_timer_init(r->loop, &r->poll_timer);
     r->poll_timer.data = r;
+    uv_timer_init(r->loop, &r->pump_timer);
+    r->pump_timer.data = r;
     uv_timer_start(&r->poll_timer, on_poll, 0, r->cfg.poll_ms);
     uv_timer_init(r->loop, &r->dns_timer);
     r->dns_timer.data = r;

@@ -40,6 +40,10 @@ struct weft_router_config {
     uint32_t poll_ms;                /* /load period per instance (0: 200) */
     uint32_t max_retries;            /* attempts elsewhere before a request's first byte (0: 2; --max-retries) */
     uint32_t max_migrations;         /* moves of a stream after it (0: 2; --max-migrations) */
+    uint32_t saturate_waiting;       /* an instance with every slot busy and this many waiting is
+                                        saturated (0: 2; --saturate-waiting) */
+    uint32_t queue_max;              /* requests the router's queue holds (0: 1024; --queue-max) */
+    uint32_t queue_per_tenant;       /* ... of one tenant (0: 256; --queue-per-tenant) */
     struct prompt_rules rules;       /* the model's tokenizer and chat rendering (as the instances') */
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */

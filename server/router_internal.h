@@ -8,6 +8,7 @@
 #include <uv.h>
 
 #include "server/fleet.h"
+#include "server/params.h"
 #include "server/http_client.h"
 #include "server/router.h"
 #include "server/tenants.h"
@@ -40,6 +41,15 @@ struct scale_class {
 enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_N };
 enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_N };
 enum { THROTTLE_RATE = 0, THROTTLE_TOO_LARGE, THROTTLE_N };
+enum { SHED_QUEUE_FULL = 0, SHED_TENANT_FULL, SHED_DISPLACED, SHED_N };
+
+/* A tenant in the router's queue (router_queue.c). */
+#define ROUTER_MAX_QTENANTS 256
+struct qtenant {
+    char name[WEFT_TENANT_NAME_MAX];
+    uint32_t queued;
+    uint64_t served;               /* the queue's tick when one of its requests last left it */
+};
 
 /* per instance: its connections and subscriptions */
 struct inst_io {
@@ -89,11 +99,85 @@ struct weft_router {
     /* failover */
     uint64_t retries[RETRY_N], migrations[MIG_N], migration_limit, failover_exhausted;
     uint64_t admitted, throttled[THROTTLE_N];
+    /* the queue (router_queue.c) */
+    struct pxy *q_head, *q_tail;   /* priority descending, arrival within */
+    uint32_t q_len;
+    struct qtenant qt[ROUTER_MAX_QTENANTS];
+    uint32_t n_qt;
+    uint64_t q_tick, queued_total, shed[SHED_N], q_wait_n;
+    double q_wait_sum;
+    uv_timer_t pump_timer;
+    bool pump_armed;
+    double dur_mean;               /* seconds a request takes, fleet-wide (moving average) */
     struct scale_class classes[ROUTER_MAX_CLASSES];
     uint32_t n_classes;
     uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];
     double ttft_sum;
 };
+
+/* One proxied request (router_proxy.c; queued in router_queue.c). */
+#define MAX_TRIED 16
+#define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" and "completion_tokens" */
+
+struct pxy {
+    struct weft_router *r;
+    struct http_conn *c;
+    const struct http_request *req;   /* valid until the response ends */
+    bool chat, routed;
+    struct gen_params p;
+    json_t *root;
+    int32_t *ids;
+    size_t n_ids;
+    weft_status tok_status;
+    char tok_msg[200];
+    atomic_bool cancelled;
+    int refs;                         /* the connection's, the job's */
+    bool gone;                        /* the client left */
+    struct fleet_decision d;
+    bool decided;
+    struct fleet_instance *target;    /* forwarded (not routed) requests */
+    struct hcl_req *up;
+    bool head_sent, sse;
+    double t_arrival, t_dispatch;
+    char extra[640];
+    char upstream_hdrs[1024];
+    char tail[TAIL * 2 + 1];
+    size_t tail_len;
+    int64_t cached;                   /* last "cached_tokens" seen in the answer, -1 none */
+    /* failover: the instances tried, the stream so far (to continue it elsewhere) */
+    bool ext;                         /* the router asked for weft.ids: the stream can move */
+    bool refused;                     /* this attempt's answer is a refusal to retry elsewhere (not forwarded) */
+    int refusal;                      /* its RETRY_* reason */
+    bool stream_error;                /* the instance sent an error event mid-stream */
+    bool done_seen, first_content;
+    struct fleet_instance *tried[MAX_TRIED];
+    uint32_t n_tried, retries, migrations;
+    int32_t *gen;                     /* token ids of every chunk forwarded */
+    uint32_t n_gen, cap_gen;
+    long long seed;
+    bool seed_known, rid_known;
+    char rid[48];
+    long long created;
+    char *ev;                         /* an SSE event not complete yet */
+    size_t ev_len, ev_cap;
+    struct inst_io *on_io;            /* the instance answering it (its inflight list) */
+    struct pxy *io_prev, *io_next;
+    /* the tenant's buckets at the router (fleet-wide) */
+    char tenant[WEFT_TENANT_NAME_MAX];
+    bool charged, delivered;
+    double reserved;                  /* tokens taken: prompt + max_tokens */
+    uint32_t reserved_max;            /* the max_tokens in it */
+    int64_t clamp_max;                /* > 0: max_tokens sent upstream (the default cut to the budget) */
+    int64_t generated;                /* completion tokens seen (-1 unknown) */
+    char rl_hdrs[400];                /* x-ratelimit-* for the client */
+    /* the router's queue (router_queue.c) */
+    int32_t prio;                     /* the request's priority (its tenant's cap applied) */
+    bool queued, from_queue;
+    double t_queued;
+    struct pxy *q_prev, *q_next;
+    char qname[WEFT_TENANT_NAME_MAX]; /* its tenant for fairness (key, fairness id, or "") */
+};
+
 
 extern const double router_lat_bounds[ROUTER_LAT_BUCKETS];
 
@@ -108,5 +192,16 @@ void router_instance_failed(struct weft_router *r, struct inst_io *io);
 /* The scale-out signal's class table entry for an instance's device. */
 struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in);
 void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason);
+
+/* The queue (router_queue.c). */
+bool router_saturated_for(struct weft_router *r, int32_t prio);
+bool router_queue_wants(struct weft_router *r, const struct pxy *x);
+void router_queue_add(struct pxy *x);          /* queued, or shed (answered 503) */
+void router_queue_remove(struct pxy *x);
+void router_queue_kick(struct weft_router *r); /* try to bind queued requests (soon, on the loop) */
+int router_queue_drain_s(const struct weft_router *r, uint32_t ahead);
+/* router_proxy.c: decide and forward now; answer 503 with these headers. */
+void router_dispatch(struct pxy *x);
+void router_reply_busy(struct pxy *x, const char *headers, const char *msg);
 
 #endif

@@ -139,6 +139,38 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
     put(m, "weft_router_admission_total{result=\"throttled\"} %llu\n", (unsigned long long)r->throttled[THROTTLE_RATE]);
     put(m, "weft_router_admission_total{result=\"too_large\"} %llu\n",
         (unsigned long long)r->throttled[THROTTLE_TOO_LARGE]);
+    head(m, "weft_router_queue_depth", "gauge", "Requests waiting in the router's queue (the fleet saturated), by priority.");
+    {
+        int32_t last = 0;
+        uint32_t n = 0;
+        bool any = false;
+        for (struct pxy *x = r->q_head; x; x = x->q_next) {
+            if (any && x->prio != last) {
+                put(m, "weft_router_queue_depth{priority=\"%d\"} %u\n", last, n);
+                n = 0;
+            }
+            last = x->prio, any = true, n++;
+        }
+        if (any) put(m, "weft_router_queue_depth{priority=\"%d\"} %u\n", last, n);
+        else put(m, "weft_router_queue_depth{priority=\"0\"} 0\n");
+    }
+    head(m, "weft_router_queue_tenant_depth", "gauge", "Requests waiting in the router's queue, by tenant.");
+    for (uint32_t i = 0; i < r->n_qt; i++) {
+        char lv[200];
+        label_value(lv, sizeof lv, r->qt[i].name);
+        put(m, "weft_router_queue_tenant_depth{tenant=\"%s\"} %u\n", lv, r->qt[i].queued);
+    }
+    head(m, "weft_router_queued_total", "counter", "Requests that waited in the router's queue.");
+    put(m, "weft_router_queued_total %llu\n", (unsigned long long)r->queued_total);
+    head(m, "weft_router_queue_wait_seconds", "summary", "Time requests waited in the router's queue.");
+    put(m, "weft_router_queue_wait_seconds_sum %.6f\nweft_router_queue_wait_seconds_count %llu\n", r->q_wait_sum,
+        (unsigned long long)r->q_wait_n);
+    head(m, "weft_router_shed_total", "counter",
+         "Requests refused with 503 because the fleet was saturated and the queue full (queue_full), their "
+         "tenant's share full (tenant_full), or a higher priority took their place (displaced).");
+    static const char *sr[SHED_N] = {"queue_full", "tenant_full", "displaced"};
+    for (int k = 0; k < SHED_N; k++)
+        put(m, "weft_router_shed_total{reason=\"%s\"} %llu\n", sr[k], (unsigned long long)r->shed[k]);
     head(m, "weft_router_circuit_state", "gauge", "Each instance's circuit breaker: 0 closed, 1 half-open, 2 open.");
     for (uint32_t i = 0; i < f->n; i++)
         put(m, "weft_router_circuit_state{instance=\"%s\"} %d\n", f->inst[i]->name, (int)f->inst[i]->circuit);

@@ -12,66 +12,10 @@
 
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
-#define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" and "completion_tokens" */
 
 const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
                                                       0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
                                                       0.01,    0.025,  0.05,   0.1,    0.25,   1.0};
-
-#define MAX_TRIED 16
-
-struct pxy {
-    struct weft_router *r;
-    struct http_conn *c;
-    const struct http_request *req;   /* valid until the response ends */
-    bool chat, routed;
-    struct gen_params p;
-    json_t *root;
-    int32_t *ids;
-    size_t n_ids;
-    weft_status tok_status;
-    char tok_msg[200];
-    atomic_bool cancelled;
-    int refs;                         /* the connection's, the job's */
-    bool gone;                        /* the client left */
-    struct fleet_decision d;
-    bool decided;
-    struct fleet_instance *target;    /* forwarded (not routed) requests */
-    struct hcl_req *up;
-    bool head_sent, sse;
-    double t_arrival, t_dispatch;
-    char extra[640];
-    char upstream_hdrs[1024];
-    char tail[TAIL * 2 + 1];
-    size_t tail_len;
-    int64_t cached;                   /* last "cached_tokens" seen in the answer, -1 none */
-    /* failover: the instances tried, the stream so far (to continue it elsewhere) */
-    bool ext;                         /* the router asked for weft.ids: the stream can move */
-    bool refused;                     /* this attempt's answer is a refusal to retry elsewhere (not forwarded) */
-    int refusal;                      /* its RETRY_* reason */
-    bool stream_error;                /* the instance sent an error event mid-stream */
-    bool done_seen, first_content;
-    struct fleet_instance *tried[MAX_TRIED];
-    uint32_t n_tried, retries, migrations;
-    int32_t *gen;                     /* token ids of every chunk forwarded */
-    uint32_t n_gen, cap_gen;
-    long long seed;
-    bool seed_known, rid_known;
-    char rid[48];
-    long long created;
-    char *ev;                         /* an SSE event not complete yet */
-    size_t ev_len, ev_cap;
-    struct inst_io *on_io;            /* the instance answering it (its inflight list) */
-    struct pxy *io_prev, *io_next;
-    /* the tenant's buckets at the router (fleet-wide) */
-    char tenant[WEFT_TENANT_NAME_MAX];
-    bool charged, delivered;
-    double reserved;                  /* tokens taken: prompt + max_tokens */
-    uint32_t reserved_max;            /* the max_tokens in it */
-    int64_t clamp_max;                /* > 0: max_tokens sent upstream (the default cut to the budget) */
-    int64_t generated;                /* completion tokens seen (-1 unknown) */
-    char rl_hdrs[400];                /* x-ratelimit-* for the client */
-};
 
 /* Give back what the request reserved and did not use (looked up by name). */
 static void refund(struct pxy *x)
@@ -425,9 +369,11 @@ static void finish(struct pxy *x, bool failed)
         if (c && !failed) {
             double dur = router_now(x->r) - x->t_dispatch;
             c->dur_mean = c->dur_mean > 0 ? c->dur_mean + 0.05 * (dur - c->dur_mean) : dur;
+            x->r->dur_mean = x->r->dur_mean > 0 ? x->r->dur_mean + 0.05 * (dur - x->r->dur_mean) : dur;
         }
         fleet_finished(&x->r->fleet, &x->d, failed ? -1 : x->cached, failed);
         x->decided = false;
+        router_queue_kick(x->r);  /* a slot may have freed */
     }
     if (x->target) {
         fleet_instance_unref(x->target);
@@ -568,6 +514,7 @@ static void on_client_gone(void *u)
     x->gone = true;
     atomic_store(&x->cancelled, true);
     x->r->client_gone++;
+    router_queue_remove(x);
     if (x->up) {
         hcl_cancel(x->up);  /* the instance sees its client leave and stops the work */
         x->up = NULL;
@@ -672,9 +619,28 @@ static void forward(struct pxy *x, struct fleet_instance *in)
 
 /* ---- routing ---- */
 
+void router_dispatch(struct pxy *x) { route_and_forward(x); }
+
+void router_reply_busy(struct pxy *x, const char *headers, const char *msg)
+{
+    char body[600];
+    size_t bl = http_error_body(body, sizeof body, "server_busy", NULL, msg);
+    char hdr[600];
+    snprintf(hdr, sizeof hdr, "%s%s", headers ? headers : "", x->rl_hdrs);
+    http_conn_on_close(x->c, NULL, NULL);
+    status_count(x->r, 503);
+    http_respond(x->c, 503, "application/json", hdr, body, bl);
+    pxy_unref(x);
+}
+
 static void route_and_forward(struct pxy *x)
 {
     struct weft_router *r = x->r;
+    if (!x->head_sent && x->n_tried == 0 && router_queue_wants(r, x)) {
+        router_queue_add(x);  /* every instance is saturated: wait for room (or shed) */
+        router_queue_kick(r);
+        return;
+    }
     uint32_t mt = x->p.max_tokens > 0 ? (uint32_t)(x->p.max_tokens < 1000000 ? x->p.max_tokens : 1000000) : 16;
     weft_status st = fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, router_now(r), x->tried, x->n_tried, &x->d);
     if (st != WEFT_OK) {
@@ -806,6 +772,13 @@ static void tokenize_done(void *arg)
         return;
     }
     if (!admit(x)) return;
+    /* who it is for the queue: the tenant's key, else the gateway's fairness id */
+    bool anon = false;
+    struct tenant_cfg *t =
+        x->r->has_tenants ? tenants_auth(&x->r->tenants, http_header_get(x->req, "authorization"), &anon) : NULL;
+    x->prio = tenant_priority(t, x->p.priority_given, x->p.priority);
+    const char *fid = http_header_get(x->req, "x-gateway-inference-fairness-id");
+    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && valid_name(fid) ? fid : "");
     route_and_forward(x);
 }
 

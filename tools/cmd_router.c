@@ -23,7 +23,8 @@ static void usage(void)
             "                   [--policy weft|least-load|round-robin] [--host 127.0.0.1] [--port 8000]\n"
             "                   [--config FILE] [--upstream-key KEY] [--template-system] [--poll-ms 200]\n"
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
-            "                   [--max-retries N] [--max-migrations N]\n"
+            "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
+            "                   [--queue-max N] [--queue-per-tenant N]\n"
             "                   [--tokenize-threads 2]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
@@ -38,7 +39,11 @@ static void usage(void)
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
             "  --timeout S: an upstream answer idle this long fails (default 600)\n"
             "  --max-retries N: other instances a request tries before its first byte (default 2)\n"
-            "  --max-migrations N: times a stream moves to another instance after it (default 2)\n");
+            "  --max-migrations N: times a stream moves to another instance after it (default 2)\n"
+            "  --saturate-waiting N: an instance with every slot busy and N waiting is saturated (default 2);\n"
+            "      when all are, requests wait in the router's queue (strict priority, fair between tenants)\n"
+            "  --queue-max N, --queue-per-tenant N: its bounds (default 1024, 256); past them the lowest\n"
+            "      priority is shed with 503 and Retry-After\n");
 }
 
 int weft_cmd_router(int argc, char **argv)
@@ -81,6 +86,9 @@ int weft_cmd_router(int argc, char **argv)
             {"--tokenize-threads", 1, 64, &threads},
             {"--max-retries", 1, 15, &rc.max_retries},
             {"--max-migrations", 1, 15, &rc.max_migrations},
+            {"--saturate-waiting", 1, 1 << 20, &rc.saturate_waiting},
+            {"--queue-max", 1, 1 << 20, &rc.queue_max},
+            {"--queue-per-tenant", 1, 1 << 20, &rc.queue_per_tenant},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
