@@ -273,8 +273,9 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     *items = s->items;
     *n_items = 0;
 
-    /* 0. the first waiting request that may run makes room for itself by
-     *    preempting running ones of strictly lower priority */
+    /* 0. the first waiting request that may run makes room for itself (KV
+     *    blocks and a sequence slot) by preempting running ones of strictly
+     *    lower priority */
     for (uint32_t i = 0; i < s->n_waiting; i++) {
         struct weft_sched_req *w = s->waiting[i];
         const struct weft_tenant_limits *lim = &s->tenants[w->tenant].lim;
@@ -285,7 +286,8 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
         if (!w->kv.swapped) need -= w->kv.n_blocks < need ? w->kv.n_blocks : need;
         for (;;) {
             struct weft_sched_req *v = last_running(s, -1);
-            if (need <= weft_kv_available(kv) || !v || v->priority >= w->priority) break;
+            bool room = need <= weft_kv_available(kv) && s->n_running < s->cfg.max_running;
+            if (room || !v || v->priority >= w->priority) break;
             preempt(s, v);
         }
         break;

@@ -14,7 +14,7 @@
  * swapped to the host tier, or dropped to be recomputed when the host tier is
  * full, and it goes back to the waiting queue in its original place. A
  * waiting request of higher priority than some running one may preempt it
- * the same way. A resumed sequence continues exactly where it stopped.
+ * the same way, for KV room or for a sequence slot (all max_running busy). A resumed sequence continues exactly where it stopped.
  *
  * The scheduler knows token ids only; sampling and stop conditions belong to
  * the engine, which appends each sampled token and finishes requests.

@@ -218,6 +218,35 @@ static void higher_priority_arrival_preempts_lower(void)
     env_free(&e);
 }
 
+/* Every sequence slot busy (KV to spare): a waiting request of higher
+ * priority takes the slot of the lowest running one (the step after the
+ * preemption admits it), rather than waiting for one to finish. */
+static void higher_priority_takes_a_busy_slot(void)
+{
+    struct env e;
+    env_init(&e, 64, 64, false, (struct weft_sched_config){.max_step_tokens = 256, .max_running = 2});
+    struct weft_sched_req *a = add(&e, 1, 20, 50, 0, 0), *b = add(&e, 2, 20, 50, 0, 0);
+    step(&e, NULL, NULL, NULL);
+    CHECK(a->state == WEFT_REQ_RUNNING && b->state == WEFT_REQ_RUNNING);
+    struct weft_sched_req *hi = add(&e, 3, 20, 4, 5, 0);
+    struct weft_sched_item it[4];
+    step(&e, it, NULL, NULL);                  /* b (the latest of the lowest) gives its slot */
+    CHECK(b->state == WEFT_REQ_WAITING && b->n_preempt == 1 && a->state == WEFT_REQ_RUNNING);
+    uint32_t n = step(&e, it, NULL, NULL);
+    int hi_in = 0;
+    for (uint32_t k = 0; k < n; k++) hi_in |= it[k].req == hi;
+    CHECK(hi_in && hi->state == WEFT_REQ_RUNNING);
+    /* equal priority never preempts for a slot */
+    struct weft_sched_req *c = add(&e, 4, 20, 4, 0, 0);
+    step(&e, NULL, NULL, NULL);
+    CHECK(c->state == WEFT_REQ_WAITING && a->n_preempt == 0);
+    uint64_t done[4];
+    uint32_t n_done = 0;
+    run_to_end(&e, &n_done, done);
+    CHECK(n_done == 4 && done[0] == 3);
+    env_free(&e);
+}
+
 static void tenant_limits(void)
 {
     struct env e;
@@ -375,6 +404,7 @@ int main(void)
     RUN(preemption_swaps_latest_lowest_and_resumes);
     RUN(preemption_recomputes_when_host_is_full);
     RUN(higher_priority_arrival_preempts_lower);
+    RUN(higher_priority_takes_a_busy_slot);
     RUN(tenant_limits);
     RUN(tenant_quota_preempts_within_tenant);
     RUN(refusals);
