@@ -789,15 +789,6 @@ static bool parse_priority_header(const char *v, int32_t *out)
     return true;
 }
 
-static bool valid_tenant_name(const char *v)
-{
-    size_t n = strlen(v);
-    if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f) return false;
-    return true;
-}
-
 /* --mock's injected failures: true when g was answered (or left hanging). */
 static bool mock_inject(struct gen_ctx *g)
 {
@@ -868,7 +859,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
     if (tenant && tenant->trusted) {
         const char *ht = http_header_get(req, "x-weft-tenant"), *hp = http_header_get(req, "x-weft-priority");
         if (ht) {
-            if (!valid_tenant_name(ht)) {
+            if (!tenant_name_valid(ht)) {
                 reject(g, 400, "invalid_request_error", NULL,
                        "the x-weft-tenant header must be a tenant name of 1 to 63 printable characters", NULL);
                 return;

@@ -65,15 +65,6 @@ static void pxy_unref(struct pxy *x)
     free(x);
 }
 
-static bool valid_name(const char *v)
-{
-    size_t n = strlen(v);
-    if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f) return false;
-    return true;
-}
-
 static void status_count(struct weft_router *r, int status)
 {
     int k = status >= 100 && status < 600 ? status / 100 - 1 : 5;
@@ -583,7 +574,7 @@ static void forward(struct pxy *x, struct fleet_instance *in)
     if (!x->tenant[0] && x->routed) {
         /* no key names the tenant: the gateway's fairness id may (Gateway API inference extension) */
         const char *fid = http_header_get(req, "x-gateway-inference-fairness-id");
-        if (fid && valid_name(fid))
+        if (fid && tenant_name_valid(fid))
             len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", fid);
     }
     char path[600];
@@ -778,7 +769,7 @@ static void tokenize_done(void *arg)
         x->r->has_tenants ? tenants_auth(&x->r->tenants, http_header_get(x->req, "authorization"), &anon) : NULL;
     x->prio = tenant_priority(t, x->p.priority_given, x->p.priority);
     const char *fid = http_header_get(x->req, "x-gateway-inference-fairness-id");
-    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && valid_name(fid) ? fid : "");
+    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && tenant_name_valid(fid) ? fid : "");
     route_and_forward(x);
 }
 

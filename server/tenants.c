@@ -253,3 +253,12 @@ size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, siz
     if (n >= cap && cap) buf[0] = 0;
     return n < cap ? n : 0;
 }
+
+bool tenant_name_valid(const char *v)
+{
+    size_t n = strlen(v);
+    if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)v[i] <= 0x20 || (unsigned char)v[i] >= 0x7f) return false;
+    return true;
+}

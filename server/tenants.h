@@ -79,6 +79,8 @@ bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *ret
 /* OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} header
  * lines for t's buckets now (only those it has); bytes written. */
 size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap);
+/* A tenant name from a header: 1 to 63 printable ASCII characters, no space. */
+bool tenant_name_valid(const char *v);
 /* Give back tokens a request reserved but did not use. */
 void tenant_refund(struct tenant_cfg *t, double now, double n_tokens);
 
