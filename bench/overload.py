@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A high-priority tenant's TTFT under 2x overload, through `weft router`.
 
-Two real instances (taskset, -t 1, --max-seqs 4) behind a router with two
-tenants: "hi" (priority 10) and "lo" (priority 0). Per run:
+Two real instances (taskset, -t 1, --max-seqs 4, the same --config, whose
+trusted key the router uses) behind a router with two tenants: "hi"
+(priority 10) and "lo" (priority 0). Per run:
   1. capacity: lo alone, closed loop at 4x the fleet's slots -> requests/s C
   2. unloaded: hi alone, Poisson at --hi-rate -> its TTFT p99
   3. overload: lo Poisson at 2 x C (shed requests count as lo errors) and the
@@ -65,10 +66,14 @@ def p99(xs):
 def one(args, sat, tmp):
     cfg = os.path.join(tmp, "tenants.json")
     with open(cfg, "w") as f:
+        # the instances get the same file: they trust the router's key, which passes each
+        # request's tenant and priority on (x-weft-tenant, x-weft-priority)
         json.dump({"tenants": [{"name": "hi", "api_keys": [KEYS["hi"]], "priority": 10},
-                               {"name": "lo", "api_keys": [KEYS["lo"]], "priority": 0}]}, f)
+                               {"name": "lo", "api_keys": [KEYS["lo"]], "priority": 0},
+                               {"name": "router", "api_keys": ["sk-overload-router-01"], "trusted": True,
+                                "priority": 10}]}, f)
     insts = [fleet.Proc(["taskset", "-c", str(i), args.weft, "serve", "-m", args.model, "--port", "0", "-t", "1",
-                         "--max-seqs", "4"], "weft serve") for i in range(2)]
+                         "--max-seqs", "4", "--config", cfg], "weft serve") for i in range(2)]
     router = fleet.Proc([args.weft, "router", "-m", args.model, "--port", "0", "--config", cfg,
                          "--saturate-waiting", str(sat), "--queue-max", "256", "--queue-per-tenant", "192"]
                         + sum([["--instance", p.url] for p in insts], []), "weft router")

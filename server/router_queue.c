@@ -7,7 +7,8 @@
  * waits here instead, and is bound to an instance only when one has room:
  * the routing decision happens then (late binding keeps prefix affinity).
  * An instance also has room for a request that outranks one the router has
- * running there (weft serve preempts the lower priority).
+ * running there, when the router passes priorities on (a trusted upstream
+ * key: weft serve preempts the lower priority).
  *
  * Order: strict priority between levels; within a level, fair between
  * tenants (the tenant served longest ago goes first), first come first
@@ -47,9 +48,11 @@ bool router_saturated_for(struct weft_router *r, int32_t prio)
         if (!usable(in)) continue;
         n_usable++;
         if (!saturated(r, in)) return false;
-        struct inst_io *io = router_io(in);
+        /* it would preempt a lower priority there, if the instance takes the
+         * priority from the router (it trusts the router's key) */
+        struct inst_io *io = r->upstream_auth ? router_io(in) : NULL;
         for (struct pxy *x = io ? io->inflight : NULL; x; x = x->io_next)
-            if (x->prio < prio) return false;  /* it would preempt that one */
+            if (x->prio < prio) return false;
     }
     return n_usable > 0;  /* none usable: not a queueing matter (the decision answers 503) */
 }

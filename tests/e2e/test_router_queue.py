@@ -49,11 +49,13 @@ class Stream(threading.Thread):
 def setup():
     cfg = {"tenants": [{"name": "a", "api_keys": [KEYS["a"]], "priority": 0},
                        {"name": "b", "api_keys": [KEYS["b"]], "priority": 0},
-                       {"name": "hi", "api_keys": [KEYS["hi"]], "priority": 10}]}
+                       {"name": "hi", "api_keys": [KEYS["hi"]], "priority": 10},
+                       # the instance trusts the router's key: it takes each request's priority from it
+                       {"name": "router", "api_keys": ["sk-queue-router-0"], "trusted": True, "priority": 10}]}
     fd, path = tempfile.mkstemp(suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(cfg, f)
-    inst = Server("--max-seqs", "2", threads=1)
+    inst = Server("--max-seqs", "2", "--config", path, threads=1)
     router = Router([inst], "--config", path, "--saturate-waiting", "1", "--queue-per-tenant", "4")
     router.wait_ready(n_up=1)
     yield router
@@ -110,6 +112,6 @@ def test_saturated_fleet_queues_fairly_sheds_past_the_share_and_lets_priority_th
     assert max(s.t_head for s in qb) < heads_a[2], (heads_a, [s.t_head for s in qb])
     # the higher priority did not wait behind the queue
     assert hi.t_first < min(s.t_first for s in queued_a + qb)
-    assert r.metric("weft_router_queued_total") >= 6
+    assert r.metric("weft_router_queued_total") == 6  # the higher priority went straight to the instance
     assert r.metric("weft_router_shed_total", {"reason": "tenant_full"}) == 1
     assert r.metric("weft_router_queue_tenant_depth", {"tenant": "a"}) == 0
