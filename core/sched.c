@@ -1,5 +1,7 @@
 #include "core/sched.h"
 
+#include <stdint.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -276,6 +278,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     /* 0. the first waiting request that may run makes room for itself (KV
      *    blocks and a sequence slot) by preempting running ones of strictly
      *    lower priority */
+    int32_t step0_prio = INT32_MIN;
     for (uint32_t i = 0; i < s->n_waiting; i++) {
         struct weft_sched_req *w = s->waiting[i];
         const struct weft_tenant_limits *lim = &s->tenants[w->tenant].lim;
@@ -287,6 +290,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
         for (;;) {
             struct weft_sched_req *v = last_running(s, -1);
             bool room = need <= weft_kv_available(kv) && s->n_running < s->cfg.max_running;
+            if (room) step0_prio = w->priority;
             if (room || !v || v->priority >= w->priority) break;
             preempt(s, v);
         }
@@ -294,11 +298,20 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     }
     uint64_t preempts1 = s->st.preempt_swap + s->st.preempt_recompute;
 
+    /* A step that prefills a request of some priority carries no prefill of a
+     * lower one (their decode rows still run): the higher priority's first
+     * token does not wait for lower prompts' chunks. The waiting request of
+     * step 0 counts when it has a slot and the KV room to start in. */
+    int32_t top_prefill = step0_prio;
+
     /* 1. running sequences, in priority order */
     for (uint32_t i = 0; i < s->n_running && budget > 0 && ni < s->cfg.max_running;) {
         struct weft_sched_req *r = s->running[i];
         uint32_t n = chunk_for(s, r, budget);
         if (n == 0) { i++; continue; }  /* nothing to compute until the engine appends */
+        bool prefill = r->n_tokens - r->n_computed > 1;
+        if (prefill && r->priority < top_prefill) { i++; continue; }
+        if (prefill && r->priority > top_prefill) top_prefill = r->priority;
         const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
         bool scheduled = false;
         for (;;) {
@@ -326,6 +339,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
                          s->n_running < s->cfg.max_running;) {
         struct weft_sched_req *r = s->waiting[i];
         const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
+        if (r->priority < top_prefill) break;  /* the rest rank lower still (see above) */
         if (r->preempted_step == s->step_no ||
             (lim->max_running && tenant_running(s, r->tenant) >= lim->max_running)) {
             i++;

@@ -247,6 +247,39 @@ static void higher_priority_takes_a_busy_slot(void)
     env_free(&e);
 }
 
+/* While a higher priority prefills, a lower one's prompt chunks wait (its
+ * decode rows do not): the higher priority's first token is not held up by
+ * lower prompts. */
+static void lower_prefill_waits_while_a_higher_one_prefills(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false,
+             (struct weft_sched_config){.max_step_tokens = 256, .max_running = 4, .max_prefill_chunk = 16});
+    struct weft_sched_req *dec = add(&e, 1, 8, 40, 0, 0);
+    struct weft_sched_item it[8];
+    step(&e, it, NULL, NULL);                       /* dec's prompt: 8 tokens, decoding from now */
+    struct weft_sched_req *lo = add(&e, 2, 64, 4, 0, 0);
+    step(&e, it, NULL, NULL);                       /* lo's first chunk */
+    CHECK_EQ_INT(lo->n_computed, 16);
+    struct weft_sched_req *hi = add(&e, 3, 32, 4, 5, 0);
+    uint32_t n = step(&e, it, NULL, NULL);
+    int has_hi = 0, has_lo = 0, has_dec = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        has_hi |= it[k].req == hi;
+        has_lo |= it[k].req == lo;
+        has_dec |= it[k].req == dec;
+    }
+    CHECK(has_hi && !has_lo && has_dec);
+    CHECK_EQ_INT(lo->n_computed, 16);
+    step(&e, it, NULL, NULL);                       /* hi's second chunk: its prompt is done */
+    CHECK_EQ_INT(hi->n_computed, 32);
+    CHECK_EQ_INT(lo->n_computed, 16);
+    step(&e, it, NULL, NULL);                       /* hi decodes: lo's chunks go on */
+    CHECK_EQ_INT(lo->n_computed, 32);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
 static void tenant_limits(void)
 {
     struct env e;
@@ -405,6 +438,7 @@ int main(void)
     RUN(preemption_recomputes_when_host_is_full);
     RUN(higher_priority_arrival_preempts_lower);
     RUN(higher_priority_takes_a_busy_slot);
+    RUN(lower_prefill_waits_while_a_higher_one_prefills);
     RUN(tenant_limits);
     RUN(tenant_quota_preempts_within_tenant);
     RUN(refusals);
