@@ -14,7 +14,11 @@
  * swapped to the host tier, or dropped to be recomputed when the host tier is
  * full, and it goes back to the waiting queue in its original place. A
  * waiting request of higher priority than some running one may preempt it
- * the same way, for KV room or for a sequence slot (all max_running busy). A resumed sequence continues exactly where it stopped.
+ * the same way, for KV room or for a sequence slot (all max_running busy).
+ * A step that prefills a request of some priority carries no prompt chunk
+ * of a lower one (decode rows of every priority still run), so a higher
+ * priority's first token does not wait for lower prompts; a steady stream of
+ * higher-priority prompts holds lower prompts back (strict priority). A resumed sequence continues exactly where it stopped.
  *
  * The scheduler knows token ids only; sampling and stop conditions belong to
  * the engine, which appends each sampled token and finishes requests.
