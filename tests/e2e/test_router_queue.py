@@ -88,17 +88,16 @@ def test_saturated_fleet_queues_fairly_sheds_past_the_share_and_lets_priority_th
         s.start()
     wait_for(lambda: all(s.status for s in fill), "the first three were not dispatched")
     qa = [Stream(r.port, KEYS["a"], 10 + i) for i in range(5)]  # four queue, the fifth is past a's share
-    for s in qa:
-        s.start()
-        time.sleep(0.05)  # in this order
+    for k, s in enumerate(qa):
+        s.start()  # one at a time, in this order: each is queued (or shed) before the next is sent
+        wait_for(lambda: depth(r, "a") + sum(1 for x in qa if x.status == 503) == k + 1, "a's queue")
     wait_for(lambda: depth(r, "a") == 4 and sum(1 for s in qa if s.status == 503) == 1, "a's queue")
     shed = [s for s in qa if s.status == 503]
     assert int(shed[0].headers["retry-after"]) >= 1
     qb = [Stream(r.port, KEYS["b"], 20 + i) for i in range(2)]
-    for s in qb:
+    for k, s in enumerate(qb):
         s.start()
-        time.sleep(0.05)
-    wait_for(lambda: depth(r, "b") == 2, "b's queue: " + r.get("/metrics")[1][-3000:] + str([(s.status, s.t_head) for s in qb]))
+        wait_for(lambda: depth(r, "b") == k + 1, "b's queue")
     st, _ = r.get("/health")
     assert st == 200
     hi = Stream(r.port, KEYS["hi"], 30)
