@@ -74,6 +74,15 @@ for log in "$logdir"/*.log; do
     t=$(grep -cE 'Test +#[0-9]+: ' "$log" || true)
     passed=$((passed + p)) skipped=$((skipped + s)) failed=$((failed + t - p - s))
 done
+# What failed, last, where the tail of a CI log shows it: each failed ctest
+# line, then the failing checks (check.h's "FAIL"/"... failed:" lines) and
+# pytest's failure lines ("FAILED ...", "E   ...") from its output.
+for log in "$logdir"/*.log; do
+    [ -f "$log" ] || continue
+    ph=$(basename "$log" .log)
+    { grep -E 'Test +#[0-9]+: ' "$log" | grep -vE ' Passed |\*\*\*Skipped' || true; } | sed "s/^/weft-test: $ph: /"
+    { grep -E '^FAIL |: .* failed: |^(FAILED|ERROR) |^E +' "$log" || true; } | head -60 | sed "s/^/weft-test: $ph: | /"
+done
 if [ ${#failed_phases[@]} -gt 0 ]; then
     echo "weft-test: failed phases: ${failed_phases[*]}" >&2
 fi
