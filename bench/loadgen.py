@@ -234,6 +234,7 @@ def main():
         "wall_s": wall, "generated_tokens": gen, "gen_tokens_per_s": gen / wall,
         "requests_per_s": len(ok) / wall,
         "ttft_ms": {f"p{p}": 1e3 * pct(ttft, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(ttft) if ttft else None},
+        "ttft_samples_ms": [1e3 * x for x in ttft],
         "itl_ms": {f"p{p}": 1e3 * pct(itl, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(itl) if itl else None},
         "latency_s": {f"p{p}": pct(lat, p) for p in (50, 90, 99)},
         "hit_rate": (sum(1 for r in with_cache if r["cached_tokens"] > 0) / len(with_cache)) if with_cache else None,

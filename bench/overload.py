@@ -8,10 +8,16 @@ trusted key the router uses) behind a router with two tenants: "hi"
   2. unloaded: hi alone, Poisson at --hi-rate -> its TTFT p99
   3. overload: lo Poisson at 2 x C (shed requests count as lo errors) and the
      same hi stream, with GET /health every 20 ms -> hi TTFT p99, /health p99
-Each run does this with the router's queue on (--saturate-waiting 2, the
-default) and off (--saturate-waiting 1048576: every request goes straight to
-an instance, whose own queue orders by priority), interleaved. Prints each
-run and the medians. Usage: bench/overload.py [--runs 3] [--seconds 30]
+Each run does this for each set-up of --setups, interleaved:
+  queue:      the router's queue on (--saturate-waiting 2, the default),
+              instances as they come (--low-priority-step-ms 40)
+  no-queue:   --saturate-waiting 1048576 (every request goes straight to an
+              instance, whose own queue orders by priority)
+  ...-lpmsN:  the instances run with --low-priority-step-ms N (0: lower
+              prompts' chunks as large as the step budget)
+Prints each run, then per set-up the medians over runs and the p99 ratio of
+all runs' samples pooled.
+Usage: bench/overload.py [--runs 3] [--seconds 40] [--setups queue,queue-lpms0,no-queue] [--out F]
 """
 import argparse
 import http.client
@@ -63,7 +69,15 @@ def p99(xs):
     return xs[min(len(xs) - 1, int(0.99 * len(xs)))] if xs else float("nan")
 
 
-def one(args, sat, tmp):
+def parse_setup(label):
+    base, _, lpp = label.partition("-lpms")
+    if base not in ("queue", "no-queue") or (lpp and not lpp.isdigit()):
+        raise SystemExit(f"overload.py: unknown set-up {label!r} (queue, no-queue, optionally -lpmsN)")
+    return label, 2 if base == "queue" else 1 << 20, int(lpp) if lpp else None
+
+
+def one(args, setup, tmp):
+    label, sat, lpp = setup
     cfg = os.path.join(tmp, "tenants.json")
     with open(cfg, "w") as f:
         # the instances get the same file: they trust the router's key, which passes each
@@ -73,7 +87,8 @@ def one(args, sat, tmp):
                                {"name": "router", "api_keys": ["sk-overload-router-01"], "trusted": True,
                                 "priority": 10}]}, f)
     insts = [fleet.Proc(["taskset", "-c", str(i), args.weft, "serve", "-m", args.model, "--port", "0", "-t", "1",
-                         "--max-seqs", "4", "--config", cfg], "weft serve") for i in range(2)]
+                         "--max-seqs", "4", "--config", cfg] + ([] if lpp is None else ["--low-priority-step-ms", str(lpp)]),
+                        "weft serve") for i in range(2)]
     router = fleet.Proc([args.weft, "router", "-m", args.model, "--port", "0", "--config", cfg,
                          "--saturate-waiting", str(sat), "--queue-max", "256", "--queue-per-tenant", "192"]
                         + sum([["--instance", p.url] for p in insts], []), "weft router")
@@ -81,7 +96,7 @@ def one(args, sat, tmp):
         fleet.wait_ready(router, 2)
         cap = result(loadgen(args, router.url, KEYS["lo"], ["-c", "32", "-n", "64"], f"{tmp}/cap.json"),
                      f"{tmp}/cap.json")["requests_per_s"]
-        n_hi = max(8, int(args.hi_rate * args.seconds * 0.6))
+        n_hi = max(8, int(args.hi_rate * args.seconds * 0.75))
         un = result(loadgen(args, router.url, KEYS["hi"], ["--rate", str(args.hi_rate), "-n", str(n_hi), "--seed", "7"],
                             f"{tmp}/hi0.json"), f"{tmp}/hi0.json")
         stop, lat = threading.Event(), []
@@ -95,8 +110,9 @@ def one(args, sat, tmp):
         lo_r = result(lo, f"{tmp}/lo.json")
         stop.set()
         th.join()
-        return {"queue": sat < 1000, "capacity_rps": cap, "hi_unloaded_p99_ms": un["ttft_ms"]["p99"],
-                "hi_overload_p99_ms": hi["ttft_ms"]["p99"], "ratio": hi["ttft_ms"]["p99"] / un["ttft_ms"]["p99"],
+        return {"setup": label, "capacity_rps": cap, "hi_unloaded_p99_ms": un["ttft_ms"]["p99"],
+                "hi_overload_p99_ms": hi["ttft_ms"]["p99"], "un_samples": un["ttft_samples_ms"],
+                "hi_samples": hi["ttft_samples_ms"], "ratio": hi["ttft_ms"]["p99"] / un["ttft_ms"]["p99"],
                 "hi_errors": hi["errors"], "lo_ok": lo_r["ok"], "lo_refused": lo_r["errors"],
                 "lo_ttft_p99_ms": lo_r["ttft_ms"]["p99"], "health_p99_ms": 1e3 * p99(lat)}
     finally:
@@ -110,23 +126,32 @@ def main():
     ap.add_argument("--weft", default=os.path.join(os.path.dirname(HERE), "build", "weft"))
     ap.add_argument("--model", default=fleet.default_model())
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=30)
+    ap.add_argument("--seconds", type=float, default=40)
+    ap.add_argument("--setups", default="queue,queue-lpms0,no-queue")
+    ap.add_argument("--out", default=None, help="write every run, TTFT samples included, here (JSON)")
     ap.add_argument("--hi-rate", type=float, default=1.0)
     ap.add_argument("--max-tokens", type=int, default=32)
     args = ap.parse_args()
+    setups = [parse_setup(x) for x in args.setups.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(args.runs):
-            for sat in (2, 1 << 20):
-                r = one(args, sat, tmp)
+            for setup in setups:
+                r = one(args, setup, tmp)
                 rows.append(r)
-                print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()}), flush=True)
-    for q in (True, False):
-        rs = [r for r in rows if r["queue"] == q]
-        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "queue"}
-        print(f"router queue {'on ' if q else 'off'}: median of {len(rs)}: capacity {med['capacity_rps']:.2f} req/s; "
+                print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in r.items()
+                                  if not k.endswith("_samples")}), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f)
+    for label, _, _ in setups:
+        rs = [r for r in rows if r["setup"] == label]
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "setup" and not k.endswith("_samples")}
+        pool_un, pool_hi = p99(sum((r["un_samples"] for r in rs), [])), p99(sum((r["hi_samples"] for r in rs), []))
+        print(f"{label:10s}: median of {len(rs)}: capacity {med['capacity_rps']:.2f} req/s; "
               f"hi TTFT p99 {med['hi_unloaded_p99_ms']:.0f} ms unloaded -> {med['hi_overload_p99_ms']:.0f} ms at 2x "
-              f"overload ({med['ratio']:.2f}x); lo ok {med['lo_ok']:.0f}, refused {med['lo_refused']:.0f}, "
+              f"overload ({med['ratio']:.2f}x; pooled over runs {pool_un:.0f} -> {pool_hi:.0f} ms, "
+              f"{pool_hi / pool_un:.2f}x); lo ok {med['lo_ok']:.0f}, refused {med['lo_refused']:.0f}, "
               f"lo TTFT p99 {med['lo_ttft_p99_ms']:.0f} ms; /health p99 {med['health_p99_ms']:.1f} ms")
 
 

@@ -90,6 +90,18 @@ static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decod
 
 #define BT WEFT_KV_BLOCK_TOKENS
 
+/* Lower-priority prompts always get this many tokens of a step (low_prefill_ms) */
+#define LOW_PREFILL_MIN 16
+
+/* low_prefill_ms in tokens at the measured prefill rate (lock held) */
+static void size_low_prefill(struct weft_engine *e)
+{
+    if (!e->cfg.low_prefill_ms) return;
+    double t = e->prefill_tps * e->cfg.low_prefill_ms / 1000.0;
+    uint32_t n = t > LOW_PREFILL_MIN ? (t < 1e6 ? (uint32_t)t : 1000000u) : LOW_PREFILL_MIN;
+    weft_sched_set_low_prefill(e->sched, n);
+}
+
 weft_status weft_engine_create(const struct weft_model *m, const struct weft_engine_config *cfg,
                                struct weft_engine **out)
 {
@@ -138,7 +150,8 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     }
     struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
                                    .max_running = c.max_seqs, .max_waiting = c.max_waiting,
-                                   .max_prefill_chunk = c.max_prefill_chunk};
+                                   .max_prefill_chunk = c.max_prefill_chunk,
+                                   .low_prefill_tokens = c.low_prefill_ms ? LOW_PREFILL_MIN : 0};
     weft_status st = weft_kv_pool_create(&e->kv, m->be, &kc);
     if (st == WEFT_OK) st = weft_sched_create(&sc, &e->kv, &e->sched);
     if (st == WEFT_OK && !mock) st = weft_forward_init(m, &e->kv, c.max_step_tokens, c.max_seqs, ctx_blocks, &e->fw);
@@ -403,6 +416,7 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     *did_work = false;
     pthread_mutex_lock(&e->mu);
     reap_aborted(e);
+    size_low_prefill(e);
     struct weft_sched_item *items;
     uint32_t n_items;
     weft_status st = weft_sched_schedule(e->sched, &items, &n_items);
@@ -541,6 +555,8 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->prefix_hit_tokens = ss.prefix_hit_tokens;
     out->preempt_swap = ss.preempt_swap;
     out->preempt_recompute = ss.preempt_recompute;
+    out->low_prefill_limited = ss.low_prefill_limited;
+    out->low_prefill_tokens = ss.low_prefill_tokens;
     out->submitted = e->submitted;
     out->finished = e->finished;
     out->aborted = e->aborted;

@@ -25,6 +25,11 @@ struct weft_engine_config {
     uint32_t max_seqs;           /* sequences per step (default 64) */
     uint32_t max_waiting;        /* waiting-queue bound (default 1024) */
     uint32_t max_prefill_chunk;  /* 0 = the step budget */
+    /* A step carries at most this many milliseconds (at the measured prefill
+     * rate; at least LOW_PREFILL_MIN tokens) of prompts below the top priority
+     * (sched.h, low_prefill_tokens): the step a higher-priority arrival finds
+     * running is short. 0 = no limit. */
+    uint32_t low_prefill_ms;
     uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
                                     max_seqs full-context sequences need, at least one's */
     uint32_t kv_mib;             /* 0 = 1024 */
@@ -90,6 +95,8 @@ struct weft_engine_stats {
     uint64_t preempt_swap, preempt_recompute;
     uint64_t submitted, finished, aborted, rejected;
     uint64_t queued_prefill_tokens;  /* prompt tokens not yet computed: waiting + running */
+    uint64_t low_prefill_limited;    /* steps that held lower-priority prompts to low_prefill_tokens */
+    uint32_t low_prefill_tokens;     /* low_prefill_ms in tokens now (0 = no limit) */
     /* Measured on live steps (moving averages, seeded by weft_engine_calibrate;
      * 0 until measured): prompt tokens per second in steps that are mostly
      * prefill, generated tokens per second (all rows of a decode step). */

@@ -20,6 +20,9 @@ struct weft_sched {
     struct tenant tenants[WEFT_SCHED_MAX_TENANTS];
     uint32_t n_tenants;
     uint64_t next_arrival, step_no;
+    int32_t top_prio;            /* highest priority added so far (INT32_MIN: none) */
+    uint32_t low_left;           /* low_prefill_tokens left in the step being planned */
+    bool low_capped;             /* and it held a lower prompt back */
     struct weft_sched_stats st;
 };
 
@@ -82,6 +85,7 @@ weft_status weft_sched_create(const struct weft_sched_config *cfg, struct weft_k
     s->cfg = c;
     s->kv = kv;
     s->n_tenants = 1;  /* tenant 0: "" without limits */
+    s->top_prio = INT32_MIN;
     s->cap_items = c.max_running;
     s->items = calloc(s->cap_items, sizeof *s->items);
     weft_status st = s->items ? WEFT_OK : weft_error(WEFT_ERR_NOMEM, "sched: out of memory");
@@ -95,6 +99,8 @@ weft_status weft_sched_create(const struct weft_sched_config *cfg, struct weft_k
     *out = s;
     return WEFT_OK;
 }
+
+void weft_sched_set_low_prefill(struct weft_sched *s, uint32_t tokens) { s->cfg.low_prefill_tokens = tokens; }
 
 static void req_free(struct weft_sched *s, struct weft_sched_req *r)
 {
@@ -186,6 +192,7 @@ weft_status weft_sched_add(struct weft_sched *s, uint64_t id, const int32_t *pro
                                  .tokens = toks, .n_tokens = n_prompt, .cap = cap, .n_prompt = n_prompt,
                                  .max_total = (uint32_t)total, .state = WEFT_REQ_WAITING, .user = user};
     q_insert(s->waiting, &s->n_waiting, r);
+    if (priority > s->top_prio) s->top_prio = priority;
     *out = r;
     return WEFT_OK;
 }
@@ -218,11 +225,25 @@ static struct weft_sched_req *last_running(struct weft_sched *s, int64_t tenant)
     return NULL;
 }
 
+/* a prompt chunk of r counts against low_prefill_tokens */
+static bool low_prefill(const struct weft_sched *s, const struct weft_sched_req *r)
+{
+    return s->cfg.low_prefill_tokens && r->priority < s->top_prio && r->n_tokens - r->n_computed > 1;
+}
+
 static uint32_t chunk_for(const struct weft_sched *s, const struct weft_sched_req *r, uint32_t budget)
 {
     uint32_t left = r->n_tokens - r->n_computed;
     if (left > 1 && left > s->cfg.max_prefill_chunk) left = s->cfg.max_prefill_chunk;
+    if (low_prefill(s, r) && left > s->low_left) left = s->low_left;
     return left < budget ? left : budget;
+}
+
+/* r's chunk of n tokens is scheduled: it spends low_left */
+static void take_low(struct weft_sched *s, const struct weft_sched_req *r, uint32_t n)
+{
+    if (n == s->low_left && r->n_tokens - r->n_computed > n) s->low_capped = true;
+    s->low_left -= n;
 }
 
 enum admit_result { ADMIT_OK, ADMIT_NO_ROOM, ADMIT_TENANT };
@@ -272,6 +293,8 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     struct weft_kv_pool *kv = s->kv;
     uint32_t budget = s->cfg.max_step_tokens, ni = 0;
     s->step_no++;
+    s->low_left = s->cfg.low_prefill_tokens;
+    s->low_capped = false;
     *items = s->items;
     *n_items = 0;
 
@@ -283,8 +306,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
         struct weft_sched_req *w = s->waiting[i];
         const struct weft_tenant_limits *lim = &s->tenants[w->tenant].lim;
         if (lim->max_running && tenant_running(s, w->tenant) >= lim->max_running) continue;
-        uint32_t first = w->n_tokens - w->n_computed;
-        if (first > s->cfg.max_prefill_chunk) first = s->cfg.max_prefill_chunk;
+        uint32_t first = chunk_for(s, w, s->cfg.max_step_tokens);
         uint32_t need = blocks_for(w->n_computed + first);
         if (!w->kv.swapped) need -= w->kv.n_blocks < need ? w->kv.n_blocks : need;
         for (;;) {
@@ -308,7 +330,11 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     for (uint32_t i = 0; i < s->n_running && budget > 0 && ni < s->cfg.max_running;) {
         struct weft_sched_req *r = s->running[i];
         uint32_t n = chunk_for(s, r, budget);
-        if (n == 0) { i++; continue; }  /* nothing to compute until the engine appends */
+        if (n == 0) {  /* nothing to compute until the engine appends, or no low_left */
+            s->low_capped |= low_prefill(s, r);
+            i++;
+            continue;
+        }
         bool prefill = r->n_tokens - r->n_computed > 1;
         if (prefill && r->priority < top_prefill) { i++; continue; }
         if (prefill && r->priority > top_prefill) top_prefill = r->priority;
@@ -328,6 +354,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
             if (v == r) break;
         }
         if (!scheduled) continue;  /* r was preempted: running[i] is now the one after it */
+        if (low_prefill(s, r)) take_low(s, r, n);
         s->items[ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
         budget -= n;
         i++;
@@ -345,6 +372,11 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
             i++;
             continue;
         }
+        if (low_prefill(s, r) && s->low_left == 0) {
+            s->low_capped = true;
+            i++;
+            continue;
+        }
         uint32_t n;
         enum admit_result a = admit(s, r, budget, &n);
         if (a == ADMIT_TENANT) { i++; continue; }  /* its tenant is full; others may go */
@@ -353,10 +385,12 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
         q_remove(s->waiting, &s->n_waiting, r);
         r->state = WEFT_REQ_RUNNING;
         q_insert(s->running, &s->n_running, r);
+        if (low_prefill(s, r)) take_low(s, r, n);
         s->items[ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
         budget -= n;
     }
     s->st.steps += ni > 0;
+    s->st.low_prefill_limited += s->low_capped;
     for (uint32_t k = 0; k < ni; k++) s->st.step_tokens += s->items[k].n;
     *n_items = ni;
     return WEFT_OK;
@@ -405,6 +439,7 @@ struct weft_sched_req *weft_sched_find(struct weft_sched *s, uint64_t id)
 void weft_sched_stats(const struct weft_sched *s, struct weft_sched_stats *out)
 {
     *out = s->st;
+    out->low_prefill_tokens = s->cfg.low_prefill_tokens;
     out->running = s->n_running;
     out->waiting = s->n_waiting;
     out->swapped = 0;

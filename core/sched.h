@@ -18,7 +18,10 @@
  * A step that prefills a request of some priority carries no prompt chunk
  * of a lower one (decode rows of every priority still run), so a higher
  * priority's first token does not wait for lower prompts; a steady stream of
- * higher-priority prompts holds lower prompts back (strict priority). A resumed sequence continues exactly where it stopped.
+ * higher-priority prompts holds lower prompts back (strict priority). With
+ * low_prefill_tokens, prompts below the top priority seen take at most that
+ * many tokens of any step, so the step a higher-priority arrival finds in
+ * progress is short. A resumed sequence continues exactly where it stopped.
  *
  * The scheduler knows token ids only; sampling and stop conditions belong to
  * the engine, which appends each sampled token and finishes requests.
@@ -37,6 +40,11 @@ struct weft_sched_config {
     uint32_t max_running;        /* sequences in one step (default 64) */
     uint32_t max_waiting;        /* waiting queue bound; add() is refused beyond (default 1024) */
     uint32_t max_prefill_chunk;  /* most tokens of one prompt in one step (0 = budget) */
+    /* Most prompt tokens, over all its prompts below the top priority (the
+     * highest this scheduler has been given), in one step; 0 = no limit.
+     * Bounds how long a step of low-priority prefill runs, which is what a
+     * higher-priority arrival waits for before its own prefill starts. */
+    uint32_t low_prefill_tokens;
 };
 
 /* 0 = unlimited. */
@@ -83,11 +91,16 @@ struct weft_sched_stats {
     uint64_t preempt_swap, preempt_recompute;
     uint64_t prefix_hit_tokens, prefill_tokens;
     uint64_t rejected_full, rejected_quota;
+    uint64_t low_prefill_limited;        /* steps whose lower-priority prompts low_prefill_tokens held back */
+    uint32_t low_prefill_tokens;         /* the limit now (0 = none) */
 };
 
 struct weft_sched;
 
 weft_status weft_sched_create(const struct weft_sched_config *cfg, struct weft_kv_pool *kv, struct weft_sched **out);
+/* Change low_prefill_tokens (from the next step on): the engine sizes it from
+ * its measured prefill rate. */
+void weft_sched_set_low_prefill(struct weft_sched *s, uint32_t tokens);
 /* Finishes (frees) every request still held. */
 void weft_sched_free(struct weft_sched *s);
 

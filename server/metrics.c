@@ -175,6 +175,11 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         (double)(es->preempt_swap + es->preempt_recompute));
     one(&o, "weft_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
     one(&o, "weft_engine_step_tokens_total", "counter", "Tokens computed over all steps.", (double)es->step_tokens);
+    one(&o, "weft_engine_low_priority_prefill_tokens", "gauge",
+        "Most prompt tokens of lower priorities in one step now (--low-priority-step-ms; 0 = no limit).",
+        es->low_prefill_tokens);
+    one(&o, "weft_engine_low_priority_prefill_limited_steps_total", "counter",
+        "Steps that held lower-priority prompts to that limit.", (double)es->low_prefill_limited);
     one(&o, "weft_prefill_tokens_per_second", "gauge", "Measured prefill rate (moving average over live steps).",
         es->prefill_tps);
     one(&o, "weft_decode_tokens_per_second", "gauge", "Measured decode rate (moving average over live steps).",

@@ -280,6 +280,53 @@ static void lower_prefill_waits_while_a_higher_one_prefills(void)
     env_free(&e);
 }
 
+/* low_prefill_tokens: while no higher priority has been seen, prompts take
+ * the whole budget; once one has, prompts below it take at most that many
+ * tokens of a step in all (decodes and the top priority's prompts do not
+ * count), and they still finish. */
+static uint32_t prompt_tokens(const struct weft_sched_item *it, uint32_t n, int32_t below)
+{
+    uint32_t t = 0;
+    for (uint32_t k = 0; k < n; k++)
+        if (it[k].req->priority < below && it[k].pos0 < it[k].req->n_prompt) t += it[k].n;
+    return t;
+}
+
+static void low_priority_prefill_is_bounded(void)
+{
+    struct env e;
+    env_init(&e, 64, 0, false,
+             (struct weft_sched_config){.max_step_tokens = 256, .max_running = 8, .low_prefill_tokens = 24});
+    struct weft_sched_req *a = add(&e, 1, 100, 4, 0, 0);
+    struct weft_sched_item it[8];
+    uint32_t n = step(&e, it, NULL, NULL);          /* only priority 0 so far: it is the top */
+    CHECK(n == 1 && it[0].n == 100);
+    struct weft_sched_req *b = add(&e, 2, 60, 4, 0, 0), *c = add(&e, 3, 60, 4, 0, 0);
+    struct weft_sched_req *hi = add(&e, 4, 40, 30, 5, 0);
+    n = step(&e, it, NULL, NULL);                   /* hi's prompt alone prefills; a decodes */
+    CHECK_EQ_INT(hi->n_computed, 40);
+    CHECK_EQ_INT(prompt_tokens(it, n, 5), 0);
+    for (int k = 0; k < 3; k++) {                   /* hi decodes: b and c share 24 tokens a step */
+        n = step(&e, it, NULL, NULL);
+        CHECK_EQ_INT(prompt_tokens(it, n, 5), 24);
+    }
+    CHECK_EQ_INT(b->n_computed + c->n_computed, 72);
+    CHECK_EQ_INT(b->n_computed, 60);                /* b first (earlier), then c */
+    struct weft_sched_stats st;
+    weft_sched_stats(e.s, &st);
+    CHECK_EQ_INT(st.low_prefill_limited, 3);
+    CHECK_EQ_INT(st.low_prefill_tokens, 24);
+    struct weft_sched_req *hi2 = add(&e, 5, 50, 4, 5, 0);
+    n = step(&e, it, NULL, NULL);                   /* the top priority's prompt is not bounded */
+    CHECK_EQ_INT(hi2->n_computed, 50);
+    weft_sched_set_low_prefill(e.s, 0);             /* no limit: c's 48 left in one chunk */
+    n = step(&e, it, NULL, NULL);
+    CHECK_EQ_INT(c->n_computed, 60);
+    (void)a;
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
 static void tenant_limits(void)
 {
     struct env e;
@@ -439,6 +486,7 @@ int main(void)
     RUN(higher_priority_arrival_preempts_lower);
     RUN(higher_priority_takes_a_busy_slot);
     RUN(lower_prefill_waits_while_a_higher_one_prefills);
+    RUN(low_priority_prefill_is_bounded);
     RUN(tenant_limits);
     RUN(tenant_quota_preempts_within_tenant);
     RUN(refusals);

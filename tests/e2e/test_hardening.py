@@ -196,6 +196,42 @@ def test_priority_in_the_body_cannot_raise_it_but_a_trusted_header_can():
         os.unlink(cfg)
 
 
+
+def test_lower_priority_prompts_are_prefilled_in_bounded_chunks_with_the_same_answer():
+    """Once a higher priority has been seen, a lower prompt takes at most
+    --low-priority-step-ms of a step (the limit is in tokens at the measured
+    prefill rate): its prefill spans several steps the counter names, and its
+    greedy answer is what it was before the limit applied."""
+    cfg = config_file({"tenants": [
+        {"name": "low", "api_keys": ["sk-low-00000002"], "priority": 0},
+        {"name": "high", "api_keys": ["sk-high-0000002"], "priority": 10}]})
+    srv = Server("--config", cfg, "--no-prefix-cache")
+    low = {"Authorization": "Bearer sk-low-00000002"}
+    high = {"Authorization": "Bearer sk-high-0000002"}
+    body = {"prompt": " ".join(f"Line {i}: the tide comes in and goes out." for i in range(30)), "max_tokens": 8,
+            "temperature": 0}
+    limited = "weft_engine_low_priority_prefill_limited_steps_total"
+    try:
+        st, _, ref = post(srv, "/v1/completions", body, low)  # only priority 0 so far: it is the top
+        ref = json.loads(ref)
+        assert st == 200 and ref["usage"]["prompt_tokens"] > 200
+        assert srv.metric(limited) == 0
+        assert post(srv, "/v1/completions", {"prompt": PROMPT, "max_tokens": 2}, high)[0] == 200
+        steps0 = srv.metric("weft_engine_steps_total")
+        st, _, again = post(srv, "/v1/completions", body, low)
+        again = json.loads(again)
+        assert st == 200 and again["choices"][0]["text"] == ref["choices"][0]["text"]
+        cap = srv.metric("weft_engine_low_priority_prefill_tokens")
+        assert cap >= 16
+        n = again["usage"]["prompt_tokens"]
+        assert srv.metric(limited) >= 1
+        # its prompt went in chunks over several steps, then 7 decode steps (unlimited: 1 + 7); the
+        # limit follows the measured rate, which moves between steps, hence n / (2 cap)
+        assert srv.metric("weft_engine_steps_total") - steps0 >= max(3, n // (2 * cap)) + 7
+    finally:
+        srv.stop()
+        os.unlink(cfg)
+
 # ---- 3. tokenization runs off the loop thread -----------------------------
 
 def long_text(n_bytes=100_000, seed=1):
