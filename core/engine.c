@@ -6,51 +6,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/engine_internal.h"
 #include "core/forward.h"
 #include "core/stop.h"
-
-/* Engine-side state of one request (sched_req.user). */
-struct ereq {
-    uint64_t id;
-    struct weft_sched_req *r;
-    struct weft_sampler *smp;
-    weft_event_cb cb;
-    void *user;
-    uint32_t max_tokens, n_generated;
-    int32_t *stop_ids;
-    uint32_t n_stop_ids;
-    bool ignore_eos, aborted;
-    double t_submit, queue_seconds;  /* queue_seconds < 0: not run yet */
-};
-
-struct pending_event {
-    struct weft_event ev;
-    weft_event_cb cb;
-    void *user;
-};
-
-struct weft_engine {
-    const struct weft_model *m;
-    struct weft_engine_config cfg;
-    struct weft_kv_pool kv;
-    struct weft_sched *sched;
-    struct weft_forward *fw;
-    struct weft_fwd_seq *fseqs;
-    struct pending_event *events;
-    uint32_t n_events, cap_events;
-    char message[256];
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    bool started, stop;
-    uint64_t wake;              /* bumped by submit/abort/stop */
-    uint64_t next_id;
-    uint32_t n_aborted_pending;
-    uint64_t generated, submitted, finished, aborted, rejected;
-    double prefill_tps, decode_tps;  /* moving averages over live steps */
-    uint32_t decode_rows;
-    double decode_row_tps;           /* each sequence advances one token per decode step */
-};
 
 #define RATE_ALPHA 0.2  /* weight of the newest step in the moving averages */
 

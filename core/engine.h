@@ -17,6 +17,7 @@
 
 #include "core/model.h"
 #include "core/sampler.h"
+#include "core/kv_block.h"
 #include "core/sched.h"
 
 struct weft_engine_config {
@@ -36,6 +37,7 @@ struct weft_engine_config {
     uint32_t host_blocks;        /* host swap tier; 0 = as many as device blocks, see no_swap */
     bool no_swap;                /* preempt by recompute only */
     bool no_prefix_cache;
+    bool kv_import_convert;      /* imported KV blocks of the other KV type are converted (counted) */
     enum weft_type kv_type;      /* 0 (F32) means F16 */
     /* A mock engine (weft serve --mock) when mock_prefill_tps > 0: no model
      * compute (the model may be loaded without weights, weft_model_load_meta).
@@ -152,6 +154,41 @@ weft_status weft_engine_run_all(struct weft_engine *e);
 
 void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out);
 uint32_t weft_engine_n_ctx(const struct weft_engine *e);
+
+/* ---- KV blocks in and out, in format v1 (core/kv_block.h) ----
+ * Safe from any thread (they take the engine's lock for the pool). */
+struct weft_engine_kv_stats {
+    uint64_t exported;           /* blocks written out */
+    uint64_t imported;           /* blocks put into the prefix cache */
+    uint64_t already;            /* offered blocks the cache held already */
+    uint64_t converted;          /* imported after a KV type conversion */
+    uint64_t rejected;           /* blocks refused: corrupt, truncated, misnamed, foreign */
+    uint64_t rejected_streams;   /* streams refused at the header (foreign model or shape, bad header) */
+    uint64_t no_room;            /* blocks dropped: no free or evictable block */
+    uint64_t hit_imported;       /* prompt blocks served from imported blocks */
+    uint64_t bytes_in, bytes_out;
+};
+void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *out);
+
+/* The header an export of this engine writes and an import expects. */
+void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out);
+
+/* The cached blocks of tokens' full-block prefix (chained hashes from
+ * position 0), as one stream: *out (free() it) of *n_out bytes, *n_blocks of
+ * them; stops at the first block the cache does not hold (0 blocks is a
+ * header alone). */
+weft_status weft_engine_kv_export_prefix(struct weft_engine *e, const int32_t *tokens, uint32_t n_tokens,
+                                         unsigned char **out, size_t *n_out, uint32_t *n_blocks);
+/* The same for blocks named by hash, in the order given (each with its
+ * parent and tokens); stops at the first one not held. */
+weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *hashes, uint32_t n,
+                                         unsigned char **out, size_t *n_out, uint32_t *n_blocks);
+/* Read a stream and put its blocks into the prefix cache. A header for
+ * another model or shape is refused whole (WEFT_ERR_MISMATCH); another KV
+ * type is converted when the engine was created with kv_import_convert,
+ * refused otherwise. A bad block stops the import there (WEFT_ERR_FORMAT),
+ * keeping the good ones before it. *n_imported (may be NULL): blocks added. */
+weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported);
 
 /* For tests: the pool and scheduler (engine thread not started). */
 struct weft_kv_pool *weft_engine_kv(struct weft_engine *e);

@@ -133,8 +133,10 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     k.free_ids = malloc(n * sizeof *k.free_ids);
     k.ht_key = calloc(cap, sizeof *k.ht_key);
     k.ht_val = calloc(cap, sizeof *k.ht_val);
+    k.imported = calloc(n, 1);
     weft_status st = WEFT_OK;
-    if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val)
+    if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val ||
+        !k.imported)
         st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u blocks' bookkeeping", n);
     if (st == WEFT_OK && cfg->n_host_blocks) {
         k.n_host_blocks = cfg->n_host_blocks;
@@ -180,7 +182,7 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
     kv->buf = NULL;
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
     free(kv->lru_prev); free(kv->lru_next); free(kv->free_ids);
-    free(kv->ht_key); free(kv->ht_val);
+    free(kv->ht_key); free(kv->ht_val); free(kv->imported);
     free(kv->host); free(kv->host_free);
     memset(kv, 0, sizeof *kv);
 }
@@ -190,7 +192,8 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
     *out = (struct weft_kv_stats){
         .n_blocks = kv->n_blocks, .used = kv->n_blocks - kv->n_free - kv->n_cached, .cached = kv->n_cached,
         .free = kv->n_free, .n_host_blocks = kv->n_host_blocks, .host_used = kv->n_host_blocks - kv->n_host_free,
-        .hit_blocks = kv->hit_blocks, .evictions = kv->evictions};
+        .hit_blocks = kv->hit_blocks, .evictions = kv->evictions, .imported_blocks = kv->imported_blocks,
+        .hit_imported_blocks = kv->hit_imported_blocks};
 }
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
@@ -225,6 +228,7 @@ static int32_t take_block(struct weft_kv_pool *kv)
         return -1;
     }
     kv->ref[b] = 1;
+    kv->imported[b] = 0;
     return b;
 }
 
@@ -258,6 +262,7 @@ uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *s
         int32_t b = ht_get(kv, hn);
         if (b < 0 || kv->parent[b] != h || memcmp(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT)) break;
         if (kv->ref[b]++ == 0) lru_remove(kv, b);
+        kv->hit_imported_blocks += kv->imported[b];
         seq->blocks[seq->n_blocks++] = b;
         h = hn;
     }
@@ -329,6 +334,49 @@ static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *h
         if (st != WEFT_OK) return st;
         host += kp->block_bytes;
     }
+    return WEFT_OK;
+}
+
+int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash)
+{
+    return hash && kv->prefix_cache ? ht_get(kv, hash) : -1;
+}
+
+weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
+{
+    if (b < 0 || (uint32_t)b >= kv->n_blocks) return weft_error(WEFT_ERR_INVALID_ARG, "kv: no block %d", b);
+    for (uint32_t p = 0; p < kv->n_parts; p++) {
+        weft_status st = kv->parts[p].be->iface->sync(kv->parts[p].be);
+        if (st != WEFT_OK) return st;
+    }
+    return block_io(kv, b, host, false);
+}
+
+weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
+                           const void *payload, bool *added)
+{
+    *added = false;
+    if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
+    if (hash != weft_kv_block_hash(parent, tokens))
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: block hash %016llx is not its tokens'", (unsigned long long)hash);
+    if (ht_get(kv, hash) >= 0) return WEFT_OK;
+    int32_t b = take_block(kv);
+    if (b < 0) return weft_error(WEFT_ERR_NO_ROOM, "kv: no free or cached block to import into");
+    weft_status st = block_io(kv, b, (unsigned char *)payload, true);
+    if (st != WEFT_OK) {
+        unref_block(kv, b);  /* unregistered: back on the free stack */
+        return st;
+    }
+    kv->hash[b] = hash;
+    kv->parent[b] = parent;
+    memcpy(kv->toks + (size_t)b * BT, tokens, sizeof(int32_t) * BT);
+    ht_put(kv, hash, b);
+    kv->imported[b] = 1;
+    kv->imported_blocks++;
+    kv->ref[b] = 0;
+    lru_push(kv, b);
+    if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_STORED, hash, parent);
+    *added = true;
     return WEFT_OK;
 }
 

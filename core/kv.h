@@ -55,6 +55,8 @@ struct weft_kv_stats {
     uint32_t n_host_blocks, host_used;
     uint64_t hit_blocks;                     /* blocks taken from the prefix cache */
     uint64_t evictions;
+    uint64_t imported_blocks;                /* put in by weft_kv_import */
+    uint64_t hit_imported_blocks;            /* of hit_blocks, ones that were imported */
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -93,6 +95,8 @@ struct weft_kv_pool {
     int32_t *host_free;
     uint32_t n_host_free;
     uint64_t hit_blocks, evictions;
+    uint8_t *imported;             /* per block: its K/V came from weft_kv_import */
+    uint64_t imported_blocks, hit_imported_blocks;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };
@@ -153,6 +157,25 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
 /* Bring a swapped-out seq back into fresh device blocks. WEFT_ERR_NO_ROOM if
  * the device is short (seq unchanged, still swapped). */
 weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
+
+/* ---- blocks in and out (core/kv_block.h is their format) ----
+ * A block's bytes, as read and imported here: every layer in order, K then
+ * V, each [16][n_kv_head][head_dim] of the pool's type (block_bytes). */
+
+/* The registered block named hash (its parent and tokens are in parent[]
+ * and toks[]), or -1. */
+int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash);
+/* Copy block b's bytes to host (block_bytes), after the backends' pending
+ * work. */
+weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);
+/* Put a block computed elsewhere into the prefix cache, registered under
+ * hash = weft_kv_block_hash(parent, tokens) as a cached block (ref 0, the
+ * most recent in the LRU), so a prompt with that prefix takes it instead of
+ * computing it. A hash already registered is left as it is (*added false).
+ * WEFT_ERR_NO_ROOM when no block is free or evictable; WEFT_ERR_INVALID_ARG
+ * without a prefix cache or for a hash that is not the tokens'. */
+weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
+                           const void *payload, bool *added);
 
 /* View of one layer of the pool for ROPE_KV / ATTENTION ops. */
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer);

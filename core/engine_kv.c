@@ -1,0 +1,161 @@
+/* KV blocks in and out of an engine's prefix cache, in format v1
+ * (core/kv_block.h): what the host tier, Redis, instance-to-instance
+ * transfers and prefill/decode disaggregation are built on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine_internal.h"
+
+void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out)
+{
+    *out = (struct weft_kvb_expect){.fp = e->m->fingerprint, .n_layer = e->kv.n_layer, .n_kv_head = e->kv.n_kv_head,
+                                    .head_dim = e->kv.head_dim, .type = e->kv.type,
+                                    .allow_convert = e->cfg.kv_import_convert};
+}
+
+void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->kvio;
+    struct weft_kv_stats ks;
+    weft_kv_stats(&e->kv, &ks);
+    out->hit_imported = ks.hit_imported_blocks;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Write the held blocks among hashes[0..n) (stopping at the first missing
+ * one) after a header; lock held. */
+static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, unsigned char **out,
+                                 size_t *n_out, uint32_t *n_blocks)
+{
+    struct weft_kv_pool *kv = &e->kv;
+    uint32_t held = 0;
+    while (held < n && weft_kv_lookup(kv, hashes[held]) >= 0) held++;
+    struct weft_kvb_header h = {.fp = e->m->fingerprint, .type = kv->type, .n_layer = kv->n_layer,
+                                .n_kv_head = kv->n_kv_head, .head_dim = kv->head_dim, .layer0 = 0,
+                                .n_layers = kv->n_layer, .n_blocks = held};
+    weft_status st = weft_kvb_header_init(&h);
+    if (st != WEFT_OK) return st;
+    if (h.payload_bytes != kv->block_bytes)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv export: pool blocks of %zu bytes, the format's %u", kv->block_bytes,
+                          h.payload_bytes);
+    size_t rec = weft_kvb_record_bytes(&h), total = WEFT_KVB_HEADER_BYTES + (size_t)held * rec;
+    unsigned char *buf = malloc(total);
+    unsigned char *payload = malloc(kv->block_bytes);
+    if (!buf || !payload) {
+        free(buf);
+        free(payload);
+        return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory for %u blocks", held);
+    }
+    weft_kvb_write_header(&h, buf);
+    for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
+        int32_t b = weft_kv_lookup(kv, hashes[i]);
+        st = weft_kv_block_read(kv, b, payload);
+        if (st == WEFT_OK)
+            weft_kvb_write_block(&h, kv->parent[b], hashes[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload,
+                                 buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec);
+    }
+    free(payload);
+    if (st != WEFT_OK) {
+        free(buf);
+        return st;
+    }
+    e->kvio.exported += held;
+    e->kvio.bytes_out += total;
+    *out = buf;
+    *n_out = total;
+    *n_blocks = held;
+    return WEFT_OK;
+}
+
+weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *hashes, uint32_t n,
+                                         unsigned char **out, size_t *n_out, uint32_t *n_blocks)
+{
+    *out = NULL;
+    *n_out = 0;
+    *n_blocks = 0;
+    pthread_mutex_lock(&e->mu);
+    weft_status st = export_locked(e, hashes, n, out, n_out, n_blocks);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+weft_status weft_engine_kv_export_prefix(struct weft_engine *e, const int32_t *tokens, uint32_t n_tokens,
+                                         unsigned char **out, size_t *n_out, uint32_t *n_blocks)
+{
+    uint32_t nb = n_tokens / WEFT_KV_BLOCK_TOKENS;
+    uint64_t *hashes = malloc(sizeof *hashes * (nb ? nb : 1));
+    if (!hashes) return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory");
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < nb; i++) hashes[i] = h = weft_kv_block_hash(h, tokens + (size_t)i * WEFT_KV_BLOCK_TOKENS);
+    weft_status st = weft_engine_kv_export_hashes(e, hashes, nb, out, n_out, n_blocks);
+    free(hashes);
+    return st;
+}
+
+struct import_ctx {
+    struct weft_engine *e;
+    unsigned char *conv;     /* a block converted to the pool's type */
+    uint32_t added;
+    weft_status fail;        /* a pool failure (not a bad block) */
+};
+
+static weft_status import_one(void *user, const struct weft_kvb_header *h, const struct weft_kvb_block *b)
+{
+    struct import_ctx *c = user;
+    struct weft_engine *e = c->e;
+    const void *payload = b->payload;
+    bool convert = h->type != e->kv.type;
+    if (convert) {
+        weft_status st = weft_kvb_convert(h, b->payload, e->kv.type, c->conv);
+        if (st != WEFT_OK) return c->fail = st;
+        payload = c->conv;
+    }
+    bool added = false;
+    weft_status st = weft_kv_import(&e->kv, b->parent, b->hash, b->tokens, payload, &added);
+    if (st == WEFT_ERR_NO_ROOM) {
+        e->kvio.no_room++;
+        return c->fail = st;
+    }
+    if (st != WEFT_OK) return c->fail = st;
+    if (added) {
+        c->added++;
+        e->kvio.imported++;
+        e->kvio.converted += convert;
+    } else {
+        e->kvio.already++;
+    }
+    return WEFT_OK;
+}
+
+weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported)
+{
+    if (n_imported) *n_imported = 0;
+    struct weft_kvb_expect want;
+    weft_engine_kv_expect(e, &want);
+    struct import_ctx c = {.e = e};
+    c.conv = malloc(e->kv.block_bytes);
+    if (!c.conv) return weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
+    pthread_mutex_lock(&e->mu);
+    e->kvio.bytes_in += n;
+    struct weft_kvb_header h;
+    uint32_t good = 0;
+    weft_status st = WEFT_OK;
+    if (!e->kv.prefix_cache) st = weft_error(WEFT_ERR_UNSUPPORTED, "kv import: the prefix cache is off");
+    /* the header first, so that a refused stream and a bad block count apart */
+    if (st == WEFT_OK && (st = weft_kvb_read_header(buf, n, &h)) == WEFT_OK) st = weft_kvb_check_model(&h, &want);
+    if (st == WEFT_OK) {
+        st = weft_kvb_read_stream(buf, n, &want, &h, import_one, &c, &good);
+        if (st != WEFT_OK && c.fail == WEFT_OK) {
+            /* a block's fault, or a size that does not match the header (then none was read) */
+            if (good == 0 && !weft_kvb_sizes_ok(&h, n)) e->kvio.rejected_streams++;
+            else e->kvio.rejected++;
+        }
+    } else if (e->kv.prefix_cache) {
+        e->kvio.rejected_streams++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(c.conv);
+    if (n_imported) *n_imported = c.added;
+    return st;
+}

@@ -1,0 +1,300 @@
+/* KV block format v1 (core/kv_block.h) without a model: a stream written
+ * and read back; every single-bit flip, every truncation, a foreign model,
+ * shape or KV type, and a block under a wrong name are refused; F16 <-> Q8_0
+ * conversion only when asked; and the pool's import: a block put in is
+ * byte-identical when read back and serves a prefix hit, counted. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/kv.h"
+#include "core/kv_block.h"
+#include "core/quant.h"
+#include "tests/check.h"
+
+static const struct weft_fingerprint FP = {0x0123456789abcdefull, 0xfedcba9876543210ull};
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+/* F16 payloads of small random values */
+static void fill_f16(weft_half *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++) p[i] = weft_f32_to_half(((float)(rnd() % 2001) - 1000.0f) / 500.0f);
+}
+
+struct stream {
+    unsigned char *buf;
+    size_t n;
+    struct weft_kvb_header h;
+    int32_t toks[8][WEFT_KVB_TOKENS];
+    uint64_t hash[8], parent[8];
+    unsigned char *payload[8];
+};
+
+static void make_stream(struct stream *s, uint32_t n_blocks, uint32_t n_layer, uint32_t n_kv_head, uint32_t head_dim,
+                        bool count_in_header)
+{
+    memset(s, 0, sizeof *s);
+    s->h = (struct weft_kvb_header){.fp = FP, .type = WEFT_TYPE_F16, .n_layer = n_layer, .n_kv_head = n_kv_head,
+                                    .head_dim = head_dim, .layer0 = 0, .n_layers = n_layer,
+                                    .n_blocks = count_in_header ? n_blocks : 0};
+    CHECK(weft_kvb_header_init(&s->h) == WEFT_OK);
+    size_t rec = weft_kvb_record_bytes(&s->h);
+    s->n = WEFT_KVB_HEADER_BYTES + n_blocks * rec;
+    s->buf = malloc(s->n);
+    weft_kvb_write_header(&s->h, s->buf);
+    uint64_t parent = 0;
+    for (uint32_t b = 0; b < n_blocks; b++) {
+        for (int i = 0; i < WEFT_KVB_TOKENS; i++) s->toks[b][i] = (int32_t)(rnd() % 50000);
+        s->parent[b] = parent;
+        s->hash[b] = parent = weft_kv_block_hash(parent, s->toks[b]);
+        s->payload[b] = malloc(s->h.payload_bytes);
+        fill_f16((weft_half *)s->payload[b], s->h.payload_bytes / 2);
+        weft_kvb_write_block(&s->h, s->parent[b], s->hash[b], s->toks[b], s->payload[b],
+                             s->buf + WEFT_KVB_HEADER_BYTES + b * rec);
+    }
+}
+
+static void free_stream(struct stream *s)
+{
+    free(s->buf);
+    for (int b = 0; b < 8; b++) free(s->payload[b]);
+}
+
+struct seen {
+    const struct stream *s;
+    uint32_t n;
+    bool same;
+};
+
+static weft_status on_block(void *user, const struct weft_kvb_header *h, const struct weft_kvb_block *b)
+{
+    struct seen *v = user;
+    const struct stream *s = v->s;
+    uint32_t i = v->n++;
+    v->same = v->same && i < 8 && b->parent == s->parent[i] && b->hash == s->hash[i] &&
+              !memcmp(b->tokens, s->toks[i], sizeof b->tokens) && !memcmp(b->payload, s->payload[i], h->payload_bytes);
+    return WEFT_OK;
+}
+
+static const struct weft_kvb_expect *expect_for(const struct stream *s, struct weft_kvb_expect *w)
+{
+    *w = (struct weft_kvb_expect){.fp = FP, .n_layer = s->h.n_layer, .n_kv_head = s->h.n_kv_head,
+                                  .head_dim = s->h.head_dim, .type = WEFT_TYPE_F16};
+    return w;
+}
+
+static void round_trip(void)
+{
+    CHECK_EQ_INT(weft_crc32c(0, "123456789", 9), 0xE3069283u);  /* the CRC-32C check value */
+    for (int counted = 0; counted < 2; counted++) {
+        struct stream s;
+        make_stream(&s, 3, 2, 2, 32, counted);
+        struct weft_kvb_expect w;
+        struct weft_kvb_header h;
+        struct seen v = {&s, 0, true};
+        uint32_t good;
+        CHECK(weft_kvb_read_stream(s.buf, s.n, expect_for(&s, &w), &h, on_block, &v, &good) == WEFT_OK);
+        CHECK(good == 3 && v.n == 3 && v.same);
+        CHECK(h.payload_bytes == 2 * 2 * 16 * 2 * 32 * 2 && h.fp.hi == FP.hi && h.fp.lo == FP.lo);
+        free_stream(&s);
+    }
+}
+
+/* Every bit of every byte, flipped alone, and every shorter length: refused
+ * (a bad block stops the stream; the blocks before it may be delivered, but
+ * never the bad one or any after it). */
+static void every_flip_and_truncation_is_refused(void)
+{
+    struct stream s;
+    make_stream(&s, 2, 1, 1, 32, true);
+    struct weft_kvb_expect w;
+    expect_for(&s, &w);
+    size_t rec = weft_kvb_record_bytes(&s.h);
+    uint32_t accepted = 0, delivered_bad = 0, tried = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        for (int bit = 0; bit < 8; bit++) {
+            s.buf[i] ^= (unsigned char)(1u << bit);
+            struct weft_kvb_header h;
+            struct seen v = {&s, 0, true};
+            uint32_t good;
+            weft_status st = weft_kvb_read_stream(s.buf, s.n, &w, &h, on_block, &v, &good);
+            tried++;
+            accepted += st == WEFT_OK;
+            /* the flipped byte's block (or the header) must not be delivered */
+            uint32_t bad_block = i < WEFT_KVB_HEADER_BYTES ? 0 : (uint32_t)((i - WEFT_KVB_HEADER_BYTES) / rec);
+            delivered_bad += !v.same || good > bad_block;
+            CHECK_MSG(st == WEFT_OK || weft_last_error()[0], "byte %zu bit %d: refused without a message", i, bit);
+            s.buf[i] ^= (unsigned char)(1u << bit);
+        }
+    }
+    CHECK_EQ_INT(accepted, 0);
+    CHECK_EQ_INT(delivered_bad, 0);
+    uint32_t short_ok = 0;
+    for (size_t n = 0; n < s.n; n++) {
+        struct weft_kvb_header h;
+        uint32_t good;
+        short_ok += weft_kvb_read_stream(s.buf, n, &w, &h, NULL, NULL, &good) == WEFT_OK || good;
+    }
+    CHECK_EQ_INT(short_ok, 0);
+    printf("  %u single-bit flips and %zu truncations of a %zu-byte stream: all refused\n", tried, s.n, s.n);
+    free_stream(&s);
+}
+
+static void foreign_model_shape_and_type_are_mismatches(void)
+{
+    struct stream s;
+    make_stream(&s, 1, 2, 2, 32, true);
+    struct weft_kvb_expect w;
+    struct weft_kvb_header h;
+    uint32_t good;
+    expect_for(&s, &w);
+    w.fp.lo ^= 1;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH && good == 0);
+    CHECK(strstr(weft_last_error(), "made by model") != NULL);
+    expect_for(&s, &w);
+    w.n_kv_head = 3;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH);
+    expect_for(&s, &w);
+    w.type = WEFT_TYPE_Q8_0;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH);
+    CHECK(strstr(weft_last_error(), "conversion") != NULL);
+    w.allow_convert = true;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_OK && good == 1);
+    /* a shape the format cannot hold is refused at write time */
+    struct weft_kvb_header bad = s.h;
+    bad.layer0 = 1;  /* 1 + 2 layers past 2 */
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    bad = s.h;
+    bad.type = WEFT_TYPE_Q4_0;
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    free_stream(&s);
+}
+
+/* A block whose bytes are intact (its CRC recomputed) but whose name is not
+ * its parent's and tokens' hash: refused. */
+static void a_misnamed_block_is_refused(void)
+{
+    struct stream s;
+    make_stream(&s, 2, 1, 1, 32, true);
+    size_t rec = weft_kvb_record_bytes(&s.h);
+    unsigned char *b1 = s.buf + WEFT_KVB_HEADER_BYTES + rec;
+    s.toks[1][3] ^= 1;  /* other tokens under the old hash */
+    weft_kvb_write_block(&s.h, s.parent[1], s.hash[1], s.toks[1], s.payload[1], b1);
+    struct weft_kvb_expect w;
+    struct weft_kvb_header h;
+    uint32_t good;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, expect_for(&s, &w), &h, NULL, NULL, &good) == WEFT_ERR_FORMAT);
+    CHECK(good == 1 && strstr(weft_last_error(), "hash") != NULL);
+    free_stream(&s);
+}
+
+static void conversion_is_what_the_backends_would_write(void)
+{
+    struct stream s;
+    make_stream(&s, 1, 1, 2, 32, true);
+    struct weft_kvb_header hq = s.h;
+    hq.type = WEFT_TYPE_Q8_0;
+    CHECK(weft_kvb_header_init(&hq) == WEFT_OK);
+    unsigned char *q = malloc(hq.payload_bytes), *back = malloc(s.h.payload_bytes);
+    CHECK(weft_kvb_convert(&s.h, s.payload[0], WEFT_TYPE_Q8_0, q) == WEFT_OK);
+    /* row by row, as ROPE_KV quantizes one token's heads */
+    int64_t row = 2 * 32;
+    float f[64];
+    unsigned char want[2 * 34];
+    int same = 1;
+    for (int r = 0; r < 2 * 16; r++) {
+        weft_dequantize_row(WEFT_TYPE_F16, s.payload[0] + (size_t)r * row * 2, f, row);
+        weft_quantize_row(WEFT_TYPE_Q8_0, f, want, row);
+        same &= !memcmp(want, q + (size_t)r * sizeof want, sizeof want);
+    }
+    CHECK(same);
+    CHECK(weft_kvb_convert(&hq, q, WEFT_TYPE_F16, back) == WEFT_OK);
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < s.h.payload_bytes / 2; i++) {
+        float a = weft_half_to_f32(((weft_half *)s.payload[0])[i]), b = weft_half_to_f32(((weft_half *)back)[i]);
+        err += (a - b) * (a - b);
+        ref += a * a;
+    }
+    printf("  F16 -> Q8_0 -> F16: normalised error %.2e\n", sqrt(err / ref));
+    CHECK(sqrt(err / ref) < 0.01);
+    free(q);
+    free(back);
+    free_stream(&s);
+}
+
+/* The pool: import puts a block in as cached, reads back byte-identical,
+ * serves a prefix match (counted as an imported hit), refuses a wrong name,
+ * leaves a registered hash alone, and evicts like any cached block. */
+static void pool_import_serves_a_prefix(void)
+{
+    struct weft_backend *be;
+    CHECK(weft_backend_open("cpu", 1, &be) == WEFT_OK);
+    struct weft_kv_config c = {.n_layer = 2, .n_kv_head = 2, .head_dim = 32, .n_blocks = 4, .type = WEFT_TYPE_F16,
+                               .prefix_cache = true};
+    struct weft_kv_pool kv;
+    CHECK(weft_kv_pool_create(&kv, be, &c) == WEFT_OK);
+    struct stream s;
+    make_stream(&s, 3, 2, 2, 32, true);
+    CHECK_EQ_INT(s.h.payload_bytes, kv.block_bytes);
+    bool added;
+    for (int b = 0; b < 3; b++) CHECK(weft_kv_import(&kv, s.parent[b], s.hash[b], s.toks[b], s.payload[b], &added) == WEFT_OK && added);
+    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], &added) == WEFT_OK && !added);
+    CHECK(weft_kv_import(&kv, s.parent[1], s.hash[0], s.toks[1], s.payload[1], &added) == WEFT_ERR_INVALID_ARG);
+    unsigned char *back = malloc(kv.block_bytes);
+    for (int b = 0; b < 3; b++) {
+        int32_t id = weft_kv_lookup(&kv, s.hash[b]);
+        CHECK(id >= 0 && weft_kv_block_read(&kv, id, back) == WEFT_OK && !memcmp(back, s.payload[b], kv.block_bytes));
+    }
+    struct weft_kv_stats st;
+    weft_kv_stats(&kv, &st);
+    CHECK(st.imported_blocks == 3 && st.cached == 3 && st.used == 0);
+    /* a prompt of the three blocks and one token more takes all three */
+    int32_t prompt[49];
+    memcpy(prompt, s.toks, sizeof(int32_t) * 48);
+    prompt[48] = 7;
+    struct weft_kv_seq seq = {0};
+    CHECK_EQ_INT(weft_kv_seq_match_prefix(&kv, &seq, prompt, 49), 48);
+    weft_kv_stats(&kv, &st);
+    CHECK(st.hit_imported_blocks == 3 && st.used == 3);
+    CHECK(weft_kv_check(&kv) == WEFT_OK);
+    weft_kv_seq_release(&kv, &seq);
+    /* the pool has 4 blocks: a fourth import fits, a fifth evicts the oldest cached */
+    struct stream t;
+    make_stream(&t, 2, 2, 2, 32, true);
+    CHECK(weft_kv_import(&kv, t.parent[0], t.hash[0], t.toks[0], t.payload[0], &added) == WEFT_OK && added);
+    CHECK(weft_kv_import(&kv, t.parent[1], t.hash[1], t.toks[1], t.payload[1], &added) == WEFT_OK && added);
+    weft_kv_stats(&kv, &st);
+    CHECK(st.evictions == 1 && st.cached == 4);
+    CHECK(weft_kv_check(&kv) == WEFT_OK);
+    free(back);
+    free_stream(&s);
+    free_stream(&t);
+    weft_kv_pool_free(&kv);
+    /* without a prefix cache there is nowhere to put a block */
+    c.prefix_cache = false;
+    CHECK(weft_kv_pool_create(&kv, be, &c) == WEFT_OK);
+    make_stream(&s, 1, 2, 2, 32, true);
+    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], &added) == WEFT_ERR_INVALID_ARG);
+    free_stream(&s);
+    weft_kv_pool_free(&kv);
+    weft_backend_close(be);
+}
+
+int main(void)
+{
+    RUN(round_trip);
+    RUN(every_flip_and_truncation_is_refused);
+    RUN(foreign_model_shape_and_type_are_mismatches);
+    RUN(a_misnamed_block_is_refused);
+    RUN(conversion_is_what_the_backends_would_write);
+    RUN(pool_import_serves_a_prefix);
+    return check_summary();
+}
