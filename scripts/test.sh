@@ -5,7 +5,7 @@
 #      tests that need it print SKIP
 #   3. Release build in build/, ctest
 #   4. ASan+UBSan build in build-asan/ (CPU and Vulkan on lavapipe), ctest
-#   5. scripts/fuzz-{gguf,http,params}.sh, ${WEFT_FUZZ_SECONDS:-60} each
+#   5. scripts/fuzz-{gguf,http,params,kvblock}.sh, ${WEFT_FUZZ_SECONDS:-60} each
 # Every phase runs even if an earlier one failed; the exit code is non-zero if
 # any failed. Idempotent: re-running reuses the build folders.
 # Env: WEFT_FUZZ_SECONDS (0 skips fuzzing), WEFT_SKIP_ASAN=1, WEFT_SKIP_DEPS=1, JOBS.
@@ -54,10 +54,10 @@ if [ "${WEFT_SKIP_ASAN:-0}" != 1 ]; then
     build_and_test asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON -DWEFT_CUDA=OFF -DWEFT_HIP=OFF
 fi
 
-# The fuzzers (GGUF reader, HTTP parser, request validation), each for WEFT_FUZZ_SECONDS: 3 min by default.
+# The fuzzers (GGUF reader, HTTP parser, request validation, KV blocks), each for WEFT_FUZZ_SECONDS: 4 min by default.
 fuzz_seconds=${WEFT_FUZZ_SECONDS:-60}
 if [ "$fuzz_seconds" != 0 ]; then
-    for f in scripts/fuzz-gguf.sh scripts/fuzz-http.sh scripts/fuzz-params.sh; do
+    for f in scripts/fuzz-gguf.sh scripts/fuzz-http.sh scripts/fuzz-params.sh scripts/fuzz-kvblock.sh; do
         [ -f "$f" ] || continue
         say "fuzz: $f $fuzz_seconds"
         if ! bash "$f" "$fuzz_seconds"; then fail_phase "fuzz $(basename "$f" .sh)"; fi

@@ -1,0 +1,247 @@
+/* KV blocks between engines on different backends, in format v1: blocks a
+ * CPU engine computed, exported and imported by a Vulkan engine (and the
+ * reverse), come out again byte-identical; a greedy run on the importing
+ * engine equals that engine's own all-local run, and the import counters
+ * show the imported blocks served the prompt (on lavapipe the backends agree
+ * to the bit or nearly, so a silent recompute would pass otherwise). A stream from
+ * another model is refused whole; another KV type only with conversion on.
+ * stories260K and SmolLM2-135M (when fetched); the Vulkan half needs a
+ * Vulkan device (lavapipe here), else only CPU -> CPU runs. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/engine.h"
+#include "tests/check.h"
+#include "tools/cli.h"
+
+#define NGEN 16
+
+static const char *TEXT =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the sunshine. One day, she "
+    "saw a big, red ball in the park. She ran to it and kicked it as hard as she could. The ball flew";
+
+struct out {
+    int32_t ids[NGEN];
+    uint32_t n;
+    bool done;
+};
+
+static void on_event(void *user, const struct weft_event *ev)
+{
+    struct out *o = user;
+    if (ev->has_token && o->n < NGEN) o->ids[o->n++] = ev->token.id;
+    if (ev->finish == WEFT_FINISH_ERROR) fprintf(stderr, "  request failed: %s\n", ev->message ? ev->message : "?");
+    if (ev->finish != WEFT_FINISH_NONE) o->done = true;
+}
+
+static struct weft_engine *engine(const struct weft_model *m, enum weft_type kv_type, bool convert)
+{
+    struct weft_engine_config cfg = {.n_ctx = 512, .max_seqs = 4, .max_step_tokens = 128, .kv_type = kv_type,
+                                     .kv_import_convert = convert};
+    struct weft_engine *e = NULL;
+    CHECK_MSG(weft_engine_create(m, &cfg, &e) == WEFT_OK, "engine: %s", weft_last_error());
+    return e;
+}
+
+static bool run(struct weft_engine *e, const int32_t *p, size_t n, struct out *o)
+{
+    memset(o, 0, sizeof *o);
+    struct weft_request rq = {.prompt = p, .n_prompt = (uint32_t)n, .max_tokens = NGEN, .ignore_eos = true,
+                              .cb = on_event, .user = o};
+    weft_sampling_params_default(&rq.sampling);
+    rq.sampling.temperature = 0;
+    uint64_t id;
+    bool ok = weft_engine_submit(e, &rq, &id) == WEFT_OK && weft_engine_run_all(e) == WEFT_OK;
+    return ok && o->done && o->n == NGEN;
+}
+
+/* ||a - b|| / ||a|| over two streams' F16 payloads */
+static double payload_error(const unsigned char *a, const unsigned char *b, size_t n)
+{
+    struct weft_kvb_header h;
+    if (weft_kvb_read_header(a, n, &h) != WEFT_OK || h.type != WEFT_TYPE_F16) return NAN;
+    size_t rec = weft_kvb_record_bytes(&h);
+    double err = 0, ref = 0;
+    for (size_t off = WEFT_KVB_HEADER_BYTES; off + rec <= n; off += rec)
+        for (size_t i = 0; i < h.payload_bytes / 2; i++) {
+            weft_half x, y;
+            memcpy(&x, a + off + WEFT_KVB_BLOCK_META + 2 * i, 2);
+            memcpy(&y, b + off + WEFT_KVB_BLOCK_META + 2 * i, 2);
+            double d = (double)weft_half_to_f32(x) - weft_half_to_f32(y);
+            err += d * d;
+            ref += (double)weft_half_to_f32(x) * weft_half_to_f32(x);
+        }
+    return ref > 0 ? sqrt(err / ref) : 0;
+}
+
+/* One direction: `from` computes the prompt, exports; a fresh `to` engine
+ * imports, runs; compared with a fresh `to` engine's own run. *made: the
+ * stream `from` exported (free() it). */
+static void one_way(const char *what, const struct weft_model *from, const struct weft_model *to, const int32_t *p,
+                    size_t n, unsigned char **made, size_t *n_made)
+{
+    uint32_t want_blocks = (uint32_t)(n / WEFT_KV_BLOCK_TOKENS), usable = (uint32_t)((n - 1) / WEFT_KV_BLOCK_TOKENS);
+    struct out ref, got, local;
+    struct weft_engine *a = engine(from, WEFT_TYPE_F16, false), *b = engine(to, WEFT_TYPE_F16, false),
+                       *c = engine(to, WEFT_TYPE_F16, false);
+    if (!a || !b || !c) goto done;
+    CHECK(run(a, p, n, &ref));
+    uint32_t nb = 0;
+    CHECK(weft_engine_kv_export_prefix(a, p, (uint32_t)n, made, n_made, &nb) == WEFT_OK);
+    CHECK_EQ_INT(nb, want_blocks);
+    uint32_t added = 0;
+    CHECK_MSG(weft_engine_kv_import(b, *made, *n_made, &added) == WEFT_OK, "%s: import: %s", what, weft_last_error());
+    CHECK_EQ_INT(added, nb);
+    CHECK(run(b, p, n, &got));
+    CHECK(run(c, p, n, &local));
+    CHECK_MSG(!memcmp(got.ids, local.ids, sizeof got.ids), "%s: greedy after import differs from the local run", what);
+    struct weft_engine_kv_stats ks;
+    weft_engine_kv_stats(b, &ks);
+    CHECK_EQ_INT(ks.imported, nb);
+    CHECK_EQ_INT(ks.hit_imported, usable);  /* the blocks the prompt could take, all from the import */
+    struct weft_engine_stats es;
+    weft_engine_stats(b, &es);
+    CHECK_EQ_INT(es.prefill_tokens, n - usable * WEFT_KV_BLOCK_TOKENS);  /* only the rest was computed */
+    /* and out again: the same bytes */
+    unsigned char *again = NULL;
+    size_t n_again = 0;
+    uint32_t nb2 = 0;
+    CHECK(weft_engine_kv_export_prefix(b, p, (uint32_t)n, &again, &n_again, &nb2) == WEFT_OK);
+    CHECK_MSG(n_again == *n_made && !memcmp(again, *made, n_again), "%s: re-exported blocks differ", what);
+    /* the importing backend's own blocks for the same tokens, against the imported ones */
+    unsigned char *own = NULL;
+    size_t n_own = 0;
+    CHECK(weft_engine_kv_export_prefix(c, p, (uint32_t)n, &own, &n_own, &nb2) == WEFT_OK);
+    double err = n_own == *n_made ? payload_error(*made, own, n_own) : NAN;
+    printf("  %s: %u blocks (%zu bytes) imported, %u prompt blocks served from them, %u tokens computed; "
+           "greedy %u tokens == local; re-export byte-identical; its own blocks vs the imported: error %.2e\n",
+           what, nb, *n_made, (unsigned)ks.hit_imported, (unsigned)es.prefill_tokens, NGEN, err);
+    (void)ref;
+    free(again);
+    free(own);
+done:
+    weft_engine_free(a);
+    weft_engine_free(b);
+    weft_engine_free(c);
+}
+
+static void refusals(const struct weft_model *m, const struct weft_model *other, const int32_t *p, size_t n,
+                     const unsigned char *s, size_t ns)
+{
+    /* another model's blocks: refused whole, counted, nothing imported */
+    if (other) {
+        struct weft_engine *e = engine(other, WEFT_TYPE_F16, false);
+        uint32_t added = 9;
+        CHECK(weft_engine_kv_import(e, s, ns, &added) == WEFT_ERR_MISMATCH && added == 0);
+        struct weft_engine_kv_stats ks;
+        weft_engine_kv_stats(e, &ks);
+        CHECK(ks.rejected_streams == 1 && ks.imported == 0);
+        weft_engine_free(e);
+    }
+    /* a Q8_0 cache: refused without conversion; with it, converted and used */
+    bool q8 = m->hp.head_dim % 32 == 0;  /* Q8_0 KV needs whole 32-blocks per head */
+    struct weft_engine *q = q8 ? engine(m, WEFT_TYPE_Q8_0, false) : NULL, *qc = q8 ? engine(m, WEFT_TYPE_Q8_0, true) : NULL;
+    if (q && qc) {
+        uint32_t added = 0;
+        CHECK(weft_engine_kv_import(q, s, ns, &added) == WEFT_ERR_MISMATCH && added == 0);
+        CHECK(weft_engine_kv_import(qc, s, ns, &added) == WEFT_OK && added == n / WEFT_KV_BLOCK_TOKENS);
+        struct out o;
+        CHECK(run(qc, p, n, &o));
+        struct weft_engine_kv_stats ks;
+        weft_engine_kv_stats(qc, &ks);
+        CHECK(ks.converted == added && ks.hit_imported == (n - 1) / WEFT_KV_BLOCK_TOKENS);
+        printf("  Q8_0 cache: F16 blocks refused without conversion; with it %u converted and used\n", added);
+    }
+    weft_engine_free(q);
+    weft_engine_free(qc);
+    /* a corrupt block: the ones before it are kept, it and the rest are not */
+    unsigned char *bad = malloc(ns);
+    memcpy(bad, s, ns);
+    struct weft_kvb_header h;
+    CHECK(weft_kvb_read_header(s, ns, &h) == WEFT_OK);
+    bad[WEFT_KVB_HEADER_BYTES + weft_kvb_record_bytes(&h) + 100] ^= 0x10;  /* inside block 1 */
+    struct weft_engine *e = engine(m, WEFT_TYPE_F16, false);
+    uint32_t added = 0;
+    CHECK(weft_engine_kv_import(e, bad, ns, &added) == WEFT_ERR_FORMAT && added == 1);
+    CHECK(weft_engine_kv_import(e, bad, ns - 7, &added) == WEFT_ERR_FORMAT && added == 0);  /* truncated */
+    struct weft_engine_kv_stats ks;
+    weft_engine_kv_stats(e, &ks);
+    CHECK(ks.rejected == 1 && ks.rejected_streams == 1 && ks.imported == 1);
+    weft_engine_free(e);
+    free(bad);
+}
+
+static void model_case(const char *path, const char *other_path)
+{
+    struct weft_backend *cpu = NULL, *vk = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    const struct weft_backend_iface *vi = weft_backend_find("vulkan");
+    struct weft_device_info info[4];
+    const char *why = NULL;
+    if (vi && vi->devices(info, 4, &why) > 0 && weft_backend_open("vulkan:0", 0, &vk) != WEFT_OK) vk = NULL;
+    if (!vk) printf("  (no Vulkan device: CPU -> CPU only)\n");
+    struct weft_model *mc = NULL, *mv = NULL, *other = NULL;
+    CHECK_MSG(weft_model_load_split(path, &(struct weft_split_part){cpu, 0}, 1, &mc) == WEFT_OK, "%s", weft_last_error());
+    if (vk) CHECK(weft_model_load_split(path, &(struct weft_split_part){vk, 0}, 1, &mv) == WEFT_OK);
+    if (other_path) CHECK(weft_model_load_split(other_path, &(struct weft_split_part){cpu, 0}, 1, &other) == WEFT_OK);
+    if (!mc) goto done;
+    int32_t *p = NULL;
+    size_t n = 0;
+    CHECK(weft_tokenize(mc->tok, TEXT, strlen(TEXT), true, false, &p, &n) == WEFT_OK);
+    CHECK(n >= 48);
+    unsigned char *s1 = NULL, *s2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    char what[160];
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (mv) {
+        snprintf(what, sizeof what, "%s cpu -> vulkan", base);
+        one_way(what, mc, mv, p, n, &s1, &n1);
+        snprintf(what, sizeof what, "%s vulkan -> cpu", base);
+        one_way(what, mv, mc, p, n, &s2, &n2);
+        /* computed apart, the blocks agree to rounding (F32 sums in another order can land an F16
+         * ulp away); the imports above are exact whatever they hold */
+        double err = n1 == n2 ? payload_error(s1, s2, n1) : NAN;
+        printf("  %s: CPU- vs Vulkan-computed blocks: %s (normalised error %.2e)\n", base,
+               n1 == n2 && !memcmp(s1, s2, n1) ? "byte-identical" : "not byte-identical", err);
+        CHECK(err < 1e-3);
+    } else {
+        snprintf(what, sizeof what, "%s cpu -> cpu", base);
+        one_way(what, mc, mc, p, n, &s1, &n1);
+    }
+    if (s1) refusals(mc, other, p, n, s1, n1);
+    free(s1);
+    free(s2);
+    free(p);
+done:
+    weft_model_free(mc);
+    weft_model_free(mv);
+    weft_model_free(other);
+    if (vk) weft_backend_close(vk);
+    weft_backend_close(cpu);
+}
+
+static void stories260k(void)
+{
+    char *smol = weft_default_model_path();
+    model_case(WEFT_SHARED_DIR "/models/stories260K.gguf", smol);
+    free(smol);
+}
+
+static void smollm2(void)
+{
+    char *path = weft_default_model_path();
+    if (!path) {
+        printf("  (SmolLM2-135M not fetched: skipped)\n");
+        return;
+    }
+    model_case(path, WEFT_SHARED_DIR "/models/stories260K.gguf");
+    free(path);
+}
+
+int main(void)
+{
+    RUN(stories260k);
+    RUN(smollm2);
+    return check_summary();
+}
