@@ -83,6 +83,12 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
         if (n > (1u << 24)) n = 1u << 24;
         c.kv_blocks = (uint32_t)n;
     }
+    uint32_t host_cache_blocks = 0;
+    if (c.host_cache_mib && !c.no_prefix_cache) {
+        size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
+        size_t n = ((size_t)c.host_cache_mib << 20) / (bb ? bb : 1);
+        host_cache_blocks = n > (1u << 24) ? 1u << 24 : (uint32_t)n;
+    }
     if (!c.host_blocks && !c.no_swap) c.host_blocks = c.kv_blocks;
     if (c.no_swap) c.host_blocks = 0;
 
@@ -95,7 +101,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     pthread_cond_init(&e->cv, NULL);
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
-                                .prefix_cache = !c.no_prefix_cache};
+                                .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks};
     bool mock = c.mock_prefill_tps > 0;
     if (mock) {
         /* the real block count, a token payload: one layer of one 8-wide head */

@@ -35,6 +35,7 @@ struct weft_engine_config {
                                     max_seqs full-context sequences need, at least one's */
     uint32_t kv_mib;             /* 0 = 1024 */
     uint32_t host_blocks;        /* host swap tier; 0 = as many as device blocks, see no_swap */
+    uint32_t host_cache_mib;     /* host prefix tier (core/kv.h), in MiB of the model's blocks; 0 = none */
     bool no_swap;                /* preempt by recompute only */
     bool no_prefix_cache;
     bool kv_import_convert;      /* imported KV blocks of the other KV type are converted (counted) */

@@ -12,46 +12,57 @@ size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32
     return (size_t)BT * n_kv_head * row;
 }
 
-/* ---- hash table: registered hash -> block ---- */
+/* ---- hash tables: registered hash -> block (device) or slot (host) ---- */
 
 static uint32_t ht_slot(uint64_t h, uint32_t mask) { return (uint32_t)(h ^ (h >> 29)) & mask; }
 
-static int32_t ht_get(const struct weft_kv_pool *kv, uint64_t h)
+static int32_t ht_find(const uint64_t *key, const int32_t *val, uint32_t mask, uint64_t h)
 {
-    for (uint32_t i = ht_slot(h, kv->ht_mask);; i = (i + 1) & kv->ht_mask) {
-        if (kv->ht_key[i] == 0) return -1;
-        if (kv->ht_key[i] == h) return kv->ht_val[i];
+    for (uint32_t i = ht_slot(h, mask);; i = (i + 1) & mask) {
+        if (key[i] == 0) return -1;
+        if (key[i] == h) return val[i];
     }
 }
 
-static void ht_put(struct weft_kv_pool *kv, uint64_t h, int32_t b)
+static void ht_insert(uint64_t *key, int32_t *val, uint32_t mask, uint64_t h, int32_t b)
 {
-    uint32_t i = ht_slot(h, kv->ht_mask);
-    while (kv->ht_key[i] != 0) i = (i + 1) & kv->ht_mask;
-    kv->ht_key[i] = h;
-    kv->ht_val[i] = b;
+    uint32_t i = ht_slot(h, mask);
+    while (key[i] != 0) i = (i + 1) & mask;
+    key[i] = h;
+    val[i] = b;
 }
 
 /* Linear-probing delete by backward shift (no tombstones). */
-static void ht_del(struct weft_kv_pool *kv, uint64_t h)
+static void ht_remove(uint64_t *key, int32_t *val, uint32_t m, uint64_t h)
 {
-    uint32_t m = kv->ht_mask, i = ht_slot(h, m);
-    while (kv->ht_key[i] != h) {
-        if (kv->ht_key[i] == 0) return;
+    uint32_t i = ht_slot(h, m);
+    while (key[i] != h) {
+        if (key[i] == 0) return;
         i = (i + 1) & m;
     }
     for (uint32_t j = (i + 1) & m;; j = (j + 1) & m) {
-        if (kv->ht_key[j] == 0) break;
-        uint32_t home = ht_slot(kv->ht_key[j], m);
+        if (key[j] == 0) break;
+        uint32_t home = ht_slot(key[j], m);
         /* move j back to i if its home is not in (i, j] (cyclically) */
         bool in_range = i <= j ? (home > i && home <= j) : (home > i || home <= j);
         if (!in_range) {
-            kv->ht_key[i] = kv->ht_key[j];
-            kv->ht_val[i] = kv->ht_val[j];
+            key[i] = key[j];
+            val[i] = val[j];
             i = j;
         }
     }
-    kv->ht_key[i] = 0;
+    key[i] = 0;
+}
+
+static int32_t ht_get(const struct weft_kv_pool *kv, uint64_t h) { return ht_find(kv->ht_key, kv->ht_val, kv->ht_mask, h); }
+static void ht_put(struct weft_kv_pool *kv, uint64_t h, int32_t b) { ht_insert(kv->ht_key, kv->ht_val, kv->ht_mask, h, b); }
+static void ht_del(struct weft_kv_pool *kv, uint64_t h) { ht_remove(kv->ht_key, kv->ht_val, kv->ht_mask, h); }
+
+static uint32_t ht_cap_for(uint32_t n)
+{
+    uint32_t cap = 16;
+    while (cap < 2 * n) cap <<= 1;
+    return cap;
 }
 
 /* ---- LRU of cached (ref 0, registered) blocks ---- */
@@ -89,7 +100,7 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
                           cfg->n_kv_head, cfg->head_dim, weft_type_name(type));
     struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .type = type,
-                             .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1};
+                             .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1};
     size_t layer_bytes = 2 * weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim);
     k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
     if (cfg->n_parts > WEFT_KV_MAX_PARTS)
@@ -138,6 +149,28 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val ||
         !k.imported)
         st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u blocks' bookkeeping", n);
+    if (st == WEFT_OK && cfg->n_host_cache_blocks && cfg->prefix_cache) {
+        uint32_t nh = cfg->n_host_cache_blocks, hcap = ht_cap_for(nh);
+        k.n_hc = nh;
+        k.hc = malloc(k.block_bytes * nh);
+        k.hc_scratch = malloc(k.block_bytes);
+        k.hc_hash = calloc(nh, sizeof *k.hc_hash);
+        k.hc_parent = calloc(nh, sizeof *k.hc_parent);
+        k.hc_toks = calloc((size_t)nh * BT, sizeof *k.hc_toks);
+        k.hc_prev = malloc(nh * sizeof *k.hc_prev);
+        k.hc_next = malloc(nh * sizeof *k.hc_next);
+        k.hc_free = malloc(nh * sizeof *k.hc_free);
+        k.hc_key = calloc(hcap, sizeof *k.hc_key);
+        k.hc_val = calloc(hcap, sizeof *k.hc_val);
+        k.hc_mask = hcap - 1;
+        k.hc_head = k.hc_tail = -1;
+        if (!k.hc || !k.hc_scratch || !k.hc_hash || !k.hc_parent || !k.hc_toks || !k.hc_prev || !k.hc_next || !k.hc_free || !k.hc_key ||
+            !k.hc_val)
+            st = weft_error(WEFT_ERR_NOMEM, "kv: cannot allocate a host prefix tier of %u blocks (%zu MiB)", nh,
+                            (k.block_bytes * nh) >> 20);
+        for (uint32_t i = 0; st == WEFT_OK && i < nh; i++) k.hc_free[i] = (int32_t)(nh - 1 - i);
+        k.n_hc_free = nh;
+    }
     if (st == WEFT_OK && cfg->n_host_blocks) {
         k.n_host_blocks = cfg->n_host_blocks;
         k.host = malloc(k.block_bytes * cfg->n_host_blocks);
@@ -183,6 +216,8 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
     free(kv->lru_prev); free(kv->lru_next); free(kv->free_ids);
     free(kv->ht_key); free(kv->ht_val); free(kv->imported);
+    free(kv->hc); free(kv->hc_scratch); free(kv->hc_hash); free(kv->hc_parent); free(kv->hc_toks);
+    free(kv->hc_prev); free(kv->hc_next); free(kv->hc_free); free(kv->hc_key); free(kv->hc_val);
     free(kv->host); free(kv->host_free);
     memset(kv, 0, sizeof *kv);
 }
@@ -193,7 +228,9 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .n_blocks = kv->n_blocks, .used = kv->n_blocks - kv->n_free - kv->n_cached, .cached = kv->n_cached,
         .free = kv->n_free, .n_host_blocks = kv->n_host_blocks, .host_used = kv->n_host_blocks - kv->n_host_free,
         .hit_blocks = kv->hit_blocks, .evictions = kv->evictions, .imported_blocks = kv->imported_blocks,
-        .hit_imported_blocks = kv->hit_imported_blocks};
+        .hit_imported_blocks = kv->hit_imported_blocks, .n_host_cache_blocks = kv->n_hc,
+        .host_cache_used = kv->n_hc - kv->n_hc_free, .host_hit_blocks = kv->host_hit_blocks,
+        .host_demotions = kv->host_demotions, .host_evictions = kv->host_evictions};
 }
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
@@ -210,6 +247,104 @@ uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens)
     return h ? h : 1;
 }
 
+static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device);
+
+/* ---- host prefix tier ---- */
+
+static int32_t hc_get(const struct weft_kv_pool *kv, uint64_t h)
+{
+    return kv->n_hc ? ht_find(kv->hc_key, kv->hc_val, kv->hc_mask, h) : -1;
+}
+
+static void hc_lru_push(struct weft_kv_pool *kv, int32_t i)
+{
+    kv->hc_prev[i] = kv->hc_tail;
+    kv->hc_next[i] = -1;
+    if (kv->hc_tail >= 0) kv->hc_next[kv->hc_tail] = i;
+    else kv->hc_head = i;
+    kv->hc_tail = i;
+}
+
+static void hc_lru_remove(struct weft_kv_pool *kv, int32_t i)
+{
+    int32_t p = kv->hc_prev[i], n = kv->hc_next[i];
+    if (p >= 0) kv->hc_next[p] = n; else kv->hc_head = n;
+    if (n >= 0) kv->hc_prev[n] = p; else kv->hc_tail = p;
+    kv->hc_prev[i] = kv->hc_next[i] = -1;
+}
+
+/* Slot i (out of the LRU) leaves the tier: its hash unregistered, the slot free. */
+static void hc_release(struct weft_kv_pool *kv, int32_t i)
+{
+    ht_remove(kv->hc_key, kv->hc_val, kv->hc_mask, kv->hc_hash[i]);
+    kv->hc_hash[i] = 0;
+    kv->hc_free[kv->n_hc_free++] = i;
+}
+
+/* Device block b (registered, ref 0, just unlinked from the device's table)
+ * is being evicted: keep a copy in the host tier, evicting the tier's oldest
+ * when it is full. True when the block's hash is still held (here, or in
+ * the tier already). */
+static bool demote(struct weft_kv_pool *kv, int32_t b)
+{
+    if (!kv->n_hc) return false;
+    if (hc_get(kv, kv->hash[b]) >= 0) return true;
+    if (!kv->n_hc_free) {
+        int32_t old = kv->hc_head;
+        if (old < 0) return false;  /* the only slots are being promoted */
+        uint64_t h = kv->hc_hash[old], parent = kv->hc_parent[old];
+        hc_lru_remove(kv, old);
+        hc_release(kv, old);
+        kv->host_evictions++;
+        if (kv->on_event && ht_get(kv, h) < 0) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, h, parent);
+    }
+    int32_t i = kv->hc_free[kv->n_hc_free - 1];
+    weft_status st = WEFT_OK;
+    for (uint32_t p = 0; p < kv->n_parts && st == WEFT_OK; p++) st = kv->parts[p].be->iface->sync(kv->parts[p].be);
+    if (st == WEFT_OK) st = block_io(kv, b, kv->hc + (size_t)i * kv->block_bytes, false);
+    if (st != WEFT_OK) return false;  /* dropped, as without the tier */
+    kv->n_hc_free--;
+    kv->hc_hash[i] = kv->hash[b];
+    kv->hc_parent[i] = kv->parent[b];
+    memcpy(kv->hc_toks + (size_t)i * BT, kv->toks + (size_t)b * BT, sizeof(int32_t) * BT);
+    ht_insert(kv->hc_key, kv->hc_val, kv->hc_mask, kv->hash[b], i);
+    hc_lru_push(kv, i);
+    kv->host_demotions++;
+    return true;
+}
+
+static int32_t take_block(struct weft_kv_pool *kv);
+static void unref_block(struct weft_kv_pool *kv, int32_t b);
+
+/* The host tier holds the block named h (parent, tokens t): copy it into a
+ * fresh device block, registered there (ref 1). -1 when the tier does not
+ * hold it or the device has no block to give. */
+static int32_t promote(struct weft_kv_pool *kv, uint64_t h, uint64_t parent, const int32_t *t)
+{
+    int32_t i = hc_get(kv, h);
+    if (i < 0 || kv->hc_parent[i] != parent || memcmp(kv->hc_toks + (size_t)i * BT, t, sizeof(int32_t) * BT) ||
+        weft_kv_available(kv) == 0)
+        return -1;
+    /* out of the tier first (through the scratch copy): the device block
+     * take_block evicts for it demotes into the slot it leaves, so a full
+     * tier never evicts the rest of the chain being promoted */
+    memcpy(kv->hc_scratch, kv->hc + (size_t)i * kv->block_bytes, kv->block_bytes);
+    hc_lru_remove(kv, i);
+    hc_release(kv, i);
+    int32_t b = take_block(kv);
+    if (b < 0 || block_io(kv, b, kv->hc_scratch, true) != WEFT_OK) {
+        if (b >= 0) unref_block(kv, b);
+        if (kv->on_event && ht_get(kv, h) < 0) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, h, parent);
+        return -1;
+    }
+    kv->hash[b] = h;
+    kv->parent[b] = parent;
+    memcpy(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT);
+    ht_put(kv, h, b);
+    kv->host_hit_blocks++;
+    return b;
+}
+
 /* Take a block for writing: never-used/unregistered first, else evict the
  * least recently freed cached block. -1 if none. */
 static int32_t take_block(struct weft_kv_pool *kv)
@@ -221,7 +356,9 @@ static int32_t take_block(struct weft_kv_pool *kv)
         b = kv->lru_head;
         lru_remove(kv, b);
         ht_del(kv, kv->hash[b]);
-        if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, kv->hash[b], kv->parent[b]);
+        /* still held on this instance when it goes to the host tier */
+        if (!demote(kv, b) && kv->on_event)
+            kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, kv->hash[b], kv->parent[b]);
         kv->hash[b] = 0;
         kv->evictions++;
     } else {
@@ -260,8 +397,12 @@ uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *s
         const int32_t *t = tokens + (size_t)got * BT;
         uint64_t hn = weft_kv_block_hash(h, t);
         int32_t b = ht_get(kv, hn);
-        if (b < 0 || kv->parent[b] != h || memcmp(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT)) break;
-        if (kv->ref[b]++ == 0) lru_remove(kv, b);
+        if (b < 0) {
+            if ((b = promote(kv, hn, h, t)) < 0) break;
+        } else {
+            if (kv->parent[b] != h || memcmp(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT)) break;
+            if (kv->ref[b]++ == 0) lru_remove(kv, b);
+        }
         kv->hit_imported_blocks += kv->imported[b];
         seq->blocks[seq->n_blocks++] = b;
         h = hn;
@@ -359,7 +500,7 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
     if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
     if (hash != weft_kv_block_hash(parent, tokens))
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: block hash %016llx is not its tokens'", (unsigned long long)hash);
-    if (ht_get(kv, hash) >= 0) return WEFT_OK;
+    if (ht_get(kv, hash) >= 0 || hc_get(kv, hash) >= 0) return WEFT_OK;
     int32_t b = take_block(kv);
     if (b < 0) return weft_error(WEFT_ERR_NO_ROOM, "kv: no free or cached block to import into");
     weft_status st = block_io(kv, b, (unsigned char *)payload, true);
@@ -464,6 +605,14 @@ weft_status weft_kv_check(const struct weft_kv_pool *kv)
     if (n_lru != kv->n_cached || n_lru != n_ref0_hashed || kv->n_free != n_ref0_plain)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv check: %u in LRU, %u cached, %u ref-0 registered; %u free vs %u",
                           n_lru, kv->n_cached, n_ref0_hashed, kv->n_free, n_ref0_plain);
+    uint32_t n_hc_lru = 0, n_hc_ht = 0;
+    for (int32_t i = kv->hc_head; i >= 0; i = kv->hc_next[i], n_hc_lru++)
+        if (!kv->hc_hash[i] || hc_get(kv, kv->hc_hash[i]) != i || n_hc_lru > kv->n_hc)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: host tier slot %d is not registered", i);
+    for (uint32_t i = 0; kv->n_hc && i <= kv->hc_mask; i++) n_hc_ht += kv->hc_key[i] != 0;
+    if (n_hc_lru + kv->n_hc_free != kv->n_hc || n_hc_ht != n_hc_lru)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv check: host tier: %u in LRU, %u free, %u entries, %u slots",
+                          n_hc_lru, kv->n_hc_free, n_hc_ht, kv->n_hc);
     uint32_t n_hashed = 0;
     for (uint32_t b = 0; b < kv->n_blocks; b++) n_hashed += kv->hash[b] != 0;
     if (n_ht != n_hashed)

@@ -14,7 +14,12 @@
  *    finds no never-used/unregistered free block evicts the least recently
  *    freed one.
  *
- * A host tier holds blocks of sequences swapped out by the scheduler.
+ * Two host tiers: one holds blocks of sequences swapped out by the
+ * scheduler; the other (n_host_cache_blocks) is a second-level prefix cache:
+ * a cached block the device evicts is copied there, still registered under
+ * its hash, and a prefix match that misses the device finds it there and
+ * promotes it back into a device block instead of recomputing it. A block's
+ * hash is in one tier at a time (the device's wins).
  *
  * "No room" (WEFT_ERR_NO_ROOM) is an ordinary answer: the scheduler preempts
  * or waits. Functions that fail leave the pool and the sequence unchanged.
@@ -46,6 +51,7 @@ struct weft_kv_config {
     uint32_t part_layers[WEFT_KV_MAX_PARTS];
     uint32_t n_blocks;            /* device blocks (>= 1) */
     uint32_t n_host_blocks;       /* host swap tier capacity, 0 = none */
+    uint32_t n_host_cache_blocks; /* host prefix tier capacity, 0 = none (needs prefix_cache) */
     enum weft_type type;          /* WEFT_TYPE_F16 (default when 0 is passed as F32) */
     bool prefix_cache;            /* register and reuse full blocks */
 };
@@ -57,6 +63,10 @@ struct weft_kv_stats {
     uint64_t evictions;
     uint64_t imported_blocks;                /* put in by weft_kv_import */
     uint64_t hit_imported_blocks;            /* of hit_blocks, ones that were imported */
+    /* host prefix tier */
+    uint32_t n_host_cache_blocks, host_cache_used;
+    uint64_t host_hit_blocks;                /* of hit_blocks, ones promoted from the host tier */
+    uint64_t host_demotions, host_evictions;
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -97,6 +107,18 @@ struct weft_kv_pool {
     uint64_t hit_blocks, evictions;
     uint8_t *imported;             /* per block: its K/V came from weft_kv_import */
     uint64_t imported_blocks, hit_imported_blocks;
+    /* host prefix tier: a cached block evicted from the device demotes here
+     * (a copy, registered under its hash), and a prefix match that misses
+     * the device promotes it back; LRU of filled slots, oldest at hc_head */
+    unsigned char *hc, *hc_scratch;  /* n_hc blocks; one block */
+    uint32_t n_hc, n_hc_free;
+    uint64_t *hc_hash, *hc_parent;
+    int32_t *hc_toks, *hc_prev, *hc_next, *hc_free;
+    int32_t hc_head, hc_tail;
+    uint64_t *hc_key;
+    int32_t *hc_val;
+    uint32_t hc_mask;
+    uint64_t host_hit_blocks, host_demotions, host_evictions;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };

@@ -168,6 +168,16 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
     one(&o, "weft_kv_cache_usage_ratio", "gauge", "Share of the device KV pool held by sequences (0..1).", usage);
     one(&o, "weft_kv_host_blocks_used", "gauge", "Host-tier KV blocks holding swapped sequences.", es->kv.host_used);
     one(&o, "weft_kv_host_blocks", "gauge", "KV blocks in the host tier.", es->kv.n_host_blocks);
+    one(&o, "weft_kv_host_cache_blocks", "gauge", "Blocks the host prefix tier holds at most (--kv-host-mib).",
+        es->kv.n_host_cache_blocks);
+    one(&o, "weft_kv_host_cache_blocks_used", "gauge", "Blocks in the host prefix tier.", es->kv.host_cache_used);
+    one(&o, "weft_kv_host_hit_tokens_total", "counter",
+        "Prompt tokens served from the host prefix tier (promoted, not recomputed).",
+        (double)es->kv.host_hit_blocks * WEFT_KV_BLOCK_TOKENS);
+    one(&o, "weft_kv_host_demotions_total", "counter", "Cached blocks the device evicted into the host prefix tier.",
+        (double)es->kv.host_demotions);
+    one(&o, "weft_kv_host_evictions_total", "counter", "Blocks the host prefix tier evicted.",
+        (double)es->kv.host_evictions);
     one(&o, "weft_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
         (double)es->prefix_hit_tokens);
     one(&o, "weft_prefill_tokens_total", "counter", "Prompt tokens computed.", (double)es->prefill_tokens);

@@ -288,6 +288,81 @@ static void pool_import_serves_a_prefix(void)
     weft_backend_close(be);
 }
 
+struct events {
+    uint32_t stored, removed;
+};
+
+static void count_event(void *user, enum weft_kv_event_kind kind, uint64_t hash, uint64_t parent)
+{
+    (void)hash;
+    (void)parent;
+    struct events *ev = user;
+    if (kind == WEFT_KV_EVENT_STORED) ev->stored++;
+    else ev->removed++;
+}
+
+/* The host prefix tier: blocks the device evicts are copied there (no
+ * "removed" event: the instance still has them), a prefix match that misses
+ * the device promotes them back byte-identical (counted), and a block leaves
+ * the instance (event) only when the tier evicts it too. */
+static void host_tier_demotes_and_promotes(void)
+{
+    struct weft_backend *be;
+    CHECK(weft_backend_open("cpu", 1, &be) == WEFT_OK);
+    struct weft_kv_config c = {.n_layer = 2, .n_kv_head = 2, .head_dim = 32, .n_blocks = 4, .type = WEFT_TYPE_F16,
+                               .prefix_cache = true, .n_host_cache_blocks = 3};
+    struct weft_kv_pool kv;
+    CHECK(weft_kv_pool_create(&kv, be, &c) == WEFT_OK);
+    struct events ev = {0};
+    kv.on_event = count_event;
+    kv.on_event_user = &ev;
+    struct stream a, b;
+    make_stream(&a, 3, 2, 2, 32, true);
+    make_stream(&b, 4, 2, 2, 32, true);
+    bool added;
+    for (int i = 0; i < 3; i++) CHECK(weft_kv_import(&kv, a.parent[i], a.hash[i], a.toks[i], a.payload[i], &added) == WEFT_OK);
+    /* b's four take the device: a's three go to the host tier */
+    for (int i = 0; i < 4; i++) CHECK(weft_kv_import(&kv, b.parent[i], b.hash[i], b.toks[i], b.payload[i], &added) == WEFT_OK);
+    struct weft_kv_stats st;
+    weft_kv_stats(&kv, &st);
+    CHECK(st.host_demotions == 3 && st.host_cache_used == 3 && st.evictions == 3);
+    CHECK_EQ_INT(ev.removed, 0);
+    CHECK(weft_kv_lookup(&kv, a.hash[0]) < 0);
+    CHECK(weft_kv_check(&kv) == WEFT_OK);
+    /* a's prompt: its three blocks come back from the host tier (b's oldest demote in turn) */
+    int32_t prompt[49];
+    memcpy(prompt, a.toks, sizeof(int32_t) * 48);
+    prompt[48] = 1;
+    struct weft_kv_seq seq = {0};
+    CHECK_EQ_INT(weft_kv_seq_match_prefix(&kv, &seq, prompt, 49), 48);
+    weft_kv_stats(&kv, &st);
+    CHECK_EQ_INT(st.host_hit_blocks, 3);
+    unsigned char *back = malloc(kv.block_bytes);
+    for (int i = 0; i < 3; i++) {
+        CHECK(weft_kv_block_read(&kv, seq.blocks[i], back) == WEFT_OK);
+        CHECK(!memcmp(back, a.payload[i], kv.block_bytes));
+    }
+    CHECK(weft_kv_check(&kv) == WEFT_OK);
+    weft_kv_seq_release(&kv, &seq);
+    /* b's first three went to the host tier to make room; b[3] is still on the device */
+    CHECK_EQ_INT(st.host_demotions, 6);
+    CHECK_EQ_INT(ev.removed, 0);
+    /* a fourth chain: the device's oldest cached blocks demote and the tier's oldest (b's) leave */
+    struct stream c2;
+    make_stream(&c2, 4, 2, 2, 32, true);
+    for (int i = 0; i < 4; i++)
+        CHECK(weft_kv_import(&kv, c2.parent[i], c2.hash[i], c2.toks[i], c2.payload[i], &added) == WEFT_OK);
+    weft_kv_stats(&kv, &st);
+    CHECK(st.host_evictions >= 3 && ev.removed == st.host_evictions);
+    CHECK(weft_kv_check(&kv) == WEFT_OK);
+    free(back);
+    free_stream(&a);
+    free_stream(&b);
+    free_stream(&c2);
+    weft_kv_pool_free(&kv);
+    weft_backend_close(be);
+}
+
 int main(void)
 {
     RUN(round_trip);
@@ -296,5 +371,6 @@ int main(void)
     RUN(a_misnamed_block_is_refused);
     RUN(conversion_is_what_the_backends_would_write);
     RUN(pool_import_serves_a_prefix);
+    RUN(host_tier_demotes_and_promotes);
     return check_summary();
 }

@@ -239,9 +239,76 @@ static void smollm2(void)
     free(path);
 }
 
+/* The host prefix tier on one engine: four prefixes that need 4x the
+ * device's KV, run twice with new suffixes. With the tier, the second
+ * round's prefixes come back from host RAM: the outputs equal the run
+ * without it, and the host-hit counter accounts for exactly the prompt
+ * tokens the tier-less engine recomputed and this one did not. */
+#define NPFX 4
+#define PFX_BLOCKS 23
+
+static void round_of(struct weft_engine *e, int32_t (*prompts)[PFX_BLOCKS * 16 + 5], uint32_t round,
+                     struct out *outs)
+{
+    for (uint32_t i = 0; i < NPFX; i++) {
+        int32_t *p = prompts[i];
+        for (int k = 0; k < 5; k++) p[PFX_BLOCKS * 16 + k] = (int32_t)(10 + round * 7 + k + i);
+        CHECK(run(e, p, PFX_BLOCKS * 16 + 5, &outs[i]));
+    }
+}
+
+static void host_tier_serves_evicted_prefixes(void)
+{
+    struct weft_backend *cpu;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    struct weft_model *m = NULL;
+    CHECK(weft_model_load_split(WEFT_SHARED_DIR "/models/stories260K.gguf", &(struct weft_split_part){cpu, 0}, 1, &m) ==
+          WEFT_OK);
+    if (!m) return;
+    static int32_t prompts[NPFX][PFX_BLOCKS * 16 + 5];
+    uint64_t r = 12345;
+    for (uint32_t i = 0; i < NPFX; i++)
+        for (uint32_t k = 0; k < PFX_BLOCKS * 16; k++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            prompts[i][k] = 2 + (int32_t)((r >> 33) % (m->hp.n_vocab - 2));
+        }
+    struct out with[2][NPFX], without[2][NPFX];
+    struct weft_engine_stats s_on[2], s_off[2];
+    for (int tier = 0; tier < 2; tier++) {
+        /* room for one prompt and its answer: PFX_BLOCKS + 2 blocks */
+        struct weft_engine_config cfg = {.n_ctx = 512, .max_seqs = 1, .max_step_tokens = 128,
+                                         .kv_blocks = PFX_BLOCKS + 2, .host_cache_mib = tier ? 1 : 0};
+        struct weft_engine *e = NULL;
+        CHECK_MSG(weft_engine_create(m, &cfg, &e) == WEFT_OK, "%s", weft_last_error());
+        if (!e) break;
+        struct out(*outs)[NPFX] = tier ? with : without;
+        struct weft_engine_stats *st = tier ? s_on : s_off;
+        for (uint32_t round = 0; round < 2; round++) {
+            round_of(e, prompts, round, outs[round]);
+            weft_engine_stats(e, &st[round]);
+        }
+        weft_engine_free(e);
+    }
+    CHECK_MSG(!memcmp(with, without, sizeof with), "outputs differ with the host tier on");
+    uint64_t hits = s_on[1].kv.host_hit_blocks * WEFT_KV_BLOCK_TOKENS;
+    uint64_t pf_on = s_on[1].prefill_tokens - s_on[0].prefill_tokens;
+    uint64_t pf_off = s_off[1].prefill_tokens - s_off[0].prefill_tokens;
+    CHECK_EQ_INT(s_on[1].kv.n_host_cache_blocks >= NPFX * PFX_BLOCKS, 1);
+    CHECK_EQ_INT(s_off[1].kv.host_hit_blocks, 0);
+    CHECK_EQ_INT(hits, (uint64_t)NPFX * PFX_BLOCKS * WEFT_KV_BLOCK_TOKENS);  /* every prefix, whole */
+    CHECK_EQ_INT(pf_off - pf_on, hits);
+    printf("  4 prefixes of %d tokens, device KV for one: second round computed %llu prompt tokens with the host "
+           "tier, %llu without; %llu served from host RAM (%llu demotions); outputs identical\n",
+           PFX_BLOCKS * 16, (unsigned long long)pf_on, (unsigned long long)pf_off, (unsigned long long)hits,
+           (unsigned long long)s_on[1].kv.host_demotions);
+    weft_model_free(m);
+    weft_backend_close(cpu);
+}
+
 int main(void)
 {
     RUN(stories260k);
     RUN(smollm2);
+    RUN(host_tier_serves_evicted_prefixes);
     return check_summary();
 }

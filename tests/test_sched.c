@@ -297,7 +297,7 @@ static void low_priority_prefill_is_bounded(void)
     struct env e;
     env_init(&e, 64, 0, false,
              (struct weft_sched_config){.max_step_tokens = 256, .max_running = 8, .low_prefill_tokens = 24});
-    struct weft_sched_req *a = add(&e, 1, 100, 4, 0, 0);
+    struct weft_sched_req *a = add(&e, 1, 100, 60, 0, 0);  /* decodes throughout: nothing in `it` is freed */
     struct weft_sched_item it[8];
     uint32_t n = step(&e, it, NULL, NULL);          /* only priority 0 so far: it is the top */
     CHECK(n == 1 && it[0].n == 100);

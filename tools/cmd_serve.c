@@ -20,7 +20,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
-            "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024]\n"
+            "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
             "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
@@ -36,6 +36,8 @@ static void usage(void)
             "                 request waits and reading pauses\n"
             "  --metrics-port PORT: serve /metrics (and /health, /ready) there instead of on --port\n"
             "  --metrics-key KEY: /metrics needs Authorization: Bearer KEY\n"
+            "  --kv-host-mib N: a host-RAM prefix tier of N MiB: cached blocks the device evicts go there,\n"
+            "                 and a prompt that finds its prefix there copies it back instead of recomputing\n"
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
             "                 so a higher-priority arrival finds a short step running\n"
@@ -122,7 +124,7 @@ int weft_cmd_serve(int argc, char **argv)
     const char *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
-             max_tokenizing = 64, low_prefill_ms = 40;
+             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0;
     bool no_prefix = false, template_system = false;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
@@ -171,6 +173,7 @@ int weft_cmd_serve(int argc, char **argv)
             {"--max-tokenizing", 1, 1 << 16, &max_tokenizing},
             {"--mock-seed", 1, 0xffffffffu, &mock_seed},
             {"--low-priority-step-ms", 0, 60000, &low_prefill_ms},
+            {"--kv-host-mib", 0, 1 << 24, &host_mib},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
@@ -242,7 +245,7 @@ int weft_cmd_serve(int argc, char **argv)
     sc.engine = (struct weft_engine_config){.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
-                                            .low_prefill_ms = low_prefill_ms,
+                                            .low_prefill_ms = low_prefill_ms, .host_cache_mib = host_mib,
                                             .no_prefix_cache = no_prefix, .kv_type = kv_type,
                                             .mock_prefill_tps = mock_p, .mock_decode_tps = mock_d};
     struct weft_server *s;
