@@ -214,6 +214,9 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
         .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
         .reloads_ok = s->reloads, .reloads_err = s->reload_failures,
         .mock_injected = s->cfg.engine.mock_prefill_tps > 0 ? s->mock_injected : NULL};
+    struct weft_engine_kv_stats kvio;
+    weft_engine_kv_stats(s->eng, &kvio);
+    x.kvio = &kvio;
     size_t len = 0;
     char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
     if (!b) {
@@ -230,13 +233,14 @@ struct route {
     int id;
 };
 
-enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
 
 static const struct route routes[] = {
     {"/health", HTTP_M_GET, R_HEALTH},           {"/ready", HTTP_M_GET, R_READY},
     {"/metrics", HTTP_M_GET, R_METRICS},         {"/v1/models", HTTP_M_GET, R_MODELS},
     {"/load", HTTP_M_GET, R_LOAD},              {"/v1/kv/events", HTTP_M_GET, R_KV_EVENTS},
     {"/v1/kv/index", HTTP_M_GET, R_KV_INDEX},
+    {"/v1/kv/blocks", HTTP_M_GET, R_KV_BLOCKS},   {"/v1/kv/blocks", HTTP_M_POST, R_KV_PUSH},
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
 };
@@ -245,7 +249,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
 {
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
-        if (!strcmp(req->path, routes[i].path)) r = &routes[i];
+        if (!strcmp(req->path, routes[i].path) && (!r || routes[i].method == req->method)) r = &routes[i];
     /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
     if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY && r->id != R_LOAD) r = NULL;
     if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
@@ -327,6 +331,8 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
                              (int)s->n_ctx));
         return;
     case R_TOKENIZE: do_tokenize(s, c, req); return;
+    case R_KV_BLOCKS:
+    case R_KV_PUSH: server_do_kv_blocks(s, c, req, t); return;
     case R_DETOKENIZE: do_detokenize(s, c, req); return;
     case R_COMPLETIONS:
     case R_CHAT:

@@ -25,6 +25,8 @@ struct http_limits {
     size_t max_header_bytes;   /* all header names + values (default 32 KiB) */
     uint32_t max_headers;      /* header count (default 100) */
     size_t max_body;           /* default 1 MiB; larger gets 413 */
+    const char *big_body_path; /* requests to this path (exact) may carry up to big_body_max */
+    size_t big_body_max;       /* bytes (KV block pushes); 0 = max_body */
     uint32_t idle_timeout_ms;  /* keep-alive idle, no request in progress (default 60 s) */
     uint32_t read_timeout_ms;  /* a started request must be complete within (default 30 s) */
     uint32_t max_conns;        /* beyond this, new connections are closed at once (default 1024) */

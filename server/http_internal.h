@@ -43,6 +43,7 @@ struct hpc {
     bool headers_done;
     char *body;
     size_t body_len, body_cap;
+    size_t body_max;            /* this request's limit: max_body, or big_body_max for its path */
     struct http_header *hdrs;
     uint32_t hdrs_cap;
     bool expect_continue;       /* headers complete, "Expect: 100-continue", body not read yet */

@@ -305,12 +305,15 @@ static int on_headers_complete(http_parser *p)
     if (!close_string(h)) return fail(h, 503, "out of memory");
     h->headers_done = true;
     if (p->http_major != 1) return fail(h, 505, "HTTP version %u.%u is not supported", p->http_major, p->http_minor);
-    if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->lim.max_body)
-        return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
-                    (unsigned long long)p->content_length, h->lim.max_body);
-
     size_t path_off, query_off;
     if (!split_url(h, &path_off, &query_off)) return fail(h, 503, "out of memory");
+    h->body_max = h->lim.max_body;
+    if (h->lim.big_body_path && h->lim.big_body_max > h->body_max && !strcmp(h->sb + path_off, h->lim.big_body_path))
+        h->body_max = h->lim.big_body_max;
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->body_max)
+        return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
+                    (unsigned long long)p->content_length, h->body_max);
+
     if (h->n_hdr > h->hdrs_cap) {
         struct http_header *a = realloc(h->hdrs, sizeof *a * h->n_hdr);
         if (!a) return fail(h, 503, "out of memory");
@@ -351,8 +354,8 @@ static int on_body(http_parser *p, const char *at, size_t len)
 {
     struct hpc *h = p->data;
     h->expect_continue = false;
-    if (h->body_len + len > h->lim.max_body)
-        return fail(h, 413, "request body larger than the limit of %zu bytes", h->lim.max_body);
+    if (h->body_len + len > h->body_max)
+        return fail(h, 413, "request body larger than the limit of %zu bytes", h->body_max);
     if (!grow(&h->body, &h->body_cap, h->body_len + len + 1)) return fail(h, 503, "out of memory");
     memcpy(h->body + h->body_len, at, len);
     h->body_len += len;

@@ -207,6 +207,25 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         put(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
             (unsigned long long)x->tok_worker, o.lbl, (unsigned long long)x->tok_loop);
         one(&o, "weft_tokenize_pending", "gauge", "Requests tokenizing or waiting to.", x->tok_pending);
+        if (x->kvio) {
+            const struct weft_engine_kv_stats *k = x->kvio;
+            head(&o, "weft_kv_transfer_blocks_total", "counter", "KV blocks sent to or taken from another instance.");
+            put(b, "weft_kv_transfer_blocks_total{%s,direction=\"out\"} %llu\n"
+                   "weft_kv_transfer_blocks_total{%s,direction=\"in\"} %llu\n", o.lbl, (unsigned long long)k->exported,
+                o.lbl, (unsigned long long)k->imported);
+            head(&o, "weft_kv_transfer_bytes_total", "counter", "Bytes of KV block streams, by direction.");
+            put(b, "weft_kv_transfer_bytes_total{%s,direction=\"out\"} %llu\n"
+                   "weft_kv_transfer_bytes_total{%s,direction=\"in\"} %llu\n", o.lbl, (unsigned long long)k->bytes_out,
+                o.lbl, (unsigned long long)k->bytes_in);
+            head(&o, "weft_kv_rejected_total", "counter",
+                 "KV blocks or streams refused: a bad block (corrupt, truncated, misnamed) or a foreign stream.");
+            put(b, "weft_kv_rejected_total{%s,what=\"block\"} %llu\nweft_kv_rejected_total{%s,what=\"stream\"} %llu\n",
+                o.lbl, (unsigned long long)k->rejected, o.lbl, (unsigned long long)k->rejected_streams);
+            one(&o, "weft_kv_imported_converted_total", "counter", "Imported KV blocks converted to this cache's type.",
+                (double)k->converted);
+            one(&o, "weft_kv_imported_hit_tokens_total", "counter", "Prompt tokens served from imported KV blocks.",
+                (double)k->hit_imported * WEFT_KV_BLOCK_TOKENS);
+        }
         head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
         put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",
             o.lbl, (unsigned long long)x->reloads_ok, o.lbl, (unsigned long long)x->reloads_err);

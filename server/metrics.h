@@ -33,6 +33,7 @@ struct metrics_extra {
     uint32_t conns, tok_pending;
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
+    const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
 };
 
 struct metrics {

@@ -210,7 +210,13 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     s->stop_async.data = s;
     uv_timer_init(s->loop, &s->drain_timer);
     s->drain_timer.data = s;
-    int err = http_server_start(s->loop, cfg->host, cfg->port, &cfg->http, server_handle, s, &s->http);
+    /* KV block pushes (/v1/kv/blocks) carry more than a request body does */
+    struct http_limits lim = cfg->http;
+    if (!lim.big_body_path) {
+        lim.big_body_path = "/v1/kv/blocks";
+        lim.big_body_max = cfg->max_kv_push ? cfg->max_kv_push : (size_t)64 << 20;
+    }
+    int err = http_server_start(s->loop, cfg->host, cfg->port, &lim, server_handle, s, &s->http);
     if (err) {
         st = weft_error(WEFT_ERR_IO, "cannot listen on %s:%d: %s", cfg->host ? cfg->host : "127.0.0.1", cfg->port,
                         uv_strerror(err));

@@ -45,6 +45,7 @@ struct weft_server_config {
     bool handle_signals;             /* install the SIGTERM/SIGINT/SIGHUP/SIGUSR1 handlers above */
     const char *devices;             /* what the model runs on, for /load: "cpu", "vulkan:0", or a
                                         --split spec "cpu=10,vulkan:0"; NULL: "cpu" */
+    size_t max_kv_push;              /* bytes of one POST /v1/kv/blocks (0: 64 MiB) */
     bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */
     /* --mock (engine.mock_prefill_tps > 0): /load names one device "mock:0"
      * with these (NULL: "mock"); each generation request fails first, with

@@ -99,6 +99,9 @@ void server_kv_events_end_all(struct weft_server *s, const char *why);
 void server_kv_events_close(struct weft_server *s);
 void server_do_kv_events(struct weft_server *s, struct http_conn *c);
 void server_do_kv_index(struct weft_server *s, struct http_conn *c);
+/* GET / POST /v1/kv/blocks (server/api_kv.c); t: the caller's tenant (NULL: anonymous) */
+void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+                         const struct tenant_cfg *t);
 uint32_t server_kv_subscribers(const struct weft_server *s);
 /* End every open generation request now (drain deadline): streams get an
  * error event saying why, unanswered requests 503; engine sides aborted. */

@@ -25,7 +25,7 @@ static void usage(void)
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
-            "                  [--tokenize-threads 2] [--max-tokenizing 64]\n"
+            "                  [--tokenize-threads 2] [--max-tokenizing 64] [--max-kv-push-mib 64]\n"
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
@@ -38,6 +38,7 @@ static void usage(void)
             "  --metrics-key KEY: /metrics needs Authorization: Bearer KEY\n"
             "  --kv-host-mib N: a host-RAM prefix tier of N MiB: cached blocks the device evicts go there,\n"
             "                 and a prompt that finds its prefix there copies it back instead of recomputing\n"
+            "  --max-kv-push-mib N: the largest POST /v1/kv/blocks body (KV blocks from another instance)\n"
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
             "                 so a higher-priority arrival finds a short step running\n"
@@ -124,7 +125,7 @@ int weft_cmd_serve(int argc, char **argv)
     const char *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
-             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0;
+             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64;
     bool no_prefix = false, template_system = false;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
@@ -174,6 +175,7 @@ int weft_cmd_serve(int argc, char **argv)
             {"--mock-seed", 1, 0xffffffffu, &mock_seed},
             {"--low-priority-step-ms", 0, 60000, &low_prefill_ms},
             {"--kv-host-mib", 0, 1 << 24, &host_mib},
+            {"--max-kv-push-mib", 1, 1 << 16, &kv_push_mib},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
@@ -242,6 +244,7 @@ int weft_cmd_serve(int argc, char **argv)
     sc.metrics_port = (int)metrics_port;
     sc.n_workers = tok_threads;
     sc.max_queued_work = max_tokenizing;
+    sc.max_kv_push = (size_t)kv_push_mib << 20;
     sc.engine = (struct weft_engine_config){.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,

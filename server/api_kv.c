@@ -1,0 +1,128 @@
+/* /v1/kv/blocks: KV blocks in and out of this instance, in format v1
+ * (core/kv_block.h), for other instances (and the router) to move cached
+ * prefixes around: GET ?hashes=H1,H2,... answers the held ones (stopping at
+ * the first it does not hold) as one stream; POST takes a stream into the
+ * prefix cache. Both need a trusted key when the server has API keys: a
+ * block carries its tokens (another tenant's prompt) and a pushed block is
+ * believed (its name is checked, not the arithmetic that made its payload). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/server.h"
+
+#define KV_MAX_HASHES 4096
+#define KV_CONTENT_TYPE "application/x-weft-kv-blocks"
+
+static void kv_error(struct weft_server *s, struct http_conn *c, int status, const char *code, const char *msg)
+{
+    metrics_request(&s->metrics, "/v1/kv/blocks", status);
+    char *b = NULL;
+    json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type",
+                          status == 401 || status == 403 ? "authentication_error" : "invalid_request_error", "param",
+                          "code", code);
+    b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    http_respond(c, status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
+    free(b);
+}
+
+/* "hashes=0123abcd...,..." -> up to KV_MAX_HASHES values; -1 on a bad list */
+static int parse_hashes(const char *query, uint64_t *out, char *msg, size_t cap)
+{
+    const char *p = strstr(query, "hashes=");
+    if (!p || (p != query && p[-1] != '&')) {
+        snprintf(msg, cap, "GET /v1/kv/blocks needs ?hashes=H1,H2,... (16 hex digits each, a chain in order)");
+        return -1;
+    }
+    p += 7;
+    int n = 0;
+    while (*p && *p != '&') {
+        if (n == KV_MAX_HASHES) {
+            snprintf(msg, cap, "at most %d hashes a request", KV_MAX_HASHES);
+            return -1;
+        }
+        char *end;
+        unsigned long long v = strtoull(p, &end, 16);
+        if (end - p != 16 || v == 0 || (*end && *end != ',' && *end != '&')) {
+            snprintf(msg, cap, "hash %d is not 16 hex digits", n);
+            return -1;
+        }
+        out[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (n == 0) snprintf(msg, cap, "no hashes given");
+    return n ? n : -1;
+}
+
+static void kv_get(struct weft_server *s, struct http_conn *c, const struct http_request *req)
+{
+    uint64_t *hashes = malloc(sizeof *hashes * KV_MAX_HASHES);
+    char msg[160];
+    if (!hashes) {
+        kv_error(s, c, 503, "server_error", "out of memory");
+        return;
+    }
+    int n = parse_hashes(req->query, hashes, msg, sizeof msg);
+    if (n < 0) {
+        free(hashes);
+        kv_error(s, c, 400, "invalid_hashes", msg);
+        return;
+    }
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    uint32_t nb = 0;
+    weft_status st = weft_engine_kv_export_hashes(s->eng, hashes, (uint32_t)n, &buf, &len, &nb);
+    free(hashes);
+    if (st != WEFT_OK) {
+        kv_error(s, c, 503, "server_error", weft_last_error());
+        return;
+    }
+    char extra[96];
+    snprintf(extra, sizeof extra, "X-Weft-Kv-Blocks: %u\r\nCache-Control: no-store\r\n", nb);
+    metrics_request(&s->metrics, "/v1/kv/blocks", 200);
+    http_respond(c, 200, KV_CONTENT_TYPE, extra, (const char *)buf, len);
+    free(buf);
+}
+
+static void kv_post(struct weft_server *s, struct http_conn *c, const struct http_request *req)
+{
+    struct weft_engine_kv_stats a, b;
+    weft_engine_kv_stats(s->eng, &a);
+    uint32_t added = 0;
+    weft_status st = weft_engine_kv_import(s->eng, (const unsigned char *)req->body, req->body_len, &added);
+    weft_engine_kv_stats(s->eng, &b);
+    if (st == WEFT_ERR_MISMATCH) {
+        kv_error(s, c, 409, "kv_blocks_foreign", weft_last_error());
+        return;
+    }
+    if (st == WEFT_ERR_FORMAT) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "%s (%u blocks before it were taken)", weft_last_error(), added);
+        kv_error(s, c, 400, "kv_blocks_rejected", msg);
+        return;
+    }
+    if (st != WEFT_OK && st != WEFT_ERR_NO_ROOM) {
+        kv_error(s, c, st == WEFT_ERR_UNSUPPORTED ? 400 : 503, "kv_blocks_not_taken", weft_last_error());
+        return;
+    }
+    /* no room partway is not the sender's fault: what fitted is taken */
+    metrics_request(&s->metrics, "/v1/kv/blocks", 200);
+    json_t *j = json_pack("{s:i,s:i,s:i,s:b}", "imported", (int)added, "already", (int)(b.already - a.already),
+                          "converted", (int)(b.converted - a.converted), "complete", st == WEFT_OK);
+    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+    json_decref(j);
+    http_respond(c, 200, "application/json", NULL, body ? body : "{}", body ? strlen(body) : 2);
+    free(body);
+}
+
+void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+                         const struct tenant_cfg *t)
+{
+    if (s->tenants.any_keys && (!t || !t->trusted)) {
+        kv_error(s, c, 403, "trusted_key_required", "/v1/kv/blocks needs a trusted key (a weft router's or instance's)");
+        return;
+    }
+    if (req->method == HTTP_M_POST) kv_post(s, c, req);
+    else kv_get(s, c, req);
+}
