@@ -99,6 +99,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     e->next_id = 1;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->fwd_cv, NULL);
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks};
@@ -234,6 +235,7 @@ void weft_engine_free(struct weft_engine *e)
     free(e->fseqs);
     free(e->events);
     pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->fwd_cv);
     pthread_cond_destroy(&e->cv);
     free(e);
 }
@@ -401,6 +403,7 @@ static weft_status step(struct weft_engine *e, bool *did_work)
         if (it->n == 1 && it->pos0 >= it->req->n_prompt) n_decode++;
         else n_prefill += it->n;
     }
+    e->in_forward = true;  /* KV block I/O from other threads waits (engine_kv.c): backends are not shared */
     pthread_mutex_unlock(&e->mu);
 
     /* submit() and abort() may run meanwhile: neither touches running
@@ -419,6 +422,8 @@ static weft_status step(struct weft_engine *e, bool *did_work)
 
     double dt = now_s() - t0;
     pthread_mutex_lock(&e->mu);
+    e->in_forward = false;
+    pthread_cond_broadcast(&e->fwd_cv);
     if (st == WEFT_OK) measure_step(e, n_prefill, n_decode, dt);
     if (st != WEFT_OK) {
         snprintf(e->message, sizeof e->message, "%s", weft_last_error());

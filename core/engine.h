@@ -184,6 +184,13 @@ weft_status weft_engine_kv_export_prefix(struct weft_engine *e, const int32_t *t
  * parent and tokens); stops at the first one not held. */
 weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *hashes, uint32_t n,
                                          unsigned char **out, size_t *n_out, uint32_t *n_blocks);
+/* How many of hashes[0..n) (a chain), from the first, this engine holds
+ * (device or host tier). */
+uint32_t weft_engine_kv_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n);
+/* The device block named hash came from an import (another instance made it). */
+bool weft_engine_kv_imported(struct weft_engine *e, uint64_t hash);
+/* Payload bytes of one block of this engine's cache. */
+size_t weft_engine_kv_block_bytes(const struct weft_engine *e);
 /* Read a stream and put its blocks into the prefix cache. A header for
  * another model or shape is refused whole (WEFT_ERR_MISMATCH); another KV
  * type is converted when the engine was created with kv_import_convert,

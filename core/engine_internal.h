@@ -40,6 +40,8 @@ struct weft_engine {
     char message[256];
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t fwd_cv;      /* in_forward went false */
+    bool in_forward;            /* a step computes with the lock released */
     pthread_t thread;
     bool started, stop;
     uint64_t wake;              /* bumped by submit/abort/stop */

@@ -6,6 +6,14 @@
 
 #include "core/engine_internal.h"
 
+/* The engine's lock, once no step is computing: the backends are not shared
+ * with a forward in flight. */
+static void lock_idle(struct weft_engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->in_forward) pthread_cond_wait(&e->fwd_cv, &e->mu);
+}
+
 void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out)
 {
     *out = (struct weft_kvb_expect){.fp = e->m->fingerprint, .n_layer = e->kv.n_layer, .n_kv_head = e->kv.n_kv_head,
@@ -74,7 +82,7 @@ weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *
     *out = NULL;
     *n_out = 0;
     *n_blocks = 0;
-    pthread_mutex_lock(&e->mu);
+    lock_idle(e);
     weft_status st = export_locked(e, hashes, n, out, n_out, n_blocks);
     pthread_mutex_unlock(&e->mu);
     return st;
@@ -136,7 +144,7 @@ weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *bu
     struct import_ctx c = {.e = e};
     c.conv = malloc(e->kv.block_bytes);
     if (!c.conv) return weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
-    pthread_mutex_lock(&e->mu);
+    lock_idle(e);
     e->kvio.bytes_in += n;
     struct weft_kvb_header h;
     uint32_t good = 0;
@@ -158,4 +166,24 @@ weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *bu
     free(c.conv);
     if (n_imported) *n_imported = c.added;
     return st;
+}
+
+uint32_t weft_engine_kv_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n)
+{
+    pthread_mutex_lock(&e->mu);
+    uint32_t k = 0;
+    while (k < n && weft_kv_holds(&e->kv, hashes[k])) k++;
+    pthread_mutex_unlock(&e->mu);
+    return k;
+}
+
+size_t weft_engine_kv_block_bytes(const struct weft_engine *e) { return e->kv.block_bytes; }
+
+bool weft_engine_kv_imported(struct weft_engine *e, uint64_t hash)
+{
+    pthread_mutex_lock(&e->mu);
+    int32_t b = weft_kv_lookup(&e->kv, hash);
+    bool imp = b >= 0 && e->kv.imported[b];
+    pthread_mutex_unlock(&e->mu);
+    return imp;
 }

@@ -483,6 +483,11 @@ int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash)
     return hash && kv->prefix_cache ? ht_get(kv, hash) : -1;
 }
 
+bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash)
+{
+    return weft_kv_lookup(kv, hash) >= 0 || (kv->prefix_cache && hash && hc_get(kv, hash) >= 0);
+}
+
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
 {
     if (b < 0 || (uint32_t)b >= kv->n_blocks) return weft_error(WEFT_ERR_INVALID_ARG, "kv: no block %d", b);

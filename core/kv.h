@@ -187,6 +187,8 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 /* The registered block named hash (its parent and tokens are in parent[]
  * and toks[]), or -1. */
 int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash);
+/* The pool holds a block named hash, on the device or in the host tier. */
+bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash);
 /* Copy block b's bytes to host (block_bytes), after the backends' pending
  * work. */
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);

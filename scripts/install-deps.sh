@@ -30,7 +30,8 @@ fi
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || missing+=("$1"); }
 if command -v dpkg-query >/dev/null 2>&1; then
-    for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers hipcc libamdhip64-dev; do need_pkg "$p"; done
+    for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers hipcc libamdhip64-dev \
+        libhiredis-dev redis-server; do need_pkg "$p"; done
 fi
 
 # libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev

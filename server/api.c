@@ -13,6 +13,7 @@
 #include "core/tokenizer.h"
 #include "server/params.h"
 #include "server/server.h"
+#include "server/kv_remote.h"
 
 double server_now(void)
 {
@@ -217,6 +218,11 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     struct weft_engine_kv_stats kvio;
     weft_engine_kv_stats(s->eng, &kvio);
     x.kvio = &kvio;
+    struct kv_remote_stats remote;
+    if (s->kv_remote) {
+        kv_remote_stats(s->kv_remote, &remote);
+        x.remote = &remote;
+    }
     size_t len = 0;
     char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
     if (!b) {

@@ -26,6 +26,7 @@
 #include "core/tokenizer.h"
 #include "server/params.h"
 #include "server/server.h"
+#include "server/kv_remote.h"
 
 struct gen_ctx {
     struct weft_server *srv;
@@ -528,9 +529,14 @@ static void tokenize_work(void *arg)
         snprintf(g->tok_msg, sizeof g->tok_msg, "the client left");
         return;
     }
-    if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
-    else atomic_fetch_add(&s->tokenized_on_worker, 1);
-    g->tok_status = prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+    if (!g->p.prompt_ids) {  /* ids given in the request were checked on the loop */
+        if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
+        else atomic_fetch_add(&s->tokenized_on_worker, 1);
+        g->tok_status = prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+    }
+    /* the prefix blocks this instance lacks, from the remote tier (Redis I/O: never on the loop) */
+    if (s->kv_remote && g->tok_status == WEFT_OK && g->n_ids > 1)
+        kv_remote_fetch(s->kv_remote, g->ids, (uint32_t)g->n_ids);
 }
 
 /* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
@@ -903,8 +909,11 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
     http_conn_on_close(c, on_client_gone, g);
     if (g->p.prompt_ids) {
         copy_prompt_ids(g);
-        admit_and_submit(g);
-        return;
+        if (!s->kv_remote || g->tok_status != WEFT_OK) {
+            admit_and_submit(g);
+            return;
+        }
+        /* the remote tier's lookup runs on a worker, as tokenization does */
     }
     g->refs++;  /* the job's */
     weft_status st = weft_workers_submit(s->workers, tokenize_work, tokenize_done, g);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "server/kv_remote.h"
 
 #define SUB_MAX_PENDING (1u << 20)
 
@@ -42,6 +43,7 @@ struct kv_events {
     struct kv_sub *subs;
     uint32_t n_subs;
     uint64_t dropped_subs;
+    struct kv_remote *remote;     /* write-behind of stored blocks (under mu), or NULL */
 };
 
 /* ---- the index ---- */
@@ -141,6 +143,7 @@ static void on_kv_event(void *user, enum weft_kv_event_kind kind, uint64_t hash,
         k->cap_q = cap;
     }
     k->q[k->n_q++] = (struct kv_ev){(uint8_t)kind, hash, parent};
+    if (k->remote && kind == WEFT_KV_EVENT_STORED) kv_remote_stored(k->remote, hash);
     bool closing = k->closing;
     pthread_mutex_unlock(&k->mu);
     if (!closing) uv_async_send(&k->async);
@@ -200,8 +203,18 @@ weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
     uv_async_init(s->loop, &k->async, deliver);
     k->async.data = k;
     s->kv_events = k;
+    k->remote = s->kv_remote;
     weft_engine_on_kv_event(s->eng, on_kv_event, k);
     return WEFT_OK;
+}
+
+void server_kv_events_drop_remote(struct weft_server *s)
+{
+    struct kv_events *k = s->kv_events;
+    if (!k) return;
+    pthread_mutex_lock(&k->mu);
+    k->remote = NULL;
+    pthread_mutex_unlock(&k->mu);
 }
 
 void server_kv_events_end_all(struct weft_server *s, const char *why)

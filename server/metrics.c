@@ -1,4 +1,5 @@
 #include "server/metrics.h"
+#include "server/kv_remote.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -225,6 +226,34 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
                 (double)k->converted);
             one(&o, "weft_kv_imported_hit_tokens_total", "counter", "Prompt tokens served from imported KV blocks.",
                 (double)k->hit_imported * WEFT_KV_BLOCK_TOKENS);
+        }
+        if (x->remote) {
+            const struct kv_remote_stats *k = x->remote;
+            one(&o, "weft_kv_remote_up", "gauge", "The Redis KV tier answered its last call (1) or not (0).", k->up);
+            one(&o, "weft_kv_remote_written_blocks_total", "counter", "Blocks written to Redis (new keys).",
+                (double)k->written);
+            one(&o, "weft_kv_remote_write_dropped_total", "counter",
+                "Blocks not written: the write-behind queue was full or Redis was down.", (double)k->write_dropped);
+            one(&o, "weft_kv_remote_write_errors_total", "counter", "Redis writes that failed (errors, timeouts, OOM).",
+                (double)k->write_errors);
+            one(&o, "weft_kv_remote_lookups_total", "counter", "Pipelined MGETs along a prompt's hash chain.",
+                (double)k->lookups);
+            one(&o, "weft_kv_remote_hit_blocks_total", "counter", "Blocks found in Redis and imported.",
+                (double)k->hit_blocks);
+            one(&o, "weft_kv_remote_miss_blocks_total", "counter", "Blocks looked up and not found (or past a gap).",
+                (double)k->miss_blocks);
+            one(&o, "weft_kv_remote_bytes_total", "counter", "Bytes read from Redis.", (double)k->fetched_bytes);
+            one(&o, "weft_kv_remote_rejected_total", "counter", "Values from Redis the block reader refused.",
+                (double)k->rejected);
+            head(&o, "weft_kv_remote_decisions_total", "counter",
+                 "Prompts missing blocks: fetched from Redis, or recomputed (the link predicted slower, or down).");
+            put(b, "weft_kv_remote_decisions_total{%s,choice=\"fetch\"} %llu\n"
+                   "weft_kv_remote_decisions_total{%s,choice=\"recompute\"} %llu\n", o.lbl,
+                (unsigned long long)k->chose_fetch, o.lbl, (unsigned long long)k->chose_recompute);
+            one(&o, "weft_kv_remote_errors_total", "counter", "Redis connect and command failures, timeouts included.",
+                (double)k->errors);
+            one(&o, "weft_kv_remote_bytes_per_second", "gauge", "Measured Redis read throughput (0: not yet).",
+                k->bytes_per_s);
         }
         head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
         put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",

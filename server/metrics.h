@@ -26,6 +26,8 @@ enum metric_finish {
 const char *metrics_finish_name(enum metric_finish f);
 
 /* Figures from outside struct metrics, and how to render. */
+struct kv_remote_stats;
+
 struct metrics_extra {
     const char *model_name;        /* the model_name label of every series */
     bool vllm_compat;              /* also vllm:num_requests_running/waiting, kv_cache_usage_perc, cache_config_info */
@@ -34,6 +36,7 @@ struct metrics_extra {
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
+    const struct kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
 };
 
 struct metrics {

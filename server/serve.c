@@ -14,6 +14,7 @@
 
 #include "core/tokenizer.h"
 #include "server/server.h"
+#include "server/kv_remote.h"
 
 #define DEF_DRAIN_MS 30000u
 #define DEF_STREAM_BUFFER (4u << 20)
@@ -233,6 +234,11 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
     server_describe_devices(s, cfg->devices);
+    if (cfg->kv_remote) {
+        struct kv_remote_config rc = {.url = cfg->kv_remote, .ttl_ms = cfg->kv_remote_ttl_ms,
+                                      .timeout_ms = cfg->kv_remote_timeout_ms};
+        if ((st = kv_remote_create(&rc, s->eng, &m->fingerprint, &s->kv_remote)) != WEFT_OK) goto fail;
+    }
     if ((st = server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */
     if (!cfg->no_calibrate && (st = weft_engine_calibrate(s->eng, 0)) != WEFT_OK) goto fail;
@@ -280,6 +286,10 @@ void weft_server_free(struct weft_server *s)
     pthread_mutex_lock(&s->qmu);
     s->closing = true;
     pthread_mutex_unlock(&s->qmu);
+    /* the remote tier's writer reads blocks from the engine: it stops first */
+    server_kv_events_drop_remote(s);
+    kv_remote_free(s->kv_remote);
+    s->kv_remote = NULL;
     weft_engine_free(s->eng);
     s->eng = NULL;
     s->closing = false;

@@ -46,6 +46,8 @@ struct weft_server_config {
     const char *devices;             /* what the model runs on, for /load: "cpu", "vulkan:0", or a
                                         --split spec "cpu=10,vulkan:0"; NULL: "cpu" */
     size_t max_kv_push;              /* bytes of one POST /v1/kv/blocks (0: 64 MiB) */
+    const char *kv_remote;           /* redis://HOST:PORT or unix:///PATH: the remote KV tier (kv_remote.h) */
+    uint32_t kv_remote_ttl_ms, kv_remote_timeout_ms;
     bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */
     /* --mock (engine.mock_prefill_tps > 0): /load names one device "mock:0"
      * with these (NULL: "mock"); each generation request fails first, with

@@ -21,6 +21,7 @@
 
 struct gen_ctx;
 struct kv_events;
+struct kv_remote;
 
 #define SERVER_MAX_DEVICES 8
 struct server_device {
@@ -59,6 +60,7 @@ struct weft_server {
     uint64_t mock_rng;                /* --mock failure draws (loop thread) */
     uint64_t mock_injected[5];
     struct kv_events *kv_events;     /* server/kv_events.c */
+    struct kv_remote *kv_remote;     /* server/kv_remote.c, or NULL */
     struct weft_engine *eng;
     const struct weft_model *m;
     char model_id[128];
@@ -99,6 +101,8 @@ void server_kv_events_end_all(struct weft_server *s, const char *why);
 void server_kv_events_close(struct weft_server *s);
 void server_do_kv_events(struct weft_server *s, struct http_conn *c);
 void server_do_kv_index(struct weft_server *s, struct http_conn *c);
+/* Stop handing stored blocks to the remote tier (before it is freed). */
+void server_kv_events_drop_remote(struct weft_server *s);
 /* GET / POST /v1/kv/blocks (server/api_kv.c); t: the caller's tenant (NULL: anonymous) */
 void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                          const struct tenant_cfg *t);

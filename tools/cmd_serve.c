@@ -26,6 +26,8 @@ static void usage(void)
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64] [--max-kv-push-mib 64]\n"
+            "                  [--kv-remote redis://HOST:PORT|unix:///PATH] [--kv-remote-ttl-ms 3600000]\n"
+            "                  [--kv-remote-timeout-ms 250]\n"
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
@@ -38,6 +40,8 @@ static void usage(void)
             "  --metrics-key KEY: /metrics needs Authorization: Bearer KEY\n"
             "  --kv-host-mib N: a host-RAM prefix tier of N MiB: cached blocks the device evicts go there,\n"
             "                 and a prompt that finds its prefix there copies it back instead of recomputing\n"
+            "  --kv-remote URL: share full prefix blocks through Redis: written behind, fetched along a\n"
+            "                 prompt's hash chain when the link beats recomputing; Redis gone = recompute\n"
             "  --max-kv-push-mib N: the largest POST /v1/kv/blocks body (KV blocks from another instance)\n"
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
@@ -138,6 +142,7 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--host") && v) { sc.host = argv[++i]; continue; }
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
+        if (!strcmp(a, "--kv-remote") && v) { sc.kv_remote = argv[++i]; continue; }
         if (!strcmp(a, "--metrics-key") && v) { sc.metrics_key = argv[++i]; continue; }
         if (!strcmp(a, "--metrics-compat") && v) {
             if (strcmp(argv[++i], "vllm") != 0) {
@@ -176,6 +181,8 @@ int weft_cmd_serve(int argc, char **argv)
             {"--low-priority-step-ms", 0, 60000, &low_prefill_ms},
             {"--kv-host-mib", 0, 1 << 24, &host_mib},
             {"--max-kv-push-mib", 1, 1 << 16, &kv_push_mib},
+            {"--kv-remote-ttl-ms", 1, 0x7fffffffu, &sc.kv_remote_ttl_ms},
+            {"--kv-remote-timeout-ms", 1, 600000, &sc.kv_remote_timeout_ms},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)

@@ -1,0 +1,357 @@
+#include "server/kv_remote.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/kv.h"
+
+#define BACKOFF_S 1.0      /* after a failure, no connect attempt for this long */
+#define RATE_ALPHA 0.3
+#define PROBE_S 30.0       /* a link judged too slow is tried again after this long */
+
+struct link {
+    redisContext *c;
+    double down_until;      /* monotonic seconds: no connect attempt before */
+};
+
+struct kv_remote {
+    struct weft_engine *eng;
+    char fp[WEFT_FINGERPRINT_STR];
+    char host[256], path[512];
+    int port;
+    uint32_t ttl_ms, timeout_ms;
+    /* write-behind */
+    pthread_mutex_t mu;     /* queue, stats */
+    pthread_cond_t cv;
+    uint64_t *q;
+    uint32_t q_cap, q_head, q_len;
+    bool stop;
+    pthread_t writer;
+    struct link wlink;      /* the writer thread's */
+    /* reads */
+    pthread_mutex_t rmu;    /* one reader at a time on rlink */
+    struct link rlink;
+    double last_probe;
+    struct kv_remote_stats st;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void count(struct kv_remote *r, uint64_t *field, uint64_t n)
+{
+    pthread_mutex_lock(&r->mu);
+    *field += n;
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void link_fail(struct kv_remote *r, struct link *l)
+{
+    if (l->c) redisFree(l->c);
+    l->c = NULL;
+    l->down_until = now_s() + BACKOFF_S;
+    pthread_mutex_lock(&r->mu);
+    r->st.errors++;
+    r->st.up = false;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* A live context, or NULL (down, or backing off). */
+static redisContext *link_get(struct kv_remote *r, struct link *l)
+{
+    if (l->c) return l->c;
+    if (now_s() < l->down_until) return NULL;
+    struct timeval tv = {r->timeout_ms / 1000, (r->timeout_ms % 1000) * 1000};
+    redisContext *c = r->path[0] ? redisConnectUnixWithTimeout(r->path, tv) : redisConnectWithTimeout(r->host, r->port, tv);
+    if (!c || c->err || redisSetTimeout(c, tv) != REDIS_OK) {
+        if (c) redisFree(c);
+        link_fail(r, l);
+        return NULL;
+    }
+    l->c = c;
+    pthread_mutex_lock(&r->mu);
+    r->st.up = true;
+    pthread_mutex_unlock(&r->mu);
+    return c;
+}
+
+static void key_for(const struct kv_remote *r, uint64_t hash, char out[96])
+{
+    snprintf(out, 96, "weft:kv:%s:%016llx", r->fp, (unsigned long long)hash);
+}
+
+/* ---- write-behind ---- */
+
+static void write_one(struct kv_remote *r, uint64_t hash)
+{
+    /* a block that came from elsewhere (Redis itself, a peer) is not sent back */
+    if (weft_engine_kv_imported(r->eng, hash)) return;
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    uint32_t nb = 0;
+    if (weft_engine_kv_export_hashes(r->eng, &hash, 1, &buf, &len, &nb) != WEFT_OK || nb != 1) {
+        free(buf);  /* evicted before its turn: nothing to write */
+        return;
+    }
+    redisContext *c = link_get(r, &r->wlink);
+    if (!c) {
+        free(buf);
+        count(r, &r->st.write_dropped, 1);
+        return;
+    }
+    char key[96], ttl[24];
+    key_for(r, hash, key);
+    snprintf(ttl, sizeof ttl, "%u", r->ttl_ms);
+    const char *argv[6] = {"SET", key, (const char *)buf, "NX", "PX", ttl};
+    size_t argl[6] = {3, strlen(key), len, 2, 2, strlen(ttl)};
+    redisReply *rep = redisCommandArgv(c, 6, argv, argl);
+    free(buf);
+    if (!rep) {
+        link_fail(r, &r->wlink);
+        count(r, &r->st.write_errors, 1);
+        return;
+    }
+    /* OK: written; nil: another instance wrote it first; an error (OOM past maxmemory): counted */
+    if (rep->type == REDIS_REPLY_STATUS) count(r, &r->st.written, 1);
+    else if (rep->type == REDIS_REPLY_ERROR) count(r, &r->st.write_errors, 1);
+    freeReplyObject(rep);
+}
+
+static void *writer_main(void *arg)
+{
+    struct kv_remote *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->q_len && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
+        if (r->stop) break;
+        uint64_t h = r->q[r->q_head];
+        r->q_head = (r->q_head + 1) % r->q_cap;
+        r->q_len--;
+        pthread_mutex_unlock(&r->mu);
+        write_one(r, h);
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+void kv_remote_stored(struct kv_remote *r, uint64_t hash)
+{
+    pthread_mutex_lock(&r->mu);
+    if (r->q_len == r->q_cap) {
+        r->st.write_dropped++;
+    } else {
+        r->q[(r->q_head + r->q_len) % r->q_cap] = hash;
+        r->q_len++;
+        pthread_cond_signal(&r->cv);
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* ---- reads ---- */
+
+static void ewma(double *avg, double x) { *avg = *avg > 0 ? *avg + RATE_ALPHA * (x - *avg) : x; }
+
+uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
+{
+    if (n < 2) return 0;
+    uint32_t nb = (n - 1) / WEFT_KV_BLOCK_TOKENS;  /* the blocks a prompt can take: one token is left to compute */
+    if (nb == 0) return 0;
+    uint64_t *hashes = malloc(sizeof *hashes * nb);
+    if (!hashes) return 0;
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < nb; i++) hashes[i] = h = weft_kv_block_hash(h, prompt + (size_t)i * WEFT_KV_BLOCK_TOKENS);
+    uint32_t held = weft_engine_kv_held(r->eng, hashes, nb), missing = nb - held, imported = 0;
+    if (missing == 0) {
+        free(hashes);
+        return 0;
+    }
+    /* worth it? the link's round trip + bytes at its rate, against computing them */
+    struct weft_engine_stats es;
+    weft_engine_stats(r->eng, &es);
+    double bytes = (double)missing * (double)(weft_engine_kv_block_bytes(r->eng) + WEFT_KVB_BLOCK_META + 4);
+    double recompute_s = es.prefill_tps > 0 ? (double)missing * WEFT_KV_BLOCK_TOKENS / es.prefill_tps : 0;
+    double t_now = now_s();
+    pthread_mutex_lock(&r->mu);
+    double bw = r->st.bytes_per_s, rtt = r->st.rtt_s;
+    /* a link judged too slow is tried again now and then, in case it got better */
+    bool probe = bw > 0 && t_now - r->last_probe > PROBE_S;
+    if (probe) r->last_probe = t_now;
+    pthread_mutex_unlock(&r->mu);
+    if (!probe && bw > 0 && recompute_s > 0 && rtt + bytes / bw >= recompute_s) {
+        count(r, &r->st.chose_recompute, 1);
+        free(hashes);
+        return 0;
+    }
+    /* a fetch slower than computing the blocks is not worth finishing */
+    double limit_s = r->timeout_ms / 1000.0 > recompute_s ? r->timeout_ms / 1000.0 : recompute_s;
+    pthread_mutex_lock(&r->rmu);
+    redisContext *c = link_get(r, &r->rlink);
+    if (!c) {
+        pthread_mutex_unlock(&r->rmu);
+        count(r, &r->st.chose_recompute, 1);
+        free(hashes);
+        return 0;
+    }
+    count(r, &r->st.chose_fetch, 1);
+    uint32_t argc = missing + 1;
+    const char **argv = malloc(sizeof *argv * argc);
+    size_t *argl = malloc(sizeof *argl * argc);
+    char (*keys)[96] = malloc(sizeof *keys * missing);
+    redisReply *rep = NULL;
+    double t0 = now_s();
+    if (argv && argl && keys) {
+        argv[0] = "MGET";
+        argl[0] = 4;
+        for (uint32_t i = 0; i < missing; i++) {
+            key_for(r, hashes[held + i], keys[i]);
+            argv[i + 1] = keys[i];
+            argl[i + 1] = strlen(keys[i]);
+        }
+        struct timeval tv = {(long)limit_s, (long)((limit_s - (long)limit_s) * 1e6)};
+        redisSetTimeout(c, tv);
+        rep = redisCommandArgv(c, (int)argc, argv, argl);
+        if (!rep) link_fail(r, &r->rlink);
+    }
+    double dt = now_s() - t0;
+    if (!rep && dt >= 0.9 * limit_s) {
+        /* timed out: the link moves these bytes no faster than this */
+        pthread_mutex_lock(&r->mu);
+        r->st.bytes_per_s = bytes / dt;
+        pthread_mutex_unlock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->rmu);
+    uint64_t got_bytes = 0, hits = 0, rejected = 0;
+    if (rep && rep->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < rep->elements; i++) {
+            redisReply *e = rep->element[i];
+            if (e->type != REDIS_REPLY_STRING) break;  /* the chain is usable up to its first gap */
+            got_bytes += e->len;
+            uint32_t added = 0;
+            weft_status st = weft_engine_kv_import(r->eng, (const unsigned char *)e->str, e->len, &added);
+            if (st != WEFT_OK) {
+                rejected++;
+                break;
+            }
+            hits++;
+            imported += added;
+        }
+    } else if (rep) {
+        count(r, &r->st.errors, 1);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->st.lookups++;
+    r->st.hit_blocks += hits;
+    r->st.miss_blocks += missing - hits;
+    r->st.fetched_bytes += got_bytes;
+    r->st.rejected += rejected;
+    if (rep) {
+        /* the round trip from small answers, the rate from large ones */
+        if (got_bytes < 65536) ewma(&r->st.rtt_s, dt);
+        else ewma(&r->st.bytes_per_s, (double)got_bytes / (dt > 1e-6 ? dt : 1e-6));
+    }
+    pthread_mutex_unlock(&r->mu);
+    if (rep) freeReplyObject(rep);
+    free(argv);
+    free(argl);
+    free(keys);
+    free(hashes);
+    return imported;
+}
+
+/* ---- life ---- */
+
+static weft_status parse_url(struct kv_remote *r, const char *url)
+{
+    if (!strncmp(url, "unix://", 7)) {
+        if (strlen(url + 7) == 0 || strlen(url + 7) >= sizeof r->path)
+            return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote: bad unix socket path in '%s'", url);
+        snprintf(r->path, sizeof r->path, "%s", url + 7);
+        return WEFT_OK;
+    }
+    if (strncmp(url, "redis://", 8) != 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote: '%s' is not redis://HOST:PORT or unix:///PATH", url);
+    const char *hp = url + 8, *colon = strrchr(hp, ':');
+    size_t hl = colon ? (size_t)(colon - hp) : strlen(hp);
+    if (hl == 0 || hl >= sizeof r->host)
+        return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote: no host in '%s'", url);
+    memcpy(r->host, hp, hl);
+    r->host[hl] = 0;
+    r->port = 6379;
+    if (colon) {
+        char *end;
+        long p = strtol(colon + 1, &end, 10);
+        if (*end && *end != '/') return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote: bad port in '%s'", url);
+        if (p < 1 || p > 65535) return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote: bad port in '%s'", url);
+        r->port = (int)p;
+    }
+    return WEFT_OK;
+}
+
+weft_status kv_remote_create(const struct kv_remote_config *cfg, struct weft_engine *eng,
+                             const struct weft_fingerprint *fp, struct kv_remote **out)
+{
+    *out = NULL;
+    struct kv_remote *r = calloc(1, sizeof *r);
+    if (!r) return weft_error(WEFT_ERR_NOMEM, "kv remote: out of memory");
+    weft_status st = parse_url(r, cfg->url ? cfg->url : "");
+    if (st != WEFT_OK) {
+        free(r);
+        return st;
+    }
+    r->eng = eng;
+    weft_fingerprint_str(fp, r->fp);
+    r->ttl_ms = cfg->ttl_ms ? cfg->ttl_ms : 3600 * 1000;
+    r->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 250;
+    r->q_cap = cfg->queue ? cfg->queue : 4096;
+    r->q = malloc(sizeof *r->q * r->q_cap);
+    if (!r->q) {
+        free(r);
+        return weft_error(WEFT_ERR_NOMEM, "kv remote: out of memory");
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_mutex_init(&r->rmu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    if (pthread_create(&r->writer, NULL, writer_main, r) != 0) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_mutex_destroy(&r->rmu);
+        pthread_cond_destroy(&r->cv);
+        free(r->q);
+        free(r);
+        return weft_error(WEFT_ERR_NOMEM, "kv remote: cannot start the writer thread");
+    }
+    *out = r;
+    return WEFT_OK;
+}
+
+void kv_remote_free(struct kv_remote *r)
+{
+    if (!r) return;
+    pthread_mutex_lock(&r->mu);
+    r->stop = true;
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    pthread_join(r->writer, NULL);
+    if (r->wlink.c) redisFree(r->wlink.c);
+    if (r->rlink.c) redisFree(r->rlink.c);
+    pthread_mutex_destroy(&r->mu);
+    pthread_mutex_destroy(&r->rmu);
+    pthread_cond_destroy(&r->cv);
+    free(r->q);
+    free(r);
+}
+
+void kv_remote_stats(struct kv_remote *r, struct kv_remote_stats *out)
+{
+    pthread_mutex_lock(&r->mu);
+    *out = r->st;
+    pthread_mutex_unlock(&r->mu);
+}
