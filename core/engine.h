@@ -191,6 +191,11 @@ uint32_t weft_engine_kv_held(struct weft_engine *e, const uint64_t *hashes, uint
 bool weft_engine_kv_imported(struct weft_engine *e, uint64_t hash);
 /* Payload bytes of one block of this engine's cache. */
 size_t weft_engine_kv_block_bytes(const struct weft_engine *e);
+/* Every block among hashes[0..n) the device holds and did not import (any
+ * order, gaps skipped), as one stream, in one hold of the engine's lock:
+ * what a write-behind sends on. */
+weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n, unsigned char **out,
+                                       size_t *n_out, uint32_t *n_blocks);
 /* Read a stream and put its blocks into the prefix cache. A header for
  * another model or shape is refused whole (WEFT_ERR_MISMATCH); another KV
  * type is converted when the engine was created with kv_import_convert,

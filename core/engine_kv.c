@@ -31,39 +31,60 @@ void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *ou
     pthread_mutex_unlock(&e->mu);
 }
 
-/* Write the held blocks among hashes[0..n) (stopping at the first missing
- * one) after a header; lock held. */
-static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, unsigned char **out,
-                                 size_t *n_out, uint32_t *n_blocks)
+/* Write the held blocks among hashes[0..n) after a header: up to the first
+ * missing one, or (skip) every held one not imported; lock held. */
+static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, bool skip,
+                                 unsigned char **out, size_t *n_out, uint32_t *n_blocks)
 {
     struct weft_kv_pool *kv = &e->kv;
     uint32_t held = 0;
-    while (held < n && weft_kv_lookup(kv, hashes[held]) >= 0) held++;
+    int32_t *ids = malloc(sizeof *ids * (n ? n : 1));
+    uint64_t *names = malloc(sizeof *names * (n ? n : 1));
+    if (!ids || !names) {
+        free(ids);
+        free(names);
+        return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory");
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        int32_t b = weft_kv_lookup(kv, hashes[i]);
+        if (b < 0 && !skip) break;
+        if (b < 0 || (skip && kv->imported[b])) continue;
+        ids[held] = b;
+        names[held++] = hashes[i];
+    }
     struct weft_kvb_header h = {.fp = e->m->fingerprint, .type = kv->type, .n_layer = kv->n_layer,
                                 .n_kv_head = kv->n_kv_head, .head_dim = kv->head_dim, .layer0 = 0,
                                 .n_layers = kv->n_layer, .n_blocks = held};
     weft_status st = weft_kvb_header_init(&h);
-    if (st != WEFT_OK) return st;
-    if (h.payload_bytes != kv->block_bytes)
-        return weft_error(WEFT_ERR_INVALID_ARG, "kv export: pool blocks of %zu bytes, the format's %u", kv->block_bytes,
-                          h.payload_bytes);
+    if (st == WEFT_OK && h.payload_bytes != kv->block_bytes)
+        st = weft_error(WEFT_ERR_INVALID_ARG, "kv export: pool blocks of %zu bytes, the format's %u", kv->block_bytes,
+                        h.payload_bytes);
+    if (st != WEFT_OK) {
+        free(ids);
+        free(names);
+        return st;
+    }
     size_t rec = weft_kvb_record_bytes(&h), total = WEFT_KVB_HEADER_BYTES + (size_t)held * rec;
     unsigned char *buf = malloc(total);
     unsigned char *payload = malloc(kv->block_bytes);
     if (!buf || !payload) {
         free(buf);
         free(payload);
+        free(ids);
+        free(names);
         return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory for %u blocks", held);
     }
     weft_kvb_write_header(&h, buf);
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
-        int32_t b = weft_kv_lookup(kv, hashes[i]);
+        int32_t b = ids[i];
         st = weft_kv_block_read(kv, b, payload);
         if (st == WEFT_OK)
-            weft_kvb_write_block(&h, kv->parent[b], hashes[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload,
+            weft_kvb_write_block(&h, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload,
                                  buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec);
     }
     free(payload);
+    free(ids);
+    free(names);
     if (st != WEFT_OK) {
         free(buf);
         return st;
@@ -83,7 +104,19 @@ weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *
     *n_out = 0;
     *n_blocks = 0;
     lock_idle(e);
-    weft_status st = export_locked(e, hashes, n, out, n_out, n_blocks);
+    weft_status st = export_locked(e, hashes, n, false, out, n_out, n_blocks);
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n, unsigned char **out,
+                                       size_t *n_out, uint32_t *n_blocks)
+{
+    *out = NULL;
+    *n_out = 0;
+    *n_blocks = 0;
+    lock_idle(e);
+    weft_status st = export_locked(e, hashes, n, true, out, n_out, n_blocks);
     pthread_mutex_unlock(&e->mu);
     return st;
 }

@@ -90,53 +90,93 @@ static void key_for(const struct kv_remote *r, uint64_t hash, char out[96])
 
 /* ---- write-behind ---- */
 
-static void write_one(struct kv_remote *r, uint64_t hash)
+#define WRITE_BATCH 64
+
+/* Write hashes[0..n) that the engine still holds (and made itself): one
+ * export under the engine's lock, then pipelined SET NX PX, one
+ * self-describing value (a one-block stream) per key. */
+static void write_batch(struct kv_remote *r, const uint64_t *hashes, uint32_t n)
 {
-    /* a block that came from elsewhere (Redis itself, a peer) is not sent back */
-    if (weft_engine_kv_imported(r->eng, hash)) return;
     unsigned char *buf = NULL;
     size_t len = 0;
     uint32_t nb = 0;
-    if (weft_engine_kv_export_hashes(r->eng, &hash, 1, &buf, &len, &nb) != WEFT_OK || nb != 1) {
-        free(buf);  /* evicted before its turn: nothing to write */
+    if (weft_engine_kv_export_held(r->eng, hashes, n, &buf, &len, &nb) != WEFT_OK || nb == 0) {
+        free(buf);  /* evicted before their turn, or imported: nothing to write */
         return;
     }
     redisContext *c = link_get(r, &r->wlink);
     if (!c) {
         free(buf);
-        count(r, &r->st.write_dropped, 1);
+        count(r, &r->st.write_dropped, nb);
         return;
     }
-    char key[96], ttl[24];
-    key_for(r, hash, key);
+    struct weft_kvb_header h;
+    if (weft_kvb_read_header(buf, len, &h) != WEFT_OK) {
+        free(buf);
+        return;
+    }
+    size_t rec = weft_kvb_record_bytes(&h);
+    unsigned char *val = malloc(WEFT_KVB_HEADER_BYTES + rec);
+    if (!val) {
+        free(buf);
+        count(r, &r->st.write_dropped, nb);
+        return;
+    }
+    struct weft_kvb_header one = h;
+    one.n_blocks = 1;
+    weft_kvb_write_header(&one, val);
+    char ttl[24];
     snprintf(ttl, sizeof ttl, "%u", r->ttl_ms);
-    const char *argv[6] = {"SET", key, (const char *)buf, "NX", "PX", ttl};
-    size_t argl[6] = {3, strlen(key), len, 2, 2, strlen(ttl)};
-    redisReply *rep = redisCommandArgv(c, 6, argv, argl);
-    free(buf);
-    if (!rep) {
-        link_fail(r, &r->wlink);
-        count(r, &r->st.write_errors, 1);
-        return;
+    uint32_t sent = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        const unsigned char *b = buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec;
+        memcpy(val + WEFT_KVB_HEADER_BYTES, b, rec);
+        uint64_t hash = 0;
+        for (int k = 0; k < 8; k++) hash |= (uint64_t)b[8 + k] << (8 * k);
+        char key[96];
+        key_for(r, hash, key);
+        const char *argv[6] = {"SET", key, (const char *)val, "NX", "PX", ttl};
+        size_t argl[6] = {3, strlen(key), WEFT_KVB_HEADER_BYTES + rec, 2, 2, strlen(ttl)};
+        if (redisAppendCommandArgv(c, 6, argv, argl) != REDIS_OK) break;
+        sent++;
     }
-    /* OK: written; nil: another instance wrote it first; an error (OOM past maxmemory): counted */
-    if (rep->type == REDIS_REPLY_STATUS) count(r, &r->st.written, 1);
-    else if (rep->type == REDIS_REPLY_ERROR) count(r, &r->st.write_errors, 1);
-    freeReplyObject(rep);
+    free(val);
+    free(buf);
+    uint64_t ok = 0, errs = nb - sent;
+    for (uint32_t i = 0; i < sent; i++) {
+        redisReply *rep = NULL;
+        if (redisGetReply(c, (void **)&rep) != REDIS_OK || !rep) {
+            link_fail(r, &r->wlink);
+            errs += sent - i;
+            break;
+        }
+        /* OK: written; nil: another instance wrote it first; an error (OOM past maxmemory): counted */
+        if (rep->type == REDIS_REPLY_STATUS) ok++;
+        else if (rep->type == REDIS_REPLY_ERROR) errs++;
+        freeReplyObject(rep);
+    }
+    pthread_mutex_lock(&r->mu);
+    r->st.written += ok;
+    r->st.write_errors += errs;
+    pthread_mutex_unlock(&r->mu);
 }
 
 static void *writer_main(void *arg)
 {
     struct kv_remote *r = arg;
+    uint64_t batch[WRITE_BATCH];
     pthread_mutex_lock(&r->mu);
     for (;;) {
         while (!r->q_len && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
         if (r->stop) break;
-        uint64_t h = r->q[r->q_head];
-        r->q_head = (r->q_head + 1) % r->q_cap;
-        r->q_len--;
+        uint32_t n = 0;
+        while (r->q_len && n < WRITE_BATCH) {
+            batch[n++] = r->q[r->q_head];
+            r->q_head = (r->q_head + 1) % r->q_cap;
+            r->q_len--;
+        }
         pthread_mutex_unlock(&r->mu);
-        write_one(r, h);
+        write_batch(r, batch, n);
         pthread_mutex_lock(&r->mu);
     }
     pthread_mutex_unlock(&r->mu);
