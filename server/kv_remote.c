@@ -12,6 +12,7 @@
 #define BACKOFF_S 1.0      /* after a failure, no connect attempt for this long */
 #define RATE_ALPHA 0.3
 #define PROBE_S 30.0       /* a link judged too slow is tried again after this long */
+#define BATCH_BYTES (4.0 * 1024 * 1024)  /* one MGET's worth of blocks */
 
 struct link {
     redisContext *c;
@@ -200,6 +201,80 @@ void kv_remote_stored(struct kv_remote *r, uint64_t hash)
 
 static void ewma(double *avg, double x) { *avg = *avg > 0 ? *avg + RATE_ALPHA * (x - *avg) : x; }
 
+/* One MGET of keys for hashes[0..k), imported in order up to the first
+ * miss; rmu held. *hits, *bytes: what came; false when the link failed (or
+ * timed out: then the rate is bounded by what was asked for in that time). */
+static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *hashes, uint32_t k, double limit_s,
+                       double want_bytes, uint32_t *hits, uint64_t *bytes, uint32_t *imported, bool *gap)
+{
+    *hits = 0;
+    *bytes = 0;
+    *gap = false;
+    const char **argv = malloc(sizeof *argv * (k + 1));
+    size_t *argl = malloc(sizeof *argl * (k + 1));
+    char (*keys)[96] = malloc(sizeof *keys * k);
+    if (!argv || !argl || !keys) {
+        free(argv);
+        free(argl);
+        free(keys);
+        return false;
+    }
+    argv[0] = "MGET";
+    argl[0] = 4;
+    for (uint32_t i = 0; i < k; i++) {
+        key_for(r, hashes[i], keys[i]);
+        argv[i + 1] = keys[i];
+        argl[i + 1] = strlen(keys[i]);
+    }
+    struct timeval tv = {(long)limit_s, (long)((limit_s - (long)limit_s) * 1e6)};
+    redisSetTimeout(c, tv);
+    double t0 = now_s();
+    redisReply *rep = redisCommandArgv(c, (int)k + 1, argv, argl);
+    double dt = now_s() - t0;
+    free(argv);
+    free(argl);
+    free(keys);
+    if (!rep) {
+        link_fail(r, &r->rlink);
+        if (dt >= 0.9 * limit_s) {
+            pthread_mutex_lock(&r->mu);
+            r->st.bytes_per_s = want_bytes / dt;  /* no faster than this */
+            pthread_mutex_unlock(&r->mu);
+        }
+        return false;
+    }
+    uint64_t rejected = 0;
+    if (rep->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i < rep->elements; i++) {
+            redisReply *e = rep->element[i];
+            if (e->type != REDIS_REPLY_STRING) {
+                *gap = true;  /* the chain is usable up to its first gap */
+                break;
+            }
+            *bytes += e->len;
+            uint32_t added = 0;
+            if (weft_engine_kv_import(r->eng, (const unsigned char *)e->str, e->len, &added) != WEFT_OK) {
+                rejected++;
+                *gap = true;
+                break;
+            }
+            (*hits)++;
+            *imported += added;
+        }
+    } else {
+        *gap = true;
+        count(r, &r->st.errors, 1);
+    }
+    freeReplyObject(rep);
+    pthread_mutex_lock(&r->mu);
+    r->st.rejected += rejected;
+    /* the round trip from small answers, the rate from large ones */
+    if (*bytes < 65536) ewma(&r->st.rtt_s, dt);
+    else ewma(&r->st.bytes_per_s, (double)*bytes / (dt > 1e-6 ? dt : 1e-6));
+    pthread_mutex_unlock(&r->mu);
+    return true;
+}
+
 uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
 {
     if (n < 2) return 0;
@@ -209,100 +284,55 @@ uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
     if (!hashes) return 0;
     uint64_t h = 0;
     for (uint32_t i = 0; i < nb; i++) hashes[i] = h = weft_kv_block_hash(h, prompt + (size_t)i * WEFT_KV_BLOCK_TOKENS);
-    uint32_t held = weft_engine_kv_held(r->eng, hashes, nb), missing = nb - held, imported = 0;
-    if (missing == 0) {
+    uint32_t held = weft_engine_kv_held(r->eng, hashes, nb), imported = 0;
+    if (held == nb) {
         free(hashes);
         return 0;
     }
-    /* worth it? the link's round trip + bytes at its rate, against computing them */
     struct weft_engine_stats es;
     weft_engine_stats(r->eng, &es);
-    double bytes = (double)missing * (double)(weft_engine_kv_block_bytes(r->eng) + WEFT_KVB_BLOCK_META + 4);
-    double recompute_s = es.prefill_tps > 0 ? (double)missing * WEFT_KV_BLOCK_TOKENS / es.prefill_tps : 0;
+    double block_bytes = (double)(weft_engine_kv_block_bytes(r->eng) + WEFT_KVB_HEADER_BYTES + WEFT_KVB_BLOCK_META + 4);
+    double block_s = es.prefill_tps > 0 ? WEFT_KV_BLOCK_TOKENS / es.prefill_tps : 0;  /* computing one block */
+    /* batches of about BATCH_BYTES: each one measures the link, and the
+     * rest is fetched only while that still beats computing it */
+    uint32_t per = block_bytes >= BATCH_BYTES ? 1 : (uint32_t)(BATCH_BYTES / block_bytes);
     double t_now = now_s();
     pthread_mutex_lock(&r->mu);
-    double bw = r->st.bytes_per_s, rtt = r->st.rtt_s;
-    /* a link judged too slow is tried again now and then, in case it got better */
-    bool probe = bw > 0 && t_now - r->last_probe > PROBE_S;
+    bool probe = r->st.bytes_per_s > 0 && t_now - r->last_probe > PROBE_S;  /* a slow link is retried now and then */
     if (probe) r->last_probe = t_now;
     pthread_mutex_unlock(&r->mu);
-    if (!probe && bw > 0 && recompute_s > 0 && rtt + bytes / bw >= recompute_s) {
-        count(r, &r->st.chose_recompute, 1);
-        free(hashes);
-        return 0;
-    }
-    /* a fetch slower than computing the blocks is not worth finishing */
-    double limit_s = r->timeout_ms / 1000.0 > recompute_s ? r->timeout_ms / 1000.0 : recompute_s;
     pthread_mutex_lock(&r->rmu);
-    redisContext *c = link_get(r, &r->rlink);
-    if (!c) {
-        pthread_mutex_unlock(&r->rmu);
-        count(r, &r->st.chose_recompute, 1);
-        free(hashes);
-        return 0;
-    }
-    count(r, &r->st.chose_fetch, 1);
-    uint32_t argc = missing + 1;
-    const char **argv = malloc(sizeof *argv * argc);
-    size_t *argl = malloc(sizeof *argl * argc);
-    char (*keys)[96] = malloc(sizeof *keys * missing);
-    redisReply *rep = NULL;
-    double t0 = now_s();
-    if (argv && argl && keys) {
-        argv[0] = "MGET";
-        argl[0] = 4;
-        for (uint32_t i = 0; i < missing; i++) {
-            key_for(r, hashes[held + i], keys[i]);
-            argv[i + 1] = keys[i];
-            argl[i + 1] = strlen(keys[i]);
-        }
-        struct timeval tv = {(long)limit_s, (long)((limit_s - (long)limit_s) * 1e6)};
-        redisSetTimeout(c, tv);
-        rep = redisCommandArgv(c, (int)argc, argv, argl);
-        if (!rep) link_fail(r, &r->rlink);
-    }
-    double dt = now_s() - t0;
-    if (!rep && dt >= 0.9 * limit_s) {
-        /* timed out: the link moves these bytes no faster than this */
+    uint32_t off = held, batches = 0;
+    uint64_t hits = 0, got = 0;
+    while (off < nb) {
+        uint32_t left = nb - off, k = left < per ? left : per;
         pthread_mutex_lock(&r->mu);
-        r->st.bytes_per_s = bytes / dt;
+        double bw = r->st.bytes_per_s, rtt = r->st.rtt_s;
         pthread_mutex_unlock(&r->mu);
+        if (!(probe && batches == 0) && bw > 0 && block_s > 0 && rtt + k * block_bytes / bw >= k * block_s) break;
+        redisContext *c = link_get(r, &r->rlink);
+        if (!c) break;
+        /* a batch slower than computing its blocks is not worth finishing */
+        double limit_s = r->timeout_ms / 1000.0 > k * block_s ? r->timeout_ms / 1000.0 : k * block_s;
+        uint32_t bh = 0;
+        uint64_t bb = 0;
+        bool gap = false;
+        bool ok = mget_batch(r, c, hashes + off, k, limit_s, k * block_bytes, &bh, &bb, &imported, &gap);
+        batches++;
+        hits += bh;
+        got += bb;
+        off += bh;
+        if (!ok || gap) break;
     }
     pthread_mutex_unlock(&r->rmu);
-    uint64_t got_bytes = 0, hits = 0, rejected = 0;
-    if (rep && rep->type == REDIS_REPLY_ARRAY) {
-        for (size_t i = 0; i < rep->elements; i++) {
-            redisReply *e = rep->element[i];
-            if (e->type != REDIS_REPLY_STRING) break;  /* the chain is usable up to its first gap */
-            got_bytes += e->len;
-            uint32_t added = 0;
-            weft_status st = weft_engine_kv_import(r->eng, (const unsigned char *)e->str, e->len, &added);
-            if (st != WEFT_OK) {
-                rejected++;
-                break;
-            }
-            hits++;
-            imported += added;
-        }
-    } else if (rep) {
-        count(r, &r->st.errors, 1);
-    }
     pthread_mutex_lock(&r->mu);
-    r->st.lookups++;
+    if (batches) r->st.chose_fetch++;
+    else r->st.chose_recompute++;
+    r->st.lookups += batches;
     r->st.hit_blocks += hits;
-    r->st.miss_blocks += missing - hits;
-    r->st.fetched_bytes += got_bytes;
-    r->st.rejected += rejected;
-    if (rep) {
-        /* the round trip from small answers, the rate from large ones */
-        if (got_bytes < 65536) ewma(&r->st.rtt_s, dt);
-        else ewma(&r->st.bytes_per_s, (double)got_bytes / (dt > 1e-6 ? dt : 1e-6));
-    }
+    r->st.miss_blocks += nb - held - hits;
+    r->st.fetched_bytes += got;
     pthread_mutex_unlock(&r->mu);
-    if (rep) freeReplyObject(rep);
-    free(argv);
-    free(argl);
-    free(keys);
     free(hashes);
     return imported;
 }
