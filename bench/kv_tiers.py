@@ -3,7 +3,8 @@
 against recomputing it (and against a device hit), on real instances.
 
 Set-ups, alternated --runs times each (weft serve taskset -c 0, -t 1,
--c 1024 and --kv-mib 1: the device holds one context, 64 blocks):
+-c 1024 and --kv-mib 1: the device holds one context, 64 blocks; the
+instances calibrate at start, as by default, so they know their prefill rate):
   host:       --kv-host-mib 256. The prefix P with one question (computed,
               cached), four other 900-token prompts (P leaves the device for
               the host tier), then P with a new question: the figure.
@@ -119,7 +120,7 @@ class SlowProxy(threading.Thread):
 
 def serve(args, core, extra):
     return fleet.Proc(["taskset", "-c", str(core), args.weft, "serve", "-m", args.model, "--port", "0", "-t", "1",
-                       "-c", "1024", "--kv-mib", str(args.kv_mib), "--no-calibrate"] + extra, "weft serve")
+                       "-c", "1024", "--kv-mib", str(args.kv_mib)] + extra, "weft serve")
 
 
 def wait_written(p, n):

@@ -381,6 +381,7 @@ static weft_status step(struct weft_engine *e, bool *did_work)
 {
     *did_work = false;
     pthread_mutex_lock(&e->mu);
+    while (e->kv_waiters) pthread_cond_wait(&e->fwd_cv, &e->mu);  /* block I/O goes between steps */
     reap_aborted(e);
     size_low_prefill(e);
     struct weft_sched_item *items;

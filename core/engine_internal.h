@@ -42,6 +42,7 @@ struct weft_engine {
     pthread_cond_t cv;
     pthread_cond_t fwd_cv;      /* in_forward went false */
     bool in_forward;            /* a step computes with the lock released */
+    uint32_t kv_waiters;        /* threads waiting for the lock to do block I/O (engine_kv.c) */
     pthread_t thread;
     bool started, stop;
     uint64_t wake;              /* bumped by submit/abort/stop */

@@ -7,11 +7,20 @@
 #include "core/engine_internal.h"
 
 /* The engine's lock, once no step is computing: the backends are not shared
- * with a forward in flight. */
+ * with a forward in flight. The engine thread lets a waiter in between two
+ * steps (kv_waiters), so block I/O is not starved by a busy engine. */
 static void lock_idle(struct weft_engine *e)
 {
     pthread_mutex_lock(&e->mu);
+    e->kv_waiters++;
     while (e->in_forward) pthread_cond_wait(&e->fwd_cv, &e->mu);
+}
+
+static void unlock_idle(struct weft_engine *e)
+{
+    e->kv_waiters--;
+    pthread_cond_broadcast(&e->fwd_cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out)
@@ -105,7 +114,7 @@ weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *
     *n_blocks = 0;
     lock_idle(e);
     weft_status st = export_locked(e, hashes, n, false, out, n_out, n_blocks);
-    pthread_mutex_unlock(&e->mu);
+    unlock_idle(e);
     return st;
 }
 
@@ -117,7 +126,7 @@ weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *ha
     *n_blocks = 0;
     lock_idle(e);
     weft_status st = export_locked(e, hashes, n, true, out, n_out, n_blocks);
-    pthread_mutex_unlock(&e->mu);
+    unlock_idle(e);
     return st;
 }
 
@@ -195,7 +204,7 @@ weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *bu
     } else if (e->kv.prefix_cache) {
         e->kvio.rejected_streams++;
     }
-    pthread_mutex_unlock(&e->mu);
+    unlock_idle(e);
     free(c.conv);
     if (n_imported) *n_imported = c.added;
     return st;
