@@ -58,9 +58,9 @@ def first_token_s(url, ids):
     return t
 
 
-def counter(url, name):
+def counter(url, name, label=""):
     m = fleet.get(url, "/metrics")
-    v = re.findall(r"^%s\{[^}]*\} (\S+)$" % re.escape(name), m, re.M)
+    v = re.findall(r"^%s\{[^}]*%s[^}]*\} (\S+)$" % (re.escape(name), re.escape(label)), m, re.M)
     return float(v[0]) if v else 0.0
 
 
@@ -169,7 +169,8 @@ def one(args, setup, seed, tmp):
         t_dev = first_token_s(p.url, pfx + prompt(8))   # P is on the device now
         return {"setup": setup, "ttft_ms": 1e3 * t_back, "device_hit_ms": 1e3 * t_dev, "tier_hit_tokens": hits,
                 "computed_tokens": computed,
-                "chose_recompute": counter(p.url, "weft_kv_remote_decisions_total") if setup == "throttled" else None}
+                "decisions": None if setup in ("host", "recompute") else
+                {c: counter(p.url, "weft_kv_remote_decisions_total", f'choice="{c}"') for c in ("fetch", "recompute")}}
     finally:
         for x in procs:
             x.stop()

@@ -12,7 +12,7 @@
 #define BACKOFF_S 1.0      /* after a failure, no connect attempt for this long */
 #define RATE_ALPHA 0.3
 #define PROBE_S 30.0       /* a link judged too slow is tried again after this long */
-#define BATCH_BYTES (4.0 * 1024 * 1024)  /* one MGET's worth of blocks */
+#define BATCH_BYTES (2.0 * 1024 * 1024)  /* one MGET's worth of blocks: what a slow link costs to learn */
 
 struct link {
     redisContext *c;
@@ -298,8 +298,8 @@ uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
     uint32_t per = block_bytes >= BATCH_BYTES ? 1 : (uint32_t)(BATCH_BYTES / block_bytes);
     double t_now = now_s();
     pthread_mutex_lock(&r->mu);
-    bool probe = r->st.bytes_per_s > 0 && t_now - r->last_probe > PROBE_S;  /* a slow link is retried now and then */
-    if (probe) r->last_probe = t_now;
+    /* a link judged too slow is measured again when it has not been for PROBE_S */
+    bool probe = r->st.bytes_per_s > 0 && t_now - r->last_probe > PROBE_S;
     pthread_mutex_unlock(&r->mu);
     pthread_mutex_lock(&r->rmu);
     uint32_t off = held, batches = 0;
@@ -312,7 +312,9 @@ uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
         if (!(probe && batches == 0) && bw > 0 && block_s > 0 && rtt + k * block_bytes / bw >= k * block_s) break;
         redisContext *c = link_get(r, &r->rlink);
         if (!c) break;
-        /* a batch slower than computing its blocks is not worth finishing */
+        /* a batch that stalls longer than computing its blocks would take is
+         * given up (the timeout is per read: a link that trickles is measured
+         * by the batch instead, and the next batch is judged by that) */
         double limit_s = r->timeout_ms / 1000.0 > k * block_s ? r->timeout_ms / 1000.0 : k * block_s;
         uint32_t bh = 0;
         uint64_t bb = 0;
@@ -326,6 +328,7 @@ uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
     }
     pthread_mutex_unlock(&r->rmu);
     pthread_mutex_lock(&r->mu);
+    if (batches) r->last_probe = now_s();  /* the link was just measured */
     if (batches) r->st.chose_fetch++;
     else r->st.chose_recompute++;
     r->st.lookups += batches;
@@ -383,6 +386,7 @@ weft_status kv_remote_create(const struct kv_remote_config *cfg, struct weft_eng
     r->timeout_ms = cfg->timeout_ms ? cfg->timeout_ms : 250;
     r->q_cap = cfg->queue ? cfg->queue : 4096;
     r->q = malloc(sizeof *r->q * r->q_cap);
+    r->last_probe = now_s();
     if (!r->q) {
         free(r);
         return weft_error(WEFT_ERR_NOMEM, "kv remote: out of memory");

@@ -8,14 +8,14 @@
  *    are dropped and counted, never waited for.
  *  - Read: before a prompt is submitted (on a worker thread, after its
  *    tokenization) the blocks of its prefix this instance does not hold are
- *    looked up along the hash chain with MGETs of about 4 MiB each, imported
+ *    looked up along the hash chain with MGETs of about 2 MiB each, imported
  *    in order up to the first miss, and the prompt then hits them. Each batch
  *    is fetched only while the transfer is predicted to beat recomputing its
  *    blocks (the link's measured round trip and throughput, updated by every
- *    batch, against the engine's measured prefill rate), and a batch slower
- *    than that is cut off at the recompute time: a throttled link costs one
- *    batch, then the instance recomputes (a slow link is re-tried every
- *    30 s).
+ *    batch, against the engine's measured prefill rate): a throttled link
+ *    costs one batch to learn, then the instance recomputes (and measures
+ *    the link again after 30 s). A read that stalls longer than computing
+ *    the batch would take gives the batch up.
  *  - Redis down, slow (timeouts), flushed or full means recompute and a
  *    counter; the next attempt reconnects after a back-off. Keys are
  *    "weft:kv:<fingerprint>:<hash>", so models never meet.
