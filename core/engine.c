@@ -74,8 +74,9 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     if (c.kv_type == WEFT_TYPE_F32) c.kv_type = WEFT_TYPE_F16;
     const struct weft_hparams *hp = &m->hp;
     uint32_t ctx_blocks = (c.n_ctx + BT - 1) / BT;
+    /* the model's block (every layer, K and V): device and host tiers are sized in it */
+    size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
     if (!c.kv_blocks) {
-        size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
         size_t n = ((size_t)c.kv_mib << 20) / (bb ? bb : 1);
         size_t all = (size_t)c.max_seqs * ctx_blocks;  /* every sequence at full length */
         if (n > all) n = all;
@@ -85,7 +86,6 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     }
     uint32_t host_cache_blocks = 0;
     if (c.host_cache_mib && !c.no_prefix_cache) {
-        size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
         size_t n = ((size_t)c.host_cache_mib << 20) / (bb ? bb : 1);
         host_cache_blocks = n > (1u << 24) ? 1u << 24 : (uint32_t)n;
     }
