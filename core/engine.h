@@ -203,6 +203,16 @@ weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *ha
  * keeping the good ones before it. *n_imported (may be NULL): blocks added. */
 weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported);
 
+/* The same, and each block taken (or held already on the device) is pinned
+ * (weft_kv_pin): not evicted until weft_engine_kv_unpin. *pinned (free()
+ * it; NULL when none) lists the *n_pinned hashes pinned, for the caller to
+ * unpin exactly those: when the request they were sent ahead of ends, or
+ * when its lease runs out. A pinned block is held by no sequence: pins left
+ * behind are KV lost to every other request. */
+weft_status weft_engine_kv_import_pinned(struct weft_engine *e, const unsigned char *buf, size_t n,
+                                         uint32_t *n_imported, uint64_t **pinned, uint32_t *n_pinned);
+void weft_engine_kv_unpin(struct weft_engine *e, const uint64_t *hashes, uint32_t n);
+
 /* For tests: the pool and scheduler (engine thread not started). */
 struct weft_kv_pool *weft_engine_kv(struct weft_engine *e);
 

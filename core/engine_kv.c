@@ -148,7 +148,23 @@ struct import_ctx {
     unsigned char *conv;     /* a block converted to the pool's type */
     uint32_t added;
     weft_status fail;        /* a pool failure (not a bad block) */
+    bool pin;                /* pin each block taken (or held already) */
+    uint64_t *pinned;        /* [n_pinned], grown here */
+    uint32_t n_pinned, cap_pinned;
 };
+
+static weft_status pin_one(struct import_ctx *c, uint64_t hash)
+{
+    if (c->n_pinned == c->cap_pinned) {
+        uint32_t cap = c->cap_pinned ? c->cap_pinned * 2 : 64;
+        uint64_t *p = realloc(c->pinned, sizeof *p * cap);
+        if (!p) return c->fail = weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
+        c->pinned = p;
+        c->cap_pinned = cap;
+    }
+    if (weft_kv_pin(&c->e->kv, hash)) c->pinned[c->n_pinned++] = hash;
+    return WEFT_OK;
+}
 
 static weft_status import_one(void *user, const struct weft_kvb_header *h, const struct weft_kvb_block *b)
 {
@@ -175,15 +191,16 @@ static weft_status import_one(void *user, const struct weft_kvb_header *h, const
     } else {
         e->kvio.already++;
     }
-    return WEFT_OK;
+    return c->pin ? pin_one(c, b->hash) : WEFT_OK;
 }
 
-weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported)
+static weft_status import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported,
+                          uint64_t **pinned, uint32_t *n_pinned)
 {
     if (n_imported) *n_imported = 0;
     struct weft_kvb_expect want;
     weft_engine_kv_expect(e, &want);
-    struct import_ctx c = {.e = e};
+    struct import_ctx c = {.e = e, .pin = pinned != NULL};
     c.conv = malloc(e->kv.block_bytes);
     if (!c.conv) return weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
     lock_idle(e);
@@ -207,7 +224,35 @@ weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *bu
     unlock_idle(e);
     free(c.conv);
     if (n_imported) *n_imported = c.added;
+    if (pinned) {
+        *pinned = c.pinned;
+        *n_pinned = c.n_pinned;
+    }
     return st;
+}
+
+weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported)
+{
+    return import(e, buf, n, n_imported, NULL, NULL);
+}
+
+weft_status weft_engine_kv_import_pinned(struct weft_engine *e, const unsigned char *buf, size_t n,
+                                         uint32_t *n_imported, uint64_t **pinned, uint32_t *n_pinned)
+{
+    *pinned = NULL;
+    *n_pinned = 0;
+    return import(e, buf, n, n_imported, pinned, n_pinned);
+}
+
+void weft_engine_kv_unpin(struct weft_engine *e, const uint64_t *hashes, uint32_t n)
+{
+    if (!n) return;
+    pthread_mutex_lock(&e->mu);
+    for (uint32_t i = 0; i < n; i++) weft_kv_unpin(&e->kv, hashes[i]);
+    /* blocks back in the LRU may be what a waiting request needs */
+    e->wake++;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 uint32_t weft_engine_kv_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n)

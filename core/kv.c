@@ -230,7 +230,7 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .hit_blocks = kv->hit_blocks, .evictions = kv->evictions, .imported_blocks = kv->imported_blocks,
         .hit_imported_blocks = kv->hit_imported_blocks, .n_host_cache_blocks = kv->n_hc,
         .host_cache_used = kv->n_hc - kv->n_hc_free, .host_hit_blocks = kv->host_hit_blocks,
-        .host_demotions = kv->host_demotions, .host_evictions = kv->host_evictions};
+        .host_demotions = kv->host_demotions, .host_evictions = kv->host_evictions, .pinned = kv->pinned};
 }
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
@@ -524,6 +524,23 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
     if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_STORED, hash, parent);
     *added = true;
     return WEFT_OK;
+}
+
+bool weft_kv_pin(struct weft_kv_pool *kv, uint64_t hash)
+{
+    int32_t b = kv->prefix_cache ? ht_get(kv, hash) : -1;
+    if (b < 0) return false;
+    if (kv->ref[b]++ == 0) lru_remove(kv, b);
+    kv->pinned++;
+    return true;
+}
+
+void weft_kv_unpin(struct weft_kv_pool *kv, uint64_t hash)
+{
+    int32_t b = kv->prefix_cache && kv->pinned ? ht_get(kv, hash) : -1;
+    if (b < 0 || kv->ref[b] == 0) return;
+    kv->pinned--;
+    unref_block(kv, b);
 }
 
 weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *seq)

@@ -67,6 +67,7 @@ struct weft_kv_stats {
     uint32_t n_host_cache_blocks, host_cache_used;
     uint64_t host_hit_blocks;                /* of hit_blocks, ones promoted from the host tier */
     uint64_t host_demotions, host_evictions;
+    uint32_t pinned;                         /* references held by weft_kv_pin (leases) */
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -119,6 +120,7 @@ struct weft_kv_pool {
     int32_t *hc_val;
     uint32_t hc_mask;
     uint64_t host_hit_blocks, host_demotions, host_evictions;
+    uint32_t pinned;               /* weft_kv_pin references outstanding */
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };
@@ -200,6 +202,15 @@ weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);
  * without a prefix cache or for a hash that is not the tokens'. */
 weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
                            const void *payload, bool *added);
+
+/* Hold the registered device block named hash (a reference, as a
+ * sequence's): it is neither evicted nor demoted until weft_kv_unpin. For
+ * blocks that arrived ahead of the request that will use them (a prefill
+ * instance's output, under a lease). false when the device does not hold
+ * it (absent, or only in the host tier). */
+bool weft_kv_pin(struct weft_kv_pool *kv, uint64_t hash);
+/* Drop one weft_kv_pin reference to hash (no-op when it holds none). */
+void weft_kv_unpin(struct weft_kv_pool *kv, uint64_t hash);
 
 /* View of one layer of the pool for ROPE_KV / ATTENTION ops. */
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer);

@@ -78,8 +78,14 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
     if (!cfg || !req || !inst || !out || req->n_prompt == 0)
         return weft_error(WEFT_ERR_INVALID_ARG, "route: no request or no instances");
     uint32_t k = 0, best_match = 0;
+    /* prefill instances take requests only when no other instance can */
+    bool others = false;
+    for (uint32_t i = 0; i < n && !others; i++)
+        others = inst[i].role != WEFT_ROUTE_ROLE_PREFILL && eligible(cfg, &inst[i]) &&
+                 (cfg->policy != WEFT_ROUTE_WEFT || inst[i].prefill_tps > 0);
     for (uint32_t i = 0; i < n; i++) {
         if (!eligible(cfg, &inst[i])) continue;
+        if (others && inst[i].role == WEFT_ROUTE_ROLE_PREFILL) continue;
         if (cfg->policy == WEFT_ROUTE_WEFT && !(inst[i].prefill_tps > 0)) continue;  /* not measured yet */
         struct weft_route_choice c = {.index = i};
         if (cfg->policy == WEFT_ROUTE_WEFT) {
@@ -130,6 +136,60 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
                                                                                         : WEFT_ROUTE_R_SPEED;
     *n_out = k;
     return WEFT_OK;
+}
+
+bool weft_route_pd(const struct weft_route_config *cfg, uint32_t min_uncached, const struct weft_route_request *req,
+                   const struct weft_route_instance *inst, uint32_t n, const struct weft_route_choice *d,
+                   struct weft_route_pd_choice *out)
+{
+    if (!min_uncached || !cfg || !req || !inst || !d || d->index >= n || req->n_prompt == 0) return false;
+    const struct weft_route_instance *dec = &inst[d->index];
+    if (dec->role == WEFT_ROUTE_ROLE_PREFILL) return false;
+    if (req->n_prompt - d->matched_tokens < min_uncached) return false;
+    double own = d->predicted_ttft_s;
+    if (cfg->policy != WEFT_ROUTE_WEFT || !(own > 0)) {
+        uint32_t m;
+        own = dec->prefill_tps > 0 ? predicted_ttft(req, dec, &m) : 1e300;
+    }
+    bool found = false;
+    struct weft_route_pd_choice best = {0};
+    for (uint32_t i = 0; i < n; i++) {
+        const struct weft_route_instance *p = &inst[i];
+        if (i == d->index || p->role != WEFT_ROUTE_ROLE_PREFILL || !eligible(cfg, p) || !(p->prefill_tps > 0)) continue;
+        struct weft_route_pd_choice c = {.index = i};
+        c.predicted_s = predicted_ttft(req, p, &c.matched_tokens);
+        double tol = 1e-9 * (c.predicted_s > best.predicted_s ? c.predicted_s : best.predicted_s);
+        if (!found || c.predicted_s < best.predicted_s - tol ||
+            (!(best.predicted_s < c.predicted_s - tol) && c.matched_tokens > best.matched_tokens)) {
+            best = c;
+            found = true;
+        }
+    }
+    if (!found) return false;
+    double tol = 1e-9 * (best.predicted_s > own ? best.predicted_s : own);
+    bool wins = dec->role == WEFT_ROUTE_ROLE_DECODE ? best.predicted_s <= own + tol : best.predicted_s < own - tol;
+    if (wins) *out = best;
+    return wins;
+}
+
+const char *weft_route_role_name(enum weft_route_role r)
+{
+    switch (r) {
+    case WEFT_ROUTE_ROLE_BOTH: return "both";
+    case WEFT_ROUTE_ROLE_PREFILL: return "prefill";
+    case WEFT_ROUTE_ROLE_DECODE: return "decode";
+    }
+    return "?";
+}
+
+bool weft_route_role_parse(const char *s, enum weft_route_role *out)
+{
+    for (int r = WEFT_ROUTE_ROLE_BOTH; r <= WEFT_ROUTE_ROLE_DECODE; r++)
+        if (s && !strcmp(s, weft_route_role_name((enum weft_route_role)r))) {
+            *out = (enum weft_route_role)r;
+            return true;
+        }
+    return false;
 }
 
 const char *weft_route_policy_name(enum weft_route_policy p)

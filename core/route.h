@@ -54,6 +54,11 @@
 
 enum weft_route_policy { WEFT_ROUTE_WEFT = 0, WEFT_ROUTE_LEAST_LOAD, WEFT_ROUTE_ROUND_ROBIN };
 
+/* What an instance is for (weft serve --role): a prefill instance computes
+ * long prompts for decode instances (prefill/decode disaggregation, see
+ * weft_route_pd); both does everything. */
+enum weft_route_role { WEFT_ROUTE_ROLE_BOTH = 0, WEFT_ROUTE_ROLE_PREFILL, WEFT_ROUTE_ROLE_DECODE };
+
 enum weft_route_reason {
     WEFT_ROUTE_R_PREFIX,       /* it holds the most of the prompt and is the quickest */
     WEFT_ROUTE_R_SPEED,        /* quickest: its rate or its queue beat the prefix holders */
@@ -74,6 +79,7 @@ struct weft_route_instance {
     bool kv_known;             /* kv_free_blocks is reported */
     uint32_t kv_free_blocks;   /* blocks neither in use nor caching a prefix */
     double mean_gen_tokens;    /* generated tokens per request there (slot wait), 0: 64 */
+    enum weft_route_role role; /* prefill instances are ranked only when nothing else is eligible */
 };
 
 struct weft_route_request {
@@ -102,6 +108,30 @@ struct weft_route_choice {
 weft_status weft_route_rank(const struct weft_route_config *cfg, const struct weft_route_request *req,
                             const struct weft_route_instance *inst, uint32_t n, struct weft_route_choice *out,
                             uint32_t *n_out);
+
+/* Prefill/decode disaggregation, after rank chose d for req: should the
+ * prompt be computed on a prefill instance, which streams its KV blocks to
+ * d while it computes? Yes, with out set to the prefill instance, when
+ * d's uncached part is at least min_uncached tokens (0: never) and an
+ * eligible, measured prefill-role instance (inst[i].role) is predicted to
+ * finish computing it no later than d would itself (ttft as rank predicts
+ * it: its queue plus its uncached tokens at its measured rate); sooner,
+ * strictly, when d does both (a decode instance is there not to prefill:
+ * on a tie it hands the prompt off). The block transfer is not in the
+ * prediction: it overlaps the compute (blocks stream as they are
+ * committed). The quickest prefill instance wins; ties go to more matched
+ * tokens, then the lower index. */
+struct weft_route_pd_choice {
+    uint32_t index;            /* the prefill instance */
+    double predicted_s;        /* its predicted time to compute the prompt */
+    uint32_t matched_tokens;   /* the prompt's prefix it holds */
+};
+bool weft_route_pd(const struct weft_route_config *cfg, uint32_t min_uncached, const struct weft_route_request *req,
+                   const struct weft_route_instance *inst, uint32_t n, const struct weft_route_choice *d,
+                   struct weft_route_pd_choice *out);
+const char *weft_route_role_name(enum weft_route_role r);
+/* "both", "prefill", "decode" -> the role; false if unknown. */
+bool weft_route_role_parse(const char *s, enum weft_route_role *out);
 
 const char *weft_route_policy_name(enum weft_route_policy p);
 /* "weft", "least-load", "round-robin" -> the policy; false if unknown. */

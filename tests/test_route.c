@@ -292,6 +292,64 @@ static void names_round_trip(void)
     CHECK(!strcmp(weft_route_reason_name(WEFT_ROUTE_R_PREFIX), "prefix"));
 }
 
+/* Roles: a prefill instance is not a decode pick while another can take
+ * the request; PD hands a long uncached prompt to the quickest prefill
+ * instance when it is no slower (a decode instance) or faster (both). */
+static void prefill_instances_take_long_prompts_for_decoders(void)
+{
+    struct weft_route_instance in[3] = {idle(1000), idle(1000), idle(2000)};
+    in[0].role = WEFT_ROUTE_ROLE_DECODE;
+    in[1].role = WEFT_ROUTE_ROLE_PREFILL;
+    in[2].role = WEFT_ROUTE_ROLE_PREFILL;
+    struct weft_route_request rq = {.n_prompt = 1000, .max_tokens = 16};
+    struct weft_route_choice c;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);  /* the faster prefill instance is not a decode pick */
+    struct weft_route_pd_choice pd;
+    CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    CHECK_EQ_INT(pd.index, 2);
+    CHECK_NEAR(pd.predicted_s, 0.5, 1e-12);
+    /* below the threshold, or with PD off: the decoder prefills itself */
+    struct weft_route_request shortrq = {.n_prompt = 400, .max_tokens = 16};
+    CHECK_EQ_INT(pick(&weft, &shortrq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &shortrq, in, 3, &c, &pd));
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 0, &rq, in, 3, &c, &pd));
+    /* the decoder's cached prefix counts: only its uncached part is handed off */
+    in[0].matched_blocks = 40;  /* 640 of 1000 */
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    in[0].matched_blocks = 0;
+    /* equal speeds: a decode instance hands off on a tie, one doing both does not */
+    in[2].prefill_tps = 1000;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd) && pd.index == 1);  /* the tie: lower index */
+    in[0].role = WEFT_ROUTE_ROLE_BOTH;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    in[0].role = WEFT_ROUTE_ROLE_DECODE;
+    /* busy prefill instances: the decoder is quicker, it prefills */
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 5000;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    /* one prefill instance holding the prompt's prefix is quicker than the idle one */
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 0;
+    in[2].matched_blocks = 50;
+    CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd) && pd.index == 2 && pd.matched_tokens == 800);
+    /* unhealthy or stale prefill instances are never handed a prompt */
+    in[1].healthy = false;
+    in[2].age_s = 10;
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    /* nothing but prefill instances: they take requests themselves */
+    struct weft_route_instance only[2] = {idle(1000), idle(1000)};
+    only[0].role = only[1].role = WEFT_ROUTE_ROLE_PREFILL;
+    CHECK_EQ_INT(pick(&weft, &rq, only, 2, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &rq, only, 2, &c, &pd));
+    enum weft_route_role r;
+    CHECK(weft_route_role_parse("decode", &r) && r == WEFT_ROUTE_ROLE_DECODE);
+    CHECK(!weft_route_role_parse("Decode", &r));
+    CHECK(!strcmp(weft_route_role_name(WEFT_ROUTE_ROLE_PREFILL), "prefill"));
+}
+
 int main(void)
 {
     RUN(prefix_holder_wins_when_idle);
@@ -305,5 +363,6 @@ int main(void)
     RUN(without_shared_prefixes_it_is_least_load);
     RUN(round_robin_takes_turns_over_the_eligible);
     RUN(names_round_trip);
+    RUN(prefill_instances_take_long_prompts_for_decoders);
     return check_summary();
 }
