@@ -218,6 +218,9 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     struct weft_engine_kv_stats kvio;
     weft_engine_kv_stats(s->eng, &kvio);
     x.kvio = &kvio;
+    struct pd_stats pd;
+    server_pd_stats(s, &pd);
+    x.pd = &pd;
     struct kv_remote_stats remote;
     if (s->kv_remote) {
         kv_remote_stats(s->kv_remote, &remote);

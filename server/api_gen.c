@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/kv.h"
 #include "core/stop.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
@@ -61,6 +62,15 @@ struct gen_ctx {
     json_t *lp;                      /* logprobs: chat "content" array or completions object */
     const char *finish_reason;
     double t0, t_first, t_last;
+    /* prefill/decode hand-off (server/pd.h): as the decode side, the PD id
+     * whose pushed blocks it waits for; as the prefill side, where to push */
+    char pd_id[PD_ID_MAX];
+    uint32_t pd_wait_ms;
+    bool pd_go;                      /* the wait is over (or was never needed) */
+    struct pd_ticket *pd;
+    char pd_push_url[256], pd_push_id[PD_ID_MAX];
+    char *pd_auth;                   /* "Authorization: ...\r\n" for the push, or NULL */
+    struct pd_push *push;
 };
 
 static void ctx_unref(struct gen_ctx *g)
@@ -70,6 +80,9 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->prev) g->prev->next = g->next;
     else if (s->gens == g) s->gens = g->next;
     if (g->next) g->next->prev = g->prev;
+    if (g->pd) server_pd_detach(s, g->pd);
+    if (g->push) server_pd_push_request_done(s, g->push);
+    free(g->pd_auth);
     free(g->ids);
     if (g->st_ready) weft_stop_free(&g->st);
     free(g->chunk_ids);
@@ -416,6 +429,10 @@ static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char 
     if (ev->has_token && !g->finished) on_token(g, ev);
     if (ev->finish == WEFT_FINISH_NONE) return;
     g->engine_done = true;
+    if (g->push) {
+        server_pd_push_request_done(g->srv, g->push);  /* the rest of its blocks, then the end */
+        g->push = NULL;
+    }
     g->n_cached = ev->n_cached;
     if (!g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && g->n_gen == 0) {
@@ -580,6 +597,31 @@ static int predicted_drain_s(const struct weft_server *s)
 
 static void admit_and_submit(struct gen_ctx *g);
 
+/* The PD wait is over: go on (the client may have left meanwhile: then the
+ * context is gone and this is never called). */
+static void pd_ready(void *user, bool complete)
+{
+    (void)complete;
+    struct gen_ctx *g = user;
+    if (!g->finished && g->conn) admit_and_submit(g);
+}
+
+/* A decode-side request waits for its prompt's blocks from the prefill
+ * instance (server/pd.h): false when it waits (admit_and_submit runs again
+ * when the wait ends). */
+static bool pd_wait(struct gen_ctx *g, size_t n_ids)
+{
+    g->pd_go = true;
+    uint32_t nb = (uint32_t)((n_ids - 1) / WEFT_KV_BLOCK_TOKENS);
+    uint64_t *h = malloc(sizeof *h * (nb ? nb : 1));
+    if (!h) return true;
+    uint64_t x = 0;
+    for (uint32_t i = 0; i < nb; i++) h[i] = x = weft_kv_block_hash(x, g->ids + (size_t)i * WEFT_KV_BLOCK_TOKENS);
+    bool go = server_pd_attach(g->srv, g->pd_id, h, nb, g->pd_wait_ms, pd_ready, g, &g->pd);
+    free(h);
+    return go;
+}
+
 static void tokenize_done(void *arg)
 {
     struct gen_ctx *g = arg;
@@ -624,6 +666,7 @@ static void admit_and_submit(struct gen_ctx *g)
             return;
         }
     }
+    if (g->pd_id[0] && !g->pd_go && !pd_wait(g, n_ids)) return;
     struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
     bool max_given = json_object_get(g->root, "max_tokens") || json_object_get(g->root, "max_completion_tokens");
     if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids < tenant->tpm &&
@@ -753,6 +796,7 @@ static void admit_and_submit(struct gen_ctx *g)
         return;
     }
     g->submitted = true;
+    if (g->pd_push_url[0]) g->push = server_pd_push_start(s, g->pd_push_url, g->pd_push_id, g->pd_auth, g->ids, (uint32_t)n_ids);
     free(g->ids);
     g->ids = NULL;
     s->metrics.prompt_tokens += n_ids;
@@ -884,6 +928,24 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
         }
     }
     if (!prio_from_header) g->priority = tenant_priority(cap, g->p.priority_given, g->p.priority);
+    /* a prefill/decode hand-off (server/pd.h), from a trusted upstream (weft router) */
+    if (!s->tenants.any_keys || (tenant && tenant->trusted)) {
+        const char *w = http_header_get(req, "x-weft-pd"), *push = http_header_get(req, "x-weft-pd-push");
+        if (w && !server_pd_parse_wait(w, g->pd_id, &g->pd_wait_ms)) {
+            reject(g, 400, "invalid_request_error", NULL, "the x-weft-pd header must be id=ID[;wait_ms=N]", NULL);
+            return;
+        }
+        if (push && !server_pd_parse_push(push, g->pd_push_url, sizeof g->pd_push_url, g->pd_push_id)) {
+            reject(g, 400, "invalid_request_error", NULL, "the x-weft-pd-push header must be http://HOST:PORT;id=ID",
+                   NULL);
+            return;
+        }
+        const char *auth = push ? http_header_get(req, "authorization") : NULL;
+        if (auth && strlen(auth) < 1024) {
+            size_t n = strlen(auth) + 32;
+            if ((g->pd_auth = malloc(n))) snprintf(g->pd_auth, n, "Authorization: %s\r\n", auth);
+        }
+    }
 
     /* bounds that need no tokens, before any tokenizing */
     size_t lower = min_prompt_tokens(s, &g->p);

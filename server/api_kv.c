@@ -85,35 +85,120 @@ static void kv_get(struct weft_server *s, struct http_conn *c, const struct http
     free(buf);
 }
 
+/* A push, imported on a worker (the import waits for the engine to be
+ * between two steps: never on the loop). */
+struct kv_push {
+    struct weft_server *s;
+    struct http_conn *c;              /* NULL once the sender left */
+    unsigned char *body;
+    size_t len;
+    char pd_id[PD_ID_MAX];            /* "" unless a PD hand-off's blocks */
+    char end[8];                      /* its x-weft-pd-end, "" when none */
+    struct weft_engine_kv_stats a, b;
+    uint32_t added, n_pinned;
+    uint64_t *pinned;
+    weft_status st;
+    char msg[300];
+};
+
+static void push_gone(void *user) { ((struct kv_push *)user)->c = NULL; }
+
+static void push_work(void *arg)
+{
+    struct kv_push *k = arg;
+    struct weft_engine *e = k->s->eng;
+    weft_engine_kv_stats(e, &k->a);
+    if (k->len == 0 && k->pd_id[0] && k->end[0]) {
+        k->st = WEFT_OK;  /* an end marker alone */
+    } else if (k->pd_id[0]) {
+        k->st = weft_engine_kv_import_pinned(e, k->body, k->len, &k->added, &k->pinned, &k->n_pinned);
+    } else {
+        k->st = weft_engine_kv_import(e, k->body, k->len, &k->added);
+    }
+    if (k->st != WEFT_OK) snprintf(k->msg, sizeof k->msg, "%s", weft_last_error());
+    weft_engine_kv_stats(e, &k->b);
+}
+
+static void push_done(void *arg)
+{
+    struct kv_push *k = arg;
+    struct weft_server *s = k->s;
+    struct http_conn *c = k->c;
+    if (c) http_conn_on_close(c, NULL, NULL);
+    /* the blocks taken under a PD id belong to its ticket, sender gone or not */
+    if (k->pd_id[0]) {
+        bool failed = k->st != WEFT_OK && k->st != WEFT_ERR_NO_ROOM;
+        server_pd_arrived(s, k->pd_id, k->pinned, k->n_pinned, k->added, k->len,
+                          k->end[0] ? k->end : failed ? "failed" : NULL);
+        k->pinned = NULL;
+    }
+    weft_status st = k->st;
+    if (!c) {
+    } else if (st == WEFT_ERR_MISMATCH) {
+        kv_error(s, c, 409, "kv_blocks_foreign", k->msg);
+    } else if (st == WEFT_ERR_FORMAT) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s (%u blocks before it were taken)", k->msg, k->added);
+        kv_error(s, c, 400, "kv_blocks_rejected", msg);
+    } else if (st != WEFT_OK && st != WEFT_ERR_NO_ROOM) {
+        kv_error(s, c, st == WEFT_ERR_UNSUPPORTED ? 400 : 503, "kv_blocks_not_taken", k->msg);
+    } else {
+        /* no room partway is not the sender's fault: what fitted is taken */
+        metrics_request(&s->metrics, "/v1/kv/blocks", 200);
+        json_t *j = json_pack("{s:i,s:i,s:i,s:b}", "imported", (int)k->added, "already",
+                              (int)(k->b.already - k->a.already), "converted", (int)(k->b.converted - k->a.converted),
+                              "complete", st == WEFT_OK);
+        char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        http_respond(c, 200, "application/json", NULL, body ? body : "{}", body ? strlen(body) : 2);
+        free(body);
+    }
+    free(k->pinned);
+    free(k->body);
+    free(k);
+}
+
 static void kv_post(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
-    struct weft_engine_kv_stats a, b;
-    weft_engine_kv_stats(s->eng, &a);
-    uint32_t added = 0;
-    weft_status st = weft_engine_kv_import(s->eng, (const unsigned char *)req->body, req->body_len, &added);
-    weft_engine_kv_stats(s->eng, &b);
-    if (st == WEFT_ERR_MISMATCH) {
-        kv_error(s, c, 409, "kv_blocks_foreign", weft_last_error());
+    struct kv_push *k = calloc(1, sizeof *k);
+    const char *id = http_header_get(req, "x-weft-pd-id"), *end = http_header_get(req, "x-weft-pd-end");
+    if (!k) {
+        kv_error(s, c, 503, "server_error", "out of memory");
         return;
     }
-    if (st == WEFT_ERR_FORMAT) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "%s (%u blocks before it were taken)", weft_last_error(), added);
-        kv_error(s, c, 400, "kv_blocks_rejected", msg);
+    if (id) {
+        uint32_t unused;
+        char buf[PD_ID_MAX + 8];
+        snprintf(buf, sizeof buf, "id=%.*s", PD_ID_MAX, id);
+        if (!server_pd_parse_wait(buf, k->pd_id, &unused)) {
+            free(k);
+            kv_error(s, c, 400, "invalid_pd_id", "x-weft-pd-id must be 1 to 63 of [0-9A-Za-z_-]");
+            return;
+        }
+        if (end && strcmp(end, "done") && strcmp(end, "failed") && strcmp(end, "abort")) {
+            free(k);
+            kv_error(s, c, 400, "invalid_pd_end", "x-weft-pd-end must be done, failed or abort");
+            return;
+        }
+        if (end) snprintf(k->end, sizeof k->end, "%s", end);
+    }
+    k->s = s;
+    k->c = c;
+    k->len = req->body_len;
+    k->body = malloc(k->len ? k->len : 1);
+    if (!k->body) {
+        free(k);
+        kv_error(s, c, 503, "server_error", "out of memory");
         return;
     }
-    if (st != WEFT_OK && st != WEFT_ERR_NO_ROOM) {
-        kv_error(s, c, st == WEFT_ERR_UNSUPPORTED ? 400 : 503, "kv_blocks_not_taken", weft_last_error());
+    memcpy(k->body, req->body, k->len);
+    if (weft_workers_submit(s->workers, push_work, push_done, k) != WEFT_OK) {
+        free(k->body);
+        free(k);
+        kv_error(s, c, 503, "server_busy", "too much work queued; retry");
         return;
     }
-    /* no room partway is not the sender's fault: what fitted is taken */
-    metrics_request(&s->metrics, "/v1/kv/blocks", 200);
-    json_t *j = json_pack("{s:i,s:i,s:i,s:b}", "imported", (int)added, "already", (int)(b.already - a.already),
-                          "converted", (int)(b.converted - a.converted), "complete", st == WEFT_OK);
-    char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
-    json_decref(j);
-    http_respond(c, 200, "application/json", NULL, body ? body : "{}", body ? strlen(body) : 2);
-    free(body);
+    http_conn_on_close(c, push_gone, k);
 }
 
 void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,

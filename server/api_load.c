@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "core/fingerprint.h"
+#include "core/route.h"
 #include "server/server.h"
 
 /* Who made the device, from the backend and its name. */
@@ -82,14 +83,14 @@ void server_do_load(struct weft_server *s, struct http_conn *c)
     const struct weft_kv_stats *kv = &es.kv;
     json_t *j = json_pack(
         "{s:s,s:s,s:b,s:i,s:i,s:I,s:i,"
-        "s:{s:i,s:{s:i,s:i,s:i,s:i},s:{s:i,s:i}},"
+        "s:{s:i,s:{s:i,s:i,s:i,s:i,s:i},s:{s:i,s:i}},"
         "s:f,s:f,s:f,s:i,s:o,s:s,s:s,"
         "s:{s:i,s:i,s:i}}",
-        "role", "both", "model", s->model_id, "draining", s->draining, "running", (int)es.running, "waiting",
+        "role", weft_route_role_name((enum weft_route_role)s->cfg.role), "model", s->model_id, "draining", s->draining, "running", (int)es.running, "waiting",
         (int)es.waiting, "queued_prefill_tokens", (json_int_t)es.queued_prefill_tokens, "tokenizing",
         (int)weft_workers_pending(s->workers),
         "kv", "block_tokens", WEFT_KV_BLOCK_TOKENS, "device", "used", (int)kv->used, "cached", (int)kv->cached, "free",
-        (int)kv->free, "total", (int)kv->n_blocks, "host", "used", (int)kv->host_used, "total", (int)kv->n_host_blocks,
+        (int)kv->free, "total", (int)kv->n_blocks, "pinned", (int)kv->pinned, "host", "used", (int)kv->host_used, "total", (int)kv->n_host_blocks,
         "prefill_tokens_per_s", es.prefill_tps, "decode_tokens_per_s", es.decode_tps,
         "decode_row_tokens_per_s", es.decode_row_tps, "decode_rows",
         (int)es.decode_rows, "devices", devs, "fingerprint", fp, "kv_type", weft_type_name(s->cfg.engine.kv_type ?

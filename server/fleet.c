@@ -282,6 +282,8 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         uint64_t pending = in->own_queued / 16;
         r->kv_known = l->kv_total > 0;
         r->kv_free_blocks = l->kv_free > pending ? (uint32_t)(l->kv_free - pending) : 0;
+        enum weft_route_role role = WEFT_ROUTE_ROLE_BOTH;
+        r->role = weft_route_role_parse(l->role, &role) ? role : WEFT_ROUTE_ROLE_BOTH;
     }
     struct weft_route_config rc = {.policy = f->cfg.policy, .stale_s = f->cfg.stale_s, .rr_next = f->rr_next};
     struct weft_route_request rq = {.n_prompt = n_prompt, .max_tokens = max_tokens};
@@ -303,6 +305,24 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
     }
     d->n_prompt = n_prompt;
     d->uncached = n_prompt - d->best.matched_tokens;
+    struct weft_route_pd_choice pdc;
+    if (f->cfg.pd_min_uncached && weft_route_pd(&rc, f->cfg.pd_min_uncached, &rq, ri, f->n, &out[0], &pdc)) {
+        /* the prompt is computed there; the decoder computes its last part only */
+        struct fleet_instance *p = f->inst[pdc.index];
+        d->pd_in = p;
+        d->pd = pdc;
+        p->refs++;
+        d->pd_uncached = n_prompt - pdc.matched_tokens;
+        p->own_queued += d->pd_uncached;
+        p->own_running++;
+        p->requests++;
+        p->prompt_tokens += n_prompt;
+        p->uncached_tokens += d->pd_uncached;
+        weft_prefix_index_insert_chain(&p->ix, hashes, n_hashes);
+        uint32_t tail = n_prompt - (n_prompt - 1) / WEFT_ROUTE_BLOCK_TOKENS * WEFT_ROUTE_BLOCK_TOKENS;
+        if (d->uncached > tail) d->uncached = tail;
+        f->pd_handoffs++;
+    }
     struct fleet_instance *in = d->in;
     if (in->circuit == FLEET_CIRCUIT_HALF_OPEN) in->probing = true;
     /* in-flight, as core/route counts it */
@@ -374,6 +394,18 @@ void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_ca
     d->in = NULL;
     d->runner_up = NULL;
     fleet_instance_unref(in);
+}
+
+void fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed)
+{
+    (void)f;
+    struct fleet_instance *p = d->pd_in;
+    if (!p) return;
+    p->own_queued = p->own_queued > d->pd_uncached ? p->own_queued - d->pd_uncached : 0;
+    if (p->own_running) p->own_running--;
+    if (failed) p->errors++;
+    d->pd_in = NULL;
+    fleet_instance_unref(p);
 }
 
 size_t fleet_index_bytes(const struct fleet *f)

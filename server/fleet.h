@@ -85,6 +85,8 @@ struct fleet_config {
     double stale_s;                /* 0: 2 s */
     uint32_t index_min_blocks;     /* index capacity before the first report and its floor (0: 4096) */
     uint32_t index_max_blocks;     /* its ceiling per instance (0: 1M, about 24 MiB) */
+    uint32_t pd_min_uncached;      /* prefill/decode hand-off past this many uncached tokens
+                                      (core/route.h weft_route_pd; 0: never) */
 };
 
 struct fleet {
@@ -96,6 +98,7 @@ struct fleet {
     uint64_t no_instance;          /* requests nothing could take */
     uint64_t cached_predicted, cached_actual;      /* tokens, over answers that reported it */
     uint64_t pred_exact, pred_within_block, pred_off;  /* answers by |predicted - actual| */
+    uint64_t pd_handoffs;          /* prompts sent to a prefill instance for their decode instance */
 };
 
 struct fleet_decision {
@@ -106,6 +109,11 @@ struct fleet_decision {
     bool first_token_seen;
     int64_t generated;             /* the answer's completion_tokens, set by the caller before
                                       fleet_finished when it saw them (> 0) */
+    /* a prefill/decode hand-off: the prefill instance (a reference, until
+     * fleet_pd_finished), its prediction, the prompt tokens it computes */
+    struct fleet_instance *pd_in;
+    struct weft_route_pd_choice pd;
+    uint32_t pd_uncached;
 };
 
 void fleet_init(struct fleet *f, const struct fleet_config *cfg);
@@ -156,6 +164,10 @@ void fleet_first_token(struct fleet *f, struct fleet_decision *d);
 /* The answer ended; actual_cached: the instance's cached_tokens, or -1 when
  * it did not say; failed: it ended in an error. Releases the reference. */
 void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed);
+
+/* The prefill instance of a hand-off answered (failed: it did not);
+ * releases its reference (d->pd_in NULL after). */
+void fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed);
 
 /* Bytes held by the fleet's indexes. */
 size_t fleet_index_bytes(const struct fleet *f);

@@ -44,6 +44,7 @@ struct kv_events {
     uint32_t n_subs;
     uint64_t dropped_subs;
     struct kv_remote *remote;     /* write-behind of stored blocks (under mu), or NULL */
+    struct weft_server *s;
 };
 
 /* ---- the index ---- */
@@ -165,6 +166,7 @@ static void deliver(uv_async_t *a)
     pthread_mutex_unlock(&k->mu);
     if (lost) k->seq++;  /* a number nobody gets: subscribers see the gap and resync */
     if (n == 0) return;
+    server_pd_kick(k->s);  /* blocks committed: PD pushes move on */
     size_t per = 200, len = 0;  /* one event is at most ~152 bytes */
     char *buf = k->subs ? malloc(per * n) : NULL;
     for (uint32_t i = 0; i < n; i++) {
@@ -204,6 +206,7 @@ weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
     k->async.data = k;
     s->kv_events = k;
     k->remote = s->kv_remote;
+    k->s = s;
     weft_engine_on_kv_event(s->eng, on_kv_event, k);
     return WEFT_OK;
 }

@@ -1,5 +1,6 @@
 #include "server/metrics.h"
 #include "server/kv_remote.h"
+#include "server/pd.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -254,6 +255,41 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
                 (double)k->errors);
             one(&o, "weft_kv_remote_bytes_per_second", "gauge", "Measured Redis read throughput (0: not yet).",
                 k->bytes_per_s);
+        }
+        if (x->pd) {
+            const struct pd_stats *p = x->pd;
+            head(&o, "weft_pd_requests_total", "counter",
+                 "Requests that waited for a prefill instance's blocks, by how the wait ended: every block arrived "
+                 "(complete), none for too long (timeout) or the prefill side ended short (ended); the last two "
+                 "computed the rest here.");
+            put(b, "weft_pd_requests_total{%s,outcome=\"complete\"} %llu\n"
+                   "weft_pd_requests_total{%s,outcome=\"timeout\"} %llu\n"
+                   "weft_pd_requests_total{%s,outcome=\"ended\"} %llu\n", o.lbl, (unsigned long long)p->complete,
+                o.lbl, (unsigned long long)p->fallback_timeout, o.lbl, (unsigned long long)p->fallback_ended);
+            one(&o, "weft_pd_fallbacks_total", "counter", "PD requests that computed missing blocks themselves.",
+                (double)(p->fallback_timeout + p->fallback_ended));
+            one(&o, "weft_pd_received_blocks_total", "counter", "KV blocks taken from prefill instances.",
+                (double)p->blocks_in);
+            one(&o, "weft_pd_received_bytes_total", "counter", "Bytes of KV blocks pushed by prefill instances.",
+                (double)p->bytes_in);
+            one(&o, "weft_pd_wait_seconds_total", "counter", "Seconds PD requests waited for their blocks, in all.",
+                p->wait_s);
+            one(&o, "weft_pd_leases_expired_total", "counter",
+                "Pushed blocks whose request never came, unpinned after the lease.", (double)p->leases_expired);
+            one(&o, "weft_pd_tickets", "gauge", "PD hand-offs open (blocks pinned for a request).", p->tickets);
+            one(&o, "weft_pd_pushes_total", "counter", "Prompts this instance prefilled for a decode instance.",
+                (double)p->pushes);
+            head(&o, "weft_pd_pushes_ended_total", "counter", "Pushes ended, by result.");
+            put(b, "weft_pd_pushes_ended_total{%s,result=\"done\"} %llu\n"
+                   "weft_pd_pushes_ended_total{%s,result=\"failed\"} %llu\n", o.lbl,
+                (unsigned long long)p->pushes_done, o.lbl, (unsigned long long)p->pushes_failed);
+            one(&o, "weft_pd_pushed_blocks_total", "counter", "KV blocks pushed to decode instances.",
+                (double)p->blocks_out);
+            one(&o, "weft_pd_pushed_bytes_total", "counter", "Bytes pushed to decode instances.", (double)p->bytes_out);
+            one(&o, "weft_pd_push_batches_total", "counter", "POSTs of pushed blocks (one per commit batch).",
+                (double)p->batches);
+            one(&o, "weft_pd_push_seconds_total", "counter", "Seconds from each push's start to its end, in all.",
+                p->push_s);
         }
         head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
         put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",

@@ -27,6 +27,7 @@ const char *metrics_finish_name(enum metric_finish f);
 
 /* Figures from outside struct metrics, and how to render. */
 struct kv_remote_stats;
+struct pd_stats;
 
 struct metrics_extra {
     const char *model_name;        /* the model_name label of every series */
@@ -37,6 +38,7 @@ struct metrics_extra {
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
     const struct kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
+    const struct pd_stats *pd;                /* prefill/decode hand-offs; NULL: none */
 };
 
 struct metrics {

@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "server/router_internal.h"
 
@@ -483,6 +485,7 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     if (!r->cfg.dns_interval_ms) r->cfg.dns_interval_ms = DEF_DNS_MS;
     if (!r->cfg.timeout_ms) r->cfg.timeout_ms = 600000;
     r->t0 = (double)uv_hrtime() * 1e-9;
+    r->pd_epoch = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     r->loop = &r->own_loop;
     uv_loop_init(r->loop);
     char msg[256] = "";
@@ -501,7 +504,8 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
         if (r->upstream_auth) snprintf(r->upstream_auth, n, "Authorization: Bearer %s\r\n", key);
     }
     struct fleet_config fc = {.policy = cfg->policy, .stale_s = 10.0 * r->cfg.poll_ms / 1000.0 + 1.0,
-                              .index_max_blocks = cfg->index_max_blocks};
+                              .index_max_blocks = cfg->index_max_blocks,
+                              .pd_min_uncached = cfg->no_pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512};
     fleet_init(&r->fleet, &fc);
     for (uint32_t i = 0; i < cfg->n_instances; i++)
         if ((st = instance_add(r, cfg->instances[i])) != WEFT_OK) goto fail;

@@ -50,6 +50,9 @@ struct weft_router_config {
     const char *upstream_key;        /* overrides the trusted key from tenants_path */
     bool no_kv_events;               /* routing history only, no /v1/kv/events subscriptions */
     uint32_t index_max_blocks;       /* per instance (0: 1M) */
+    uint32_t pd_threshold;           /* hand prompts with more uncached tokens than this to a prefill
+                                        instance (--role prefill) when quicker (0: 512; --pd-threshold) */
+    bool no_pd;                      /* never (--no-pd) */
     uint32_t timeout_ms;             /* upstream inactivity (0: 600 s) */
     uint32_t n_workers;              /* tokenizing threads (0: 2) */
     uint32_t max_queued_work;        /* (0: 256) */

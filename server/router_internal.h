@@ -113,6 +113,9 @@ struct weft_router {
     uint32_t n_classes;
     uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];
     double ttft_sum;
+    /* prefill/decode hand-offs (router_pd.c) */
+    uint64_t pd_epoch, pd_next;    /* PD ids: unique across restarts and requests */
+    uint64_t pd_started, pd_prefill_ok, pd_prefill_failed, pd_aborts_sent;
 };
 
 /* One proxied request (router_proxy.c; queued in router_queue.c). */
@@ -192,6 +195,11 @@ void router_instance_failed(struct weft_router *r, struct inst_io *io);
 /* The scale-out signal's class table entry for an instance's device. */
 struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in);
 void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason);
+
+/* A hand-off decided for x (x->d.pd_in): send the prompt to the prefill
+ * instance and write the decode instance's x-weft-pd header into hdr
+ * ("" when the hand-off could not start: the decoder computes it all). */
+void router_pd_start(struct pxy *x, char *hdr, size_t cap);
 
 /* The queue (router_queue.c). */
 bool router_saturated_for(struct weft_router *r, int32_t prio);

@@ -257,6 +257,15 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
     put(&m, "weft_router_overhead_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     put(&m, "weft_router_overhead_seconds_sum %.9f\nweft_router_overhead_seconds_count %llu\n", r->lat_sum,
         (unsigned long long)r->lat_count);
+    head(&m, "weft_router_pd_handoffs_total", "counter",
+         "Prompts computed on a prefill instance for their decode instance, by the prefill side's result "
+         "(failed: the decode instance was told to compute the rest).");
+    put(&m, "weft_router_pd_handoffs_total{result=\"ok\"} %llu\nweft_router_pd_handoffs_total{result=\"failed\"} %llu\n",
+        (unsigned long long)r->pd_prefill_ok, (unsigned long long)r->pd_prefill_failed);
+    head(&m, "weft_router_pd_started_total", "counter", "Prefill/decode hand-offs started.");
+    put(&m, "weft_router_pd_started_total %llu\n", (unsigned long long)r->pd_started);
+    head(&m, "weft_router_pd_aborts_total", "counter", "Decode instances told to stop waiting for a failed prefill.");
+    put(&m, "weft_router_pd_aborts_total %llu\n", (unsigned long long)r->pd_aborts_sent);
     head(&m, "weft_router_upstream_errors_total", "counter", "Upstream requests that failed (connect, reset, timeout).");
     put(&m, "weft_router_upstream_errors_total %llu\n", (unsigned long long)r->upstream_errors);
     head(&m, "weft_router_client_disconnects_total", "counter", "Clients that left before their answer ended (upstream aborted).");

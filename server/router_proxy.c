@@ -577,6 +577,11 @@ static void forward(struct pxy *x, struct fleet_instance *in)
         if (fid && tenant_name_valid(fid))
             len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", fid);
     }
+    if (x->decided && x->d.pd_in && in == x->d.in) {
+        char pd[160];
+        router_pd_start(x, pd, sizeof pd);
+        if (len + strlen(pd) < sizeof x->upstream_hdrs) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "%s", pd);
+    }
     char path[600];
     snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query);
     size_t blen = 0;
@@ -663,6 +668,9 @@ static void route_and_forward(struct pxy *x)
             k += snprintf(x->extra + k, sizeof x->extra - (size_t)k,
                           "; runner_up=%s; runner_up_ttft_ms=%.3f; runner_up_e2e_ms=%.3f", d->runner_up->name,
                           d->second.predicted_ttft_s * 1e3, d->second.predicted_e2e_s * 1e3);
+        if (d->pd_in && k > 0 && (size_t)k < sizeof x->extra)
+            k += snprintf(x->extra + k, sizeof x->extra - (size_t)k, "; pd=%s; pd_predicted_ms=%.3f", d->pd_in->name,
+                          d->pd.predicted_s * 1e3);
         if (k > 0 && (size_t)k < sizeof x->extra - 3) snprintf(x->extra + k, sizeof x->extra - (size_t)k, "\r\n");
         if (x->retries && k > 0 && (size_t)k < sizeof x->extra - 40)
             snprintf(x->extra + strlen(x->extra), sizeof x->extra - strlen(x->extra), "x-weft-retries: %u\r\n",

@@ -43,6 +43,7 @@ static void close_all(struct weft_server *s)
     if (s->http) http_server_free(s->http);
     if (s->http_metrics) http_server_free(s->http_metrics);
     s->http = s->http_metrics = NULL;
+    server_pd_close(s);
     if (s->workers) weft_workers_free(s->workers);
     s->workers = NULL;
     server_kv_events_close(s);  /* unhooks the engine first */
@@ -233,6 +234,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         }
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
+    if ((st = server_pd_init(s)) != WEFT_OK) goto fail;
     server_describe_devices(s, cfg->devices);
     if (cfg->kv_remote) {
         struct kv_remote_config rc = {.url = cfg->kv_remote, .ttl_ms = cfg->kv_remote_ttl_ms,
@@ -296,6 +298,7 @@ void weft_server_free(struct weft_server *s)
     close_all(s);  /* whatever run left open (create failed, or run never called) */
     uv_run(s->loop, UV_RUN_DEFAULT);
     uv_loop_close(s->loop);
+    server_pd_free(s);
     free(s->q);
     free(s->q2);
     tenants_free(&s->tenants);

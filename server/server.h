@@ -14,6 +14,7 @@
 #include "core/fingerprint.h"
 #include "server/http.h"
 #include "server/metrics.h"
+#include "server/pd.h"
 #include "server/prompt.h"
 #include "server/serve.h"
 #include "server/tenants.h"
@@ -61,6 +62,7 @@ struct weft_server {
     uint64_t mock_injected[5];
     struct kv_events *kv_events;     /* server/kv_events.c */
     struct kv_remote *kv_remote;     /* server/kv_remote.c, or NULL */
+    struct pd *pd;                   /* server/pd.c: prefill/decode hand-offs */
     struct weft_engine *eng;
     const struct weft_model *m;
     char model_id[128];

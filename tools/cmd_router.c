@@ -25,7 +25,7 @@ static void usage(void)
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
-            "                   [--tokenize-threads 2]\n"
+            "                   [--tokenize-threads 2] [--pd-threshold 512] [--no-pd]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
             "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
@@ -35,6 +35,10 @@ static void usage(void)
             "  --config FILE: weft serve's tenants file: client keys are checked here, and its trusted key\n"
             "                 is what the router sends the instances (with x-weft-tenant)\n"
             "  --template-system: as weft serve's flag (must match the instances' for prefix hits on chats)\n"
+            "  --pd-threshold N: a prompt with more than N tokens its decode instance does not hold is\n"
+            "                 computed on a prefill instance (weft serve --role prefill) when that is\n"
+            "                 predicted no slower, its KV blocks streamed to the decode instance as they are\n"
+            "                 made (default 512); --no-pd: never\n"
             "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
             "  --timeout S: an upstream answer idle this long fails (default 600)\n"
@@ -62,6 +66,7 @@ int weft_cmd_router(int argc, char **argv)
         if (!strcmp(a, "--instances-dns") && v) { rc.dns = argv[++i]; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--no-kv-events")) { rc.no_kv_events = true; continue; }
+        if (!strcmp(a, "--no-pd")) { rc.no_pd = true; continue; }
         if (!strcmp(a, "--instance") && v) {
             if (rc.n_instances == WEFT_ROUTER_MAX_URLS) {
                 fprintf(stderr, "weft router: at most %d --instance (use --instances-dns for more)\n", WEFT_ROUTER_MAX_URLS);
@@ -80,6 +85,7 @@ int weft_cmd_router(int argc, char **argv)
         struct { const char *flag; uint32_t lo, hi, *out; } nums[] = {
             {"--port", 0, 65535, &port},
             {"--poll-ms", 10, 60000, &rc.poll_ms},
+            {"--pd-threshold", 1, 1u << 24, &rc.pd_threshold},
             {"--dns-interval-ms", 100, 3600000, &rc.dns_interval_ms},
             {"--index-blocks", 64, 1u << 30, &rc.index_max_blocks},
             {"--timeout", 1, 86400, &timeout_s},

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/route.h"
 #include "server/serve.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
@@ -27,7 +28,8 @@ static void usage(void)
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64] [--max-kv-push-mib 64]\n"
             "                  [--kv-remote redis://HOST:PORT|unix:///PATH] [--kv-remote-ttl-ms 3600000]\n"
-            "                  [--kv-remote-timeout-ms 250]\n"
+            "                  [--kv-remote-timeout-ms 250] [--role both|prefill|decode] [--pd-idle-ms 10000]\n"
+            "                  [--pd-lease-ms 30000]\n"
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
@@ -42,6 +44,12 @@ static void usage(void)
             "                 and a prompt that finds its prefix there copies it back instead of recomputing\n"
             "  --kv-remote URL: share full prefix blocks through Redis: written behind, fetched along a\n"
             "                 prompt's hash chain when the link beats recomputing; Redis gone = recompute\n"
+            "  --role R: what a weft router uses this instance for (reported in /load): prefill computes long\n"
+            "                 prompts for decode instances and streams their KV blocks there; decode takes\n"
+            "                 requests and has long prompts computed elsewhere; both (the default) does either\n"
+            "  --pd-idle-ms MS: a request waiting for a prefill instance's blocks computes the rest itself\n"
+            "                 once none has come for MS; --pd-lease-ms MS: blocks pushed for a request that\n"
+            "                 never came are freed after MS\n"
             "  --max-kv-push-mib N: the largest POST /v1/kv/blocks body (KV blocks from another instance)\n"
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
@@ -143,6 +151,15 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
         if (!strcmp(a, "--kv-remote") && v) { sc.kv_remote = argv[++i]; continue; }
+        if (!strcmp(a, "--role") && v) {
+            enum weft_route_role role;
+            if (!weft_route_role_parse(argv[++i], &role)) {
+                fprintf(stderr, "weft serve: --role expects both, prefill or decode\n");
+                return 2;
+            }
+            sc.role = (int)role;
+            continue;
+        }
         if (!strcmp(a, "--metrics-key") && v) { sc.metrics_key = argv[++i]; continue; }
         if (!strcmp(a, "--metrics-compat") && v) {
             if (strcmp(argv[++i], "vllm") != 0) {
@@ -183,6 +200,8 @@ int weft_cmd_serve(int argc, char **argv)
             {"--max-kv-push-mib", 1, 1 << 16, &kv_push_mib},
             {"--kv-remote-ttl-ms", 1, 0x7fffffffu, &sc.kv_remote_ttl_ms},
             {"--kv-remote-timeout-ms", 1, 600000, &sc.kv_remote_timeout_ms},
+            {"--pd-idle-ms", 1, 600000, &sc.pd_idle_ms},
+            {"--pd-lease-ms", 1, 3600000, &sc.pd_lease_ms},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
