@@ -115,12 +115,16 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
  * d's uncached part is at least min_uncached tokens (0: never) and an
  * eligible, measured prefill-role instance (inst[i].role) is predicted to
  * finish computing it no later than d would itself (ttft as rank predicts
- * it: its queue plus its uncached tokens at its measured rate); sooner,
- * strictly, when d does both (a decode instance is there not to prefill:
- * on a tie it hands the prompt off). The block transfer is not in the
+ * it: its queue plus its uncached tokens at its measured rate) times
+ * WEFT_ROUTE_PD_SLACK when d is a decode instance (it is there not to
+ * prefill: its own prefill stalls every sequence it decodes, and rates
+ * measured on live steps of a shared machine differ by that much between
+ * equal instances); sooner, strictly, when d does both. The block transfer is not in the
  * prediction: it overlaps the compute (blocks stream as they are
  * committed). The quickest prefill instance wins; ties go to more matched
  * tokens, then the lower index. */
+#define WEFT_ROUTE_PD_SLACK 1.25
+
 struct weft_route_pd_choice {
     uint32_t index;            /* the prefill instance */
     double predicted_s;        /* its predicted time to compute the prompt */

@@ -327,6 +327,11 @@ static void prefill_instances_take_long_prompts_for_decoders(void)
     CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
     CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
     in[0].role = WEFT_ROUTE_ROLE_DECODE;
+    /* a decode instance hands off within the slack, not past it */
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 240;  /* 1.24 s against its 1 s */
+    CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 260;
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
     /* busy prefill instances: the decoder is quicker, it prefills */
     in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 5000;
     CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
