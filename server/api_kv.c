@@ -2,7 +2,9 @@
  * (core/kv_block.h), for other instances (and the router) to move cached
  * prefixes around: GET ?hashes=H1,H2,... answers the held ones (stopping at
  * the first it does not hold) as one stream; POST takes a stream into the
- * prefix cache. Both need a trusted key when the server has API keys: a
+ * prefix cache (both on the worker pool: block I/O waits for the engine to
+ * be between two steps). A push may name a PD hand-off (x-weft-pd-id,
+ * x-weft-pd-end: server/pd.h). Both need a trusted key when the server has API keys: a
  * block carries its tokens (another tenant's prompt) and a pushed block is
  * believed (its name is checked, not the arithmetic that made its payload). */
 #include <stdio.h>
@@ -55,34 +57,74 @@ static int parse_hashes(const char *query, uint64_t *out, char *msg, size_t cap)
     return n ? n : -1;
 }
 
+/* A fetch, exported on a worker (the export waits for the engine to be
+ * between two steps: never on the loop). */
+struct kv_fetch {
+    struct weft_server *s;
+    struct http_conn *c;              /* NULL once the client left */
+    uint64_t *hashes;
+    uint32_t n, nb;
+    unsigned char *buf;
+    size_t len;
+    weft_status st;
+    char msg[300];
+};
+
+static void fetch_gone(void *user) { ((struct kv_fetch *)user)->c = NULL; }
+
+static void fetch_work(void *arg)
+{
+    struct kv_fetch *f = arg;
+    f->st = weft_engine_kv_export_hashes(f->s->eng, f->hashes, f->n, &f->buf, &f->len, &f->nb);
+    if (f->st != WEFT_OK) snprintf(f->msg, sizeof f->msg, "%s", weft_last_error());
+}
+
+static void fetch_done(void *arg)
+{
+    struct kv_fetch *f = arg;
+    struct http_conn *c = f->c;
+    if (c) {
+        http_conn_on_close(c, NULL, NULL);
+        if (f->st != WEFT_OK) {
+            kv_error(f->s, c, 503, "server_error", f->msg);
+        } else {
+            char extra[96];
+            snprintf(extra, sizeof extra, "X-Weft-Kv-Blocks: %u\r\nCache-Control: no-store\r\n", f->nb);
+            metrics_request(&f->s->metrics, "/v1/kv/blocks", 200);
+            http_respond(c, 200, KV_CONTENT_TYPE, extra, (const char *)f->buf, f->len);
+        }
+    }
+    free(f->buf);
+    free(f->hashes);
+    free(f);
+}
+
 static void kv_get(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
+    struct kv_fetch *f = calloc(1, sizeof *f);
     uint64_t *hashes = malloc(sizeof *hashes * KV_MAX_HASHES);
     char msg[160];
-    if (!hashes) {
+    if (!f || !hashes) {
+        free(f);
+        free(hashes);
         kv_error(s, c, 503, "server_error", "out of memory");
         return;
     }
     int n = parse_hashes(req->query, hashes, msg, sizeof msg);
     if (n < 0) {
+        free(f);
         free(hashes);
         kv_error(s, c, 400, "invalid_hashes", msg);
         return;
     }
-    unsigned char *buf = NULL;
-    size_t len = 0;
-    uint32_t nb = 0;
-    weft_status st = weft_engine_kv_export_hashes(s->eng, hashes, (uint32_t)n, &buf, &len, &nb);
-    free(hashes);
-    if (st != WEFT_OK) {
-        kv_error(s, c, 503, "server_error", weft_last_error());
+    *f = (struct kv_fetch){.s = s, .c = c, .hashes = hashes, .n = (uint32_t)n, .st = WEFT_OK};
+    if (weft_workers_submit(s->workers, fetch_work, fetch_done, f) != WEFT_OK) {
+        free(f);
+        free(hashes);
+        kv_error(s, c, 503, "server_busy", "too much work queued; retry");
         return;
     }
-    char extra[96];
-    snprintf(extra, sizeof extra, "X-Weft-Kv-Blocks: %u\r\nCache-Control: no-store\r\n", nb);
-    metrics_request(&s->metrics, "/v1/kv/blocks", 200);
-    http_respond(c, 200, KV_CONTENT_TYPE, extra, (const char *)buf, len);
-    free(buf);
+    http_conn_on_close(c, fetch_gone, f);
 }
 
 /* A push, imported on a worker (the import waits for the engine to be

@@ -20,6 +20,8 @@
 #include <stdint.h>
 #include <uv.h>
 
+struct http_header;
+
 struct http_limits {
     size_t max_url;            /* request-target bytes (default 8 KiB) */
     size_t max_header_bytes;   /* all header names + values (default 32 KiB) */
@@ -27,6 +29,11 @@ struct http_limits {
     size_t max_body;           /* default 1 MiB; larger gets 413 */
     const char *big_body_path; /* requests to this path (exact) may carry up to big_body_max */
     size_t big_body_max;       /* bytes (KV block pushes); 0 = max_body */
+    /* when set, a request to big_body_path gets big_body_max only if this
+     * says yes on its headers (e.g. a trusted key), before any body byte is
+     * read; otherwise max_body holds. Loop thread. */
+    bool (*big_body_ok)(void *user, const struct http_header *h, uint32_t n);
+    void *big_body_user;
     uint32_t idle_timeout_ms;  /* keep-alive idle, no request in progress (default 60 s) */
     uint32_t read_timeout_ms;  /* a started request must be complete within (default 30 s) */
     uint32_t max_conns;        /* beyond this, new connections are closed at once (default 1024) */

@@ -307,13 +307,6 @@ static int on_headers_complete(http_parser *p)
     if (p->http_major != 1) return fail(h, 505, "HTTP version %u.%u is not supported", p->http_major, p->http_minor);
     size_t path_off, query_off;
     if (!split_url(h, &path_off, &query_off)) return fail(h, 503, "out of memory");
-    h->body_max = h->lim.max_body;
-    if (h->lim.big_body_path && h->lim.big_body_max > h->body_max && !strcmp(h->sb + path_off, h->lim.big_body_path))
-        h->body_max = h->lim.big_body_max;
-    if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->body_max)
-        return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
-                    (unsigned long long)p->content_length, h->body_max);
-
     if (h->n_hdr > h->hdrs_cap) {
         struct http_header *a = realloc(h->hdrs, sizeof *a * h->n_hdr);
         if (!a) return fail(h, 503, "out of memory");
@@ -328,6 +321,13 @@ static int on_headers_complete(http_parser *p)
         h->hdrs[i].name = h->sb + h->hoff[2 * i];
         h->hdrs[i].value = v;
     }
+    h->body_max = h->lim.max_body;
+    if (h->lim.big_body_path && h->lim.big_body_max > h->body_max && !strcmp(h->sb + path_off, h->lim.big_body_path) &&
+        (!h->lim.big_body_ok || h->lim.big_body_ok(h->lim.big_body_user, h->hdrs, h->n_hdr)))
+        h->body_max = h->lim.big_body_max;
+    if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->body_max)
+        return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
+                    (unsigned long long)p->content_length, h->body_max);
     struct http_request *r = &h->req;
     switch (p->method) {
     case HTTP_GET: r->method = HTTP_M_GET; break;

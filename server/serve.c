@@ -49,6 +49,19 @@ static void close_all(struct weft_server *s)
     server_kv_events_close(s);  /* unhooks the engine first */
 }
 
+/* A KV push's large body only from a trusted key (or on a server without keys). */
+static bool trusted_push(void *user, const struct http_header *h, uint32_t n)
+{
+    struct weft_server *s = user;
+    if (!s->tenants.any_keys) return true;
+    const char *auth = NULL;
+    for (uint32_t i = 0; i < n && !auth; i++)
+        if (!strcmp(h[i].name, "authorization")) auth = h[i].value;
+    bool anon;
+    const struct tenant_cfg *t = auth ? tenants_auth(&s->tenants, auth, &anon) : NULL;
+    return t && t->trusted;
+}
+
 static void close_if_idle(struct weft_server *s)
 {
     if (!s->drained || s->n_active || s->closing) return;
@@ -217,6 +230,8 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     if (!lim.big_body_path) {
         lim.big_body_path = "/v1/kv/blocks";
         lim.big_body_max = cfg->max_kv_push ? cfg->max_kv_push : (size_t)64 << 20;
+        lim.big_body_ok = trusted_push;  /* an anonymous client cannot make it buffer 64 MiB */
+        lim.big_body_user = s;
     }
     int err = http_server_start(s->loop, cfg->host, cfg->port, &lim, server_handle, s, &s->http);
     if (err) {

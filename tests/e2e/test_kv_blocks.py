@@ -73,7 +73,10 @@ def test_blocks_from_one_instance_serve_the_prompt_on_another(pair):
     st, h, stream = call(a, "GET", "/v1/kv/blocks?hashes=" + ",".join(hashes))
     assert st == 200 and h["content-type"] == "application/x-weft-kv-blocks"
     assert int(h["x-weft-kv-blocks"]) == len(hashes) and stream[:7] == b"WEFTKVB"
-    assert call(b, "POST", "/v1/kv/blocks", stream, key=USER, ctype="application/x-weft-kv-blocks")[0] == 403
+    # ... nor make it take in a large body: past the ordinary body limit, refused before it is read
+    assert len(stream) > 1 << 20
+    assert call(b, "POST", "/v1/kv/blocks", stream, key=USER, ctype="application/x-weft-kv-blocks")[0] == 413
+    assert call(b, "POST", "/v1/kv/blocks", stream[:1000], key=USER, ctype="application/x-weft-kv-blocks")[0] == 403
     st, _, out = call(b, "POST", "/v1/kv/blocks", stream, ctype="application/x-weft-kv-blocks")
     assert st == 200 and json.loads(out) == {"imported": len(hashes), "already": 0, "converted": 0,
                                              "complete": True}, out
