@@ -41,7 +41,9 @@ void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *ou
 }
 
 /* Write the held blocks among hashes[0..n) after a header: up to the first
- * missing one, or (skip) every held one not imported; lock held. */
+ * missing one, or (skip) every held one not imported; from the device, or
+ * from the host tier for a block the device has evicted since; lock held.
+ * ids[i] < 0: the host tier's. */
 static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, bool skip,
                                  unsigned char **out, size_t *n_out, uint32_t *n_blocks)
 {
@@ -56,8 +58,12 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     }
     for (uint32_t i = 0; i < n; i++) {
         int32_t b = weft_kv_lookup(kv, hashes[i]);
-        if (b < 0 && !skip) break;
-        if (b < 0 || (skip && kv->imported[b])) continue;
+        const void *hp;
+        uint64_t hpar;
+        const int32_t *htok;
+        if (b < 0 && weft_kv_host_block(kv, hashes[i], &hp, &hpar, &htok)) b = -1;  /* demoted: still here */
+        else if (b < 0 && !skip) break;
+        else if (b < 0 || (skip && kv->imported[b])) continue;
         ids[held] = b;
         names[held++] = hashes[i];
     }
@@ -86,10 +92,18 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     weft_kvb_write_header(&h, buf);
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
+        unsigned char *at = buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec;
+        if (b < 0) {
+            const void *hp;
+            uint64_t hpar;
+            const int32_t *htok;
+            weft_kv_host_block(kv, names[i], &hp, &hpar, &htok);
+            weft_kvb_write_block(&h, hpar, names[i], htok, hp, at);
+            continue;
+        }
         st = weft_kv_block_read(kv, b, payload);
         if (st == WEFT_OK)
-            weft_kvb_write_block(&h, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload,
-                                 buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec);
+            weft_kvb_write_block(&h, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload, at);
     }
     free(payload);
     free(ids);

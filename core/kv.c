@@ -526,6 +526,17 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
     return WEFT_OK;
 }
 
+bool weft_kv_host_block(const struct weft_kv_pool *kv, uint64_t hash, const void **payload, uint64_t *parent,
+                        const int32_t **tokens)
+{
+    int32_t i = kv->n_hc ? hc_get(kv, hash) : -1;
+    if (i < 0) return false;
+    *payload = kv->hc + (size_t)i * kv->block_bytes;
+    *parent = kv->hc_parent[i];
+    *tokens = kv->hc_toks + (size_t)i * BT;
+    return true;
+}
+
 bool weft_kv_pin(struct weft_kv_pool *kv, uint64_t hash)
 {
     int32_t b = kv->prefix_cache ? ht_get(kv, hash) : -1;

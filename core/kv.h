@@ -191,6 +191,11 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash);
 /* The pool holds a block named hash, on the device or in the host tier. */
 bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash);
+/* The host prefix tier's copy of the block named hash: its payload
+ * (block_bytes, valid until the pool next changes), parent and tokens;
+ * false when the tier does not hold it. */
+bool weft_kv_host_block(const struct weft_kv_pool *kv, uint64_t hash, const void **payload, uint64_t *parent,
+                        const int32_t **tokens);
 /* Copy block b's bytes to host (block_bytes), after the backends' pending
  * work. */
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);

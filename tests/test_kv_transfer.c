@@ -286,6 +286,36 @@ static void host_tier_serves_evicted_prefixes(void)
         for (uint32_t round = 0; round < 2; round++) {
             round_of(e, prompts, round, outs[round]);
             weft_engine_stats(e, &st[round]);
+            if (round == 0) {
+                /* the first prefix left the device: it is exported from the host tier (or, without one, not at all) */
+                unsigned char *buf = NULL;
+                size_t len = 0;
+                uint32_t nb = 0;
+                CHECK(weft_engine_kv_export_prefix(e, prompts[0], PFX_BLOCKS * 16, &buf, &len, &nb) == WEFT_OK);
+                CHECK_EQ_INT(nb, tier ? PFX_BLOCKS : 0);
+                if (tier) {
+                    /* and serves that prefix on another engine, whole, with the same answer */
+                    struct weft_engine_config c2 = {.n_ctx = 512, .max_seqs = 1, .max_step_tokens = 128,
+                                                    .kv_blocks = PFX_BLOCKS + 2};
+                    struct weft_engine *e2 = NULL;
+                    CHECK(weft_engine_create(m, &c2, &e2) == WEFT_OK);
+                    uint32_t added = 0;
+                    struct out o2[NPFX];
+                    memset(o2, 0, sizeof o2);
+                    if (e2 && weft_engine_kv_import(e2, buf, len, &added) == WEFT_OK) {
+                        CHECK_EQ_INT(added, PFX_BLOCKS);
+                        CHECK(run(e2, prompts[0], PFX_BLOCKS * 16 + 5, &o2[0]));
+                        CHECK(!memcmp(&o2[0], &outs[0][0], sizeof o2[0]));
+                        struct weft_engine_kv_stats ks;
+                        weft_engine_kv_stats(e2, &ks);
+                        CHECK_EQ_INT(ks.hit_imported, PFX_BLOCKS);
+                    } else {
+                        CHECK_MSG(0, "import from the host tier's export failed: %s", weft_last_error());
+                    }
+                    weft_engine_free(e2);
+                }
+                free(buf);
+            }
         }
         weft_engine_free(e);
     }
