@@ -71,6 +71,9 @@ struct gen_ctx {
     char pd_push_url[256], pd_push_id[PD_ID_MAX];
     char *pd_auth;                   /* "Authorization: ...\r\n" for the push, or NULL */
     struct pd_push *push;
+    bool push_wait;                  /* the answer waits for the push to end (a reference) */
+    bool final_deferred;             /* finish_gen ran meanwhile: answer when it ends */
+    bool push_failed;
 };
 
 static void ctx_unref(struct gen_ctx *g)
@@ -81,7 +84,7 @@ static void ctx_unref(struct gen_ctx *g)
     else if (s->gens == g) s->gens = g->next;
     if (g->next) g->next->prev = g->prev;
     if (g->pd) server_pd_detach(s, g->pd);
-    if (g->push) server_pd_push_request_done(s, g->push);
+    if (g->push) server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
     free(g->ids);
     if (g->st_ready) weft_stop_free(&g->st);
@@ -285,6 +288,14 @@ static bool respond_final(struct gen_ctx *g)
 {
     struct weft_server *s = g->srv;
     if (!g->conn) return false;
+    if (g->push_failed && !g->streaming) {
+        /* a PD prefill whose blocks did not all reach the decode instance: the caller must know */
+        metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 502);
+        http_respond_error(g->conn, 502, "server_error", NULL,
+                           "the prompt was computed but its KV blocks did not all reach %s", g->pd_push_url);
+        g->conn = NULL;
+        return true;
+    }
     if (g->streaming) {
         if (g->sent < g->st.len) {
             send_sse(g, chunk(g, g->st.text + g->sent, g->st.len - g->sent, NULL, NULL));
@@ -346,6 +357,10 @@ static void finish_gen(struct gen_ctx *g, const char *reason, enum metric_finish
     double now = server_now();
     metrics_observe(&g->srv->metrics.e2e, now - g->t0);
     refund_unused(g, now);
+    if (g->push_wait) {
+        g->final_deferred = true;  /* on_push_end answers */
+        return;
+    }
     if (respond_final(g)) ctx_unref(g);  /* the HTTP side */
 }
 
@@ -424,14 +439,31 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
     }
 }
 
+/* The PD push of g's blocks is over: the answer it held back goes out. */
+static void on_push_end(void *user, bool ok)
+{
+    struct gen_ctx *g = user;
+    g->push_wait = false;
+    g->push_failed = !ok;
+    if (g->final_deferred) {
+        g->final_deferred = false;
+        if (respond_final(g)) ctx_unref(g);  /* the HTTP side */
+    }
+    ctx_unref(g);  /* the push's */
+}
+
 static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char *message)
 {
     if (ev->has_token && !g->finished) on_token(g, ev);
     if (ev->finish == WEFT_FINISH_NONE) return;
     g->engine_done = true;
     if (g->push) {
-        server_pd_push_request_done(g->srv, g->push);  /* the rest of its blocks, then the end */
+        /* the rest of its blocks, then the end; the answer waits for it */
+        struct pd_push *push = g->push;
         g->push = NULL;
+        g->push_wait = true;
+        g->refs++;  /* the push's */
+        server_pd_push_request_done(g->srv, push, on_push_end, g);
     }
     g->n_cached = ev->n_cached;
     if (!g->finished) {

@@ -311,6 +311,7 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         struct fleet_instance *p = f->inst[pdc.index];
         d->pd_in = p;
         d->pd = pdc;
+        d->pd_measured = p->load.prefill_tps > 0;
         p->refs++;
         d->pd_uncached = n_prompt - pdc.matched_tokens;
         p->own_queued += d->pd_uncached;

@@ -114,6 +114,7 @@ struct fleet_decision {
     struct fleet_instance *pd_in;
     struct weft_route_pd_choice pd;
     uint32_t pd_uncached;
+    bool pd_measured;              /* the prediction is from the prefill instance's measured rate */
 };
 
 void fleet_init(struct fleet *f, const struct fleet_config *cfg);

@@ -42,7 +42,9 @@ struct pd_push {
     char *auth;
     uint64_t *hashes;
     uint32_t n, sent;
-    bool req_done, busy, closing;
+    bool req_done, busy, closing, ok;
+    void (*on_end)(void *user, bool ok);  /* once: the transfer is over and the request ended */
+    void *end_user;
     struct pd_pool *target;
     /* the worker's answer */
     bool resolved;
@@ -308,12 +310,21 @@ static void push_free(struct pd_push *p)
 
 /* The transfer is over (all sent, or failed): the push goes once its
  * request has ended too (that call still names it). */
+static void notify(struct pd_push *p)
+{
+    void (*fn)(void *, bool) = p->on_end;
+    p->on_end = NULL;
+    if (fn) fn(p->end_user, p->ok);
+}
+
 static void push_end(struct pd_push *p, bool ok)
 {
     if (p->closing) return;
     p->closing = true;
+    p->ok = ok;
     if (ok) p->pd->st.pushes_done++;
     else p->pd->st.pushes_failed++;
+    if (p->req_done) notify(p);
     if (p->req_done && !p->busy && !p->req) push_free(p);
 }
 
@@ -508,12 +519,16 @@ struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, con
     return p;
 }
 
-void server_pd_push_request_done(struct weft_server *s, struct pd_push *p)
+void server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
+                                 void *user)
 {
     (void)s;
     if (!p) return;
     p->req_done = true;
+    p->on_end = on_end;
+    p->end_user = user;
     if (p->closing) {
+        notify(p);
         if (!p->busy && !p->req) push_free(p);
         return;
     }
@@ -545,6 +560,7 @@ void server_pd_close(struct weft_server *s)
         if (p->req) hcl_cancel(p->req);
         p->req = NULL;
         p->closing = p->req_done = true;
+        notify(p);
         if (!p->busy) push_free(p);
     }
     for (uint32_t i = 0; i < pd->n_pools; i++) hcl_pool_free(pd->pools[i].pool);

@@ -26,8 +26,11 @@
  * events) they are exported and POSTed to URL's /v1/kv/blocks under ID,
  * one batch at a time, each batch what was committed since the last one
  * (the transfer overlaps the compute); after the request ends, the rest,
- * then the end marker. A push that fails ends the transfer (the decode
- * side falls back). */
+ * then the end marker; the request's answer waits for that (200 when every
+ * block went, 502 when the push failed), so that a caller (the router) that
+ * sees the answer fail, or the instance die first, knows the transfer did
+ * not finish. A push that fails ends the transfer (the decode side falls
+ * back). */
 #ifndef WEFT_SERVER_PD_H
 #define WEFT_SERVER_PD_H
 
@@ -92,8 +95,12 @@ void server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, 
  * are committed; auth: an "Authorization: ...\r\n" line for url, or NULL. */
 struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, const char *id, const char *auth,
                                      const int32_t *prompt, uint32_t n);
-/* Its request ended: push what is left, then the end marker. */
-void server_pd_push_request_done(struct weft_server *s, struct pd_push *p);
+/* Its request ended: push what is left, then the end marker; then (or at
+ * once, when the transfer is already over) on_end(user, ok), once, on the
+ * loop (on_end may be NULL). The request answers after it: its answer says
+ * the transfer is over, and how it went. */
+void server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
+                                 void *user);
 /* Blocks were committed (server/kv_events.c, loop thread): pushes move on. */
 void server_pd_kick(struct weft_server *s);
 

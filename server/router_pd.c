@@ -122,8 +122,10 @@ void router_pd_start(struct pxy *x, char *hdr, size_t cap)
         free(pr);
         return;
     }
-    /* how long the decoder waits for the first block: the predicted prefill, with room */
-    double wait_s = 3 * pr->d.pd.predicted_s + 2;
+    /* how long the decoder waits for the first block: the predicted prefill,
+     * with room (a prediction from unmeasured or stale rates can be far off;
+     * a prefill instance that fails is reported at once, with the abort) */
+    double wait_s = pr->d.pd_measured ? 4 * pr->d.pd.predicted_s + 10 : 120;
     uint32_t wait_ms = wait_s < 120 ? (uint32_t)(wait_s * 1000) : 120000;
     snprintf(hdr, cap, "x-weft-pd: id=%s;wait_ms=%u\r\n", pr->id, wait_ms);
     r->pd_started++;

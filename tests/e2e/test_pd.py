@@ -76,10 +76,12 @@ def fleet():
     CPU decode instance, one in front of it and a Vulkan decode instance;
     and the oracle, an instance doing it all."""
     p = Server("--role", "prefill", "-c", "4096", threads=1, cpu=0)
-    d = Server("--role", "decode", "-c", "4096", "--pd-lease-ms", "1500", threads=1, cpu=1)
+    # --pd-idle-ms: one step of the prefill instance takes about 27 s under ASan here
+    idle = ["--pd-idle-ms", "120000"] if SANITIZED else []
+    d = Server("--role", "decode", "-c", "4096", "--pd-lease-ms", "1500", *idle, threads=1, cpu=1)
     os.environ["WEFT_VK_VALIDATE"] = "1"
     try:
-        dv = Server("--role", "decode", "--device", "vulkan:0", "-c", "4096", threads=1)
+        dv = Server("--role", "decode", "--device", "vulkan:0", "-c", "4096", *idle, threads=1)
     finally:
         os.environ.pop("WEFT_VK_VALIDATE", None)
     o = Server("-c", "4096", threads=1, cpu=1)
@@ -133,12 +135,13 @@ def handed_off(p, d, r, prompts, max_tokens, oracle):
     blocks = sum((n - 1) // 16 for n in lengths)
     assert m(d1, "weft_pd_received_blocks_total") - m(d0, "weft_pd_received_blocks_total") == blocks
     assert m(d1, "weft_kv_imported_hit_tokens_total") - m(d0, "weft_kv_imported_hit_tokens_total") == 16 * blocks
-    # the prefill instance computed them whole and pushed each as it went (more batches than prompts)
+    # the prefill instance computed them whole and pushed each as its steps committed blocks
     assert m(p1, "weft_prefill_tokens_total") - m(p0, "weft_prefill_tokens_total") == sum(lengths)
     assert m(p1, "weft_pd_pushes_ended_total", {"result": "done"}) - \
         m(p0, "weft_pd_pushes_ended_total", {"result": "done"}) == k
     assert m(p1, "weft_pd_pushed_blocks_total") - m(p0, "weft_pd_pushed_blocks_total") == blocks
-    assert m(p1, "weft_pd_push_batches_total") - m(p0, "weft_pd_push_batches_total") > k
+    batches = m(p1, "weft_pd_push_batches_total") - m(p0, "weft_pd_push_batches_total")
+    assert batches >= k and (batches > k or max(lengths) <= 1024), batches  # a long prompt: several steps
     assert m(r1, "weft_router_pd_handoffs_total", {"result": "ok"}) - \
         m(r0, "weft_router_pd_handoffs_total", {"result": "ok"}) == k
     # nothing left pinned once the requests ended
@@ -157,10 +160,10 @@ def oracle_in_background(o, prompts, max_tokens):
 def test_cpu_prefill_cpu_decode_gives_one_instances_tokens(fleet):
     p, d, _, o, r, _ = fleet
     # about 100 to 1,900 tokens (under ASan, four of them)
-    n_words = [31, 70, 150, 330] if SANITIZED else [31, 45, 70, 100, 150, 200, 260, 330, 420, 560]
+    n_words = [31, 70, 150] if SANITIZED else [31, 45, 70, 100, 150, 200, 260, 330, 420, 560]
     prompts = [prompt_of(i, n) for i, n in enumerate(n_words)]
     lengths = handed_off(p, d, r, prompts, 8, oracle_in_background(o, prompts, 8))
-    assert min(lengths) >= 100 and max(lengths) <= 2000 and max(lengths) >= (1000 if SANITIZED else 1500), lengths
+    assert min(lengths) >= 100 and max(lengths) <= 2000 and max(lengths) >= (500 if SANITIZED else 1500), lengths
 
 
 def test_cpu_prefill_vulkan_decode_gives_one_instances_tokens(fleet):
@@ -216,7 +219,8 @@ def test_blocks_whose_request_never_comes_are_freed_after_the_lease(fleet):
 
 def test_killing_the_prefill_instance_mid_transfer_still_completes(fleet):
     p, d, _, o, r, _ = fleet
-    pr = prompt_of(70, 330)  # about 1,100 tokens: three steps of the prefill instance
+    # about 1,100 tokens: three steps of the prefill instance (under ASan about 620: two)
+    pr = prompt_of(70, 180 if SANITIZED else 330)
     d0, r0 = metrics(d), metrics(r)
     result = {}
     t = threading.Thread(target=lambda: result.update(answer=complete(r, pr)))
