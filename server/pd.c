@@ -268,7 +268,7 @@ void server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, 
         free(pinned);
         return;
     }
-    memcpy(t->pinned + t->n_pinned, pinned, sizeof *pinned * n_pinned);
+    if (n_pinned) memcpy(t->pinned + t->n_pinned, pinned, sizeof *pinned * n_pinned);
     t->n_pinned += n_pinned;
     free(pinned);
     pd->st.blocks_in += n_blocks;
