@@ -116,10 +116,11 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
  * eligible, measured prefill-role instance (inst[i].role) is predicted to
  * finish computing it no later than d would itself (ttft as rank predicts
  * it: its queue plus its uncached tokens at its measured rate) times
- * WEFT_ROUTE_PD_SLACK when d is a decode instance (it is there not to
- * prefill: its own prefill stalls every sequence it decodes, and rates
- * measured on live steps of a shared machine differ by that much between
- * equal instances); sooner, strictly, when d does both. The block transfer is not in the
+ * (WEFT_ROUTE_PD_SLACK + its running requests) when d is a decode instance:
+ * it is there not to prefill, its own prefill stalls every sequence it
+ * decodes for that long (so a busy prefill instance is still waited for),
+ * and rates measured on live steps of a shared machine differ by the slack
+ * between equal instances; sooner, strictly, when d does both. The block transfer is not in the
  * prediction: it overlaps the compute (blocks stream as they are
  * committed). The quickest prefill instance wins; ties go to more matched
  * tokens, then the lower index. */

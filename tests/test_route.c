@@ -336,6 +336,15 @@ static void prefill_instances_take_long_prompts_for_decoders(void)
     in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 5000;
     CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
     CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    /* ... unless its own prefill would stall the sequences it decodes: 6 s against 1 s x (1.25 + 4) */
+    in[0].running = 4;
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 4000;  /* 5 s */
+    CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);
+    CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    in[0].running = 0;
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 5000;
     /* one prefill instance holding the prompt's prefix is quicker than the idle one */
     in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 0;
     in[2].matched_blocks = 50;
