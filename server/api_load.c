@@ -97,6 +97,10 @@ void server_do_load(struct weft_server *s, struct http_conn *c)
         s->cfg.engine.kv_type : WEFT_TYPE_F16),
         "limits", "max_seqs", (int)(s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64), "max_waiting",
         (int)s->max_waiting, "n_ctx", (int)s->n_ctx);
+    if (j) {
+        const char *cls = s->cfg.device_class ? s->cfg.device_class : s->n_devices ? s->devices[0].vendor : "unknown";
+        json_object_set_new(j, "device_class", json_string(cls));
+    }
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     metrics_request(&s->metrics, "/load", b ? 200 : 500);

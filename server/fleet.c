@@ -66,8 +66,16 @@ bool fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char
     copy_str(out->device, sizeof out->device, json_object_get(d0, "name"));
     copy_str(out->vendor, sizeof out->vendor, json_object_get(d0, "vendor"));
     copy_str(out->backend, sizeof out->backend, json_object_get(d0, "backend"));
+    copy_str(out->device_class, sizeof out->device_class, json_object_get(j, "device_class"));
     json_decref(j);
     return true;
+}
+
+const char *fleet_instance_class(const struct fleet_instance *in)
+{
+    if (!in || !in->has_load) return "";
+    if (in->load.device_class[0]) return in->load.device_class;
+    return in->load.device[0] ? in->load.device : in->load.backend;
 }
 
 void fleet_init(struct fleet *f, const struct fleet_config *cfg)

@@ -38,6 +38,8 @@ struct fleet_load {
     char device[96];               /* first device's name */
     char vendor[32];
     char backend[16];
+    char device_class[32];         /* what it is counted as for scaling ("" from an older instance:
+                                      fleet_instance_class falls back to the device's name) */
 };
 
 /* Parse a /load body; false with err set when it is not one. */
@@ -118,6 +120,9 @@ struct fleet_decision {
 };
 
 void fleet_init(struct fleet *f, const struct fleet_config *cfg);
+/* The class an instance counts in for scale-out signals and metric labels:
+ * its reported device_class, else its device's name, else its backend, else "". */
+const char *fleet_instance_class(const struct fleet_instance *in);
 /* Frees every instance (io must be released by the caller first). */
 void fleet_free(struct fleet *f);
 /* Add an instance by URL; WEFT_ERR_BUSY when full, WEFT_ERR_INVALID_ARG for

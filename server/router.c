@@ -354,6 +354,7 @@ static void on_poll(uv_timer_t *t)
         }
         if (!r->cfg.no_kv_events && io->in->healthy && !io->events && !r->draining) events_start(io);
     }
+    router_queue_expire(r);
     reap_dead(r, false);
 }
 

@@ -44,6 +44,10 @@ struct weft_router_config {
                                         saturated (0: 2; --saturate-waiting) */
     uint32_t queue_max;              /* requests the router's queue holds (0: 1024; --queue-max) */
     uint32_t queue_per_tenant;       /* ... of one tenant (0: 256; --queue-per-tenant) */
+    uint32_t hold_empty_s;           /* with no usable instance, requests wait in the queue up to this
+                                        many seconds for one to come up (an autoscaler scaling from
+                                        zero), then 503; /ready stays 200 meanwhile (0: 503 at once;
+                                        --hold-empty-s) */
     struct prompt_rules rules;       /* the model's tokenizer and chat rendering (as the instances') */
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */

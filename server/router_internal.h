@@ -41,7 +41,7 @@ struct scale_class {
 enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_N };
 enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_N };
 enum { THROTTLE_RATE = 0, THROTTLE_TOO_LARGE, THROTTLE_N };
-enum { SHED_QUEUE_FULL = 0, SHED_TENANT_FULL, SHED_DISPLACED, SHED_N };
+enum { SHED_QUEUE_FULL = 0, SHED_TENANT_FULL, SHED_DISPLACED, SHED_NO_INSTANCE, SHED_N };
 
 /* A tenant in the router's queue (router_queue.c). */
 #define ROUTER_MAX_QTENANTS 256
@@ -109,6 +109,7 @@ struct weft_router {
     uv_timer_t pump_timer;
     bool pump_armed;
     double dur_mean;               /* seconds a request takes, fleet-wide (moving average) */
+    double empty_since;            /* when the fleet last became empty of usable instances (0: it is not) */
     struct scale_class classes[ROUTER_MAX_CLASSES];
     uint32_t n_classes;
     uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];
@@ -207,6 +208,9 @@ bool router_queue_wants(struct weft_router *r, const struct pxy *x);
 void router_queue_add(struct pxy *x);          /* queued, or shed (answered 503) */
 void router_queue_remove(struct pxy *x);
 void router_queue_kick(struct weft_router *r); /* try to bind queued requests (soon, on the loop) */
+/* --hold-empty-s: requests held while no instance was usable for that long
+ * are answered 503 (called on every poll tick). */
+void router_queue_expire(struct weft_router *r);
 int router_queue_drain_s(const struct weft_router *r, uint32_t ahead);
 /* router_proxy.c: decide and forward now; answer 503 with these headers. */
 void router_dispatch(struct pxy *x);

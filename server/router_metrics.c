@@ -47,7 +47,7 @@ static void head(struct mbuf *m, const char *name, const char *type, const char 
 
 struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in)
 {
-    const char *name = in && in->has_load ? (in->load.device[0] ? in->load.device : in->load.backend) : "";
+    const char *name = fleet_instance_class(in);
     for (uint32_t i = 0; i < r->n_classes; i++)
         if (!strcmp(r->classes[i].name, name)) {
             if (in && in->load.max_seqs > r->classes[i].max_seqs) r->classes[i].max_seqs = in->load.max_seqs;
@@ -167,8 +167,8 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
         (unsigned long long)r->q_wait_n);
     head(m, "weft_router_shed_total", "counter",
          "Requests refused with 503 because the fleet was saturated and the queue full (queue_full), their "
-         "tenant's share full (tenant_full), or a higher priority took their place (displaced).");
-    static const char *sr[SHED_N] = {"queue_full", "tenant_full", "displaced"};
+         "tenant's share full (tenant_full), or a higher priority took their place (displaced), or because no instance came up within --hold-empty-s (no_instance).");
+    static const char *sr[SHED_N] = {"queue_full", "tenant_full", "displaced", "no_instance"};
     for (int k = 0; k < SHED_N; k++)
         put(m, "weft_router_shed_total{reason=\"%s\"} %llu\n", sr[k], (unsigned long long)r->shed[k]);
     head(m, "weft_router_circuit_state", "gauge", "Each instance's circuit breaker: 0 closed, 1 half-open, 2 open.");
@@ -302,8 +302,11 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
             case 7: v = in->ix.n; break;
             case 8: v = in->ev_synced; break;
             }
-            put(&m, "%s{instance=\"%s\",device=\"%s\",vendor=\"%s\"} %g\n", g[k].name, in->name, in->load.device,
-                in->load.vendor, v);
+            char dv[200], cl[80];
+            label_value(dv, sizeof dv, in->load.device);
+            label_value(cl, sizeof cl, fleet_instance_class(in));
+            put(&m, "%s{instance=\"%s\",device=\"%s\",vendor=\"%s\",device_class=\"%s\"} %g\n", g[k].name, in->name,
+                dv, in->load.vendor, cl, v);
         }
     }
     head(&m, "weft_router_instance_kv_event_gaps_total", "counter", "Gaps seen in an instance's KV event stream (each resynced).");

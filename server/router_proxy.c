@@ -896,8 +896,11 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
         return;
     }
     if (!strcmp(p, "/ready") && req->method == HTTP_M_GET) {
-        bool ok = !r->draining && any_usable(r);
-        respond_json(r, c, ok ? 200 : 503, json_pack("{s:s}", "status", r->draining ? "draining" : ok ? "ready" : "no instance up"));
+        /* with --hold-empty-s the router takes requests with no instance up:
+         * it holds them while an autoscaler brings one (scale from zero) */
+        bool up = any_usable(r), ok = !r->draining && (up || r->cfg.hold_empty_s > 0);
+        respond_json(r, c, ok ? 200 : 503,
+                     json_pack("{s:s}", "status", r->draining ? "draining" : up ? "ready" : ok ? "holding" : "no instance up"));
         return;
     }
     if (!strcmp(p, "/metrics") && req->method == HTTP_M_GET) {

@@ -54,7 +54,9 @@ bool router_saturated_for(struct weft_router *r, int32_t prio)
         for (struct pxy *x = io ? io->inflight : NULL; x; x = x->io_next)
             if (x->prio < prio) return false;
     }
-    return n_usable > 0;  /* none usable: not a queueing matter (the decision answers 503) */
+    /* none usable: held for one to come up with --hold-empty-s, else not a
+     * queueing matter (the decision answers 503) */
+    return n_usable > 0 || (r->cfg.hold_empty_s > 0 && !r->draining);
 }
 
 static struct qtenant *qt_get(struct weft_router *r, const char *name)
@@ -119,6 +121,7 @@ static void shed(struct pxy *x, int reason)
     snprintf(msg, sizeof msg, "%s",
              reason == SHED_TENANT_FULL ? "the fleet is saturated and this tenant's share of the router's queue is full"
              : reason == SHED_DISPLACED ? "the fleet is saturated: a higher-priority request took this one's place"
+             : reason == SHED_NO_INSTANCE ? "no instance came up to take the request"
                                         : "the fleet is saturated and the router's queue is full");
     router_reply_busy(x, hdr, msg);
 }
@@ -186,6 +189,29 @@ void router_queue_kick(struct weft_router *r)
     if (!r->q_head || r->pump_armed || r->stopped) return;
     r->pump_armed = true;
     uv_timer_start(&r->pump_timer, pump, 0, 0);
+}
+
+void router_queue_expire(struct weft_router *r)
+{
+    bool any = false;
+    for (uint32_t i = 0; i < r->fleet.n && !any; i++) any = usable(r->fleet.inst[i]);
+    double now = router_now(r);
+    if (any) {
+        r->empty_since = 0;
+        return;
+    }
+    if (r->empty_since == 0) r->empty_since = now;
+    double hold = r->cfg.hold_empty_s;
+    struct pxy *x = r->q_head;
+    while (x) {
+        struct pxy *next = x->q_next;
+        double since = x->t_queued > r->empty_since ? x->t_queued : r->empty_since;
+        if (r->draining || now - since >= hold) {
+            unlink_q(r, x);
+            shed(x, SHED_NO_INSTANCE);
+        }
+        x = next;
+    }
 }
 
 bool router_queue_wants(struct weft_router *r, const struct pxy *x)

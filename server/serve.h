@@ -49,6 +49,9 @@ struct weft_server_config {
     const char *kv_remote;           /* redis://HOST:PORT or unix:///PATH: the remote KV tier (kv_remote.h) */
     uint32_t kv_remote_ttl_ms, kv_remote_timeout_ms;
     int role;                        /* enum weft_route_role (core/route.h): reported in /load */
+    const char *device_class;        /* reported in /load as device_class: the class a router counts
+                                        this instance in for scaling ("nvidia", "amd", "cpu", ...;
+                                        NULL: the first device's vendor) */
     uint32_t pd_idle_ms;             /* a PD wait with no block for this long falls back (0: 10 s) */
     uint32_t pd_lease_ms;            /* blocks pushed for a request that never came are unpinned (0: 30 s) */
     bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */

@@ -25,7 +25,7 @@ static void usage(void)
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
-            "                   [--tokenize-threads 2] [--pd-threshold 512] [--no-pd]\n"
+            "                   [--tokenize-threads 2] [--pd-threshold 512] [--no-pd] [--hold-empty-s 0]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
             "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
@@ -47,7 +47,9 @@ static void usage(void)
             "  --saturate-waiting N: an instance with every slot busy and N waiting is saturated (default 2);\n"
             "      when all are, requests wait in the router's queue (strict priority, fair between tenants)\n"
             "  --queue-max N, --queue-per-tenant N: its bounds (default 1024, 256); past them the lowest\n"
-            "      priority is shed with 503 and Retry-After\n");
+            "      priority is shed with 503 and Retry-After\n"
+            "  --hold-empty-s S: with no instance up, requests wait in the queue up to S seconds for one\n"
+            "      (an autoscaler scaling from zero; /ready stays 200), then 503 (default 0: 503 at once)\n");
 }
 
 int weft_cmd_router(int argc, char **argv)
@@ -95,6 +97,7 @@ int weft_cmd_router(int argc, char **argv)
             {"--saturate-waiting", 1, 1 << 20, &rc.saturate_waiting},
             {"--queue-max", 1, 1 << 20, &rc.queue_max},
             {"--queue-per-tenant", 1, 1 << 20, &rc.queue_per_tenant},
+            {"--hold-empty-s", 0, 86400, &rc.hold_empty_s},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)

@@ -29,7 +29,7 @@ static void usage(void)
             "                  [--tokenize-threads 2] [--max-tokenizing 64] [--max-kv-push-mib 64]\n"
             "                  [--kv-remote redis://HOST:PORT|unix:///PATH] [--kv-remote-ttl-ms 3600000]\n"
             "                  [--kv-remote-timeout-ms 250] [--role both|prefill|decode] [--pd-idle-ms 10000]\n"
-            "                  [--pd-lease-ms 30000]\n"
+            "                  [--pd-lease-ms 30000] [--device-class NAME]\n"
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
@@ -51,6 +51,8 @@ static void usage(void)
             "                 once none has come for MS; --pd-lease-ms MS: blocks pushed for a request that\n"
             "                 never came are freed after MS\n"
             "  --max-kv-push-mib N: the largest POST /v1/kv/blocks body (KV blocks from another instance)\n"
+            "  --device-class NAME: the class a router counts this instance in for scale-out signals and\n"
+            "                 its metrics' device_class label (default: the device's vendor: cpu, nvidia, amd, ...)\n"
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
             "                 so a higher-priority arrival finds a short step running\n"
@@ -151,6 +153,22 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
         if (!strcmp(a, "--kv-remote") && v) { sc.kv_remote = argv[++i]; continue; }
+        if (!strcmp(a, "--device-class") && v) {
+            sc.device_class = argv[++i];
+            size_t n = strlen(sc.device_class);
+            bool ok = n > 0 && n < 32;
+            for (size_t k = 0; k < n && ok; k++) {
+                char ch = sc.device_class[k];
+                ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+                     ch == '_' || ch == '.';
+            }
+            if (!ok) {
+                fprintf(stderr, "weft serve: --device-class expects 1-31 letters, digits, '-', '_' or '.', not '%s'\n",
+                        sc.device_class);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--role") && v) {
             enum weft_route_role role;
             if (!weft_route_role_parse(argv[++i], &role)) {
