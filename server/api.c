@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/tokenizer.h"
+#include "server/dash.h"
 #include "server/params.h"
 #include "server/server.h"
 #include "server/kv_remote.h"
@@ -242,9 +243,10 @@ struct route {
     int id;
 };
 
-enum { R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
 
 static const struct route routes[] = {
+    {"/", HTTP_M_GET, R_DASH},  /* the dashboard (server/dash.h): it polls /load */
     {"/health", HTTP_M_GET, R_HEALTH},           {"/ready", HTTP_M_GET, R_READY},
     {"/metrics", HTTP_M_GET, R_METRICS},         {"/v1/models", HTTP_M_GET, R_MODELS},
     {"/load", HTTP_M_GET, R_LOAD},              {"/v1/kv/events", HTTP_M_GET, R_KV_EVENTS},
@@ -315,6 +317,10 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     }
     case R_METRICS: do_metrics(s, c, req); return;
     case R_LOAD: server_do_load(s, c); return;
+    case R_DASH:
+        metrics_request(&s->metrics, r->path, 200);
+        http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, dash_serve_html, dash_serve_html_len);
+        return;
     case R_KV_EVENTS: server_do_kv_events(s, c); return;
     case R_KV_INDEX: server_do_kv_index(s, c); return;
     default: break;

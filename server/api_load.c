@@ -100,6 +100,7 @@ void server_do_load(struct weft_server *s, struct http_conn *c)
     if (j) {
         const char *cls = s->cfg.device_class ? s->cfg.device_class : s->n_devices ? s->devices[0].vendor : "unknown";
         json_object_set_new(j, "device_class", json_string(cls));
+        json_object_set_new(j, "generated_tokens", json_integer((json_int_t)es.generated_tokens));  /* cumulative */
     }
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);

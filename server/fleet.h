@@ -80,6 +80,11 @@ struct fleet_instance {
     uint64_t requests, prompt_tokens, uncached_tokens, errors;
     uint64_t ev_applied, ev_gaps, resyncs;
     void *io;                      /* the router's (connections, subscriptions) */
+    /* the router's view of its answers, cumulative (the dashboard turns them
+     * into rates over its own interval: server/router_dash.c) */
+    uint64_t completion_tokens;    /* generated tokens forwarded to clients */
+    uint64_t ttft_count;           /* streams whose first token it sent */
+    double ttft_sum;               /* their seconds from arrival at the router to that token */
 };
 
 struct fleet_config {

@@ -9,8 +9,9 @@
  * Endpoints: POST /v1/completions and /v1/chat/completions (routed),
  * POST /tokenize and /detokenize (forwarded to the least loaded), GET
  * /v1/models (the fleet's models), /health, /ready (some instance usable),
- * /metrics. Answers carry x-weft-instance and x-weft-route (policy, reason,
- * matched tokens, predicted TTFT, runner-up).
+ * /metrics, / (the dashboard, server/dash.h) and /fleet (its state).
+ * Answers carry x-weft-instance and x-weft-route (policy, reason, matched
+ * tokens, predicted TTFT, runner-up).
  *
  * Threads: run() runs the libuv loop on the calling thread; tokenization
  * runs on a small worker pool (server/workers.h). Signals (when asked):

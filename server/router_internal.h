@@ -189,6 +189,9 @@ double router_now(const struct weft_router *r);
 void router_handle(void *ctx, struct http_conn *c, const struct http_request *req);
 void router_observe_overhead(struct weft_router *r, double seconds);
 char *router_metrics_render(struct weft_router *r, size_t *len);
+/* The dashboard (router_dash.c): its page (page) or GET /fleet's JSON;
+ * returns the status sent. */
+int router_dash_respond(struct weft_router *r, struct http_conn *c, bool page);
 struct inst_io *router_io(const struct fleet_instance *in);
 /* The instance stopped answering its health check: every request it holds
  * moves (retried before its first byte, migrated after). */

@@ -160,6 +160,19 @@ static void observe_ttft(struct weft_router *r, double s)
     r->ttft_hist[k]++;
 }
 
+/* The first token of an answer reached the client: the router's TTFT, and
+ * its instance's (the dashboard's per-instance chart). */
+static void first_content(struct pxy *x)
+{
+    double s = router_now(x->r) - x->t_arrival;
+    x->first_content = true;
+    observe_ttft(x->r, s);
+    if (x->decided) {
+        x->d.in->ttft_count++;
+        x->d.in->ttft_sum += s;
+    }
+}
+
 static bool client_write(struct pxy *x, const char *d, size_t n);
 
 /* One whole event ("data: ...\n\n"): the weft member is cut off (its ids
@@ -200,6 +213,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
         json_t *ids = json_object_get(w, "ids"), *sd = json_object_get(w, "seed"), *v;
         size_t i;
         json_array_foreach(ids, i, v) gen_add(x, (int32_t)json_integer_value(v));
+        if (x->decided) x->d.in->completion_tokens += json_array_size(ids);  /* as they stream, per instance */
         if (json_is_integer(sd)) {
             x->seed = (long long)json_integer_value(sd);
             x->seed_known = true;
@@ -231,10 +245,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
     memcpy(out + 6, pl, (size_t)at);
     memcpy(out + 6 + at, "}\n\n", 3);
     if (x->routed) scan_usage(x, out, olen);
-    if (!x->first_content && x->n_gen > 0) {
-        x->first_content = true;
-        observe_ttft(x->r, router_now(x->r) - x->t_arrival);
-    }
+    if (!x->first_content && x->n_gen > 0) first_content(x);
     client_write(x, out, olen);
     if (out != local) free(out);
 }
@@ -343,10 +354,7 @@ static void up_body(void *u, const char *d, size_t n)
         return;
     }
     if (x->routed) scan_usage(x, d, n);
-    if (x->routed && !x->first_content && x->sse) {
-        x->first_content = true;
-        observe_ttft(x->r, router_now(x->r) - x->t_arrival);
-    }
+    if (x->routed && !x->first_content && x->sse) first_content(x);
     client_write(x, d, n);
 }
 
@@ -355,6 +363,9 @@ static void finish(struct pxy *x, bool failed)
     io_unlink(x);
     if (x->ext) x->generated = x->n_gen;
     else if (x->decided && x->d.generated > 0) x->generated = x->d.generated;
+    /* a stream the router can move counted its tokens as they came (stream_event); the
+     * others are known from their usage at the end */
+    if (x->decided && !x->ext && x->d.generated > 0) x->d.in->completion_tokens += (uint64_t)x->d.generated;
     if (x->decided) {
         struct scale_class *c = router_class(x->r, x->d.in);
         if (c && !failed) {
@@ -910,6 +921,11 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
         if (!b) http_respond_error(c, 503, "server_error", NULL, "out of memory");
         else http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
         free(b);
+        return;
+    }
+    if (req->method == HTTP_M_GET && (!strcmp(p, "/") || !strcmp(p, "/fleet"))) {
+        /* the dashboard and its state: read-only, open as /metrics is */
+        status_count(r, router_dash_respond(r, c, p[1] == 0));
         return;
     }
     /* the rest may need an API key (the router checks it; the instance trusts the router) */
