@@ -179,6 +179,12 @@ void fleet_poll_failed(struct fleet_instance *in)
 {
     in->poll_failures++;
     in->healthy = false;
+    /* never up yet (still starting): not a failure of the circuit's kind,
+     * so its first good report lets it take traffic at once */
+    if (!in->has_load) {
+        in->probing = false;
+        return;
+    }
     if (in->circuit != FLEET_CIRCUIT_OPEN) {
         in->circuit = FLEET_CIRCUIT_OPEN;
         in->circuit_opens++;

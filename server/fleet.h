@@ -141,6 +141,8 @@ void fleet_instance_unref(struct fleet_instance *in);
 /* A /load report arrived (now: the caller's clock in seconds); the index is
  * resized to the reported capacity. A failed poll: fleet_poll_failed. */
 void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now);
+/* (An instance that has never reported is only unhealthy: its circuit
+ * opens for failures after it was up.) */
 void fleet_poll_failed(struct fleet_instance *in);
 /* A request to in ended: ok, or failed in a way that counts against its
  * health (connect error, 5xx other than a capacity refusal, broken or hung

@@ -33,6 +33,8 @@ static bool usable(const struct fleet_instance *in)
 
 static bool saturated(const struct weft_router *r, const struct fleet_instance *in)
 {
+    /* half-open with its one trial request in flight: it takes no other until that ends */
+    if (in->circuit == FLEET_CIRCUIT_HALF_OPEN && in->probing) return true;
     uint32_t running = in->load.running > in->own_running ? in->load.running : in->own_running;
     uint32_t waiting = in->load.waiting > in->own_waiting ? in->load.waiting : in->own_waiting;
     uint32_t slots = in->load.max_seqs ? in->load.max_seqs : 64;

@@ -188,12 +188,66 @@ static void million_unique_prompts_bounded(void)
     fleet_free(&f);
 }
 
+static void device_class_or_the_device_name(void)
+{
+    /* no device_class (an older instance): the class is the device's name; with one, that */
+    struct fleet f;
+    make_fleet(&f, 1, WEFT_ROUTE_LEAST_LOAD, 100);
+    CHECK(!strcmp(fleet_instance_class(f.inst[0]), "Xeon"));
+    snprintf(f.inst[0]->load.device_class, sizeof f.inst[0]->load.device_class, "cpu");
+    CHECK(!strcmp(fleet_instance_class(f.inst[0]), "cpu"));
+    fleet_free(&f);
+}
+
+/* A fleet starting up: an instance whose first polls fail (still loading)
+ * is only unhealthy, and takes traffic fully from its first report; one
+ * that was up and then fails its check opens its circuit and comes back
+ * half-open (one trial request). */
+static void an_instance_still_starting_is_not_a_failed_one(void)
+{
+    struct fleet_config cfg = {.policy = WEFT_ROUTE_LEAST_LOAD, .index_min_blocks = 64};
+    struct fleet f;
+    fleet_init(&f, &cfg);
+    struct fleet_instance *in;
+    CHECK(fleet_add(&f, "http://127.0.0.1:8001", &in) == WEFT_OK);
+    int32_t ids[32];
+    prompt(ids, 32, 1, 1);
+    struct fleet_decision d[2];
+    fleet_poll_failed(in);
+    fleet_poll_failed(in);
+    CHECK(!in->healthy && in->circuit == FLEET_CIRCUIT_CLOSED && in->circuit_opens == 0);
+    CHECK(fleet_decide(&f, ids, 32, 16, 0.1, &d[0]) == WEFT_ERR_NO_ROOM);
+    struct fleet_load l;
+    char err[64];
+    CHECK(fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
+    l.running = l.waiting = 0;
+    fleet_apply_load(&f, in, &l, 0.2);
+    CHECK(in->circuit == FLEET_CIRCUIT_CLOSED);
+    CHECK(fleet_decide(&f, ids, 32, 16, 0.3, &d[0]) == WEFT_OK);
+    CHECK(fleet_decide(&f, ids, 32, 16, 0.3, &d[1]) == WEFT_OK);  /* no one-at-a-time trial */
+    fleet_finished(&f, &d[0], -1, false);
+    fleet_finished(&f, &d[1], -1, false);
+    /* up, then gone: the circuit opens; back: half-open, one trial at a time */
+    fleet_poll_failed(in);
+    CHECK(in->circuit == FLEET_CIRCUIT_OPEN && in->circuit_opens == 1);
+    fleet_apply_load(&f, in, &l, 0.5);
+    CHECK(in->circuit == FLEET_CIRCUIT_HALF_OPEN);
+    CHECK(fleet_decide(&f, ids, 32, 16, 0.6, &d[0]) == WEFT_OK);
+    CHECK(fleet_decide(&f, ids, 32, 16, 0.6, &d[1]) == WEFT_ERR_NO_ROOM);
+    fleet_request_result(in, true);
+    fleet_finished(&f, &d[0], -1, false);
+    CHECK(in->circuit == FLEET_CIRCUIT_CLOSED);
+    fleet_free(&f);
+}
+
 int main(void)
 {
     RUN(parse_load);
+    RUN(device_class_or_the_device_name);
     RUN(history_keeps_prefix_together);
     RUN(events_correct_the_index);
     RUN(unhealthy_and_draining_are_skipped);
+    RUN(an_instance_still_starting_is_not_a_failed_one);
     RUN(million_unique_prompts_bounded);
     return check_summary();
 }
