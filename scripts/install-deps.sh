@@ -4,6 +4,9 @@
 # jansson, libuv and http-parser headers, python3 with pip (scripts/fetch-model.sh
 # uses it), and the Python packages the server's end-to-end tests use (pytest,
 # openai, from PyPI).
+# The fleet's tests: redis-server, Debian's prometheus (the autoscaling test
+# starts its own), chromium (the dashboard test, headless), and through
+# scripts/install-deploy-deps.sh kubernetes-validate and PyYAML from PyPI.
 # GPU backends: the Vulkan loader + headers, glslc, Mesa's lavapipe (a CPU
 # Vulkan device, so every Vulkan test runs without a GPU) and the Khronos
 # validation layer; Debian's HIP compiler and runtime headers (hipcc). The CUDA
@@ -31,7 +34,7 @@ python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || missing+=("$1"); }
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers hipcc libamdhip64-dev \
-        libhiredis-dev redis-server; do need_pkg "$p"; done
+        libhiredis-dev redis-server chromium prometheus; do need_pkg "$p"; done
 fi
 
 # libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev
@@ -79,4 +82,7 @@ if ! python3 -c 'import pytest, openai' >/dev/null 2>&1; then
     python3 -m pip install -q pytest openai 2>/dev/null ||
         python3 -m pip install -q --break-system-packages pytest openai
 fi
+# the deployment tests' Python packages (kubernetes-validate, PyYAML) and the
+# prometheus service the package may have started (the tests run their own)
+bash "$(dirname "$0")/install-deploy-deps.sh"
 echo "install-deps: ok"
