@@ -15,6 +15,7 @@
 #include "server/workers.h"
 
 #define ROUTER_LAT_BUCKETS 18
+#define ROUTER_TTFT_BUCKETS 21
 
 /* An answer collected whole (status, body up to max bytes; past it status -1). */
 struct body_buf {
@@ -112,7 +113,7 @@ struct weft_router {
     double empty_since;            /* when the fleet last became empty of usable instances (0: it is not) */
     struct scale_class classes[ROUTER_MAX_CLASSES];
     uint32_t n_classes;
-    uint64_t ttft_count, ttft_hist[ROUTER_LAT_BUCKETS + 1];
+    uint64_t ttft_count, ttft_hist[ROUTER_TTFT_BUCKETS + 1];
     double ttft_sum;
     /* prefill/decode hand-offs (router_pd.c) */
     uint64_t pd_epoch, pd_next;    /* PD ids: unique across restarts and requests */
@@ -184,6 +185,9 @@ struct pxy {
 
 
 extern const double router_lat_bounds[ROUTER_LAT_BUCKETS];
+/* TTFT buckets: fine below a second, and 7.5/10/15/20/30 s so an overloaded
+ * fleet's p99 (what an autoscaler reads) is not all one bucket wide */
+extern const double router_ttft_bounds[ROUTER_TTFT_BUCKETS];
 
 double router_now(const struct weft_router *r);
 void router_handle(void *ctx, struct http_conn *c, const struct http_request *req);

@@ -205,12 +205,10 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
     }
     head(m, "weft_router_ttft_seconds", "histogram",
          "Time from a stream's arrival at the router to its first token leaving it (moves included).");
-    static const double b[ROUTER_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-                                                 0.5,   0.75, 1.0,   1.5,  2.0,   3.0, 5.0,  10,  30};
     uint64_t cum = 0;
-    for (int k = 0; k < ROUTER_LAT_BUCKETS; k++) {
+    for (int k = 0; k < ROUTER_TTFT_BUCKETS; k++) {
         cum += r->ttft_hist[k];
-        put(m, "weft_router_ttft_seconds_bucket{le=\"%g\"} %llu\n", b[k], (unsigned long long)cum);
+        put(m, "weft_router_ttft_seconds_bucket{le=\"%g\"} %llu\n", router_ttft_bounds[k], (unsigned long long)cum);
     }
     put(m, "weft_router_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)r->ttft_count);
     put(m, "weft_router_ttft_seconds_sum %.6f\nweft_router_ttft_seconds_count %llu\n", r->ttft_sum,

@@ -13,6 +13,8 @@
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
 
+const double router_ttft_bounds[ROUTER_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+                                                        1.0,   1.5,  2.0,   3.0,  5.0,   7.5, 10,  15,  20,  30};
 const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
                                                       0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
                                                       0.01,    0.025,  0.05,   0.1,    0.25,   1.0};
@@ -153,10 +155,8 @@ static void observe_ttft(struct weft_router *r, double s)
 {
     r->ttft_count++;
     r->ttft_sum += s;
-    static const double b[ROUTER_LAT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
-                                                 0.5,   0.75, 1.0,   1.5,  2.0,   3.0, 5.0,  10,  30};
     uint32_t k = 0;
-    while (k < ROUTER_LAT_BUCKETS && s > b[k]) k++;
+    while (k < ROUTER_TTFT_BUCKETS && s > router_ttft_bounds[k]) k++;
     r->ttft_hist[k]++;
 }
 
