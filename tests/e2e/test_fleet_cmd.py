@@ -138,44 +138,29 @@ class Fleet:
             os.killpg(self.proc.pid, signal.SIGKILL)
 
 
-PROMPTS = [
-    "The three primary colors are",
-    "Write a haiku about the sea.",
-    "List four animals that live in the Arctic:",
-    "Explain in one sentence why the sky is blue.",
-    "What is the capital of France?",
-    "Name a famous painting and its painter.",
-    "Give me a tip for learning to cook:",
-    "Describe a bicycle to a child.",
-]
+def generate(client, stream, n_tok, prompt=None, messages=None):
+    """One greedy request of n_tok tokens (EOS ignored) through the SDK, a
+    completion (prompt) or a chat (messages), streamed or not:
+    (text, finish_reason, completion tokens)."""
+    kw = dict(model="default", max_tokens=n_tok, temperature=0, extra_body={"ignore_eos": True})
+    api = client.chat.completions if messages else client.completions
+    if messages:
+        kw["messages"] = messages
+    else:
+        kw["prompt"] = prompt
 
+    def text_of(choice):
+        if messages:
+            return (choice.delta.content if stream else choice.message.content) or ""
+        return choice.text or ""
 
-def ask(client, i, stream):
-    """Request i (chat for even i, completion for odd), greedy, N_TOK tokens: (text, finish, usage tokens)."""
-    p = PROMPTS[i % len(PROMPTS)]
-    extra = {"ignore_eos": True}
-    if i % 2 == 0:
-        kw = dict(model="default", messages=[{"role": "user", "content": p}], max_tokens=N_TOK, temperature=0,
-                  extra_body=extra)
-        if not stream:
-            r = client.chat.completions.create(**kw)
-            return r.choices[0].message.content, r.choices[0].finish_reason, r.usage.completion_tokens
-        text, finish, used = "", None, None
-        for ch in client.chat.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
-            if ch.choices:
-                text += ch.choices[0].delta.content or ""
-                finish = ch.choices[0].finish_reason or finish
-            if ch.usage:
-                used = ch.usage.completion_tokens
-        return text, finish, used
-    kw = dict(model="default", prompt=p, max_tokens=N_TOK, temperature=0, extra_body=extra)
     if not stream:
-        r = client.completions.create(**kw)
-        return r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens
+        r = api.create(**kw)
+        return text_of(r.choices[0]), r.choices[0].finish_reason, r.usage.completion_tokens
     text, finish, used = "", None, None
-    for ch in client.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
+    for ch in api.create(**kw, stream=True, stream_options={"include_usage": True}):
         if ch.choices:
-            text += ch.choices[0].text or ""
+            text += text_of(ch.choices[0])
             finish = ch.choices[0].finish_reason or finish
         if ch.usage:
             used = ch.usage.completion_tokens
@@ -195,20 +180,8 @@ STORY_TOK = 64
 
 
 def story(client, i, stream):
-    """Completion i of the kill test, greedy, STORY_TOK tokens: (text, finish, completion tokens)."""
-    kw = dict(model="default", prompt=STORY_PROMPTS[i % len(STORY_PROMPTS)], max_tokens=STORY_TOK, temperature=0,
-              extra_body={"ignore_eos": True})
-    if not stream:
-        r = client.completions.create(**kw)
-        return r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens
-    text, finish, used = "", None, None
-    for ch in client.completions.create(**kw, stream=True, stream_options={"include_usage": True}):
-        if ch.choices:
-            text += ch.choices[0].text or ""
-            finish = ch.choices[0].finish_reason or finish
-        if ch.usage:
-            used = ch.usage.completion_tokens
-    return text, finish, used
+    """Completion i of the kill test."""
+    return generate(client, stream, STORY_TOK, prompt=STORY_PROMPTS[i % len(STORY_PROMPTS)])
 
 
 @pytest.mark.skipif(SANITIZED, reason="the kill-and-restart load test runs in the Release build")
@@ -327,9 +300,10 @@ def test_fleet_with_redis_starts_and_stops_it():
         deadline = time.time() + 60
         while time.time() < deadline and http_get(fleet.base + "/ready")[0] != 200:
             time.sleep(0.05)
-        text, finish, used = ask(client, 0, stream=False)
+        chat = [{"role": "user", "content": "What is the capital of France?"}]
+        text, finish, used = generate(client, False, N_TOK, messages=chat)
         assert finish == "length" and used == N_TOK
-        ask(client, 2, stream=True)
+        assert generate(client, True, N_TOK, messages=chat) == (text, finish, used)
         # the instance writes its full blocks behind to the fleet's Redis
         port = int(fleet.redis_url.rsplit(":", 1)[1])
         deadline = time.time() + 60
