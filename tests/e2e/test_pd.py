@@ -230,7 +230,7 @@ def test_killing_the_prefill_instance_mid_transfer_still_completes(fleet):
     t = threading.Thread(target=lambda: result.update(answer=complete(r, pr)))
     t.start()
     until(lambda: m(metrics(d), "weft_pd_received_blocks_total") > m(d0, "weft_pd_received_blocks_total"),
-          "the first pushed blocks")
+          "the first pushed blocks", timeout=300 if SANITIZED else 60)
     p.proc.kill()
     t.join(300)
     st, hdrs, out = result["answer"]
