@@ -20,6 +20,8 @@
 #include "core/kv_block.h"
 #include "core/sched.h"
 
+struct weft_grammar;
+
 struct weft_engine_config {
     uint32_t n_ctx;              /* per sequence; 0 = the model's training context */
     uint32_t max_step_tokens;    /* token budget per step (default 512) */
@@ -88,6 +90,18 @@ struct weft_request {
     const char *tenant;          /* NULL/"" = default; limits via weft_engine_tenant() */
     weft_event_cb cb;
     void *user;
+    /* NULL = unconstrained. Otherwise every generated token keeps the text
+     * a prefix of a match of the grammar (core/grammar.h); the engine takes
+     * its own reference. The sampler's draw comes first; a token the grammar
+     * refuses is replaced by a second draw (at the same position, retry 1,
+     * weft_sampler_sample_masked) over the allowed tokens only. End of
+     * generation is allowed exactly when the text is a complete match, also
+     * with ignore_eos (the grammar decides); once nothing more can follow the
+     * request ends (WEFT_FINISH_STOP) with that token's event, without
+     * another step. On a continuation (sample_pos > 0) the last sample_pos
+     * prompt tokens are replayed into the grammar at submit; a replay the
+     * grammar rejects is refused (WEFT_ERR_INVALID_ARG). */
+    const struct weft_grammar *grammar;
 };
 
 struct weft_engine_stats {

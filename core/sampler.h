@@ -56,6 +56,17 @@ void weft_sampler_free(struct weft_sampler *s);
 void weft_sampler_accept(struct weft_sampler *s, int32_t id);
 /* Sample from logits[0..n_vocab) (not modified). */
 weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, struct weft_sample *out);
+/* As weft_sampler_sample, over the ids whose bit is set in allowed[] (bit
+ * id % 32 of allowed[id / 32]) only: the others count as -inf logits before
+ * penalties, top-k, top-p and min-p. The draw is number `retry` at the current
+ * position (retry 0 is weft_sampler_sample's own draw; each retry is another
+ * function of (seed, position, retry)). Greedy: the allowed id with the
+ * highest logit (ties -> lowest id). With no allowed id with a finite logit
+ * the lowest allowed id is chosen; with no allowed id at all,
+ * WEFT_ERR_INVALID_ARG. Logprobs stay those of the raw distribution. Advances
+ * the position by one, as weft_sampler_sample does. */
+weft_status weft_sampler_sample_masked(struct weft_sampler *s, const float *logits, const uint32_t *allowed,
+                                       uint32_t retry, struct weft_sample *out);
 /* The position of the next draw (each successful sample advances it by one). */
 void weft_sampler_set_position(struct weft_sampler *s, uint64_t pos);
 uint64_t weft_sampler_position(const struct weft_sampler *s);
