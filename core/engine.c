@@ -37,6 +37,11 @@ static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decod
         return;
     }
     if (prefill == 0) return;
+    /* a step of a few prompt tokens (the last one after a prefix hit or a
+     * fetch from the remote tier) costs mostly its fixed part: it would make
+     * computing a block look far slower than it is, so it only counts while
+     * nothing better has been measured */
+    if (prefill < WEFT_KV_BLOCK_TOKENS && e->prefill_tps > 0) return;
     double t = dt;
     if (decode && e->decode_tps > 0) t -= decode / e->decode_tps;
     if (t < dt * 0.25) {

@@ -186,6 +186,10 @@ def test_a_throttled_link_makes_the_instance_recompute(redis):
     proxy.start()
     c = Server("--kv-remote", f"redis://127.0.0.1:{proxy.port}", threads=1, cpu=1)
     try:
+        # C computes a prompt of its own first: its prefill rate is measured
+        # from a whole prompt, as an instance that has served any would be
+        # (the one-token steps after a fetch do not count against it)
+        complete(c, prompt("warm-c", 3))
         texts = [prompt(f"slow{i}") for i in range(4)]
         refs = [complete(a, t)["choices"][0]["text"] for t in texts]
         assert wait_metric(a, "weft_kv_remote_written_blocks_total", lambda v: v >= 4 * 12)
