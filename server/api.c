@@ -237,13 +237,89 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     free(b);
 }
 
+const char *server_model_name(const struct weft_server *s, const char *asked)
+{
+    if (!asked || !strcmp(asked, "default") || !strcmp(asked, s->model_id)) return s->model_id;
+    for (uint32_t i = 0; i < s->cfg.n_model_aliases; i++)
+        if (!strcmp(asked, s->cfg.model_aliases[i])) return s->cfg.model_aliases[i];
+    return NULL;
+}
+
+static json_t *model_json(const struct weft_server *s, const char *id)
+{
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", id, "object", "model", "created", (json_int_t)s->created,
+                     "owned_by", "weft", "max_model_len", (int)s->n_ctx);
+}
+
+/* GET /v1/models: the model and its aliases */
+static void do_models(struct weft_server *s, struct http_conn *c)
+{
+    json_t *data = json_array();
+    json_array_append_new(data, model_json(s, s->model_id));
+    for (uint32_t i = 0; i < s->cfg.n_model_aliases; i++)
+        json_array_append_new(data, model_json(s, s->cfg.model_aliases[i]));
+    reply_json(s, c, "/v1/models", 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
+}
+
+/* %XX-decode src into dst (cap bytes); false when malformed or too long. */
+static bool pct_decode(const char *src, char *dst, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = src; *p; p++) {
+        if (n + 1 >= cap) return false;
+        if (*p == '%') {
+            int v = 0;
+            for (int k = 1; k <= 2; k++) {
+                char h = p[k];
+                int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                        : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+                if (d < 0) return false;
+                v = v * 16 + d;
+            }
+            if (v == 0) return false;
+            dst[n++] = (char)v;
+            p += 2;
+        } else {
+            dst[n++] = *p;
+        }
+    }
+    dst[n] = 0;
+    return n > 0;
+}
+
+/* GET /v1/models/{id} (OpenAI's "retrieve model"); an alias names itself */
+static void do_model(struct weft_server *s, struct http_conn *c, const char *raw_id)
+{
+    const char *ep = "/v1/models/{id}";
+    char id[256];
+    const char *name = pct_decode(raw_id, id, sizeof id) ? server_model_name(s, id) : NULL;
+    if (name && !strcmp(id, "default")) name = NULL;  /* "default" is accepted in requests, not a model */
+    if (!name) {
+        metrics_request(&s->metrics, ep, 404);
+        char msg[400];
+        snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%s'", id, s->model_id);
+        json_t *j = json_pack("{s:{s:s,s:s,s:s,s:s}}", "error", "message", msg, "type", "invalid_request_error",
+                              "param", "model", "code", "model_not_found");
+        char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
+        json_decref(j);
+        if (b) http_respond(c, 404, "application/json", NULL, b, strlen(b));
+        else http_respond_error(c, 404, "invalid_request_error", "model", "no such model");
+        free(b);
+        return;
+    }
+    reply_json(s, c, ep, 200, model_json(s, name));
+}
+
 struct route {
     const char *path;
     enum http_method method;
     int id;
 };
 
-enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+
+/* GET /v1/models/{id}: not in the table (its path has a parameter) */
+static const struct route model_route = {"/v1/models/{id}", HTTP_M_GET, R_MODEL};
 
 static const struct route routes[] = {
     {"/", HTTP_M_GET, R_DASH},  /* the dashboard (server/dash.h): it polls /load */
@@ -261,6 +337,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     const struct route *r = NULL;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         if (!strcmp(req->path, routes[i].path) && (!r || routes[i].method == req->method)) r = &routes[i];
+    if (!r && !strncmp(req->path, "/v1/models/", 11) && req->path[11]) r = &model_route;
     /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
     if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY && r->id != R_LOAD) r = NULL;
     if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
@@ -339,12 +416,8 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         return;
     }
     switch (r->id) {
-    case R_MODELS:
-        reply_json(s, c, r->path, 200,
-                   json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:i}]}", "object", "list", "data", "id", s->model_id, "object",
-                             "model", "created", (json_int_t)s->created, "owned_by", "weft", "max_model_len",
-                             (int)s->n_ctx));
-        return;
+    case R_MODELS: do_models(s, c); return;
+    case R_MODEL: do_model(s, c, req->path + 11); return;
     case R_TOKENIZE: do_tokenize(s, c, req); return;
     case R_KV_BLOCKS:
     case R_KV_PUSH: server_do_kv_blocks(s, c, req, t); return;

@@ -29,13 +29,35 @@
 #include "server/server.h"
 #include "server/kv_remote.h"
 
+/* One choice of a request (n > 1 gives several, each its own engine
+ * sequence, stop state and stream position; the engine's user pointer). */
+struct gen_choice {
+    struct gen_ctx *g;
+    uint32_t index;
+    uint64_t id;                     /* the engine's */
+    bool submitted, engine_done, done, aborted_by_us;
+    struct weft_stop st;             /* the output text and where it stops (core/stop.h) */
+    bool st_ready, role_sent, seed_sent, end_sent;
+    size_t sent;                     /* bytes of st.text already streamed */
+    int32_t *chunk_ids;              /* weft.ids: tokens not yet named in a chunk */
+    uint32_t n_chunk_ids, cap_chunk_ids;
+    json_t *lp;                      /* logprobs: chat "content" array or completions object */
+    const char *finish_reason;
+    uint32_t n_gen;                  /* the whole completion's, a continuation's too */
+    uint32_t n_new;                  /* tokens generated here (a continuation's after its k) */
+    double t_last;
+};
+
 struct gen_ctx {
     struct weft_server *srv;
     struct gen_ctx *prev, *next;     /* srv->gens: every live context (drain timeout) */
     struct http_conn *conn;          /* NULL once the response ended or the client left */
     int refs;
-    uint64_t id;
-    bool engine_done, finished, streaming, chat, aborted_by_us, submitted;
+    bool finished, streaming, chat, submitted;  /* finished: answered (or the client left) */
+    struct gen_choice *ch;           /* p.n of them */
+    uint32_t n_ch, n_done;           /* choices; those whose answer is complete */
+    uint32_t n_submitted;            /* choices given to the engine (the rest wait: n_choices_rest) */
+    const char *model;               /* the name answers report: as the client asked (an alias) */
     struct gen_params p;
     json_t *root;
     char tenant[WEFT_TENANT_NAME_MAX];  /* whose buckets were charged ("" none) */
@@ -50,18 +72,11 @@ struct gen_ctx {
     char tok_msg[256];
     atomic_bool cancelled;           /* the client left: a queued job skips its work */
     char rid[48];
-    uint32_t n_prompt, n_cached, n_gen;  /* n_gen: the whole completion's, a continuation's too */
-    uint32_t n_new;                  /* tokens generated here (a continuation's after its k) */
-    uint32_t max_tokens;
-    uint64_t created;
-    struct weft_stop st;             /* the output text and where it stops (core/stop.h) */
-    bool st_ready, role_sent, seed_sent;
-    size_t sent;                     /* bytes of st.text already streamed */
-    int32_t *chunk_ids;              /* weft.ids: tokens not yet named in a chunk */
-    uint32_t n_chunk_ids, cap_chunk_ids;
-    json_t *lp;                      /* logprobs: chat "content" array or completions object */
-    const char *finish_reason;
-    double t0, t_first, t_last;
+    uint32_t n_prompt, n_cached;
+    uint32_t max_tokens;             /* per choice */
+    uint32_t n_submit_prompt, submit_k; /* what each choice's engine request starts from */
+    uint64_t created;                /* when the request came (unix seconds), or a continuation's */
+    double t0, t_first;
     /* prefill/decode hand-off (server/pd.h): as the decode side, the PD id
      * whose pushed blocks it waits for; as the prefill side, where to push */
     char pd_id[PD_ID_MAX];
@@ -72,7 +87,7 @@ struct gen_ctx {
     char *pd_auth;                   /* "Authorization: ...\r\n" for the push, or NULL */
     struct pd_push *push;
     bool push_wait;                  /* the answer waits for the push to end (a reference) */
-    bool final_deferred;             /* finish_gen ran meanwhile: answer when it ends */
+    bool final_deferred;             /* the last finish_choice ran meanwhile: answer when it ends */
     bool push_failed;
 };
 
@@ -87,26 +102,50 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->push) server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
     free(g->ids);
-    if (g->st_ready) weft_stop_free(&g->st);
-    free(g->chunk_ids);
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        struct gen_choice *c = &g->ch[i];
+        if (c->st_ready) weft_stop_free(&c->st);
+        free(c->chunk_ids);
+        json_decref(c->lp);
+    }
+    free(g->ch);
     gen_params_free(&g->p);
     json_decref(g->root);
-    json_decref(g->lp);
     free(g);
     if (--s->n_active == 0 && s->on_idle) s->on_idle(s);
 }
 
 /* weft.ids: remember a token for the next chunk */
-static void chunk_id_add(struct gen_ctx *g, int32_t id)
+static void chunk_id_add(struct gen_choice *c, int32_t id)
 {
-    if (g->n_chunk_ids == g->cap_chunk_ids) {
-        uint32_t cap = g->cap_chunk_ids ? g->cap_chunk_ids * 2 : 16;
-        int32_t *a = realloc(g->chunk_ids, sizeof *a * cap);
+    if (c->n_chunk_ids == c->cap_chunk_ids) {
+        uint32_t cap = c->cap_chunk_ids ? c->cap_chunk_ids * 2 : 16;
+        int32_t *a = realloc(c->chunk_ids, sizeof *a * cap);
         if (!a) return;  /* the router then continues from fewer tokens: still exact */
-        g->chunk_ids = a;
-        g->cap_chunk_ids = cap;
+        c->chunk_ids = a;
+        c->cap_chunk_ids = cap;
     }
-    g->chunk_ids[g->n_chunk_ids++] = id;
+    c->chunk_ids[c->n_chunk_ids++] = id;
+}
+
+/* completion tokens of every choice */
+static uint32_t total_gen(const struct gen_ctx *g)
+{
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < g->n_ch; i++) n += g->ch[i].n_gen;
+    return n;
+}
+
+/* End every choice still running in the engine (the request ends). */
+static void abort_all(struct gen_ctx *g)
+{
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        struct gen_choice *c = &g->ch[i];
+        if (c->submitted && !c->engine_done) {
+            c->aborted_by_us = true;
+            weft_engine_abort(g->srv->eng, c->id);
+        }
+    }
 }
 
 /* Give back what the request reserved and did not use (tenant looked up
@@ -116,7 +155,8 @@ static void refund_unused(struct gen_ctx *g, double now)
     if (!g->charged) return;
     g->charged = false;
     struct tenant_cfg *t = tenants_find(&g->srv->tenants, g->tenant);
-    double unused = g->submitted ? (double)(g->max_tokens > g->n_gen ? g->max_tokens - g->n_gen : 0) : g->reserved;
+    double all = (double)g->max_tokens * g->n_ch, gen = total_gen(g);
+    double unused = g->submitted ? (all > gen ? all - gen : 0) : g->reserved;
     if (t && unused > 0) tenant_refund(t, now, unused);
 }
 
@@ -124,8 +164,10 @@ static void refund_unused(struct gen_ctx *g, double now)
 
 static json_t *usage_json(const struct gen_ctx *g)
 {
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)g->n_prompt, "completion_tokens", (int)g->n_gen,
-                     "total_tokens", (int)(g->n_prompt + g->n_gen), "prompt_tokens_details", "cached_tokens",
+    /* the prompt counted once, however many choices shared it */
+    uint32_t gen = total_gen(g);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", (int)g->n_prompt, "completion_tokens", (int)gen,
+                     "total_tokens", (int)(g->n_prompt + gen), "prompt_tokens_details", "cached_tokens",
                      (int)g->n_cached);
 }
 
@@ -187,9 +229,9 @@ static json_t *token_str(const struct weft_tokenizer *t, int32_t id, bool first)
 
 /* The sampled token's string: exactly the text it added, so the strings of
  * a completion's tokens concatenate to its text. */
-static json_t *sampled_str(const struct gen_ctx *g, size_t from, size_t len)
+static json_t *sampled_str(const struct gen_choice *c, size_t from, size_t len)
 {
-    json_t *j = json_stringn(g->st.text ? g->st.text + from : "", len);
+    json_t *j = json_stringn(c->st.text ? c->st.text + from : "", len);
     return j ? j : json_string("");
 }
 
@@ -206,9 +248,10 @@ static json_t *token_bytes(const struct weft_tokenizer *t, int32_t id)
 
 /* Logprob entries of one sampled token, in the endpoint's format; appended
  * to `into` (chat: array of entries; completions: object of arrays). */
-static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t *into, size_t text_offset,
+static void add_logprobs(struct gen_choice *c, const struct weft_sample *sm, json_t *into, size_t text_offset,
                          size_t text_len, bool first)
 {
+    const struct gen_ctx *g = c->g;
     const struct weft_tokenizer *t = g->srv->m->tok;
     int ntop = g->p.top_logprobs < sm->n_top ? g->p.top_logprobs : sm->n_top;
     if (g->chat) {
@@ -216,7 +259,7 @@ static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t
         for (int i = 0; i < ntop; i++)
             json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", token_str(t, sm->top_id[i], first), "logprob",
                                                  (double)sm->top_logprob[i], "bytes", token_bytes(t, sm->top_id[i])));
-        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", sampled_str(g, text_offset, text_len), "logprob",
+        json_array_append_new(into, json_pack("{s:o,s:f,s:o,s:o}", "token", sampled_str(c, text_offset, text_len), "logprob",
                                               (double)sm->logprob, "bytes", token_bytes(t, sm->id), "top_logprobs",
                                               top));
     } else {
@@ -226,7 +269,7 @@ static void add_logprobs(struct gen_ctx *g, const struct weft_sample *sm, json_t
             json_object_set_new(top, json_string_value(k), json_real(sm->top_logprob[i]));
             json_decref(k);
         }
-        json_array_append_new(json_object_get(into, "tokens"), sampled_str(g, text_offset, text_len));
+        json_array_append_new(json_object_get(into, "tokens"), sampled_str(c, text_offset, text_len));
         json_array_append_new(json_object_get(into, "token_logprobs"), json_real(sm->logprob));
         json_array_append_new(json_object_get(into, "top_logprobs"), top);
         json_array_append_new(json_object_get(into, "text_offset"), json_integer((json_int_t)text_offset));
@@ -241,45 +284,72 @@ static json_t *new_logprobs(bool chat)
 
 /* weft.ids: the tokens since the last chunk (and the seed, once), as the
  * chunk's last member, so a router can cut it off the line */
-static void chunk_ext(struct gen_ctx *g, json_t *j)
+static void chunk_ext(struct gen_choice *c, json_t *j)
 {
-    if (!g->p.ext_ids) return;
+    if (!c->g->p.ext_ids) return;
     json_t *w = json_object(), *a = json_array();
-    for (uint32_t i = 0; i < g->n_chunk_ids; i++) json_array_append_new(a, json_integer(g->chunk_ids[i]));
-    g->n_chunk_ids = 0;
+    for (uint32_t i = 0; i < c->n_chunk_ids; i++) json_array_append_new(a, json_integer(c->chunk_ids[i]));
+    c->n_chunk_ids = 0;
     json_object_set_new(w, "ids", a);
-    if (!g->seed_sent) {
-        json_object_set_new(w, "seed", json_integer((json_int_t)g->p.sp.seed));
-        g->seed_sent = true;
+    if (!c->seed_sent) {
+        json_object_set_new(w, "seed", json_integer((json_int_t)c->g->p.sp.seed));
+        c->seed_sent = true;
     }
     json_object_set_new(j, "weft", w);
 }
 
-/* A stream chunk; the first one sent in a chat stream names the role. */
-static json_t *chunk(struct gen_ctx *g, const char *text, size_t n, json_t *lp, const char *finish)
+/* A stream chunk of choice c; the first one of each choice in a chat
+ * stream names the role. */
+static json_t *chunk(struct gen_choice *c, const char *text, size_t n, json_t *lp, const char *finish)
 {
-    bool role = g->chat && !g->role_sent;
-    g->role_sent = true;
+    struct gen_ctx *g = c->g;
+    bool role = g->chat && !c->role_sent;
+    c->role_sent = true;
     json_t *choice;
     json_t *fin = finish ? json_string(finish) : json_null();
     if (g->chat) {
         json_t *delta = json_object();
         if (role) json_object_set_new(delta, "role", json_string("assistant"));
         if (text) json_object_set_new(delta, "content", json_stringn(text, n));
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", (int)c->index, "delta", delta, "logprobs",
                            lp ? json_pack("{s:o}", "content", lp) : json_null(), "finish_reason", fin);
     } else {
-        choice = json_pack("{s:i,s:s%,s:o,s:o}", "index", 0, "text", text ? text : "", text ? n : 0, "logprobs",
+        choice = json_pack("{s:i,s:s%,s:o,s:o}", "index", (int)c->index, "text", text ? text : "", text ? n : 0, "logprobs",
                            lp ? lp : json_null(), "finish_reason", fin);
     }
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", g->rid, "object",
                           g->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
-                          "model", g->srv->model_id, "choices", choice);
-    if (j) chunk_ext(g, j);
+                          "model", g->model, "choices", choice);
+    if (j) chunk_ext(c, j);
     return j;
 }
 
 /* ---- finishing ---- */
+
+/* A streamed choice is complete: the rest of its text and its finish chunk. */
+static void stream_choice_end(struct gen_choice *c)
+{
+    struct gen_ctx *g = c->g;
+    if (c->end_sent) return;
+    c->end_sent = true;
+    if (c->sent < c->st.len) {
+        send_sse(g, chunk(c, c->st.text + c->sent, c->st.len - c->sent, NULL, NULL));
+        c->sent = c->st.len;
+    }
+    send_sse(g, chunk(c, g->chat ? NULL : "", 0, NULL, c->finish_reason));
+}
+
+static json_t *choice_json(const struct gen_choice *c)
+{
+    json_t *lp = c->lp ? json_incref(c->lp) : json_null();
+    const char *text = c->st.text ? c->st.text : "";
+    if (c->g->chat)
+        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
+                         "content", text, c->st.len, "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
+                         "finish_reason", c->finish_reason);
+    return json_pack("{s:i,s:s%,s:o,s:s}", "index", (int)c->index, "text", text, c->st.len, "logprobs", lp,
+                     "finish_reason", c->finish_reason);
+}
 
 /* Send the rest and end the response. true when it ended here (the caller
  * releases the HTTP side); false when the client was already gone. Writes
@@ -297,34 +367,22 @@ static bool respond_final(struct gen_ctx *g)
         return true;
     }
     if (g->streaming) {
-        if (g->sent < g->st.len) {
-            send_sse(g, chunk(g, g->st.text + g->sent, g->st.len - g->sent, NULL, NULL));
-            g->sent = g->st.len;
-        }
-        send_sse(g, chunk(g, g->chat ? NULL : "", 0, NULL, g->finish_reason));
+        for (uint32_t i = 0; i < g->n_ch; i++) stream_choice_end(&g->ch[i]);
         if (g->p.include_usage) {
             json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", g->rid, "object",
                                   g->chat ? "chat.completion.chunk" : "text_completion", "created",
-                                  (json_int_t)g->created, "model", s->model_id, "choices", "usage", usage_json(g));
+                                  (json_int_t)g->created, "model", g->model, "choices", "usage", usage_json(g));
             send_sse(g, u);
         }
         if (g->conn) http_stream_write(g->conn, "data: [DONE]\n\n", 14);
         if (!g->conn) return false;
         http_stream_end(g->conn);
     } else {
-        json_t *choice;
-        json_t *lp = g->lp ? json_incref(g->lp) : json_null();
-        if (g->chat)
-            choice = json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", 0, "message", "role", "assistant", "content",
-                               g->st.text ? g->st.text : "", g->st.len, "logprobs",
-                               g->lp ? json_pack("{s:o}", "content", lp) : lp, "finish_reason", g->finish_reason);
-        else
-            choice = json_pack("{s:i,s:s%,s:o,s:s}", "index", 0, "text", g->st.text ? g->st.text : "", g->st.len,
-                               "logprobs", lp,
-                               "finish_reason", g->finish_reason);
-        json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", g->rid, "object",
+        json_t *choices = json_array();
+        for (uint32_t i = 0; i < g->n_ch; i++) json_array_append_new(choices, choice_json(&g->ch[i]));
+        json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:o,s:o}", "id", g->rid, "object",
                               g->chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created,
-                              "model", s->model_id, "choices", choice, "usage", usage_json(g));
+                              "model", g->model, "choices", choices, "usage", usage_json(g));
         char extra[64];
         snprintf(extra, sizeof extra, "x-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
         char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -338,22 +396,28 @@ static bool respond_final(struct gen_ctx *g)
     return true;
 }
 
-/* The request is complete (engine finished, or a stop string matched):
- * answer, give back unused tokens, release the HTTP side. */
 static void count_finish(struct gen_ctx *g, enum metric_finish f) { g->srv->metrics.finish[f]++; }
 
-/* reason: the response's finish_reason; why: the metric's (an engine abort or
- * error after tokens were sent still reads "stop" to the client). */
-static void finish_gen(struct gen_ctx *g, const char *reason, enum metric_finish why)
+/* Choice c is complete (its sequence ended, or a stop string matched): its
+ * end goes out (streamed); once every choice is, the request is answered,
+ * unused tokens given back, the HTTP side released. reason: the
+ * finish_reason; why: the metric's (an engine abort or error after tokens
+ * were sent still reads "stop" to the client). */
+static void finish_choice(struct gen_choice *c, const char *reason, enum metric_finish why)
 {
-    if (g->finished) return;
-    g->finished = true;
+    struct gen_ctx *g = c->g;
+    if (c->done || g->finished) return;
+    c->done = true;
+    g->n_done++;
     count_finish(g, why);
-    g->finish_reason = reason;
+    c->finish_reason = reason;
     /* held bytes of an incomplete character come out as U+FFFD, held-back
      * text is released (nothing after a stop string) */
     struct weft_stop_step step;
-    weft_stop_end(&g->st, &step);
+    weft_stop_end(&c->st, &step);
+    if (g->streaming && g->conn && !g->push_wait) stream_choice_end(c);
+    if (g->n_done < g->n_ch) return;
+    g->finished = true;
     double now = server_now();
     metrics_observe(&g->srv->metrics.e2e, now - g->t0);
     refund_unused(g, now);
@@ -364,33 +428,38 @@ static void finish_gen(struct gen_ctx *g, const char *reason, enum metric_finish
     if (respond_final(g)) ctx_unref(g);  /* the HTTP side */
 }
 
-static void on_token(struct gen_ctx *g, const struct weft_event *ev)
+static void submit_rest(struct gen_ctx *g);
+
+static void on_token(struct gen_choice *c, const struct weft_event *ev)
 {
+    struct gen_ctx *g = c->g;
     struct weft_server *s = g->srv;
     double now = server_now();
-    g->n_gen++;
+    c->n_gen++;
     s->metrics.generation_tokens++;
-    if (++g->n_new == 1) {
-        g->t_first = now;
-        metrics_observe(&s->metrics.ttft, now - g->t0);
+    if (++c->n_new == 1) {
+        if (g->t_first == 0) {
+            g->t_first = now;
+            metrics_observe(&s->metrics.ttft, now - g->t0);
+        }
         metrics_observe(&s->metrics.queue, ev->queue_seconds);
     } else {
-        metrics_observe(&s->metrics.itl, now - g->t_last);
+        metrics_observe(&s->metrics.itl, now - c->t_last);
     }
-    g->t_last = now;
+    c->t_last = now;
     struct weft_stop_step step;
-    if (weft_stop_push(&g->st, ev->token.id, &step) != WEFT_OK) {
+    if (weft_stop_push(&c->st, ev->token.id, &step) != WEFT_OK) {
         /* out of memory for the text: end the answer with what it has */
-        g->aborted_by_us = true;
-        if (!g->engine_done) weft_engine_abort(s->eng, g->id);
-        finish_gen(g, "stop", METRIC_FINISH_ERROR);
+        c->aborted_by_us = true;
+        if (!c->engine_done) weft_engine_abort(s->eng, c->id);
+        finish_choice(c, "stop", METRIC_FINISH_ERROR);
         return;
     }
-    if (g->p.ext_ids) chunk_id_add(g, ev->token.id);
+    if (g->p.ext_ids) chunk_id_add(c, ev->token.id);
     json_t *lp = NULL;
     if (g->p.logprobs && step.stop != WEFT_STOP_TOKEN) {
-        lp = g->streaming ? new_logprobs(g->chat) : json_incref(g->lp);
-        add_logprobs(g, &ev->token, lp, step.tok_from, step.tok_len, step.first_piece);
+        lp = g->streaming ? new_logprobs(g->chat) : json_incref(c->lp);
+        add_logprobs(c, &ev->token, lp, step.tok_from, step.tok_len, step.first_piece);
         if (!g->streaming) {
             json_decref(lp);
             lp = NULL;
@@ -398,13 +467,13 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
     }
     if (step.stop != WEFT_STOP_NONE) {
         /* a stop string (or a stop token the engine let through): the rest
-         * and the end go out from finish_gen */
+         * and the end go out from finish_choice */
         json_decref(lp);
-        if (!g->engine_done) {
-            g->aborted_by_us = true;
-            weft_engine_abort(s->eng, g->id);
+        if (!c->engine_done) {
+            c->aborted_by_us = true;
+            weft_engine_abort(s->eng, c->id);
         }
-        finish_gen(g, "stop", METRIC_FINISH_STOP);
+        finish_choice(c, "stop", METRIC_FINISH_STOP);
         return;
     }
     if (g->streaming && g->conn && http_conn_unread(g->conn) > s->max_stream_buffer) {
@@ -414,8 +483,7 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
         s->metrics.slow_client_aborts++;
         count_finish(g, METRIC_FINISH_SLOW_CLIENT);
         g->finished = true;
-        g->aborted_by_us = true;
-        if (!g->engine_done) weft_engine_abort(s->eng, g->id);
+        abort_all(g);
         refund_unused(g, now);
         metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
         /* say why the stream ends short (no [DONE]) before ending it */
@@ -427,16 +495,18 @@ static void on_token(struct gen_ctx *g, const struct weft_event *ev)
         return;
     }
     if (g->streaming && g->conn) {
-        size_t upto = g->st.released;
-        if (upto > g->sent || lp) {
-            send_sse(g, chunk(g, g->st.text + g->sent, upto > g->sent ? upto - g->sent : 0, lp, NULL));
-            if (upto > g->sent) g->sent = upto;
+        size_t upto = c->st.released;
+        if (upto > c->sent || lp) {
+            send_sse(g, chunk(c, c->st.text + c->sent, upto > c->sent ? upto - c->sent : 0, lp, NULL));
+            if (upto > c->sent) c->sent = upto;
         } else {
             json_decref(lp);
         }
     } else {
         json_decref(lp);
     }
+    /* the first choice's prompt blocks are in the prefix cache now: the others find them there */
+    if (c->index == 0 && c->n_new == 1 && g->n_submitted < g->n_ch && !g->finished) submit_rest(g);
 }
 
 /* The PD push of g's blocks is over: the answer it held back goes out. */
@@ -452,12 +522,13 @@ static void on_push_end(void *user, bool ok)
     ctx_unref(g);  /* the push's */
 }
 
-static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char *message)
+static void on_event(struct gen_choice *c, const struct weft_event *ev, const char *message)
 {
-    if (ev->has_token && !g->finished) on_token(g, ev);
+    struct gen_ctx *g = c->g;
+    if (ev->has_token && !c->done && !g->finished) on_token(c, ev);
     if (ev->finish == WEFT_FINISH_NONE) return;
-    g->engine_done = true;
-    if (g->push) {
+    c->engine_done = true;
+    if (c->index == 0 && g->push) {
         /* the rest of its blocks, then the end; the answer waits for it */
         struct pd_push *push = g->push;
         g->push = NULL;
@@ -465,24 +536,27 @@ static void on_event(struct gen_ctx *g, const struct weft_event *ev, const char 
         g->refs++;  /* the push's */
         server_pd_push_request_done(g->srv, push, on_push_end, g);
     }
-    g->n_cached = ev->n_cached;
-    if (!g->finished) {
-        if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && g->n_gen == 0) {
+    if (c->index == 0) g->n_cached = ev->n_cached;  /* the prompt is counted once */
+    if (!c->done && !g->finished) {
+        if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && total_gen(g) == 0) {
             refund_unused(g, server_now());
             count_finish(g, METRIC_FINISH_ERROR);
+            abort_all(g);
             http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
             metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
             g->conn = NULL;
             g->finished = true;
             ctx_unref(g);
         } else {
-            finish_gen(g, ev->finish == WEFT_FINISH_LENGTH ? "length" : "stop",
-                       ev->finish == WEFT_FINISH_LENGTH  ? METRIC_FINISH_LENGTH
-                       : ev->finish == WEFT_FINISH_ABORT ? METRIC_FINISH_ABORT
-                       : ev->finish == WEFT_FINISH_ERROR ? METRIC_FINISH_ERROR
-                                                         : METRIC_FINISH_STOP);
+            finish_choice(c, ev->finish == WEFT_FINISH_LENGTH ? "length" : "stop",
+                          ev->finish == WEFT_FINISH_LENGTH  ? METRIC_FINISH_LENGTH
+                          : ev->finish == WEFT_FINISH_ABORT ? METRIC_FINISH_ABORT
+                          : ev->finish == WEFT_FINISH_ERROR ? METRIC_FINISH_ERROR
+                                                            : METRIC_FINISH_STOP);
         }
     }
+    /* the first choice ended before any token: the others go now */
+    if (c->index == 0 && g->n_submitted < g->n_ch && !g->finished) submit_rest(g);
     ctx_unref(g);  /* the engine side */
 }
 
@@ -496,7 +570,7 @@ static void on_client_gone(void *user)
         g->finished = true;
         g->srv->metrics.client_disconnects++;
         if (g->submitted) count_finish(g, METRIC_FINISH_CLIENT_GONE);
-        if (g->submitted && !g->engine_done) weft_engine_abort(g->srv->eng, g->id);
+        abort_all(g);
         refund_unused(g, server_now());
     }
     ctx_unref(g);  /* the HTTP side */
@@ -506,8 +580,8 @@ static void on_client_gone(void *user)
 
 void server_engine_event(void *ctx, const struct weft_event *ev)
 {
-    struct gen_ctx *g = ctx;
-    struct weft_server *s = g->srv;
+    struct gen_choice *c = ctx;
+    struct weft_server *s = c->g->srv;
     pthread_mutex_lock(&s->qmu);
     if (s->n_q == s->cap_q) {
         uint32_t cap = s->cap_q ? s->cap_q * 2 : 256;
@@ -524,7 +598,7 @@ void server_engine_event(void *ctx, const struct weft_event *ev)
         s->cap_q = cap;
     }
     struct queued_event *qe = &s->q[s->n_q++];
-    qe->ctx = g;
+    qe->choice = c;
     qe->ev = *ev;
     snprintf(qe->message, sizeof qe->message, "%s", ev->message ? ev->message : "");
     qe->ev.message = NULL;
@@ -551,19 +625,15 @@ void server_drain_events(uv_async_t *a)
         for (uint32_t i = 0; i < n; i++) {
             /* hold the context while handling: a write may find the client
              * gone and release the HTTP side underneath */
-            q[i].ctx->refs++;
-            on_event(q[i].ctx, &q[i].ev, q[i].message);
-            ctx_unref(q[i].ctx);
+            struct gen_ctx *g = q[i].choice->g;
+            g->refs++;
+            on_event(q[i].choice, &q[i].ev, q[i].message);
+            ctx_unref(g);
         }
     }
 }
 
 /* ---- the request ---- */
-
-static bool model_matches(const struct weft_server *s, const char *name)
-{
-    return !name || !strcmp(name, s->model_id) || !strcmp(name, "default");
-}
 
 /* Render (chat) and tokenize g's prompt into g->ids / g->n_ids; the status
  * and message land in g->tok_status / g->tok_msg. Runs on a worker thread
@@ -661,6 +731,102 @@ static void tokenize_done(void *arg)
     ctx_unref(g);  /* the job's reference */
 }
 
+/* The refusal of an engine submission (st, with the engine's message in
+ * emsg): its status, error type, message and headers. */
+static int submit_refusal(struct gen_ctx *g, weft_status st, const char *emsg, const char **etype, char *msg,
+                          size_t msg_size, char *extra, size_t extra_size)
+{
+    struct weft_server *s = g->srv;
+    extra[0] = 0;
+    if (st == WEFT_ERR_BUSY) {
+        s->metrics.rejected_queue++;
+        /* the queue is full; when what it waits for is KV room (sequence
+         * slots are free but the waiting cannot start, or no block is
+         * free or reusable), say so: a router counts it as such */
+        struct weft_engine_stats es;
+        weft_engine_stats(s->eng, &es);
+        uint32_t slots = s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64;
+        bool kv_full = es.kv.free + es.kv.cached == 0 || (es.waiting > 0 && es.running < slots);
+        int retry = predicted_drain_s(s);
+        snprintf(extra, extra_size, "Retry-After: %d\r\n%s", retry, kv_full ? "x-weft-reject: no_kv_room\r\n" : "");
+        /* the client's words, not the scheduler's */
+        snprintf(msg, msg_size, "the server is busy: %u requests are already waiting; retry in %d s", es.waiting,
+                 retry);
+        *etype = "server_busy";
+        return 503;
+    }
+    snprintf(msg, msg_size, "%s", emsg);
+    if (st == WEFT_ERR_NO_ROOM) {
+        /* this instance's KV cache can never hold it; a larger one may:
+         * 503 (a router tries elsewhere), marked as such */
+        s->metrics.rejected_no_room++;
+        snprintf(extra, extra_size, "x-weft-reject: no_kv_room\r\n");
+        *etype = "server_busy";
+        return 503;
+    }
+    *etype = st == WEFT_ERR_NOMEM ? "server_error" : "invalid_request_error";
+    return st == WEFT_ERR_NOMEM ? 503 : 400;
+}
+
+/* Give choice i to the engine: the prompt (and a continuation's tokens),
+ * sampled with seed + i (so choice i draws exactly what a request of one
+ * choice with that seed would). On failure nothing is left with it and
+ * weft_last_error() says why. */
+static weft_status submit_choice(struct gen_ctx *g, uint32_t i)
+{
+    struct gen_choice *c = &g->ch[i];
+    struct weft_request rq = {.prompt = g->ids, .n_prompt = g->n_submit_prompt, .max_tokens = g->max_tokens - g->submit_k,
+                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = g->submit_k,
+                              .priority = g->priority, .tenant = g->end_tenant, .cb = server_engine_event, .user = c};
+    rq.sampling.seed = g->p.sp.seed + i;
+    g->refs++;  /* the engine's */
+    weft_status st = weft_engine_submit(g->srv->eng, &rq, &c->id);
+    if (st != WEFT_OK) {
+        g->refs--;
+        return st;
+    }
+    c->submitted = true;
+    g->submitted = true;
+    g->n_submitted++;
+    return WEFT_OK;
+}
+
+/* The choices after the first, once its prompt blocks are cached (or it
+ * ended): a refusal now ends the whole request. */
+static void submit_rest(struct gen_ctx *g)
+{
+    while (g->n_submitted < g->n_ch && !g->finished) {
+        weft_status st = submit_choice(g, g->n_submitted);
+        if (st == WEFT_OK) continue;
+        char emsg[256], msg[512], extra[128];
+        snprintf(emsg, sizeof emsg, "%s", weft_last_error());
+        const char *etype;
+        int status = submit_refusal(g, st, emsg, &etype, msg, sizeof msg, extra, sizeof extra);
+        abort_all(g);
+        if (!g->streaming) {
+            reject(g, status, etype, NULL, msg, extra);
+        } else {
+            /* the stream has begun: an error event, then its end */
+            g->finished = true;
+            refund_unused(g, server_now());
+            count_finish(g, METRIC_FINISH_ERROR);
+            metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+            send_sse_error(g, etype, msg);
+            struct http_conn *conn = g->conn;
+            g->conn = NULL;
+            if (conn) {
+                http_stream_end(conn);
+                ctx_unref(g);  /* the HTTP side */
+            }
+        }
+        break;
+    }
+    if (g->n_submitted == g->n_ch || g->finished) {
+        free(g->ids);
+        g->ids = NULL;
+    }
+}
+
 /* After tokenization (loop thread): exact context checks, the tenant's
  * buckets, the engine. */
 static void admit_and_submit(struct gen_ctx *g)
@@ -701,13 +867,15 @@ static void admit_and_submit(struct gen_ctx *g)
     if (g->pd_id[0] && !g->pd_go && !pd_wait(g, n_ids)) return;
     struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
     bool max_given = json_object_get(g->root, "max_tokens") || json_object_get(g->root, "max_completion_tokens");
-    if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids < tenant->tpm &&
-        (double)n_ids + (double)g->p.max_tokens > tenant->tpm)
-        g->p.max_tokens = (int64_t)(tenant->tpm - (double)n_ids);  /* the default fits the budget: never refused for it */
+    double nc = g->n_ch;
+    if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids + nc <= tenant->tpm &&
+        (double)n_ids + (double)g->p.max_tokens * nc > tenant->tpm)  /* the default fits the budget: never refused for it */
+        g->p.max_tokens = (int64_t)((tenant->tpm - (double)n_ids) / nc);
     g->n_prompt = (uint32_t)n_ids;
     g->max_tokens = (uint32_t)g->p.max_tokens;
     if (tenant) {
-        double retry, need = (double)n_ids + (double)g->max_tokens;
+        /* the prompt once (the choices share it), max_tokens for each choice */
+        double retry, need = (double)n_ids + (double)g->max_tokens * nc;
         if (!tenant_admit(tenant, server_now(), need, &retry)) {
             s->metrics.rejected_rate++;
             if (isinf(retry)) {
@@ -731,7 +899,7 @@ static void admit_and_submit(struct gen_ctx *g)
      * so that it can be sent back as "seed" */
     if (!g->p.seed_given)
         g->p.sp.seed = ((uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull + s->next_rid * 0xbf58476d1ce4e5b9ull) >> 1;
-    g->created = g->p.ext_created > 0 ? (uint64_t)g->p.ext_created : s->created;
+    if (g->p.ext_created > 0) g->created = (uint64_t)g->p.ext_created;  /* a continuation keeps its time */
     if (g->p.ext_rid) snprintf(g->rid, sizeof g->rid, "%s", g->p.ext_rid);
     else snprintf(g->rid, sizeof g->rid, "%s-%llx%06llx", g->chat ? "chatcmpl" : "cmpl",
                   (unsigned long long)s->created, (unsigned long long)s->next_rid);
@@ -740,17 +908,20 @@ static void admit_and_submit(struct gen_ctx *g)
      * (as `weft run` prints it); a chat answer starts a message */
     struct weft_stop_cfg scfg = {.tok = s->m->tok, .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
                                  .n_strings = g->p.n_stop, .continues_prompt = !g->chat};
-    if (weft_stop_init(&g->st, &scfg) != WEFT_OK) {
-        reject(g, 503, "server_error", NULL, "out of memory", NULL);
-        return;
-    }
-    g->st_ready = true;
     g->streaming = g->p.stream;
-    if (g->p.logprobs && !g->streaming) g->lp = new_logprobs(g->chat);
+    for (uint32_t i = 0; i < g->n_ch; i++) {
+        struct gen_choice *c = &g->ch[i];
+        if (weft_stop_init(&c->st, &scfg) != WEFT_OK) {
+            reject(g, 503, "server_error", NULL, "out of memory", NULL);
+            return;
+        }
+        c->st_ready = true;
+        if (g->p.logprobs && !g->streaming) c->lp = new_logprobs(g->chat);
+    }
+    struct gen_choice *c0 = &g->ch[0];  /* a continuation has one choice (params.c) */
     char headers[128];
     snprintf(headers, sizeof headers, "Cache-Control: no-cache\r\nx-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
 
-    int32_t *prompt = g->ids;
     uint32_t k = g->p.n_cont;
     if (g->p.cont) {
         /* a continuation: its k tokens go through the stop state as they did
@@ -771,19 +942,19 @@ static void admit_and_submit(struct gen_ctx *g)
             }
         struct weft_stop_step step = {0};
         for (uint32_t i = 0; i < k && step.stop == WEFT_STOP_NONE; i++) {
-            if (weft_stop_push(&g->st, g->p.cont_ids[i], &step) != WEFT_OK) {
+            if (weft_stop_push(&c0->st, g->p.cont_ids[i], &step) != WEFT_OK) {
                 reject(g, 503, "server_error", NULL, "out of memory", NULL);
                 return;
             }
-            if (step.stop != WEFT_STOP_TOKEN) g->n_gen++;
-            if (step.stop == WEFT_STOP_NONE && (step.emit_len || g->p.logprobs)) g->role_sent = true;
+            if (step.stop != WEFT_STOP_TOKEN) c0->n_gen++;
+            if (step.stop == WEFT_STOP_NONE && (step.emit_len || g->p.logprobs)) c0->role_sent = true;
         }
-        g->sent = g->st.released;
-        if (step.stop != WEFT_STOP_NONE || g->n_gen >= g->max_tokens) {
+        c0->sent = c0->st.released;
+        if (step.stop != WEFT_STOP_NONE || c0->n_gen >= g->max_tokens) {
             g->n_prompt = (uint32_t)n_ids;
             http_stream_begin(g->conn, 200, "text/event-stream", headers);
-            finish_gen(g, step.stop != WEFT_STOP_NONE ? "stop" : "length",
-                       step.stop != WEFT_STOP_NONE ? METRIC_FINISH_STOP : METRIC_FINISH_LENGTH);
+            finish_choice(c0, step.stop != WEFT_STOP_NONE ? "stop" : "length",
+                          step.stop != WEFT_STOP_NONE ? METRIC_FINISH_STOP : METRIC_FINISH_LENGTH);
             return;
         }
         int32_t *all = realloc(g->ids, sizeof(int32_t) * (n_ids + k));
@@ -792,45 +963,35 @@ static void admit_and_submit(struct gen_ctx *g)
             return;
         }
         memcpy(all + n_ids, g->p.cont_ids, sizeof(int32_t) * k);
-        g->ids = prompt = all;
+        g->ids = all;
         s->metrics.continuations++;
     }
 
-    struct weft_request rq = {.prompt = prompt, .n_prompt = (uint32_t)n_ids + k, .max_tokens = g->max_tokens - k,
-                              .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = k,
-                              .priority = g->priority, .tenant = g->end_tenant, .cb = server_engine_event, .user = g};
-    g->refs++;  /* the engine's */
-    weft_status st = weft_engine_submit(s->eng, &rq, &g->id);
-    if (st != WEFT_OK) {
-        g->refs--;
-        snprintf(msg, sizeof msg, "%s", weft_last_error());
-        if (st == WEFT_ERR_BUSY) {
-            s->metrics.rejected_queue++;
-            /* the queue is full; when what it waits for is KV room (sequence
-             * slots are free but the waiting cannot start, or no block is
-             * free or reusable), say so: a router counts it as such */
-            struct weft_engine_stats es;
-            weft_engine_stats(s->eng, &es);
-            uint32_t slots = s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64;
-            bool kv_full = es.kv.free + es.kv.cached == 0 || (es.waiting > 0 && es.running < slots);
-            snprintf(extra, sizeof extra, "Retry-After: %d\r\n%s", predicted_drain_s(s),
-                     kv_full ? "x-weft-reject: no_kv_room\r\n" : "");
-            reject(g, 503, "server_busy", NULL, msg, extra);
-        } else if (st == WEFT_ERR_NO_ROOM) {
-            /* this instance's KV cache can never hold it; a larger one may:
-             * 503 (a router tries elsewhere), marked as such */
-            s->metrics.rejected_no_room++;
-            reject(g, 503, "server_busy", NULL, msg, "x-weft-reject: no_kv_room\r\n");
-        } else {
-            reject(g, st == WEFT_ERR_NOMEM ? 503 : 400, st == WEFT_ERR_NOMEM ? "server_error" : "invalid_request_error",
-                   NULL, msg, NULL);
-        }
+    g->n_submit_prompt = (uint32_t)n_ids + k;
+    g->submit_k = k;
+    /* n > 1: the first choice alone, the others once its prompt blocks are
+     * in the prefix cache (its first token, on_token), so that they share
+     * them instead of computing the prompt again side by side (sequences
+     * admitted in one step find nothing cached: blocks are registered when
+     * computed). A prompt without a full block has nothing to share. */
+    bool stage = g->n_ch > 1 && g->n_submit_prompt > WEFT_KV_BLOCK_TOKENS && !s->cfg.engine.no_prefix_cache;
+    uint32_t first = stage ? 1 : g->n_ch;
+    for (uint32_t i = 0; i < first; i++) {
+        weft_status st = submit_choice(g, i);
+        if (st == WEFT_OK) continue;
+        char emsg[256];
+        snprintf(emsg, sizeof emsg, "%s", weft_last_error());
+        const char *etype;
+        int status = submit_refusal(g, st, emsg, &etype, msg, sizeof msg, extra, sizeof extra);
+        abort_all(g);  /* choices already given to it */
+        reject(g, status, etype, NULL, msg, extra[0] ? extra : NULL);
         return;
     }
-    g->submitted = true;
     if (g->pd_push_url[0]) g->push = server_pd_push_start(s, g->pd_push_url, g->pd_push_id, g->pd_auth, g->ids, (uint32_t)n_ids);
-    free(g->ids);
-    g->ids = NULL;
+    if (g->n_submitted == g->n_ch) {
+        free(g->ids);
+        g->ids = NULL;
+    }
     s->metrics.prompt_tokens += n_ids;
     if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", headers);
 }
@@ -914,6 +1075,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
     g->srv = s;
     g->chat = chat;
     g->t0 = server_now();
+    g->created = (uint64_t)time(NULL);  /* when it came: every chunk of the answer says so */
     s->n_active++;
     g->refs = 1;  /* the HTTP side */
     g->conn = c;
@@ -926,7 +1088,14 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
         reject(g, 400, "invalid_request_error", param, msg, NULL);
         return;
     }
-    if (!model_matches(s, g->p.model)) {
+    g->n_ch = g->p.n;
+    g->ch = calloc(g->n_ch, sizeof *g->ch);
+    if (!g->ch) {
+        reject(g, 503, "server_error", NULL, "out of memory", NULL);
+        return;
+    }
+    for (uint32_t i = 0; i < g->n_ch; i++) g->ch[i] = (struct gen_choice){.g = g, .index = i};
+    if (!(g->model = server_model_name(s, g->p.model))) {
         snprintf(msg, sizeof msg, "the model '%.64s' does not exist; this server serves '%s'", g->p.model, s->model_id);
         reject(g, 404, "not_found_error", "model", msg, NULL);
         return;
@@ -989,7 +1158,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
         return;
     }
     if (tenant && tenant->tpm > 0) {
-        double need = (double)lower + (double)(g->p.max_tokens > 0 ? g->p.max_tokens : 1);
+        double need = (double)lower + (double)(g->p.max_tokens > 0 ? g->p.max_tokens : 1) * g->p.n;
         if (need > tenant->tpm) {
             s->metrics.rejected_rate++;
             snprintf(msg, sizeof msg,
@@ -1034,7 +1203,6 @@ void server_cut_all(struct weft_server *s, const char *why)
             if (g->streaming && g->submitted) {
                 send_sse_error(g, "server_error", why);
                 g->finished = true;
-                g->aborted_by_us = true;
                 refund_unused(g, server_now());
                 metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
                 struct http_conn *c = g->conn;
@@ -1045,7 +1213,7 @@ void server_cut_all(struct weft_server *s, const char *why)
                 reject(g, 503, "server_error", NULL, why, "Retry-After: 5\r\n");
             }
         }
-        if (g->submitted && !g->engine_done) weft_engine_abort(s->eng, g->id);
+        abort_all(g);
         next = g->next;
         ctx_unref(g);
     }

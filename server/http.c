@@ -330,6 +330,17 @@ static void send_error(struct http_conn *c, int status, const char *msg)
 
 /* ---- responses ---- */
 
+/* extra + the CORS headers for c's request into buf (or extra itself when
+ * there are none). */
+static const char *with_cors(struct http_conn *c, const char *extra, char *buf, size_t cap)
+{
+    if (!c->srv->lim.n_cors_origins) return extra;
+    char cors[400];
+    if (!http_cors_headers(&c->srv->lim, http_header_get(&c->pc.req, "origin"), cors, sizeof cors)) return extra;
+    int n = snprintf(buf, cap, "%s%s", extra ? extra : "", cors);
+    return n > 0 && (size_t)n < cap ? buf : extra;
+}
+
 static void end_request(struct http_conn *c)
 {
     c->req_active = false;
@@ -357,6 +368,8 @@ void http_respond(struct http_conn *c, int status, const char *content_type, con
         char framing[48] = "";
         if (!bodyless) snprintf(framing, sizeof framing, "Content-Length: %zu\r\n", len);
         size_t blen = c->head || bodyless || !body ? 0 : len;
+        char xb[2048];
+        extra_headers = with_cors(c, extra_headers, xb, sizeof xb);
         struct wreq *w = head_new(status, content_type, extra_headers, framing, c->keep, blen);
         if (w && blen) {
             memcpy(w->data + w->len, body, blen);
@@ -393,6 +406,8 @@ void http_stream_begin(struct http_conn *c, int status, const char *content_type
     /* HTTP/1.0 has no chunked encoding: the body runs until the close */
     c->chunked = c->pc.p.http_minor >= 1;
     c->keep = c->keep && c->chunked && !c->srv->draining && !c->over_limit;
+    char xb[2048];
+    extra_headers = with_cors(c, extra_headers, xb, sizeof xb);
     struct wreq *w = head_new(status, content_type, extra_headers, c->chunked ? "Transfer-Encoding: chunked\r\n" : "",
                               c->keep, 0);
     wreq_send(c, w);
@@ -586,6 +601,26 @@ static void process(struct http_conn *c)
             c->continue_sent = false;
             c->keep = c->pc.req.keep_alive;
             c->head = c->pc.req.method == HTTP_M_HEAD;
+            const char *origin = http_header_get(&c->pc.req, "origin");
+            if (s->lim.n_cors_origins && origin && c->pc.req.method == HTTP_M_OTHER &&
+                !strcmp(c->pc.req.method_name, "OPTIONS") &&
+                http_header_get(&c->pc.req, "access-control-request-method")) {
+                /* a CORS preflight: the listener's policy answers it (http.h) */
+                char hdr[1024];
+                int st = http_cors_preflight(&s->lim, origin,
+                                             http_header_get(&c->pc.req, "access-control-request-headers"), hdr,
+                                             sizeof hdr);
+                if (st == 204) {
+                    http_respond(c, 204, NULL, hdr, NULL, 0);
+                } else {
+                    char body[400];
+                    char msg[340];
+                    snprintf(msg, sizeof msg, "the origin %.256s is not allowed (--cors-origin)", origin);
+                    size_t bn = http_error_body(body, sizeof body, "invalid_request_error", NULL, msg);
+                    http_respond(c, 403, "application/json", NULL, body, bn);
+                }
+                continue;
+            }
             s->fn(s->ctx, c, &c->pc.req);
             continue;
         }

@@ -44,6 +44,16 @@ struct http_limits {
     uint32_t max_conns_per_client; /* connections from one peer address (default 64): past it a
                                   connection is accepted flagged (http_conn_over_client_limit)
                                   and closed after its first response unless the handler exempts it */
+    /* CORS, the listener's browser policy (not a limit; zero: no CORS at all): the origins
+     * allowed ("*" among them allows any). For an allowed Origin every response, normal or
+     * streamed, carries Access-Control-Allow-Origin (the origin itself) and Vary: Origin; a
+     * preflight (OPTIONS with Origin and Access-Control-Request-Method) is answered here,
+     * never reaching the handler: 204 with Allow-Origin, Allow-Methods (GET, POST, OPTIONS),
+     * Allow-Headers (the requested ones among Authorization, Content-Type, Accept,
+     * OpenAI-*, X-Stainless-*) and Max-Age, or 403 for an origin not allowed. The
+     * strings must outlive the server. */
+    const char *const *cors_origins;
+    uint32_t n_cors_origins;
 };                             /* a zero field (or a NULL limits pointer) means the default */
 
 struct http_header { const char *name, *value; };  /* NUL-terminated; names lower-cased */
@@ -161,6 +171,19 @@ size_t http_server_output_now(const struct http_server *s);
  * progress). Memory is released from libuv close callbacks: keep running the
  * loop until it returns. */
 void http_server_free(struct http_server *s);
+
+/* The CORS headers a response to a request with this Origin header value
+ * gets under lim's policy ("Access-Control-Allow-Origin: ...\r\nVary:
+ * Origin\r\n"), or "" when none (no policy, no Origin, not allowed). Writes
+ * at most cap bytes including the NUL; returns the length. */
+size_t http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap);
+/* A preflight's answer under lim's policy: the status (204, or 403 for an
+ * origin not allowed) and its headers in buf (cap bytes) besides those of
+ * http_cors_headers (which every response gets): Allow-Methods, Max-Age and
+ * Allow-Headers, from the Origin and Access-Control-Request-Headers values
+ * (the latter may be NULL). */
+int http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
+                        size_t cap);
 
 /* The request parser without sockets (fuzzing, tests): feed bytes, get the
  * requests it would hand to the handler and the error status it would send

@@ -586,3 +586,69 @@ struct http_parse_result http_parse_bytes(const struct http_limits *lim, const c
 {
     return http_parse_bytes_ex(lim, data, len, NULL);
 }
+
+/* ---- CORS (http.h): pure, so the unit tests drive it directly ---- */
+
+static bool cors_allowed(const struct http_limits *lim, const char *origin)
+{
+    if (!lim || !lim->n_cors_origins || !origin || !*origin) return false;
+    /* an origin is one line of printable ASCII; anything else is never echoed */
+    for (const char *q = origin; *q; q++)
+        if ((unsigned char)*q < 0x21 || (unsigned char)*q > 0x7e) return false;
+    if (strlen(origin) > 256) return false;
+    for (uint32_t i = 0; i < lim->n_cors_origins; i++) {
+        const char *o = lim->cors_origins[i];
+        if (!strcmp(o, "*") || !strcasecmp(o, origin)) return true;
+    }
+    return false;
+}
+
+size_t http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap)
+{
+    if (cap) buf[0] = 0;
+    if (!cors_allowed(lim, origin)) return 0;
+    int n = snprintf(buf, cap, "Access-Control-Allow-Origin: %s\r\nVary: Origin\r\n", origin);
+    if (n < 0 || (size_t)n >= cap) {
+        if (cap) buf[0] = 0;
+        return 0;
+    }
+    return (size_t)n;
+}
+
+/* A request header a browser may send here: what the OpenAI SDKs send. */
+static bool cors_header_ok(const char *h, size_t n)
+{
+    static const char *const exact[] = {"authorization", "content-type", "accept", "accept-language",
+                                        "content-language"};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (strlen(exact[i]) == n && !strncasecmp(h, exact[i], n)) return true;
+    return (n > 11 && !strncasecmp(h, "x-stainless-", 12)) || (n > 7 && !strncasecmp(h, "openai-", 7));
+}
+
+int http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
+                        size_t cap)
+{
+    if (cap) buf[0] = 0;
+    if (!cors_allowed(lim, origin)) return 403;
+    size_t len = 0;
+    int n = snprintf(buf + len, cap - len,
+                     "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\nAccess-Control-Max-Age: 600\r\n");
+    if (n < 0 || (size_t)n >= cap - len) return 204;
+    len += (size_t)n;
+    /* echo the requested headers that are allowed, in the order asked */
+    bool any = false;
+    for (const char *p = req_headers ? req_headers : ""; *p;) {
+        while (*p == ' ' || *p == '\t' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ' && *e != '\t') e++;
+        size_t hn = (size_t)(e - p);
+        if (hn && hn < 64 && cors_header_ok(p, hn) && len + hn + 40 < cap) {
+            len += (size_t)snprintf(buf + len, cap - len, "%s%.*s", any ? ", " : "Access-Control-Allow-Headers: ",
+                                    (int)hn, p);
+            any = true;
+        }
+        p = e;
+    }
+    if (any && len + 3 < cap) len += (size_t)snprintf(buf + len, cap - len, "\r\n");
+    return 204;
+}

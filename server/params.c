@@ -302,7 +302,9 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     if (!get_int(j, "seed", INT64_MIN, INT64_MAX, &p->seed_given, &iv, &e)) return false;
     if (p->seed_given) p->sp.seed = (uint64_t)iv;
     iv = 1;
-    if (!get_int(j, "n", 1, 1, NULL, &iv, &e)) return false;
+    if (!get_int(j, "n", 1, WEFT_MAX_CHOICES, NULL, &iv, &e)) return false;
+    p->n = (uint32_t)iv;
+    iv = 1;
     if (!get_int(j, "best_of", 1, 1, NULL, &iv, &e)) return false;
     if (!parse_stop(json_object_get(j, "stop"), p, &e)) return false;
     if (!get_bool(j, "stream", &p->stream, &e)) return false;
@@ -342,7 +344,11 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
-    return parse_ext(json_object_get(j, "weft"), p, &e);
+    if (!parse_ext(json_object_get(j, "weft"), p, &e)) return false;
+    /* a router's moving stream follows one sequence's tokens */
+    if (p->n > 1 && (p->ext_ids || p->cont))
+        return fail(&e, "n", "'n' > 1 cannot be combined with 'weft.ids' or 'weft.continue'");
+    return true;
 }
 
 void gen_params_free(struct gen_params *p)

@@ -15,6 +15,7 @@
 #define WEFT_MAX_STOP_LEN 256       /* bytes per stop string */
 #define WEFT_MAX_JSON_DEPTH 64
 #define WEFT_MAX_MESSAGES 1024
+#define WEFT_MAX_CHOICES 16          /* n: choices per request */
 
 struct gen_params {
     bool chat;
@@ -26,7 +27,8 @@ struct gen_params {
     uint32_t n_msgs;
     char **msg_text;                /* malloc'd joined text-part contents */
     const char *model;              /* NULL when absent */
-    int64_t max_tokens;             /* -1: not given */
+    int64_t max_tokens;             /* -1: not given (per choice) */
+    uint32_t n;                     /* choices, 1..WEFT_MAX_CHOICES; choice i samples with seed + i */
     struct weft_sampling_params sp;
     bool seed_given;
     const char *stop[WEFT_MAX_STOP];

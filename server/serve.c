@@ -199,6 +199,12 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         free(s);
         return weft_error(WEFT_ERR_INVALID_ARG, "bad --config: %s", msg);
     }
+    if (cfg->api_key && !tenants_add_shared_key(&s->tenants, cfg->api_key, msg, sizeof msg)) {
+        tenants_free(&s->tenants);
+        pthread_mutex_destroy(&s->qmu);
+        free(s);
+        return weft_error(WEFT_ERR_INVALID_ARG, "%s", msg);
+    }
     /* like `weft chat` and llama.cpp's built-in templates: no system prompt
      * unless the request has one, or template_system asks for the one the
      * model's Jinja template would inject */

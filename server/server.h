@@ -21,6 +21,7 @@
 #include "server/workers.h"
 
 struct gen_ctx;
+struct gen_choice;
 struct kv_events;
 struct kv_remote;
 
@@ -31,7 +32,7 @@ struct server_device {
 };
 
 struct queued_event {
-    struct gen_ctx *ctx;
+    struct gen_choice *choice;       /* server/api_gen.c: one choice of a request */
     struct weft_event ev;
     char message[200];
 };
@@ -116,6 +117,11 @@ void server_cut_all(struct weft_server *s, const char *why);
 void server_engine_event(void *ctx, const struct weft_event *ev);
 /* uv_async callback (loop thread): deliver queued events. */
 void server_drain_events(uv_async_t *a);
+/* The name an answer reports for a request that asked for model `asked`
+ * (NULL or "default": the model's id; the id or an alias: itself, as
+ * stored in the server's configuration), or NULL when this server does not
+ * serve it. */
+const char *server_model_name(const struct weft_server *s, const char *asked);
 /* Seconds since an arbitrary start (monotonic). */
 double server_now(void);
 

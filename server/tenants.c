@@ -103,6 +103,38 @@ void tenants_free(struct tenants *ts)
     memset(ts, 0, sizeof *ts);
 }
 
+#define SHARED_KEY_TENANT "api-key"
+
+bool tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size)
+{
+    if (!key || strlen(key) < 8) return bad(msg, msg_size, "--api-key", "the key must have at least 8 characters");
+    if (tenants_find(ts, SHARED_KEY_TENANT))
+        return bad(msg, msg_size, "--api-key", "a tenant named \"" SHARED_KEY_TENANT "\" is configured already");
+    struct tenant_cfg *t = realloc(ts->t, sizeof *t * (ts->n + 1));
+    if (!t) return bad(msg, msg_size, "--api-key", "out of memory");
+    ts->t = t;
+    t = &ts->t[ts->n];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", SHARED_KEY_TENANT);
+    t->keys = calloc(2, sizeof *t->keys);
+    if (!t->keys || !(t->keys[0] = strdup(key))) {
+        free(t->keys);
+        return bad(msg, msg_size, "--api-key", "out of memory");
+    }
+    t->n_keys = 1;
+    /* the one key of a single-key server is its operator's: what a trusted
+     * tenant may do (a router in front naming end tenants, PD hand-offs) is
+     * what a server without keys lets anyone do */
+    t->trusted = true;
+    t->burst = 1;
+    t->req_tokens = 1;
+    t->last = -1;
+    ts->n++;
+    ts->any_keys = true;
+    ts->shared_key = key;
+    return true;
+}
+
 struct tenant_cfg *tenants_find(struct tenants *ts, const char *name)
 {
     for (uint32_t i = 0; name && i < ts->n; i++)
@@ -114,6 +146,10 @@ bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_
 {
     struct tenants fresh;
     if (!tenants_load(&fresh, path, msg, msg_size)) return false;
+    if (ts->shared_key && !tenants_add_shared_key(&fresh, ts->shared_key, msg, msg_size)) {
+        tenants_free(&fresh);
+        return false;
+    }
     for (uint32_t i = 0; i < fresh.n; i++) {
         struct tenant_cfg *n = &fresh.t[i], *o = tenants_find(ts, n->name);
         if (!o) continue;

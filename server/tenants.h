@@ -50,11 +50,18 @@ struct tenants {
     struct tenant_cfg *t;
     uint32_t n;
     bool any_keys, allow_anonymous;
+    const char *shared_key;         /* tenants_add_shared_key's (kept across reloads), or NULL */
 };
 
 /* Load FILE (NULL: no tenants, everything anonymous). false with msg on error. */
 bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);
 void tenants_free(struct tenants *ts);
+/* --api-key KEY: one shared key without a tenants file. Adds the tenant
+ * "api-key" (trusted, no limits) holding KEY to ts, so a request needs it
+ * (or another configured key) from then on; tenants_reload adds it again.
+ * key must outlive ts. false with msg (KEY shorter than 8 characters, a
+ * tenant of that name configured already, out of memory): ts unchanged. */
+bool tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size);
 /* Load path again into ts; on failure ts is unchanged (false, msg). Tenant
  * pointers from before are invalid afterwards: hold names, not pointers,
  * across a reload (tenants_find). */

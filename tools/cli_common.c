@@ -244,3 +244,14 @@ int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo,
     *out = (uint32_t)x;
     return 0;
 }
+
+void cli_unknown_option(const char *cmd, const char *arg, bool last)
+{
+    if (arg[0] != '-')
+        fprintf(stderr, "weft %s: unexpected argument '%s' (weft %s --help lists the options)\n", cmd, arg, cmd);
+    else if (last)
+        fprintf(stderr, "weft %s: unknown option '%s', or it needs a value (weft %s --help lists the options)\n", cmd,
+                arg, cmd);
+    else
+        fprintf(stderr, "weft %s: unknown option '%s' (weft %s --help lists the options)\n", cmd, arg, cmd);
+}

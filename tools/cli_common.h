@@ -35,6 +35,9 @@ void cli_close(struct weft_backend *be, struct weft_model *m);
 
 double cli_now_ms(void);
 void cli_fail(const char *what); /* "weft: <what>: <last error>" */
+/* "weft CMD: unknown option 'ARG' (...)" on stderr; last: ARG ends argv
+ * (it may be a known flag missing its value: the message says so too). */
+void cli_unknown_option(const char *cmd, const char *arg, bool last);
 /* An integer flag value in lo..hi; otherwise prints "weft CMD: FLAG expects ..." and returns -1. */
 int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out);
 

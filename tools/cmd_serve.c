@@ -17,9 +17,11 @@
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 
-static void usage(void)
+#define WEFT_SERVE_MAX_NAMES 32  /* --model-alias, --cors-origin */
+
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
             "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
@@ -32,6 +34,14 @@ static void usage(void)
             "                  [--pd-lease-ms 30000] [--device-class NAME]\n"
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
+            "                  [--api-key KEY] [--model-alias NAME ...] [--cors-origin ORIGIN ...]\n"
+            "  --api-key KEY: requests need Authorization: Bearer KEY (one shared key, no --config needed;\n"
+            "                 with --config, one more key); /health, /ready, /load, /metrics and the dashboard\n"
+            "                 stay open (--metrics-key guards /metrics)\n"
+            "  --model-alias NAME: another name requests may use for the model (repeatable); listed in\n"
+            "                 /v1/models, and an answer names the model as the request did\n"
+            "  --cors-origin ORIGIN: let browser pages from ORIGIN (e.g. http://localhost:3000; * for any)\n"
+            "                 call the API: preflights answered, Access-Control-Allow-Origin on answers (repeatable)\n"
             "  --config FILE: API keys, tenants, rate limits and KV quotas (JSON; see server/tenants.h);\n"
             "                 SIGHUP reloads it\n"
             "  --drain-timeout S: on SIGTERM, requests still running after S seconds end with an error\n"
@@ -146,9 +156,36 @@ int weft_cmd_serve(int argc, char **argv)
     uint32_t mock_seed = 1;
     enum weft_type kv_type = WEFT_TYPE_F16;
     struct weft_server_config sc = {.host = "127.0.0.1", .handle_signals = true};
+    /* repeatable flags: pointers into argv (it outlives the server) */
+    static const char *aliases[WEFT_SERVE_MAX_NAMES], *origins[WEFT_SERVE_MAX_NAMES];
+    uint32_t n_aliases = 0, n_origins = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--api-key") && v) {
+            sc.api_key = argv[++i];
+            if (strlen(sc.api_key) < 8) {
+                fprintf(stderr, "weft serve: --api-key needs a key of at least 8 characters\n");
+                return 2;
+            }
+            continue;
+        }
+        if ((!strcmp(a, "--model-alias") || !strcmp(a, "--cors-origin")) && v) {
+            bool alias = a[2] == 'm';
+            const char *val = argv[++i];
+            uint32_t *n = alias ? &n_aliases : &n_origins;
+            if (!*val || strlen(val) > 127 || *n == WEFT_SERVE_MAX_NAMES) {
+                fprintf(stderr, "weft serve: %s expects a non-empty value of at most 127 bytes, at most %d times\n",
+                        a, WEFT_SERVE_MAX_NAMES);
+                return 2;
+            }
+            (alias ? aliases : origins)[(*n)++] = val;
+            continue;
+        }
         if (!strcmp(a, "--host") && v) { sc.host = argv[++i]; continue; }
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
@@ -231,7 +268,7 @@ int weft_cmd_serve(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            usage();
+            cli_unknown_option("serve", a, i + 1 == argc);
             return 2;
         }
     }
@@ -280,6 +317,10 @@ int weft_cmd_serve(int argc, char **argv)
     sc.port = (int)port;
     sc.tenants_path = config;
     sc.model_id = model_id;
+    sc.model_aliases = aliases;
+    sc.n_model_aliases = n_aliases;
+    sc.http.cors_origins = origins;
+    sc.http.n_cors_origins = n_origins;
     sc.template_system = template_system;
     sc.max_stream_buffer = (size_t)max_stream_kib << 10;
     sc.drain_timeout_ms = drain_s * 1000u;
