@@ -496,6 +496,13 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
         goto fail;
     }
     r->has_tenants = cfg->tenants_path != NULL;
+    if (cfg->api_key) {
+        if (!tenants_add_shared_key(&r->tenants, cfg->api_key, msg, sizeof msg)) {
+            st = weft_error(WEFT_ERR_INVALID_ARG, "router: %s", msg);
+            goto fail;
+        }
+        r->has_tenants = true;
+    }
     const char *key = cfg->upstream_key;
     for (uint32_t i = 0; !key && i < r->tenants.n; i++)
         if (r->tenants.t[i].trusted && r->tenants.t[i].n_keys) key = r->tenants.t[i].keys[0];

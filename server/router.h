@@ -6,9 +6,13 @@
  * core/route on their polled /load plus its own in-flight accounting, and
  * proxies the request there, streaming the answer back with backpressure.
  *
- * Endpoints: POST /v1/completions and /v1/chat/completions (routed),
- * POST /tokenize and /detokenize (forwarded to the least loaded), GET
- * /v1/models (the fleet's models), /health, /ready (some instance usable),
+ * Endpoints: POST /v1/completions and /v1/chat/completions (routed; n > 1
+ * goes whole to one instance, which shares the prompt's blocks between the
+ * choices, and such a stream is not moved if its instance fails), POST
+ * /tokenize, /detokenize and /v1/embeddings (forwarded to the least
+ * loaded), GET /v1/models (the fleet's models), /v1/models/{id} (one of
+ * them, else asked of an instance: it knows its aliases), /health, /ready
+ * (some instance usable),
  * /metrics, / (the dashboard, server/dash.h) and /fleet (its state).
  * Answers carry x-weft-instance and x-weft-route (policy, reason, matched
  * tokens, predicted TTFT, runner-up).
@@ -53,6 +57,8 @@ struct weft_router_config {
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */
     const char *upstream_key;        /* overrides the trusted key from tenants_path */
+    const char *api_key;             /* --api-key: one shared client key (tenants.h, a trusted tenant
+                                        "api-key": it is also what the router sends upstream) */
     bool no_kv_events;               /* routing history only, no /v1/kv/events subscriptions */
     uint32_t index_max_blocks;       /* per instance (0: 1M) */
     uint32_t pd_threshold;           /* hand prompts with more uncached tokens than this to a prefill

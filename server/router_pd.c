@@ -81,6 +81,7 @@ void router_pd_start(struct pxy *x, char *hdr, size_t cap)
         json_object_del(root, "weft");
         json_object_del(root, "logprobs");
         json_object_del(root, "top_logprobs");
+        json_object_del(root, "n");  /* the prompt's blocks are the same for every choice */
         body = json_dumps(root, JSON_COMPACT);
         json_decref(root);
     }

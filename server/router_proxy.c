@@ -649,6 +649,7 @@ static void route_and_forward(struct pxy *x)
         return;
     }
     uint32_t mt = x->p.max_tokens > 0 ? (uint32_t)(x->p.max_tokens < 1000000 ? x->p.max_tokens : 1000000) : 16;
+    mt *= x->p.n ? x->p.n : 1;  /* every choice decodes on the instance it goes to */
     weft_status st = fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, router_now(r), x->tried, x->n_tried, &x->d);
     if (st != WEFT_OK) {
         r->rejected++;
@@ -714,16 +715,17 @@ static bool admit(struct pxy *x)
     snprintf(x->tenant, sizeof x->tenant, "%s", t->name);
     double now = router_now(r);
     int64_t mt = x->p.max_tokens;
+    double nc = x->p.n ? x->p.n : 1;  /* choices: the prompt once, max_tokens each */
     if (mt <= 0) {
         uint32_t ctx = fleet_n_ctx(r);
         mt = x->chat && ctx > x->n_ids ? (int64_t)(ctx - x->n_ids) : 16;
         /* the default fits the budget: never refused for it (as weft serve does) */
-        if (t->tpm > 0 && (double)x->n_ids < t->tpm && (double)x->n_ids + (double)mt > t->tpm) {
-            mt = (int64_t)(t->tpm - (double)x->n_ids);
+        if (t->tpm > 0 && (double)x->n_ids + nc <= t->tpm && (double)x->n_ids + (double)mt * nc > t->tpm) {
+            mt = (int64_t)((t->tpm - (double)x->n_ids) / nc);
             x->clamp_max = mt;
         }
     }
-    double need = (double)x->n_ids + (double)mt, ra = 0;
+    double need = (double)x->n_ids + (double)mt * nc, ra = 0;
     if (!tenant_admit(t, now, need, &ra)) {
         r->throttled[isinf(ra) ? THROTTLE_TOO_LARGE : THROTTLE_RATE]++;
         char hdr[512], msg[400];
@@ -748,7 +750,7 @@ static bool admit(struct pxy *x)
     r->admitted++;
     x->charged = t->tpm > 0;
     x->reserved = need;
-    x->reserved_max = (uint32_t)mt;
+    x->reserved_max = (uint32_t)((double)mt * nc);
     tenant_ratelimit_headers(t, now, x->rl_hdrs, sizeof x->rl_hdrs);
     return true;
 }
@@ -827,7 +829,7 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
         return;
     }
     /* a stream the router can move: unless the client uses the extension itself */
-    x->ext = x->p.stream && !json_object_get(x->root, "weft");
+    x->ext = x->p.stream && !json_object_get(x->root, "weft") && x->p.n <= 1;
     http_conn_on_close(c, on_client_gone, x);
     x->refs++;  /* the job's */
     if (weft_workers_submit(r->workers, tokenize_work, tokenize_done, x) != WEFT_OK) {
@@ -888,6 +890,22 @@ static void models(struct weft_router *r, struct http_conn *c)
     respond_json(r, c, 200, json_pack("{s:s,s:o}", "object", "list", "data", data));
 }
 
+/* GET /v1/models/{id}: a model the fleet reports, else the question goes
+ * to an instance (it knows its aliases; it answers 404 for a name it does
+ * not serve). */
+static void model(struct weft_router *r, struct http_conn *c, const struct http_request *req)
+{
+    const char *id = req->path + 11;
+    for (uint32_t i = 0; i < r->fleet.n; i++) {
+        const struct fleet_instance *in = r->fleet.inst[i];
+        if (!in->has_load || strcmp(in->load.model, id) != 0) continue;
+        respond_json(r, c, 200, json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", in->load.model, "object", "model", "created",
+                                          (json_int_t)0, "owned_by", "weft", "max_model_len", (int)in->load.n_ctx));
+        return;
+    }
+    forward_any(r, c, req);
+}
+
 static bool any_usable(const struct weft_router *r)
 {
     for (uint32_t i = 0; i < r->fleet.n; i++) {
@@ -946,6 +964,10 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
         models(r, c);
         return;
     }
+    if (!strncmp(p, "/v1/models/", 11) && p[11] && req->method == HTTP_M_GET) {
+        model(r, c, req);
+        return;
+    }
     bool post = req->method == HTTP_M_POST;
     if (r->draining && post) {
         status_count(r, 503);
@@ -956,7 +978,7 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
         generate(r, c, req, p[4] == 'c' && p[5] == 'h');
         return;
     }
-    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize"))) {
+    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize") || !strcmp(p, "/v1/embeddings"))) {
         forward_any(r, c, req);
         return;
     }

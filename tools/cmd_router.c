@@ -16,9 +16,11 @@
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 
-static void usage(void)
+#define ROUTER_MAX_ORIGINS 32
+
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: weft router [-m MODEL] --instance URL [--instance URL ...] [--instances-dns NAME:PORT]\n"
             "                   [--policy weft|least-load|round-robin] [--host 127.0.0.1] [--port 8000]\n"
             "                   [--config FILE] [--upstream-key KEY] [--template-system] [--poll-ms 200]\n"
@@ -26,6 +28,7 @@ static void usage(void)
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
             "                   [--tokenize-threads 2] [--pd-threshold 512] [--no-pd] [--hold-empty-s 0]\n"
+            "                   [--api-key KEY] [--cors-origin ORIGIN ...]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
             "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
@@ -34,6 +37,10 @@ static void usage(void)
             "            least-load or round-robin (for comparison)\n"
             "  --config FILE: weft serve's tenants file: client keys are checked here, and its trusted key\n"
             "                 is what the router sends the instances (with x-weft-tenant)\n"
+            "  --api-key KEY: clients need Authorization: Bearer KEY (one shared key, no --config needed);\n"
+            "                 the router sends it to the instances too (give them the same --api-key)\n"
+            "  --cors-origin ORIGIN: as weft serve's: browser pages from ORIGIN (* for any) may call the\n"
+            "                 router; it answers preflights itself (repeatable)\n"
             "  --template-system: as weft serve's flag (must match the instances' for prefix hits on chats)\n"
             "  --pd-threshold N: a prompt with more than N tokens its decode instance does not hold is\n"
             "                 computed on a prefill instance (weft serve --role prefill) when that is\n"
@@ -58,9 +65,31 @@ int weft_cmd_router(int argc, char **argv)
     const char *model = NULL;
     uint32_t port = 8000, timeout_s = 600, threads = 2;
     bool template_system = false;
+    static const char *origins[ROUTER_MAX_ORIGINS];
+    uint32_t n_origins = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--api-key") && v) {
+            rc.api_key = argv[++i];
+            if (strlen(rc.api_key) < 8) {
+                fprintf(stderr, "weft router: --api-key needs a key of at least 8 characters\n");
+                return 2;
+            }
+            continue;
+        }
+        if (!strcmp(a, "--cors-origin") && v) {
+            if (n_origins == ROUTER_MAX_ORIGINS || !argv[i + 1][0]) {
+                fprintf(stderr, "weft router: --cors-origin expects an origin, at most %d times\n", ROUTER_MAX_ORIGINS);
+                return 2;
+            }
+            origins[n_origins++] = argv[++i];
+            continue;
+        }
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) { model = argv[++i]; continue; }
         if (!strcmp(a, "--host") && v) { rc.host = argv[++i]; continue; }
         if (!strcmp(a, "--config") && v) { rc.tenants_path = argv[++i]; continue; }
@@ -106,14 +135,15 @@ int weft_cmd_router(int argc, char **argv)
                 matched = true;
             }
         if (matched) continue;
-        usage();
-        return !strcmp(a, "-h") || !strcmp(a, "--help") ? 0 : 2;
-    }
-    if (!rc.n_instances && !rc.dns) {
-        fprintf(stderr, "weft router: give --instance URL or --instances-dns NAME:PORT\n");
-        usage();
+        cli_unknown_option("router", a, i + 1 == argc);
         return 2;
     }
+    if (!rc.n_instances && !rc.dns) {
+        fprintf(stderr, "weft router: give --instance URL or --instances-dns NAME:PORT (weft router --help)\n");
+        return 2;
+    }
+    rc.http.cors_origins = origins;
+    rc.http.n_cors_origins = n_origins;
     char *def = NULL;
     if (!model) {
         def = weft_default_model_path();
