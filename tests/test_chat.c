@@ -11,16 +11,19 @@
 #define N_(a) (sizeof(a) / sizeof((a)[0]))
 
 static const struct weft_chat_msg conv_sys_multi[] = {
-    { "system", "You are terse." }, { "user", "Hi" }, { "assistant", "Hello!" }, { "user", "Bye" },
+    { .role = "system", .content = "You are terse." }, { .role = "user", .content = "Hi" },
+    { .role = "assistant", .content = "Hello!" }, { .role = "user", .content = "Bye" },
 };
 static const struct weft_chat_msg conv_multi[] = {
-    { "user", "Hi" }, { "assistant", "Hello!" }, { "user", "Bye" },
+    { .role = "user", .content = "Hi" }, { .role = "assistant", .content = "Hello!" },
+    { .role = "user", .content = "Bye" },
 };
 static const struct weft_chat_msg conv_spaces[] = {
-    { "system", "  Be brief. " }, { "user", "  Hi there \n" }, { "assistant", " Sure. \n\n" }, { "user", "\tok " },
+    { .role = "system", .content = "  Be brief. " }, { .role = "user", .content = "  Hi there \n" },
+    { .role = "assistant", .content = " Sure. \n\n" }, { .role = "user", .content = "\tok " },
 };
 static const struct weft_chat_msg conv_single[] = {
-    { "user", "What is 2+2?" },
+    { .role = "user", .content = "What is 2+2?" },
 };
 
 static void check_render(enum weft_chat_style style, const struct weft_chat_msg *m, size_t n, bool add,
@@ -71,13 +74,13 @@ static void chatml_with_smollm_default_system_matches_template(void)
 
     /* the caller prepends it when msgs[0] is not a system message */
     struct weft_chat_msg with_sys[1 + N_(conv_multi)];
-    with_sys[0] = (struct weft_chat_msg){ "system", sys };
+    with_sys[0] = (struct weft_chat_msg){ .role = "system", .content = sys };
     memcpy(with_sys + 1, conv_multi, sizeof conv_multi);
     RENDER_IS(WEFT_CHAT_CHATML, with_sys, true,
               "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
               "<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
               "<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
-    struct weft_chat_msg single[2] = { { "system", sys }, conv_single[0] };
+    struct weft_chat_msg single[2] = { { .role = "system", .content = sys }, conv_single[0] };
     RENDER_IS(WEFT_CHAT_CHATML, single, false,
               "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face"
               "<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n");
@@ -129,7 +132,7 @@ static void llama3_trims_content(void)
               "<|start_header_id|>assistant<|end_header_id|>\n\nSure.<|eot_id|>"
               "<|start_header_id|>user<|end_header_id|>\n\nok<|eot_id|>");
     /* Jinja trim is Python str.strip(): \v and \x1c-\x1f count as space */
-    const struct weft_chat_msg odd[] = { { "user", "\x1f X\v\x1c" } };
+    const struct weft_chat_msg odd[] = { { .role = "user", .content = "\x1f X\v\x1c" } };
     RENDER_IS(WEFT_CHAT_LLAMA3, odd, false, "<|start_header_id|>user<|end_header_id|>\n\nX<|eot_id|>");
 }
 
@@ -146,8 +149,9 @@ static void llama2_renders_without_system(void)
     RENDER_IS(WEFT_CHAT_LLAMA2, conv_single, false, "[INST] What is 2+2? [/INST]");
     /* the llama.cpp wiki's rendering of the same template (FusionNet) */
     const struct weft_chat_msg hist[] = {
-        { "system", "test" }, { "user", "hello" }, { "assistant", "response" },
-        { "user", "again" }, { "assistant", "response" },
+        { .role = "system", .content = "test" }, { .role = "user", .content = "hello" },
+        { .role = "assistant", .content = "response" },
+        { .role = "user", .content = "again" }, { .role = "assistant", .content = "response" },
     };
     RENDER_IS(WEFT_CHAT_LLAMA2, hist, false,
               "[INST] <<SYS>>\ntest\n<</SYS>>\n\nhello [/INST] response </s><s>[INST] again [/INST] response </s>");
@@ -164,26 +168,27 @@ static void llama2_later_or_trailing_system_goes_to_a_user_turn(void)
 {
     /* beyond the reference template (which rejects these): documented weft behaviour */
     const struct weft_chat_msg mid[] = {
-        { "user", "Hi" }, { "assistant", "Hello" }, { "system", "Be nice" }, { "user", "Bye" },
+        { .role = "user", .content = "Hi" }, { .role = "assistant", .content = "Hello" },
+        { .role = "system", .content = "Be nice" }, { .role = "user", .content = "Bye" },
     };
     RENDER_IS(WEFT_CHAT_LLAMA2, mid, false,
               "[INST] Hi [/INST] Hello </s><s>[INST] <<SYS>>\nBe nice\n<</SYS>>\n\nBye [/INST]");
-    const struct weft_chat_msg only_sys[] = { { "system", "S" } };
+    const struct weft_chat_msg only_sys[] = { { .role = "system", .content = "S" } };
     RENDER_IS(WEFT_CHAT_LLAMA2, only_sys, true, "[INST] <<SYS>>\nS\n<</SYS>> [/INST]");
 }
 
 static void unknown_role_rejected(void)
 {
-    const struct weft_chat_msg bad[] = { { "user", "Hi" }, { "tool", "42" } };
+    const struct weft_chat_msg bad[] = { { .role = "user", .content = "Hi" }, { .role = "robot", .content = "42" } };
     const enum weft_chat_style styles[] = { WEFT_CHAT_CHATML, WEFT_CHAT_LLAMA2, WEFT_CHAT_LLAMA3 };
     for (size_t i = 0; i < N_(styles); i++) {
         char *out = (char *)"sentinel";
         CHECK_EQ_INT(weft_chat_render(styles[i], bad, 2, true, &out), WEFT_ERR_INVALID_ARG);
         CHECK(out == NULL);
-        CHECK(strstr(weft_last_error(), "tool") != NULL);
+        CHECK(strstr(weft_last_error(), "robot") != NULL);
     }
-    const struct weft_chat_msg no_role[] = { { NULL, "x" } };
-    const struct weft_chat_msg no_content[] = { { "user", NULL } };
+    const struct weft_chat_msg no_role[] = { { .role = NULL, .content = "x" } };
+    const struct weft_chat_msg no_content[] = { { .role = "user", .content = NULL } };
     char *out = NULL;
     CHECK_EQ_INT(weft_chat_render(WEFT_CHAT_CHATML, no_role, 1, false, &out), WEFT_ERR_INVALID_ARG);
     CHECK_EQ_INT(weft_chat_render(WEFT_CHAT_CHATML, no_content, 1, false, &out), WEFT_ERR_INVALID_ARG);
@@ -225,6 +230,92 @@ static void style_names(void)
     CHECK(strcmp(weft_chat_style_name(WEFT_CHAT_LLAMA3), "llama3") == 0);
 }
 
+/* Tools as Qwen2.5's template renders them (Hermes <tool_call> frame). */
+static void chatml_renders_tools_calls_and_results(void)
+{
+    const char *defs[] = { "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": "
+                           "{\"type\": \"object\"}}}" };
+    const struct weft_chat_tool_call calls[] = { { "call_1", "get_weather", "{\"city\": \"Oslo\"}" },
+                                                 { "call_2", "get_weather", "{\"city\": \"Rome\"}" } };
+    const struct weft_chat_msg conv[] = {
+        { "system", "Be brief.", NULL, 0, NULL },
+        { "user", "Weather?", NULL, 0, NULL },
+        { "assistant", NULL, calls, 2, NULL },
+        { "tool", "3 C", NULL, 0, "call_1" },
+        { "tool", "18 C", NULL, 0, "call_2" },
+    };
+    char *out = NULL;
+    CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_CHATML, conv, 5, defs, 1, true, &out), WEFT_OK);
+    const char *want =
+        "<|im_start|>system\nBe brief.\n\n# Tools\n\nYou may call one or more functions to assist with the user "
+        "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+        "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\"}}}"
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n"
+        "<|im_start|>user\nWeather?<|im_end|>\n"
+        "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+        "</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"
+        "<|im_end|>\n"
+        "<|im_start|>user\n<tool_response>\n3 C\n</tool_response>\n<tool_response>\n18 C\n</tool_response>"
+        "<|im_end|>\n<|im_start|>assistant\n";
+    CHECK_MSG(out && strcmp(out, want) == 0, "got:\n%s", out ? out : "(null)");
+    free(out);
+    /* without a system message the tools section is the system message */
+    CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_CHATML, conv + 1, 1, defs, 1, true, &out), WEFT_OK);
+    CHECK(out && strncmp(out, "<|im_start|>system\n# Tools\n\n", 28) == 0);
+    free(out);
+    /* no tools, no tool messages: the plain rendering */
+    char *plain = NULL;
+    CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_CHATML, conv, 2, NULL, 0, true, &out), WEFT_OK);
+    CHECK_EQ_INT(weft_chat_render(WEFT_CHAT_CHATML, conv, 2, true, &plain), WEFT_OK);
+    CHECK(out && plain && strcmp(out, plain) == 0);
+    free(out);
+    free(plain);
+}
+
+static void llama3_renders_tools_in_the_first_user_message(void)
+{
+    const char *defs[] = { "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}" };
+    const struct weft_chat_tool_call call = { NULL, "f", "{\"x\": 1}" };
+    const struct weft_chat_msg conv[] = {
+        { "user", "Go", NULL, 0, NULL },
+        { "assistant", NULL, &call, 1, NULL },
+        { "tool", "done", NULL, 0, NULL },
+    };
+    char *out = NULL;
+    CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_LLAMA3, conv, 3, defs, 1, true, &out), WEFT_OK);
+    const char *want =
+        "<|start_header_id|>user<|end_header_id|>\n\nGiven the following functions, please respond with a JSON for "
+        "a function call with its proper arguments that best answers the given prompt.\n\nRespond in the format "
+        "{\"name\": function name, \"parameters\": dictionary of argument name and its value}.Do not use "
+        "variables.\n\n{\"type\": \"function\", \"function\": {\"name\": \"f\"}}\n\nGo<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n{\"name\": \"f\", \"parameters\": {\"x\": 1}}<|eot_id|>"
+        "<|start_header_id|>ipython<|end_header_id|>\n\ndone<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    CHECK_MSG(out && strcmp(out, want) == 0, "got:\n%s", out ? out : "(null)");
+    free(out);
+}
+
+static void tools_refused_where_the_template_has_no_format(void)
+{
+    const char *defs[] = { "{}" };
+    const struct weft_chat_msg conv[] = { { "user", "Go", NULL, 0, NULL } };
+    const struct weft_chat_msg result[] = { { "tool", "x", NULL, 0, NULL } };
+    const struct weft_chat_msg no_args[] = { { "assistant", NULL, &(struct weft_chat_tool_call){ NULL, "f", NULL },
+                                               1, NULL } };
+    char *out = (char *)"sentinel";
+    CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_LLAMA2, conv, 1, defs, 1, true, &out), WEFT_ERR_INVALID_ARG);
+    CHECK(out == NULL && strstr(weft_last_error(), "llama2"));
+    CHECK_EQ_INT(weft_chat_render(WEFT_CHAT_LLAMA2, result, 1, true, &out), WEFT_ERR_INVALID_ARG);
+    CHECK_EQ_INT(weft_chat_render(WEFT_CHAT_CHATML, no_args, 1, true, &out), WEFT_ERR_INVALID_ARG);
+    const char *o, *m, *e;
+    weft_chat_tool_call_frame(WEFT_CHAT_LLAMA2, &o, &m, &e);
+    CHECK(!o && !m && !e);
+    weft_chat_tool_call_frame(WEFT_CHAT_CHATML, &o, &m, &e);
+    CHECK(o && strcmp(o, "<tool_call>\n{\"name\": \"") == 0 && strcmp(e, "}\n</tool_call>") == 0);
+}
+
 int main(void)
 {
     RUN(chatml_renders_multi_turn_with_system);
@@ -239,6 +330,9 @@ int main(void)
     RUN(llama2_strips_turns_as_a_whole);
     RUN(llama2_later_or_trailing_system_goes_to_a_user_turn);
     RUN(unknown_role_rejected);
+    RUN(chatml_renders_tools_calls_and_results);
+    RUN(llama3_renders_tools_in_the_first_user_message);
+    RUN(tools_refused_where_the_template_has_no_format);
     RUN(detect_from_template_snippets);
     RUN(style_names);
     return check_summary();
