@@ -188,10 +188,17 @@ int weft_cmd_bench(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            fprintf(stderr, "usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
-                            "       weft bench --membw [-t THREADS]\n"
-                            "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n");
-            return 2;
+            bool help = !strcmp(a, "-h") || !strcmp(a, "--help");
+            if (!help) {
+                cli_unknown_option("bench", a, i + 1 == argc);
+                return 2;
+            }
+            printf("usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
+                   "       weft bench --membw [-t THREADS]\n"
+                   "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n"
+                   "  result lines are printed (and flushed) as each test ends; on a terminal a status line\n"
+                   "  on stderr shows the test and run in progress\n");
+            return 0;
         }
     }
     int threads = o.n_threads;
@@ -208,7 +215,9 @@ int weft_cmd_bench(int argc, char **argv)
         cli_close(be, m);
         return rc;
     }
+    cli_progress("measuring the memory read bandwidth (%d threads)...", threads);
     double bw_best = 0, bw = measure_membw(threads, membw_only ? 7 : 3, &bw_best);
+    cli_progress_clear();
     if (membw_only) {
         if (o.json) printf("{\"membw_gbs\": %.2f, \"membw_best_gbs\": %.2f, \"threads\": %d}\n", bw, bw_best, threads);
         else printf("memory read bandwidth: %.1f GB/s median, %.1f GB/s best (%d threads, 1 GiB buffer)\n", bw, bw_best, threads);
@@ -216,7 +225,9 @@ int weft_cmd_bench(int argc, char **argv)
     }
     struct weft_backend *be;
     struct weft_model *m;
+    cli_progress("loading the model...");
     if (cli_open(&o, &be, &m)) return 1;
+    cli_progress_clear();
     int max_n = 0;
     for (int i = 0; i < n_pp; i++) if (pp[i] > max_n) max_n = pp[i];
     for (int i = 0; i < n_tg; i++) if (tg[i] > max_n) max_n = tg[i];
@@ -243,6 +254,7 @@ int weft_cmd_bench(int argc, char **argv)
         printf("memory read bandwidth: %.1f GB/s (median of 3)\n\n", bw);
         printf("| %-6s | %12s | %15s | %9s | %14s |\n", "test", "t/s median", "t/s mean ± sd", "GB/s", "of membw");
         printf("|--------|--------------|-----------------|-----------|----------------|\n");
+        fflush(stdout);
     }
     for (int pass = 0; pass < 2; pass++) {
         int cnt = pass ? n_tg : n_pp;
@@ -250,9 +262,13 @@ int weft_cmd_bench(int argc, char **argv)
             int n = pass ? tg[i] : pp[i];
             if (n == 0) continue;
             double v[100], warm;
-            if (run_test(s, toks, n, pass, &warm)) { cli_fail("benchmark run failed"); goto out; }
-            for (int r = 0; r < reps; r++)
-                if (run_test(s, toks, n, pass, &v[r])) { cli_fail("benchmark run failed"); goto out; }
+            cli_progress("%s%d: warm-up", pass ? "tg" : "pp", n);
+            if (run_test(s, toks, n, pass, &warm)) { cli_progress_clear(); cli_fail("benchmark run failed"); goto out; }
+            for (int r = 0; r < reps; r++) {
+                cli_progress("%s%d: run %d/%d (last %.1f t/s)", pass ? "tg" : "pp", n, r + 1, reps, r ? v[r - 1] : warm);
+                if (run_test(s, toks, n, pass, &v[r])) { cli_progress_clear(); cli_fail("benchmark run failed"); goto out; }
+            }
+            cli_progress_clear();
             struct stats st = summarize(v, reps);
             char test[32];
             snprintf(test, sizeof test, "%s%d", pass ? "tg" : "pp", n);

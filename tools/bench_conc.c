@@ -140,6 +140,7 @@ int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, cons
                "gen t/s mean ± sd", "TTFT ms", "ITL ms", "decode t/s", "tok/step", "gen vs 1", "dec vs 1");
         printf("|-------------|-----------------|--------------------|--------------|------------|--------------|"
                "-------------|----------|----------|\n");
+        fflush(stdout);
     }
     json_t *results = json_array();
     int rc = 0;
@@ -150,14 +151,19 @@ int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, cons
     if (!r) { cli_fail("out of memory"); weft_engine_free(e); json_decref(results); return 1; }
     for (int l = 0; l < n_levels && rc == 0; l++) {
         struct level_result warm;
+        cli_progress("concurrency %d: warm-up", levels[l]);
         if (levels[l] > 0 && run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg, 0x1234 + levels[l], &warm))
             rc = 1;
     }
     for (int i = 0; i < reps && rc == 0; i++)
-        for (int l = 0; l < n_levels && rc == 0; l++)
-            if (levels[l] > 0 && run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg,
-                                           0x9e3779b9ull * (i + 1) + levels[l], &r[l][i]))
+        for (int l = 0; l < n_levels && rc == 0; l++) {
+            if (levels[l] <= 0) continue;
+            cli_progress("run %d/%d, concurrency %d", i + 1, reps, levels[l]);
+            if (run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg, 0x9e3779b9ull * (i + 1) + levels[l],
+                          &r[l][i]))
                 rc = 1;
+        }
+    cli_progress_clear();
     double base_tps = 0, base_dec = 0; /* concurrency 1's medians, for the ratios */
     for (int pass = 0; pass < 2 && rc == 0; pass++)
         for (int l = 0; l < n_levels; l++) {

@@ -1,6 +1,8 @@
 #include "tools/cli_common.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <unistd.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,9 +93,11 @@ int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
     return 0;
 }
 
-void cli_usage_common(void)
+void cli_usage_common(void) { cli_usage_common_to(stderr); }
+
+void cli_usage_common_to(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "  -m, --model FILE        GGUF model (default: SmolLM2-135M-Instruct Q4_1 from the cache)\n"
             "  -p, --prompt TEXT       prompt text\n"
             "  -n, --n-predict N       tokens to generate (default 128)\n"
@@ -254,4 +258,28 @@ void cli_unknown_option(const char *cmd, const char *arg, bool last)
                 arg, cmd);
     else
         fprintf(stderr, "weft %s: unknown option '%s' (weft %s --help lists the options)\n", cmd, arg, cmd);
+}
+
+static int progress_tty = -1;  /* unknown yet */
+static bool progress_shown;
+
+void cli_progress(const char *fmt, ...)
+{
+    if (progress_tty < 0) progress_tty = isatty(STDERR_FILENO);
+    if (!progress_tty) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("\r\033[K", stderr);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fflush(stderr);
+    progress_shown = true;
+}
+
+void cli_progress_clear(void)
+{
+    if (!progress_shown) return;
+    fputs("\r\033[K", stderr);
+    fflush(stderr);
+    progress_shown = false;
 }

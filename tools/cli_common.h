@@ -4,6 +4,7 @@
 #define WEFT_CLI_COMMON_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "core/model.h"
 #include "core/sampler.h"
@@ -24,8 +25,9 @@ void cli_opts_default(struct cli_opts *o);
 /* Parse one option at argv[*i] (advancing *i past its value). Returns 1 if
  * consumed, 0 if not a shared option, -1 on a usage error (printed). */
 int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i);
-/* Print the shared options' usage lines. */
+/* Print the shared options' usage lines (on stderr; _to: on f). */
 void cli_usage_common(void);
+void cli_usage_common_to(FILE *f);
 
 /* Open the backend(s) and model named by o (default model when -m is absent;
  * with --split, one backend per distinct device and *be is the first).
@@ -34,6 +36,11 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
 void cli_close(struct weft_backend *be, struct weft_model *m);
 
 double cli_now_ms(void);
+/* A status line on stderr, rewritten in place, when stderr is a terminal
+ * (nothing otherwise): cli_progress("pp512: run 2/5"); cli_progress_clear()
+ * erases it before a result line is printed. */
+void cli_progress(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void cli_progress_clear(void);
 void cli_fail(const char *what); /* "weft: <what>: <last error>" */
 /* "weft CMD: unknown option 'ARG' (...)" on stderr; last: ARG ends argv
  * (it may be a known flag missing its value: the message says so too). */

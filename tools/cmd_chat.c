@@ -1,10 +1,18 @@
-/* `weft chat`: a conversation using the model's chat template. */
+/* `weft chat`: a conversation using the model's chat template.
+ *
+ * Reading messages from stdin: Ctrl-C (SIGINT) stops the reply being
+ * written (what it has so far stays in the conversation) and the prompt
+ * comes back; Ctrl-C at the prompt, Ctrl-D (end of input) or /exit ends
+ * the program; /reset forgets the conversation (the system message stays). */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "core/chat.h"
+#include "core/stop.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 #include "tools/generate.h"
@@ -43,6 +51,15 @@ static void conv_free(struct conv *c)
     free(c->msgs);
 }
 
+/* SIGINT while reading messages: set by the handler, read by the reply loop */
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
 struct chat_state {
     struct weft_model *m;
     struct weft_session *s;
@@ -53,7 +70,64 @@ struct chat_state {
     int n_predict;
     const char *const *stops;
     uint32_t n_stops;
+    bool cancellable;              /* the reply stops when `interrupted` is set */
 };
+
+/* gen_run (tools/generate.h) with a way out: the same steps, stopping
+ * before the next token once `interrupted` is set (the session then holds
+ * the prompt and every token generated, as gen_run leaves it). */
+static weft_status chat_generate(struct chat_state *cs, const int32_t *prompt, size_t n_prompt,
+                                 struct gen_result *r)
+{
+    memset(r, 0, sizeof *r);
+    int n_predict = cs->n_predict > 0 ? cs->n_predict : 1;
+    r->ids = malloc(sizeof(int32_t) * (size_t)n_predict);
+    r->samples = malloc(sizeof(struct weft_sample) * (size_t)n_predict);
+    if (!r->ids || !r->samples) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    const float *logits = NULL;
+    weft_status st = weft_session_eval(cs->s, prompt, n_prompt, &logits);
+    if (st != WEFT_OK) return st;
+    if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
+    r->n_prompt = n_prompt;
+    for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(cs->smp, prompt[i]);
+    struct weft_stop stop;
+    struct weft_stop_cfg scfg = {.tok = cs->m->tok, .strings = cs->stops, .n_strings = cs->n_stops,
+                                 .continues_prompt = true};
+    if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
+    struct weft_stop_step step;
+    for (int i = 0; i < cs->n_predict && !interrupted; i++) {
+        struct weft_sample smpl;
+        if ((st = weft_sampler_sample(cs->smp, logits, &smpl)) != WEFT_OK) break;
+        if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
+        if (step.emit_len) {
+            fwrite(stop.text + step.emit_from, 1, step.emit_len, stdout);
+            fflush(stdout);
+        }
+        if (step.stop == WEFT_STOP_TOKEN) break;
+        weft_sampler_accept(cs->smp, smpl.id);
+        r->ids[r->n] = smpl.id;
+        r->samples[r->n] = smpl;
+        r->n++;
+        if ((st = weft_session_eval(cs->s, &smpl.id, 1, &logits)) != WEFT_OK) {
+            if (st == WEFT_ERR_CONTEXT) st = WEFT_OK;  /* context full: keep what we have */
+            break;
+        }
+        if (step.stop == WEFT_STOP_STRING) break;
+    }
+    if (st == WEFT_OK && (st = weft_stop_end(&stop, &step)) == WEFT_OK) {
+        if (step.emit_len) fwrite(stop.text + step.emit_from, 1, step.emit_len, stdout);
+        r->text = malloc(stop.len + 1);
+        if (r->text) {
+            memcpy(r->text, stop.text ? stop.text : "", stop.len);
+            r->text[stop.len] = '\0';
+            r->text_len = stop.len;
+        } else {
+            st = weft_error(WEFT_ERR_NOMEM, "out of memory");
+        }
+    }
+    weft_stop_free(&stop);
+    return st;
+}
 
 /* Render the conversation, evaluate what the session does not hold yet, and
  * generate the assistant's reply (streamed to stdout). */
@@ -74,7 +148,12 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     while (common < n && common < st->n_hist && ids[common] == st->hist[common]) common++;
     if (common == n) common--;  /* re-evaluate the last token to get fresh logits */
     weft_session_truncate(st->s, (uint32_t)common);
-    weft_status ws = gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops, st->n_stops, stdout, &r);
+    weft_status ws = st->cancellable
+                         ? chat_generate(st, ids + common, n - common, &r)
+                         : gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops,
+                                   st->n_stops, stdout, &r);
+    if (interrupted) fputs(" [stopped]", stdout);
+    interrupted = 0;
     fputc('\n', stdout);
     fflush(stdout);
     if (ws != WEFT_OK) { cli_fail("generation failed"); goto out; }
@@ -110,11 +189,18 @@ int weft_cmd_chat(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            fprintf(stderr, "usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT | --template-system] [options]\n"
-                            "  with -p: answer that one message and exit; otherwise read messages from stdin\n"
-                            "  --template-system: use the default system prompt the model's template defines\n");
-            cli_usage_common();
-            return 2;
+            bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+            if (!help) {
+                cli_unknown_option("chat", argv[i], i + 1 == argc);
+                return 2;
+            }
+            printf("usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT | --template-system] [options]\n"
+                   "  with -p: answer that one message and exit; otherwise read messages from stdin:\n"
+                   "  Ctrl-C stops the reply being written; Ctrl-C at the prompt, Ctrl-D or /exit quits;\n"
+                   "  /reset starts the conversation over\n"
+                   "  --template-system: use the default system prompt the model's template defines\n");
+            cli_usage_common_to(stdout);
+            return 0;
         }
     }
     struct weft_backend *be;
@@ -142,16 +228,45 @@ int weft_cmd_chat(int argc, char **argv)
         goto out;
     }
     bool tty = isatty(STDIN_FILENO);
+    /* Ctrl-C stops a reply, not the program: no SA_RESTART, so at the
+     * prompt it ends the read (and the program) */
+    struct sigaction sa = {.sa_handler = on_sigint}, old_sa;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_sa);
+    st.cancellable = true;
+    size_t n_keep = c.n;  /* /reset keeps the system message */
     char *line = NULL;
     size_t cap = 0;
     for (;;) {
         if (tty) { fputs("> ", stdout); fflush(stdout); }
+        interrupted = 0;
+        errno = 0;
         ssize_t len = getline(&line, &cap, stdin);
-        if (len < 0) break;
+        if (len < 0 || interrupted) {
+            if (tty) fputc('\n', stdout);
+            break;
+        }
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
         if (len == 0) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/reset")) {
+            for (size_t i = n_keep; i < c.n; i++) free(c.owned[i]);
+            c.n = n_keep;
+            st.n_hist = 0;
+            weft_session_reset(st.s);
+            weft_sampler_free(st.smp);
+            st.smp = NULL;
+            if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
+                cli_fail("cannot restart the sampler");
+                free(line);
+                goto out;
+            }
+            if (tty) fputs("(the conversation starts over)\n", stdout);
+            continue;
+        }
         if (conv_add(&c, "user", line) || chat_turn(&st, &c)) { free(line); goto out; }
     }
+    sigaction(SIGINT, &old_sa, NULL);
     free(line);
     rc = 0;
 out:

@@ -47,9 +47,9 @@ struct fleet_cli {
     char router_url[96];
 };
 
-static void usage(void)
+static void usage(FILE *out)
 {
-    fprintf(stderr,
+    fprintf(out,
             "usage: weft fleet [-m MODEL] [--host 127.0.0.1] [--port 8000] [--instance SPEC ...]\n"
             "                  [--redis] [--redis-port N] [--kv-remote URL] [--config FILE] [--policy weft]\n"
             "                  [--drain-timeout 30] [--restart-max-s 30] [--serve-arg ARG ...]\n"
@@ -331,7 +331,7 @@ static int parse_args(struct fleet_cli *f, int argc, char **argv)
         const char *a = argv[i];
         bool v = i + 1 < argc;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
+            usage(stdout);
             return 1;
         }
         if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) f->model = argv[++i];
@@ -370,8 +370,7 @@ static int parse_args(struct fleet_cli *f, int argc, char **argv)
                     matched = true;
                 }
             if (!matched) {
-                fprintf(stderr, "weft fleet: unknown option or missing value: %s\n", a);
-                usage();
+                cli_unknown_option("fleet", a, i + 1 == argc);
                 return 2;
             }
         }

@@ -52,10 +52,19 @@ int weft_cmd_info(int argc, char **argv)
     const char *path = NULL;
     bool all = false;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: weft info [MODEL | -m MODEL] [--kv]\n"
+                   "  validates a GGUF file and describes the model (default: SmolLM2-135M-Instruct Q4_1);\n"
+                   "  --kv lists every metadata key\n");
+            return 0;
+        }
         if (!strcmp(argv[i], "--kv")) all = true;
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (argv[i][0] != '-' && !path) path = argv[i];
-        else { fprintf(stderr, "usage: weft info MODEL [--kv]\n"); return 2; }
+        else {
+            cli_unknown_option("info", argv[i], i + 1 == argc);
+            return 2;
+        }
     }
     char *def = NULL;
     if (!path && !(path = def = weft_default_model_path())) return 1;
@@ -98,7 +107,19 @@ int weft_cmd_info(int argc, char **argv)
 
 int weft_cmd_devices(int argc, char **argv)
 {
-    bool json = argc > 1 && !strcmp(argv[1], "--json");
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: weft devices [--json]\n  lists the backends (cpu, vulkan, cuda, hip) and their devices\n");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--json")) {
+            json = true;
+            continue;
+        }
+        cli_unknown_option("devices", argv[i], false);
+        return 2;
+    }
     static const char *const all[] = {"cpu", "vulkan", "cuda", "hip"};
     json_t *arr = json_array();
     for (size_t b = 0; b < sizeof all / sizeof all[0]; b++) {
