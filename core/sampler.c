@@ -360,10 +360,17 @@ static void apply_penalties(struct weft_sampler *s)
     }
 }
 
-weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, struct weft_sample *out)
+static inline bool mask_has(const uint32_t *allowed, int32_t id)
 {
-    if (!s || !logits || !out)
-        return weft_error(WEFT_ERR_INVALID_ARG, "sampler: NULL argument to weft_sampler_sample");
+    return !allowed || (allowed[id / 32] >> (id % 32) & 1u);
+}
+
+/* The draw for weft_sampler_sample (allowed NULL, retry 0) and
+ * weft_sampler_sample_masked. first: the lowest allowed id (the choice when
+ * nothing allowed has any probability). */
+static weft_status sample_impl(struct weft_sampler *s, const float *logits, const uint32_t *allowed,
+                               int32_t first, uint32_t retry, struct weft_sample *out)
+{
     const struct weft_sampling_params *p = &s->p;
     int32_t V = s->n_vocab;
     struct weft_cand *c = s->cand;
@@ -371,17 +378,18 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
     if (p->temperature <= 0.0f && !penalties_active(s)) {
         /* greedy with nothing to adjust: one read-only pass (the general
          * path below writes a candidate per id first); the same choice */
-        float best = sanitize(logits[0]);
-        int32_t chosen = 0;
-        for (int32_t i = 1; i < V; i++) {
+        float best = sanitize(logits[first]), raw_max = best;
+        int32_t chosen = first;
+        for (int32_t i = 0; i < V; i++) {
             float l = sanitize(logits[i]);
-            if (l > best) {
+            raw_max = l > raw_max ? l : raw_max;
+            if (l > best && mask_has(allowed, i)) {
                 best = l;
                 chosen = i;
             }
         }
         out->id = chosen;
-        fill_logprobs(s, logits, best, out);
+        fill_logprobs(s, logits, raw_max, out);
         s->pos++;
         return WEFT_OK;
     }
@@ -394,12 +402,16 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
         raw_max = l > raw_max ? l : raw_max;
     }
     apply_penalties(s);
+    if (allowed)
+        for (int32_t i = 0; i < V; i++)
+            if (!mask_has(allowed, i))
+                c[i].logit = -INFINITY;
 
-    int32_t chosen = 0;
+    int32_t chosen = first;
     if (p->temperature <= 0.0f) {
-        /* greedy: strict > keeps the lowest id on ties; all -inf -> 0 */
-        float best = c[0].logit;
-        for (int32_t i = 1; i < V; i++)
+        /* greedy: strict > keeps the lowest id on ties; all -inf -> first */
+        float best = c[first].logit;
+        for (int32_t i = 0; i < V; i++)
             if (c[i].logit > best) {
                 best = c[i].logit;
                 chosen = i;
@@ -420,8 +432,8 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
     for (size_t i = 0; i < n; i++)
         if (c[i].logit > mx)
             mx = c[i].logit;
-    if (mx == -INFINITY) {   /* nothing has any probability: lowest id */
-        chosen = 0;
+    if (mx == -INFINITY) {   /* nothing has any probability: lowest (allowed) id */
+        chosen = first;
         goto done;
     }
 
@@ -471,7 +483,9 @@ weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, str
     double inv_t = 1.0 / (double)p->temperature, sum = 0.0;
     for (size_t i = 0; i < n; i++)
         sum += (s->w[i] = exp(((double)c[i].logit - mx) * inv_t));
-    double u = rng_uniform_at(s->seed_mix, s->pos) * sum, acc = 0.0;
+    /* retry r > 0 draws from another stream: the seed's mix moved by r */
+    uint64_t seed_mix = retry ? mix64(s->seed_mix + retry * 0xd1b54a32d192ed03ULL) : s->seed_mix;
+    double u = rng_uniform_at(seed_mix, s->pos) * sum, acc = 0.0;
     size_t pick = n;
     for (size_t i = 0; i < n; i++) {
         acc += s->w[i];
@@ -495,6 +509,27 @@ done:
     fill_logprobs(s, logits, raw_max, out);
     s->pos++;
     return WEFT_OK;
+}
+
+weft_status weft_sampler_sample(struct weft_sampler *s, const float *logits, struct weft_sample *out)
+{
+    if (!s || !logits || !out)
+        return weft_error(WEFT_ERR_INVALID_ARG, "sampler: NULL argument to weft_sampler_sample");
+    return sample_impl(s, logits, NULL, 0, 0, out);
+}
+
+weft_status weft_sampler_sample_masked(struct weft_sampler *s, const float *logits, const uint32_t *allowed,
+                                       uint32_t retry, struct weft_sample *out)
+{
+    if (!s || !logits || !allowed || !out)
+        return weft_error(WEFT_ERR_INVALID_ARG, "sampler: NULL argument to weft_sampler_sample_masked");
+    int32_t first = -1;
+    for (int32_t w = 0; w < (s->n_vocab + 31) / 32 && first < 0; w++)
+        if (allowed[w])
+            first = w * 32 + __builtin_ctz(allowed[w]);
+    if (first < 0 || first >= s->n_vocab)
+        return weft_error(WEFT_ERR_INVALID_ARG, "sampler: the mask allows no token");
+    return sample_impl(s, logits, allowed, first, retry, out);
 }
 
 void weft_sampler_set_position(struct weft_sampler *s, uint64_t pos) { s->pos = pos; }
