@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server/http.h"
 #include "server/metrics.h"
 #include "server/params.h"
 #include "server/tenants.h"
@@ -58,7 +59,9 @@ static void each_bad_parameter_is_named(void)
         {"{\"prompt\": \"x\", \"top_p\": 0}", "top_p"},
         {"{\"prompt\": \"x\", \"min_p\": 2}", "min_p"},
         {"{\"prompt\": \"x\", \"presence_penalty\": 9}", "presence_penalty"},
-        {"{\"prompt\": \"x\", \"n\": 2}", "n"},
+        {"{\"prompt\": \"x\", \"n\": 17}", "n"},
+        {"{\"prompt\": \"x\", \"n\": 0}", "n"},
+        {"{\"prompt\": \"x\", \"n\": 2, \"stream\": true, \"weft\": {\"ids\": true}}", "n"},
         {"{\"prompt\": \"x\", \"stop\": 3}", "stop"},
         {"{\"prompt\": \"x\", \"stop\": [\"\"]}", "stop"},
         {"{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs"},
@@ -263,6 +266,84 @@ static void tenants_reload_keeps_buckets(void)
     unlink(path);
 }
 
+/* n: 1 by default, up to WEFT_MAX_CHOICES. */
+static void n_choices(void)
+{
+    struct gen_params p;
+    const char *param;
+    CHECK(parse("{\"prompt\": \"hi\"}", false, &p, &param) && p.n == 1);
+    gen_params_free(&p);
+    CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 16, \"seed\": 3}", true, &p,
+                &param) && p.n == 16 && p.sp.seed == 3);
+    gen_params_free(&p);
+}
+
+/* --api-key: one trusted key without a file, kept across a reload; beside
+ * a file's tenants it is one key more. */
+static void shared_api_key(void)
+{
+    struct tenants ts;
+    char msg[256];
+    bool anon;
+    CHECK(tenants_load(&ts, NULL, msg, sizeof msg));
+    CHECK(!tenants_add_shared_key(&ts, "short", msg, sizeof msg) && strstr(msg, "8 characters"));
+    CHECK(tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
+    CHECK(ts.any_keys);
+    struct tenant_cfg *t = tenants_auth(&ts, "Bearer sk-shared-0001", &anon);
+    CHECK(t && t->trusted && !strcmp(t->name, "api-key"));
+    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && !anon);
+    CHECK(tenants_auth(&ts, "Bearer sk-shared-0002", &anon) == NULL && !anon);
+    double ra;
+    CHECK(tenant_admit(t, 1.0, 1e9, &ra));  /* no limits */
+    tenants_free(&ts);
+
+    char path[] = "/tmp/weft-tenants-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-1111\"]}]}");
+    CHECK(tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
+    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) && tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
+    write_file(path, "{\"tenants\": [{\"name\": \"b\", \"api_keys\": [\"sk-bbbb-1111\"]}]}");
+    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
+    CHECK(tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon) && tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
+    CHECK(!tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon));
+    write_file(path, "{\"tenants\": [{\"name\": \"api-key\", \"api_keys\": [\"sk-cccc-1111\"]}]}");
+    CHECK(!tenants_reload(&ts, path, msg, sizeof msg));  /* the name is taken: the old config stays */
+    CHECK(tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon));
+    tenants_free(&ts);
+    unlink(path);
+}
+
+/* CORS (http.h): allowed origins get their own name back and Vary; a
+ * preflight echoes the requested headers it allows; without a policy, or
+ * for another origin, nothing. */
+static void cors_policy(void)
+{
+    static const char *const one[] = {"http://app.example"}, *const any[] = {"*"};
+    struct http_limits none = {0}, lim1 = {.cors_origins = one, .n_cors_origins = 1},
+                       star = {.cors_origins = any, .n_cors_origins = 1};
+    char b[1024];
+    CHECK(http_cors_headers(&none, "http://app.example", b, sizeof b) == 0 && b[0] == 0);
+    CHECK(http_cors_headers(&lim1, "http://evil.example", b, sizeof b) == 0 && b[0] == 0);
+    CHECK(http_cors_headers(&lim1, NULL, b, sizeof b) == 0);
+    CHECK(http_cors_headers(&lim1, "http://app.example", b, sizeof b) > 0);
+    CHECK(!strcmp(b, "Access-Control-Allow-Origin: http://app.example\r\nVary: Origin\r\n"));
+    CHECK(http_cors_headers(&star, "http://any.example", b, sizeof b) > 0 && strstr(b, "Origin: http://any.example\r\n"));
+    CHECK(http_cors_headers(&star, "http://x\r\nSet-Cookie: a", b, sizeof b) == 0);  /* never echoes a line break */
+    CHECK(http_cors_preflight(&lim1, "http://evil.example", "authorization", b, sizeof b) == 403);
+    CHECK(http_cors_preflight(&lim1, "http://app.example",
+                              "Authorization, content-type,x-stainless-os, X-Stainless-Retry-Count, x-evil", b,
+                              sizeof b) == 204);
+    CHECK(strstr(b, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"));
+    CHECK(strstr(b, "Access-Control-Max-Age: 600\r\n"));
+    CHECK(strstr(b, "Access-Control-Allow-Headers: Authorization, content-type, x-stainless-os, "
+                    "X-Stainless-Retry-Count\r\n"));
+    CHECK(!strstr(b, "x-evil"));
+    CHECK(http_cors_preflight(&star, "http://a", NULL, b, sizeof b) == 204 && !strstr(b, "Allow-Headers"));
+}
+
 static void metrics_render_format(void)
 {
     struct metrics m;
@@ -323,6 +404,9 @@ int main(void)
     RUN(priority_is_capped_by_the_tenant);
     RUN(tenants_reload_keeps_buckets);
     RUN(metrics_render_format);
+    RUN(n_choices);
+    RUN(shared_api_key);
+    RUN(cors_policy);
     json_decref(held);
     return check_summary();
 }

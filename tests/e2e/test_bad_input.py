@@ -100,7 +100,7 @@ def bad_params():
         "presence_penalty": [3, -3, "x"],
         "frequency_penalty": [2.5, "x"],
         "seed": ["x", 1.5],
-        "n": [2, 0, "x"],
+        "n": [17, 0, "x"],
         "stop": [5, [1], [""], ["x"] * 100, "s" * 5000],
         "stream": ["yes", 1],
         "logprobs": [-1, 21, "x"],
