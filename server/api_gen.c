@@ -22,10 +22,12 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/grammar.h"
 #include "core/kv.h"
 #include "core/stop.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
+#include "server/structured.h"
 #include "server/server.h"
 #include "server/kv_remote.h"
 
@@ -46,6 +48,10 @@ struct gen_choice {
     uint32_t n_gen;                  /* the whole completion's, a continuation's too */
     uint32_t n_new;                  /* tokens generated here (a continuation's after its k) */
     double t_last;
+    /* tools offered: the calls the finished reply makes (server/structured.h) */
+    struct tool_call_out *calls;
+    uint32_t n_calls;
+    size_t content_len;              /* the reply's text before its calls */
 };
 
 struct gen_ctx {
@@ -70,6 +76,9 @@ struct gen_ctx {
     size_t n_ids;
     weft_status tok_status;
     char tok_msg[256];
+    const char *tok_param;           /* the parameter a tok_status failure names (NULL: the prompt's) */
+    struct weft_grammar *grammar;    /* response_format / tool_choice's constraint, or NULL */
+    bool grammar_bug;                /* a generated grammar did not compile: 500, not the client's fault */
     atomic_bool cancelled;           /* the client left: a queued job skips its work */
     char rid[48];
     uint32_t n_prompt, n_cached;
@@ -102,11 +111,13 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->push) server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
     free(g->ids);
+    weft_grammar_unref(g->grammar);
     for (uint32_t i = 0; i < g->n_ch; i++) {
         struct gen_choice *c = &g->ch[i];
         if (c->st_ready) weft_stop_free(&c->st);
         free(c->chunk_ids);
         json_decref(c->lp);
+        tool_calls_free(c->calls, c->n_calls);
     }
     free(g->ch);
     gen_params_free(&g->p);
@@ -326,15 +337,37 @@ static json_t *chunk(struct gen_choice *c, const char *text, size_t n, json_t *l
 
 /* ---- finishing ---- */
 
+/* The calls of choice c as OpenAI's tool_calls array (stream: with index). */
+static json_t *tool_calls_json(const struct gen_choice *c, bool stream)
+{
+    json_t *a = json_array();
+    for (uint32_t i = 0; i < c->n_calls; i++) {
+        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", c->calls[i].id, "type", "function", "function",
+                                 "name", c->calls[i].name, "arguments", c->calls[i].arguments);
+        if (call && stream) json_object_set_new(call, "index", json_integer(i));
+        json_array_append_new(a, call);
+    }
+    return a;
+}
+
 /* A streamed choice is complete: the rest of its text and its finish chunk. */
 static void stream_choice_end(struct gen_choice *c)
 {
     struct gen_ctx *g = c->g;
     if (c->end_sent) return;
     c->end_sent = true;
-    if (c->sent < c->st.len) {
-        send_sse(g, chunk(c, c->st.text + c->sent, c->st.len - c->sent, NULL, NULL));
-        c->sent = c->st.len;
+    size_t upto = c->n_calls ? c->content_len : c->st.len;
+    if (c->sent < upto) {
+        send_sse(g, chunk(c, c->st.text + c->sent, upto - c->sent, NULL, NULL));
+        c->sent = upto;
+    }
+    if (c->n_calls) {
+        /* the calls whole, in one delta (OpenAI streams their arguments in
+         * pieces; a client joins the pieces, so one piece is the same) */
+        json_t *j = chunk(c, NULL, 0, NULL, NULL);
+        json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+        json_object_set_new(delta, "tool_calls", tool_calls_json(c, true));
+        send_sse(g, j);
     }
     send_sse(g, chunk(c, g->chat ? NULL : "", 0, NULL, c->finish_reason));
 }
@@ -343,6 +376,11 @@ static json_t *choice_json(const struct gen_choice *c)
 {
     json_t *lp = c->lp ? json_incref(c->lp) : json_null();
     const char *text = c->st.text ? c->st.text : "";
+    if (c->g->chat && c->n_calls)
+        return json_pack("{s:i,s:{s:s,s:o,s:o},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
+                         "content", c->content_len ? json_stringn(text, c->content_len) : json_null(), "tool_calls",
+                         tool_calls_json(c, false), "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
+                         "finish_reason", c->finish_reason);
     if (c->g->chat)
         return json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
                          "content", text, c->st.len, "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
@@ -415,6 +453,11 @@ static void finish_choice(struct gen_choice *c, const char *reason, enum metric_
      * text is released (nothing after a stop string) */
     struct weft_stop_step step;
     weft_stop_end(&c->st, &step);
+    if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF) {
+        c->n_calls = tool_calls_extract(&g->p.st, g->srv->rules.chat_style, c->st.text, c->st.len, &c->calls,
+                                        &c->content_len);
+        if (c->n_calls) c->finish_reason = "tool_calls";
+    }
     if (g->streaming && g->conn && !g->push_wait) stream_choice_end(c);
     if (g->n_done < g->n_ch) return;
     g->finished = true;
@@ -496,6 +539,9 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
     }
     if (g->streaming && g->conn) {
         size_t upto = c->st.released;
+        /* with tools offered, text that may begin a call is held back */
+        if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF)
+            upto = tool_stream_limit(&g->p.st, s->rules.chat_style, c->st.text, upto);
         if (upto > c->sent || lp) {
             send_sse(g, chunk(c, c->st.text + c->sent, upto > c->sent ? upto - c->sent : 0, lp, NULL));
             if (upto > c->sent) c->sent = upto;
@@ -639,6 +685,8 @@ void server_drain_events(uv_async_t *a)
  * and message land in g->tok_status / g->tok_msg. Runs on a worker thread
  * (weft_last_error is per thread: its text is copied here). Reads only g->p
  * and the server's immutable model/template fields. */
+static void build_grammar(struct gen_ctx *g);
+
 static void tokenize_work(void *arg)
 {
     struct gen_ctx *g = arg;
@@ -652,16 +700,41 @@ static void tokenize_work(void *arg)
         if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
         else atomic_fetch_add(&s->tokenized_on_worker, 1);
         g->tok_status = prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+        if (g->tok_status == WEFT_OK) build_grammar(g);
     }
     /* the prefix blocks this instance lacks, from the remote tier (Redis I/O: never on the loop) */
     if (s->kv_remote && g->tok_status == WEFT_OK && g->n_ids > 1)
         kv_remote_fetch(s->kv_remote, g->ids, (uint32_t)g->n_ids);
 }
 
+/* The grammar response_format or tool_choice asks for (server/structured.h),
+ * compiled once per request; a schema it cannot enforce is a 400 naming the
+ * parameter. */
+static void build_grammar(struct gen_ctx *g)
+{
+    char *text = NULL;
+    if (!structured_grammar(&g->p.st, g->srv->rules.chat_style, &text, &g->tok_param, g->tok_msg,
+                            sizeof g->tok_msg)) {
+        g->tok_status = WEFT_ERR_INVALID_ARG;
+        return;
+    }
+    if (!text) return;
+    weft_status st = weft_grammar_parse(text, strlen(text), &g->grammar);
+    free(text);
+    if (st != WEFT_OK) {
+        /* the converters write valid grammars: this is weft's bug or memory */
+        g->tok_status = st;
+        g->grammar_bug = st != WEFT_ERR_NOMEM;
+        g->tok_param = g->p.st.format != GEN_FORMAT_TEXT ? "response_format" : "tools";
+        snprintf(g->tok_msg, sizeof g->tok_msg, "%s", weft_last_error());
+    }
+}
+
 /* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
 static void copy_prompt_ids(struct gen_ctx *g)
 {
     g->tok_status = prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+    if (g->tok_status == WEFT_OK) build_grammar(g);
 }
 
 /* Answer an error on g's connection and release the HTTP side. extra:
@@ -777,7 +850,8 @@ static weft_status submit_choice(struct gen_ctx *g, uint32_t i)
     struct gen_choice *c = &g->ch[i];
     struct weft_request rq = {.prompt = g->ids, .n_prompt = g->n_submit_prompt, .max_tokens = g->max_tokens - g->submit_k,
                               .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = g->submit_k,
-                              .priority = g->priority, .tenant = g->end_tenant, .cb = server_engine_event, .user = c};
+                              .priority = g->priority, .tenant = g->end_tenant, .grammar = g->grammar,
+                              .cb = server_engine_event, .user = c};
     rq.sampling.seed = g->p.sp.seed + i;
     g->refs++;  /* the engine's */
     weft_status st = weft_engine_submit(g->srv->eng, &rq, &c->id);
@@ -836,7 +910,8 @@ static void admit_and_submit(struct gen_ctx *g)
     char msg[512], extra[128];
     if (g->tok_status != WEFT_OK) {
         if (g->tok_status == WEFT_ERR_NOMEM) reject(g, 503, "server_error", NULL, "out of memory", NULL);
-        else reject(g, 400, "invalid_request_error", pname, g->tok_msg, NULL);
+        else if (g->grammar_bug) reject(g, 500, "server_error", g->tok_param, g->tok_msg, NULL);
+        else reject(g, 400, "invalid_request_error", g->tok_param ? g->tok_param : pname, g->tok_msg, NULL);
         return;
     }
     size_t n_ids = g->n_ids;

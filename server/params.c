@@ -127,14 +127,27 @@ static bool parse_messages(json_t *msgs, struct gen_params *p, struct perr *e)
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
         if (!json_is_string(role)) return fail(e, "messages", "message %zu needs a string 'role'", i);
         const char *r = json_string_value(role);
-        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer"))
-            return fail(e, "messages", "message %zu has unsupported role '%.32s' (system, developer, user, assistant)",
-                        i, r);
+        if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer") &&
+            strcmp(r, "tool"))
+            return fail(e, "messages",
+                        "message %zu has unsupported role '%.32s' (system, developer, user, assistant, tool)", i, r);
+        p->msgs[i].role = strcmp(r, "developer") ? r : "system";
+        p->n_msgs++;
+        struct weft_chat_tool_call *calls = NULL;
+        size_t n_calls = 0;
+        if (!structured_message_calls(m, i, &calls, &n_calls, &p->msgs[i].tool_call_id, e->msg, e->size)) {
+            *e->param = "messages";
+            return false;
+        }
+        p->msgs[i].tool_calls = calls;
+        p->msgs[i].n_tool_calls = n_calls;
+        if (n_calls && strcmp(r, "assistant"))
+            return fail(e, "messages", "message %zu (%s) has 'tool_calls': only assistant messages do", i, r);
+        /* an assistant message that calls tools may have no content */
+        if (n_calls && (!content || json_is_null(content))) continue;
         if (!content) return fail(e, "messages", "message %zu needs 'content'", i);
         if (!content_text(content, &p->msg_text[i], e)) return false;
-        p->msgs[i].role = strcmp(r, "developer") ? r : "system";
         p->msgs[i].content = p->msg_text[i];
-        p->n_msgs++;
     }
     return true;
 }
@@ -338,9 +351,7 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     json_t *lb = json_object_get(j, "logit_bias");
     if (!is_null_or_absent(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
         return fail(&e, "logit_bias", "'logit_bias' is not supported");
-    json_t *tools = json_object_get(j, "tools");
-    if (!is_null_or_absent(tools) && !(json_is_array(tools) && json_array_size(tools) == 0))
-        return fail(&e, "tools", "'tools' is not supported");
+    if (!structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
@@ -353,7 +364,11 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
 
 void gen_params_free(struct gen_params *p)
 {
-    for (uint32_t i = 0; i < p->n_msgs; i++) free(p->msg_text[i]);
+    for (uint32_t i = 0; i < p->n_msgs; i++) {
+        free(p->msg_text[i]);
+        free((void *)p->msgs[i].tool_calls);
+    }
+    structured_free(&p->st);
     free(p->msg_text);
     free(p->msgs);
     free(p->prompt_ids);

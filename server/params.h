@@ -10,6 +10,7 @@
 
 #include "core/chat.h"
 #include "core/sampler.h"
+#include "server/structured.h"
 
 #define WEFT_MAX_STOP 16            /* stop strings per request */
 #define WEFT_MAX_STOP_LEN 256       /* bytes per stop string */
@@ -39,6 +40,7 @@ struct gen_params {
     bool ignore_eos;
     int32_t priority;
     bool priority_given;
+    struct gen_structured st;       /* response_format, tools (server/structured.h) */
     /* the "weft" extension (weft router <-> weft serve; ordinary clients leave it out) */
     bool ext_ids;                   /* chunks carry their token ids; the effective seed is reported */
     bool cont;                      /* a continuation of an interrupted stream */

@@ -53,13 +53,16 @@ weft_status prompt_tokens(const struct prompt_rules *r, const struct gen_params 
         if (r->default_system && nm && strcmp(p->msgs[0].role, "system") != 0) {
             with = malloc(sizeof *with * (nm + 1));
             if (!with) return fail(msg, msg_size, WEFT_ERR_NOMEM, "out of memory");
-            with[0] = (struct weft_chat_msg){"system", r->default_system};
+            with[0] = (struct weft_chat_msg){.role = "system", .content = r->default_system};
             memcpy(with + 1, msgs, sizeof *with * nm);
             msgs = with;
             nm++;
         }
         char *text = NULL;
-        st = weft_chat_render(r->chat_style, msgs, nm, true, &text);
+        /* tools offered (tool_choice "none" offers none) go where the template puts them */
+        bool tools = p->st.tool_choice != GEN_TOOLS_OFF;
+        st = weft_chat_render_tools(r->chat_style, msgs, nm, tools ? (const char *const *)p->st.tool_defs : NULL,
+                                    tools ? p->st.n_tools : 0, true, &text);
         free(with);
         if (st == WEFT_OK) st = weft_tokenize(r->tok, text, strlen(text), true, true, ids, n);
         free(text);

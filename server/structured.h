@@ -1,0 +1,82 @@
+/* Structured output and tool calling for the OpenAI endpoints:
+ * response_format (text, json_object, json_schema), tools, tool_choice,
+ * parallel_tool_calls, tool calls and tool results in the history — parsed
+ * (pure, like server/params.h), turned into a grammar (core/grammar.h's
+ * text) that constrains generation, and tool calls read back out of the
+ * generated text.
+ *
+ * What is enforced: json_object / json_schema always (the grammar);
+ * tool_choice "required" or a named function: the reply is one call (or,
+ * with parallel_tool_calls, one or more) in the chat family's call frame
+ * (core/chat.h) whose arguments match the function's parameters schema.
+ * tool_choice "auto" leaves the model free and reads back the calls it
+ * wrote; "none" offers no tools. Legacy "functions"/"function_call" are
+ * refused (400 naming them): nothing is accepted and ignored. */
+#ifndef WEFT_SERVER_STRUCTURED_H
+#define WEFT_SERVER_STRUCTURED_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/chat.h"
+
+#define WEFT_MAX_TOOLS 128
+#define WEFT_MAX_PARALLEL_CALLS 8  /* calls in one constrained reply */
+
+enum gen_format { GEN_FORMAT_TEXT = 0, GEN_FORMAT_JSON_OBJECT, GEN_FORMAT_JSON_SCHEMA };
+enum gen_tool_choice { GEN_TOOLS_OFF = 0, GEN_TOOLS_AUTO, GEN_TOOLS_REQUIRED, GEN_TOOLS_NAMED };
+
+struct gen_structured {
+    enum gen_format format;
+    json_t *schema;                 /* json_schema's "schema" (borrowed from the request's JSON) */
+    /* tools (chat only) */
+    enum gen_tool_choice tool_choice;  /* OFF: no tools, or "none" */
+    const char *tool_choice_name;   /* NAMED: the function (borrowed) */
+    bool parallel;                  /* parallel_tool_calls (default true) */
+    uint32_t n_tools;
+    char **tool_defs;               /* malloc'd: each tool's JSON text, as the prompt shows it */
+    const char **tool_names;        /* borrowed */
+    json_t **tool_params;           /* borrowed: each "parameters" schema, NULL when absent */
+};
+
+/* Parse response_format, tools, tool_choice, parallel_tool_calls from the
+ * request body (chat: tools allowed). false with *param and msg filled on
+ * a bad or unsupported value. */
+bool structured_parse(json_t *body, bool chat, struct gen_structured *out, const char **param, char *msg,
+                      size_t msg_size);
+void structured_free(struct gen_structured *s);
+
+/* A history message's tool calls (assistant) and tool_call_id (tool),
+ * checked; *calls malloc'd (strings borrowed from m). false with msg on a
+ * malformed one. */
+bool structured_message_calls(json_t *m, size_t index, struct weft_chat_tool_call **calls, size_t *n_calls,
+                              const char **tool_call_id, char *msg, size_t msg_size);
+
+/* The grammar text that constrains a request's output, malloc'd in *text,
+ * or NULL when it is unconstrained. false with *param and msg filled when a
+ * schema uses what the grammar cannot enforce (the keyword named), or when
+ * the chat family has no call format. */
+bool structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
+                        const char **param, char *msg, size_t msg_size);
+
+/* Tool calls read back out of a reply. */
+struct tool_call_out {
+    char id[32];                    /* "call_" + 24 characters, fresh */
+    char *name, *arguments;         /* malloc'd; arguments is compact JSON text */
+};
+
+/* The calls text[0..len) makes (in the family's frame, naming offered
+ * tools, with JSON-object arguments), *content_len the length of the text
+ * before them (the reply's content). 0 calls (nothing allocated) when the
+ * text is not such a reply. *calls malloc'd; free with tool_calls_free. */
+uint32_t tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
+                            size_t len, struct tool_call_out **calls, size_t *content_len);
+void tool_calls_free(struct tool_call_out *calls, uint32_t n);
+
+/* While streaming with tools offered: how much of text[0..len) may go out
+ * as content now (text that could still begin a call is held back). */
+size_t tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len);
+
+#endif

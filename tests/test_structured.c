@@ -1,0 +1,256 @@
+/* Tool calls read back out of canned replies, per chat family
+ * (server/structured.c), the stream hold-back, and the request parsing:
+ * tools, tool_choice, response_format and history tool calls. */
+#include <string.h>
+
+#include "check.h"
+#include "core/grammar.h"
+#include "server/structured.h"
+
+static const char *BODY =
+    "{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\","
+    "\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}},"
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_time\"}}]%s}";
+
+static json_t *body(const char *extra)
+{
+    char text[2048];
+    snprintf(text, sizeof text, BODY, extra);
+    json_t *j = json_loads(text, 0, NULL);
+    CHECK(j != NULL);
+    return j;
+}
+
+static void parse_ok(json_t *j, struct gen_structured *s)
+{
+    const char *param = NULL;
+    char msg[256] = "";
+    CHECK_MSG(structured_parse(j, true, s, &param, msg, sizeof msg), "%s", msg);
+}
+
+static uint32_t extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
+                        struct tool_call_out **calls, size_t *content_len)
+{
+    return tool_calls_extract(s, style, text, strlen(text), calls, content_len);
+}
+
+static void chatml_calls_are_read_back(void)
+{
+    json_t *j = body("");
+    struct gen_structured s;
+    parse_ok(j, &s);
+    CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_AUTO);
+    struct tool_call_out *c = NULL;
+    size_t cl = 0;
+    /* two calls after some words, as Qwen2.5 / Hermes write them */
+    const char *reply = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
+                        "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML, reply, &c, &cl), 2);
+    CHECK_EQ_INT(cl, strlen("Let me check."));
+    CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}"));
+    CHECK(c && !strcmp(c[1].name, "get_time") && !strcmp(c[1].arguments, "{}"));
+    CHECK(c && !strncmp(c[0].id, "call_", 5) && strlen(c[0].id) == 29 && strcmp(c[0].id, c[1].id));
+    tool_calls_free(c, 2);
+    /* arguments given as a JSON string are taken too */
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML,
+                         "<tool_call>{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Rome\\\"}\"}</tool_call>",
+                         &c, &cl), 1);
+    CHECK(c && !strcmp(c[0].arguments, "{\"city\":\"Rome\"}") && cl == 0);
+    tool_calls_free(c, 1);
+    /* not calls: plain text, an unknown function, broken JSON, unterminated, text after */
+    const char *nots[] = {
+        "The weather is fine.",
+        "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}",
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call> and then some words",
+        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": [1]}\n</tool_call>",
+    };
+    for (size_t i = 0; i < sizeof nots / sizeof *nots; i++) {
+        c = (struct tool_call_out *)1;
+        CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML, nots[i], &c, &cl), 0);
+        CHECK(c == NULL && cl == strlen(nots[i]));
+    }
+    structured_free(&s);
+    json_decref(j);
+}
+
+static void llama3_calls_are_read_back(void)
+{
+    json_t *j = body("");
+    struct gen_structured s;
+    parse_ok(j, &s);
+    struct tool_call_out *c = NULL;
+    size_t cl = 1;
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", &c,
+                         &cl), 1);
+    CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}") && cl == 0);
+    tool_calls_free(c, 1);
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3,
+                         "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": "
+                         "{\"city\": \"Rome\"}}", &c, &cl), 2);
+    tool_calls_free(c, 2);
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "It is sunny in Oslo.", &c, &cl), 0);
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "{\"answer\": 4}", &c, &cl), 0);
+    /* the ChatML frame is not Llama-3's, and Llama-2 has none */
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>", &c,
+                         &cl), 0);
+    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA2, "{\"name\": \"get_time\", \"parameters\": {}}", &c, &cl), 0);
+    structured_free(&s);
+    json_decref(j);
+}
+
+static void streaming_holds_back_what_may_begin_a_call(void)
+{
+    json_t *j = body("");
+    struct gen_structured s;
+    parse_ok(j, &s);
+    const char *t = "Sure <tool";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
+    t = "Sure <b>";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
+    t = "Sure\n<tool_call>\n{\"na";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
+    t = "  {\"name\"";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), 0);
+    t = "It is";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), strlen(t));
+    structured_free(&s);
+    json_decref(j);
+    /* tool_choice none: nothing held */
+    j = body(",\"tool_choice\":\"none\"");
+    parse_ok(j, &s);
+    CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_OFF);
+    t = "Sure <tool";
+    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
+    structured_free(&s);
+    json_decref(j);
+}
+
+/* The grammar of a required call matches exactly the calls the frame writes. */
+static void required_and_named_choices_constrain_to_calls(void)
+{
+    const enum weft_chat_style styles[] = {WEFT_CHAT_CHATML, WEFT_CHAT_LLAMA3};
+    const char *good[2][3] = {
+        {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}\n</tool_call>",
+         "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": "
+         "\"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>"},
+        {"{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+         "{\"name\": \"get_time\", \"parameters\": {\"tz\": 1}}", NULL},
+    };
+    const char *bad[2] = {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"town\": \"Oslo\"}}\n</tool_call>",
+                          "{\"name\": \"get_weather\", \"parameters\": {}}"};
+    for (int k = 0; k < 2; k++) {
+        json_t *j = body(",\"tool_choice\":\"required\"");
+        struct gen_structured s;
+        parse_ok(j, &s);
+        CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_REQUIRED);
+        char *text = NULL, msg[256] = "";
+        const char *param = NULL;
+        CHECK_MSG(structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg), "%s", msg);
+        struct weft_grammar *g = NULL;
+        CHECK_MSG(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK, "%s\n%s", weft_last_error(),
+                  text ? text : "");
+        for (int i = 0; i < 3 && g; i++)
+            if (good[k][i])
+                CHECK_MSG(weft_grammar_match(g, good[k][i], strlen(good[k][i])), "%d: %s", k, good[k][i]);
+        CHECK(!g || !weft_grammar_match(g, bad[k], strlen(bad[k])));
+        CHECK(!g || !weft_grammar_match(g, "Hello", 5));
+        weft_grammar_unref(g);
+        free(text);
+        structured_free(&s);
+        json_decref(j);
+        /* named: only that function */
+        j = body(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+                 "\"parallel_tool_calls\":false");
+        parse_ok(j, &s);
+        CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_NAMED);
+        CHECK(structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg));
+        g = NULL;
+        CHECK(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK);
+        CHECK(!g || weft_grammar_match(g, good[k][0], strlen(good[k][0])));
+        CHECK(!g || !weft_grammar_match(g, good[k][1], strlen(good[k][1])));
+        if (k == 0) CHECK(!g || !weft_grammar_match(g, good[0][2], strlen(good[0][2])));  /* one call only */
+        weft_grammar_unref(g);
+        free(text);
+        structured_free(&s);
+        json_decref(j);
+    }
+    /* Llama-2 has no call format */
+    json_t *j = body(",\"tool_choice\":\"required\"");
+    struct gen_structured s;
+    parse_ok(j, &s);
+    char *text = NULL, msg[256] = "";
+    const char *param = NULL;
+    CHECK(!structured_grammar(&s, WEFT_CHAT_LLAMA2, &text, &param, msg, sizeof msg));
+    CHECK(strstr(msg, "llama2") != NULL && !strcmp(param, "tool_choice"));
+    structured_free(&s);
+    json_decref(j);
+}
+
+static void refusals_name_the_parameter(void)
+{
+    const struct {
+        const char *json, *param, *word;
+        bool chat;
+    } cases[] = {
+        {"{\"functions\":[{\"name\":\"f\"}]}", "functions", "tools", true},
+        {"{\"function_call\":\"auto\"}", "function_call", "tool_choice", true},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]}", "tools", "name", true},
+        {"{\"tools\":[{\"type\":\"retrieval\"}]}", "tools", "function", true},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":\"always\"}",
+         "tool_choice", "required", true},
+        {"{\"tool_choice\":\"required\"}", "tool_choice", "tools", true},
+        {"{\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", "tools", "chat", false},
+        {"{\"response_format\":{\"type\":\"yaml\"}}", "response_format", "yaml", true},
+        {"{\"response_format\":{\"type\":\"json_schema\"}}", "response_format", "json_schema", true},
+        {"{\"response_format\":{\"type\":\"json_object\"},\"tools\":[{\"type\":\"function\",\"function\":"
+         "{\"name\":\"f\"}}],\"tool_choice\":\"required\"}", "response_format", "required", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        json_t *j = json_loads(cases[i].json, 0, NULL);
+        struct gen_structured s;
+        const char *param = NULL;
+        char msg[256] = "";
+        CHECK_MSG(!structured_parse(j, cases[i].chat, &s, &param, msg, sizeof msg), "%s accepted", cases[i].json);
+        CHECK_MSG(param && !strcmp(param, cases[i].param), "%s: param %s", cases[i].json, param ? param : "(null)");
+        CHECK_MSG(strstr(msg, cases[i].word), "%s: '%s' not in: %s", cases[i].json, cases[i].word, msg);
+        structured_free(&s);
+        json_decref(j);
+    }
+}
+
+static void history_calls_are_checked(void)
+{
+    json_t *m = json_loads("{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\",\"type\":"
+                           "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]}", 0, NULL);
+    struct weft_chat_tool_call *calls = NULL;
+    size_t n = 0;
+    const char *id = NULL;
+    char msg[256];
+    CHECK(structured_message_calls(m, 1, &calls, &n, &id, msg, sizeof msg));
+    CHECK(n == 1 && calls && !strcmp(calls[0].name, "f") && !strcmp(calls[0].arguments, "{\"a\": 1}") &&
+          !strcmp(calls[0].id, "call_1"));
+    free(calls);
+    json_decref(m);
+    m = json_loads("{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}", 0,
+                   NULL);
+    CHECK(!structured_message_calls(m, 3, &calls, &n, &id, msg, sizeof msg));
+    CHECK(strstr(msg, "message 3") && strstr(msg, "arguments"));
+    json_decref(m);
+    m = json_loads("{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"x\"}", 0, NULL);
+    CHECK(structured_message_calls(m, 2, &calls, &n, &id, msg, sizeof msg) && n == 0 && id && !strcmp(id, "call_1"));
+    json_decref(m);
+}
+
+int main(void)
+{
+    RUN(chatml_calls_are_read_back);
+    RUN(llama3_calls_are_read_back);
+    RUN(streaming_holds_back_what_may_begin_a_call);
+    RUN(required_and_named_choices_constrain_to_calls);
+    RUN(refusals_name_the_parameter);
+    RUN(history_calls_are_checked);
+    return check_summary();
+}
