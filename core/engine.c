@@ -142,6 +142,8 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
 static void ereq_free(struct ereq *er)
 {
     if (!er) return;
+    weft_grammar_state_free(er->gst);
+    free(er->gmask);
     weft_sampler_free(er->smp);
     free(er->stop_ids);
     free(er);
@@ -236,6 +238,7 @@ void weft_engine_free(struct weft_engine *e)
         weft_sched_free(e->sched);
     }
     weft_forward_free(e->fw);
+    weft_grammar_vocab_free(e->gvocab);
     if (e->kv.buf) weft_kv_pool_free(&e->kv);
     free(e->fseqs);
     free(e->events);
@@ -252,6 +255,48 @@ weft_status weft_engine_tenant(struct weft_engine *e, const char *name, const st
     weft_status st = weft_sched_tenant(e->sched, name, lim, &idx);
     pthread_mutex_unlock(&e->mu);
     return st;
+}
+
+/* The grammar index, built once (any thread; the first one kept). */
+static weft_status grammar_vocab(struct weft_engine *e, struct weft_grammar_vocab **out)
+{
+    pthread_mutex_lock(&e->mu);
+    *out = e->gvocab;
+    pthread_mutex_unlock(&e->mu);
+    if (*out) return WEFT_OK;
+    if (!e->m->tok) return weft_error(WEFT_ERR_UNSUPPORTED, "request: a grammar needs the model's tokenizer");
+    struct weft_grammar_vocab *v;
+    weft_status st = weft_grammar_vocab_create(e->m->tok, 0, &v);
+    if (st != WEFT_OK) return st;
+    pthread_mutex_lock(&e->mu);
+    if (!e->gvocab) e->gvocab = v;
+    else weft_grammar_vocab_free(v);
+    *out = e->gvocab;
+    pthread_mutex_unlock(&e->mu);
+    return WEFT_OK;
+}
+
+/* The request's grammar state, with a continuation's generated tokens (the
+ * last sample_pos of the prompt) replayed into it. */
+static weft_status grammar_start(struct weft_engine *e, struct ereq *er, const struct weft_request *req)
+{
+    if (req->sample_pos > req->n_prompt)
+        return weft_error(WEFT_ERR_INVALID_ARG, "request: sample_pos %u is past the prompt's %u tokens",
+                          req->sample_pos, req->n_prompt);
+    struct weft_grammar_vocab *v;
+    weft_status st = grammar_vocab(e, &v);
+    if (st == WEFT_OK) st = weft_grammar_state_new(req->grammar, v, &er->gst);
+    if (st != WEFT_OK) return st;
+    er->gmask = malloc(weft_grammar_mask_words(v) * sizeof *er->gmask);
+    if (!er->gmask) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    for (uint32_t i = req->n_prompt - req->sample_pos; i < req->n_prompt; i++) {
+        st = weft_grammar_advance(er->gst, req->prompt[i]);
+        if (st == WEFT_ERR_NOMEM) return st;
+        if (st != WEFT_OK)
+            return weft_error(WEFT_ERR_INVALID_ARG, "request: generated token %u of the continuation (id %d) does "
+                              "not fit the grammar", i - (req->n_prompt - req->sample_pos), req->prompt[i]);
+    }
+    return WEFT_OK;
 }
 
 weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request *req, uint64_t *id)
@@ -278,6 +323,11 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
         else memcpy(er->stop_ids, req->stop_ids, sizeof(int32_t) * req->n_stop_ids);
         er->n_stop_ids = req->n_stop_ids;
     }
+    if (st != WEFT_OK) {
+        ereq_free(er);
+        return st;
+    }
+    if (st == WEFT_OK && req->grammar) st = grammar_start(e, er, req);
     if (st != WEFT_OK) {
         ereq_free(er);
         return st;
@@ -331,11 +381,32 @@ static bool is_stop(const struct weft_engine *e, const struct ereq *er, int32_t 
 
 static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_sample smp);
 
-/* Sample one item's next token and emit it (lock held). */
+/* Sample one item's next token and emit it (lock held). With a grammar:
+ * the ordinary draw, kept when the grammar allows it; otherwise the mask
+ * and a second draw (retry 1) at the same position over the allowed tokens
+ * only. For plain sampling (no top-k/top-p/min-p) the two together draw from
+ * exactly the masked distribution: P(t) = p(t) + (1 - Z) p(t) / Z = p(t) / Z
+ * for an allowed t, Z the allowed tokens' total mass. With truncation the
+ * first draw is from the truncated full distribution and the second from the
+ * truncation of the masked one (top-k/top-p/min-p then count allowed tokens
+ * only). Greedy: the argmax if allowed, else the best allowed token. */
 static void sample_item(struct weft_engine *e, struct ereq *er, const float *logits)
 {
     struct weft_sample smp;
+    if (er->gst && weft_grammar_finished(er->gst)) {   /* a continuation that had already ended */
+        finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
+        return;
+    }
+    uint64_t pos = weft_sampler_position(er->smp);
     weft_status st = weft_sampler_sample(er->smp, logits, &smp);
+    if (st == WEFT_OK && er->gst && !weft_grammar_allowed(er->gst, smp.id)) {
+        e->grammar_resampled++;
+        st = weft_grammar_mask(er->gst, er->gmask);
+        weft_sampler_set_position(er->smp, pos);
+        if (st == WEFT_OK) st = weft_sampler_sample_masked(er->smp, logits, er->gmask, 1, &smp);
+        if (st == WEFT_ERR_INVALID_ARG)
+            st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: no token of the vocabulary can continue the text");
+    }
     if (st != WEFT_OK) {
         snprintf(e->message, sizeof e->message, "%s", weft_last_error());
         finish(e, er, NULL, WEFT_FINISH_ERROR, st);
@@ -355,6 +426,17 @@ static void mock_sample_item(struct weft_engine *e, struct ereq *er)
     for (uint32_t k = 0; k < nv && (weft_tokenizer_is_eog(e->m->tok, (int32_t)id) ||
                                     weft_tokenizer_is_control(e->m->tok, (int32_t)id)); k++)
         id = (id + 1) % nv;
+    if (er->gst && !weft_grammar_allowed(er->gst, (int32_t)id)) {
+        /* the lowest allowed id instead; none: the grammar has ended */
+        size_t nw = weft_grammar_mask_words(e->gvocab), w = 0;
+        if (weft_grammar_mask(er->gst, er->gmask) != WEFT_OK) w = nw;
+        while (w < nw && !er->gmask[w]) w++;
+        if (w == nw) {
+            finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
+            return;
+        }
+        id = (uint32_t)(w * 32 + (size_t)__builtin_ctz(er->gmask[w]));
+    }
     struct weft_sample smp = {.id = (int32_t)id};
     take_sample(e, er, smp);
 }
@@ -362,13 +444,24 @@ static void mock_sample_item(struct weft_engine *e, struct ereq *er)
 static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_sample smp)
 {
     weft_status st;
-    if (is_stop(e, er, smp.id)) {
+    /* with a grammar, end of generation ends it even under ignore_eos: the
+     * grammar allowed it, so the text is complete */
+    if (is_stop(e, er, smp.id) || (er->gst && weft_tokenizer_is_eog(e->m->tok, smp.id))) {
         finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
+        return;
+    }
+    if (er->gst && (st = weft_grammar_advance(er->gst, smp.id)) != WEFT_OK) {
+        snprintf(e->message, sizeof e->message, "%s", weft_last_error());
+        finish(e, er, NULL, WEFT_FINISH_ERROR, st);
         return;
     }
     weft_sampler_accept(er->smp, smp.id);
     er->n_generated++;
     e->generated++;
+    if (er->gst && weft_grammar_finished(er->gst)) {   /* nothing can follow: no further step */
+        finish(e, er, &smp, WEFT_FINISH_STOP, WEFT_OK);
+        return;
+    }
     if (er->n_generated >= er->max_tokens) {
         finish(e, er, &smp, WEFT_FINISH_LENGTH, WEFT_OK);
         return;
@@ -540,6 +633,13 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->decode_tps = e->decode_tps;
     out->decode_rows = e->decode_rows;
     out->decode_row_tps = e->decode_row_tps;
+    if (e->gvocab) {
+        struct weft_grammar_cache_stats gs;
+        weft_grammar_vocab_stats(e->gvocab, &gs);
+        out->grammar_masks = gs.lookups;
+        out->grammar_mask_hits = gs.hits;
+    }
+    out->grammar_resampled = e->grammar_resampled;
     struct weft_sched_req *const *q;
     uint32_t n = weft_sched_waiting(e->sched, &q);
     for (uint32_t i = 0; i < n; i++)

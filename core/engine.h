@@ -120,6 +120,9 @@ struct weft_engine_stats {
     double prefill_tps, decode_tps;
     uint32_t decode_rows;            /* rows of the last decode step the rate was measured on */
     double decode_row_tps;           /* one sequence's decode rate: 1 / decode-step time (moving average) */
+    /* Constrained decoding: masks asked of the grammar index and those its
+     * cache answered, and draws the grammar refused (resampled masked). */
+    uint64_t grammar_masks, grammar_mask_hits, grammar_resampled;
 };
 
 struct weft_engine;

@@ -7,6 +7,7 @@
 
 #include "core/engine.h"
 #include "core/forward.h"
+#include "core/grammar.h"
 
 /* Engine-side state of one request (sched_req.user). */
 struct ereq {
@@ -20,6 +21,8 @@ struct ereq {
     uint32_t n_stop_ids;
     bool ignore_eos, aborted;
     double t_submit, queue_seconds;  /* queue_seconds < 0: not run yet */
+    struct weft_grammar_state *gst;  /* NULL: unconstrained */
+    uint32_t *gmask;                 /* (mask words) scratch for the allowed set */
 };
 
 struct pending_event {
@@ -53,6 +56,8 @@ struct weft_engine {
     uint32_t decode_rows;
     double decode_row_tps;           /* each sequence advances one token per decode step */
     struct weft_engine_kv_stats kvio;  /* engine_kv.c, under mu */
+    struct weft_grammar_vocab *gvocab; /* the tokenizer's index, built at the first grammar request */
+    uint64_t grammar_resampled;        /* grammar draws that needed the mask */
 };
 
 #endif

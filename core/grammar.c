@@ -32,8 +32,9 @@
 #include "core/tok_internal.h"
 
 const char weft_grammar_json_object[] =
-    "# any JSON object, whitespace runs bounded to 40 characters\n"
-    "root   ::= ws object ws\n"
+    "# any JSON object; whitespace runs are bounded (a model cannot loop on them): up to\n"
+    "# 4 characters before the object, one newline after it, 40 inside\n"
+    "root   ::= [ \\t\\n\\r]{0,4} object \"\\n\"?\n"
     "object ::= \"{\" ws ( member ( \",\" ws member )* )? \"}\"\n"
     "member ::= string ws \":\" ws value ws\n"
     "array  ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"

@@ -53,9 +53,11 @@ struct weft_grammar_vocab;
 struct weft_grammar_state;
 
 /* Any JSON object at the root (RFC 8259 values inside), with whitespace runs
- * bounded to 20 characters ([ \t\n\r]{0,20}) so a model cannot loop forever
- * on whitespace, and strings that accept the JSON escapes and any valid
- * UTF-8 except control characters. For response_format json_object. */
+ * bounded so a model cannot loop forever on whitespace: up to 4 characters
+ * of [ \t\n\r] before the object, one optional "\n" after it (so the text
+ * is finished at the closing brace or the newline after it), up to 40 between
+ * tokens inside; strings accept the JSON escapes and any valid UTF-8 except
+ * control characters. For response_format json_object. */
 extern const char weft_grammar_json_object[];
 
 /* Compile text[0..len). On success *out holds one reference (release with

@@ -10,6 +10,7 @@
 #include "core/gguf.h"
 #include "core/grammar.h"
 #include "core/tokenizer.h"
+#include "backends/backend.h"
 #include "tests/check.h"
 #include "tools/cli.h"
 
@@ -104,14 +105,19 @@ static void json_object_grammar_accepts_objects_and_rejects_the_rest(void)
     };
     for (size_t i = 0; i < sizeof good / sizeof *good; i++) CHECK_MSG(matches(g, good[i]), "good %zu", i);
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK_MSG(!matches(g, bad[i]), "bad %zu", i);
-    /* whitespace runs are bounded (40): a model cannot loop on them */
+    /* whitespace runs are bounded: a model cannot loop on them */
     char ws[64];
-    memset(ws, ' ', 40);
-    strcpy(ws + 40, "{}");
-    CHECK(matches(g, ws));
-    memset(ws, ' ', 41);
-    strcpy(ws + 41, "{}");
-    CHECK(!matches(g, ws));
+    for (int n = 40; n <= 41; n++) {   /* {"a": + n newlines + 1} */
+        memcpy(ws, "{\"a\":", 5);
+        memset(ws + 5, '\n', (size_t)n);
+        memcpy(ws + 5 + n, "1}", 3);
+        CHECK(matches(g, ws) == (n == 40));
+    }
+    CHECK(matches(g, " \t\r\n{}"));
+    CHECK(!matches(g, "     {}"));
+    CHECK(matches(g, "{}\n"));
+    CHECK(!matches(g, "{} "));
+    CHECK(!matches(g, "{}\n\n"));
     weft_grammar_unref(g);
 }
 
@@ -307,6 +313,318 @@ static void stories_vocab_masks(void)
     masks_equal_per_token_checks(path, "{\"a\": [1, 22], \"b\": \"once upon a time é\"}");
 }
 
+/* ---- the engine ---- */
+
+/* An independent JSON check (RFC 8259, no depth limit worth mentioning):
+ * the value at *p, p advanced past it. */
+static bool js_ws(const char **p) { while (**p == ' ' || **p == '\t' || **p == '\n' || **p == '\r') (*p)++; return true; }
+static bool js_value(const char **p);
+static bool js_string(const char **p)
+{
+    if (*(*p)++ != '"') return false;
+    for (;;) {
+        unsigned char c = (unsigned char)*(*p)++;
+        if (c == '"') return true;
+        if (c < 0x20) return false;
+        if (c == '\\') {
+            char e = *(*p)++;
+            if (e == 'u') {
+                for (int i = 0; i < 4; i++, (*p)++)
+                    if (!strchr("0123456789abcdefABCDEF", **p) || !**p) return false;
+            } else if (!e || !strchr("\"\\/bfnrt", e)) {
+                return false;
+            }
+        }
+    }
+}
+static bool js_digits(const char **p) { const char *q = *p; while (**p >= '0' && **p <= '9') (*p)++; return *p > q; }
+static bool js_number(const char **p)
+{
+    if (**p == '-') (*p)++;
+    if (**p == '0') (*p)++;
+    else if (!(**p >= '1' && **p <= '9') || !js_digits(p)) return false;
+    if (**p == '.') { (*p)++; if (!js_digits(p)) return false; }
+    if (**p == 'e' || **p == 'E') {
+        (*p)++;
+        if (**p == '+' || **p == '-') (*p)++;
+        if (!js_digits(p)) return false;
+    }
+    return true;
+}
+static bool js_object(const char **p)
+{
+    (*p)++;
+    js_ws(p);
+    if (**p == '}') { (*p)++; return true; }
+    for (;;) {
+        if (!js_string(p) || !js_ws(p) || *(*p)++ != ':' || !js_ws(p) || !js_value(p)) return false;
+        js_ws(p);
+        char c = *(*p)++;
+        if (c == '}') return true;
+        if (c != ',') return false;
+        js_ws(p);
+    }
+}
+static bool js_array(const char **p)
+{
+    (*p)++;
+    js_ws(p);
+    if (**p == ']') { (*p)++; return true; }
+    for (;;) {
+        if (!js_value(p)) return false;
+        js_ws(p);
+        char c = *(*p)++;
+        if (c == ']') return true;
+        if (c != ',') return false;
+        js_ws(p);
+    }
+}
+static bool js_value(const char **p)
+{
+    switch (**p) {
+    case '{': return js_object(p);
+    case '[': return js_array(p);
+    case '"': return js_string(p);
+    case 't': return !strncmp(*p, "true", 4) && (*p += 4);
+    case 'f': return !strncmp(*p, "false", 5) && (*p += 5);
+    case 'n': return !strncmp(*p, "null", 4) && (*p += 4);
+    default: return js_number(p);
+    }
+}
+static bool json_object_text(const char *s)
+{
+    js_ws(&s);
+    if (*s != '{' || !js_object(&s)) return false;
+    js_ws(&s);
+    return *s == '\0';
+}
+
+static void json_check_checks(void)
+{
+    CHECK(json_object_text(" {\"a\": [1, -2.5e+3, \"x\\u00e9\", {}, true, null]} "));
+    CHECK(!json_object_text("{\"a\": 1,}"));
+    CHECK(!json_object_text("[1]"));
+    CHECK(!json_object_text("{\"a\": 01}"));
+}
+
+#define GMAX 512
+
+struct gout {
+    int32_t ids[GMAX];
+    uint32_t n;
+    enum weft_finish finish;
+    bool done;
+};
+
+static void on_gev(void *user, const struct weft_event *ev)
+{
+    struct gout *o = user;
+    CHECK(!o->done);
+    if (ev->has_token && o->n < GMAX) o->ids[o->n++] = ev->token.id;
+    if (ev->finish != WEFT_FINISH_NONE) {
+        o->finish = ev->finish;
+        o->done = true;
+    }
+}
+
+static const char CHAT_PROMPT[] = "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by "
+                                  "Hugging Face<|im_end|>\n<|im_start|>user\nWrite a JSON object for a cat named Tom "
+                                  "who is 3 years old, with the keys name and age.<|im_end|>\n"
+                                  "<|im_start|>assistant\n";
+
+struct gjob {
+    int32_t prompt[GMAX];
+    uint32_t n_prompt, max_tokens, sample_pos;
+    float temperature;
+    const struct weft_grammar *grammar;
+};
+
+static weft_status gsubmit(struct weft_engine *e, const struct gjob *j, struct gout *o)
+{
+    memset(o, 0, sizeof *o);
+    struct weft_request rq = {.prompt = j->prompt, .n_prompt = j->n_prompt, .max_tokens = j->max_tokens,
+                              .sample_pos = j->sample_pos, .grammar = j->grammar, .ignore_eos = !j->grammar,
+                              .cb = on_gev, .user = o};
+    weft_sampling_params_default(&rq.sampling);
+    rq.sampling.temperature = j->temperature;
+    rq.sampling.seed = 42;
+    uint64_t id;
+    return weft_engine_submit(e, &rq, &id);
+}
+
+/* Run jobs[0..n) together in one engine of cfg. */
+static void grun(const struct weft_model *m, const struct weft_engine_config *cfg, const struct gjob *jobs,
+                 uint32_t n, struct gout *outs, struct weft_engine_stats *stats)
+{
+    struct weft_engine *e;
+    CHECK(weft_engine_create(m, cfg, &e) == WEFT_OK);
+    if (!e) return;
+    for (uint32_t i = 0; i < n; i++) {
+        weft_status st = gsubmit(e, &jobs[i], &outs[i]);
+        CHECK_MSG(st == WEFT_OK, "%s", weft_last_error());
+    }
+    CHECK(weft_engine_run_all(e) == WEFT_OK);
+    for (uint32_t i = 0; i < n; i++) CHECK(outs[i].done);
+    if (stats) weft_engine_stats(e, stats);
+    weft_engine_free(e);
+}
+
+static bool same(const struct gout *a, const struct gout *b)
+{
+    return a->n == b->n && a->finish == b->finish && !memcmp(a->ids, b->ids, sizeof *a->ids * a->n);
+}
+
+static char *text_of(const struct weft_model *m, const struct gout *o)
+{
+    char *s = NULL;
+    size_t n;
+    CHECK(weft_detokenize(m->tok, o->ids, o->n, false, &s, &n) == WEFT_OK);
+    return s;
+}
+
+static struct gjob gjobs[10];
+static struct gout gref[10], gout_[10];
+
+/* Greedy JSON on SmolLM2: a JSON object, ended by the grammar (STOP); the
+ * same among 4 unconstrained requests, under preemption, and continued from
+ * its middle; a sampled one the same alone and batched. */
+static void engine_json_object_on_smollm2(void)
+{
+    char *path = weft_default_model_path();
+    if (!path) {
+        printf("  skipped: the default model is not fetched (bash scripts/fetch-model.sh)\n");
+        return;
+    }
+    struct weft_backend *be = NULL;
+    struct weft_model *m = NULL;
+    CHECK(weft_backend_open("cpu", 1, &be) == WEFT_OK);
+    if (be && weft_model_load(path, be, &m) != WEFT_OK) fprintf(stderr, "%s\n", weft_last_error());
+    free(path);
+    if (!m) {
+        CHECK(m != NULL);
+        weft_backend_close(be);
+        return;
+    }
+    struct weft_grammar *g = parse(weft_grammar_json_object);
+    int32_t *ids;
+    size_t n;
+    CHECK(weft_tokenize(m->tok, CHAT_PROMPT, strlen(CHAT_PROMPT), false, true, &ids, &n) == WEFT_OK);
+    memset(gjobs, 0, sizeof gjobs);
+    memcpy(gjobs[0].prompt, ids, n * sizeof *ids);
+    gjobs[0].n_prompt = (uint32_t)n;
+    gjobs[0].max_tokens = 200;
+    gjobs[0].grammar = g;
+    free(ids);
+    /* four unconstrained ones beside it, longer prompts */
+    for (uint32_t i = 1; i < 5; i++) {
+        gjobs[i].n_prompt = 40 + 20 * i;
+        for (uint32_t k = 0; k < gjobs[i].n_prompt; k++) gjobs[i].prompt[k] = (int32_t)(300 + (k * 7919u + i * 104729u) % 40000u);
+        gjobs[i].max_tokens = 48;
+        gjobs[i].temperature = i % 2 ? 0.0f : 0.8f;
+    }
+    /* a sampled grammar request, and a long greedy one that max_tokens cuts */
+    gjobs[5] = gjobs[0];
+    gjobs[5].temperature = 0.8f;
+    static const char LONG_PROMPT[] = "<|im_start|>user\nDescribe three cats as a JSON object, with each cat's "
+                                      "name, age, colour and favourite foods.<|im_end|>\n<|im_start|>assistant\n";
+    CHECK(weft_tokenize(m->tok, LONG_PROMPT, strlen(LONG_PROMPT), false, true, &ids, &n) == WEFT_OK);
+    memcpy(gjobs[6].prompt, ids, n * sizeof *ids);
+    gjobs[6].n_prompt = (uint32_t)n;
+    gjobs[6].max_tokens = 96;
+    gjobs[6].grammar = g;
+    free(ids);
+
+    struct weft_engine_config cfg = {.n_ctx = 512};
+    grun(m, &cfg, gjobs, 1, gref, NULL);
+    char *text = text_of(m, &gref[0]);
+    printf("  greedy: %u tokens, finish %d: %s\n", gref[0].n, gref[0].finish, text ? text : "");
+    CHECK_EQ_INT(gref[0].finish, WEFT_FINISH_STOP);
+    CHECK_MSG(text && json_object_text(text), "not a JSON object: %s", text ? text : "");
+    CHECK(text && weft_grammar_match(g, text, strlen(text)));
+    free(text);
+    grun(m, &cfg, gjobs + 5, 1, gref + 5, NULL);
+    text = text_of(m, &gref[5]);
+    printf("  sampled: %u tokens, finish %d: %s\n", gref[5].n, gref[5].finish, text ? text : "");
+    CHECK(gref[5].finish == WEFT_FINISH_STOP || gref[5].finish == WEFT_FINISH_LENGTH);
+    if (gref[5].finish == WEFT_FINISH_STOP) CHECK(text && json_object_text(text));
+    free(text);
+    grun(m, &cfg, gjobs + 6, 1, gref + 6, NULL);
+    text = text_of(m, &gref[6]);
+    printf("  long: %u tokens, finish %d\n", gref[6].n, gref[6].finish);
+    CHECK_EQ_INT(gref[6].finish, WEFT_FINISH_LENGTH);
+    struct weft_grammar_state *gs;
+    CHECK(weft_grammar_state_new(g, NULL, &gs) == WEFT_OK);
+    CHECK_MSG(text && weft_grammar_advance_bytes(gs, text, strlen(text)) == WEFT_OK, "not a JSON prefix: %s", text);
+    weft_grammar_state_free(gs);
+    free(text);
+
+    /* batched with 4 others (and the other two) */
+    struct weft_engine_stats st;
+    grun(m, &cfg, gjobs, 7, gout_, &st);
+    CHECK_MSG(same(&gout_[0], &gref[0]), "greedy batched: %u tokens vs %u", gout_[0].n, gref[0].n);
+    CHECK_MSG(same(&gout_[5], &gref[5]), "sampled batched: %u tokens vs %u", gout_[5].n, gref[5].n);
+    CHECK_MSG(same(&gout_[6], &gref[6]), "long batched: %u tokens vs %u", gout_[6].n, gref[6].n);
+    printf("  batched: %llu masks, %llu from the cache, %llu draws resampled\n",
+           (unsigned long long)st.grammar_masks, (unsigned long long)st.grammar_mask_hits,
+           (unsigned long long)st.grammar_resampled);
+    CHECK(st.grammar_resampled > 0);   /* the chat model opens with text, not '{', unconstrained */
+
+    /* preempted: room for about two of the seven */
+    struct weft_engine_config small = {.n_ctx = 512, .kv_blocks = 20, .max_seqs = 7};
+    for (int mode = 0; mode < 2; mode++) {
+        small.no_swap = mode == 1;
+        grun(m, &small, gjobs, 7, gout_, &st);
+        printf("  preempted (%s): %llu swapped, %llu recomputed\n", mode ? "recompute" : "swap",
+               (unsigned long long)st.preempt_swap, (unsigned long long)st.preempt_recompute);
+        CHECK(st.preempt_swap + st.preempt_recompute > 0);
+        CHECK(same(&gout_[0], &gref[0]));
+        CHECK(same(&gout_[5], &gref[5]));
+        CHECK(same(&gout_[6], &gref[6]));
+    }
+
+    /* continued from the middle: the rest is the same */
+    uint32_t k = gref[0].n / 2;
+    struct gjob *c = &gjobs[8];
+    *c = gjobs[0];
+    memcpy(c->prompt + c->n_prompt, gref[0].ids, k * sizeof *c->prompt);
+    c->n_prompt += k;
+    c->sample_pos = k;
+    c->max_tokens -= k;
+    grun(m, &cfg, c, 1, gout_ + 8, NULL);
+    CHECK(gout_[8].n == gref[0].n - k && gout_[8].finish == gref[0].finish &&
+          !memcmp(gout_[8].ids, gref[0].ids + k, sizeof *gout_[8].ids * gout_[8].n));
+    /* the long one continued: the grammar state is the replayed one */
+    k = gref[6].n / 2;
+    *c = gjobs[6];
+    memcpy(c->prompt + c->n_prompt, gref[6].ids, k * sizeof *c->prompt);
+    c->n_prompt += k;
+    c->sample_pos = k;
+    c->max_tokens -= k;
+    grun(m, &cfg, c, 1, gout_ + 8, NULL);
+    CHECK(gout_[8].n == gref[6].n - k && gout_[8].finish == gref[6].finish &&
+          !memcmp(gout_[8].ids, gref[6].ids + k, sizeof *gout_[8].ids * gout_[8].n));
+    /* a continuation the grammar refuses is refused at submit */
+    struct weft_engine *e;
+    CHECK(weft_engine_create(m, &cfg, &e) == WEFT_OK);
+    if (e) {
+        *c = gjobs[0];
+        int32_t *w;
+        CHECK(weft_tokenize(m->tok, "Sure", 4, false, false, &w, &n) == WEFT_OK);
+        c->prompt[c->n_prompt++] = w[0];
+        c->sample_pos = 1;
+        free(w);
+        CHECK_EQ_INT(gsubmit(e, c, &gout_[9]), WEFT_ERR_INVALID_ARG);
+        CHECK(strstr(weft_last_error(), "does not fit the grammar") != NULL);
+        struct weft_engine_stats s2;
+        weft_engine_stats(e, &s2);
+        CHECK_EQ_INT(s2.submitted, 0);
+        weft_engine_free(e);
+    }
+    weft_grammar_unref(g);
+    weft_model_free(m);
+    weft_backend_close(be);
+}
+
 int main(void)
 {
     RUN(parse_errors_name_line_column_and_what_was_expected);
@@ -318,5 +636,7 @@ int main(void)
     RUN(references_are_counted);
     RUN(smollm2_vocab_masks);
     RUN(stories_vocab_masks);
+    RUN(json_check_checks);
+    RUN(engine_json_object_on_smollm2);
     return check_summary();
 }
