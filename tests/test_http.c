@@ -656,6 +656,49 @@ static struct http_limits live_limits(void)
                                 .idle_timeout_ms = 300, .read_timeout_ms = 300, .max_conns = 512};
 }
 
+/* CORS at the transport: a preflight is answered without the handler
+ * (which would echo it); answers to an allowed origin, streamed or not, name
+ * it; another origin gets 403 and no CORS header. */
+static void live_cors(void)
+{
+    static const char *const origins[] = {"http://app.example"};
+    struct http_limits lim = live_limits();
+    lim.cors_origins = origins;
+    lim.n_cors_origins = 1;
+    struct tsrv *ts = srv_start(lim);
+    struct cli *c = cli_open(atomic_load(&ts->port));
+    CHECK(c != NULL);
+    if (!c) { srv_stop(ts); return; }
+    struct resp r;
+    CHECK(cli_sends(c, "OPTIONS /echo HTTP/1.1\r\nOrigin: http://app.example\r\nAccess-Control-Request-Method: POST\r\n"
+                       "Access-Control-Request-Headers: content-type, x-nope\r\n\r\n"
+                       "GET /echo HTTP/1.1\r\nOrigin: http://app.example\r\n\r\n"
+                       "GET /stream/2 HTTP/1.1\r\nOrigin: http://app.example\r\n\r\n"
+                       "OPTIONS /echo HTTP/1.1\r\nOrigin: http://evil.example\r\nAccess-Control-Request-Method: GET\r\n\r\n"
+                       "GET /echo HTTP/1.1\r\nOrigin: http://evil.example\r\n\r\n"
+                       "OPTIONS /echo HTTP/1.1\r\n\r\n"));
+    cli_response(c, &r, true);  /* 204: no body */
+    CHECK_EQ_INT(r.status, 204);
+    CHECK(resp_header(&r, "Access-Control-Allow-Origin") && !strcmp(resp_header(&r, "Access-Control-Allow-Origin"),
+                                                                     "http://app.example"));
+    CHECK(resp_header(&r, "Access-Control-Allow-Headers") &&
+          !strcmp(resp_header(&r, "Access-Control-Allow-Headers"), "content-type"));
+    cli_response(c, &r, false);
+    CHECK(r.status == 200 && !strcmp(r.body, "GET /echo?|") && resp_header(&r, "Vary"));
+    CHECK(resp_header(&r, "Access-Control-Allow-Origin") != NULL);
+    cli_response(c, &r, false);
+    CHECK(r.chunked && resp_header(&r, "Access-Control-Allow-Origin") != NULL);
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 403);
+    CHECK(resp_header(&r, "Access-Control-Allow-Origin") == NULL);
+    cli_response(c, &r, false);
+    CHECK(r.status == 200 && resp_header(&r, "Access-Control-Allow-Origin") == NULL);
+    cli_response(c, &r, false);  /* not a preflight: the handler's */
+    CHECK(r.status == 200 && !strcmp(r.body, "OPTIONS /echo?|"));
+    cli_close(c);
+    srv_stop(ts);
+}
+
 static void live_keepalive_and_pipelining(void)
 {
     struct tsrv *ts = srv_start(live_limits());
@@ -1196,5 +1239,6 @@ int main(void)
     RUN(live_output_bound_for_a_client_that_does_not_read);
     RUN(live_per_client_connection_limit);
     RUN(live_drain_delivers_queued_answers);
+    RUN(live_cors);
     return check_summary();
 }
