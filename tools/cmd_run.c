@@ -10,8 +10,44 @@
 
 static void usage_run(void)
 {
-    fprintf(stderr, "usage: weft run [-m MODEL] -p TEXT [-n N] [options]\n");
+    fprintf(stderr, "usage: weft run [-m MODEL] -p TEXT [-n N] [--grammar FILE | --grammar-json] [options]\n"
+                    "  --grammar FILE  constrain the output to the grammar in FILE (core/grammar.h's format)\n"
+                    "  --grammar-json  constrain the output to a JSON object\n");
     cli_usage_common();
+}
+
+/* The whole of path, malloc'd (NUL-terminated, *len bytes), or NULL. */
+static char *read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap * 2 + 4096 + 1;
+            char *b = realloc(buf, cap);
+            if (!b) { free(buf); fclose(f); return NULL; }
+            buf = b;
+        }
+        size_t k = fread(buf + n, 1, cap - n - 1, f);
+        n += k;
+        if (k == 0) break;
+    }
+    bool err = ferror(f);
+    fclose(f);
+    if (err) { free(buf); return NULL; }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static json_t *json_grammar(const struct gen_grammar *gr, struct weft_grammar_vocab *v)
+{
+    struct weft_grammar_cache_stats cs;
+    weft_grammar_vocab_stats(v, &cs);
+    return json_pack("{s:I,s:I,s:I,s:f}", "masks", (json_int_t)cs.lookups, "mask_hits", (json_int_t)cs.hits,
+                     "resampled", (json_int_t)gr->resampled, "grammar_ms", gr->grammar_ms);
 }
 
 static json_t *json_ids(const int32_t *ids, size_t n)
@@ -21,7 +57,8 @@ static json_t *json_ids(const int32_t *ids, size_t n)
     return a;
 }
 
-static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n_prompt, const struct gen_result *r)
+static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n_prompt, const struct gen_result *r,
+                       json_t *grammar)
 {
     json_t *root = json_object();
     json_object_set_new(root, "prompt_ids", json_ids(prompt, n_prompt));
@@ -49,7 +86,9 @@ static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n
     json_object_set_new(t, "gen_ms", json_real(r->gen_ms));
     json_object_set_new(t, "gen_tokens_per_s", json_real(r->gen_ms > 0 ? r->n * 1e3 / r->gen_ms : 0));
     json_object_set_new(root, "timings", t);
-    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_string ? "stop" : r->stopped_ctx ? "context" : "length"));
+    if (grammar) json_object_set_new(root, "grammar", grammar);
+    json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_string ? "stop" : r->stopped_ctx ? "context"
+                                                  : r->stopped_grammar ? "grammar" : "length"));
     char *s = json_dumps(root, JSON_ENSURE_ASCII | JSON_REAL_PRECISION(7));
     if (s) puts(s);
     free(s);
@@ -60,7 +99,15 @@ int weft_cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
     cli_opts_default(&o);
+    const char *grammar_file = NULL;
+    bool grammar_json = false;
     for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--grammar")) {
+            if (i + 1 >= argc) { fprintf(stderr, "weft run: --grammar needs a FILE\n"); return 2; }
+            grammar_file = argv[++i];
+            continue;
+        }
+        if (!strcmp(argv[i], "--grammar-json")) { grammar_json = true; continue; }
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
@@ -71,11 +118,30 @@ int weft_cmd_run(int argc, char **argv)
         }
     }
     if (!o.prompt) { fprintf(stderr, "weft run: -p TEXT is required\n"); usage_run(); return 2; }
+    if (grammar_file && grammar_json) {
+        fprintf(stderr, "weft run: --grammar and --grammar-json exclude each other\n");
+        return 2;
+    }
+    struct weft_grammar *g = NULL;
+    if (grammar_file || grammar_json) {
+        size_t len = 0;
+        char *text = grammar_json ? (char *)weft_grammar_json_object : read_file(grammar_file, &len);
+        if (!text) { fprintf(stderr, "weft: cannot read %s\n", grammar_file); return 1; }
+        if (grammar_json) len = strlen(text);
+        weft_status gst = weft_grammar_parse(text, len, &g);
+        if (!grammar_json) free(text);
+        if (gst != WEFT_OK) {
+            fprintf(stderr, "weft: %s: %s\n", grammar_json ? "built-in JSON grammar" : grammar_file, weft_last_error());
+            return 1;
+        }
+    }
 
     struct weft_backend *be;
     struct weft_model *m;
-    if (cli_open(&o, &be, &m)) return 1;
+    if (cli_open(&o, &be, &m)) { weft_grammar_unref(g); return 1; }
     int rc = 1;
+    struct weft_grammar_vocab *gv = NULL;
+    struct gen_grammar gr = {0};
     struct weft_session *s = NULL;
     struct weft_sampler *smp = NULL;
     int32_t *prompt = NULL;
@@ -93,20 +159,40 @@ int weft_cmd_run(int argc, char **argv)
     }
     if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { cli_fail("cannot create session"); goto out; }
     if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { cli_fail("bad sampling options"); goto out; }
+    if (g) {
+        if (weft_grammar_vocab_create(m->tok, 0, &gv) != WEFT_OK || weft_grammar_state_new(g, gv, &gr.st) != WEFT_OK ||
+            !(gr.mask = malloc(weft_grammar_mask_words(gv) * sizeof *gr.mask))) {
+            cli_fail("cannot set up the grammar");
+            goto out;
+        }
+    }
     if (!o.json) { fputs(o.prompt, stdout); fflush(stdout); }
-    weft_status st = gen_run(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops, o.json ? NULL : stdout, &r);
+    weft_status st = gen_run_grammar(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops,
+                                     o.json ? NULL : stdout, g ? &gr : NULL, &r);
     if (st != WEFT_OK) { fputc('\n', stdout); cli_fail("generation failed"); goto out; }
     if (o.json) {
-        print_json(&o, prompt, n_prompt, &r);
+        print_json(&o, prompt, n_prompt, &r, g ? json_grammar(&gr, gv) : NULL);
     } else {
         fprintf(stdout, "\n");
         if (r.stopped_ctx) fprintf(stderr, "weft: stopped: the context of %u tokens is full (-c to change)\n", n_ctx);
         fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s)\n",
                 r.n_prompt, r.prompt_ms, r.prompt_ms > 0 ? r.n_prompt * 1e3 / r.prompt_ms : 0.0,
                 r.n, r.gen_ms, r.gen_ms > 0 ? r.n * 1e3 / r.gen_ms : 0.0);
+        if (g) {
+            struct weft_grammar_cache_stats cs;
+            weft_grammar_vocab_stats(gv, &cs);
+            fprintf(stderr, "grammar: %.2f ms in all (%.3f ms/token), %llu draws resampled, %llu masks (%llu from the "
+                    "cache)%s\n", gr.grammar_ms, r.n ? gr.grammar_ms / (double)r.n : 0.0,
+                    (unsigned long long)gr.resampled, (unsigned long long)cs.lookups, (unsigned long long)cs.hits,
+                    r.stopped_grammar ? "; the grammar ended the text" : "");
+        }
     }
     rc = 0;
 out:
+    weft_grammar_state_free(gr.st);
+    free(gr.mask);
+    weft_grammar_vocab_free(gv);
+    weft_grammar_unref(g);
     gen_result_free(&r);
     free(prompt);
     weft_sampler_free(smp);

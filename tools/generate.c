@@ -21,9 +21,37 @@ static weft_status append(struct gen_result *r, size_t *cap, const char *s, size
     return WEFT_OK;
 }
 
+/* The next token: the draw if the grammar allows it, else a second draw at
+ * the same position over the allowed tokens (core/engine.c's rule). */
+static weft_status draw(struct weft_sampler *smp, const float *logits, struct gen_grammar *gr,
+                        struct weft_sample *out)
+{
+    uint64_t pos = weft_sampler_position(smp);
+    weft_status st = weft_sampler_sample(smp, logits, out);
+    if (st != WEFT_OK || !gr) return st;
+    double t0 = cli_now_ms();
+    if (!weft_grammar_allowed(gr->st, out->id)) {
+        gr->resampled++;
+        st = weft_grammar_mask(gr->st, gr->mask);
+        weft_sampler_set_position(smp, pos);
+        if (st == WEFT_OK) st = weft_sampler_sample_masked(smp, logits, gr->mask, 1, out);
+        if (st == WEFT_ERR_INVALID_ARG)
+            st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: no token of the vocabulary can continue the text");
+    }
+    gr->grammar_ms += cli_now_ms() - t0;
+    return st;
+}
+
 weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                     const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                     uint32_t n_stops, FILE *stream, struct gen_result *r)
+{
+    return gen_run_grammar(s, m, smp, prompt, n_prompt, n_predict, stops, n_stops, stream, NULL, r);
+}
+
+weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+                            const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
+                            uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r)
 {
     memset(r, 0, sizeof *r);
     size_t cap_text = 0;
@@ -49,7 +77,14 @@ weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct w
     t0 = cli_now_ms();
     for (int i = 0; i < n_predict; i++) {
         struct weft_sample smpl;
-        if ((st = weft_sampler_sample(smp, logits, &smpl)) != WEFT_OK) break;
+        if (gr && weft_grammar_finished(gr->st)) { r->stopped_grammar = true; break; }
+        if ((st = draw(smp, logits, gr, &smpl)) != WEFT_OK) break;
+        if (gr && !weft_tokenizer_is_eog(m->tok, smpl.id)) {
+            double t0g = cli_now_ms();
+            st = weft_grammar_advance(gr->st, smpl.id);
+            gr->grammar_ms += cli_now_ms() - t0g;
+            if (st != WEFT_OK) break;
+        }
         if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
         if (stream && step.emit_len) { fwrite(stop.text + step.emit_from, 1, step.emit_len, stream); fflush(stream); }
         if (step.stop == WEFT_STOP_TOKEN) { r->stopped_eog = true; break; }

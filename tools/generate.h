@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 
+#include "core/grammar.h"
 #include "core/sampler.h"
 #include "core/session.h"
 
@@ -18,6 +19,18 @@ struct gen_result {
     bool stopped_eog;
     bool stopped_ctx;          /* the context filled up */
     bool stopped_string;       /* a stop string matched (text cut before it) */
+    bool stopped_grammar;      /* the grammar was finished: nothing more could follow */
+};
+
+/* Constrained generation (core/grammar.h): the state advances with every
+ * generated token. resampled counts draws the grammar refused (then drawn
+ * again over the allowed tokens, as the engine does); grammar_ms is the time
+ * spent in grammar checks, masks and advances. */
+struct gen_grammar {
+    struct weft_grammar_state *st;
+    uint32_t *mask;            /* weft_grammar_mask_words() words, caller's */
+    uint64_t resampled;
+    double grammar_ms;
 };
 
 /* Evaluate prompt[0..n_prompt) in s (after what s already holds) and generate
@@ -29,6 +42,12 @@ struct gen_result {
 weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                     const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                     uint32_t n_stops, FILE *stream, struct gen_result *r);
+/* gen_run under a grammar (gr NULL: gen_run). End of generation comes only
+ * when the grammar accepts; generation stops after the token that finishes
+ * the grammar. */
+weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+                            const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
+                            uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r);
 void gen_result_free(struct gen_result *r);
 
 #endif
