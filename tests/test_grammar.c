@@ -3,6 +3,7 @@
  * bounds, UTF-8 split across pieces), masks equal to a per-token check on
  * real vocabularies, and the engine: greedy JSON on SmolLM2 is a JSON
  * object, the same batched, preempted and continued. */
+#include <math.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -311,6 +312,81 @@ static void stories_vocab_masks(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/models/stories260K.gguf", WEFT_SHARED_DIR);
     masks_equal_per_token_checks(path, "{\"a\": [1, 22], \"b\": \"once upon a time é\"}");
+}
+
+/* ---- the sampler's masked draw ---- */
+
+static void masked_draws_pick_only_allowed_tokens(void)
+{
+    enum { V = 70 };
+    float l[V];
+    for (int i = 0; i < V; i++) l[i] = (float)((i * 37) % 23) * 0.25f;
+    l[5] = 9.0f;                       /* the argmax, disallowed below */
+    uint32_t mask[3] = {0};
+    for (int i = 0; i < V; i++)
+        if (i % 3 == 1) mask[i / 32] |= 1u << (i % 32);
+    struct weft_sampling_params p;
+    weft_sampling_params_default(&p);
+    p.temperature = 0;
+    struct weft_sampler *s;
+    CHECK(weft_sampler_init(&p, V, &s) == WEFT_OK);
+    struct weft_sample o;
+    CHECK(weft_sampler_sample(s, l, &o) == WEFT_OK);
+    CHECK_EQ_INT(o.id, 5);
+    int best = -1;
+    for (int i = 0; i < V; i++)
+        if (i % 3 == 1 && (best < 0 || l[i] > l[best])) best = i;
+    CHECK(weft_sampler_sample_masked(s, l, mask, 1, &o) == WEFT_OK);
+    CHECK_EQ_INT(o.id, best);
+    CHECK_EQ_INT(weft_sampler_position(s), 2);
+    uint32_t none[3] = {0};
+    CHECK_EQ_INT(weft_sampler_sample_masked(s, l, none, 1, &o), WEFT_ERR_INVALID_ARG);
+    weft_sampler_free(s);
+    /* sampled with the default top-k/top-p/min-p: always allowed */
+    p.temperature = 1.0f;
+    CHECK(weft_sampler_init(&p, V, &s) == WEFT_OK);
+    for (int k = 0; k < 200; k++) {
+        CHECK(weft_sampler_sample_masked(s, l, mask, 1 + (uint32_t)k % 3, &o) == WEFT_OK);
+        CHECK(o.id % 3 == 1);
+    }
+    weft_sampler_free(s);
+}
+
+/* Draw then mask (the engine's rule) samples the masked distribution: the
+ * frequencies over many positions match p(t) / Z for plain sampling. */
+static void draw_then_mask_is_the_masked_distribution(void)
+{
+    enum { V = 8, N = 40000 };
+    const float l[V] = {2.0f, 1.5f, 1.0f, 0.5f, 0.0f, -0.5f, 1.2f, 0.3f};
+    const uint32_t mask[1] = {0x1u | 0x4u | 0x10u | 0x40u};   /* ids 0, 2, 4, 6 */
+    struct weft_sampling_params p;
+    weft_sampling_params_default(&p);
+    p.temperature = 1.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.seed = 99;
+    struct weft_sampler *s;
+    CHECK(weft_sampler_init(&p, V, &s) == WEFT_OK);
+    uint32_t count[V] = {0};
+    for (int k = 0; k < N; k++) {
+        struct weft_sample o;
+        uint64_t pos = weft_sampler_position(s);
+        CHECK(weft_sampler_sample(s, l, &o) == WEFT_OK);
+        if (!(mask[0] >> o.id & 1)) {
+            weft_sampler_set_position(s, pos);
+            CHECK(weft_sampler_sample_masked(s, l, mask, 1, &o) == WEFT_OK);
+        }
+        count[o.id]++;
+    }
+    double z = 0;
+    for (int i = 0; i < V; i++)
+        if (mask[0] >> i & 1) z += exp(l[i]);
+    for (int i = 0; i < V; i++) {
+        double want = mask[0] >> i & 1 ? exp(l[i]) / z : 0.0;
+        CHECK_NEAR((double)count[i] / N, want, 0.01);
+    }
+    weft_sampler_free(s);
 }
 
 /* ---- the engine ---- */
@@ -636,6 +712,8 @@ int main(void)
     RUN(references_are_counted);
     RUN(smollm2_vocab_masks);
     RUN(stories_vocab_masks);
+    RUN(masked_draws_pick_only_allowed_tokens);
+    RUN(draw_then_mask_is_the_masked_distribution);
     RUN(json_check_checks);
     RUN(engine_json_object_on_smollm2);
     return check_summary();
