@@ -146,6 +146,7 @@ static void ereq_free(struct ereq *er)
     free(er->gmask);
     weft_sampler_free(er->smp);
     free(er->stop_ids);
+    engine_embed_free(er->emb);
     free(er);
 }
 
@@ -182,8 +183,10 @@ static void flush_events(struct weft_engine *e)
 {
     /* the engine thread alone appends events, and only under the lock it
      * released before calling this */
-    for (uint32_t i = 0; i < e->n_events; i++)
+    for (uint32_t i = 0; i < e->n_events; i++) {
         if (e->events[i].cb) e->events[i].cb(e->events[i].user, &e->events[i].ev);
+        free(e->events[i].owned);
+    }
     e->n_events = 0;
 }
 
@@ -303,7 +306,11 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
 {
     *id = 0;
     if (!req->prompt || req->n_prompt == 0) return weft_error(WEFT_ERR_INVALID_ARG, "request: empty prompt");
-    if (req->max_tokens == 0) return weft_error(WEFT_ERR_INVALID_ARG, "request: max_tokens must be at least 1");
+    bool embed = req->embed != WEFT_EMBED_NONE;
+    if (embed && req->embed != WEFT_EMBED_MEAN && req->embed != WEFT_EMBED_LAST)
+        return weft_error(WEFT_ERR_INVALID_ARG, "request: unknown embedding pooling %d", (int)req->embed);
+    if (embed && req->grammar) return weft_error(WEFT_ERR_INVALID_ARG, "request: an embedding takes no grammar");
+    if (req->max_tokens == 0 && !embed) return weft_error(WEFT_ERR_INVALID_ARG, "request: max_tokens must be at least 1");
     for (uint32_t i = 0; i < req->n_prompt; i++)
         if (req->prompt[i] < 0 || (uint32_t)req->prompt[i] >= e->m->hp.n_vocab)
             return weft_error(WEFT_ERR_INVALID_ARG, "request: prompt token %d is outside the vocabulary of %u",
@@ -316,7 +323,16 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
     er->user = req->user;
     er->max_tokens = req->max_tokens;
     er->ignore_eos = req->ignore_eos;
-    weft_status st = weft_sampler_init(&req->sampling, (int32_t)e->m->hp.n_vocab, &er->smp);
+    weft_status st = WEFT_OK;
+    if (embed) {
+        /* nothing is sampled: no sampler, no stop ids */
+        if (!(er->emb = engine_embed_new(req->embed, e->m->hp.n_embd))) {
+            ereq_free(er);
+            return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+        }
+        goto queue;
+    }
+    st = weft_sampler_init(&req->sampling, (int32_t)e->m->hp.n_vocab, &er->smp);
     if (st == WEFT_OK && req->n_stop_ids) {
         er->stop_ids = malloc(sizeof(int32_t) * req->n_stop_ids);
         if (!er->stop_ids) st = weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
@@ -335,13 +351,15 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
     for (uint32_t i = 0; i < req->n_prompt; i++) weft_sampler_accept(er->smp, req->prompt[i]);
     weft_sampler_set_position(er->smp, req->sample_pos);
 
+queue:
     pthread_mutex_lock(&e->mu);
     uint32_t tenant = 0;
     if (req->tenant && req->tenant[0]) st = weft_sched_tenant(e->sched, req->tenant, NULL, &tenant);
     er->id = e->next_id;
     if (st == WEFT_OK)
-        st = weft_sched_add(e->sched, er->id, req->prompt, req->n_prompt, req->max_tokens, req->priority, tenant, er,
-                            &er->r);
+        st = weft_sched_add(e->sched, er->id, req->prompt, req->n_prompt, embed ? 0 : req->max_tokens, req->priority,
+                            tenant, er, &er->r);
+    if (st == WEFT_OK && req->embed == WEFT_EMBED_MEAN) er->r->no_prefix_hits = true;  /* it pools every row */
     if (st == WEFT_OK) {
         e->next_id++;
         e->submitted++;
@@ -474,6 +492,38 @@ static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_samp
     emit(e, er, &smp, WEFT_FINISH_NONE, WEFT_OK);
 }
 
+/* An embedding request's rows of this step (lock held): pooled; after its
+ * last chunk, the vector goes out with the final event. */
+static void embed_item(struct weft_engine *e, const struct weft_sched_item *it, const float *hidden)
+{
+    struct ereq *er = it->req->user;
+    if (er->aborted) return;  /* reaped at the next boundary */
+    if (e->fw && !hidden && engine_embed_rows(er->emb, it)) {
+        snprintf(e->message, sizeof e->message, "engine: the step returned no hidden states");
+        finish(e, er, NULL, WEFT_FINISH_ERROR, WEFT_ERR_INVALID_ARG);
+        return;
+    }
+    engine_embed_take(er->emb, it, hidden);
+    if (!it->sample) return;
+    float *vec = engine_embed_vector(er->emb);
+    if (!vec) {
+        snprintf(e->message, sizeof e->message, "engine: out of memory");
+        finish(e, er, NULL, WEFT_FINISH_ERROR, WEFT_ERR_NOMEM);
+        return;
+    }
+    uint32_t n_prompt = er->r->n_prompt, before = e->n_events;
+    finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
+    if (e->n_events == before) {  /* the event could not be queued (out of memory) */
+        free(vec);
+        return;
+    }
+    struct pending_event *pe = &e->events[e->n_events - 1];
+    pe->ev.embedding = pe->owned = vec;
+    pe->ev.n_embedding = e->m->hp.n_embd;
+    e->embed_requests++;
+    e->embed_tokens += n_prompt;
+}
+
 /* One step; the caller holds no lock. */
 static weft_status step(struct weft_engine *e, bool *did_work)
 {
@@ -494,9 +544,10 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     uint32_t n_prefill = 0, n_decode = 0;
     for (uint32_t i = 0; i < n_items; i++) {
         const struct weft_sched_item *it = &items[i];
-        e->fseqs[i] = (struct weft_fwd_seq){.tokens = it->req->tokens + it->pos0, .n_tokens = it->n,
-                                            .pos0 = it->pos0, .kv = &it->req->kv, .want_logits = it->sample};
         struct ereq *er = it->req->user;
+        e->fseqs[i] = (struct weft_fwd_seq){.tokens = it->req->tokens + it->pos0, .n_tokens = it->n,
+                                            .pos0 = it->pos0, .kv = &it->req->kv, .want_logits = it->sample && !er->emb,
+                                            .n_hidden = er->emb ? engine_embed_rows(er->emb, it) : 0};
         if (er->queue_seconds < 0) er->queue_seconds = t0 - er->t_submit;
         /* a prompt's tokens (first pass or recompute after preemption) vs one generated row */
         if (it->n == 1 && it->pos0 >= it->req->n_prompt) n_decode++;
@@ -535,6 +586,10 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     weft_sched_step_done(e->sched, items, n_items);
     uint32_t li = 0;
     for (uint32_t i = 0; i < n_items; i++) {
+        if (((struct ereq *)items[i].req->user)->emb) {
+            embed_item(e, &items[i], e->fw ? weft_forward_hidden(e->fw, i) : NULL);
+            continue;
+        }
         if (!items[i].sample) continue;
         struct ereq *er = items[i].req->user;
         const float *lg = logits ? logits + (size_t)li * e->m->hp.n_vocab : NULL;
@@ -640,6 +695,8 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
         out->grammar_mask_hits = gs.hits;
     }
     out->grammar_resampled = e->grammar_resampled;
+    out->embed_requests = e->embed_requests;
+    out->embed_tokens = e->embed_tokens;
     struct weft_sched_req *const *q;
     uint32_t n = weft_sched_waiting(e->sched, &q);
     for (uint32_t i = 0; i < n; i++)

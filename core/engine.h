@@ -22,6 +22,13 @@
 
 struct weft_grammar;
 
+/* What an embedding request pools (weft_request.embed). */
+enum weft_embed_pooling {
+    WEFT_EMBED_NONE = 0,         /* not an embedding request */
+    WEFT_EMBED_MEAN,             /* the mean over every prompt token */
+    WEFT_EMBED_LAST,             /* the last prompt token */
+};
+
 struct weft_engine_config {
     uint32_t n_ctx;              /* per sequence; 0 = the model's training context */
     uint32_t max_step_tokens;    /* token budget per step (default 512) */
@@ -71,6 +78,11 @@ struct weft_event {
     uint32_t n_prompt, n_cached, n_generated, n_preempt;
     double queue_seconds;        /* from submit to the first step that ran it (0 until then) */
     const char *message;         /* ERROR: what went wrong (valid during the callback) */
+    /* An embedding request's final event (WEFT_FINISH_STOP): the pooled,
+     * L2-normalised vector of n_embedding (= n_embd) floats, valid during
+     * the callback; NULL / 0 on every other event. */
+    const float *embedding;
+    uint32_t n_embedding;
 };
 
 typedef void (*weft_event_cb)(void *user, const struct weft_event *ev);
@@ -94,14 +106,31 @@ struct weft_request {
      * a prefix of a match of the grammar (core/grammar.h); the engine takes
      * its own reference. The sampler's draw comes first; a token the grammar
      * refuses is replaced by a second draw (at the same position, retry 1,
-     * weft_sampler_sample_masked) over the allowed tokens only. End of
-     * generation is allowed exactly when the text is a complete match, also
+     * weft_sampler_sample_masked) over the allowed tokens only: exactly the
+     * masked distribution for plain sampling; with top-k/top-p/min-p the
+     * first draw is from the truncated full distribution and the second
+     * truncates the masked one (logprobs stay the raw distribution's).
+     * Special tokens are never allowed; end of generation is allowed
+     * exactly when the text is a complete match, also
      * with ignore_eos (the grammar decides); once nothing more can follow the
      * request ends (WEFT_FINISH_STOP) with that token's event, without
      * another step. On a continuation (sample_pos > 0) the last sample_pos
      * prompt tokens are replayed into the grammar at submit; a replay the
      * grammar rejects is refused (WEFT_ERR_INVALID_ARG). */
     const struct weft_grammar *grammar;
+    /* WEFT_EMBED_NONE (0): generate. Otherwise an embedding request: the
+     * prompt is computed in ordinary steps beside generation (chunked like
+     * any prompt), pooled over the final hidden states (after the output
+     * norm: mean over every prompt token, or the last one) and
+     * L2-normalised; nothing is sampled (max_tokens, sampling, ignore_eos,
+     * stop_ids, sample_pos and grammar are ignored). Its one event is the
+     * final one: WEFT_FINISH_STOP with .embedding (or ABORT / ERROR without).
+     * MEAN needs every row's hidden state, so the prefix cache supplies none
+     * of its prompt (its blocks are still registered for others); LAST may
+     * take hits (the last token is always computed). The vector does not
+     * depend on batching, chunking or preemption. Refused with
+     * WEFT_ERR_CONTEXT when the prompt alone exceeds n_ctx. */
+    enum weft_embed_pooling embed;
 };
 
 struct weft_engine_stats {
@@ -123,6 +152,7 @@ struct weft_engine_stats {
     /* Constrained decoding: masks asked of the grammar index and those its
      * cache answered, and draws the grammar refused (resampled masked). */
     uint64_t grammar_masks, grammar_mask_hits, grammar_resampled;
+    uint64_t embed_requests, embed_tokens;  /* embedding requests finished with a vector, their prompt tokens */
 };
 
 struct weft_engine;
@@ -154,7 +184,7 @@ weft_status weft_engine_start(struct weft_engine *e);
 
 /* Queue a request; *id names it for abort(). Refusals are immediate and send
  * no events: WEFT_ERR_BUSY (queue full), WEFT_ERR_CONTEXT (prompt +
- * max_tokens > n_ctx), WEFT_ERR_NO_ROOM / WEFT_ERR_QUOTA (could never fit),
+ * max_tokens > n_ctx; an embedding's prompt > n_ctx), WEFT_ERR_NO_ROOM / WEFT_ERR_QUOTA (could never fit),
  * WEFT_ERR_INVALID_ARG (bad parameters). */
 weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request *req, uint64_t *id);
 /* End a request (final event WEFT_FINISH_ABORT). WEFT_ERR_NOT_FOUND if it

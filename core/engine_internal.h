@@ -9,6 +9,8 @@
 #include "core/forward.h"
 #include "core/grammar.h"
 
+struct engine_embed;
+
 /* Engine-side state of one request (sched_req.user). */
 struct ereq {
     uint64_t id;
@@ -23,12 +25,14 @@ struct ereq {
     double t_submit, queue_seconds;  /* queue_seconds < 0: not run yet */
     struct weft_grammar_state *gst;  /* NULL: unconstrained */
     uint32_t *gmask;                 /* (mask words) scratch for the allowed set */
+    struct engine_embed *emb;        /* an embedding request's pooling (engine_embed.c); NULL otherwise */
 };
 
 struct pending_event {
     struct weft_event ev;
     weft_event_cb cb;
     void *user;
+    float *owned;               /* ev.embedding, freed once delivered */
 };
 
 struct weft_engine {
@@ -58,6 +62,24 @@ struct weft_engine {
     struct weft_engine_kv_stats kvio;  /* engine_kv.c, under mu */
     struct weft_grammar_vocab *gvocab; /* the tokenizer's index, built at the first grammar request */
     uint64_t grammar_resampled;        /* grammar draws that needed the mask */
+    uint64_t embed_requests, embed_tokens;
 };
+
+/* ---- embedding requests (engine_embed.c); the engine's lock held ---- */
+
+/* Pooling state for a request of `pooling` over vectors of n_embd floats.
+ * NULL when out of memory. */
+struct engine_embed *engine_embed_new(enum weft_embed_pooling pooling, uint32_t n_embd);
+void engine_embed_free(struct engine_embed *em);
+/* The hidden rows the step's item needs (weft_fwd_seq.n_hidden). */
+uint32_t engine_embed_rows(const struct engine_embed *em, const struct weft_sched_item *it);
+/* Pool the item's rows: hidden holds engine_embed_rows(it) rows of n_embd
+ * (weft_forward_hidden), or is NULL on a mock engine (each token then
+ * stands for a fixed pseudo-random vector). Rows already pooled (recomputed
+ * after a preemption) are skipped. */
+void engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it, const float *hidden);
+/* The pooled, L2-normalised vector (malloc'd, n_embd floats; the caller
+ * frees it), or NULL when out of memory. */
+float *engine_embed_vector(const struct engine_embed *em);
 
 #endif

@@ -9,7 +9,9 @@
  *   xb   = rmsnorm(x) * ffn_norm
  *   hb   = silu(xb · Wgateᵀ) * (xb · Wupᵀ)         (R, F)
  *   x    = x + hb · Wdownᵀ
- * then logits = rmsnorm(x[rows]) * output_norm · Woutᵀ for the rows sampled. */
+ * then logits = rmsnorm(x[rows]) * output_norm · Woutᵀ for the rows sampled,
+ * and hidden = rmsnorm(x[rows]) * output_norm for the rows asked for
+ * (n_hidden: embeddings), read back to the host. */
 #include "core/forward.h"
 
 #include <math.h>
@@ -39,6 +41,13 @@ struct weft_forward {
     int32_t *meta_host;            /* staging copy of the meta buffer */
     size_t meta_bytes;
     float *logits_host;
+    /* the rows that go through the last layer's FFN (kept; ascending), and
+     * hidden states: n_keep rows after the final norm, each seq's from
+     * hid_at[s] (UINT32_MAX: none) */
+    uint32_t *keep, *hid_at;
+    float *hidden_host;
+    bool hidden_ok;                /* hidden_host holds the last step's, of n_seq_last seqs */
+    uint32_t n_seq_last;
     struct weft_op *ops;
     size_t n_ops, cap_ops;
 };
@@ -106,9 +115,17 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->meta_bytes = mc;
     fw->meta_host = calloc(1, mc);
     fw->logits_host = malloc((size_t)max_seqs * hp->n_vocab * f);
-    fw->cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * (size_t)max_seqs;
+    fw->keep = malloc(R * sizeof *fw->keep);
+    fw->hid_at = malloc(max_seqs * sizeof *fw->hid_at);
+    fw->hidden_host = malloc(R * hp->n_embd * f);
+    /* per layer at most 16 ops; the packing copies (two per run piece, at
+     * most one piece per kept row); the final norm and LOGITS */
+    fw->cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * R;
     fw->ops = calloc(fw->cap_ops, sizeof *fw->ops);
-    if (!fw->meta_host || !fw->logits_host || !fw->ops) { st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory"); goto err; }
+    if (!fw->meta_host || !fw->logits_host || !fw->keep || !fw->hid_at || !fw->hidden_host || !fw->ops) {
+        st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+        goto err;
+    }
     if (m->n_parts > 1 && !(fw->x_host = malloc(R * hp->n_embd * f))) {
         st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
         goto err;
@@ -141,6 +158,9 @@ void weft_forward_free(struct weft_forward *fw)
     free(fw->x_host);
     free(fw->meta_host);
     free(fw->logits_host);
+    free(fw->keep);
+    free(fw->hid_at);
+    free(fw->hidden_host);
     free(fw->ops);
     free(fw);
 }
@@ -172,6 +192,30 @@ static void begin_part(struct weft_forward *fw, uint32_t p)
     fw->act = fw->parts[p].act;
 }
 
+/* Move the kept rows of the views at offs (E floats a row) to the front,
+ * keeping their order: each run of consecutive kept rows is one move, in
+ * pieces no longer than the distance it moves, so no COPY overlaps itself
+ * (a piece lands where the one before it was read from). */
+static void pack_rows(struct weft_forward *fw, const uint32_t *keep, uint32_t n_keep, const size_t *offs, int n_offs,
+                      uint32_t E)
+{
+    size_t row = (size_t)E * sizeof(float);
+    for (uint32_t i = 0; i < n_keep;) {
+        uint32_t run = 1;
+        while (i + run < n_keep && keep[i + run] == keep[i] + run) run++;
+        uint32_t d = keep[i] - i;  /* rows to move up; keep[] ascends, so keep[i] >= i */
+        for (uint32_t k = 0; d && k < run; k += d) {
+            uint32_t n = run - k < d ? run - k : d;
+            for (int o = 0; o < n_offs; o++) {
+                struct weft_op *op = push(fw, WEFT_OP_COPY);
+                op->u.copy = (struct weft_op_copy){fw->act, fw->act, offs[o] + (keep[i] + k) * row,
+                                                   offs[o] + (i + k) * row, n * row};
+            }
+        }
+        i += run;
+    }
+}
+
 static void mm(struct weft_forward *fw, struct weft_view x, struct weft_view w, struct weft_view out, bool residual)
 {
     struct weft_op *op = push(fw, WEFT_OP_MATMUL);
@@ -185,6 +229,7 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     const struct weft_hparams *hp = &m->hp;
     *logits = NULL;
     *n_logits = 0;
+    fw->hidden_ok = false;
     if (n_seq == 0 || n_seq > fw->max_seqs)
         return weft_error(WEFT_ERR_INVALID_ARG, "forward: %u sequences (1..%u allowed)", n_seq, fw->max_seqs);
 
@@ -193,12 +238,15 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     int32_t *ids = mh + fw->off_ids / 4, *pos = mh + fw->off_pos / 4, *seq = mh + fw->off_seq / 4;
     int32_t *slot = mh + fw->off_slot / 4, *btoff = mh + fw->off_btoff / 4, *bt = mh + fw->off_bt / 4;
     int32_t *rows = mh + fw->off_rows / 4;
-    uint32_t R = 0, n_out = 0, bt_n = 0;
+    uint32_t R = 0, n_out = 0, bt_n = 0, n_keep = 0, n_hid = 0;
     for (uint32_t s = 0; s < n_seq; s++) {
         const struct weft_fwd_seq *sq = &seqs[s];
         uint32_t end = sq->pos0 + sq->n_tokens;
         if (sq->n_tokens == 0 || R + sq->n_tokens > fw->max_rows)
             return weft_error(WEFT_ERR_INVALID_ARG, "forward: batch needs %u rows, limit %u", R + sq->n_tokens, fw->max_rows);
+        if (sq->n_hidden > sq->n_tokens)
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u asks for %u hidden rows of %u", s,
+                              sq->n_hidden, sq->n_tokens);
         if ((uint64_t)sq->kv->n_blocks * WEFT_KV_BLOCK_TOKENS < end || sq->kv->n_blocks > fw->max_blocks)
             return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u's block table does not cover position %u", s, end - 1);
         btoff[s] = (int32_t)bt_n;
@@ -214,7 +262,13 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             seq[R] = (int32_t)s;
             slot[R] = sq->kv->blocks[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + (int32_t)(p % WEFT_KV_BLOCK_TOKENS);
         }
-        if (sq->want_logits) rows[n_out++] = (int32_t)(R - 1);
+        /* the rows the last layer finishes: the hidden ones, else the sampled
+         * one; rows[] (LOGITS) indexes them in that packed order */
+        uint32_t first = sq->n_hidden ? R - sq->n_hidden : sq->want_logits ? R - 1 : R;
+        fw->hid_at[s] = sq->n_hidden ? n_keep : UINT32_MAX;
+        n_hid += sq->n_hidden;
+        for (uint32_t r = first; r < R; r++) fw->keep[n_keep++] = r;
+        if (sq->want_logits) rows[n_out++] = (int32_t)(n_keep - 1);
     }
 
     uint32_t E = hp->n_embd, Ekv = hp->head_dim * hp->n_head_kv, F = hp->n_ff;
@@ -259,20 +313,14 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         op->u.attention = (struct weft_op_attention){
             .q = q, .out = att, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
             .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hp->head_dim)};
-        if (l + 1 == hp->n_layer && n_out < R) {
-            /* After the last attention only the sampled rows matter (as in
-             * llama.cpp): pack them to the front and finish on n_out rows. */
-            if (n_out == 0) break;  /* a prefill chunk that samples nothing */
-            for (uint32_t i = 0; i < n_out; i++) {
-                if ((uint32_t)rows[i] == i) continue;
-                size_t from = (size_t)rows[i] * E * sizeof(float), to = (size_t)i * E * sizeof(float);
-                op = push(fw, WEFT_OP_COPY);
-                op->u.copy = (struct weft_op_copy){fw->act, fw->act, fw->off_att + from, fw->off_att + to, E * sizeof(float)};
-                op = push(fw, WEFT_OP_COPY);
-                op->u.copy = (struct weft_op_copy){fw->act, fw->act, fw->off_x + from, fw->off_x + to, E * sizeof(float)};
-                rows[i] = (int32_t)i;
-            }
-            uint32_t n = n_out;
+        if (l + 1 == hp->n_layer && n_keep < R) {
+            /* After the last attention only the sampled rows and the hidden
+             * rows asked for matter (as in llama.cpp): pack them to the front
+             * and finish on n_keep rows. */
+            if (n_keep == 0) break;  /* a prefill chunk that samples nothing */
+            const size_t offs[2] = {fw->off_att, fw->off_x};
+            pack_rows(fw, fw->keep, n_keep, offs, 2, E);
+            uint32_t n = n_keep;
             x = act(fw, fw->off_x, E, n); xb = act(fw, fw->off_xb, E, n); att = act(fw, fw->off_att, E, n);
             gate = act(fw, fw->off_gate, F, n); up = act(fw, fw->off_up, F, n); hb = act(fw, fw->off_hb, F, n);
         }
@@ -284,6 +332,11 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         op = push(fw, WEFT_OP_SILU_MUL);
         op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = hb};
         mm(fw, hb, L->w_down, x, true);
+    }
+    if (n_hid) {
+        /* the final norm alone, over the kept rows, for the hidden states */
+        op = push(fw, WEFT_OP_RMSNORM);
+        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = m->output_norm, .out = xb, .eps = hp->rms_eps};
     }
     if (n_out) {
         op = push(fw, WEFT_OP_LOGITS);
@@ -314,14 +367,30 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             (st = bi->run(fp->be, fw->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
             return st;
     }
-    if (n_out) {
+    if (n_out || n_hid) {
         if ((st = fw->be->iface->sync(fw->be)) != WEFT_OK) return st;
+    }
+    if (n_out) {
         st = fw->be->iface->buffer_read(fw->logits_buf, 0, fw->logits_host, (size_t)n_out * hp->n_vocab * sizeof(float));
         if (st != WEFT_OK) return st;
+    }
+    if (n_hid) {
+        /* the kept rows (the sampled ones too: few, and one read) */
+        st = fw->be->iface->buffer_read(fw->parts[last].act, fw->off_xb, fw->hidden_host,
+                                        (size_t)n_keep * E * sizeof(float));
+        if (st != WEFT_OK) return st;
+        fw->hidden_ok = true;
+        fw->n_seq_last = n_seq;
     }
     *logits = fw->logits_host;
     *n_logits = n_out;
     return WEFT_OK;
+}
+
+const float *weft_forward_hidden(const struct weft_forward *fw, uint32_t s)
+{
+    if (!fw->hidden_ok || s >= fw->n_seq_last || fw->hid_at[s] == UINT32_MAX) return NULL;
+    return fw->hidden_host + (size_t)fw->hid_at[s] * fw->m->hp.n_embd;
 }
 
 const struct weft_op *weft_forward_ops(const struct weft_forward *fw, size_t *n)

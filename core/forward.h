@@ -13,6 +13,12 @@ struct weft_fwd_seq {
     uint32_t pos0;                 /* position of tokens[0] in the sequence */
     const struct weft_kv_seq *kv;  /* must already cover pos0 + n_tokens positions */
     bool want_logits;              /* logits for the last row of this slice */
+    /* The last n_hidden rows of this slice (0..n_tokens) come back as hidden
+     * states (weft_forward_hidden): the final residual stream after the
+     * output norm, rmsnorm(x) * output_norm, i.e. the output head's input.
+     * Each row is what it would be in any other batch (per-row results are
+     * batch-independent on every backend that promises it for logits). */
+    uint32_t n_hidden;
 };
 
 struct weft_forward;
@@ -29,10 +35,15 @@ void weft_forward_free(struct weft_forward *fw);
 
 /* Run one step. *logits ([*n_logits][n_vocab], in order of the seqs that
  * asked) is owned by fw and valid until the next step. Fails with
- * WEFT_ERR_INVALID_ARG if the batch exceeds the limits given at init, or
- * with the backend's status. */
+ * WEFT_ERR_INVALID_ARG if the batch exceeds the limits given at init (or a
+ * seq's n_hidden exceeds its n_tokens), or with the backend's status. */
 weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq *seqs, uint32_t n_seq,
                               const float **logits, uint32_t *n_logits);
+
+/* Sequence s's hidden states from the last step (seqs[s].n_hidden rows of
+ * n_embd floats, in row order), or NULL when it asked for none or the step
+ * failed. Owned by fw, valid until the next step. */
+const float *weft_forward_hidden(const struct weft_forward *fw, uint32_t s);
 
 /* Ops of the last step (for tests and tracing). */
 const struct weft_op *weft_forward_ops(const struct weft_forward *fw, size_t *n);

@@ -169,8 +169,9 @@ weft_status weft_sched_add(struct weft_sched *s, uint64_t id, const int32_t *pro
     if (total > s->cfg.n_ctx)
         return weft_error(WEFT_ERR_CONTEXT, "prompt of %u tokens + %u new tokens exceeds the context of %u",
                           n_prompt, max_new, s->cfg.n_ctx);
-    /* the last sampled token is never computed, so total - 1 positions */
-    uint32_t need = blocks_for((uint32_t)total - 1 > 0 ? (uint32_t)total - 1 : 1);
+    /* the last sampled token is never computed, so total - 1 positions; a
+     * prompt-only request computes all of its prompt */
+    uint32_t need = blocks_for(max_new ? (uint32_t)total - 1 : n_prompt);
     if (need > s->kv->n_blocks)
         return weft_error(WEFT_ERR_NO_ROOM, "request needs %u KV blocks, the pool has %u", need, s->kv->n_blocks);
     const struct weft_tenant_limits *lim = &s->tenants[tenant].lim;
@@ -256,7 +257,7 @@ static enum admit_result admit(struct weft_sched *s, struct weft_sched_req *r, u
     struct weft_kv_pool *kv = s->kv;
     bool matched = false;
     enum admit_result res = ADMIT_NO_ROOM;
-    if (!r->kv.swapped && r->kv.n_blocks == 0) {
+    if (!r->kv.swapped && r->kv.n_blocks == 0 && !r->no_prefix_hits) {
         r->n_computed = weft_kv_seq_match_prefix(kv, &r->kv, r->tokens, r->n_tokens);
         r->n_cached = r->n_computed;
         matched = true;

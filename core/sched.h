@@ -75,6 +75,10 @@ struct weft_sched_req {
     enum weft_req_state state;
     struct weft_kv_seq kv;
     void *user;                  /* the engine's */
+    /* The prefix cache supplies none of its prompt: every row is computed
+     * (an embedding that pools them all). Set by the caller right after
+     * add(); its full blocks are still registered as they are computed. */
+    bool no_prefix_hits;
 };
 
 /* One entry of a step: compute tokens[pos0 .. pos0+n) of req; sample after
@@ -109,8 +113,10 @@ void weft_sched_free(struct weft_sched *s);
 weft_status weft_sched_tenant(struct weft_sched *s, const char *name, const struct weft_tenant_limits *lim,
                               uint32_t *idx);
 
-/* Queue a request. Refused with WEFT_ERR_BUSY when the waiting queue is full,
- * WEFT_ERR_CONTEXT when prompt + max_new exceeds n_ctx, WEFT_ERR_NO_ROOM
+/* Queue a request. max_new 0 makes a prompt-only request (an embedding):
+ * all n_prompt positions are computed, the item of its last chunk has
+ * `sample` set, and nothing is appended. Refused with WEFT_ERR_BUSY when the
+ * waiting queue is full, WEFT_ERR_CONTEXT when prompt + max_new exceeds n_ctx, WEFT_ERR_NO_ROOM
  * when it could never fit in the pool, WEFT_ERR_QUOTA when it could never fit
  * in its tenant's KV quota, WEFT_ERR_INVALID_ARG for an empty prompt or an
  * unknown tenant. */

@@ -371,7 +371,7 @@ static void q8_0_kv_cache(const char *path)
         CHECK(weft_kv_seq_reserve(&kv, &sq, NT) == WEFT_OK);
         struct weft_forward *fw;
         CHECK(weft_forward_init(m, &kv, 64, 1, 4, &fw) == WEFT_OK);
-        struct weft_fwd_seq fs = {j.prompt, NT, 0, &sq, true};
+        struct weft_fwd_seq fs = {j.prompt, NT, 0, &sq, true, 0};
         const float *out;
         uint32_t n_out;
         CHECK(weft_forward_step(fw, &fs, 1, &out, &n_out) == WEFT_OK && n_out == 1);

@@ -152,10 +152,10 @@ static void batched_sequences_match_single_runs(void)
     struct weft_forward *fw;
     CHECK(weft_forward_init(m, &kv, 64, 2, 8, &fw) == WEFT_OK);
     /* step 1: a[0..30) and b[0..20) prefill chunks; step 2: a[30..37) + b[20] */
-    struct weft_fwd_seq st1[2] = {{a, 30, 0, &sa, false}, {b, 20, 0, &sb, false}};
+    struct weft_fwd_seq st1[2] = {{a, 30, 0, &sa, false, 0}, {b, 20, 0, &sb, false, 0}};
     uint32_t n_out;
     CHECK(weft_forward_step(fw, st1, 2, &lg, &n_out) == WEFT_OK && n_out == 0);
-    struct weft_fwd_seq st2[2] = {{a + 30, 7, 30, &sa, true}, {b + 20, 1, 20, &sb, true}};
+    struct weft_fwd_seq st2[2] = {{a + 30, 7, 30, &sa, true, 0}, {b + 20, 1, 20, &sb, true, 0}};
     CHECK(weft_forward_step(fw, st2, 2, &lg, &n_out) == WEFT_OK && n_out == 2);
     double ea = 0, eb = 0, na = 0, nb = 0;
     for (uint32_t i = 0; i < V; i++) {
