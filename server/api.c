@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "core/tokenizer.h"
+#include "server/api_embed.h"
 #include "server/dash.h"
 #include "server/params.h"
 #include "server/server.h"
@@ -316,7 +317,7 @@ struct route {
     int id;
 };
 
-enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS };
 
 /* GET /v1/models/{id}: not in the table (its path has a parameter) */
 static const struct route model_route = {"/v1/models/{id}", HTTP_M_GET, R_MODEL};
@@ -330,6 +331,7 @@ static const struct route routes[] = {
     {"/v1/kv/blocks", HTTP_M_GET, R_KV_BLOCKS},   {"/v1/kv/blocks", HTTP_M_POST, R_KV_PUSH},
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
+    {"/v1/embeddings", HTTP_M_POST, R_EMBEDDINGS},  /* server/api_embed.c */
 };
 
 static void handle(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool metrics_only)
@@ -435,6 +437,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         }
         server_generate(s, c, req, r->id == R_CHAT, t);
         return;
+    case R_EMBEDDINGS: server_embeddings(s, c, req, t); return;
     default: break;
     }
 }

@@ -183,6 +183,10 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
     one(&o, "weft_prefix_cache_hit_tokens_total", "counter", "Prompt tokens served from the prefix cache.",
         (double)es->prefix_hit_tokens);
     one(&o, "weft_prefill_tokens_total", "counter", "Prompt tokens computed.", (double)es->prefill_tokens);
+    one(&o, "weft_embedding_requests_total", "counter", "Embedding inputs computed (one engine request each).",
+        (double)es->embed_requests);
+    one(&o, "weft_embedding_tokens_total", "counter", "Tokens of the embedding inputs computed.",
+        (double)es->embed_tokens);
     one(&o, "weft_preemptions_total", "counter", "Sequences preempted (swap or recompute).",
         (double)(es->preempt_swap + es->preempt_recompute));
     one(&o, "weft_engine_steps_total", "counter", "Engine steps run.", (double)es->steps);
