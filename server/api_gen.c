@@ -1090,10 +1090,12 @@ static size_t min_prompt_tokens(const struct weft_server *s, const struct gen_pa
 {
     if (p->prompt_ids) return p->n_prompt_ids;
     size_t bytes = 0;
-    if (p->chat)
-        for (uint32_t i = 0; i < p->n_msgs; i++) bytes += trimmed_len(p->msgs[i].content);
-    else
+    if (p->chat) {
+        for (uint32_t i = 0; i < p->n_msgs; i++)
+            if (p->msgs[i].content) bytes += trimmed_len(p->msgs[i].content);  /* NULL: a tool-calling turn */
+    } else {
         bytes = strlen(p->prompt);
+    }
     size_t per = s->max_piece_bytes ? s->max_piece_bytes : 1;
     return (bytes + per - 1) / per;
 }
