@@ -62,7 +62,7 @@ struct gen_ctx {
     bool finished, streaming, chat, submitted;  /* finished: answered (or the client left) */
     struct gen_choice *ch;           /* p.n of them */
     uint32_t n_ch, n_done;           /* choices; those whose answer is complete */
-    uint32_t n_submitted;            /* choices given to the engine (the rest wait: n_choices_rest) */
+    uint32_t n_submitted;            /* choices given to the engine (the rest wait: submit_rest) */
     const char *model;               /* the name answers report: as the client asked (an alias) */
     struct gen_params p;
     json_t *root;
