@@ -188,7 +188,8 @@ static void respond_ok(struct emb_job *j)
                     emb = NULL;
                 }
         }
-        json_t *item = emb ? json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", (int)i, "embedding", emb) : NULL;
+        json_t *item = emb ? json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", (int)i, "embedding", emb)
+                           : NULL;
         ok = item && json_array_append_new(data, item) == 0;
     }
     json_t *root = ok ? json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", j->model,
@@ -227,7 +228,9 @@ static void all_done(struct emb_job *j)
             if (j->in[i].fin == WEFT_FINISH_ABORT && !abort) abort = &j->in[i];
         }
         if (err) fail(j, 500, "server_error", NULL, NULL, "embedding failed: %s", err->msg ? err->msg : "");
-        else if (abort) fail(j, 503, "server_error", NULL, "Retry-After: 5\r\n", "the request was aborted (the server is shutting down)");
+        else if (abort)
+            fail(j, 503, "server_error", NULL, "Retry-After: 5\r\n",
+                 "the request was aborted (the server is shutting down)");
         else respond_ok(j);
     }
     uv_close((uv_handle_t *)&j->async, on_async_closed);

@@ -390,7 +390,7 @@ static void mock_engine(const char *path)
 /* A GPU device (vulkan:0, or WEFT_TEST_DEVICE=cuda:0 / hip:0) against the
  * CPU: n inputs at once (beside a generation), by normalised error; and on
  * the device, at once against one at a time. */
-static void device_vs_cpu(const char *path, uint32_t n, uint32_t max_p)
+static void device_vs_cpu(const char *path, uint32_t n, uint32_t max_p, int last_pool, bool gen_beside)
 {
     const char *spec = getenv("WEFT_TEST_DEVICE") ? getenv("WEFT_TEST_DEVICE") : "vulkan:0";
     char name[16];
@@ -408,14 +408,15 @@ static void device_vs_cpu(const char *path, uint32_t n, uint32_t max_p)
               weft_last_error());
     if (mc && mv) {
         make_jobs(n, mc->hp.n_vocab, max_p, 21);
-        for (int pool = WEFT_EMBED_MEAN; pool <= WEFT_EMBED_LAST; pool++) {
-            struct weft_engine_config cfg = {.n_ctx = 256, .max_step_tokens = 128};
-            run_embeds(mc, &cfg, n, n, pool, true, alone);
-            run_embeds(mv, &cfg, n, n, pool, true, batched);
+        for (int pool = WEFT_EMBED_MEAN; pool <= last_pool; pool++) {
+            struct weft_engine_config cfg = {.n_ctx = 256, .max_step_tokens = 128, .kv_blocks = 64};
+            run_embeds(mc, &cfg, n, n, pool, gen_beside, alone);
+            run_embeds(mv, &cfg, n, n, pool, gen_beside, batched);
             run_embeds(mv, &cfg, n, 1, pool, false, other);
             double e = nmse(alone, batched, n);
             uint32_t same = 0;
-            for (uint32_t i = 0; i < n; i++) same += !memcmp(alone[i].vec, batched[i].vec, sizeof(float) * mc->hp.n_embd);
+            for (uint32_t i = 0; i < n; i++)
+                same += !memcmp(alone[i].vec, batched[i].vec, sizeof(float) * mc->hp.n_embd);
             printf("  %s on %s: %s vs cpu nmse %.3g (%u of %u bitwise equal)\n",
                    pool == WEFT_EMBED_MEAN ? "mean" : "last", info[0].name, spec, e, same, n);
             CHECK(e <= 1e-5);
@@ -439,9 +440,10 @@ static void stories_split(void) { split_model(stories); }
 static void stories_prefix_cache(void) { prefix_cache(stories); }
 static void stories_refusals_and_abort(void) { refusals_and_abort(stories); }
 static void stories_mock(void) { mock_engine(stories); }
-static void stories_device(void) { device_vs_cpu(stories, 8, 60); }
+static void stories_device(void) { device_vs_cpu(stories, 8, 60, WEFT_EMBED_LAST, true); }
 static void smollm2_batching(void) { batching_and_reference(smollm2, 12, 32, true); }  /* Q4_1: exact */
-static void smollm2_device(void) { device_vs_cpu(smollm2, 4, 24); }
+/* lavapipe takes minutes over SmolLM2's output head: mean pooling alone, no generation beside */
+static void smollm2_device(void) { device_vs_cpu(smollm2, 4, 24, WEFT_EMBED_MEAN, false); }
 
 int main(void)
 {
@@ -455,7 +457,9 @@ int main(void)
     smollm2 = weft_default_model_path();
     if (smollm2) {
         RUN(smollm2_batching);
+#ifndef __SANITIZE_ADDRESS__  /* minutes more under ASan; stories_device runs the same code */
         RUN(smollm2_device);
+#endif
         free(smollm2);
     } else {
         printf("SmolLM2 cases skipped: the default model is not fetched (bash scripts/fetch-model.sh)\n");
