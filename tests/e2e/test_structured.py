@@ -140,6 +140,8 @@ class WeatherArgs(BaseModel):
 @pytest.mark.parametrize("choice", ["required", "named"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_two_step_tool_conversation(target, choice, stream):
+    if SANITIZED and stream != (choice == "named"):
+        pytest.skip("under ASan two of the four forms run: required unstreamed, named streamed")
     msgs = [{"role": "user", "content": "What is the weather in Oslo right now?"}]
     tc = "required" if choice == "required" else {"type": "function", "function": {"name": "get_weather"}}
     kw = dict(model=target.weft_model, messages=msgs, tools=[WEATHER, TIME], tool_choice=tc, max_tokens=120, temperature=0,
