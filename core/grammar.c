@@ -149,7 +149,7 @@ static bool sset_add(struct sset *s, const uint32_t *p, uint32_t d)
 {
     uint64_t h = stack_hash(p, d);
     for (uint32_t i = 0; i < s->n; i++)
-        if (s->h[i] == h && s->off[i + 1] - s->off[i] == d && !memcmp(s->pos + s->off[i], p, sizeof *p * d))
+        if (s->h[i] == h && s->off[i + 1] - s->off[i] == d && (!d || !memcmp(s->pos + s->off[i], p, sizeof *p * d)))
             return true;
     if (s->n == s->cap_n) {
         uint32_t cap = s->cap_n * 2;
@@ -169,7 +169,7 @@ static bool sset_add(struct sset *s, const uint32_t *p, uint32_t d)
         s->pos = q;
         s->cap_pos = cap;
     }
-    memcpy(s->pos + end, p, sizeof *p * d);
+    if (d) memcpy(s->pos + end, p, sizeof *p * d);
     s->h[s->n] = h;
     s->off[++s->n] = end + d;
     return true;
@@ -208,7 +208,7 @@ static bool expand(const struct weft_grammar *g, struct scratch *sc, const uint3
                    uint32_t top, struct sset *dst)
 {
     if (!grow(&sc->w, &sc->cap_w, (size_t)d + 1)) return false;
-    memcpy(sc->w, stk, sizeof *stk * (d - 1));
+    if (d > 1) memcpy(sc->w, stk, sizeof *stk * (d - 1));
     sc->w[d - 1] = top;
     sc->w[d] = d;
     size_t wt = (size_t)d + 1;   /* worklist top */
@@ -224,12 +224,12 @@ static bool expand(const struct weft_grammar *g, struct scratch *sc, const uint3
         uint32_t p = it[n - 1], r = g->el[p].v, base = n - 1;
         if (!grow(&sc->t, &sc->cap_t, n)) return false;
         it = sc->w + wt - 1 - len;
-        memcpy(sc->t, it, sizeof *it * base);
+        if (base) memcpy(sc->t, it, sizeof *it * base);
         if (!ends_alt(g, p + 1)) sc->t[base++] = p + 1;
         wt -= (size_t)len + 1;
         for (uint32_t a = g->rule_alt[r]; a < g->rule_alt[r + 1]; a++) {
             if (!grow(&sc->w, &sc->cap_w, wt + base + 2)) return false;
-            memcpy(sc->w + wt, sc->t, sizeof *sc->t * base);
+            if (base) memcpy(sc->w + wt, sc->t, sizeof *sc->t * base);
             sc->w[wt + base] = g->alt[a];
             sc->w[wt + base + 1] = base + 1;
             wt += (size_t)base + 2;
@@ -620,7 +620,7 @@ static bool make_key(struct weft_grammar_state *s, uint32_t *klen)
             uint32_t y = ord[j - 1];
             uint32_t dx = c->off[x + 1] - c->off[x], dy = c->off[y + 1] - c->off[y];
             int cmp = c->h[x] != c->h[y] ? (c->h[x] < c->h[y] ? -1 : 1) : dx != dy ? (dx < dy ? -1 : 1)
-                    : memcmp(c->pos + c->off[x], c->pos + c->off[y], sizeof *c->pos * dx);
+                    : dx ? memcmp(c->pos + c->off[x], c->pos + c->off[y], sizeof *c->pos * dx) : 0;
             if (cmp >= 0) break;
             ord[j] = y;
             j--;
@@ -636,7 +636,7 @@ static bool make_key(struct weft_grammar_state *s, uint32_t *klen)
     for (uint32_t i = 0; i < c->n; i++) {
         uint32_t x = ord[i], d = c->off[x + 1] - c->off[x];
         k[o++] = d;
-        memcpy(k + o, c->pos + c->off[x], sizeof *k * d);
+        if (d) memcpy(k + o, c->pos + c->off[x], sizeof *k * d);
         o += d;
     }
     *klen = o;

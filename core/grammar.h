@@ -94,7 +94,9 @@ struct weft_grammar_cache_stats {
 void weft_grammar_vocab_stats(struct weft_grammar_vocab *v, struct weft_grammar_cache_stats *out);
 
 /* A sequence at the start of g (takes its own reference to g; v must
- * outlive the state). *out is NULL on failure (WEFT_ERR_NOMEM). */
+ * outlive the state). v may be NULL for byte-level use only
+ * (weft_grammar_advance_bytes, accepting, finished; no token is then
+ * allowed). *out is NULL on failure (WEFT_ERR_NOMEM). */
 weft_status weft_grammar_state_new(const struct weft_grammar *g, const struct weft_grammar_vocab *v,
                                    struct weft_grammar_state **out);
 /* An independent copy of s. *out is NULL on failure. */
@@ -115,7 +117,10 @@ weft_status weft_grammar_advance_bytes(struct weft_grammar_state *s, const char 
  * set exactly when weft_grammar_allowed(s, id). mask has
  * weft_grammar_mask_words(v) words, all written. Answered from the vocab's
  * cache when this state (grammar + stack set + partial character) was seen
- * before. Fails only with WEFT_ERR_NOMEM (mask contents then unspecified). */
+ * before. Fails with WEFT_ERR_NOMEM (mask contents then unspecified), or
+ * WEFT_ERR_INVALID_ARG for a state made without a vocabulary. A miss walks
+ * the vocabulary: about 0.1 ms where few tokens fit, about 12 ms inside a
+ * JSON string (nearly all of SmolLM2's 49,152 fit) on one core. */
 weft_status weft_grammar_mask(const struct weft_grammar_state *s, uint32_t *mask);
 size_t weft_grammar_mask_words(const struct weft_grammar_vocab *v);
 

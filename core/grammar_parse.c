@@ -151,7 +151,7 @@ static int range_cmp(const void *a, const void *b)
  * U+0000..U+10FFFF when neg) and return its offset in *off. */
 static bool add_class(struct parser *P, struct range *rg, uint32_t n, bool neg, uint32_t *off)
 {
-    qsort(rg, n, sizeof *rg, range_cmp);
+    if (n > 1) qsort(rg, n, sizeof *rg, range_cmp);
     uint32_t m = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (m && rg[i].lo <= rg[m - 1].hi + 1) {

@@ -588,14 +588,14 @@ static void engine_json_object_on_smollm2(void)
     memset(gjobs, 0, sizeof gjobs);
     memcpy(gjobs[0].prompt, ids, n * sizeof *ids);
     gjobs[0].n_prompt = (uint32_t)n;
-    gjobs[0].max_tokens = 200;
+    gjobs[0].max_tokens = 96;
     gjobs[0].grammar = g;
     free(ids);
     /* four unconstrained ones beside it, longer prompts */
     for (uint32_t i = 1; i < 5; i++) {
-        gjobs[i].n_prompt = 40 + 20 * i;
+        gjobs[i].n_prompt = 20 + 10 * i;
         for (uint32_t k = 0; k < gjobs[i].n_prompt; k++) gjobs[i].prompt[k] = (int32_t)(300 + (k * 7919u + i * 104729u) % 40000u);
-        gjobs[i].max_tokens = 48;
+        gjobs[i].max_tokens = 24;
         gjobs[i].temperature = i % 2 ? 0.0f : 0.8f;
     }
     /* a sampled grammar request, and a long greedy one that max_tokens cuts */
@@ -606,7 +606,7 @@ static void engine_json_object_on_smollm2(void)
     CHECK(weft_tokenize(m->tok, LONG_PROMPT, strlen(LONG_PROMPT), false, true, &ids, &n) == WEFT_OK);
     memcpy(gjobs[6].prompt, ids, n * sizeof *ids);
     gjobs[6].n_prompt = (uint32_t)n;
-    gjobs[6].max_tokens = 96;
+    gjobs[6].max_tokens = 64;
     gjobs[6].grammar = g;
     free(ids);
 
@@ -646,7 +646,7 @@ static void engine_json_object_on_smollm2(void)
     CHECK(st.grammar_resampled > 0);   /* the chat model opens with text, not '{', unconstrained */
 
     /* preempted: room for about two of the seven */
-    struct weft_engine_config small = {.n_ctx = 512, .kv_blocks = 20, .max_seqs = 7};
+    struct weft_engine_config small = {.n_ctx = 512, .kv_blocks = 12, .max_seqs = 7};
     for (int mode = 0; mode < 2; mode++) {
         small.no_swap = mode == 1;
         grun(m, &small, gjobs, 7, gout_, &st);
