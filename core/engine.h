@@ -128,7 +128,8 @@ struct weft_request {
      * MEAN needs every row's hidden state, so the prefix cache supplies none
      * of its prompt (its blocks are still registered for others); LAST may
      * take hits (the last token is always computed). The vector does not
-     * depend on batching, chunking or preemption. Refused with
+     * depend on batching, chunking or preemption (to the last bit where the
+     * backend's rows are batch-independent, forward.h). Refused with
      * WEFT_ERR_CONTEXT when the prompt alone exceeds n_ctx. */
     enum weft_embed_pooling embed;
 };

@@ -16,8 +16,11 @@ struct weft_fwd_seq {
     /* The last n_hidden rows of this slice (0..n_tokens) come back as hidden
      * states (weft_forward_hidden): the final residual stream after the
      * output norm, rmsnorm(x) * output_norm, i.e. the output head's input.
-     * Each row is what it would be in any other batch (per-row results are
-     * batch-independent on every backend that promises it for logits). */
+     * A row is what it would be in any other batch as far as the backend's
+     * per-row results are batch-independent: bit for bit on the CPU with
+     * quantized weights; with F32/F16/BF16 weights the CPU sums a matmul of
+     * one row in another order than of several (as ggml does), so a row
+     * alone in its matmul may differ in the last bits. */
     uint32_t n_hidden;
 };
 
