@@ -65,7 +65,8 @@ struct weft_engine {
     uint64_t embed_requests, embed_tokens;
 };
 
-/* ---- embedding requests (engine_embed.c); the engine's lock held ---- */
+/* ---- embedding requests (engine_embed.c): made at submit, then used by
+ * the step with the engine's lock held ---- */
 
 /* Pooling state for a request of `pooling` over vectors of n_embd floats.
  * NULL when out of memory. */
