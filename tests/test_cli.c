@@ -123,7 +123,8 @@ static void version_and_help_on_stdout(void)
 /* An unknown option is named in the error (exit 2). */
 static void unknown_options_are_named(void)
 {
-    static const char *const cmds[] = {"run", "chat", "info", "devices", "gen", "bench", "serve", "router", "fleet"};
+    static const char *const cmds[] = {"run",   "chat",  "tokenize", "quantize", "info", "devices",
+                                       "gen",   "bench", "serve",    "router",   "fleet"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         char args[128], *out = NULL;
         snprintf(args, sizeof args, "%s --no-such-flag x 2>&1 >/dev/null", cmds[i]);

@@ -8,13 +8,15 @@
 #include "tools/cli_common.h"
 #include "tools/generate.h"
 
-static void usage_run(void)
+static void usage_run(FILE *f)
 {
-    fprintf(stderr, "usage: weft run [-m MODEL] -p TEXT [-n N] [--grammar FILE | --grammar-json] [options]\n"
+    fprintf(f, "usage: weft run [-m MODEL] -p TEXT [-n N] [--grammar FILE | --grammar-json] [options]\n"
                     "  --grammar FILE  constrain the output to the grammar in FILE (core/grammar.h's format)\n"
                     "  --grammar-json  constrain the output to a JSON object\n");
-    cli_usage_common();
+    cli_usage_common_to(f);
 }
+
+static bool is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
 
 /* The whole of path, malloc'd (NUL-terminated, *len bytes), or NULL. */
 static char *read_file(const char *path, size_t *len)
@@ -111,13 +113,16 @@ int weft_cmd_run(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            if (strcmp(argv[i], "-h") && strcmp(argv[i], "--help"))
-                fprintf(stderr, "weft run: unknown option '%s'\n", argv[i]);
-            usage_run();
+            if (is_help(argv[i])) {
+                usage_run(stdout);
+                return 0;
+            }
+            fprintf(stderr, "weft run: unknown option '%s'\n", argv[i]);
+            usage_run(stderr);
             return 2;
         }
     }
-    if (!o.prompt) { fprintf(stderr, "weft run: -p TEXT is required\n"); usage_run(); return 2; }
+    if (!o.prompt) { fprintf(stderr, "weft run: -p TEXT is required\n"); usage_run(stderr); return 2; }
     if (grammar_file && grammar_json) {
         fprintf(stderr, "weft run: --grammar and --grammar-json exclude each other\n");
         return 2;
@@ -212,9 +217,12 @@ int weft_cmd_tokenize(int argc, char **argv)
         int r = cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            fprintf(stderr, "usage: weft tokenize [-m MODEL] -p TEXT [--json] [--parse-special] [--no-special]\n"
-                            "  --no-special: do not add BOS/EOS\n");
-            return 2;
+            bool help = is_help(argv[i]);
+            if (!help) fprintf(stderr, "weft tokenize: unknown option '%s'\n", argv[i]);
+            fprintf(help ? stdout : stderr,
+                    "usage: weft tokenize [-m MODEL] -p TEXT [--json] [--parse-special] [--no-special]\n"
+                    "  --no-special: do not add BOS/EOS\n");
+            return help ? 0 : 2;
         }
     }
     if (!o.prompt) { fprintf(stderr, "weft tokenize: -p TEXT is required\n"); return 2; }

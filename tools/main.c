@@ -43,16 +43,9 @@ static void version(void)
     const char *mods = WEFT_BUILT_MODULES;
     char buf[256];
     snprintf(buf, sizeof buf, "%s", mods);
-    for (char *save = NULL, *t = strtok_r(buf, ";", &save); t; t = strtok_r(NULL, ";", &save))
+    for (char *save = NULL, *t = strtok_r(buf, "; ", &save); t; t = strtok_r(NULL, "; ", &save))
         printf(", %s (module)", strncmp(t, "weft-", 5) ? t : t + 5);
     printf("\n");
-}
-
-static bool asks_help(int argc, char **argv)
-{
-    for (int i = 2; i < argc; i++)
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) return true;
-    return false;
 }
 
 int main(int argc, char **argv)
@@ -69,27 +62,18 @@ int main(int argc, char **argv)
         version();
         return 0;
     }
-    static const struct { const char *name; int (*fn)(int, char **); bool help_on_stderr; } cmds[] = {
-        {"run", weft_cmd_run, true},           {"chat", weft_cmd_chat, false},
-        {"tokenize", weft_cmd_tokenize, true}, {"info", weft_cmd_info, false},
-        {"devices", weft_cmd_devices, false},  {"quantize", weft_cmd_quantize, false},
-        {"gen", weft_cmd_gen, false},          {"bench", weft_cmd_bench, false},
-        {"serve", weft_cmd_serve, false},      {"router", weft_cmd_router, false},
-        {"fleet", weft_cmd_fleet, false},
+    static const struct { const char *name; int (*fn)(int, char **); } cmds[] = {
+        {"run", weft_cmd_run},           {"chat", weft_cmd_chat},
+        {"tokenize", weft_cmd_tokenize}, {"info", weft_cmd_info},
+        {"devices", weft_cmd_devices},  {"quantize", weft_cmd_quantize},
+        {"gen", weft_cmd_gen},          {"bench", weft_cmd_bench},
+        {"serve", weft_cmd_serve},      {"router", weft_cmd_router},
+        {"fleet", weft_cmd_fleet},
     };
     /* started by weft fleet: go when it goes, on the CPUs it gave */
     if (fleet_child_setup()) return 1;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
-        if (cmds[i].help_on_stderr && asks_help(argc, argv)) {
-            /* run and tokenize (tools/cmd_run.c) print their usage on stderr
-             * and exit 2 for any option they do not take: asked for, it is
-             * an answer (stdout, 0) */
-            fflush(stderr);
-            dup2(STDOUT_FILENO, STDERR_FILENO);
-            int rc = cmds[i].fn(argc - 1, argv + 1);
-            return rc == 2 ? 0 : rc;
-        }
         return cmds[i].fn(argc - 1, argv + 1);
     }
     fprintf(stderr, "weft: unknown command '%s'\n", argv[1]);

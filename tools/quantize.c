@@ -61,6 +61,12 @@ int weft_cmd_quantize(int argc, char **argv)
         quant_usage(stdout);
         return 0;
     }
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "weft quantize: unknown option '%s'\n", argv[i]);
+            quant_usage(stderr);
+            return 2;
+        }
     if (argc != 4) {
         quant_usage(stderr);
         return 2;
