@@ -24,8 +24,6 @@ CITIES = ["Oslo", "Lyon", "Rome", "Kyoto", "Lima"]
 
 def n_prompts(target):
     if SANITIZED:
-        if target.weft_kind == "router":
-            pytest.skip("under ASan the bulk run is on one instance only (the router's tool tests still run)")
         return 4
     return 50 if target.weft_kind == "serve" else 8
 
@@ -40,6 +38,8 @@ class Person(BaseModel):
 @pytest.fixture(scope="module", params=["serve", "router"])
 def target(request):
     """A client on one instance, or on a router in front of two."""
+    if SANITIZED and request.param == "router":
+        pytest.skip("under ASan on one instance only: the router passes these bodies through (Release runs both)")
     started = []
     try:
         if request.param == "serve":
