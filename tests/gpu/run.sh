@@ -236,7 +236,7 @@ build_tree() {
 export -f build_tree
 export root shared jobs
 if [ $dry = 1 ]; then cuda_req=AUTO; else cuda_req=ON; fi
-tests="test_backend_ops test_gpu_kernels test_golden test_devices"
+tests="test_backend_ops test_gpu_kernels test_golden test_devices test_embed"
 step "build (cpu, cuda, vulkan)" "sm_$arch" 300 bash -c 'build_tree "$@"' _ "$B" \
     "weft weft-cuda weft-vulkan $tests test_vulkan_runtime test_vulkan_matmul test_vulkan_exact" \
     -DWEFT_CUDA=$cuda_req -DWEFT_VULKAN=AUTO -DWEFT_HIP=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" || finish
@@ -343,6 +343,7 @@ correct() {
     step "golden" "$d" 300 env WEFT_TEST_DEVICE="$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
     step "golden split" "cpu=1,$d" 300 env WEFT_TEST_DEVICE="cpu=1,$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
     step "equality + split + batch" "$d" 400 env "${nocache[@]}" WEFT_TEST_DEVICES="$d" "$B/test_devices"
+    step "embeddings vs cpu" "$d" 200 env WEFT_TEST_DEVICE="$d" "$B/test_embed"
 }
 
 # ---- correctness: CUDA, then the HIP kernels through nvcc ----
