@@ -205,3 +205,29 @@ def test_client_gone_frees_everything(server, client, model_id):
     # and the server goes on answering
     r = client.embeddings.create(model=model_id, input="still here", encoding_format="float")
     assert len(r.data) == 1
+
+
+@pytest.mark.skipif(SANITIZED, reason="the router's pass-through runs in the Release build")
+def test_through_the_router_in_front_of_two(server, client, model_id):
+    """The same SDK call through weft router in front of two instances: 32
+    inputs at once and one at a time equal what one instance answers."""
+    from conftest import Router
+    a = Server("-c", "256", threads=1, cpu=0)
+    b = Server("-c", "256", threads=1, cpu=1)
+    r = None
+    try:
+        r = Router([a, b])
+        r.wait_ready(n_up=2)
+        rc = openai.OpenAI(base_url=r.base + "/v1", api_key="none", max_retries=0, timeout=120)
+        want = client.embeddings.create(model=model_id, input=TEXTS, encoding_format="float")
+        got = rc.embeddings.create(model=model_id, input=TEXTS)  # the SDK's default: base64
+        assert [d.embedding for d in got.data] == [d.embedding for d in want.data]
+        assert got.usage.prompt_tokens == want.usage.prompt_tokens
+        for i in (0, 17, 31):
+            one = rc.embeddings.create(model=model_id, input=TEXTS[i], encoding_format="float")
+            assert one.data[0].embedding == want.data[i].embedding
+    finally:
+        if r:
+            r.stop()
+        b.stop()
+        a.stop()
