@@ -38,8 +38,7 @@ static int conv_add(struct conv *c, const char *role, const char *content)
     char *dup = strdup(content);
     if (!dup) return -1;
     c->owned[c->n] = dup;
-    c->msgs[c->n].role = role;
-    c->msgs[c->n].content = dup;
+    c->msgs[c->n] = (struct weft_chat_msg){.role = role, .content = dup};
     c->n++;
     return 0;
 }
