@@ -167,7 +167,7 @@ bool weft_route_pd(const struct weft_route_config *cfg, uint32_t min_uncached, c
     }
     if (!found) return false;
     double tol = 1e-9 * (best.predicted_s > own ? best.predicted_s : own);
-    double stalls = WEFT_ROUTE_PD_SLACK + (double)dec->running;
+    double stalls = (cfg->pd_slack > 0 ? cfg->pd_slack : WEFT_ROUTE_PD_SLACK) + (double)dec->running;
     bool wins = dec->role == WEFT_ROUTE_ROLE_DECODE ? best.predicted_s <= own * stalls + tol
                                                     : best.predicted_s < own - tol;
     if (wins) *out = best;

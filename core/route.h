@@ -92,6 +92,7 @@ struct weft_route_config {
     double stale_s;            /* 0: 2 s */
     uint64_t rr_next;          /* round-robin: the turn (the caller advances it) */
     bool decode_aware;         /* weft: add the generation time (see above) */
+    double pd_slack;           /* weft_route_pd's slack (0: WEFT_ROUTE_PD_SLACK) */
 };
 
 struct weft_route_choice {
@@ -116,7 +117,9 @@ weft_status weft_route_rank(const struct weft_route_config *cfg, const struct we
  * eligible, measured prefill-role instance (inst[i].role) is predicted to
  * finish computing it no later than d would itself (ttft as rank predicts
  * it: its queue plus its uncached tokens at its measured rate) times
- * (WEFT_ROUTE_PD_SLACK + its running requests) when d is a decode instance:
+ * (slack + its running requests) when d is a decode instance (slack:
+ * cfg->pd_slack, WEFT_ROUTE_PD_SLACK when 0; a large one hands every long
+ * prompt off while a prefill instance is up):
  * it is there not to prefill, its own prefill stalls every sequence it
  * decodes for that long (so a busy prefill instance is still waited for),
  * and rates measured on live steps of a shared machine differ by the slack

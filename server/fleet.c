@@ -299,7 +299,8 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         enum weft_route_role role = WEFT_ROUTE_ROLE_BOTH;
         r->role = weft_route_role_parse(l->role, &role) ? role : WEFT_ROUTE_ROLE_BOTH;
     }
-    struct weft_route_config rc = {.policy = f->cfg.policy, .stale_s = f->cfg.stale_s, .rr_next = f->rr_next};
+    struct weft_route_config rc = {.policy = f->cfg.policy, .stale_s = f->cfg.stale_s, .rr_next = f->rr_next,
+                                   .pd_slack = f->cfg.pd_slack};
     struct weft_route_request rq = {.n_prompt = n_prompt, .max_tokens = max_tokens};
     uint32_t k = 0;
     weft_status st = f->n ? weft_route_rank(&rc, &rq, ri, f->n, out, &k) : WEFT_OK;

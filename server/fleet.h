@@ -94,6 +94,7 @@ struct fleet_config {
     uint32_t index_max_blocks;     /* its ceiling per instance (0: 1M, about 24 MiB) */
     uint32_t pd_min_uncached;      /* prefill/decode hand-off past this many uncached tokens
                                       (core/route.h weft_route_pd; 0: never) */
+    double pd_slack;               /* weft_route_pd's slack (0: its default) */
 };
 
 struct fleet {

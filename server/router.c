@@ -513,7 +513,8 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     }
     struct fleet_config fc = {.policy = cfg->policy, .stale_s = 10.0 * r->cfg.poll_ms / 1000.0 + 1.0,
                               .index_max_blocks = cfg->index_max_blocks,
-                              .pd_min_uncached = cfg->no_pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512};
+                              .pd_min_uncached = cfg->no_pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512,
+                              .pd_slack = cfg->pd_slack};
     fleet_init(&r->fleet, &fc);
     for (uint32_t i = 0; i < cfg->n_instances; i++)
         if ((st = instance_add(r, cfg->instances[i])) != WEFT_OK) goto fail;

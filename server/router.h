@@ -64,6 +64,9 @@ struct weft_router_config {
     uint32_t pd_threshold;           /* hand prompts with more uncached tokens than this to a prefill
                                         instance (--role prefill) when quicker (0: 512; --pd-threshold) */
     bool no_pd;                      /* never (--no-pd) */
+    double pd_slack;                 /* a decode instance's own prefill counts this many times
+                                        (+ its running requests) against a prefill instance's
+                                        (0: 1.25; --pd-slack) */
     uint32_t timeout_ms;             /* upstream inactivity (0: 600 s) */
     uint32_t n_workers;              /* tokenizing threads (0: 2) */
     uint32_t max_queued_work;        /* (0: 256) */

@@ -332,6 +332,12 @@ static void prefill_instances_take_long_prompts_for_decoders(void)
     CHECK(weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
     in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 260;
     CHECK(!weft_route_pd(&weft, 512, &rq, in, 3, &c, &pd));
+    /* an operator's larger slack (router --pd-slack) hands it off; 0 is the default */
+    struct weft_route_config slack = weft;
+    slack.pd_slack = 4;
+    CHECK(weft_route_pd(&slack, 512, &rq, in, 3, &c, &pd));
+    in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 3100;  /* 4.1 s against 1 s x 4 */
+    CHECK(!weft_route_pd(&slack, 512, &rq, in, 3, &c, &pd));
     /* busy prefill instances: the decoder is quicker, it prefills */
     in[1].queued_prefill_tokens = in[2].queued_prefill_tokens = 5000;
     CHECK_EQ_INT(pick(&weft, &rq, in, 3, &c), 0);

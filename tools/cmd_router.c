@@ -27,8 +27,8 @@ static void usage(FILE *f)
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
-            "                   [--tokenize-threads 2] [--pd-threshold 512] [--no-pd] [--hold-empty-s 0]\n"
-            "                   [--api-key KEY] [--cors-origin ORIGIN ...]\n"
+            "                   [--tokenize-threads 2] [--pd-threshold 512] [--pd-slack 1.25] [--no-pd]\n"
+            "                   [--hold-empty-s 0] [--api-key KEY] [--cors-origin ORIGIN ...]\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
             "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
@@ -46,6 +46,9 @@ static void usage(FILE *f)
             "                 computed on a prefill instance (weft serve --role prefill) when that is\n"
             "                 predicted no slower, its KV blocks streamed to the decode instance as they are\n"
             "                 made (default 512); --no-pd: never\n"
+            "  --pd-slack F: a decode instance's own prefill counts F times (plus once per request it\n"
+            "                 is decoding) against the prefill instance's predicted time (default 1.25;\n"
+            "                 a large F hands every such prompt off while a prefill instance is up)\n"
             "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
             "  --timeout S: an upstream answer idle this long fails (default 600)\n"
@@ -98,6 +101,16 @@ int weft_cmd_router(int argc, char **argv)
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--no-kv-events")) { rc.no_kv_events = true; continue; }
         if (!strcmp(a, "--no-pd")) { rc.no_pd = true; continue; }
+        if (!strcmp(a, "--pd-slack") && v) {
+            char *end = NULL;
+            const char *s = argv[++i];
+            rc.pd_slack = strtod(s, &end);
+            if (end == s || *end || !(rc.pd_slack >= 1 && rc.pd_slack <= 1e6)) {
+                fprintf(stderr, "weft router: --pd-slack expects a number from 1 to 1000000, not '%s'\n", s);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--instance") && v) {
             if (rc.n_instances == WEFT_ROUTER_MAX_URLS) {
                 fprintf(stderr, "weft router: at most %d --instance (use --instances-dns for more)\n", WEFT_ROUTER_MAX_URLS);
