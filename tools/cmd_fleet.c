@@ -414,7 +414,11 @@ int weft_cmd_fleet(int argc, char **argv)
                 if (!taken || !next) break;
             }
         }
-        if (!in->name[0]) snprintf(in->name, sizeof in->name, "%s@%u", in->device, in->port);
+        if (!in->name[0]) {
+            char dev[sizeof in->device];  /* a copy: GCC's -Wrestrict takes the two members for one object */
+            memcpy(dev, in->device, sizeof dev);
+            snprintf(in->name, sizeof in->name, "%.36s@%u", dev, in->port);
+        }
     }
     if (f.redis) {
         if (!f.redis_port) f.redis_port = free_port();
