@@ -65,6 +65,30 @@ static void size_low_prefill(struct weft_engine *e)
     weft_sched_set_low_prefill(e->sched, n);
 }
 
+/* The cost model of the next step (lock held): the measured decode step
+ * and prompt-token costs, and the ITL target: itl_target_ms, strict; auto,
+ * twice the decode step, with the prompt backlog spread over at most
+ * ITL_SPREAD_STEPS steps (so prompts keep pace with arrivals where prefill is
+ * slow for the decode step, and throughput is not traded for smoothness).
+ * Unmeasured: no limit. */
+#define ITL_AUTO_FACTOR 2.0
+#define ITL_SPREAD_STEPS 8
+static void set_step_cost(struct weft_engine *e)
+{
+    struct weft_sched_cost c = {0};
+    if (e->decode_row_tps > 0 && e->prefill_tps > 0) {
+        c.decode_step_s = 1.0 / e->decode_row_tps;
+        c.prefill_token_s = 1.0 / e->prefill_tps;
+        if (e->cfg.itl_target_ms > 0) c.target_s = e->cfg.itl_target_ms / 1000.0;
+        else if (e->cfg.itl_target_ms == 0) {
+            c.target_s = ITL_AUTO_FACTOR * c.decode_step_s;
+            c.spread_steps = ITL_SPREAD_STEPS;
+        }
+    }
+    e->itl_target_s = c.target_s;
+    weft_sched_set_cost(e->sched, &c);
+}
+
 weft_status weft_engine_create(const struct weft_model *m, const struct weft_engine_config *cfg,
                                struct weft_engine **out)
 {
@@ -258,6 +282,18 @@ weft_status weft_engine_tenant(struct weft_engine *e, const char *name, const st
     weft_status st = weft_sched_tenant(e->sched, name, lim, &idx);
     pthread_mutex_unlock(&e->mu);
     return st;
+}
+
+bool weft_engine_tenant_prefill(struct weft_engine *e, uint32_t i, char name[WEFT_TENANT_NAME_MAX], uint64_t *tokens)
+{
+    pthread_mutex_lock(&e->mu);
+    bool ok = i < weft_sched_n_tenants(e->sched);
+    if (ok) {
+        snprintf(name, WEFT_TENANT_NAME_MAX, "%s", weft_sched_tenant_name(e->sched, i));
+        *tokens = weft_sched_tenant_prefill(e->sched, i);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
 }
 
 /* The grammar index, built once (any thread; the first one kept). */
@@ -532,6 +568,7 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     while (e->kv_waiters) pthread_cond_wait(&e->fwd_cv, &e->mu);  /* block I/O goes between steps */
     reap_aborted(e);
     size_low_prefill(e);
+    set_step_cost(e);
     struct weft_sched_item *items;
     uint32_t n_items;
     weft_status st = weft_sched_schedule(e->sched, &items, &n_items);
@@ -680,6 +717,12 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->preempt_recompute = ss.preempt_recompute;
     out->low_prefill_limited = ss.low_prefill_limited;
     out->low_prefill_tokens = ss.low_prefill_tokens;
+    out->itl_target_s = e->itl_target_s;
+    out->itl_limited = ss.itl_limited;
+    out->itl_over = ss.itl_over;
+    out->itl_spread = ss.itl_spread;
+    out->share_deferred = ss.share_deferred;
+    out->last_plan = ss.last;
     out->submitted = e->submitted;
     out->finished = e->finished;
     out->aborted = e->aborted;

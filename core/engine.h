@@ -40,6 +40,11 @@ struct weft_engine_config {
      * (sched.h, low_prefill_tokens): the step a higher-priority arrival finds
      * running is short. 0 = no limit. */
     uint32_t low_prefill_ms;
+    /* Stall-free batching (sched.h): a step that carries decode rows plans at
+     * most this many milliseconds by the measured rates; 0 = auto (twice the
+     * measured decode step, and at least the prompt backlog spread over 8
+     * steps: sched.h's spread_steps), < 0 = no limit. */
+    double itl_target_ms;
     uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
                                     max_seqs full-context sequences need, at least one's */
     uint32_t kv_mib;             /* 0 = 1024 */
@@ -144,6 +149,12 @@ struct weft_engine_stats {
     uint64_t queued_prefill_tokens;  /* prompt tokens not yet computed: waiting + running */
     uint64_t low_prefill_limited;    /* steps that held lower-priority prompts to low_prefill_tokens */
     uint32_t low_prefill_tokens;     /* low_prefill_ms in tokens now (0 = no limit) */
+    /* Stall-free batching: the target now (0 = none yet / off), steps the
+     * target held prompts back in, steps with decode rows planned over it (a
+     * one-token floor), and the last step's plan (sched.h). */
+    double itl_target_s;
+    uint64_t itl_limited, itl_over, itl_spread, share_deferred;
+    struct weft_sched_plan last_plan;
     /* Measured on live steps (moving averages, seeded by weft_engine_calibrate;
      * 0 until measured): prompt tokens per second in steps that are mostly
      * prefill, generated tokens per second (all rows of a decode step). */
@@ -192,8 +203,11 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
  * already finished. */
 weft_status weft_engine_abort(struct weft_engine *e, uint64_t id);
 
-/* Tenant limits (scheduler KV and running quotas), by name. */
+/* Tenant limits (scheduler KV and running quotas, time-slice share), by name. */
 weft_status weft_engine_tenant(struct weft_engine *e, const char *name, const struct weft_tenant_limits *lim);
+/* Tenant i (0 is ""): its name (copied) and the prompt tokens computed for it;
+ * false past the last one. */
+bool weft_engine_tenant_prefill(struct weft_engine *e, uint32_t i, char name[WEFT_TENANT_NAME_MAX], uint64_t *tokens);
 
 /* One step (when the thread is not started): *did_work false when nothing
  * was runnable. */

@@ -1,13 +1,16 @@
 #include "core/sched.h"
 
+#include <math.h>
 #include <stdint.h>
-
 #include <stdlib.h>
 #include <string.h>
 
 struct tenant {
     char name[WEFT_TENANT_NAME_MAX];
     struct weft_tenant_limits lim;
+    double vtime;                /* prompt tokens planned for it / its share */
+    uint64_t prefill;            /* prompt tokens computed for it */
+    bool active;                 /* it had prompt work at the last step */
 };
 
 struct weft_sched {
@@ -23,6 +26,16 @@ struct weft_sched {
     int32_t top_prio;            /* highest priority added so far (INT32_MIN: none) */
     uint32_t low_left;           /* low_prefill_tokens left in the step being planned */
     bool low_capped;             /* and it held a lower prompt back */
+    struct weft_sched_cost cost;
+    uint32_t prefill_left;       /* prompt tokens the ITL target leaves in the step (UINT32_MAX: no limit) */
+    bool itl_capped;             /* and it held a prompt back */
+    /* time slices, for the step being planned: the tenants with prompt work
+     * at fair_prio (fair: more than one); pass 0 defers the prompts of a
+     * tenant served ahead of another of them, pass 1 gives them what is left */
+    bool fair, deferred;
+    int32_t fair_prio;
+    uint32_t top[WEFT_SCHED_MAX_TENANTS], n_top;
+    uint32_t pass;
     struct weft_sched_stats st;
 };
 
@@ -102,6 +115,8 @@ weft_status weft_sched_create(const struct weft_sched_config *cfg, struct weft_k
 
 void weft_sched_set_low_prefill(struct weft_sched *s, uint32_t tokens) { s->cfg.low_prefill_tokens = tokens; }
 
+void weft_sched_set_cost(struct weft_sched *s, const struct weft_sched_cost *c) { s->cost = *c; }
+
 static void req_free(struct weft_sched *s, struct weft_sched_req *r)
 {
     weft_kv_seq_release(s->kv, &r->kv);
@@ -145,6 +160,18 @@ uint32_t weft_sched_tenant_blocks(const struct weft_sched *s, uint32_t tenant)
     for (uint32_t i = 0; i < s->n_running; i++)
         if (s->running[i]->tenant == tenant) n += s->running[i]->kv.n_blocks;
     return n;
+}
+
+uint32_t weft_sched_n_tenants(const struct weft_sched *s) { return s->n_tenants; }
+
+const char *weft_sched_tenant_name(const struct weft_sched *s, uint32_t tenant)
+{
+    return tenant < s->n_tenants ? s->tenants[tenant].name : NULL;
+}
+
+uint64_t weft_sched_tenant_prefill(const struct weft_sched *s, uint32_t tenant)
+{
+    return tenant < s->n_tenants ? s->tenants[tenant].prefill : 0;
 }
 
 static uint32_t tenant_running(const struct weft_sched *s, uint32_t tenant)
@@ -237,7 +264,110 @@ static uint32_t chunk_for(const struct weft_sched *s, const struct weft_sched_re
     uint32_t left = r->n_tokens - r->n_computed;
     if (left > 1 && left > s->cfg.max_prefill_chunk) left = s->cfg.max_prefill_chunk;
     if (low_prefill(s, r) && left > s->low_left) left = s->low_left;
+    if (left > 1 && left > s->prefill_left) left = s->prefill_left;
     return left < budget ? left : budget;
+}
+
+/* prompt work: more than one token to compute */
+static bool is_prefill(const struct weft_sched_req *r) { return r->n_tokens - r->n_computed > 1; }
+
+/* r's chunk of n tokens is scheduled: the ITL target's and the tenant's accounts */
+static void take_prefill(struct weft_sched *s, struct weft_sched_req *r, uint32_t n)
+{
+    r->planned_step = s->step_no;
+    if (!is_prefill(r)) return;
+    if (s->prefill_left != UINT32_MAX) {
+        if (n == s->prefill_left && r->n_tokens - r->n_computed > n) s->itl_capped = true;
+        s->prefill_left -= n;
+    }
+    struct tenant *t = &s->tenants[r->tenant];
+    t->vtime += (double)n / (t->lim.share ? t->lim.share : 1);
+}
+
+/* Pass 0 leaves r's prompt chunk for later in the step: its tenant has had
+ * more per unit of share than another tenant with prompts waiting (so far,
+ * this step's chunks included). */
+static bool fair_defer(struct weft_sched *s, const struct weft_sched_req *r)
+{
+    if (!s->fair || s->pass != 0 || r->priority != s->fair_prio || !is_prefill(r)) return false;
+    double v = s->tenants[r->tenant].vtime;
+    for (uint32_t k = 0; k < s->n_top; k++) {
+        double o = s->tenants[s->top[k]].vtime;
+        if (s->top[k] != r->tenant && v > o * (1 + 1e-12) + 1e-9) {
+            s->deferred = true;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* The step's time slices: which tenants have prompt work, at which priority;
+ * a tenant that comes back starts level with those that stayed. */
+static void fair_begin(struct weft_sched *s)
+{
+    bool work[WEFT_SCHED_MAX_TENANTS] = {0}, top[WEFT_SCHED_MAX_TENANTS] = {0};
+    int32_t prio = INT32_MIN;
+    for (int q = 0; q < 2; q++) {
+        struct weft_sched_req **v = q ? s->waiting : s->running;
+        uint32_t n = q ? s->n_waiting : s->n_running;
+        for (uint32_t i = 0; i < n; i++)
+            if (is_prefill(v[i])) {
+                work[v[i]->tenant] = true;
+                if (v[i]->priority > prio) prio = v[i]->priority;
+            }
+    }
+    for (int q = 0; q < 2; q++) {
+        struct weft_sched_req **v = q ? s->waiting : s->running;
+        uint32_t n = q ? s->n_waiting : s->n_running;
+        for (uint32_t i = 0; i < n; i++)
+            if (is_prefill(v[i]) && v[i]->priority == prio) top[v[i]->tenant] = true;
+    }
+    double stayed = INFINITY, any = INFINITY;
+    for (uint32_t t = 0; t < s->n_tenants; t++) {
+        if (!work[t]) continue;
+        if (s->tenants[t].active && s->tenants[t].vtime < stayed) stayed = s->tenants[t].vtime;
+        if (s->tenants[t].vtime < any) any = s->tenants[t].vtime;
+    }
+    double level = stayed < INFINITY ? stayed : any;
+    s->n_top = 0;
+    for (uint32_t t = 0; t < s->n_tenants; t++) {
+        struct tenant *tn = &s->tenants[t];
+        if (work[t] && !tn->active && tn->vtime < level) tn->vtime = level;
+        tn->active = work[t];
+        if (top[t]) s->top[s->n_top++] = t;
+    }
+    s->fair = s->n_top > 1;
+    s->fair_prio = prio;
+    s->deferred = false;
+}
+
+/* The prompt tokens a step may carry by the ITL target: UINT32_MAX without
+ * decode rows or a measured cost, else what fits beside them (at least 1). */
+static uint32_t itl_cap(const struct weft_sched *s, bool *spread)
+{
+    const struct weft_sched_cost *c = &s->cost;
+    if (!(c->target_s > 0 && c->decode_step_s > 0 && c->prefill_token_s > 0)) return UINT32_MAX;
+    bool decode = false;
+    for (uint32_t i = 0; i < s->n_running && !decode; i++)
+        decode = s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+    if (!decode) return UINT32_MAX;
+    double room = (c->target_s - c->decode_step_s) / c->prefill_token_s + 1e-6;  /* 199.99999... is 200 */
+    uint32_t cap = room >= 1 ? (room < 1e9 ? (uint32_t)room : 1000000000u) : 1;
+    if (c->spread_steps) {
+        uint64_t backlog = 0;
+        for (int q = 0; q < 2; q++) {
+            struct weft_sched_req **v = q ? s->waiting : s->running;
+            uint32_t n = q ? s->n_waiting : s->n_running;
+            for (uint32_t i = 0; i < n; i++)
+                if (is_prefill(v[i])) backlog += v[i]->n_tokens - v[i]->n_computed;
+        }
+        uint64_t share = (backlog + c->spread_steps - 1) / c->spread_steps;
+        if (share > cap) {
+            cap = share < 1000000000u ? (uint32_t)share : 1000000000u;
+            *spread = true;
+        }
+    }
+    return cap;
 }
 
 /* r's chunk of n tokens is scheduled: it spends low_left */
@@ -289,13 +419,107 @@ static enum admit_result admit(struct weft_sched *s, struct weft_sched_req *r, u
     return res;
 }
 
+/* The step being planned: what is left of its budget, its items so far. */
+struct plan {
+    uint32_t budget, ni;
+    int32_t top_prefill;         /* see below */
+};
+
+/* 1. running sequences, in priority order (pass 1: the prompt chunks pass 0
+ *    deferred, with no preemption: what is scheduled stays scheduled) */
+static void plan_running(struct weft_sched *s, struct plan *p)
+{
+    struct weft_kv_pool *kv = s->kv;
+    for (uint32_t i = 0; i < s->n_running && p->budget > 0 && p->ni < s->cfg.max_running;) {
+        struct weft_sched_req *r = s->running[i];
+        if (s->pass && (r->planned_step == s->step_no || !is_prefill(r))) { i++; continue; }
+        uint32_t n = chunk_for(s, r, p->budget);
+        if (n == 0) {  /* nothing to compute until the engine appends, or no low_left / ITL room */
+            s->low_capped |= low_prefill(s, r);
+            s->itl_capped |= is_prefill(r) && s->prefill_left == 0;
+            i++;
+            continue;
+        }
+        bool prefill = is_prefill(r);
+        if (prefill && r->priority < p->top_prefill) { i++; continue; }
+        if (prefill && r->priority > p->top_prefill) p->top_prefill = r->priority;
+        if (fair_defer(s, r)) { i++; continue; }
+        const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
+        bool scheduled = false;
+        for (;;) {
+            uint32_t need = weft_kv_seq_blocks_needed(&r->kv, r->n_computed + n);
+            bool over = lim->max_kv_blocks && weft_sched_tenant_blocks(s, r->tenant) + need > lim->max_kv_blocks;
+            if (!over && weft_kv_seq_reserve(kv, &r->kv, r->n_computed + n) == WEFT_OK) {
+                scheduled = true;
+                break;
+            }
+            if (s->pass) break;
+            /* victims come from the tail, at or behind r: nothing already
+             * scheduled in this step is taken back */
+            struct weft_sched_req *v = last_running(s, over ? (int64_t)r->tenant : -1);
+            preempt(s, v);
+            if (v == r) break;
+        }
+        if (!scheduled && s->pass) { i++; continue; }
+        if (!scheduled) continue;  /* r was preempted: running[i] is now the one after it */
+        if (low_prefill(s, r)) take_low(s, r, n);
+        take_prefill(s, r, n);
+        s->items[p->ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
+        p->budget -= n;
+        i++;
+    }
+}
+
+/* 2. waiting requests */
+static void plan_waiting(struct weft_sched *s, struct plan *p)
+{
+    for (uint32_t i = 0; i < s->n_waiting && p->budget > 0 && p->ni < s->cfg.max_running &&
+                         s->n_running < s->cfg.max_running;) {
+        struct weft_sched_req *r = s->waiting[i];
+        const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
+        if (r->priority < p->top_prefill) break;  /* the rest rank lower still (see above) */
+        if (r->preempted_step == s->step_no ||
+            (lim->max_running && tenant_running(s, r->tenant) >= lim->max_running)) {
+            i++;
+            continue;
+        }
+        if (low_prefill(s, r) && s->low_left == 0) {
+            s->low_capped = true;
+            i++;
+            continue;
+        }
+        if (is_prefill(r) && s->prefill_left == 0) {
+            s->itl_capped = true;
+            i++;
+            continue;
+        }
+        if (fair_defer(s, r)) { i++; continue; }
+        uint32_t n;
+        enum admit_result a = admit(s, r, p->budget, &n);
+        if (a == ADMIT_TENANT) { i++; continue; }  /* its tenant is full; others may go */
+        if (a == ADMIT_NO_ROOM) break;             /* nobody behind r jumps ahead for room */
+        q_remove(s->waiting, &s->n_waiting, r);
+        r->state = WEFT_REQ_RUNNING;
+        q_insert(s->running, &s->n_running, r);
+        if (low_prefill(s, r)) take_low(s, r, n);
+        take_prefill(s, r, n);
+        s->items[p->ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
+        p->budget -= n;
+    }
+}
+
 weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **items, uint32_t *n_items)
 {
     struct weft_kv_pool *kv = s->kv;
-    uint32_t budget = s->cfg.max_step_tokens, ni = 0;
     s->step_no++;
     s->low_left = s->cfg.low_prefill_tokens;
     s->low_capped = false;
+    bool spread = false;
+    s->prefill_left = itl_cap(s, &spread);
+    s->st.itl_spread += spread;
+    s->itl_capped = false;
+    uint32_t cap = s->prefill_left;
+    fair_begin(s);
     *items = s->items;
     *n_items = 0;
 
@@ -325,73 +549,33 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
      * lower one (their decode rows still run): the higher priority's first
      * token does not wait for lower prompts' chunks. The waiting request of
      * step 0 counts when it has a slot and the KV room to start in. */
-    int32_t top_prefill = step0_prio;
-
-    /* 1. running sequences, in priority order */
-    for (uint32_t i = 0; i < s->n_running && budget > 0 && ni < s->cfg.max_running;) {
-        struct weft_sched_req *r = s->running[i];
-        uint32_t n = chunk_for(s, r, budget);
-        if (n == 0) {  /* nothing to compute until the engine appends, or no low_left */
-            s->low_capped |= low_prefill(s, r);
-            i++;
-            continue;
-        }
-        bool prefill = r->n_tokens - r->n_computed > 1;
-        if (prefill && r->priority < top_prefill) { i++; continue; }
-        if (prefill && r->priority > top_prefill) top_prefill = r->priority;
-        const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
-        bool scheduled = false;
-        for (;;) {
-            uint32_t need = weft_kv_seq_blocks_needed(&r->kv, r->n_computed + n);
-            bool over = lim->max_kv_blocks && weft_sched_tenant_blocks(s, r->tenant) + need > lim->max_kv_blocks;
-            if (!over && weft_kv_seq_reserve(kv, &r->kv, r->n_computed + n) == WEFT_OK) {
-                scheduled = true;
-                break;
-            }
-            /* victims come from the tail, at or behind r: nothing already
-             * scheduled in this step is taken back */
-            struct weft_sched_req *v = last_running(s, over ? (int64_t)r->tenant : -1);
-            preempt(s, v);
-            if (v == r) break;
-        }
-        if (!scheduled) continue;  /* r was preempted: running[i] is now the one after it */
-        if (low_prefill(s, r)) take_low(s, r, n);
-        s->items[ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
-        budget -= n;
-        i++;
+    struct plan p = {.budget = s->cfg.max_step_tokens, .top_prefill = step0_prio};
+    for (s->pass = 0; s->pass < 2; s->pass++) {
+        if (s->pass == 1 && !s->deferred) break;
+        plan_running(s, &p);
+        /* waiting requests, unless this step had to preempt */
+        if (s->st.preempt_swap + s->st.preempt_recompute == preempts1) plan_waiting(s, &p);
     }
+    s->st.share_deferred += s->deferred;
+    uint32_t ni = p.ni;
 
-    /* 2. waiting requests, unless this step had to preempt */
-    bool preempted = s->st.preempt_swap + s->st.preempt_recompute != preempts1;
-    for (uint32_t i = 0; !preempted && i < s->n_waiting && budget > 0 && ni < s->cfg.max_running &&
-                         s->n_running < s->cfg.max_running;) {
-        struct weft_sched_req *r = s->waiting[i];
-        const struct weft_tenant_limits *lim = &s->tenants[r->tenant].lim;
-        if (r->priority < top_prefill) break;  /* the rest rank lower still (see above) */
-        if (r->preempted_step == s->step_no ||
-            (lim->max_running && tenant_running(s, r->tenant) >= lim->max_running)) {
-            i++;
-            continue;
+    struct weft_sched_plan *pl = &s->st.last;
+    *pl = (struct weft_sched_plan){.prefill_cap = cap, .target_s = s->cost.target_s};
+    for (uint32_t k = 0; k < ni; k++) {
+        const struct weft_sched_item *it = &s->items[k];
+        if (it->n == 1 && it->pos0 >= it->req->n_prompt) {
+            pl->decode_rows++;
+        } else {
+            pl->prefill_tokens += it->n;
+            pl->prefill_chunks++;
         }
-        if (low_prefill(s, r) && s->low_left == 0) {
-            s->low_capped = true;
-            i++;
-            continue;
-        }
-        uint32_t n;
-        enum admit_result a = admit(s, r, budget, &n);
-        if (a == ADMIT_TENANT) { i++; continue; }  /* its tenant is full; others may go */
-        if (a == ADMIT_NO_ROOM) break;             /* nobody behind r jumps ahead for room */
-        /* victims admit() preempted rank below r, so r is still at i */
-        q_remove(s->waiting, &s->n_waiting, r);
-        r->state = WEFT_REQ_RUNNING;
-        q_insert(s->running, &s->n_running, r);
-        if (low_prefill(s, r)) take_low(s, r, n);
-        s->items[ni++] = (struct weft_sched_item){r, r->n_computed, n, r->n_computed + n == r->n_tokens};
-        budget -= n;
     }
+    if (s->cost.decode_step_s > 0 && s->cost.prefill_token_s > 0)
+        pl->planned_s = (pl->decode_rows ? s->cost.decode_step_s : 0) + pl->prefill_tokens * s->cost.prefill_token_s;
+    if (pl->decode_rows && pl->target_s > 0 && pl->planned_s > pl->target_s * (1 + 1e-9)) s->st.itl_over++;
     s->st.steps += ni > 0;
     s->st.low_prefill_limited += s->low_capped;
+    s->st.itl_limited += s->itl_capped;
     for (uint32_t k = 0; k < ni; k++) s->st.step_tokens += s->items[k].n;
     *n_items = ni;
     return WEFT_OK;
@@ -406,6 +590,7 @@ void weft_sched_step_done(struct weft_sched *s, const struct weft_sched_item *it
             uint32_t pe = end < r->n_prompt ? end : r->n_prompt;
             r->n_prefilled += pe - items[i].pos0;
             s->st.prefill_tokens += pe - items[i].pos0;
+            s->tenants[r->tenant].prefill += pe - items[i].pos0;
         }
         r->n_computed = end;
         weft_kv_seq_commit(s->kv, &r->kv, r->tokens, r->n_computed);

@@ -23,6 +23,22 @@
  * many tokens of any step, so the step a higher-priority arrival finds in
  * progress is short. A resumed sequence continues exactly where it stopped.
  *
+ * Stall-free batching: a step that carries decode rows carries at most the
+ * prompt tokens that fit the inter-token-latency target by the cost model
+ * the engine sets from its measured rates (weft_sched_set_cost): the decode
+ * rows' part plus prompt tokens at their per-token cost stays within the
+ * target (at least one prompt token per step, so prompts always advance), and
+ * a long prompt is spread over several steps. With spread_steps N, a step
+ * carries at least 1/N of the prompt backlog. A step without decode rows
+ * takes the whole budget. Chunking changes no output.
+ *
+ * Time slices between tenants: among the prompts of the top priority with
+ * waiting work, the prompt tokens of steps go first to the tenant that has had
+ * the fewest per unit of its share (weft_tenant_limits.share): a tenant served
+ * ahead of the others gets a step's tokens only when they leave some, and a
+ * tenant that had no work comes back level with the others, not with credit.
+ * With one such tenant, order is as above.
+ *
  * The scheduler knows token ids only; sampling and stop conditions belong to
  * the engine, which appends each sampled token and finishes requests.
  * Not thread-safe: the engine thread owns it. */
@@ -51,6 +67,30 @@ struct weft_sched_config {
 struct weft_tenant_limits {
     uint32_t max_kv_blocks;      /* blocks held by the tenant's running sequences */
     uint32_t max_running;        /* its sequences running at once */
+    uint32_t share;              /* weight of its prompt-token time slice (0 = 1) */
+};
+
+/* The engine's cost model of a step (seconds), for stall-free batching:
+ * target_s 0 (or an unmeasured cost) = no limit. */
+struct weft_sched_cost {
+    double target_s;             /* a step with decode rows plans at most this */
+    double decode_step_s;        /* the decode rows' part of a step */
+    double prefill_token_s;      /* one prompt token */
+    /* 0: the target is strict. N: a step also carries at least 1/N of the
+     * prompt tokens waiting (its own share of a backlog spread over N steps),
+     * so prompts keep pace with arrivals where the target alone would let
+     * them pile up (a machine whose prefill is slow for its decode). */
+    uint32_t spread_steps;
+};
+
+/* What the last schedule() planned (for the stats, the logs and tests). */
+struct weft_sched_plan {
+    uint32_t decode_rows;        /* one-token rows of generated positions */
+    uint32_t prefill_tokens;     /* the rest */
+    uint32_t prefill_chunks;
+    uint32_t prefill_cap;        /* the prompt tokens the target allowed (UINT32_MAX: no limit) */
+    double planned_s;            /* the step's cost by the model (0: unmeasured) */
+    double target_s;             /* the target it planned against (0: none) */
 };
 
 enum weft_req_state {
@@ -72,6 +112,7 @@ struct weft_sched_req {
     uint32_t n_prefilled;        /* prompt tokens computed for it (all admissions) */
     uint32_t n_preempt;
     uint64_t preempted_step;     /* not re-admitted in the step that preempted it */
+    uint64_t planned_step;       /* the last step that scheduled it */
     enum weft_req_state state;
     struct weft_kv_seq kv;
     void *user;                  /* the engine's */
@@ -97,6 +138,13 @@ struct weft_sched_stats {
     uint64_t rejected_full, rejected_quota;
     uint64_t low_prefill_limited;        /* steps whose lower-priority prompts low_prefill_tokens held back */
     uint32_t low_prefill_tokens;         /* the limit now (0 = none) */
+    uint64_t itl_limited;                /* steps whose prompt tokens the ITL target held back */
+    uint64_t itl_over;                   /* steps with decode rows planned over the target (its
+                                            one-token floor, the backlog's share, or decode rows
+                                            alone over it) */
+    uint64_t itl_spread;                 /* steps whose cap the backlog's share raised */
+    uint64_t share_deferred;             /* steps that gave a tenant ahead of its share only leftovers */
+    struct weft_sched_plan last;
 };
 
 struct weft_sched;
@@ -105,6 +153,8 @@ weft_status weft_sched_create(const struct weft_sched_config *cfg, struct weft_k
 /* Change low_prefill_tokens (from the next step on): the engine sizes it from
  * its measured prefill rate. */
 void weft_sched_set_low_prefill(struct weft_sched *s, uint32_t tokens);
+/* The cost model for the next steps (stall-free batching, above). */
+void weft_sched_set_cost(struct weft_sched *s, const struct weft_sched_cost *c);
 /* Finishes (frees) every request still held. */
 void weft_sched_free(struct weft_sched *s);
 
@@ -149,5 +199,10 @@ uint32_t weft_sched_running(const struct weft_sched *s, struct weft_sched_req *c
 uint32_t weft_sched_waiting(const struct weft_sched *s, struct weft_sched_req *const **reqs);
 /* Blocks the tenant's running sequences hold. */
 uint32_t weft_sched_tenant_blocks(const struct weft_sched *s, uint32_t tenant);
+/* Tenants so far (index 0 is ""), a tenant's name, and the prompt tokens
+ * computed for it (all steps; not reset with the totals). */
+uint32_t weft_sched_n_tenants(const struct weft_sched *s);
+const char *weft_sched_tenant_name(const struct weft_sched *s, uint32_t tenant);
+uint64_t weft_sched_tenant_prefill(const struct weft_sched *s, uint32_t tenant);
 
 #endif

@@ -223,6 +223,7 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     struct pd_stats pd;
     server_pd_stats(s, &pd);
     x.pd = &pd;
+    x.eng = s->eng;
     struct kv_remote_stats remote;
     if (s->kv_remote) {
         kv_remote_stats(s->kv_remote, &remote);

@@ -196,6 +196,34 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
         es->low_prefill_tokens);
     one(&o, "weft_engine_low_priority_prefill_limited_steps_total", "counter",
         "Steps that held lower-priority prompts to that limit.", (double)es->low_prefill_limited);
+    one(&o, "weft_engine_itl_target_seconds", "gauge",
+        "The inter-token-latency target a step with decode rows is planned against (--itl-target-ms; "
+        "0 = none or not measured yet).", es->itl_target_s);
+    one(&o, "weft_engine_itl_limited_steps_total", "counter",
+        "Steps whose prompt tokens the ITL target held back (spread over later steps).", (double)es->itl_limited);
+    one(&o, "weft_engine_itl_spread_steps_total", "counter",
+        "Steps whose prompt tokens the auto target raised to 1/8 of the waiting prompt backlog.",
+        (double)es->itl_spread);
+    one(&o, "weft_engine_itl_over_target_steps_total", "counter",
+        "Steps with decode rows planned over the ITL target (the backlog's share or a one-token floor).",
+        (double)es->itl_over);
+    one(&o, "weft_engine_step_planned_seconds", "gauge", "The last step's cost by the scheduler's model.",
+        es->last_plan.planned_s);
+    one(&o, "weft_engine_step_prefill_tokens", "gauge", "Prompt tokens of the last step.",
+        (double)es->last_plan.prefill_tokens);
+    one(&o, "weft_engine_step_decode_rows", "gauge", "Decode rows of the last step.", (double)es->last_plan.decode_rows);
+    one(&o, "weft_tenant_share_deferred_steps_total", "counter",
+        "Steps that gave a tenant ahead of its time slice only the prompt tokens others left.",
+        (double)es->share_deferred);
+    if (x && x->eng) {
+        head(&o, "weft_tenant_prefill_tokens_total", "counter", "Prompt tokens computed, by tenant (\"\" = default).");
+        char tn[WEFT_TENANT_NAME_MAX], lv[2 * WEFT_TENANT_NAME_MAX + 4];
+        uint64_t tok;
+        for (uint32_t i = 0; weft_engine_tenant_prefill(x->eng, i, tn, &tok); i++) {
+            label_value(lv, sizeof lv, tn);
+            put(b, "weft_tenant_prefill_tokens_total{%s,tenant=\"%s\"} %llu\n", o.lbl, lv, (unsigned long long)tok);
+        }
+    }
     one(&o, "weft_prefill_tokens_per_second", "gauge", "Measured prefill rate (moving average over live steps).",
         es->prefill_tps);
     one(&o, "weft_decode_tokens_per_second", "gauge", "Measured decode rate (moving average over live steps).",

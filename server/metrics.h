@@ -39,6 +39,7 @@ struct metrics_extra {
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
     const struct kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
     const struct pd_stats *pd;                /* prefill/decode hand-offs; NULL: none */
+    struct weft_engine *eng;                  /* per-tenant prompt tokens; NULL: none */
 };
 
 struct metrics {

@@ -66,11 +66,16 @@ bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_si
             t->keys[t->n_keys++] = strdup(json_string_value(kv));
             ts->any_keys = true;
         }
-        double prio = 0, kvb = 0, run = 0;
+        double prio = 0, kvb = 0, run = 0, share = 1;
         if (!num(o, "requests_per_second", &t->rps, msg, msg_size) || !num(o, "burst", &t->burst, msg, msg_size) ||
             !num(o, "tokens_per_minute", &t->tpm, msg, msg_size) || !num(o, "max_kv_blocks", &kvb, msg, msg_size) ||
-            !num(o, "max_running", &run, msg, msg_size))
+            !num(o, "max_running", &run, msg, msg_size) || !num(o, "share", &share, msg, msg_size))
             goto out;
+        if (share < 1 || share > 1000000 || share != (double)(uint32_t)share) {
+            bad(msg, msg_size, "share", "must be an integer from 1 to 1000000");
+            goto out;
+        }
+        t->lim.share = (uint32_t)share;
         json_t *pv = json_object_get(o, "priority");
         if (pv && !json_is_integer(pv)) { bad(msg, msg_size, "priority", "must be an integer"); goto out; }
         prio = pv ? (double)json_integer_value(pv) : 0;

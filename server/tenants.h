@@ -3,7 +3,7 @@
  * FILE is JSON:
  *   {"tenants": [{"name": "team-a", "api_keys": ["sk-..."], "priority": 10,
  *                 "requests_per_second": 5, "burst": 10, "tokens_per_minute": 20000,
- *                 "max_kv_blocks": 512, "max_running": 8, "trusted": false}, ...],
+ *                 "max_kv_blocks": 512, "max_running": 8, "share": 1, "trusted": false}, ...],
  *    "allow_anonymous": false}
  * With any key configured, a request needs "Authorization: Bearer KEY" of
  * a known key (else 401), unless allow_anonymous (then keyless requests
@@ -14,6 +14,10 @@
  * is returned when it ends. 0 = unlimited. A request bigger than the whole
  * token budget (prompt + max_tokens > tokens_per_minute) can never fit and
  * is refused at once.
+ *
+ * Share: the weight of the tenant's time slice of each step's prompt
+ * tokens among the tenants with prompts waiting at the same priority
+ * (core/sched.h; default 1: equal).
  *
  * Priority: a tenant's "priority" is the highest its requests get; a
  * request's own "priority" can only lower it (anonymous requests: at most

@@ -472,6 +472,118 @@ static void random_load_finishes(void)
     env_free(&e);
 }
 
+/* Stall-free batching by the cost model: four streams decode when a
+ * 1,500-token prompt arrives; every step plans within the 30 ms target (a
+ * 10 ms decode step beside 200 prompt tokens of 0.1 ms) and the prompt is
+ * spread over 8 steps; a step without decode rows takes the whole budget.
+ * With spread_steps 4, the backlog's quarter raises the cap (counted). */
+static void itl_target_spreads_a_long_prompt(void)
+{
+    struct env e;
+    env_init(&e, 512, 0, false, (struct weft_sched_config){.max_step_tokens = 512, .max_running = 16});
+    struct weft_sched_cost c = {.target_s = 0.030, .decode_step_s = 0.010, .prefill_token_s = 0.0001};
+    weft_sched_set_cost(e.s, &c);
+    for (uint64_t id = 1; id <= 4; id++) add(&e, id, 20, 100, 0, 0);
+    struct weft_sched_item it[16];
+    struct weft_sched_stats ss;
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 4);
+    weft_sched_stats(e.s, &ss);
+    CHECK(ss.last.prefill_cap == UINT32_MAX && ss.last.prefill_tokens == 80 && ss.last.decode_rows == 0);
+    struct weft_sched_req *r5 = add(&e, 5, 1500, 4, 0, 0);
+    uint32_t chunks = 0, tokens = 0;
+    for (int guard = 0; guard < 100 && r5->n_computed < 1500; guard++) {
+        CHECK_EQ_INT(step(&e, it, NULL, NULL), 5);
+        weft_sched_stats(e.s, &ss);
+        CHECK_EQ_INT(ss.last.decode_rows, 4);
+        CHECK_EQ_INT(ss.last.prefill_cap, 200);
+        CHECK_MSG(ss.last.planned_s <= c.target_s * (1 + 1e-9), "planned %.4f s", ss.last.planned_s);
+        CHECK(ss.last.prefill_tokens <= 200 && ss.last.prefill_chunks == 1);
+        chunks++;
+        tokens += ss.last.prefill_tokens;
+    }
+    CHECK_EQ_INT(chunks, 8);
+    CHECK_EQ_INT(tokens, 1500);
+    CHECK_EQ_INT(ss.itl_over, 0);
+    CHECK_EQ_INT(ss.itl_limited, 7);
+    /* a backlog spread over 4 steps: 1,600 tokens go 400, 300, 225, then 200 (the target's) */
+    c.spread_steps = 4;
+    weft_sched_set_cost(e.s, &c);
+    struct weft_sched_req *r6 = add(&e, 6, 1600, 4, 0, 0);
+    uint32_t want[] = {400, 300, 225, 200};
+    for (int k = 0; k < 4; k++) {
+        step(&e, it, NULL, NULL);
+        weft_sched_stats(e.s, &ss);
+        CHECK_MSG(ss.last.prefill_tokens == want[k], "step %d: %u prompt tokens", k, ss.last.prefill_tokens);
+    }
+    CHECK(r6->n_computed == 1125);
+    CHECK_EQ_INT(ss.itl_spread, 3);
+    CHECK_EQ_INT(ss.itl_over, 3);  /* planned 50, 40 and 32.5 ms against 30 */
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+/* unfinished requests of a tenant */
+static uint32_t tenant_open(struct env *e, uint32_t tenant)
+{
+    struct weft_sched_req *const *q;
+    uint32_t n = 0, k = weft_sched_running(e->s, &q);
+    for (uint32_t i = 0; i < k; i++) n += q[i]->tenant == tenant;
+    k = weft_sched_waiting(e->s, &q);
+    for (uint32_t i = 0; i < k; i++) n += q[i]->tenant == tenant;
+    return n;
+}
+
+/* Time slices: tenant a keeps 2,000-token prompts coming, tenant b short
+ * ones; over a window in which both have work their prompt tokens are within
+ * 10 % of their shares' ratio. Then tenant c, idle so far, starts: it comes
+ * back level with them, not with credit for its idle time. */
+static void tenants_share_prompt_tokens(uint32_t share_a, uint32_t share_b)
+{
+    struct env e;
+    env_init(&e, 4096, 0, false,
+             (struct weft_sched_config){.max_step_tokens = 256, .max_running = 64, .n_ctx = 4096});
+    uint32_t ta, tb, tc;
+    CHECK(weft_sched_tenant(e.s, "a", &(struct weft_tenant_limits){.share = share_a}, &ta) == WEFT_OK);
+    CHECK(weft_sched_tenant(e.s, "b", &(struct weft_tenant_limits){.share = share_b}, &tb) == WEFT_OK);
+    CHECK(weft_sched_tenant(e.s, "c", NULL, &tc) == WEFT_OK);
+    uint64_t id = 1, a0 = 0, b0 = 0;
+    for (int k = 0; k < 400; k++) {
+        while (tenant_open(&e, ta) < 2) add(&e, id++, 2000, 2, 0, ta);
+        while (tenant_open(&e, tb) < 8) add(&e, id++, 40, 2, 0, tb);
+        if (k == 40) {  /* the window starts */
+            a0 = weft_sched_tenant_prefill(e.s, ta);
+            b0 = weft_sched_tenant_prefill(e.s, tb);
+        }
+        step(&e, NULL, NULL, NULL);
+    }
+    double a = (double)(weft_sched_tenant_prefill(e.s, ta) - a0), b = (double)(weft_sched_tenant_prefill(e.s, tb) - b0);
+    double want = (double)share_a / share_b;
+    printf("  shares %u:%u: %.0f and %.0f prompt tokens, %.3f (want %.3f)\n", share_a, share_b, a, b, a / b, want);
+    CHECK_MSG(a / b >= want * 0.9 && a / b <= want * 1.1, "ratio %.3f, want %.3f", a / b, want);
+    struct weft_sched_stats ss;
+    weft_sched_stats(e.s, &ss);
+    CHECK(ss.share_deferred > 0);
+    /* c starts now: over the next 20 steps it gets about its share (1 of
+     * share_a + share_b + 1), not everything for its idle time */
+    uint64_t c0 = weft_sched_tenant_prefill(e.s, tc), all0 = ss.prefill_tokens;
+    for (int k = 0; k < 20; k++) {
+        while (tenant_open(&e, ta) < 2) add(&e, id++, 2000, 2, 0, ta);
+        while (tenant_open(&e, tb) < 8) add(&e, id++, 40, 2, 0, tb);
+        while (tenant_open(&e, tc) < 8) add(&e, id++, 40, 2, 0, tc);
+        step(&e, NULL, NULL, NULL);
+    }
+    weft_sched_stats(e.s, &ss);
+    double c_share = (double)(weft_sched_tenant_prefill(e.s, tc) - c0) / (double)(ss.prefill_tokens - all0);
+    double c_want = 1.0 / (share_a + share_b + 1);
+    printf("  tenant c, back: %.3f of the prompt tokens (its share %.3f)\n", c_share, c_want);
+    CHECK_MSG(c_share >= c_want * 0.5 && c_share <= c_want * 1.5, "c had %.3f", c_share);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+static void tenants_share_equally(void) { tenants_share_prompt_tokens(1, 1); }
+static void tenants_share_three_to_one(void) { tenants_share_prompt_tokens(3, 1); }
+
 int main(void)
 {
     if (weft_backend_open("cpu", 1, &be) != WEFT_OK) {
@@ -493,6 +605,9 @@ int main(void)
     RUN(abort_frees_blocks_at_once);
     RUN(prefix_hits_are_counted);
     RUN(random_load_finishes);
+    RUN(itl_target_spreads_a_long_prompt);
+    RUN(tenants_share_equally);
+    RUN(tenants_share_three_to_one);
     weft_backend_close(be);
     return check_summary();
 }

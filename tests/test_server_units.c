@@ -129,7 +129,7 @@ static void tenants_keys_and_buckets(void)
     CHECK(fd >= 0);
     const char *cfg = "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-1111\"], \"priority\": 3,"
                       " \"requests_per_second\": 2, \"burst\": 2, \"tokens_per_minute\": 600, \"max_kv_blocks\": 40,"
-                      " \"max_running\": 2}, {\"name\": \"b\", \"api_keys\": [\"sk-bbbb-2222\"]}]}";
+                      " \"max_running\": 2, \"share\": 3}, {\"name\": \"b\", \"api_keys\": [\"sk-bbbb-2222\"]}]}";
     CHECK(write(fd, cfg, strlen(cfg)) == (ssize_t)strlen(cfg));
     close(fd);
     struct tenants ts;
@@ -139,6 +139,7 @@ static void tenants_keys_and_buckets(void)
     bool anon;
     struct tenant_cfg *a = tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon);
     CHECK(a && !strcmp(a->name, "a") && a->priority == 3 && a->lim.max_kv_blocks == 40 && a->lim.max_running == 2);
+    CHECK(a && a->lim.share == 3 && tenants_find(&ts, "b")->lim.share == 1);
     CHECK(tenants_auth(&ts, "Bearer sk-aaaa-111", &anon) == NULL && !anon);
     CHECK(tenants_auth(&ts, NULL, &anon) == NULL && !anon);
     CHECK(tenants_auth(&ts, "Basic sk-aaaa-1111", &anon) == NULL && !anon);
@@ -160,7 +161,9 @@ static void tenants_keys_and_buckets(void)
     const char *bads[] = {"{\"tenants\": 3}", "{\"tenants\": [{\"api_keys\": [\"sk-xxxx-0000\"]}]}",
                           "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"short\"]}]}",
                           "{\"tenants\": [{\"name\": \"a\"}, {\"name\": \"a\"}]}", "not json",
-                          "{\"tenants\": [{\"name\": \"a\", \"requests_per_second\": -1}]}"};
+                          "{\"tenants\": [{\"name\": \"a\", \"requests_per_second\": -1}]}",
+                          "{\"tenants\": [{\"name\": \"a\", \"share\": 0}]}",
+                          "{\"tenants\": [{\"name\": \"a\", \"share\": 1.5}]}"};
     for (size_t i = 0; i < sizeof bads / sizeof bads[0]; i++) {
         FILE *f = fopen(path, "w");
         fputs(bads[i], f);

@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
+            "                  [--itl-target-ms auto|off|MS]\n"
             "                  [--tokenize-threads 2] [--max-tokenizing 64] [--max-kv-push-mib 64]\n"
             "                  [--kv-remote redis://HOST:PORT|unix:///PATH] [--kv-remote-ttl-ms 3600000]\n"
             "                  [--kv-remote-timeout-ms 250] [--role both|prefill|decode] [--pd-idle-ms 10000]\n"
@@ -66,6 +67,10 @@ static void usage(FILE *f)
             "  --low-priority-step-ms MS: a step carries at most MS of prompts (at the measured prefill\n"
             "                 rate, at least 16 tokens) of priorities below the highest seen (0 = no limit),\n"
             "                 so a higher-priority arrival finds a short step running\n"
+            "  --itl-target-ms MS: a step that carries running streams' next tokens carries only the\n"
+            "                 prompt tokens that keep it within MS by the measured rates (at least one), so\n"
+            "                 arriving prompts do not stall the streams; a long prompt is spread over steps\n"
+            "                 (default auto: twice the measured decode step; off: no limit)\n"
             "  --no-calibrate: skip the short rate measurement at start (/load's rates stay 0 until traffic)\n"
             "  --metrics-compat vllm: /metrics also under the vllm:* names autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
@@ -150,6 +155,7 @@ int weft_cmd_serve(int argc, char **argv)
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
              max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64;
+    double itl_target_ms = 0;  /* auto */
     bool no_prefix = false, template_system = false;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
@@ -184,6 +190,17 @@ int weft_cmd_serve(int argc, char **argv)
                 return 2;
             }
             (alias ? aliases : origins)[(*n)++] = val;
+            continue;
+        }
+        if (!strcmp(a, "--itl-target-ms") && v) {
+            const char *s = argv[++i];
+            char *end = NULL;
+            if (!strcmp(s, "auto")) itl_target_ms = 0;
+            else if (!strcmp(s, "off")) itl_target_ms = -1;
+            else if (((itl_target_ms = strtod(s, &end)), end == s || *end || !(itl_target_ms >= 0.1 && itl_target_ms <= 600000))) {
+                fprintf(stderr, "weft serve: --itl-target-ms expects auto, off or milliseconds (0.1 to 600000), not '%s'\n", s);
+                return 2;
+            }
             continue;
         }
         if (!strcmp(a, "--host") && v) { sc.host = argv[++i]; continue; }
@@ -333,7 +350,7 @@ int weft_cmd_serve(int argc, char **argv)
     sc.engine = (struct weft_engine_config){.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
-                                            .low_prefill_ms = low_prefill_ms, .host_cache_mib = host_mib,
+                                            .low_prefill_ms = low_prefill_ms, .itl_target_ms = itl_target_ms, .host_cache_mib = host_mib,
                                             .no_prefix_cache = no_prefix, .kv_type = kv_type,
                                             .mock_prefill_tps = mock_p, .mock_decode_tps = mock_d};
     struct weft_server *s;

@@ -214,7 +214,7 @@ def test_tokenize_detokenize(server):
 
 def test_api_keys_and_rate_limit():
     cfg = {"tenants": [{"name": "slow", "api_keys": ["sk-slow-0001"], "requests_per_second": 0.2, "burst": 2},
-                       {"name": "fast", "api_keys": ["sk-fast-0001"], "priority": 5}]}
+                       {"name": "fast", "api_keys": ["sk-fast-0001"], "priority": 5, "share": 3}]}
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         json.dump(cfg, f)
     srv = Server("--config", f.name)
@@ -236,6 +236,10 @@ def test_api_keys_and_rate_limit():
         # another tenant is not limited by it
         openai.OpenAI(base_url=base, api_key="sk-fast-0001", max_retries=0).completions.create(
             model=mid, prompt="x", max_tokens=1)
+        # prompt tokens by tenant, in the metrics (the key's tenant, which a request cannot name)
+        text = srv.get("/metrics")[1]
+        assert metric_in(text, "weft_tenant_prefill_tokens_total", {"tenant": "slow"}) >= 2
+        assert metric_in(text, "weft_tenant_prefill_tokens_total", {"tenant": "fast"}) >= 1
     finally:
         srv.stop()
         os.unlink(f.name)
