@@ -233,10 +233,12 @@ def main():
         "prompt_tokens_mean": statistics.mean(ptoks) if ptoks else None, "max_tokens": args.max_tokens,
         "wall_s": wall, "generated_tokens": gen, "gen_tokens_per_s": gen / wall,
         "requests_per_s": len(ok) / wall,
-        "ttft_ms": {f"p{p}": 1e3 * pct(ttft, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(ttft) if ttft else None},
+        "ttft_ms": {f"p{p}": 1e3 * pct(ttft, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(ttft) if ttft else None,
+                                                                        "max": 1e3 * max(ttft) if ttft else None},
         "ttft_samples_ms": [1e3 * x for x in ttft],
-        "itl_ms": {f"p{p}": 1e3 * pct(itl, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(itl) if itl else None},
-        "latency_s": {f"p{p}": pct(lat, p) for p in (50, 90, 99)},
+        "itl_ms": {f"p{p}": 1e3 * pct(itl, p) for p in (50, 90, 99)} | {"mean": 1e3 * statistics.mean(itl) if itl else None,
+                                                                      "max": 1e3 * max(itl) if itl else None},
+        "latency_s": {f"p{p}": pct(lat, p) for p in (50, 90, 99)} | {"max": max(lat) if lat else None},
         "hit_rate": (sum(1 for r in with_cache if r["cached_tokens"] > 0) / len(with_cache)) if with_cache else None,
         "cached_token_share": (sum(r["cached_tokens"] for r in with_cache) /
                                max(1, sum(r["prompt_tokens"] or 0 for r in with_cache))) if with_cache else None,
@@ -256,10 +258,12 @@ def main():
     if len(per_instance) > 1 or "?" not in per_instance:
         print("per instance: " + ", ".join(f"{k} {v['requests']} req / {v['uncached_tokens']} prefill tok"
                                            for k, v in sorted(per_instance.items())))
-    print("| metric        |      P50 |      P90 |      P99 |")
-    print("|---------------|----------|----------|----------|")
-    for name, d, unit in (("TTFT ms", res["ttft_ms"], 1), ("ITL ms", res["itl_ms"], 1), ("latency s", res["latency_s"], 1)):
-        print(f"| {name:<13} | {d['p50']:8.2f} | {d['p90']:8.2f} | {d['p99']:8.2f} |")
+    print("| metric        |      P50 |      P90 |      P99 |      max |")
+    print("|---------------|----------|----------|----------|----------|")
+    for name, d in (("TTFT ms", res["ttft_ms"]), ("ITL ms", res["itl_ms"]), ("latency s", res["latency_s"])):
+        print(f"| {name:<13} | {d['p50']:8.2f} | {d['p90']:8.2f} | {d['p99']:8.2f} | {d['max'] or 0:8.2f} |")
+    if res["ttft_ms"]["mean"] is not None:
+        print(f"TTFT mean {res['ttft_ms']['mean']:.1f} ms, ITL mean {res['itl_ms']['mean']:.2f} ms")
     if errors:
         print(f"{len(errors)} errors, first: {errors[0]}", file=sys.stderr)
     if args.json:
