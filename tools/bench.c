@@ -4,6 +4,7 @@
  *   weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [--json]
  *   weft bench --membw [-t THREADS]
  *   weft bench --concurrency 1,8,32 [-p 128] [-n 64] [-r 5]   (see bench_conc.c)
+ *   weft bench --devices all [--levels 1,8,32] [--out PREFIX]  (see bench_devices.c)
  *
  * pp N: evaluate N prompt tokens from an empty context (in batches of -b).
  * tg N: evaluate N tokens one at a time from an empty context.
@@ -13,153 +14,16 @@
  * the read bandwidth --membw measures (a multi-threaded streaming read of a
  * buffer much larger than the caches). */
 #include <jansson.h>
-#include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/session.h"
+#include "tools/bench_common.h"
 #include "tools/bench_conc.h"
+#include "tools/bench_devices.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
-
-/* ---- memory read bandwidth ---- */
-
-struct membw_arg { const uint64_t *p; size_t n; uint64_t sum; };
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const uint64_t *p, size_t n)
-{
-    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        a0 = _mm256_add_epi64(a0, _mm256_load_si256((const __m256i *)(p + i)));
-        a1 = _mm256_add_epi64(a1, _mm256_load_si256((const __m256i *)(p + i + 4)));
-        a2 = _mm256_add_epi64(a2, _mm256_load_si256((const __m256i *)(p + i + 8)));
-        a3 = _mm256_add_epi64(a3, _mm256_load_si256((const __m256i *)(p + i + 12)));
-    }
-    a0 = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-    uint64_t t[4];
-    _mm256_storeu_si256((__m256i *)t, a0);
-    uint64_t s = t[0] + t[1] + t[2] + t[3];
-    for (; i < n; i++) s += p[i];
-    return s;
-}
-#endif
-
-static uint64_t sum_plain(const uint64_t *p, size_t n)
-{
-    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-    size_t i = 0;
-    for (; i + 4 <= n; i += 4) { s0 += p[i]; s1 += p[i + 1]; s2 += p[i + 2]; s3 += p[i + 3]; }
-    for (; i < n; i++) s0 += p[i];
-    return s0 + s1 + s2 + s3;
-}
-
-static void *membw_thread(void *v)
-{
-    struct membw_arg *a = v;
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2")) { a->sum = sum_avx2(a->p, a->n); return NULL; }
-#endif
-    a->sum = sum_plain(a->p, a->n);
-    return NULL;
-}
-
-/* Median GB/s of `reps` passes over a 1 GiB buffer read by n_threads. */
-static double measure_membw(int n_threads, int reps, double *best)
-{
-    size_t bytes = (size_t)1 << 30, n = bytes / 8;
-    uint64_t *buf = aligned_alloc(64, bytes);
-    if (!buf) return 0;
-    for (size_t i = 0; i < n; i++) buf[i] = i;  /* touch every page */
-    double v[32];
-    if (reps > 32) reps = 32;
-    struct membw_arg args[256];
-    pthread_t tid[256];
-    if (n_threads > 256) n_threads = 256;
-    uint64_t total = 0;
-    *best = 0;
-    for (int r = 0; r < reps; r++) {
-        size_t per = (n / n_threads) & ~(size_t)15;
-        double t0 = cli_now_ms();
-        for (int t = 0; t < n_threads; t++) {
-            args[t] = (struct membw_arg){buf + per * t, t == n_threads - 1 ? n - per * t : per, 0};
-            pthread_create(&tid[t], NULL, membw_thread, &args[t]);
-        }
-        for (int t = 0; t < n_threads; t++) { pthread_join(tid[t], NULL); total += args[t].sum; }
-        double ms = cli_now_ms() - t0;
-        v[r] = bytes / (ms * 1e6);
-        if (v[r] > *best) *best = v[r];
-    }
-    free(buf);
-    for (int i = 1; i < reps; i++)  /* insertion sort for the median */
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
-    if (total == 42) fprintf(stderr, " ");  /* keep the sums observable */
-    return reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
-}
-
-/* ---- model throughput ---- */
-
-struct stats { double mean, sd, median; };
-
-static struct stats summarize(double *v, int n)
-{
-    struct stats s = {0};
-    for (int i = 0; i < n; i++) s.mean += v[i];
-    s.mean /= n;
-    for (int i = 0; i < n; i++) s.sd += (v[i] - s.mean) * (v[i] - s.mean);
-    s.sd = n > 1 ? sqrt(s.sd / (n - 1)) : 0;
-    for (int i = 1; i < n; i++)
-        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) { double t = v[j]; v[j] = v[j - 1]; v[j - 1] = t; }
-    s.median = n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-    return s;
-}
-
-/* Bytes a decode step reads from weights: every matmul weight and the head. */
-static double weight_bytes_per_token(const struct weft_model *m)
-{
-    double b = (double)m->output.ne1 * m->output.nb1;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct weft_layer_weights *L = &m->layers[l];
-        const struct weft_view *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) b += (double)w[i]->ne1 * w[i]->nb1;
-    }
-    return b;
-}
-
-/* tokens/s of one test: pp (n tokens at once) or tg (n tokens one by one). */
-static int run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, double *tps)
-{
-    const float *lg;
-    weft_session_reset(s);
-    double t0 = cli_now_ms();
-    if (tg) {
-        for (int i = 0; i < n; i++)
-            if (weft_session_eval(s, &toks[i], 1, &lg) != WEFT_OK) return -1;
-    } else if (weft_session_eval(s, toks, (size_t)n, &lg) != WEFT_OK) {
-        return -1;
-    }
-    *tps = n * 1e3 / (cli_now_ms() - t0);
-    return 0;
-}
-
-static int parse_list(const char *s, int *out, int max)
-{
-    int n = 0;
-    while (*s && n < max) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 1 << 20) return -1;
-        out[n++] = (int)v;
-        s = *end == ',' ? end + 1 : end;
-        if (*end && *end != ',') return -1;
-    }
-    return n;
-}
 
 int weft_cmd_bench(int argc, char **argv)
 {
@@ -167,12 +31,28 @@ int weft_cmd_bench(int argc, char **argv)
     cli_opts_default(&o);
     int pp[16] = {128, 512}, n_pp = 2, tg[16] = {64}, n_tg = 1, reps = 5;
     int conc[16], n_conc = 0;
-    bool membw_only = false;
+    int levels[16] = {1, 8, 32}, n_levels = 3;
+    bool membw_only = false, pp_set = false, tg_set = false, reps_set = false, levels_set = false;
+    const char *devices = NULL, *out_prefix = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--membw")) { membw_only = true; continue; }
+        if (!strcmp(a, "--devices") && i + 1 < argc) { devices = argv[++i]; continue; }
+        if (!strcmp(a, "--out") && i + 1 < argc) {
+            out_prefix = argv[++i];
+            if (!*out_prefix) { fprintf(stderr, "weft bench: --out expects a file name prefix\n"); return 2; }
+            continue;
+        }
+        if (!strcmp(a, "--levels") && i + 1 < argc) {
+            levels_set = true;
+            if ((n_levels = bench_parse_list(argv[++i], levels, 16)) <= 0) {
+                fprintf(stderr, "weft bench: bad value for --levels: '%s'\n", argv[i]);
+                return 2;
+            }
+            continue;
+        }
         if (!strcmp(a, "--concurrency") && i + 1 < argc) {
-            if ((n_conc = parse_list(argv[++i], conc, 16)) <= 0) {
+            if ((n_conc = bench_parse_list(argv[++i], conc, 16)) <= 0) {
                 fprintf(stderr, "weft bench: bad value for --concurrency: '%s'\n", argv[i]);
                 return 2;
             }
@@ -180,8 +60,12 @@ int weft_cmd_bench(int argc, char **argv)
         }
         if ((!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r")) && i + 1 < argc) {
             const char *v = argv[++i];
-            int r = !strcmp(a, "-p") ? (n_pp = parse_list(v, pp, 16)) : !strcmp(a, "-n") ? (n_tg = parse_list(v, tg, 16))
-                                                                        : (reps = atoi(v));
+            int r = !strcmp(a, "-p")   ? (n_pp = bench_parse_list(v, pp, 16))
+                    : !strcmp(a, "-n") ? (n_tg = bench_parse_list(v, tg, 16))
+                                       : (reps = atoi(v));
+            pp_set |= a[1] == 'p';
+            tg_set |= a[1] == 'n';
+            reps_set |= a[1] == 'r';
             if (r < 0 || reps < 1 || reps > 100) { fprintf(stderr, "weft bench: bad value for %s: '%s'\n", a, v); return 2; }
             continue;
         }
@@ -196,8 +80,19 @@ int weft_cmd_bench(int argc, char **argv)
             printf("usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
                    "       weft bench --membw [-t THREADS]\n"
                    "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n"
+                   "       weft bench --devices all|DEV,... [-m MODEL] [-p 128] [-n 32] [-r 3] [--levels 1,8,32]\n"
+                   "                  [--split SPEC] [--out weft-devices] [-t THREADS] [--json]\n"
                    "  result lines are printed (and flushed) as each test ends; on a terminal a status line\n"
-                   "  on stderr shows the test and run in progress\n");
+                   "  on stderr shows the test and run in progress\n"
+                   "  --devices: the same model and workload on each device (all: every device of every\n"
+                   "  backend; or a list of devices, e.g. cpu,vulkan:0,cuda:0, or backends, e.g. cuda):\n"
+                   "  pp and tg tokens/s at batch 1, weight GB/s and its share of the device's memory\n"
+                   "  bandwidth (measured on the CPU; a GPU's from WEFT_<BACKEND>_BW_GBS, e.g.\n"
+                   "  WEFT_CUDA_BW_GBS, or a table of known devices), and generated tokens/s, ITL p50/p99\n"
+                   "  and TTFT p50 at each --levels concurrency; --split SPEC adds a row with that layer\n"
+                   "  split; a backend without its runtime is listed as skipped. One markdown row per\n"
+                   "  device (--json: one JSON object); writes PREFIX.json, PREFIX.svg and PREFIX.png\n"
+                   "  (grouped bars, a colour per device)\n");
             return 0;
         }
     }
@@ -206,6 +101,21 @@ int weft_cmd_bench(int argc, char **argv)
         struct weft_device_info info;
         const struct weft_backend_iface *cpu = weft_backend_find("cpu");
         threads = cpu && cpu->devices(&info, 1, NULL) == 1 ? (int)info.n_threads : 1;
+    }
+    if ((levels_set || out_prefix) && !devices) {
+        fprintf(stderr, "weft bench: --levels and --out go with --devices\n");
+        return 2;
+    }
+    if (devices) {
+        if (n_conc || membw_only) {
+            fprintf(stderr, "weft bench: --devices does not go with %s\n", n_conc ? "--concurrency" : "--membw");
+            return 2;
+        }
+        struct bench_devices_args d = {.devices = devices, .split = o.split, .levels = levels, .n_levels = n_levels,
+                                       .pp = pp_set ? pp[0] : 128, .tg = tg_set ? tg[0] : 32,
+                                       .reps = reps_set ? reps : 3,
+                                       .threads = threads, .out_prefix = out_prefix ? out_prefix : "weft-devices"};
+        return bench_devices(&o, &d);
     }
     if (n_conc) {
         struct weft_backend *be;
@@ -216,7 +126,7 @@ int weft_cmd_bench(int argc, char **argv)
         return rc;
     }
     cli_progress("measuring the memory read bandwidth (%d threads)...", threads);
-    double bw_best = 0, bw = measure_membw(threads, membw_only ? 7 : 3, &bw_best);
+    double bw_best = 0, bw = bench_membw(threads, membw_only ? 7 : 3, &bw_best);
     cli_progress_clear();
     if (membw_only) {
         if (o.json) printf("{\"membw_gbs\": %.2f, \"membw_best_gbs\": %.2f, \"threads\": %d}\n", bw, bw_best, threads);
@@ -234,19 +144,14 @@ int weft_cmd_bench(int argc, char **argv)
     int rc = 1;
     json_t *results = NULL;
     struct weft_session *s = NULL;
-    int32_t *toks = malloc(sizeof(int32_t) * (max_n + 1));
-    if (!toks || weft_session_init(m, (uint32_t)max_n + 1, o.batch ? (uint32_t)o.batch : 512, &s) != WEFT_OK) {
+    int32_t *toks = NULL;
+    if (bench_session_open(m, max_n, o.batch, &s, &toks)) {
         cli_fail("cannot create session");
         goto out;
     }
-    uint64_t x = 0x9e3779b97f4a7c15ull;  /* fixed pseudo-random ids, as llama-bench */
-    for (int i = 0; i <= max_n; i++) {
-        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        toks[i] = (int32_t)(x % m->hp.n_vocab);
-    }
     const char *name = "";
     weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
-    double wbytes = weight_bytes_per_token(m);
+    double wbytes = bench_weight_bytes_per_token(m);
     results = json_array();
     if (!o.json) {
         printf("model: %s (%s, %.1f MiB of weights read per token), device %s, %d threads\n", name,
@@ -261,15 +166,8 @@ int weft_cmd_bench(int argc, char **argv)
         for (int i = 0; i < cnt; i++) {
             int n = pass ? tg[i] : pp[i];
             if (n == 0) continue;
-            double v[100], warm;
-            cli_progress("%s%d: warm-up", pass ? "tg" : "pp", n);
-            if (run_test(s, toks, n, pass, &warm)) { cli_progress_clear(); cli_fail("benchmark run failed"); goto out; }
-            for (int r = 0; r < reps; r++) {
-                cli_progress("%s%d: run %d/%d (last %.1f t/s)", pass ? "tg" : "pp", n, r + 1, reps, r ? v[r - 1] : warm);
-                if (run_test(s, toks, n, pass, &v[r])) { cli_progress_clear(); cli_fail("benchmark run failed"); goto out; }
-            }
-            cli_progress_clear();
-            struct stats st = summarize(v, reps);
+            struct bench_stats st;
+            if (bench_run_test(s, toks, n, pass, reps, NULL, &st)) { cli_fail("benchmark run failed"); goto out; }
             char test[32];
             snprintf(test, sizeof test, "%s%d", pass ? "tg" : "pp", n);
             double gbs = pass ? wbytes * st.median / 1e9 : 0;

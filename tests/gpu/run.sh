@@ -11,6 +11,8 @@
 #     (random weights from `weft gen`), decode tokens/s at batch 1, the fraction
 #     of the GPU's memory bandwidth that is, and aggregate tokens/s at 64
 #     concurrent sequences;
+#   - weft bench --devices all: the default model on every device side by
+#     side (a table, and devices.json/.svg/.png in OUT);
 # and prints one summary table. Exit status: 0 when no step failed or timed
 # out, 1 otherwise, 2 on a usage error.
 #
@@ -87,6 +89,7 @@ models=${WEFT_GPU_MODELS:-$B/models}
 W=$B/weft
 summary=()
 bench_rows=()
+devices_log=""
 n_bad=0
 
 elapsed() { echo $(($(date +%s) - t_start)); }
@@ -190,6 +193,11 @@ finish() {
         echo
         echo "bench (tokens/s, medians; bandwidth: weights read per decoded token x tg rate / the GPU's peak)"
         printf '%s\n' "${bench_rows[@]}"
+    fi
+    if [ -n "$devices_log" ] && grep -q '^| ' "$devices_log" 2>/dev/null; then
+        echo
+        echo "weft bench --devices (the same model on each device; plot: $out/devices.png)"
+        grep -E '^(\||model:|skipped)' "$devices_log"
     fi
     local rc=0
     [ "$n_bad" = 0 ] || rc=1
@@ -435,6 +443,32 @@ for d in $devices; do
         bench_rows+=("$(bench_row "$j" "$c" "$f" "$d" "$m")")
     done
 done
+
+# The vendor comparison: `weft bench --devices all`, the default model (the
+# SmolLM2-shape stand-in when it was not fetched; stories260K in a dry run) on
+# every device, one table (kept in the log, shown in the summary) and
+# devices.json/.svg/.png in OUT. WEFT_GPU_BW_GBS, when set, is the CUDA and
+# HIP devices' bandwidth; otherwise weft's table of known GPUs gives it.
+dev_args=(-p 128 -n 32 --levels "1,8,32" -r 1)
+dev_model=()
+if [ $dry = 1 ]; then
+    dev_args=(-p 16 -n 4 --levels "1,4" -r 1)
+    dev_model=(-m "$shared/models/stories260K.gguf")
+elif [ -z "${WEFT_MODEL:-}" ] && [ -n "${WEFT_TEST_SMOLLM2:-}" ] &&
+    [ ! -f "${WEFT_CACHE_DIR:-$HOME/.cache/weft}/models/SmolLM2-135M-Instruct.Q4_1.gguf" ]; then
+    dev_model=(-m "$WEFT_TEST_SMOLLM2")
+fi
+# all but a Vulkan device on the CPU (lavapipe), outside a dry run: there it
+# would take the whole budget
+dev_list=all
+if [ $dry = 0 ] && "$W" devices | grep -q '(CPU, Vulkan'; then
+    dev_list=cpu${devices:+,${devices// /,}}
+fi
+bw_env=()
+[ -n "${WEFT_GPU_BW_GBS:-}" ] && bw_env=(WEFT_CUDA_BW_GBS="$WEFT_GPU_BW_GBS" WEFT_HIP_BW_GBS="$WEFT_GPU_BW_GBS")
+step "bench --devices $dev_list" all 240 env "${bw_env[@]}" "$W" bench --devices "$dev_list" "${dev_model[@]}" "${dev_args[@]}" \
+    --out "$out/devices"
+devices_log=$last_log
 
 # ---- Vulkan, last ----
 for d in $devices; do

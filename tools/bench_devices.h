@@ -1,0 +1,27 @@
+/* `weft bench --devices all`: the same model and workload on each device. */
+#ifndef WEFT_BENCH_DEVICES_H
+#define WEFT_BENCH_DEVICES_H
+
+#include "tools/cli_common.h"
+
+struct bench_devices_args {
+    const char *devices;         /* "all", or a list: cpu,vulkan:0,cuda (a backend: each of its devices) */
+    const char *split;           /* a --split spec for one more row, or NULL */
+    const int *levels;           /* concurrency levels (0: left out) */
+    int n_levels;
+    int pp, tg, reps, threads;   /* prompt and generated tokens, runs a test, CPU threads */
+    const char *out_prefix;      /* PREFIX.json, PREFIX.svg, PREFIX.png */
+};
+
+/* The whole mode; o gives the model, -b, -t and --json. Returns the exit
+ * code: 0 when every device asked for that is present ran, 1 when one
+ * failed, none ran or a file could not be written, 2 on a usage error
+ * (a message on stderr). */
+int bench_devices(const struct cli_opts *o, const struct bench_devices_args *a);
+
+/* A GPU's peak memory bandwidth in GB/s from a table of known devices,
+ * matched by a substring of its name ("NVIDIA H200 ...": 4800); 0 when not
+ * known. */
+double bench_known_bandwidth(const char *device_name);
+
+#endif
