@@ -71,8 +71,12 @@ static void size_low_prefill(struct weft_engine *e)
  * ITL_SPREAD_STEPS steps (so prompts keep pace with arrivals where prefill is
  * slow for the decode step, and throughput is not traded for smoothness).
  * Unmeasured: no limit. */
+#ifndef ITL_AUTO_FACTOR  /* -D overrides: for bench/itl.sh comparisons */
 #define ITL_AUTO_FACTOR 2.0
+#endif
+#ifndef ITL_SPREAD_STEPS
 #define ITL_SPREAD_STEPS 8
+#endif
 static void set_step_cost(struct weft_engine *e)
 {
     struct weft_sched_cost c = {0};
