@@ -67,15 +67,17 @@ static void size_low_prefill(struct weft_engine *e)
 
 /* The cost model of the next step (lock held): the measured decode step
  * and prompt-token costs, and the ITL target: itl_target_ms, strict; auto,
- * twice the decode step, with the prompt backlog spread over at most
- * ITL_SPREAD_STEPS steps (so prompts keep pace with arrivals where prefill is
- * slow for the decode step, and throughput is not traded for smoothness).
+ * ITL_AUTO_FACTOR times the decode step, with the prompt backlog spread over
+ * at most ITL_SPREAD_STEPS steps (so prompts keep pace with arrivals where
+ * prefill is slow for the decode step, and throughput is not traded for
+ * smoothness). 2.5 and 16 were the best of bench/itl.sh's variants on the
+ * serve workload (2/8, 2/12, 2/16, 2.5/16: README "Smooth streams").
  * Unmeasured: no limit. */
 #ifndef ITL_AUTO_FACTOR  /* -D overrides: for bench/itl.sh comparisons */
-#define ITL_AUTO_FACTOR 2.0
+#define ITL_AUTO_FACTOR 2.5
 #endif
 #ifndef ITL_SPREAD_STEPS
-#define ITL_SPREAD_STEPS 8
+#define ITL_SPREAD_STEPS 16
 #endif
 static void set_step_cost(struct weft_engine *e)
 {

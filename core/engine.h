@@ -41,9 +41,9 @@ struct weft_engine_config {
      * running is short. 0 = no limit. */
     uint32_t low_prefill_ms;
     /* Stall-free batching (sched.h): a step that carries decode rows plans at
-     * most this many milliseconds by the measured rates; 0 = auto (twice the
-     * measured decode step, and at least the prompt backlog spread over 8
-     * steps: sched.h's spread_steps), < 0 = no limit. */
+     * most this many milliseconds by the measured rates; 0 = auto (2.5 times
+     * the measured decode step, and at least the prompt backlog spread over
+     * 16 steps: sched.h's spread_steps), < 0 = no limit. */
     double itl_target_ms;
     uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
                                     max_seqs full-context sequences need, at least one's */

@@ -70,7 +70,7 @@ static void usage(FILE *f)
             "  --itl-target-ms MS: a step that carries running streams' next tokens carries only the\n"
             "                 prompt tokens that keep it within MS by the measured rates (at least one), so\n"
             "                 arriving prompts do not stall the streams; a long prompt is spread over steps\n"
-            "                 (default auto: twice the measured decode step; off: no limit)\n"
+            "                 (default auto: 2.5x the measured decode step; off: no limit)\n"
             "  --no-calibrate: skip the short rate measurement at start (/load's rates stay 0 until traffic)\n"
             "  --metrics-compat vllm: /metrics also under the vllm:* names autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
