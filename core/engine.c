@@ -176,7 +176,7 @@ static void ereq_free(struct ereq *er)
     free(er->gmask);
     weft_sampler_free(er->smp);
     free(er->stop_ids);
-    engine_embed_free(er->emb);
+    weft_engine_embed_free(er->emb);
     free(er);
 }
 
@@ -368,7 +368,7 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
     weft_status st = WEFT_OK;
     if (embed) {
         /* nothing is sampled: no sampler, no stop ids */
-        if (!(er->emb = engine_embed_new(req->embed, e->m->hp.n_embd))) {
+        if (!(er->emb = weft_engine_embed_new(req->embed, e->m->hp.n_embd))) {
             ereq_free(er);
             return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
         }
@@ -540,14 +540,14 @@ static void embed_item(struct weft_engine *e, const struct weft_sched_item *it, 
 {
     struct ereq *er = it->req->user;
     if (er->aborted) return;  /* reaped at the next boundary */
-    if (e->fw && !hidden && engine_embed_rows(er->emb, it)) {
+    if (e->fw && !hidden && weft_engine_embed_rows(er->emb, it)) {
         snprintf(e->message, sizeof e->message, "engine: the step returned no hidden states");
         finish(e, er, NULL, WEFT_FINISH_ERROR, WEFT_ERR_INVALID_ARG);
         return;
     }
-    engine_embed_take(er->emb, it, hidden);
+    weft_engine_embed_take(er->emb, it, hidden);
     if (!it->sample) return;
-    float *vec = engine_embed_vector(er->emb);
+    float *vec = weft_engine_embed_vector(er->emb);
     if (!vec) {
         snprintf(e->message, sizeof e->message, "engine: out of memory");
         finish(e, er, NULL, WEFT_FINISH_ERROR, WEFT_ERR_NOMEM);
@@ -590,7 +590,7 @@ static weft_status step(struct weft_engine *e, bool *did_work)
         struct ereq *er = it->req->user;
         e->fseqs[i] = (struct weft_fwd_seq){.tokens = it->req->tokens + it->pos0, .n_tokens = it->n,
                                             .pos0 = it->pos0, .kv = &it->req->kv, .want_logits = it->sample && !er->emb,
-                                            .n_hidden = er->emb ? engine_embed_rows(er->emb, it) : 0};
+                                            .n_hidden = er->emb ? weft_engine_embed_rows(er->emb, it) : 0};
         if (er->queue_seconds < 0) er->queue_seconds = t0 - er->t_submit;
         /* a prompt's tokens (first pass or recompute after preemption) vs one generated row */
         if (it->n == 1 && it->pos0 >= it->req->n_prompt) n_decode++;

@@ -22,7 +22,7 @@ struct engine_embed {
     double sum[];                /* n_embd */
 };
 
-struct engine_embed *engine_embed_new(enum weft_embed_pooling pooling, uint32_t n_embd)
+struct engine_embed *weft_engine_embed_new(enum weft_embed_pooling pooling, uint32_t n_embd)
 {
     struct engine_embed *em = calloc(1, sizeof *em + sizeof(double) * n_embd);
     if (!em) return NULL;
@@ -31,9 +31,9 @@ struct engine_embed *engine_embed_new(enum weft_embed_pooling pooling, uint32_t 
     return em;
 }
 
-void engine_embed_free(struct engine_embed *em) { free(em); }
+void weft_engine_embed_free(struct engine_embed *em) { free(em); }
 
-uint32_t engine_embed_rows(const struct engine_embed *em, const struct weft_sched_item *it)
+uint32_t weft_engine_embed_rows(const struct engine_embed *em, const struct weft_sched_item *it)
 {
     if (em->pooling == WEFT_EMBED_LAST) return it->sample ? 1 : 0;
     return it->n;
@@ -58,9 +58,9 @@ static void add_row(struct engine_embed *em, const float *row, int32_t id, bool 
     }
 }
 
-void engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it, const float *hidden)
+void weft_engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it, const float *hidden)
 {
-    uint32_t nh = engine_embed_rows(em, it);
+    uint32_t nh = weft_engine_embed_rows(em, it);
     uint32_t p0 = it->pos0 + it->n - nh;  /* the position of the first hidden row */
     const int32_t *toks = it->req->tokens;
     for (uint32_t i = 0; i < nh; i++) {
@@ -79,7 +79,7 @@ void engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it
     }
 }
 
-float *engine_embed_vector(const struct engine_embed *em)
+float *weft_engine_embed_vector(const struct engine_embed *em)
 {
     float *v = malloc(sizeof(float) * (em->n_embd ? em->n_embd : 1));
     if (!v) return NULL;

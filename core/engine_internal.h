@@ -71,17 +71,17 @@ struct weft_engine {
 
 /* Pooling state for a request of `pooling` over vectors of n_embd floats.
  * NULL when out of memory. */
-struct engine_embed *engine_embed_new(enum weft_embed_pooling pooling, uint32_t n_embd);
-void engine_embed_free(struct engine_embed *em);
+struct engine_embed *weft_engine_embed_new(enum weft_embed_pooling pooling, uint32_t n_embd);
+void weft_engine_embed_free(struct engine_embed *em);
 /* The hidden rows the step's item needs (weft_fwd_seq.n_hidden). */
-uint32_t engine_embed_rows(const struct engine_embed *em, const struct weft_sched_item *it);
-/* Pool the item's rows: hidden holds engine_embed_rows(it) rows of n_embd
+uint32_t weft_engine_embed_rows(const struct engine_embed *em, const struct weft_sched_item *it);
+/* Pool the item's rows: hidden holds weft_engine_embed_rows(it) rows of n_embd
  * (weft_forward_hidden), or is NULL on a mock engine (each token then
  * stands for a fixed pseudo-random vector). Rows already pooled (recomputed
  * after a preemption) are skipped. */
-void engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it, const float *hidden);
+void weft_engine_embed_take(struct engine_embed *em, const struct weft_sched_item *it, const float *hidden);
 /* The pooled, L2-normalised vector (malloc'd, n_embd floats; the caller
  * frees it), or NULL when out of memory. */
-float *engine_embed_vector(const struct engine_embed *em);
+float *weft_engine_embed_vector(const struct engine_embed *em);
 
 #endif

@@ -16,7 +16,7 @@ static int printable_byte(unsigned b)
     return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
 }
 
-uint32_t tok_byte_to_cp(unsigned char b)
+uint32_t weft_tok_byte_to_cp(unsigned char b)
 {
     if (printable_byte(b)) return b;
     uint32_t k = 0; /* rank of b among the non-printable bytes */
@@ -24,7 +24,7 @@ uint32_t tok_byte_to_cp(unsigned char b)
     return 256 + k;
 }
 
-int tok_cp_to_byte(uint32_t cp)
+int weft_tok_cp_to_byte(uint32_t cp)
 {
     if (cp < 256) return printable_byte(cp) ? (int)cp : -1;
     if (cp >= 256 + 68) return -1; /* 68 non-printable bytes */
@@ -256,10 +256,10 @@ static weft_status try_bigram(const struct weft_tokenizer *t, const struct sym *
                               int32_t r, struct tok_heap *h)
 {
     if (l < 0 || r < 0 || s[l].id < 0 || s[r].id < 0) return WEFT_OK;
-    const struct tok_merge *m = tok_merge_find(t, s[l].id, s[r].id);
+    const struct tok_merge *m = weft_tok_merge_find(t, s[l].id, s[r].id);
     if (!m) return WEFT_OK;
     struct tok_bigram b = { -(float)m->rank, l, r, s[l].n + s[r].n };
-    return tok_heap_push(h, b);
+    return weft_tok_heap_push(h, b);
 }
 
 /* Encode one word (raw bytes w[0..n)). s and h are scratch space. */
@@ -268,9 +268,9 @@ static weft_status encode_word(const struct weft_tokenizer *t, const unsigned ch
 {
     if (t->ignore_merges) { /* a word that is a token is taken whole */
         size_t m = 0;
-        for (size_t i = 0; i < n; i++) m += (size_t)weft_utf8_encode(tok_byte_to_cp(w[i]), mapped + m);
-        int32_t id = tok_lookup(t, mapped, m);
-        if (id >= 0) return tok_ids_push(out, id);
+        for (size_t i = 0; i < n; i++) m += (size_t)weft_utf8_encode(weft_tok_byte_to_cp(w[i]), mapped + m);
+        int32_t id = weft_tok_lookup(t, mapped, m);
+        if (id >= 0) return weft_tok_ids_push(out, id);
     }
     for (size_t i = 0; i < n; i++)
         s[i] = (struct sym){ (uint32_t)i, 1, (int32_t)i - 1, i + 1 < n ? (int32_t)i + 1 : -1,
@@ -279,10 +279,10 @@ static weft_status encode_word(const struct weft_tokenizer *t, const unsigned ch
     h->n = 0;
     for (size_t i = 1; i < n && !st; i++) st = try_bigram(t, s, (int32_t)i - 1, (int32_t)i, h);
     while (h->n && !st) {
-        struct tok_bigram b = tok_heap_pop(h);
+        struct tok_bigram b = weft_tok_heap_pop(h);
         struct sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->next != b.right || l->n + r->n != b.size) continue;
-        l->id = tok_merge_find(t, l->id, r->id)->result;
+        l->id = weft_tok_merge_find(t, l->id, r->id)->result;
         l->n += r->n;
         r->n = 0;
         l->next = r->next;
@@ -291,17 +291,17 @@ static weft_status encode_word(const struct weft_tokenizer *t, const unsigned ch
             st = try_bigram(t, s, b.left, l->next, h);
     }
     for (int32_t i = 0; i != -1 && !st; i = s[i].next) {
-        if (s[i].id >= 0) { st = tok_ids_push(out, s[i].id); continue; }
+        if (s[i].id >= 0) { st = weft_tok_ids_push(out, s[i].id); continue; }
         /* not a token (broken vocab): one token per byte where there is one */
         for (uint32_t k = 0; k < s[i].n && !st; k++) {
             int32_t id = t->byte_tok[w[s[i].start + k]];
-            if (id >= 0) st = tok_ids_push(out, id);
+            if (id >= 0) st = weft_tok_ids_push(out, id);
         }
     }
     return st;
 }
 
-weft_status tok_bpe_encode(const struct weft_tokenizer *t, const char *text, size_t len,
+weft_status weft_tok_bpe_encode(const struct weft_tokenizer *t, const char *text, size_t len,
                            struct tok_ids *out)
 {
     weft_status st = WEFT_OK;

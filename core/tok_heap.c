@@ -9,7 +9,7 @@ static int before(const struct tok_bigram *a, const struct tok_bigram *b)
     return a->left < b->left;
 }
 
-weft_status tok_heap_push(struct tok_heap *h, struct tok_bigram b)
+weft_status weft_tok_heap_push(struct tok_heap *h, struct tok_bigram b)
 {
     if (h->n == h->cap) {
         size_t cap = h->cap ? h->cap * 2 : 64;
@@ -29,7 +29,7 @@ weft_status tok_heap_push(struct tok_heap *h, struct tok_bigram b)
     return WEFT_OK;
 }
 
-struct tok_bigram tok_heap_pop(struct tok_heap *h)
+struct tok_bigram weft_tok_heap_pop(struct tok_heap *h)
 {
     struct tok_bigram top = h->v[0], last = h->v[--h->n];
     size_t i = 0;

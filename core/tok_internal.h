@@ -58,14 +58,14 @@ struct tok_ids {
     int32_t *v;
     size_t n, cap;
 };
-weft_status tok_ids_push(struct tok_ids *o, int32_t id);
+weft_status weft_tok_ids_push(struct tok_ids *o, int32_t id);
 
-int32_t tok_lookup(const struct weft_tokenizer *t, const char *s, size_t len);
-const struct tok_merge *tok_merge_find(const struct weft_tokenizer *t, int32_t left, int32_t right);
+int32_t weft_tok_lookup(const struct weft_tokenizer *t, const char *s, size_t len);
+const struct tok_merge *weft_tok_merge_find(const struct weft_tokenizer *t, int32_t left, int32_t right);
 
 /* GPT-2 byte <-> code point map (bytes_to_unicode). */
-uint32_t tok_byte_to_cp(unsigned char b);
-int tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the map */
+uint32_t weft_tok_byte_to_cp(unsigned char b);
+int weft_tok_cp_to_byte(uint32_t cp); /* -1 if cp is not in the map */
 
 /* Candidate merge of adjacent symbols `left`,`right` (size = their bytes when
  * queued, to spot stale entries). Popped highest key first, then leftmost:
@@ -80,14 +80,14 @@ struct tok_heap {
     size_t n, cap;
 };
 /* WEFT_ERR_NOMEM when growing fails (h unchanged). */
-weft_status tok_heap_push(struct tok_heap *h, struct tok_bigram b);
+weft_status weft_tok_heap_push(struct tok_heap *h, struct tok_bigram b);
 /* Requires h->n > 0. */
-struct tok_bigram tok_heap_pop(struct tok_heap *h);
+struct tok_bigram weft_tok_heap_pop(struct tok_heap *h);
 
 /* Tokenize one raw-text fragment (no special tokens inside) and append ids. */
-weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, size_t len,
+weft_status weft_tok_spm_encode(const struct weft_tokenizer *t, const char *text, size_t len,
                            bool add_prefix, struct tok_ids *out);
-weft_status tok_bpe_encode(const struct weft_tokenizer *t, const char *text, size_t len,
+weft_status weft_tok_bpe_encode(const struct weft_tokenizer *t, const char *text, size_t len,
                            struct tok_ids *out);
 
 #endif

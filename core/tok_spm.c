@@ -21,10 +21,10 @@ static weft_status try_bigram(const struct weft_tokenizer *t, const char *buf, c
 {
     if (left < 0 || right < 0) return WEFT_OK;
     uint32_t size = s[left].n + s[right].n;
-    int32_t id = tok_lookup(t, buf + s[left].start, size);
+    int32_t id = weft_tok_lookup(t, buf + s[left].start, size);
     if (id < 0) return WEFT_OK;
     struct tok_bigram b = { t->scores[id], left, right, size };
-    return tok_heap_push(h, b);
+    return weft_tok_heap_push(h, b);
 }
 
 static weft_status emit_bytes(const struct weft_tokenizer *t, const unsigned char *p, uint32_t n,
@@ -33,13 +33,13 @@ static weft_status emit_bytes(const struct weft_tokenizer *t, const unsigned cha
     for (uint32_t i = 0; i < n; i++) {
         int32_t id = t->byte_tok[p[i]] >= 0 ? t->byte_tok[p[i]] : t->unk;
         if (id < 0) continue; /* no byte token and no <unk>: nothing can stand for it */
-        weft_status st = tok_ids_push(out, id);
+        weft_status st = weft_tok_ids_push(out, id);
         if (st) return st;
     }
     return WEFT_OK;
 }
 
-weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, size_t len,
+weft_status weft_tok_spm_encode(const struct weft_tokenizer *t, const char *text, size_t len,
                            bool add_prefix, struct tok_ids *out)
 {
     static const char space[3] = { '\xe2', '\x96', '\x81' }; /* U+2581 */
@@ -74,7 +74,7 @@ weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, siz
         if ((st = try_bigram(t, buf, s, i - 1, i, &h))) goto done;
 
     while (h.n) {
-        struct tok_bigram b = tok_heap_pop(&h);
+        struct tok_bigram b = weft_tok_heap_pop(&h);
         struct sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->next != b.right || l->n + r->n != b.size) continue;
         l->n += r->n;
@@ -88,8 +88,8 @@ weft_status tok_spm_encode(const struct weft_tokenizer *t, const char *text, siz
     /* Every merged symbol is a token (merges only form tokens); single
      * characters that are not tokens fall back to bytes. */
     for (int32_t i = 0; i != -1; i = s[i].next) {
-        int32_t id = tok_lookup(t, buf + s[i].start, s[i].n);
-        st = id >= 0 ? tok_ids_push(out, id)
+        int32_t id = weft_tok_lookup(t, buf + s[i].start, s[i].n);
+        st = id >= 0 ? weft_tok_ids_push(out, id)
                      : emit_bytes(t, (const unsigned char *)buf + s[i].start, s[i].n, out);
         if (st) goto done;
     }

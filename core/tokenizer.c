@@ -11,7 +11,7 @@
 
 /* ---- small helpers ---- */
 
-weft_status tok_ids_push(struct tok_ids *o, int32_t id)
+weft_status weft_tok_ids_push(struct tok_ids *o, int32_t id)
 {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 32;
@@ -47,7 +47,7 @@ static uint32_t pow2_at_least(uint64_t n)
     return c;
 }
 
-int32_t tok_lookup(const struct weft_tokenizer *t, const char *s, size_t len)
+int32_t weft_tok_lookup(const struct weft_tokenizer *t, const char *s, size_t len)
 {
     for (uint32_t i = hash_bytes(s, len) & t->hash_mask;; i = (i + 1) & t->hash_mask) {
         int32_t id = t->hash[i];
@@ -56,7 +56,7 @@ int32_t tok_lookup(const struct weft_tokenizer *t, const char *s, size_t len)
     }
 }
 
-const struct tok_merge *tok_merge_find(const struct weft_tokenizer *t, int32_t left, int32_t right)
+const struct tok_merge *weft_tok_merge_find(const struct weft_tokenizer *t, int32_t left, int32_t right)
 {
     if (!t->merges) return NULL;
     for (uint32_t i = hash_pair(left, right) & t->merge_mask;; i = (i + 1) & t->merge_mask) {
@@ -159,7 +159,7 @@ static size_t decode_piece(const struct weft_tokenizer *t, int32_t i, char *dst)
     for (size_t k = 0; k < n;) { /* GPT-2 byte map back to bytes */
         uint32_t cp;
         int m = weft_utf8_decode((const unsigned char *)p + k, n - k, &cp);
-        int b = m ? tok_cp_to_byte(cp) : -1;
+        int b = m ? weft_tok_cp_to_byte(cp) : -1;
         if (b >= 0) { dst[o++] = (char)b; k += (size_t)m; }
         else { m = m ? m : 1; memcpy(dst + o, p + k, (size_t)m); o += (size_t)m; k += (size_t)m; }
     }
@@ -261,11 +261,11 @@ static weft_status load_merges(const struct weft_gguf *g, struct weft_tokenizer 
             cat = c2;
             cap = la + lb;
         }
-        int32_t a = tok_lookup(t, s, la), b = tok_lookup(t, sp + 1, lb);
+        int32_t a = weft_tok_lookup(t, s, la), b = weft_tok_lookup(t, sp + 1, lb);
         if (a < 0 || b < 0) continue; /* cannot apply to token sequences: ignore */
         memcpy(cat, s, la);
         memcpy(cat + la, sp + 1, lb);
-        int32_t res = tok_lookup(t, cat, la + lb);
+        int32_t res = weft_tok_lookup(t, cat, la + lb);
         uint32_t h = hash_pair(a, b) & t->merge_mask;
         while (t->merges[h].left >= 0 && !(t->merges[h].left == a && t->merges[h].right == b))
             h = (h + 1) & t->merge_mask;
@@ -342,9 +342,9 @@ static weft_status load_all(const struct weft_gguf *g, struct weft_tokenizer *t)
             s[5] = '>';
             len = 6;
         } else {
-            len = (size_t)weft_utf8_encode(tok_byte_to_cp((unsigned char)b), s);
+            len = (size_t)weft_utf8_encode(weft_tok_byte_to_cp((unsigned char)b), s);
         }
-        t->byte_tok[b] = tok_lookup(t, s, len);
+        t->byte_tok[b] = weft_tok_lookup(t, s, len);
     }
 
     /* decoded pieces */
@@ -378,7 +378,7 @@ static weft_status load_all(const struct weft_gguf *g, struct weft_tokenizer *t)
     for (size_t k = 0; k < sizeof fixed / sizeof *fixed; k++)
         if (fixed[k] >= 0) t->eog[fixed[k]] = 1;
     for (size_t k = 0; k < sizeof eog_texts / sizeof *eog_texts; k++) {
-        int32_t id = tok_lookup(t, eog_texts[k], strlen(eog_texts[k]));
+        int32_t id = weft_tok_lookup(t, eog_texts[k], strlen(eog_texts[k]));
         if (id >= 0) t->eog[id] = 1;
     }
     return WEFT_OK;
@@ -436,7 +436,7 @@ bool weft_tokenizer_is_control(const struct weft_tokenizer *t, int32_t id)
 
 int32_t weft_tokenizer_find(const struct weft_tokenizer *t, const char *piece)
 {
-    return piece ? tok_lookup(t, piece, strlen(piece)) : -1;
+    return piece ? weft_tok_lookup(t, piece, strlen(piece)) : -1;
 }
 
 const char *weft_tokenizer_piece(const struct weft_tokenizer *t, int32_t id)
@@ -525,22 +525,22 @@ weft_status weft_tokenize(const struct weft_tokenizer *t, const char *text, size
     struct tok_ids out = { 0 };
     struct frags fr = { 0 };
     weft_status st = WEFT_OK;
-    if (add_special && t->add_bos) st = tok_ids_push(&out, t->bos);
+    if (add_special && t->add_bos) st = weft_tok_ids_push(&out, t->bos);
     if (!st && len) st = partition(t, text, len, parse_special, &fr);
     bool prev_special = true; /* SPM: a space goes in front of text at the start or after a special token */
     for (size_t i = 0; i < fr.n && !st; i++) {
         struct frag f = fr.v[i];
         if (f.id >= 0) {
-            st = tok_ids_push(&out, f.id);
+            st = weft_tok_ids_push(&out, f.id);
             prev_special = true;
         } else if (t->kind == TOK_SPM) {
-            st = tok_spm_encode(t, text + f.start, f.len, t->add_space_prefix && prev_special, &out);
+            st = weft_tok_spm_encode(t, text + f.start, f.len, t->add_space_prefix && prev_special, &out);
             prev_special = false;
         } else {
-            st = tok_bpe_encode(t, text + f.start, f.len, &out);
+            st = weft_tok_bpe_encode(t, text + f.start, f.len, &out);
         }
     }
-    if (!st && add_special && t->add_eos) st = tok_ids_push(&out, t->eos);
+    if (!st && add_special && t->add_eos) st = weft_tok_ids_push(&out, t->eos);
     free(fr.v);
     if (!st && !out.v) { /* empty result: still hand back a valid allocation */
         out.v = malloc(sizeof *out.v);

@@ -17,7 +17,7 @@
 #include "server/server.h"
 #include "server/kv_remote.h"
 
-double server_now(void)
+double weft_server_now(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -28,25 +28,25 @@ static void reply_json(struct weft_server *s, struct http_conn *c, const char *e
 {
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    metrics_request(&s->metrics, ep, b ? status : 500);
+    weft_metrics_request(&s->metrics, ep, b ? status : 500);
     if (!b) {
-        http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 500, "server_error", NULL, "out of memory");
         return;
     }
-    http_respond(c, status, "application/json", NULL, b, strlen(b));
+    weft_http_respond(c, status, "application/json", NULL, b, strlen(b));
     free(b);
 }
 
 static void reply_error(struct weft_server *s, struct http_conn *c, const char *ep, int status, const char *type,
                         const char *param, const char *msg)
 {
-    metrics_request(&s->metrics, ep, status);
-    http_respond_error(c, status, type, param, "%s", msg);
+    weft_metrics_request(&s->metrics, ep, status);
+    weft_http_respond_error(c, status, type, param, "%s", msg);
 }
 
 static json_t *parse_body(struct weft_server *s, struct http_conn *c, const char *ep, const struct http_request *req)
 {
-    if (json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
+    if (weft_json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
         reply_error(s, c, ep, 400, "invalid_request_error", NULL, "JSON nested too deeply");
         return NULL;
     }
@@ -146,12 +146,12 @@ static void do_tokenize(struct weft_server *s, struct http_conn *c, const struct
         snprintf(msg, sizeof msg, "%s", weft_last_error());
         free(j->text);
         free(j);
-        metrics_request(&s->metrics, ep, 503);
-        http_respond_error(c, 503, "server_busy", NULL, "%s", msg);
+        weft_metrics_request(&s->metrics, ep, 503);
+        weft_http_respond_error(c, 503, "server_busy", NULL, "%s", msg);
         return;
     }
     s->n_active++;
-    http_conn_on_close(c, tok_job_gone, j);
+    weft_http_conn_on_close(c, tok_job_gone, j);
 }
 
 static void do_detokenize(struct weft_server *s, struct http_conn *c, const struct http_request *req)
@@ -191,15 +191,15 @@ static void do_detokenize(struct weft_server *s, struct http_conn *c, const stru
 static void do_metrics(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     if (s->metrics_key) {
-        const char *a = http_header_get(req, "authorization");
+        const char *a = weft_http_header_get(req, "authorization");
         /* constant time over the key's length: no early exit on a matching prefix */
         size_t kl = strlen(s->metrics_key), al = a && !strncasecmp(a, "Bearer ", 7) ? strlen(a + 7) : 0;
         unsigned char d = al != kl;
         for (size_t i = 0; i < kl; i++) d |= (unsigned char)((i < al ? a[7 + i] : 0) ^ s->metrics_key[i]);
         bool ok = al && d == 0;
         if (!ok) {
-            metrics_request(&s->metrics, "/metrics", 401);
-            http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
+            weft_metrics_request(&s->metrics, "/metrics", 401);
+            weft_http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
                          "{\"error\":{\"message\":\"/metrics needs the metrics key\",\"type\":\"authentication_error\","
                          "\"param\":null,\"code\":\"invalid_api_key\"}}",
                          strlen("{\"error\":{\"message\":\"/metrics needs the metrics key\",\"type\":"
@@ -209,11 +209,11 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     }
     struct weft_engine_stats es;
     weft_engine_stats(s->eng, &es);
-    metrics_request(&s->metrics, "/metrics", 200);
+    weft_metrics_request(&s->metrics, "/metrics", 200);
     struct metrics_extra x = {
         .model_name = s->model_id, .vllm_compat = s->cfg.metrics_vllm,
-        .out_now = http_server_output_now(s->http), .out_peak = http_server_output_peak(s->http),
-        .conns = http_server_n_conns(s->http), .tok_pending = weft_workers_pending(s->workers),
+        .out_now = weft_http_server_output_now(s->http), .out_peak = weft_http_server_output_peak(s->http),
+        .conns = weft_http_server_n_conns(s->http), .tok_pending = weft_workers_pending(s->workers),
         .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
         .reloads_ok = s->reloads, .reloads_err = s->reload_failures,
         .mock_injected = s->cfg.engine.mock_prefill_tps > 0 ? s->mock_injected : NULL};
@@ -221,25 +221,25 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     weft_engine_kv_stats(s->eng, &kvio);
     x.kvio = &kvio;
     struct pd_stats pd;
-    server_pd_stats(s, &pd);
+    weft_server_pd_stats(s, &pd);
     x.pd = &pd;
     x.eng = s->eng;
-    struct kv_remote_stats remote;
+    struct weft_kv_remote_stats remote;
     if (s->kv_remote) {
-        kv_remote_stats(s->kv_remote, &remote);
+        weft_kv_remote_stats(s->kv_remote, &remote);
         x.remote = &remote;
     }
     size_t len = 0;
-    char *b = metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
+    char *b = weft_metrics_render(&s->metrics, &es, s->kv_bytes, s->weight_bytes, &x, &len);
     if (!b) {
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
-    http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
+    weft_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
     free(b);
 }
 
-const char *server_model_name(const struct weft_server *s, const char *asked)
+const char *weft_server_model_name(const struct weft_server *s, const char *asked)
 {
     if (!asked || !strcmp(asked, "default") || !strcmp(asked, s->model_id)) return s->model_id;
     for (uint32_t i = 0; i < s->cfg.n_model_aliases; i++)
@@ -294,18 +294,18 @@ static void do_model(struct weft_server *s, struct http_conn *c, const char *raw
 {
     const char *ep = "/v1/models/{id}";
     char id[256];
-    const char *name = pct_decode(raw_id, id, sizeof id) ? server_model_name(s, id) : NULL;
+    const char *name = pct_decode(raw_id, id, sizeof id) ? weft_server_model_name(s, id) : NULL;
     if (name && !strcmp(id, "default")) name = NULL;  /* "default" is accepted in requests, not a model */
     if (!name) {
-        metrics_request(&s->metrics, ep, 404);
+        weft_metrics_request(&s->metrics, ep, 404);
         char msg[400];
         snprintf(msg, sizeof msg, "The model '%.200s' does not exist; this server serves '%s'", id, s->model_id);
         json_t *j = json_pack("{s:{s:s,s:s,s:s,s:s}}", "error", "message", msg, "type", "invalid_request_error",
                               "param", "model", "code", "model_not_found");
         char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        if (b) http_respond(c, 404, "application/json", NULL, b, strlen(b));
-        else http_respond_error(c, 404, "invalid_request_error", "model", "no such model");
+        if (b) weft_http_respond(c, 404, "application/json", NULL, b, strlen(b));
+        else weft_http_respond_error(c, 404, "invalid_request_error", "model", "no such model");
         free(b);
         return;
     }
@@ -344,16 +344,16 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
     if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY && r->id != R_LOAD) r = NULL;
     if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
-    if (http_conn_over_client_limit(c)) {
+    if (weft_http_conn_over_client_limit(c)) {
         /* past the per-client connection limit: only a trusted upstream (weft router) goes on */
         bool anon0;
-        struct tenant_cfg *t0 = tenants_auth(&s->tenants, http_header_get(req, "authorization"), &anon0);
+        struct tenant_cfg *t0 = weft_tenants_auth(&s->tenants, weft_http_header_get(req, "authorization"), &anon0);
         if (t0 && t0->trusted) {
-            http_conn_exempt(c);
+            weft_http_conn_exempt(c);
         } else {
             char msg[200];
             snprintf(msg, sizeof msg, "too many connections from %s (at most %u per client address); reuse a "
-                     "keep-alive connection", http_conn_peer(c), s->cfg.http.max_conns_per_client ?
+                     "keep-alive connection", weft_http_conn_peer(c), s->cfg.http.max_conns_per_client ?
                      s->cfg.http.max_conns_per_client : 64);
             s->metrics.rejected_conns++;
             reply_error(s, c, r ? r->path : "other", 429, "rate_limit_error", NULL, msg);
@@ -371,7 +371,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         char msg[160], allow[64];
         snprintf(msg, sizeof msg, "%s does not allow %.16s", r->path, req->method_name);
         snprintf(allow, sizeof allow, "Allow: %s\r\n", r->method == HTTP_M_GET ? "GET, HEAD" : "POST");
-        metrics_request(&s->metrics, r->path, 405);
+        weft_metrics_request(&s->metrics, r->path, 405);
         char body[256];
         json_t *j = json_pack("{s:{s:s,s:s,s:n,s:n}}", "error", "message", msg, "type", "invalid_request_error",
                               "param", "code");
@@ -379,7 +379,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         json_decref(j);
         snprintf(body, sizeof body, "%s", b ? b : "{}");
         free(b);
-        http_respond(c, 405, "application/json", allow, body, strlen(body));
+        weft_http_respond(c, 405, "application/json", allow, body, strlen(body));
         return;
     }
     switch (r->id) {
@@ -396,22 +396,22 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         return;
     }
     case R_METRICS: do_metrics(s, c, req); return;
-    case R_LOAD: server_do_load(s, c); return;
+    case R_LOAD: weft_server_do_load(s, c); return;
     case R_DASH:
-        metrics_request(&s->metrics, r->path, 200);
-        http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, dash_serve_html, dash_serve_html_len);
+        weft_metrics_request(&s->metrics, r->path, 200);
+        weft_http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, weft_dash_serve_html, weft_dash_serve_html_len);
         return;
-    case R_KV_EVENTS: server_do_kv_events(s, c); return;
-    case R_KV_INDEX: server_do_kv_index(s, c); return;
+    case R_KV_EVENTS: weft_server_do_kv_events(s, c); return;
+    case R_KV_INDEX: weft_server_do_kv_index(s, c); return;
     default: break;
     }
     /* the rest may need an API key */
     bool anon;
-    struct tenant_cfg *t = tenants_auth(&s->tenants, http_header_get(req, "authorization"), &anon);
+    struct tenant_cfg *t = weft_tenants_auth(&s->tenants, weft_http_header_get(req, "authorization"), &anon);
     if (!t && !anon) {
         s->metrics.rejected_auth++;
-        metrics_request(&s->metrics, r->path, 401);
-        http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
+        weft_metrics_request(&s->metrics, r->path, 401);
+        weft_http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
                      "{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
                      "\"param\":null,\"code\":\"invalid_api_key\"}}",
                      strlen("{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
@@ -423,29 +423,29 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     case R_MODEL: do_model(s, c, req->path + 11); return;
     case R_TOKENIZE: do_tokenize(s, c, req); return;
     case R_KV_BLOCKS:
-    case R_KV_PUSH: server_do_kv_blocks(s, c, req, t); return;
+    case R_KV_PUSH: weft_server_do_kv_blocks(s, c, req, t); return;
     case R_DETOKENIZE: do_detokenize(s, c, req); return;
     case R_COMPLETIONS:
     case R_CHAT:
         if (s->draining) {
-            metrics_request(&s->metrics, r->path, 503);
-            http_respond(c, 503, "application/json", "Retry-After: 5\r\n",
+            weft_metrics_request(&s->metrics, r->path, 503);
+            weft_http_respond(c, 503, "application/json", "Retry-After: 5\r\n",
                          "{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_busy\",\"param\":null,"
                          "\"code\":null}}",
                          strlen("{\"error\":{\"message\":\"the server is shutting down\",\"type\":\"server_busy\","
                                 "\"param\":null,\"code\":null}}"));
             return;
         }
-        server_generate(s, c, req, r->id == R_CHAT, t);
+        weft_server_generate(s, c, req, r->id == R_CHAT, t);
         return;
-    case R_EMBEDDINGS: server_embeddings(s, c, req, t); return;
+    case R_EMBEDDINGS: weft_server_embeddings(s, c, req, t); return;
     default: break;
     }
 }
 
-void server_handle(void *arg, struct http_conn *c, const struct http_request *req) { handle(arg, c, req, false); }
+void weft_server_handle(void *arg, struct http_conn *c, const struct http_request *req) { handle(arg, c, req, false); }
 
-void server_handle_metrics(void *arg, struct http_conn *c, const struct http_request *req)
+void weft_server_handle_metrics(void *arg, struct http_conn *c, const struct http_request *req)
 {
     handle(arg, c, req, true);
 }

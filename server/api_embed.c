@@ -97,8 +97,8 @@ static void job_unref(struct emb_job *j)
 static void refund(struct emb_job *j)
 {
     if (j->charged <= 0) return;
-    struct tenant_cfg *t = tenants_find(&j->s->tenants, j->tenant);
-    if (t) tenant_refund(t, server_now(), j->charged);
+    struct tenant_cfg *t = weft_tenants_find(&j->s->tenants, j->tenant);
+    if (t) weft_tenant_refund(t, weft_server_now(), j->charged);
     j->charged = 0;
 }
 
@@ -115,9 +115,9 @@ static void fail(struct emb_job *j, int status, const char *type, const char *pa
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    size_t n = http_error_body(body, sizeof body, type, param, msg);
-    metrics_request(&j->s->metrics, EP, status);
-    http_respond(j->c, status, "application/json", extra, body, n);
+    size_t n = weft_http_error_body(body, sizeof body, type, param, msg);
+    weft_metrics_request(&j->s->metrics, EP, status);
+    weft_http_respond(j->c, status, "application/json", extra, body, n);
     j->c = NULL;
     atomic_store(&j->gone, true);
     job_unref(j);  /* the HTTP side */
@@ -207,8 +207,8 @@ static void respond_ok(struct emb_job *j)
         return;
     }
     s->metrics.prompt_tokens += j->n_tokens;
-    metrics_request(&s->metrics, EP, 200);
-    http_respond(j->c, 200, "application/json", NULL, body, strlen(body));
+    weft_metrics_request(&s->metrics, EP, 200);
+    weft_http_respond(j->c, 200, "application/json", NULL, body, strlen(body));
     free(body);
     j->c = NULL;
     job_unref(j);  /* the HTTP side */
@@ -282,10 +282,10 @@ static void submit_all(struct emb_job *j)
         }
         j->n_tokens += n;
     }
-    struct tenant_cfg *tenant = j->tenant[0] ? tenants_find(&s->tenants, j->tenant) : NULL;
+    struct tenant_cfg *tenant = j->tenant[0] ? weft_tenants_find(&s->tenants, j->tenant) : NULL;
     if (tenant) {
         double retry;
-        if (!tenant_admit(tenant, server_now(), (double)j->n_tokens, &retry)) {
+        if (!weft_tenant_admit(tenant, weft_server_now(), (double)j->n_tokens, &retry)) {
             s->metrics.rejected_rate++;
             char extra[64];
             if (isinf(retry)) {
@@ -458,13 +458,13 @@ static bool parse_priority(const char *v, int32_t *out)
     return true;
 }
 
-void server_embeddings(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+void weft_server_embeddings(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                        struct tenant_cfg *tenant)
 {
     struct emb_job *j = calloc(1, sizeof *j);
     if (!j) {
-        metrics_request(&s->metrics, EP, 503);
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_metrics_request(&s->metrics, EP, 503);
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
     j->s = s;
@@ -478,7 +478,7 @@ void server_embeddings(struct weft_server *s, struct http_conn *c, const struct 
         return;
     }
     json_error_t jerr;
-    if (json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
+    if (weft_json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)) {
         fail(j, 400, "invalid_request_error", NULL, NULL, "JSON nested too deeply");
         return;
     }
@@ -496,7 +496,7 @@ void server_embeddings(struct weft_server *s, struct http_conn *c, const struct 
         return;
     }
     const char *asked = json_is_string(model) ? json_string_value(model) : NULL;
-    if (!(j->model = server_model_name(s, asked))) {
+    if (!(j->model = weft_server_model_name(s, asked))) {
         fail(j, 404, "not_found_error", "model", NULL, "the model '%.64s' does not exist; this server serves '%s'",
              asked, s->model_id);
         return;
@@ -544,14 +544,14 @@ void server_embeddings(struct weft_server *s, struct http_conn *c, const struct 
     snprintf(j->end_tenant, sizeof j->end_tenant, "%s", tenant ? tenant->name : "");
     bool prio_given = false;
     if (tenant && tenant->trusted) {
-        const char *ht = http_header_get(req, "x-weft-tenant"), *hp = http_header_get(req, "x-weft-priority");
-        if (ht && !tenant_name_valid(ht)) {
+        const char *ht = weft_http_header_get(req, "x-weft-tenant"), *hp = weft_http_header_get(req, "x-weft-priority");
+        if (ht && !weft_tenant_name_valid(ht)) {
             fail(j, 400, "invalid_request_error", NULL, NULL,
                  "the x-weft-tenant header must be a tenant name of 1 to 63 printable characters");
             return;
         }
         if (ht) {
-            cap = tenants_find(&s->tenants, ht);
+            cap = weft_tenants_find(&s->tenants, ht);
             snprintf(j->end_tenant, sizeof j->end_tenant, "%s", cap ? cap->name : "");
         }
         if (hp && !parse_priority(hp, &j->priority)) {
@@ -561,8 +561,8 @@ void server_embeddings(struct weft_server *s, struct http_conn *c, const struct 
         }
         prio_given = hp != NULL;
     }
-    if (!prio_given) j->priority = tenant_priority(cap, false, 0);
-    http_conn_on_close(c, on_client_gone, j);
+    if (!prio_given) j->priority = weft_tenant_priority(cap, false, 0);
+    weft_http_conn_on_close(c, on_client_gone, j);
     if (!j->n_text) {  /* token ids only: checked already, nothing to tokenize */
         submit_all(j);
         return;

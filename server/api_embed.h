@@ -9,7 +9,7 @@
  * the engine's work; the answer goes out once all of them ended. tenant:
  * the caller's (NULL: anonymous). Counts in s->n_active until released, so
  * a drain waits for it. */
-void server_embeddings(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+void weft_server_embeddings(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                        struct tenant_cfg *tenant);
 
 #endif

@@ -107,8 +107,8 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->prev) g->prev->next = g->next;
     else if (s->gens == g) s->gens = g->next;
     if (g->next) g->next->prev = g->prev;
-    if (g->pd) server_pd_detach(s, g->pd);
-    if (g->push) server_pd_push_request_done(s, g->push, NULL, NULL);
+    if (g->pd) weft_server_pd_detach(s, g->pd);
+    if (g->push) weft_server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
     free(g->ids);
     weft_grammar_unref(g->grammar);
@@ -117,10 +117,10 @@ static void ctx_unref(struct gen_ctx *g)
         if (c->st_ready) weft_stop_free(&c->st);
         free(c->chunk_ids);
         json_decref(c->lp);
-        tool_calls_free(c->calls, c->n_calls);
+        weft_tool_calls_free(c->calls, c->n_calls);
     }
     free(g->ch);
-    gen_params_free(&g->p);
+    weft_gen_params_free(&g->p);
     json_decref(g->root);
     free(g);
     if (--s->n_active == 0 && s->on_idle) s->on_idle(s);
@@ -165,10 +165,10 @@ static void refund_unused(struct gen_ctx *g, double now)
 {
     if (!g->charged) return;
     g->charged = false;
-    struct tenant_cfg *t = tenants_find(&g->srv->tenants, g->tenant);
+    struct tenant_cfg *t = weft_tenants_find(&g->srv->tenants, g->tenant);
     double all = (double)g->max_tokens * g->n_ch, gen = total_gen(g);
     double unused = g->submitted ? (all > gen ? all - gen : 0) : g->reserved;
-    if (t && unused > 0) tenant_refund(t, now, unused);
+    if (t && unused > 0) weft_tenant_refund(t, now, unused);
 }
 
 /* ---- JSON helpers ---- */
@@ -197,7 +197,7 @@ static bool send_sse(struct gen_ctx *g, json_t *j)
         memcpy(buf, "data: ", 6);
         memcpy(buf + 6, s, n);
         memcpy(buf + 6 + n, "\n\n", 2);
-        ok = http_stream_write(g->conn, buf, n + 8);
+        ok = weft_http_stream_write(g->conn, buf, n + 8);
     }
     free(buf);
     free(s);
@@ -210,9 +210,9 @@ static void send_sse_error(struct gen_ctx *g, const char *type, const char *msg)
     if (!g->conn) return;
     char body[600];
     memcpy(body, "data: ", 6);
-    size_t n = http_error_body(body + 6, sizeof body - 8, type, NULL, msg);
+    size_t n = weft_http_error_body(body + 6, sizeof body - 8, type, NULL, msg);
     memcpy(body + 6 + n, "\n\n", 2);
-    http_stream_write(g->conn, body, n + 8);
+    weft_http_stream_write(g->conn, body, n + 8);
 }
 
 /* The text of token id where it stands in the completion (first: it is
@@ -398,8 +398,8 @@ static bool respond_final(struct gen_ctx *g)
     if (!g->conn) return false;
     if (g->push_failed && !g->streaming) {
         /* a PD prefill whose blocks did not all reach the decode instance: the caller must know */
-        metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 502);
-        http_respond_error(g->conn, 502, "server_error", NULL,
+        weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 502);
+        weft_http_respond_error(g->conn, 502, "server_error", NULL,
                            "the prompt was computed but its KV blocks did not all reach %s", g->pd_push_url);
         g->conn = NULL;
         return true;
@@ -412,9 +412,9 @@ static bool respond_final(struct gen_ctx *g)
                                   (json_int_t)g->created, "model", g->model, "choices", "usage", usage_json(g));
             send_sse(g, u);
         }
-        if (g->conn) http_stream_write(g->conn, "data: [DONE]\n\n", 14);
+        if (g->conn) weft_http_stream_write(g->conn, "data: [DONE]\n\n", 14);
         if (!g->conn) return false;
-        http_stream_end(g->conn);
+        weft_http_stream_end(g->conn);
     } else {
         json_t *choices = json_array();
         for (uint32_t i = 0; i < g->n_ch; i++) json_array_append_new(choices, choice_json(&g->ch[i]));
@@ -425,11 +425,11 @@ static bool respond_final(struct gen_ctx *g)
         snprintf(extra, sizeof extra, "x-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
         char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        if (body) http_respond(g->conn, 200, "application/json", extra, body, strlen(body));
-        else http_respond_error(g->conn, 500, "server_error", NULL, "out of memory");
+        if (body) weft_http_respond(g->conn, 200, "application/json", extra, body, strlen(body));
+        else weft_http_respond_error(g->conn, 500, "server_error", NULL, "out of memory");
         free(body);
     }
-    metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+    weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
     g->conn = NULL;
     return true;
 }
@@ -454,15 +454,15 @@ static void finish_choice(struct gen_choice *c, const char *reason, enum metric_
     struct weft_stop_step step;
     weft_stop_end(&c->st, &step);
     if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF) {
-        c->n_calls = tool_calls_extract(&g->p.st, g->srv->rules.chat_style, c->st.text, c->st.len, &c->calls,
+        c->n_calls = weft_tool_calls_extract(&g->p.st, g->srv->rules.chat_style, c->st.text, c->st.len, &c->calls,
                                         &c->content_len);
         if (c->n_calls) c->finish_reason = "tool_calls";
     }
     if (g->streaming && g->conn && !g->push_wait) stream_choice_end(c);
     if (g->n_done < g->n_ch) return;
     g->finished = true;
-    double now = server_now();
-    metrics_observe(&g->srv->metrics.e2e, now - g->t0);
+    double now = weft_server_now();
+    weft_metrics_observe(&g->srv->metrics.e2e, now - g->t0);
     refund_unused(g, now);
     if (g->push_wait) {
         g->final_deferred = true;  /* on_push_end answers */
@@ -477,17 +477,17 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
 {
     struct gen_ctx *g = c->g;
     struct weft_server *s = g->srv;
-    double now = server_now();
+    double now = weft_server_now();
     c->n_gen++;
     s->metrics.generation_tokens++;
     if (++c->n_new == 1) {
         if (g->t_first == 0) {
             g->t_first = now;
-            metrics_observe(&s->metrics.ttft, now - g->t0);
+            weft_metrics_observe(&s->metrics.ttft, now - g->t0);
         }
-        metrics_observe(&s->metrics.queue, ev->queue_seconds);
+        weft_metrics_observe(&s->metrics.queue, ev->queue_seconds);
     } else {
-        metrics_observe(&s->metrics.itl, now - c->t_last);
+        weft_metrics_observe(&s->metrics.itl, now - c->t_last);
     }
     c->t_last = now;
     struct weft_stop_step step;
@@ -519,7 +519,7 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
         finish_choice(c, "stop", METRIC_FINISH_STOP);
         return;
     }
-    if (g->streaming && g->conn && http_conn_unread(g->conn) > s->max_stream_buffer) {
+    if (g->streaming && g->conn && weft_http_conn_unread(g->conn) > s->max_stream_buffer) {
         /* a client that does not read: stop generating for it rather than
          * queue without bound; the stream ends short (no [DONE]) */
         json_decref(lp);
@@ -528,11 +528,11 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
         g->finished = true;
         abort_all(g);
         refund_unused(g, now);
-        metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+        weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
         /* say why the stream ends short (no [DONE]) before ending it */
         send_sse_error(g, "server_error", "the client did not read its stream: more than the stream buffer "
                                           "(--max-stream-buffer-kib) was waiting unsent");
-        if (g->conn) http_stream_end(g->conn);
+        if (g->conn) weft_http_stream_end(g->conn);
         g->conn = NULL;
         ctx_unref(g);  /* the HTTP side */
         return;
@@ -541,7 +541,7 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
         size_t upto = c->st.released;
         /* with tools offered, text that may begin a call is held back */
         if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF)
-            upto = tool_stream_limit(&g->p.st, s->rules.chat_style, c->st.text, upto);
+            upto = weft_tool_stream_limit(&g->p.st, s->rules.chat_style, c->st.text, upto);
         if (upto > c->sent || lp) {
             send_sse(g, chunk(c, c->st.text + c->sent, upto > c->sent ? upto - c->sent : 0, lp, NULL));
             if (upto > c->sent) c->sent = upto;
@@ -580,16 +580,16 @@ static void on_event(struct gen_choice *c, const struct weft_event *ev, const ch
         g->push = NULL;
         g->push_wait = true;
         g->refs++;  /* the push's */
-        server_pd_push_request_done(g->srv, push, on_push_end, g);
+        weft_server_pd_push_request_done(g->srv, push, on_push_end, g);
     }
     if (c->index == 0) g->n_cached = ev->n_cached;  /* the prompt is counted once */
     if (!c->done && !g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && total_gen(g) == 0) {
-            refund_unused(g, server_now());
+            refund_unused(g, weft_server_now());
             count_finish(g, METRIC_FINISH_ERROR);
             abort_all(g);
-            http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
-            metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
+            weft_http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
+            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
             g->conn = NULL;
             g->finished = true;
             ctx_unref(g);
@@ -617,14 +617,14 @@ static void on_client_gone(void *user)
         g->srv->metrics.client_disconnects++;
         if (g->submitted) count_finish(g, METRIC_FINISH_CLIENT_GONE);
         abort_all(g);
-        refund_unused(g, server_now());
+        refund_unused(g, weft_server_now());
     }
     ctx_unref(g);  /* the HTTP side */
 }
 
 /* ---- engine thread -> loop thread ---- */
 
-void server_engine_event(void *ctx, const struct weft_event *ev)
+void weft_server_engine_event(void *ctx, const struct weft_event *ev)
 {
     struct gen_choice *c = ctx;
     struct weft_server *s = c->g->srv;
@@ -637,7 +637,7 @@ void server_engine_event(void *ctx, const struct weft_event *ev)
             pthread_mutex_unlock(&s->qmu);
             struct timespec ts = {0, 1000000};
             nanosleep(&ts, NULL);
-            server_engine_event(ctx, ev);
+            weft_server_engine_event(ctx, ev);
             return;
         }
         s->q = q;
@@ -653,7 +653,7 @@ void server_engine_event(void *ctx, const struct weft_event *ev)
     if (!closing) uv_async_send(&s->async);
 }
 
-void server_drain_events(uv_async_t *a)
+void weft_server_drain_events(uv_async_t *a)
 {
     struct weft_server *s = a->data;
     for (;;) {
@@ -699,12 +699,12 @@ static void tokenize_work(void *arg)
     if (!g->p.prompt_ids) {  /* ids given in the request were checked on the loop */
         if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
         else atomic_fetch_add(&s->tokenized_on_worker, 1);
-        g->tok_status = prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+        g->tok_status = weft_prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
         if (g->tok_status == WEFT_OK) build_grammar(g);
     }
     /* the prefix blocks this instance lacks, from the remote tier (Redis I/O: never on the loop) */
     if (s->kv_remote && g->tok_status == WEFT_OK && g->n_ids > 1)
-        kv_remote_fetch(s->kv_remote, g->ids, (uint32_t)g->n_ids);
+        weft_kv_remote_fetch(s->kv_remote, g->ids, (uint32_t)g->n_ids);
 }
 
 /* The grammar response_format or tool_choice asks for (server/structured.h),
@@ -713,7 +713,7 @@ static void tokenize_work(void *arg)
 static void build_grammar(struct gen_ctx *g)
 {
     char *text = NULL;
-    if (!structured_grammar(&g->p.st, g->srv->rules.chat_style, &text, &g->tok_param, g->tok_msg,
+    if (!weft_structured_grammar(&g->p.st, g->srv->rules.chat_style, &text, &g->tok_param, g->tok_msg,
                             sizeof g->tok_msg)) {
         g->tok_status = WEFT_ERR_INVALID_ARG;
         return;
@@ -733,7 +733,7 @@ static void build_grammar(struct gen_ctx *g)
 /* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
 static void copy_prompt_ids(struct gen_ctx *g)
 {
-    g->tok_status = prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+    g->tok_status = weft_prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
     if (g->tok_status == WEFT_OK) build_grammar(g);
 }
 
@@ -747,12 +747,12 @@ static void reject(struct gen_ctx *g, int status, const char *etype, const char 
     g->conn = NULL;
     g->finished = true;
     atomic_store(&g->cancelled, true);  /* a job still queued for it skips its work */
-    refund_unused(g, server_now());
-    metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
+    refund_unused(g, weft_server_now());
+    weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
     if (c) {
         char body[1024];
-        size_t n = http_error_body(body, sizeof body, etype, param, msg);
-        http_respond(c, status, "application/json", extra, body, n);
+        size_t n = weft_http_error_body(body, sizeof body, etype, param, msg);
+        weft_http_respond(c, status, "application/json", extra, body, n);
     }
     ctx_unref(g);  /* the HTTP side */
 }
@@ -792,7 +792,7 @@ static bool pd_wait(struct gen_ctx *g, size_t n_ids)
     if (!h) return true;
     uint64_t x = 0;
     for (uint32_t i = 0; i < nb; i++) h[i] = x = weft_kv_block_hash(x, g->ids + (size_t)i * WEFT_KV_BLOCK_TOKENS);
-    bool go = server_pd_attach(g->srv, g->pd_id, h, nb, g->pd_wait_ms, pd_ready, g, &g->pd);
+    bool go = weft_server_pd_attach(g->srv, g->pd_id, h, nb, g->pd_wait_ms, pd_ready, g, &g->pd);
     free(h);
     return go;
 }
@@ -851,7 +851,7 @@ static weft_status submit_choice(struct gen_ctx *g, uint32_t i)
     struct weft_request rq = {.prompt = g->ids, .n_prompt = g->n_submit_prompt, .max_tokens = g->max_tokens - g->submit_k,
                               .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = g->submit_k,
                               .priority = g->priority, .tenant = g->end_tenant, .grammar = g->grammar,
-                              .cb = server_engine_event, .user = c};
+                              .cb = weft_server_engine_event, .user = c};
     rq.sampling.seed = g->p.sp.seed + i;
     g->refs++;  /* the engine's */
     weft_status st = weft_engine_submit(g->srv->eng, &rq, &c->id);
@@ -882,14 +882,14 @@ static void submit_rest(struct gen_ctx *g)
         } else {
             /* the stream has begun: an error event, then its end */
             g->finished = true;
-            refund_unused(g, server_now());
+            refund_unused(g, weft_server_now());
             count_finish(g, METRIC_FINISH_ERROR);
-            metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
             send_sse_error(g, etype, msg);
             struct http_conn *conn = g->conn;
             g->conn = NULL;
             if (conn) {
-                http_stream_end(conn);
+                weft_http_stream_end(conn);
                 ctx_unref(g);  /* the HTTP side */
             }
         }
@@ -940,7 +940,7 @@ static void admit_and_submit(struct gen_ctx *g)
         }
     }
     if (g->pd_id[0] && !g->pd_go && !pd_wait(g, n_ids)) return;
-    struct tenant_cfg *tenant = g->tenant[0] ? tenants_find(&s->tenants, g->tenant) : NULL;
+    struct tenant_cfg *tenant = g->tenant[0] ? weft_tenants_find(&s->tenants, g->tenant) : NULL;
     bool max_given = json_object_get(g->root, "max_tokens") || json_object_get(g->root, "max_completion_tokens");
     double nc = g->n_ch;
     if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids + nc <= tenant->tpm &&
@@ -951,7 +951,7 @@ static void admit_and_submit(struct gen_ctx *g)
     if (tenant) {
         /* the prompt once (the choices share it), max_tokens for each choice */
         double retry, need = (double)n_ids + (double)g->max_tokens * nc;
-        if (!tenant_admit(tenant, server_now(), need, &retry)) {
+        if (!weft_tenant_admit(tenant, weft_server_now(), need, &retry)) {
             s->metrics.rejected_rate++;
             if (isinf(retry)) {
                 snprintf(msg, sizeof msg,
@@ -1027,7 +1027,7 @@ static void admit_and_submit(struct gen_ctx *g)
         c0->sent = c0->st.released;
         if (step.stop != WEFT_STOP_NONE || c0->n_gen >= g->max_tokens) {
             g->n_prompt = (uint32_t)n_ids;
-            http_stream_begin(g->conn, 200, "text/event-stream", headers);
+            weft_http_stream_begin(g->conn, 200, "text/event-stream", headers);
             finish_choice(c0, step.stop != WEFT_STOP_NONE ? "stop" : "length",
                           step.stop != WEFT_STOP_NONE ? METRIC_FINISH_STOP : METRIC_FINISH_LENGTH);
             return;
@@ -1062,13 +1062,13 @@ static void admit_and_submit(struct gen_ctx *g)
         reject(g, status, etype, NULL, msg, extra[0] ? extra : NULL);
         return;
     }
-    if (g->pd_push_url[0]) g->push = server_pd_push_start(s, g->pd_push_url, g->pd_push_id, g->pd_auth, g->ids, (uint32_t)n_ids);
+    if (g->pd_push_url[0]) g->push = weft_server_pd_push_start(s, g->pd_push_url, g->pd_push_id, g->pd_auth, g->ids, (uint32_t)n_ids);
     if (g->n_submitted == g->n_ch) {
         free(g->ids);
         g->ids = NULL;
     }
     s->metrics.prompt_tokens += n_ids;
-    if (g->streaming) http_stream_begin(g->conn, 200, "text/event-stream", headers);
+    if (g->streaming) weft_http_stream_begin(g->conn, 200, "text/event-stream", headers);
 }
 
 /* Bytes of s without the leading and trailing ASCII whitespace chat
@@ -1135,23 +1135,23 @@ static bool mock_inject(struct gen_ctx *g)
         reject(g, 503, "server_busy", NULL, "mock: injected: no KV cache room for this request", "Retry-After: 1\r\n");
         break;
     default:  /* a hang: nothing until the client leaves, or shutdown cuts it */
-        http_conn_on_close(g->conn, on_client_gone, g);
+        weft_http_conn_on_close(g->conn, on_client_gone, g);
         break;
     }
     return true;
 }
 
-void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
+void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant)
 {
     struct gen_ctx *g = calloc(1, sizeof *g);
     if (!g) {
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
     g->srv = s;
     g->chat = chat;
-    g->t0 = server_now();
+    g->t0 = weft_server_now();
     g->created = (uint64_t)time(NULL);  /* when it came: every chunk of the answer says so */
     s->n_active++;
     g->refs = 1;  /* the HTTP side */
@@ -1161,7 +1161,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
     s->gens = g;
     const char *param = NULL;
     char msg[512];
-    if (!gen_params_parse(req->body, req->body_len, chat, &g->p, &g->root, &param, msg, sizeof msg)) {
+    if (!weft_gen_params_parse(req->body, req->body_len, chat, &g->p, &g->root, &param, msg, sizeof msg)) {
         reject(g, 400, "invalid_request_error", param, msg, NULL);
         return;
     }
@@ -1172,7 +1172,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
         return;
     }
     for (uint32_t i = 0; i < g->n_ch; i++) g->ch[i] = (struct gen_choice){.g = g, .index = i};
-    if (!(g->model = server_model_name(s, g->p.model))) {
+    if (!(g->model = weft_server_model_name(s, g->p.model))) {
         snprintf(msg, sizeof msg, "the model '%.64s' does not exist; this server serves '%s'", g->p.model, s->model_id);
         reject(g, 404, "not_found_error", "model", msg, NULL);
         return;
@@ -1185,14 +1185,14 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
     snprintf(g->end_tenant, sizeof g->end_tenant, "%s", tenant ? tenant->name : "");
     bool prio_from_header = false;
     if (tenant && tenant->trusted) {
-        const char *ht = http_header_get(req, "x-weft-tenant"), *hp = http_header_get(req, "x-weft-priority");
+        const char *ht = weft_http_header_get(req, "x-weft-tenant"), *hp = weft_http_header_get(req, "x-weft-priority");
         if (ht) {
-            if (!tenant_name_valid(ht)) {
+            if (!weft_tenant_name_valid(ht)) {
                 reject(g, 400, "invalid_request_error", NULL,
                        "the x-weft-tenant header must be a tenant name of 1 to 63 printable characters", NULL);
                 return;
             }
-            cap = tenants_find(&s->tenants, ht);
+            cap = weft_tenants_find(&s->tenants, ht);
             /* engine quotas belong to tenants configured here; others share the default */
             snprintf(g->end_tenant, sizeof g->end_tenant, "%s", cap ? cap->name : "");
         }
@@ -1205,20 +1205,20 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
             prio_from_header = true;
         }
     }
-    if (!prio_from_header) g->priority = tenant_priority(cap, g->p.priority_given, g->p.priority);
+    if (!prio_from_header) g->priority = weft_tenant_priority(cap, g->p.priority_given, g->p.priority);
     /* a prefill/decode hand-off (server/pd.h), from a trusted upstream (weft router) */
     if (!s->tenants.any_keys || (tenant && tenant->trusted)) {
-        const char *w = http_header_get(req, "x-weft-pd"), *push = http_header_get(req, "x-weft-pd-push");
-        if (w && !server_pd_parse_wait(w, g->pd_id, &g->pd_wait_ms)) {
+        const char *w = weft_http_header_get(req, "x-weft-pd"), *push = weft_http_header_get(req, "x-weft-pd-push");
+        if (w && !weft_server_pd_parse_wait(w, g->pd_id, &g->pd_wait_ms)) {
             reject(g, 400, "invalid_request_error", NULL, "the x-weft-pd header must be id=ID[;wait_ms=N]", NULL);
             return;
         }
-        if (push && !server_pd_parse_push(push, g->pd_push_url, sizeof g->pd_push_url, g->pd_push_id)) {
+        if (push && !weft_server_pd_parse_push(push, g->pd_push_url, sizeof g->pd_push_url, g->pd_push_id)) {
             reject(g, 400, "invalid_request_error", NULL, "the x-weft-pd-push header must be http://HOST:PORT;id=ID",
                    NULL);
             return;
         }
-        const char *auth = push ? http_header_get(req, "authorization") : NULL;
+        const char *auth = push ? weft_http_header_get(req, "authorization") : NULL;
         if (auth && strlen(auth) < 1024) {
             size_t n = strlen(auth) + 32;
             if ((g->pd_auth = malloc(n))) snprintf(g->pd_auth, n, "Authorization: %s\r\n", auth);
@@ -1246,7 +1246,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
             return;
         }
     }
-    http_conn_on_close(c, on_client_gone, g);
+    weft_http_conn_on_close(c, on_client_gone, g);
     if (g->p.prompt_ids) {
         copy_prompt_ids(g);
         if (!s->kv_remote || g->tok_status != WEFT_OK) {
@@ -1270,7 +1270,7 @@ void server_generate(struct weft_server *s, struct http_conn *c, const struct ht
 /* The drain deadline passed (or a second SIGTERM): every request still
  * open ends now, a stream with an error event, an unanswered request with
  * 503; the engine side is aborted. Loop thread. */
-void server_cut_all(struct weft_server *s, const char *why)
+void weft_server_cut_all(struct weft_server *s, const char *why)
 {
     for (struct gen_ctx *g = s->gens, *next; g; g = next) {
         next = g->next;
@@ -1280,11 +1280,11 @@ void server_cut_all(struct weft_server *s, const char *why)
             if (g->streaming && g->submitted) {
                 send_sse_error(g, "server_error", why);
                 g->finished = true;
-                refund_unused(g, server_now());
-                metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+                refund_unused(g, weft_server_now());
+                weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
                 struct http_conn *c = g->conn;
                 g->conn = NULL;
-                if (c) http_stream_end(c);
+                if (c) weft_http_stream_end(c);
                 ctx_unref(g);  /* the HTTP side */
             } else {
                 reject(g, 503, "server_error", NULL, why, "Retry-After: 5\r\n");

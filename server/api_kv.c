@@ -18,14 +18,14 @@
 
 static void kv_error(struct weft_server *s, struct http_conn *c, int status, const char *code, const char *msg)
 {
-    metrics_request(&s->metrics, "/v1/kv/blocks", status);
+    weft_metrics_request(&s->metrics, "/v1/kv/blocks", status);
     char *b = NULL;
     json_t *j = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg, "type",
                           status == 401 || status == 403 ? "authentication_error" : "invalid_request_error", "param",
                           "code", code);
     b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    http_respond(c, status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
+    weft_http_respond(c, status, "application/json", NULL, b ? b : "{}", b ? strlen(b) : 2);
     free(b);
 }
 
@@ -84,14 +84,14 @@ static void fetch_done(void *arg)
     struct kv_fetch *f = arg;
     struct http_conn *c = f->c;
     if (c) {
-        http_conn_on_close(c, NULL, NULL);
+        weft_http_conn_on_close(c, NULL, NULL);
         if (f->st != WEFT_OK) {
             kv_error(f->s, c, 503, "server_error", f->msg);
         } else {
             char extra[96];
             snprintf(extra, sizeof extra, "X-Weft-Kv-Blocks: %u\r\nCache-Control: no-store\r\n", f->nb);
-            metrics_request(&f->s->metrics, "/v1/kv/blocks", 200);
-            http_respond(c, 200, KV_CONTENT_TYPE, extra, (const char *)f->buf, f->len);
+            weft_metrics_request(&f->s->metrics, "/v1/kv/blocks", 200);
+            weft_http_respond(c, 200, KV_CONTENT_TYPE, extra, (const char *)f->buf, f->len);
         }
     }
     free(f->buf);
@@ -124,7 +124,7 @@ static void kv_get(struct weft_server *s, struct http_conn *c, const struct http
         kv_error(s, c, 503, "server_busy", "too much work queued; retry");
         return;
     }
-    http_conn_on_close(c, fetch_gone, f);
+    weft_http_conn_on_close(c, fetch_gone, f);
 }
 
 /* A push, imported on a worker (the import waits for the engine to be
@@ -166,11 +166,11 @@ static void push_done(void *arg)
     struct kv_push *k = arg;
     struct weft_server *s = k->s;
     struct http_conn *c = k->c;
-    if (c) http_conn_on_close(c, NULL, NULL);
+    if (c) weft_http_conn_on_close(c, NULL, NULL);
     /* the blocks taken under a PD id belong to its ticket, sender gone or not */
     if (k->pd_id[0]) {
         bool failed = k->st != WEFT_OK && k->st != WEFT_ERR_NO_ROOM;
-        server_pd_arrived(s, k->pd_id, k->pinned, k->n_pinned, k->added, k->len,
+        weft_server_pd_arrived(s, k->pd_id, k->pinned, k->n_pinned, k->added, k->len,
                           k->end[0] ? k->end : failed ? "failed" : NULL);
         k->pinned = NULL;
     }
@@ -186,13 +186,13 @@ static void push_done(void *arg)
         kv_error(s, c, st == WEFT_ERR_UNSUPPORTED ? 400 : 503, "kv_blocks_not_taken", k->msg);
     } else {
         /* no room partway is not the sender's fault: what fitted is taken */
-        metrics_request(&s->metrics, "/v1/kv/blocks", 200);
+        weft_metrics_request(&s->metrics, "/v1/kv/blocks", 200);
         json_t *j = json_pack("{s:i,s:i,s:i,s:b}", "imported", (int)k->added, "already",
                               (int)(k->b.already - k->a.already), "converted", (int)(k->b.converted - k->a.converted),
                               "complete", st == WEFT_OK);
         char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
-        http_respond(c, 200, "application/json", NULL, body ? body : "{}", body ? strlen(body) : 2);
+        weft_http_respond(c, 200, "application/json", NULL, body ? body : "{}", body ? strlen(body) : 2);
         free(body);
     }
     free(k->pinned);
@@ -203,7 +203,7 @@ static void push_done(void *arg)
 static void kv_post(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     struct kv_push *k = calloc(1, sizeof *k);
-    const char *id = http_header_get(req, "x-weft-pd-id"), *end = http_header_get(req, "x-weft-pd-end");
+    const char *id = weft_http_header_get(req, "x-weft-pd-id"), *end = weft_http_header_get(req, "x-weft-pd-end");
     if (!k) {
         kv_error(s, c, 503, "server_error", "out of memory");
         return;
@@ -212,7 +212,7 @@ static void kv_post(struct weft_server *s, struct http_conn *c, const struct htt
         uint32_t unused;
         char buf[PD_ID_MAX + 8];
         snprintf(buf, sizeof buf, "id=%.*s", PD_ID_MAX, id);
-        if (!server_pd_parse_wait(buf, k->pd_id, &unused)) {
+        if (!weft_server_pd_parse_wait(buf, k->pd_id, &unused)) {
             free(k);
             kv_error(s, c, 400, "invalid_pd_id", "x-weft-pd-id must be 1 to 63 of [0-9A-Za-z_-]");
             return;
@@ -240,10 +240,10 @@ static void kv_post(struct weft_server *s, struct http_conn *c, const struct htt
         kv_error(s, c, 503, "server_busy", "too much work queued; retry");
         return;
     }
-    http_conn_on_close(c, push_gone, k);
+    weft_http_conn_on_close(c, push_gone, k);
 }
 
-void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+void weft_server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                          const struct tenant_cfg *t)
 {
     if (s->tenants.any_keys && (!t || !t->trusted)) {

@@ -30,7 +30,7 @@ static const char *vendor_of(const char *backend, const char *name)
 }
 
 /* "cpu", "vulkan:1", or a split spec "cpu=10,vulkan:0": one entry per device. */
-void server_describe_devices(struct weft_server *s, const char *spec)
+void weft_server_describe_devices(struct weft_server *s, const char *spec)
 {
     s->n_devices = 0;
     if (s->cfg.engine.mock_prefill_tps > 0) {
@@ -67,7 +67,7 @@ void server_describe_devices(struct weft_server *s, const char *spec)
     }
 }
 
-void server_do_load(struct weft_server *s, struct http_conn *c)
+void weft_server_do_load(struct weft_server *s, struct http_conn *c)
 {
     struct weft_engine_stats es;
     weft_engine_stats(s->eng, &es);
@@ -104,11 +104,11 @@ void server_do_load(struct weft_server *s, struct http_conn *c)
     }
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    metrics_request(&s->metrics, "/load", b ? 200 : 500);
+    weft_metrics_request(&s->metrics, "/load", b ? 200 : 500);
     if (!b) {
-        http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 500, "server_error", NULL, "out of memory");
         return;
     }
-    http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
+    weft_http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
     free(b);
 }

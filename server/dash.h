@@ -12,10 +12,10 @@
 #include "server/fleet.h"
 
 /* The pages, NUL-terminated; _len excludes the NUL. */
-extern const char *const dash_router_html;
-extern const size_t dash_router_html_len;
-extern const char *const dash_serve_html;
-extern const size_t dash_serve_html_len;
+extern const char *const weft_dash_router_html;
+extern const size_t weft_dash_router_html_len;
+extern const char *const weft_dash_serve_html;
+extern const size_t weft_dash_serve_html_len;
 
 /* What a page is served with: never cached, never framed, and a policy
  * that lets it load nothing from anywhere (its script and style are
@@ -27,12 +27,12 @@ extern const size_t dash_serve_html_len;
 
 /* The fleet's instances as GET /fleet shows them: a new JSON array (the
  * caller owns it), one object per instance in f's order; NULL when out of
- * memory. now: the fleet's clock (seconds, as given to fleet_apply_load). */
-json_t *dash_fleet_instances(const struct fleet *f, double now);
+ * memory. now: the fleet's clock (seconds, as given to weft_fleet_apply_load). */
+json_t *weft_dash_fleet_instances(const struct fleet *f, double now);
 
 /* An instance's state in one word: "starting" (no report yet), "down" (its
  * health check fails), "open" / "half_open" (its circuit), "draining",
  * "stale" (no report for longer than the fleet's stale_s) or "up". */
-const char *dash_instance_state(const struct fleet *f, const struct fleet_instance *in, double now);
+const char *weft_dash_instance_state(const struct fleet *f, const struct fleet_instance *in, double now);
 
 #endif

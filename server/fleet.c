@@ -20,7 +20,7 @@ static void copy_str(char *dst, size_t cap, json_t *v)
 
 static uint32_t u32_of(json_t *v) { return json_is_integer(v) && json_integer_value(v) > 0 ? (uint32_t)json_integer_value(v) : 0; }
 
-bool fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char *err, size_t err_size)
+bool weft_fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char *err, size_t err_size)
 {
     memset(out, 0, sizeof *out);
     json_error_t je;
@@ -71,14 +71,14 @@ bool fleet_parse_load(const char *text, size_t len, struct fleet_load *out, char
     return true;
 }
 
-const char *fleet_instance_class(const struct fleet_instance *in)
+const char *weft_fleet_instance_class(const struct fleet_instance *in)
 {
     if (!in || !in->has_load) return "";
     if (in->load.device_class[0]) return in->load.device_class;
     return in->load.device[0] ? in->load.device : in->load.backend;
 }
 
-void fleet_init(struct fleet *f, const struct fleet_config *cfg)
+void weft_fleet_init(struct fleet *f, const struct fleet_config *cfg)
 {
     memset(f, 0, sizeof *f);
     if (cfg) f->cfg = *cfg;
@@ -95,27 +95,27 @@ static void instance_free(struct fleet_instance *in)
     free(in);
 }
 
-void fleet_instance_unref(struct fleet_instance *in)
+void weft_fleet_instance_unref(struct fleet_instance *in)
 {
     if (in && --in->refs == 0) instance_free(in);
 }
 
-void fleet_free(struct fleet *f)
+void weft_fleet_free(struct fleet *f)
 {
     for (uint32_t i = 0; i < f->n; i++) {
         f->inst[i]->removed = true;
-        fleet_instance_unref(f->inst[i]);
+        weft_fleet_instance_unref(f->inst[i]);
     }
     f->n = 0;
 }
 
-weft_status fleet_add(struct fleet *f, const char *url, struct fleet_instance **out)
+weft_status weft_fleet_add(struct fleet *f, const char *url, struct fleet_instance **out)
 {
     if (out) *out = NULL;
     if (f->n == FLEET_MAX_INSTANCES) return weft_error(WEFT_ERR_BUSY, "router: at most %d instances", FLEET_MAX_INSTANCES);
     char *host;
     int port;
-    if (!hcl_parse_url(url, &host, &port)) return weft_error(WEFT_ERR_INVALID_ARG, "router: '%s' is not http://host:port", url);
+    if (!weft_hcl_parse_url(url, &host, &port)) return weft_error(WEFT_ERR_INVALID_ARG, "router: '%s' is not http://host:port", url);
     struct fleet_instance *in = calloc(1, sizeof *in);
     char name[300];
     snprintf(name, sizeof name, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
@@ -134,26 +134,26 @@ weft_status fleet_add(struct fleet *f, const char *url, struct fleet_instance **
     return WEFT_OK;
 }
 
-struct fleet_instance *fleet_find(const struct fleet *f, const char *url)
+struct fleet_instance *weft_fleet_find(const struct fleet *f, const char *url)
 {
     for (uint32_t i = 0; i < f->n; i++)
         if (!strcmp(f->inst[i]->url, url)) return f->inst[i];
     return NULL;
 }
 
-void fleet_remove(struct fleet *f, struct fleet_instance *in)
+void weft_fleet_remove(struct fleet *f, struct fleet_instance *in)
 {
     for (uint32_t i = 0; i < f->n; i++)
         if (f->inst[i] == in) {
             memmove(f->inst + i, f->inst + i + 1, sizeof *f->inst * (f->n - i - 1));
             f->n--;
             in->removed = true;
-            fleet_instance_unref(in);
+            weft_fleet_instance_unref(in);
             return;
         }
 }
 
-void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now)
+void weft_fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now)
 {
     in->load = *l;
     in->has_load = true;
@@ -175,7 +175,7 @@ void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct f
     if (want > in->ix.cap || want < in->ix.cap / 2) weft_prefix_index_resize(&in->ix, (uint32_t)want);
 }
 
-void fleet_poll_failed(struct fleet_instance *in)
+void weft_fleet_poll_failed(struct fleet_instance *in)
 {
     in->poll_failures++;
     in->healthy = false;
@@ -192,7 +192,7 @@ void fleet_poll_failed(struct fleet_instance *in)
     in->probing = false;
 }
 
-void fleet_request_result(struct fleet_instance *in, bool ok)
+void weft_fleet_request_result(struct fleet_instance *in, bool ok)
 {
     if (ok) {
         in->consecutive_failures = 0;
@@ -210,7 +210,7 @@ void fleet_request_result(struct fleet_instance *in, bool ok)
     }
 }
 
-bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash)
+bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash)
 {
     if (!in->ev_synced) return false;
     if (seq <= in->ev_seq) return true;  /* already in the snapshot */
@@ -226,22 +226,22 @@ bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64
     return true;
 }
 
-void fleet_kv_snapshot_begin(struct fleet_instance *in)
+void weft_fleet_kv_snapshot_begin(struct fleet_instance *in)
 {
     weft_prefix_index_clear(&in->ix);
     in->ev_synced = false;
 }
 
-void fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash) { weft_prefix_index_insert(&in->ix, hash); }
+void weft_fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash) { weft_prefix_index_insert(&in->ix, hash); }
 
-void fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq)
+void weft_fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq)
 {
     in->ev_seq = seq;
     in->ev_synced = true;
     in->resyncs++;
 }
 
-void fleet_kv_unsynced(struct fleet_instance *in) { in->ev_synced = false; }
+void weft_fleet_kv_unsynced(struct fleet_instance *in) { in->ev_synced = false; }
 
 static bool usable(const struct fleet *f, const struct fleet_instance *in)
 {
@@ -354,31 +354,31 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
     return WEFT_OK;
 }
 
-weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+weft_status weft_fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
                                 uint32_t max_tokens, double now, struct fleet_decision *d)
 {
     return decide(f, hashes, n_hashes, n_prompt, max_tokens, now, NULL, 0, d);
 }
 
-weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+weft_status weft_fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                          struct fleet_decision *d)
 {
-    return fleet_decide_except(f, ids, n, max_tokens, now, NULL, 0, d);
+    return weft_fleet_decide_except(f, ids, n, max_tokens, now, NULL, 0, d);
 }
 
-weft_status fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+weft_status weft_fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                                 struct fleet_instance *const *except, uint32_t n_except, struct fleet_decision *d)
 {
     uint32_t nb = (uint32_t)(n / 16 < MAX_PROMPT_BLOCKS ? n / 16 : MAX_PROMPT_BLOCKS);
     uint64_t stackbuf[256], *h = nb <= 256 ? stackbuf : malloc(sizeof(uint64_t) * nb);
     if (!h) return weft_error(WEFT_ERR_NOMEM, "router: out of memory");
-    nb = prompt_block_hashes(ids, n, h, nb);
+    nb = weft_prompt_block_hashes(ids, n, h, nb);
     weft_status st = decide(f, h, nb, (uint32_t)n, max_tokens, now, except, n_except, d);
     if (h != stackbuf) free(h);
     return st;
 }
 
-void fleet_first_token(struct fleet *f, struct fleet_decision *d)
+void weft_fleet_first_token(struct fleet *f, struct fleet_decision *d)
 {
     (void)f;
     if (!d->in || d->first_token_seen) return;
@@ -386,11 +386,11 @@ void fleet_first_token(struct fleet *f, struct fleet_decision *d)
     d->in->own_queued = d->in->own_queued > d->uncached ? d->in->own_queued - d->uncached : 0;
 }
 
-void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed)
+void weft_fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed)
 {
     struct fleet_instance *in = d->in;
     if (!in) return;
-    fleet_first_token(f, d);
+    weft_fleet_first_token(f, d);
     in->probing = false;
     if (in->own_waiting) in->own_waiting--;
     else if (in->own_running) in->own_running--;
@@ -409,10 +409,10 @@ void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_ca
     }
     d->in = NULL;
     d->runner_up = NULL;
-    fleet_instance_unref(in);
+    weft_fleet_instance_unref(in);
 }
 
-void fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed)
+void weft_fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed)
 {
     (void)f;
     struct fleet_instance *p = d->pd_in;
@@ -421,10 +421,10 @@ void fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed)
     if (p->own_running) p->own_running--;
     if (failed) p->errors++;
     d->pd_in = NULL;
-    fleet_instance_unref(p);
+    weft_fleet_instance_unref(p);
 }
 
-size_t fleet_index_bytes(const struct fleet *f)
+size_t weft_fleet_index_bytes(const struct fleet *f)
 {
     size_t b = 0;
     for (uint32_t i = 0; i < f->n; i++) b += weft_prefix_index_bytes(&f->inst[i]->ix);

@@ -39,11 +39,11 @@ struct fleet_load {
     char vendor[32];
     char backend[16];
     char device_class[32];         /* what it is counted as for scaling ("" from an older instance:
-                                      fleet_instance_class falls back to the device's name) */
+                                      weft_fleet_instance_class falls back to the device's name) */
 };
 
 /* Parse a /load body; false with err set when it is not one. */
-bool fleet_parse_load(const char *json, size_t len, struct fleet_load *out, char *err, size_t err_size);
+bool weft_fleet_parse_load(const char *json, size_t len, struct fleet_load *out, char *err, size_t err_size);
 
 /* The circuit breaker: CLOSED takes traffic; FLEET_CIRCUIT_FAILURES request
  * failures in a row (connect errors, 5xx, broken or hung answers) or a
@@ -110,80 +110,80 @@ struct fleet {
 };
 
 struct fleet_decision {
-    struct fleet_instance *in;     /* chosen (a reference is held until fleet_finished) */
+    struct fleet_instance *in;     /* chosen (a reference is held until weft_fleet_finished) */
     struct fleet_instance *runner_up;  /* NULL when none (no reference) */
     struct weft_route_choice best, second;
     uint32_t n_prompt, uncached;
     bool first_token_seen;
     int64_t generated;             /* the answer's completion_tokens, set by the caller before
-                                      fleet_finished when it saw them (> 0) */
+                                      weft_fleet_finished when it saw them (> 0) */
     /* a prefill/decode hand-off: the prefill instance (a reference, until
-     * fleet_pd_finished), its prediction, the prompt tokens it computes */
+     * weft_fleet_pd_finished), its prediction, the prompt tokens it computes */
     struct fleet_instance *pd_in;
     struct weft_route_pd_choice pd;
     uint32_t pd_uncached;
     bool pd_measured;              /* the prediction is from the prefill instance's measured rate */
 };
 
-void fleet_init(struct fleet *f, const struct fleet_config *cfg);
+void weft_fleet_init(struct fleet *f, const struct fleet_config *cfg);
 /* The class an instance counts in for scale-out signals and metric labels:
  * its reported device_class, else its device's name, else its backend, else "". */
-const char *fleet_instance_class(const struct fleet_instance *in);
+const char *weft_fleet_instance_class(const struct fleet_instance *in);
 /* Frees every instance (io must be released by the caller first). */
-void fleet_free(struct fleet *f);
+void weft_fleet_free(struct fleet *f);
 /* Add an instance by URL; WEFT_ERR_BUSY when full, WEFT_ERR_INVALID_ARG for
  * a URL that is not http://host:port. *out may be NULL. */
-weft_status fleet_add(struct fleet *f, const char *url, struct fleet_instance **out);
-struct fleet_instance *fleet_find(const struct fleet *f, const char *url);
+weft_status weft_fleet_add(struct fleet *f, const char *url, struct fleet_instance **out);
+struct fleet_instance *weft_fleet_find(const struct fleet *f, const char *url);
 /* Drop from the fleet (no new requests); freed once no decision holds it. */
-void fleet_remove(struct fleet *f, struct fleet_instance *in);
-void fleet_instance_unref(struct fleet_instance *in);
+void weft_fleet_remove(struct fleet *f, struct fleet_instance *in);
+void weft_fleet_instance_unref(struct fleet_instance *in);
 
 /* A /load report arrived (now: the caller's clock in seconds); the index is
- * resized to the reported capacity. A failed poll: fleet_poll_failed. */
-void fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now);
+ * resized to the reported capacity. A failed poll: weft_fleet_poll_failed. */
+void weft_fleet_apply_load(struct fleet *f, struct fleet_instance *in, const struct fleet_load *l, double now);
 /* (An instance that has never reported is only unhealthy: its circuit
  * opens for failures after it was up.) */
-void fleet_poll_failed(struct fleet_instance *in);
+void weft_fleet_poll_failed(struct fleet_instance *in);
 /* A request to in ended: ok, or failed in a way that counts against its
  * health (connect error, 5xx other than a capacity refusal, broken or hung
  * answer). Drives the circuit breaker. */
-void fleet_request_result(struct fleet_instance *in, bool ok);
+void weft_fleet_request_result(struct fleet_instance *in, bool ok);
 
 /* KV events (server/kv_events.c): apply one; false when seq shows a gap
- * (the caller resyncs from a snapshot: fleet_kv_snapshot_begin, inserts,
- * fleet_kv_snapshot_end). */
-bool fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash);
-void fleet_kv_snapshot_begin(struct fleet_instance *in);
-void fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash);
-void fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq);
-void fleet_kv_unsynced(struct fleet_instance *in);
+ * (the caller resyncs from a snapshot: weft_fleet_kv_snapshot_begin, inserts,
+ * weft_fleet_kv_snapshot_end). */
+bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash);
+void weft_fleet_kv_snapshot_begin(struct fleet_instance *in);
+void weft_fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash);
+void weft_fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq);
+void weft_fleet_kv_unsynced(struct fleet_instance *in);
 
 /* Choose an instance for a prompt of ids[0..n) (now: the caller's clock).
  * WEFT_OK with d filled and the dispatch counted (in-flight load, the
  * prompt's blocks into the chosen index); WEFT_ERR_NO_ROOM when no instance
  * can take it (all unhealthy, stale, full or draining). */
-weft_status fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+weft_status weft_fleet_decide(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                          struct fleet_decision *d);
 /* The same, never choosing an instance in except[0..n_except) (those a
  * request already failed on). */
-weft_status fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
+weft_status weft_fleet_decide_except(struct fleet *f, const int32_t *ids, size_t n, uint32_t max_tokens, double now,
                                 struct fleet_instance *const *except, uint32_t n_except, struct fleet_decision *d);
 /* The same with the block hashes already computed (hashes[0..n_hashes) of a
  * prompt of n_prompt tokens). */
-weft_status fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
+weft_status weft_fleet_decide_hashed(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
                                 uint32_t max_tokens, double now, struct fleet_decision *d);
 /* The chosen instance started answering (its prompt is done). */
-void fleet_first_token(struct fleet *f, struct fleet_decision *d);
+void weft_fleet_first_token(struct fleet *f, struct fleet_decision *d);
 /* The answer ended; actual_cached: the instance's cached_tokens, or -1 when
  * it did not say; failed: it ended in an error. Releases the reference. */
-void fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed);
+void weft_fleet_finished(struct fleet *f, struct fleet_decision *d, int64_t actual_cached, bool failed);
 
 /* The prefill instance of a hand-off answered (failed: it did not);
  * releases its reference (d->pd_in NULL after). */
-void fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed);
+void weft_fleet_pd_finished(struct fleet *f, struct fleet_decision *d, bool failed);
 
 /* Bytes held by the fleet's indexes. */
-size_t fleet_index_bytes(const struct fleet *f);
+size_t weft_fleet_index_bytes(const struct fleet *f);
 
 #endif

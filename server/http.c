@@ -128,7 +128,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     else s->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     s->n_conns--;
-    hpc_free(&c->pc);
+    weft_hpc_free(&c->pc);
     free(c->pend);
     free(c);
     server_check(s);
@@ -317,7 +317,7 @@ static void send_error(struct http_conn *c, int status, const char *msg)
         return;
     }
     char body[512];
-    size_t n = http_error_body(body, sizeof body, status >= 500 ? "server_error" : "invalid_request_error", NULL, msg);
+    size_t n = weft_http_error_body(body, sizeof body, status >= 500 ? "server_error" : "invalid_request_error", NULL, msg);
     char framing[48];
     snprintf(framing, sizeof framing, "Content-Length: %zu\r\n", n);
     struct wreq *w = head_new(status, "application/json", NULL, framing, false, n);
@@ -336,7 +336,7 @@ static const char *with_cors(struct http_conn *c, const char *extra, char *buf, 
 {
     if (!c->srv->lim.n_cors_origins) return extra;
     char cors[400];
-    if (!http_cors_headers(&c->srv->lim, http_header_get(&c->pc.req, "origin"), cors, sizeof cors)) return extra;
+    if (!weft_http_cors_headers(&c->srv->lim, weft_http_header_get(&c->pc.req, "origin"), cors, sizeof cors)) return extra;
     int n = snprintf(buf, cap, "%s%s", extra ? extra : "", cors);
     return n > 0 && (size_t)n < cap ? buf : extra;
 }
@@ -348,7 +348,7 @@ static void end_request(struct http_conn *c)
     c->on_close = NULL;
     c->on_close_user = NULL;
     c->on_writable = NULL;
-    hpc_next(&c->pc);
+    weft_hpc_next(&c->pc);
     if (c->closing) return;
     if (!c->keep || c->srv->draining) {
         conn_finish(c);
@@ -357,7 +357,7 @@ static void end_request(struct http_conn *c)
     process(c);  /* the next pipelined request, or wait for one */
 }
 
-void http_respond(struct http_conn *c, int status, const char *content_type, const char *extra_headers,
+void weft_http_respond(struct http_conn *c, int status, const char *content_type, const char *extra_headers,
                   const char *body, size_t len)
 {
     if (!c || !c->req_active || c->streaming) return;
@@ -380,7 +380,7 @@ void http_respond(struct http_conn *c, int status, const char *content_type, con
     end_request(c);
 }
 
-void http_respond_error(struct http_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
+void weft_http_respond_error(struct http_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
 {
     char msg[1024];
     va_list ap;
@@ -390,15 +390,15 @@ void http_respond_error(struct http_conn *c, int status, const char *type, const
     if (!type) type = status >= 500 ? "server_error" : "invalid_request_error";
     char *body = malloc(8192);
     if (!body) {
-        http_respond(c, status, "application/json", NULL, "{}", 2);
+        weft_http_respond(c, status, "application/json", NULL, "{}", 2);
         return;
     }
-    size_t n = http_error_body(body, 8192, type, param, msg);
-    http_respond(c, status, "application/json", NULL, body, n);
+    size_t n = weft_http_error_body(body, 8192, type, param, msg);
+    weft_http_respond(c, status, "application/json", NULL, body, n);
     free(body);
 }
 
-void http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *extra_headers)
+void weft_http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *extra_headers)
 {
     if (!c || !c->req_active || c->streaming) return;
     c->streaming = true;
@@ -413,7 +413,7 @@ void http_stream_begin(struct http_conn *c, int status, const char *content_type
     wreq_send(c, w);
 }
 
-bool http_stream_write(struct http_conn *c, const char *data, size_t len)
+bool weft_http_stream_write(struct http_conn *c, const char *data, size_t len)
 {
     if (!c || !c->req_active || !c->streaming || c->closing) return false;
     if (len == 0 || c->head) return true;  /* an empty chunk would end the stream */
@@ -430,21 +430,21 @@ bool http_stream_write(struct http_conn *c, const char *data, size_t len)
     return wreq_send(c, w);
 }
 
-void http_stream_end(struct http_conn *c)
+void weft_http_stream_end(struct http_conn *c)
 {
     if (!c || !c->req_active || !c->streaming) return;
     if (!c->closing && !c->head && c->chunked) conn_send(c, "0\r\n\r\n", 5);
     end_request(c);
 }
 
-void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
+void weft_http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user)
 {
     if (!c || !c->req_active) return;
     c->on_close = fn;
     c->on_close_user = user;
 }
 
-void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user)
+void weft_http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user)
 {
     if (!c || !c->req_active) return;
     c->on_writable = fn;
@@ -452,12 +452,12 @@ void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *u
     c->writable_below = below;
 }
 
-size_t http_conn_pending(const struct http_conn *c)
+size_t weft_http_conn_pending(const struct http_conn *c)
 {
     return c ? c->pending : 0;
 }
 
-size_t http_conn_unread(const struct http_conn *c)
+size_t weft_http_conn_unread(const struct http_conn *c)
 {
     if (!c) return 0;
     size_t n = c->pending;
@@ -468,19 +468,19 @@ size_t http_conn_unread(const struct http_conn *c)
     return n;
 }
 
-bool http_conn_over_client_limit(const struct http_conn *c)
+bool weft_http_conn_over_client_limit(const struct http_conn *c)
 {
     return c && c->over_limit;
 }
 
-void http_conn_exempt(struct http_conn *c)
+void weft_http_conn_exempt(struct http_conn *c)
 {
     if (!c) return;
     c->over_limit = false;
     c->exempt = true;
 }
 
-const char *http_conn_peer(const struct http_conn *c)
+const char *weft_http_conn_peer(const struct http_conn *c)
 {
     return c ? c->peer_text : "";
 }
@@ -588,7 +588,7 @@ static void process(struct http_conn *c)
     while (!c->closing && !c->finishing && !c->req_active && c->pend_off < c->pend_len &&
            c->pending <= s->lim.max_output) {
         size_t avail = c->pend_len - c->pend_off;
-        size_t used = hpc_feed(&c->pc, c->pend + c->pend_off, avail);
+        size_t used = weft_hpc_feed(&c->pc, c->pend + c->pend_off, avail);
         c->pend_off += used;
         if (c->pc.state == HPC_ERROR) {
             send_error(c, c->pc.err_status, c->pc.err_msg);
@@ -601,23 +601,23 @@ static void process(struct http_conn *c)
             c->continue_sent = false;
             c->keep = c->pc.req.keep_alive;
             c->head = c->pc.req.method == HTTP_M_HEAD;
-            const char *origin = http_header_get(&c->pc.req, "origin");
+            const char *origin = weft_http_header_get(&c->pc.req, "origin");
             if (s->lim.n_cors_origins && origin && c->pc.req.method == HTTP_M_OTHER &&
                 !strcmp(c->pc.req.method_name, "OPTIONS") &&
-                http_header_get(&c->pc.req, "access-control-request-method")) {
+                weft_http_header_get(&c->pc.req, "access-control-request-method")) {
                 /* a CORS preflight: the listener's policy answers it (http.h) */
                 char hdr[1024];
-                int st = http_cors_preflight(&s->lim, origin,
-                                             http_header_get(&c->pc.req, "access-control-request-headers"), hdr,
+                int st = weft_http_cors_preflight(&s->lim, origin,
+                                             weft_http_header_get(&c->pc.req, "access-control-request-headers"), hdr,
                                              sizeof hdr);
                 if (st == 204) {
-                    http_respond(c, 204, NULL, hdr, NULL, 0);
+                    weft_http_respond(c, 204, NULL, hdr, NULL, 0);
                 } else {
                     char body[400];
                     char msg[340];
                     snprintf(msg, sizeof msg, "the origin %.256s is not allowed (--cors-origin)", origin);
-                    size_t bn = http_error_body(body, sizeof body, "invalid_request_error", NULL, msg);
-                    http_respond(c, 403, "application/json", NULL, body, bn);
+                    size_t bn = weft_http_error_body(body, sizeof body, "invalid_request_error", NULL, msg);
+                    weft_http_respond(c, 403, "application/json", NULL, body, bn);
                 }
                 continue;
             }
@@ -687,7 +687,7 @@ static void on_connection(uv_stream_t *ls, int status)
     c->timer.data = c;
     c->handles = 2;
     c->srv = s;
-    hpc_init(&c->pc, &s->lim);
+    weft_hpc_init(&c->pc, &s->lim);
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
@@ -711,7 +711,7 @@ static void on_connection(uv_stream_t *ls, int status)
 
 static void on_failed_listener_closed(uv_handle_t *h) { free(h->data); }
 
-int http_server_start(uv_loop_t *loop, const char *host, int port, const struct http_limits *lim,
+int weft_http_server_start(uv_loop_t *loop, const char *host, int port, const struct http_limits *lim,
                       http_handler_fn fn, void *ctx, struct http_server **out)
 {
     *out = NULL;
@@ -723,7 +723,7 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, const struct 
     s->loop = loop;
     s->fn = fn;
     s->ctx = ctx;
-    hpc_limits_resolve(&s->lim, lim);
+    weft_hpc_limits_resolve(&s->lim, lim);
     struct sockaddr_storage addr;
     if (!host) host = "127.0.0.1";
     int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
@@ -749,7 +749,7 @@ int http_server_start(uv_loop_t *loop, const char *host, int port, const struct 
     return 0;
 }
 
-int http_server_port(const struct http_server *s)
+int weft_http_server_port(const struct http_server *s)
 {
     struct sockaddr_storage a;
     int len = sizeof a;
@@ -759,17 +759,17 @@ int http_server_port(const struct http_server *s)
     return -1;
 }
 
-uint32_t http_server_n_conns(const struct http_server *s)
+uint32_t weft_http_server_n_conns(const struct http_server *s)
 {
     return s ? s->n_conns : 0;
 }
 
-size_t http_server_output_peak(const struct http_server *s)
+size_t weft_http_server_output_peak(const struct http_server *s)
 {
     return s ? s->out_peak : 0;
 }
 
-size_t http_server_output_now(const struct http_server *s)
+size_t weft_http_server_output_now(const struct http_server *s)
 {
     return s ? s->out_now : 0;
 }
@@ -781,7 +781,7 @@ static void close_listener(struct http_server *s)
     uv_close((uv_handle_t *)&s->listener, on_listener_closed);
 }
 
-void http_server_drain(struct http_server *s, void (*done)(void *), void *arg)
+void weft_http_server_drain(struct http_server *s, void (*done)(void *), void *arg)
 {
     if (!s || s->freeing) return;
     s->draining = true;
@@ -798,7 +798,7 @@ void http_server_drain(struct http_server *s, void (*done)(void *), void *arg)
     server_check(s);
 }
 
-void http_server_close_soon(struct http_server *s, uint32_t ms)
+void weft_http_server_close_soon(struct http_server *s, uint32_t ms)
 {
     if (!s || s->freeing) return;
     s->draining = true;
@@ -816,7 +816,7 @@ void http_server_close_soon(struct http_server *s, uint32_t ms)
     server_check(s);
 }
 
-void http_server_free(struct http_server *s)
+void weft_http_server_free(struct http_server *s)
 {
     if (!s || s->freeing) return;
     s->freeing = true;

@@ -3,8 +3,8 @@
  * One libuv loop thread owns every connection. A connection carries
  * keep-alive and pipelined requests; they are handed to the handler one at
  * a time, in order: the next request on a connection is not parsed until the
- * response to the current one has ended (http_respond() or
- * http_stream_end()). The handler may answer at once or later (from the loop
+ * response to the current one has ended (weft_http_respond() or
+ * weft_http_stream_end()). The handler may answer at once or later (from the loop
  * thread, e.g. when engine events arrive through a uv_async).
  *
  * Everything a client can send is bounded (request line, header bytes and
@@ -42,7 +42,7 @@ struct http_limits {
                                   once the queue is down to half (default 1 MiB). A connection
                                   thus holds at most max_output + one response */
     uint32_t max_conns_per_client; /* connections from one peer address (default 64): past it a
-                                  connection is accepted flagged (http_conn_over_client_limit)
+                                  connection is accepted flagged (weft_http_conn_over_client_limit)
                                   and closed after its first response unless the handler exempts it */
     /* CORS, the listener's browser policy (not a limit; zero: no CORS at all): the origins
      * allowed ("*" among them allows any). For an allowed Origin every response, normal or
@@ -79,38 +79,38 @@ struct http_server;
 /* Called on the loop thread for each complete request. The request and its
  * strings are valid until the response ends. The handler must eventually
  * answer (respond or stream) unless the connection closes first. A handler
- * that answers later (not before it returns) must set http_conn_on_close:
+ * that answers later (not before it returns) must set weft_http_conn_on_close:
  * that is how it learns the connection pointer died. */
 typedef void (*http_handler_fn)(void *ctx, struct http_conn *c, const struct http_request *req);
 
 /* Lookup (case-insensitive); NULL when absent. */
-const char *http_header_get(const struct http_request *req, const char *name);
+const char *weft_http_header_get(const struct http_request *req, const char *name);
 
 /* The whole response. extra_headers: "Name: value\r\n..." or NULL. The body
  * is copied. Content-Length and Connection are added (no body nor
  * Content-Length for 1xx/204/304; no body for HEAD). Ends the request: the
  * next pipelined one (if any) goes to the handler, maybe before this returns.
  * Ignored when no request is waiting for an answer on c. */
-void http_respond(struct http_conn *c, int status, const char *content_type, const char *extra_headers,
+void weft_http_respond(struct http_conn *c, int status, const char *content_type, const char *extra_headers,
                   const char *body, size_t len);
 /* An OpenAI-style error body {"error":{"message","type","param","code"}};
  * type NULL: "invalid_request_error" (4xx) or "server_error" (5xx); code is null. */
-void http_respond_error(struct http_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
+void weft_http_respond_error(struct http_conn *c, int status, const char *type, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* The same error object as text, for callers that send it themselves (e.g. as
  * an SSE event): {"error":{"message":msg,"type":type,"param":param|null,"code":null}},
  * strings JSON-escaped, invalid UTF-8 replaced by U+FFFD. Writes at most cap
  * bytes including the NUL (cut short if too long); returns the length. */
-size_t http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg);
+size_t weft_http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg);
 
 /* A streamed response (chunked transfer encoding), e.g. SSE. To an HTTP/1.0
  * client: no chunking, the connection closes at the end. For HEAD: headers only. */
-void http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *extra_headers);
+void weft_http_stream_begin(struct http_conn *c, int status, const char *content_type, const char *extra_headers);
 /* Queue bytes (copied; len 0 is a no-op); returns false when the connection
  * is gone (then stop: on_close follows from the loop). */
-bool http_stream_write(struct http_conn *c, const char *data, size_t len);
-void http_stream_end(struct http_conn *c);
+bool weft_http_stream_write(struct http_conn *c, const char *data, size_t len);
+void weft_http_stream_end(struct http_conn *c);
 
 /* Called once when the connection closes for any reason while a request
  * is in progress (client disconnect mid-stream): the handler aborts its work.
@@ -118,78 +118,78 @@ void http_stream_end(struct http_conn *c);
  * when the response ends). It runs from a libuv close callback, never from
  * inside an http_* call. A client that half-closes (EOF) while its request is
  * in progress counts as gone. */
-void http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user);
+void weft_http_conn_on_close(struct http_conn *c, void (*fn)(void *user), void *user);
 /* Bytes queued for writing not yet sent (backpressure for streams: nothing
  * times out a response in progress, so a handler streaming to a client that
  * does not read should give up when this stays large). */
-size_t http_conn_pending(const struct http_conn *c);
+size_t weft_http_conn_pending(const struct http_conn *c);
 /* What the client has not read yet: the queued bytes above plus those in the
  * kernel's send queue for its socket (SIOCOUTQ; up to several MiB once the
  * kernel has grown the buffer). A stream's bound on a slow reader uses this. */
-size_t http_conn_unread(const struct http_conn *c);
+size_t weft_http_conn_unread(const struct http_conn *c);
 /* Call fn(user) once, from a write completion, when no more than below
  * bytes are queued unsent on c (a proxy resumes reading its upstream).
  * Replaces an earlier one; cleared when the response ends or c closes. */
-void http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user);
+void weft_http_conn_on_writable(struct http_conn *c, size_t below, void (*fn)(void *user), void *user);
 /* The connection was accepted past max_conns_per_client for its peer
- * address. Unless the handler calls http_conn_exempt() (e.g. for a trusted
+ * address. Unless the handler calls weft_http_conn_exempt() (e.g. for a trusted
  * upstream such as weft router), its first response says "Connection:
  * close" and it closes; until its first request it gets 2 s, not the idle
  * timeout. */
-bool http_conn_over_client_limit(const struct http_conn *c);
+bool weft_http_conn_over_client_limit(const struct http_conn *c);
 /* Lift the per-client limit for c: it is no longer flagged nor counted
  * against its peer address. */
-void http_conn_exempt(struct http_conn *c);
+void weft_http_conn_exempt(struct http_conn *c);
 /* The peer address as text ("127.0.0.1", "::1"), "" if unknown. */
-const char *http_conn_peer(const struct http_conn *c);
+const char *weft_http_conn_peer(const struct http_conn *c);
 
 /* Listen on host:port (host: IPv4 or IPv6 literal, NULL = 127.0.0.1; port 0:
- * any free port; see http_server_port). Returns 0, or a negative libuv error
+ * any free port; see weft_http_server_port). Returns 0, or a negative libuv error
  * (uv_strerror) with *out NULL; then run the loop once to release the handle.
  * Sets SIGPIPE to ignored (a write to a closed socket must be an error). All
  * http_* calls on a server and its connections happen on the loop's thread. */
-int http_server_start(uv_loop_t *loop, const char *host, int port, const struct http_limits *lim,
+int weft_http_server_start(uv_loop_t *loop, const char *host, int port, const struct http_limits *lim,
                       http_handler_fn fn, void *ctx, struct http_server **out);
-int http_server_port(const struct http_server *s);
+int weft_http_server_port(const struct http_server *s);
 /* Stop accepting; idle keep-alive connections are closed; requests in
  * progress (or half received) continue and their responses say
  * "Connection: close". *done is called (from the loop) once no connection is
- * left; it may call http_server_free. */
-void http_server_drain(struct http_server *s, void (*done)(void *), void *arg);
-uint32_t http_server_n_conns(const struct http_server *s);
+ * left; it may call weft_http_server_free. */
+void weft_http_server_drain(struct http_server *s, void (*done)(void *), void *arg);
+uint32_t weft_http_server_n_conns(const struct http_server *s);
 /* Like drain, but now: stop accepting; a connection whose last answer is
  * queued gets at most ms to take it (then closes), every other one closes
  * at once (on_close fires for requests in progress). A drain's done
  * callback still follows once no connection is left. */
-void http_server_close_soon(struct http_server *s, uint32_t ms);
+void weft_http_server_close_soon(struct http_server *s, uint32_t ms);
 /* The most bytes ever queued unsent on one connection (the output bound at
  * work: at most max_output + the largest single response), and the bytes
  * queued unsent on all connections now. */
-size_t http_server_output_peak(const struct http_server *s);
-size_t http_server_output_now(const struct http_server *s);
+size_t weft_http_server_output_peak(const struct http_server *s);
+size_t weft_http_server_output_now(const struct http_server *s);
 /* Closes the listener and every connection (on_close fires for requests in
  * progress). Memory is released from libuv close callbacks: keep running the
  * loop until it returns. */
-void http_server_free(struct http_server *s);
+void weft_http_server_free(struct http_server *s);
 
 /* The CORS headers a response to a request with this Origin header value
  * gets under lim's policy ("Access-Control-Allow-Origin: ...\r\nVary:
  * Origin\r\n"), or "" when none (no policy, no Origin, not allowed). Writes
  * at most cap bytes including the NUL; returns the length. */
-size_t http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap);
+size_t weft_http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap);
 /* A preflight's answer under lim's policy: the status (204, or 403 for an
  * origin not allowed) and its headers in buf (cap bytes) besides those of
- * http_cors_headers (which every response gets): Allow-Methods, Max-Age and
+ * weft_http_cors_headers (which every response gets): Allow-Methods, Max-Age and
  * Allow-Headers, from the Origin and Access-Control-Request-Headers values
  * (the latter may be NULL). */
-int http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
+int weft_http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
                         size_t cap);
 
 /* The request parser without sockets (fuzzing, tests): feed bytes, get the
  * requests it would hand to the handler and the error status it would send
  * (0 = none yet, or -1 for "close without a response"). */
 struct http_parse_result { uint32_t n_requests; int error_status; };
-struct http_parse_result http_parse_bytes(const struct http_limits *lim, const char *data, size_t len);
+struct http_parse_result weft_http_parse_bytes(const struct http_limits *lim, const char *data, size_t len);
 /* The same, with a look at each request (valid during the call only) and the
  * bytes fed in pieces of feed_size (0: all at once), as a socket would. */
 struct http_parse_opts {
@@ -197,7 +197,7 @@ struct http_parse_opts {
     void *ctx;
     size_t feed_size;
 };
-struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
+struct http_parse_result weft_http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
                                              const struct http_parse_opts *opt);
 
 #endif

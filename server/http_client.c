@@ -438,7 +438,7 @@ static int conn_open(struct hcl_pool *p, struct hcl_req *r)
     return 0;
 }
 
-int hcl_request(struct hcl_pool *p, const struct hcl_opts *o, const struct hcl_callbacks *cb, void *user,
+int weft_hcl_request(struct hcl_pool *p, const struct hcl_opts *o, const struct hcl_callbacks *cb, void *user,
                 struct hcl_req **out)
 {
     if (out) *out = NULL;
@@ -481,7 +481,7 @@ int hcl_request(struct hcl_pool *p, const struct hcl_opts *o, const struct hcl_c
     return 0;
 }
 
-void hcl_cancel(struct hcl_req *r)
+void weft_hcl_cancel(struct hcl_req *r)
 {
     if (!r || r->cancelled) return;
     r->cancelled = true;
@@ -495,7 +495,7 @@ void hcl_cancel(struct hcl_req *r)
     req_free(r);
 }
 
-void hcl_pause(struct hcl_req *r)
+void weft_hcl_pause(struct hcl_req *r)
 {
     if (!r || r->paused) return;
     r->paused = true;
@@ -507,7 +507,7 @@ void hcl_pause(struct hcl_req *r)
     if (c && c->connected) timer_arm(c, 0);
 }
 
-void hcl_resume(struct hcl_req *r)
+void weft_hcl_resume(struct hcl_req *r)
 {
     if (!r || !r->paused) return;
     r->paused = false;
@@ -517,7 +517,7 @@ void hcl_resume(struct hcl_req *r)
     if (c->connected && !c->reading) c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
 }
 
-int hcl_pool_create(uv_loop_t *loop, const struct sockaddr *addr, const char *host, uint32_t max_idle,
+int weft_hcl_pool_create(uv_loop_t *loop, const struct sockaddr *addr, const char *host, uint32_t max_idle,
                     uint32_t idle_ms, struct hcl_pool **out)
 {
     *out = NULL;
@@ -536,7 +536,7 @@ int hcl_pool_create(uv_loop_t *loop, const struct sockaddr *addr, const char *ho
     return 0;
 }
 
-void hcl_pool_free(struct hcl_pool *p)
+void weft_hcl_pool_free(struct hcl_pool *p)
 {
     if (!p || p->freed) return;
     p->freed = true;
@@ -557,11 +557,11 @@ void hcl_pool_free(struct hcl_pool *p)
     pool_maybe_free(p);
 }
 
-uint32_t hcl_pool_active(const struct hcl_pool *p) { return p->n_active; }
-uint32_t hcl_pool_idle(const struct hcl_pool *p) { return p->n_idle; }
-uint64_t hcl_pool_connects(const struct hcl_pool *p) { return p->connects; }
+uint32_t weft_hcl_pool_active(const struct hcl_pool *p) { return p->n_active; }
+uint32_t weft_hcl_pool_idle(const struct hcl_pool *p) { return p->n_idle; }
+uint64_t weft_hcl_pool_connects(const struct hcl_pool *p) { return p->connects; }
 
-bool hcl_parse_url(const char *url, char **host, int *port)
+bool weft_hcl_parse_url(const char *url, char **host, int *port)
 {
     *host = NULL;
     *port = 0;

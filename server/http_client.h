@@ -48,28 +48,28 @@ struct hcl_opts {
 /* An upstream at addr (copied); host is sent as the Host header. At most
  * max_idle connections are kept open between requests (0: 8); an idle one
  * closes after idle_ms (0: 20 s, below weft serve's 60 s). */
-int hcl_pool_create(uv_loop_t *loop, const struct sockaddr *addr, const char *host, uint32_t max_idle,
+int weft_hcl_pool_create(uv_loop_t *loop, const struct sockaddr *addr, const char *host, uint32_t max_idle,
                     uint32_t idle_ms, struct hcl_pool **out);
 /* Closes every connection; requests still in progress get on_done(HCL_E_CLOSED)
  * (from this call). Memory goes in libuv close callbacks: keep running the loop. */
-void hcl_pool_free(struct hcl_pool *p);
-uint32_t hcl_pool_active(const struct hcl_pool *p);  /* requests in progress */
-uint32_t hcl_pool_idle(const struct hcl_pool *p);    /* idle keep-alive connections */
-uint64_t hcl_pool_connects(const struct hcl_pool *p); /* connections opened so far */
+void weft_hcl_pool_free(struct hcl_pool *p);
+uint32_t weft_hcl_pool_active(const struct hcl_pool *p);  /* requests in progress */
+uint32_t weft_hcl_pool_idle(const struct hcl_pool *p);    /* idle keep-alive connections */
+uint64_t weft_hcl_pool_connects(const struct hcl_pool *p); /* connections opened so far */
 
 /* Start a request. Returns 0 with *out set (may be NULL when not wanted),
  * or a negative error (nothing is called back then). Never calls back
  * before it returns. */
-int hcl_request(struct hcl_pool *p, const struct hcl_opts *o, const struct hcl_callbacks *cb, void *user,
+int weft_hcl_request(struct hcl_pool *p, const struct hcl_opts *o, const struct hcl_callbacks *cb, void *user,
                 struct hcl_req **out);
 /* No more callbacks for r; its connection is closed (the server sees the
  * client leave). Safe from inside r's own callbacks. */
-void hcl_cancel(struct hcl_req *r);
+void weft_hcl_cancel(struct hcl_req *r);
 /* Stop / start reading r's answer (backpressure); the timeout does not run while paused. */
-void hcl_pause(struct hcl_req *r);
-void hcl_resume(struct hcl_req *r);
+void weft_hcl_pause(struct hcl_req *r);
+void weft_hcl_resume(struct hcl_req *r);
 
 /* "http://host:port[/...]" -> host (malloc'd) and port; false if not that. */
-bool hcl_parse_url(const char *url, char **host, int *port);
+bool weft_hcl_parse_url(const char *url, char **host, int *port);
 
 #endif

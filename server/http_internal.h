@@ -1,9 +1,9 @@
 /* Private to server/http*.c: the request parser core shared by the socket
- * server (http.c) and http_parse_bytes (http_parse.c). No sockets here.
+ * server (http.c) and weft_http_parse_bytes (http_parse.c). No sockets here.
  *
- * A core turns a byte stream into requests one at a time: hpc_feed() stops
+ * A core turns a byte stream into requests one at a time: weft_hpc_feed() stops
  * (pauses http-parser) right after a complete request, so bytes of the next
- * pipelined request stay with the caller until hpc_next(). */
+ * pipelined request stay with the caller until weft_hpc_next(). */
 #ifndef WEFT_SERVER_HTTP_INTERNAL_H
 #define WEFT_SERVER_HTTP_INTERNAL_H
 
@@ -18,7 +18,7 @@
 enum hpc_state {
     HPC_IDLE,   /* between requests: nothing of the next one seen yet */
     HPC_MSG,    /* a request has begun and is not complete */
-    HPC_READY,  /* a complete request is in hpc.req; call hpc_next() when done with it */
+    HPC_READY,  /* a complete request is in hpc.req; call weft_hpc_next() when done with it */
     HPC_ERROR,  /* the stream is broken: answer err_status (or close if -1) and close */
 };
 
@@ -55,14 +55,14 @@ struct hpc {
 };
 
 /* Fills every zero field of *lim (or all, if lim is NULL) with its default. */
-void hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim);
-void hpc_init(struct hpc *h, const struct http_limits *lim);
-void hpc_free(struct hpc *h);
+void weft_hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim);
+void weft_hpc_init(struct hpc *h, const struct http_limits *lim);
+void weft_hpc_free(struct hpc *h);
 /* Parses up to len bytes; returns how many were consumed. Stops early on a
  * complete request (HPC_READY) or an error (HPC_ERROR). */
-size_t hpc_feed(struct hpc *h, const char *data, size_t len);
+size_t weft_hpc_feed(struct hpc *h, const char *data, size_t len);
 /* After HPC_READY: forget the request, get ready for the next one. */
-void hpc_next(struct hpc *h);
+void weft_hpc_next(struct hpc *h);
 
 /* "HTTP/1.1 100 Continue\r\n\r\n" is due: headers complete and body not yet received */
 static inline bool hpc_wants_continue(const struct hpc *h)

@@ -1,6 +1,6 @@
 /* The request parser core (http_internal.h): http-parser callbacks that copy
  * a request into per-connection buffers and enforce the limits, the mapping
- * of parse failures to HTTP statuses, and http_parse_bytes(). */
+ * of parse failures to HTTP statuses, and weft_http_parse_bytes(). */
 #include "server/http_internal.h"
 
 #include <stdarg.h>
@@ -26,7 +26,7 @@
 #define DEF_MAX_OUTPUT (1u << 20)
 #define DEF_MAX_CONNS_PER_CLIENT 64u
 
-void hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim)
+void weft_hpc_limits_resolve(struct http_limits *out, const struct http_limits *lim)
 {
     struct http_limits l = {0};
     if (lim) l = *lim;
@@ -345,7 +345,7 @@ static int on_headers_complete(http_parser *p)
     r->keep_alive = false;
 
     bool has_body = (p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > 0);
-    const char *ex = http_header_get(r, "expect");
+    const char *ex = weft_http_header_get(r, "expect");
     h->expect_continue = has_body && ex && strcasecmp(ex, "100-continue") == 0 && p->http_minor >= 1;
     return 0;
 }
@@ -391,10 +391,10 @@ static const http_parser_settings settings = {
 
 /* ---- the core ---- */
 
-void hpc_init(struct hpc *h, const struct http_limits *lim)
+void weft_hpc_init(struct hpc *h, const struct http_limits *lim)
 {
     memset(h, 0, sizeof *h);
-    hpc_limits_resolve(&h->lim, lim);
+    weft_hpc_limits_resolve(&h->lim, lim);
     http_parser_init(&h->p, HTTP_REQUEST);
     h->p.data = h;
     /* http-parser's compiled-in bound must not undercut ours (a global; only
@@ -403,7 +403,7 @@ void hpc_init(struct hpc *h, const struct http_limits *lim)
     if (need > PARSER_DEFAULT_MAX_HEADER) http_parser_set_max_header_size(need > 0x7fffffff ? 0x7fffffff : (uint32_t)need);
 }
 
-void hpc_free(struct hpc *h)
+void weft_hpc_free(struct hpc *h)
 {
     free(h->sb);
     free(h->hoff);
@@ -412,7 +412,7 @@ void hpc_free(struct hpc *h)
     memset(h, 0, sizeof *h);
 }
 
-void hpc_next(struct hpc *h)
+void weft_hpc_next(struct hpc *h)
 {
     if (h->sb_cap > KEEP_BUF) { free(h->sb); h->sb = NULL; h->sb_cap = 0; }
     if (h->body_cap > KEEP_BUF) { free(h->body); h->body = NULL; h->body_cap = 0; }
@@ -429,7 +429,7 @@ void hpc_next(struct hpc *h)
     http_parser_pause(&h->p, 0);
 }
 
-size_t hpc_feed(struct hpc *h, const char *data, size_t len)
+size_t weft_hpc_feed(struct hpc *h, const char *data, size_t len)
 {
     if (h->state == HPC_READY || h->state == HPC_ERROR || len == 0) return 0;
     /* keep the first bytes of the message (after any CR/LF between requests) */
@@ -459,7 +459,7 @@ size_t hpc_feed(struct hpc *h, const char *data, size_t len)
 
 /* ---- public helpers ---- */
 
-const char *http_header_get(const struct http_request *req, const char *name)
+const char *weft_http_header_get(const struct http_request *req, const char *name)
 {
     if (!req || !name) return NULL;
     for (uint32_t i = 0; i < req->n_headers; i++)
@@ -536,7 +536,7 @@ static void jw_str(struct jw *w, const char *s)
     jw_put(w, "\"", 1);
 }
 
-size_t http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg)
+size_t weft_http_error_body(char *buf, size_t cap, const char *type, const char *param, const char *msg)
 {
     if (!buf || cap == 0) return 0;
     struct jw w = {buf, cap, 0, false};
@@ -552,23 +552,23 @@ size_t http_error_body(char *buf, size_t cap, const char *type, const char *para
     return w.len;
 }
 
-struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
+struct http_parse_result weft_http_parse_bytes_ex(const struct http_limits *lim, const char *data, size_t len,
                                              const struct http_parse_opts *opt)
 {
     struct http_parse_result res = {0, 0};
     struct hpc *h = malloc(sizeof *h);
     if (!h) { res.error_status = 503; return res; }
-    hpc_init(h, lim);
+    weft_hpc_init(h, lim);
     size_t off = 0, step = opt && opt->feed_size ? opt->feed_size : len;
     while (off < len) {
         size_t n = len - off < step ? len - off : step;
-        size_t used = hpc_feed(h, data + off, n);
+        size_t used = weft_hpc_feed(h, data + off, n);
         off += used;
         if (h->state == HPC_READY) {
             res.n_requests++;
             bool keep = h->req.keep_alive;
             if (opt && opt->on_request) opt->on_request(opt->ctx, &h->req);
-            hpc_next(h);
+            weft_hpc_next(h);
             if (!keep) break;
         } else if (h->state == HPC_ERROR) {
             res.error_status = h->err_status;
@@ -577,14 +577,14 @@ struct http_parse_result http_parse_bytes_ex(const struct http_limits *lim, cons
             break;  /* not reached: the core consumes everything unless it stops */
         }
     }
-    hpc_free(h);
+    weft_hpc_free(h);
     free(h);
     return res;
 }
 
-struct http_parse_result http_parse_bytes(const struct http_limits *lim, const char *data, size_t len)
+struct http_parse_result weft_http_parse_bytes(const struct http_limits *lim, const char *data, size_t len)
 {
-    return http_parse_bytes_ex(lim, data, len, NULL);
+    return weft_http_parse_bytes_ex(lim, data, len, NULL);
 }
 
 /* ---- CORS (http.h): pure, so the unit tests drive it directly ---- */
@@ -603,7 +603,7 @@ static bool cors_allowed(const struct http_limits *lim, const char *origin)
     return false;
 }
 
-size_t http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap)
+size_t weft_http_cors_headers(const struct http_limits *lim, const char *origin, char *buf, size_t cap)
 {
     if (cap) buf[0] = 0;
     if (!cors_allowed(lim, origin)) return 0;
@@ -625,7 +625,7 @@ static bool cors_header_ok(const char *h, size_t n)
     return (n > 11 && !strncasecmp(h, "x-stainless-", 12)) || (n > 7 && !strncasecmp(h, "openai-", 7));
 }
 
-int http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
+int weft_http_cors_preflight(const struct http_limits *lim, const char *origin, const char *req_headers, char *buf,
                         size_t cap)
 {
     if (cap) buf[0] = 0;

@@ -8,7 +8,7 @@
 
 /* Whitespace is bounded (a model that keeps emitting it still ends); a
  * newline may be followed by an indentation that deep JSON needs. */
-const char json_schema_common_rules[] =
+const char weft_json_schema_common_rules[] =
     "j-ws ::= [ \\t]{0,4} (\"\\n\" [ \\t]{0,48}){0,2}\n"
     "j-char ::= [^\"\\\\\\x00-\\x1f] | \"\\\\\" ([\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4})\n"
     "j-string ::= \"\\\"\" j-char* \"\\\"\"\n"
@@ -576,7 +576,7 @@ static bool rule_for(struct conv *c, json_t *s, const char *path, char *name, si
     return true;
 }
 
-bool json_schema_rules(json_t *schema, const char *root_name, const char *prefix, char **buf, size_t *len,
+bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *prefix, char **buf, size_t *len,
                        size_t *cap, char *err, size_t err_size)
 {
     struct conv *c = calloc(1, sizeof *c);
@@ -598,13 +598,13 @@ bool json_schema_rules(json_t *schema, const char *root_name, const char *prefix
     return ok;
 }
 
-bool json_schema_grammar(json_t *schema, char **out, char *err, size_t err_size)
+bool weft_json_schema_grammar(json_t *schema, char **out, char *err, size_t err_size)
 {
     char *buf = NULL;
     size_t len = 0, cap = 0;
     struct sb b = {&buf, &len, &cap, false};
-    sb_puts(&b, json_schema_common_rules);
-    if (b.oom || !json_schema_rules(schema, "root", "s-", &buf, &len, &cap, err, err_size)) {
+    sb_puts(&b, weft_json_schema_common_rules);
+    if (b.oom || !weft_json_schema_rules(schema, "root", "s-", &buf, &len, &cap, err, err_size)) {
         if (b.oom) snprintf(err, err_size, "out of memory");
         free(buf);
         *out = NULL;

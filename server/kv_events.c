@@ -104,25 +104,25 @@ static void sub_end(struct kv_events *k, struct kv_sub *u, const char *why)
 {
     char b[400];
     memcpy(b, "data: ", 6);
-    size_t n = http_error_body(b + 6, sizeof b - 8, "server_error", NULL, why);
+    size_t n = weft_http_error_body(b + 6, sizeof b - 8, "server_error", NULL, why);
     memcpy(b + 6 + n, "\n\n", 2);
-    http_stream_write(u->c, b, n + 8);
+    weft_http_stream_write(u->c, b, n + 8);
     struct http_conn *c = u->c;
     sub_unlink(k, u);
     free(u);
-    http_stream_end(c);  /* clears the on_close hook with the request */
+    weft_http_stream_end(c);  /* clears the on_close hook with the request */
 }
 
 static void broadcast(struct kv_events *k, const char *data, size_t len)
 {
     for (struct kv_sub *u = k->subs, *next; u; u = next) {
         next = u->next;
-        if (http_conn_pending(u->c) > SUB_MAX_PENDING) {
+        if (weft_http_conn_pending(u->c) > SUB_MAX_PENDING) {
             k->dropped_subs++;
             sub_end(k, u, "this subscriber did not read its KV events: resync from GET /v1/kv/index");
             continue;
         }
-        http_stream_write(u->c, data, len);  /* a failed write: on_close follows */
+        weft_http_stream_write(u->c, data, len);  /* a failed write: on_close follows */
     }
 }
 
@@ -144,7 +144,7 @@ static void on_kv_event(void *user, enum weft_kv_event_kind kind, uint64_t hash,
         k->cap_q = cap;
     }
     k->q[k->n_q++] = (struct kv_ev){(uint8_t)kind, hash, parent};
-    if (k->remote && kind == WEFT_KV_EVENT_STORED) kv_remote_stored(k->remote, hash);
+    if (k->remote && kind == WEFT_KV_EVENT_STORED) weft_kv_remote_stored(k->remote, hash);
     bool closing = k->closing;
     pthread_mutex_unlock(&k->mu);
     if (!closing) uv_async_send(&k->async);
@@ -166,7 +166,7 @@ static void deliver(uv_async_t *a)
     pthread_mutex_unlock(&k->mu);
     if (lost) k->seq++;  /* a number nobody gets: subscribers see the gap and resync */
     if (n == 0) return;
-    server_pd_kick(k->s);  /* blocks committed: PD pushes move on */
+    weft_server_pd_kick(k->s);  /* blocks committed: PD pushes move on */
     size_t per = 200, len = 0;  /* one event is at most ~152 bytes */
     char *buf = k->subs ? malloc(per * n) : NULL;
     for (uint32_t i = 0; i < n; i++) {
@@ -186,7 +186,7 @@ static void deliver(uv_async_t *a)
 
 /* ---- lifecycle and endpoints ---- */
 
-weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
+weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
 {
     struct kv_events *k = calloc(1, sizeof *k);
     uint32_t cap = 16;
@@ -211,7 +211,7 @@ weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
     return WEFT_OK;
 }
 
-void server_kv_events_drop_remote(struct weft_server *s)
+void weft_server_kv_events_drop_remote(struct weft_server *s)
 {
     struct kv_events *k = s->kv_events;
     if (!k) return;
@@ -220,7 +220,7 @@ void server_kv_events_drop_remote(struct weft_server *s)
     pthread_mutex_unlock(&k->mu);
 }
 
-void server_kv_events_end_all(struct weft_server *s, const char *why)
+void weft_server_kv_events_end_all(struct weft_server *s, const char *why)
 {
     struct kv_events *k = s->kv_events;
     if (!k) return;
@@ -238,7 +238,7 @@ static void on_async_closed(uv_handle_t *h)
     free(k);
 }
 
-void server_kv_events_close(struct weft_server *s)
+void weft_server_kv_events_close(struct weft_server *s)
 {
     struct kv_events *k = s->kv_events;
     if (!k) return;
@@ -250,46 +250,46 @@ void server_kv_events_close(struct weft_server *s)
     pthread_mutex_unlock(&k->mu);
     while (k->subs) {  /* their connections are being closed: forget them */
         struct kv_sub *u = k->subs;
-        http_conn_on_close(u->c, NULL, NULL);
+        weft_http_conn_on_close(u->c, NULL, NULL);
         sub_unlink(k, u);
         free(u);
     }
     uv_close((uv_handle_t *)&k->async, on_async_closed);
 }
 
-void server_do_kv_events(struct weft_server *s, struct http_conn *c)
+void weft_server_do_kv_events(struct weft_server *s, struct http_conn *c)
 {
     struct kv_events *k = s->kv_events;
     struct kv_sub *u = k && !s->draining ? calloc(1, sizeof *u) : NULL;
     if (!u) {
-        metrics_request(&s->metrics, "/v1/kv/events", 503);
-        http_respond_error(c, 503, "server_error", NULL, s->draining ? "the server is shutting down" : "out of memory");
+        weft_metrics_request(&s->metrics, "/v1/kv/events", 503);
+        weft_http_respond_error(c, 503, "server_error", NULL, s->draining ? "the server is shutting down" : "out of memory");
         return;
     }
-    metrics_request(&s->metrics, "/v1/kv/events", 200);
+    weft_metrics_request(&s->metrics, "/v1/kv/events", 200);
     u->s = s;
     u->c = c;
     u->next = k->subs;
     if (k->subs) k->subs->prev = u;
     k->subs = u;
     k->n_subs++;
-    http_conn_on_close(c, sub_gone, u);
-    http_stream_begin(c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+    weft_http_conn_on_close(c, sub_gone, u);
+    weft_http_stream_begin(c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
     char hello[160];
     int n = snprintf(hello, sizeof hello, "id: %llu\ndata: {\"seq\":%llu,\"type\":\"hello\",\"block_tokens\":%d}\n\n",
                      (unsigned long long)k->seq, (unsigned long long)k->seq, WEFT_KV_BLOCK_TOKENS);
-    http_stream_write(c, hello, (size_t)n);
+    weft_http_stream_write(c, hello, (size_t)n);
 }
 
-void server_do_kv_index(struct weft_server *s, struct http_conn *c)
+void weft_server_do_kv_index(struct weft_server *s, struct http_conn *c)
 {
     struct kv_events *k = s->kv_events;
     size_t cap = 256 + (size_t)(k ? k->count : 0) * 40, len = 0;
     char *b = malloc(cap);
     if (!b || !k) {
         free(b);
-        metrics_request(&s->metrics, "/v1/kv/index", 503);
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_metrics_request(&s->metrics, "/v1/kv/index", 503);
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
     char fp[WEFT_FINGERPRINT_STR];
@@ -304,9 +304,9 @@ void server_do_kv_index(struct weft_server *s, struct http_conn *c)
         first = false;
     }
     len += (size_t)snprintf(b + len, cap - len, "]}");
-    metrics_request(&s->metrics, "/v1/kv/index", 200);
-    http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, len);
+    weft_metrics_request(&s->metrics, "/v1/kv/index", 200);
+    weft_http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, len);
     free(b);
 }
 
-uint32_t server_kv_subscribers(const struct weft_server *s) { return s->kv_events ? s->kv_events->n_subs : 0; }
+uint32_t weft_server_kv_subscribers(const struct weft_server *s) { return s->kv_events ? s->kv_events->n_subs : 0; }

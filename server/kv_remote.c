@@ -37,7 +37,7 @@ struct kv_remote {
     pthread_mutex_t rmu;    /* one reader at a time on rlink */
     struct link rlink;
     double last_probe;
-    struct kv_remote_stats st;
+    struct weft_kv_remote_stats st;
 };
 
 static double now_s(void)
@@ -184,7 +184,7 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-void kv_remote_stored(struct kv_remote *r, uint64_t hash)
+void weft_kv_remote_stored(struct kv_remote *r, uint64_t hash)
 {
     pthread_mutex_lock(&r->mu);
     if (r->q_len == r->q_cap) {
@@ -275,7 +275,7 @@ static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *has
     return true;
 }
 
-uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
+uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
 {
     if (n < 2) return 0;
     uint32_t nb = (n - 1) / WEFT_KV_BLOCK_TOKENS;  /* the blocks a prompt can take: one token is left to compute */
@@ -369,7 +369,7 @@ static weft_status parse_url(struct kv_remote *r, const char *url)
     return WEFT_OK;
 }
 
-weft_status kv_remote_create(const struct kv_remote_config *cfg, struct weft_engine *eng,
+weft_status weft_kv_remote_create(const struct kv_remote_config *cfg, struct weft_engine *eng,
                              const struct weft_fingerprint *fp, struct kv_remote **out)
 {
     *out = NULL;
@@ -406,7 +406,7 @@ weft_status kv_remote_create(const struct kv_remote_config *cfg, struct weft_eng
     return WEFT_OK;
 }
 
-void kv_remote_free(struct kv_remote *r)
+void weft_kv_remote_free(struct kv_remote *r)
 {
     if (!r) return;
     pthread_mutex_lock(&r->mu);
@@ -423,7 +423,7 @@ void kv_remote_free(struct kv_remote *r)
     free(r);
 }
 
-void kv_remote_stats(struct kv_remote *r, struct kv_remote_stats *out)
+void weft_kv_remote_stats(struct kv_remote *r, struct weft_kv_remote_stats *out)
 {
     pthread_mutex_lock(&r->mu);
     *out = r->st;

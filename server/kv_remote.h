@@ -37,7 +37,7 @@ struct kv_remote_config {
     uint32_t queue;              /* blocks waiting to be written (0: 4096) */
 };
 
-struct kv_remote_stats {
+struct weft_kv_remote_stats {
     uint64_t written, write_dropped, write_errors;   /* blocks SET (new), dropped (queue full / down), failed */
     uint64_t lookups, hit_blocks, miss_blocks;       /* MGETs, blocks found / not found */
     uint64_t fetched_bytes, rejected;                /* bytes read; values refused by the block reader */
@@ -51,19 +51,19 @@ struct kv_remote;
 
 /* Parses the URL and starts the writer; connecting happens on first use (a
  * Redis that is not up yet is not an error). */
-weft_status kv_remote_create(const struct kv_remote_config *cfg, struct weft_engine *eng,
+weft_status weft_kv_remote_create(const struct kv_remote_config *cfg, struct weft_engine *eng,
                              const struct weft_fingerprint *fp, struct kv_remote **out);
-void kv_remote_free(struct kv_remote *r);
+void weft_kv_remote_free(struct kv_remote *r);
 
 /* Queue a block for write-behind (from the engine's KV event callback:
  * never blocks). */
-void kv_remote_stored(struct kv_remote *r, uint64_t hash);
+void weft_kv_remote_stored(struct kv_remote *r, uint64_t hash);
 
 /* Bring the blocks of prompt[0..n) this engine lacks in from Redis, when
  * worth it (see above). Any thread but the engine's; returns the blocks
  * imported. */
-uint32_t kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n);
+uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n);
 
-void kv_remote_stats(struct kv_remote *r, struct kv_remote_stats *out);
+void weft_kv_remote_stats(struct kv_remote *r, struct weft_kv_remote_stats *out);
 
 #endif

@@ -16,7 +16,7 @@ static const double e2e_bounds[METRIC_HIST_BUCKETS] = {0.1, 0.25, 0.5, 1, 2.5, 5
 static const double queue_bounds[METRIC_HIST_BUCKETS] = {0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                          0.5, 1, 2.5, 5, 10, 30, 60};
 
-void metrics_init(struct metrics *m)
+void weft_metrics_init(struct metrics *m)
 {
     memset(m, 0, sizeof *m);
     m->queue.bounds = queue_bounds;
@@ -25,7 +25,7 @@ void metrics_init(struct metrics *m)
     m->e2e.bounds = e2e_bounds;
 }
 
-void metrics_request(struct metrics *m, const char *endpoint, int status)
+void weft_metrics_request(struct metrics *m, const char *endpoint, int status)
 {
     for (uint32_t i = 0; i < m->n_reqs; i++)
         if (m->reqs[i].status == status && !strcmp(m->reqs[i].endpoint, endpoint)) {
@@ -39,7 +39,7 @@ void metrics_request(struct metrics *m, const char *endpoint, int status)
     k->n = 1;
 }
 
-void metrics_observe(struct metric_hist *h, double s)
+void weft_metrics_observe(struct metric_hist *h, double s)
 {
     int i = 0;
     while (i < METRIC_HIST_BUCKETS && s > h->bounds[i]) i++;
@@ -114,9 +114,9 @@ static void label_value(char *dst, size_t cap, const char *v)
 static const char *const finish_names[METRIC_FINISH_N] = {"stop", "length", "abort", "error", "client_gone",
                                                          "slow_client", "shutdown"};
 
-const char *metrics_finish_name(enum metric_finish f) { return f < METRIC_FINISH_N ? finish_names[f] : "?"; }
+const char *weft_metrics_finish_name(enum metric_finish f) { return f < METRIC_FINISH_N ? finish_names[f] : "?"; }
 
-char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
+char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
                      uint64_t weight_bytes, const struct metrics_extra *x, size_t *len)
 {
     struct out o = {.b = {malloc(16384), 0, 16384, false}};
@@ -261,7 +261,7 @@ char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es
                 (double)k->hit_imported * WEFT_KV_BLOCK_TOKENS);
         }
         if (x->remote) {
-            const struct kv_remote_stats *k = x->remote;
+            const struct weft_kv_remote_stats *k = x->remote;
             one(&o, "weft_kv_remote_up", "gauge", "The Redis KV tier answered its last call (1) or not (0).", k->up);
             one(&o, "weft_kv_remote_written_blocks_total", "counter", "Blocks written to Redis (new keys).",
                 (double)k->written);

@@ -23,10 +23,10 @@ enum metric_finish {
     METRIC_FINISH_STOP, METRIC_FINISH_LENGTH, METRIC_FINISH_ABORT, METRIC_FINISH_ERROR,
     METRIC_FINISH_CLIENT_GONE, METRIC_FINISH_SLOW_CLIENT, METRIC_FINISH_SHUTDOWN, METRIC_FINISH_N
 };
-const char *metrics_finish_name(enum metric_finish f);
+const char *weft_metrics_finish_name(enum metric_finish f);
 
 /* Figures from outside struct metrics, and how to render. */
-struct kv_remote_stats;
+struct weft_kv_remote_stats;
 struct pd_stats;
 
 struct metrics_extra {
@@ -37,7 +37,7 @@ struct metrics_extra {
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
-    const struct kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
+    const struct weft_kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
     const struct pd_stats *pd;                /* prefill/decode hand-offs; NULL: none */
     struct weft_engine *eng;                  /* per-tenant prompt tokens; NULL: none */
 };
@@ -53,12 +53,12 @@ struct metrics {
     uint64_t finish[METRIC_FINISH_N];
 };
 
-void metrics_init(struct metrics *m);
-void metrics_request(struct metrics *m, const char *endpoint, int status);
-void metrics_observe(struct metric_hist *h, double seconds);
+void weft_metrics_init(struct metrics *m);
+void weft_metrics_request(struct metrics *m, const char *endpoint, int status);
+void weft_metrics_observe(struct metric_hist *h, double seconds);
 /* Render everything (plus the engine's stats, device memory and x, which
  * may be NULL) into a malloc'd string; NULL when out of memory. */
-char *metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
+char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
                      uint64_t weight_bytes, const struct metrics_extra *x, size_t *len);
 
 #endif

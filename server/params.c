@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int json_depth_exceeds(const char *text, size_t len, int limit)
+int weft_json_depth_exceeds(const char *text, size_t len, int limit)
 {
     int depth = 0;
     bool in_str = false, esc = false;
@@ -135,7 +135,7 @@ static bool parse_messages(json_t *msgs, struct gen_params *p, struct perr *e)
         p->n_msgs++;
         struct weft_chat_tool_call *calls = NULL;
         size_t n_calls = 0;
-        if (!structured_message_calls(m, i, &calls, &n_calls, &p->msgs[i].tool_call_id, e->msg, e->size)) {
+        if (!weft_structured_message_calls(m, i, &calls, &n_calls, &p->msgs[i].tool_call_id, e->msg, e->size)) {
             *e->param = "messages";
             return false;
         }
@@ -251,7 +251,7 @@ static bool parse_ext(json_t *w, struct gen_params *p, struct perr *e)
     return true;
 }
 
-bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
+bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
                       const char **param, char *msg, size_t msg_size)
 {
     struct perr e = {param, msg, msg_size};
@@ -266,7 +266,7 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     p->sp.top_p = 1.0f;
     p->sp.top_k = 0;
     p->sp.min_p = 0.0f;
-    if (json_depth_exceeds(body, len, WEFT_MAX_JSON_DEPTH))
+    if (weft_json_depth_exceeds(body, len, WEFT_MAX_JSON_DEPTH))
         return fail(&e, NULL, "JSON nested deeper than %d levels", WEFT_MAX_JSON_DEPTH);
     json_error_t jerr;
     json_t *j = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -351,7 +351,7 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     json_t *lb = json_object_get(j, "logit_bias");
     if (!is_null_or_absent(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
         return fail(&e, "logit_bias", "'logit_bias' is not supported");
-    if (!structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
+    if (!weft_structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
@@ -362,13 +362,13 @@ bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params
     return true;
 }
 
-void gen_params_free(struct gen_params *p)
+void weft_gen_params_free(struct gen_params *p)
 {
     for (uint32_t i = 0; i < p->n_msgs; i++) {
         free(p->msg_text[i]);
         free((void *)p->msgs[i].tool_calls);
     }
-    structured_free(&p->st);
+    weft_structured_free(&p->st);
     free(p->msg_text);
     free(p->msgs);
     free(p->prompt_ids);

@@ -53,13 +53,13 @@ struct gen_params {
 /* Parse body[0..len) for the chat (chat=true) or completions endpoint.
  * On success *root holds the JSON (caller json_decref's it after freeing p).
  * On failure returns false with *param (static or NULL) and msg filled. */
-bool gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
+bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
                       const char **param, char *msg, size_t msg_size);
-void gen_params_free(struct gen_params *p);
+void weft_gen_params_free(struct gen_params *p);
 
 /* JSON nesting depth of text, counting brackets outside strings, stopping
  * early past limit (jansson recurses; a 100k-deep body must be refused
  * before it is parsed). */
-int json_depth_exceeds(const char *text, size_t len, int limit);
+int weft_json_depth_exceeds(const char *text, size_t len, int limit);
 
 #endif

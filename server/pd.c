@@ -96,7 +96,7 @@ static bool take_id(const char *p, char *id)
     return true;
 }
 
-bool server_pd_parse_wait(const char *v, char *id, uint32_t *wait_ms)
+bool weft_server_pd_parse_wait(const char *v, char *id, uint32_t *wait_ms)
 {
     if (!v || !take_id(v, id)) return false;
     *wait_ms = 0;
@@ -110,7 +110,7 @@ bool server_pd_parse_wait(const char *v, char *id, uint32_t *wait_ms)
     return true;
 }
 
-bool server_pd_parse_push(const char *v, char *url, size_t cap, char *id)
+bool weft_server_pd_parse_push(const char *v, char *url, size_t cap, char *id)
 {
     if (!v) return false;
     const char *semi = strchr(v, ';');
@@ -119,14 +119,14 @@ bool server_pd_parse_push(const char *v, char *url, size_t cap, char *id)
     url[semi - v] = 0;
     char *host = NULL;
     int port = 0;
-    bool ok = hcl_parse_url(url, &host, &port);
+    bool ok = weft_hcl_parse_url(url, &host, &port);
     free(host);
     return ok && take_id(semi + 1, id);
 }
 
 /* ---- lifecycle ---- */
 
-weft_status server_pd_init(struct weft_server *s)
+weft_status weft_server_pd_init(struct weft_server *s)
 {
     struct pd *pd = calloc(1, sizeof *pd);
     if (!pd) return weft_error(WEFT_ERR_NOMEM, "server: out of memory");
@@ -137,7 +137,7 @@ weft_status server_pd_init(struct weft_server *s)
     return WEFT_OK;
 }
 
-void server_pd_stats(const struct weft_server *s, struct pd_stats *out)
+void weft_server_pd_stats(const struct weft_server *s, struct pd_stats *out)
 {
     memset(out, 0, sizeof *out);
     if (s->pd) *out = s->pd->st;
@@ -170,7 +170,7 @@ static void finish_wait(struct pd_ticket *t, bool complete)
     struct pd *pd = t->pd;
     t->waiting = false;
     uv_timer_stop(&t->timer);
-    pd->st.wait_s += server_now() - t->t_wait0;
+    pd->st.wait_s += weft_server_now() - t->t_wait0;
     if (complete) pd->st.complete++;
     t->ready(t->user, complete);
 }
@@ -211,7 +211,7 @@ static struct pd_ticket *ticket_get(struct pd *pd, const char *id)
     return t;
 }
 
-bool server_pd_attach(struct weft_server *s, const char *id, const uint64_t *hashes, uint32_t n, uint32_t wait_ms,
+bool weft_server_pd_attach(struct weft_server *s, const char *id, const uint64_t *hashes, uint32_t n, uint32_t wait_ms,
                       void (*ready)(void *user, bool complete), void *user, struct pd_ticket **out)
 {
     struct pd *pd = s->pd;
@@ -238,18 +238,18 @@ bool server_pd_attach(struct weft_server *s, const char *id, const uint64_t *has
     t->ready = ready;
     t->user = user;
     t->wait_ms = wait_ms;
-    t->t_wait0 = server_now();
+    t->t_wait0 = weft_server_now();
     arm(t);
     return false;
 }
 
-void server_pd_detach(struct weft_server *s, struct pd_ticket *t)
+void weft_server_pd_detach(struct weft_server *s, struct pd_ticket *t)
 {
     (void)s;
     if (t) ticket_free(t);
 }
 
-void server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, uint32_t n_pinned, uint32_t n_blocks,
+void weft_server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, uint32_t n_pinned, uint32_t n_blocks,
                        size_t bytes, const char *end)
 {
     struct pd *pd = s->pd;
@@ -300,8 +300,8 @@ static void push_free(struct pd_push *p)
     if (p->prev) p->prev->next = p->next;
     else pd->pushes = p->next;
     if (p->next) p->next->prev = p->prev;
-    pd->st.push_s += server_now() - p->t0;
-    if (p->req) hcl_cancel(p->req);
+    pd->st.push_s += weft_server_now() - p->t0;
+    if (p->req) weft_hcl_cancel(p->req);
     free(p->buf);
     free(p->auth);
     free(p->hashes);
@@ -343,7 +343,7 @@ static void push_work(void *arg)
         char *host = NULL, port[16];
         int portn = 0;
         struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
-        if (!hcl_parse_url(p->url, &host, &portn)) {
+        if (!weft_hcl_parse_url(p->url, &host, &portn)) {
             p->st = WEFT_ERR_INVALID_ARG;
             snprintf(p->msg, sizeof p->msg, "bad push URL");
         } else {
@@ -373,7 +373,7 @@ static struct pd_pool *pool_for(struct pd *pd, const char *url, const struct soc
         if (!strcmp(pd->pools[i].url, url)) return &pd->pools[i];
     if (pd->n_pools == MAX_POOLS) {
         /* the oldest target goes (its requests in flight end with HCL_E_CLOSED) */
-        hcl_pool_free(pd->pools[0].pool);
+        weft_hcl_pool_free(pd->pools[0].pool);
         memmove(pd->pools, pd->pools + 1, sizeof pd->pools[0] * (MAX_POOLS - 1));
         pd->n_pools--;
         for (struct pd_push *q = pd->pushes; q; q = q->next) q->target = NULL, q->resolved = false;
@@ -381,8 +381,8 @@ static struct pd_pool *pool_for(struct pd *pd, const char *url, const struct soc
     struct pd_pool *pl = &pd->pools[pd->n_pools];
     char *host = NULL;
     int port = 0;
-    hcl_parse_url(url, &host, &port);
-    int rc = hcl_pool_create(pd->s->loop, addr, host ? host : "", 4, 0, &pl->pool);
+    weft_hcl_parse_url(url, &host, &port);
+    int rc = weft_hcl_pool_create(pd->s->loop, addr, host ? host : "", 4, 0, &pl->pool);
     free(host);
     if (rc != 0) return NULL;
     snprintf(pl->url, sizeof pl->url, "%s", url);
@@ -434,7 +434,7 @@ static void post(struct pd_push *p, const char *end)
                          .body_len = p->len, .timeout_ms = 30000};
     p->status = 0;
     p->sent_end = end != NULL;
-    if (!p->target || hcl_request(p->target->pool, &o, &post_cbs, p, &p->req) != 0) {
+    if (!p->target || weft_hcl_request(p->target->pool, &o, &post_cbs, p, &p->req) != 0) {
         p->req = NULL;
         free(p->buf);
         p->buf = NULL;
@@ -487,7 +487,7 @@ static void push_pump(struct pd_push *p)
     }
 }
 
-struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, const char *id, const char *auth,
+struct pd_push *weft_server_pd_push_start(struct weft_server *s, const char *url, const char *id, const char *auth,
                                      const int32_t *prompt, uint32_t n)
 {
     struct pd *pd = s->pd;
@@ -508,7 +508,7 @@ struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, con
     p->n = nb;
     snprintf(p->id, sizeof p->id, "%s", id);
     snprintf(p->url, sizeof p->url, "%s", url);
-    p->t0 = server_now();
+    p->t0 = weft_server_now();
     for (uint32_t i = 0; i < pd->n_pools; i++)
         if (!strcmp(pd->pools[i].url, url)) p->target = &pd->pools[i], p->resolved = true;
     p->next = pd->pushes;
@@ -519,7 +519,7 @@ struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, con
     return p;
 }
 
-void server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
+void weft_server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
                                  void *user)
 {
     (void)s;
@@ -535,7 +535,7 @@ void server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void 
     push_pump(p);
 }
 
-void server_pd_kick(struct weft_server *s)
+void weft_server_pd_kick(struct weft_server *s)
 {
     if (!s->pd) return;
     for (struct pd_push *p = s->pd->pushes, *next; p; p = next) {
@@ -544,25 +544,25 @@ void server_pd_kick(struct weft_server *s)
     }
 }
 
-void server_pd_free(struct weft_server *s)
+void weft_server_pd_free(struct weft_server *s)
 {
     free(s->pd);
     s->pd = NULL;
 }
 
-void server_pd_close(struct weft_server *s)
+void weft_server_pd_close(struct weft_server *s)
 {
     struct pd *pd = s->pd;
     if (!pd) return;
     while (pd->tickets) ticket_free(pd->tickets);
     for (struct pd_push *p = pd->pushes, *next; p; p = next) {
         next = p->next;
-        if (p->req) hcl_cancel(p->req);
+        if (p->req) weft_hcl_cancel(p->req);
         p->req = NULL;
         p->closing = p->req_done = true;
         notify(p);
         if (!p->busy) push_free(p);
     }
-    for (uint32_t i = 0; i < pd->n_pools; i++) hcl_pool_free(pd->pools[i].pool);
+    for (uint32_t i = 0; i < pd->n_pools; i++) weft_hcl_pool_free(pd->pools[i].pool);
     pd->n_pools = 0;
 }

@@ -63,45 +63,45 @@ struct pd_stats {
 };
 
 /* Before the engine starts; the server's cfg (pd_idle_ms, pd_lease_ms). */
-weft_status server_pd_init(struct weft_server *s);
+weft_status weft_server_pd_init(struct weft_server *s);
 /* Closes every ticket (unpinning) and push; the loop must run on for the handles. */
-void server_pd_close(struct weft_server *s);
+void weft_server_pd_close(struct weft_server *s);
 /* After the loop has run the last callbacks (workers freed). */
-void server_pd_free(struct weft_server *s);
-void server_pd_stats(const struct weft_server *s, struct pd_stats *out);
+void weft_server_pd_free(struct weft_server *s);
+void weft_server_pd_stats(const struct weft_server *s, struct pd_stats *out);
 
 /* "id=ID;wait_ms=N" -> id (1..PD_ID_MAX-1 of [0-9A-Za-z_-]) and wait_ms; false if not that. */
-bool server_pd_parse_wait(const char *v, char *id, uint32_t *wait_ms);
+bool weft_server_pd_parse_wait(const char *v, char *id, uint32_t *wait_ms);
 /* "URL;id=ID" -> url (http://host:port, into url[cap]) and id. */
-bool server_pd_parse_push(const char *v, char *url, size_t cap, char *id);
+bool weft_server_pd_parse_push(const char *v, char *url, size_t cap, char *id);
 
 /* The request of PD id `id` is ready to go (tokenized); hashes[0..n): the
  * prompt blocks its prefix match would use. true: go now (all held, or the
  * prefill side has ended); false: it waits, and ready(user, complete) is
  * called once, later, on the loop. Either way *out is its ticket, to hand
- * to server_pd_detach when the request ends (NULL on out of memory: go). */
-bool server_pd_attach(struct weft_server *s, const char *id, const uint64_t *hashes, uint32_t n, uint32_t wait_ms,
+ * to weft_server_pd_detach when the request ends (NULL on out of memory: go). */
+bool weft_server_pd_attach(struct weft_server *s, const char *id, const uint64_t *hashes, uint32_t n, uint32_t wait_ms,
                       void (*ready)(void *user, bool complete), void *user, struct pd_ticket **out);
 /* The request ended (or left): its pins go; ready is never called after. */
-void server_pd_detach(struct weft_server *s, struct pd_ticket *t);
+void weft_server_pd_detach(struct weft_server *s, struct pd_ticket *t);
 
 /* POST /v1/kv/blocks with x-weft-pd-id (api_kv.c, loop thread, after the
  * import): the blocks pinned for id (owned by the ticket now) and what the
  * sender says about the end (NULL, "done", "failed", "abort"). */
-void server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, uint32_t n_pinned, uint32_t n_blocks,
+void weft_server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pinned, uint32_t n_pinned, uint32_t n_blocks,
                        size_t bytes, const char *end);
 
 /* The prefill side: push the blocks of prompt[0..n) to url under id as they
  * are committed; auth: an "Authorization: ...\r\n" line for url, or NULL. */
-struct pd_push *server_pd_push_start(struct weft_server *s, const char *url, const char *id, const char *auth,
+struct pd_push *weft_server_pd_push_start(struct weft_server *s, const char *url, const char *id, const char *auth,
                                      const int32_t *prompt, uint32_t n);
 /* Its request ended: push what is left, then the end marker; then (or at
  * once, when the transfer is already over) on_end(user, ok), once, on the
  * loop (on_end may be NULL). The request answers after it: its answer says
  * the transfer is over, and how it went. */
-void server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
+void weft_server_pd_push_request_done(struct weft_server *s, struct pd_push *p, void (*on_end)(void *user, bool ok),
                                  void *user);
 /* Blocks were committed (server/kv_events.c, loop thread): pushes move on. */
-void server_pd_kick(struct weft_server *s);
+void weft_server_pd_kick(struct weft_server *s);
 
 #endif

@@ -8,7 +8,7 @@
 #include "core/gguf.h"
 #include "core/kv.h"
 
-void prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
+void weft_prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
                             bool template_system)
 {
     const char *tmpl = NULL;
@@ -24,7 +24,7 @@ static weft_status fail(char *msg, size_t cap, weft_status st, const char *text)
     return st;
 }
 
-weft_status prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
+weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
                           char *msg, size_t msg_size)
 {
     *ids = NULL;
@@ -73,7 +73,7 @@ weft_status prompt_tokens(const struct prompt_rules *r, const struct gen_params 
     return st;
 }
 
-uint32_t prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap)
+uint32_t weft_prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap)
 {
     uint64_t parent = 0;
     uint32_t k = 0;

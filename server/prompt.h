@@ -26,18 +26,18 @@ struct prompt_rules {
 
 /* The rules a GGUF's metadata implies (template_system: inject the
  * template's default system prompt, as `weft serve` does unless told not to). */
-void prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
+void weft_prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
                             bool template_system);
 
 /* p's prompt (text, ids or messages) as token ids: *ids malloc'd (caller
  * frees), BOS added as the tokenizer says. Ids outside the vocabulary are
  * WEFT_ERR_INVALID_ARG with msg saying which. msg (may be NULL) gets the
  * reason on failure. */
-weft_status prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
+weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
                           char *msg, size_t msg_size);
 
 /* The chained 16-token block hashes of ids[0..n) (core/kv's, for the full
  * blocks only): out[0..n/16). Returns the count written (at most cap). */
-uint32_t prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap);
+uint32_t weft_prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap);
 
 #endif

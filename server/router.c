@@ -18,9 +18,9 @@
 #define MAX_EVENT_LINE (64u << 10)
 #define MAX_HELD (1u << 18)
 
-double router_now(const struct weft_router *r) { return (double)uv_hrtime() * 1e-9 - r->t0; }
+double weft_router_now(const struct weft_router *r) { return (double)uv_hrtime() * 1e-9 - r->t0; }
 
-struct inst_io *router_io(const struct fleet_instance *in) { return in->io; }
+struct inst_io *weft_router_io(const struct fleet_instance *in) { return in->io; }
 
 static bool buf_add(char **b, size_t *len, size_t *cap, const char *d, size_t n, size_t max)
 {
@@ -75,7 +75,7 @@ static void poll_done(void *u, int err)
     char msg[160];
     bool was = io->in->healthy;
     if (err == 0 && io->load.status == 200 &&
-        fleet_parse_load(io->load.b ? io->load.b : "", io->load.len, &l, msg, sizeof msg)) {
+        weft_fleet_parse_load(io->load.b ? io->load.b : "", io->load.len, &l, msg, sizeof msg)) {
         if (!r->fingerprint[0] && l.fingerprint[0]) {
             snprintf(r->fingerprint, sizeof r->fingerprint, "%s", l.fingerprint);
             fprintf(stderr, "weft router: fleet model %s (fingerprint %s, from %s)\n", l.model, l.fingerprint,
@@ -87,26 +87,26 @@ static void poll_done(void *u, int err)
                 fprintf(stderr, "weft router: %s serves another model (fingerprint %s, the fleet's is %s); not used\n",
                         io->in->name, l.fingerprint, r->fingerprint);
             io->fp_warned = true;
-            fleet_poll_failed(io->in);
+            weft_fleet_poll_failed(io->in);
         } else {
-            fleet_apply_load(&r->fleet, io->in, &l, router_now(r));
-            router_queue_kick(r);  /* it may have room now */
+            weft_fleet_apply_load(&r->fleet, io->in, &l, weft_router_now(r));
+            weft_router_queue_kick(r);  /* it may have room now */
             if (!was) fprintf(stderr, "weft router: %s up (%s %s, %.0f prefill tok/s)\n", io->in->name, l.backend,
                               l.device, l.prefill_tps);
         }
     } else {
-        fleet_poll_failed(io->in);
+        weft_fleet_poll_failed(io->in);
         if (was || io->in->poll_failures == 1)
             fprintf(stderr, "weft router: %s did not answer /load (%s)\n", io->in->name,
                     err ? (err == HCL_E_TIMEOUT ? "timeout" : err == HCL_E_PROTOCOL ? "not HTTP" : uv_strerror(err))
                         : io->load.status == 200 ? msg : "bad status");
         if (io->events) {  /* what it holds is unknown until it is back */
-            hcl_cancel(io->events);
+            weft_hcl_cancel(io->events);
             io->events = NULL;
-            fleet_kv_unsynced(io->in);
+            weft_fleet_kv_unsynced(io->in);
         }
         /* a hung or dead instance: what it was answering moves elsewhere now */
-        if (io->inflight) router_instance_failed(r, io);
+        if (io->inflight) weft_router_instance_failed(r, io);
     }
     body_reset(&io->load, false);
 }
@@ -141,7 +141,7 @@ static void apply_event(struct inst_io *io, uint64_t seq, bool stored, uint64_t 
         io->n_held++;
         return;
     }
-    if (!fleet_kv_event(io->in, seq, stored, hash)) snapshot_start(io);
+    if (!weft_fleet_kv_event(io->in, seq, stored, hash)) snapshot_start(io);
 }
 
 static uint64_t hex64(const char *s)
@@ -169,7 +169,7 @@ static void events_body(void *u, const char *d, size_t n)
     struct inst_io *io = u;
     if (!buf_add(&io->ebuf, &io->elen, &io->ecap, d, n, MAX_EVENT_LINE)) {
         io->elen = 0;  /* no event is this long: drop it and resync */
-        fleet_kv_unsynced(io->in);
+        weft_fleet_kv_unsynced(io->in);
         return;
     }
     size_t start = 0;
@@ -196,7 +196,7 @@ static void events_done(void *u, int err)
     (void)err;
     io->events = NULL;
     io->elen = 0;
-    fleet_kv_unsynced(io->in);  /* reconnected from the next poll */
+    weft_fleet_kv_unsynced(io->in);  /* reconnected from the next poll */
 }
 
 static const struct hcl_callbacks events_cbs = {NULL, events_body, events_done};
@@ -206,7 +206,7 @@ static void events_start(struct inst_io *io)
     char h[512];
     upstream_headers(io->r, h, sizeof h);
     struct hcl_opts o = {.method = "GET", .path = "/v1/kv/events", .headers = h, .timeout_ms = 0};
-    if (hcl_request(io->pool, &o, &events_cbs, io, &io->events) != 0) io->events = NULL;
+    if (weft_hcl_request(io->pool, &o, &events_cbs, io, &io->events) != 0) io->events = NULL;
 }
 
 static void snap_done(void *u, int err)
@@ -218,19 +218,19 @@ static void snap_done(void *u, int err)
     json_t *sq = json_object_get(j, "seq");
     bool ok = json_is_array(blocks) && json_is_integer(sq) && !io->held_overflow;
     if (ok) {
-        fleet_kv_snapshot_begin(io->in);
+        weft_fleet_kv_snapshot_begin(io->in);
         size_t i;
         json_t *b;
-        json_array_foreach(blocks, i, b) fleet_kv_snapshot_block(io->in, hex64(json_string_value(json_array_get(b, 0))));
-        fleet_kv_snapshot_end(io->in, (uint64_t)json_integer_value(sq));
+        json_array_foreach(blocks, i, b) weft_fleet_kv_snapshot_block(io->in, hex64(json_string_value(json_array_get(b, 0))));
+        weft_fleet_kv_snapshot_end(io->in, (uint64_t)json_integer_value(sq));
         for (uint32_t k = 0; k < io->n_held && ok; k++)
-            ok = fleet_kv_event(io->in, io->held[k].seq, io->held[k].stored, io->held[k].hash);
+            ok = weft_fleet_kv_event(io->in, io->held[k].seq, io->held[k].stored, io->held[k].hash);
     }
     json_decref(j);
     io->n_held = 0;
     io->held_overflow = false;
     body_reset(&io->index, true);  /* snapshots are rare and large: do not keep the buffer */
-    if (!ok) fleet_kv_unsynced(io->in);  /* the next hello or poll tries again */
+    if (!ok) weft_fleet_kv_unsynced(io->in);  /* the next hello or poll tries again */
 }
 
 static const struct hcl_callbacks snap_cbs = {collect_head, collect_body, snap_done};
@@ -238,14 +238,14 @@ static const struct hcl_callbacks snap_cbs = {collect_head, collect_body, snap_d
 static void snapshot_start(struct inst_io *io)
 {
     if (io->snapshot) return;
-    fleet_kv_unsynced(io->in);
+    weft_fleet_kv_unsynced(io->in);
     io->n_held = 0;
     io->held_overflow = false;
     char h[512];
     upstream_headers(io->r, h, sizeof h);
     struct hcl_opts o = {.method = "GET", .path = "/v1/kv/index", .headers = h, .timeout_ms = 30000};
     body_reset(&io->index, false);
-    if (hcl_request(io->pool, &o, &snap_cbs, &io->index, &io->snapshot) != 0) io->snapshot = NULL;
+    if (weft_hcl_request(io->pool, &o, &snap_cbs, &io->index, &io->snapshot) != 0) io->snapshot = NULL;
 }
 
 /* ---- instances ---- */
@@ -254,7 +254,7 @@ static struct inst_io *io_create(struct weft_router *r, struct fleet_instance *i
 {
     char *host;
     int port;
-    if (!hcl_parse_url(in->url, &host, &port)) return NULL;
+    if (!weft_hcl_parse_url(in->url, &host, &port)) return NULL;
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     char ps[16];
     snprintf(ps, sizeof ps, "%d", port);
@@ -265,7 +265,7 @@ static struct inst_io *io_create(struct weft_router *r, struct fleet_instance *i
         io->in = in;
         io->load = (struct body_buf){.io = io, .max = MAX_LOAD_BODY};
         io->index = (struct body_buf){.io = io, .max = MAX_INDEX_BODY};
-        if (hcl_pool_create(r->loop, res->ai_addr, in->name, 32, 0, &io->pool) != 0) {
+        if (weft_hcl_pool_create(r->loop, res->ai_addr, in->name, 32, 0, &io->pool) != 0) {
             free(io);
             io = NULL;
         }
@@ -279,16 +279,16 @@ static struct inst_io *io_create(struct weft_router *r, struct fleet_instance *i
 
 static void io_release(struct inst_io *io)
 {
-    if (io->poll) hcl_cancel(io->poll);
-    if (io->events) hcl_cancel(io->events);
-    if (io->snapshot) hcl_cancel(io->snapshot);
+    if (io->poll) weft_hcl_cancel(io->poll);
+    if (io->events) weft_hcl_cancel(io->events);
+    if (io->snapshot) weft_hcl_cancel(io->snapshot);
     io->poll = io->events = io->snapshot = NULL;
 }
 
 static void io_free(struct inst_io *io)
 {
     io_release(io);
-    hcl_pool_free(io->pool);
+    weft_hcl_pool_free(io->pool);
     io->in->io = NULL;
     free(io->load.b);
     free(io->index.b);
@@ -301,11 +301,11 @@ static void reap_dead(struct weft_router *r, bool all)
 {
     for (struct inst_io **p = &r->dead; *p;) {
         struct inst_io *io = *p;
-        if (all || hcl_pool_active(io->pool) == 0) {
+        if (all || weft_hcl_pool_active(io->pool) == 0) {
             *p = io->next_dead;
             struct fleet_instance *in = io->in;
             io_free(io);
-            fleet_instance_unref(in);
+            weft_fleet_instance_unref(in);
         } else {
             p = &io->next_dead;
         }
@@ -317,7 +317,7 @@ static void instance_drop(struct weft_router *r, struct fleet_instance *in)
     struct inst_io *io = in->io;
     fprintf(stderr, "weft router: %s left the fleet\n", in->name);
     in->refs++;  /* the dead list's, until its requests end */
-    fleet_remove(&r->fleet, in);
+    weft_fleet_remove(&r->fleet, in);
     io_release(io);
     io->next_dead = r->dead;
     r->dead = io;
@@ -326,10 +326,10 @@ static void instance_drop(struct weft_router *r, struct fleet_instance *in)
 static weft_status instance_add(struct weft_router *r, const char *url)
 {
     struct fleet_instance *in;
-    weft_status st = fleet_add(&r->fleet, url, &in);
+    weft_status st = weft_fleet_add(&r->fleet, url, &in);
     if (st != WEFT_OK) return st;
     if (!io_create(r, in)) {
-        fleet_remove(&r->fleet, in);
+        weft_fleet_remove(&r->fleet, in);
         return WEFT_ERR_INVALID_ARG;
     }
     return WEFT_OK;
@@ -347,14 +347,14 @@ static void on_poll(uv_timer_t *t)
         if (!io->poll) {
             struct hcl_opts o = {.method = "GET", .path = "/load", .headers = h, .timeout_ms = timeout};
             body_reset(&io->load, false);
-            if (hcl_request(io->pool, &o, &poll_cbs, &io->load, &io->poll) != 0) {
+            if (weft_hcl_request(io->pool, &o, &poll_cbs, &io->load, &io->poll) != 0) {
                 io->poll = NULL;
-                fleet_poll_failed(io->in);
+                weft_fleet_poll_failed(io->in);
             }
         }
         if (!r->cfg.no_kv_events && io->in->healthy && !io->events && !r->draining) events_start(io);
     }
-    router_queue_expire(r);
+    weft_router_queue_expire(r);
     reap_dead(r, false);
 }
 
@@ -397,7 +397,7 @@ static void on_resolved(uv_getaddrinfo_t *g, int status, struct addrinfo *res)
         else i++;
     }
     for (uint32_t k = 0; k < n; k++)
-        if (!fleet_find(&r->fleet, urls[k])) {
+        if (!weft_fleet_find(&r->fleet, urls[k])) {
             if (instance_add(r, urls[k]) == WEFT_OK) fprintf(stderr, "weft router: %s joined (%s)\n", urls[k], r->dns_host);
         }
 }
@@ -428,7 +428,7 @@ static void on_stop_async(uv_async_t *a)
 {
     struct weft_router *r = a->data;
     int n = atomic_load(&r->stop_requests);
-    if (n >= 2 && r->http) http_server_close_soon(r->http, 1000);
+    if (n >= 2 && r->http) weft_http_server_close_soon(r->http, 1000);
     if (n >= 1) begin_drain(r);
 }
 
@@ -449,7 +449,7 @@ static void on_drained(void *arg)
         uv_close((uv_handle_t *)&r->sig_term, NULL);
         uv_close((uv_handle_t *)&r->sig_int, NULL);
     }
-    http_server_free(r->http);
+    weft_http_server_free(r->http);
     r->http = NULL;
     /* the pools and the workers go last: proxied requests are answered by now */
     for (uint32_t i = 0; i < r->fleet.n; i++)
@@ -467,11 +467,11 @@ static void begin_drain(struct weft_router *r)
     for (uint32_t i = 0; i < r->fleet.n; i++) {
         struct inst_io *io = r->fleet.inst[i]->io;
         if (io && io->events) {
-            hcl_cancel(io->events);
+            weft_hcl_cancel(io->events);
             io->events = NULL;
         }
     }
-    http_server_drain(r->http, on_drained, r);
+    weft_http_server_drain(r->http, on_drained, r);
 }
 
 weft_status weft_router_create(const struct weft_router_config *cfg, struct weft_router **out)
@@ -491,13 +491,13 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     uv_loop_init(r->loop);
     char msg[256] = "";
     weft_status st = WEFT_OK;
-    if (!tenants_load(&r->tenants, cfg->tenants_path, msg, sizeof msg)) {
+    if (!weft_tenants_load(&r->tenants, cfg->tenants_path, msg, sizeof msg)) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "router: bad --config: %s", msg);
         goto fail;
     }
     r->has_tenants = cfg->tenants_path != NULL;
     if (cfg->api_key) {
-        if (!tenants_add_shared_key(&r->tenants, cfg->api_key, msg, sizeof msg)) {
+        if (!weft_tenants_add_shared_key(&r->tenants, cfg->api_key, msg, sizeof msg)) {
             st = weft_error(WEFT_ERR_INVALID_ARG, "router: %s", msg);
             goto fail;
         }
@@ -515,7 +515,7 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
                               .index_max_blocks = cfg->index_max_blocks,
                               .pd_min_uncached = cfg->no_pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512,
                               .pd_slack = cfg->pd_slack};
-    fleet_init(&r->fleet, &fc);
+    weft_fleet_init(&r->fleet, &fc);
     for (uint32_t i = 0; i < cfg->n_instances; i++)
         if ((st = instance_add(r, cfg->instances[i])) != WEFT_OK) goto fail;
     if (cfg->dns) {
@@ -529,7 +529,7 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     }
     st = weft_workers_create(r->loop, cfg->n_workers, cfg->max_queued_work ? cfg->max_queued_work : 256, &r->workers);
     if (st != WEFT_OK) goto fail;
-    int rc = http_server_start(r->loop, cfg->host, cfg->port, &cfg->http, router_handle, r, &r->http);
+    int rc = weft_http_server_start(r->loop, cfg->host, cfg->port, &cfg->http, weft_router_handle, r, &r->http);
     if (rc < 0) {
         st = weft_error(WEFT_ERR_IO, "router: cannot listen on %s:%d: %s", cfg->host ? cfg->host : "127.0.0.1",
                         cfg->port, uv_strerror(rc));
@@ -559,8 +559,8 @@ fail:
     for (uint32_t i = 0; i < r->fleet.n; i++)
         if (r->fleet.inst[i]->io) io_free(r->fleet.inst[i]->io);
     uv_run(r->loop, UV_RUN_DEFAULT);
-    fleet_free(&r->fleet);
-    tenants_free(&r->tenants);
+    weft_fleet_free(&r->fleet);
+    weft_tenants_free(&r->tenants);
     uv_loop_close(r->loop);
     free(r->upstream_auth);
     free(r->dns_host);
@@ -568,7 +568,7 @@ fail:
     return st;
 }
 
-int weft_router_port(const struct weft_router *r) { return r->http ? http_server_port(r->http) : -1; }
+int weft_router_port(const struct weft_router *r) { return r->http ? weft_http_server_port(r->http) : -1; }
 
 weft_status weft_router_run(struct weft_router *r)
 {
@@ -591,8 +591,8 @@ void weft_router_free(struct weft_router *r)
         on_drained(r);
     }
     uv_run(r->loop, UV_RUN_DEFAULT);
-    fleet_free(&r->fleet);
-    tenants_free(&r->tenants);
+    weft_fleet_free(&r->fleet);
+    weft_tenants_free(&r->tenants);
     uv_loop_close(r->loop);
     free(r->upstream_auth);
     free(r->dns_host);

@@ -12,7 +12,7 @@
 #include "server/dash.h"
 #include "server/router_internal.h"
 
-const char *dash_instance_state(const struct fleet *f, const struct fleet_instance *in, double now)
+const char *weft_dash_instance_state(const struct fleet *f, const struct fleet_instance *in, double now)
 {
     double stale = f->cfg.stale_s > 0 ? f->cfg.stale_s : 2.0;  /* core/route.c's default */
     if (!in->has_load && in->healthy) return "starting";
@@ -41,7 +41,7 @@ static json_t *instance_json(const struct fleet *f, const struct fleet_instance 
         "s:f,s:f,"
         "s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:f}",
         "name", in->name, "url", in->url, "device", l->device, "vendor", l->vendor, "backend", l->backend, "role",
-        l->role[0] ? l->role : "both", "model", l->model, "state", dash_instance_state(f, in, now), "healthy",
+        l->role[0] ? l->role : "both", "model", l->model, "state", weft_dash_instance_state(f, in, now), "healthy",
         in->healthy, "circuit", circuit_name(in->circuit), "draining", l->draining, "removed", in->removed,
         "running", (int)l->running, "waiting", (int)l->waiting, "tokenizing", (int)l->tokenizing,
         "queued_prefill_tokens", (json_int_t)l->queued_prefill_tokens, "max_seqs", (int)l->max_seqs, "n_ctx",
@@ -58,14 +58,14 @@ static json_t *instance_json(const struct fleet *f, const struct fleet_instance 
     if (!j) return NULL;
     /* the report's age: null before the first one; the class it scales in (as /metrics labels it) */
     if (json_object_set_new(j, "load_age_s", in->has_load ? json_real(now - in->load_at) : json_null()) != 0 ||
-        json_object_set_new(j, "device_class", json_string(fleet_instance_class(in))) != 0) {
+        json_object_set_new(j, "device_class", json_string(weft_fleet_instance_class(in))) != 0) {
         json_decref(j);
         return NULL;
     }
     return j;
 }
 
-json_t *dash_fleet_instances(const struct fleet *f, double now)
+json_t *weft_dash_fleet_instances(const struct fleet *f, double now)
 {
     json_t *a = json_array();
     for (uint32_t i = 0; a && i < f->n; i++) {
@@ -81,14 +81,14 @@ json_t *dash_fleet_instances(const struct fleet *f, double now)
 /* GET /fleet's body; NULL when out of memory. */
 static json_t *fleet_json(struct weft_router *r)
 {
-    double now = router_now(r);
+    double now = weft_router_now(r);
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    json_t *inst = dash_fleet_instances(&r->fleet, now);
+    json_t *inst = weft_dash_fleet_instances(&r->fleet, now);
     if (!inst) return NULL;
     /* an instance serving another model is polled but never routed to: say so */
     for (uint32_t i = 0; i < r->fleet.n; i++) {
-        const struct inst_io *io = router_io(r->fleet.inst[i]);
+        const struct inst_io *io = weft_router_io(r->fleet.inst[i]);
         if (io && io->fp_warned) json_object_set_new(json_array_get(inst, i), "foreign_model", json_true());
     }
     uint64_t routed = 0, shed = 0, completion = 0;
@@ -114,20 +114,20 @@ static json_t *fleet_json(struct weft_router *r)
                      "instances", inst);
 }
 
-int router_dash_respond(struct weft_router *r, struct http_conn *c, bool page)
+int weft_router_dash_respond(struct weft_router *r, struct http_conn *c, bool page)
 {
     if (page) {
-        http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, dash_router_html, dash_router_html_len);
+        weft_http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, weft_dash_router_html, weft_dash_router_html_len);
         return 200;
     }
     json_t *j = fleet_json(r);
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!b) {
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return 503;
     }
-    http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
+    weft_http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
     free(b);
     return 200;
 }

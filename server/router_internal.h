@@ -184,43 +184,43 @@ struct pxy {
 };
 
 
-extern const double router_lat_bounds[ROUTER_LAT_BUCKETS];
+extern const double weft_router_lat_bounds[ROUTER_LAT_BUCKETS];
 /* TTFT buckets: fine below a second, and 7.5/10/15/20/30 s so an overloaded
  * fleet's p99 (what an autoscaler reads) is not all one bucket wide */
-extern const double router_ttft_bounds[ROUTER_TTFT_BUCKETS];
+extern const double weft_router_ttft_bounds[ROUTER_TTFT_BUCKETS];
 
-double router_now(const struct weft_router *r);
-void router_handle(void *ctx, struct http_conn *c, const struct http_request *req);
-void router_observe_overhead(struct weft_router *r, double seconds);
-char *router_metrics_render(struct weft_router *r, size_t *len);
+double weft_router_now(const struct weft_router *r);
+void weft_router_handle(void *ctx, struct http_conn *c, const struct http_request *req);
+void weft_router_observe_overhead(struct weft_router *r, double seconds);
+char *weft_router_metrics_render(struct weft_router *r, size_t *len);
 /* The dashboard (router_dash.c): its page (page) or GET /fleet's JSON;
  * returns the status sent. */
-int router_dash_respond(struct weft_router *r, struct http_conn *c, bool page);
-struct inst_io *router_io(const struct fleet_instance *in);
+int weft_router_dash_respond(struct weft_router *r, struct http_conn *c, bool page);
+struct inst_io *weft_router_io(const struct fleet_instance *in);
 /* The instance stopped answering its health check: every request it holds
  * moves (retried before its first byte, migrated after). */
-void router_instance_failed(struct weft_router *r, struct inst_io *io);
+void weft_router_instance_failed(struct weft_router *r, struct inst_io *io);
 /* The scale-out signal's class table entry for an instance's device. */
-struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in);
-void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason);
+struct scale_class *weft_router_class(struct weft_router *r, const struct fleet_instance *in);
+void weft_router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason);
 
 /* A hand-off decided for x (x->d.pd_in): send the prompt to the prefill
  * instance and write the decode instance's x-weft-pd header into hdr
  * ("" when the hand-off could not start: the decoder computes it all). */
-void router_pd_start(struct pxy *x, char *hdr, size_t cap);
+void weft_router_pd_start(struct pxy *x, char *hdr, size_t cap);
 
 /* The queue (router_queue.c). */
-bool router_saturated_for(struct weft_router *r, int32_t prio);
-bool router_queue_wants(struct weft_router *r, const struct pxy *x);
-void router_queue_add(struct pxy *x);          /* queued, or shed (answered 503) */
-void router_queue_remove(struct pxy *x);
-void router_queue_kick(struct weft_router *r); /* try to bind queued requests (soon, on the loop) */
+bool weft_router_saturated_for(struct weft_router *r, int32_t prio);
+bool weft_router_queue_wants(struct weft_router *r, const struct pxy *x);
+void weft_router_queue_add(struct pxy *x);          /* queued, or shed (answered 503) */
+void weft_router_queue_remove(struct pxy *x);
+void weft_router_queue_kick(struct weft_router *r); /* try to bind queued requests (soon, on the loop) */
 /* --hold-empty-s: requests held while no instance was usable for that long
  * are answered 503 (called on every poll tick). */
-void router_queue_expire(struct weft_router *r);
-int router_queue_drain_s(const struct weft_router *r, uint32_t ahead);
+void weft_router_queue_expire(struct weft_router *r);
+int weft_router_queue_drain_s(const struct weft_router *r, uint32_t ahead);
 /* router_proxy.c: decide and forward now; answer 503 with these headers. */
-void router_dispatch(struct pxy *x);
-void router_reply_busy(struct pxy *x, const char *headers, const char *msg);
+void weft_router_dispatch(struct pxy *x);
+void weft_router_reply_busy(struct pxy *x, const char *headers, const char *msg);
 
 #endif

@@ -45,9 +45,9 @@ static void head(struct mbuf *m, const char *name, const char *type, const char 
     put(m, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-struct scale_class *router_class(struct weft_router *r, const struct fleet_instance *in)
+struct scale_class *weft_router_class(struct weft_router *r, const struct fleet_instance *in)
 {
-    const char *name = fleet_instance_class(in);
+    const char *name = weft_fleet_instance_class(in);
     for (uint32_t i = 0; i < r->n_classes; i++)
         if (!strcmp(r->classes[i].name, name)) {
             if (in && in->load.max_seqs > r->classes[i].max_seqs) r->classes[i].max_seqs = in->load.max_seqs;
@@ -72,10 +72,10 @@ static void class_roll(struct scale_class *c, double now)
     }
 }
 
-void router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason)
+void weft_router_scale_signal(struct weft_router *r, const struct fleet_instance *in, int reason)
 {
-    struct scale_class *c = router_class(r, in);
-    double now = router_now(r);
+    struct scale_class *c = weft_router_class(r, in);
+    double now = weft_router_now(r);
     class_roll(c, now);
     c->signals[reason]++;
     c->win_now++;
@@ -187,7 +187,7 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
          "Requests refused for capacity, by reason and the refusing instances' device class "
          "(no_kv_room: its KV cache can never hold the request; busy: its queue is full; no_instance: nothing could "
          "take it).");
-    double now = router_now(r);
+    double now = weft_router_now(r);
     for (uint32_t i = 0; i < r->n_classes; i++) {
         char lv[200];
         label_value(lv, sizeof lv, r->classes[i].name);
@@ -208,14 +208,14 @@ static void failover_metrics(struct mbuf *m, struct weft_router *r)
     uint64_t cum = 0;
     for (int k = 0; k < ROUTER_TTFT_BUCKETS; k++) {
         cum += r->ttft_hist[k];
-        put(m, "weft_router_ttft_seconds_bucket{le=\"%g\"} %llu\n", router_ttft_bounds[k], (unsigned long long)cum);
+        put(m, "weft_router_ttft_seconds_bucket{le=\"%g\"} %llu\n", weft_router_ttft_bounds[k], (unsigned long long)cum);
     }
     put(m, "weft_router_ttft_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)r->ttft_count);
     put(m, "weft_router_ttft_seconds_sum %.6f\nweft_router_ttft_seconds_count %llu\n", r->ttft_sum,
         (unsigned long long)r->ttft_count);
 }
 
-char *router_metrics_render(struct weft_router *r, size_t *len)
+char *weft_router_metrics_render(struct weft_router *r, size_t *len)
 {
     struct mbuf m = {0};
     const struct fleet *f = &r->fleet;
@@ -249,7 +249,7 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
     uint64_t cum = 0;
     for (int k = 0; k < ROUTER_LAT_BUCKETS; k++) {
         cum += r->lat_hist[k];
-        put(&m, "weft_router_overhead_seconds_bucket{le=\"%g\"} %llu\n", router_lat_bounds[k], (unsigned long long)cum);
+        put(&m, "weft_router_overhead_seconds_bucket{le=\"%g\"} %llu\n", weft_router_lat_bounds[k], (unsigned long long)cum);
     }
     cum += r->lat_hist[ROUTER_LAT_BUCKETS];
     put(&m, "weft_router_overhead_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
@@ -271,7 +271,7 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
     head(&m, "weft_router_instances", "gauge", "Instances known to the router.");
     put(&m, "weft_router_instances %u\n", f->n);
     head(&m, "weft_router_index_bytes", "gauge", "Memory held by the prefix indexes.");
-    put(&m, "weft_router_index_bytes %zu\n", fleet_index_bytes(f));
+    put(&m, "weft_router_index_bytes %zu\n", weft_fleet_index_bytes(f));
     /* per instance, as the router sees it */
     struct { const char *name, *help; } g[] = {
         {"weft_router_instance_up", "1 when the last /load poll answered."},
@@ -302,7 +302,7 @@ char *router_metrics_render(struct weft_router *r, size_t *len)
             }
             char dv[200], cl[80];
             label_value(dv, sizeof dv, in->load.device);
-            label_value(cl, sizeof cl, fleet_instance_class(in));
+            label_value(cl, sizeof cl, weft_fleet_instance_class(in));
             put(&m, "%s{instance=\"%s\",device=\"%s\",vendor=\"%s\",device_class=\"%s\"} %g\n", g[k].name, in->name,
                 dv, in->load.vendor, cl, v);
         }

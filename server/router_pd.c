@@ -43,33 +43,33 @@ static void prefill_done(void *u, int err)
     struct pd_req *pr = u;
     struct weft_router *r = pr->r;
     bool ok = err == 0 && pr->status == 200;
-    fleet_pd_finished(&r->fleet, &pr->d, !ok);
+    weft_fleet_pd_finished(&r->fleet, &pr->d, !ok);
     if (ok) {
         r->pd_prefill_ok++;
     } else {
         r->pd_prefill_failed++;
-        struct inst_io *io = router_io(pr->dec);
+        struct inst_io *io = weft_router_io(pr->dec);
         char hdrs[700];
         snprintf(hdrs, sizeof hdrs,
                  "Content-Type: application/x-weft-kv-blocks\r\nx-weft-pd-id: %s\r\nx-weft-pd-end: abort\r\n%s", pr->id,
                  r->upstream_auth ? r->upstream_auth : "");
         struct hcl_opts o = {.method = "POST", .path = "/v1/kv/blocks", .headers = hdrs, .timeout_ms = 5000};
-        if (io && !pr->dec->removed && hcl_request(io->pool, &o, &abort_cbs, NULL, NULL) == 0) r->pd_aborts_sent++;
+        if (io && !pr->dec->removed && weft_hcl_request(io->pool, &o, &abort_cbs, NULL, NULL) == 0) r->pd_aborts_sent++;
     }
-    fleet_instance_unref(pr->dec);
+    weft_fleet_instance_unref(pr->dec);
     free(pr);
 }
 
 static const struct hcl_callbacks prefill_cbs = {prefill_head, NULL, prefill_done};
 
-void router_pd_start(struct pxy *x, char *hdr, size_t cap)
+void weft_router_pd_start(struct pxy *x, char *hdr, size_t cap)
 {
     struct weft_router *r = x->r;
     hdr[0] = 0;
     struct fleet_instance *p = x->d.pd_in;
     if (!p) return;
     struct pd_req *pr = calloc(1, sizeof *pr);
-    struct inst_io *io = router_io(p);
+    struct inst_io *io = weft_router_io(p);
     /* the prefill instance's request: the client's, one token, unstreamed */
     json_t *root = json_copy(x->root);
     char *body = NULL;
@@ -88,7 +88,7 @@ void router_pd_start(struct pxy *x, char *hdr, size_t cap)
     if (!pr || !io || !body) {
         free(pr);
         free(body);
-        fleet_pd_finished(&r->fleet, &x->d, false);  /* the decoder computes it all */
+        weft_fleet_pd_finished(&r->fleet, &x->d, false);  /* the decoder computes it all */
         return;
     }
     pr->r = r;
@@ -104,7 +104,7 @@ void router_pd_start(struct pxy *x, char *hdr, size_t cap)
     const char *tenant_hdr = strstr(x->upstream_hdrs, "x-weft-tenant: ");
     if (r->upstream_auth) len += (size_t)snprintf(hdrs + len, sizeof hdrs - len, "%s", r->upstream_auth);
     else {
-        const char *a = http_header_get(x->req, "authorization");
+        const char *a = weft_http_header_get(x->req, "authorization");
         if (a && strlen(a) < 600) len += (size_t)snprintf(hdrs + len, sizeof hdrs - len, "Authorization: %s\r\n", a);
     }
     if (tenant_hdr && len < sizeof hdrs) {
@@ -114,12 +114,12 @@ void router_pd_start(struct pxy *x, char *hdr, size_t cap)
     const char *path = x->chat ? "/v1/chat/completions" : "/v1/completions";
     struct hcl_opts o = {.method = "POST", .path = path, .headers = hdrs, .body = body, .body_len = strlen(body),
                          .timeout_ms = r->cfg.timeout_ms};
-    int rc = hcl_request(io->pool, &o, &prefill_cbs, pr, NULL);
+    int rc = weft_hcl_request(io->pool, &o, &prefill_cbs, pr, NULL);
     free(body);
     if (rc != 0) {
-        fleet_pd_finished(&r->fleet, &pr->d, true);
+        weft_fleet_pd_finished(&r->fleet, &pr->d, true);
         r->pd_prefill_failed++;
-        fleet_instance_unref(pr->dec);
+        weft_fleet_instance_unref(pr->dec);
         free(pr);
         return;
     }

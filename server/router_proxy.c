@@ -13,9 +13,9 @@
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
 
-const double router_ttft_bounds[ROUTER_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
+const double weft_router_ttft_bounds[ROUTER_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
                                                         1.0,   1.5,  2.0,   3.0,  5.0,   7.5, 10,  15,  20,  30};
-const double router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
+const double weft_router_lat_bounds[ROUTER_LAT_BUCKETS] = {0.00005, 0.0001, 0.0002, 0.0003, 0.0005, 0.00075,
                                                       0.001,   0.0015, 0.002,  0.003,  0.005,  0.0075,
                                                       0.01,    0.025,  0.05,   0.1,    0.25,   1.0};
 
@@ -24,13 +24,13 @@ static void refund(struct pxy *x)
 {
     if (!x->charged) return;
     x->charged = false;
-    struct tenant_cfg *t = tenants_find(&x->r->tenants, x->tenant);
+    struct tenant_cfg *t = weft_tenants_find(&x->r->tenants, x->tenant);
     if (!t) return;
     double unused;
     if (!x->delivered) unused = x->reserved;  /* nothing was generated for it */
     else if (x->generated >= 0) unused = x->reserved_max > x->generated ? (double)(x->reserved_max - x->generated) : 0;
     else unused = 0;  /* not known: keep it all (no overshoot) */
-    if (unused > 0) tenant_refund(t, router_now(x->r), unused);
+    if (unused > 0) weft_tenant_refund(t, weft_router_now(x->r), unused);
 }
 
 static void io_link(struct pxy *x, struct inst_io *io)
@@ -58,8 +58,8 @@ static void pxy_unref(struct pxy *x)
     if (--x->refs > 0) return;
     refund(x);
     io_unlink(x);
-    for (uint32_t i = 0; i < x->n_tried; i++) fleet_instance_unref(x->tried[i]);
-    gen_params_free(&x->p);
+    for (uint32_t i = 0; i < x->n_tried; i++) weft_fleet_instance_unref(x->tried[i]);
+    weft_gen_params_free(&x->p);
     json_decref(x->root);
     free(x->ids);
     free(x->gen);
@@ -78,7 +78,7 @@ static void reply(struct pxy *x, int status, const char *type, const char *fmt, 
     char msg[400];
     snprintf(msg, sizeof msg, fmt, arg ? arg : "");
     status_count(x->r, status);
-    http_respond_error(x->c, status, type, NULL, "%s", msg);
+    weft_http_respond_error(x->c, status, type, NULL, "%s", msg);
 }
 
 static void respond_json(struct weft_router *r, struct http_conn *c, int status, json_t *j)
@@ -87,19 +87,19 @@ static void respond_json(struct weft_router *r, struct http_conn *c, int status,
     json_decref(j);
     status_count(r, b ? status : 500);
     if (!b) {
-        http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 500, "server_error", NULL, "out of memory");
         return;
     }
-    http_respond(c, status, "application/json", NULL, b, strlen(b));
+    weft_http_respond(c, status, "application/json", NULL, b, strlen(b));
     free(b);
 }
 
-void router_observe_overhead(struct weft_router *r, double s)
+void weft_router_observe_overhead(struct weft_router *r, double s)
 {
     r->lat_count++;
     r->lat_sum += s;
     uint32_t k = 0;
-    while (k < ROUTER_LAT_BUCKETS && s > router_lat_bounds[k]) k++;
+    while (k < ROUTER_LAT_BUCKETS && s > weft_router_lat_bounds[k]) k++;
     r->lat_hist[k]++;
 }
 
@@ -156,7 +156,7 @@ static void observe_ttft(struct weft_router *r, double s)
     r->ttft_count++;
     r->ttft_sum += s;
     uint32_t k = 0;
-    while (k < ROUTER_TTFT_BUCKETS && s > router_ttft_bounds[k]) k++;
+    while (k < ROUTER_TTFT_BUCKETS && s > weft_router_ttft_bounds[k]) k++;
     r->ttft_hist[k]++;
 }
 
@@ -164,7 +164,7 @@ static void observe_ttft(struct weft_router *r, double s)
  * its instance's (the dashboard's per-instance chart). */
 static void first_content(struct pxy *x)
 {
-    double s = router_now(x->r) - x->t_arrival;
+    double s = weft_router_now(x->r) - x->t_arrival;
     x->first_content = true;
     observe_ttft(x->r, s);
     if (x->decided) {
@@ -302,8 +302,8 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
         x->refused = true;
         x->refusal = no_room ? RETRY_NO_KV_ROOM : status == 503 ? RETRY_BUSY : RETRY_5XX;
         if (x->decided) {
-            if (no_room) router_scale_signal(x->r, x->d.in, SO_NO_KV_ROOM);
-            else if (status == 503) router_scale_signal(x->r, x->d.in, SO_BUSY);
+            if (no_room) weft_router_scale_signal(x->r, x->d.in, SO_NO_KV_ROOM);
+            else if (status == 503) weft_router_scale_signal(x->r, x->d.in, SO_BUSY);
         }
         return;
     }
@@ -319,7 +319,7 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
     x->sse = strstr(ctype, "text/event-stream") != NULL;
     if (x->ext && !x->sse) x->ext = false;
     status_count(x->r, status);
-    http_stream_begin(x->c, status, ctype, x->extra);
+    weft_http_stream_begin(x->c, status, ctype, x->extra);
     x->head_sent = true;
     /* not the first token yet: weft serve starts a stream's head when the
      * request is queued, and its tokens count as queued here until the first
@@ -329,17 +329,17 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
 static void on_writable(void *u)
 {
     struct pxy *x = u;
-    if (x->up) hcl_resume(x->up);
+    if (x->up) weft_hcl_resume(x->up);
 }
 
 static bool client_write(struct pxy *x, const char *d, size_t n)
 {
-    if (!http_stream_write(x->c, d, n)) return false;  /* the client is gone: on_close follows */
-    if (x->up && http_conn_pending(x->c) > STREAM_HIGH) {
+    if (!weft_http_stream_write(x->c, d, n)) return false;  /* the client is gone: on_close follows */
+    if (x->up && weft_http_conn_pending(x->c) > STREAM_HIGH) {
         /* a slow client: stop reading upstream (the instance's own slow-reader
          * rule then applies to the router's connection) */
-        hcl_pause(x->up);
-        http_conn_on_writable(x->c, STREAM_LOW, on_writable, x);
+        weft_hcl_pause(x->up);
+        weft_http_conn_on_writable(x->c, STREAM_LOW, on_writable, x);
     }
     return true;
 }
@@ -348,7 +348,7 @@ static void up_body(void *u, const char *d, size_t n)
 {
     struct pxy *x = u;
     if (x->refused) return;
-    if (x->decided) fleet_first_token(&x->r->fleet, &x->d);
+    if (x->decided) weft_fleet_first_token(&x->r->fleet, &x->d);
     if (x->ext) {
         stream_feed(x, d, n);
         return;
@@ -367,18 +367,18 @@ static void finish(struct pxy *x, bool failed)
      * others are known from their usage at the end */
     if (x->decided && !x->ext && x->d.generated > 0) x->d.in->completion_tokens += (uint64_t)x->d.generated;
     if (x->decided) {
-        struct scale_class *c = router_class(x->r, x->d.in);
+        struct scale_class *c = weft_router_class(x->r, x->d.in);
         if (c && !failed) {
-            double dur = router_now(x->r) - x->t_dispatch;
+            double dur = weft_router_now(x->r) - x->t_dispatch;
             c->dur_mean = c->dur_mean > 0 ? c->dur_mean + 0.05 * (dur - c->dur_mean) : dur;
             x->r->dur_mean = x->r->dur_mean > 0 ? x->r->dur_mean + 0.05 * (dur - x->r->dur_mean) : dur;
         }
-        fleet_finished(&x->r->fleet, &x->d, failed ? -1 : x->cached, failed);
+        weft_fleet_finished(&x->r->fleet, &x->d, failed ? -1 : x->cached, failed);
         x->decided = false;
-        router_queue_kick(x->r);  /* a slot may have freed */
+        weft_router_queue_kick(x->r);  /* a slot may have freed */
     }
     if (x->target) {
-        fleet_instance_unref(x->target);
+        weft_fleet_instance_unref(x->target);
         x->target = NULL;
     }
 }
@@ -389,12 +389,12 @@ static void route_and_forward(struct pxy *x);
 static void stream_fail(struct pxy *x, const char *msg)
 {
     char body[480], ev[560];
-    http_error_body(body, sizeof body, "server_error", NULL, msg);
+    weft_http_error_body(body, sizeof body, "server_error", NULL, msg);
     int k = snprintf(ev, sizeof ev, "data: %s\n\n", body);
-    if (x->sse) http_stream_write(x->c, ev, (size_t)k);
+    if (x->sse) weft_http_stream_write(x->c, ev, (size_t)k);
     finish(x, true);
-    http_conn_on_close(x->c, NULL, NULL);
-    http_stream_end(x->c);
+    weft_http_conn_on_close(x->c, NULL, NULL);
+    weft_http_stream_end(x->c);
     pxy_unref(x);
 }
 
@@ -405,7 +405,7 @@ static void move_on(struct pxy *x, bool health, int why, const char *what)
     struct weft_router *r = x->r;
     struct fleet_instance *in = x->decided ? x->d.in : NULL;
     if (in) {
-        if (health) fleet_request_result(in, false);  /* a capacity refusal says nothing of its health */
+        if (health) weft_fleet_request_result(in, false);  /* a capacity refusal says nothing of its health */
         in->refs++;
         x->tried[x->n_tried++] = in;
     }
@@ -445,9 +445,9 @@ static void up_done(void *u, int err)
         }
         char msg[300];
         snprintf(msg, sizeof msg, "instance %s failed: %s", name, why);
-        if (x->decided) fleet_request_result(x->d.in, false);
+        if (x->decided) weft_fleet_request_result(x->d.in, false);
         finish(x, true);
-        http_conn_on_close(x->c, NULL, NULL);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 502, "server_error", "%s", msg);
         pxy_unref(x);
         return;
@@ -462,37 +462,37 @@ static void up_done(void *u, int err)
         x->r->migration_limit++;
         snprintf(msg, sizeof msg, "instance %s failed mid-answer (%s) and the stream was moved %u times already",
                  name, err ? why : "closed", x->migrations);
-        if (x->decided) fleet_request_result(x->d.in, false);
+        if (x->decided) weft_fleet_request_result(x->d.in, false);
         stream_fail(x, msg);
         return;
     }
     if (err) {
         char msg[300];
         snprintf(msg, sizeof msg, "instance %s failed mid-answer: %s", name, why);
-        if (x->decided) fleet_request_result(x->d.in, false);
+        if (x->decided) weft_fleet_request_result(x->d.in, false);
         if (x->sse) {
             stream_fail(x, msg);
             return;
         }
     } else if (x->decided) {
-        fleet_request_result(x->d.in, true);
+        weft_fleet_request_result(x->d.in, true);
     }
     finish(x, err != 0);
-    http_conn_on_close(x->c, NULL, NULL);
-    http_stream_end(x->c);
+    weft_http_conn_on_close(x->c, NULL, NULL);
+    weft_http_stream_end(x->c);
     pxy_unref(x);
 }
 
 static const struct hcl_callbacks up_cbs = {up_head, up_body, up_done};
 
-void router_instance_failed(struct weft_router *r, struct inst_io *io)
+void weft_router_instance_failed(struct weft_router *r, struct inst_io *io)
 {
     (void)r;
     while (io->inflight) {
         struct pxy *x = io->inflight;
         io_unlink(x);
         if (x->up) {
-            hcl_cancel(x->up);
+            weft_hcl_cancel(x->up);
             x->up = NULL;
         }
         if (x->routed && can_move(x)) {
@@ -503,7 +503,7 @@ void router_instance_failed(struct weft_router *r, struct inst_io *io)
             stream_fail(x, msg);
         } else {
             finish(x, true);
-            http_conn_on_close(x->c, NULL, NULL);
+            weft_http_conn_on_close(x->c, NULL, NULL);
             reply(x, 502, "server_error", "instance %s stopped answering", io->in->name);
             pxy_unref(x);
         }
@@ -516,9 +516,9 @@ static void on_client_gone(void *u)
     x->gone = true;
     atomic_store(&x->cancelled, true);
     x->r->client_gone++;
-    router_queue_remove(x);
+    weft_router_queue_remove(x);
     if (x->up) {
-        hcl_cancel(x->up);  /* the instance sees its client leave and stops the work */
+        weft_hcl_cancel(x->up);  /* the instance sees its client leave and stops the work */
         x->up = NULL;
     }
     finish(x, false);
@@ -561,36 +561,36 @@ static char *upstream_body(struct pxy *x, size_t *len)
 static void forward(struct pxy *x, struct fleet_instance *in)
 {
     struct weft_router *r = x->r;
-    struct inst_io *io = router_io(in);
+    struct inst_io *io = weft_router_io(in);
     const struct http_request *req = x->req;
-    const char *ct = http_header_get(req, "content-type");
+    const char *ct = weft_http_header_get(req, "content-type");
     size_t len = (size_t)snprintf(x->upstream_hdrs, sizeof x->upstream_hdrs, "Content-Type: %s\r\n",
                                   ct ? ct : "application/json");
     if (r->upstream_auth) {
         len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "%s", r->upstream_auth);
     } else {
-        const char *a = http_header_get(req, "authorization");
+        const char *a = weft_http_header_get(req, "authorization");
         if (a && strlen(a) < 600) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "Authorization: %s\r\n", a);
     }
     if (r->has_tenants) {
         bool anon;
-        struct tenant_cfg *t = tenants_auth(&r->tenants, http_header_get(req, "authorization"), &anon);
+        struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon);
         if (t) {
             len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", t->name);
             if (x->routed)
                 len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-priority: %d\r\n",
-                                        tenant_priority(t, x->p.priority_given, x->p.priority));
+                                        weft_tenant_priority(t, x->p.priority_given, x->p.priority));
         }
     }
     if (!x->tenant[0] && x->routed) {
         /* no key names the tenant: the gateway's fairness id may (Gateway API inference extension) */
-        const char *fid = http_header_get(req, "x-gateway-inference-fairness-id");
-        if (fid && tenant_name_valid(fid))
+        const char *fid = weft_http_header_get(req, "x-gateway-inference-fairness-id");
+        if (fid && weft_tenant_name_valid(fid))
             len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", fid);
     }
     if (x->decided && x->d.pd_in && in == x->d.in) {
         char pd[160];
-        router_pd_start(x, pd, sizeof pd);
+        weft_router_pd_start(x, pd, sizeof pd);
         if (len + strlen(pd) < sizeof x->upstream_hdrs) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "%s", pd);
     }
     char path[600];
@@ -600,10 +600,10 @@ static void forward(struct pxy *x, struct fleet_instance *in)
     struct hcl_opts o = {.method = req->method_name, .path = path, .headers = x->upstream_hdrs,
                          .body = body ? body : req->body, .body_len = body ? blen : req->body_len,
                          .timeout_ms = r->cfg.timeout_ms};
-    int rc = io ? hcl_request(io->pool, &o, &up_cbs, x, &x->up) : HCL_E_CLOSED;
+    int rc = io ? weft_hcl_request(io->pool, &o, &up_cbs, x, &x->up) : HCL_E_CLOSED;
     free(body);
-    if (x->n_tried == 0) router_observe_overhead(r, router_now(r) - x->t_arrival);
-    x->t_dispatch = router_now(r);
+    if (x->n_tried == 0) weft_router_observe_overhead(r, weft_router_now(r) - x->t_arrival);
+    x->t_dispatch = weft_router_now(r);
     if (rc != 0) {
         x->up = NULL;
         r->upstream_errors++;
@@ -616,7 +616,7 @@ static void forward(struct pxy *x, struct fleet_instance *in)
             return;
         }
         finish(x, true);
-        http_conn_on_close(x->c, NULL, NULL);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 502, "server_error", "instance %s cannot be reached", in->name);
         pxy_unref(x);
         return;
@@ -626,44 +626,44 @@ static void forward(struct pxy *x, struct fleet_instance *in)
 
 /* ---- routing ---- */
 
-void router_dispatch(struct pxy *x) { route_and_forward(x); }
+void weft_router_dispatch(struct pxy *x) { route_and_forward(x); }
 
-void router_reply_busy(struct pxy *x, const char *headers, const char *msg)
+void weft_router_reply_busy(struct pxy *x, const char *headers, const char *msg)
 {
     char body[600];
-    size_t bl = http_error_body(body, sizeof body, "server_busy", NULL, msg);
+    size_t bl = weft_http_error_body(body, sizeof body, "server_busy", NULL, msg);
     char hdr[600];
     snprintf(hdr, sizeof hdr, "%s%s", headers ? headers : "", x->rl_hdrs);
-    http_conn_on_close(x->c, NULL, NULL);
+    weft_http_conn_on_close(x->c, NULL, NULL);
     status_count(x->r, 503);
-    http_respond(x->c, 503, "application/json", hdr, body, bl);
+    weft_http_respond(x->c, 503, "application/json", hdr, body, bl);
     pxy_unref(x);
 }
 
 static void route_and_forward(struct pxy *x)
 {
     struct weft_router *r = x->r;
-    if (!x->head_sent && x->n_tried == 0 && router_queue_wants(r, x)) {
-        router_queue_add(x);  /* every instance is saturated: wait for room (or shed) */
-        router_queue_kick(r);
+    if (!x->head_sent && x->n_tried == 0 && weft_router_queue_wants(r, x)) {
+        weft_router_queue_add(x);  /* every instance is saturated: wait for room (or shed) */
+        weft_router_queue_kick(r);
         return;
     }
     uint32_t mt = x->p.max_tokens > 0 ? (uint32_t)(x->p.max_tokens < 1000000 ? x->p.max_tokens : 1000000) : 16;
     mt *= x->p.n ? x->p.n : 1;  /* every choice decodes on the instance it goes to */
-    weft_status st = fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, router_now(r), x->tried, x->n_tried, &x->d);
+    weft_status st = weft_fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, weft_router_now(r), x->tried, x->n_tried, &x->d);
     if (st != WEFT_OK) {
         r->rejected++;
         if (x->n_tried) r->failover_exhausted++;
-        router_scale_signal(r, NULL, SO_NO_INSTANCE);
+        weft_router_scale_signal(r, NULL, SO_NO_INSTANCE);
         if (x->head_sent) {
             stream_fail(x, "no other instance can continue the stream now");
             return;
         }
-        http_conn_on_close(x->c, NULL, NULL);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         status_count(r, 503);
         static const char msg[] = "{\"error\":{\"message\":\"no instance can take the request now\",\"type\":"
                                   "\"server_busy\",\"param\":null,\"code\":null}}";
-        http_respond(x->c, 503, "application/json", "Retry-After: 1\r\n", msg, sizeof msg - 1);
+        weft_http_respond(x->c, 503, "application/json", "Retry-After: 1\r\n", msg, sizeof msg - 1);
         pxy_unref(x);
         return;
     }
@@ -710,10 +710,10 @@ static bool admit(struct pxy *x)
     struct weft_router *r = x->r;
     if (!r->has_tenants) return true;
     bool anon;
-    struct tenant_cfg *t = tenants_auth(&r->tenants, http_header_get(x->req, "authorization"), &anon);
+    struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(x->req, "authorization"), &anon);
     if (!t) return true;
     snprintf(x->tenant, sizeof x->tenant, "%s", t->name);
-    double now = router_now(r);
+    double now = weft_router_now(r);
     int64_t mt = x->p.max_tokens;
     double nc = x->p.n ? x->p.n : 1;  /* choices: the prompt once, max_tokens each */
     if (mt <= 0) {
@@ -726,12 +726,12 @@ static bool admit(struct pxy *x)
         }
     }
     double need = (double)x->n_ids + (double)mt * nc, ra = 0;
-    if (!tenant_admit(t, now, need, &ra)) {
+    if (!weft_tenant_admit(t, now, need, &ra)) {
         r->throttled[isinf(ra) ? THROTTLE_TOO_LARGE : THROTTLE_RATE]++;
         char hdr[512], msg[400];
         size_t n = 0;
         if (!isinf(ra)) n = (size_t)snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", (int)ceil(ra) > 0 ? (int)ceil(ra) : 1);
-        tenant_ratelimit_headers(t, now, hdr + n, sizeof hdr - n);
+        weft_tenant_ratelimit_headers(t, now, hdr + n, sizeof hdr - n);
         if (isinf(ra))
             snprintf(msg, sizeof msg,
                      "this request needs %.0f tokens (%zu in the prompt + max_tokens %lld), more than tenant '%s' may "
@@ -740,10 +740,10 @@ static bool admit(struct pxy *x)
         else
             snprintf(msg, sizeof msg, "rate limit of tenant '%s' reached; retry in %.1f s", t->name, ra);
         char body[600];
-        size_t bl = http_error_body(body, sizeof body, "rate_limit_error", isinf(ra) ? "max_tokens" : NULL, msg);
-        http_conn_on_close(x->c, NULL, NULL);
+        size_t bl = weft_http_error_body(body, sizeof body, "rate_limit_error", isinf(ra) ? "max_tokens" : NULL, msg);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         status_count(r, 429);
-        http_respond(x->c, 429, "application/json", hdr, body, bl);
+        weft_http_respond(x->c, 429, "application/json", hdr, body, bl);
         pxy_unref(x);
         return false;
     }
@@ -751,7 +751,7 @@ static bool admit(struct pxy *x)
     x->charged = t->tpm > 0;
     x->reserved = need;
     x->reserved_max = (uint32_t)((double)mt * nc);
-    tenant_ratelimit_headers(t, now, x->rl_hdrs, sizeof x->rl_hdrs);
+    weft_tenant_ratelimit_headers(t, now, x->rl_hdrs, sizeof x->rl_hdrs);
     return true;
 }
 
@@ -759,7 +759,7 @@ static void tokenize_work(void *arg)
 {
     struct pxy *x = arg;
     if (atomic_load(&x->cancelled)) return;
-    x->tok_status = prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, x->tok_msg, sizeof x->tok_msg);
+    x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, x->tok_msg, sizeof x->tok_msg);
 }
 
 static void tokenize_done(void *arg)
@@ -772,13 +772,13 @@ static void tokenize_done(void *arg)
     }
     x->refs--;  /* the job's; the connection's remains */
     if (x->tok_status != WEFT_OK) {
-        http_conn_on_close(x->c, NULL, NULL);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 400, NULL, "%s", x->tok_msg);
         pxy_unref(x);
         return;
     }
     if (x->n_ids == 0) {
-        http_conn_on_close(x->c, NULL, NULL);
+        weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 400, NULL, "%s", "the prompt is empty");
         pxy_unref(x);
         return;
@@ -787,10 +787,10 @@ static void tokenize_done(void *arg)
     /* who it is for the queue: the tenant's key, else the gateway's fairness id */
     bool anon = false;
     struct tenant_cfg *t =
-        x->r->has_tenants ? tenants_auth(&x->r->tenants, http_header_get(x->req, "authorization"), &anon) : NULL;
-    x->prio = tenant_priority(t, x->p.priority_given, x->p.priority);
-    const char *fid = http_header_get(x->req, "x-gateway-inference-fairness-id");
-    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && tenant_name_valid(fid) ? fid : "");
+        x->r->has_tenants ? weft_tenants_auth(&x->r->tenants, weft_http_header_get(x->req, "authorization"), &anon) : NULL;
+    x->prio = weft_tenant_priority(t, x->p.priority_given, x->p.priority);
+    const char *fid = weft_http_header_get(x->req, "x-gateway-inference-fairness-id");
+    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && weft_tenant_name_valid(fid) ? fid : "");
     route_and_forward(x);
 }
 
@@ -804,7 +804,7 @@ static struct pxy *pxy_new(struct weft_router *r, struct http_conn *c, const str
     x->refs = 1;
     x->cached = -1;
     x->generated = -1;
-    x->t_arrival = router_now(r);
+    x->t_arrival = weft_router_now(r);
     return x;
 }
 
@@ -812,31 +812,31 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
 {
     struct pxy *x = pxy_new(r, c, req);
     if (!x) {
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
     x->chat = chat;
     x->routed = true;
     const char *param = NULL;
     char msg[300];
-    if (json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH) ||
-        !gen_params_parse(req->body ? req->body : "", req->body_len, chat, &x->p, &x->root, &param, msg, sizeof msg)) {
-        if (json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH))
+    if (weft_json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH) ||
+        !weft_gen_params_parse(req->body ? req->body : "", req->body_len, chat, &x->p, &x->root, &param, msg, sizeof msg)) {
+        if (weft_json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH))
             snprintf(msg, sizeof msg, "the JSON body nests deeper than %d", WEFT_MAX_JSON_DEPTH);
         status_count(r, 400);
-        http_respond_error(c, 400, NULL, param, "%s", msg);
+        weft_http_respond_error(c, 400, NULL, param, "%s", msg);
         pxy_unref(x);
         return;
     }
     /* a stream the router can move: unless the client uses the extension itself */
     x->ext = x->p.stream && !json_object_get(x->root, "weft") && x->p.n <= 1;
-    http_conn_on_close(c, on_client_gone, x);
+    weft_http_conn_on_close(c, on_client_gone, x);
     x->refs++;  /* the job's */
     if (weft_workers_submit(r->workers, tokenize_work, tokenize_done, x) != WEFT_OK) {
         x->refs--;
-        http_conn_on_close(c, NULL, NULL);
+        weft_http_conn_on_close(c, NULL, NULL);
         status_count(r, 503);
-        http_respond(c, 503, "application/json", "Retry-After: 1\r\n",
+        weft_http_respond(c, 503, "application/json", "Retry-After: 1\r\n",
                      "{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,\"code\":null}}",
                      strlen("{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
                             "\"code\":null}}"));
@@ -857,18 +857,18 @@ static void forward_any(struct weft_router *r, struct http_conn *c, const struct
     }
     if (!best) {
         status_count(r, 503);
-        http_respond_error(c, 503, "server_busy", NULL, "no instance is up");
+        weft_http_respond_error(c, 503, "server_busy", NULL, "no instance is up");
         return;
     }
     struct pxy *x = pxy_new(r, c, req);
     if (!x) {
-        http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
     x->target = best;
     best->refs++;
     snprintf(x->extra, sizeof x->extra, "x-weft-instance: %s\r\n", best->name);
-    http_conn_on_close(c, on_client_gone, x);
+    weft_http_conn_on_close(c, on_client_gone, x);
     forward(x, best);
 }
 
@@ -915,7 +915,7 @@ static bool any_usable(const struct weft_router *r)
     return false;
 }
 
-void router_handle(void *ctx, struct http_conn *c, const struct http_request *req)
+void weft_router_handle(void *ctx, struct http_conn *c, const struct http_request *req)
 {
     struct weft_router *r = ctx;
     r->requests++;
@@ -934,25 +934,25 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
     }
     if (!strcmp(p, "/metrics") && req->method == HTTP_M_GET) {
         size_t len = 0;
-        char *b = router_metrics_render(r, &len);
+        char *b = weft_router_metrics_render(r, &len);
         status_count(r, b ? 200 : 503);
-        if (!b) http_respond_error(c, 503, "server_error", NULL, "out of memory");
-        else http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
+        if (!b) weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        else weft_http_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", NULL, b, len);
         free(b);
         return;
     }
     if (req->method == HTTP_M_GET && (!strcmp(p, "/") || !strcmp(p, "/fleet"))) {
         /* the dashboard and its state: read-only, open as /metrics is */
-        status_count(r, router_dash_respond(r, c, p[1] == 0));
+        status_count(r, weft_router_dash_respond(r, c, p[1] == 0));
         return;
     }
     /* the rest may need an API key (the router checks it; the instance trusts the router) */
     if (r->has_tenants) {
         bool anon;
-        struct tenant_cfg *t = tenants_auth(&r->tenants, http_header_get(req, "authorization"), &anon);
+        struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon);
         if (!t && !anon) {
             status_count(r, 401);
-            http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
+            weft_http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
                          "{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
                          "\"param\":null,\"code\":\"invalid_api_key\"}}",
                          strlen("{\"error\":{\"message\":\"missing or invalid API key\",\"type\":\"authentication_error\","
@@ -971,7 +971,7 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
     bool post = req->method == HTTP_M_POST;
     if (r->draining && post) {
         status_count(r, 503);
-        http_respond_error(c, 503, "server_busy", NULL, "the router is shutting down");
+        weft_http_respond_error(c, 503, "server_busy", NULL, "the router is shutting down");
         return;
     }
     if (post && (!strcmp(p, "/v1/completions") || !strcmp(p, "/v1/chat/completions"))) {
@@ -983,5 +983,5 @@ void router_handle(void *ctx, struct http_conn *c, const struct http_request *re
         return;
     }
     status_count(r, 404);
-    http_respond_error(c, 404, NULL, NULL, "no such endpoint: %s %s", req->method_name, p);
+    weft_http_respond_error(c, 404, NULL, NULL, "no such endpoint: %s %s", req->method_name, p);
 }

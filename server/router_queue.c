@@ -42,7 +42,7 @@ static bool saturated(const struct weft_router *r, const struct fleet_instance *
     return in->load.kv_total && in->load.kv_free == 0 && waiting > 0;
 }
 
-bool router_saturated_for(struct weft_router *r, int32_t prio)
+bool weft_router_saturated_for(struct weft_router *r, int32_t prio)
 {
     uint32_t n_usable = 0;
     for (uint32_t i = 0; i < r->fleet.n; i++) {
@@ -52,7 +52,7 @@ bool router_saturated_for(struct weft_router *r, int32_t prio)
         if (!saturated(r, in)) return false;
         /* it would preempt a lower priority there, if the instance takes the
          * priority from the router (it trusts the router's key) */
-        struct inst_io *io = r->upstream_auth ? router_io(in) : NULL;
+        struct inst_io *io = r->upstream_auth ? weft_router_io(in) : NULL;
         for (struct pxy *x = io ? io->inflight : NULL; x; x = x->io_next)
             if (x->prio < prio) return false;
     }
@@ -85,7 +85,7 @@ static const char *who(const struct pxy *x) { return x->qname; }
 
 /* Seconds until the queue ahead would drain: requests ahead x the mean
  * request time / the sequences the usable fleet runs at once; at least 1. */
-int router_queue_drain_s(const struct weft_router *r, uint32_t ahead)
+int weft_router_queue_drain_s(const struct weft_router *r, uint32_t ahead)
 {
     double slots = 0;
     for (uint32_t i = 0; i < r->fleet.n; i++)
@@ -109,7 +109,7 @@ static void unlink_q(struct weft_router *r, struct pxy *x)
     if (t->queued) t->queued--;
 }
 
-void router_queue_remove(struct pxy *x)
+void weft_router_queue_remove(struct pxy *x)
 {
     if (x->queued) unlink_q(x->r, x);
 }
@@ -119,16 +119,16 @@ static void shed(struct pxy *x, int reason)
     struct weft_router *r = x->r;
     r->shed[reason]++;
     char hdr[64], msg[200];
-    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", router_queue_drain_s(r, r->q_len));
+    snprintf(hdr, sizeof hdr, "Retry-After: %d\r\n", weft_router_queue_drain_s(r, r->q_len));
     snprintf(msg, sizeof msg, "%s",
              reason == SHED_TENANT_FULL ? "the fleet is saturated and this tenant's share of the router's queue is full"
              : reason == SHED_DISPLACED ? "the fleet is saturated: a higher-priority request took this one's place"
              : reason == SHED_NO_INSTANCE ? "no instance came up to take the request"
                                         : "the fleet is saturated and the router's queue is full");
-    router_reply_busy(x, hdr, msg);
+    weft_router_reply_busy(x, hdr, msg);
 }
 
-void router_queue_add(struct pxy *x)
+void weft_router_queue_add(struct pxy *x)
 {
     struct weft_router *r = x->r;
     struct qtenant *t = qt_get(r, who(x));
@@ -156,7 +156,7 @@ void router_queue_add(struct pxy *x)
     if (after) after->q_next = x;
     else r->q_head = x;
     x->queued = true;
-    x->t_queued = router_now(r);
+    x->t_queued = weft_router_now(r);
     r->q_len++;
     r->queued_total++;
     t->queued++;
@@ -168,7 +168,7 @@ static void pump(uv_timer_t *tm)
     r->pump_armed = false;
     while (r->q_head) {
         int32_t top = r->q_head->prio;
-        if (router_saturated_for(r, top)) break;
+        if (weft_router_saturated_for(r, top)) break;
         /* within the top level: the tenant served longest ago, its oldest request */
         struct pxy *pick = NULL;
         uint64_t best = UINT64_MAX;
@@ -179,25 +179,25 @@ static void pump(uv_timer_t *tm)
         unlink_q(r, pick);
         qt_get(r, who(pick))->served = ++r->q_tick;
         pick->from_queue = true;
-        double waited = router_now(r) - pick->t_queued;
+        double waited = weft_router_now(r) - pick->t_queued;
         r->q_wait_sum += waited;
         r->q_wait_n++;
-        router_dispatch(pick);
+        weft_router_dispatch(pick);
     }
 }
 
-void router_queue_kick(struct weft_router *r)
+void weft_router_queue_kick(struct weft_router *r)
 {
     if (!r->q_head || r->pump_armed || r->stopped) return;
     r->pump_armed = true;
     uv_timer_start(&r->pump_timer, pump, 0, 0);
 }
 
-void router_queue_expire(struct weft_router *r)
+void weft_router_queue_expire(struct weft_router *r)
 {
     bool any = false;
     for (uint32_t i = 0; i < r->fleet.n && !any; i++) any = usable(r->fleet.inst[i]);
-    double now = router_now(r);
+    double now = weft_router_now(r);
     if (any) {
         r->empty_since = 0;
         return;
@@ -216,10 +216,10 @@ void router_queue_expire(struct weft_router *r)
     }
 }
 
-bool router_queue_wants(struct weft_router *r, const struct pxy *x)
+bool weft_router_queue_wants(struct weft_router *r, const struct pxy *x)
 {
     if (x->from_queue) return false;
     /* behind those already waiting at its level or above (first come first served) */
     if (r->q_head && r->q_head->prio >= x->prio) return true;
-    return router_saturated_for(r, x->prio);
+    return weft_router_saturated_for(r, x->prio);
 }

@@ -40,13 +40,13 @@ static void close_all(struct weft_server *s)
         close_handle((uv_handle_t *)&s->sig_usr1);
         close_handle((uv_handle_t *)&s->sig_usr2);
     }
-    if (s->http) http_server_free(s->http);
-    if (s->http_metrics) http_server_free(s->http_metrics);
+    if (s->http) weft_http_server_free(s->http);
+    if (s->http_metrics) weft_http_server_free(s->http_metrics);
     s->http = s->http_metrics = NULL;
-    server_pd_close(s);
+    weft_server_pd_close(s);
     if (s->workers) weft_workers_free(s->workers);
     s->workers = NULL;
-    server_kv_events_close(s);  /* unhooks the engine first */
+    weft_server_kv_events_close(s);  /* unhooks the engine first */
 }
 
 /* A KV push's large body only from a trusted key (or on a server without keys). */
@@ -58,7 +58,7 @@ static bool trusted_push(void *user, const struct http_header *h, uint32_t n)
     for (uint32_t i = 0; i < n && !auth; i++)
         if (!strcmp(h[i].name, "authorization")) auth = h[i].value;
     bool anon;
-    const struct tenant_cfg *t = auth ? tenants_auth(&s->tenants, auth, &anon) : NULL;
+    const struct tenant_cfg *t = auth ? weft_tenants_auth(&s->tenants, auth, &anon) : NULL;
     return t && t->trusted;
 }
 
@@ -86,8 +86,8 @@ static void cut(struct weft_server *s, const char *why)
     s->cut = true;
     uv_timer_stop(&s->drain_timer);
     fprintf(stderr, "weft serve: %s: ending %u requests still in flight\n", why, s->n_active);
-    server_cut_all(s, "the server is shutting down and this request was ended at the drain deadline");
-    http_server_close_soon(s->http, CUT_FLUSH_MS);
+    weft_server_cut_all(s, "the server is shutting down and this request was ended at the drain deadline");
+    weft_http_server_close_soon(s->http, CUT_FLUSH_MS);
 }
 
 static void on_drain_timer(uv_timer_t *t) { cut(t->data, "drain timeout"); }
@@ -103,9 +103,9 @@ static void begin_drain(struct weft_server *s, const char *why)
     s->draining = true;
     uv_timer_start(&s->drain_timer, on_drain_timer, s->cfg.drain_timeout_ms, 0);
     /* KV-event subscriptions never end by themselves: end them so the drain can finish */
-    server_kv_events_end_all(s, "the server is shutting down");
+    weft_server_kv_events_end_all(s, "the server is shutting down");
     /* the metrics listener stays up until the end: /ready says "draining" */
-    http_server_drain(s->http, on_drained, s);
+    weft_http_server_drain(s->http, on_drained, s);
 }
 
 static void reload_tenants(struct weft_server *s)
@@ -115,7 +115,7 @@ static void reload_tenants(struct weft_server *s)
         return;
     }
     char msg[512];
-    if (!tenants_reload(&s->tenants, s->tenants_path, msg, sizeof msg)) {
+    if (!weft_tenants_reload(&s->tenants, s->tenants_path, msg, sizeof msg)) {
         s->reload_failures++;
         fprintf(stderr, "weft serve: SIGHUP: %s: kept the tenants as they were\n", msg);
         return;
@@ -190,17 +190,17 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     s->weight_bytes = m->weight_bytes;
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->model_id ? cfg->model_id : "default");
     if (cfg->tenants_path) snprintf(s->tenants_path, sizeof s->tenants_path, "%s", cfg->tenants_path);
-    metrics_init(&s->metrics);
+    weft_metrics_init(&s->metrics);
     pthread_mutex_init(&s->qmu, NULL);
     s->on_idle = idle_cb;
     char msg[512];
-    if (!tenants_load(&s->tenants, cfg->tenants_path, msg, sizeof msg)) {
+    if (!weft_tenants_load(&s->tenants, cfg->tenants_path, msg, sizeof msg)) {
         pthread_mutex_destroy(&s->qmu);
         free(s);
         return weft_error(WEFT_ERR_INVALID_ARG, "bad --config: %s", msg);
     }
-    if (cfg->api_key && !tenants_add_shared_key(&s->tenants, cfg->api_key, msg, sizeof msg)) {
-        tenants_free(&s->tenants);
+    if (cfg->api_key && !weft_tenants_add_shared_key(&s->tenants, cfg->api_key, msg, sizeof msg)) {
+        weft_tenants_free(&s->tenants);
         pthread_mutex_destroy(&s->qmu);
         free(s);
         return weft_error(WEFT_ERR_INVALID_ARG, "%s", msg);
@@ -208,7 +208,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     /* like `weft chat` and llama.cpp's built-in templates: no system prompt
      * unless the request has one, or template_system asks for the one the
      * model's Jinja template would inject */
-    prompt_rules_from_gguf(&s->rules, m->gguf, m->tok, cfg->template_system);
+    weft_prompt_rules_from_gguf(&s->rules, m->gguf, m->tok, cfg->template_system);
     s->max_piece_bytes = longest_piece(m->tok);
 
     weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);
@@ -225,7 +225,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         goto fail_early;
     }
     s->loop_thread = pthread_self();
-    uv_async_init(s->loop, &s->async, server_drain_events);
+    uv_async_init(s->loop, &s->async, weft_server_drain_events);
     s->async.data = s;
     uv_async_init(s->loop, &s->stop_async, on_stop_async);
     s->stop_async.data = s;
@@ -239,14 +239,14 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         lim.big_body_ok = trusted_push;  /* an anonymous client cannot make it buffer 64 MiB */
         lim.big_body_user = s;
     }
-    int err = http_server_start(s->loop, cfg->host, cfg->port, &lim, server_handle, s, &s->http);
+    int err = weft_http_server_start(s->loop, cfg->host, cfg->port, &lim, weft_server_handle, s, &s->http);
     if (err) {
         st = weft_error(WEFT_ERR_IO, "cannot listen on %s:%d: %s", cfg->host ? cfg->host : "127.0.0.1", cfg->port,
                         uv_strerror(err));
         goto fail;
     }
     if (cfg->metrics_port > 0) {
-        err = http_server_start(s->loop, cfg->host, cfg->metrics_port, &cfg->http, server_handle_metrics, s,
+        err = weft_http_server_start(s->loop, cfg->host, cfg->metrics_port, &cfg->http, weft_server_handle_metrics, s,
                                 &s->http_metrics);
         if (err) {
             st = weft_error(WEFT_ERR_IO, "cannot listen on %s:%d for /metrics: %s", cfg->host ? cfg->host : "127.0.0.1",
@@ -255,14 +255,14 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         }
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
-    if ((st = server_pd_init(s)) != WEFT_OK) goto fail;
-    server_describe_devices(s, cfg->devices);
+    if ((st = weft_server_pd_init(s)) != WEFT_OK) goto fail;
+    weft_server_describe_devices(s, cfg->devices);
     if (cfg->kv_remote) {
         struct kv_remote_config rc = {.url = cfg->kv_remote, .ttl_ms = cfg->kv_remote_ttl_ms,
                                       .timeout_ms = cfg->kv_remote_timeout_ms};
-        if ((st = kv_remote_create(&rc, s->eng, &m->fingerprint, &s->kv_remote)) != WEFT_OK) goto fail;
+        if ((st = weft_kv_remote_create(&rc, s->eng, &m->fingerprint, &s->kv_remote)) != WEFT_OK) goto fail;
     }
-    if ((st = server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
+    if ((st = weft_server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */
     if (!cfg->no_calibrate && (st = weft_engine_calibrate(s->eng, 0)) != WEFT_OK) goto fail;
     if ((st = weft_engine_start(s->eng)) != WEFT_OK) goto fail;
@@ -281,16 +281,16 @@ fail:
     return st;
 fail_early:
     weft_engine_free(s->eng);
-    tenants_free(&s->tenants);
+    weft_tenants_free(&s->tenants);
     pthread_mutex_destroy(&s->qmu);
     free(s);
     return st;
 }
 
-int weft_server_port(const struct weft_server *s) { return http_server_port(s->http); }
+int weft_server_port(const struct weft_server *s) { return weft_http_server_port(s->http); }
 int weft_server_metrics_port(const struct weft_server *s)
 {
-    return s->http_metrics ? http_server_port(s->http_metrics) : -1;
+    return s->http_metrics ? weft_http_server_port(s->http_metrics) : -1;
 }
 bool weft_server_has_keys(const struct weft_server *s) { return s->tenants.any_keys; }
 uint32_t weft_server_n_ctx(const struct weft_server *s) { return s->n_ctx; }
@@ -310,8 +310,8 @@ void weft_server_free(struct weft_server *s)
     s->closing = true;
     pthread_mutex_unlock(&s->qmu);
     /* the remote tier's writer reads blocks from the engine: it stops first */
-    server_kv_events_drop_remote(s);
-    kv_remote_free(s->kv_remote);
+    weft_server_kv_events_drop_remote(s);
+    weft_kv_remote_free(s->kv_remote);
     s->kv_remote = NULL;
     weft_engine_free(s->eng);
     s->eng = NULL;
@@ -319,10 +319,10 @@ void weft_server_free(struct weft_server *s)
     close_all(s);  /* whatever run left open (create failed, or run never called) */
     uv_run(s->loop, UV_RUN_DEFAULT);
     uv_loop_close(s->loop);
-    server_pd_free(s);
+    weft_server_pd_free(s);
     free(s->q);
     free(s->q2);
-    tenants_free(&s->tenants);
+    weft_tenants_free(&s->tenants);
     pthread_mutex_destroy(&s->qmu);
     free(s);
 }

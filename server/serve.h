@@ -34,7 +34,7 @@ struct weft_server_config {
     const char *const *model_aliases;/* --model-alias: more names requests may use for the model (listed
                                         in /v1/models; an answer names the model as it was asked) */
     uint32_t n_model_aliases;
-    const char *api_key;             /* --api-key: one shared key (tenants.h, tenants_add_shared_key) */
+    const char *api_key;             /* --api-key: one shared key (tenants.h, weft_tenants_add_shared_key) */
     struct weft_engine_config engine;
     bool template_system;            /* chats without a system message get the template's */
     size_t max_stream_buffer;        /* unread stream bytes before the client is cut (0: 4 MiB) */

@@ -86,43 +86,43 @@ struct weft_server {
 };
 
 /* The HTTP handler (server/api.c). */
-void server_handle(void *srv, struct http_conn *c, const struct http_request *req);
+void weft_server_handle(void *srv, struct http_conn *c, const struct http_request *req);
 /* The same for the metrics listener: /metrics, /health, /ready only. */
-void server_handle_metrics(void *srv, struct http_conn *c, const struct http_request *req);
+void weft_server_handle_metrics(void *srv, struct http_conn *c, const struct http_request *req);
 /* POST /v1/completions and /v1/chat/completions (server/api_gen.c). */
-void server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
+void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
                      struct tenant_cfg *tenant);
 /* GET /load (server/api_load.c); the device list it reports, from the
  * --device or --split spec. */
-void server_do_load(struct weft_server *s, struct http_conn *c);
-void server_describe_devices(struct weft_server *s, const char *spec);
+void weft_server_do_load(struct weft_server *s, struct http_conn *c);
+void weft_server_describe_devices(struct weft_server *s, const char *spec);
 /* GET /v1/kv/events and /v1/kv/index (server/kv_events.c). init hooks
  * the engine's KV events (before calibration); end_all ends every
  * subscription (drain); close releases it all after the engine stopped. */
-weft_status server_kv_events_init(struct weft_server *s, uint32_t n_blocks);
-void server_kv_events_end_all(struct weft_server *s, const char *why);
-void server_kv_events_close(struct weft_server *s);
-void server_do_kv_events(struct weft_server *s, struct http_conn *c);
-void server_do_kv_index(struct weft_server *s, struct http_conn *c);
+weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks);
+void weft_server_kv_events_end_all(struct weft_server *s, const char *why);
+void weft_server_kv_events_close(struct weft_server *s);
+void weft_server_do_kv_events(struct weft_server *s, struct http_conn *c);
+void weft_server_do_kv_index(struct weft_server *s, struct http_conn *c);
 /* Stop handing stored blocks to the remote tier (before it is freed). */
-void server_kv_events_drop_remote(struct weft_server *s);
+void weft_server_kv_events_drop_remote(struct weft_server *s);
 /* GET / POST /v1/kv/blocks (server/api_kv.c); t: the caller's tenant (NULL: anonymous) */
-void server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+void weft_server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                          const struct tenant_cfg *t);
-uint32_t server_kv_subscribers(const struct weft_server *s);
+uint32_t weft_server_kv_subscribers(const struct weft_server *s);
 /* End every open generation request now (drain deadline): streams get an
  * error event saying why, unanswered requests 503; engine sides aborted. */
-void server_cut_all(struct weft_server *s, const char *why);
+void weft_server_cut_all(struct weft_server *s, const char *why);
 /* Engine callback (engine thread): queue the event for the loop. */
-void server_engine_event(void *ctx, const struct weft_event *ev);
+void weft_server_engine_event(void *ctx, const struct weft_event *ev);
 /* uv_async callback (loop thread): deliver queued events. */
-void server_drain_events(uv_async_t *a);
+void weft_server_drain_events(uv_async_t *a);
 /* The name an answer reports for a request that asked for model `asked`
  * (NULL or "default": the model's id; the id or an alias: itself, as
  * stored in the server's configuration), or NULL when this server does not
  * serve it. */
-const char *server_model_name(const struct weft_server *s, const char *asked);
+const char *weft_server_model_name(const struct weft_server *s, const char *asked);
 /* Seconds since an arbitrary start (monotonic). */
-double server_now(void);
+double weft_server_now(void);
 
 #endif

@@ -138,7 +138,7 @@ static bool parse_tools(json_t *body, struct gen_structured *s, const char **par
                 json_string_value(name));
 }
 
-bool structured_parse(json_t *body, bool chat, struct gen_structured *s, const char **param, char *msg,
+bool weft_structured_parse(json_t *body, bool chat, struct gen_structured *s, const char **param, char *msg,
                       size_t msg_size)
 {
     memset(s, 0, sizeof *s);
@@ -165,7 +165,7 @@ bool structured_parse(json_t *body, bool chat, struct gen_structured *s, const c
     return true;
 }
 
-void structured_free(struct gen_structured *s)
+void weft_structured_free(struct gen_structured *s)
 {
     for (uint32_t i = 0; i < s->n_tools; i++) free(s->tool_defs[i]);
     free(s->tool_defs);
@@ -174,7 +174,7 @@ void structured_free(struct gen_structured *s)
     memset(s, 0, sizeof *s);
 }
 
-bool structured_message_calls(json_t *m, size_t index, struct weft_chat_tool_call **calls, size_t *n_calls,
+bool weft_structured_message_calls(json_t *m, size_t index, struct weft_chat_tool_call **calls, size_t *n_calls,
                               const char **tool_call_id, char *msg, size_t msg_size)
 {
     *calls = NULL;
@@ -266,7 +266,7 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
     if (!open)
         return fail(param, msg, n, "tool_choice", "the model's chat template (%s) has no tool-call format",
                     weft_chat_style_name(style));
-    if (!put(t, json_schema_common_rules)) return fail(param, msg, n, "tools", "out of memory");
+    if (!put(t, weft_json_schema_common_rules)) return fail(param, msg, n, "tools", "out of memory");
     bool ok = true;
     struct text call = {0};
     ok = put(&call, "call ::= ") && put_lit(&call, open) && put(&call, "(");
@@ -278,7 +278,7 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
         snprintf(prefix, sizeof prefix, "t%u-", i);
         if (s->tool_params[i]) {
             char err[256];
-            if (!json_schema_rules(s->tool_params[i], root, prefix, &t->p, &t->len, &t->cap, err, sizeof err)) {
+            if (!weft_json_schema_rules(s->tool_params[i], root, prefix, &t->p, &t->len, &t->cap, err, sizeof err)) {
                 free(call.p);
                 return fail(param, msg, n, "tools", "tool '%s' parameters: %s", s->tool_names[i], err);
             }
@@ -308,7 +308,7 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
     return true;
 }
 
-bool structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
+bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
                         const char **param, char *msg, size_t msg_size)
 {
     *text = NULL;
@@ -327,7 +327,7 @@ bool structured_grammar(const struct gen_structured *s, enum weft_chat_style sty
     }
     if (s->format == GEN_FORMAT_JSON_SCHEMA) {
         char err[256];
-        if (!json_schema_grammar(s->schema, text, err, sizeof err))
+        if (!weft_json_schema_grammar(s->schema, text, err, sizeof err))
             return fail(param, msg, msg_size, "response_format", "response_format.json_schema.schema: %s", err);
     }
     return true;
@@ -389,7 +389,7 @@ static const char *find(const char *h, size_t n, const char *needle)
     return NULL;
 }
 
-uint32_t tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
+uint32_t weft_tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
                             size_t len, struct tool_call_out **calls, size_t *content_len)
 {
     *calls = NULL;
@@ -442,7 +442,7 @@ uint32_t tool_calls_extract(const struct gen_structured *s, enum weft_chat_style
         ok = false;
     }
     if (!ok || k == 0) {
-        tool_calls_free(out, WEFT_MAX_PARALLEL_CALLS * 2);  /* a failed take may have left a name */
+        weft_tool_calls_free(out, WEFT_MAX_PARALLEL_CALLS * 2);  /* a failed take may have left a name */
         return 0;
     }
     while (before > 0 && is_ws(text[before - 1])) before--;
@@ -451,7 +451,7 @@ uint32_t tool_calls_extract(const struct gen_structured *s, enum weft_chat_style
     return k;
 }
 
-void tool_calls_free(struct tool_call_out *calls, uint32_t n)
+void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n)
 {
     if (!calls) return;
     for (uint32_t i = 0; i < n; i++) {
@@ -461,7 +461,7 @@ void tool_calls_free(struct tool_call_out *calls, uint32_t n)
     free(calls);
 }
 
-size_t tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len)
+size_t weft_tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len)
 {
     if (s->tool_choice == GEN_TOOLS_OFF) return len;
     if (style == WEFT_CHAT_LLAMA3) {

@@ -44,21 +44,21 @@ struct gen_structured {
 /* Parse response_format, tools, tool_choice, parallel_tool_calls from the
  * request body (chat: tools allowed). false with *param and msg filled on
  * a bad or unsupported value. */
-bool structured_parse(json_t *body, bool chat, struct gen_structured *out, const char **param, char *msg,
+bool weft_structured_parse(json_t *body, bool chat, struct gen_structured *out, const char **param, char *msg,
                       size_t msg_size);
-void structured_free(struct gen_structured *s);
+void weft_structured_free(struct gen_structured *s);
 
 /* A history message's tool calls (assistant) and tool_call_id (tool),
  * checked; *calls malloc'd (strings borrowed from m). false with msg on a
  * malformed one. */
-bool structured_message_calls(json_t *m, size_t index, struct weft_chat_tool_call **calls, size_t *n_calls,
+bool weft_structured_message_calls(json_t *m, size_t index, struct weft_chat_tool_call **calls, size_t *n_calls,
                               const char **tool_call_id, char *msg, size_t msg_size);
 
 /* The grammar text that constrains a request's output, malloc'd in *text,
  * or NULL when it is unconstrained. false with *param and msg filled when a
  * schema uses what the grammar cannot enforce (the keyword named), or when
  * the chat family has no call format. */
-bool structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
+bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
                         const char **param, char *msg, size_t msg_size);
 
 /* Tool calls read back out of a reply. */
@@ -70,13 +70,13 @@ struct tool_call_out {
 /* The calls text[0..len) makes (in the family's frame, naming offered
  * tools, with JSON-object arguments), *content_len the length of the text
  * before them (the reply's content). 0 calls (nothing allocated) when the
- * text is not such a reply. *calls malloc'd; free with tool_calls_free. */
-uint32_t tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
+ * text is not such a reply. *calls malloc'd; free with weft_tool_calls_free. */
+uint32_t weft_tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
                             size_t len, struct tool_call_out **calls, size_t *content_len);
-void tool_calls_free(struct tool_call_out *calls, uint32_t n);
+void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n);
 
 /* While streaming with tools offered: how much of text[0..len) may go out
  * as content now (text that could still begin a call is held back). */
-size_t tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len);
+size_t weft_tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len);
 
 #endif

@@ -21,7 +21,7 @@ static bool num(json_t *o, const char *k, double *out, char *msg, size_t n)
     return true;
 }
 
-bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size)
+bool weft_tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size)
 {
     memset(ts, 0, sizeof *ts);
     if (!path) return true;
@@ -94,11 +94,11 @@ bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_si
     ok = true;
 out:
     json_decref(root);
-    if (!ok) tenants_free(ts);
+    if (!ok) weft_tenants_free(ts);
     return ok;
 }
 
-void tenants_free(struct tenants *ts)
+void weft_tenants_free(struct tenants *ts)
 {
     for (uint32_t i = 0; i < ts->n; i++) {
         for (uint32_t k = 0; k < ts->t[i].n_keys; k++) free(ts->t[i].keys[k]);
@@ -110,10 +110,10 @@ void tenants_free(struct tenants *ts)
 
 #define SHARED_KEY_TENANT "api-key"
 
-bool tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size)
+bool weft_tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size)
 {
     if (!key || strlen(key) < 8) return bad(msg, msg_size, "--api-key", "the key must have at least 8 characters");
-    if (tenants_find(ts, SHARED_KEY_TENANT))
+    if (weft_tenants_find(ts, SHARED_KEY_TENANT))
         return bad(msg, msg_size, "--api-key", "a tenant named \"" SHARED_KEY_TENANT "\" is configured already");
     struct tenant_cfg *t = realloc(ts->t, sizeof *t * (ts->n + 1));
     if (!t) return bad(msg, msg_size, "--api-key", "out of memory");
@@ -140,23 +140,23 @@ bool tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size
     return true;
 }
 
-struct tenant_cfg *tenants_find(struct tenants *ts, const char *name)
+struct tenant_cfg *weft_tenants_find(struct tenants *ts, const char *name)
 {
     for (uint32_t i = 0; name && i < ts->n; i++)
         if (!strcmp(ts->t[i].name, name)) return &ts->t[i];
     return NULL;
 }
 
-bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size)
+bool weft_tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size)
 {
     struct tenants fresh;
-    if (!tenants_load(&fresh, path, msg, msg_size)) return false;
-    if (ts->shared_key && !tenants_add_shared_key(&fresh, ts->shared_key, msg, msg_size)) {
-        tenants_free(&fresh);
+    if (!weft_tenants_load(&fresh, path, msg, msg_size)) return false;
+    if (ts->shared_key && !weft_tenants_add_shared_key(&fresh, ts->shared_key, msg, msg_size)) {
+        weft_tenants_free(&fresh);
         return false;
     }
     for (uint32_t i = 0; i < fresh.n; i++) {
-        struct tenant_cfg *n = &fresh.t[i], *o = tenants_find(ts, n->name);
+        struct tenant_cfg *n = &fresh.t[i], *o = weft_tenants_find(ts, n->name);
         if (!o) continue;
         /* the same tenant keeps what it has spent, within its new capacities */
         n->last = o->last;
@@ -167,12 +167,12 @@ bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_
         if (o->rps > 0) n->req_tokens = o->req_tokens < n->burst ? o->req_tokens : n->burst;
         if (o->tpm > 0) n->tok_tokens = o->tok_tokens < n->tpm ? o->tok_tokens : n->tpm;
     }
-    tenants_free(ts);
+    weft_tenants_free(ts);
     *ts = fresh;
     return true;
 }
 
-int32_t tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested)
+int32_t weft_tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested)
 {
     int32_t cap = t ? t->priority : 0;
     return given && requested < cap ? requested : cap;
@@ -187,7 +187,7 @@ static bool key_eq(const char *a, const char *b)
     return d == 0;
 }
 
-struct tenant_cfg *tenants_auth(struct tenants *ts, const char *auth, bool *anon)
+struct tenant_cfg *weft_tenants_auth(struct tenants *ts, const char *auth, bool *anon)
 {
     *anon = false;
     const char *key = NULL;
@@ -221,7 +221,7 @@ static void refill(struct tenant_cfg *t, double now)
     }
 }
 
-bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after)
+bool weft_tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after)
 {
     refill(t, now);
     if (now >= t->promise_until) t->promised_req = t->promised_tok = 0;  /* nobody came back for them */
@@ -263,7 +263,7 @@ bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *ret
     return true;
 }
 
-void tenant_refund(struct tenant_cfg *t, double now, double n_tokens)
+void weft_tenant_refund(struct tenant_cfg *t, double now, double n_tokens)
 {
     refill(t, now);
     if (t->tpm > 0 && n_tokens > 0) {
@@ -272,7 +272,7 @@ void tenant_refund(struct tenant_cfg *t, double now, double n_tokens)
     }
 }
 
-size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap)
+size_t weft_tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap)
 {
     refill(t, now);
     size_t n = 0;
@@ -295,7 +295,7 @@ size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, siz
     return n < cap ? n : 0;
 }
 
-bool tenant_name_valid(const char *v)
+bool weft_tenant_name_valid(const char *v)
 {
     size_t n = strlen(v);
     if (n == 0 || n >= WEFT_TENANT_NAME_MAX) return false;

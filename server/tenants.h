@@ -26,7 +26,7 @@
  * x-weft-priority headers, and its connections are exempt from the
  * per-client connection limit.
  *
- * SIGHUP reloads FILE (tenants_reload): buckets of tenants that keep their
+ * SIGHUP reloads FILE (weft_tenants_reload): buckets of tenants that keep their
  * name keep their level; a bad file leaves the old configuration in place. */
 #ifndef WEFT_SERVER_TENANTS_H
 #define WEFT_SERVER_TENANTS_H
@@ -54,30 +54,30 @@ struct tenants {
     struct tenant_cfg *t;
     uint32_t n;
     bool any_keys, allow_anonymous;
-    const char *shared_key;         /* tenants_add_shared_key's (kept across reloads), or NULL */
+    const char *shared_key;         /* weft_tenants_add_shared_key's (kept across reloads), or NULL */
 };
 
 /* Load FILE (NULL: no tenants, everything anonymous). false with msg on error. */
-bool tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);
-void tenants_free(struct tenants *ts);
+bool weft_tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);
+void weft_tenants_free(struct tenants *ts);
 /* --api-key KEY: one shared key without a tenants file. Adds the tenant
  * "api-key" (trusted, no limits) holding KEY to ts, so a request needs it
- * (or another configured key) from then on; tenants_reload adds it again.
+ * (or another configured key) from then on; weft_tenants_reload adds it again.
  * key must outlive ts. false with msg (KEY shorter than 8 characters, a
  * tenant of that name configured already, out of memory): ts unchanged. */
-bool tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size);
+bool weft_tenants_add_shared_key(struct tenants *ts, const char *key, char *msg, size_t msg_size);
 /* Load path again into ts; on failure ts is unchanged (false, msg). Tenant
  * pointers from before are invalid afterwards: hold names, not pointers,
- * across a reload (tenants_find). */
-bool tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size);
-struct tenant_cfg *tenants_find(struct tenants *ts, const char *name);
+ * across a reload (weft_tenants_find). */
+bool weft_tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size);
+struct tenant_cfg *weft_tenants_find(struct tenants *ts, const char *name);
 /* The priority a request gets: requested (when given) but never above the
  * tenant's (t NULL: anonymous, cap 0). */
-int32_t tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested);
+int32_t weft_tenant_priority(const struct tenant_cfg *t, bool given, int32_t requested);
 
 /* The tenant for an Authorization header value (may be NULL). Returns NULL
  * when the request must be refused with 401; *anon set for the default. */
-struct tenant_cfg *tenants_auth(struct tenants *ts, const char *authorization, bool *anon);
+struct tenant_cfg *weft_tenants_auth(struct tenants *ts, const char *authorization, bool *anon);
 
 /* Take one request and n_tokens from t's buckets at time now (seconds).
  * false: refuse with 429; *retry_after = seconds until it would fit, or
@@ -86,13 +86,13 @@ struct tenant_cfg *tenants_auth(struct tenants *ts, const char *authorization, b
  * there after what earlier refused requests were promised (a refused burst
  * of k is told to come back spread over k shares' refill time, and each
  * that honours it fits); an admitted request takes one promise back. */
-bool tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after);
+bool weft_tenant_admit(struct tenant_cfg *t, double now, double n_tokens, double *retry_after);
 /* OpenAI's x-ratelimit-{limit,remaining,reset}-{requests,tokens} header
  * lines for t's buckets now (only those it has); bytes written. */
-size_t tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap);
+size_t weft_tenant_ratelimit_headers(struct tenant_cfg *t, double now, char *buf, size_t cap);
 /* A tenant name from a header: 1 to 63 printable ASCII characters, no space. */
-bool tenant_name_valid(const char *v);
+bool weft_tenant_name_valid(const char *v);
 /* Give back tokens a request reserved but did not use. */
-void tenant_refund(struct tenant_cfg *t, double now, double n_tokens);
+void weft_tenant_refund(struct tenant_cfg *t, double now, double n_tokens);
 
 #endif

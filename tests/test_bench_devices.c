@@ -118,13 +118,13 @@ static int png_read(const uint8_t *d, size_t len, int *w, int *h, uint8_t **rgb)
 static void checksums_match_the_references(void)
 {
     const uint8_t *s = (const uint8_t *)"123456789";
-    CHECK_EQ_INT(png_crc32(0, s, 9), 0xCBF43926u);                       /* the CRC-32 check value */
-    CHECK_EQ_INT(png_crc32(png_crc32(0, s, 4), s + 4, 5), 0xCBF43926u);  /* continued */
-    CHECK_EQ_INT(png_adler32(1, (const uint8_t *)"Wikipedia", 9), 0x11E60398u);
+    CHECK_EQ_INT(weft_png_crc32(0, s, 9), 0xCBF43926u);                       /* the CRC-32 check value */
+    CHECK_EQ_INT(weft_png_crc32(weft_png_crc32(0, s, 4), s + 4, 5), 0xCBF43926u);  /* continued */
+    CHECK_EQ_INT(weft_png_adler32(1, (const uint8_t *)"Wikipedia", 9), 0x11E60398u);
     static uint8_t big[200000];
     for (size_t i = 0; i < sizeof big; i++) big[i] = (uint8_t)(i * 7 + (i >> 9));
-    CHECK_EQ_INT(png_adler32(1, big, sizeof big), adler_plain(big, sizeof big));
-    CHECK_EQ_INT(png_crc32(0, big, sizeof big), crc_bitwise(big, sizeof big));
+    CHECK_EQ_INT(weft_png_adler32(1, big, sizeof big), adler_plain(big, sizeof big));
+    CHECK_EQ_INT(weft_png_crc32(0, big, sizeof big), crc_bitwise(big, sizeof big));
 }
 
 /* encode, decode, compare every pixel */
@@ -132,7 +132,7 @@ static void round_trip(const uint8_t *px, int w, int h, int want_ct)
 {
     uint8_t *png = NULL, *back = NULL;
     size_t n = 0;
-    CHECK_EQ_INT(png_encode_rgb(px, w, h, &png, &n), 0);
+    CHECK_EQ_INT(weft_png_encode_rgb(px, w, h, &png, &n), 0);
     if (!png) return;
     int rw = 0, rh = 0;
     CHECK_EQ_INT(png_read(png, n, &rw, &rh, &back), 0);
@@ -167,25 +167,25 @@ static void png_writer_round_trips(void)
     free(big);
     uint8_t *o = NULL;
     size_t n = 0;
-    CHECK_EQ_INT(png_encode_rgb(tiny, 0, 2, &o, &n), -1);
+    CHECK_EQ_INT(weft_png_encode_rgb(tiny, 0, 2, &o, &n), -1);
     CHECK(o == NULL);
 }
 
 static void bandwidth_table_matches_whole_names(void)
 {
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA H200"), 4800);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"), 3350);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA H100 PCIe"), 2000);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA GH200 480GB"), 4000);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA A100-SXM4-80GB"), 2039);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA A100-PCIE-40GB"), 1555);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA A10"), 600);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA RTX A1000"), 0);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA L4"), 300);
-    CHECK_EQ_INT(bench_known_bandwidth("NVIDIA GeForce RTX 4090 (discrete GPU, Vulkan 1.3)"), 1008);
-    CHECK_EQ_INT(bench_known_bandwidth("AMD Instinct MI300X"), 5300);
-    CHECK_EQ_INT(bench_known_bandwidth("AMD Radeon RX 7900 XTX"), 960);
-    CHECK_EQ_INT(bench_known_bandwidth("llvmpipe (LLVM 15.0.7, 256 bits) (CPU, Vulkan 1.3)"), 0);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA H200"), 4800);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)"), 3350);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA H100 PCIe"), 2000);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA GH200 480GB"), 4000);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA A100-SXM4-80GB"), 2039);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA A100-PCIE-40GB"), 1555);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA A10"), 600);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA RTX A1000"), 0);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA L4"), 300);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("NVIDIA GeForce RTX 4090 (discrete GPU, Vulkan 1.3)"), 1008);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("AMD Instinct MI300X"), 5300);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("AMD Radeon RX 7900 XTX"), 960);
+    CHECK_EQ_INT(weft_bench_known_bandwidth("llvmpipe (LLVM 15.0.7, 256 bits) (CPU, Vulkan 1.3)"), 0);
 }
 
 /* ---- the CLI ---- */
@@ -262,12 +262,12 @@ static void devices_cpu_writes_table_json_svg_png(void)
     double v[] = {1};
     struct plot_bars one = {.title = "t", .n_groups = 1, .groups = g, .n_series = 1, .series = s, .values = v};
     int ew, eh, w = 0, h = 0;
-    plot_bars_size(&one, &ew, &eh);
+    weft_plot_bars_size(&one, &ew, &eh);
     CHECK(png != NULL);
     if (png) CHECK_EQ_INT(png_read(png, n, &w, &h, &rgb), 0);
     CHECK(w == ew && h == eh);
     /* the device's colour is in the picture (its bars and legend swatch) */
-    unsigned c = plot_series_colour(0);
+    unsigned c = weft_plot_series_colour(0);
     size_t hits = 0;
     for (size_t i = 0; rgb && i < (size_t)w * h; i++)
         hits += rgb[3 * i] == (c >> 16 & 255) && rgb[3 * i + 1] == (c >> 8 & 255) && rgb[3 * i + 2] == (c & 255);

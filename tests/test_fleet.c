@@ -21,7 +21,7 @@ static void parse_load(void)
 {
     struct fleet_load l;
     char err[128];
-    CHECK(fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
+    CHECK(weft_fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
     CHECK_EQ_INT(l.running, 2);
     CHECK_EQ_INT(l.waiting, 1);
     CHECK_EQ_INT(l.queued_prefill_tokens, 300);
@@ -30,28 +30,28 @@ static void parse_load(void)
     CHECK_NEAR(l.prefill_tps, 1000.5, 1e-9);
     CHECK(!strcmp(l.vendor, "intel") && !strcmp(l.device, "Xeon"));
     CHECK(!strcmp(l.fingerprint, "0123456789abcdef0123456789abcdef"));
-    CHECK(!fleet_parse_load("{\"running\":1}", 13, &l, err, sizeof err));
-    CHECK(!fleet_parse_load("nope", 4, &l, err, sizeof err));
-    CHECK(!fleet_parse_load(LOAD, 40, &l, err, sizeof err));  /* cut short */
+    CHECK(!weft_fleet_parse_load("{\"running\":1}", 13, &l, err, sizeof err));
+    CHECK(!weft_fleet_parse_load("nope", 4, &l, err, sizeof err));
+    CHECK(!weft_fleet_parse_load(LOAD, 40, &l, err, sizeof err));  /* cut short */
 }
 
 static void make_fleet(struct fleet *f, uint32_t n, enum weft_route_policy pol, uint32_t kv_total)
 {
     struct fleet_config cfg = {.policy = pol, .index_min_blocks = 64};
-    fleet_init(f, &cfg);
+    weft_fleet_init(f, &cfg);
     for (uint32_t i = 0; i < n; i++) {
         char url[64];
         snprintf(url, sizeof url, "http://127.0.0.%u:8000", i + 1);
         struct fleet_instance *in;
-        CHECK(fleet_add(f, url, &in) == WEFT_OK);
+        CHECK(weft_fleet_add(f, url, &in) == WEFT_OK);
         struct fleet_load l;
         char err[64];
-        fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err);
+        weft_fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err);
         l.running = l.waiting = 0;
         l.queued_prefill_tokens = 0;
         l.kv_total = kv_total;
         l.max_seqs = 1u << 20;
-        fleet_apply_load(f, in, &l, 0);
+        weft_fleet_apply_load(f, in, &l, 0);
     }
 }
 
@@ -72,8 +72,8 @@ static void history_keeps_prefix_together(void)
     for (uint32_t r = 0; r < 40; r++) {
         uint32_t g = r % 5;
         prompt(ids, 200, g, r);  /* 12 full blocks shared by the group, then 8 unique tokens */
-        CHECK(fleet_decide(&f, ids, 200, 16, 0.1, &d[r]) == WEFT_OK);
-        fleet_first_token(&f, &d[r]);  /* its prompt is done; it keeps its slot while it decodes */
+        CHECK(weft_fleet_decide(&f, ids, 200, 16, 0.1, &d[r]) == WEFT_OK);
+        weft_fleet_first_token(&f, &d[r]);  /* its prompt is done; it keeps its slot while it decodes */
         if (!home[g]) {
             home[g] = d[r].in;
             CHECK_EQ_INT(d[r].best.matched_tokens, 0);
@@ -83,11 +83,11 @@ static void history_keeps_prefix_together(void)
             CHECK_EQ_INT(d[r].best.reason, WEFT_ROUTE_R_PREFIX);
         }
     }
-    for (uint32_t r = 0; r < 40; r++) fleet_finished(&f, &d[r], d[r].best.matched_tokens, false);
+    for (uint32_t r = 0; r < 40; r++) weft_fleet_finished(&f, &d[r], d[r].best.matched_tokens, false);
     CHECK_EQ_INT(f.pred_exact, 40);
     for (uint32_t i = 0; i < 3; i++) CHECK_EQ_INT(f.inst[i]->own_running + f.inst[i]->own_queued, 0);
     CHECK(home[0] != home[1] || home[1] != home[2]);  /* the groups did not all land on one */
-    fleet_free(&f);
+    weft_fleet_free(&f);
 }
 
 static void events_correct_the_index(void)
@@ -97,28 +97,28 @@ static void events_correct_the_index(void)
     int32_t ids[64];
     prompt(ids, 64, 7, 0);
     uint64_t h[4];
-    CHECK_EQ_INT(prompt_block_hashes(ids, 64, h, 4), 4);
+    CHECK_EQ_INT(weft_prompt_block_hashes(ids, 64, h, 4), 4);
     struct fleet_instance *b = f.inst[1];
     /* instance b reports it holds the prompt's first three blocks */
-    fleet_kv_snapshot_begin(b);
-    fleet_kv_snapshot_end(b, 10);
-    CHECK(fleet_kv_event(b, 11, true, h[0]));
-    CHECK(fleet_kv_event(b, 12, true, h[1]));
-    CHECK(fleet_kv_event(b, 12, true, h[1]));  /* a repeat is ignored */
-    CHECK(fleet_kv_event(b, 13, true, h[2]));
+    weft_fleet_kv_snapshot_begin(b);
+    weft_fleet_kv_snapshot_end(b, 10);
+    CHECK(weft_fleet_kv_event(b, 11, true, h[0]));
+    CHECK(weft_fleet_kv_event(b, 12, true, h[1]));
+    CHECK(weft_fleet_kv_event(b, 12, true, h[1]));  /* a repeat is ignored */
+    CHECK(weft_fleet_kv_event(b, 13, true, h[2]));
     struct fleet_decision d;
-    CHECK(fleet_decide(&f, ids, 64, 16, 0.1, &d) == WEFT_OK);
+    CHECK(weft_fleet_decide(&f, ids, 64, 16, 0.1, &d) == WEFT_OK);
     CHECK(d.in == b);
     CHECK_EQ_INT(d.best.matched_tokens, 48);
-    fleet_finished(&f, &d, 48, false);
+    weft_fleet_finished(&f, &d, 48, false);
     /* it evicts the first: the chain breaks there */
-    CHECK(fleet_kv_event(b, 14, false, h[0]));
+    CHECK(weft_fleet_kv_event(b, 14, false, h[0]));
     CHECK_EQ_INT(weft_prefix_index_match(&b->ix, h, 4), 0);
     /* a gap: not applied, the caller must resync */
-    CHECK(!fleet_kv_event(b, 16, true, h[0]));
+    CHECK(!weft_fleet_kv_event(b, 16, true, h[0]));
     CHECK(!b->ev_synced);
     CHECK_EQ_INT(b->ev_gaps, 1);
-    fleet_free(&f);
+    weft_fleet_free(&f);
 }
 
 static void unhealthy_and_draining_are_skipped(void)
@@ -128,15 +128,15 @@ static void unhealthy_and_draining_are_skipped(void)
     int32_t ids[32];
     prompt(ids, 32, 1, 1);
     struct fleet_decision d;
-    fleet_poll_failed(f.inst[0]);
+    weft_fleet_poll_failed(f.inst[0]);
     f.inst[1]->load.draining = true;
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.1, &d) == WEFT_ERR_NO_ROOM);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.1, &d) == WEFT_ERR_NO_ROOM);
     f.inst[1]->load.draining = false;
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.1, &d) == WEFT_OK);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.1, &d) == WEFT_OK);
     CHECK(d.in == f.inst[1]);
-    fleet_finished(&f, &d, -1, false);
-    CHECK(fleet_decide(&f, ids, 32, 16, 5.0, &d) == WEFT_ERR_NO_ROOM);  /* its report is stale by then */
-    fleet_free(&f);
+    weft_fleet_finished(&f, &d, -1, false);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 5.0, &d) == WEFT_ERR_NO_ROOM);  /* its report is stale by then */
+    weft_fleet_free(&f);
 }
 
 static long maxrss_kib(void)
@@ -153,26 +153,26 @@ static void million_unique_prompts_bounded(void)
 {
     struct fleet f;
     make_fleet(&f, 4, WEFT_ROUTE_WEFT, 5000);
-    size_t bytes0 = fleet_index_bytes(&f);
+    size_t bytes0 = weft_fleet_index_bytes(&f);
     int32_t ids[160];
     struct fleet_decision d;
     long rss_warm = 0;
     uint64_t seq[4] = {0};
     for (uint32_t i = 0; i < 4; i++) {
-        fleet_kv_snapshot_begin(f.inst[i]);
-        fleet_kv_snapshot_end(f.inst[i], 0);
+        weft_fleet_kv_snapshot_begin(f.inst[i]);
+        weft_fleet_kv_snapshot_end(f.inst[i], 0);
     }
     for (uint32_t r = 0; r < 1000000; r++) {
         for (uint32_t t = 0; t < 160; t++) ids[t] = (int32_t)((r * 160u + t) % 2000003u);
-        CHECK(fleet_decide(&f, ids, 160, 16, 0.1, &d) == WEFT_OK);
+        CHECK(weft_fleet_decide(&f, ids, 160, 16, 0.1, &d) == WEFT_OK);
         uint32_t k = 0;
         while (k < 4 && f.inst[k] != d.in) k++;
         /* the instance confirms the first block, and later evicts it */
         uint64_t h[10];
-        prompt_block_hashes(ids, 160, h, 10);
-        fleet_kv_event(d.in, ++seq[k], true, h[0]);
-        if (r % 3 == 0) fleet_kv_event(d.in, ++seq[k], false, h[0]);
-        fleet_finished(&f, &d, 0, false);
+        weft_prompt_block_hashes(ids, 160, h, 10);
+        weft_fleet_kv_event(d.in, ++seq[k], true, h[0]);
+        if (r % 3 == 0) weft_fleet_kv_event(d.in, ++seq[k], false, h[0]);
+        weft_fleet_finished(&f, &d, 0, false);
         if (r == 20000) rss_warm = maxrss_kib();
     }
     for (uint32_t i = 0; i < 4; i++) {
@@ -181,11 +181,11 @@ static void million_unique_prompts_bounded(void)
         CHECK(f.inst[i]->ev_synced);
         CHECK_EQ_INT(f.inst[i]->own_running, 0);
     }
-    CHECK_EQ_INT(fleet_index_bytes(&f), bytes0);
+    CHECK_EQ_INT(weft_fleet_index_bytes(&f), bytes0);
     long grown = maxrss_kib() - rss_warm;
     printf("  1M prompts: index %zu bytes for 4 instances, RSS grew %ld KiB after the first 20k\n", bytes0, grown);
     CHECK_MSG(grown < 1024, "RSS grew %ld KiB", grown);
-    fleet_free(&f);
+    weft_fleet_free(&f);
 }
 
 static void device_class_or_the_device_name(void)
@@ -193,10 +193,10 @@ static void device_class_or_the_device_name(void)
     /* no device_class (an older instance): the class is the device's name; with one, that */
     struct fleet f;
     make_fleet(&f, 1, WEFT_ROUTE_LEAST_LOAD, 100);
-    CHECK(!strcmp(fleet_instance_class(f.inst[0]), "Xeon"));
+    CHECK(!strcmp(weft_fleet_instance_class(f.inst[0]), "Xeon"));
     snprintf(f.inst[0]->load.device_class, sizeof f.inst[0]->load.device_class, "cpu");
-    CHECK(!strcmp(fleet_instance_class(f.inst[0]), "cpu"));
-    fleet_free(&f);
+    CHECK(!strcmp(weft_fleet_instance_class(f.inst[0]), "cpu"));
+    weft_fleet_free(&f);
 }
 
 /* A fleet starting up: an instance whose first polls fail (still loading)
@@ -207,37 +207,37 @@ static void an_instance_still_starting_is_not_a_failed_one(void)
 {
     struct fleet_config cfg = {.policy = WEFT_ROUTE_LEAST_LOAD, .index_min_blocks = 64};
     struct fleet f;
-    fleet_init(&f, &cfg);
+    weft_fleet_init(&f, &cfg);
     struct fleet_instance *in;
-    CHECK(fleet_add(&f, "http://127.0.0.1:8001", &in) == WEFT_OK);
+    CHECK(weft_fleet_add(&f, "http://127.0.0.1:8001", &in) == WEFT_OK);
     int32_t ids[32];
     prompt(ids, 32, 1, 1);
     struct fleet_decision d[2];
-    fleet_poll_failed(in);
-    fleet_poll_failed(in);
+    weft_fleet_poll_failed(in);
+    weft_fleet_poll_failed(in);
     CHECK(!in->healthy && in->circuit == FLEET_CIRCUIT_CLOSED && in->circuit_opens == 0);
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.1, &d[0]) == WEFT_ERR_NO_ROOM);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.1, &d[0]) == WEFT_ERR_NO_ROOM);
     struct fleet_load l;
     char err[64];
-    CHECK(fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
+    CHECK(weft_fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
     l.running = l.waiting = 0;
-    fleet_apply_load(&f, in, &l, 0.2);
+    weft_fleet_apply_load(&f, in, &l, 0.2);
     CHECK(in->circuit == FLEET_CIRCUIT_CLOSED);
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.3, &d[0]) == WEFT_OK);
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.3, &d[1]) == WEFT_OK);  /* no one-at-a-time trial */
-    fleet_finished(&f, &d[0], -1, false);
-    fleet_finished(&f, &d[1], -1, false);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.3, &d[0]) == WEFT_OK);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.3, &d[1]) == WEFT_OK);  /* no one-at-a-time trial */
+    weft_fleet_finished(&f, &d[0], -1, false);
+    weft_fleet_finished(&f, &d[1], -1, false);
     /* up, then gone: the circuit opens; back: half-open, one trial at a time */
-    fleet_poll_failed(in);
+    weft_fleet_poll_failed(in);
     CHECK(in->circuit == FLEET_CIRCUIT_OPEN && in->circuit_opens == 1);
-    fleet_apply_load(&f, in, &l, 0.5);
+    weft_fleet_apply_load(&f, in, &l, 0.5);
     CHECK(in->circuit == FLEET_CIRCUIT_HALF_OPEN);
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.6, &d[0]) == WEFT_OK);
-    CHECK(fleet_decide(&f, ids, 32, 16, 0.6, &d[1]) == WEFT_ERR_NO_ROOM);
-    fleet_request_result(in, true);
-    fleet_finished(&f, &d[0], -1, false);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.6, &d[0]) == WEFT_OK);
+    CHECK(weft_fleet_decide(&f, ids, 32, 16, 0.6, &d[1]) == WEFT_ERR_NO_ROOM);
+    weft_fleet_request_result(in, true);
+    weft_fleet_finished(&f, &d[0], -1, false);
     CHECK(in->circuit == FLEET_CIRCUIT_CLOSED);
-    fleet_free(&f);
+    weft_fleet_free(&f);
 }
 
 int main(void)

@@ -1,5 +1,5 @@
 /* The HTTP transport (server/http.h). First the parser without sockets
- * (http_parse_bytes): good requests whole and byte by byte, every malformed
+ * (weft_http_parse_bytes): good requests whole and byte by byte, every malformed
  * class and its status. Then a live server on 127.0.0.1 (a uv loop in a
  * thread, a small handler: echo, delayed answer, streams) driven with plain
  * blocking sockets: keep-alive and pipelining order, 100-continue, HEAD,
@@ -48,7 +48,7 @@ static void on_req(void *ctx, const struct http_request *r)
     CHECK(r->body[r->body_len] == 0);
     s->body_len[i] = r->body_len;
     s->keep[i] = r->keep_alive;
-    const char *v = http_header_get(r, "X-TEST");
+    const char *v = weft_http_header_get(r, "X-TEST");
     snprintf(s->hdr[i], 64, "%s", v ? v : "(none)");
     s->n_headers[i] = r->n_headers;
 }
@@ -66,7 +66,7 @@ static struct http_parse_result parse(const struct http_limits *lim, const char 
     for (size_t k = 0; k < sizeof feeds / sizeof feeds[0]; k++) {
         struct seen sn = {0};
         struct http_parse_opts o = {.on_request = on_req, .ctx = &sn, .feed_size = feeds[k]};
-        struct http_parse_result r = http_parse_bytes_ex(lim, s, strlen(s), &o);
+        struct http_parse_result r = weft_http_parse_bytes_ex(lim, s, strlen(s), &o);
         if (k == 0) {
             first = r;
             if (out) *out = sn;
@@ -100,14 +100,14 @@ static void parse_simple_get_and_headers(void)
 static void parse_header_lookup(void)
 {
     const char *req = "POST /a HTTP/1.1\r\nContent-Length: 2\r\n\r\n{}";
-    struct http_parse_result r = http_parse_bytes(NULL, req, strlen(req));
+    struct http_parse_result r = weft_http_parse_bytes(NULL, req, strlen(req));
     CHECK_EQ_INT(r.n_requests, 1);
     struct http_header h[] = {{"content-type", "application/json"}, {"x-empty", ""}};
     struct http_request q = {.headers = h, .n_headers = 2};
-    CHECK(strcmp(http_header_get(&q, "Content-Type"), "application/json") == 0);
-    CHECK(strcmp(http_header_get(&q, "X-EMPTY"), "") == 0);
-    CHECK(http_header_get(&q, "x-missing") == NULL);
-    CHECK(http_header_get(NULL, "x") == NULL);
+    CHECK(strcmp(weft_http_header_get(&q, "Content-Type"), "application/json") == 0);
+    CHECK(strcmp(weft_http_header_get(&q, "X-EMPTY"), "") == 0);
+    CHECK(weft_http_header_get(&q, "x-missing") == NULL);
+    CHECK(weft_http_header_get(NULL, "x") == NULL);
     /* the empty value does not swallow the next header */
     struct seen t;
     parse(NULL, "GET /a#frag HTTP/1.1\r\nX-Empty:\r\nX-Test: 2\r\n\r\n", &t);
@@ -237,11 +237,11 @@ static void parse_malformed_classes(void)
         const struct bad_case *b = &bad_cases[i];
         size_t len = strlen(b->bytes);
         if (strcmp(b->name, "NUL bytes") == 0) len = 4;
-        struct http_parse_result r = http_parse_bytes(&lim, b->bytes, len);
+        struct http_parse_result r = weft_http_parse_bytes(&lim, b->bytes, len);
         CHECK_MSG(r.error_status == b->status, "%s: got %d, want %d", b->name, r.error_status, b->status);
         /* the same byte by byte */
         struct http_parse_opts o = {.feed_size = 1};
-        struct http_parse_result r1 = http_parse_bytes_ex(&lim, b->bytes, len, &o);
+        struct http_parse_result r1 = weft_http_parse_bytes_ex(&lim, b->bytes, len, &o);
         CHECK_MSG(r1.error_status == b->status, "%s (bytewise): got %d, want %d", b->name, r1.error_status, b->status);
     }
     /* limits are inclusive: exactly max_body is fine */
@@ -264,30 +264,30 @@ static void parse_huge_line_and_headers(void)
     int k = snprintf(b, 64, "GET /");
     memset(b + k, 'a', n);
     strcpy(b + k + n, " HTTP/1.1\r\n\r\n");
-    CHECK_EQ_INT(http_parse_bytes(NULL, b, strlen(b)).error_status, 414);
+    CHECK_EQ_INT(weft_http_parse_bytes(NULL, b, strlen(b)).error_status, 414);
     struct http_parse_opts o = {.feed_size = 4096};
-    CHECK_EQ_INT(http_parse_bytes_ex(NULL, b, strlen(b), &o).error_status, 414);
+    CHECK_EQ_INT(weft_http_parse_bytes_ex(NULL, b, strlen(b), &o).error_status, 414);
     k = snprintf(b, 64, "GET / HTTP/1.1\r\nX-A: ");
     memset(b + k, 'a', n);
     strcpy(b + k + n, "\r\n\r\n");
-    CHECK_EQ_INT(http_parse_bytes(NULL, b, strlen(b)).error_status, 431);
-    CHECK_EQ_INT(http_parse_bytes_ex(NULL, b, strlen(b), &o).error_status, 431);
+    CHECK_EQ_INT(weft_http_parse_bytes(NULL, b, strlen(b)).error_status, 431);
+    CHECK_EQ_INT(weft_http_parse_bytes_ex(NULL, b, strlen(b), &o).error_status, 431);
     /* many small headers */
     size_t off = (size_t)snprintf(b, 64, "GET / HTTP/1.1\r\n");
     for (int i = 0; i < 150; i++) off += (size_t)sprintf(b + off, "H%d: v\r\n", i);
     strcpy(b + off, "\r\n");
-    CHECK_EQ_INT(http_parse_bytes(NULL, b, strlen(b)).error_status, 431);
+    CHECK_EQ_INT(weft_http_parse_bytes(NULL, b, strlen(b)).error_status, 431);
     free(b);
 }
 
 static void error_json_is_escaped(void)
 {
     char buf[256];
-    size_t n = http_error_body(buf, sizeof buf, "invalid_request_error", "model", "a \"q\"\n\\ \xff z \xc3\xa9");
+    size_t n = weft_http_error_body(buf, sizeof buf, "invalid_request_error", "model", "a \"q\"\n\\ \xff z \xc3\xa9");
     CHECK_EQ_INT(n, strlen(buf));
     CHECK(strcmp(buf, "{\"error\":{\"message\":\"a \\\"q\\\"\\u000a\\\\ \xef\xbf\xbd z \xc3\xa9\",\"type\":"
                       "\"invalid_request_error\",\"param\":\"model\",\"code\":null}}") == 0);
-    n = http_error_body(buf, 40, "t", NULL, "a long message that will not fit in forty bytes");
+    n = weft_http_error_body(buf, 40, "t", NULL, "a long message that will not fit in forty bytes");
     CHECK(n < 40 && strlen(buf) == n);
 }
 
@@ -331,15 +331,15 @@ static void on_pending_timer(uv_timer_t *t)
 {
     struct pending *p = t->data;
     if (!p->stream) {
-        http_respond(p->c, 200, "text/plain", NULL, "delayed", 7);
+        weft_http_respond(p->c, 200, "text/plain", NULL, "delayed", 7);
         pending_done(p);
         return;
     }
     char ev[64];
     int n = snprintf(ev, sizeof ev, "data: %d\n\n", p->i++);
-    if (!http_stream_write(p->c, ev, (size_t)n)) return;  /* on_close comes */
+    if (!weft_http_stream_write(p->c, ev, (size_t)n)) return;  /* on_close comes */
     if (p->left > 0 && --p->left == 0) {
-        http_stream_end(p->c);
+        weft_http_stream_end(p->c);
         pending_done(p);
     }
 }
@@ -353,8 +353,8 @@ static void start_pending(struct tsrv *ts, struct http_conn *c, int ms, int chun
     p->stream = stream;
     uv_timer_init(&ts->loop, &p->t);
     p->t.data = p;
-    http_conn_on_close(c, on_conn_gone, p);
-    if (stream) http_stream_begin(c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
+    weft_http_conn_on_close(c, on_conn_gone, p);
+    if (stream) weft_http_stream_begin(c, 200, "text/event-stream", "Cache-Control: no-cache\r\n");
     uv_timer_start(&p->t, on_pending_timer, (uint64_t)ms, stream ? (uint64_t)ms : 0);
 }
 
@@ -369,7 +369,7 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
         size_t cap = r->body_len + strlen(r->path) + strlen(r->query) + 64;
         char *b = malloc(cap);
         int len = snprintf(b, cap, "%s %s?%s|%.*s", r->method_name, r->path, r->query, (int)r->body_len, r->body);
-        http_respond(c, 200, "text/plain", "X-Echo: 1\r\n", b, (size_t)len);
+        weft_http_respond(c, 200, "text/plain", "X-Echo: 1\r\n", b, (size_t)len);
         free(b);
     } else if (sscanf(r->path, "/delay/%d", &n) == 1) {
         start_pending(ts, c, n, 0, false);
@@ -380,20 +380,20 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
     } else if (strcmp(r->path, "/big") == 0) {
         static char big[16 << 10];
         memset(big, 'b', sizeof big);
-        http_respond(c, 200, "text/plain", NULL, big, sizeof big);
+        weft_http_respond(c, 200, "text/plain", NULL, big, sizeof big);
     } else if (strcmp(r->path, "/peak") == 0) {
         char b[32];
-        int len = snprintf(b, sizeof b, "%zu", http_server_output_peak(ts->s));
-        http_respond(c, 200, "text/plain", NULL, b, (size_t)len);
+        int len = snprintf(b, sizeof b, "%zu", weft_http_server_output_peak(ts->s));
+        weft_http_respond(c, 200, "text/plain", NULL, b, (size_t)len);
     } else if (strcmp(r->path, "/exempt") == 0) {
-        http_conn_exempt(c);
-        http_respond(c, 200, "text/plain", NULL, "exempt", 6);
+        weft_http_conn_exempt(c);
+        weft_http_respond(c, 200, "text/plain", NULL, "exempt", 6);
     } else if (strcmp(r->path, "/conns") == 0) {
         char b[32];
-        int len = snprintf(b, sizeof b, "%u", http_server_n_conns(ts->s));
-        http_respond(c, 200, "text/plain", NULL, b, (size_t)len);
+        int len = snprintf(b, sizeof b, "%u", weft_http_server_n_conns(ts->s));
+        weft_http_respond(c, 200, "text/plain", NULL, b, (size_t)len);
     } else {
-        http_respond_error(c, 404, "not_found_error", NULL, "no such endpoint: %s", r->path);
+        weft_http_respond_error(c, 404, "not_found_error", NULL, "no such endpoint: %s", r->path);
     }
 }
 
@@ -408,14 +408,14 @@ static void on_cmd(uv_async_t *a)
 {
     struct tsrv *ts = a->data;
     if (atomic_load(&ts->want_free)) {
-        http_server_free(ts->s);
+        weft_http_server_free(ts->s);
         ts->s = NULL;
         uv_close((uv_handle_t *)&ts->cmd, NULL);
         return;
     }
     if (atomic_load(&ts->want_drain) == 1) {
         atomic_store(&ts->want_drain, 2);
-        http_server_drain(ts->s, on_drained, ts);
+        weft_http_server_drain(ts->s, on_drained, ts);
     }
 }
 
@@ -425,7 +425,7 @@ static void *srv_thread(void *arg)
     uv_loop_init(&ts->loop);
     uv_async_init(&ts->loop, &ts->cmd, on_cmd);
     ts->cmd.data = ts;
-    int rc = http_server_start(&ts->loop, "127.0.0.1", 0, &ts->lim, handler, ts, &ts->s);
+    int rc = weft_http_server_start(&ts->loop, "127.0.0.1", 0, &ts->lim, handler, ts, &ts->s);
     CHECK_EQ_INT(rc, 0);
     if (rc != 0) {
         atomic_store(&ts->ready, -1);
@@ -434,10 +434,10 @@ static void *srv_thread(void *arg)
         uv_loop_close(&ts->loop);
         return NULL;
     }
-    atomic_store(&ts->port, http_server_port(ts->s));
+    atomic_store(&ts->port, weft_http_server_port(ts->s));
     atomic_store(&ts->ready, 1);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
-    http_server_free(ts->s);
+    weft_http_server_free(ts->s);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
     CHECK_EQ_INT(uv_loop_close(&ts->loop), 0);
     return NULL;
@@ -487,7 +487,7 @@ struct cli {
     size_t len;
 };
 
-static struct cli *cli_open(int port)
+static struct cli *weft_cli_open(int port)
 {
     struct cli *c = calloc(1, sizeof *c);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -503,7 +503,7 @@ static struct cli *cli_open(int port)
     return c;
 }
 
-static void cli_close(struct cli *c)
+static void weft_cli_close(struct cli *c)
 {
     if (!c) return;
     close(c->fd);
@@ -666,7 +666,7 @@ static void live_cors(void)
     lim.cors_origins = origins;
     lim.n_cors_origins = 1;
     struct tsrv *ts = srv_start(lim);
-    struct cli *c = cli_open(atomic_load(&ts->port));
+    struct cli *c = weft_cli_open(atomic_load(&ts->port));
     CHECK(c != NULL);
     if (!c) { srv_stop(ts); return; }
     struct resp r;
@@ -695,14 +695,14 @@ static void live_cors(void)
     CHECK(r.status == 200 && resp_header(&r, "Access-Control-Allow-Origin") == NULL);
     cli_response(c, &r, false);  /* not a preflight: the handler's */
     CHECK(r.status == 200 && !strcmp(r.body, "OPTIONS /echo?|"));
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
 static void live_keepalive_and_pipelining(void)
 {
     struct tsrv *ts = srv_start(live_limits());
-    struct cli *c = cli_open(atomic_load(&ts->port));
+    struct cli *c = weft_cli_open(atomic_load(&ts->port));
     CHECK(c != NULL);
     if (!c) { srv_stop(ts); return; }
     struct resp r;
@@ -737,7 +737,7 @@ static void live_keepalive_and_pipelining(void)
     CHECK_EQ_INT(r.status, 200);
     CHECK(r.close);
     CHECK(cli_closed(c));
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
@@ -745,7 +745,7 @@ static void live_expect_continue_head_http10(void)
 {
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
-    struct cli *c = cli_open(port);
+    struct cli *c = weft_cli_open(port);
     struct resp r;
     CHECK(cli_sends(c, "POST /echo HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
     cli_response(c, &r, false);
@@ -768,15 +768,15 @@ static void live_expect_continue_head_http10(void)
     CHECK_EQ_INT(r.status, 404);
     CHECK(strstr(r.body, "\"error\":{\"message\":\"no such endpoint: /nope\",\"type\":\"not_found_error\"") != NULL);
     CHECK(!r.close);
-    cli_close(c);
+    weft_cli_close(c);
     /* HTTP/1.0: closed after the answer; a stream runs until the close */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     CHECK(cli_sends(c, "GET /stream/2 HTTP/1.0\r\n\r\n"));
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK(!r.chunked && r.close);
     CHECK(strcmp(r.body, "data: 0\n\ndata: 1\n\n") == 0);
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
@@ -811,7 +811,7 @@ static void live_malformed(void)
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct cli *c = cli_open(port);
+        struct cli *c = weft_cli_open(port);
         CHECK(c != NULL);
         if (!c) continue;
         cli_sends(c, cases[i].bytes);
@@ -823,13 +823,13 @@ static void live_malformed(void)
             CHECK_MSG(strstr(r.body, "{\"error\":{\"message\":") == r.body, "%s: body %s", cases[i].name, r.body);
             CHECK_MSG(cli_closed(c), "%s: not closed", cases[i].name);
         }
-        cli_close(c);
+        weft_cli_close(c);
         /* and the server still answers */
-        c = cli_open(port);
+        c = weft_cli_open(port);
         cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(c, &r, false);
         CHECK_MSG(r.status == 200, "after %s: %d", cases[i].name, r.status);
-        cli_close(c);
+        weft_cli_close(c);
     }
     srv_stop(ts);
 }
@@ -840,32 +840,32 @@ static void live_timeouts(void)
     int port = atomic_load(&ts->port);
     struct resp r;
     /* idle: closed quietly */
-    struct cli *c = cli_open(port);
+    struct cli *c = weft_cli_open(port);
     CHECK(cli_closed(c));
-    cli_close(c);
+    weft_cli_close(c);
     /* idle after a request too */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK(cli_closed(c));
-    cli_close(c);
+    weft_cli_close(c);
     /* a request that never completes: 408, then close */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\nHost: slo");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 408);
     CHECK(strstr(r.body, "\"type\":\"invalid_request_error\"") != NULL);
     CHECK(cli_closed(c));
-    cli_close(c);
+    weft_cli_close(c);
     /* a Content-Length that promises more than comes */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     cli_sends(c, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 408);
-    cli_close(c);
+    weft_cli_close(c);
     /* dribbling bytes does not extend the deadline */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\nX-A: ");
     for (int i = 0; i < 40; i++) {
         if (!cli_sends(c, "a")) break;
@@ -874,7 +874,7 @@ static void live_timeouts(void)
     }
     cli_response(c, &r, false);
     CHECK_MSG(r.status == 408, "dribble: %d", r.status);
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
@@ -883,25 +883,25 @@ static void live_disconnect_fires_on_close(void)
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
     /* mid-stream */
-    struct cli *c = cli_open(port);
+    struct cli *c = weft_cli_open(port);
     cli_sends(c, "GET /forever HTTP/1.1\r\n\r\n");
     CHECK(cli_line(c) > 0);  /* the status line: the stream has begun */
-    cli_close(c);
+    weft_cli_close(c);
     CHECK(wait_for(&ts->aborted, 1));
     /* waiting for a delayed answer */
-    c = cli_open(port);
+    c = weft_cli_open(port);
     cli_sends(c, "GET /delay/100000 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 2));
-    cli_close(c);
+    weft_cli_close(c);
     CHECK(wait_for(&ts->aborted, 2));
     /* many at once, some with pipelined requests behind */
     struct cli *cs[20];
     for (int i = 0; i < 20; i++) {
-        cs[i] = cli_open(port);
+        cs[i] = weft_cli_open(port);
         cli_sends(cs[i], i % 2 ? "GET /forever HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n" : "GET /forever HTTP/1.1\r\n\r\n");
         CHECK(cli_line(cs[i]) > 0);
     }
-    for (int i = 0; i < 20; i++) cli_close(cs[i]);
+    for (int i = 0; i < 20; i++) weft_cli_close(cs[i]);
     CHECK(wait_for(&ts->aborted, 22));
     CHECK_EQ_INT(atomic_load(&ts->aborted), 22);
     srv_stop(ts);
@@ -923,7 +923,7 @@ static void live_random_bytes(void)
     uint32_t rng = 12345;
     struct cli *cs[60];
     for (int i = 0; i < 60; i++) {
-        cs[i] = cli_open(port);
+        cs[i] = weft_cli_open(port);
         if (!cs[i]) continue;
         char buf[512];
         size_t n = 0;
@@ -941,23 +941,23 @@ static void live_random_bytes(void)
         cli_send(cs[i], buf, n);
     }
     sleep_ms(50);
-    for (int i = 0; i < 60; i++) cli_close(cs[i]);
-    struct cli *c = cli_open(port);
+    for (int i = 0; i < 60; i++) weft_cli_close(cs[i]);
+    struct cli *c = weft_cli_open(port);
     struct resp r;
     cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
-/* http_server_free with a stream and a half-received request: on_close for
+/* weft_http_server_free with a stream and a half-received request: on_close for
  * the stream, every handle closed (the loop ends, uv_loop_close succeeds) */
 static void live_free_closes_everything(void)
 {
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
-    struct cli *a = cli_open(port), *b = cli_open(port);
+    struct cli *a = weft_cli_open(port), *b = weft_cli_open(port);
     cli_sends(a, "GET /forever HTTP/1.1\r\n\r\n");
     CHECK(cli_line(a) > 0);
     cli_sends(b, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nab");
@@ -969,8 +969,8 @@ static void live_free_closes_everything(void)
     char tmp[4096];
     while (recv(a->fd, tmp, sizeof tmp, 0) > 0) {}
     CHECK(cli_closed(b));
-    cli_close(a);
-    cli_close(b);
+    weft_cli_close(a);
+    weft_cli_close(b);
     free(ts);
 }
 
@@ -983,50 +983,50 @@ static void live_idle_connections_and_max_conns(void)
     struct cli *idle[200];
     int opened = 0;
     for (int i = 0; i < 200; i++)
-        if ((idle[i] = cli_open(port))) opened++;
+        if ((idle[i] = weft_cli_open(port))) opened++;
     CHECK_EQ_INT(opened, 200);
     /* some of them half-way through a request */
     for (int i = 0; i < 200; i += 10)
         if (idle[i]) cli_sends(idle[i], "POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\nab");
-    struct cli *c = cli_open(port);
+    struct cli *c = weft_cli_open(port);
     CHECK(c != NULL);
     struct resp r;
     cli_sends(c, "GET /conns HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK_EQ_INT(atoi(r.body), 201);
-    cli_close(c);
-    for (int i = 0; i < 200; i++) cli_close(idle[i]);
+    weft_cli_close(c);
+    for (int i = 0; i < 200; i++) weft_cli_close(idle[i]);
     srv_stop(ts);
 
     /* beyond max_conns: closed at once */
     lim.max_conns = 2;
     ts = srv_start(lim);
     port = atomic_load(&ts->port);
-    struct cli *a = cli_open(port), *b = cli_open(port);
+    struct cli *a = weft_cli_open(port), *b = weft_cli_open(port);
     cli_sends(a, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(a, &r, false);
     CHECK_EQ_INT(r.status, 200);
     cli_sends(b, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(b, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    struct cli *x = cli_open(port);
+    struct cli *x = weft_cli_open(port);
     CHECK(x == NULL || cli_closed(x));
-    cli_close(x);
-    cli_close(a);
+    weft_cli_close(x);
+    weft_cli_close(a);
     /* room again once one has gone (its close may take a moment to be seen) */
     bool served = false;
     for (int i = 0; i < 100 && !served; i++) {
-        x = cli_open(port);
+        x = weft_cli_open(port);
         if (x && cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n")) {
             cli_response(x, &r, false);
             served = r.status == 200;
         }
-        cli_close(x);
+        weft_cli_close(x);
         if (!served) sleep_ms(10);
     }
     CHECK(served);
-    cli_close(b);
+    weft_cli_close(b);
     srv_stop(ts);
 }
 
@@ -1088,7 +1088,7 @@ static void live_drain_delivers_queued_answers(void)
     }
     CHECK_EQ_INT(got, handled);
     CHECK_EQ_INT(r.status, 0);  /* then closed */
-    cli_close(c);
+    weft_cli_close(c);
     CHECK(wait_for(&ts->drained, 1));
     pthread_join(ts->th, NULL);
     free(ts);
@@ -1105,7 +1105,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
     struct cli *c = cli_open_small_rcvbuf(port);
     int handled = pipeline_big_unread(ts, c, N);
     CHECK_MSG(handled < N / 2, "answered %d of %d pipelined requests for a client that reads nothing", handled, N);
-    struct cli *q = cli_open(port);
+    struct cli *q = weft_cli_open(port);
     struct resp r;
     cli_sends(q, "GET /peak HTTP/1.1\r\n\r\n");
     cli_response(q, &r, false);
@@ -1113,7 +1113,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
     size_t peak = strtoul(r.body, NULL, 10);
     CHECK_MSG(peak <= lim.max_output + (16 << 10) + 256, "%zu bytes queued unsent for one connection", peak);
     CHECK(peak >= lim.max_output);
-    cli_close(q);
+    weft_cli_close(q);
     /* reading resumes the answers: all N arrive */
     int got = 0;
     for (int i = 0; i < N; i++) {
@@ -1122,7 +1122,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
         got++;
     }
     CHECK_EQ_INT(got, N);
-    cli_close(c);
+    weft_cli_close(c);
     srv_stop(ts);
 }
 
@@ -1139,18 +1139,18 @@ static void live_per_client_connection_limit(void)
     struct resp r;
     struct cli *c[3];
     for (int i = 0; i < 3; i++) {
-        c[i] = cli_open(port);
+        c[i] = weft_cli_open(port);
         cli_sends(c[i], "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(c[i], &r, false);
         CHECK(r.status == 200 && !r.close);
     }
-    struct cli *x = cli_open(port);
+    struct cli *x = weft_cli_open(port);
     cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(x, &r, false);
     CHECK(r.status == 200 && r.close);
     CHECK(cli_closed(x));
-    cli_close(x);
-    struct cli *t = cli_open(port);
+    weft_cli_close(x);
+    struct cli *t = weft_cli_open(port);
     cli_sends(t, "GET /exempt HTTP/1.1\r\n\r\n");
     cli_response(t, &r, false);
     CHECK(r.status == 200 && !r.close);
@@ -1158,20 +1158,20 @@ static void live_per_client_connection_limit(void)
     cli_response(t, &r, false);
     CHECK(r.status == 200 && !r.close);
     /* one of the three leaves: room for a plain one again */
-    cli_close(c[0]);
+    weft_cli_close(c[0]);
     bool ok = false;
     for (int i = 0; i < 100 && !ok; i++) {
-        x = cli_open(port);
+        x = weft_cli_open(port);
         cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(x, &r, false);
         ok = r.status == 200 && !r.close;
-        cli_close(x);
+        weft_cli_close(x);
         if (!ok) sleep_ms(10);
     }
     CHECK(ok);
-    cli_close(t);
-    cli_close(c[1]);
-    cli_close(c[2]);
+    weft_cli_close(t);
+    weft_cli_close(c[1]);
+    weft_cli_close(c[2]);
     srv_stop(ts);
 }
 
@@ -1183,13 +1183,13 @@ static void live_drain(void)
     struct tsrv *ts = srv_start(lim);
     int port = atomic_load(&ts->port);
     struct resp r;
-    struct cli *idle = cli_open(port);
+    struct cli *idle = weft_cli_open(port);
     cli_sends(idle, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(idle, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    struct cli *busy = cli_open(port);
+    struct cli *busy = weft_cli_open(port);
     cli_sends(busy, "GET /delay/300 HTTP/1.1\r\n\r\n");
-    struct cli *streaming = cli_open(port);
+    struct cli *streaming = weft_cli_open(port);
     cli_sends(streaming, "GET /stream/20 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 3));
     srv_drain(ts);
@@ -1206,12 +1206,12 @@ static void live_drain(void)
     CHECK(cli_closed(streaming));
     CHECK(wait_for(&ts->drained, 1));
     /* nothing listens any more */
-    struct cli *late = cli_open(port);
+    struct cli *late = weft_cli_open(port);
     CHECK(late == NULL || cli_closed(late));
-    cli_close(late);
-    cli_close(idle);
-    cli_close(busy);
-    cli_close(streaming);
+    weft_cli_close(late);
+    weft_cli_close(idle);
+    weft_cli_close(busy);
+    weft_cli_close(streaming);
     CHECK_EQ_INT(atomic_load(&ts->aborted), 0);
     srv_stop(ts);
 }

@@ -39,9 +39,9 @@ static void streamer_tick(uv_timer_t *t)
     }
     char line[64];
     int n = snprintf(line, sizeof line, "data: chunk %d\n\n", s->left);
-    http_stream_write(s->c, line, (size_t)n);
+    weft_http_stream_write(s->c, line, (size_t)n);
     if (--s->left == 0) {
-        http_stream_end(s->c);
+        weft_http_stream_end(s->c);
         uv_close((uv_handle_t *)&s->t, streamer_closed);
     }
 }
@@ -52,22 +52,22 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
     if (!strcmp(r->path, "/plain")) {
         char body[256];
         int n = snprintf(body, sizeof body, "{\"method\":\"%s\",\"len\":%zu,\"x\":\"%s\"}", r->method_name, r->body_len,
-                         http_header_get(r, "x-test") ? http_header_get(r, "x-test") : "");
-        http_respond(c, 200, "application/json", "X-Answer: 42\r\n", body, (size_t)n);
+                         weft_http_header_get(r, "x-test") ? weft_http_header_get(r, "x-test") : "");
+        weft_http_respond(c, 200, "application/json", "X-Answer: 42\r\n", body, (size_t)n);
     } else if (!strcmp(r->path, "/stream")) {
         struct streamer *s = calloc(1, sizeof *s);
         s->c = c;
         s->left = atoi(r->query[0] ? r->query : "5");
         uv_timer_init(&loop, &s->t);
         s->t.data = s;
-        http_conn_on_close(c, on_srv_gone, s);
-        http_stream_begin(c, 200, "text/event-stream", NULL);
+        weft_http_conn_on_close(c, on_srv_gone, s);
+        weft_http_stream_begin(c, 200, "text/event-stream", NULL);
         uv_timer_start(&s->t, streamer_tick, 1, 1);
     } else if (!strcmp(r->path, "/never")) {
         static struct streamer never;  /* only to learn when the client leaves */
-        http_conn_on_close(c, on_srv_gone, &never);
+        weft_http_conn_on_close(c, on_srv_gone, &never);
     } else {
-        http_respond_error(c, 404, NULL, NULL, "no %s", r->path);
+        weft_http_respond_error(c, 404, NULL, NULL, "no %s", r->path);
     }
 }
 
@@ -98,8 +98,8 @@ static void r_body(void *u, const char *d, size_t n)
         r->len += n;
         r->body[r->len] = 0;
     }
-    if (r->cancel_after_first) hcl_cancel(r->req);
-    if (r->pause_after_first && r->bodies == 1) hcl_pause(r->req);
+    if (r->cancel_after_first) weft_hcl_cancel(r->req);
+    if (r->pause_after_first && r->bodies == 1) weft_hcl_pause(r->req);
 }
 
 static void r_done(void *u, int err)
@@ -132,48 +132,48 @@ static struct hcl_pool *pool_to(int port)
     struct sockaddr_in a;
     uv_ip4_addr("127.0.0.1", port, &a);
     struct hcl_pool *p = NULL;
-    CHECK(hcl_pool_create(&loop, (const struct sockaddr *)&a, "127.0.0.1", 0, 0, &p) == 0);
+    CHECK(weft_hcl_pool_create(&loop, (const struct sockaddr *)&a, "127.0.0.1", 0, 0, &p) == 0);
     return p;
 }
 
 static void plain_and_keep_alive(void)
 {
-    struct hcl_pool *p = pool_to(http_server_port(srv));
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
     for (int i = 0; i < 3; i++) {
         struct result r = {0};
         struct hcl_opts o = {.method = "POST", .path = "/plain", .headers = "X-Test: yes\r\n", .body = "hello",
                              .body_len = 5, .timeout_ms = 5000};
-        CHECK(hcl_request(p, &o, &cbs, &r, NULL) == 0);
+        CHECK(weft_hcl_request(p, &o, &cbs, &r, NULL) == 0);
         run_until(&r.done);
         CHECK_EQ_INT(r.err, 0);
         CHECK_EQ_INT(r.status, 200);
         CHECK(!strcmp(r.body, "{\"method\":\"POST\",\"len\":5,\"x\":\"yes\"}"));
         CHECK(!strcmp(r.answer_hdr, "42"));
     }
-    CHECK_EQ_INT(hcl_pool_connects(p), 1);  /* one keep-alive connection for all three */
-    CHECK_EQ_INT(hcl_pool_idle(p), 1);
+    CHECK_EQ_INT(weft_hcl_pool_connects(p), 1);  /* one keep-alive connection for all three */
+    CHECK_EQ_INT(weft_hcl_pool_idle(p), 1);
     struct result r = {0};
     struct hcl_opts o = {.method = "GET", .path = "/nope", .timeout_ms = 5000};
-    CHECK(hcl_request(p, &o, &cbs, &r, NULL) == 0);
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, NULL) == 0);
     run_until(&r.done);
     CHECK_EQ_INT(r.err, 0);
     CHECK_EQ_INT(r.status, 404);
     CHECK(strstr(r.body, "no /nope") != NULL);
-    hcl_pool_free(p);
+    weft_hcl_pool_free(p);
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 static void chunked_stream(void)
 {
-    struct hcl_pool *p = pool_to(http_server_port(srv));
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
     struct result r = {0};
     struct hcl_opts o = {.method = "GET", .path = "/stream", .timeout_ms = 5000};
-    CHECK(hcl_request(p, &o, &cbs, &r, NULL) == 0);
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, NULL) == 0);
     run_until(&r.done);
     CHECK_EQ_INT(r.err, 0);
     CHECK(!strcmp(r.body, "data: chunk 5\n\ndata: chunk 4\n\ndata: chunk 3\n\ndata: chunk 2\n\ndata: chunk 1\n\n"));
     CHECK(r.bodies >= 5);  /* streamed as it came, not at the end */
-    hcl_pool_free(p);
+    weft_hcl_pool_free(p);
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
@@ -193,48 +193,48 @@ static void refused_and_timeout(void)
     struct hcl_pool *p = pool_to(port);
     struct result r = {0};
     struct hcl_opts o = {.method = "GET", .path = "/", .timeout_ms = 5000};
-    CHECK(hcl_request(p, &o, &cbs, &r, NULL) == 0);
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, NULL) == 0);
     run_until(&r.done);
     CHECK_EQ_INT(r.err, UV_ECONNREFUSED);
-    hcl_pool_free(p);
+    weft_hcl_pool_free(p);
 
-    p = pool_to(http_server_port(srv));
+    p = pool_to(weft_http_server_port(srv));
     struct result r2 = {0};
     int gone0 = srv_gone;
     struct hcl_opts o2 = {.method = "GET", .path = "/never", .timeout_ms = 100};
-    CHECK(hcl_request(p, &o2, &cbs, &r2, NULL) == 0);
+    CHECK(weft_hcl_request(p, &o2, &cbs, &r2, NULL) == 0);
     run_until(&r2.done);
     CHECK_EQ_INT(r2.err, HCL_E_TIMEOUT);
     int want = gone0 + 1;
     while (srv_gone < want) uv_run(&loop, UV_RUN_ONCE);  /* the server saw the client leave */
     CHECK_EQ_INT(srv_gone, want);
-    hcl_pool_free(p);
+    weft_hcl_pool_free(p);
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 static void cancel_mid_stream(void)
 {
-    struct hcl_pool *p = pool_to(http_server_port(srv));
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
     struct result r = {.cancel_after_first = true};
     int gone0 = srv_gone;
     struct hcl_opts o = {.method = "GET", .path = "/stream", .timeout_ms = 5000};
-    CHECK(hcl_request(p, &o, &cbs, &r, &r.req) == 0);
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, &r.req) == 0);
     run_until(&r.bodies);
     while (srv_gone == gone0) uv_run(&loop, UV_RUN_ONCE);
     CHECK_EQ_INT(srv_gone, gone0 + 1);
     CHECK_EQ_INT(r.done, 0);   /* no callback after a cancel */
     CHECK_EQ_INT(r.bodies, 1);
-    CHECK_EQ_INT(hcl_pool_active(p), 0);
-    hcl_pool_free(p);
+    CHECK_EQ_INT(weft_hcl_pool_active(p), 0);
+    weft_hcl_pool_free(p);
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 static void pause_resume(void)
 {
-    struct hcl_pool *p = pool_to(http_server_port(srv));
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
     struct result r = {.pause_after_first = true};
     struct hcl_opts o = {.method = "GET", .path = "/stream", .timeout_ms = 5000};
-    CHECK(hcl_request(p, &o, &cbs, &r, &r.req) == 0);
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, &r.req) == 0);
     run_until(&r.bodies);
     /* let the server write the rest: nothing reaches us while paused */
     int flag = 0;
@@ -246,24 +246,24 @@ static void pause_resume(void)
     uv_close((uv_handle_t *)&g, NULL);
     CHECK_EQ_INT(r.bodies, 1);
     CHECK_EQ_INT(r.done, 0);
-    hcl_resume(r.req);
+    weft_hcl_resume(r.req);
     run_until(&r.done);
     CHECK_EQ_INT(r.err, 0);
     CHECK(strstr(r.body, "chunk 1\n\n") != NULL);
-    hcl_pool_free(p);
+    weft_hcl_pool_free(p);
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
 static void free_with_requests_in_progress(void)
 {
-    struct hcl_pool *p = pool_to(http_server_port(srv));
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
     struct result r[3] = {{0}};
     struct hcl_opts o = {.method = "GET", .path = "/never", .timeout_ms = 0};
-    for (int i = 0; i < 3; i++) CHECK(hcl_request(p, &o, &cbs, &r[i], NULL) == 0);
-    CHECK_EQ_INT(hcl_pool_active(p), 3);
+    for (int i = 0; i < 3; i++) CHECK(weft_hcl_request(p, &o, &cbs, &r[i], NULL) == 0);
+    CHECK_EQ_INT(weft_hcl_pool_active(p), 3);
     int gone0 = srv_gone;
-    while (srv_gone == gone0 && http_server_n_conns(srv) < 3) uv_run(&loop, UV_RUN_ONCE);
-    hcl_pool_free(p);
+    while (srv_gone == gone0 && weft_http_server_n_conns(srv) < 3) uv_run(&loop, UV_RUN_ONCE);
+    weft_hcl_pool_free(p);
     for (int i = 0; i < 3; i++) {
         CHECK_EQ_INT(r[i].done, 1);
         CHECK_EQ_INT(r[i].err, HCL_E_CLOSED);
@@ -275,25 +275,25 @@ static void parse_urls(void)
 {
     char *h;
     int port;
-    CHECK(hcl_parse_url("http://127.0.0.1:8081", &h, &port) && !strcmp(h, "127.0.0.1") && port == 8081);
+    CHECK(weft_hcl_parse_url("http://127.0.0.1:8081", &h, &port) && !strcmp(h, "127.0.0.1") && port == 8081);
     free(h);
-    CHECK(hcl_parse_url("http://weft-0.weft:9000/", &h, &port) && !strcmp(h, "weft-0.weft") && port == 9000);
+    CHECK(weft_hcl_parse_url("http://weft-0.weft:9000/", &h, &port) && !strcmp(h, "weft-0.weft") && port == 9000);
     free(h);
-    CHECK(hcl_parse_url("http://[::1]:7000", &h, &port) && !strcmp(h, "::1") && port == 7000);
+    CHECK(weft_hcl_parse_url("http://[::1]:7000", &h, &port) && !strcmp(h, "::1") && port == 7000);
     free(h);
-    CHECK(hcl_parse_url("http://example", &h, &port) && port == 80);
+    CHECK(weft_hcl_parse_url("http://example", &h, &port) && port == 80);
     free(h);
-    CHECK(!hcl_parse_url("https://x:1", &h, &port));
-    CHECK(!hcl_parse_url("http://:80", &h, &port));
-    CHECK(!hcl_parse_url("http://x:0", &h, &port));
-    CHECK(!hcl_parse_url("http://x:99999", &h, &port));
-    CHECK(!hcl_parse_url("http://x:12ab", &h, &port));
+    CHECK(!weft_hcl_parse_url("https://x:1", &h, &port));
+    CHECK(!weft_hcl_parse_url("http://:80", &h, &port));
+    CHECK(!weft_hcl_parse_url("http://x:0", &h, &port));
+    CHECK(!weft_hcl_parse_url("http://x:99999", &h, &port));
+    CHECK(!weft_hcl_parse_url("http://x:12ab", &h, &port));
 }
 
 int main(void)
 {
     uv_loop_init(&loop);
-    CHECK(http_server_start(&loop, NULL, 0, NULL, handler, NULL, &srv) == 0);
+    CHECK(weft_http_server_start(&loop, NULL, 0, NULL, handler, NULL, &srv) == 0);
     RUN(plain_and_keep_alive);
     RUN(chunked_stream);
     RUN(refused_and_timeout);
@@ -301,7 +301,7 @@ int main(void)
     RUN(pause_resume);
     RUN(free_with_requests_in_progress);
     RUN(parse_urls);
-    http_server_free(srv);
+    weft_http_server_free(srv);
     uv_run(&loop, UV_RUN_DEFAULT);
     return check_summary();
 }

@@ -15,7 +15,7 @@ static struct weft_grammar *compile(const char *schema_text)
     CHECK_MSG(s != NULL, "bad test schema %s: %s", schema_text, je.text);
     if (!s) return NULL;
     char *text = NULL, err[256] = "";
-    bool ok = json_schema_grammar(s, &text, err, sizeof err);
+    bool ok = weft_json_schema_grammar(s, &text, err, sizeof err);
     json_decref(s);
     CHECK_MSG(ok, "%s: %s", schema_text, err);
     if (!ok) return NULL;
@@ -36,7 +36,7 @@ static void refused(const char *schema_text, const char *word)
 {
     json_t *s = json_loads(schema_text, JSON_DECODE_ANY, NULL);
     char *text = NULL, err[256] = "";
-    bool ok = json_schema_grammar(s, &text, err, sizeof err);
+    bool ok = weft_json_schema_grammar(s, &text, err, sizeof err);
     json_decref(s);
     CHECK_MSG(!ok, "%s was accepted", schema_text);
     CHECK_MSG(!ok && strstr(err, word), "error for %s does not name '%s': %s", schema_text, word, err);

@@ -19,12 +19,12 @@ static const char *LOAD =
 static struct fleet_instance *add(struct fleet *f, const char *url, bool report, double now)
 {
     struct fleet_instance *in = NULL;
-    CHECK(fleet_add(f, url, &in) == WEFT_OK);
+    CHECK(weft_fleet_add(f, url, &in) == WEFT_OK);
     if (report) {
         struct fleet_load l;
         char err[64];
-        CHECK(fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
-        fleet_apply_load(f, in, &l, now);
+        CHECK(weft_fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
+        weft_fleet_apply_load(f, in, &l, now);
     }
     return in;
 }
@@ -33,7 +33,7 @@ static void instances_carry_report_accounting_and_counters(void)
 {
     struct fleet_config cfg = {.policy = WEFT_ROUTE_WEFT};
     struct fleet f;
-    fleet_init(&f, &cfg);
+    weft_fleet_init(&f, &cfg);
     struct fleet_instance *a = add(&f, "http://10.0.0.1:8081", true, 10.0);
     add(&f, "http://10.0.0.2:8081", false, 10.0);
     a->own_running = 3;
@@ -44,14 +44,14 @@ static void instances_carry_report_accounting_and_counters(void)
     a->completion_tokens = 123;
     a->ttft_count = 4;
     a->ttft_sum = 0.5;
-    json_t *arr = dash_fleet_instances(&f, 10.25);
+    json_t *arr = weft_dash_fleet_instances(&f, 10.25);
     CHECK(json_is_array(arr) && json_array_size(arr) == 2);
     json_t *x = json_array_get(arr, 0);
     CHECK(!strcmp(json_string_value(json_object_get(x, "name")), "10.0.0.1:8081"));
     CHECK(!strcmp(json_string_value(json_object_get(x, "device")), "Radeon"));
     CHECK(!strcmp(json_string_value(json_object_get(x, "vendor")), "amd"));
     CHECK(!strcmp(json_string_value(json_object_get(x, "backend")), "vulkan"));
-    /* no device_class reported: the class falls back to the device's name (fleet_instance_class) */
+    /* no device_class reported: the class falls back to the device's name (weft_fleet_instance_class) */
     CHECK(!strcmp(json_string_value(json_object_get(x, "device_class")), "Radeon"));
     CHECK(!strcmp(json_string_value(json_object_get(x, "role")), "decode"));
     CHECK(!strcmp(json_string_value(json_object_get(x, "state")), "up"));
@@ -84,37 +84,37 @@ static void instances_carry_report_accounting_and_counters(void)
     CHECK(!strcmp(json_string_value(json_object_get(y, "state")), "starting"));
     CHECK_EQ_INT(json_integer_value(json_object_get(y, "completion_tokens")), 0);
     json_decref(arr);
-    fleet_free(&f);
+    weft_fleet_free(&f);
 }
 
 static void state_follows_health_circuit_drain_and_age(void)
 {
     struct fleet_config cfg = {.policy = WEFT_ROUTE_WEFT, .stale_s = 2.0};
     struct fleet f;
-    fleet_init(&f, &cfg);
+    weft_fleet_init(&f, &cfg);
     struct fleet_instance *in = add(&f, "http://10.0.0.1:8081", true, 0.0);
-    CHECK(!strcmp(dash_instance_state(&f, in, 1.0), "up"));
-    CHECK(!strcmp(dash_instance_state(&f, in, 5.0), "stale"));
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 1.0), "up"));
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 5.0), "stale"));
     in->load.draining = true;
-    CHECK(!strcmp(dash_instance_state(&f, in, 1.0), "draining"));
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 1.0), "draining"));
     in->load.draining = false;
-    for (int i = 0; i < FLEET_CIRCUIT_FAILURES; i++) fleet_request_result(in, false);
-    CHECK(!strcmp(dash_instance_state(&f, in, 1.0), "open"));
-    fleet_poll_failed(in);
-    CHECK(!strcmp(dash_instance_state(&f, in, 1.0), "down"));
+    for (int i = 0; i < FLEET_CIRCUIT_FAILURES; i++) weft_fleet_request_result(in, false);
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 1.0), "open"));
+    weft_fleet_poll_failed(in);
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 1.0), "down"));
     struct fleet_load l;
     char err[64];
-    CHECK(fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
-    fleet_apply_load(&f, in, &l, 1.0);  /* the check passes: one trial request may try it */
-    CHECK(!strcmp(dash_instance_state(&f, in, 1.0), "half_open"));
-    fleet_free(&f);
+    CHECK(weft_fleet_parse_load(LOAD, strlen(LOAD), &l, err, sizeof err));
+    weft_fleet_apply_load(&f, in, &l, 1.0);  /* the check passes: one trial request may try it */
+    CHECK(!strcmp(weft_dash_instance_state(&f, in, 1.0), "half_open"));
+    weft_fleet_free(&f);
 }
 
 static void pages_are_whole_and_self_contained(void)
 {
     const struct { const char *html; size_t len; const char *polls; } pages[] = {
-        {dash_router_html, dash_router_html_len, "fetch('fleet'"},
-        {dash_serve_html, dash_serve_html_len, "fetch('load'"},
+        {weft_dash_router_html, weft_dash_router_html_len, "fetch('fleet'"},
+        {weft_dash_serve_html, weft_dash_serve_html_len, "fetch('load'"},
     };
     for (size_t i = 0; i < 2; i++) {
         const char *h = pages[i].html;

@@ -19,7 +19,7 @@ static bool parse(const char *body, bool chat, struct gen_params *p, const char 
 {
     json_t *root;
     char msg[256] = "";
-    bool ok = gen_params_parse(body, strlen(body), chat, p, &root, param, msg, sizeof msg);
+    bool ok = weft_gen_params_parse(body, strlen(body), chat, p, &root, param, msg, sizeof msg);
     if (!ok) CHECK_MSG(msg[0] != '\0', "refusal without a message");
     json_decref(held);
     held = root;
@@ -33,7 +33,7 @@ static void completions_defaults_and_values(void)
     CHECK(parse("{\"prompt\": \"hi\"}", false, &p, &param));
     CHECK(p.max_tokens == -1 && p.sp.temperature == 1.0f && p.sp.top_p == 1.0f && p.sp.top_k == 0);
     CHECK(!p.stream && !p.logprobs && p.n_stop == 0);
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
     CHECK(parse("{\"prompt\": [1, 2, 3], \"max_tokens\": 5, \"temperature\": 0, \"top_k\": 7, \"stop\": [\"a\", \"bc\"],"
                 " \"logprobs\": 3, \"seed\": 42, \"stream\": true, \"stream_options\": {\"include_usage\": true},"
                 " \"ignore_eos\": true, \"priority\": -3, \"model\": \"m\", \"user\": \"u\"}",
@@ -41,9 +41,9 @@ static void completions_defaults_and_values(void)
     CHECK(p.n_prompt_ids == 3 && p.prompt_ids[2] == 3 && p.max_tokens == 5 && p.sp.temperature == 0);
     CHECK(p.sp.top_k == 7 && p.n_stop == 2 && p.logprobs && p.top_logprobs == 3 && p.sp.n_logprobs == 3);
     CHECK(p.seed_given && p.sp.seed == 42 && p.stream && p.include_usage && p.ignore_eos && p.priority == -3);
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
     CHECK(parse("{\"prompt\": [\"one string\"]}", false, &p, &param) && p.prompt && !strcmp(p.prompt, "one string"));
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
 }
 
 static void each_bad_parameter_is_named(void)
@@ -76,7 +76,7 @@ static void each_bad_parameter_is_named(void)
         const char *param = NULL;
         CHECK_MSG(!parse(bad[i].body, false, &p, &param), "accepted %s", bad[i].body);
         CHECK_MSG(param && !strcmp(param, bad[i].param), "%s: param %s", bad[i].body, param ? param : "(none)");
-        gen_params_free(&p);
+        weft_gen_params_free(&p);
     }
     /* not JSON, not an object, too deep: no parameter to name */
     const char *notobj[] = {"hello", "[1]", "{\"prompt\": \"x\"", "{\"prompt\": \"a\", \"prompt\": \"b\"}"};
@@ -84,14 +84,14 @@ static void each_bad_parameter_is_named(void)
         struct gen_params p;
         const char *param = "x";
         CHECK(!parse(notobj[i], false, &p, &param) && param == NULL);
-        gen_params_free(&p);
+        weft_gen_params_free(&p);
     }
     char deep[4096];
     memset(deep, '[', 2000);
     memset(deep + 2000, ']', 2000);
     deep[4000] = '\0';
-    CHECK(json_depth_exceeds(deep, 4000, WEFT_MAX_JSON_DEPTH));
-    CHECK(!json_depth_exceeds("{\"a\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}", 74, 8));
+    CHECK(weft_json_depth_exceeds(deep, 4000, WEFT_MAX_JSON_DEPTH));
+    CHECK(!weft_json_depth_exceeds("{\"a\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"}", 74, 8));
 }
 
 static void chat_messages(void)
@@ -104,10 +104,10 @@ static void chat_messages(void)
                 true, &p, &param));
     CHECK(p.n_msgs == 2 && !strcmp(p.msgs[1].content, "ab") && !strcmp(p.msgs[0].role, "system"));
     CHECK(p.logprobs && p.top_logprobs == 2);
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
     CHECK(parse("{\"messages\": [{\"role\": \"developer\", \"content\": \"d\"}]}", true, &p, &param));
     CHECK(!strcmp(p.msgs[0].role, "system"));
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
     const char *bad[] = {
         "{\"messages\": []}",
         "{\"messages\": [{\"role\": \"user\"}]}",
@@ -118,7 +118,7 @@ static void chat_messages(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_MSG(!parse(bad[i], true, &p, &param), "accepted %s", bad[i]);
-        gen_params_free(&p);
+        weft_gen_params_free(&p);
     }
 }
 
@@ -134,29 +134,29 @@ static void tenants_keys_and_buckets(void)
     close(fd);
     struct tenants ts;
     char msg[256];
-    CHECK(tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_load(&ts, path, msg, sizeof msg));
     CHECK(ts.n == 2 && ts.any_keys && !ts.allow_anonymous);
     bool anon;
-    struct tenant_cfg *a = tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon);
+    struct tenant_cfg *a = weft_tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon);
     CHECK(a && !strcmp(a->name, "a") && a->priority == 3 && a->lim.max_kv_blocks == 40 && a->lim.max_running == 2);
-    CHECK(a && a->lim.share == 3 && tenants_find(&ts, "b")->lim.share == 1);
-    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-111", &anon) == NULL && !anon);
-    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && !anon);
-    CHECK(tenants_auth(&ts, "Basic sk-aaaa-1111", &anon) == NULL && !anon);
+    CHECK(a && a->lim.share == 3 && weft_tenants_find(&ts, "b")->lim.share == 1);
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-aaaa-111", &anon) == NULL && !anon);
+    CHECK(weft_tenants_auth(&ts, NULL, &anon) == NULL && !anon);
+    CHECK(weft_tenants_auth(&ts, "Basic sk-aaaa-1111", &anon) == NULL && !anon);
     /* request bucket: burst 2 at t=0, then one every 0.5 s */
     double ra;
-    CHECK(tenant_admit(a, 100.0, 10, &ra));
-    CHECK(tenant_admit(a, 100.0, 10, &ra));
-    CHECK(!tenant_admit(a, 100.0, 10, &ra) && ra > 0.49 && ra < 0.51);
-    CHECK(tenant_admit(a, 100.5, 10, &ra));
+    CHECK(weft_tenant_admit(a, 100.0, 10, &ra));
+    CHECK(weft_tenant_admit(a, 100.0, 10, &ra));
+    CHECK(!weft_tenant_admit(a, 100.0, 10, &ra) && ra > 0.49 && ra < 0.51);
+    CHECK(weft_tenant_admit(a, 100.5, 10, &ra));
     /* token bucket: 600 per minute = 10 per second, holding 600 */
     /* more than the whole budget (600 a minute) can never fit: refused at once, no retry time */
-    CHECK(!tenant_admit(a, 101.5, 700, &ra) && isinf(ra));
-    CHECK(tenant_admit(a, 102.5, 500, &ra));
-    CHECK(!tenant_admit(a, 103.0, 200, &ra) && ra > 0);
-    tenant_refund(a, 103.0, 150);
-    CHECK(tenant_admit(a, 103.5, 150, &ra));
-    tenants_free(&ts);
+    CHECK(!weft_tenant_admit(a, 101.5, 700, &ra) && isinf(ra));
+    CHECK(weft_tenant_admit(a, 102.5, 500, &ra));
+    CHECK(!weft_tenant_admit(a, 103.0, 200, &ra) && ra > 0);
+    weft_tenant_refund(a, 103.0, 150);
+    CHECK(weft_tenant_admit(a, 103.5, 150, &ra));
+    weft_tenants_free(&ts);
     /* bad files are refused with a message */
     const char *bads[] = {"{\"tenants\": 3}", "{\"tenants\": [{\"api_keys\": [\"sk-xxxx-0000\"]}]}",
                           "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"short\"]}]}",
@@ -169,15 +169,15 @@ static void tenants_keys_and_buckets(void)
         fputs(bads[i], f);
         fclose(f);
         msg[0] = '\0';
-        CHECK_MSG(!tenants_load(&ts, path, msg, sizeof msg) && msg[0], "accepted %s", bads[i]);
+        CHECK_MSG(!weft_tenants_load(&ts, path, msg, sizeof msg) && msg[0], "accepted %s", bads[i]);
     }
     /* no keys configured: everyone is the default tenant */
     FILE *f = fopen(path, "w");
     fputs("{\"tenants\": [{\"name\": \"free\"}], \"allow_anonymous\": true}", f);
     fclose(f);
-    CHECK(tenants_load(&ts, path, msg, sizeof msg));
-    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && anon);
-    tenants_free(&ts);
+    CHECK(weft_tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_auth(&ts, NULL, &anon) == NULL && anon);
+    weft_tenants_free(&ts);
     unlink(path);
 }
 
@@ -195,7 +195,7 @@ static void a_refused_burst_is_told_spread_out_times_that_fit(void)
         double need = 50, ra, back[20];
         int admitted = 0, refused = 0;
         for (int i = 0; i < 20; i++) {
-            if (tenant_admit(&t, 100.0, need, &ra)) admitted++;
+            if (weft_tenant_admit(&t, 100.0, need, &ra)) admitted++;
             else back[refused++] = 100.0 + ceil(ra);
         }
         CHECK_EQ_INT(admitted, kind == 0 ? 5 : 12);
@@ -203,7 +203,7 @@ static void a_refused_burst_is_told_spread_out_times_that_fit(void)
         for (int i = 1; i < refused; i++) CHECK(back[i] >= back[i - 1]);
         CHECK(back[refused - 1] - back[0] >= (kind == 0 ? 6 : 30));
         int ok = 0;
-        for (int i = 0; i < refused; i++) ok += tenant_admit(&t, back[i], need, &ra);
+        for (int i = 0; i < refused; i++) ok += weft_tenant_admit(&t, back[i], need, &ra);
         CHECK_MSG(ok == refused, "kind %d: %d of %d fit when they came back", kind, ok, refused);
     }
 }
@@ -211,13 +211,13 @@ static void a_refused_burst_is_told_spread_out_times_that_fit(void)
 static void priority_is_capped_by_the_tenant(void)
 {
     struct tenant_cfg t = {.priority = 10};
-    CHECK(tenant_priority(&t, false, 0) == 10);
-    CHECK(tenant_priority(&t, true, 1000000) == 10);
-    CHECK(tenant_priority(&t, true, 3) == 3);
-    CHECK(tenant_priority(&t, true, -50) == -50);
-    CHECK(tenant_priority(NULL, true, 1000000) == 0);
-    CHECK(tenant_priority(NULL, true, -2) == -2);
-    CHECK(tenant_priority(NULL, false, 0) == 0);
+    CHECK(weft_tenant_priority(&t, false, 0) == 10);
+    CHECK(weft_tenant_priority(&t, true, 1000000) == 10);
+    CHECK(weft_tenant_priority(&t, true, 3) == 3);
+    CHECK(weft_tenant_priority(&t, true, -50) == -50);
+    CHECK(weft_tenant_priority(NULL, true, 1000000) == 0);
+    CHECK(weft_tenant_priority(NULL, true, -2) == -2);
+    CHECK(weft_tenant_priority(NULL, false, 0) == 0);
 }
 
 static void write_file(const char *path, const char *text)
@@ -241,31 +241,31 @@ static void tenants_reload_keeps_buckets(void)
     struct tenants ts;
     char msg[256];
     bool anon;
-    CHECK(tenants_load(&ts, path, msg, sizeof msg));
-    CHECK(tenants_find(&ts, "router")->trusted && !tenants_find(&ts, "a")->trusted);
+    CHECK(weft_tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_find(&ts, "router")->trusted && !weft_tenants_find(&ts, "a")->trusted);
     double ra;
-    CHECK(tenant_admit(tenants_find(&ts, "a"), 10.0, 500, &ra));  /* 100 left */
+    CHECK(weft_tenant_admit(weft_tenants_find(&ts, "a"), 10.0, 500, &ra));  /* 100 left */
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
                      " \"priority\": 4}]}");
-    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
-    struct tenant_cfg *a = tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon);
-    CHECK(a && a->priority == 4 && !tenants_find(&ts, "router"));
-    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) == NULL && !anon);
-    CHECK(!tenant_admit(a, 10.0, 200, &ra) && ra > 0 && !isinf(ra));  /* still only 100 left */
+    CHECK(weft_tenants_reload(&ts, path, msg, sizeof msg));
+    struct tenant_cfg *a = weft_tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon);
+    CHECK(a && a->priority == 4 && !weft_tenants_find(&ts, "router"));
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) == NULL && !anon);
+    CHECK(!weft_tenant_admit(a, 10.0, 200, &ra) && ra > 0 && !isinf(ra));  /* still only 100 left */
     /* a bucket that had no limit before starts full when one is set */
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
                      " \"priority\": 4}, {\"name\": \"b\", \"tokens_per_minute\": 0}]}");
-    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_reload(&ts, path, msg, sizeof msg));
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-2222\"], \"tokens_per_minute\": 600,"
                      " \"priority\": 4}, {\"name\": \"b\", \"tokens_per_minute\": 300}]}");
-    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
-    CHECK(tenant_admit(tenants_find(&ts, "b"), 10.0, 300, &ra));
-    a = tenants_find(&ts, "a");
+    CHECK(weft_tenants_reload(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenant_admit(weft_tenants_find(&ts, "b"), 10.0, 300, &ra));
+    a = weft_tenants_find(&ts, "a");
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"trusted\": \"yes\"}]}");
     msg[0] = '\0';
-    CHECK(!tenants_reload(&ts, path, msg, sizeof msg) && msg[0]);
-    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon) != NULL);  /* the old config stays */
-    tenants_free(&ts);
+    CHECK(!weft_tenants_reload(&ts, path, msg, sizeof msg) && msg[0]);
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-aaaa-2222", &anon) != NULL);  /* the old config stays */
+    weft_tenants_free(&ts);
     unlink(path);
 }
 
@@ -275,10 +275,10 @@ static void n_choices(void)
     struct gen_params p;
     const char *param;
     CHECK(parse("{\"prompt\": \"hi\"}", false, &p, &param) && p.n == 1);
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
     CHECK(parse("{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], \"n\": 16, \"seed\": 3}", true, &p,
                 &param) && p.n == 16 && p.sp.seed == 3);
-    gen_params_free(&p);
+    weft_gen_params_free(&p);
 }
 
 /* --api-key: one trusted key without a file, kept across a reload; beside
@@ -288,34 +288,34 @@ static void shared_api_key(void)
     struct tenants ts;
     char msg[256];
     bool anon;
-    CHECK(tenants_load(&ts, NULL, msg, sizeof msg));
-    CHECK(!tenants_add_shared_key(&ts, "short", msg, sizeof msg) && strstr(msg, "8 characters"));
-    CHECK(tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
+    CHECK(weft_tenants_load(&ts, NULL, msg, sizeof msg));
+    CHECK(!weft_tenants_add_shared_key(&ts, "short", msg, sizeof msg) && strstr(msg, "8 characters"));
+    CHECK(weft_tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
     CHECK(ts.any_keys);
-    struct tenant_cfg *t = tenants_auth(&ts, "Bearer sk-shared-0001", &anon);
+    struct tenant_cfg *t = weft_tenants_auth(&ts, "Bearer sk-shared-0001", &anon);
     CHECK(t && t->trusted && !strcmp(t->name, "api-key"));
-    CHECK(tenants_auth(&ts, NULL, &anon) == NULL && !anon);
-    CHECK(tenants_auth(&ts, "Bearer sk-shared-0002", &anon) == NULL && !anon);
+    CHECK(weft_tenants_auth(&ts, NULL, &anon) == NULL && !anon);
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-shared-0002", &anon) == NULL && !anon);
     double ra;
-    CHECK(tenant_admit(t, 1.0, 1e9, &ra));  /* no limits */
-    tenants_free(&ts);
+    CHECK(weft_tenant_admit(t, 1.0, 1e9, &ra));  /* no limits */
+    weft_tenants_free(&ts);
 
     char path[] = "/tmp/weft-tenants-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
     close(fd);
     write_file(path, "{\"tenants\": [{\"name\": \"a\", \"api_keys\": [\"sk-aaaa-1111\"]}]}");
-    CHECK(tenants_load(&ts, path, msg, sizeof msg));
-    CHECK(tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
-    CHECK(tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) && tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
+    CHECK(weft_tenants_load(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_add_shared_key(&ts, "sk-shared-0001", msg, sizeof msg));
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon) && weft_tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
     write_file(path, "{\"tenants\": [{\"name\": \"b\", \"api_keys\": [\"sk-bbbb-1111\"]}]}");
-    CHECK(tenants_reload(&ts, path, msg, sizeof msg));
-    CHECK(tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon) && tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
-    CHECK(!tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon));
+    CHECK(weft_tenants_reload(&ts, path, msg, sizeof msg));
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon) && weft_tenants_auth(&ts, "Bearer sk-shared-0001", &anon));
+    CHECK(!weft_tenants_auth(&ts, "Bearer sk-aaaa-1111", &anon));
     write_file(path, "{\"tenants\": [{\"name\": \"api-key\", \"api_keys\": [\"sk-cccc-1111\"]}]}");
-    CHECK(!tenants_reload(&ts, path, msg, sizeof msg));  /* the name is taken: the old config stays */
-    CHECK(tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon));
-    tenants_free(&ts);
+    CHECK(!weft_tenants_reload(&ts, path, msg, sizeof msg));  /* the name is taken: the old config stays */
+    CHECK(weft_tenants_auth(&ts, "Bearer sk-bbbb-1111", &anon));
+    weft_tenants_free(&ts);
     unlink(path);
 }
 
@@ -328,15 +328,15 @@ static void cors_policy(void)
     struct http_limits none = {0}, lim1 = {.cors_origins = one, .n_cors_origins = 1},
                        star = {.cors_origins = any, .n_cors_origins = 1};
     char b[1024];
-    CHECK(http_cors_headers(&none, "http://app.example", b, sizeof b) == 0 && b[0] == 0);
-    CHECK(http_cors_headers(&lim1, "http://evil.example", b, sizeof b) == 0 && b[0] == 0);
-    CHECK(http_cors_headers(&lim1, NULL, b, sizeof b) == 0);
-    CHECK(http_cors_headers(&lim1, "http://app.example", b, sizeof b) > 0);
+    CHECK(weft_http_cors_headers(&none, "http://app.example", b, sizeof b) == 0 && b[0] == 0);
+    CHECK(weft_http_cors_headers(&lim1, "http://evil.example", b, sizeof b) == 0 && b[0] == 0);
+    CHECK(weft_http_cors_headers(&lim1, NULL, b, sizeof b) == 0);
+    CHECK(weft_http_cors_headers(&lim1, "http://app.example", b, sizeof b) > 0);
     CHECK(!strcmp(b, "Access-Control-Allow-Origin: http://app.example\r\nVary: Origin\r\n"));
-    CHECK(http_cors_headers(&star, "http://any.example", b, sizeof b) > 0 && strstr(b, "Origin: http://any.example\r\n"));
-    CHECK(http_cors_headers(&star, "http://x\r\nSet-Cookie: a", b, sizeof b) == 0);  /* never echoes a line break */
-    CHECK(http_cors_preflight(&lim1, "http://evil.example", "authorization", b, sizeof b) == 403);
-    CHECK(http_cors_preflight(&lim1, "http://app.example",
+    CHECK(weft_http_cors_headers(&star, "http://any.example", b, sizeof b) > 0 && strstr(b, "Origin: http://any.example\r\n"));
+    CHECK(weft_http_cors_headers(&star, "http://x\r\nSet-Cookie: a", b, sizeof b) == 0);  /* never echoes a line break */
+    CHECK(weft_http_cors_preflight(&lim1, "http://evil.example", "authorization", b, sizeof b) == 403);
+    CHECK(weft_http_cors_preflight(&lim1, "http://app.example",
                               "Authorization, content-type,x-stainless-os, X-Stainless-Retry-Count, x-evil", b,
                               sizeof b) == 204);
     CHECK(strstr(b, "Access-Control-Allow-Methods: GET, POST, OPTIONS\r\n"));
@@ -344,18 +344,18 @@ static void cors_policy(void)
     CHECK(strstr(b, "Access-Control-Allow-Headers: Authorization, content-type, x-stainless-os, "
                     "X-Stainless-Retry-Count\r\n"));
     CHECK(!strstr(b, "x-evil"));
-    CHECK(http_cors_preflight(&star, "http://a", NULL, b, sizeof b) == 204 && !strstr(b, "Allow-Headers"));
+    CHECK(weft_http_cors_preflight(&star, "http://a", NULL, b, sizeof b) == 204 && !strstr(b, "Allow-Headers"));
 }
 
 static void metrics_render_format(void)
 {
     struct metrics m;
-    metrics_init(&m);
-    metrics_request(&m, "/v1/completions", 200);
-    metrics_request(&m, "/v1/completions", 200);
-    metrics_request(&m, "/v1/completions", 400);
-    metrics_observe(&m.ttft, 0.03);
-    metrics_observe(&m.ttft, 100);
+    weft_metrics_init(&m);
+    weft_metrics_request(&m, "/v1/completions", 200);
+    weft_metrics_request(&m, "/v1/completions", 200);
+    weft_metrics_request(&m, "/v1/completions", 400);
+    weft_metrics_observe(&m.ttft, 0.03);
+    weft_metrics_observe(&m.ttft, 100);
     struct weft_engine_stats es = {.running = 2, .waiting = 1};
     es.kv.used = 5;
     es.kv.free = 10;
@@ -365,7 +365,7 @@ static void metrics_render_format(void)
     m.finish[METRIC_FINISH_LENGTH] = 4;
     size_t len;
     struct metrics_extra x = {.model_name = "m\"1", .vllm_compat = true};
-    char *t = metrics_render(&m, &es, 1000, 2000, &x, &len);
+    char *t = weft_metrics_render(&m, &es, 1000, 2000, &x, &len);
     CHECK(t && strlen(t) == len);
 #define L "model_name=\"m\\\"1\""
     CHECK(strstr(t, "weft_requests_total{" L ",endpoint=\"/v1/completions\",status=\"200\"} 2\n"));

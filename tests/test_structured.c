@@ -25,13 +25,13 @@ static void parse_ok(json_t *j, struct gen_structured *s)
 {
     const char *param = NULL;
     char msg[256] = "";
-    CHECK_MSG(structured_parse(j, true, s, &param, msg, sizeof msg), "%s", msg);
+    CHECK_MSG(weft_structured_parse(j, true, s, &param, msg, sizeof msg), "%s", msg);
 }
 
 static uint32_t extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
                         struct tool_call_out **calls, size_t *content_len)
 {
-    return tool_calls_extract(s, style, text, strlen(text), calls, content_len);
+    return weft_tool_calls_extract(s, style, text, strlen(text), calls, content_len);
 }
 
 static void chatml_calls_are_read_back(void)
@@ -50,13 +50,13 @@ static void chatml_calls_are_read_back(void)
     CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}"));
     CHECK(c && !strcmp(c[1].name, "get_time") && !strcmp(c[1].arguments, "{}"));
     CHECK(c && !strncmp(c[0].id, "call_", 5) && strlen(c[0].id) == 29 && strcmp(c[0].id, c[1].id));
-    tool_calls_free(c, 2);
+    weft_tool_calls_free(c, 2);
     /* arguments given as a JSON string are taken too */
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML,
                          "<tool_call>{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Rome\\\"}\"}</tool_call>",
                          &c, &cl), 1);
     CHECK(c && !strcmp(c[0].arguments, "{\"city\":\"Rome\"}") && cl == 0);
-    tool_calls_free(c, 1);
+    weft_tool_calls_free(c, 1);
     /* not calls: plain text, an unknown function, broken JSON, unterminated, text after */
     const char *nots[] = {
         "The weather is fine.",
@@ -71,7 +71,7 @@ static void chatml_calls_are_read_back(void)
         CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML, nots[i], &c, &cl), 0);
         CHECK(c == NULL && cl == strlen(nots[i]));
     }
-    structured_free(&s);
+    weft_structured_free(&s);
     json_decref(j);
 }
 
@@ -85,18 +85,18 @@ static void llama3_calls_are_read_back(void)
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", &c,
                          &cl), 1);
     CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}") && cl == 0);
-    tool_calls_free(c, 1);
+    weft_tool_calls_free(c, 1);
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3,
                          "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": "
                          "{\"city\": \"Rome\"}}", &c, &cl), 2);
-    tool_calls_free(c, 2);
+    weft_tool_calls_free(c, 2);
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "It is sunny in Oslo.", &c, &cl), 0);
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "{\"answer\": 4}", &c, &cl), 0);
     /* the ChatML frame is not Llama-3's, and Llama-2 has none */
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>", &c,
                          &cl), 0);
     CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA2, "{\"name\": \"get_time\", \"parameters\": {}}", &c, &cl), 0);
-    structured_free(&s);
+    weft_structured_free(&s);
     json_decref(j);
 }
 
@@ -106,24 +106,24 @@ static void streaming_holds_back_what_may_begin_a_call(void)
     struct gen_structured s;
     parse_ok(j, &s);
     const char *t = "Sure <tool";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
     t = "Sure <b>";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
     t = "Sure\n<tool_call>\n{\"na";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
     t = "  {\"name\"";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), 0);
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), 0);
     t = "It is";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), strlen(t));
-    structured_free(&s);
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), strlen(t));
+    weft_structured_free(&s);
     json_decref(j);
     /* tool_choice none: nothing held */
     j = body(",\"tool_choice\":\"none\"");
     parse_ok(j, &s);
     CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_OFF);
     t = "Sure <tool";
-    CHECK_EQ_INT(tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
-    structured_free(&s);
+    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
+    weft_structured_free(&s);
     json_decref(j);
 }
 
@@ -148,7 +148,7 @@ static void required_and_named_choices_constrain_to_calls(void)
         CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_REQUIRED);
         char *text = NULL, msg[256] = "";
         const char *param = NULL;
-        CHECK_MSG(structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg), "%s", msg);
+        CHECK_MSG(weft_structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg), "%s", msg);
         struct weft_grammar *g = NULL;
         CHECK_MSG(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK, "%s\n%s", weft_last_error(),
                   text ? text : "");
@@ -159,14 +159,14 @@ static void required_and_named_choices_constrain_to_calls(void)
         CHECK(!g || !weft_grammar_match(g, "Hello", 5));
         weft_grammar_unref(g);
         free(text);
-        structured_free(&s);
+        weft_structured_free(&s);
         json_decref(j);
         /* named: only that function */
         j = body(",\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
                  "\"parallel_tool_calls\":false");
         parse_ok(j, &s);
         CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_NAMED);
-        CHECK(structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg));
+        CHECK(weft_structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg));
         g = NULL;
         CHECK(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK);
         CHECK(!g || weft_grammar_match(g, good[k][0], strlen(good[k][0])));
@@ -174,7 +174,7 @@ static void required_and_named_choices_constrain_to_calls(void)
         if (k == 0) CHECK(!g || !weft_grammar_match(g, good[0][2], strlen(good[0][2])));  /* one call only */
         weft_grammar_unref(g);
         free(text);
-        structured_free(&s);
+        weft_structured_free(&s);
         json_decref(j);
     }
     /* Llama-2 has no call format */
@@ -183,9 +183,9 @@ static void required_and_named_choices_constrain_to_calls(void)
     parse_ok(j, &s);
     char *text = NULL, msg[256] = "";
     const char *param = NULL;
-    CHECK(!structured_grammar(&s, WEFT_CHAT_LLAMA2, &text, &param, msg, sizeof msg));
+    CHECK(!weft_structured_grammar(&s, WEFT_CHAT_LLAMA2, &text, &param, msg, sizeof msg));
     CHECK(strstr(msg, "llama2") != NULL && !strcmp(param, "tool_choice"));
-    structured_free(&s);
+    weft_structured_free(&s);
     json_decref(j);
 }
 
@@ -213,10 +213,10 @@ static void refusals_name_the_parameter(void)
         struct gen_structured s;
         const char *param = NULL;
         char msg[256] = "";
-        CHECK_MSG(!structured_parse(j, cases[i].chat, &s, &param, msg, sizeof msg), "%s accepted", cases[i].json);
+        CHECK_MSG(!weft_structured_parse(j, cases[i].chat, &s, &param, msg, sizeof msg), "%s accepted", cases[i].json);
         CHECK_MSG(param && !strcmp(param, cases[i].param), "%s: param %s", cases[i].json, param ? param : "(null)");
         CHECK_MSG(strstr(msg, cases[i].word), "%s: '%s' not in: %s", cases[i].json, cases[i].word, msg);
-        structured_free(&s);
+        weft_structured_free(&s);
         json_decref(j);
     }
 }
@@ -229,18 +229,18 @@ static void history_calls_are_checked(void)
     size_t n = 0;
     const char *id = NULL;
     char msg[256];
-    CHECK(structured_message_calls(m, 1, &calls, &n, &id, msg, sizeof msg));
+    CHECK(weft_structured_message_calls(m, 1, &calls, &n, &id, msg, sizeof msg));
     CHECK(n == 1 && calls && !strcmp(calls[0].name, "f") && !strcmp(calls[0].arguments, "{\"a\": 1}") &&
           !strcmp(calls[0].id, "call_1"));
     free(calls);
     json_decref(m);
     m = json_loads("{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}", 0,
                    NULL);
-    CHECK(!structured_message_calls(m, 3, &calls, &n, &id, msg, sizeof msg));
+    CHECK(!weft_structured_message_calls(m, 3, &calls, &n, &id, msg, sizeof msg));
     CHECK(strstr(msg, "message 3") && strstr(msg, "arguments"));
     json_decref(m);
     m = json_loads("{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"x\"}", 0, NULL);
-    CHECK(structured_message_calls(m, 2, &calls, &n, &id, msg, sizeof msg) && n == 0 && id && !strcmp(id, "call_1"));
+    CHECK(weft_structured_message_calls(m, 2, &calls, &n, &id, msg, sizeof msg) && n == 0 && id && !strcmp(id, "call_1"));
     json_decref(m);
 }
 

@@ -4,7 +4,7 @@
  *   weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [--json]
  *   weft bench --membw [-t THREADS]
  *   weft bench --concurrency 1,8,32 [-p 128] [-n 64] [-r 5]   (see bench_conc.c)
- *   weft bench --devices all [--levels 1,8,32] [--out PREFIX]  (see bench_devices.c)
+ *   weft bench --devices all [--levels 1,8,32] [--out PREFIX]  (see weft_bench_devices.c)
  *
  * pp N: evaluate N prompt tokens from an empty context (in batches of -b).
  * tg N: evaluate N tokens one at a time from an empty context.
@@ -28,7 +28,7 @@
 int weft_cmd_bench(int argc, char **argv)
 {
     struct cli_opts o;
-    cli_opts_default(&o);
+    weft_cli_opts_default(&o);
     int pp[16] = {128, 512}, n_pp = 2, tg[16] = {64}, n_tg = 1, reps = 5;
     int conc[16], n_conc = 0;
     int levels[16] = {1, 8, 32}, n_levels = 3;
@@ -45,14 +45,14 @@ int weft_cmd_bench(int argc, char **argv)
         }
         if (!strcmp(a, "--levels") && i + 1 < argc) {
             levels_set = true;
-            if ((n_levels = bench_parse_list(argv[++i], levels, 16)) <= 0) {
+            if ((n_levels = weft_bench_parse_list(argv[++i], levels, 16)) <= 0) {
                 fprintf(stderr, "weft bench: bad value for --levels: '%s'\n", argv[i]);
                 return 2;
             }
             continue;
         }
         if (!strcmp(a, "--concurrency") && i + 1 < argc) {
-            if ((n_conc = bench_parse_list(argv[++i], conc, 16)) <= 0) {
+            if ((n_conc = weft_bench_parse_list(argv[++i], conc, 16)) <= 0) {
                 fprintf(stderr, "weft bench: bad value for --concurrency: '%s'\n", argv[i]);
                 return 2;
             }
@@ -60,8 +60,8 @@ int weft_cmd_bench(int argc, char **argv)
         }
         if ((!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r")) && i + 1 < argc) {
             const char *v = argv[++i];
-            int r = !strcmp(a, "-p")   ? (n_pp = bench_parse_list(v, pp, 16))
-                    : !strcmp(a, "-n") ? (n_tg = bench_parse_list(v, tg, 16))
+            int r = !strcmp(a, "-p")   ? (n_pp = weft_bench_parse_list(v, pp, 16))
+                    : !strcmp(a, "-n") ? (n_tg = weft_bench_parse_list(v, tg, 16))
                                        : (reps = atoi(v));
             pp_set |= a[1] == 'p';
             tg_set |= a[1] == 'n';
@@ -69,12 +69,12 @@ int weft_cmd_bench(int argc, char **argv)
             if (r < 0 || reps < 1 || reps > 100) { fprintf(stderr, "weft bench: bad value for %s: '%s'\n", a, v); return 2; }
             continue;
         }
-        int r = cli_parse_common(&o, argc, argv, &i);
+        int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             bool help = !strcmp(a, "-h") || !strcmp(a, "--help");
             if (!help) {
-                cli_unknown_option("bench", a, i + 1 == argc);
+                weft_cli_unknown_option("bench", a, i + 1 == argc);
                 return 2;
             }
             printf("usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
@@ -115,19 +115,19 @@ int weft_cmd_bench(int argc, char **argv)
                                        .pp = pp_set ? pp[0] : 128, .tg = tg_set ? tg[0] : 32,
                                        .reps = reps_set ? reps : 3,
                                        .threads = threads, .out_prefix = out_prefix ? out_prefix : "weft-devices"};
-        return bench_devices(&o, &d);
+        return weft_bench_devices(&o, &d);
     }
     if (n_conc) {
         struct weft_backend *be;
         struct weft_model *m;
-        if (cli_open(&o, &be, &m)) return 1;
-        int rc = bench_concurrency(&o, m, conc, n_conc, pp[0], tg[0], reps, threads);
-        cli_close(be, m);
+        if (weft_cli_open(&o, &be, &m)) return 1;
+        int rc = weft_bench_concurrency(&o, m, conc, n_conc, pp[0], tg[0], reps, threads);
+        weft_cli_close(be, m);
         return rc;
     }
-    cli_progress("measuring the memory read bandwidth (%d threads)...", threads);
-    double bw_best = 0, bw = bench_membw(threads, membw_only ? 7 : 3, &bw_best);
-    cli_progress_clear();
+    weft_cli_progress("measuring the memory read bandwidth (%d threads)...", threads);
+    double bw_best = 0, bw = weft_bench_membw(threads, membw_only ? 7 : 3, &bw_best);
+    weft_cli_progress_clear();
     if (membw_only) {
         if (o.json) printf("{\"membw_gbs\": %.2f, \"membw_best_gbs\": %.2f, \"threads\": %d}\n", bw, bw_best, threads);
         else printf("memory read bandwidth: %.1f GB/s median, %.1f GB/s best (%d threads, 1 GiB buffer)\n", bw, bw_best, threads);
@@ -135,9 +135,9 @@ int weft_cmd_bench(int argc, char **argv)
     }
     struct weft_backend *be;
     struct weft_model *m;
-    cli_progress("loading the model...");
-    if (cli_open(&o, &be, &m)) return 1;
-    cli_progress_clear();
+    weft_cli_progress("loading the model...");
+    if (weft_cli_open(&o, &be, &m)) return 1;
+    weft_cli_progress_clear();
     int max_n = 0;
     for (int i = 0; i < n_pp; i++) if (pp[i] > max_n) max_n = pp[i];
     for (int i = 0; i < n_tg; i++) if (tg[i] > max_n) max_n = tg[i];
@@ -145,13 +145,13 @@ int weft_cmd_bench(int argc, char **argv)
     json_t *results = NULL;
     struct weft_session *s = NULL;
     int32_t *toks = NULL;
-    if (bench_session_open(m, max_n, o.batch, &s, &toks)) {
-        cli_fail("cannot create session");
+    if (weft_bench_session_open(m, max_n, o.batch, &s, &toks)) {
+        weft_cli_fail("cannot create session");
         goto out;
     }
     const char *name = "";
     weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
-    double wbytes = bench_weight_bytes_per_token(m);
+    double wbytes = weft_bench_weight_bytes_per_token(m);
     results = json_array();
     if (!o.json) {
         printf("model: %s (%s, %.1f MiB of weights read per token), device %s, %d threads\n", name,
@@ -167,7 +167,7 @@ int weft_cmd_bench(int argc, char **argv)
             int n = pass ? tg[i] : pp[i];
             if (n == 0) continue;
             struct bench_stats st;
-            if (bench_run_test(s, toks, n, pass, reps, NULL, &st)) { cli_fail("benchmark run failed"); goto out; }
+            if (weft_bench_run_test(s, toks, n, pass, reps, NULL, &st)) { weft_cli_fail("benchmark run failed"); goto out; }
             char test[32];
             snprintf(test, sizeof test, "%s%d", pass ? "tg" : "pp", n);
             double gbs = pass ? wbytes * st.median / 1e9 : 0;
@@ -203,6 +203,6 @@ out:
     json_decref(results);
     free(toks);
     weft_session_free(s);
-    cli_close(be, m);
+    weft_cli_close(be, m);
     return rc;
 }

@@ -54,7 +54,7 @@ static void *membw_thread(void *v)
     return NULL;
 }
 
-double bench_membw(int n_threads, int reps, double *best)
+double weft_bench_membw(int n_threads, int reps, double *best)
 {
     size_t bytes = (size_t)1 << 30, n = bytes / 8;
     uint64_t *buf = aligned_alloc(64, bytes);
@@ -69,13 +69,13 @@ double bench_membw(int n_threads, int reps, double *best)
     *best = 0;
     for (int r = 0; r < reps; r++) {
         size_t per = (n / n_threads) & ~(size_t)15;
-        double t0 = cli_now_ms();
+        double t0 = weft_cli_now_ms();
         for (int t = 0; t < n_threads; t++) {
             args[t] = (struct membw_arg){buf + per * t, t == n_threads - 1 ? n - per * t : per, 0};
             pthread_create(&tid[t], NULL, membw_thread, &args[t]);
         }
         for (int t = 0; t < n_threads; t++) { pthread_join(tid[t], NULL); total += args[t].sum; }
-        double ms = cli_now_ms() - t0;
+        double ms = weft_cli_now_ms() - t0;
         v[r] = bytes / (ms * 1e6);
         if (v[r] > *best) *best = v[r];
     }
@@ -88,7 +88,7 @@ double bench_membw(int n_threads, int reps, double *best)
 
 /* ---- model throughput ---- */
 
-struct bench_stats bench_summarize(double *v, int n)
+struct bench_stats weft_bench_summarize(double *v, int n)
 {
     struct bench_stats s = {0};
     for (int i = 0; i < n; i++) s.mean += v[i];
@@ -101,7 +101,7 @@ struct bench_stats bench_summarize(double *v, int n)
     return s;
 }
 
-double bench_weight_bytes_per_token(const struct weft_model *m)
+double weft_bench_weight_bytes_per_token(const struct weft_model *m)
 {
     double b = (double)m->output.ne1 * m->output.nb1;
     for (uint32_t l = 0; l < m->hp.n_layer; l++) {
@@ -112,7 +112,7 @@ double bench_weight_bytes_per_token(const struct weft_model *m)
     return b;
 }
 
-int bench_parse_list(const char *s, int *out, int max)
+int weft_bench_parse_list(const char *s, int *out, int max)
 {
     int n = 0;
     while (*s && n < max) {
@@ -126,7 +126,7 @@ int bench_parse_list(const char *s, int *out, int max)
     return n;
 }
 
-int bench_session_open(const struct weft_model *m, int max_n, int batch, struct weft_session **s, int32_t **toks)
+int weft_bench_session_open(const struct weft_model *m, int max_n, int batch, struct weft_session **s, int32_t **toks)
 {
     *s = NULL;
     *toks = malloc(sizeof(int32_t) * ((size_t)max_n + 1));
@@ -145,35 +145,35 @@ int bench_session_open(const struct weft_model *m, int max_n, int batch, struct 
     return 0;
 }
 
-int bench_run_once(struct weft_session *s, const int32_t *toks, int n, bool tg, double *tps)
+int weft_bench_run_once(struct weft_session *s, const int32_t *toks, int n, bool tg, double *tps)
 {
     const float *lg;
     weft_session_reset(s);
-    double t0 = cli_now_ms();
+    double t0 = weft_cli_now_ms();
     if (tg) {
         for (int i = 0; i < n; i++)
             if (weft_session_eval(s, &toks[i], 1, &lg) != WEFT_OK) return -1;
     } else if (weft_session_eval(s, toks, (size_t)n, &lg) != WEFT_OK) {
         return -1;
     }
-    *tps = n * 1e3 / (cli_now_ms() - t0);
+    *tps = n * 1e3 / (weft_cli_now_ms() - t0);
     return 0;
 }
 
-int bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, int reps, const char *tag,
+int weft_bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, int reps, const char *tag,
                    struct bench_stats *out)
 {
     double v[100], warm;
     const char *sep = tag ? ": " : "", *what = tg ? "tg" : "pp";
     if (reps > 100) reps = 100;
     if (!tag) tag = "";
-    cli_progress("%s%s%s%d: warm-up", tag, sep, what, n);
-    if (bench_run_once(s, toks, n, tg, &warm)) { cli_progress_clear(); return -1; }
+    weft_cli_progress("%s%s%s%d: warm-up", tag, sep, what, n);
+    if (weft_bench_run_once(s, toks, n, tg, &warm)) { weft_cli_progress_clear(); return -1; }
     for (int r = 0; r < reps; r++) {
-        cli_progress("%s%s%s%d: run %d/%d (last %.1f t/s)", tag, sep, what, n, r + 1, reps, r ? v[r - 1] : warm);
-        if (bench_run_once(s, toks, n, tg, &v[r])) { cli_progress_clear(); return -1; }
+        weft_cli_progress("%s%s%s%d: run %d/%d (last %.1f t/s)", tag, sep, what, n, r + 1, reps, r ? v[r - 1] : warm);
+        if (weft_bench_run_once(s, toks, n, tg, &v[r])) { weft_cli_progress_clear(); return -1; }
     }
-    cli_progress_clear();
-    *out = bench_summarize(v, reps);
+    weft_cli_progress_clear();
+    *out = weft_bench_summarize(v, reps);
     return 0;
 }

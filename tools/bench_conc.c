@@ -9,8 +9,8 @@
  * what batching buys once the prompts are in; on a CPU the prompts' prefill
  * dominates the wall time), tokens per engine step, and both rates as a
  * multiple of concurrency 1's when 1 is among the levels. The runs are
- * interleaved across levels. bench_conc_measure gives the per-level medians
- * (weft bench --devices uses it too), bench_concurrency prints them. */
+ * interleaved across levels. weft_bench_conc_measure gives the per-level medians
+ * (weft bench --devices uses it too), weft_bench_concurrency prints them. */
 #include <jansson.h>
 #include <math.h>
 #include <pthread.h>
@@ -36,7 +36,7 @@ static uint32_t n_done;
 static void on_event(void *user, const struct weft_event *ev)
 {
     struct creq *r = user;
-    double now = cli_now_ms();
+    double now = weft_cli_now_ms();
     if (ev->has_token) {
         if (r->n == 0) r->t_first = now;
         else if (r->gaps) r->gaps[r->n - 1] = now - r->t_last;
@@ -86,7 +86,7 @@ static int run_level(struct weft_engine *e, const struct weft_model *m, uint32_t
     weft_engine_stats(e, &s0);
     n_done = 0;
     uint64_t x = seed;
-    double t0 = cli_now_ms();
+    double t0 = weft_cli_now_ms();
     int rc = 0;
     for (uint32_t i = 0; i < conc; i++) {
         for (uint32_t k = 0; k < pp; k++) {  /* distinct prompts: no prefix-cache hits */
@@ -97,10 +97,10 @@ static int run_level(struct weft_engine *e, const struct weft_model *m, uint32_t
                                   .cb = on_event, .user = &reqs[i]};
         weft_sampling_params_default(&rq.sampling);
         rq.sampling.temperature = 0;
-        reqs[i].t_submit = cli_now_ms();
+        reqs[i].t_submit = weft_cli_now_ms();
         uint64_t id;
         if (weft_engine_submit(e, &rq, &id) != WEFT_OK) {
-            cli_fail("submit");
+            weft_cli_fail("submit");
             conc = i;  /* wait for those already in */
             rc = -1;
             break;
@@ -109,7 +109,7 @@ static int run_level(struct weft_engine *e, const struct weft_model *m, uint32_t
     pthread_mutex_lock(&mu);
     while (n_done < conc) pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
-    double wall = cli_now_ms() - t0;
+    double wall = weft_cli_now_ms() - t0;
     weft_engine_stats(e, &s1);
     uint64_t gen = 0;
     double ttft = 0, itl = 0;
@@ -151,7 +151,7 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-int bench_conc_measure(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
+int weft_bench_conc_measure(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
                        int pp, int tg, int reps, const char *tag, struct bench_conc_level *out)
 {
     int max_c = 1;
@@ -167,29 +167,29 @@ int bench_conc_measure(const struct cli_opts *o, const struct weft_model *m, con
                                      .max_waiting = (uint32_t)max_c + 16};
     if (cfg.max_step_tokens < cfg.max_seqs) cfg.max_step_tokens = cfg.max_seqs;
     struct weft_engine *e;
-    if (weft_engine_create(m, &cfg, &e) != WEFT_OK) { cli_fail("cannot create the engine"); return 1; }
-    if (weft_engine_start(e) != WEFT_OK) { cli_fail("cannot start the engine"); weft_engine_free(e); return 1; }
+    if (weft_engine_create(m, &cfg, &e) != WEFT_OK) { weft_cli_fail("cannot create the engine"); return 1; }
+    if (weft_engine_start(e) != WEFT_OK) { weft_cli_fail("cannot start the engine"); weft_engine_free(e); return 1; }
     int rc = 0;
     /* one warm-up per level, then the runs interleaved across levels (run i
      * of every level before run i + 1 of any), so that a busy spell of a
      * shared machine falls on all levels alike rather than on one */
     struct level_result (*r)[100] = calloc((size_t)n_levels, sizeof *r);
-    if (!r) { cli_fail("out of memory"); weft_engine_free(e); return 1; }
+    if (!r) { weft_cli_fail("out of memory"); weft_engine_free(e); return 1; }
     for (int l = 0; l < n_levels && rc == 0; l++) {
         struct level_result warm;
-        cli_progress("%s%sconcurrency %d: warm-up", tag, sep, levels[l]);
+        weft_cli_progress("%s%sconcurrency %d: warm-up", tag, sep, levels[l]);
         if (levels[l] > 0 && run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg, 0x1234 + levels[l], &warm))
             rc = 1;
     }
     for (int i = 0; i < reps && rc == 0; i++)
         for (int l = 0; l < n_levels && rc == 0; l++) {
             if (levels[l] <= 0) continue;
-            cli_progress("%s%srun %d/%d, concurrency %d", tag, sep, i + 1, reps, levels[l]);
+            weft_cli_progress("%s%srun %d/%d, concurrency %d", tag, sep, i + 1, reps, levels[l]);
             if (run_level(e, m, (uint32_t)levels[l], (uint32_t)pp, (uint32_t)tg, 0x9e3779b9ull * (i + 1) + levels[l],
                           &r[l][i]))
                 rc = 1;
         }
-    cli_progress_clear();
+    weft_cli_progress_clear();
     for (int l = 0; l < n_levels && rc == 0; l++) {
         struct bench_conc_level *q = &out[l];
         memset(q, 0, sizeof *q);
@@ -261,7 +261,7 @@ static void print_levels(const struct cli_opts *o, const struct bench_conc_level
     }
 }
 
-int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
+int weft_bench_concurrency(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
                       int pp, int tg, int reps, int threads)
 {
     if (pp < 1 || tg < 1) {
@@ -281,8 +281,8 @@ int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, cons
         fflush(stdout);
     }
     struct bench_conc_level *lv = calloc((size_t)n_levels, sizeof *lv);
-    if (!lv) { cli_fail("out of memory"); return 1; }
-    int rc = bench_conc_measure(o, m, levels, n_levels, pp, tg, reps, NULL, lv);
+    if (!lv) { weft_cli_fail("out of memory"); return 1; }
+    int rc = weft_bench_conc_measure(o, m, levels, n_levels, pp, tg, reps, NULL, lv);
     if (rc == 0) {
         json_t *results = json_array();
         print_levels(o, lv, n_levels, results);

@@ -18,11 +18,11 @@ struct bench_conc_level {
  * interleaved across levels), with a status line on stderr ("[TAG: ]run 2/5,
  * concurrency 8"; TAG may be NULL). Fills out[0..n_levels). Returns 0, 1 on
  * a runtime failure, 2 when pp, tg or reps are out of range (printed). */
-int bench_conc_measure(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
+int weft_bench_conc_measure(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
                        int pp, int tg, int reps, const char *tag, struct bench_conc_level *out);
 
 /* The whole mode: a markdown table, or one JSON object with --json. */
-int bench_concurrency(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
+int weft_bench_concurrency(const struct cli_opts *o, const struct weft_model *m, const int *levels, int n_levels,
                       int pp, int tg, int reps, int threads);
 
 #endif

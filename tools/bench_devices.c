@@ -3,7 +3,7 @@
  * memory at a time): pp and tg tokens/s at batch 1 (bench_common), the
  * weight bandwidth tg implies and its share of the device's memory
  * bandwidth, and generated tokens/s, ITL p50/p99 and TTFT p50 at each
- * concurrency level (bench_conc_measure). --split SPEC adds a row with that
+ * concurrency level (weft_bench_conc_measure). --split SPEC adds a row with that
  * layer split. A markdown row per device as it ends (or one JSON object),
  * and PREFIX.json, PREFIX.svg and PREFIX.png (tools/plot). */
 #include "tools/bench_devices.h"
@@ -71,7 +71,7 @@ static int word_at(const char *name, const char *p, size_t n)
     return (p == name || !isalnum((unsigned char)p[-1])) && !isalnum((unsigned char)p[n]);
 }
 
-double bench_known_bandwidth(const char *device_name)
+double weft_bench_known_bandwidth(const char *device_name)
 {
     for (size_t i = 0; i < sizeof known_bw / sizeof known_bw[0]; i++) {
         size_t n = strlen(known_bw[i].key);
@@ -100,7 +100,7 @@ static void device_bandwidth(struct dev *d, double cpu_bw)
     if (d->split) return;
     if (v > 0) { d->bw = v; d->bw_source = "env"; }
     else if (runs_on_cpu(d) && cpu_bw > 0) { d->bw = cpu_bw; d->bw_source = "measured"; }
-    else if ((v = bench_known_bandwidth(d->name)) > 0) { d->bw = v; d->bw_source = "table"; }
+    else if ((v = weft_bench_known_bandwidth(d->name)) > 0) { d->bw = v; d->bw_source = "table"; }
 }
 
 /* ---- which devices ---- */
@@ -208,30 +208,30 @@ static void measure(const struct cli_opts *o, const struct bench_devices_args *a
     od.split = d->split;
     struct weft_backend *be;
     struct weft_model *m;
-    cli_progress("%s: loading the model...", d->id);
-    if (cli_open(&od, &be, &m)) { cli_progress_clear(); fail(d, "cannot load the model"); return; }
-    cli_progress_clear();
+    weft_cli_progress("%s: loading the model...", d->id);
+    if (weft_cli_open(&od, &be, &m)) { weft_cli_progress_clear(); fail(d, "cannot load the model"); return; }
+    weft_cli_progress_clear();
     const char *name = "";
     weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
     snprintf(md->name, sizeof md->name, "%s", *name ? name : "model");
     md->type = weft_type_name(m->ftype);
-    md->wbytes = bench_weight_bytes_per_token(m);
+    md->wbytes = weft_bench_weight_bytes_per_token(m);
     struct weft_session *s = NULL;
     int32_t *toks = NULL;
-    if (bench_session_open(m, a->pp > a->tg ? a->pp : a->tg, o->batch, &s, &toks)) {
+    if (weft_bench_session_open(m, a->pp > a->tg ? a->pp : a->tg, o->batch, &s, &toks)) {
         fail(d, "cannot create a session");
-    } else if (bench_run_test(s, toks, a->pp, false, a->reps, d->id, &d->pp) ||
-               bench_run_test(s, toks, a->tg, true, a->reps, d->id, &d->tg)) {
+    } else if (weft_bench_run_test(s, toks, a->pp, false, a->reps, d->id, &d->pp) ||
+               weft_bench_run_test(s, toks, a->tg, true, a->reps, d->id, &d->tg)) {
         fail(d, "benchmark run failed");
     }
     weft_session_free(s);  /* before the engine: one context's memory at a time */
     free(toks);
     if (!d->error[0]) {
-        int rc = bench_conc_measure(&od, m, a->levels, a->n_levels, a->pp, a->tg, a->reps, d->id, d->lv);
+        int rc = weft_bench_conc_measure(&od, m, a->levels, a->n_levels, a->pp, a->tg, a->reps, d->id, d->lv);
         if (rc) fail(d, "concurrency run failed");
         else d->ok = 1;
     }
-    cli_close(be, m);
+    weft_cli_close(be, m);
 }
 
 /* ---- output ---- */
@@ -351,7 +351,7 @@ static int write_plot(const struct plan *pl, const struct bench_devices_args *a,
              levels);
     struct plot_bars p = {.title = title, .subtitle = sub, .y_label = "tokens/s", .n_groups = ng, .groups = groups,
                           .n_series = ns, .series = series, .values = values};
-    const char *bad = plot_bars_svg(&p, svg) ? svg : plot_bars_png(&p, png) ? png : NULL;
+    const char *bad = weft_plot_bars_svg(&p, svg) ? svg : weft_plot_bars_png(&p, png) ? png : NULL;
     if (bad) {
         fprintf(stderr, "weft bench: cannot write %s: %s\n", bad, strerror(errno));
         return 1;
@@ -372,7 +372,7 @@ static void make_parents(const char *path)
         }
 }
 
-int bench_devices(const struct cli_opts *o, const struct bench_devices_args *a)
+int weft_bench_devices(const struct cli_opts *o, const struct bench_devices_args *a)
 {
     if (a->pp < 1 || a->tg < 1) {
         fprintf(stderr, "weft bench: --devices needs -p and -n of at least 1\n");
@@ -387,7 +387,7 @@ int bench_devices(const struct cli_opts *o, const struct bench_devices_args *a)
         return 2;
     }
     struct plan *pl = calloc(1, sizeof *pl);
-    if (!pl) { cli_fail("out of memory"); return 1; }
+    if (!pl) { weft_cli_fail("out of memory"); return 1; }
     int rc = plan_devices(pl, a->devices);
     if (rc) { free(pl); return rc; }
     if (a->split && pl->n < MAX_DEVS) {
@@ -420,9 +420,9 @@ int bench_devices(const struct cli_opts *o, const struct bench_devices_args *a)
     double cpu_bw = 0, best;
     for (int i = 0; i < pl->n && cpu_bw == 0; i++)
         if (runs_on_cpu(&pl->devs[i])) {
-            cli_progress("measuring the memory read bandwidth (%d threads)...", a->threads);
-            cpu_bw = bench_membw(a->threads, 3, &best);
-            cli_progress_clear();
+            weft_cli_progress("measuring the memory read bandwidth (%d threads)...", a->threads);
+            cpu_bw = weft_bench_membw(a->threads, 3, &best);
+            weft_cli_progress_clear();
             if (cpu_bw == 0) cpu_bw = -1;  /* tried */
         }
     struct model_desc md = {"", "", 0};

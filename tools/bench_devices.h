@@ -17,11 +17,11 @@ struct bench_devices_args {
  * code: 0 when every device asked for that is present ran, 1 when one
  * failed, none ran or a file could not be written, 2 on a usage error
  * (a message on stderr). */
-int bench_devices(const struct cli_opts *o, const struct bench_devices_args *a);
+int weft_bench_devices(const struct cli_opts *o, const struct bench_devices_args *a);
 
 /* A GPU's peak memory bandwidth in GB/s from a table of known devices,
  * matched by a substring of its name ("NVIDIA H200 ...": 4800); 0 when not
  * known. */
-double bench_known_bandwidth(const char *device_name);
+double weft_bench_known_bandwidth(const char *device_name);
 
 #endif

@@ -11,7 +11,7 @@
 
 #include "tools/cli.h"
 
-void cli_opts_default(struct cli_opts *o)
+void weft_cli_opts_default(struct cli_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->device = "cpu";
@@ -45,7 +45,7 @@ static int parse_float(const char *opt, const char *s, float *out)
     return 1;
 }
 
-int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
+int weft_cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
 {
     const char *a = argv[*i];
     bool has_val = *i + 1 < argc;
@@ -93,9 +93,9 @@ int cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
     return 0;
 }
 
-void cli_usage_common(void) { cli_usage_common_to(stderr); }
+void weft_cli_usage_common(void) { weft_cli_usage_common_to(stderr); }
 
-void cli_usage_common_to(FILE *f)
+void weft_cli_usage_common_to(FILE *f)
 {
     fprintf(f,
             "  -m, --model FILE        GGUF model (default: SmolLM2-135M-Instruct Q4_1 from the cache)\n"
@@ -114,13 +114,13 @@ void cli_usage_common_to(FILE *f)
             "  --no-bos                do not add BOS; --no-parse-special: treat <|...|> as text\n");
 }
 
-void cli_fail(const char *what)
+void weft_cli_fail(const char *what)
 {
     const char *e = weft_last_error();
     fprintf(stderr, "weft: %s%s%s\n", what, *e ? ": " : "", e);
 }
 
-/* Backends opened for a split, closed by cli_close (one model per process). */
+/* Backends opened for a split, closed by weft_cli_close (one model per process). */
 static struct weft_backend *split_be[WEFT_MAX_PARTS];
 static int n_split_be;
 
@@ -164,7 +164,7 @@ static int open_split(const char *spec, int n_threads, struct weft_split_part *p
             if (!strcmp(names[i], tok)) be = parts[i].be;
         if (!be) {
             if (weft_backend_open(tok, n_threads, &be) != WEFT_OK) {
-                cli_fail("cannot open device");
+                weft_cli_fail("cannot open device");
                 goto fail;
             }
             split_be[n_split_be++] = be;
@@ -182,7 +182,7 @@ fail:
     return 1;
 }
 
-int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
+int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
 {
     *be = NULL;
     *m = NULL;
@@ -205,7 +205,7 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
         st = weft_model_load_split(path, parts, n, m);
     } else {
         if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
-            cli_fail("cannot open device");
+            weft_cli_fail("cannot open device");
             free(def);
             return 1;
         }
@@ -223,21 +223,21 @@ int cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_mod
     return 0;
 }
 
-void cli_close(struct weft_backend *be, struct weft_model *m)
+void weft_cli_close(struct weft_backend *be, struct weft_model *m)
 {
     weft_model_free(m);
     if (n_split_be) close_split();
     else weft_backend_close(be);
 }
 
-double cli_now_ms(void)
+double weft_cli_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
+int weft_cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo, uint32_t hi, uint32_t *out)
 {
     char *end;
     long long x = strtoll(v, &end, 10);
@@ -249,7 +249,7 @@ int cli_parse_u32(const char *cmd, const char *flag, const char *v, uint32_t lo,
     return 0;
 }
 
-void cli_unknown_option(const char *cmd, const char *arg, bool last)
+void weft_cli_unknown_option(const char *cmd, const char *arg, bool last)
 {
     if (arg[0] != '-')
         fprintf(stderr, "weft %s: unexpected argument '%s' (weft %s --help lists the options)\n", cmd, arg, cmd);
@@ -263,7 +263,7 @@ void cli_unknown_option(const char *cmd, const char *arg, bool last)
 static int progress_tty = -1;  /* unknown yet */
 static bool progress_shown;
 
-void cli_progress(const char *fmt, ...)
+void weft_cli_progress(const char *fmt, ...)
 {
     if (progress_tty < 0) progress_tty = isatty(STDERR_FILENO);
     if (!progress_tty) return;
@@ -276,7 +276,7 @@ void cli_progress(const char *fmt, ...)
     progress_shown = true;
 }
 
-void cli_progress_clear(void)
+void weft_cli_progress_clear(void)
 {
     if (!progress_shown) return;
     fputs("\r\033[K", stderr);

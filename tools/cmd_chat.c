@@ -72,9 +72,9 @@ struct chat_state {
     bool cancellable;              /* the reply stops when `interrupted` is set */
 };
 
-/* gen_run (tools/generate.h) with a way out: the same steps, stopping
+/* weft_gen_run (tools/generate.h) with a way out: the same steps, stopping
  * before the next token once `interrupted` is set (the session then holds
- * the prompt and every token generated, as gen_run leaves it). */
+ * the prompt and every token generated, as weft_gen_run leaves it). */
 static weft_status chat_generate(struct chat_state *cs, const int32_t *prompt, size_t n_prompt,
                                  struct gen_result *r)
 {
@@ -137,8 +137,8 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     size_t n = 0;
     int rc = 1;
     struct gen_result r = {0};
-    if (weft_chat_render(st->style, c->msgs, c->n, true, &text) != WEFT_OK) { cli_fail("chat template"); goto out; }
-    if (weft_tokenize(st->m->tok, text, strlen(text), true, true, &ids, &n) != WEFT_OK) { cli_fail("tokenize"); goto out; }
+    if (weft_chat_render(st->style, c->msgs, c->n, true, &text) != WEFT_OK) { weft_cli_fail("chat template"); goto out; }
+    if (weft_tokenize(st->m->tok, text, strlen(text), true, true, &ids, &n) != WEFT_OK) { weft_cli_fail("tokenize"); goto out; }
     if (n >= weft_session_n_ctx(st->s)) {
         fprintf(stderr, "weft: conversation is %zu tokens, the context holds %u\n", n, weft_session_n_ctx(st->s));
         goto out;
@@ -149,13 +149,13 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     weft_session_truncate(st->s, (uint32_t)common);
     weft_status ws = st->cancellable
                          ? chat_generate(st, ids + common, n - common, &r)
-                         : gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops,
+                         : weft_gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops,
                                    st->n_stops, stdout, &r);
     if (interrupted) fputs(" [stopped]", stdout);
     interrupted = 0;
     fputc('\n', stdout);
     fflush(stdout);
-    if (ws != WEFT_OK) { cli_fail("generation failed"); goto out; }
+    if (ws != WEFT_OK) { weft_cli_fail("generation failed"); goto out; }
     size_t need = n + r.n;
     if (need > st->cap_hist) {
         int32_t *h = realloc(st->hist, need * sizeof *h);
@@ -169,7 +169,7 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     if (conv_add(c, "assistant", r.text)) goto out;
     rc = 0;
 out:
-    gen_result_free(&r);
+    weft_gen_result_free(&r);
     free(ids);
     free(text);
     return rc;
@@ -178,19 +178,19 @@ out:
 int weft_cmd_chat(int argc, char **argv)
 {
     struct cli_opts o;
-    cli_opts_default(&o);
+    weft_cli_opts_default(&o);
     o.n_predict = 512;
     const char *system = NULL;
     bool template_system = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--system") && i + 1 < argc) { system = argv[++i]; continue; }
         if (!strcmp(argv[i], "--template-system")) { template_system = true; continue; }
-        int r = cli_parse_common(&o, argc, argv, &i);
+        int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
             if (!help) {
-                cli_unknown_option("chat", argv[i], i + 1 == argc);
+                weft_cli_unknown_option("chat", argv[i], i + 1 == argc);
                 return 2;
             }
             printf("usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT | --template-system] [options]\n"
@@ -198,13 +198,13 @@ int weft_cmd_chat(int argc, char **argv)
                    "  Ctrl-C stops the reply being written; Ctrl-C at the prompt, Ctrl-D or /exit quits;\n"
                    "  /reset starts the conversation over\n"
                    "  --template-system: use the default system prompt the model's template defines\n");
-            cli_usage_common_to(stdout);
+            weft_cli_usage_common_to(stdout);
             return 0;
         }
     }
     struct weft_backend *be;
     struct weft_model *m;
-    if (cli_open(&o, &be, &m)) return 1;
+    if (weft_cli_open(&o, &be, &m)) return 1;
     int rc = 1;
     struct conv c = {0};
     struct chat_state st = {.m = m, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
@@ -217,7 +217,7 @@ int weft_cmd_chat(int argc, char **argv)
     if (system && conv_add(&c, "system", system)) goto out;
     if (weft_session_init(m, o.n_ctx ? (uint32_t)o.n_ctx : m->hp.n_ctx_train, (uint32_t)o.batch, &st.s) != WEFT_OK ||
         weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
-        cli_fail("cannot start chat");
+        weft_cli_fail("cannot start chat");
         goto out;
     }
     if (o.verbose) fprintf(stderr, "weft: chat template style %s\n", weft_chat_style_name(st.style));
@@ -256,7 +256,7 @@ int weft_cmd_chat(int argc, char **argv)
             weft_sampler_free(st.smp);
             st.smp = NULL;
             if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
-                cli_fail("cannot restart the sampler");
+                weft_cli_fail("cannot restart the sampler");
                 free(line);
                 goto out;
             }
@@ -273,6 +273,6 @@ out:
     free(st.hist);
     weft_sampler_free(st.smp);
     weft_session_free(st.s);
-    cli_close(be, m);
+    weft_cli_close(be, m);
     return rc;
 }

@@ -101,11 +101,11 @@ static int parse_spec(const char *spec, struct inst *in)
         else if (!strcmp(k, "cpus")) snprintf(in->cpus, sizeof in->cpus, "%s", v);
         else if (!strcmp(k, "name")) snprintf(in->name, sizeof in->name, "%s", v);
         else if (!strcmp(k, "threads")) {
-            if (cli_parse_u32("fleet", "threads", v, 1, 1024, &in->threads)) return -1;
+            if (weft_cli_parse_u32("fleet", "threads", v, 1, 1024, &in->threads)) return -1;
         } else if (!strcmp(k, "port")) {
-            if (cli_parse_u32("fleet", "port", v, 1, 65535, &in->port)) return -1;
+            if (weft_cli_parse_u32("fleet", "port", v, 1, 65535, &in->port)) return -1;
         } else if (!strcmp(k, "kv-mib")) {
-            if (cli_parse_u32("fleet", "kv-mib", v, 1, 1u << 24, &in->kv_mib)) return -1;
+            if (weft_cli_parse_u32("fleet", "kv-mib", v, 1, 1u << 24, &in->kv_mib)) return -1;
         } else {
             fprintf(stderr, "weft fleet: --instance: unknown key '%s' (device, threads, role, port, cpus, class, "
                             "kv-mib, name)\n", k);
@@ -183,9 +183,9 @@ static void on_ready(struct fleet_sup *s, void *ud)
             f->router_url, f->router_url);
     for (uint32_t i = 0; i < f->n_in; i++)
         fprintf(stderr, "weft fleet: instance %s http://127.0.0.1:%u device=%s role=%s pid=%d\n", f->in[i].name,
-                f->in[i].port, f->in[i].device, f->in[i].role, fleet_sup_pid(s, i));
-    fprintf(stderr, "weft fleet: router %s pid=%d\n", f->router_url, fleet_sup_pid(s, f->n_in));
-    if (f->redis) fprintf(stderr, "weft fleet: redis %s pid=%d\n", f->redis_url, fleet_sup_pid(s, f->n_in + 1));
+                f->in[i].port, f->in[i].device, f->in[i].role, weft_fleet_sup_pid(s, i));
+    fprintf(stderr, "weft fleet: router %s pid=%d\n", f->router_url, weft_fleet_sup_pid(s, f->n_in));
+    if (f->redis) fprintf(stderr, "weft fleet: redis %s pid=%d\n", f->redis_url, weft_fleet_sup_pid(s, f->n_in + 1));
     fflush(stderr);
 }
 
@@ -366,11 +366,11 @@ static int parse_args(struct fleet_cli *f, int argc, char **argv)
             bool matched = false;
             for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
                 if (!strcmp(a, nums[k].flag) && v) {
-                    if (cli_parse_u32("fleet", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                    if (weft_cli_parse_u32("fleet", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
                     matched = true;
                 }
             if (!matched) {
-                cli_unknown_option("fleet", a, i + 1 == argc);
+                weft_cli_unknown_option("fleet", a, i + 1 == argc);
                 return 2;
             }
         }
@@ -451,11 +451,11 @@ int weft_cmd_fleet(int argc, char **argv)
         free(def);
         return 0;
     }
-    struct fleet_sup *s = fleet_sup_create(specs, n, f.restart_max_s, f.drain_s, on_ready, &f);
+    struct fleet_sup *s = weft_fleet_sup_create(specs, n, f.restart_max_s, f.drain_s, on_ready, &f);
     free(def);
     if (!s) return 1;
-    rc = fleet_sup_run(s);
-    fleet_sup_free(s);
+    rc = weft_fleet_sup_run(s);
+    weft_fleet_sup_free(s);
     fprintf(stderr, "weft fleet: stopped\n");
     return rc;
 }

@@ -62,7 +62,7 @@ int weft_cmd_info(int argc, char **argv)
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
-            cli_unknown_option("info", argv[i], i + 1 == argc);
+            weft_cli_unknown_option("info", argv[i], i + 1 == argc);
             return 2;
         }
     }
@@ -71,7 +71,7 @@ int weft_cmd_info(int argc, char **argv)
     /* Full validation = loading the model on the CPU backend (zero-copy). */
     struct weft_backend *be = NULL;
     struct weft_model *m = NULL;
-    if (weft_backend_open("cpu", 1, &be) != WEFT_OK) { cli_fail("cpu backend"); free(def); return 1; }
+    if (weft_backend_open("cpu", 1, &be) != WEFT_OK) { weft_cli_fail("cpu backend"); free(def); return 1; }
     if (weft_model_load(path, be, &m) != WEFT_OK) {
         fprintf(stderr, "weft: %s\n", weft_last_error());
         weft_backend_close(be);
@@ -117,7 +117,7 @@ int weft_cmd_devices(int argc, char **argv)
             json = true;
             continue;
         }
-        cli_unknown_option("devices", argv[i], false);
+        weft_cli_unknown_option("devices", argv[i], false);
         return 2;
     }
     static const char *const all[] = {"cpu", "vulkan", "cuda", "hip"};

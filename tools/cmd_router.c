@@ -144,11 +144,11 @@ int weft_cmd_router(int argc, char **argv)
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
             if (!strcmp(a, nums[k].flag) && v) {
-                if (cli_parse_u32("router", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                if (weft_cli_parse_u32("router", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
                 matched = true;
             }
         if (matched) continue;
-        cli_unknown_option("router", a, i + 1 == argc);
+        weft_cli_unknown_option("router", a, i + 1 == argc);
         return 2;
     }
     if (!rc.n_instances && !rc.dns) {
@@ -173,7 +173,7 @@ int weft_cmd_router(int argc, char **argv)
         free(def);
         return 1;
     }
-    prompt_rules_from_gguf(&rc.rules, g, tok, template_system);
+    weft_prompt_rules_from_gguf(&rc.rules, g, tok, template_system);
     rc.port = (int)port;
     rc.timeout_ms = timeout_s * 1000u;
     rc.n_workers = threads;

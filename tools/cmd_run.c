@@ -13,7 +13,7 @@ static void usage_run(FILE *f)
     fprintf(f, "usage: weft run [-m MODEL] -p TEXT [-n N] [--grammar FILE | --grammar-json] [options]\n"
                     "  --grammar FILE  constrain the output to the grammar in FILE (core/grammar.h's format)\n"
                     "  --grammar-json  constrain the output to a JSON object\n");
-    cli_usage_common_to(f);
+    weft_cli_usage_common_to(f);
 }
 
 static bool is_help(const char *a) { return !strcmp(a, "-h") || !strcmp(a, "--help"); }
@@ -100,7 +100,7 @@ static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n
 int weft_cmd_run(int argc, char **argv)
 {
     struct cli_opts o;
-    cli_opts_default(&o);
+    weft_cli_opts_default(&o);
     const char *grammar_file = NULL;
     bool grammar_json = false;
     for (int i = 1; i < argc; i++) {
@@ -110,7 +110,7 @@ int weft_cmd_run(int argc, char **argv)
             continue;
         }
         if (!strcmp(argv[i], "--grammar-json")) { grammar_json = true; continue; }
-        int r = cli_parse_common(&o, argc, argv, &i);
+        int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             if (is_help(argv[i])) {
@@ -143,7 +143,7 @@ int weft_cmd_run(int argc, char **argv)
 
     struct weft_backend *be;
     struct weft_model *m;
-    if (cli_open(&o, &be, &m)) { weft_grammar_unref(g); return 1; }
+    if (weft_cli_open(&o, &be, &m)) { weft_grammar_unref(g); return 1; }
     int rc = 1;
     struct weft_grammar_vocab *gv = NULL;
     struct gen_grammar gr = {0};
@@ -153,7 +153,7 @@ int weft_cmd_run(int argc, char **argv)
     size_t n_prompt = 0;
     struct gen_result r = {0};
     if (weft_tokenize(m->tok, o.prompt, strlen(o.prompt), !o.no_bos, o.parse_special, &prompt, &n_prompt) != WEFT_OK) {
-        cli_fail("cannot tokenize the prompt");
+        weft_cli_fail("cannot tokenize the prompt");
         goto out;
     }
     if (n_prompt == 0) { fprintf(stderr, "weft: the prompt has no tokens (and no BOS)\n"); goto out; }
@@ -162,19 +162,19 @@ int weft_cmd_run(int argc, char **argv)
         fprintf(stderr, "weft: prompt is %zu tokens, longer than the context of %u (-c to change)\n", n_prompt, n_ctx);
         goto out;
     }
-    if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { cli_fail("cannot create session"); goto out; }
-    if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { cli_fail("bad sampling options"); goto out; }
+    if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { weft_cli_fail("cannot create session"); goto out; }
+    if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { weft_cli_fail("bad sampling options"); goto out; }
     if (g) {
         if (weft_grammar_vocab_create(m->tok, 0, &gv) != WEFT_OK || weft_grammar_state_new(g, gv, &gr.st) != WEFT_OK ||
             !(gr.mask = malloc(weft_grammar_mask_words(gv) * sizeof *gr.mask))) {
-            cli_fail("cannot set up the grammar");
+            weft_cli_fail("cannot set up the grammar");
             goto out;
         }
     }
     if (!o.json) { fputs(o.prompt, stdout); fflush(stdout); }
-    weft_status st = gen_run_grammar(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops,
+    weft_status st = weft_gen_run_grammar(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops,
                                      o.json ? NULL : stdout, g ? &gr : NULL, &r);
-    if (st != WEFT_OK) { fputc('\n', stdout); cli_fail("generation failed"); goto out; }
+    if (st != WEFT_OK) { fputc('\n', stdout); weft_cli_fail("generation failed"); goto out; }
     if (o.json) {
         print_json(&o, prompt, n_prompt, &r, g ? json_grammar(&gr, gv) : NULL);
     } else {
@@ -198,23 +198,23 @@ out:
     free(gr.mask);
     weft_grammar_vocab_free(gv);
     weft_grammar_unref(g);
-    gen_result_free(&r);
+    weft_gen_result_free(&r);
     free(prompt);
     weft_sampler_free(smp);
     weft_session_free(s);
-    cli_close(be, m);
+    weft_cli_close(be, m);
     return rc;
 }
 
 int weft_cmd_tokenize(int argc, char **argv)
 {
     struct cli_opts o;
-    cli_opts_default(&o);
+    weft_cli_opts_default(&o);
     o.parse_special = false;
     bool no_special = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-special")) { no_special = true; continue; }
-        int r = cli_parse_common(&o, argc, argv, &i);
+        int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
             bool help = is_help(argv[i]);
@@ -239,7 +239,7 @@ int weft_cmd_tokenize(int argc, char **argv)
         goto out;
     }
     if (weft_tokenize(t, o.prompt, strlen(o.prompt), !no_special && !o.no_bos, o.parse_special, &ids, &n) != WEFT_OK) {
-        cli_fail("cannot tokenize");
+        weft_cli_fail("cannot tokenize");
         goto out;
     }
     if (o.json) {

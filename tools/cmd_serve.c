@@ -150,7 +150,7 @@ static int parse_mock_fail(const char *spec, double p[5])
 int weft_cmd_serve(int argc, char **argv)
 {
     struct cli_opts o;
-    cli_opts_default(&o);
+    weft_cli_opts_default(&o);
     const char *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
@@ -278,14 +278,14 @@ int weft_cmd_serve(int argc, char **argv)
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)
             if (!strcmp(a, nums[k].flag) && v) {
-                if (cli_parse_u32("serve", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
+                if (weft_cli_parse_u32("serve", a, argv[++i], nums[k].lo, nums[k].hi, nums[k].out)) return 2;
                 matched = true;
             }
         if (matched) continue;
-        int r = cli_parse_common(&o, argc, argv, &i);
+        int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
-            cli_unknown_option("serve", a, i + 1 == argc);
+            weft_cli_unknown_option("serve", a, i + 1 == argc);
             return 2;
         }
     }
@@ -317,7 +317,7 @@ int weft_cmd_serve(int argc, char **argv)
         sc.mock_vendor = mock_vendor[0] ? mock_vendor : NULL;
         sc.mock_device = mock_device[0] ? mock_device : NULL;
         sc.mock_seed = mock_seed;
-    } else if (cli_open(&o, &be, &m)) {
+    } else if (weft_cli_open(&o, &be, &m)) {
         return 1;
     }
     char model_id[128];
@@ -356,7 +356,7 @@ int weft_cmd_serve(int argc, char **argv)
     struct weft_server *s;
     if (weft_server_create(m, &sc, &s) != WEFT_OK) {
         fprintf(stderr, "weft serve: %s\n", weft_last_error());
-        cli_close(be, m);
+        weft_cli_close(be, m);
         return 1;
     }
     char extra[64] = "";
@@ -368,6 +368,6 @@ int weft_cmd_serve(int argc, char **argv)
     weft_server_run(s);
     fprintf(stderr, "weft serve: stopped\n");
     weft_server_free(s);
-    cli_close(be, m);
+    weft_cli_close(be, m);
     return 0;
 }

@@ -59,7 +59,7 @@ struct fleet_sup {
 
 static double now_s(struct fleet_sup *s) { return (double)uv_now(&s->loop) / 1000.0; }
 
-struct fleet_sup *fleet_sup_create(const struct fleet_child_spec *specs, uint32_t n, double max_backoff_s,
+struct fleet_sup *weft_fleet_sup_create(const struct fleet_child_spec *specs, uint32_t n, double max_backoff_s,
                                    double drain_s, fleet_sup_ready_cb on_ready, void *ud)
 {
     if (n == 0 || n > FLEET_SUP_MAX_CHILDREN) {
@@ -83,7 +83,7 @@ struct fleet_sup *fleet_sup_create(const struct fleet_child_spec *specs, uint32_
             if (!(c->spec.argv[k] = strdup(specs[i].argv[k]))) goto oom;
         if (!c->spec.argv[0]) {
             fprintf(stderr, "weft fleet: %s has no program\n", c->spec.name);
-            fleet_sup_free(s);
+            weft_fleet_sup_free(s);
             return NULL;
         }
         c->spec.cpus = specs[i].cpus ? strdup(specs[i].cpus) : NULL;
@@ -94,11 +94,11 @@ struct fleet_sup *fleet_sup_create(const struct fleet_child_spec *specs, uint32_
     return s;
 oom:
     fprintf(stderr, "weft fleet: out of memory\n");
-    fleet_sup_free(s);
+    weft_fleet_sup_free(s);
     return NULL;
 }
 
-void fleet_sup_free(struct fleet_sup *s)
+void weft_fleet_sup_free(struct fleet_sup *s)
 {
     if (!s) return;
     for (uint32_t i = 0; i < s->n; i++) {
@@ -108,8 +108,8 @@ void fleet_sup_free(struct fleet_sup *s)
     free(s);
 }
 
-int fleet_sup_pid(const struct fleet_sup *s, uint32_t i) { return i < s->n && s->ch[i].running ? s->ch[i].pid : 0; }
-uint32_t fleet_sup_restarts(const struct fleet_sup *s, uint32_t i) { return i < s->n ? s->ch[i].restarts : 0; }
+int weft_fleet_sup_pid(const struct fleet_sup *s, uint32_t i) { return i < s->n && s->ch[i].running ? s->ch[i].pid : 0; }
+uint32_t weft_fleet_sup_restarts(const struct fleet_sup *s, uint32_t i) { return i < s->n ? s->ch[i].restarts : 0; }
 
 /* ---- output ---- */
 
@@ -339,7 +339,7 @@ static void on_kill_timer(uv_timer_t *t)
         }
 }
 
-void fleet_sup_stop(struct fleet_sup *s)
+void weft_fleet_sup_stop(struct fleet_sup *s)
 {
     if (!s->stopping) {
         s->stopping = true;
@@ -362,10 +362,10 @@ void fleet_sup_stop(struct fleet_sup *s)
 static void on_signal(uv_signal_t *h, int sig)
 {
     (void)sig;
-    fleet_sup_stop(h->data);
+    weft_fleet_sup_stop(h->data);
 }
 
-int fleet_sup_run(struct fleet_sup *s)
+int weft_fleet_sup_run(struct fleet_sup *s)
 {
     if (uv_loop_init(&s->loop)) {
         fprintf(stderr, "weft fleet: cannot start an event loop\n");
@@ -398,7 +398,7 @@ int fleet_sup_run(struct fleet_sup *s)
         if (rc) {
             fprintf(stderr, "weft fleet: cannot start %s (%s): %s\n", c->spec.name, c->spec.argv[0], uv_strerror(rc));
             s->failed = true;
-            fleet_sup_stop(s);
+            weft_fleet_sup_stop(s);
             break;
         }
         fprintf(stderr, "weft fleet: started %s (pid %d)\n", c->spec.name, c->pid);
@@ -431,7 +431,7 @@ static int parse_cpus(const char *list, cpu_set_t *set)
     return CPU_COUNT(set) ? 0 : -1;
 }
 
-int fleet_child_setup(void)
+int weft_fleet_child_setup(void)
 {
     const char *parent = getenv("WEFT_FLEET_PARENT");
     if (!parent) return 0;

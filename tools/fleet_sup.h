@@ -12,7 +12,7 @@
  * backoff that doubles from 0.5 s up to max_backoff_s and resets once the
  * child has stayed up for 30 s.
  *
- * Stopping (SIGTERM/SIGINT, or fleet_sup_stop): children stop in order of
+ * Stopping (SIGTERM/SIGINT, or weft_fleet_sup_stop): children stop in order of
  * their stop_rank, lowest first: SIGTERM to every child of the lowest rank
  * still running, and the next rank once they have all exited -- so the
  * router drains its streams while the instances still answer, and Redis
@@ -45,28 +45,28 @@ struct fleet_child_spec {
 struct fleet_sup;
 
 /* Called once when every child has printed its ready pattern; children's
- * names and pids are readable through fleet_sup_pid. */
+ * names and pids are readable through weft_fleet_sup_pid. */
 typedef void (*fleet_sup_ready_cb)(struct fleet_sup *s, void *ud);
 
 /* Copies the specs (argv strings included). NULL on out of memory or more
  * than FLEET_SUP_MAX_CHILDREN children (with a message on stderr). */
-struct fleet_sup *fleet_sup_create(const struct fleet_child_spec *specs, uint32_t n, double max_backoff_s,
+struct fleet_sup *weft_fleet_sup_create(const struct fleet_child_spec *specs, uint32_t n, double max_backoff_s,
                                    double drain_s, fleet_sup_ready_cb on_ready, void *ud);
 /* Start every child and run until all have stopped after a stop. Returns 0,
  * or 1 when a child could not be started at all (not found: nothing is left
  * running). Installs SIGTERM/SIGINT handlers for the duration. */
-int fleet_sup_run(struct fleet_sup *s);
+int weft_fleet_sup_run(struct fleet_sup *s);
 /* The child's current pid (0 while it is not running). */
-int fleet_sup_pid(const struct fleet_sup *s, uint32_t i);
+int weft_fleet_sup_pid(const struct fleet_sup *s, uint32_t i);
 /* Times child i has been restarted. */
-uint32_t fleet_sup_restarts(const struct fleet_sup *s, uint32_t i);
-void fleet_sup_stop(struct fleet_sup *s);
-void fleet_sup_free(struct fleet_sup *s);
+uint32_t weft_fleet_sup_restarts(const struct fleet_sup *s, uint32_t i);
+void weft_fleet_sup_stop(struct fleet_sup *s);
+void weft_fleet_sup_free(struct fleet_sup *s);
 
 /* For a weft child (tools/main.c, before the command runs): when
  * WEFT_FLEET_PARENT is set, die with SIGTERM if that process goes away,
  * and pin to WEFT_FLEET_CPUS. Returns non-zero when the parent is already
  * gone or the CPU list is bad (the child should exit). */
-int fleet_child_setup(void);
+int weft_fleet_child_setup(void);
 
 #endif

@@ -29,7 +29,7 @@ static weft_status draw(struct weft_sampler *smp, const float *logits, struct ge
     uint64_t pos = weft_sampler_position(smp);
     weft_status st = weft_sampler_sample(smp, logits, out);
     if (st != WEFT_OK || !gr) return st;
-    double t0 = cli_now_ms();
+    double t0 = weft_cli_now_ms();
     if (!weft_grammar_allowed(gr->st, out->id)) {
         gr->resampled++;
         st = weft_grammar_mask(gr->st, gr->mask);
@@ -38,18 +38,18 @@ static weft_status draw(struct weft_sampler *smp, const float *logits, struct ge
         if (st == WEFT_ERR_INVALID_ARG)
             st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: no token of the vocabulary can continue the text");
     }
-    gr->grammar_ms += cli_now_ms() - t0;
+    gr->grammar_ms += weft_cli_now_ms() - t0;
     return st;
 }
 
-weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+weft_status weft_gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                     const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                     uint32_t n_stops, FILE *stream, struct gen_result *r)
 {
-    return gen_run_grammar(s, m, smp, prompt, n_prompt, n_predict, stops, n_stops, stream, NULL, r);
+    return weft_gen_run_grammar(s, m, smp, prompt, n_prompt, n_predict, stops, n_stops, stream, NULL, r);
 }
 
-weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                             const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                             uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r)
 {
@@ -62,9 +62,9 @@ weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, 
     if (!r->ids || !r->samples) return weft_error(WEFT_ERR_NOMEM, "out of memory");
 
     const float *logits = NULL;
-    double t0 = cli_now_ms();
+    double t0 = weft_cli_now_ms();
     if (n_prompt > 0 && (st = weft_session_eval(s, prompt, n_prompt, &logits)) != WEFT_OK) return st;
-    r->prompt_ms = cli_now_ms() - t0;
+    r->prompt_ms = weft_cli_now_ms() - t0;
     r->n_prompt = n_prompt;
     if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
     for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(smp, prompt[i]);
@@ -74,15 +74,15 @@ weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, 
                                  .continues_prompt = true};  /* keep the generation's leading space */
     if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
     struct weft_stop_step step;
-    t0 = cli_now_ms();
+    t0 = weft_cli_now_ms();
     for (int i = 0; i < n_predict; i++) {
         struct weft_sample smpl;
         if (gr && weft_grammar_finished(gr->st)) { r->stopped_grammar = true; break; }
         if ((st = draw(smp, logits, gr, &smpl)) != WEFT_OK) break;
         if (gr && !weft_tokenizer_is_eog(m->tok, smpl.id)) {
-            double t0g = cli_now_ms();
+            double t0g = weft_cli_now_ms();
             st = weft_grammar_advance(gr->st, smpl.id);
-            gr->grammar_ms += cli_now_ms() - t0g;
+            gr->grammar_ms += weft_cli_now_ms() - t0g;
             if (st != WEFT_OK) break;
         }
         if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
@@ -101,7 +101,7 @@ weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, 
         }
         if (step.stop == WEFT_STOP_STRING) { r->stopped_string = true; break; }
     }
-    r->gen_ms = cli_now_ms() - t0;
+    r->gen_ms = weft_cli_now_ms() - t0;
     if (st == WEFT_OK && (st = weft_stop_end(&stop, &step)) == WEFT_OK) {
         if (stream && step.emit_len) fwrite(stop.text + step.emit_from, 1, step.emit_len, stream);
         st = append(r, &cap_text, stop.text, stop.len);
@@ -110,7 +110,7 @@ weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, 
     return st;
 }
 
-void gen_result_free(struct gen_result *r)
+void weft_gen_result_free(struct gen_result *r)
 {
     free(r->ids);
     free(r->samples);

@@ -39,15 +39,15 @@ struct gen_grammar {
  * there; core/stop.h, as the server does). If `stream` is non-NULL the text is written there as it
  * completes. The last generated token is evaluated too, so s ends holding
  * the prompt and every generated token. */
-weft_status gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+weft_status weft_gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                     const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                     uint32_t n_stops, FILE *stream, struct gen_result *r);
-/* gen_run under a grammar (gr NULL: gen_run). End of generation comes only
+/* weft_gen_run under a grammar (gr NULL: weft_gen_run). End of generation comes only
  * when the grammar accepts; generation stops after the token that finishes
  * the grammar. */
-weft_status gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
+weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
                             const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
                             uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r);
-void gen_result_free(struct gen_result *r);
+void weft_gen_result_free(struct gen_result *r);
 
 #endif

@@ -71,7 +71,7 @@ int main(int argc, char **argv)
         {"fleet", weft_cmd_fleet},
     };
     /* started by weft fleet: go when it goes, on the CPUs it gave */
-    if (fleet_child_setup()) return 1;
+    if (weft_fleet_child_setup()) return 1;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
         if (strcmp(argv[1], cmds[i].name)) continue;
         return cmds[i].fn(argc - 1, argv + 1);

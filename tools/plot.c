@@ -27,7 +27,7 @@ static const unsigned palette[] = {0x4E79A7, 0xF28E2B, 0xE15759, 0x76B7B2, 0x59A
 #define GREY 0x666666
 #define GRID 0xDDDDDD
 
-unsigned plot_series_colour(int i)
+unsigned weft_plot_series_colour(int i)
 {
     return palette[(unsigned)i % (sizeof palette / sizeof palette[0])];
 }
@@ -85,19 +85,19 @@ static void svg_text(struct sink *s, int x, int y, const char *t, int scale, uns
     fputs("</text>\n", s->f);
 }
 
-static void png_rect(struct sink *s, int x, int y, int w, int h, unsigned rgb) { canvas_rect(s->c, x, y, w, h, rgb); }
+static void png_rect(struct sink *s, int x, int y, int w, int h, unsigned rgb) { weft_canvas_rect(s->c, x, y, w, h, rgb); }
 
 static void png_line(struct sink *s, int x0, int y0, int x1, int y1, unsigned rgb)
 {
-    canvas_line(s->c, x0, y0, x1, y1, 1, rgb);
+    weft_canvas_line(s->c, x0, y0, x1, y1, 1, rgb);
 }
 
 static void png_text(struct sink *s, int x, int y, const char *t, int scale, unsigned rgb, enum anchor a, int flags)
 {
-    int w = raster_text_width(t, scale), shift = a == MIDDLE ? w / 2 : a == END ? w : 0;
+    int w = weft_raster_text_width(t, scale), shift = a == MIDDLE ? w / 2 : a == END ? w : 0;
     for (int k = 0; k <= (flags & BOLD ? 1 : 0); k++) {  /* bold: struck twice, a pixel apart */
-        if (flags & UP) canvas_text_up(s->c, x, y + shift - k, t, scale, rgb);
-        else canvas_text(s->c, x - shift + k, y, t, scale, rgb);
+        if (flags & UP) weft_canvas_text_up(s->c, x, y + shift - k, t, scale, rgb);
+        else weft_canvas_text(s->c, x - shift + k, y, t, scale, rgb);
     }
 }
 
@@ -178,7 +178,7 @@ static void value_label(char *b, size_t n, double v)
 static void fit(char *b, size_t n, const char *s, int max)
 {
     snprintf(b, n, "%s", s);
-    if (raster_text_len(b) <= max || max < 4) return;
+    if (weft_raster_text_len(b) <= max || max < 4) return;
     int keep = max - 3, k = 0;
     char *p = b;
     while (*p && k < keep) {
@@ -193,7 +193,7 @@ static void fit(char *b, size_t n, const char *s, int max)
 
 static int height(const struct plot_bars *p) { return PLOT_TOP + PLOT_H + 44 + p->n_series * LEGEND_ROW + 12; }
 
-void plot_bars_size(const struct plot_bars *p, int *w, int *h)
+void weft_plot_bars_size(const struct plot_bars *p, int *w, int *h)
 {
     *w = W;
     *h = height(p);
@@ -244,10 +244,10 @@ static void draw(const struct plot_bars *p, struct sink *s)
                 continue;
             }
             int y = axis_y(&ax, y0, v);
-            if (y0 + PLOT_H - y > 0) s->rect(s, bx, y, w, y0 + PLOT_H - y, plot_series_colour(i));
+            if (y0 + PLOT_H - y > 0) s->rect(s, bx, y, w, y0 + PLOT_H - y, weft_plot_series_colour(i));
             value_label(buf, sizeof buf, v);
-            int sc = raster_text_width(buf, 2) <= bx1 - bx + 2 ? 2 : 1;  /* the larger font where it fits */
-            if (raster_text_width(buf, sc) <= bx1 - bx + 2) s->text(s, cx, y - 4 - 8 * sc, buf, sc, INK, MIDDLE, 0);
+            int sc = weft_raster_text_width(buf, 2) <= bx1 - bx + 2 ? 2 : 1;  /* the larger font where it fits */
+            if (weft_raster_text_width(buf, sc) <= bx1 - bx + 2) s->text(s, cx, y - 4 - 8 * sc, buf, sc, INK, MIDDLE, 0);
         }
         s->line(s, gx + (int)lround(gw / 2), y0 + PLOT_H, gx + (int)lround(gw / 2), y0 + PLOT_H + 4, INK);
         fit(buf, sizeof buf, p->groups[g], (int)(gw / (RASTER_ADVANCE * 2)));
@@ -256,7 +256,7 @@ static void draw(const struct plot_bars *p, struct sink *s)
     /* legend: a swatch and the name, a row per series */
     int ly = y0 + PLOT_H + 44;
     for (int i = 0; i < p->n_series; i++, ly += LEGEND_ROW) {
-        s->rect(s, x0, ly, 14, 14, plot_series_colour(i));
+        s->rect(s, x0, ly, 14, 14, weft_plot_series_colour(i));
         fit(buf, sizeof buf, p->series[i], (W - x0 - 24 - 16) / (RASTER_ADVANCE * 2));
         s->text(s, x0 + 24, ly, buf, 2, INK, START, 0);
     }
@@ -272,7 +272,7 @@ static int check(const struct plot_bars *p)
     return 0;
 }
 
-int plot_bars_svg(const struct plot_bars *p, const char *path)
+int weft_plot_bars_svg(const struct plot_bars *p, const char *path)
 {
     if (check(p)) return -1;
     FILE *f = fopen(path, "w");
@@ -294,16 +294,16 @@ int plot_bars_svg(const struct plot_bars *p, const char *path)
     return 0;
 }
 
-int plot_bars_png(const struct plot_bars *p, const char *path)
+int weft_plot_bars_png(const struct plot_bars *p, const char *path)
 {
     if (check(p)) return -1;
     struct canvas c;
-    if (canvas_init(&c, W, height(p), 0xFFFFFF)) { errno = ENOMEM; return -1; }
+    if (weft_canvas_init(&c, W, height(p), 0xFFFFFF)) { errno = ENOMEM; return -1; }
     struct sink s = {png_rect, png_line, png_text, NULL, &c};
     draw(p, &s);
-    int rc = png_write_rgb(path, c.px, c.w, c.h);
+    int rc = weft_png_write_rgb(path, c.px, c.w, c.h);
     int e = errno;
-    canvas_free(&c);
+    weft_canvas_free(&c);
     errno = e;
     return rc;
 }

@@ -19,14 +19,14 @@ struct plot_bars {
 
 /* Write the chart to path. Return 0, or -1 with errno set (EINVAL for a
  * chart outside the limits above). */
-int plot_bars_svg(const struct plot_bars *p, const char *path);
-int plot_bars_png(const struct plot_bars *p, const char *path);
+int weft_plot_bars_svg(const struct plot_bars *p, const char *path);
+int weft_plot_bars_png(const struct plot_bars *p, const char *path);
 
 /* The image's size in pixels (the same for the SVG and the PNG; the height
  * grows with the legend, a row per series). */
-void plot_bars_size(const struct plot_bars *p, int *w, int *h);
+void weft_plot_bars_size(const struct plot_bars *p, int *w, int *h);
 
 /* The colour of series i (0xRRGGBB), as the legend shows it. */
-unsigned plot_series_colour(int i);
+unsigned weft_plot_series_colour(int i);
 
 #endif

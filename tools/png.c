@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-uint32_t png_crc32(uint32_t crc, const uint8_t *p, size_t n)
+uint32_t weft_png_crc32(uint32_t crc, const uint8_t *p, size_t n)
 {
     uint32_t table[256];  /* built per call: 2K steps, and no shared state */
     for (uint32_t i = 0; i < 256; i++) {
@@ -23,7 +23,7 @@ uint32_t png_crc32(uint32_t crc, const uint8_t *p, size_t n)
     return ~crc;
 }
 
-uint32_t png_adler32(uint32_t adler, const uint8_t *p, size_t n)
+uint32_t weft_png_adler32(uint32_t adler, const uint8_t *p, size_t n)
 {
     uint32_t a = adler & 0xffff, b = adler >> 16;
     while (n) {
@@ -47,7 +47,7 @@ static uint8_t *chunk(uint8_t *p, const char *type, size_t n)
 {
     put32(p, (uint32_t)n);
     memcpy(p + 4, type, 4);
-    put32(p + 8 + n, png_crc32(0, p + 4, n + 4));
+    put32(p + 8 + n, weft_png_crc32(0, p + 4, n + 4));
     return p + 12 + n;
 }
 
@@ -81,7 +81,7 @@ static bool palettize(const uint8_t *rgb, size_t n_px, uint8_t *pal, int *n_pal,
     return true;
 }
 
-int png_encode_rgb(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len)
+int weft_png_encode_rgb(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len)
 {
     *out = NULL;
     *len = 0;
@@ -136,7 +136,7 @@ int png_encode_rgb(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len)
             left--;
         }
         static const uint8_t filter_none = 0;
-        adler = png_adler32(png_adler32(adler, &filter_none, 1), src, row - 1);
+        adler = weft_png_adler32(weft_png_adler32(adler, &filter_none, 1), src, row - 1);
     }
     d = put32(d, adler);
     size_t zsize = (size_t)(d - (p + 8));
@@ -148,11 +148,11 @@ int png_encode_rgb(const uint8_t *rgb, int w, int h, uint8_t **out, size_t *len)
     return 0;
 }
 
-int png_write_rgb(const char *path, const uint8_t *rgb, int w, int h)
+int weft_png_write_rgb(const char *path, const uint8_t *rgb, int w, int h)
 {
     uint8_t *png;
     size_t n;
-    if (png_encode_rgb(rgb, w, h, &png, &n)) { errno = ENOMEM; return -1; }
+    if (weft_png_encode_rgb(rgb, w, h, &png, &n)) { errno = ENOMEM; return -1; }
     FILE *f = fopen(path, "wb");
     if (!f) { int e = errno; free(png); errno = e; return -1; }
     size_t wr = fwrite(png, 1, n, f);

@@ -40,17 +40,17 @@ static const uint8_t font5x7[95][5] = {
     {0x00, 0x41, 0x36, 0x08, 0x00}, {0x08, 0x04, 0x08, 0x10, 0x08},                                   /* } ~ */
 };
 
-int canvas_init(struct canvas *c, int w, int h, uint32_t bg)
+int weft_canvas_init(struct canvas *c, int w, int h, uint32_t bg)
 {
     c->w = w;
     c->h = h;
     c->px = w > 0 && h > 0 ? malloc((size_t)w * h * 3) : NULL;
     if (!c->px) return -1;
-    canvas_rect(c, 0, 0, w, h, bg);
+    weft_canvas_rect(c, 0, 0, w, h, bg);
     return 0;
 }
 
-void canvas_free(struct canvas *c)
+void weft_canvas_free(struct canvas *c)
 {
     free(c->px);
     c->px = NULL;
@@ -63,7 +63,7 @@ static inline void put(struct canvas *c, int x, int y, uint32_t rgb)
     p[0] = (uint8_t)(rgb >> 16); p[1] = (uint8_t)(rgb >> 8); p[2] = (uint8_t)rgb;
 }
 
-void canvas_rect(struct canvas *c, int x, int y, int w, int h, uint32_t rgb)
+void weft_canvas_rect(struct canvas *c, int x, int y, int w, int h, uint32_t rgb)
 {
     int x0 = x < 0 ? 0 : x, y0 = y < 0 ? 0 : y;
     int x1 = x + w > c->w ? c->w : x + w, y1 = y + h > c->h ? c->h : y + h;
@@ -71,13 +71,13 @@ void canvas_rect(struct canvas *c, int x, int y, int w, int h, uint32_t rgb)
         for (int i = x0; i < x1; i++) put(c, i, j, rgb);
 }
 
-void canvas_line(struct canvas *c, int x0, int y0, int x1, int y1, int width, uint32_t rgb)
+void weft_canvas_line(struct canvas *c, int x0, int y0, int x1, int y1, int width, uint32_t rgb)
 {
     if (width < 1) width = 1;
     int dx = abs(x1 - x0), dy = -abs(y1 - y0), sx = x0 < x1 ? 1 : -1, sy = y0 < y1 ? 1 : -1, err = dx + dy;
     int off = (width - 1) / 2;
     for (;;) {  /* Bresenham, a width x width pen at each step */
-        canvas_rect(c, x0 - off, y0 - off, width, width, rgb);
+        weft_canvas_rect(c, x0 - off, y0 - off, width, width, rgb);
         if (x0 == x1 && y0 == y1) break;
         int e2 = 2 * err;
         if (e2 >= dy) { err += dy; x0 += sx; }
@@ -97,16 +97,16 @@ static int next_glyph(const char **s)
     return ch >= 32 && ch < 127 ? ch - 32 : '?' - 32;
 }
 
-int raster_text_len(const char *s)
+int weft_raster_text_len(const char *s)
 {
     int n = 0;
     while (*s) { next_glyph(&s); n++; }
     return n;
 }
 
-int raster_text_width(const char *s, int scale)
+int weft_raster_text_width(const char *s, int scale)
 {
-    int n = raster_text_len(s);
+    int n = weft_raster_text_len(s);
     return n ? (n * RASTER_ADVANCE - 1) * scale : 0;
 }
 
@@ -117,13 +117,13 @@ static void glyph(struct canvas *c, int x, int y, int g, int scale, uint32_t rgb
         for (int row = 0; row < 8; row++) {
             if (!(font5x7[g][col] >> row & 1)) continue;
             if (up)
-                canvas_rect(c, x + row * scale, y - (col + 1) * scale, scale, scale, rgb);
+                weft_canvas_rect(c, x + row * scale, y - (col + 1) * scale, scale, scale, rgb);
             else
-                canvas_rect(c, x + col * scale, y + row * scale, scale, scale, rgb);
+                weft_canvas_rect(c, x + col * scale, y + row * scale, scale, scale, rgb);
         }
 }
 
-void canvas_text(struct canvas *c, int x, int y, const char *s, int scale, uint32_t rgb)
+void weft_canvas_text(struct canvas *c, int x, int y, const char *s, int scale, uint32_t rgb)
 {
     while (*s) {
         glyph(c, x, y, next_glyph(&s), scale, rgb, 0);
@@ -131,7 +131,7 @@ void canvas_text(struct canvas *c, int x, int y, const char *s, int scale, uint3
     }
 }
 
-void canvas_text_up(struct canvas *c, int x, int y, const char *s, int scale, uint32_t rgb)
+void weft_canvas_text_up(struct canvas *c, int x, int y, const char *s, int scale, uint32_t rgb)
 {
     while (*s) {
         glyph(c, x, y, next_glyph(&s), scale, rgb, 1);

@@ -49,16 +49,16 @@ static void on_request(void *arg, const struct http_request *r)
             if (n[k] >= 'A' && n[k] <= 'Z') abort();  /* names are lower-cased */
         if (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t')) abort();  /* values are trimmed */
         /* lookup finds a header of that name, whatever the case of the query */
-        const char *got = http_header_get(r, n);
+        const char *got = weft_http_header_get(r, n);
         if (!got) abort();
         char up[64];
         if (nl < sizeof up) {
             for (size_t k = 0; k <= nl; k++) up[k] = (n[k] >= 'a' && n[k] <= 'z') ? (char)(n[k] - 32) : n[k];
-            if (http_header_get(r, up) != got) abort();
+            if (weft_http_header_get(r, up) != got) abort();
         }
     }
     if (c->lim && hb > c->lim->max_header_bytes) abort();
-    if (http_header_get(r, "x-not-sent-by-anyone-\x01") != NULL) abort();
+    if (weft_http_header_get(r, "x-not-sent-by-anyone-\x01") != NULL) abort();
 }
 
 static bool known_status(int s)
@@ -105,15 +105,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     struct ctx whole = {&resolved[prof], 0}, piece = {&resolved[prof], 0};
     struct http_parse_opts o1 = {.on_request = on_request, .ctx = &whole};
-    struct http_parse_result a = http_parse_bytes_ex(&profiles[prof], s, n, &o1);
+    struct http_parse_result a = weft_http_parse_bytes_ex(&profiles[prof], s, n, &o1);
     struct http_parse_opts o2 = {.on_request = on_request, .ctx = &piece, .feed_size = split};
-    struct http_parse_result b = http_parse_bytes_ex(&profiles[prof], s, n, &o2);
+    struct http_parse_result b = weft_http_parse_bytes_ex(&profiles[prof], s, n, &o2);
     if (a.n_requests != whole.n || b.n_requests != piece.n) abort();
     if (!known_status(a.error_status)) abort();
     /* A request with two faults may be refused for either, depending on which
      * callback saw its bytes first; whether it is refused may not depend on it. */
     if (a.n_requests != b.n_requests || (a.error_status != 0) != (b.error_status != 0)) abort();
-    struct http_parse_result c = http_parse_bytes(&profiles[prof], s, n);
+    struct http_parse_result c = weft_http_parse_bytes(&profiles[prof], s, n);
     if (c.n_requests != a.n_requests || c.error_status != a.error_status) abort();
 
     /* the error body over the input as a message */
@@ -121,7 +121,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     size_t m = n < sizeof msg - 1 ? n : sizeof msg - 1;
     memcpy(msg, s, m);
     msg[m] = 0;
-    size_t len = http_error_body(out, sizeof out, "invalid_request_error", prof & 1 ? msg : NULL, msg);
+    size_t len = weft_http_error_body(out, sizeof out, "invalid_request_error", prof & 1 ? msg : NULL, msg);
     if (len >= sizeof out || out[len] != 0 || strlen(out) != len) abort();
     if (!valid_utf8_no_ctl((const unsigned char *)out, len)) abort();
     return 0;

@@ -14,14 +14,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         json_t *root = NULL;
         const char *param = NULL;
         char msg[256];
-        bool ok = gen_params_parse((const char *)data, size, chat, &p, &root, &param, msg, sizeof msg);
+        bool ok = weft_gen_params_parse((const char *)data, size, chat, &p, &root, &param, msg, sizeof msg);
         if (!ok && msg[0] == '\0') __builtin_trap();  /* every refusal says why */
         if (ok) {
             if (chat && (p.n_msgs == 0 || !p.msgs[0].content)) __builtin_trap();
             if (!chat && !p.prompt && !p.n_prompt_ids) __builtin_trap();
             if (p.n_stop > WEFT_MAX_STOP || p.top_logprobs > 20) __builtin_trap();
         }
-        gen_params_free(&p);
+        weft_gen_params_free(&p);
         json_decref(root);
     }
     return 0;
