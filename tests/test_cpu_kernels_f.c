@@ -4,13 +4,11 @@
  *   - quant (F32, F16, BF16) vs weft_quantize_row_act, incl. NaN payloads,
  *     infinities, subnormals, overflow edges and rounding ties.
  * Buffers are malloc'd to their exact size so ASan sees any over-read.
- * Also times the SIMD tables against scalar on a 1536 x 576 matrix (printed,
- * not asserted). */
+ * (bench_cpu_kernels float times the tables against scalar.) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
@@ -237,91 +235,6 @@ static void quant_matches_reference_on_dense_bit_patterns(void)
     free(got);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Time dot and dot_mm over an N x K weight matrix (one activation row), per
- * table; printed only. */
-static void time_tables(int64_t N, int64_t K)
-{
-    for (int ti = 0; ti < 3; ti++) {
-        enum weft_type t = ftypes[ti];
-        size_t rs = weft_row_size(t, K);
-        uint8_t *w = malloc(rs * (size_t)N);
-        for (int64_t r = 0; r < N; r++) {
-            void *row = make_row(t, K, DIST_UNIT);
-            memcpy(w + (size_t)r * rs, row, rs);
-            free(row);
-        }
-        void *x = make_row(t, K, DIST_UNIT);
-        double base[2] = {0, 0};
-        for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
-            const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
-            if (!k) continue;
-            for (int mm = 0; mm < 2; mm++) {
-                weft_cpu_dot_fn f = mm ? k->dot_mm[t] : k->dot[t];
-                volatile float sink = 0;
-                double best = 1e30;
-                for (int64_t r = 0; r < N; r++) sink += f(w + (size_t)r * rs, x, K); /* warm-up */
-                for (int trial = 0; trial < 5; trial++) {
-                    int reps = (int)((isa == 0 ? 2 : 20) * (1536 * 576 / (N * K)));
-                    double t0 = now_s();
-                    for (int rep = 0; rep < reps; rep++)
-                        for (int64_t r = 0; r < N; r++) sink += f(w + (size_t)r * rs, x, K);
-                    double dt = (now_s() - t0) / reps;
-                    if (dt < best) best = dt;
-                }
-                (void)sink;
-                if (isa == 0) base[mm] = best;
-                printf("  %-4s %-6s %-6s %8.2f us / %lldx%lld matvec (%5.1fx scalar)\n", weft_type_name(t),
-                       mm ? "dot_mm" : "dot", k->name, best * 1e6, (long long)N, (long long)K, base[mm] / best);
-            }
-        }
-        free(w);
-        free(x);
-    }
-}
-
-/* The activation converters on 64 rows of 576 floats. */
-static void time_quant(void)
-{
-    const int64_t n = 64 * 576;
-    float *x = malloc((size_t)n * sizeof(float));
-    uint8_t *y = malloc((size_t)n * 4);
-    for (int64_t i = 0; i < n; i++) x[i] = unif() * 8.0f;
-    for (int ti = 1; ti < 3; ti++) {
-        enum weft_type t = ftypes[ti];
-        double base = 0;
-        for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
-            const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
-            if (!k) continue;
-            double best = 1e30;
-            for (int trial = 0; trial < 5; trial++) {
-                double t0 = now_s();
-                for (int rep = 0; rep < 20; rep++) k->quant[t](x, y, n);
-                double dt = (now_s() - t0) / 20;
-                if (dt < best) best = dt;
-            }
-            if (isa == 0) base = best;
-            printf("  %-4s quant  %-6s %8.2f us / 64x576 floats (%5.1fx scalar)\n", weft_type_name(t), k->name,
-                   best * 1e6, base / best);
-        }
-    }
-    free(x);
-    free(y);
-}
-
-static void simd_tables_timed_against_scalar(void)
-{
-    time_tables(1536, 576); /* 1.7-3.5 MB of weights: mostly memory-bound */
-    time_tables(16, 576);   /* cache-resident: the kernels themselves */
-    time_quant();
-}
-
 int main(void)
 {
     for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++)
@@ -331,7 +244,6 @@ int main(void)
     RUN(dot_and_dot_mm_match_reference_bit_for_bit);
     RUN(quant_matches_reference_bytes_incl_nan_inf_subnormals_ties);
     RUN(quant_matches_reference_on_dense_bit_patterns);
-    RUN(simd_tables_timed_against_scalar);
     printf("%ld combinations checked in all (%ld dot, %ld dot_mm, %ld quant)\n",
            n_dot_checked + n_mm_checked + n_quant_checked, n_dot_checked, n_mm_checked, n_quant_checked);
     return check_summary();

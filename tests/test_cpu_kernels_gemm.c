@@ -2,8 +2,8 @@
  * machine can run) against the same table's one-row dot[], bit for bit:
  *   out[j * ldo + i] == dot(w + i * wstride, x + j * xstride, n)
  * over edge shapes (nw 1..16, nx 1..64), several row lengths, contiguous and
- * padded strides, ldo > nw. Also times gemm against per-output dot for a
- * 1536 x 576 weight block times 64 activation rows (printed, not asserted).
+ * padded strides, ldo > nw. (bench_cpu_kernels gemm times gemm against
+ * per-output dot.)
  * The gemm_mm entries (F16/F32/BF16) likewise against dot_mm[], with row
  * lengths a multiple of mm_k_multiple. Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
  * that has AVX512-VNNI. */
@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 static void fill_data(float *x, int64_t n)
 {
@@ -149,59 +148,8 @@ static void gemm_matches_dot_bit_for_bit(void)
     printf("  %ld table/type gemm entries, %ld outputs compared\n", n_tables_types, n_compared);
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* 1536 x 576 weights times 64 rows, through 16-row tiles as the matmul does */
-static void gemm_speed_printed(void)
-{
-    enum weft_cpu_isa isa = weft_cpu_isa_select();
-    const struct weft_cpu_kernels *k = weft_cpu_kernels_get(isa);
-    const int64_t N = 1536, K = 576, R = 64;
-    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
-        enum weft_type t = types[ti], vt = weft_vec_dot_type(t);
-        const bool mm = !k->gemm[t] && k->gemm_mm[t] && K % k->mm_k_multiple[t] == 0;
-        const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
-        const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];
-        if (!gemm || !type_fits(t, K)) continue;
-        size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
-        uint8_t *w = malloc((size_t)N * wrow), *x = malloc((size_t)R * xrow);
-        float *f = malloc(K * sizeof(float)), *out = malloc(sizeof(float) * R * 16), *out2 = malloc(sizeof(float) * R * 16);
-        for (int64_t i = 0; i < N; i++) { fill_data(f, K); weight_row(t, f, w + i * wrow, K); }
-        for (int64_t j = 0; j < R; j++) { fill_data(f, K); weft_quantize_row_act(vt, f, x + j * xrow, K); }
-        double best_g = 1e9, best_d = 1e9;
-        volatile float sink = 0;
-        for (int rep = 0; rep < 3; rep++) {
-            double t0 = now_s();
-            for (int64_t n0 = 0; n0 < N; n0 += 16) {
-                gemm(w + n0 * wrow, wrow, 16, x, xrow, (int)R, K, out, 16);
-                sink += out[0];
-            }
-            double t1 = now_s();
-            for (int64_t n0 = 0; n0 < N; n0 += 16) {
-                for (int64_t r = 0; r < R; r++)
-                    for (int i = 0; i < 16; i++) out2[r * 16 + i] = dot(w + (n0 + i) * wrow, x + r * xrow, K);
-                sink += out2[0];
-            }
-            double t2 = now_s();
-            if (t1 - t0 < best_g) best_g = t1 - t0;
-            if (t2 - t1 < best_d) best_d = t2 - t1;
-        }
-        double macs = (double)N * K * R;
-        printf("  %s %-5s 1536x576 x 64 rows: gemm%s %.3f ms (%.1f GMAC/s), dot %.3f ms (%.1f GMAC/s), %.2fx\n",
-               k->name, weft_type_name(t), mm ? "_mm" : "", best_g * 1e3, macs / best_g * 1e-9, best_d * 1e3,
-               macs / best_d * 1e-9, best_d / best_g);
-        free(w); free(x); free(f); free(out); free(out2);
-    }
-}
-
 int main(void)
 {
     RUN(gemm_matches_dot_bit_for_bit);
-    RUN(gemm_speed_printed);
     return check_summary();
 }

@@ -5,7 +5,6 @@
  * ±0, ±inf, NaNs, subnormals, and every leftover length. */
 #include <math.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/cpu/cpu_kernels.h"
 #include "tests/check.h"
@@ -155,42 +154,11 @@ static void swiglu_matches_scalar_on_dense_sweep(void)
     free(u);
 }
 
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
-/* print only: one prefill's SwiGLU at SmolLM2-135M's n_ff */
-static void swiglu_timing_1536_by_512_rows(void)
-{
-    const int64_t n = 1536, rows = 512;
-    float *g = malloc((size_t)(n * rows) * 4), *u = malloc((size_t)(n * rows) * 4), *y = malloc((size_t)(n * rows) * 4);
-    for (int64_t i = 0; i < n * rows; i++) { g[i] = uniform(-8, 8); u[i] = uniform(-2, 2); }
-    for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
-        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
-        if (!k) continue;
-        double best = 1e30;
-        for (int rep = 0; rep < 3; rep++) {
-            double t0 = now_s();
-            for (int64_t r = 0; r < rows; r++) k->swiglu(y + r * n, g + r * n, u + r * n, n);
-            double t = now_s() - t0;
-            if (t < best) best = t;
-        }
-        printf("  %-7s %8.3f ms  (%.2f ns/element)\n", k->name, best * 1e3, best * 1e9 / (double)(n * rows));
-    }
-    free(g);
-    free(u);
-    free(y);
-}
-
 int main(void)
 {
     RUN(swiglu_matches_scalar_on_random_wide_inputs);
     RUN(swiglu_matches_scalar_on_special_values);
     RUN(swiglu_matches_scalar_on_nan_payloads);
     RUN(swiglu_matches_scalar_on_dense_sweep);
-    RUN(swiglu_timing_1536_by_512_rows);
     return check_summary();
 }
