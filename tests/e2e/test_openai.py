@@ -284,7 +284,11 @@ def test_sigterm_drains_in_flight():
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.3)
+    # SIGTERM once the request is in flight (running, or queued for a step), not after a guessed delay
+    deadline = time.time() + 60
+    while time.time() < deadline and srv.metric("weft_requests_running") + srv.metric("weft_requests_waiting") < 1:
+        time.sleep(0.01)
+    assert srv.metric("weft_requests_running") + srv.metric("weft_requests_waiting") == 1
     srv.stop()  # SIGTERM: the request in flight completes, then exit 0
     t.join(60)
     assert out["r"].usage.completion_tokens == 48
