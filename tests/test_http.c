@@ -301,7 +301,18 @@ struct tsrv {
     struct http_server *s;
     struct http_limits lim;
     atomic_int port, ready, want_drain, want_free, drained, aborted, handled;
+    /* the server thread announces every change of ready/drained/aborted/handled
+     * here (changed()); the test thread waits on it (wait_for): no polling */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
 };
+
+static void changed(struct tsrv *ts)
+{
+    pthread_mutex_lock(&ts->mu);
+    pthread_cond_broadcast(&ts->cv);
+    pthread_mutex_unlock(&ts->mu);
+}
 
 struct pending {
     uv_timer_t t;
@@ -324,6 +335,7 @@ static void on_conn_gone(void *user)
 {
     struct pending *p = user;
     atomic_fetch_add(&p->ts->aborted, 1);
+    changed(p->ts);
     pending_done(p);
 }
 
@@ -364,6 +376,7 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
 {
     struct tsrv *ts = ctx;
     atomic_fetch_add(&ts->handled, 1);
+    changed(ts);
     int n;
     if (strcmp(r->path, "/echo") == 0) {
         size_t cap = r->body_len + strlen(r->path) + strlen(r->query) + 64;
@@ -401,6 +414,7 @@ static void on_drained(void *arg)
 {
     struct tsrv *ts = arg;
     atomic_store(&ts->drained, 1);
+    changed(ts);
     uv_close((uv_handle_t *)&ts->cmd, NULL);
 }
 
@@ -429,6 +443,7 @@ static void *srv_thread(void *arg)
     CHECK_EQ_INT(rc, 0);
     if (rc != 0) {
         atomic_store(&ts->ready, -1);
+        changed(ts);
         uv_close((uv_handle_t *)&ts->cmd, NULL);
         uv_run(&ts->loop, UV_RUN_DEFAULT);
         uv_loop_close(&ts->loop);
@@ -436,6 +451,7 @@ static void *srv_thread(void *arg)
     }
     atomic_store(&ts->port, weft_http_server_port(ts->s));
     atomic_store(&ts->ready, 1);
+    changed(ts);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
     weft_http_server_free(ts->s);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
@@ -449,12 +465,28 @@ static void sleep_ms(int ms)
     nanosleep(&t, NULL);
 }
 
+/* waits up to 5 s for *v >= want (or, with want 0, for *v != 0) */
+static bool wait_for_value(struct tsrv *ts, atomic_int *v, int want)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    pthread_mutex_lock(&ts->mu);
+    while (want ? atomic_load(v) < want : atomic_load(v) == 0)
+        if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
+    bool ok = want ? atomic_load(v) >= want : atomic_load(v) != 0;
+    pthread_mutex_unlock(&ts->mu);
+    return ok;
+}
+
 static struct tsrv *srv_start(struct http_limits lim)
 {
     struct tsrv *ts = calloc(1, sizeof *ts);
     ts->lim = lim;
+    pthread_mutex_init(&ts->mu, NULL);
+    pthread_cond_init(&ts->cv, NULL);
     pthread_create(&ts->th, NULL, srv_thread, ts);
-    while (atomic_load(&ts->ready) == 0) sleep_ms(1);
+    CHECK(wait_for_value(ts, &ts->ready, 0));
     return ts;
 }
 
@@ -464,12 +496,8 @@ static void srv_drain(struct tsrv *ts)
     if (atomic_compare_exchange_strong(&ts->want_drain, &expect, 1)) uv_async_send(&ts->cmd);
 }
 
-/* waits up to 5 s for *v >= want */
-static bool wait_for(atomic_int *v, int want)
-{
-    for (int i = 0; i < 5000 && atomic_load(v) < want; i++) sleep_ms(1);
-    return atomic_load(v) >= want;
-}
+/* waits up to 5 s for the server thread to have made *v >= want */
+#define wait_for(v, want) wait_for_value(ts, (v), (want))
 
 static void srv_stop(struct tsrv *ts)
 {
@@ -487,7 +515,7 @@ struct cli {
     size_t len;
 };
 
-static struct cli *weft_cli_open(int port)
+static struct cli *cli_open(int port)
 {
     struct cli *c = calloc(1, sizeof *c);
     c->fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -503,7 +531,7 @@ static struct cli *weft_cli_open(int port)
     return c;
 }
 
-static void weft_cli_close(struct cli *c)
+static void cli_close(struct cli *c)
 {
     if (!c) return;
     close(c->fd);
@@ -666,7 +694,7 @@ static void live_cors(void)
     lim.cors_origins = origins;
     lim.n_cors_origins = 1;
     struct tsrv *ts = srv_start(lim);
-    struct cli *c = weft_cli_open(atomic_load(&ts->port));
+    struct cli *c = cli_open(atomic_load(&ts->port));
     CHECK(c != NULL);
     if (!c) { srv_stop(ts); return; }
     struct resp r;
@@ -695,14 +723,14 @@ static void live_cors(void)
     CHECK(r.status == 200 && resp_header(&r, "Access-Control-Allow-Origin") == NULL);
     cli_response(c, &r, false);  /* not a preflight: the handler's */
     CHECK(r.status == 200 && !strcmp(r.body, "OPTIONS /echo?|"));
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
 static void live_keepalive_and_pipelining(void)
 {
     struct tsrv *ts = srv_start(live_limits());
-    struct cli *c = weft_cli_open(atomic_load(&ts->port));
+    struct cli *c = cli_open(atomic_load(&ts->port));
     CHECK(c != NULL);
     if (!c) { srv_stop(ts); return; }
     struct resp r;
@@ -737,7 +765,7 @@ static void live_keepalive_and_pipelining(void)
     CHECK_EQ_INT(r.status, 200);
     CHECK(r.close);
     CHECK(cli_closed(c));
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
@@ -745,7 +773,7 @@ static void live_expect_continue_head_http10(void)
 {
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
-    struct cli *c = weft_cli_open(port);
+    struct cli *c = cli_open(port);
     struct resp r;
     CHECK(cli_sends(c, "POST /echo HTTP/1.1\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n"));
     cli_response(c, &r, false);
@@ -768,15 +796,15 @@ static void live_expect_continue_head_http10(void)
     CHECK_EQ_INT(r.status, 404);
     CHECK(strstr(r.body, "\"error\":{\"message\":\"no such endpoint: /nope\",\"type\":\"not_found_error\"") != NULL);
     CHECK(!r.close);
-    weft_cli_close(c);
+    cli_close(c);
     /* HTTP/1.0: closed after the answer; a stream runs until the close */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     CHECK(cli_sends(c, "GET /stream/2 HTTP/1.0\r\n\r\n"));
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK(!r.chunked && r.close);
     CHECK(strcmp(r.body, "data: 0\n\ndata: 1\n\n") == 0);
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
@@ -811,7 +839,7 @@ static void live_malformed(void)
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        struct cli *c = weft_cli_open(port);
+        struct cli *c = cli_open(port);
         CHECK(c != NULL);
         if (!c) continue;
         cli_sends(c, cases[i].bytes);
@@ -823,13 +851,13 @@ static void live_malformed(void)
             CHECK_MSG(strstr(r.body, "{\"error\":{\"message\":") == r.body, "%s: body %s", cases[i].name, r.body);
             CHECK_MSG(cli_closed(c), "%s: not closed", cases[i].name);
         }
-        weft_cli_close(c);
+        cli_close(c);
         /* and the server still answers */
-        c = weft_cli_open(port);
+        c = cli_open(port);
         cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(c, &r, false);
         CHECK_MSG(r.status == 200, "after %s: %d", cases[i].name, r.status);
-        weft_cli_close(c);
+        cli_close(c);
     }
     srv_stop(ts);
 }
@@ -840,32 +868,32 @@ static void live_timeouts(void)
     int port = atomic_load(&ts->port);
     struct resp r;
     /* idle: closed quietly */
-    struct cli *c = weft_cli_open(port);
+    struct cli *c = cli_open(port);
     CHECK(cli_closed(c));
-    weft_cli_close(c);
+    cli_close(c);
     /* idle after a request too */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK(cli_closed(c));
-    weft_cli_close(c);
+    cli_close(c);
     /* a request that never completes: 408, then close */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\nHost: slo");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 408);
     CHECK(strstr(r.body, "\"type\":\"invalid_request_error\"") != NULL);
     CHECK(cli_closed(c));
-    weft_cli_close(c);
+    cli_close(c);
     /* a Content-Length that promises more than comes */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     cli_sends(c, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 408);
-    weft_cli_close(c);
+    cli_close(c);
     /* dribbling bytes does not extend the deadline */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     cli_sends(c, "GET /echo HTTP/1.1\r\nX-A: ");
     for (int i = 0; i < 40; i++) {
         if (!cli_sends(c, "a")) break;
@@ -874,7 +902,7 @@ static void live_timeouts(void)
     }
     cli_response(c, &r, false);
     CHECK_MSG(r.status == 408, "dribble: %d", r.status);
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
@@ -883,25 +911,25 @@ static void live_disconnect_fires_on_close(void)
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
     /* mid-stream */
-    struct cli *c = weft_cli_open(port);
+    struct cli *c = cli_open(port);
     cli_sends(c, "GET /forever HTTP/1.1\r\n\r\n");
     CHECK(cli_line(c) > 0);  /* the status line: the stream has begun */
-    weft_cli_close(c);
+    cli_close(c);
     CHECK(wait_for(&ts->aborted, 1));
     /* waiting for a delayed answer */
-    c = weft_cli_open(port);
+    c = cli_open(port);
     cli_sends(c, "GET /delay/100000 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 2));
-    weft_cli_close(c);
+    cli_close(c);
     CHECK(wait_for(&ts->aborted, 2));
     /* many at once, some with pipelined requests behind */
     struct cli *cs[20];
     for (int i = 0; i < 20; i++) {
-        cs[i] = weft_cli_open(port);
+        cs[i] = cli_open(port);
         cli_sends(cs[i], i % 2 ? "GET /forever HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n" : "GET /forever HTTP/1.1\r\n\r\n");
         CHECK(cli_line(cs[i]) > 0);
     }
-    for (int i = 0; i < 20; i++) weft_cli_close(cs[i]);
+    for (int i = 0; i < 20; i++) cli_close(cs[i]);
     CHECK(wait_for(&ts->aborted, 22));
     CHECK_EQ_INT(atomic_load(&ts->aborted), 22);
     srv_stop(ts);
@@ -923,7 +951,7 @@ static void live_random_bytes(void)
     uint32_t rng = 12345;
     struct cli *cs[60];
     for (int i = 0; i < 60; i++) {
-        cs[i] = weft_cli_open(port);
+        cs[i] = cli_open(port);
         if (!cs[i]) continue;
         char buf[512];
         size_t n = 0;
@@ -941,13 +969,13 @@ static void live_random_bytes(void)
         cli_send(cs[i], buf, n);
     }
     sleep_ms(50);
-    for (int i = 0; i < 60; i++) weft_cli_close(cs[i]);
-    struct cli *c = weft_cli_open(port);
+    for (int i = 0; i < 60; i++) cli_close(cs[i]);
+    struct cli *c = cli_open(port);
     struct resp r;
     cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
@@ -957,7 +985,7 @@ static void live_free_closes_everything(void)
 {
     struct tsrv *ts = srv_start(live_limits());
     int port = atomic_load(&ts->port);
-    struct cli *a = weft_cli_open(port), *b = weft_cli_open(port);
+    struct cli *a = cli_open(port), *b = cli_open(port);
     cli_sends(a, "GET /forever HTTP/1.1\r\n\r\n");
     CHECK(cli_line(a) > 0);
     cli_sends(b, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\n\r\nab");
@@ -969,8 +997,8 @@ static void live_free_closes_everything(void)
     char tmp[4096];
     while (recv(a->fd, tmp, sizeof tmp, 0) > 0) {}
     CHECK(cli_closed(b));
-    weft_cli_close(a);
-    weft_cli_close(b);
+    cli_close(a);
+    cli_close(b);
     free(ts);
 }
 
@@ -983,50 +1011,50 @@ static void live_idle_connections_and_max_conns(void)
     struct cli *idle[200];
     int opened = 0;
     for (int i = 0; i < 200; i++)
-        if ((idle[i] = weft_cli_open(port))) opened++;
+        if ((idle[i] = cli_open(port))) opened++;
     CHECK_EQ_INT(opened, 200);
     /* some of them half-way through a request */
     for (int i = 0; i < 200; i += 10)
         if (idle[i]) cli_sends(idle[i], "POST /echo HTTP/1.1\r\nContent-Length: 100\r\n\r\nab");
-    struct cli *c = weft_cli_open(port);
+    struct cli *c = cli_open(port);
     CHECK(c != NULL);
     struct resp r;
     cli_sends(c, "GET /conns HTTP/1.1\r\n\r\n");
     cli_response(c, &r, false);
     CHECK_EQ_INT(r.status, 200);
     CHECK_EQ_INT(atoi(r.body), 201);
-    weft_cli_close(c);
-    for (int i = 0; i < 200; i++) weft_cli_close(idle[i]);
+    cli_close(c);
+    for (int i = 0; i < 200; i++) cli_close(idle[i]);
     srv_stop(ts);
 
     /* beyond max_conns: closed at once */
     lim.max_conns = 2;
     ts = srv_start(lim);
     port = atomic_load(&ts->port);
-    struct cli *a = weft_cli_open(port), *b = weft_cli_open(port);
+    struct cli *a = cli_open(port), *b = cli_open(port);
     cli_sends(a, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(a, &r, false);
     CHECK_EQ_INT(r.status, 200);
     cli_sends(b, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(b, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    struct cli *x = weft_cli_open(port);
+    struct cli *x = cli_open(port);
     CHECK(x == NULL || cli_closed(x));
-    weft_cli_close(x);
-    weft_cli_close(a);
+    cli_close(x);
+    cli_close(a);
     /* room again once one has gone (its close may take a moment to be seen) */
     bool served = false;
     for (int i = 0; i < 100 && !served; i++) {
-        x = weft_cli_open(port);
+        x = cli_open(port);
         if (x && cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n")) {
             cli_response(x, &r, false);
             served = r.status == 200;
         }
-        weft_cli_close(x);
+        cli_close(x);
         if (!served) sleep_ms(10);
     }
     CHECK(served);
-    weft_cli_close(b);
+    cli_close(b);
     srv_stop(ts);
 }
 
@@ -1088,7 +1116,7 @@ static void live_drain_delivers_queued_answers(void)
     }
     CHECK_EQ_INT(got, handled);
     CHECK_EQ_INT(r.status, 0);  /* then closed */
-    weft_cli_close(c);
+    cli_close(c);
     CHECK(wait_for(&ts->drained, 1));
     pthread_join(ts->th, NULL);
     free(ts);
@@ -1105,7 +1133,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
     struct cli *c = cli_open_small_rcvbuf(port);
     int handled = pipeline_big_unread(ts, c, N);
     CHECK_MSG(handled < N / 2, "answered %d of %d pipelined requests for a client that reads nothing", handled, N);
-    struct cli *q = weft_cli_open(port);
+    struct cli *q = cli_open(port);
     struct resp r;
     cli_sends(q, "GET /peak HTTP/1.1\r\n\r\n");
     cli_response(q, &r, false);
@@ -1113,7 +1141,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
     size_t peak = strtoul(r.body, NULL, 10);
     CHECK_MSG(peak <= lim.max_output + (16 << 10) + 256, "%zu bytes queued unsent for one connection", peak);
     CHECK(peak >= lim.max_output);
-    weft_cli_close(q);
+    cli_close(q);
     /* reading resumes the answers: all N arrive */
     int got = 0;
     for (int i = 0; i < N; i++) {
@@ -1122,7 +1150,7 @@ static void live_output_bound_for_a_client_that_does_not_read(void)
         got++;
     }
     CHECK_EQ_INT(got, N);
-    weft_cli_close(c);
+    cli_close(c);
     srv_stop(ts);
 }
 
@@ -1139,18 +1167,18 @@ static void live_per_client_connection_limit(void)
     struct resp r;
     struct cli *c[3];
     for (int i = 0; i < 3; i++) {
-        c[i] = weft_cli_open(port);
+        c[i] = cli_open(port);
         cli_sends(c[i], "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(c[i], &r, false);
         CHECK(r.status == 200 && !r.close);
     }
-    struct cli *x = weft_cli_open(port);
+    struct cli *x = cli_open(port);
     cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(x, &r, false);
     CHECK(r.status == 200 && r.close);
     CHECK(cli_closed(x));
-    weft_cli_close(x);
-    struct cli *t = weft_cli_open(port);
+    cli_close(x);
+    struct cli *t = cli_open(port);
     cli_sends(t, "GET /exempt HTTP/1.1\r\n\r\n");
     cli_response(t, &r, false);
     CHECK(r.status == 200 && !r.close);
@@ -1158,20 +1186,20 @@ static void live_per_client_connection_limit(void)
     cli_response(t, &r, false);
     CHECK(r.status == 200 && !r.close);
     /* one of the three leaves: room for a plain one again */
-    weft_cli_close(c[0]);
+    cli_close(c[0]);
     bool ok = false;
     for (int i = 0; i < 100 && !ok; i++) {
-        x = weft_cli_open(port);
+        x = cli_open(port);
         cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
         cli_response(x, &r, false);
         ok = r.status == 200 && !r.close;
-        weft_cli_close(x);
+        cli_close(x);
         if (!ok) sleep_ms(10);
     }
     CHECK(ok);
-    weft_cli_close(t);
-    weft_cli_close(c[1]);
-    weft_cli_close(c[2]);
+    cli_close(t);
+    cli_close(c[1]);
+    cli_close(c[2]);
     srv_stop(ts);
 }
 
@@ -1183,13 +1211,13 @@ static void live_drain(void)
     struct tsrv *ts = srv_start(lim);
     int port = atomic_load(&ts->port);
     struct resp r;
-    struct cli *idle = weft_cli_open(port);
+    struct cli *idle = cli_open(port);
     cli_sends(idle, "GET /echo HTTP/1.1\r\n\r\n");
     cli_response(idle, &r, false);
     CHECK_EQ_INT(r.status, 200);
-    struct cli *busy = weft_cli_open(port);
+    struct cli *busy = cli_open(port);
     cli_sends(busy, "GET /delay/300 HTTP/1.1\r\n\r\n");
-    struct cli *streaming = weft_cli_open(port);
+    struct cli *streaming = cli_open(port);
     cli_sends(streaming, "GET /stream/20 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 3));
     srv_drain(ts);
@@ -1206,12 +1234,12 @@ static void live_drain(void)
     CHECK(cli_closed(streaming));
     CHECK(wait_for(&ts->drained, 1));
     /* nothing listens any more */
-    struct cli *late = weft_cli_open(port);
+    struct cli *late = cli_open(port);
     CHECK(late == NULL || cli_closed(late));
-    weft_cli_close(late);
-    weft_cli_close(idle);
-    weft_cli_close(busy);
-    weft_cli_close(streaming);
+    cli_close(late);
+    cli_close(idle);
+    cli_close(busy);
+    cli_close(streaming);
     CHECK_EQ_INT(atomic_load(&ts->aborted), 0);
     srv_stop(ts);
 }

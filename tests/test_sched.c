@@ -284,7 +284,7 @@ static void lower_prefill_waits_while_a_higher_one_prefills(void)
  * the whole budget; once one has, prompts below it take at most that many
  * tokens of a step in all (decodes and the top priority's prompts do not
  * count), and they still finish. */
-static uint32_t weft_prompt_tokens(const struct weft_sched_item *it, uint32_t n, int32_t below)
+static uint32_t prompt_tokens(const struct weft_sched_item *it, uint32_t n, int32_t below)
 {
     uint32_t t = 0;
     for (uint32_t k = 0; k < n; k++)
@@ -305,10 +305,10 @@ static void low_priority_prefill_is_bounded(void)
     struct weft_sched_req *hi = add(&e, 4, 40, 30, 5, 0);
     n = step(&e, it, NULL, NULL);                   /* hi's prompt alone prefills; a decodes */
     CHECK_EQ_INT(hi->n_computed, 40);
-    CHECK_EQ_INT(weft_prompt_tokens(it, n, 5), 0);
+    CHECK_EQ_INT(prompt_tokens(it, n, 5), 0);
     for (int k = 0; k < 3; k++) {                   /* hi decodes: b and c share 24 tokens a step */
         n = step(&e, it, NULL, NULL);
-        CHECK_EQ_INT(weft_prompt_tokens(it, n, 5), 24);
+        CHECK_EQ_INT(prompt_tokens(it, n, 5), 24);
     }
     CHECK_EQ_INT(b->n_computed + c->n_computed, 72);
     CHECK_EQ_INT(b->n_computed, 60);                /* b first (earlier), then c */
