@@ -499,12 +499,19 @@ static void srv_drain(struct tsrv *ts)
 /* waits up to 5 s for the server thread to have made *v >= want */
 #define wait_for(v, want) wait_for_value(ts, (v), (want))
 
+static void srv_free(struct tsrv *ts)
+{
+    pthread_mutex_destroy(&ts->mu);
+    pthread_cond_destroy(&ts->cv);
+    free(ts);
+}
+
 static void srv_stop(struct tsrv *ts)
 {
     srv_drain(ts);
     CHECK(wait_for(&ts->drained, 1));
     pthread_join(ts->th, NULL);
-    free(ts);
+    srv_free(ts);
 }
 
 /* ---- a blocking client ---- */
@@ -999,7 +1006,7 @@ static void live_free_closes_everything(void)
     CHECK(cli_closed(b));
     cli_close(a);
     cli_close(b);
-    free(ts);
+    srv_free(ts);
 }
 
 static void live_idle_connections_and_max_conns(void)
@@ -1119,7 +1126,7 @@ static void live_drain_delivers_queued_answers(void)
     cli_close(c);
     CHECK(wait_for(&ts->drained, 1));
     pthread_join(ts->th, NULL);
-    free(ts);
+    srv_free(ts);
 }
 
 static void live_output_bound_for_a_client_that_does_not_read(void)
