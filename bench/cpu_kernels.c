@@ -3,7 +3,8 @@
  *   build/bench_cpu_kernels [gemm|float|swiglu ...]   (default: all three)
  *   gemm    the best table's register-blocked prefill tile (gemm, or gemm_mm
  *           for the float types) against one dot per output, 1536 x 576
- *           weights times 64 activation rows, per weight type
+ *           weights times 64 activation rows, per weight type that has a tile
+ *           (the K-quants' 256-wide blocks do not divide 576: listed, skipped)
  *   float   every table's F32/F16/BF16 dot and dot_mm on a 1536 x 576 and a
  *           16 x 576 matrix (memory-bound and cache-resident), and the
  *           activation converters on 64 x 576 floats, against the scalar table
@@ -89,7 +90,14 @@ static void bench_gemm(void)
         const bool mm = !k->gemm[t] && k->gemm_mm[t] && K % k->mm_k_multiple[t] == 0;
         const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
         const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];
-        if (!gemm || !type_fits(t, K)) continue;
+        if (!type_fits(t, K)) {
+            printf("  %-5s skipped (its blocks are 256 wide: %lld is not a multiple)\n", weft_type_name(t), (long long)K);
+            continue;
+        }
+        if (!gemm) {
+            printf("  %-5s no gemm tile in table %s\n", weft_type_name(t), k->name);
+            continue;
+        }
         size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
         if (vt == WEFT_TYPE_Q8_K) xrow = (xrow + 3) & ~(size_t)3;  /* its float d needs 4-byte rows */
         uint8_t *w = xmalloc((size_t)N * wrow), *x = xmalloc((size_t)R * xrow);

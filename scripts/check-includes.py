@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The include direction of weft's layers (ARCHITECTURE.md: data flows one way),
+"""The include direction of weft's layers (../shared/design/ARCHITECTURE.md: data flows one way),
 checked on every source file: a file includes only files of its own layer or
 of a layer below it. Layers, bottom to top:
 
@@ -15,8 +15,11 @@ of a layer below it. Layers, bottom to top:
   tests/, bench/ and tests/fuzz/ may include anything.
 
   scripts/check-includes.py [ROOT]   exit 1 and one line per upward include.
-Only quoted includes of weft's own files are looked at ("dir/file.h" from the
-repository root, or a bare "file.h" resolved beside the including file)."""
+Only quoted includes are looked at, resolved as the compiler does: beside the
+including file first, then from the repository root (weft's include path). One
+that names a file of a layer folder that exists in neither place is reported
+too, and so is a layer folder that is missing or a run that checked nothing
+(a wrong ROOT must not pass)."""
 import os
 import re
 import sys
@@ -25,7 +28,6 @@ BASE = {"core/types.h", "core/types.c", "core/status.h", "core/status.c", "core/
         "core/rope.h", "core/unicode.h", "core/unicode.c", "core/unicode_tables.h"}
 LAYERS = [("base", None), ("backends", ("backends/", "kernels-common/", "kernels-cuda/", "kernels-hip/", "shaders/")),
           ("core", ("core/",)), ("server", ("server/",)), ("tools", ("tools/",))]
-FREE = ("tests/", "bench/")
 SOURCES = (".c", ".h", ".cu", ".cuh", ".hip", ".cpp", ".comp", ".glsl")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -43,33 +45,43 @@ def layer(path):
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), ".."))
     bad = checked = 0
+    for _, dirs in LAYERS:
+        for d in dirs or ():
+            if not os.path.isdir(os.path.join(root, d)):
+                print(f"check-includes: {root}: no {d} folder")
+                bad += 1
     for top in [d for _, dirs in LAYERS if dirs for d in dirs]:
         for dirpath, _, files in os.walk(os.path.join(root, top)):
             for f in sorted(files):
                 if not f.endswith(SOURCES):
                     continue
                 path = os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, "/")
-                if path.startswith(FREE):
-                    continue
                 own = layer(path)
                 if own is None:
                     continue
                 with open(os.path.join(root, path), encoding="utf-8", errors="replace") as fh:
                     text = fh.read()
                 for m in INCLUDE.finditer(text):
-                    inc = m.group(1)
-                    if "/" not in inc:  # beside the including file
-                        inc = os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
+                    line = text.count("\n", 0, m.start()) + 1
+                    beside = os.path.normpath(os.path.join(os.path.dirname(path), m.group(1))).replace(os.sep, "/")
+                    if os.path.isfile(os.path.join(root, beside)):
+                        inc = beside
+                    else:
+                        inc = os.path.normpath(m.group(1)).replace(os.sep, "/")
+                        if not os.path.isfile(os.path.join(root, inc)):
+                            if layer(inc) is not None or layer(beside) is not None:
+                                print(f"check-includes: {path}:{line}: {m.group(1)} is not a file")
+                                bad += 1
+                            continue  # generated in the build folder, or a system header in quotes
                     target = layer(inc)
                     if target is None:
-                        continue  # generated files, system-like quoted includes
+                        continue
                     checked += 1
                     if target[0] > own[0]:
-                        line = text.count("\n", 0, m.start()) + 1
                         print(f"check-includes: {path}:{line}: {own[1]} includes {inc} ({target[1]}, a layer above)")
                         bad += 1
-    print(f"check-includes: {checked} includes of weft's files checked, {bad} upward")
-    return 1 if bad else 0
+    print(f"check-includes: {checked} includes of weft's files checked, {bad} problems")
+    return 1 if bad or checked == 0 else 0
 
 
 if __name__ == "__main__":

@@ -15,18 +15,34 @@ for lib in "$@"; do
     [ -f "$lib" ] || { echo "check-symbols: $lib: no such file" >&2; exit 2; }
     case $lib in
         *.a) syms=$(nm -g --defined-only "$lib" | awk 'NF == 3 && $2 ~ /^[TDBRVWCGSui]$/ {print $3}') ;;
-        *) syms=$(nm -D --defined-only "$lib" | awk 'NF == 3 && $2 ~ /^[TDBRVWiu]$/ {print $3}') ;;
+        *.so) syms=$(nm -D --defined-only "$lib" | awk 'NF == 3 && $2 ~ /^[TDBRVWiu]$/ {print $3}') ;;
+        *) echo "check-symbols: $lib: neither a static library (.a) nor a shared one (.so)" >&2; exit 2 ;;
     esac
+    # a library that defines nothing for the linker was not read (or not built as meant)
+    [ -n "$syms" ] || { echo "check-symbols: $(basename "$lib"): no symbols read"; bad=$((bad + 1)); continue; }
     while IFS= read -r s; do
         [ -n "$s" ] || continue
         checked=$((checked + 1))
         name=$s
         if [[ $s == _Z* ]]; then
-            # "void weft_k_gemm_lds<12>(unsigned char const*, ...)" -> weft_k_gemm_lds
-            name=$(printf '%s\n' "$s" | c++filt | sed -E 's/\(.*//; s/<.*//; s/.* //')
+            # "void weft_k_gemm_lds<12>(unsigned char const*, ...)" -> weft_k_gemm_lds: the
+            # name is what comes before the outermost "(" and the template's "<", after the
+            # return type; a name c++filt cannot read stays _Z... and counts as outside
+            name=$(printf '%s\n' "$s" | c++filt | sed -E 's/\(.*//' | awk '{
+                d = 0; out = ""
+                for (i = 1; i <= length($0); i++) {
+                    ch = substr($0, i, 1)
+                    if (ch == "<") d++
+                    else if (ch == ">") d--
+                    else if (d == 0) out = out ch
+                }
+                n = split(out, w, " "); print w[n] }')
+            [[ $name == _Z* ]] && name="$s (not demangled)"
         fi
         case $name in
-            weft_* | main | _*) ;;
+            weft_* | main) ;;
+            _Z*) echo "check-symbols: $(basename "$lib"): '$name' is not in weft's namespace (weft_)"; bad=$((bad + 1)) ;;
+            _*) ;;
             *) echo "check-symbols: $(basename "$lib"): '$name' is not in weft's namespace (weft_)"; bad=$((bad + 1)) ;;
         esac
     done <<< "$syms"

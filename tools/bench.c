@@ -4,7 +4,7 @@
  *   weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [--json]
  *   weft bench --membw [-t THREADS]
  *   weft bench --concurrency 1,8,32 [-p 128] [-n 64] [-r 5]   (see bench_conc.c)
- *   weft bench --devices all [--levels 1,8,32] [--out PREFIX]  (see weft_bench_devices.c)
+ *   weft bench --devices all [--levels 1,8,32] [--out PREFIX]  (see bench_devices.c)
  *
  * pp N: evaluate N prompt tokens from an empty context (in batches of -b).
  * tg N: evaluate N tokens one at a time from an empty context.

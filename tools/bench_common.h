@@ -1,6 +1,6 @@
 /* What the `weft bench` modes share: the memory read bandwidth, the weight
  * bytes a decode step reads, and the batch-1 pp / tg tests (bench.c, the
- * per-device comparison in weft_bench_devices.c). */
+ * per-device comparison in bench_devices.c). */
 #ifndef WEFT_BENCH_COMMON_H
 #define WEFT_BENCH_COMMON_H
 
