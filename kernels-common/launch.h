@@ -26,13 +26,22 @@
 extern "C" {
 #endif
 
-/* up to this many rows, a quantized MATMUL takes the matrix-vector path */
+/* the rows one matrix-vector (dp4a) launch computes */
 #define WEFT_GK_MMVQ_ROWS 8
+/* up to this many rows, a quantized MATMUL takes the matrix-vector path, in
+ * launches of WEFT_GK_MMVQ_ROWS rows (each reads W once); above it, the GEMM.
+ * Measured on an H200 (Llama-3-8B shape, Q4_0, prompt tokens/s): the
+ * 8-row launches give ~650 at every R; the wmma GEMM 70 at R = 16, 470 at
+ * 128, 866 at 256, 1269 at 512, its time per call about flat up to R = 128
+ * (one 64-row tile per block: too few blocks to fill the GPU). */
+#ifndef WEFT_GK_MMVQ_MAX_ROWS
+#define WEFT_GK_MMVQ_MAX_ROWS 128
+#endif
 
 /* out[R][N] = x[R][K] · W[N][K]ᵀ (+ add, which may alias out).
  * wt: any weight type of core/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
  * Q8_0 Q4_K Q5_K Q6_K). Paths (kernels-common/launch_matmul.cuh):
- * R <= WEFT_GK_MMVQ_ROWS and a quantized type: x quantized to Q8_1 blocks
+ * R <= WEFT_GK_MMVQ_MAX_ROWS and a quantized type: x quantized to Q8_1 blocks
  * in scratch, integer-dot (dp4a) matrix-vector kernel; more rows and a
  * quantized type or F16: the backend's weft_gk_gemm; F32/BF16 and few-row
  * F16: the float kernel. */
@@ -53,7 +62,7 @@ size_t weft_gk_matmul_scratch(int wt, int64_t K, int64_t R);
 /* whether weft_gk_matmul handles weight type wt */
 int weft_gk_matmul_type_ok(int wt);
 int weft_gk_matmul(const struct weft_gk_mm *m, void *scratch, void *stream);
-/* The backend's own prefill GEMM, for R > WEFT_GK_MMVQ_ROWS and a quantized
+/* The backend's own prefill GEMM, for R > WEFT_GK_MMVQ_MAX_ROWS and a quantized
  * or F16 W (kernels-cuda: tensor cores; kernels-hip: LDS-tiled float). */
 int weft_gk_gemm(const struct weft_gk_mm *m, void *stream);
 

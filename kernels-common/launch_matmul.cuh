@@ -30,7 +30,7 @@ extern "C" int weft_gk_matmul_type_ok(int wt)
 
 extern "C" size_t weft_gk_matmul_scratch(int wt, int64_t K, int64_t R)
 {
-    if (!is_quant(wt) || R > WEFT_GK_MMVQ_ROWS) return 0;
+    if (!is_quant(wt) || R > WEFT_GK_MMVQ_MAX_ROWS) return 0;
     return (size_t)R * (size_t)(K / 32) * sizeof(struct weft_block_q8_1);
 }
 
@@ -48,27 +48,34 @@ template <int T> static void launch_mmvq(const struct weft_gk_mm *m, void *scrat
     const int64_t nblk = m->R * nb32;
     weft_k_quantize_q8_1<<<(unsigned)((nblk + 7) / 8), 256, 0, st>>>(m->x, m->x_ld, m->R, nb32, xq);
     dim3 block(32, 4), grid((unsigned)((m->N + 3) / 4));
-    const int R = (int)m->R;
-    if (R == 1)
-        weft_k_mmvq<T, 1><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, xq, R, m->out, m->out_ld, m->add, m->add_ld);
-    else if (R == 2)
-        weft_k_mmvq<T, 2><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, xq, R, m->out, m->out_ld, m->add, m->add_ld);
-    else if (R <= 4)
-        weft_k_mmvq<T, 4><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, xq, R, m->out, m->out_ld, m->add, m->add_ld);
-    else
-        weft_k_mmvq<T, 8><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, xq, R, m->out, m->out_ld, m->add, m->add_ld);
+    /* WEFT_GK_MMVQ_ROWS rows per launch: more rows than that read W once per
+     * launch (row r's out and add rows move with it) */
+    for (int64_t r0 = 0; r0 < m->R; r0 += WEFT_GK_MMVQ_ROWS) {
+        const int R = (int)(m->R - r0 < WEFT_GK_MMVQ_ROWS ? m->R - r0 : WEFT_GK_MMVQ_ROWS);
+        const struct weft_block_q8_1 *q = xq + r0 * nb32;
+        float *out = m->out + r0 * (int64_t)m->out_ld;
+        const float *add = m->add ? m->add + r0 * (int64_t)m->add_ld : NULL;
+        if (R == 1)
+            weft_k_mmvq<T, 1><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
+        else if (R == 2)
+            weft_k_mmvq<T, 2><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
+        else if (R <= 4)
+            weft_k_mmvq<T, 4><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
+        else
+            weft_k_mmvq<T, 8><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
+    }
 }
 
 extern "C" int weft_gk_matmul(const struct weft_gk_mm *m, void *scratch, void *stream)
 {
     if (m->R <= 0 || m->N <= 0 || m->K <= 0) return 0;
     const weft_stream_t st = (weft_stream_t)stream;
-    const bool few = m->R <= WEFT_GK_MMVQ_ROWS;
+    const bool few = m->R <= WEFT_GK_MMVQ_MAX_ROWS;
     switch (m->wt) {
     case WEFT_TYPE_F32: launch_float<WEFT_TYPE_F32>(m, st); break;
     case WEFT_TYPE_BF16: launch_float<WEFT_TYPE_BF16>(m, st); break;
     case WEFT_TYPE_F16:
-        if (!few) return weft_gk_gemm(m, stream);
+        if (m->R > WEFT_GK_MMVQ_ROWS) return weft_gk_gemm(m, stream);
         launch_float<WEFT_TYPE_F16>(m, st);
         break;
 #define Q_(T)                                                \

@@ -1,4 +1,4 @@
-/* CUDA's prefill GEMM for MATMUL (R > WEFT_GK_MMVQ_ROWS rows, quantized or
+/* CUDA's prefill GEMM for MATMUL (R > WEFT_GK_MMVQ_MAX_ROWS rows, quantized or
  * F16 weights) on tensor cores: weft_gk_gemm (kernels-common/launch.h), in
  * a file of its own so its instantiations compile in parallel with
  * cuda_matmul.cu's. The HIP backend's counterpart is kernels-hip/hip_gemm.hip. */

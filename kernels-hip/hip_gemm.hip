@@ -1,4 +1,4 @@
-/* HIP's prefill GEMM for MATMUL (R > WEFT_GK_MMVQ_ROWS rows, quantized or
+/* HIP's prefill GEMM for MATMUL (R > WEFT_GK_MMVQ_MAX_ROWS rows, quantized or
  * F16 weights): weft_gk_gemm (kernels-common/launch.h), in a file of its own
  * so its instantiations (one per weight type and target) compile in
  * parallel with hip_matmul.hip's.

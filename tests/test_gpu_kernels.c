@@ -401,7 +401,7 @@ static void matmul_row_counts_around_path_switches(void)
     static const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0,
                                            WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K,
                                            WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
-    static const int64_t Rs[] = {2, 5, 8, 9, 65, 130};
+    static const int64_t Rs[] = {2, 5, 8, 9, 17, 65, 130};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         matmul_case(hb, types[ti], 512, 200, Rs, sizeof Rs / sizeof Rs[0], false);
     weft_backend_close(hb);
