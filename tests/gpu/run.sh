@@ -39,7 +39,10 @@
 #      WEFT_GPU_MODELS (where generated models go, default <build>/models: not
 #        under OUT, whose files may be copied back),
 #      WEFT_GPU_BW_GBS (peak memory bandwidth, when the GPU is not in the table),
-#      CUDA_ARCH (default: the first GPU's compute capability, e.g. 90).
+#      CUDA_ARCH (default: the first GPU's compute capability, e.g. 90),
+#      WEFT_GPU_PREBUILT=1 (use the binaries already in the build folders, built
+#        on another machine for CUDA_ARCH: a GPU machine without libuv,
+#        jansson or hiredis headers cannot build weft itself).
 # shellcheck disable=SC2016,SC2317  # bash -c scripts take their arguments as $1..; build_tree runs through bash -c
 set -uo pipefail
 
@@ -50,11 +53,13 @@ usage: tests/gpu/run.sh [--quick] [--dry-run]
   --dry-run  (or WEFT_GPU_DRYRUN=1) the script's plumbing on a machine without a GPU:
              tiny shapes, Vulkan on lavapipe, the CPU harness of test_gpu_kernels
 Env: OUT, WEFT_SHARED_DIR, WEFT_GPU_BUILD, WEFT_GPU_MODELS, WEFT_GPU_BUDGET_S (540),
-     WEFT_GPU_BW_GBS, CUDA_ARCH (see the top of this file)
+     WEFT_GPU_BW_GBS, CUDA_ARCH, WEFT_GPU_PREBUILT (see the top of this file)
 EOF2
 }
 quick=0
 dry=0
+prebuilt=0
+case "${WEFT_GPU_PREBUILT:-0}" in 0 | "") ;; *) prebuilt=1 ;; esac
 case "${WEFT_GPU_DRYRUN:-0}" in 0 | "") ;; *) dry=1 ;; esac
 for a in "$@"; do
     case $a in
@@ -245,9 +250,27 @@ export -f build_tree
 export root shared jobs
 if [ $dry = 1 ]; then cuda_req=AUTO; else cuda_req=ON; fi
 tests="test_backend_ops test_gpu_kernels test_golden test_devices test_embed"
-step "build (cpu, cuda, vulkan)" "sm_$arch" 300 bash -c 'build_tree "$@"' _ "$B" \
-    "weft weft-cuda weft-vulkan $tests test_vulkan_runtime test_vulkan_matmul test_vulkan_exact" \
-    -DWEFT_CUDA=$cuda_req -DWEFT_VULKAN=AUTO -DWEFT_HIP=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" || finish
+# prebuilt NAME DIR: a row saying the step's build was done elsewhere; fails
+# when DIR holds no weft
+prebuilt_row() {
+    local log
+    log=$(logname "$1" prebuilt)
+    if [ -x "$2/weft" ]; then
+        echo "SKIP: built elsewhere (WEFT_GPU_PREBUILT): $2 ($(ls "$2"/libweft-*.so 2>/dev/null | xargs -r -n1 basename | tr '\n' ' '))" >"$log"
+        record "$1" prebuilt 77 0 "$log"
+    else
+        echo "FAIL: WEFT_GPU_PREBUILT is set but $2/weft is missing" >"$log"
+        record "$1" prebuilt 1 0 "$log"
+        return 1
+    fi
+}
+if [ $prebuilt = 1 ]; then
+    prebuilt_row "build (cpu, cuda, vulkan)" "$B" || finish
+else
+    step "build (cpu, cuda, vulkan)" "sm_$arch" 300 bash -c 'build_tree "$@"' _ "$B" \
+        "weft weft-cuda weft-vulkan $tests test_vulkan_runtime test_vulkan_matmul test_vulkan_exact" \
+        -DWEFT_CUDA=$cuda_req -DWEFT_VULKAN=AUTO -DWEFT_HIP=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" || finish
+fi
 [ -x "$W" ] || finish
 
 # The 8B-shape models (tiny stand-ins in a dry run) take minutes to write:
@@ -276,7 +299,9 @@ if [ $quick = 0 ]; then
 fi
 
 hip_ok=0
-if [ -f "$root/backends/hip/CMakeLists.txt" ]; then
+if [ $prebuilt = 1 ]; then
+    [ -d "$BH" ] && prebuilt_row "build (hip kernels via nvcc)" "$BH" && hip_ok=1
+elif [ -f "$root/backends/hip/CMakeLists.txt" ]; then
     step "build (hip kernels via nvcc)" "sm_$arch" 300 bash -c 'build_tree "$@"' _ "$BH" \
         "weft weft-hip $tests" \
         -DWEFT_CUDA=OFF -DWEFT_VULKAN=OFF -DWEFT_HIP=OFF -DWEFT_HIP_NVCC=ON -DCMAKE_CUDA_ARCHITECTURES="$arch" &&
