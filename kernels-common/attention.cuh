@@ -41,8 +41,8 @@ template <> WEFT_DEV float weft_kv_elem<WEFT_TYPE_F16>(const uint8_t *head, int 
 }
 template <> WEFT_DEV float weft_kv_elem<WEFT_TYPE_Q8_0>(const uint8_t *head, int d)
 {
-    const uint8_t *b = head + 34 * (d / 32);
-    return (float)(int8_t)b[2 + d % 32] * weft_ld_half(b);
+    const uint8_t *b = head + WEFT_BSZ(q8_0) * (d / WEFT_QK8_0);
+    return (float)(int8_t)b[WEFT_BOFF(q8_0, qs) + d % WEFT_QK8_0] * weft_ld_half(b);
 }
 
 /* grid (ceil(units / blockDim.y), n_split), blockDim (32, groups per block) */

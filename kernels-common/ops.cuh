@@ -146,8 +146,8 @@ static __global__ void weft_k_kv_write_q8_0(const float *k, size_t k_ld, const f
     const float x = which ? v[r * v_ld + b * 32 + lane] : k[r * k_ld + b * 32 + lane];
     const float amax = weft_group_max<32>(fabsf(x));
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    uint8_t *blk = weft_kv_row(kv, slot[r], which) + b * 34;
-    blk[2 + lane] = (uint8_t)(int8_t)roundf(x * id);
+    uint8_t *blk = weft_kv_row(kv, slot[r], which) + b * WEFT_BSZ(q8_0);
+    blk[WEFT_BOFF(q8_0, qs) + lane] = (uint8_t)(int8_t)roundf(x * id);
     if (lane == 0) *(uint16_t *)blk = weft_f2h(d);
 }
 
