@@ -19,7 +19,8 @@ struct weft_kc_kv {
 template <class K> __host__ __device__ inline struct weft_kc_kv weft_kc_kv_of(const K &kv)
 {
     struct weft_kc_kv d;
-    const size_t head_bytes = kv.type == WEFT_TYPE_Q8_0 ? (size_t)kv.hd / WEFT_QK8_0 * WEFT_BSZ(q8_0) : (size_t)kv.hd * 2;
+    const size_t head_bytes =
+        kv.type == WEFT_TYPE_Q8_0 ? (size_t)kv.hd / WEFT_QK8_0 * WEFT_BSZ(q8_0) : (size_t)kv.hd * 2;
     d.base = kv.base;
     d.head_bytes = head_bytes;
     d.tok_bytes = head_bytes * (size_t)kv.n_kv;
