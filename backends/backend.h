@@ -22,7 +22,7 @@
 #include "core/status.h"
 #include "core/types.h"
 
-#define WEFT_BACKEND_API_VERSION 3   /* 2: weight_prepare; 3: max_buffer */
+#define WEFT_BACKEND_API_VERSION 4   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -134,6 +134,12 @@ struct weft_device_info {
 struct weft_backend_params {
     int device;                /* index within the backend */
     int n_threads;             /* CPU: worker threads (0 = all cores) */
+    /* ---- api_version >= 4 ---- */
+    const char *options;       /* core/options.h: the backend reads the keys of
+                                * its own prefix ("vulkan.validate=1") and fails
+                                * open on one it does not know; NULL: none */
+    const char *cache_dir;     /* where a backend may keep files between runs
+                                * (Vulkan's pipeline cache); NULL: nowhere */
 };
 
 struct weft_backend;
@@ -207,10 +213,33 @@ int weft_backend_count(void);
 const struct weft_backend_iface *weft_backend_get(int i);
 const struct weft_backend_iface *weft_backend_find(const char *name);
 
-/* Open a device by spec "cpu", "cpu:0", "vulkan:1"... On failure *out is
- * NULL and the message says whether the backend is unknown, not built, or
- * the device index is out of range. */
+/* Open a device by spec "cpu", "cpu:0", "vulkan:1"... with the process's
+ * options and cache folder (below). On failure *out is NULL and the message
+ * says whether the backend is unknown, not built, the device index is out of
+ * range, or an option of its prefix is unknown. */
 weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backend **out);
+/* The same with these options instead of the process's (NULL: none). */
+weft_status weft_backend_open_opts(const char *spec, int n_threads, const char *options,
+                                   struct weft_backend **out);
+
+/* The process's settings, which the library takes from no environment
+ * variable: tools/env.c sets them from WEFT_* variables at start.
+ *
+ * weft_backend_set_options: the options string (core/options.h) every later
+ * weft_backend_open, and model loading ("model.*" keys), uses; NULL or "" for
+ * none. WEFT_ERR_INVALID_ARG for a malformed string or a prefix that is no
+ * backend's nor "model". Not thread-safe against concurrent opens: set it
+ * before opening devices (or between, from the thread that opens them). */
+weft_status weft_backend_set_options(const char *options);
+/* The current options string ("" when none); valid until the next set. */
+const char *weft_backend_options(void);
+/* The folder backends may keep files in between runs (NULL: none). */
+weft_status weft_backend_set_cache_dir(const char *dir);
+/* Where modules are looked for before the executable's folder and
+ * <that>/../lib/weft: ':'-separated folders (NULL: none); none = true loads
+ * no module (CPU only). Effective only before the first registry call
+ * (WEFT_ERR_INVALID_ARG after it: the modules are loaded once). */
+weft_status weft_backend_set_module_path(const char *dirs, bool none);
 static inline void weft_backend_close(struct weft_backend *b) { if (b) b->iface->close(b); }
 
 /* Convenience view constructors. */

@@ -12,9 +12,10 @@
  * returns the module's iface (api_version/name as in backends/backend.h), or
  * NULL with *why set to a static reason. The module must not call exit/abort.
  *
- * Search order for modules: each folder in $WEFT_MODULE_PATH (':'-separated),
- * then the folder of the running executable, then <that folder>/../lib/weft.
- * WEFT_NO_MODULES=1 loads none (CPU only). */
+ * Search order for modules: each folder given to weft_backend_set_module_path
+ * (backends/backend.h; the weft binary passes $WEFT_MODULE_PATH), then the
+ * folder of the running executable, then <that folder>/../lib/weft. Its
+ * none = true (WEFT_NO_MODULES=1) loads none (CPU only). */
 #ifndef WEFT_MODULE_H
 #define WEFT_MODULE_H
 

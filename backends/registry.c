@@ -2,6 +2,7 @@
  * ("cpu:0"). Modules (backends/module.h) are looked for once, on first use. */
 #include "backends/backend.h"
 #include "backends/module.h"
+#include "core/options.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -21,6 +22,69 @@ static const struct weft_backend_iface *loaded[MAX_BACKENDS];
 static int n_loaded;
 static char why_absent[N_MODULES][512];
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool loaded_once;            /* load_all ran: the module path is fixed */
+
+/* the process's settings (weft_backend_set_*); guarded by settings_mu */
+static pthread_mutex_t settings_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *opt_string, *cache_dir, *module_path;
+static bool no_modules;
+
+static weft_status set_string(char **slot, const char *v)
+{
+    char *c = NULL;
+    if (v && *v && !(c = strdup(v))) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    pthread_mutex_lock(&settings_mu);
+    free(*slot);
+    *slot = c;
+    pthread_mutex_unlock(&settings_mu);
+    return WEFT_OK;
+}
+
+weft_status weft_backend_set_options(const char *options)
+{
+    char bad[64];
+    if (!weft_opt_syntax_ok(options, bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, "bad option '%s' (expected backend.name=value, comma-separated)", bad);
+    static const char *const prefixes[] = {"cpu.", "vulkan.", "cuda.", "hip.", "model."};
+    for (const char *p = options; p && *p;) {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !ok; i++)
+            ok = strncmp(p, prefixes[i], strlen(prefixes[i])) == 0;
+        if (!ok) {
+            size_t n = strcspn(p, ",=");
+            return weft_error(WEFT_ERR_INVALID_ARG, "unknown option '%.*s' (options start with cpu., vulkan., cuda., "
+                              "hip. or model.)", (int)(n < 60 ? n : 60), p);
+        }
+        p = strchr(p, ',');
+        if (p) p++;
+    }
+    /* model.* keys are core's (model loading): known here; backends check their own at open */
+    static const char *const model_keys[] = {"model.chunk_mib"};
+    if (weft_opt_unknown(options, "model.", model_keys, 1, bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown option '%s' (known: model.chunk_mib)", bad);
+    return set_string(&opt_string, options);
+}
+
+const char *weft_backend_options(void)
+{
+    pthread_mutex_lock(&settings_mu);
+    const char *o = opt_string ? opt_string : "";
+    pthread_mutex_unlock(&settings_mu);
+    return o;
+}
+
+weft_status weft_backend_set_cache_dir(const char *dir) { return set_string(&cache_dir, dir); }
+
+weft_status weft_backend_set_module_path(const char *dirs, bool none)
+{
+    pthread_mutex_lock(&settings_mu);
+    bool late = loaded_once;
+    pthread_mutex_unlock(&settings_mu);
+    if (late) return weft_error(WEFT_ERR_INVALID_ARG, "the module path is set before backends are first used");
+    weft_status st = set_string(&module_path, dirs);
+    if (st == WEFT_OK) no_modules = none;
+    return st;
+}
 
 static const struct weft_module_host host = {
     .abi = WEFT_MODULE_ABI,
@@ -62,12 +126,14 @@ static void load_all(void)
 #ifdef WEFT_HAVE_CPU
     loaded[n_loaded++] = weft_cpu_backend_iface();
 #endif
-    const char *no = getenv("WEFT_NO_MODULES");
-    bool skip = no && *no && strcmp(no, "0") != 0;
+    pthread_mutex_lock(&settings_mu);
+    loaded_once = true;
+    bool skip = no_modules;
+    pthread_mutex_unlock(&settings_mu);
     /* the folders to search */
     char dirs[8][PATH_MAX];
     int nd = 0;
-    const char *mp = getenv("WEFT_MODULE_PATH");
+    const char *mp = module_path;   /* fixed from here on (set_module_path refuses) */
     while (!skip && mp && *mp && nd < 6) {
         const char *c = strchr(mp, ':');
         size_t n = c ? (size_t)(c - mp) : strlen(mp);
@@ -87,7 +153,7 @@ static void load_all(void)
     }
     for (size_t mi = 0; mi < N_MODULES; mi++) {
         if (skip) {
-            snprintf(why_absent[mi], sizeof why_absent[mi], "modules disabled (WEFT_NO_MODULES)");
+            snprintf(why_absent[mi], sizeof why_absent[mi], "modules disabled (WEFT_NO_MODULES / weft_backend_set_module_path)");
             continue;
         }
         snprintf(why_absent[mi], sizeof why_absent[mi], "not built into this weft (no libweft-%s.so found)",
@@ -131,7 +197,7 @@ static bool known_backend(const char *name)
     return false;
 }
 
-weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backend **out)
+static weft_status open_spec(const char *spec, int n_threads, const char *options, struct weft_backend **out)
 {
     *out = NULL;
     char name[32];
@@ -161,6 +227,33 @@ weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backe
     if (index >= n)
         return weft_error(WEFT_ERR_NO_DEVICE, "%s:%d: no such device (%d found%s%s)", name, index, n,
                           why ? ": " : "", why ? why : "");
-    struct weft_backend_params p = {.device = index, .n_threads = n_threads};
-    return be->open(&p, out);
+    pthread_mutex_lock(&settings_mu);
+    char *cd = cache_dir ? strdup(cache_dir) : NULL;
+    pthread_mutex_unlock(&settings_mu);
+    struct weft_backend_params p = {.device = index, .n_threads = n_threads, .options = options, .cache_dir = cd};
+    weft_status st = be->open(&p, out);
+    free(cd);
+    return st;
+}
+
+weft_status weft_backend_open_opts(const char *spec, int n_threads, const char *options, struct weft_backend **out)
+{
+    char bad[64];
+    *out = NULL;
+    if (!weft_opt_syntax_ok(options, bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, "bad option '%s' (expected backend.name=value, comma-separated)", bad);
+    return open_spec(spec, n_threads, options ? options : "", out);
+}
+
+weft_status weft_backend_open(const char *spec, int n_threads, struct weft_backend **out)
+{
+    /* a copy: the process's string may be replaced while the backend opens */
+    pthread_mutex_lock(&settings_mu);
+    char *o = opt_string ? strdup(opt_string) : NULL;
+    bool oom = opt_string && !o;
+    pthread_mutex_unlock(&settings_mu);
+    if (oom) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    weft_status st = open_spec(spec, n_threads, o ? o : "", out);
+    free(o);
+    return st;
 }

@@ -68,7 +68,9 @@ static void bench_gemm(void)
     /* the 32-wide block types and the float ones: the K-quants' 256-wide blocks do not divide K */
     static const enum weft_type types[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0,
                                            WEFT_TYPE_Q5_1, WEFT_TYPE_F16,  WEFT_TYPE_F32,  WEFT_TYPE_BF16};
-    const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select());
+    char opts[64];   /* WEFT_CPU_ISA, as the weft binary reads it (tools/env.c) */
+    snprintf(opts, sizeof opts, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
+    const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select(opts));
     const int64_t N = 1536, K = 576, R = 64;
     printf("gemm against dot, table %s, %lldx%lld weights x %lld rows:\n", k->name, (long long)N, (long long)K,
            (long long)R);

@@ -1,5 +1,6 @@
 /* GGUF -> validated hyperparameters + weight views on a backend. */
 #include "core/model.h"
+#include "core/options.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -121,14 +122,14 @@ static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int
 /* Where each tensor lives on one part: wrapped host memory spanning the whole
  * data section (offset = file offset), or buffers holding only the tensors
  * the part uses, packed in order into chunks of at most WEFT_WEIGHT_CHUNK
- * bytes (1 GiB, or $WEFT_WEIGHT_CHUNK_MIB; so no buffer outgrows what a GPU
+ * bytes (1 GiB, or option model.chunk_mib; so no buffer outgrows what a GPU
  * binds at once, e.g. Vulkan's maxStorageBufferRange) — offsets and chunk
  * sizes come from a first pass. */
 static size_t weight_chunk(void)
 {
-    const char *e = getenv("WEFT_WEIGHT_CHUNK_MIB");  /* tests, and devices with small binding limits */
-    long v = e ? atol(e) : 0;
-    return v > 0 && v < (1l << 20) ? (size_t)v << 20 : (size_t)1 << 30;
+    /* model.chunk_mib (WEFT_WEIGHT_CHUNK_MIB): tests, and devices with small binding limits */
+    long v = weft_opt_long(weft_backend_options(), "model.chunk_mib", 1, (1l << 20) - 1, 0);
+    return v > 0 ? (size_t)v << 20 : (size_t)1 << 30;
 }
 
 struct placer {

@@ -29,6 +29,22 @@ static int check_failures_, check_cases_, check_case_failed_;
 
 #define SKIP_ALL(...) do { printf("SKIP: "); printf(__VA_ARGS__); printf("\n"); exit(77); } while (0)
 
+/* The WEFT_* knobs reach the library as tools/ hands them over (the library
+ * reads no environment): before main, from ctest's ENVIRONMENT and the
+ * shell; check_env_reapply() after a test changes one. */
+#include "tools/env.h"
+__attribute__((constructor)) static void check_env_(void)
+{
+    if (weft_env_apply() != 0) exit(2);
+}
+static inline void check_env_reapply(void)
+{
+    if (weft_env_apply_options() != 0) {
+        check_case_failed_ = 1;
+        check_failures_++;
+    }
+}
+
 static inline int check_summary(void)
 {
     printf("%d cases, %d failed checks\n", check_cases_, check_failures_);

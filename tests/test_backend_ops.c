@@ -588,6 +588,7 @@ int main(void)
 {
     /* Vulkan: the Khronos validation layer on, any error fails the run */
     setenv("WEFT_VK_VALIDATE", "1", 0);
+    check_env_reapply();
     /* the CPU first: its outputs are what every other backend is held to */
     int order[16], n_order = 0;
     for (int i = 0; i < weft_backend_count() && n_order < 16; i++)

@@ -6,6 +6,7 @@
  * (32-element formats) or random valid blocks (K-quants), activations from
  * weft_quantize_row_act; several lengths and row strides. Also times dot4
  * against four one-row dots (printed, not asserted). */
+#include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 #include "tests/check.h"
@@ -167,7 +168,7 @@ static void time_matrix(const struct weft_cpu_kernels *k, enum weft_type t, int6
 
 static void timing_dot4_vs_four_dots(void)
 {
-    enum weft_cpu_isa isa = weft_cpu_isa_select();
+    enum weft_cpu_isa isa = weft_cpu_isa_select(weft_backend_options());
     const struct weft_cpu_kernels *k = weft_cpu_kernels_get(isa);
     for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
         enum weft_type t = (enum weft_type)ti;

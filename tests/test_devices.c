@@ -242,6 +242,7 @@ int main(void)
 {
     setenv("WEFT_VK_VALIDATE", "1", 0);  /* Vulkan: validation errors fail the run */
     setenv("WEFT_WEIGHT_CHUNK_MIB", "8", 0);  /* a GPU's weights in several buffers */
+    check_env_reapply();
     if (weft_backend_open("cpu", 2, &cpu) != WEFT_OK || weft_backend_open("cpu", 1, &cpu2) != WEFT_OK)
         SKIP_ALL("no CPU backend");
     const char *only = getenv("WEFT_TEST_DEVICES");

@@ -59,7 +59,7 @@ static int f_graph_launch(struct weft_gpu *g, void *exec) { logf_("launch"); ret
 static void f_graph_destroy(void *exec) { logf_("destroy"); free(exec); }
 
 static const struct weft_gpu_hooks fake = {
-    .name = "fake", .debug_env = "WEFT_FAKE_DEBUG", .err_oom = 2,
+    .name = "fake", .err_oom = 2,
     .type_ok = f_type_ok, .matmul_scratch = f_mm_scratch, .attn_splits = f_attn_splits,
     .attention_scratch = f_attn_scratch, .error = f_error, .error_str = f_error_str,
     .clear_error = f_clear_error, .stream_sync = f_stream_sync, .dev_alloc = f_dev_alloc,

@@ -59,9 +59,11 @@ static char gpu[16] = "cuda", spec[32] = "cuda:0", graphs_env[48] = "WEFT_CUDA_G
 static struct weft_backend *open_gpu(bool graphs)
 {
     setenv(graphs_env, graphs ? "1" : "0", 1);   /* graphs are opt-in on ROCm */
+    check_env_reapply();
     struct weft_backend *be = NULL;
     if (weft_backend_open(spec, 0, &be) != WEFT_OK) fprintf(stderr, "open %s: %s\n", spec, weft_last_error());
     unsetenv(graphs_env);
+    check_env_reapply();
     return be;
 }
 

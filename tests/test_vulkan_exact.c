@@ -298,6 +298,7 @@ static void rope_and_attention_are_bit_exact(void)
 int main(void)
 {
     setenv("WEFT_VK_VALIDATE", "1", 0);
+    check_env_reapply();
     const struct weft_backend_iface *vi = weft_backend_find("vulkan");
     if (!vi) SKIP_ALL("the vulkan backend is not built or not loadable");
     const char *why = NULL;

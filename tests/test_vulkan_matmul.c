@@ -219,6 +219,7 @@ static void matvec_with_more_rows_than_one_dispatch_dimension_matches_cpu(void)
 static void matvec_tree_reduction_matches_cpu(void)
 {
     setenv("WEFT_VK_MATVEC_TREE", "1", 1);
+    check_env_reapply();
     static const int64_t Ms[] = {1, 3, 8};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum weft_type t = types[ti];
@@ -230,6 +231,7 @@ static void matvec_tree_reduction_matches_cpu(void)
         }
     }
     unsetenv("WEFT_VK_MATVEC_TREE");
+    check_env_reapply();
 }
 
 /* LOGITS for rows picked out of 13 (3 rows: matrix-vector path; 12 with
@@ -363,6 +365,7 @@ static void supports_refuses_what_the_shaders_cannot_address(void)
 int main(void)
 {
     setenv("WEFT_VK_VALIDATE", "1", 1);
+    check_env_reapply();
     const struct weft_backend_iface *vi = weft_backend_find("vulkan");
     if (!vi) SKIP_ALL("the vulkan backend is not built or not loadable");
     const char *why = NULL;

@@ -321,8 +321,10 @@ static void each_case(void)
 static void profile_table_does_not_crash(void)
 {
     setenv("WEFT_PROFILE", "1", 1);
+    check_env_reapply();
     CHECK(weft_backend_open("vulkan:0", 0, &be) == WEFT_OK);
     unsetenv("WEFT_PROFILE");
+    check_env_reapply();
     if (!be) return;
     struct weft_buffer *a = alloc(4096);
     struct weft_op ops[3] = {add_op(a, a, a, 1024), add_op(a, a, a, 1024),
@@ -338,6 +340,7 @@ int main(void)
 {
     const char *v = getenv("WEFT_VK_VALIDATE");
     if (!v || !*v) setenv("WEFT_VK_VALIDATE", "1", 1);
+    check_env_reapply();
     bi = weft_backend_find("vulkan");
     if (!bi) SKIP_ALL("no Vulkan backend: %s", weft_backend_unavailable("vulkan"));
     struct weft_device_info info[8];
@@ -353,8 +356,10 @@ int main(void)
     weft_backend_close(be);
     /* again with device memory reached through staging buffers */
     setenv("WEFT_VK_NO_UNIFIED", "1", 1);
+    check_env_reapply();
     CHECK(weft_backend_open("vulkan:0", 0, &be) == WEFT_OK);
     unsetenv("WEFT_VK_NO_UNIFIED");
+    check_env_reapply();
     if (be) {
         printf("vulkan:0 with staging\n");
         each_case();
@@ -362,8 +367,10 @@ int main(void)
     }
     RUN(rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches);
     setenv("WEFT_VK_NO_SUBGROUP", "1", 1);  /* the shared-memory reductions */
+    check_env_reapply();
     RUN(rope_and_attention_match_the_cpu_for_f16_and_q8_0_caches);
     unsetenv("WEFT_VK_NO_SUBGROUP");
+    check_env_reapply();
     RUN(profile_table_does_not_crash);
     if (strcmp(getenv("WEFT_VK_VALIDATE"), "0") != 0) RUN(validation_requested_without_the_layer_fails_open);
     return check_summary();

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "tools/cli.h"
+#include "tools/env.h"
 
 #define DEFAULT_MODEL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -38,15 +39,8 @@ char *weft_default_model_path(void)
         return NULL;
     }
     /* cache dir: $WEFT_CACHE_DIR, else $XDG_CACHE_HOME/weft, else ~/.cache/weft */
-    char *cache = NULL;
-    const char *v;
-    if ((v = getenv("WEFT_CACHE_DIR")) && *v) {
-        cache = strdup(v);
-    } else if ((v = getenv("XDG_CACHE_HOME")) && *v) {
-        cache = join(v, "weft");
-    } else if ((v = getenv("HOME")) && *v) {
-        cache = join(v, ".cache/weft");
-    } else {
+    char *cache = weft_cache_dir();
+    if (!cache) {
         fprintf(stderr, "weft: no model given (-m) and neither WEFT_MODEL, WEFT_CACHE_DIR, XDG_CACHE_HOME "
                         "nor HOME is set; pass -m MODEL or set WEFT_MODEL\n");
         return NULL;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tools/cli.h"
+#include "tools/env.h"
 #include "tools/fleet_sup.h"
 
 #ifndef WEFT_VERSION
@@ -70,6 +71,8 @@ int main(int argc, char **argv)
         {"serve", weft_cmd_serve},      {"router", weft_cmd_router},
         {"fleet", weft_cmd_fleet},
     };
+    /* the WEFT_* knobs (tools/env.c): read here, handed to the library */
+    if (weft_env_apply() != 0) return 2;
     /* started by weft fleet: go when it goes, on the CPUs it gave */
     if (weft_fleet_child_setup()) return 1;
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {

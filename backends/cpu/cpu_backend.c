@@ -1,5 +1,6 @@
 /* CPU backend: devices, buffers (host memory), op validation and dispatch. */
 #include "backends/cpu/cpu_impl.h"
+#include "core/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,7 @@ static int cpu_devices(struct weft_device_info *infos, int max, const char **why
     if (max < 1) return 1;
     memset(&infos[0], 0, sizeof infos[0]);
     snprintf(infos[0].name, sizeof infos[0].name, "CPU (%d cores, %s kernels)", cpu_default_threads(),
-             weft_cpu_isa_name(weft_cpu_isa_select()));
+             weft_cpu_isa_name(weft_cpu_isa_select(weft_backend_options())));
     snprintf(infos[0].id, sizeof infos[0].id, "cpu:0");
     long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     if (pages > 0 && psz > 0) infos[0].mem_total = (uint64_t)pages * (uint64_t)psz;
@@ -81,14 +82,17 @@ static weft_status cpu_open(const struct weft_backend_params *p, struct weft_bac
 {
     *out = NULL;
     if (p->device != 0) return weft_error(WEFT_ERR_NO_DEVICE, "cpu: no device %d (only cpu:0)", p->device);
+    static const char *const known[] = {"cpu.isa", "cpu.nopack", "cpu.profile"};
+    char bad[64];
+    if (weft_opt_unknown(p->options, "cpu.", known, sizeof known / sizeof known[0], bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: unknown option '%s' (known: cpu.isa, cpu.nopack, cpu.profile)",
+                          bad);
     struct weft_cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
     be->base.iface = &cpu_iface;
-    be->kern = weft_cpu_kernels_get(weft_cpu_isa_select());
-    const char *np = getenv("WEFT_CPU_NOPACK");
-    be->no_pack = np && *np && *np != '0';
-    const char *pf = getenv("WEFT_CPU_PROFILE");
-    be->profile = pf && *pf && *pf != '0';
+    be->kern = weft_cpu_kernels_get(weft_cpu_isa_select(p->options));
+    be->no_pack = weft_opt_flag(p->options, "cpu.nopack", false);
+    be->profile = weft_opt_flag(p->options, "cpu.profile", false);
     be->rope_rows = -1;
     int nt = p->n_threads > 0 ? p->n_threads : cpu_default_threads();
     weft_status st = weft_cpu_pool_init(nt, &be->pool);

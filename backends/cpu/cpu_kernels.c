@@ -1,6 +1,7 @@
 /* Kernel tables and run-time instruction-set selection. */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_expf.h"
+#include "core/options.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -109,21 +110,23 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
     }
 }
 
-enum weft_cpu_isa weft_cpu_isa_select(void)
+enum weft_cpu_isa weft_cpu_isa_select(const char *opts)
 {
     enum weft_cpu_isa best = WEFT_CPU_ISA_SCALAR;
     for (int i = WEFT_CPU_ISA_COUNT_ - 1; i > 0; i--)
         if (weft_cpu_isa_supported((enum weft_cpu_isa)i)) { best = (enum weft_cpu_isa)i; break; }
-    const char *env = getenv("WEFT_CPU_ISA");
-    if (env && *env) {
+    char env[32];
+    if (weft_opt_get(opts, "cpu.isa", env, sizeof env) && *env) {
         for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {
             if (strcmp(env, isa_names[i]) == 0) {
                 if (weft_cpu_isa_supported((enum weft_cpu_isa)i)) return (enum weft_cpu_isa)i;
-                fprintf(stderr, "weft: WEFT_CPU_ISA=%s is not supported here; using %s\n", env, isa_names[best]);
+                fprintf(stderr, "weft: cpu.isa=%s (WEFT_CPU_ISA) is not supported here; using %s\n", env,
+                        isa_names[best]);
                 return best;
             }
         }
-        fprintf(stderr, "weft: unknown WEFT_CPU_ISA=%s (scalar, avx2, avx512); using %s\n", env, isa_names[best]);
+        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512); using %s\n", env,
+                isa_names[best]);
     }
     return best;
 }

@@ -145,8 +145,10 @@ void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t
 /* Whether this CPU (and this build) can run the table. */
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
-/* The best supported table, or the one WEFT_CPU_ISA forces. */
-enum weft_cpu_isa weft_cpu_isa_select(void);
+/* The best supported table, or the one option cpu.isa (scalar, avx2,
+ * avx512) in opts (core/options.h) asks for, if supported (else a line on
+ * stderr and the best). */
+enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
 /* The table for isa (entries a SIMD table lacks are filled from the next
  * lower one, ending at the scalar reference); NULL if unsupported. */
 const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);

@@ -21,7 +21,6 @@
 #define WEFT_RT(x) cuda##x
 #define WEFT_RT_OOM cudaErrorMemoryAllocation
 #define WEFT_RT_NAME "cuda"
-#define WEFT_RT_DEBUG_ENV "WEFT_CUDA_DEBUG"
 #define WEFT_RT_ATTR_MP cudaDevAttrMultiProcessorCount
 #define WEFT_RT_HOST_ALLOC_MAPPED(pp, n) cudaHostAlloc(pp, n, cudaHostAllocMapped)
 #define WEFT_RT_HOST_FREE(p) cudaFreeHost(p)
@@ -71,8 +70,7 @@ static weft_status weft_rt_open(const struct weft_backend_params *p, struct weft
     weft_status st = weft_rt_open_gpu(p, &g);
     *out = NULL;
     if (st != WEFT_OK) return st;
-    const char *graphs = getenv("WEFT_CUDA_GRAPHS");
-    g->graphs = !(graphs && !strcmp(graphs, "0"));
+    g->graphs = weft_opt_flag(p->options, "cuda.graphs", true);
     *out = &g->base;
     return WEFT_OK;
 }

@@ -355,7 +355,7 @@ static weft_status capture_and_launch(struct weft_gpu *g, struct weft_gpu_graph 
     }
     if (e == h->err_oom) return h->error(e, "capturing a step graph");
     h->clear_error();
-    if (getenv(h->debug_env))
+    if (g->debug)
         fprintf(stderr, "weft %s: graph capture failed (%s); running without graphs\n", h->name, h->error_str(e));
     g->graphs = false;
     weft_gpu_graphs_clear(g);

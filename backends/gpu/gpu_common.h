@@ -34,7 +34,6 @@ struct weft_buffer {
 /* The vendor's side. Every slot is required. */
 struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
-    const char *debug_env;   /* "WEFT_CUDA_DEBUG": when set, say why graph capture was given up */
     int err_oom;             /* the runtime's out-of-memory code */
     int err_invalid;         /* its invalid-value code */
 
@@ -93,7 +92,8 @@ struct weft_gpu {
     uint8_t *scratch;        /* per-op temporaries; ops run in order, so one suffices */
     size_t scratch_size;
     int *err_host, *err_dev; /* mapped pinned word kernels set on bad input */
-    bool graphs;             /* capture step graphs (each backend's open decides) */
+    bool graphs;             /* capture step graphs (each backend's open decides: <name>.graphs) */
+    bool debug;              /* <name>.debug: say on stderr why graph capture was given up */
     struct weft_gpu_graph graph[WEFT_GPU_GRAPHS];
     uint64_t use_clock;
     uint64_t *key_tmp;       /* scratch for building a key */

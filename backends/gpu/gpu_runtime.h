@@ -12,7 +12,6 @@
  *                  in the HIP backend's nvcc build)
  *   WEFT_RT_OOM    its out-of-memory code (cudaErrorMemoryAllocation, hipErrorOutOfMemory)
  *   WEFT_RT_NAME   its name in messages ("cuda", "hip")
- *   WEFT_RT_DEBUG_ENV  the variable that asks why graph capture was given up
  *                  ("WEFT_CUDA_DEBUG", "WEFT_HIP_DEBUG")
  *   WEFT_RT_ATTR_MP    the device attribute of its multiprocessor count
  *   WEFT_RT_HOST_ALLOC_MAPPED(pp, n), WEFT_RT_HOST_FREE(p)   mapped pinned
@@ -31,13 +30,14 @@
 #ifndef WEFT_GPU_RUNTIME_H
 #define WEFT_GPU_RUNTIME_H
 
-#if !defined(WEFT_RT) || !defined(WEFT_RT_OOM) || !defined(WEFT_RT_NAME) || !defined(WEFT_RT_DEBUG_ENV) || \
+#if !defined(WEFT_RT) || !defined(WEFT_RT_OOM) || !defined(WEFT_RT_NAME) || \
     !defined(WEFT_RT_ATTR_MP) || !defined(WEFT_RT_HOST_ALLOC_MAPPED) || !defined(WEFT_RT_HOST_FREE)
 #error "define WEFT_RT(x) and the other WEFT_RT_* macros before including backends/gpu/gpu_runtime.h"
 #endif
 
 #include "backends/gpu/gpu_common.h"
 #include "backends/module.h"
+#include "core/options.h"
 #include "kernels-common/launch.h"
 
 #include <stdlib.h>
@@ -107,6 +107,11 @@ static void weft_rt_close(struct weft_backend *b)
 static weft_status weft_rt_open_gpu(const struct weft_backend_params *p, struct weft_gpu **out)
 {
     *out = NULL;
+    static const char *const known[] = {WEFT_RT_NAME ".graphs", WEFT_RT_NAME ".debug"};
+    char bad[64];
+    if (weft_opt_unknown(p->options, WEFT_RT_NAME ".", known, 2, bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, WEFT_RT_NAME ": unknown option '%s' (known: " WEFT_RT_NAME
+                          ".graphs, " WEFT_RT_NAME ".debug)", bad);
     int n = 0;
     weft_rt_error_t e = WEFT_RT(GetDeviceCount)(&n);
     if (e != WEFT_RT(Success)) return weft_rt_err(e, "counting devices");
@@ -117,6 +122,7 @@ static weft_status weft_rt_open_gpu(const struct weft_backend_params *p, struct 
     if (!g) return weft_error(WEFT_ERR_NOMEM, WEFT_RT_NAME ": out of host memory");
     g->base.iface = &weft_rt_iface;
     g->hooks = &weft_rt_hooks;
+    g->debug = weft_opt_flag(p->options, WEFT_RT_NAME ".debug", false);
     g->device = p->device;
     weft_status st = WEFT_OK;
     weft_rt_stream_t stream = NULL;
@@ -285,7 +291,6 @@ static void weft_rt_hook_graph_destroy(void *exec) { WEFT_RT(GraphExecDestroy)((
 
 static const struct weft_gpu_hooks weft_rt_hooks = {
     .name = WEFT_RT_NAME,
-    .debug_env = WEFT_RT_DEBUG_ENV,
     .err_oom = WEFT_RT_OOM,
     .err_invalid = WEFT_RT(ErrorInvalidValue),
     .type_ok = weft_gk_matmul_type_ok,

@@ -27,7 +27,6 @@
 #define WEFT_RT(x) hip##x
 #define WEFT_RT_OOM hipErrorOutOfMemory
 #define WEFT_RT_NAME "hip"
-#define WEFT_RT_DEBUG_ENV "WEFT_HIP_DEBUG"
 #define WEFT_RT_ATTR_MP hipDeviceAttributeMultiprocessorCount
 #define WEFT_RT_HOST_ALLOC_MAPPED(pp, n) hipHostMalloc(pp, n, hipHostMallocMapped)
 #define WEFT_RT_HOST_FREE(p) hipHostFree(p)
@@ -136,12 +135,11 @@ static weft_status weft_rt_open(const struct weft_backend_params *p, struct weft
         return st;
     }
     /* Graphs: on by default in the nvcc build (as the CUDA backend); opt-in
-     * (WEFT_HIP_GRAPHS=1) on ROCm, whose stream capture is younger */
-    const char *graphs = getenv("WEFT_HIP_GRAPHS");
+     * (hip.graphs=1, WEFT_HIP_GRAPHS) on ROCm, whose stream capture is younger */
 #ifdef WEFT_HIP_ON_CUDA
-    g->graphs = !(graphs && !strcmp(graphs, "0"));
+    g->graphs = weft_opt_flag(p->options, "hip.graphs", true);
 #else
-    g->graphs = graphs && strcmp(graphs, "0") != 0;
+    g->graphs = weft_opt_flag(p->options, "hip.graphs", false);
 #endif
     *out = &g->base;
     return WEFT_OK;

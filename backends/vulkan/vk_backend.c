@@ -7,6 +7,7 @@
 #endif
 #include "backends/module.h"
 #include "backends/vulkan/vk_priv.h"
+#include "core/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ weft_status vk_result(struct vk_backend *vb, VkResult r, const char *what)
                       (int)r);
 }
 
-/* ---- validation (WEFT_VK_VALIDATE=1) ---- */
+/* ---- validation (vulkan.validate=1; WEFT_VK_VALIDATE) ---- */
 
 static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBitsEXT sev,
                                                VkDebugUtilsMessageTypeFlagsEXT type,
@@ -89,10 +90,27 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL debug_cb(VkDebugUtilsMessageSeverityFlagBi
     return VK_FALSE;
 }
 
-static bool env_on(const char *name)
+/* vb->opt and vb->cache_dir from the open parameters; an unknown vulkan.*
+ * key fails */
+static weft_status read_options(struct vk_backend *vb, const struct weft_backend_params *p)
 {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    static const char *const known[] = {"vulkan.exact",      "vulkan.validate",    "vulkan.profile", "vulkan.no_unified",
+                                        "vulkan.no_subgroup", "vulkan.matvec_tree", "vulkan.mv_nr"};
+    char bad[64];
+    if (weft_opt_unknown(p->options, "vulkan.", known, sizeof known / sizeof known[0], bad, sizeof bad))
+        return weft_error(WEFT_ERR_INVALID_ARG, "vulkan: unknown option '%s' (known: vulkan.exact, validate, profile, "
+                          "no_unified, no_subgroup, matvec_tree, mv_nr)", bad);
+    struct vk_opts *o = &vb->opt;
+    char v[8];
+    o->exact = weft_opt_get(p->options, "vulkan.exact", v, sizeof v) ? weft_opt_flag(p->options, "vulkan.exact", 0) : -1;
+    o->validate = weft_opt_flag(p->options, "vulkan.validate", false);
+    o->profile = weft_opt_flag(p->options, "vulkan.profile", false);
+    o->no_unified = weft_opt_flag(p->options, "vulkan.no_unified", false);
+    o->no_subgroup = weft_opt_flag(p->options, "vulkan.no_subgroup", false);
+    o->matvec_tree = weft_opt_flag(p->options, "vulkan.matvec_tree", false);
+    o->mv_nr = (uint32_t)weft_opt_long(p->options, "vulkan.mv_nr", 1, 64, 0);
+    if (p->cache_dir && *p->cache_dir) snprintf(vb->cache_dir, sizeof vb->cache_dir, "%s", p->cache_dir);
+    return WEFT_OK;
 }
 
 weft_status vk_check_validation(struct vk_backend *vb)
@@ -123,7 +141,7 @@ static weft_status make_instance(struct vk_validation *val, VkInstance *inst, Vk
     static const char *layer = "VK_LAYER_KHRONOS_validation";
     static const char *ext = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     if (val && !has_layer(layer))
-        return weft_error(WEFT_ERR_DEVICE, "vulkan: WEFT_VK_VALIDATE is set but %s is not installed "
+        return weft_error(WEFT_ERR_DEVICE, "vulkan: vulkan.validate (WEFT_VK_VALIDATE) is set but %s is not installed "
                                            "(package vulkan-validationlayers)", layer);
     VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "weft",
                              .pEngineName = "weft", .apiVersion = VK_API_VERSION_1_2};
@@ -229,12 +247,13 @@ static int vk_devices(struct weft_device_info *infos, int max, const char **why)
 }
 
 const struct vk_caps *vk_get_caps(const struct vk_backend *vb) { return &vb->caps; }
+uint32_t vk_opt_mv_nr(const struct vk_backend *vb) { return vb->opt.mv_nr; }
+bool vk_opt_matvec_tree(const struct vk_backend *vb) { return vb->opt.matvec_tree; }
 
 bool vk_exact_ops(const struct vk_backend *vb)
 {
     if (!vb->caps.fp64) return false;
-    const char *e = getenv("WEFT_VK_EXACT");
-    if (e && *e) return strcmp(e, "0") != 0;
+    if (vb->opt.exact >= 0) return vb->opt.exact != 0;
     return vb->caps.cpu_device;
 }
 
@@ -281,7 +300,7 @@ static weft_status create_device(struct vk_backend *vb)
     c->subgroup_size = p11.subgroupSize;
     c->subgroup_arith = compute_sg && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     c->subgroup_shuffle = compute_sg && (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
-    if (env_on("WEFT_VK_NO_SUBGROUP")) c->subgroup_arith = c->subgroup_shuffle = false;  /* tests the fallbacks */
+    if (vb->opt.no_subgroup) c->subgroup_arith = c->subgroup_shuffle = false;  /* tests the fallbacks */
     c->fp16_arith = f12.shaderFloat16;
     c->storage16 = f11.storageBuffer16BitAccess;
     c->storage8 = f12.storageBuffer8BitAccess;
@@ -318,7 +337,7 @@ static weft_status create_device(struct vk_backend *vb)
     if (fam < 0) return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan:%d: no compute queue", vb->index);
     vb->qfam = (uint32_t)fam;
     if (vb->profile && !qf[fam].timestampValidBits) {
-        fprintf(stderr, "vulkan:%d: WEFT_PROFILE: the compute queue has no timestamps; profiling off\n", vb->index);
+        fprintf(stderr, "vulkan:%d: vulkan.profile: the compute queue has no timestamps; profiling off\n", vb->index);
         vb->profile = false;
     }
 
@@ -347,10 +366,11 @@ static weft_status vk_open(const struct weft_backend_params *p, struct weft_back
     if (!vb) return weft_error(WEFT_ERR_NOMEM, "vulkan: out of memory");
     vb->base.iface = &vk_iface;
     vb->index = p->device;
-    vb->profile = env_on("WEFT_PROFILE");
     vb->cur_kind = -1;
-    weft_status st;
-    if (env_on("WEFT_VK_VALIDATE")) {
+    weft_status st = read_options(vb, p);
+    if (st != WEFT_OK) { free(vb); return st; }
+    vb->profile = vb->opt.profile;
+    if (vb->opt.validate) {
         vb->val = calloc(1, sizeof *vb->val);
         if (!vb->val) { free(vb); return weft_error(WEFT_ERR_NOMEM, "vulkan: out of memory"); }
         vb->val->enabled = true;
@@ -437,7 +457,7 @@ static weft_status run_one(struct vk_backend *vb, const struct weft_op *op)
 /* The whole list goes into one command buffer and one submit. Ops are
  * checked first, so a refused op leaves nothing run; an op failing while
  * recording leaves the ops before it submitted; a validation error while
- * recording (WEFT_VK_VALIDATE) submits nothing. */
+ * recording (vulkan.validate) submits nothing. */
 static weft_status vk_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
 {
     struct vk_backend *vb = (struct vk_backend *)b;

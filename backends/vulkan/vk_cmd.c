@@ -1,7 +1,7 @@
 /* Command recording: one command buffer per step (run()), descriptor sets
  * from per-step pools, barriers from hazard tracking over the byte ranges
  * each dispatch declares, one-shot submits for host transfers, scratch
- * memory, and WEFT_PROFILE timestamps per op. */
+ * memory, and vulkan.profile timestamps per op. */
 #include "backends/vulkan/vk_priv.h"
 
 #include <stdio.h>

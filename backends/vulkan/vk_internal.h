@@ -50,11 +50,14 @@ struct vk_caps {
     uint64_t max_storage_range;    /* maxStorageBufferRange */
 };
 const struct vk_caps *vk_get_caps(const struct vk_backend *vb);
+/* the vulkan.mv_nr option (0: not set) and vulkan.matvec_tree */
+uint32_t vk_opt_mv_nr(const struct vk_backend *vb);
+bool vk_opt_matvec_tree(const struct vk_backend *vb);
 
 /* Element-wise ops, norms, RoPE and attention bit for bit as the CPU
  * backend's (shaders' EXACT variants): on CPU-type devices with shaderFloat64
  * (lavapipe), whose float arithmetic is IEEE step for step; a GPU keeps the
- * faster forms. WEFT_VK_EXACT=0|1 overrides (tests). */
+ * faster forms. vulkan.exact=0|1 overrides (tests). */
 bool vk_exact_ops(const struct vk_backend *vb);
 
 /* The pipeline for embedded shader `name` ("mul_mat_vec_q4_0"), created on

@@ -33,8 +33,7 @@
  * device (lavapipe) a workgroup costs far more than its work, so 16 */
 static uint32_t mv_nr(const struct vk_backend *vb)
 {
-    const char *e = getenv("WEFT_VK_MV_NR");  /* experiments */
-    if (e && atoi(e) > 0 && atoi(e) <= 64) return (uint32_t)atoi(e);
+    if (vk_opt_mv_nr(vb)) return vk_opt_mv_nr(vb);   /* vulkan.mv_nr: experiments */
     return vk_get_caps(vb)->cpu_device ? 16 : 2;
 }
 #define MM_TILE 64    /* shaders/mul_mm.comp: BN = BM */
@@ -44,7 +43,7 @@ static uint32_t mv_nr(const struct vk_backend *vb)
  * products step for step) for the weight types that have them, on CPU-type
  * devices (lavapipe), whose IEEE float arithmetic makes that possible and
  * where it costs little; a GPU keeps the faster shaders (vk_exact_ops:
- * WEFT_VK_EXACT=0|1 overrides). */
+ * vulkan.exact=0|1 overrides). */
 static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
 {
     return (t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_Q4_1) && vk_exact_ops(vb);  /* fma_x needs shaderFloat64 */
@@ -215,11 +214,10 @@ static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
 }
 
 /* matrix-vector partial sums reduced with subgroupAdd where the device has
- * it; WEFT_VK_MATVEC_TREE=1 forces the shared-memory tree (tests run both) */
-static bool subgroup_reduce(const struct vk_caps *caps)
+ * it; vulkan.matvec_tree=1 forces the shared-memory tree (tests run both) */
+static bool subgroup_reduce(const struct vk_backend *vb)
 {
-    const char *e = getenv("WEFT_VK_MATVEC_TREE");
-    return caps->subgroup_arith && !(e && *e && strcmp(e, "0") != 0);
+    return vk_get_caps(vb)->subgroup_arith && !vk_opt_matvec_tree(vb);
 }
 
 /* x' = x rounded as the CPU rounds activations for w's type, into scratch at
@@ -344,7 +342,7 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
     uint32_t gx, gy;
     if (M <= MV_MAX_ROWS) {
         uint32_t wg = matvec_threads(vb, K);
-        snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(caps) ? "_sg" : "");
+        snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(vb) ? "_sg" : "");
         const uint32_t spec[2] = {wg, mv_nr(vb)};
         p = vk_pipeline_get(vb, name, 4, sizeof pc, spec, 2);
         const int64_t groups = (N + spec[1] - 1) / spec[1];

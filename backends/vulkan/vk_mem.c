@@ -32,8 +32,7 @@ weft_status vk_mem_init(struct vk_backend *vb)
 {
     const VkMemoryPropertyFlags host = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     const VkMemoryPropertyFlags dl = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
-    const char *nu = getenv("WEFT_VK_NO_UNIFIED");  /* tests the staging path on unified devices */
-    bool allow_unified = !(nu && *nu && strcmp(nu, "0") != 0);
+    bool allow_unified = !vb->opt.no_unified;  /* tests the staging path on unified devices */
     bool integrated = vb->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU ||
                       vb->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     uint32_t unified = pick_type(vb, ~0u, dl | host, 0);

@@ -40,12 +40,8 @@ static void mkdirs(char *path)
 
 static void cache_path(struct vk_backend *vb)
 {
-    char dir[900];
-    const char *d = getenv("WEFT_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
-    if (d && *d) snprintf(dir, sizeof dir, "%s", d);
-    else if (x && *x) snprintf(dir, sizeof dir, "%s/weft", x);
-    else if (h && *h) snprintf(dir, sizeof dir, "%s/.cache/weft", h);
-    else return;
+    const char *dir = vb->cache_dir;   /* the open parameters' cache_dir */
+    if (!dir[0]) return;
     char uuid[33];
     for (int i = 0; i < 16; i++) snprintf(uuid + 2 * i, 3, "%02x", vb->props.pipelineCacheUUID[i]);
     snprintf(vb->pcache_path, sizeof vb->pcache_path, "%s/vk-%04x-%04x-%s.bin", dir, vb->props.vendorID,

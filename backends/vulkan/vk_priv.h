@@ -45,9 +45,22 @@ struct vk_validation {
 #define VK_MAX_CHUNKS 256
 #define VK_MAX_QUERIES 4096
 
+/* the vulkan.* options (core/options.h) of this backend, read at open */
+struct vk_opts {
+    int exact;                     /* vulkan.exact: -1 unset (exact on CPU-type devices), 0, 1 */
+    bool validate;                 /* vulkan.validate: the Khronos layer; an error fails the run */
+    bool profile;                  /* vulkan.profile: per-op GPU time at close */
+    bool no_unified;               /* vulkan.no_unified: staging even on unified memory (tests) */
+    bool no_subgroup;              /* vulkan.no_subgroup: the shared-memory fallbacks (tests) */
+    bool matvec_tree;              /* vulkan.matvec_tree: matrix-vector sums by tree (tests) */
+    uint32_t mv_nr;                /* vulkan.mv_nr: weight rows per matrix-vector workgroup; 0 auto */
+};
+
 struct vk_backend {
     struct weft_backend base;
     int index;
+    struct vk_opts opt;
+    char cache_dir[900];           /* the pipeline cache's folder; "" none */
     VkInstance inst;
     VkDebugUtilsMessengerEXT messenger;
     struct vk_validation *val;     /* heap: the messenger callback points at it */
@@ -92,7 +105,7 @@ struct vk_backend {
     uint32_t rope_cap, rope_n_rot;
     float rope_base, rope_scale;
 
-    /* WEFT_PROFILE=1 */
+    /* vulkan.profile */
     bool profile;
     VkQueryPool qpool;
     uint32_t n_queries;
