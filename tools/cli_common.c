@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/split.h"
 #include "tools/cli.h"
 
 void weft_cli_opts_default(struct cli_opts *o)
@@ -120,67 +121,8 @@ void weft_cli_fail(const char *what)
     fprintf(stderr, "weft: %s%s%s\n", what, *e ? ": " : "", e);
 }
 
-/* Backends opened for a split, closed by weft_cli_close (one model per process). */
-static struct weft_backend *split_be[WEFT_MAX_PARTS];
-static int n_split_be;
-
-static void close_split(void)
-{
-    for (int i = 0; i < n_split_be; i++) weft_backend_close(split_be[i]);
-    n_split_be = 0;
-}
-
-/* "cpu=2,vulkan:0=3" -> parts (devices opened once each). */
-static int open_split(const char *spec, int n_threads, struct weft_split_part *parts, uint32_t *n_parts)
-{
-    char buf[512], *save = NULL;
-    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) {
-        fprintf(stderr, "weft: --split value too long\n");
-        return 1;
-    }
-    char names[WEFT_MAX_PARTS][64];
-    *n_parts = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        char *eq = strrchr(tok, '=');
-        char *end = NULL;
-        long n = eq ? strtol(eq + 1, &end, 10) : 0;
-        bool rest = !eq && (!save || !*save);  /* the last device without =N: the rest */
-        if (!rest && (!eq || eq == tok || !end || *end || eq[1] == '\0' || n < 1 || n > 100000)) {
-            fprintf(stderr, "weft: --split expects DEVICE=LAYERS,...[,DEVICE] (e.g. cpu=2,vulkan:0=3 or cpu=2,vulkan:0), "
-                            "got '%s'\n", tok);
-            goto fail;
-        }
-        if (eq) *eq = '\0';
-        if (strlen(tok) >= sizeof names[0]) {
-            fprintf(stderr, "weft: --split: device name '%s' too long\n", tok);
-            goto fail;
-        }
-        if (*n_parts == WEFT_MAX_PARTS) {
-            fprintf(stderr, "weft: --split takes at most %d parts\n", WEFT_MAX_PARTS);
-            goto fail;
-        }
-        struct weft_backend *be = NULL;
-        for (uint32_t i = 0; i < *n_parts; i++)
-            if (!strcmp(names[i], tok)) be = parts[i].be;
-        if (!be) {
-            if (weft_backend_open(tok, n_threads, &be) != WEFT_OK) {
-                weft_cli_fail("cannot open device");
-                goto fail;
-            }
-            split_be[n_split_be++] = be;
-        }
-        snprintf(names[*n_parts], sizeof names[0], "%s", tok);
-        parts[(*n_parts)++] = (struct weft_split_part){be, (uint32_t)n};
-    }
-    if (*n_parts == 0) {
-        fprintf(stderr, "weft: --split needs at least one DEVICE=LAYERS\n");
-        goto fail;
-    }
-    return 0;
-fail:
-    close_split();
-    return 1;
-}
+/* The split's backends, closed by weft_cli_close (one model per process). */
+static struct weft_split split;
 
 int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
 {
@@ -195,14 +137,14 @@ int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct wef
     }
     weft_status st;
     if (o->split) {
-        struct weft_split_part parts[WEFT_MAX_PARTS];
-        uint32_t n = 0;
-        if (open_split(o->split, o->n_threads, parts, &n)) {
+        if (weft_split_open(o->split, o->n_threads, &split) != WEFT_OK) {
+            if (!strncmp(weft_last_error(), "--split", 7)) fprintf(stderr, "weft: %s\n", weft_last_error());
+            else weft_cli_fail("cannot open device");
             free(def);
             return 1;
         }
-        *be = parts[0].be;
-        st = weft_model_load_split(path, parts, n, m);
+        *be = split.parts[0].be;
+        st = weft_model_load_split(path, split.parts, split.n_parts, m);
     } else {
         if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
             weft_cli_fail("cannot open device");
@@ -213,7 +155,7 @@ int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct wef
     }
     if (st != WEFT_OK) {
         fprintf(stderr, "weft: cannot load model: %s\n", weft_last_error());
-        if (o->split) close_split();
+        if (o->split) weft_split_close(&split);
         else weft_backend_close(*be);
         *be = NULL;
         free(def);
@@ -226,7 +168,7 @@ int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct wef
 void weft_cli_close(struct weft_backend *be, struct weft_model *m)
 {
     weft_model_free(m);
-    if (n_split_be) close_split();
+    if (split.n_owned) weft_split_close(&split);
     else weft_backend_close(be);
 }
 
