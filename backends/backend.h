@@ -228,10 +228,12 @@ weft_status weft_backend_open_opts(const char *spec, int n_threads, const char *
  * weft_backend_set_options: the options string (core/options.h) every later
  * weft_backend_open, and model loading ("model.*" keys), uses; NULL or "" for
  * none. WEFT_ERR_INVALID_ARG for a malformed string or a prefix that is no
- * backend's nor "model". Not thread-safe against concurrent opens: set it
- * before opening devices (or between, from the thread that opens them). */
+ * backend's nor "model". Safe to call while other threads open devices; a
+ * backend open already reads the options it was given. */
 weft_status weft_backend_set_options(const char *options);
-/* The current options string ("" when none); valid until the next set. */
+/* The current options string ("" when none). It stays valid for the
+ * process's life (a later set replaces, never frees, it), so a reader needs
+ * no lock; opens copy it. */
 const char *weft_backend_options(void);
 /* The folder backends may keep files in between runs (NULL: none). */
 weft_status weft_backend_set_cache_dir(const char *dir);

@@ -29,12 +29,26 @@ static pthread_mutex_t settings_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *opt_string, *cache_dir, *module_path;
 static bool no_modules;
 
+/* Replaced strings are kept, not freed: weft_backend_options() hands out a
+ * pointer its callers read without the lock (sets are a few per process). */
+struct retired {
+    struct retired *next;
+    char *s;
+};
+static struct retired *retired_strings;
+
 static weft_status set_string(char **slot, const char *v)
 {
     char *c = NULL;
-    if (v && *v && !(c = strdup(v))) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    struct retired *r = malloc(sizeof *r);
+    if (!r || (v && *v && !(c = strdup(v)))) {
+        free(r);
+        return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    }
     pthread_mutex_lock(&settings_mu);
-    free(*slot);
+    r->s = *slot;
+    r->next = retired_strings;
+    retired_strings = r;
     *slot = c;
     pthread_mutex_unlock(&settings_mu);
     return WEFT_OK;
@@ -77,13 +91,21 @@ weft_status weft_backend_set_cache_dir(const char *dir) { return set_string(&cac
 
 weft_status weft_backend_set_module_path(const char *dirs, bool none)
 {
+    char *c = dirs && *dirs ? strdup(dirs) : NULL;
+    if (dirs && *dirs && !c) return weft_error(WEFT_ERR_NOMEM, "out of memory");
     pthread_mutex_lock(&settings_mu);
-    bool late = loaded_once;
+    const bool late = loaded_once;
+    if (!late) {
+        free(module_path);   /* load_all has not run: no one holds it */
+        module_path = c;
+        no_modules = none;
+    }
     pthread_mutex_unlock(&settings_mu);
-    if (late) return weft_error(WEFT_ERR_INVALID_ARG, "the module path is set before backends are first used");
-    weft_status st = set_string(&module_path, dirs);
-    if (st == WEFT_OK) no_modules = none;
-    return st;
+    if (late) {
+        free(c);
+        return weft_error(WEFT_ERR_INVALID_ARG, "the module path is set before backends are first used");
+    }
+    return WEFT_OK;
 }
 
 static const struct weft_module_host host = {
@@ -127,13 +149,13 @@ static void load_all(void)
     loaded[n_loaded++] = weft_cpu_backend_iface();
 #endif
     pthread_mutex_lock(&settings_mu);
-    loaded_once = true;
+    loaded_once = true;   /* from here on set_module_path refuses: module_path is fixed */
     bool skip = no_modules;
+    const char *mp = module_path;
     pthread_mutex_unlock(&settings_mu);
     /* the folders to search */
     char dirs[8][PATH_MAX];
     int nd = 0;
-    const char *mp = module_path;   /* fixed from here on (set_module_path refuses) */
     while (!skip && mp && *mp && nd < 6) {
         const char *c = strchr(mp, ':');
         size_t n = c ? (size_t)(c - mp) : strlen(mp);

@@ -1,7 +1,7 @@
 /* Options: the knobs of backends and of model loading, as one string
  * "key=value,key=value" (keys "<backend>.<name>" such as "vulkan.validate",
  * "cpu.nopack", "cuda.graphs", "model.chunk_mib"). The library never reads
- * the environment: tools/ turns WEFT_* variables (and `--options`) into this
+ * the environment: tools/ turns WEFT_* variables (and WEFT_OPTIONS) into this
  * string (tools/env.c lists every knob, README's "Knobs" section documents
  * them) and hands it to backends/backend.h's weft_backend_set_options; a
  * backend gets it at open (weft_backend_params.options) and refuses a key of
@@ -52,11 +52,12 @@ static inline bool weft_opt_flag(const char *opts, const char *key, bool dflt)
              strcmp(v, "no") == 0);
 }
 
-/* key as an integer in [lo, hi]; absent or not such an integer -> dflt */
+/* key as an integer in [lo, hi]; absent, empty or not such an integer (a
+ * value too long to be one included) -> dflt */
 static inline long weft_opt_long(const char *opts, const char *key, long lo, long hi, long dflt)
 {
     char v[32], *end;
-    if (!weft_opt_get(opts, key, v, sizeof v) || !v[0]) return dflt;
+    if (!weft_opt_get(opts, key, v, sizeof v) || !v[0] || strlen(v) == sizeof v - 1) return dflt;
     long x = strtol(v, &end, 10);
     return *end == '\0' && x >= lo && x <= hi ? x : dflt;
 }

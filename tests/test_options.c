@@ -25,6 +25,9 @@ static void parser_reads_keys_flags_and_numbers(void)
     CHECK_EQ_INT(weft_opt_long(o, "vulkan.mv_nr", 1, 64, 0), 16);
     CHECK_EQ_INT(weft_opt_long(o, "vulkan.mv_nr", 1, 8, 0), 0);      /* out of range: the default */
     CHECK_EQ_INT(weft_opt_long(o, "cpu.isa", 0, 9, 7), 7);           /* not a number: the default */
+    CHECK_EQ_INT(weft_opt_long("model.chunk_mib=000000000000000000000000000000064junk", "model.chunk_mib", 1, 99, 5),
+                 5);                                                   /* too long to be a number: not cut to one */
+    CHECK_EQ_INT(weft_opt_long("model.chunk_mib=", "model.chunk_mib", 1, 99, 5), 5);
     CHECK(!weft_opt_get(NULL, "cpu.isa", v, sizeof v) && !weft_opt_get("", "cpu.isa", v, sizeof v));
     char small[4];
     CHECK(weft_opt_get("cpu.isa=avx512", "cpu.isa", small, sizeof small) && strcmp(small, "avx") == 0);
@@ -66,6 +69,12 @@ static void process_options_are_checked_and_reach_the_backends(void)
     CHECK(strstr(weft_last_error(), "cpu.bogus") != NULL);
     CHECK(weft_backend_open_opts("cpu", 1, "cpu.nopack=1,", &be) == WEFT_ERR_INVALID_ARG && !be);
     CHECK(weft_cpu_isa_select("cpu.isa=scalar") == WEFT_CPU_ISA_SCALAR);
+    for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {   /* each table this CPU runs, asked for by name */
+        char o[64];
+        snprintf(o, sizeof o, "cpu.isa=%s", weft_cpu_isa_name((enum weft_cpu_isa)i));
+        if (weft_cpu_isa_supported((enum weft_cpu_isa)i)) CHECK_EQ_INT(weft_cpu_isa_select(o), i);
+    }
+    CHECK(weft_cpu_isa_select("") == weft_cpu_isa_select("cpu.isa="));  /* empty: the best */
     CHECK(weft_cpu_isa_select(weft_backend_options()) == WEFT_CPU_ISA_SCALAR);
     CHECK(weft_backend_set_options(NULL) == WEFT_OK && strcmp(weft_backend_options(), "") == 0);
     CHECK(weft_backend_set_options(saved) == WEFT_OK);
@@ -76,13 +85,14 @@ static void process_options_are_checked_and_reach_the_backends(void)
 
 static void environment_becomes_options_in_tools(void)
 {
-    static const char *const vars[] = {"WEFT_CPU_ISA", "WEFT_CPU_NOPACK", "WEFT_VK_VALIDATE", "WEFT_OPTIONS",
-                                       "WEFT_CUDA_GRAPHS"};
-    char *saved[5];
-    for (int i = 0; i < 5; i++) {
-        const char *v = getenv(vars[i]);
+    /* every knob and WEFT_OPTIONS saved and unset: the result is exactly what is set here */
+    const size_t nv = weft_n_knobs + 1;
+    char **saved = calloc(nv, sizeof *saved);
+    for (size_t i = 0; i < nv; i++) {
+        const char *name = i < weft_n_knobs ? weft_knobs[i].env : "WEFT_OPTIONS";
+        const char *v = getenv(name);
         saved[i] = v ? strdup(v) : NULL;
-        unsetenv(vars[i]);
+        unsetenv(name);
     }
     setenv("WEFT_CPU_NOPACK", "1", 1);
     setenv("WEFT_VK_VALIDATE", "1", 1);
@@ -102,11 +112,13 @@ static void environment_becomes_options_in_tools(void)
     CHECK(weft_backend_open("cpu", 1, &be) == WEFT_ERR_INVALID_ARG && !be);
     setenv("WEFT_OPTIONS", "bogus", 1);          /* malformed: refused when applied */
     CHECK(weft_env_apply_options() == -1);
-    for (int i = 0; i < 5; i++) {
-        if (saved[i]) setenv(vars[i], saved[i], 1);
-        else unsetenv(vars[i]);
+    for (size_t i = 0; i < nv; i++) {
+        const char *name = i < weft_n_knobs ? weft_knobs[i].env : "WEFT_OPTIONS";
+        if (saved[i]) setenv(name, saved[i], 1);
+        else unsetenv(name);
         free(saved[i]);
     }
+    free(saved);
     CHECK(weft_env_apply_options() == 0);
 }
 
@@ -134,6 +146,18 @@ static void readme_documents_every_knob(void)
     }
     CHECK(strstr(s, "`WEFT_OPTIONS`") && strstr(s, "`WEFT_MODULE_PATH`") && strstr(s, "`WEFT_NO_MODULES`") &&
           strstr(s, "`WEFT_CACHE_DIR`"));
+    /* and every row of the table that maps a variable to an option is in tools/env.c's table */
+    int rows = 0;
+    for (const char *p = strstr(s, "\n| `WEFT_"); p; p = strstr(p + 1, "\n| `WEFT_")) {
+        char var[64], opt[64];
+        if (sscanf(p, "\n| `%63[A-Z0-9_]` | `%63[a-z0-9_.]` |", var, opt) != 2) continue;
+        rows++;
+        bool found = false;
+        for (size_t i = 0; i < weft_n_knobs && !found; i++)
+            found = !strcmp(weft_knobs[i].env, var) && !strcmp(weft_knobs[i].option, opt);
+        CHECK_MSG(found, "README maps %s to %s; tools/env.c does not", var, opt);
+    }
+    CHECK_EQ_INT(rows, (long long)weft_n_knobs);
     free(s);
 }
 

@@ -215,11 +215,18 @@ static void matvec_with_more_rows_than_one_dispatch_dimension_matches_cpu(void)
     CHECK_MSG(e < tol(WEFT_TYPE_F16), "F16 N70001 M11: nmse %.3g", e);
 }
 
-/* the matrix-vector path with the shared-memory tree instead of subgroupAdd */
+/* the matrix-vector path with the shared-memory tree instead of subgroupAdd:
+ * a second vulkan:0 opened with vulkan.matvec_tree=1 (a backend reads its
+ * options at open) stands in for vk */
 static void matvec_tree_reduction_matches_cpu(void)
 {
-    setenv("WEFT_VK_MATVEC_TREE", "1", 1);
-    check_env_reapply();
+    char opts[512];
+    snprintf(opts, sizeof opts, "%s%svulkan.matvec_tree=1", weft_backend_options(),
+             *weft_backend_options() ? "," : "");
+    struct weft_backend *plain = vk, *tree = NULL;
+    CHECK(weft_backend_open_opts("vulkan:0", 0, opts, &tree) == WEFT_OK);
+    if (!tree) return;
+    vk = tree;
     static const int64_t Ms[] = {1, 3, 8};
     for (size_t ti = 0; ti < N_TYPES; ti++) {
         const enum weft_type t = types[ti];
@@ -230,8 +237,8 @@ static void matvec_tree_reduction_matches_cpu(void)
                       (long long)Ms[mi], e);
         }
     }
-    unsetenv("WEFT_VK_MATVEC_TREE");
-    check_env_reapply();
+    vk = plain;
+    weft_backend_close(tree);
 }
 
 /* LOGITS for rows picked out of 13 (3 rows: matrix-vector path; 12 with

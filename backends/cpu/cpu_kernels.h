@@ -7,9 +7,9 @@
  * every entry of every table this machine can run against the reference,
  * bit for bit.
  *
- * WEFT_CPU_ISA=scalar|avx2|avx512 in the environment forces a table (for
- * tests and comparisons); asking for one the CPU lacks falls back to the best
- * it has, with a warning on stderr. */
+ * The option cpu.isa=scalar|avx2|avx512 (WEFT_CPU_ISA for the weft binary)
+ * forces a table (for tests and comparisons); asking for one the CPU lacks
+ * falls back to the best it has, with a warning on stderr. */
 #ifndef WEFT_CPU_KERNELS_H
 #define WEFT_CPU_KERNELS_H
 

@@ -11,8 +11,8 @@
  *                  names resolve to CUDA's through kernels-hip/hip_to_cuda.h
  *                  in the HIP backend's nvcc build)
  *   WEFT_RT_OOM    its out-of-memory code (cudaErrorMemoryAllocation, hipErrorOutOfMemory)
- *   WEFT_RT_NAME   its name in messages ("cuda", "hip")
- *                  ("WEFT_CUDA_DEBUG", "WEFT_HIP_DEBUG")
+ *   WEFT_RT_NAME   its name in messages and its options' prefix ("cuda", "hip":
+ *                  <name>.graphs, <name>.debug)
  *   WEFT_RT_ATTR_MP    the device attribute of its multiprocessor count
  *   WEFT_RT_HOST_ALLOC_MAPPED(pp, n), WEFT_RT_HOST_FREE(p)   mapped pinned
  *                  host memory (the two runtimes name these differently)

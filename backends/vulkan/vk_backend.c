@@ -102,7 +102,9 @@ static weft_status read_options(struct vk_backend *vb, const struct weft_backend
                           "no_unified, no_subgroup, matvec_tree, mv_nr)", bad);
     struct vk_opts *o = &vb->opt;
     char v[8];
-    o->exact = weft_opt_get(p->options, "vulkan.exact", v, sizeof v) ? weft_opt_flag(p->options, "vulkan.exact", 0) : -1;
+    /* absent or empty: decided by the device (-1) */
+    o->exact = weft_opt_get(p->options, "vulkan.exact", v, sizeof v) && v[0] ? weft_opt_flag(p->options, "vulkan.exact", 0)
+                                                                            : -1;
     o->validate = weft_opt_flag(p->options, "vulkan.validate", false);
     o->profile = weft_opt_flag(p->options, "vulkan.profile", false);
     o->no_unified = weft_opt_flag(p->options, "vulkan.no_unified", false);
