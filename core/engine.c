@@ -1,4 +1,5 @@
 #include "core/engine.h"
+#include "core/model_impl.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
+#include "core/model_impl.h"
 
 /* The engine's lock, once no step is computing: the backends are not shared
  * with a forward in flight. The engine thread lets a waiter in between two

@@ -13,6 +13,7 @@
  * and hidden = rmsnorm(x[rows]) * output_norm for the rows asked for
  * (n_hidden: embeddings), read back to the host. */
 #include "core/forward.h"
+#include "core/model_impl.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* GGUF -> validated hyperparameters + weight views on a backend. */
-#include "core/model.h"
+#include "core/model_impl.h"
 #include "core/options.h"
 
 #include <math.h>
@@ -386,4 +386,25 @@ void weft_model_free(struct weft_model *m)
     weft_tokenizer_free(m->tok);
     weft_gguf_close(m->gguf);
     free(m);
+}
+
+/* ---- accessors (core/model.h) ---- */
+const struct weft_hparams *weft_model_hparams(const struct weft_model *m) { return &m->hp; }
+const struct weft_tokenizer *weft_model_tokenizer(const struct weft_model *m) { return m->tok; }
+const struct weft_gguf *weft_model_gguf(const struct weft_model *m) { return m->gguf; }
+const struct weft_fingerprint *weft_model_fingerprint(const struct weft_model *m) { return &m->fingerprint; }
+struct weft_backend *weft_model_backend(const struct weft_model *m) { return m->be; }
+uint32_t weft_model_n_parts(const struct weft_model *m) { return m->n_parts; }
+enum weft_type weft_model_ftype(const struct weft_model *m) { return m->ftype; }
+uint64_t weft_model_n_params(const struct weft_model *m) { return m->n_params; }
+size_t weft_model_weight_bytes(const struct weft_model *m) { return m->weight_bytes; }
+uint64_t weft_model_bytes_per_token(const struct weft_model *m)
+{
+    uint64_t b = (uint64_t)m->output.ne1 * m->output.nb1;
+    for (uint32_t l = 0; l < m->hp.n_layer && m->layers; l++) {
+        const struct weft_layer_weights *L = &m->layers[l];
+        const struct weft_view *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) b += (uint64_t)w[i]->ne1 * w[i]->nb1;
+    }
+    return b;
 }

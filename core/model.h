@@ -1,6 +1,6 @@
 /* A Llama-family model: hyperparameters from GGUF, weights placed on a
- * backend. Internal to core/ (forward.c reads the fields); the CLI and
- * server use the accessors. */
+ * backend. Its layout is core's (core/model_impl.h: forward.c reads the
+ * fields); the CLI and server use the accessors below. */
 #ifndef WEFT_MODEL_H
 #define WEFT_MODEL_H
 
@@ -31,31 +31,23 @@ struct weft_split_part {
     uint32_t n_layer;
 };
 
-struct weft_model_part {
-    struct weft_backend *be;       /* not owned */
-    struct weft_buffer *weights;   /* wrapped host memory, or bufs[0] */
-    struct weft_buffer **bufs;     /* when not wrapped: the part's tensors in <= 1 GiB chunks */
-    size_t *buf_sizes;
-    uint32_t n_bufs;
-    uint32_t layer0, n_layer;
-};
-
-struct weft_model {
-    struct weft_hparams hp;
-    struct weft_gguf *gguf;        /* owns the mapping the weights may live in */
-    struct weft_tokenizer *tok;
-    struct weft_backend *be;       /* = parts[0].be; not owned */
-    struct weft_buffer *weights;   /* = parts[0].weights */
-    struct weft_model_part parts[WEFT_MAX_PARTS];
-    uint32_t n_parts;
-    uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
-    struct weft_view tok_embd, output_norm, output;
-    struct weft_layer_weights *layers;
-    struct weft_fingerprint fingerprint; /* core/fingerprint.h: computed at load */
-    enum weft_type ftype;          /* type of most weights, for display */
-    uint64_t n_params;
-    size_t weight_bytes;
-};
+/* Opaque outside core/ (core/model_impl.h holds the layout, for core's own
+ * files and tests): tools and server read a model through these. */
+struct weft_model;
+const struct weft_hparams *weft_model_hparams(const struct weft_model *m);
+const struct weft_tokenizer *weft_model_tokenizer(const struct weft_model *m);
+/* the GGUF it was loaded from (metadata such as the chat template) */
+const struct weft_gguf *weft_model_gguf(const struct weft_model *m);
+const struct weft_fingerprint *weft_model_fingerprint(const struct weft_model *m);
+/* the backend of its first part (the only one without a split) */
+struct weft_backend *weft_model_backend(const struct weft_model *m);
+uint32_t weft_model_n_parts(const struct weft_model *m);
+enum weft_type weft_model_ftype(const struct weft_model *m);   /* most weights' type, for display */
+uint64_t weft_model_n_params(const struct weft_model *m);
+size_t weft_model_weight_bytes(const struct weft_model *m);      /* bytes of weights placed */
+/* the weight bytes one decoded token reads: every layer's matrices and the
+ * output matrix (not the norms, nor the embedding row) */
+uint64_t weft_model_bytes_per_token(const struct weft_model *m);
 
 /* Read and validate the hyperparameters of an open GGUF (no weights).
  * WEFT_ERR_FORMAT with a one-line message naming the key on failure. */

@@ -1,4 +1,5 @@
 #include "core/session.h"
+#include "core/model_impl.h"
 
 #include <stdlib.h>
 

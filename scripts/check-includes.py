@@ -14,7 +14,8 @@ of a layer below it. Layers, bottom to top:
   3 server    server/: weft serve and weft router.
   4 tools     tools/: the CLI.
   tests/, bench/ and tests/fuzz/ may include anything.
-It also reports a getenv() outside tools/ (the library reads no environment).
+It also reports a getenv() outside tools/ (the library reads no environment),
+and an include of a header private to its folder (core/model_impl.h) from outside it.
 
   scripts/check-includes.py [ROOT]   exit 1 and one line per upward include.
 Only quoted includes are looked at, resolved as the compiler does: beside the
@@ -36,6 +37,8 @@ GETENV_PENDING = {("backends/cpu/cpu_avx2_gemm.c", "WEFT_GEMM_NO_VNNI"), ("backe
                   ("backends/cpu/cpu_avx512_dot4.c", "WEFT_DOT4_512_NO_VNNI")}
 LAYERS = [("base", None), ("backends", ("backends/", "kernels-common/", "kernels-cuda/", "kernels-hip/", "shaders/")),
           ("core", ("core/",)), ("server", ("server/",)), ("tools", ("tools/",))]
+# headers private to their layer's own folder (and tests): their layout is no one else's
+PRIVATE = {"core/model_impl.h": "core/"}
 SOURCES = (".c", ".h", ".cu", ".cuh", ".hip", ".cpp", ".comp", ".glsl")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -93,6 +96,10 @@ def main():
                     if target is None:
                         continue
                     checked += 1
+                    if inc in PRIVATE and not path.startswith(PRIVATE[inc]):
+                        print(f"check-includes: {path}:{line}: includes {inc}, private to {PRIVATE[inc]} "
+                              "(use its public header's accessors)")
+                        bad += 1
                     if target[0] > own[0]:
                         print(f"check-includes: {path}:{line}: {own[1]} includes {inc} ({target[1]}, a layer above)")
                         bad += 1

@@ -90,7 +90,7 @@ static void tok_job_work(void *arg)
     if (atomic_load(&j->gone)) return;
     if (pthread_equal(pthread_self(), j->s->loop_thread)) atomic_fetch_add(&j->s->tokenized_on_loop, 1);
     else atomic_fetch_add(&j->s->tokenized_on_worker, 1);
-    j->st = weft_tokenize(j->s->m->tok, j->text, j->len, j->add_special, true, &j->ids, &j->n);
+    j->st = weft_tokenize(weft_model_tokenizer(j->s->m), j->text, j->len, j->add_special, true, &j->ids, &j->n);
     if (j->st != WEFT_OK) snprintf(j->msg, sizeof j->msg, "%s", weft_last_error());
 }
 
@@ -166,7 +166,7 @@ static void do_detokenize(struct weft_server *s, struct http_conn *c, const stru
     for (size_t i = 0; ok && i < n; i++) {
         json_t *v = json_array_get(arr, i);
         ok = json_is_integer(v) && json_integer_value(v) >= 0 &&
-             json_integer_value(v) < weft_tokenizer_n_vocab(s->m->tok);
+             json_integer_value(v) < weft_tokenizer_n_vocab(weft_model_tokenizer(s->m));
         if (ok) ids[i] = (int32_t)json_integer_value(v);
     }
     json_decref(j);
@@ -178,7 +178,7 @@ static void do_detokenize(struct weft_server *s, struct http_conn *c, const stru
     }
     char *text = NULL;
     size_t len = 0;
-    weft_status st = weft_detokenize(s->m->tok, ids, n, false, &text, &len);
+    weft_status st = weft_detokenize(weft_model_tokenizer(s->m), ids, n, false, &text, &len);
     free(ids);
     if (st != WEFT_OK) {
         reply_error(s, c, ep, 503, "server_error", NULL, "out of memory");

@@ -347,7 +347,7 @@ static void submit_all(struct emb_job *j)
 static void tokenize_work(void *arg)
 {
     struct emb_job *j = arg;
-    const struct weft_tokenizer *tok = j->s->m->tok;
+    const struct weft_tokenizer *tok = weft_model_tokenizer(j->s->m);
     for (uint32_t i = 0; i < j->n_in && j->tok_st == WEFT_OK; i++) {
         if (atomic_load(&j->gone)) return;
         struct emb_input *in = &j->in[i];
@@ -399,7 +399,7 @@ static bool ids_from(struct emb_job *j, uint32_t i, const json_t *arr, int32_t n
 /* `input` in any of its four forms into j->in; false with msg. */
 static bool parse_input(struct emb_job *j, const json_t *input, char *msg, size_t cap)
 {
-    int32_t nv = weft_tokenizer_n_vocab(j->s->m->tok);
+    int32_t nv = weft_tokenizer_n_vocab(weft_model_tokenizer(j->s->m));
     bool one_text = json_is_string(input);
     size_t n = one_text ? 1 : json_array_size(input);
     if (!one_text && !json_is_array(input)) {
@@ -470,7 +470,7 @@ void weft_server_embeddings(struct weft_server *s, struct http_conn *c, const st
     j->s = s;
     j->c = c;
     j->refs = 1;  /* the HTTP side */
-    j->n_embd = s->m->hp.n_embd;
+    j->n_embd = weft_model_hparams(s->m)->n_embd;
     j->pool = WEFT_EMBED_MEAN;
     s->n_active++;
     if (s->draining) {

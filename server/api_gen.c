@@ -263,7 +263,7 @@ static void add_logprobs(struct gen_choice *c, const struct weft_sample *sm, jso
                          size_t text_len, bool first)
 {
     const struct gen_ctx *g = c->g;
-    const struct weft_tokenizer *t = g->srv->m->tok;
+    const struct weft_tokenizer *t = weft_model_tokenizer(g->srv->m);
     int ntop = g->p.top_logprobs < sm->n_top ? g->p.top_logprobs : sm->n_top;
     if (g->chat) {
         json_t *top = json_array();
@@ -981,7 +981,7 @@ static void admit_and_submit(struct gen_ctx *g)
     s->next_rid++;
     /* a completion continues its prompt: its first piece keeps its space
      * (as `weft run` prints it); a chat answer starts a message */
-    struct weft_stop_cfg scfg = {.tok = s->m->tok, .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
+    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(s->m), .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
                                  .n_strings = g->p.n_stop, .continues_prompt = !g->chat};
     g->streaming = g->p.stream;
     for (uint32_t i = 0; i < g->n_ch; i++) {
@@ -1009,9 +1009,9 @@ static void admit_and_submit(struct gen_ctx *g)
             return;
         }
         for (uint32_t i = 0; i < k; i++)
-            if ((uint32_t)g->p.cont_ids[i] >= s->m->hp.n_vocab) {
+            if ((uint32_t)g->p.cont_ids[i] >= weft_model_hparams(s->m)->n_vocab) {
                 snprintf(msg, sizeof msg, "'weft.continue' token %d is outside the vocabulary (%u)", g->p.cont_ids[i],
-                         s->m->hp.n_vocab);
+                         weft_model_hparams(s->m)->n_vocab);
                 reject(g, 400, "invalid_request_error", "weft", msg, NULL);
                 return;
             }

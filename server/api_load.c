@@ -79,7 +79,7 @@ void weft_server_do_load(struct weft_server *s, struct http_conn *c)
                                               (json_int_t)d->mem_total));
     }
     char fp[WEFT_FINGERPRINT_STR];
-    weft_fingerprint_str(&s->m->fingerprint, fp);
+    weft_fingerprint_str(weft_model_fingerprint(s->m), fp);
     const struct weft_kv_stats *kv = &es.kv;
     json_t *j = json_pack(
         "{s:s,s:s,s:b,s:i,s:i,s:I,s:i,"

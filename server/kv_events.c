@@ -293,7 +293,7 @@ void weft_server_do_kv_index(struct weft_server *s, struct http_conn *c)
         return;
     }
     char fp[WEFT_FINGERPRINT_STR];
-    weft_fingerprint_str(&s->m->fingerprint, fp);
+    weft_fingerprint_str(weft_model_fingerprint(s->m), fp);
     len += (size_t)snprintf(b, cap, "{\"seq\":%llu,\"block_tokens\":%d,\"fingerprint\":\"%s\",\"count\":%u,\"blocks\":[",
                             (unsigned long long)k->seq, WEFT_KV_BLOCK_TOKENS, fp, k->count);
     bool first = true;

@@ -187,7 +187,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     s->m = m;
     s->created = (uint64_t)time(NULL);
     s->max_waiting = cfg->engine.max_waiting ? cfg->engine.max_waiting : 1024;
-    s->weight_bytes = m->weight_bytes;
+    s->weight_bytes = weft_model_weight_bytes(m);
     snprintf(s->model_id, sizeof s->model_id, "%s", cfg->model_id ? cfg->model_id : "default");
     if (cfg->tenants_path) snprintf(s->tenants_path, sizeof s->tenants_path, "%s", cfg->tenants_path);
     weft_metrics_init(&s->metrics);
@@ -208,8 +208,8 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     /* like `weft chat` and llama.cpp's built-in templates: no system prompt
      * unless the request has one, or template_system asks for the one the
      * model's Jinja template would inject */
-    weft_prompt_rules_from_gguf(&s->rules, m->gguf, m->tok, cfg->template_system);
-    s->max_piece_bytes = longest_piece(m->tok);
+    weft_prompt_rules_from_gguf(&s->rules, weft_model_gguf(m), weft_model_tokenizer(m), cfg->template_system);
+    s->max_piece_bytes = longest_piece(weft_model_tokenizer(m));
 
     weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);
     if (st != WEFT_OK) goto fail_early;
@@ -260,7 +260,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     if (cfg->kv_remote) {
         struct kv_remote_config rc = {.url = cfg->kv_remote, .ttl_ms = cfg->kv_remote_ttl_ms,
                                       .timeout_ms = cfg->kv_remote_timeout_ms};
-        if ((st = weft_kv_remote_create(&rc, s->eng, &m->fingerprint, &s->kv_remote)) != WEFT_OK) goto fail;
+        if ((st = weft_kv_remote_create(&rc, s->eng, weft_model_fingerprint(m), &s->kv_remote)) != WEFT_OK) goto fail;
     }
     if ((st = weft_server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */

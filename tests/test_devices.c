@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/model_impl.h"
 #include "tests/check.h"
 #include "tools/cli.h"
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "core/model_impl.h"
 #include "core/engine.h"
 #include "core/forward.h"
 #include "tests/check.h"
@@ -114,7 +115,7 @@ static void run_embeds(const struct weft_model *m, const struct weft_engine_conf
     }
     for (uint32_t i = 0; i < n; i++) {
         CHECK(outs[i].done && outs[i].finish == WEFT_FINISH_STOP && outs[i].n_events == 1);
-        CHECK_EQ_INT(outs[i].n_vec, m->hp.n_embd);
+        CHECK_EQ_INT(outs[i].n_vec, weft_model_hparams(m)->n_embd);
         CHECK_EQ_INT(outs[i].n_prompt, jobs[i].n);
     }
     if (gen_beside)
@@ -177,7 +178,7 @@ static struct weft_model *load(struct weft_backend **be, const char *path)
 static void reference(const struct weft_model *m, struct weft_backend *be, const struct job *j,
                       enum weft_embed_pooling pool, float *out)
 {
-    const struct weft_hparams *hp = &m->hp;
+    const struct weft_hparams *hp = weft_model_hparams(m);
     struct weft_kv_pool kv;
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = (MAXP + 15) / 16, .type = WEFT_TYPE_F16};
@@ -213,7 +214,7 @@ static void batching_and_reference(const char *path, uint32_t n, uint32_t max_p,
     struct weft_model *m = load(&be, path);
     CHECK(m != NULL);
     if (!m) return;
-    make_jobs(n, m->hp.n_vocab, max_p, 11);
+    make_jobs(n, weft_model_hparams(m)->n_vocab, max_p, 11);
     for (int pool = WEFT_EMBED_MEAN; pool <= WEFT_EMBED_LAST; pool++) {
         const char *pn = pool == WEFT_EMBED_MEAN ? "mean" : "last";
         struct weft_engine_config one = {.n_ctx = 256, .max_step_tokens = 256};
@@ -221,9 +222,9 @@ static void batching_and_reference(const char *path, uint32_t n, uint32_t max_p,
         char what[64];
         for (uint32_t i = 0; i < n; i++) {
             reference(m, be, &jobs[i], pool, other[i].vec);
-            other[i].n_vec = m->hp.n_embd;
+            other[i].n_vec = weft_model_hparams(m)->n_embd;
             double norm = 0;
-            for (uint32_t d = 0; d < m->hp.n_embd; d++) norm += (double)alone[i].vec[d] * alone[i].vec[d];
+            for (uint32_t d = 0; d < weft_model_hparams(m)->n_embd; d++) norm += (double)alone[i].vec[d] * alone[i].vec[d];
             CHECK_NEAR(norm, 1.0, 1e-5);
         }
         snprintf(what, sizeof what, "%s: engine vs the direct forward pass", pn);
@@ -258,7 +259,7 @@ static void split_model(const char *path)
     struct weft_split_part parts[2] = {{b0, 2}, {b1, 0}};
     CHECK_MSG(weft_model_load_split(path, parts, 2, &ms) == WEFT_OK, "%s", weft_last_error());
     if (m && ms) {
-        make_jobs(12, m->hp.n_vocab, 90, 5);
+        make_jobs(12, weft_model_hparams(m)->n_vocab, 90, 5);
         struct weft_engine_config cfg = {.n_ctx = 256, .max_step_tokens = 64};
         run_embeds(m, &cfg, 12, 12, WEFT_EMBED_MEAN, true, alone);
         run_embeds(ms, &cfg, 12, 12, WEFT_EMBED_MEAN, true, batched);
@@ -278,9 +279,9 @@ static void prefix_cache(const char *path)
     struct weft_model *m = load(&be, path);
     CHECK(m != NULL);
     if (!m) return;
-    make_jobs(1, m->hp.n_vocab, 1, 3);
+    make_jobs(1, weft_model_hparams(m)->n_vocab, 1, 3);
     jobs[0].n = 70;
-    for (uint32_t k = 1; k < 70; k++) jobs[0].prompt[k] = 3 + (int32_t)((k * 37) % (m->hp.n_vocab - 3));
+    for (uint32_t k = 1; k < 70; k++) jobs[0].prompt[k] = 3 + (int32_t)((k * 37) % (weft_model_hparams(m)->n_vocab - 3));
     struct weft_engine_config cfg = {.n_ctx = 256};
     struct weft_engine *e;
     CHECK(weft_engine_create(m, &cfg, &e) == WEFT_OK);
@@ -296,7 +297,7 @@ static void prefix_cache(const char *path)
     submit_embed(e, &jobs[0], WEFT_EMBED_MEAN, &batched[0], NULL);
     CHECK(weft_engine_run_all(e) == WEFT_OK);
     CHECK_EQ_INT(batched[0].n_cached, 0);
-    CHECK(!memcmp(alone[0].vec, batched[0].vec, sizeof(float) * m->hp.n_embd));
+    CHECK(!memcmp(alone[0].vec, batched[0].vec, sizeof(float) * weft_model_hparams(m)->n_embd));
     /* last pooling takes the hits, and gives what it gives without them */
     submit_embed(e, &jobs[0], WEFT_EMBED_LAST, &other[0], NULL);
     CHECK(weft_engine_run_all(e) == WEFT_OK);
@@ -309,7 +310,7 @@ static void prefix_cache(const char *path)
     submit_embed(e, &jobs[0], WEFT_EMBED_LAST, &other[1], NULL);
     CHECK(weft_engine_run_all(e) == WEFT_OK);
     CHECK_EQ_INT(other[1].n_cached, 0);
-    CHECK(!memcmp(other[0].vec, other[1].vec, sizeof(float) * m->hp.n_embd));
+    CHECK(!memcmp(other[0].vec, other[1].vec, sizeof(float) * weft_model_hparams(m)->n_embd));
     weft_engine_free(e);
 out:
     weft_model_free(m);
@@ -338,7 +339,7 @@ static void refusals_and_abort(const char *path)
     rq.n_prompt = 64;  /* the whole context: fits (nothing is generated) */
     CHECK(weft_engine_submit(e, &rq, &id) == WEFT_OK);
     CHECK(weft_engine_run_all(e) == WEFT_OK);
-    CHECK(o.done && o.finish == WEFT_FINISH_STOP && o.n_vec == m->hp.n_embd);
+    CHECK(o.done && o.finish == WEFT_FINISH_STOP && o.n_vec == weft_model_hparams(m)->n_embd);
     memset(&o, 0, sizeof o);
     rq.embed = (enum weft_embed_pooling)7;
     CHECK(weft_engine_submit(e, &rq, &id) == WEFT_ERR_INVALID_ARG);
@@ -375,15 +376,15 @@ static void mock_engine(const char *path)
         weft_backend_close(be);
         return;
     }
-    make_jobs(8, m->hp.n_vocab, 100, 9);
+    make_jobs(8, weft_model_hparams(m)->n_vocab, 100, 9);
     struct weft_engine_config cfg = {.n_ctx = 256, .mock_prefill_tps = 1e7, .mock_decode_tps = 1e6};
     run_embeds(m, &cfg, 8, 1, WEFT_EMBED_MEAN, false, alone);
     run_embeds(m, &cfg, 8, 8, WEFT_EMBED_MEAN, true, batched);
     compare(alone, batched, 8, "mock", true);
     double norm = 0;
-    for (uint32_t d = 0; d < m->hp.n_embd; d++) norm += (double)alone[0].vec[d] * alone[0].vec[d];
+    for (uint32_t d = 0; d < weft_model_hparams(m)->n_embd; d++) norm += (double)alone[0].vec[d] * alone[0].vec[d];
     CHECK_NEAR(norm, 1.0, 1e-5);
-    CHECK(memcmp(alone[0].vec, alone[1].vec, sizeof(float) * m->hp.n_embd) != 0);
+    CHECK(memcmp(alone[0].vec, alone[1].vec, sizeof(float) * weft_model_hparams(m)->n_embd) != 0);
     weft_model_free(m);
     weft_backend_close(be);
 }

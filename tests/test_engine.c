@@ -146,7 +146,7 @@ static void batching_does_not_change_outputs(const char *path, uint32_t max_p, u
     struct weft_model *m = load(&be, path);
     CHECK(m != NULL);
     if (!m) return;
-    make_jobs(jobs, MAXN, m->hp.n_vocab, 1, max_p, max_new, 7);
+    make_jobs(jobs, MAXN, weft_model_hparams(m)->n_vocab, 1, max_p, max_new, 7);
     struct weft_engine_config cfg = {.n_ctx = 512, .no_prefix_cache = true, .max_step_tokens = 256};
     run_groups(m, &cfg, jobs, MAXN, 1, alone, NULL);
     /* alone == the single-sequence session (the path the golden tests pin) */
@@ -158,7 +158,7 @@ static void batching_does_not_change_outputs(const char *path, uint32_t max_p, u
         CHECK(weft_session_eval(s, jobs[i].prompt, jobs[i].n_prompt, &lg) == WEFT_OK);
         for (uint32_t k = 0; k < alone[i].n; k++) {
             int32_t best = 0;
-            for (uint32_t v = 1; v < m->hp.n_vocab; v++)
+            for (uint32_t v = 1; v < weft_model_hparams(m)->n_vocab; v++)
                 if (lg[v] > lg[best]) best = (int32_t)v;
             CHECK_MSG(best == alone[i].ids[k], "request %u token %u: session %d engine %d", i, k, best,
                       alone[i].ids[k]);
@@ -194,7 +194,7 @@ static void prefix_cache_reuses_and_changes_nothing(const char *path)
     CHECK(m != NULL);
     if (!m) return;
     struct job j[2];
-    make_jobs(j, 2, m->hp.n_vocab, 230, 230, 1, 11);
+    make_jobs(j, 2, weft_model_hparams(m)->n_vocab, 230, 230, 1, 11);
     memcpy(j[1].prompt, j[0].prompt, 200 * sizeof(int32_t));
     j[0].max_new = j[1].max_new = 24;
     j[0].ignore_eos = j[1].ignore_eos = true;
@@ -239,7 +239,7 @@ static void preemption_keeps_outputs(const char *path, uint32_t min_p, uint32_t 
     CHECK(m != NULL);
     if (!m) return;
     enum { N = 24 };
-    make_jobs(jobs, N, m->hp.n_vocab, min_p, max_p, max_new, 23);
+    make_jobs(jobs, N, weft_model_hparams(m)->n_vocab, min_p, max_p, max_new, 23);
     struct weft_engine_config big = {.n_ctx = 256, .no_prefix_cache = true};
     run_groups(m, &big, jobs, N, 1, alone, NULL);
     for (int mode = 0; mode < 3; mode++) {
@@ -270,7 +270,7 @@ static void engine_thread_with_aborts(const char *path)
     CHECK(m != NULL);
     if (!m) return;
     enum { N = 16 };
-    make_jobs(jobs, N, m->hp.n_vocab, 5, 40, 60, 31);
+    make_jobs(jobs, N, weft_model_hparams(m)->n_vocab, 5, 40, 60, 31);
     for (int i = 0; i < N; i++) { jobs[i].ignore_eos = true; jobs[i].max_new = 40 + i; }
     struct weft_engine_config cfg = {.n_ctx = 256};
     run_groups(m, &cfg, jobs, N, 1, alone, NULL);
@@ -316,7 +316,7 @@ static void engine_thread_with_aborts(const char *path)
     check_clean(e);
     /* refusals are immediate and send no events */
     struct job big;
-    make_jobs(&big, 1, m->hp.n_vocab, 200, 200, 1, 5);
+    make_jobs(&big, 1, weft_model_hparams(m)->n_vocab, 200, 200, 1, 5);
     big.max_new = 100;
     struct out o = {0};
     uint64_t id;
@@ -325,7 +325,7 @@ static void engine_thread_with_aborts(const char *path)
     CHECK(weft_engine_submit(e, &rq, &id) == WEFT_ERR_CONTEXT && id == 0);
     rq.max_tokens = 0;
     CHECK(weft_engine_submit(e, &rq, &id) == WEFT_ERR_INVALID_ARG);
-    int32_t bad = (int32_t)m->hp.n_vocab;
+    int32_t bad = (int32_t)weft_model_hparams(m)->n_vocab;
     rq = (struct weft_request){.prompt = &bad, .n_prompt = 1, .max_tokens = 1, .cb = on_event, .user = &o};
     weft_sampling_params_default(&rq.sampling);
     CHECK(weft_engine_submit(e, &rq, &id) == WEFT_ERR_INVALID_ARG);
@@ -347,7 +347,7 @@ static void q8_0_kv_cache(const char *path)
     struct weft_model *m = load(&be, path);
     CHECK(m != NULL);
     if (!m) return;
-    const struct weft_hparams *hp = &m->hp;
+    const struct weft_hparams *hp = weft_model_hparams(m);
     if (hp->head_dim % 32) {
         /* heads are not whole Q8_0 blocks: refused up front, with the reason */
         struct weft_engine_config cfg = {.n_ctx = 256, .kv_type = WEFT_TYPE_Q8_0};

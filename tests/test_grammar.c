@@ -554,7 +554,7 @@ static char *text_of(const struct weft_model *m, const struct gout *o)
 {
     char *s = NULL;
     size_t n;
-    CHECK(weft_detokenize(m->tok, o->ids, o->n, false, &s, &n) == WEFT_OK);
+    CHECK(weft_detokenize(weft_model_tokenizer(m), o->ids, o->n, false, &s, &n) == WEFT_OK);
     return s;
 }
 
@@ -584,7 +584,7 @@ static void engine_json_object_on_smollm2(void)
     struct weft_grammar *g = parse(weft_grammar_json_object);
     int32_t *ids;
     size_t n;
-    CHECK(weft_tokenize(m->tok, CHAT_PROMPT, strlen(CHAT_PROMPT), false, true, &ids, &n) == WEFT_OK);
+    CHECK(weft_tokenize(weft_model_tokenizer(m), CHAT_PROMPT, strlen(CHAT_PROMPT), false, true, &ids, &n) == WEFT_OK);
     memset(gjobs, 0, sizeof gjobs);
     memcpy(gjobs[0].prompt, ids, n * sizeof *ids);
     gjobs[0].n_prompt = (uint32_t)n;
@@ -603,7 +603,7 @@ static void engine_json_object_on_smollm2(void)
     gjobs[5].temperature = 0.8f;
     static const char LONG_PROMPT[] = "<|im_start|>user\nDescribe three cats as a JSON object, with each cat's "
                                       "name, age, colour and favourite foods.<|im_end|>\n<|im_start|>assistant\n";
-    CHECK(weft_tokenize(m->tok, LONG_PROMPT, strlen(LONG_PROMPT), false, true, &ids, &n) == WEFT_OK);
+    CHECK(weft_tokenize(weft_model_tokenizer(m), LONG_PROMPT, strlen(LONG_PROMPT), false, true, &ids, &n) == WEFT_OK);
     memcpy(gjobs[6].prompt, ids, n * sizeof *ids);
     gjobs[6].n_prompt = (uint32_t)n;
     gjobs[6].max_tokens = 64;
@@ -685,7 +685,7 @@ static void engine_json_object_on_smollm2(void)
     if (e) {
         *c = gjobs[0];
         int32_t *w;
-        CHECK(weft_tokenize(m->tok, "Sure", 4, false, false, &w, &n) == WEFT_OK);
+        CHECK(weft_tokenize(weft_model_tokenizer(m), "Sure", 4, false, false, &w, &n) == WEFT_OK);
         c->prompt[c->n_prompt++] = w[0];
         c->sample_pos = 1;
         free(w);

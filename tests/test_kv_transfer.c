@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "core/engine.h"
+#include "core/model_impl.h"
 #include "tests/check.h"
 #include "tools/cli.h"
 
@@ -140,7 +141,7 @@ static void refusals(const struct weft_model *m, const struct weft_model *other,
         weft_engine_free(e);
     }
     /* a Q8_0 cache: refused without conversion; with it, converted and used */
-    bool q8 = m->hp.head_dim % 32 == 0;  /* Q8_0 KV needs whole 32-blocks per head */
+    bool q8 = weft_model_hparams(m)->head_dim % 32 == 0;  /* Q8_0 KV needs whole 32-blocks per head */
     struct weft_engine *q = q8 ? engine(m, WEFT_TYPE_Q8_0, false) : NULL, *qc = q8 ? engine(m, WEFT_TYPE_Q8_0, true) : NULL;
     if (q && qc) {
         uint32_t added = 0;
@@ -270,7 +271,7 @@ static void host_tier_serves_evicted_prefixes(void)
     for (uint32_t i = 0; i < NPFX; i++)
         for (uint32_t k = 0; k < PFX_BLOCKS * 16; k++) {
             r = r * 6364136223846793005ull + 1442695040888963407ull;
-            prompts[i][k] = 2 + (int32_t)((r >> 33) % (m->hp.n_vocab - 2));
+            prompts[i][k] = 2 + (int32_t)((r >> 33) % (weft_model_hparams(m)->n_vocab - 2));
         }
     struct out with[2][NPFX], without[2][NPFX];
     struct weft_engine_stats s_on[2], s_off[2];

@@ -120,7 +120,7 @@ static void batched_sequences_match_single_runs(void)
     CHECK(weft_backend_open("cpu", 2, &be) == WEFT_OK);
     CHECK(weft_model_load(base_path, be, &m) == WEFT_OK);
     if (!m) { weft_backend_close(be); return; }
-    uint32_t V = m->hp.n_vocab;
+    uint32_t V = weft_model_hparams(m)->n_vocab;
     int32_t a[37], b[21];
     for (int i = 0; i < 37; i++) a[i] = (i * 7 + 3) % (int32_t)V;
     for (int i = 0; i < 21; i++) b[i] = (i * 13 + 5) % (int32_t)V;
@@ -143,7 +143,7 @@ static void batched_sequences_match_single_runs(void)
 
     /* together, with interleaved, non-contiguous block tables */
     struct weft_kv_pool kv;
-    CHECK(weft_kv_pool_init(&kv, be, m->hp.n_layer, m->hp.n_head_kv, m->hp.head_dim, 16) == WEFT_OK);
+    CHECK(weft_kv_pool_init(&kv, be, weft_model_hparams(m)->n_layer, weft_model_hparams(m)->n_head_kv, weft_model_hparams(m)->head_dim, 16) == WEFT_OK);
     struct weft_kv_seq sa = {0}, sb = {0};
     for (uint32_t n = 16; n <= 48; n += 16) {
         CHECK(weft_kv_seq_reserve(&kv, &sa, n) == WEFT_OK);

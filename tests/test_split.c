@@ -1,6 +1,7 @@
 /* core/split.h: --split SPEC parsed and its devices opened in core, for
  * every tool alike. */
 #include "core/split.h"
+#include "core/model_impl.h"
 #include "tests/check.h"
 
 #include <string.h>
@@ -60,9 +61,9 @@ static void a_split_places_the_layers(void)
     }
     CHECK(st == WEFT_OK && m);
     if (m) {
-        CHECK_EQ_INT(m->n_parts, 2);
+        CHECK_EQ_INT(weft_model_n_parts(m), 2);
         CHECK_EQ_INT(m->parts[0].n_layer, 2);
-        CHECK_EQ_INT(m->parts[0].n_layer + m->parts[1].n_layer, m->hp.n_layer);
+        CHECK_EQ_INT(m->parts[0].n_layer + m->parts[1].n_layer, weft_model_hparams(m)->n_layer);
         CHECK(m->parts[0].be == s.parts[0].be && m->parts[1].be == s.parts[1].be);
     }
     weft_model_free(m);

@@ -125,7 +125,7 @@ static void long_prompt_is_spread_within_the_target(const char *path, uint32_t l
         CHECK_MSG(0, "cannot load %s", path);
         return;
     }
-    uint32_t vocab = m->hp.n_vocab;
+    uint32_t vocab = weft_model_hparams(m)->n_vocab;
     for (int i = 0; i < N_STREAMS; i++) make_job(&jobs[i], vocab, 8 + 3 * i, 40, 100 + i);
     make_job(&jobs[N_STREAMS], vocab, long_n, 6, 7);
     /* the target: the decode step as this engine measures it, plus 16 prompt
@@ -154,7 +154,7 @@ static void tenant_shares_change_no_output(const char *path)
     struct weft_backend *be;
     struct weft_model *m = load(&be, path);
     if (!m) return;
-    uint32_t vocab = m->hp.n_vocab;
+    uint32_t vocab = weft_model_hparams(m)->n_vocab;
     enum { N = 12 };
     static struct job tj[N];
     static struct out shared[N], single[N];

@@ -150,12 +150,12 @@ int weft_cmd_bench(int argc, char **argv)
         goto out;
     }
     const char *name = "";
-    weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
+    weft_gguf_get_str(weft_model_gguf(m), "general.name", &name, NULL);
     double wbytes = weft_bench_weight_bytes_per_token(m);
     results = json_array();
     if (!o.json) {
         printf("model: %s (%s, %.1f MiB of weights read per token), device %s, %d threads\n", name,
-               weft_type_name(m->ftype), wbytes / 1048576.0, o.device, threads);
+               weft_type_name(weft_model_ftype(m)), wbytes / 1048576.0, o.device, threads);
         printf("memory read bandwidth: %.1f GB/s (median of 3)\n\n", bw);
         printf("| %-6s | %12s | %15s | %9s | %14s |\n", "test", "t/s median", "t/s mean ± sd", "GB/s", "of membw");
         printf("|--------|--------------|-----------------|-----------|----------------|\n");
@@ -189,7 +189,7 @@ int weft_cmd_bench(int argc, char **argv)
         }
     }
     if (o.json) {
-        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:o}", "model", name, "type", weft_type_name(m->ftype),
+        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:o}", "model", name, "type", weft_type_name(weft_model_ftype(m)),
                                  "weight_bytes_per_token", wbytes, "threads", threads, "membw_gbs", bw,
                                  "results", results);
         results = NULL;

@@ -103,13 +103,7 @@ struct bench_stats weft_bench_summarize(double *v, int n)
 
 double weft_bench_weight_bytes_per_token(const struct weft_model *m)
 {
-    double b = (double)m->output.ne1 * m->output.nb1;
-    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
-        const struct weft_layer_weights *L = &m->layers[l];
-        const struct weft_view *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) b += (double)w[i]->ne1 * w[i]->nb1;
-    }
-    return b;
+    return (double)weft_model_bytes_per_token(m);
 }
 
 int weft_bench_parse_list(const char *s, int *out, int max)
@@ -140,7 +134,7 @@ int weft_bench_session_open(const struct weft_model *m, int max_n, int batch, st
     uint64_t x = 0x9e3779b97f4a7c15ull;  /* fixed pseudo-random ids, as llama-bench */
     for (int i = 0; i <= max_n; i++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-        (*toks)[i] = (int32_t)(x % m->hp.n_vocab);
+        (*toks)[i] = (int32_t)(x % weft_model_hparams(m)->n_vocab);
     }
     return 0;
 }

@@ -91,7 +91,7 @@ static int run_level(struct weft_engine *e, const struct weft_model *m, uint32_t
     for (uint32_t i = 0; i < conc; i++) {
         for (uint32_t k = 0; k < pp; k++) {  /* distinct prompts: no prefix-cache hits */
             x ^= x << 13; x ^= x >> 7; x ^= x << 17;
-            prompt[k] = (int32_t)(x % m->hp.n_vocab);
+            prompt[k] = (int32_t)(x % weft_model_hparams(m)->n_vocab);
         }
         struct weft_request rq = {.prompt = prompt, .n_prompt = pp, .max_tokens = tg, .ignore_eos = true,
                                   .cb = on_event, .user = &reqs[i]};
@@ -269,10 +269,10 @@ int weft_bench_concurrency(const struct cli_opts *o, const struct weft_model *m,
         return 2;
     }
     const char *name = "";
-    weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
+    weft_gguf_get_str(weft_model_gguf(m), "general.name", &name, NULL);
     if (!o->json) {
         printf("model: %s (%s), device %s, %d threads; %d-token prompts, %d new tokens each, %d runs per level\n\n",
-               name, weft_type_name(m->ftype), o->device, threads, pp, tg, reps);
+               name, weft_type_name(weft_model_ftype(m)), o->device, threads, pp, tg, reps);
         printf("| %11s | %15s | %18s | %15s | %24s | %8s | %12s | %11s | %8s | %8s |\n", "concurrency",
                "gen t/s median", "gen t/s mean ± sd", "TTFT p50/p99 ms", "ITL p50/p90/p99 ms", "ITL max",
                "decode t/s", "tok/step", "gen vs 1", "dec vs 1");
@@ -287,7 +287,7 @@ int weft_bench_concurrency(const struct cli_opts *o, const struct weft_model *m,
         json_t *results = json_array();
         print_levels(o, lv, n_levels, results);
         if (o->json) {
-            json_t *root = json_pack("{s:s,s:s,s:i,s:i,s:i,s:o}", "model", name, "type", weft_type_name(m->ftype),
+            json_t *root = json_pack("{s:s,s:s,s:i,s:i,s:i,s:o}", "model", name, "type", weft_type_name(weft_model_ftype(m)),
                                      "threads", threads, "prompt_tokens", pp, "new_tokens", tg, "results", results);
             char *str = json_dumps(root, JSON_REAL_PRECISION(6));
             if (str) puts(str);

@@ -212,9 +212,9 @@ static void measure(const struct cli_opts *o, const struct bench_devices_args *a
     if (weft_cli_open(&od, &be, &m)) { weft_cli_progress_clear(); fail(d, "cannot load the model"); return; }
     weft_cli_progress_clear();
     const char *name = "";
-    weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
+    weft_gguf_get_str(weft_model_gguf(m), "general.name", &name, NULL);
     snprintf(md->name, sizeof md->name, "%s", *name ? name : "model");
-    md->type = weft_type_name(m->ftype);
+    md->type = weft_type_name(weft_model_ftype(m));
     md->wbytes = weft_bench_weight_bytes_per_token(m);
     struct weft_session *s = NULL;
     int32_t *toks = NULL;

@@ -90,7 +90,7 @@ static weft_status chat_generate(struct chat_state *cs, const int32_t *prompt, s
     r->n_prompt = n_prompt;
     for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(cs->smp, prompt[i]);
     struct weft_stop stop;
-    struct weft_stop_cfg scfg = {.tok = cs->m->tok, .strings = cs->stops, .n_strings = cs->n_stops,
+    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(cs->m), .strings = cs->stops, .n_strings = cs->n_stops,
                                  .continues_prompt = true};
     if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
     struct weft_stop_step step;
@@ -138,7 +138,7 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     int rc = 1;
     struct gen_result r = {0};
     if (weft_chat_render(st->style, c->msgs, c->n, true, &text) != WEFT_OK) { weft_cli_fail("chat template"); goto out; }
-    if (weft_tokenize(st->m->tok, text, strlen(text), true, true, &ids, &n) != WEFT_OK) { weft_cli_fail("tokenize"); goto out; }
+    if (weft_tokenize(weft_model_tokenizer(st->m), text, strlen(text), true, true, &ids, &n) != WEFT_OK) { weft_cli_fail("tokenize"); goto out; }
     if (n >= weft_session_n_ctx(st->s)) {
         fprintf(stderr, "weft: conversation is %zu tokens, the context holds %u\n", n, weft_session_n_ctx(st->s));
         goto out;
@@ -209,14 +209,14 @@ int weft_cmd_chat(int argc, char **argv)
     struct conv c = {0};
     struct chat_state st = {.m = m, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
     const char *tmpl = NULL;
-    weft_gguf_get_str(m->gguf, "tokenizer.chat_template", &tmpl, NULL);
+    weft_gguf_get_str(weft_model_gguf(m), "tokenizer.chat_template", &tmpl, NULL);
     st.style = weft_chat_detect(tmpl);
     /* Like llama.cpp's built-in templates, no system message unless asked:
      * --template-system adds the one the Jinja template would inject. */
     if (!system && template_system) system = weft_chat_default_system(tmpl);
     if (system && conv_add(&c, "system", system)) goto out;
-    if (weft_session_init(m, o.n_ctx ? (uint32_t)o.n_ctx : m->hp.n_ctx_train, (uint32_t)o.batch, &st.s) != WEFT_OK ||
-        weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
+    if (weft_session_init(m, o.n_ctx ? (uint32_t)o.n_ctx : weft_model_hparams(m)->n_ctx_train, (uint32_t)o.batch, &st.s) != WEFT_OK ||
+        weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &st.smp) != WEFT_OK) {
         weft_cli_fail("cannot start chat");
         goto out;
     }
@@ -255,7 +255,7 @@ int weft_cmd_chat(int argc, char **argv)
             weft_session_reset(st.s);
             weft_sampler_free(st.smp);
             st.smp = NULL;
-            if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &st.smp) != WEFT_OK) {
+            if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &st.smp) != WEFT_OK) {
                 weft_cli_fail("cannot restart the sampler");
                 free(line);
                 goto out;

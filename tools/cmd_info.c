@@ -78,27 +78,27 @@ int weft_cmd_info(int argc, char **argv)
         free(def);
         return 1;
     }
-    const struct weft_hparams *hp = &m->hp;
+    const struct weft_hparams *hp = weft_model_hparams(m);
     const char *name = "";
-    weft_gguf_get_str(m->gguf, "general.name", &name, NULL);
-    printf("file:        %s (GGUF v%u, %zu bytes)\n", path, weft_gguf_version(m->gguf), weft_gguf_file_size(m->gguf));
+    weft_gguf_get_str(weft_model_gguf(m), "general.name", &name, NULL);
+    printf("file:        %s (GGUF v%u, %zu bytes)\n", path, weft_gguf_version(weft_model_gguf(m)), weft_gguf_file_size(weft_model_gguf(m)));
     printf("name:        %s\n", name);
-    printf("arch:        %s, %.1fM params, weights mostly %s (%.1f MiB)\n", hp->arch, m->n_params / 1e6,
-           weft_type_name(m->ftype), m->weight_bytes / 1048576.0);
+    printf("arch:        %s, %.1fM params, weights mostly %s (%.1f MiB)\n", hp->arch, weft_model_n_params(m) / 1e6,
+           weft_type_name(weft_model_ftype(m)), weft_model_weight_bytes(m) / 1048576.0);
     printf("layers %u, embd %u, heads %u (kv %u, head_dim %u), ff %u, vocab %u, ctx %u\n", hp->n_layer, hp->n_embd,
            hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab, hp->n_ctx_train);
     printf("rope: base %g, scale %g, dims %u; rms eps %g; output head %s\n", hp->rope_freq_base, hp->rope_freq_scale,
            hp->n_rot, hp->rms_eps, hp->tied_output ? "tied to token_embd" : "separate");
     const char *tm = "?";
-    weft_gguf_get_str(m->gguf, "tokenizer.ggml.model", &tm, NULL);
-    printf("tokenizer:   %s, bos %d, eos %d, add_bos %s\n", tm, weft_tokenizer_bos(m->tok), weft_tokenizer_eos(m->tok),
-           weft_tokenizer_add_bos(m->tok) ? "yes" : "no");
-    printf("tensors:     %lld, metadata keys: %lld\n", (long long)weft_gguf_n_tensors(m->gguf), (long long)weft_gguf_n_kv(m->gguf));
+    weft_gguf_get_str(weft_model_gguf(m), "tokenizer.ggml.model", &tm, NULL);
+    printf("tokenizer:   %s, bos %d, eos %d, add_bos %s\n", tm, weft_tokenizer_bos(weft_model_tokenizer(m)), weft_tokenizer_eos(weft_model_tokenizer(m)),
+           weft_tokenizer_add_bos(weft_model_tokenizer(m)) ? "yes" : "no");
+    printf("tensors:     %lld, metadata keys: %lld\n", (long long)weft_gguf_n_tensors(weft_model_gguf(m)), (long long)weft_gguf_n_kv(weft_model_gguf(m)));
     char fp[WEFT_FINGERPRINT_STR];
-    weft_fingerprint_str(&m->fingerprint, fp);
+    weft_fingerprint_str(weft_model_fingerprint(m), fp);
     printf("fingerprint: %s\n", fp);
     if (all)
-        for (int64_t i = 0; i < weft_gguf_n_kv(m->gguf); i++) print_kv(m->gguf, i);
+        for (int64_t i = 0; i < weft_gguf_n_kv(weft_model_gguf(m)); i++) print_kv(weft_model_gguf(m), i);
     weft_model_free(m);
     weft_backend_close(be);
     free(def);

@@ -152,20 +152,20 @@ int weft_cmd_run(int argc, char **argv)
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     struct gen_result r = {0};
-    if (weft_tokenize(m->tok, o.prompt, strlen(o.prompt), !o.no_bos, o.parse_special, &prompt, &n_prompt) != WEFT_OK) {
+    if (weft_tokenize(weft_model_tokenizer(m), o.prompt, strlen(o.prompt), !o.no_bos, o.parse_special, &prompt, &n_prompt) != WEFT_OK) {
         weft_cli_fail("cannot tokenize the prompt");
         goto out;
     }
     if (n_prompt == 0) { fprintf(stderr, "weft: the prompt has no tokens (and no BOS)\n"); goto out; }
-    uint32_t n_ctx = o.n_ctx ? (uint32_t)o.n_ctx : m->hp.n_ctx_train;
+    uint32_t n_ctx = o.n_ctx ? (uint32_t)o.n_ctx : weft_model_hparams(m)->n_ctx_train;
     if (n_prompt > n_ctx) {
         fprintf(stderr, "weft: prompt is %zu tokens, longer than the context of %u (-c to change)\n", n_prompt, n_ctx);
         goto out;
     }
     if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { weft_cli_fail("cannot create session"); goto out; }
-    if (weft_sampler_init(&o.sp, (int32_t)m->hp.n_vocab, &smp) != WEFT_OK) { weft_cli_fail("bad sampling options"); goto out; }
+    if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &smp) != WEFT_OK) { weft_cli_fail("bad sampling options"); goto out; }
     if (g) {
-        if (weft_grammar_vocab_create(m->tok, 0, &gv) != WEFT_OK || weft_grammar_state_new(g, gv, &gr.st) != WEFT_OK ||
+        if (weft_grammar_vocab_create(weft_model_tokenizer(m), 0, &gv) != WEFT_OK || weft_grammar_state_new(g, gv, &gr.st) != WEFT_OK ||
             !(gr.mask = malloc(weft_grammar_mask_words(gv) * sizeof *gr.mask))) {
             weft_cli_fail("cannot set up the grammar");
             goto out;

@@ -70,7 +70,7 @@ weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model
     for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(smp, prompt[i]);
 
     struct weft_stop stop;
-    struct weft_stop_cfg scfg = {.tok = m->tok, .strings = stops, .n_strings = n_stops,
+    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(m), .strings = stops, .n_strings = n_stops,
                                  .continues_prompt = true};  /* keep the generation's leading space */
     if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
     struct weft_stop_step step;
@@ -79,7 +79,7 @@ weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model
         struct weft_sample smpl;
         if (gr && weft_grammar_finished(gr->st)) { r->stopped_grammar = true; break; }
         if ((st = draw(smp, logits, gr, &smpl)) != WEFT_OK) break;
-        if (gr && !weft_tokenizer_is_eog(m->tok, smpl.id)) {
+        if (gr && !weft_tokenizer_is_eog(weft_model_tokenizer(m), smpl.id)) {
             double t0g = weft_cli_now_ms();
             st = weft_grammar_advance(gr->st, smpl.id);
             gr->grammar_ms += weft_cli_now_ms() - t0g;
