@@ -1,4 +1,5 @@
 #version 450
+#include "weft_blocks.glsl"  /* core/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP f16x:-DKV_F16,-DEXACT
 // ATTENTION over the paged F16 KV cache: one workgroup per (head, row),
 // causal over positions 0..pos[row] of the row's sequence through its block
@@ -131,7 +132,7 @@ uint k_word(uint blocks, uint pp, uint kvh, uint tok_words, uint layer_words)
 {
     const uint blk = uint(bt[blocks + pp / 16u]);
 #ifdef KV_Q8_0
-    const uint head_units = p.hd / 32u * 34u;
+    const uint head_units = p.hd / WEFT_QK32 * WEFT_BSZ_Q8_0;
 #else
     const uint head_units = p.hd / 2u;
 #endif
@@ -145,7 +146,7 @@ void main()
     const uint kvh = h / (p.n_head / p.n_kv);
     const uint hw = p.hd / 2u;
 #ifdef KV_Q8_0
-    const uint tok_words = p.n_kv * (p.hd / 32u) * 34u, layer_words = 16u * tok_words;  // bytes
+    const uint tok_words = p.n_kv * (p.hd / WEFT_QK32) * WEFT_BSZ_Q8_0, layer_words = 16u * tok_words;  // bytes
 #else
     const uint tok_words = p.n_kv * hw, layer_words = 16u * tok_words;
 #endif
@@ -185,10 +186,10 @@ void main()
                 float dot = 0.0;
 #ifdef KV_Q8_0
                 for (uint b = 0u; b < p.hd / 32u; b++) {
-                    const uint base = kw + 34u * b;
+                    const uint base = kw + WEFT_BSZ_Q8_0 * b;
                     int isum = 0;
                     for (uint j = 0u; j < 32u; j += 2u) {
-                        const ivec2 kk = ivec2(rd_i8x2(base + 2u + j));
+                        const ivec2 kk = ivec2(rd_i8x2(base + WEFT_BOFF_Q8_0_QS + j));
                         isum += kk.x * qi[32u * b + j] + kk.y * qi[32u * b + j + 1u];
                     }
                     dot += float(isum) * (unpackHalf2x16(rd_u16(base)).x * qd[b]);
@@ -244,8 +245,8 @@ void main()
                 vec2 a = acc[j] * corr;
                 for (uint u = 0u; u < n_tile; u++) {
                     const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
-                    const uint vbase = vw + (2u * pi / 32u) * 34u;
-                    a += es[u] * (unpackHalf2x16(rd_u16(vbase)).x * rd_i8x2(vbase + 2u + (2u * pi) % 32u));
+                    const uint vbase = vw + (2u * pi / WEFT_QK32) * WEFT_BSZ_Q8_0;
+                    a += es[u] * (unpackHalf2x16(rd_u16(vbase)).x * rd_i8x2(vbase + WEFT_BOFF_Q8_0_QS + (2u * pi) % WEFT_QK32));
                 }
                 acc[j] = a;
             }

@@ -1,5 +1,7 @@
 /* Weight dequantization for the Vulkan shaders: ggml's block layouts,
- * byte-exact with core/types.h.
+ * byte-exact with core/types.h, whose structs give every size and offset
+ * here (weft_blocks.glsl, generated at build time by
+ * shaders/gen_block_layout.c).
  *
  * The including shader
  *   - #defines DQ_WORD(i): uint word i (32-bit, little-endian) of the
@@ -24,6 +26,8 @@
  * too; dq_u32 joins two words when it straddles them. */
 #ifndef WEFT_DEQUANT_GLSL
 #define WEFT_DEQUANT_GLSL
+
+#include "weft_blocks.glsl"
 
 #ifndef DQ_WORD
 #error "define DQ_WORD(i) before including dequant.glsl"
@@ -102,139 +106,139 @@ vec4 dq_get4(uint row, uint i)
 
 #elif defined(TYPE_Q8_0)
 /* d: f16, qs: int8[32]; x = d * q */
-#define DQ_QK 32u
-#define DQ_QB 34u
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_Q8_0
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 34u;
-    return dq_f16(b) * float(dq_i8(b + 2u + i % 32u));
+    uint b = row + (i / DQ_QK) * DQ_QB;
+    return dq_f16(b) * float(dq_i8(b + WEFT_BOFF_Q8_0_QS + i % DQ_QK));
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 34u;
-    return dq_f16(b) * dq_i8x4(dq_u32(b + 2u + i % 32u));
+    uint b = row + (i / DQ_QK) * DQ_QB;
+    return dq_f16(b) * dq_i8x4(dq_u32(b + WEFT_BOFF_Q8_0_QS + i % DQ_QK));
 }
 
 #elif defined(TYPE_Q4_0)
 /* d: f16, qs[16]: element j < 16 in the low nibble of qs[j], j >= 16 in the
  * high nibble of qs[j - 16]; x = d * (q - 8) */
-#define DQ_QK 32u
-#define DQ_QB 18u
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_Q4_0
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 18u, j = i % 32u;
-    uint q = (dq_u8(b + 2u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = (dq_u8(b + WEFT_BOFF_Q4_0_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
     return dq_f16(b) * (float(q) - 8.0);
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 18u, j = i % 32u;
-    return dq_f16(b) * (dq_nib4(dq_u32(b + 2u + (j & 15u)), (j & 16u) >> 2) - 8.0);
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    return dq_f16(b) * (dq_nib4(dq_u32(b + WEFT_BOFF_Q4_0_QS + (j & 15u)), (j & 16u) >> 2) - 8.0);
 }
 
 #elif defined(TYPE_Q4_1)
 /* d, m: f16, qs[16] as Q4_0; x = d * q + m */
-#define DQ_QK 32u
-#define DQ_QB 20u
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_Q4_1
 #ifdef DQ_SPLIT_MIN
 #define DQ_M(b) 0.0
-float dq_min(uint row, uint blk) { return dq_f16(row + blk * 20u + 2u); }
+float dq_min(uint row, uint blk) { return dq_f16(row + blk * DQ_QB + WEFT_BOFF_Q4_1_M); }
 #else
-#define DQ_M(b) dq_f16((b) + 2u)
+#define DQ_M(b) dq_f16((b) + WEFT_BOFF_Q4_1_M)
 #endif
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 20u, j = i % 32u;
-    uint q = (dq_u8(b + 4u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = (dq_u8(b + WEFT_BOFF_Q4_1_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
     return dq_f16(b) * float(q) + DQ_M(b);
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 20u, j = i % 32u;
-    return dq_f16(b) * dq_nib4(dq_u32(b + 4u + (j & 15u)), (j & 16u) >> 2) + DQ_M(b);
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    return dq_f16(b) * dq_nib4(dq_u32(b + WEFT_BOFF_Q4_1_QS + (j & 15u)), (j & 16u) >> 2) + DQ_M(b);
 }
 
 #elif defined(TYPE_Q5_0)
 /* d: f16, qh: u32 (bit j = 5th bit of element j), qs[16] as Q4_0;
  * x = d * (q - 16) */
-#define DQ_QK 32u
-#define DQ_QB 22u
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_Q5_0
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 22u, j = i % 32u;
-    uint q = ((dq_u8(b + 6u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + 2u) >> j) & 1u) << 4);
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = ((dq_u8(b + WEFT_BOFF_Q5_0_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + WEFT_BOFF_Q5_0_QH) >> j) & 1u) << 4);
     return dq_f16(b) * (float(q) - 16.0);
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 22u, j = i % 32u;
-    uint hb = (dq_u32(b + 2u) >> j) & 15u; /* 5th bits of j..j+3 */
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint hb = (dq_u32(b + WEFT_BOFF_Q5_0_QH) >> j) & 15u; /* 5th bits of j..j+3 */
     vec4 h = vec4(hb & 1u, (hb >> 1) & 1u, (hb >> 2) & 1u, hb >> 3) * 16.0;
-    return dq_f16(b) * (dq_nib4(dq_u32(b + 6u + (j & 15u)), (j & 16u) >> 2) + h - 16.0);
+    return dq_f16(b) * (dq_nib4(dq_u32(b + WEFT_BOFF_Q5_0_QS + (j & 15u)), (j & 16u) >> 2) + h - 16.0);
 }
 
 #elif defined(TYPE_Q5_1)
 /* d, m: f16, qh: u32, qs[16]; x = d * q + m */
-#define DQ_QK 32u
-#define DQ_QB 24u
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_Q5_1
 #ifdef DQ_SPLIT_MIN
 #define DQ_M(b) 0.0
-float dq_min(uint row, uint blk) { return dq_f16(row + blk * 24u + 2u); }
+float dq_min(uint row, uint blk) { return dq_f16(row + blk * DQ_QB + WEFT_BOFF_Q5_1_M); }
 #else
-#define DQ_M(b) dq_f16((b) + 2u)
+#define DQ_M(b) dq_f16((b) + WEFT_BOFF_Q5_1_M)
 #endif
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 24u, j = i % 32u;
-    uint q = ((dq_u8(b + 8u + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + 4u) >> j) & 1u) << 4);
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = ((dq_u8(b + WEFT_BOFF_Q5_1_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u) | (((dq_u32(b + WEFT_BOFF_Q5_1_QH) >> j) & 1u) << 4);
     return dq_f16(b) * float(q) + DQ_M(b);
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 32u) * 24u, j = i % 32u;
-    uint hb = (dq_u32(b + 4u) >> j) & 15u;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint hb = (dq_u32(b + WEFT_BOFF_Q5_1_QH) >> j) & 15u;
     vec4 h = vec4(hb & 1u, (hb >> 1) & 1u, (hb >> 2) & 1u, hb >> 3) * 16.0;
-    return dq_f16(b) * (dq_nib4(dq_u32(b + 8u + (j & 15u)), (j & 16u) >> 2) + h) + DQ_M(b);
+    return dq_f16(b) * (dq_nib4(dq_u32(b + WEFT_BOFF_Q5_1_QS + (j & 15u)), (j & 16u) >> 2) + h) + DQ_M(b);
 }
 
 #elif defined(TYPE_Q4_K)
 /* d, dmin: f16, scales[12], qs[128]. Element j: group g = j/64, half
  * h = (j/32)&1, l = j%32: nibble h of qs[32g + l], sub-block 2g + h;
  * x = d * sc * q - dmin * m */
-#define DQ_QK 256u
-#define DQ_QB 144u
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_Q4_K
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 144u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
-    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
-    uint q = (dq_u8(b + 16u + 32u * g + l) >> (4u * h)) & 15u;
-    return dq_f16(b) * sm.x * float(q) - dq_f16(b + 2u) * sm.y;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + WEFT_BOFF_Q4_K_SCALES, 2u * g + h);
+    uint q = (dq_u8(b + WEFT_BOFF_Q4_K_QS + 32u * g + l) >> (4u * h)) & 15u;
+    return dq_f16(b) * sm.x * float(q) - dq_f16(b + WEFT_BOFF_Q4_K_DMIN) * sm.y;
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 144u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
-    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
-    return dq_f16(b) * sm.x * dq_nib4(dq_u32(b + 16u + 32u * g + l), 4u * h) - dq_f16(b + 2u) * sm.y;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + WEFT_BOFF_Q4_K_SCALES, 2u * g + h);
+    return dq_f16(b) * sm.x * dq_nib4(dq_u32(b + WEFT_BOFF_Q4_K_QS + 32u * g + l), 4u * h) - dq_f16(b + WEFT_BOFF_Q4_K_DMIN) * sm.y;
 }
 
 #elif defined(TYPE_Q5_K)
 /* d, dmin: f16, scales[12], qh[32], qs[128]: as Q4_K, the 5th bit of
  * element j is bit 2g + h of qh[l] */
-#define DQ_QK 256u
-#define DQ_QB 176u
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_Q5_K
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 176u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
-    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
-    uint q = ((dq_u8(b + 48u + 32u * g + l) >> (4u * h)) & 15u) | (((dq_u8(b + 16u + l) >> (2u * g + h)) & 1u) << 4);
-    return dq_f16(b) * sm.x * float(q) - dq_f16(b + 2u) * sm.y;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + WEFT_BOFF_Q5_K_SCALES, 2u * g + h);
+    uint q = ((dq_u8(b + WEFT_BOFF_Q5_K_QS + 32u * g + l) >> (4u * h)) & 15u) | (((dq_u8(b + WEFT_BOFF_Q5_K_QH + l) >> (2u * g + h)) & 1u) << 4);
+    return dq_f16(b) * sm.x * float(q) - dq_f16(b + WEFT_BOFF_Q5_K_DMIN) * sm.y;
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 176u, j = i % 256u, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
-    vec2 sm = dq_scale_min_k4(b + 4u, 2u * g + h);
-    vec4 q = dq_nib4(dq_u32(b + 48u + 32u * g + l), 4u * h) + 16.0 * dq_bit4(dq_u32(b + 16u + l), 2u * g + h);
-    return dq_f16(b) * sm.x * q - dq_f16(b + 2u) * sm.y;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, g = j / 64u, h = (j / 32u) & 1u, l = j % 32u;
+    vec2 sm = dq_scale_min_k4(b + WEFT_BOFF_Q5_K_SCALES, 2u * g + h);
+    vec4 q = dq_nib4(dq_u32(b + WEFT_BOFF_Q5_K_QS + 32u * g + l), 4u * h) + 16.0 * dq_bit4(dq_u32(b + WEFT_BOFF_Q5_K_QH + l), 2u * g + h);
+    return dq_f16(b) * sm.x * q - dq_f16(b + WEFT_BOFF_Q5_K_DMIN) * sm.y;
 }
 
 #elif defined(TYPE_Q6_K)
@@ -242,24 +246,27 @@ vec4 dq_get4(uint row, uint i)
  * quarter t = (j%128)/32, l = j%32: low 4 bits in nibble t>>1 of
  * ql[64n + 32(t&1) + l], high 2 bits at bit 2t of qh[32n + l], scale
  * scales[8n + 2t + l/16]; x = d * sc * (q - 32) */
-#define DQ_QK 256u
-#define DQ_QB 210u
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_Q6_K
+#ifndef WEFT_Q6_K_QL_FIRST
+#error "dequant.glsl reads Q6_K's ql at the block's start"
+#endif
 float dq_get(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 210u, j = i % 256u, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
     uint lo = (dq_u8(b + 64u * n + 32u * (t & 1u) + l) >> (4u * (t >> 1))) & 15u;
-    uint hi = (dq_u8(b + 128u + 32u * n + l) >> (2u * t)) & 3u;
-    float sc = float(dq_i8(b + 192u + 8u * n + 2u * t + l / 16u));
-    return dq_f16(b + 208u) * sc * (float(lo | (hi << 4)) - 32.0);
+    uint hi = (dq_u8(b + WEFT_BOFF_Q6_K_QH + 32u * n + l) >> (2u * t)) & 3u;
+    float sc = float(dq_i8(b + WEFT_BOFF_Q6_K_SCALES + 8u * n + 2u * t + l / 16u));
+    return dq_f16(b + WEFT_BOFF_Q6_K_D) * sc * (float(lo | (hi << 4)) - 32.0);
 }
 vec4 dq_get4(uint row, uint i)
 {
-    uint b = row + (i / 256u) * 210u, j = i % 256u, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, n = j / 128u, t = (j % 128u) / 32u, l = j % 32u;
     vec4 lo = dq_nib4(dq_u32(b + 64u * n + 32u * (t & 1u) + l), 4u * (t >> 1));
-    uint hu = (dq_u32(b + 128u + 32u * n + l) >> (2u * t)) & 0x03030303u;
+    uint hu = (dq_u32(b + WEFT_BOFF_Q6_K_QH + 32u * n + l) >> (2u * t)) & 0x03030303u;
     vec4 hi = vec4(hu & 0xffu, (hu >> 8) & 0xffu, (hu >> 16) & 0xffu, hu >> 24);
-    float sc = float(dq_i8(b + 192u + 8u * n + 2u * t + l / 16u));
-    return dq_f16(b + 208u) * sc * (lo + 16.0 * hi - 32.0);
+    float sc = float(dq_i8(b + WEFT_BOFF_Q6_K_SCALES + 8u * n + 2u * t + l / 16u));
+    return dq_f16(b + WEFT_BOFF_Q6_K_D) * sc * (lo + 16.0 * hi - 32.0);
 }
 
 #else

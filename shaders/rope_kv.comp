@@ -1,4 +1,5 @@
 #version 450
+#include "weft_blocks.glsl"  /* core/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 q8_0:-DKV_Q8_0 f16x:-DKV_F16,-DROPE_TABLE q8_0x:-DKV_Q8_0,-DROPE_TABLE
 // ROPE_KV, one workgroup per batch row (rows strided by the group count):
 //  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
@@ -132,7 +133,7 @@ void main()
         const uint sl = uint(slot[p.slot_off + r]);
         const uint kb = p.k_off + r * p.k_rs, vb = p.v_off + r * p.v_rs;
 #ifdef KV_Q8_0
-        const uint nb = p.n_kv * p.hd / 32u, tok_bytes = nb * 34u, layer_bytes = 16u * tok_bytes;
+        const uint nb = p.n_kv * p.hd / WEFT_QK32, tok_bytes = nb * WEFT_BSZ_Q8_0, layer_bytes = 16u * tok_bytes;
         const uint kbyte = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_bytes + (sl % 16u) * tok_bytes;
         for (uint w = t; w < 2u * nb; w += 64u) {
             const bool is_v = w >= nb;
@@ -142,13 +143,13 @@ void main()
             for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(is_v ? v[src + j] : k[src + j]));
             const float d = amax / 127.0;
             const float id = d != 0.0 ? 1.0 / d : 0.0;
-            const uint dst = kbyte + (is_v ? layer_bytes : 0u) + 34u * b;
+            const uint dst = kbyte + (is_v ? layer_bytes : 0u) + WEFT_BSZ_Q8_0 * b;
             put_u16(dst, packHalf2x16(vec2(d, 0.0)));
             for (uint j = 0u; j < 32u; j += 2u) {
                 precise float x0 = (is_v ? v[src + j] : k[src + j]) * id;
                 precise float x1 = (is_v ? v[src + j + 1u] : k[src + j + 1u]) * id;
                 const int q0 = round_away(x0), q1 = round_away(x1);
-                put_u16(dst + 2u + j, (uint(q0) & 0xffu) | ((uint(q1) & 0xffu) << 8));
+                put_u16(dst + WEFT_BOFF_Q8_0_QS + j, (uint(q0) & 0xffu) | ((uint(q1) & 0xffu) << 8));
             }
         }
 #else
