@@ -11,8 +11,10 @@
  * Each test runs once to warm up, then -r times; mean ± stdev and median of
  * tokens/s are reported. Bandwidth: bytes of weights one decode step reads
  * (every matmul weight and the output head) × tg tokens/s, and its ratio to
- * the read bandwidth --membw measures (a multi-threaded streaming read of a
- * buffer much larger than the caches). */
+ * the device's memory bandwidth: for the CPU (and lavapipe) the read
+ * bandwidth --membw measures (a multi-threaded streaming read of a buffer
+ * much larger than the caches); for a GPU WEFT_<BACKEND>_BW_GBS or the
+ * datasheet table (bench_devices.c); n/a when neither knows it. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,11 +154,36 @@ int weft_cmd_bench(int argc, char **argv)
     const char *name = "";
     weft_gguf_get_str(weft_model_gguf(m), "general.name", &name, NULL);
     double wbytes = weft_bench_weight_bytes_per_token(m);
+    /* what the weight reads compare to: the device's memory (the host's,
+     * measured, for the CPU and lavapipe); none for a split */
+    double dev_bw = 0;
+    const char *bw_src = NULL;
+    char dev_name[128] = "";
+    if (!o.split) {
+        char bname[32];
+        snprintf(bname, sizeof bname, "%s", o.device);
+        char *colon = strchr(bname, ':');
+        int idx = colon ? atoi(colon + 1) : 0;
+        if (colon) *colon = '\0';
+        const struct weft_backend_iface *bi = weft_backend_find(bname);
+        struct weft_device_info infos[16];
+        int nd = bi ? bi->devices(infos, 16, NULL) : 0;
+        if (idx >= 0 && idx < nd) snprintf(dev_name, sizeof dev_name, "%s", infos[idx].name);
+        dev_bw = weft_bench_device_bandwidth(bname, dev_name, bw, &bw_src);
+    }
     results = json_array();
     if (!o.json) {
         printf("model: %s (%s, %.1f MiB of weights read per token), device %s, %d threads\n", name,
                weft_type_name(weft_model_ftype(m)), wbytes / 1048576.0, o.device, threads);
-        printf("memory read bandwidth: %.1f GB/s (median of 3)\n\n", bw);
+        if (dev_bw > 0 && bw_src && !strcmp(bw_src, "measured"))
+            printf("memory read bandwidth: %.1f GB/s (median of 3)\n\n", bw);
+        else if (dev_bw > 0)
+            printf("memory bandwidth of %s: %.1f GB/s (%s)\n\n", dev_name, dev_bw,
+                   !strcmp(bw_src, "env") ? "WEFT_<BACKEND>_BW_GBS" : "datasheet table");
+        else if (o.split)
+            printf("memory bandwidth: n/a for a split over several devices\n\n");
+        else
+            printf("memory bandwidth of %s: unknown (set WEFT_<BACKEND>_BW_GBS)\n\n", dev_name);
         printf("| %-6s | %12s | %15s | %9s | %14s |\n", "test", "t/s median", "t/s mean ± sd", "GB/s", "of membw");
         printf("|--------|--------------|-----------------|-----------|----------------|\n");
         fflush(stdout);
@@ -176,12 +203,16 @@ int weft_cmd_bench(int argc, char **argv)
                                       "tps_mean", st.mean, "tps_sd", st.sd);
                 if (pass) {
                     json_object_set_new(e, "weight_gbs", json_real(gbs));
-                    json_object_set_new(e, "membw_ratio", json_real(bw > 0 ? gbs / bw : 0));
+                    json_object_set_new(e, "membw_ratio", json_real(dev_bw > 0 ? gbs / dev_bw : 0));
                 }
                 json_array_append_new(results, e);
             } else if (pass) {
-                printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9.1f | %13.0f%% |\n", test, st.median, st.mean, st.sd, gbs,
-                       bw > 0 ? 100 * gbs / bw : 0);
+                if (dev_bw > 0)
+                    printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9.1f | %13.0f%% |\n", test, st.median, st.mean, st.sd, gbs,
+                           100 * gbs / dev_bw);
+                else
+                    printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9.1f | %14s |\n", test, st.median, st.mean, st.sd, gbs,
+                           "n/a");
             } else {
                 printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9s | %14s |\n", test, st.median, st.mean, st.sd, "", "");
             }
@@ -189,9 +220,9 @@ int weft_cmd_bench(int argc, char **argv)
         }
     }
     if (o.json) {
-        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:o}", "model", name, "type", weft_type_name(weft_model_ftype(m)),
-                                 "weight_bytes_per_token", wbytes, "threads", threads, "membw_gbs", bw,
-                                 "results", results);
+        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:f,s:o}", "model", name, "type",
+                                 weft_type_name(weft_model_ftype(m)), "weight_bytes_per_token", wbytes, "threads",
+                                 threads, "membw_gbs", bw, "device_bw_gbs", dev_bw, "results", results);
         results = NULL;
         char *str = json_dumps(root, JSON_REAL_PRECISION(6));
         if (str) puts(str);

@@ -81,26 +81,38 @@ double weft_bench_known_bandwidth(const char *device_name)
     return 0;
 }
 
-static int runs_on_cpu(const struct dev *d)
+static bool reads_system_memory(const char *backend, const char *device_name)
 {
-    return !strcmp(d->backend, "cpu") || (!strcmp(d->backend, "vulkan") && strstr(d->name, "(CPU,"));
+    return !strcmp(backend, "cpu") || (!strcmp(backend, "vulkan") && strstr(device_name, "(CPU,"));
+}
+
+static int runs_on_cpu(const struct dev *d) { return reads_system_memory(d->backend, d->name); }
+
+double weft_bench_device_bandwidth(const char *backend, const char *device_name, double cpu_bw, const char **source)
+{
+    char var[48];
+    snprintf(var, sizeof var, "WEFT_%s_BW_GBS", backend);
+    for (char *c = var; *c; c++) *c = (char)toupper((unsigned char)*c);
+    const char *env = getenv(var);
+    double v = env ? strtod(env, NULL) : 0;
+    const bool on_cpu = reads_system_memory(backend, device_name);
+    const char *src = NULL;
+    if (v > 0) src = "env";
+    else if (on_cpu && cpu_bw > 0) { v = cpu_bw; src = "measured"; }
+    else if ((v = weft_bench_known_bandwidth(device_name)) > 0) src = "table";
+    else v = 0;
+    if (source) *source = src;
+    return v;
 }
 
 /* WEFT_<BACKEND>_BW_GBS, the CPU's measured read bandwidth (for lavapipe
- * too: it reads system memory), or the table */
+ * too: it reads system memory), or the table; none for a split row */
 static void device_bandwidth(struct dev *d, double cpu_bw)
 {
-    char var[48];
-    snprintf(var, sizeof var, "WEFT_%s_BW_GBS", d->backend);
-    for (char *c = var; *c; c++) *c = (char)toupper((unsigned char)*c);
-    const char *env = d->split ? NULL : getenv(var);
-    double v = env ? strtod(env, NULL) : 0;
     d->bw = 0;
     d->bw_source = NULL;
     if (d->split) return;
-    if (v > 0) { d->bw = v; d->bw_source = "env"; }
-    else if (runs_on_cpu(d) && cpu_bw > 0) { d->bw = cpu_bw; d->bw_source = "measured"; }
-    else if ((v = weft_bench_known_bandwidth(d->name)) > 0) { d->bw = v; d->bw_source = "table"; }
+    d->bw = weft_bench_device_bandwidth(d->backend, d->name, cpu_bw, &d->bw_source);
 }
 
 /* ---- which devices ---- */

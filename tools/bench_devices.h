@@ -24,4 +24,11 @@ int weft_bench_devices(const struct cli_opts *o, const struct bench_devices_args
  * known. */
 double weft_bench_known_bandwidth(const char *device_name);
 
+/* The memory bandwidth a device's weight reads are measured against, GB/s:
+ * WEFT_<BACKEND>_BW_GBS when set, else cpu_bw for a device that reads system
+ * memory (the CPU, a Vulkan device on the CPU such as lavapipe), else the
+ * table; 0 when none applies. *source (may be NULL): "env", "measured",
+ * "table" or NULL. */
+double weft_bench_device_bandwidth(const char *backend, const char *device_name, double cpu_bw, const char **source);
+
 #endif
