@@ -589,12 +589,24 @@ int main(void)
     /* Vulkan: the Khronos validation layer on, any error fails the run */
     setenv("WEFT_VK_VALIDATE", "1", 0);
     check_env_reapply();
-    /* the CPU first: its outputs are what every other backend is held to */
+    /* the CPU first: its outputs are what every other backend is held to.
+     * WEFT_TEST_BACKENDS=cuda,vulkan (say) limits the others to those. */
+    const char *only = getenv("WEFT_TEST_BACKENDS");
     int order[16], n_order = 0;
     for (int i = 0; i < weft_backend_count() && n_order < 16; i++)
         if (!strcmp(weft_backend_get(i)->name, "cpu")) order[n_order++] = i;
-    for (int i = 0; i < weft_backend_count() && n_order < 16; i++)
-        if (strcmp(weft_backend_get(i)->name, "cpu")) order[n_order++] = i;
+    for (int i = 0; i < weft_backend_count() && n_order < 16; i++) {
+        const char *name = weft_backend_get(i)->name;
+        if (!strcmp(name, "cpu")) continue;
+        if (only && *only) {
+            char list[128];
+            snprintf(list, sizeof list, ",%s,", only);
+            char key[40];
+            snprintf(key, sizeof key, ",%s,", name);
+            if (!strstr(list, key)) continue;
+        }
+        order[n_order++] = i;
+    }
     for (int oi = 0; oi < n_order; oi++) {
         bi = weft_backend_get(order[oi]);
         struct weft_device_info info[8];
