@@ -460,6 +460,7 @@ static void sample_item(struct weft_engine *e, struct ereq *er, const float *log
     }
     uint64_t pos = weft_sampler_position(er->smp);
     weft_status st = weft_sampler_sample(er->smp, logits, &smp);
+    const double tg = er->gst ? now_s() : 0;
     if (st == WEFT_OK && er->gst && !weft_grammar_allowed(er->gst, smp.id)) {
         e->grammar_resampled++;
         st = weft_grammar_mask(er->gst, er->gmask);
@@ -468,6 +469,7 @@ static void sample_item(struct weft_engine *e, struct ereq *er, const float *log
         if (st == WEFT_ERR_INVALID_ARG)
             st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: no token of the vocabulary can continue the text");
     }
+    if (er->gst) e->grammar_seconds += now_s() - tg;
     if (st != WEFT_OK) {
         snprintf(e->message, sizeof e->message, "%s", weft_last_error());
         finish(e, er, NULL, WEFT_FINISH_ERROR, st);
@@ -511,7 +513,10 @@ static void take_sample(struct weft_engine *e, struct ereq *er, struct weft_samp
         finish(e, er, NULL, WEFT_FINISH_STOP, WEFT_OK);
         return;
     }
-    if (er->gst && (st = weft_grammar_advance(er->gst, smp.id)) != WEFT_OK) {
+    const double tg = er->gst ? now_s() : 0;
+    st = er->gst ? weft_grammar_advance(er->gst, smp.id) : WEFT_OK;
+    if (er->gst) e->grammar_seconds += now_s() - tg;
+    if (st != WEFT_OK) {
         snprintf(e->message, sizeof e->message, "%s", weft_last_error());
         finish(e, er, NULL, WEFT_FINISH_ERROR, st);
         return;
@@ -745,6 +750,7 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
         out->grammar_mask_hits = gs.hits;
     }
     out->grammar_resampled = e->grammar_resampled;
+    out->grammar_seconds = e->grammar_seconds;
     out->embed_requests = e->embed_requests;
     out->embed_tokens = e->embed_tokens;
     struct weft_sched_req *const *q;

@@ -164,6 +164,7 @@ struct weft_engine_stats {
     /* Constrained decoding: masks asked of the grammar index and those its
      * cache answered, and draws the grammar refused (resampled masked). */
     uint64_t grammar_masks, grammar_mask_hits, grammar_resampled;
+    double grammar_seconds;          /* spent in the grammar: allowed checks, masks, masked draws, advances */
     uint64_t embed_requests, embed_tokens;  /* embedding requests finished with a vector, their prompt tokens */
 };
 

@@ -63,6 +63,7 @@ struct weft_engine {
     struct weft_engine_kv_stats kvio;  /* engine_kv.c, under mu */
     struct weft_grammar_vocab *gvocab; /* the tokenizer's index, built at the first grammar request */
     uint64_t grammar_resampled;        /* grammar draws that needed the mask */
+    double grammar_seconds;            /* time in grammar checks, masks, masked draws and advances */
     uint64_t embed_requests, embed_tokens;
 };
 

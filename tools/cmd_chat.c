@@ -61,75 +61,18 @@ static void on_sigint(int sig)
 
 struct chat_state {
     struct weft_model *m;
-    struct weft_session *s;
-    struct weft_sampler *smp;
+    struct weft_engine *e;         /* its prefix cache keeps the conversation's KV between turns */
+    const struct weft_sampling_params *sp;
     enum weft_chat_style style;
-    int32_t *hist;                 /* tokens the session holds */
-    size_t n_hist, cap_hist;
     int n_predict;
     const char *const *stops;
     uint32_t n_stops;
     bool cancellable;              /* the reply stops when `interrupted` is set */
 };
 
-/* weft_gen_run (tools/generate.h) with a way out: the same steps, stopping
- * before the next token once `interrupted` is set (the session then holds
- * the prompt and every token generated, as weft_gen_run leaves it). */
-static weft_status chat_generate(struct chat_state *cs, const int32_t *prompt, size_t n_prompt,
-                                 struct gen_result *r)
-{
-    memset(r, 0, sizeof *r);
-    int n_predict = cs->n_predict > 0 ? cs->n_predict : 1;
-    r->ids = malloc(sizeof(int32_t) * (size_t)n_predict);
-    r->samples = malloc(sizeof(struct weft_sample) * (size_t)n_predict);
-    if (!r->ids || !r->samples) return weft_error(WEFT_ERR_NOMEM, "out of memory");
-    const float *logits = NULL;
-    weft_status st = weft_session_eval(cs->s, prompt, n_prompt, &logits);
-    if (st != WEFT_OK) return st;
-    if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
-    r->n_prompt = n_prompt;
-    for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(cs->smp, prompt[i]);
-    struct weft_stop stop;
-    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(cs->m), .strings = cs->stops, .n_strings = cs->n_stops,
-                                 .continues_prompt = true};
-    if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
-    struct weft_stop_step step;
-    for (int i = 0; i < cs->n_predict && !interrupted; i++) {
-        struct weft_sample smpl;
-        if ((st = weft_sampler_sample(cs->smp, logits, &smpl)) != WEFT_OK) break;
-        if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
-        if (step.emit_len) {
-            fwrite(stop.text + step.emit_from, 1, step.emit_len, stdout);
-            fflush(stdout);
-        }
-        if (step.stop == WEFT_STOP_TOKEN) break;
-        weft_sampler_accept(cs->smp, smpl.id);
-        r->ids[r->n] = smpl.id;
-        r->samples[r->n] = smpl;
-        r->n++;
-        if ((st = weft_session_eval(cs->s, &smpl.id, 1, &logits)) != WEFT_OK) {
-            if (st == WEFT_ERR_CONTEXT) st = WEFT_OK;  /* context full: keep what we have */
-            break;
-        }
-        if (step.stop == WEFT_STOP_STRING) break;
-    }
-    if (st == WEFT_OK && (st = weft_stop_end(&stop, &step)) == WEFT_OK) {
-        if (step.emit_len) fwrite(stop.text + step.emit_from, 1, step.emit_len, stdout);
-        r->text = malloc(stop.len + 1);
-        if (r->text) {
-            memcpy(r->text, stop.text ? stop.text : "", stop.len);
-            r->text[stop.len] = '\0';
-            r->text_len = stop.len;
-        } else {
-            st = weft_error(WEFT_ERR_NOMEM, "out of memory");
-        }
-    }
-    weft_stop_free(&stop);
-    return st;
-}
-
-/* Render the conversation, evaluate what the session does not hold yet, and
- * generate the assistant's reply (streamed to stdout). */
+/* Render the conversation and generate the assistant's reply (streamed to
+ * stdout): the whole conversation is the prompt; the engine's prefix cache
+ * computes only what the last turn did not. */
 static int chat_turn(struct chat_state *st, struct conv *c)
 {
     char *text = NULL;
@@ -139,33 +82,18 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     struct gen_result r = {0};
     if (weft_chat_render(st->style, c->msgs, c->n, true, &text) != WEFT_OK) { weft_cli_fail("chat template"); goto out; }
     if (weft_tokenize(weft_model_tokenizer(st->m), text, strlen(text), true, true, &ids, &n) != WEFT_OK) { weft_cli_fail("tokenize"); goto out; }
-    if (n >= weft_session_n_ctx(st->s)) {
-        fprintf(stderr, "weft: conversation is %zu tokens, the context holds %u\n", n, weft_session_n_ctx(st->s));
+    if (n >= weft_engine_n_ctx(st->e)) {
+        fprintf(stderr, "weft: conversation is %zu tokens, the context holds %u\n", n, weft_engine_n_ctx(st->e));
         goto out;
     }
-    size_t common = 0;
-    while (common < n && common < st->n_hist && ids[common] == st->hist[common]) common++;
-    if (common == n) common--;  /* re-evaluate the last token to get fresh logits */
-    weft_session_truncate(st->s, (uint32_t)common);
-    weft_status ws = st->cancellable
-                         ? chat_generate(st, ids + common, n - common, &r)
-                         : weft_gen_run(st->s, st->m, st->smp, ids + common, n - common, st->n_predict, st->stops,
-                                   st->n_stops, stdout, &r);
+    struct gen_opts go = {.sp = st->sp, .n_predict = st->n_predict, .stops = st->stops, .n_stops = st->n_stops,
+                          .stream = stdout, .cancel = st->cancellable ? &interrupted : NULL};
+    weft_status ws = weft_gen_run(st->e, st->m, ids, n, &go, &r);
     if (interrupted) fputs(" [stopped]", stdout);
     interrupted = 0;
     fputc('\n', stdout);
     fflush(stdout);
     if (ws != WEFT_OK) { weft_cli_fail("generation failed"); goto out; }
-    size_t need = n + r.n;
-    if (need > st->cap_hist) {
-        int32_t *h = realloc(st->hist, need * sizeof *h);
-        if (!h) goto out;
-        st->hist = h;
-        st->cap_hist = need;
-    }
-    memcpy(st->hist, ids, n * sizeof *ids);
-    memcpy(st->hist + n, r.ids, r.n * sizeof *ids);
-    st->n_hist = need;
     if (conv_add(c, "assistant", r.text)) goto out;
     rc = 0;
 out:
@@ -207,7 +135,7 @@ int weft_cmd_chat(int argc, char **argv)
     if (weft_cli_open(&o, &be, &m)) return 1;
     int rc = 1;
     struct conv c = {0};
-    struct chat_state st = {.m = m, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
+    struct chat_state st = {.m = m, .sp = &o.sp, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
     const char *tmpl = NULL;
     weft_gguf_get_str(weft_model_gguf(m), "tokenizer.chat_template", &tmpl, NULL);
     st.style = weft_chat_detect(tmpl);
@@ -215,11 +143,15 @@ int weft_cmd_chat(int argc, char **argv)
      * --template-system adds the one the Jinja template would inject. */
     if (!system && template_system) system = weft_chat_default_system(tmpl);
     if (system && conv_add(&c, "system", system)) goto out;
-    if (weft_session_init(m, o.n_ctx ? (uint32_t)o.n_ctx : weft_model_hparams(m)->n_ctx_train, (uint32_t)o.batch, &st.s) != WEFT_OK ||
-        weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &st.smp) != WEFT_OK) {
+    struct weft_sampler *probe = NULL;   /* the sampling options checked before any work */
+    if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &probe) != WEFT_OK ||
+        weft_gen_engine(m, o.n_ctx ? (uint32_t)o.n_ctx : weft_model_hparams(m)->n_ctx_train, (uint32_t)o.batch,
+                        &st.e) != WEFT_OK) {
+        weft_sampler_free(probe);
         weft_cli_fail("cannot start chat");
         goto out;
     }
+    weft_sampler_free(probe);
     if (o.verbose) fprintf(stderr, "weft: chat template style %s\n", weft_chat_style_name(st.style));
     if (o.prompt) {
         if (conv_add(&c, "user", o.prompt) || chat_turn(&st, &c)) goto out;
@@ -250,16 +182,7 @@ int weft_cmd_chat(int argc, char **argv)
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
             for (size_t i = n_keep; i < c.n; i++) free(c.owned[i]);
-            c.n = n_keep;
-            st.n_hist = 0;
-            weft_session_reset(st.s);
-            weft_sampler_free(st.smp);
-            st.smp = NULL;
-            if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &st.smp) != WEFT_OK) {
-                weft_cli_fail("cannot restart the sampler");
-                free(line);
-                goto out;
-            }
+            c.n = n_keep;   /* each turn's request samples afresh; the cache holds only KV */
             if (tty) fputs("(the conversation starts over)\n", stdout);
             continue;
         }
@@ -270,9 +193,7 @@ int weft_cmd_chat(int argc, char **argv)
     rc = 0;
 out:
     conv_free(&c);
-    free(st.hist);
-    weft_sampler_free(st.smp);
-    weft_session_free(st.s);
+    weft_engine_free(st.e);
     weft_cli_close(be, m);
     return rc;
 }

@@ -44,12 +44,11 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
-static json_t *json_grammar(const struct gen_grammar *gr, struct weft_grammar_vocab *v)
+static json_t *json_grammar(const struct gen_result *r)
 {
-    struct weft_grammar_cache_stats cs;
-    weft_grammar_vocab_stats(v, &cs);
-    return json_pack("{s:I,s:I,s:I,s:f}", "masks", (json_int_t)cs.lookups, "mask_hits", (json_int_t)cs.hits,
-                     "resampled", (json_int_t)gr->resampled, "grammar_ms", gr->grammar_ms);
+    return json_pack("{s:I,s:I,s:I,s:f}", "masks", (json_int_t)r->grammar_masks, "mask_hits",
+                     (json_int_t)r->grammar_mask_hits, "resampled", (json_int_t)r->grammar_resampled, "grammar_ms",
+                     r->grammar_ms);
 }
 
 static json_t *json_ids(const int32_t *ids, size_t n)
@@ -145,10 +144,7 @@ int weft_cmd_run(int argc, char **argv)
     struct weft_model *m;
     if (weft_cli_open(&o, &be, &m)) { weft_grammar_unref(g); return 1; }
     int rc = 1;
-    struct weft_grammar_vocab *gv = NULL;
-    struct gen_grammar gr = {0};
-    struct weft_session *s = NULL;
-    struct weft_sampler *smp = NULL;
+    struct weft_engine *e = NULL;
     int32_t *prompt = NULL;
     size_t n_prompt = 0;
     struct gen_result r = {0};
@@ -162,21 +158,17 @@ int weft_cmd_run(int argc, char **argv)
         fprintf(stderr, "weft: prompt is %zu tokens, longer than the context of %u (-c to change)\n", n_prompt, n_ctx);
         goto out;
     }
-    if (weft_session_init(m, n_ctx, (uint32_t)o.batch, &s) != WEFT_OK) { weft_cli_fail("cannot create session"); goto out; }
-    if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &smp) != WEFT_OK) { weft_cli_fail("bad sampling options"); goto out; }
-    if (g) {
-        if (weft_grammar_vocab_create(weft_model_tokenizer(m), 0, &gv) != WEFT_OK || weft_grammar_state_new(g, gv, &gr.st) != WEFT_OK ||
-            !(gr.mask = malloc(weft_grammar_mask_words(gv) * sizeof *gr.mask))) {
-            weft_cli_fail("cannot set up the grammar");
-            goto out;
-        }
-    }
+    struct weft_sampler *probe = NULL;   /* the options checked before any work */
+    if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &probe) != WEFT_OK) { weft_cli_fail("bad sampling options"); goto out; }
+    weft_sampler_free(probe);
+    if (weft_gen_engine(m, n_ctx, (uint32_t)o.batch, &e) != WEFT_OK) { weft_cli_fail("cannot create the engine"); goto out; }
     if (!o.json) { fputs(o.prompt, stdout); fflush(stdout); }
-    weft_status st = weft_gen_run_grammar(s, m, smp, prompt, n_prompt, o.n_predict, o.stops, o.n_stops,
-                                     o.json ? NULL : stdout, g ? &gr : NULL, &r);
+    struct gen_opts go = {.sp = &o.sp, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops,
+                          .grammar = g, .stream = o.json ? NULL : stdout};
+    weft_status st = weft_gen_run(e, m, prompt, n_prompt, &go, &r);
     if (st != WEFT_OK) { fputc('\n', stdout); weft_cli_fail("generation failed"); goto out; }
     if (o.json) {
-        print_json(&o, prompt, n_prompt, &r, g ? json_grammar(&gr, gv) : NULL);
+        print_json(&o, prompt, n_prompt, &r, g ? json_grammar(&r) : NULL);
     } else {
         fprintf(stdout, "\n");
         if (r.stopped_ctx) fprintf(stderr, "weft: stopped: the context of %u tokens is full (-c to change)\n", n_ctx);
@@ -184,24 +176,18 @@ int weft_cmd_run(int argc, char **argv)
                 r.n_prompt, r.prompt_ms, r.prompt_ms > 0 ? r.n_prompt * 1e3 / r.prompt_ms : 0.0,
                 r.n, r.gen_ms, r.gen_ms > 0 ? r.n * 1e3 / r.gen_ms : 0.0);
         if (g) {
-            struct weft_grammar_cache_stats cs;
-            weft_grammar_vocab_stats(gv, &cs);
             fprintf(stderr, "grammar: %.2f ms in all (%.3f ms/token), %llu draws resampled, %llu masks (%llu from the "
-                    "cache)%s\n", gr.grammar_ms, r.n ? gr.grammar_ms / (double)r.n : 0.0,
-                    (unsigned long long)gr.resampled, (unsigned long long)cs.lookups, (unsigned long long)cs.hits,
-                    r.stopped_grammar ? "; the grammar ended the text" : "");
+                    "cache)%s\n", r.grammar_ms, r.n ? r.grammar_ms / (double)r.n : 0.0,
+                    (unsigned long long)r.grammar_resampled, (unsigned long long)r.grammar_masks,
+                    (unsigned long long)r.grammar_mask_hits, r.stopped_grammar ? "; the grammar ended the text" : "");
         }
     }
     rc = 0;
 out:
-    weft_grammar_state_free(gr.st);
-    free(gr.mask);
-    weft_grammar_vocab_free(gv);
     weft_grammar_unref(g);
     weft_gen_result_free(&r);
     free(prompt);
-    weft_sampler_free(smp);
-    weft_session_free(s);
+    weft_engine_free(e);
     weft_cli_close(be, m);
     return rc;
 }

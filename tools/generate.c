@@ -1,112 +1,160 @@
+/* tools/generate.h: weft run and weft chat through the engine. */
 #include "tools/generate.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/model.h"
 #include "core/stop.h"
 #include "tools/cli_common.h"
 
-static weft_status append(struct gen_result *r, size_t *cap, const char *s, size_t n)
+weft_status weft_gen_engine(const struct weft_model *m, uint32_t n_ctx, uint32_t batch, struct weft_engine **out)
 {
-    if (r->text_len + n + 1 > *cap) {
-        size_t c = (*cap ? *cap * 2 : 256) + n;
-        char *t = realloc(r->text, c);
-        if (!t) return weft_error(WEFT_ERR_NOMEM, "out of memory");
-        r->text = t;
-        *cap = c;
+    struct weft_engine_config cfg = {
+        .n_ctx = n_ctx,
+        .max_seqs = 1,
+        .max_step_tokens = batch ? batch : 512,
+        .itl_target_ms = -1,   /* one stream: nothing to hold a prompt back for */
+    };
+    return weft_engine_create(m, &cfg, out);
+}
+
+/* what one request's events leave, and the text through core/stop.h */
+struct gen_run {
+    struct gen_result *r;
+    const struct gen_opts *go;
+    struct weft_stop stop;
+    size_t cap;                /* of r->ids / r->samples */
+    double t_submit, t_first;
+    bool done, stop_string;
+    enum weft_finish fin;
+    bool fin_token;            /* the final event carried a token */
+    weft_status st;
+    char message[256];
+};
+
+static void on_event(void *user, const struct weft_event *ev)
+{
+    struct gen_run *g = user;
+    struct gen_result *r = g->r;
+    if (ev->n_prompt && !r->n_prompt) r->n_prompt = ev->n_prompt - ev->n_cached;
+    if (ev->has_token && !g->stop_string && g->st == WEFT_OK) {
+        if (!g->t_first) g->t_first = weft_cli_now_ms();
+        struct weft_stop_step step;
+        weft_status st = weft_stop_push(&g->stop, ev->token.id, &step);
+        if (st != WEFT_OK) {
+            g->st = st;
+        } else if (step.stop == WEFT_STOP_TOKEN) {
+            g->done = true;   /* a stop token the engine let through: as end of generation */
+            r->stopped_eog = true;
+        } else {
+            if (g->go->stream && step.emit_len) {
+                fwrite(g->stop.text + step.emit_from, 1, step.emit_len, g->go->stream);
+                fflush(g->go->stream);
+            }
+            if (r->n < g->cap) {
+                r->ids[r->n] = ev->token.id;
+                r->samples[r->n] = ev->token;
+                r->n++;
+            }
+            if (step.stop == WEFT_STOP_STRING) g->stop_string = true;
+        }
     }
-    memcpy(r->text + r->text_len, s, n);
-    r->text_len += n;
-    r->text[r->text_len] = '\0';
-    return WEFT_OK;
-}
-
-/* The next token: the draw if the grammar allows it, else a second draw at
- * the same position over the allowed tokens (core/engine.c's rule). */
-static weft_status draw(struct weft_sampler *smp, const float *logits, struct gen_grammar *gr,
-                        struct weft_sample *out)
-{
-    uint64_t pos = weft_sampler_position(smp);
-    weft_status st = weft_sampler_sample(smp, logits, out);
-    if (st != WEFT_OK || !gr) return st;
-    double t0 = weft_cli_now_ms();
-    if (!weft_grammar_allowed(gr->st, out->id)) {
-        gr->resampled++;
-        st = weft_grammar_mask(gr->st, gr->mask);
-        weft_sampler_set_position(smp, pos);
-        if (st == WEFT_OK) st = weft_sampler_sample_masked(smp, logits, gr->mask, 1, out);
-        if (st == WEFT_ERR_INVALID_ARG)
-            st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: no token of the vocabulary can continue the text");
+    if (ev->finish != WEFT_FINISH_NONE) {
+        g->done = true;
+        g->fin = ev->finish;
+        g->fin_token = ev->has_token;
+        if (ev->finish == WEFT_FINISH_ERROR) {
+            g->st = ev->status ? ev->status : WEFT_ERR_INVALID_ARG;
+            snprintf(g->message, sizeof g->message, "%s", ev->message ? ev->message : "generation failed");
+        }
     }
-    gr->grammar_ms += weft_cli_now_ms() - t0;
-    return st;
 }
 
-weft_status weft_gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                    const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
-                    uint32_t n_stops, FILE *stream, struct gen_result *r)
-{
-    return weft_gen_run_grammar(s, m, smp, prompt, n_prompt, n_predict, stops, n_stops, stream, NULL, r);
-}
-
-weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                            const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
-                            uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r)
+weft_status weft_gen_run(struct weft_engine *e, const struct weft_model *m, const int32_t *prompt, size_t n_prompt,
+                         const struct gen_opts *go, struct gen_result *r)
 {
     memset(r, 0, sizeof *r);
-    size_t cap_text = 0;
-    weft_status st = append(r, &cap_text, "", 0);
-    if (st != WEFT_OK) return st;
-    r->ids = malloc(sizeof(int32_t) * (n_predict > 0 ? n_predict : 1));
-    r->samples = malloc(sizeof(struct weft_sample) * (n_predict > 0 ? n_predict : 1));
+    if (n_prompt == 0) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
+    const uint32_t n_ctx = weft_engine_n_ctx(e);
+    if (n_prompt > n_ctx)
+        return weft_error(WEFT_ERR_CONTEXT, "prompt of %zu tokens exceeds the context of %u", n_prompt, n_ctx);
+    /* the engine holds prompt + new tokens within n_ctx: fewer new ones when
+     * the context ends first */
+    size_t room = n_ctx - n_prompt, want = go->n_predict > 0 ? (size_t)go->n_predict : 0;
+    size_t max_new = want < room ? want : room;
+    struct gen_run g = {.r = r, .go = go, .cap = max_new ? max_new : 1};
+    r->ids = malloc(sizeof *r->ids * g.cap);
+    r->samples = malloc(sizeof *r->samples * g.cap);
     if (!r->ids || !r->samples) return weft_error(WEFT_ERR_NOMEM, "out of memory");
-
-    const float *logits = NULL;
-    double t0 = weft_cli_now_ms();
-    if (n_prompt > 0 && (st = weft_session_eval(s, prompt, n_prompt, &logits)) != WEFT_OK) return st;
-    r->prompt_ms = weft_cli_now_ms() - t0;
-    r->n_prompt = n_prompt;
-    if (!logits) return weft_error(WEFT_ERR_INVALID_ARG, "nothing to generate from: empty prompt");
-    for (size_t i = 0; i < n_prompt; i++) weft_sampler_accept(smp, prompt[i]);
-
-    struct weft_stop stop;
-    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(m), .strings = stops, .n_strings = n_stops,
+    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(m), .strings = go->stops, .n_strings = go->n_stops,
                                  .continues_prompt = true};  /* keep the generation's leading space */
-    if ((st = weft_stop_init(&stop, &scfg)) != WEFT_OK) return st;
+    weft_status st = weft_stop_init(&g.stop, &scfg);
+    if (st != WEFT_OK) return st;
+    struct weft_engine_stats s0;
+    weft_engine_stats(e, &s0);
+    g.t_submit = weft_cli_now_ms();
+    if (max_new == 0) {
+        r->stopped_ctx = want > 0;
+        r->n_prompt = 0;
+        goto text;
+    }
+    struct weft_request rq = {.prompt = prompt, .n_prompt = (uint32_t)n_prompt, .max_tokens = (uint32_t)max_new,
+                              .sampling = *go->sp, .grammar = go->grammar, .cb = on_event, .user = &g};
+    uint64_t id = 0;
+    if ((st = weft_engine_submit(e, &rq, &id)) != WEFT_OK) goto out;
+    bool aborting = false;
+    while (!g.done) {
+        bool did = false;
+        if ((st = weft_engine_step(e, &did)) != WEFT_OK) goto out;
+        bool cancel = go->cancel && *go->cancel;
+        if (!g.done && !aborting && (g.stop_string || cancel || g.st != WEFT_OK)) {
+            weft_engine_abort(e, id);
+            aborting = true;
+            r->cancelled = cancel && !g.stop_string;
+        }
+        if (!did && !g.done && !aborting) {
+            st = weft_error(WEFT_ERR_INVALID_ARG, "engine: the request made no progress");
+            goto out;
+        }
+    }
+    if (g.st != WEFT_OK) {
+        st = g.message[0] ? weft_error(g.st, "%s", g.message) : g.st;
+        goto out;
+    }
+    r->stopped_string = g.stop_string;
+    if (!g.stop_string && !r->cancelled) {
+        if (g.fin == WEFT_FINISH_STOP && g.fin_token) r->stopped_grammar = true;
+        else if (g.fin == WEFT_FINISH_STOP) r->stopped_eog = true;
+        else if (g.fin == WEFT_FINISH_LENGTH && max_new < want) r->stopped_ctx = true;
+    }
+text:
+    if (g.t_first) {
+        r->prompt_ms = g.t_first - g.t_submit;
+        r->gen_ms = weft_cli_now_ms() - g.t_first;
+    } else {
+        r->prompt_ms = weft_cli_now_ms() - g.t_submit;
+    }
+    struct weft_engine_stats s1;
+    weft_engine_stats(e, &s1);
+    r->grammar_masks = s1.grammar_masks - s0.grammar_masks;
+    r->grammar_mask_hits = s1.grammar_mask_hits - s0.grammar_mask_hits;
+    r->grammar_resampled = s1.grammar_resampled - s0.grammar_resampled;
+    r->grammar_ms = (s1.grammar_seconds - s0.grammar_seconds) * 1e3;
     struct weft_stop_step step;
-    t0 = weft_cli_now_ms();
-    for (int i = 0; i < n_predict; i++) {
-        struct weft_sample smpl;
-        if (gr && weft_grammar_finished(gr->st)) { r->stopped_grammar = true; break; }
-        if ((st = draw(smp, logits, gr, &smpl)) != WEFT_OK) break;
-        if (gr && !weft_tokenizer_is_eog(weft_model_tokenizer(m), smpl.id)) {
-            double t0g = weft_cli_now_ms();
-            st = weft_grammar_advance(gr->st, smpl.id);
-            gr->grammar_ms += weft_cli_now_ms() - t0g;
-            if (st != WEFT_OK) break;
+    if ((st = weft_stop_end(&g.stop, &step)) == WEFT_OK) {
+        if (go->stream && step.emit_len) fwrite(g.stop.text + step.emit_from, 1, step.emit_len, go->stream);
+        r->text = malloc(g.stop.len + 1);
+        if (!r->text) {
+            st = weft_error(WEFT_ERR_NOMEM, "out of memory");
+        } else {
+            if (g.stop.len) memcpy(r->text, g.stop.text, g.stop.len);
+            r->text[g.stop.len] = '\0';
+            r->text_len = g.stop.len;
         }
-        if ((st = weft_stop_push(&stop, smpl.id, &step)) != WEFT_OK) break;
-        if (stream && step.emit_len) { fwrite(stop.text + step.emit_from, 1, step.emit_len, stream); fflush(stream); }
-        if (step.stop == WEFT_STOP_TOKEN) { r->stopped_eog = true; break; }
-        weft_sampler_accept(smp, smpl.id);
-        r->ids[r->n] = smpl.id;
-        r->samples[r->n] = smpl;
-        r->n++;
-        if ((st = weft_session_eval(s, &smpl.id, 1, &logits)) != WEFT_OK) {
-            if (st == WEFT_ERR_CONTEXT) {  /* context full: stop, keep what we have */
-                st = WEFT_OK;
-                r->stopped_ctx = true;
-            }
-            break;
-        }
-        if (step.stop == WEFT_STOP_STRING) { r->stopped_string = true; break; }
     }
-    r->gen_ms = weft_cli_now_ms() - t0;
-    if (st == WEFT_OK && (st = weft_stop_end(&stop, &step)) == WEFT_OK) {
-        if (stream && step.emit_len) fwrite(stop.text + step.emit_from, 1, step.emit_len, stream);
-        st = append(r, &cap_text, stop.text, stop.len);
-    }
-    weft_stop_free(&stop);
+out:
+    weft_stop_free(&g.stop);
     return st;
 }
 

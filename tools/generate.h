@@ -1,12 +1,15 @@
-/* The generation loop shared by `weft run` and `weft chat`. */
+/* The generation path of `weft run` and `weft chat`: the engine (core/
+ * engine.h) in its synchronous mode, one request at a time, as the server
+ * drives it for many; stop strings by core/stop.h, as the server does. */
 #ifndef WEFT_GENERATE_H
 #define WEFT_GENERATE_H
 
+#include <signal.h>
 #include <stdio.h>
 
+#include "core/engine.h"
 #include "core/grammar.h"
 #include "core/sampler.h"
-#include "core/session.h"
 
 struct gen_result {
     int32_t *ids;              /* generated ids (malloc'd) */
@@ -14,40 +17,40 @@ struct gen_result {
     size_t n;
     char *text;                /* detokenized generation (malloc'd) */
     size_t text_len;
-    double prompt_ms, gen_ms;
-    size_t n_prompt;           /* tokens evaluated as prompt */
+    double prompt_ms, gen_ms;  /* submit to the first token; the rest */
+    size_t n_prompt;           /* prompt tokens computed (the prefix cache had the others) */
     bool stopped_eog;
     bool stopped_ctx;          /* the context filled up */
     bool stopped_string;       /* a stop string matched (text cut before it) */
     bool stopped_grammar;      /* the grammar was finished: nothing more could follow */
-};
-
-/* Constrained generation (core/grammar.h): the state advances with every
- * generated token. resampled counts draws the grammar refused (then drawn
- * again over the allowed tokens, as the engine does); grammar_ms is the time
- * spent in grammar checks, masks and advances. */
-struct gen_grammar {
-    struct weft_grammar_state *st;
-    uint32_t *mask;            /* weft_grammar_mask_words() words, caller's */
-    uint64_t resampled;
+    bool cancelled;            /* *cancel was set */
+    /* with a grammar: masks asked, of them answered by the cache, draws the
+     * grammar refused (drawn again over the allowed tokens), and the time
+     * the engine spent in the grammar */
+    uint64_t grammar_masks, grammar_mask_hits, grammar_resampled;
     double grammar_ms;
 };
 
-/* Evaluate prompt[0..n_prompt) in s (after what s already holds) and generate
- * up to n_predict tokens, stopping at an end-of-generation token (which is
- * not included) or at the first of stops[0..n_stops) in the text (cut
- * there; core/stop.h, as the server does). If `stream` is non-NULL the text is written there as it
- * completes. The last generated token is evaluated too, so s ends holding
- * the prompt and every generated token. */
-weft_status weft_gen_run(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                    const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
-                    uint32_t n_stops, FILE *stream, struct gen_result *r);
-/* weft_gen_run under a grammar (gr NULL: weft_gen_run). End of generation comes only
- * when the grammar accepts; generation stops after the token that finishes
- * the grammar. */
-weft_status weft_gen_run_grammar(struct weft_session *s, const struct weft_model *m, struct weft_sampler *smp,
-                            const int32_t *prompt, size_t n_prompt, int n_predict, const char *const *stops,
-                            uint32_t n_stops, FILE *stream, struct gen_grammar *gr, struct gen_result *r);
+struct gen_opts {
+    const struct weft_sampling_params *sp;
+    int n_predict;                     /* most new tokens */
+    const char *const *stops;          /* stop strings (the text is cut before one) */
+    uint32_t n_stops;
+    const struct weft_grammar *grammar;  /* NULL: unconstrained (core/engine.h's rules) */
+    FILE *stream;                      /* non-NULL: the text written there as it completes */
+    volatile sig_atomic_t *cancel;     /* non-NULL: stop before the next token once set */
+};
+
+/* An engine for one conversation: contexts of n_ctx tokens, prompts in steps
+ * of at most batch tokens, one sequence at a time, a prefix cache (a chat's
+ * next turn reuses the KV of the last). */
+weft_status weft_gen_engine(const struct weft_model *m, uint32_t n_ctx, uint32_t batch, struct weft_engine **out);
+
+/* Generate after prompt[0..n_prompt) until end of generation (not included),
+ * n_predict tokens, a stop string, the grammar's end, the context's end
+ * (r->stopped_ctx: at most n_ctx - n_prompt new tokens) or *cancel. */
+weft_status weft_gen_run(struct weft_engine *e, const struct weft_model *m, const int32_t *prompt, size_t n_prompt,
+                         const struct gen_opts *go, struct gen_result *r);
 void weft_gen_result_free(struct gen_result *r);
 
 #endif
