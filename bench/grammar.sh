@@ -47,7 +47,8 @@ for line in open(sys.argv[1]):
     label, js = line.rstrip('\n').split('\t', 1)
     rows.setdefault(label, []).append(json.loads(js))
 def med(xs): return statistics.median(xs)
-def per_tok(d): return d['timings']['gen_ms'] / max(d['timings']['gen_tokens'], 1)
+# gen_ms covers the decode steps after the first token (which comes with the prompt)
+def per_tok(d): return d['timings']['gen_ms'] / max(d['timings']['gen_tokens'] - 1, 1)
 base = {'json': 'none', 'words': 'none', 'json-t0.8': 'none-t0.8'}
 print('%-10s %6s %10s %12s %10s %8s %10s' % ('case', 'tokens', 'ms/token', 'grammar ms/t', 'overhead', 'masks', 'cache hit'))
 for label in ['none', 'json', 'words', 'none-t0.8', 'json-t0.8']:

@@ -68,6 +68,7 @@ struct chat_state {
     const char *const *stops;
     uint32_t n_stops;
     bool cancellable;              /* the reply stops when `interrupted` is set */
+    uint32_t draws;                /* the sampler's draws in earlier turns: a seeded chat continues its stream */
 };
 
 /* Render the conversation and generate the assistant's reply (streamed to
@@ -87,13 +88,14 @@ static int chat_turn(struct chat_state *st, struct conv *c)
         goto out;
     }
     struct gen_opts go = {.sp = st->sp, .n_predict = st->n_predict, .stops = st->stops, .n_stops = st->n_stops,
-                          .stream = stdout, .cancel = st->cancellable ? &interrupted : NULL};
+                          .stream = stdout, .cancel = st->cancellable ? &interrupted : NULL, .sample_pos = st->draws};
     weft_status ws = weft_gen_run(st->e, st->m, ids, n, &go, &r);
     if (interrupted) fputs(" [stopped]", stdout);
     interrupted = 0;
     fputc('\n', stdout);
     fflush(stdout);
     if (ws != WEFT_OK) { weft_cli_fail("generation failed"); goto out; }
+    st->draws += (uint32_t)r.n + (r.stopped_eog ? 1u : 0u);   /* the end-of-generation token was a draw too */
     if (conv_add(c, "assistant", r.text)) goto out;
     rc = 0;
 out:
@@ -182,7 +184,8 @@ int weft_cmd_chat(int argc, char **argv)
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/reset")) {
             for (size_t i = n_keep; i < c.n; i++) free(c.owned[i]);
-            c.n = n_keep;   /* each turn's request samples afresh; the cache holds only KV */
+            c.n = n_keep;
+            st.draws = 0;   /* the sampler's stream starts over, as at the first turn */
             if (tty) fputs("(the conversation starts over)\n", stdout);
             continue;
         }

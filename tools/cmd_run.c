@@ -85,7 +85,7 @@ static void print_json(const struct cli_opts *o, const int32_t *prompt, size_t n
     json_object_set_new(t, "prompt_tokens_per_s", json_real(r->prompt_ms > 0 ? r->n_prompt * 1e3 / r->prompt_ms : 0));
     json_object_set_new(t, "gen_tokens", json_integer((json_int_t)r->n));
     json_object_set_new(t, "gen_ms", json_real(r->gen_ms));
-    json_object_set_new(t, "gen_tokens_per_s", json_real(r->gen_ms > 0 ? r->n * 1e3 / r->gen_ms : 0));
+    json_object_set_new(t, "gen_tokens_per_s", json_real(weft_gen_tps(r)));   /* n - 1 decode steps in gen_ms */
     json_object_set_new(root, "timings", t);
     if (grammar) json_object_set_new(root, "grammar", grammar);
     json_object_set_new(root, "stop", json_string(r->stopped_eog ? "eog" : r->stopped_string ? "stop" : r->stopped_ctx ? "context"
@@ -174,7 +174,7 @@ int weft_cmd_run(int argc, char **argv)
         if (r.stopped_ctx) fprintf(stderr, "weft: stopped: the context of %u tokens is full (-c to change)\n", n_ctx);
         fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s)\n",
                 r.n_prompt, r.prompt_ms, r.prompt_ms > 0 ? r.n_prompt * 1e3 / r.prompt_ms : 0.0,
-                r.n, r.gen_ms, r.gen_ms > 0 ? r.n * 1e3 / r.gen_ms : 0.0);
+                r.n, r.gen_ms, weft_gen_tps(&r));
         if (g) {
             fprintf(stderr, "grammar: %.2f ms in all (%.3f ms/token), %llu draws resampled, %llu masks (%llu from the "
                     "cache)%s\n", r.grammar_ms, r.n ? r.grammar_ms / (double)r.n : 0.0,

@@ -15,6 +15,7 @@ weft_status weft_gen_engine(const struct weft_model *m, uint32_t n_ctx, uint32_t
         .max_seqs = 1,
         .max_step_tokens = batch ? batch : 512,
         .itl_target_ms = -1,   /* one stream: nothing to hold a prompt back for */
+        .no_swap = true,       /* one sequence is never preempted: no host swap area */
     };
     return weft_engine_create(m, &cfg, out);
 }
@@ -94,19 +95,22 @@ weft_status weft_gen_run(struct weft_engine *e, const struct weft_model *m, cons
     struct weft_engine_stats s0;
     weft_engine_stats(e, &s0);
     g.t_submit = weft_cli_now_ms();
-    if (max_new == 0) {
+    if (max_new == 0) {   /* -n 0, or the prompt fills the context: nothing is generated */
         r->stopped_ctx = want > 0;
-        r->n_prompt = 0;
+        g.t_submit = weft_cli_now_ms();
         goto text;
     }
+    uint32_t pos = go->sample_pos <= n_prompt ? go->sample_pos : (uint32_t)n_prompt;
     struct weft_request rq = {.prompt = prompt, .n_prompt = (uint32_t)n_prompt, .max_tokens = (uint32_t)max_new,
-                              .sampling = *go->sp, .grammar = go->grammar, .cb = on_event, .user = &g};
+                              .sampling = *go->sp, .grammar = go->grammar, .sample_pos = go->grammar ? 0 : pos,
+                              .cb = on_event, .user = &g};
     uint64_t id = 0;
     if ((st = weft_engine_submit(e, &rq, &id)) != WEFT_OK) goto out;
+    g.t_submit = weft_cli_now_ms();   /* after submit: a grammar's index is built there */
     bool aborting = false;
     while (!g.done) {
         bool did = false;
-        if ((st = weft_engine_step(e, &did)) != WEFT_OK) goto out;
+        if ((st = weft_engine_step(e, &did)) != WEFT_OK) break;
         bool cancel = go->cancel && *go->cancel;
         if (!g.done && !aborting && (g.stop_string || cancel || g.st != WEFT_OK)) {
             weft_engine_abort(e, id);
@@ -115,8 +119,16 @@ weft_status weft_gen_run(struct weft_engine *e, const struct weft_model *m, cons
         }
         if (!did && !g.done && !aborting) {
             st = weft_error(WEFT_ERR_INVALID_ARG, "engine: the request made no progress");
-            goto out;
+            break;
         }
+    }
+    if (!g.done) {   /* an error: end the request before its callback's state goes */
+        weft_engine_abort(e, id);
+        for (int i = 0; i < 64 && !g.done; i++) {
+            bool did = false;
+            if (weft_engine_step(e, &did) != WEFT_OK && !did) break;
+        }
+        goto out;
     }
     if (g.st != WEFT_OK) {
         st = g.message[0] ? weft_error(g.st, "%s", g.message) : g.st;
@@ -156,6 +168,11 @@ text:
 out:
     weft_stop_free(&g.stop);
     return st;
+}
+
+double weft_gen_tps(const struct gen_result *r)
+{
+    return r->n > 1 && r->gen_ms > 0 ? (double)(r->n - 1) * 1e3 / r->gen_ms : 0.0;
 }
 
 void weft_gen_result_free(struct gen_result *r)
