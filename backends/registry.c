@@ -60,17 +60,14 @@ weft_status weft_backend_set_options(const char *options)
     if (!weft_opt_syntax_ok(options, bad, sizeof bad))
         return weft_error(WEFT_ERR_INVALID_ARG, "bad option '%s' (expected backend.name=value, comma-separated)", bad);
     static const char *const prefixes[] = {"cpu.", "vulkan.", "cuda.", "hip.", "model."};
-    for (const char *p = options; p && *p;) {
+    struct weft_opt_item it;
+    for (const char *p = options; weft_opt_next(&p, &it);) {
         bool ok = false;
         for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !ok; i++)
-            ok = strncmp(p, prefixes[i], strlen(prefixes[i])) == 0;
-        if (!ok) {
-            size_t n = strcspn(p, ",=");
+            ok = strncmp(it.key, prefixes[i], strlen(prefixes[i])) == 0;
+        if (!ok)
             return weft_error(WEFT_ERR_INVALID_ARG, "unknown option '%.*s' (options start with cpu., vulkan., cuda., "
-                              "hip. or model.)", (int)(n < 60 ? n : 60), p);
-        }
-        p = strchr(p, ',');
-        if (p) p++;
+                              "hip. or model.)", (int)(it.key_len < 60 ? it.key_len : 60), it.key);
     }
     /* model.* keys are core's (model loading): known here; backends check their own at open */
     static const char *const model_keys[] = {"model.chunk_mib"};

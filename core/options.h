@@ -18,26 +18,53 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* One item of an options string: key[0..key_len), and its value (NULL for
+ * a bare key); len is the whole item's. */
+struct weft_opt_item {
+    const char *key, *val;
+    size_t key_len, val_len, len;
+    bool trailing_comma;       /* the item is followed by a ',' that ends the string */
+};
+
+/* The item at *cur, and *cur moved past it; false at the end (NULL or ""). */
+static inline bool weft_opt_next(const char **cur, struct weft_opt_item *it)
+{
+    const char *p = *cur;
+    if (!p || !*p) return false;
+    const char *end = strchr(p, ',');
+    const size_t len = end ? (size_t)(end - p) : strlen(p);
+    const char *eq = (const char *)memchr(p, '=', len);
+    it->key = p;
+    it->len = len;
+    it->key_len = eq ? (size_t)(eq - p) : len;
+    it->val = eq ? eq + 1 : NULL;
+    it->val_len = eq ? len - it->key_len - 1 : 0;
+    it->trailing_comma = end && end[1] == '\0';
+    *cur = end ? end + 1 : NULL;
+    return true;
+}
+
+/* src[0..n) into dst (cap bytes, truncated, terminated; nothing when cap is 0) */
+static inline void weft_opt_copy(char *dst, size_t cap, const char *src, size_t n)
+{
+    if (!cap) return;
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
 /* The value of key in opts (NULL/"" opts: none): copied into val (cap bytes,
  * truncated); true if present. A bare key gives "1". The last item wins. */
 static inline bool weft_opt_get(const char *opts, const char *key, char *val, size_t cap)
 {
     bool found = false;
     const size_t kl = strlen(key);
-    for (const char *p = opts; p && *p;) {
-        const char *end = strchr(p, ',');
-        const size_t n = end ? (size_t)(end - p) : strlen(p);
-        if (n >= kl && strncmp(p, key, kl) == 0 && (n == kl || p[kl] == '=')) {
-            const char *v = n == kl ? "1" : p + kl + 1;
-            size_t vl = n == kl ? 1 : n - kl - 1;
-            if (cap) {
-                if (vl >= cap) vl = cap - 1;
-                memcpy(val, v, vl);
-                val[vl] = '\0';
-            }
-            found = true;
-        }
-        p = end ? end + 1 : NULL;
+    struct weft_opt_item it;
+    for (const char *p = opts; weft_opt_next(&p, &it);) {
+        if (it.key_len != kl || strncmp(it.key, key, kl) != 0) continue;
+        if (it.val) weft_opt_copy(val, cap, it.val, it.val_len);
+        else weft_opt_copy(val, cap, "1", 1);
+        found = true;
     }
     return found;
 }
@@ -69,24 +96,15 @@ static inline bool weft_opt_unknown(const char *opts, const char *prefix, const 
                                     char *bad, size_t cap)
 {
     const size_t pl = strlen(prefix);
-    for (const char *p = opts; p && *p;) {
-        const char *end = strchr(p, ',');
-        const size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        const size_t kl = eq ? (size_t)(eq - p) : len;
-        if (kl >= pl && strncmp(p, prefix, pl) == 0) {
-            bool ok = false;
-            for (size_t i = 0; i < n && !ok; i++) ok = strlen(known[i]) == kl && strncmp(known[i], p, kl) == 0;
-            if (!ok) {
-                if (cap) {
-                    size_t c = kl < cap ? kl : cap - 1;
-                    memcpy(bad, p, c);
-                    bad[c] = '\0';
-                }
-                return true;
-            }
+    struct weft_opt_item it;
+    for (const char *p = opts; weft_opt_next(&p, &it);) {
+        if (it.key_len < pl || strncmp(it.key, prefix, pl) != 0) continue;
+        bool ok = false;
+        for (size_t i = 0; i < n && !ok; i++) ok = strlen(known[i]) == it.key_len && !strncmp(known[i], it.key, it.key_len);
+        if (!ok) {
+            weft_opt_copy(bad, cap, it.key, it.key_len);
+            return true;
         }
-        p = end ? end + 1 : NULL;
     }
     return false;
 }
@@ -96,31 +114,23 @@ static inline bool weft_opt_unknown(const char *opts, const char *prefix, const 
  * empty items. On false, the offending item is copied into bad. */
 static inline bool weft_opt_syntax_ok(const char *opts, char *bad, size_t cap)
 {
-    for (const char *p = opts; p && *p;) {
-        const char *end = strchr(p, ',');
-        const size_t len = end ? (size_t)(end - p) : strlen(p);
-        const char *eq = memchr(p, '=', len);
-        const size_t kl = eq ? (size_t)(eq - p) : len;
-        bool ok = kl > 0;
-        const char *dot = kl ? memchr(p, '.', kl) : NULL;
-        ok = ok && dot && dot > p && dot < p + kl - 1;
+    struct weft_opt_item it;
+    for (const char *p = opts; weft_opt_next(&p, &it);) {
+        const size_t kl = it.key_len;
+        const char *dot = kl ? (const char *)memchr(it.key, '.', kl) : NULL;
+        bool ok = dot && dot > it.key && dot < it.key + kl - 1;
         for (size_t i = 0; ok && i < kl; i++) {
-            const char c = p[i];
+            const char c = it.key[i];
             ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.';
         }
         if (!ok) {
-            if (cap) {
-                size_t c = len < cap ? len : cap - 1;
-                memcpy(bad, p, c);
-                bad[c] = '\0';
-            }
+            weft_opt_copy(bad, cap, it.key, it.len);
             return false;
         }
-        if (end && end[1] == '\0') {  /* a trailing ',' is an empty item */
-            if (cap) bad[0] = '\0';
+        if (it.trailing_comma) {   /* an empty last item */
+            weft_opt_copy(bad, cap, "", 0);
             return false;
         }
-        p = end ? end + 1 : NULL;
     }
     return true;
 }
