@@ -28,6 +28,10 @@ struct hcl_conn {
     bool connected, closing, reading;
     uint32_t uses;                 /* requests sent on it */
     size_t got;                    /* answer bytes of the current request */
+    /* bytes read but not yet parsed: a pause from on_body stops the parser mid-read;
+       they are parsed on resume, before reading starts again */
+    char *held;
+    size_t held_len;
     /* the answer's head */
     char *hb;
     size_t hb_len, hb_cap;
@@ -83,6 +87,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (--c->handles > 0) return;
     struct hcl_pool *p = c->pool;
     free(c->hb);
+    free(c->held);
     free(c);
     p->n_conns--;
     pool_maybe_free(p);
@@ -255,7 +260,10 @@ static int on_body(http_parser *hp, const char *at, size_t len)
         r->cb.on_body(r->user, at, len);
         r->in_cb = false;
     }
-    return r->cancelled ? 1 : 0;
+    if (r->cancelled) return 1;
+    /* paused by the callback: nothing more reaches it until resume, even from this read */
+    if (r->paused) http_parser_pause(hp, 1);
+    return 0;
 }
 
 static int on_message_complete(http_parser *hp)
@@ -282,6 +290,7 @@ static void parser_reset(struct hcl_conn *c)
     c->hb_len = 0;
     c->nh = 0;
     c->got = 0;
+    c->held_len = 0;
     c->in_value = c->head_done = c->msg_done = c->keep_alive = c->too_big = false;
 }
 
@@ -312,6 +321,45 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     *buf = uv_buf_init(slab, sizeof slab);
 }
 
+/* parse len answer bytes of the request in progress; what a pause leaves unparsed is held */
+static void conn_feed(struct hcl_conn *c, const char *data, size_t len)
+{
+    struct hcl_req *r = c->req;
+    size_t n = http_parser_execute(&c->parser, &settings, data, len);
+    if (r->cancelled) {
+        c->req = NULL;
+        r->c = NULL;
+        conn_close(c);
+        req_free(r);
+        return;
+    }
+    if (c->msg_done) {
+        conn_finish(c);
+        return;
+    }
+    enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
+    if (e == HPE_PAUSED && r->paused) {
+        if (n > len) n = len;
+        size_t rest = len - n;
+        if (rest && data + n != c->held) {
+            if (data >= c->held && data < c->held + c->held_len) {
+                memmove(c->held, data + n, rest);  /* a replay paused again */
+            } else {
+                char *h = realloc(c->held, rest);
+                if (!h) {
+                    conn_fail(c, UV_ENOMEM);
+                    return;
+                }
+                c->held = h;
+                memcpy(c->held, data + n, rest);
+            }
+        }
+        c->held_len = rest;
+        return;
+    }
+    if (e != HPE_OK) conn_fail(c, HCL_E_PROTOCOL);
+}
+
 static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
 {
     struct hcl_conn *c = st->data;
@@ -337,21 +385,7 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
     }
     c->got += (size_t)nread;
     if (r->timeout_ms && !r->paused) timer_arm(c, r->timeout_ms);
-    size_t n = http_parser_execute(&c->parser, &settings, buf->base, (size_t)nread);
-    (void)n;
-    if (r->cancelled) {
-        c->req = NULL;
-        r->c = NULL;
-        conn_close(c);
-        req_free(r);
-        return;
-    }
-    enum http_errno e = HTTP_PARSER_ERRNO(&c->parser);
-    if (c->msg_done) {
-        conn_finish(c);
-        return;
-    }
-    if (e != HPE_OK) conn_fail(c, HCL_E_PROTOCOL);
+    conn_feed(c, buf->base, (size_t)nread);
 }
 
 /* ---- sending ---- */
@@ -507,12 +541,34 @@ void weft_hcl_pause(struct hcl_req *r)
     if (c && c->connected) timer_arm(c, 0);
 }
 
+/* resume's deferred half: parse the bytes a pause held back, then read again */
+static void on_replay(uv_timer_t *t)
+{
+    struct hcl_conn *c = t->data;
+    struct hcl_req *r = c->req;
+    if (c->closing || !r || r->paused) return;
+    timer_arm(c, r->timeout_ms);
+    http_parser_pause(&c->parser, 0);
+    if (c->held_len) {
+        conn_feed(c, c->held, c->held_len);
+        if (c->closing || c->req != r || r->paused) return;  /* ended, failed or paused again */
+        c->held_len = 0;
+    }
+    if (c->connected && !c->reading) c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
+}
+
 void weft_hcl_resume(struct hcl_req *r)
 {
     if (!r || !r->paused) return;
     r->paused = false;
     struct hcl_conn *c = r->c;
     if (!c || c->closing) return;
+    if (HTTP_PARSER_ERRNO(&c->parser) == HPE_PAUSED && !c->msg_done) {
+        /* the parser stopped mid-read: parse the held bytes from the loop, not inside
+           the caller's stack (they may end the request) */
+        uv_timer_start(&c->timer, on_replay, 0, 0);
+        return;
+    }
     timer_arm(c, r->timeout_ms);
     if (c->connected && !c->reading) c->reading = uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read) == 0;
 }

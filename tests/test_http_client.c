@@ -63,6 +63,15 @@ static void handler(void *ctx, struct http_conn *c, const struct http_request *r
         weft_http_conn_on_close(c, on_srv_gone, s);
         weft_http_stream_begin(c, 200, "text/event-stream", NULL);
         uv_timer_start(&s->t, streamer_tick, 1, 1);
+    } else if (!strcmp(r->path, "/burst")) {
+        /* five chunks written at once: they reach the client in one read (or few) */
+        weft_http_stream_begin(c, 200, "text/event-stream", NULL);
+        for (int i = 5; i > 0; i--) {
+            char line[64];
+            int n = snprintf(line, sizeof line, "data: chunk %d\n\n", i);
+            weft_http_stream_write(c, line, (size_t)n);
+        }
+        weft_http_stream_end(c);
     } else if (!strcmp(r->path, "/never")) {
         static struct streamer never;  /* only to learn when the client leaves */
         weft_http_conn_on_close(c, on_srv_gone, &never);
@@ -78,7 +87,7 @@ struct result {
     char answer_hdr[32];
     int bodies;                  /* on_body calls */
     struct hcl_req *req;
-    bool cancel_after_first, pause_after_first;
+    bool cancel_after_first, pause_after_first, pause_every;
 };
 
 static void r_head(void *u, int status, const struct http_header *h, uint32_t n)
@@ -99,7 +108,7 @@ static void r_body(void *u, const char *d, size_t n)
         r->body[r->len] = 0;
     }
     if (r->cancel_after_first) weft_hcl_cancel(r->req);
-    if (r->pause_after_first && r->bodies == 1) weft_hcl_pause(r->req);
+    if ((r->pause_after_first && r->bodies == 1) || r->pause_every) weft_hcl_pause(r->req);
 }
 
 static void r_done(void *u, int err)
@@ -112,20 +121,30 @@ static void r_done(void *u, int err)
 static const struct hcl_callbacks cbs = {r_head, r_body, r_done};
 
 static void on_guard(uv_timer_t *t) { *(int *)t->data = 1; }
+static void on_tick(uv_timer_t *t) { (void)t; }
 
-/* run the loop until *flag or 5 s (a guard against a hang, not a timing assertion) */
-static void run_until(const int *flag)
+/* run the loop until *v >= n or 5 s (a guard against a hang, not a timing assertion) */
+static void run_until_n(const int *v, int n)
 {
     int expired = 0;
     uv_timer_t g;
     uv_timer_init(&loop, &g);
     g.data = &expired;
     uv_timer_start(&g, on_guard, 5000, 0);
-    while (!*flag && !expired) uv_run(&loop, UV_RUN_ONCE);
+    /* a wake-up every ms: libuv 1.44's UV_RUN_ONCE runs timers before it blocks in poll,
+       so an event a timer delivers (a resumed request's held bytes) would otherwise
+       wait there for the next I/O */
+    uv_timer_t tick;
+    uv_timer_init(&loop, &tick);
+    uv_timer_start(&tick, on_tick, 1, 1);
+    while (*v < n && !expired) uv_run(&loop, UV_RUN_ONCE);
+    uv_close((uv_handle_t *)&tick, NULL);
     uv_close((uv_handle_t *)&g, NULL);
     uv_run(&loop, UV_RUN_NOWAIT);
-    CHECK_MSG(*flag, "the loop ran 5 s without the expected event");
+    CHECK_MSG(*v >= n, "the loop ran 5 s without the expected event");
 }
+
+static void run_until(const int *flag) { run_until_n(flag, 1); }
 
 static struct hcl_pool *pool_to(int port)
 {
@@ -254,6 +273,36 @@ static void pause_resume(void)
     uv_run(&loop, UV_RUN_NOWAIT);
 }
 
+/* a pause inside on_body holds back the rest of the same read: each resume releases
+   exactly one more chunk, and the end comes only after the last resume */
+static void pause_within_one_read(void)
+{
+    struct hcl_pool *p = pool_to(weft_http_server_port(srv));
+    struct result r = {.pause_every = true};
+    struct hcl_opts o = {.method = "GET", .path = "/burst", .timeout_ms = 5000};
+    CHECK(weft_hcl_request(p, &o, &cbs, &r, &r.req) == 0);
+    run_until(&r.bodies);
+    for (int want = 2; want <= 5; want++) {
+        for (int i = 0; i < 20; i++) uv_run(&loop, UV_RUN_NOWAIT);  /* paused: nothing comes */
+        CHECK_EQ_INT(r.bodies, want - 1);
+        CHECK_EQ_INT(r.done, 0);
+        weft_hcl_resume(r.req);
+        CHECK_EQ_INT(r.bodies, want - 1);  /* never from inside resume */
+        run_until_n(&r.bodies, want);
+        CHECK_EQ_INT(r.bodies, want);
+    }
+    r.pause_every = false;
+    CHECK_EQ_INT(r.done, 0);
+    weft_hcl_resume(r.req);
+    run_until(&r.done);
+    CHECK_EQ_INT(r.done, 1);
+    CHECK_EQ_INT(r.err, 0);
+    CHECK_EQ_INT(r.bodies, 5);
+    CHECK(!strcmp(r.body, "data: chunk 5\n\ndata: chunk 4\n\ndata: chunk 3\n\ndata: chunk 2\n\ndata: chunk 1\n\n"));
+    weft_hcl_pool_free(p);
+    uv_run(&loop, UV_RUN_NOWAIT);
+}
+
 static void free_with_requests_in_progress(void)
 {
     struct hcl_pool *p = pool_to(weft_http_server_port(srv));
@@ -299,6 +348,7 @@ int main(void)
     RUN(refused_and_timeout);
     RUN(cancel_mid_stream);
     RUN(pause_resume);
+    RUN(pause_within_one_read);
     RUN(free_with_requests_in_progress);
     RUN(parse_urls);
     weft_http_server_free(srv);
