@@ -19,8 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 #define WEFT_BACKEND_API_VERSION 4   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir */
 
@@ -135,7 +135,7 @@ struct weft_backend_params {
     int device;                /* index within the backend */
     int n_threads;             /* CPU: worker threads (0 = all cores) */
     /* ---- api_version >= 4 ---- */
-    const char *options;       /* core/options.h: the backend reads the keys of
+    const char *options;       /* base/options.h: the backend reads the keys of
                                 * its own prefix ("vulkan.validate=1") and fails
                                 * open on one it does not know; NULL: none */
     const char *cache_dir;     /* where a backend may keep files between runs
@@ -225,7 +225,7 @@ weft_status weft_backend_open_opts(const char *spec, int n_threads, const char *
 /* The process's settings, which the library takes from no environment
  * variable: tools/env.c sets them from WEFT_* variables at start.
  *
- * weft_backend_set_options: the options string (core/options.h) every later
+ * weft_backend_set_options: the options string (base/options.h) every later
  * weft_backend_open, and model loading ("model.*" keys), uses; NULL or "" for
  * none. WEFT_ERR_INVALID_ARG for a malformed string or a prefix that is no
  * backend's nor "model". Safe to call while other threads open devices; a

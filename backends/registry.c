@@ -2,7 +2,7 @@
  * ("cpu:0"). Modules (backends/module.h) are looked for once, on first use. */
 #include "backends/backend.h"
 #include "backends/module.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <dlfcn.h>
 #include <limits.h>

@@ -19,7 +19,7 @@
 #include <time.h>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 enum weft_chat_style {
     WEFT_CHAT_CHATML,

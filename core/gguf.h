@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 enum weft_gguf_type {
     WEFT_GGUF_UINT8 = 0, WEFT_GGUF_INT8 = 1, WEFT_GGUF_UINT16 = 2, WEFT_GGUF_INT16 = 3,

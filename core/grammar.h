@@ -45,7 +45,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "core/tokenizer.h"
 
 struct weft_grammar;

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/unicode.h"
+#include "base/unicode.h"
 
 #define REP_MAX 65535u      /* largest n or m in {n,m} */
 #define REP_INF UINT32_MAX

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "core/kv.h"
-#include "core/quant.h"
+#include "base/quant.h"
 
 static const unsigned char MAGIC[8] = {'W', 'E', 'F', 'T', 'K', 'V', 'B', 0};
 

@@ -34,8 +34,8 @@
 #include <stdint.h>
 
 #include "core/fingerprint.h"
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 #define WEFT_KVB_VERSION 1
 #define WEFT_KVB_HEADER_BYTES 80

@@ -1,6 +1,6 @@
 /* GGUF -> validated hyperparameters + weight views on a backend. */
 #include "core/model_impl.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <math.h>
 #include <stdio.h>

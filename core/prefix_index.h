@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 struct weft_prefix_entry;
 

@@ -48,7 +48,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 #define WEFT_ROUTE_BLOCK_TOKENS 16
 

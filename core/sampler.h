@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 #define WEFT_MAX_LOGPROBS 20
 

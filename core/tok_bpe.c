@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/tok_internal.h"
-#include "core/unicode.h"
+#include "base/unicode.h"
 
 /* ---- GPT-2 bytes_to_unicode ---- */
 

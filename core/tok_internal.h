@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 enum tok_kind { TOK_SPM, TOK_BPE };
 

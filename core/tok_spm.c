@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/tok_internal.h"
-#include "core/unicode.h"
+#include "base/unicode.h"
 
 struct sym {
     uint32_t start, n; /* bytes of the symbol in the escaped text; n == 0: merged away */

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/tok_internal.h"
-#include "core/unicode.h"
+#include "base/unicode.h"
 
 /* ---- small helpers ---- */
 

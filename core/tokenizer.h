@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "core/gguf.h"
-#include "core/status.h"
+#include "base/status.h"
 
 struct weft_tokenizer;
 

@@ -1,9 +1,9 @@
 /* Dequantization and integer dot products of weft's block formats
- * (core/types.h), for any backend's device code (see prims.cuh).
+ * (base/types.h), for any backend's device code (see prims.cuh).
  *
  * weft_dq<T>::at(row, i)   element i of a row of type T, as float, computed
  *                          with the same float operations in the same order
- *                          as core/quant.c's weft_dequantize_row (compile
+ *                          as base/quant.c's weft_dequantize_row (compile
  *                          without fma contraction for bit-equality).
  * weft_dq<T>::dot32(row, s, x)  dot of the row's elements [32s, 32s+32)
  *                          with one Q8_1 activation block x: integer dp4a
@@ -18,7 +18,7 @@
 
 #include <stddef.h>
 
-/* a block's size and a field's offset, from the layouts core/types.h
+/* a block's size and a field's offset, from the layouts base/types.h
  * defines (and checks) for every backend: no literal byte counts here */
 #define WEFT_BSZ(B) ((int)sizeof(struct weft_block_##B))
 #define WEFT_BOFF(B, f) ((int)offsetof(struct weft_block_##B, f))

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 /* out[R][N] = x[R][K] · W[N][K]ᵀ (+ add, which may alias out).
- * wt: any weight type of core/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
+ * wt: any weight type of base/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
  * Q8_0 Q4_K Q5_K Q6_K). Paths (kernels-common/launch_matmul.cuh):
  * R <= WEFT_GK_MMVQ_MAX_ROWS and a quantized type: x quantized to Q8_1 blocks
  * in scratch, integer-dot (dp4a) matrix-vector kernel; more rows and a

@@ -33,12 +33,12 @@
 #error "include your backend's mapping header (e.g. kernels-cuda/cuda_prims.cuh), not kernels-common directly"
 #endif
 
-/* core/types.h is C11 and uses _Static_assert, which C++ spells static_assert */
+/* base/types.h is C11 and uses _Static_assert, which C++ spells static_assert */
 #if defined(__cplusplus) && !defined(_Static_assert)
 #define _Static_assert static_assert
 #define WEFT_KC_UNDEF_SA_
 #endif
-#include "core/types.h"
+#include "base/types.h"
 #include "backends/backend.h"   /* WEFT_KV_BLOCK_TOKENS, the paged-cache layout */
 #ifdef WEFT_KC_UNDEF_SA_
 #undef _Static_assert

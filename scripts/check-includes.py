@@ -3,10 +3,9 @@
 checked on every source file: a file includes only files of its own layer or
 of a layer below it. Layers, bottom to top:
 
-  0 base      the bottom layer (status, types, the reference quantisers, rope,
-              options,
-              UTF-8 tables): includes nothing of weft's above it. Today these
-              files live in core/ (BASE below names them).
+  0 base      base/: the bottom layer (status, types and block layouts, the
+              reference quantisers, rope, options, UTF-8): includes nothing of
+              weft's above it.
   1 backends  backends/, kernels-common/, kernels-cuda/, kernels-hip/, shaders/:
               the vtable and its implementations, which know nothing of
               requests, models or the engine.
@@ -14,6 +13,8 @@ of a layer below it. Layers, bottom to top:
   3 server    server/: weft serve and weft router.
   4 tools     tools/: the CLI.
   tests/, bench/ and tests/fuzz/ may include anything.
+The build checks the same direction at link time for base/ and backends/
+(CMakeLists.txt's weft_base_closed and weft_backends_closed).
 It also reports a getenv() outside tools/ (the library reads no environment),
 and an include of a header private to its folder (core/model_impl.h) from outside it.
 
@@ -27,15 +28,15 @@ import os
 import re
 import sys
 
-BASE = {"core/types.h", "core/types.c", "core/status.h", "core/status.c", "core/quant.h", "core/quant.c",
-        "core/rope.h", "core/unicode.h", "core/unicode.c", "core/unicode_tables.h", "core/options.h"}
+BASE = {"base/types.h", "base/types.c", "base/status.h", "base/status.c", "base/quant.h", "base/quant.c",
+        "base/rope.h", "base/unicode.h", "base/unicode.c", "base/unicode_tables.h", "base/options.h"}
 # The environment is read in tools/ alone (tools/env.c turns WEFT_* into the
-# options of core/options.h): a getenv() in any other layer is reported, but
+# options of base/options.h): a getenv() in any other layer is reported, but
 # for these, which the backends/cpu reorganisation replaces (issue 22).
 GETENV = re.compile(r'\bgetenv\s*\(\s*"?([A-Za-z0-9_]*)')
 GETENV_PENDING = {("backends/cpu/cpu_avx2_gemm.c", "WEFT_GEMM_NO_VNNI"), ("backends/cpu/cpu_avx2_gemm.c", "WEFT_GEMM_YMM"),
                   ("backends/cpu/cpu_avx512_dot4.c", "WEFT_DOT4_512_NO_VNNI")}
-LAYERS = [("base", None), ("backends", ("backends/", "kernels-common/", "kernels-cuda/", "kernels-hip/", "shaders/")),
+LAYERS = [("base", ("base/",)), ("backends", ("backends/", "kernels-common/", "kernels-cuda/", "kernels-hip/", "shaders/")),
           ("core", ("core/",)), ("server", ("server/",)), ("tools", ("tools/",))]
 # written into the build folder at build time (backends/vulkan/CMakeLists.txt)
 GENERATED = {"weft_blocks.glsl"}
@@ -47,8 +48,6 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 def layer(path):
     """(rank, name) of a repository-relative path; None for files outside the layers"""
-    if path in BASE:
-        return 0, "base"
     for rank, (name, dirs) in enumerate(LAYERS):
         if dirs and path.startswith(dirs):
             return rank, name

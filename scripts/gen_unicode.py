@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate core/unicode_tables.h: sorted code point ranges for the Unicode
+"""Generate base/unicode_tables.h: sorted code point ranges for the Unicode
 general categories the BPE pre-tokenizers need (L = letters, N = numbers,
 P = punctuation) from python3's unicodedata, plus the White_Space set.
 
-Usage: python3 scripts/gen_unicode.py > core/unicode_tables.h
+Usage: python3 scripts/gen_unicode.py > base/unicode_tables.h
 """
 import sys
 import unicodedata

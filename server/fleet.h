@@ -17,7 +17,7 @@
 #include "core/fingerprint.h"
 #include "core/prefix_index.h"
 #include "core/route.h"
-#include "core/status.h"
+#include "base/status.h"
 
 #define FLEET_MAX_INSTANCES 256
 

@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "core/engine.h"
-#include "core/status.h"
+#include "base/status.h"
 
 struct kv_remote_config {
     const char *url;             /* redis://host:port, or unix:///path */

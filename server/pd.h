@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 struct weft_server;
 struct pd_ticket;

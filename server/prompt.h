@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "core/chat.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
 

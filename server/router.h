@@ -28,7 +28,7 @@
 #include <stdint.h>
 
 #include "core/route.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "server/http.h"
 #include "server/prompt.h"
 

@@ -13,7 +13,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 struct weft_workers;
 

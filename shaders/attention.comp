@@ -1,5 +1,5 @@
 #version 450
-#include "weft_blocks.glsl"  /* core/types.h's block layouts (generated) */
+#include "weft_blocks.glsl"  /* base/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP f16x:-DKV_F16,-DEXACT
 // ATTENTION over the paged F16 KV cache: one workgroup per (head, row),
 // causal over positions 0..pos[row] of the row's sequence through its block

@@ -1,5 +1,5 @@
 /* Weight dequantization for the Vulkan shaders: ggml's block layouts,
- * byte-exact with core/types.h, whose structs give every size and offset
+ * byte-exact with base/types.h, whose structs give every size and offset
  * here (weft_blocks.glsl, generated at build time by
  * shaders/gen_block_layout.c).
  *

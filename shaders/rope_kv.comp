@@ -1,5 +1,5 @@
 #version 450
-#include "weft_blocks.glsl"  /* core/types.h's block layouts (generated) */
+#include "weft_blocks.glsl"  /* base/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 q8_0:-DKV_Q8_0 f16x:-DKV_F16,-DROPE_TABLE q8_0x:-DKV_Q8_0,-DROPE_TABLE
 // ROPE_KV, one workgroup per batch row (rows strided by the group count):
 //  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
@@ -14,7 +14,7 @@
 //     blocks share words with neighbouring blocks and token rows.
 // ROPE_TABLE (lavapipe, bit for bit as the CPU): cos/sin from binding 6,
 // [pos][n_rot/2][2] floats made on the host by the CPU's own
-// weft_rope_cos_sin (core/rope.h); the fused products by fma_x (exact.glsl,
+// weft_rope_cos_sin (base/rope.h); the fused products by fma_x (exact.glsl,
 // one rounding as the CPU's fmaf); F16 cache values rounded to nearest even
 // in integer arithmetic.
 // q/k/v offsets and row strides in floats; the cache addressed in words.

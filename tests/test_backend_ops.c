@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 enum { E = 2048, V = 96, R = 3, NOUT = 2, REPEATS = 4 };

@@ -9,7 +9,8 @@
  * dot4 against the AVX-512 one on 576x1536, one thread (printed only).
  * Skipped where the CPU has no AVX-512 table. */
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
 #define TEST_RNG_SEED 0xa5125eed0d04ull
 #include "tests/test_rand.h"

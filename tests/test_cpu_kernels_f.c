@@ -1,5 +1,5 @@
 /* The float-type kernels (F32, F16, BF16) of every CPU kernel table this
- * machine can run, bit for bit against the portable reference in core/quant.c:
+ * machine can run, bit for bit against the portable reference in base/quant.c:
  *   - dot vs weft_vec_dot, dot_mm vs weft_vec_dot_mm(type, w, x, n, 4, 2);
  *   - quant (F32, F16, BF16) vs weft_quantize_row_act, incl. NaN payloads,
  *     infinities, subnormals, overflow edges and rounding ties.
@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;

@@ -8,7 +8,7 @@
  * lengths a multiple of mm_k_multiple. Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
  * that has AVX512-VNNI. */
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 #define TEST_RNG_SEED 0x5eedfacecafe0001ull
 #include "tests/test_rand.h"

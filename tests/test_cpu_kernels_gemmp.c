@@ -14,7 +14,8 @@
  * rows (printed). */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
 #define TEST_RNG_SEED 0x7a11ab1e5eed0003ull
 #include "tests/test_rand.h"

@@ -8,7 +8,8 @@
  * type has no dot4) on an L2-sized and a DRAM-sized matrix (printed). */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "core/quant.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
 #define TEST_RNG_SEED 0x9ac4ed0d0c0ffeeull
 #include "tests/test_rand.h"

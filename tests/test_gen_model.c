@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "core/gguf.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "core/tokenizer.h"
 #include "tests/check.h"
 #include "tools/cli.h"

@@ -21,7 +21,7 @@
 
 #include "backends/backend.h"
 #include "backends/module.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;

@@ -9,7 +9,7 @@
 
 #include "core/kv.h"
 #include "core/kv_block.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 static const struct weft_fingerprint FP = {0x0123456789abcdefull, 0xfedcba9876543210ull};

@@ -1,9 +1,9 @@
-/* core/options.h's parser, the process's options in backends/backend.h
+/* base/options.h's parser, the process's options in backends/backend.h
  * (weft_backend_set_options, weft_backend_open_opts), tools/env.c's table
  * of WEFT_* knobs and README's "Knobs" section, which must list each. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
-#include "core/options.h"
+#include "base/options.h"
 #include "tests/check.h"
 #include "tools/env.h"
 

@@ -1,7 +1,8 @@
-/* Tests for core/quant.c: block layouts (hand-built blocks with known values),
+/* Tests for base/quant.c: block layouts (hand-built blocks with known values),
  * reference quantizer rounding, round-trip error, dot products against the
- * float reference, and the half/bfloat16 conversions in core/types.h. */
-#include "core/quant.h"
+ * float reference, and the half/bfloat16 conversions in base/types.h. */
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
 
 #include <stdint.h>

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 #define TEST_RNG_SEED 0x5eedeac7ull

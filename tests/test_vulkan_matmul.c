@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 #define TEST_RNG_SEED 0x5eed0f0a1b2c3d4eull

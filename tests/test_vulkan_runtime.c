@@ -8,7 +8,7 @@
 
 #include "backends/backend.h"
 #include "backends/module.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 static const struct weft_backend_iface *bi;

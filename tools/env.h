@@ -1,6 +1,6 @@
 /* The environment, read here and nowhere below tools/: every WEFT_* knob of
  * the backends and of model loading, turned into the options string of
- * core/options.h (and the cache and module folders) that backends/backend.h
+ * base/options.h (and the cache and module folders) that backends/backend.h
  * takes. README's "Knobs" section documents the same table. */
 #ifndef WEFT_TOOLS_ENV_H
 #define WEFT_TOOLS_ENV_H

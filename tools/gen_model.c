@@ -20,7 +20,7 @@
 #include <unistd.h>
 
 #include "core/gguf.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tools/cli.h"
 
 #define GEN_MAX_VOCAB (1u << 22)          /* 4M tokens; real vocabs stop at ~256k */

@@ -11,8 +11,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/status.h"
-#include "core/types.h"
+#include "base/status.h"
+#include "base/types.h"
 
 struct weft_gen_params {
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;

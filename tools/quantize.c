@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "core/gguf.h"
-#include "core/quant.h"
+#include "base/quant.h"
 #include "tools/cli.h"
 #include "tools/gen_model.h"
 

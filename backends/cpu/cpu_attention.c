@@ -1,8 +1,8 @@
 /* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
  * describes the block layout). */
 #include "backends/cpu/cpu_impl.h"
-#include "core/quant.h"
-#include "core/rope.h"
+#include "base/quant.h"
+#include "base/rope.h"
 
 #include <math.h>
 #include <stdlib.h>

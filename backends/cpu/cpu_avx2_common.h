@@ -8,11 +8,11 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 
-/* core/quant.c: ggml's scalar `summs += m * s`, contracted to an fma by GCC
+/* base/quant.c: ggml's scalar `summs += m * s`, contracted to an fma by GCC
  * in ggml's build; keep in step with the reference's switch. */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1

@@ -1,6 +1,6 @@
 /* AVX2 (+FMA, F16C) four-row dots: weight rows w, w + stride, w + 2 stride,
  * w + 3 stride against one activation row, out[i] bit-identical to
- * k->dot[type](w + i * stride, x, n) and so to the reference in core/quant.c
+ * k->dot[type](w + i * stride, x, n) and so to the reference in base/quant.c
  * (tests/test_cpu_kernels_dot4.c checks this for every table).
  *
  * Each row keeps the float operation sequence of the one-row kernels in

@@ -2,7 +2,7 @@
  * single-row dot (ggml's vec_dot order), multi-row dot (tinyBLAS order) and
  * the F16/BF16 activation converters.
  *
- * The reference (core/quant.c) mirrors ggml's AVX-512 kernels, whose
+ * The reference (base/quant.c) mirrors ggml's AVX-512 kernels, whose
  * accumulators are 16 float lanes wide. Here every 16-lane accumulator is a
  * pair of __m256 (lo = lanes 0..7, hi = lanes 8..15) and every float step of
  * the reference is the same IEEE operation on the same lane: fmaf becomes
@@ -21,7 +21,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-/* same default as core/quant.c: ggml's scalar `s += a*b` tail is fused */
+/* same default as base/quant.c: ggml's scalar `s += a*b` tail is fused */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
@@ -58,7 +58,7 @@ TGT static inline __m256 dpbf16_8(__m256 acc, const weft_bf16 *a, const weft_bf1
     return _mm256_fmadd_ps(bf16_even(ua), bf16_even(ub), acc);
 }
 
-/* ---- single-row dot (core/quant.c dot_f32 / dot_f16 / dot_bf16) ---- */
+/* ---- single-row dot (base/quant.c dot_f32 / dot_f16 / dot_bf16) ---- */
 
 /* 4 accumulators of 16 lanes over 64-element steps: acc j = (s[2j], s[2j+1])
  * covers elements 16j..16j+15 of each step. */

@@ -1,6 +1,6 @@
 /* Register-blocked prefill tiles (weft_cpu_gemm_fn): for i < nw, j < nx,
  *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
- * bit-identical to the table's one-row dot (cpu_avx2_q.c, core/quant.c).
+ * bit-identical to the table's one-row dot (cpu_avx2_q.c, base/quant.c).
  *
  * Each micro-tile runs MR weight rows against NR activation rows over the
  * whole row: a weight block is loaded/unpacked once for NR outputs, an
@@ -27,7 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))

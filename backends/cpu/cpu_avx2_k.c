@@ -1,7 +1,7 @@
 /* AVX2 (+FMA, F16C) kernels for the K-quants: Q4_K, Q5_K, Q6_K dot products
  * against Q8_K activations, and the Q8_K activation quantizer.
  *
- * Each kernel is bit-identical to its portable reference in core/quant.c
+ * Each kernel is bit-identical to its portable reference in base/quant.c
  * (dot_q4_k, dot_q5_k, dot_q6_k, quant_q8_k). The integer parts are exact,
  * so any instruction sequence giving the same int32 lane values is used
  * (maddubs/madd, byte shuffles); every float operation of the reference is
@@ -28,7 +28,7 @@
 
 #define AVX2_FN __attribute__((target("avx2,fma,f16c")))
 
-/* hsum_float_8 of core/quant.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
+/* hsum_float_8 of base/quant.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
 static inline AVX2_FN float hsum_ps8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
@@ -46,7 +46,7 @@ static inline AVX2_FN int hsum_epi32_8(__m256i v)
 }
 
 /* Q4_K/Q5_K scales[12] -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15),
- * the same values as get_scale_min_k4 in core/quant.c. */
+ * the same values as get_scale_min_k4 in base/quant.c. */
 static inline void k4_unpack_scales(const uint8_t scales[WEFT_K_SCALE_SIZE], uint32_t u[4])
 {
     const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;

@@ -2,7 +2,7 @@
  * of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 weights with Q8_0/Q8_1 activations, and the
  * Q8_0/Q8_1 activation quantizers.
  *
- * Each kernel is bit-identical to its portable reference in core/quant.c
+ * Each kernel is bit-identical to its portable reference in base/quant.c
  * (tests/test_cpu_kernels_q.c checks this):
  *  - integer parts are exact, so any instruction sequence that yields the
  *    same per-lane int32 values will do: int32 lane l of a block holds the

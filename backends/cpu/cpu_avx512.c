@@ -1,5 +1,5 @@
 /* AVX-512 kernels: the F32 and BF16 dots (vec_dot and tinyBLAS orders) with
- * one native __m512 per 16-lane accumulator of the reference (core/quant.c),
+ * one native __m512 per 16-lane accumulator of the reference (base/quant.c),
  * bit-identical to it.
  *
  * BF16 does not use _mm512_dpbf16_ps: VDPBF16PS treats denormal inputs as

@@ -1,7 +1,7 @@
 /* AVX-512 four-row dots for the AVX-512 table: weight rows w, w + stride,
  * w + 2 stride, w + 3 stride against one activation row, out[i]
  * bit-identical to k->dot[type](w + i * stride, x, n) (the AVX2 one-row
- * kernels the AVX-512 table inherits, and so core/quant.c);
+ * kernels the AVX-512 table inherits, and so base/quant.c);
  * tests/test_cpu_kernels_dot4_512.c and test_cpu_kernels_dot4.c check it.
  *
  * Several rows share one 512-bit register, but every output row keeps the
@@ -36,13 +36,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
-/* keep in step with core/quant.c and cpu_avx2_q.c */
+/* keep in step with base/quant.c and cpu_avx2_q.c */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif

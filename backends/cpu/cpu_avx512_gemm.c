@@ -18,7 +18,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))

@@ -15,7 +15,7 @@
 
 #include <immintrin.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AI static inline __attribute__((always_inline))

@@ -16,8 +16,9 @@
 
 #include <string.h>
 
-#include "core/quant.h"
-#include "core/types.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
+#include "base/types.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 

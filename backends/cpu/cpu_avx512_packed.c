@@ -38,7 +38,7 @@
 
 #include <string.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 

@@ -5,7 +5,7 @@
  * out[i] is bit-identical to the table's one-row dot of row i
  * (tests/test_cpu_kernels_packed.c checks it).
  *
- *  - Q4_K, 16 rows. The reference (core/quant.c dot_q4_k, ggml's AVX2
+ *  - Q4_K, 16 rows. The reference (base/quant.c dot_q4_k, ggml's AVX2
  *    order) keeps per row 8 int32 lanes per block (lane l: the elements e
  *    with e % 8 == l, each times its 32-element sub-block scale), adds
  *    d * float(lane) (mul, then add) into 8 float lanes, subtracts
@@ -32,7 +32,7 @@
 
 #include <string.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 /* -DWEFT_NO_PACKEDK builds without these layouts (for A/B timing) */
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD) && !defined(WEFT_NO_PACKEDK)

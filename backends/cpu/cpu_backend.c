@@ -1,6 +1,6 @@
 /* CPU backend: devices, buffers (host memory), op validation and dispatch. */
 #include "backends/cpu/cpu_impl.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>

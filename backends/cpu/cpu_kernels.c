@@ -1,7 +1,7 @@
 /* Kernel tables and run-time instruction-set selection. */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_expf.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -9,7 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/quant.h"
+#include "base/quant.h"
+#include "backends/cpu/cpu_ref.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

@@ -2,7 +2,7 @@
  *
  * Every table computes bit-identical results (which NaN comes out of a NaN
  * input aside): each SIMD kernel follows the float order of the portable
- * reference in core/quant.c (which follows ggml's x86 kernels, so weft
+ * reference in base/quant.c (which follows ggml's x86 kernels, so weft
  * matches llama.cpp's outputs), only faster. tests/test_cpu_kernels_*.c check
  * every entry of every table this machine can run against the reference,
  * bit for bit.
@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "core/types.h"
+#include "base/types.h"
 
 enum weft_cpu_isa {
     WEFT_CPU_ISA_SCALAR = 0,   /* portable C (any CPU; the NEON table will sit beside AVX2) */
@@ -146,7 +146,7 @@ void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
 /* The best supported table, or the one option cpu.isa (scalar, avx2,
- * avx512) in opts (core/options.h) asks for, if supported (else a line on
+ * avx512) in opts (base/options.h) asks for, if supported (else a line on
  * stderr and the best). */
 enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
 /* The table for isa (entries a SIMD table lacks are filled from the next

@@ -6,7 +6,7 @@
  * type's dot product against every activation row, so each weight row is
  * read from memory once per op. */
 #include "backends/cpu/cpu_impl.h"
-#include "core/quant.h"
+#include "base/quant.h"
 
 #include <math.h>
 

@@ -1,7 +1,7 @@
 /* Element-wise CPU ops: EMBED, RMSNORM, SILU_MUL, ADD. Rows are split across
  * the pool's threads. */
 #include "backends/cpu/cpu_impl.h"
-#include "core/quant.h"
+#include "base/quant.h"
 
 #include <math.h>
 

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/quant.h"
+#include "base/quant.h"
 
 struct pack_job {
     const struct weft_cpu_packed *pk;

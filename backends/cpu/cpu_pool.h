@@ -5,7 +5,7 @@
 #ifndef WEFT_CPU_POOL_H
 #define WEFT_CPU_POOL_H
 
-#include "core/status.h"
+#include "base/status.h"
 
 struct weft_cpu_pool;
 

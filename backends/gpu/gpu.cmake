@@ -32,7 +32,7 @@ endmacro()
 # weft_cuda_module(TARGET): what every nvcc-built module takes: C++17,
 # cudart linked statically (the module needs only the driver at run time),
 # hidden symbols, and no fma contraction (dequantization must round exactly
-# as core/quant.c; kernels spell out each fused multiply-add they want, as
+# as base/quant.c; kernels spell out each fused multiply-add they want, as
 # the CPU backend does).
 function(weft_cuda_module target)
   set_target_properties(${target} PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON

@@ -37,7 +37,7 @@
 
 #include "backends/gpu/gpu_common.h"
 #include "backends/module.h"
-#include "core/options.h"
+#include "base/options.h"
 #include "kernels-common/launch.h"
 
 #include <stdlib.h>

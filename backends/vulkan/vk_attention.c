@@ -3,7 +3,7 @@
  * layout). The shaders address the cache in 32-bit words (F16) or bytes
  * (Q8_0), so supports() wants it within 2^32 of those. */
 #include "backends/vulkan/vk_priv.h"  /* the rope table lives in the backend */
-#include "core/rope.h"
+#include "base/rope.h"
 
 #include <math.h>
 #include <string.h>

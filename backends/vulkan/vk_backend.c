@@ -7,7 +7,7 @@
 #endif
 #include "backends/module.h"
 #include "backends/vulkan/vk_priv.h"
-#include "core/options.h"
+#include "base/options.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -45,7 +45,7 @@ struct vk_validation {
 #define VK_MAX_CHUNKS 256
 #define VK_MAX_QUERIES 4096
 
-/* the vulkan.* options (core/options.h) of this backend, read at open */
+/* the vulkan.* options (base/options.h) of this backend, read at open */
 struct vk_opts {
     int exact;                     /* vulkan.exact: -1 unset (exact on CPU-type devices), 0, 1 */
     bool validate;                 /* vulkan.validate: the Khronos layer; an error fails the run */

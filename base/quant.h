@@ -1,12 +1,16 @@
-/* Reference (scalar, portable) quantization kernels for every weft_type.
+/* Reference (scalar, portable) quantization kernels for every weft_type:
+ * dequantization, ggml's reference file quantizers and the activation
+ * quantizers, element for element as ggml's generic C code (the same block
+ * layouts, element order and rounding). They follow no SIMD machine's
+ * floating-point order: the dot products that do (ggml's x86 kernels, lane by
+ * lane, the CPU backend's oracle) are backends/cpu/cpu_ref.h's.
  *
- * These are the numeric oracle: SIMD and GPU kernels are tested against them.
  * All lengths are element counts and must be multiples of the type's block
  * size (checked by callers; asserted here). No function allocates or fails. */
 #ifndef WEFT_QUANT_H
 #define WEFT_QUANT_H
 
-#include "core/types.h"
+#include "base/types.h"
 
 /* dst[0..n) = dequantized src (one row of `type`). */
 void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64_t n);
@@ -27,21 +31,8 @@ bool weft_quantize_row_act(enum weft_type type, const float *src, void *dst, int
  * F16 -> F16, BF16 -> BF16, F32 -> F32. */
 enum weft_type weft_vec_dot_type(enum weft_type weight_type);
 
-/* Dot product of one weight row (type `wtype`) with one activation row that
- * has already been converted to weft_vec_dot_type(wtype) by
- * weft_quantize_row. Integer arithmetic inside blocks, float across blocks,
- * mirroring ggml's reference vec_dot so results match it closely. */
-float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n);
-
-/* weft_vec_dot for one element of a matmul of n_wrows weight rows by
- * n_xrows activation rows: the same value up to float summation order, in
- * the order ggml's CPU backend uses for that shape (llamafile's tinyBLAS for
- * several F16/BF16 rows, the vec_dot kernels otherwise). */
-float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
-                      int64_t n_xrows);
-
-/* Float reference: sum_i dequant(w)[i] * x[i], accumulated in double.
- * Slow; for tests only. */
+/* Float reference: sum_i dequant(w)[i] * x[i], accumulated in double (so in
+ * no machine's order, and near every one's). Slow; for tests only. */
 double weft_vec_dot_f32_ref(enum weft_type wtype, const void *w, const float *x, int64_t n);
 
 #endif

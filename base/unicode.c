@@ -1,7 +1,7 @@
 /* UTF-8 coding and Unicode class lookups (binary search over range tables). */
-#include "core/unicode.h"
+#include "base/unicode.h"
 
-#include "core/unicode_tables.h"
+#include "base/unicode_tables.h"
 
 static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp)
 {
