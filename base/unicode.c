@@ -32,22 +32,38 @@ unsigned weft_unicode_flags(uint32_t cp)
     return cp < 128 ? weft_ucd_ascii[cp] : lookup(cp);
 }
 
+int weft_utf8_need(unsigned char lead)
+{
+    if (lead < 0x80) return 1;
+    if (lead >= 0xC2 && lead <= 0xDF) return 2;
+    if (lead >= 0xE0 && lead <= 0xEF) return 3;
+    if (lead >= 0xF0 && lead <= 0xF4) return 4;
+    return 0;
+}
+
+bool weft_utf8_cont_ok(unsigned char lead, int i, unsigned char c)
+{
+    if ((c & 0xC0) != 0x80) return false;
+    if (i != 1) return true;
+    switch (lead) {
+    case 0xE0: return c >= 0xA0;  /* overlong below U+0800 */
+    case 0xED: return c <= 0x9F;  /* surrogates */
+    case 0xF0: return c >= 0x90;  /* overlong below U+10000 */
+    case 0xF4: return c <= 0x8F;  /* past U+10FFFF */
+    default: return true;
+    }
+}
+
 int weft_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
 {
     unsigned char c = s[0];
-    if (c < 0x80) { *cp = c; return 1; }
-    int len;
-    uint32_t v, min;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; v = c & 0x1F; min = 0x80; }
-    else if (c >= 0xE0 && c <= 0xEF) { len = 3; v = c & 0x0F; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; v = c & 0x07; min = 0x10000; }
-    else return 0;
-    if ((size_t)len > n) return 0;
+    int len = weft_utf8_need(c);
+    if (len == 0 || (size_t)len > n) return 0;
+    uint32_t v = c & (0x7Fu >> (len == 1 ? 0 : len));
     for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
+        if (!weft_utf8_cont_ok(c, i, s[i])) return 0;
         v = (v << 6) | (s[i] & 0x3F);
     }
-    if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
     *cp = v;
     return len;
 }

@@ -3,6 +3,7 @@
 #ifndef WEFT_UNICODE_H
 #define WEFT_UNICODE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -15,6 +16,16 @@ enum {
 
 /* Property bits of code point cp (0 for anything not in a class above). */
 unsigned weft_unicode_flags(uint32_t cp);
+
+/* The one definition of valid UTF-8 (RFC 3629: no overlongs, no surrogates,
+ * nothing past U+10FFFF) that every reader of UTF-8 in weft uses, whole
+ * (weft_utf8_decode) or a byte at a time (a detokenizer's assembler).
+ * weft_utf8_need: bytes a character led by `lead` has (1..4), 0 if `lead`
+ * cannot start one. weft_utf8_cont_ok: may c be byte i (1..need-1) of a
+ * character led by `lead` (the second byte's limits exclude the overlongs,
+ * surrogates and code points past U+10FFFF). */
+int weft_utf8_need(unsigned char lead);
+bool weft_utf8_cont_ok(unsigned char lead, int i, unsigned char c);
 
 /* Decode one strictly valid UTF-8 character from s[0..n) (n > 0). Returns its
  * length (1..4) and sets *cp; on an invalid or truncated sequence returns 0

@@ -7,6 +7,8 @@
  *            (meta-llama/Llama-2-*-chat-hf; contents .strip()'d) */
 #include "core/chat.h"
 
+#include "base/buf.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,37 +44,6 @@ const char *weft_chat_default_system(const char *tmpl)
     return NULL;
 }
 
-/* ---- growable output string ---- */
-
-struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-};
-
-static void sb_putn(struct sbuf *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = true;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void sb_puts(struct sbuf *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
 /* Jinja `trim` / Python str.strip(), restricted to ASCII whitespace
  * (Python's isspace also counts \x1c-\x1f). */
 static bool is_py_space(unsigned char c)
@@ -80,7 +51,7 @@ static bool is_py_space(unsigned char c)
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
 }
 
-static void sb_put_trimmed(struct sbuf *b, const char *s, size_t n)
+static void sb_put_trimmed(struct weft_strbuf *b, const char *s, size_t n)
 {
     while (n > 0 && is_py_space((unsigned char)s[0])) {
         s++;
@@ -88,7 +59,7 @@ static void sb_put_trimmed(struct sbuf *b, const char *s, size_t n)
     }
     while (n > 0 && is_py_space((unsigned char)s[n - 1]))
         n--;
-    sb_putn(b, s, n);
+    weft_sb_put(b, s, n);
 }
 
 /* ---- renderers ---- */
@@ -110,96 +81,96 @@ void weft_chat_tool_call_frame(enum weft_chat_style style, const char **open_nam
     *after = chatml ? CHATML_CALL_END : l3 ? LLAMA3_CALL_END : NULL;
 }
 
-static void put_call(struct sbuf *b, const struct weft_chat_tool_call *c, const char *open, const char *mid,
+static void put_call(struct weft_strbuf *b, const struct weft_chat_tool_call *c, const char *open, const char *mid,
                      const char *end)
 {
-    sb_puts(b, open);
-    sb_puts(b, c->name);
-    sb_puts(b, mid);
-    sb_puts(b, c->arguments);
-    sb_puts(b, end);
+    weft_sb_puts(b, open);
+    weft_sb_puts(b, c->name);
+    weft_sb_puts(b, mid);
+    weft_sb_puts(b, c->arguments);
+    weft_sb_puts(b, end);
 }
 
 static bool is_role(const struct weft_chat_msg *m, const char *r) { return strcmp(m->role, r) == 0; }
 
-static void chatml_tools_section(struct sbuf *b, const char *const *defs, size_t n)
+static void chatml_tools_section(struct weft_strbuf *b, const char *const *defs, size_t n)
 {
-    sb_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    weft_sb_puts(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
     for (size_t i = 0; i < n; i++) {
-        sb_puts(b, "\n");
-        sb_puts(b, defs[i]);
+        weft_sb_puts(b, "\n");
+        weft_sb_puts(b, defs[i]);
     }
-    sb_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    weft_sb_puts(b, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
                "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
                "\"arguments\": <args-json-object>}\n</tool_call>");
 }
 
-static void render_chatml(struct sbuf *b, const struct weft_chat_msg *m, size_t n, const char *const *defs,
+static void render_chatml(struct weft_strbuf *b, const struct weft_chat_msg *m, size_t n, const char *const *defs,
                           size_t n_defs, bool add_assistant)
 {
     size_t i = 0;
     if (n_defs) {
-        sb_puts(b, "<|im_start|>system\n");
+        weft_sb_puts(b, "<|im_start|>system\n");
         if (n > 0 && is_role(&m[0], "system")) {
-            sb_puts(b, m[0].content);
-            sb_puts(b, "\n\n");
+            weft_sb_puts(b, m[0].content);
+            weft_sb_puts(b, "\n\n");
             i = 1;
         }
         chatml_tools_section(b, defs, n_defs);
-        sb_puts(b, "<|im_end|>\n");
+        weft_sb_puts(b, "<|im_end|>\n");
     }
     for (; i < n; i++) {
         if (is_role(&m[i], "tool")) {
             /* consecutive results are one user turn */
             if (i == 0 || !is_role(&m[i - 1], "tool"))
-                sb_puts(b, "<|im_start|>user");
-            sb_puts(b, "\n<tool_response>\n");
-            sb_puts(b, m[i].content);
-            sb_puts(b, "\n</tool_response>");
+                weft_sb_puts(b, "<|im_start|>user");
+            weft_sb_puts(b, "\n<tool_response>\n");
+            weft_sb_puts(b, m[i].content);
+            weft_sb_puts(b, "\n</tool_response>");
             if (i + 1 == n || !is_role(&m[i + 1], "tool"))
-                sb_puts(b, "<|im_end|>\n");
+                weft_sb_puts(b, "<|im_end|>\n");
             continue;
         }
-        sb_puts(b, "<|im_start|>");
-        sb_puts(b, m[i].role);
+        weft_sb_puts(b, "<|im_start|>");
+        weft_sb_puts(b, m[i].role);
         if (m[i].n_tool_calls) {
             if (m[i].content && m[i].content[0]) {
-                sb_puts(b, "\n");
-                sb_puts(b, m[i].content);
+                weft_sb_puts(b, "\n");
+                weft_sb_puts(b, m[i].content);
             }
             for (size_t k = 0; k < m[i].n_tool_calls; k++) {
-                sb_puts(b, "\n");
+                weft_sb_puts(b, "\n");
                 put_call(b, &m[i].tool_calls[k], CHATML_CALL_OPEN, CHATML_CALL_MID, CHATML_CALL_END);
             }
         } else {
-            sb_puts(b, "\n");
-            sb_puts(b, m[i].content);
+            weft_sb_puts(b, "\n");
+            weft_sb_puts(b, m[i].content);
         }
-        sb_puts(b, "<|im_end|>\n");
+        weft_sb_puts(b, "<|im_end|>\n");
     }
     if (add_assistant)
-        sb_puts(b, "<|im_start|>assistant\n");
+        weft_sb_puts(b, "<|im_start|>assistant\n");
 }
 
-static void render_llama3(struct sbuf *b, const struct weft_chat_msg *m, size_t n, const char *const *defs,
+static void render_llama3(struct weft_strbuf *b, const struct weft_chat_msg *m, size_t n, const char *const *defs,
                           size_t n_defs, bool add_assistant)
 {
     bool tools_pending = n_defs > 0;
     for (size_t i = 0; i < n; i++) {
         bool tool = is_role(&m[i], "tool");
-        sb_puts(b, "<|start_header_id|>");
-        sb_puts(b, tool ? "ipython" : m[i].role);
-        sb_puts(b, "<|end_header_id|>\n\n");
+        weft_sb_puts(b, "<|start_header_id|>");
+        weft_sb_puts(b, tool ? "ipython" : m[i].role);
+        weft_sb_puts(b, "<|end_header_id|>\n\n");
         if (tools_pending && is_role(&m[i], "user")) {
             /* 3.1's tools_in_user_message: the definitions before the first user text */
-            sb_puts(b, "Given the following functions, please respond with a JSON for a function call with its "
+            weft_sb_puts(b, "Given the following functions, please respond with a JSON for a function call with its "
                        "proper arguments that best answers the given prompt.\n\nRespond in the format {\"name\": "
                        "function name, \"parameters\": dictionary of argument name and its value}.Do not use "
                        "variables.\n\n");
             for (size_t k = 0; k < n_defs; k++) {
-                sb_puts(b, defs[k]);
-                sb_puts(b, "\n\n");
+                weft_sb_puts(b, defs[k]);
+                weft_sb_puts(b, "\n\n");
             }
             tools_pending = false;
         }
@@ -209,42 +180,42 @@ static void render_llama3(struct sbuf *b, const struct weft_chat_msg *m, size_t 
         } else {
             sb_put_trimmed(b, m[i].content, strlen(m[i].content));
         }
-        sb_puts(b, "<|eot_id|>");
+        weft_sb_puts(b, "<|eot_id|>");
     }
     if (add_assistant)
-        sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        weft_sb_puts(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* One "[INST] ... [/INST]" turn; `body` is the <<SYS>> blocks + user text,
  * stripped as a whole as the template strips `content`. */
-static void llama2_user_turn(struct sbuf *b, bool first, const struct sbuf *body)
+static void llama2_user_turn(struct weft_strbuf *b, bool first, const struct weft_strbuf *body)
 {
     if (!first)
-        sb_puts(b, "<s>");
-    sb_puts(b, "[INST] ");
+        weft_sb_puts(b, "<s>");
+    weft_sb_puts(b, "[INST] ");
     sb_put_trimmed(b, body->p ? body->p : "", body->len);
-    sb_puts(b, " [/INST]");
+    weft_sb_puts(b, " [/INST]");
 }
 
-static void render_llama2(struct sbuf *b, const struct weft_chat_msg *m, size_t n)
+static void render_llama2(struct weft_strbuf *b, const struct weft_chat_msg *m, size_t n)
 {
-    struct sbuf turn = { 0 };   /* pending <<SYS>> blocks, then the user text */
+    struct weft_strbuf turn = { 0 };   /* pending <<SYS>> blocks, then the user text */
     bool first = true;
     for (size_t i = 0; i < n; i++) {
         const char *role = m[i].role, *content = m[i].content;
         if (strcmp(role, "system") == 0) {
-            sb_puts(&turn, "<<SYS>>\n");
-            sb_puts(&turn, content);
-            sb_puts(&turn, "\n<</SYS>>\n\n");
+            weft_sb_puts(&turn, "<<SYS>>\n");
+            weft_sb_puts(&turn, content);
+            weft_sb_puts(&turn, "\n<</SYS>>\n\n");
         } else if (strcmp(role, "user") == 0) {
-            sb_puts(&turn, content);
+            weft_sb_puts(&turn, content);
             llama2_user_turn(b, first, &turn);
             turn.len = 0;
             first = false;
         } else {   /* assistant */
-            sb_puts(b, " ");
+            weft_sb_puts(b, " ");
             sb_put_trimmed(b, content, strlen(content));
-            sb_puts(b, " </s>");
+            weft_sb_puts(b, " </s>");
             first = false;
         }
     }
@@ -301,8 +272,8 @@ weft_status weft_chat_render_tools(enum weft_chat_style style, const struct weft
         return weft_error(WEFT_ERR_INVALID_ARG, "chat: the llama2 template has no tool-call format "
                           "(tools, tool calls and tool results need a chatml or llama3 template)");
 
-    struct sbuf b = { 0 };
-    sb_puts(&b, "");   /* an empty conversation still yields "" */
+    struct weft_strbuf b = { 0 };
+    weft_sb_puts(&b, "");   /* an empty conversation still yields "" */
     switch (style) {
     case WEFT_CHAT_CHATML: render_chatml(&b, msgs, n, tool_defs, n_tools, add_assistant); break;
     case WEFT_CHAT_LLAMA3: render_llama3(&b, msgs, n, tool_defs, n_tools, add_assistant); break;

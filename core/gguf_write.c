@@ -8,6 +8,7 @@
  * two), else 32, which readers assume when the key is absent. */
 #define _POSIX_C_SOURCE 200809L /* mkstemp, fdopen, fsync */
 #include "core/gguf.h"
+#include "base/buf.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -82,11 +83,9 @@ static weft_status set_raw(struct weft_gguf_writer *w, const char *key, uint32_t
         }
     }
     if (w->n_kv == w->cap_kv) {
-        size_t cap = w->cap_kv ? w->cap_kv * 2 : 16;
-        struct wkv *k = realloc(w->kvs, cap * sizeof *k);
+        struct wkv *k = weft_grow(w->kvs, &w->cap_kv, w->n_kv + 1, sizeof *k);
         if (!k) goto nomem;
         w->kvs = k;
-        w->cap_kv = cap;
     }
     char *kc = strdup(key);
     if (!kc) goto nomem;
@@ -242,11 +241,9 @@ weft_status weft_gguf_writer_add_tensor(struct weft_gguf_writer *w, const char *
     t.size = (size_t)size;
     if (!data) return weft_error(WEFT_ERR_INVALID_ARG, "gguf writer: tensor '%s': NULL data", name);
     if (w->n_t == w->cap_t) {
-        size_t cap = w->cap_t ? w->cap_t * 2 : 16;
-        struct wtensor *ts = realloc(w->ts, cap * sizeof *ts);
+        struct wtensor *ts = weft_grow(w->ts, &w->cap_t, w->n_t + 1, sizeof *ts);
         if (!ts) return weft_error(WEFT_ERR_NOMEM, "gguf writer: out of memory adding '%s'", name);
         w->ts = ts;
-        w->cap_t = cap;
     }
     if (!(t.name = strdup(name)))
         return weft_error(WEFT_ERR_NOMEM, "gguf writer: out of memory adding '%s'", name);

@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/tok_internal.h"
+#include "base/unicode.h"
 
 const char weft_grammar_json_object[] =
     "# any JSON object; whitespace runs are bounded (a model cannot loop on them): up to\n"
@@ -276,10 +277,15 @@ static int step_byte(const struct weft_grammar *g, struct scratch *sc, const str
             if (!adv_cp(g, sc, src, b, dst)) return -1;
             return dst->n > 0;
         }
-        if (b >= 0xC2 && b <= 0xDF) { rem = 1; val = b & 0x1Fu; lo = 0x80; hi = 0x7FF; }
-        else if (b >= 0xE0 && b <= 0xEF) { rem = 2; val = b & 0x0Fu; lo = 0x800; hi = b == 0xED ? 0xD7FF : 0xFFFF; }
-        else if (b >= 0xF0 && b <= 0xF4) { rem = 3; val = b & 0x07u; lo = 0x10000; hi = 0x10FFFF; }
-        else return 0;
+        /* the lead bytes base/unicode.h defines; the second byte's limits follow from
+           [lo, hi] (an overlong, a surrogate or a code point past U+10FFFF leaves it empty) */
+        static const uint32_t lo_of[5] = {0, 0, 0x80, 0x800, 0x10000}, hi_of[5] = {0, 0, 0x7FF, 0xFFFF, 0x10FFFF};
+        int need = weft_utf8_need(b);
+        if (need < 2) return 0;
+        rem = (uint32_t)need - 1;
+        val = b & (0x7Fu >> need);
+        lo = lo_of[need];
+        hi = b == 0xED ? 0xD7FF : hi_of[need];
     } else {
         if ((b & 0xC0) != 0x80) return 0;
         val = pi->val << 6 | (b & 0x3Fu);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/tok_internal.h"
+#include "base/buf.h"
 #include "base/unicode.h"
 
 /* ---- GPT-2 bytes_to_unicode ---- */
@@ -45,11 +46,9 @@ static weft_status words_push(struct words *w, size_t len)
 {
     if (len == 0) return WEFT_OK;
     if (w->n == w->cap) {
-        size_t cap = w->cap ? w->cap * 2 : 64;
-        size_t *v = realloc(w->len, cap * sizeof *v);
+        size_t *v = weft_grow(w->len, &w->cap, w->n + 1, sizeof *v);
         if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (pre-tokenizer)");
         w->len = v;
-        w->cap = cap;
     }
     w->len[w->n++] = len;
     return WEFT_OK;

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "core/tok_internal.h"
+#include "base/buf.h"
 
 static int before(const struct tok_bigram *a, const struct tok_bigram *b)
 {
@@ -12,11 +13,9 @@ static int before(const struct tok_bigram *a, const struct tok_bigram *b)
 weft_status weft_tok_heap_push(struct tok_heap *h, struct tok_bigram b)
 {
     if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct tok_bigram *v = realloc(h->v, cap * sizeof *v);
+        struct tok_bigram *v = weft_grow(h->v, &h->cap, h->n + 1, sizeof *v);
         if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (merge heap)");
         h->v = v;
-        h->cap = cap;
     }
     size_t i = h->n++;
     while (i > 0) {

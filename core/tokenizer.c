@@ -2,6 +2,7 @@
  * partitioning and the (streaming) detokenizer. The encoders live in
  * core/tok_spm.c and core/tok_bpe.c. */
 #include "core/tokenizer.h"
+#include "base/buf.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,11 +15,9 @@
 weft_status weft_tok_ids_push(struct tok_ids *o, int32_t id)
 {
     if (o->n == o->cap) {
-        size_t cap = o->cap ? o->cap * 2 : 32;
-        int32_t *v = realloc(o->v, cap * sizeof *v);
+        int32_t *v = weft_grow(o->v, &o->cap, o->n + 1, sizeof *v);
         if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (ids)");
         o->v = v;
-        o->cap = cap;
     }
     o->v[o->n++] = id;
     return WEFT_OK;
@@ -460,11 +459,9 @@ static weft_status frag_push(struct frags *f, struct frag x)
 {
     if (x.id < 0 && x.len == 0) return WEFT_OK;
     if (f->n == f->cap) {
-        size_t cap = f->cap ? f->cap * 2 : 16;
-        struct frag *v = realloc(f->v, cap * sizeof *v);
+        struct frag *v = weft_grow(f->v, &f->cap, f->n + 1, sizeof *v);
         if (!v) return weft_error(WEFT_ERR_NOMEM, "tokenizer: out of memory (fragments)");
         f->v = v;
-        f->cap = cap;
     }
     f->v[f->n++] = x;
     return WEFT_OK;
@@ -575,31 +572,6 @@ static weft_status out_put(struct weft_detok *d, const void *p, size_t n)
     return WEFT_OK;
 }
 
-/* Bytes a UTF-8 character led by c needs, 0 if c cannot lead one. */
-static int utf8_need(unsigned char c)
-{
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) return 2;
-    if (c >= 0xE0 && c <= 0xEF) return 3;
-    if (c >= 0xF0 && c <= 0xF4) return 4;
-    return 0;
-}
-
-/* May byte c follow the held bytes? (second-byte limits exclude overlongs,
- * surrogates and code points past U+10FFFF) */
-static int utf8_cont_ok(const unsigned char *pend, int n_pend, unsigned char c)
-{
-    if ((c & 0xC0) != 0x80) return 0;
-    if (n_pend != 1) return 1;
-    switch (pend[0]) {
-    case 0xE0: return c >= 0xA0;
-    case 0xED: return c <= 0x9F;
-    case 0xF0: return c >= 0x90;
-    case 0xF4: return c <= 0x8F;
-    default: return 1;
-    }
-}
-
 /* Feed bytes through the UTF-8 assembler: complete characters go out,
  * invalid ones become U+FFFD, an incomplete tail stays in d->pend. */
 static weft_status feed(struct weft_detok *d, const unsigned char *p, size_t n)
@@ -608,14 +580,14 @@ static weft_status feed(struct weft_detok *d, const unsigned char *p, size_t n)
     for (size_t i = 0; i < n && !st;) {
         unsigned char c = p[i];
         if (d->n_pend == 0) {
-            int need = utf8_need(c);
+            int need = weft_utf8_need(c);
             if (need == 1) st = out_put(d, &c, 1);
             else if (need == 0) st = out_put(d, REPLACEMENT, 3);
             else d->pend[d->n_pend++] = c;
             i++;
             continue;
         }
-        if (!utf8_cont_ok(d->pend, d->n_pend, c)) {
+        if (!weft_utf8_cont_ok(d->pend[0], d->n_pend, c)) {
             /* the held prefix is invalid: replace it and look at c afresh */
             d->n_pend = 0;
             st = out_put(d, REPLACEMENT, 3);
@@ -623,7 +595,7 @@ static weft_status feed(struct weft_detok *d, const unsigned char *p, size_t n)
         }
         d->pend[d->n_pend++] = c;
         i++;
-        if (d->n_pend == utf8_need(d->pend[0])) {
+        if (d->n_pend == weft_utf8_need(d->pend[0])) {
             st = out_put(d, d->pend, (size_t)d->n_pend);
             d->n_pend = 0;
         }

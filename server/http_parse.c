@@ -3,6 +3,8 @@
  * of parse failures to HTTP statuses, and weft_http_parse_bytes(). */
 #include "server/http_internal.h"
 
+#include "base/unicode.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -467,27 +469,6 @@ const char *weft_http_header_get(const struct http_request *req, const char *nam
     return NULL;
 }
 
-/* length of the valid UTF-8 sequence at s (max n bytes), 0 if invalid */
-static size_t utf8_len(const unsigned char *s, size_t n)
-{
-    unsigned c = s[0];
-    size_t k;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) { k = 2; min = 0x80; }
-    else if (c >= 0xe0 && c <= 0xef) { k = 3; min = 0x800; }
-    else if (c >= 0xf0 && c <= 0xf4) { k = 4; min = 0x10000; }
-    else return 0;
-    if (n < k) return 0;
-    unsigned cp = c & (0x3f >> (k - 1));
-    for (size_t i = 1; i < k; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return k;
-}
-
 /* Output that is cut short at a whole piece (never inside an escape or a
  * UTF-8 sequence) when the buffer is full. */
 struct jw {
@@ -527,7 +508,8 @@ static void jw_str(struct jw *w, const char *s)
             jw_put(w, e, 6);
             i++;
         } else {
-            size_t k = utf8_len(u + i, n - i);
+            uint32_t cp;
+            size_t k = (size_t)weft_utf8_decode(u + i, n - i, &cp);
             if (k) jw_put(w, s + i, k);
             else jw_put(w, "\xef\xbf\xbd", 3);  /* U+FFFD */
             i += k ? k : 1;

@@ -29,74 +29,22 @@ const char weft_json_schema_common_rules[] =
 
 /* ---- growable text ---- */
 
-struct sb {
-    char **p;
-    size_t *len, *cap;
-    bool oom;
-};
-
-static void sb_putn(struct sb *b, const char *s, size_t n)
-{
-    if (b->oom) return;
-    if (*b->len + n + 1 > *b->cap) {
-        size_t cap = *b->cap ? *b->cap : 256;
-        while (*b->len + n + 1 > cap) cap *= 2;
-        char *q = realloc(*b->p, cap);
-        if (!q) {
-            b->oom = true;
-            return;
-        }
-        *b->p = q;
-        *b->cap = cap;
-    }
-    memcpy(*b->p + *b->len, s, n);
-    *b->len += n;
-    (*b->p)[*b->len] = 0;
-}
-
-static void sb_puts(struct sb *b, const char *s) { sb_putn(b, s, strlen(s)); }
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sb *b, const char *fmt, ...)
-{
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0) return;
-    if ((size_t)n < sizeof tmp) {
-        sb_putn(b, tmp, (size_t)n);
-        return;
-    }
-    char *big = malloc((size_t)n + 1);
-    if (!big) {
-        b->oom = true;
-        return;
-    }
-    va_start(ap, fmt);
-    vsnprintf(big, (size_t)n + 1, fmt, ap);
-    va_end(ap);
-    sb_putn(b, big, (size_t)n);
-    free(big);
-}
-
 /* A grammar literal for text: "..." with the grammar's escapes. */
-static void sb_literal(struct sb *b, const char *s, size_t n)
+static void sb_literal(struct weft_strbuf *b, const char *s, size_t n)
 {
-    sb_putn(b, "\"", 1);
+    weft_sb_put(b, "\"", 1);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\') {
             char e[2] = {'\\', (char)c};
-            sb_putn(b, e, 2);
+            weft_sb_put(b, e, 2);
         } else if (c < 0x20 || c == 0x7f) {
-            sb_printf(b, "\\x%02x", c);
+            weft_sb_printf(b, "\\x%02x", c);
         } else {
-            sb_putn(b, (const char *)&c, 1);
+            weft_sb_put(b, (const char *)&c, 1);
         }
     }
-    sb_putn(b, "\"", 1);
+    weft_sb_put(b, "\"", 1);
 }
 
 /* ---- the converter ---- */
@@ -107,7 +55,7 @@ static void sb_literal(struct sb *b, const char *s, size_t n)
 struct conv {
     json_t *root;
     const char *prefix;
-    struct sb out;           /* complete rules */
+    struct weft_strbuf *out;  /* complete rules */
     char *err;
     size_t err_size;
     bool failed;
@@ -138,26 +86,18 @@ static void fresh_name(struct conv *c, char *name, size_t n) { snprintf(name, n,
 
 /* A local buffer for a rule body. */
 struct body {
-    char *p;
-    size_t len, cap;
-    struct sb b;
+    struct weft_strbuf b;
 };
 
-static void body_init(struct body *bd)
-{
-    bd->p = NULL;
-    bd->len = bd->cap = 0;
-    bd->b = (struct sb){&bd->p, &bd->len, &bd->cap, false};
-}
+static void body_init(struct body *bd) { bd->b = (struct weft_strbuf){0}; }
 
 /* Emit "name ::= body" into the output; frees the body. */
 static bool emit_rule(struct conv *c, const char *name, struct body *bd)
 {
-    if (bd->b.oom) c->out.oom = true;
-    sb_printf(&c->out, "%s ::= %s\n", name, bd->p ? bd->p : "\"\"");
-    free(bd->p);
-    bd->p = NULL;
-    return !c->out.oom;
+    if (bd->b.oom) c->out->oom = true;
+    weft_sb_printf(c->out, "%s ::= %s\n", name, bd->b.p ? bd->b.p : "\"\"");
+    weft_sb_free(&bd->b);
+    return !c->out->oom;
 }
 
 static bool rule_for(struct conv *c, json_t *s, const char *path, char *name, size_t name_size);
@@ -220,12 +160,12 @@ static bool ref_rule(struct conv *c, const char *ref, const char *path, char *na
     if (!rule_for(c, target, ref, inner, sizeof inner)) return false;
     struct body bd;
     body_init(&bd);
-    sb_puts(&bd.b, inner);
+    weft_sb_puts(&bd.b, inner);
     return emit_rule(c, c->refs[i].name, &bd);
 }
 
 /* A JSON text as a grammar literal. */
-static bool literal_value(struct conv *c, json_t *v, struct sb *b, const char *path)
+static bool literal_value(struct conv *c, json_t *v, struct weft_strbuf *b, const char *path)
 {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
     if (!t) return fail(c, path, "out of memory");
@@ -246,13 +186,13 @@ static bool get_count(struct conv *c, json_t *s, const char *key, const char *pa
 }
 
 /* "{m,n}" (n < 0: unbounded) */
-static void sb_bounds(struct sb *b, long long m, long long n)
+static void sb_bounds(struct weft_strbuf *b, long long m, long long n)
 {
-    if (n < 0) sb_printf(b, "{%lld,}", m);
-    else sb_printf(b, "{%lld,%lld}", m, n);
+    if (n < 0) weft_sb_printf(b, "{%lld,}", m);
+    else weft_sb_printf(b, "{%lld,%lld}", m, n);
 }
 
-static bool string_body(struct conv *c, json_t *s, const char *path, struct sb *b)
+static bool string_body(struct conv *c, json_t *s, const char *path, struct weft_strbuf *b)
 {
     json_t *fmt = json_object_get(s, "format");
     long long mn, mx;
@@ -267,21 +207,21 @@ static bool string_body(struct conv *c, json_t *s, const char *path, struct sb *
                                                      : NULL;
         if (!rule) return fail(c, path, "unsupported string format '%.64s' (date, time, date-time, uuid)", f ? f : "?");
         if (mn >= 0 || mx >= 0) return fail(c, path, "'minLength'/'maxLength' with 'format' is not supported");
-        sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
+        weft_sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
         return true;
     }
     if (mn < 0 && mx < 0) {
-        sb_puts(b, "j-string");
+        weft_sb_puts(b, "j-string");
         return true;
     }
     if (mx >= 0 && mn > mx) return fail(c, path, "'minLength' is above 'maxLength'");
-    sb_puts(b, "\"\\\"\" j-char");
+    weft_sb_puts(b, "\"\\\"\" j-char");
     sb_bounds(b, mn < 0 ? 0 : mn, mx);
-    sb_puts(b, " \"\\\"\"");
+    weft_sb_puts(b, " \"\\\"\"");
     return true;
 }
 
-static bool array_body(struct conv *c, json_t *s, const char *path, struct sb *b)
+static bool array_body(struct conv *c, json_t *s, const char *path, struct weft_strbuf *b)
 {
     long long mn, mx;
     if (!get_count(c, s, "minItems", path, &mn) || !get_count(c, s, "maxItems", path, &mx)) return false;
@@ -295,7 +235,7 @@ static bool array_body(struct conv *c, json_t *s, const char *path, struct sb *b
             return fail(c, path, "'prefixItems' with 'items' other than false is not supported");
         if (json_object_get(s, "minItems") || json_object_get(s, "maxItems"))
             return fail(c, path, "'prefixItems' with 'minItems'/'maxItems' is not supported");
-        sb_puts(b, "\"[\" j-ws");
+        weft_sb_puts(b, "\"[\" j-ws");
         size_t i;
         json_t *it;
         json_array_foreach(prefix, i, it) {
@@ -303,34 +243,34 @@ static bool array_body(struct conv *c, json_t *s, const char *path, struct sb *b
             snprintf(idx, sizeof idx, "%zu", i);
             child_path(p2, sizeof p2, path, "prefixItems", idx);
             if (!rule_for(c, it, p2, nm, sizeof nm)) return false;
-            sb_printf(b, "%s %s j-ws", i ? " \",\" j-ws" : "", nm);
+            weft_sb_printf(b, "%s %s j-ws", i ? " \",\" j-ws" : "", nm);
         }
-        sb_puts(b, " \"]\"");
+        weft_sb_puts(b, " \"]\"");
         return true;
     }
     char item[48] = "j-value";
     if (items && !json_is_true(items)) {
         if (json_is_false(items)) {
             if (mn > 0) return fail(c, path, "'items': false with 'minItems' above 0 matches nothing");
-            sb_puts(b, "\"[\" j-ws \"]\"");
+            weft_sb_puts(b, "\"[\" j-ws \"]\"");
             return true;
         }
         child_path(p2, sizeof p2, path, "items", NULL);
         if (!rule_for(c, items, p2, item, sizeof item)) return false;
     }
     if (mx == 0) {
-        sb_puts(b, "\"[\" j-ws \"]\"");
+        weft_sb_puts(b, "\"[\" j-ws \"]\"");
         return true;
     }
     if (mn == 0) {
-        sb_printf(b, "\"[\" j-ws (%s j-ws (\",\" j-ws %s j-ws)", item, item);
-        if (mx < 0) sb_puts(b, "*");
+        weft_sb_printf(b, "\"[\" j-ws (%s j-ws (\",\" j-ws %s j-ws)", item, item);
+        if (mx < 0) weft_sb_puts(b, "*");
         else sb_bounds(b, 0, mx - 1);
-        sb_puts(b, ")? \"]\"");
+        weft_sb_puts(b, ")? \"]\"");
     } else {
-        sb_printf(b, "\"[\" j-ws %s j-ws (\",\" j-ws %s j-ws)", item, item);
+        weft_sb_printf(b, "\"[\" j-ws %s j-ws (\",\" j-ws %s j-ws)", item, item);
         sb_bounds(b, mn - 1, mx < 0 ? -1 : mx - 1);
-        sb_puts(b, " \"]\"");
+        weft_sb_puts(b, " \"]\"");
     }
     return true;
 }
@@ -349,7 +289,7 @@ static bool is_required(json_t *req, const char *key)
  *   P(i) = ("," kv_i) P(i+1)  [the group optional when kv_i is]
  *   N(i) = kv_i P(i+1)        [required]
  *        | (kv_i P(i+1) | N(i+1)) [optional; N(n) empty] */
-static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *b)
+static bool object_body(struct conv *c, json_t *s, const char *path, struct weft_strbuf *b)
 {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
@@ -371,14 +311,14 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *
             char val[48];
             child_path(p2, sizeof p2, path, "additionalProperties", NULL);
             if (!rule_for(c, addl, p2, val, sizeof val)) return false;
-            sb_printf(b,
+            weft_sb_printf(b,
                       "\"{\" j-ws (j-string j-ws \":\" j-ws %s j-ws (\",\" j-ws j-string j-ws \":\" j-ws %s j-ws)*)? "
                       "\"}\"",
                       val, val);
         } else if (addl && json_is_false(addl)) {
-            sb_puts(b, "\"{\" j-ws \"}\"");
+            weft_sb_puts(b, "\"{\" j-ws \"}\"");
         } else {
-            sb_puts(b, "j-object");
+            weft_sb_puts(b, "j-object");
         }
         return true;
     }
@@ -408,13 +348,13 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *
         char *kt = ks ? json_dumps(ks, JSON_ENCODE_ANY) : NULL;
         json_decref(ks);
         if (!kt) {
-            free(bd.p);
+            weft_sb_free(&bd.b);
             ok = fail(c, path, "out of memory");
             break;
         }
         sb_literal(&bd.b, kt, strlen(kt));
         free(kt);
-        sb_printf(&bd.b, " j-ws \":\" j-ws %s j-ws", val);
+        weft_sb_printf(&bd.b, " j-ws \":\" j-ws %s j-ws", val);
         fresh_name(c, kv[i], sizeof kv[i]);
         if (!emit_rule(c, kv[i], &bd)) {
             ok = fail(c, path, "out of memory");
@@ -430,7 +370,7 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *
     for (size_t k = n; ok && k-- > 0;) {
         struct body bd;
         body_init(&bd);
-        sb_printf(&bd.b, "(\",\" j-ws %s)%s%s%s", kv[k], opt[k] ? "?" : "", pn[k + 1][0] ? " " : "", pn[k + 1]);
+        weft_sb_printf(&bd.b, "(\",\" j-ws %s)%s%s%s", kv[k], opt[k] ? "?" : "", pn[k + 1][0] ? " " : "", pn[k + 1]);
         fresh_name(c, pn[k], sizeof pn[k]);
         if (!emit_rule(c, pn[k], &bd)) ok = fail(c, path, "out of memory");
     }
@@ -439,17 +379,17 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *
         body_init(&bd);
         const char *rest = pn[k + 1];
         if (!opt[k]) {
-            sb_printf(&bd.b, "%s%s%s", kv[k], rest[0] ? " " : "", rest);
+            weft_sb_printf(&bd.b, "%s%s%s", kv[k], rest[0] ? " " : "", rest);
         } else if (nn[k + 1][0]) {
-            sb_printf(&bd.b, "%s%s%s | %s", kv[k], rest[0] ? " " : "", rest, nn[k + 1]);
+            weft_sb_printf(&bd.b, "%s%s%s | %s", kv[k], rest[0] ? " " : "", rest, nn[k + 1]);
         } else {
-            sb_printf(&bd.b, "(%s%s%s)?", kv[k], rest[0] ? " " : "", rest);
+            weft_sb_printf(&bd.b, "(%s%s%s)?", kv[k], rest[0] ? " " : "", rest);
         }
         fresh_name(c, nn[k], sizeof nn[k]);
         if (!emit_rule(c, nn[k], &bd)) ok = fail(c, path, "out of memory");
     }
     /* N(0) matches nothing only when every property is optional: "{}" */
-    if (ok) sb_printf(b, "\"{\" j-ws %s \"}\"", nn[0]);
+    if (ok) weft_sb_printf(b, "\"{\" j-ws %s \"}\"", nn[0]);
     free(kv);
     free(opt);
     free(pn);
@@ -458,23 +398,23 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct sb *
 }
 
 /* The body for one JSON type (t) of schema s. */
-static bool type_body(struct conv *c, json_t *s, const char *t, const char *path, struct sb *b)
+static bool type_body(struct conv *c, json_t *s, const char *t, const char *path, struct weft_strbuf *b)
 {
     if (!strcmp(t, "string")) return string_body(c, s, path, b);
-    if (!strcmp(t, "integer")) sb_puts(b, "j-int");
-    else if (!strcmp(t, "number")) sb_puts(b, "j-number");
-    else if (!strcmp(t, "boolean")) sb_puts(b, "j-bool");
-    else if (!strcmp(t, "null")) sb_puts(b, "j-null");
+    if (!strcmp(t, "integer")) weft_sb_puts(b, "j-int");
+    else if (!strcmp(t, "number")) weft_sb_puts(b, "j-number");
+    else if (!strcmp(t, "boolean")) weft_sb_puts(b, "j-bool");
+    else if (!strcmp(t, "null")) weft_sb_puts(b, "j-null");
     else if (!strcmp(t, "array")) return array_body(c, s, path, b);
     else if (!strcmp(t, "object")) return object_body(c, s, path, b);
     else return fail(c, path, "unknown type '%.32s'", t);
     return true;
 }
 
-static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
+static bool body_for(struct conv *c, json_t *s, const char *path, struct weft_strbuf *b)
 {
     if (json_is_true(s)) {
-        sb_puts(b, "j-value");
+        weft_sb_puts(b, "j-value");
         return true;
     }
     if (json_is_false(s)) return fail(c, path, "the schema false matches nothing");
@@ -495,7 +435,7 @@ static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
         if (!json_is_string(v)) return fail(c, path, "'$ref' must be a string");
         char nm[48];
         if (!ref_rule(c, json_string_value(v), path, nm, sizeof nm)) return false;
-        sb_puts(b, nm);
+        weft_sb_puts(b, nm);
         return true;
     }
     if ((v = json_object_get(s, "const"))) return literal_value(c, v, b, path);
@@ -504,7 +444,7 @@ static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
         size_t i;
         json_t *e;
         json_array_foreach(v, i, e) {
-            if (i) sb_puts(b, " | ");
+            if (i) weft_sb_puts(b, " | ");
             if (!literal_value(c, e, b, path)) return false;
         }
         return true;
@@ -530,7 +470,7 @@ static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
             snprintf(idx, sizeof idx, "%zu", i);
             child_path(p2, sizeof p2, path, comb, idx);
             if (!rule_for(c, a, p2, nm, sizeof nm)) return false;
-            sb_printf(b, "%s%s", i ? " | " : "", nm);
+            weft_sb_printf(b, "%s%s", i ? " | " : "", nm);
         }
         return true;
     }
@@ -542,7 +482,7 @@ static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
         if (json_object_get(s, "items") || json_object_get(s, "prefixItems")) return array_body(c, s, path, b);
         if (json_object_get(s, "minLength") || json_object_get(s, "maxLength") || json_object_get(s, "format"))
             return string_body(c, s, path, b);
-        sb_puts(b, "j-value");
+        weft_sb_puts(b, "j-value");
         return true;
     }
     if (json_is_string(ty)) return type_body(c, s, json_string_value(ty), path, b);
@@ -551,10 +491,10 @@ static bool body_for(struct conv *c, json_t *s, const char *path, struct sb *b)
     json_t *t;
     json_array_foreach(ty, i, t) {
         if (!json_is_string(t)) return fail(c, path, "'type' must be a string or an array of strings");
-        if (i) sb_puts(b, " | ");
-        sb_puts(b, "(");
+        if (i) weft_sb_puts(b, " | ");
+        weft_sb_puts(b, "(");
         if (!type_body(c, s, json_string_value(t), path, b)) return false;
-        sb_puts(b, ")");
+        weft_sb_puts(b, ")");
     }
     return true;
 }
@@ -568,7 +508,7 @@ static bool rule_for(struct conv *c, json_t *s, const char *path, char *name, si
     bool ok = body_for(c, s, path, &bd.b);
     c->depth--;
     if (!ok) {
-        free(bd.p);
+        weft_sb_free(&bd.b);
         return false;
     }
     fresh_name(c, name, name_size);
@@ -576,8 +516,8 @@ static bool rule_for(struct conv *c, json_t *s, const char *path, char *name, si
     return true;
 }
 
-bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *prefix, char **buf, size_t *len,
-                       size_t *cap, char *err, size_t err_size)
+bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *prefix, struct weft_strbuf *out,
+                            char *err, size_t err_size)
 {
     struct conv *c = calloc(1, sizeof *c);
     if (!c) {
@@ -586,13 +526,13 @@ bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *p
     }
     c->root = schema;
     c->prefix = prefix;
-    c->out = (struct sb){buf, len, cap, false};
+    c->out = out;
     c->err = err;
     c->err_size = err_size;
     char top[48];
     bool ok = rule_for(c, schema, "#", top, sizeof top);
-    if (ok) sb_printf(&c->out, "%s ::= %s\n", root_name, top);
-    if (ok && c->out.oom) ok = fail(c, "#", "out of memory");
+    if (ok) weft_sb_printf(c->out, "%s ::= %s\n", root_name, top);
+    if (ok && c->out->oom) ok = fail(c, "#", "out of memory");
     for (unsigned i = 0; i < c->n_refs; i++) free(c->refs[i].ref);
     free(c);
     return ok;
@@ -600,16 +540,14 @@ bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *p
 
 bool weft_json_schema_grammar(json_t *schema, char **out, char *err, size_t err_size)
 {
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    struct sb b = {&buf, &len, &cap, false};
-    sb_puts(&b, weft_json_schema_common_rules);
-    if (b.oom || !weft_json_schema_rules(schema, "root", "s-", &buf, &len, &cap, err, err_size)) {
+    struct weft_strbuf b = {0};
+    weft_sb_puts(&b, weft_json_schema_common_rules);
+    if (b.oom || !weft_json_schema_rules(schema, "root", "s-", &b, err, err_size)) {
         if (b.oom) snprintf(err, err_size, "out of memory");
-        free(buf);
+        weft_sb_free(&b);
         *out = NULL;
         return false;
     }
-    *out = buf;
+    *out = b.p;
     return true;
 }

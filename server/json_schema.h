@@ -26,6 +26,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base/buf.h"
+
 /* The grammar for one value of schema (root rule "root"), malloc'd text in
  * *out. false with err filled (the offending keyword and its path, e.g.
  * "unsupported keyword 'pattern' at #/properties/zip") on refusal. */
@@ -33,9 +35,9 @@ bool weft_json_schema_grammar(json_t *schema, char **out, char *err, size_t err_
 
 /* The same, with the caller's rules: the root rule is named root_name and
  * every other rule gets prefix (so several schemas can share one grammar,
- * as tool calls do). Appends to *buf (malloc'd; *len and *cap its size). */
-bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *prefix, char **buf, size_t *len,
-                       size_t *cap, char *err, size_t err_size);
+ * as tool calls do). Appends to out. */
+bool weft_json_schema_rules(json_t *schema, const char *root_name, const char *prefix, struct weft_strbuf *out,
+                            char *err, size_t err_size);
 
 /* The common rules the generated ones refer to (ws, string, number, ...),
  * once per grammar, names prefixed with "j-". */

@@ -2,6 +2,8 @@
 #include "server/kv_remote.h"
 #include "server/pd.h"
 
+#include "base/buf.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,55 +50,34 @@ void weft_metrics_observe(struct metric_hist *h, double s)
     h->n++;
 }
 
-struct sbuf { char *p; size_t len, cap; bool oom; };
-
-static void put(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(struct sbuf *b, const char *fmt, ...)
-{
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-        va_end(ap);
-        if (n < 0) { b->oom = true; return; }
-        if ((size_t)n < b->cap - b->len) { b->len += (size_t)n; return; }
-        size_t cap = b->cap * 2 + (size_t)n;
-        char *p = realloc(b->p, cap);
-        if (!p) { b->oom = true; return; }
-        b->p = p;
-        b->cap = cap;
-    }
-}
-
 /* Every series carries the model's name (model_name="..."), so one
  * Prometheus can hold several models' instances apart. */
 struct out {
-    struct sbuf b;
+    struct weft_strbuf b;
     char lbl[200];              /* model_name="..." */
 };
 
 static void hist(struct out *o, const char *name, const char *help, const struct metric_hist *h)
 {
-    put(&o->b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    weft_sb_printf(&o->b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
     for (int i = 0; i < METRIC_HIST_BUCKETS; i++) {
         cum += h->counts[i];
-        put(&o->b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, o->lbl, h->bounds[i], (unsigned long long)cum);
+        weft_sb_printf(&o->b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, o->lbl, h->bounds[i], (unsigned long long)cum);
     }
     cum += h->counts[METRIC_HIST_BUCKETS];
-    put(&o->b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, o->lbl,
+    weft_sb_printf(&o->b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.6f\n%s_count{%s} %llu\n", name, o->lbl,
         (unsigned long long)cum, name, o->lbl, h->sum, name, o->lbl, (unsigned long long)h->n);
 }
 
 static void one(struct out *o, const char *name, const char *type, const char *help, double v)
 {
-    put(&o->b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name, o->lbl, v);
+    weft_sb_printf(&o->b, "# HELP %s %s\n# TYPE %s %s\n%s{%s} %.17g\n", name, help, name, type, name, o->lbl, v);
 }
 
 static void head(struct out *o, const char *name, const char *type, const char *help)
 {
-    put(&o->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    weft_sb_printf(&o->b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
 /* A label value: backslash, quote and newline escaped (Prometheus text format). */
@@ -119,19 +100,19 @@ const char *weft_metrics_finish_name(enum metric_finish f) { return f < METRIC_F
 char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stats *es, uint64_t kv_bytes,
                      uint64_t weight_bytes, const struct metrics_extra *x, size_t *len)
 {
-    struct out o = {.b = {malloc(16384), 0, 16384, false}};
-    if (!o.b.p) return NULL;
+    struct out o = {0};
+    if (!weft_sb_reserve(&o.b, 16384)) return NULL;
     char model[160];
     label_value(model, sizeof model, x && x->model_name ? x->model_name : "default");
     snprintf(o.lbl, sizeof o.lbl, "model_name=\"%s\"", model);
-    struct sbuf *b = &o.b;
+    struct weft_strbuf *b = &o.b;
     head(&o, "weft_requests_total", "counter", "HTTP requests by endpoint and status.");
     for (uint32_t i = 0; i < m->n_reqs; i++)
-        put(b, "weft_requests_total{%s,endpoint=\"%s\",status=\"%d\"} %llu\n", o.lbl, m->reqs[i].endpoint,
+        weft_sb_printf(b, "weft_requests_total{%s,endpoint=\"%s\",status=\"%d\"} %llu\n", o.lbl, m->reqs[i].endpoint,
             m->reqs[i].status, (unsigned long long)m->reqs[i].n);
     head(&o, "weft_request_finish_total", "counter", "Generation requests ended, by reason.");
     for (int i = 0; i < METRIC_FINISH_N; i++)
-        put(b, "weft_request_finish_total{%s,reason=\"%s\"} %llu\n", o.lbl, finish_names[i],
+        weft_sb_printf(b, "weft_request_finish_total{%s,reason=\"%s\"} %llu\n", o.lbl, finish_names[i],
             (unsigned long long)m->finish[i]);
     one(&o, "weft_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", (double)m->prompt_tokens);
     one(&o, "weft_generation_tokens_total", "counter", "Generated tokens sent.", (double)m->generation_tokens);
@@ -221,7 +202,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         uint64_t tok;
         for (uint32_t i = 0; weft_engine_tenant_prefill(x->eng, i, tn, &tok); i++) {
             label_value(lv, sizeof lv, tn);
-            put(b, "weft_tenant_prefill_tokens_total{%s,tenant=\"%s\"} %llu\n", o.lbl, lv, (unsigned long long)tok);
+            weft_sb_printf(b, "weft_tenant_prefill_tokens_total{%s,tenant=\"%s\"} %llu\n", o.lbl, lv, (unsigned long long)tok);
         }
     }
     one(&o, "weft_prefill_tokens_per_second", "gauge", "Measured prefill rate (moving average over live steps).",
@@ -229,7 +210,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
     one(&o, "weft_decode_tokens_per_second", "gauge", "Measured decode rate (moving average over live steps).",
         es->decode_tps);
     head(&o, "weft_device_memory_bytes", "gauge", "Device memory held, by use.");
-    put(b, "weft_device_memory_bytes{%s,use=\"weights\"} %llu\nweft_device_memory_bytes{%s,use=\"kv_cache\"} %llu\n",
+    weft_sb_printf(b, "weft_device_memory_bytes{%s,use=\"weights\"} %llu\nweft_device_memory_bytes{%s,use=\"kv_cache\"} %llu\n",
         o.lbl, (unsigned long long)weight_bytes, o.lbl, (unsigned long long)kv_bytes);
     if (x) {
         one(&o, "weft_http_output_buffered_bytes", "gauge", "Response bytes queued unsent, all connections.",
@@ -238,22 +219,22 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
             (double)x->out_peak);
         one(&o, "weft_http_connections", "gauge", "Open client connections.", x->conns);
         head(&o, "weft_tokenize_total", "counter", "Prompts tokenized, by the thread that did it.");
-        put(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
+        weft_sb_printf(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
             (unsigned long long)x->tok_worker, o.lbl, (unsigned long long)x->tok_loop);
         one(&o, "weft_tokenize_pending", "gauge", "Requests tokenizing or waiting to.", x->tok_pending);
         if (x->kvio) {
             const struct weft_engine_kv_stats *k = x->kvio;
             head(&o, "weft_kv_transfer_blocks_total", "counter", "KV blocks sent to or taken from another instance.");
-            put(b, "weft_kv_transfer_blocks_total{%s,direction=\"out\"} %llu\n"
+            weft_sb_printf(b, "weft_kv_transfer_blocks_total{%s,direction=\"out\"} %llu\n"
                    "weft_kv_transfer_blocks_total{%s,direction=\"in\"} %llu\n", o.lbl, (unsigned long long)k->exported,
                 o.lbl, (unsigned long long)k->imported);
             head(&o, "weft_kv_transfer_bytes_total", "counter", "Bytes of KV block streams, by direction.");
-            put(b, "weft_kv_transfer_bytes_total{%s,direction=\"out\"} %llu\n"
+            weft_sb_printf(b, "weft_kv_transfer_bytes_total{%s,direction=\"out\"} %llu\n"
                    "weft_kv_transfer_bytes_total{%s,direction=\"in\"} %llu\n", o.lbl, (unsigned long long)k->bytes_out,
                 o.lbl, (unsigned long long)k->bytes_in);
             head(&o, "weft_kv_rejected_total", "counter",
                  "KV blocks or streams refused: a bad block (corrupt, truncated, misnamed) or a foreign stream.");
-            put(b, "weft_kv_rejected_total{%s,what=\"block\"} %llu\nweft_kv_rejected_total{%s,what=\"stream\"} %llu\n",
+            weft_sb_printf(b, "weft_kv_rejected_total{%s,what=\"block\"} %llu\nweft_kv_rejected_total{%s,what=\"stream\"} %llu\n",
                 o.lbl, (unsigned long long)k->rejected, o.lbl, (unsigned long long)k->rejected_streams);
             one(&o, "weft_kv_imported_converted_total", "counter", "Imported KV blocks converted to this cache's type.",
                 (double)k->converted);
@@ -280,7 +261,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
                 (double)k->rejected);
             head(&o, "weft_kv_remote_decisions_total", "counter",
                  "Prompts missing blocks: fetched from Redis, or recomputed (the link predicted slower, or down).");
-            put(b, "weft_kv_remote_decisions_total{%s,choice=\"fetch\"} %llu\n"
+            weft_sb_printf(b, "weft_kv_remote_decisions_total{%s,choice=\"fetch\"} %llu\n"
                    "weft_kv_remote_decisions_total{%s,choice=\"recompute\"} %llu\n", o.lbl,
                 (unsigned long long)k->chose_fetch, o.lbl, (unsigned long long)k->chose_recompute);
             one(&o, "weft_kv_remote_errors_total", "counter", "Redis connect and command failures, timeouts included.",
@@ -294,7 +275,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
                  "Requests that waited for a prefill instance's blocks, by how the wait ended: every block arrived "
                  "(complete), none for too long (timeout) or the prefill side ended short (ended); the last two "
                  "computed the rest here.");
-            put(b, "weft_pd_requests_total{%s,outcome=\"complete\"} %llu\n"
+            weft_sb_printf(b, "weft_pd_requests_total{%s,outcome=\"complete\"} %llu\n"
                    "weft_pd_requests_total{%s,outcome=\"timeout\"} %llu\n"
                    "weft_pd_requests_total{%s,outcome=\"ended\"} %llu\n", o.lbl, (unsigned long long)p->complete,
                 o.lbl, (unsigned long long)p->fallback_timeout, o.lbl, (unsigned long long)p->fallback_ended);
@@ -312,7 +293,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
             one(&o, "weft_pd_pushes_total", "counter", "Prompts this instance prefilled for a decode instance.",
                 (double)p->pushes);
             head(&o, "weft_pd_pushes_ended_total", "counter", "Pushes ended, by result.");
-            put(b, "weft_pd_pushes_ended_total{%s,result=\"done\"} %llu\n"
+            weft_sb_printf(b, "weft_pd_pushes_ended_total{%s,result=\"done\"} %llu\n"
                    "weft_pd_pushes_ended_total{%s,result=\"failed\"} %llu\n", o.lbl,
                 (unsigned long long)p->pushes_done, o.lbl, (unsigned long long)p->pushes_failed);
             one(&o, "weft_pd_pushed_blocks_total", "counter", "KV blocks pushed to decode instances.",
@@ -324,13 +305,13 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
                 p->push_s);
         }
         head(&o, "weft_config_reloads_total", "counter", "Tenant config reloads (SIGHUP), by result.");
-        put(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",
+        weft_sb_printf(b, "weft_config_reloads_total{%s,result=\"ok\"} %llu\nweft_config_reloads_total{%s,result=\"error\"} %llu\n",
             o.lbl, (unsigned long long)x->reloads_ok, o.lbl, (unsigned long long)x->reloads_err);
         if (x->mock_injected) {
             static const char *kinds[5] = {"429", "503", "500", "hang", "nokv"};
             head(&o, "weft_mock_injected_failures_total", "counter", "Failures a --mock instance injected, by kind.");
             for (int k = 0; k < 5; k++)
-                put(b, "weft_mock_injected_failures_total{%s,kind=\"%s\"} %llu\n", o.lbl, kinds[k],
+                weft_sb_printf(b, "weft_mock_injected_failures_total{%s,kind=\"%s\"} %llu\n", o.lbl, kinds[k],
                     (unsigned long long)x->mock_injected[k]);
         }
     }
@@ -340,7 +321,7 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         one(&o, "vllm:num_requests_waiting", "gauge", "Requests queued (weft_requests_waiting).", es->waiting);
         one(&o, "vllm:kv_cache_usage_perc", "gauge", "KV cache usage, 0..1 (weft_kv_cache_usage_ratio).", usage);
         head(&o, "vllm:cache_config_info", "gauge", "KV cache configuration.");
-        put(b, "vllm:cache_config_info{%s,block_size=\"%d\",num_gpu_blocks=\"%u\"} 1\n", o.lbl, WEFT_KV_BLOCK_TOKENS,
+        weft_sb_printf(b, "vllm:cache_config_info{%s,block_size=\"%d\",num_gpu_blocks=\"%u\"} 1\n", o.lbl, WEFT_KV_BLOCK_TOKENS,
             es->kv.n_blocks);
     }
     if (b->oom) { free(b->p); return NULL; }

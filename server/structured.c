@@ -222,29 +222,15 @@ bool weft_structured_message_calls(json_t *m, size_t index, struct weft_chat_too
 
 /* ---- the grammar ---- */
 
-struct text {
-    char *p;
-    size_t len, cap;
-};
-
-static bool put(struct text *t, const char *s)
+/* false when out of memory (t is then incomplete) */
+static bool put(struct weft_strbuf *t, const char *s)
 {
-    size_t n = strlen(s);
-    if (t->len + n + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap * 2 : 1024;
-        while (cap < t->len + n + 1) cap *= 2;
-        char *q = realloc(t->p, cap);
-        if (!q) return false;
-        t->p = q;
-        t->cap = cap;
-    }
-    memcpy(t->p + t->len, s, n + 1);
-    t->len += n;
-    return true;
+    weft_sb_puts(t, s);
+    return !t->oom;
 }
 
 /* A grammar literal of s (grammar escapes for " and \ and control bytes). */
-static bool put_lit(struct text *t, const char *s)
+static bool put_lit(struct weft_strbuf *t, const char *s)
 {
     if (!put(t, "\"")) return false;
     for (; *s; s++) {
@@ -258,7 +244,7 @@ static bool put_lit(struct text *t, const char *s)
     return put(t, "\"");
 }
 
-static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style style, struct text *t,
+static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style style, struct weft_strbuf *t,
                           const char **param, char *msg, size_t n)
 {
     const char *open, *mid, *end;
@@ -268,7 +254,7 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
                     weft_chat_style_name(style));
     if (!put(t, weft_json_schema_common_rules)) return fail(param, msg, n, "tools", "out of memory");
     bool ok = true;
-    struct text call = {0};
+    struct weft_strbuf call = {0};
     ok = put(&call, "call ::= ") && put_lit(&call, open) && put(&call, "(");
     bool first = true;
     for (uint32_t i = 0; ok && i < s->n_tools; i++) {
@@ -278,8 +264,8 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
         snprintf(prefix, sizeof prefix, "t%u-", i);
         if (s->tool_params[i]) {
             char err[256];
-            if (!weft_json_schema_rules(s->tool_params[i], root, prefix, &t->p, &t->len, &t->cap, err, sizeof err)) {
-                free(call.p);
+            if (!weft_json_schema_rules(s->tool_params[i], root, prefix, t, err, sizeof err)) {
+                weft_sb_free(&call);
                 return fail(param, msg, n, "tools", "tool '%s' parameters: %s", s->tool_names[i], err);
             }
         } else {
@@ -298,7 +284,7 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
         first = false;
     }
     ok = ok && put(&call, " ) ") && put_lit(&call, end) && put(&call, "\n") && put(t, call.p);
-    free(call.p);
+    weft_sb_free(&call);
     /* several calls, one per line, where the family writes them so (ChatML) */
     bool many = s->parallel && style == WEFT_CHAT_CHATML;
     char rootr[96];
@@ -313,9 +299,9 @@ bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_styl
 {
     *text = NULL;
     if (s->tool_choice == GEN_TOOLS_REQUIRED || s->tool_choice == GEN_TOOLS_NAMED) {
-        struct text t = {0};
+        struct weft_strbuf t = {0};
         if (!tools_grammar(s, style, &t, param, msg, msg_size)) {
-            free(t.p);
+            weft_sb_free(&t);
             return false;
         }
         *text = t.p;
