@@ -774,6 +774,14 @@ size_t weft_http_server_output_now(const struct http_server *s)
     return s ? s->out_now : 0;
 }
 
+uint32_t weft_http_server_n_stalled(const struct http_server *s)
+{
+    uint32_t n = 0;
+    for (const struct http_conn *c = s ? s->conns : NULL; c; c = c->next)
+        if (c->out_paused && !c->closing && uv_stream_get_write_queue_size((const uv_stream_t *)&c->tcp) > 0) n++;
+    return n;
+}
+
 static void close_listener(struct http_server *s)
 {
     if (s->listener_state != L_OPEN) return;

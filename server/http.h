@@ -167,6 +167,11 @@ void weft_http_server_close_soon(struct http_server *s, uint32_t ms);
  * queued unsent on all connections now. */
 size_t weft_http_server_output_peak(const struct http_server *s);
 size_t weft_http_server_output_now(const struct http_server *s);
+/* Connections stalled on a client that takes nothing: more than max_output
+ * queued unsent (so reading and parsing wait) and the kernel's send buffer
+ * full (libuv holds bytes it could not write). They stay so until the client
+ * reads, or a timeout or drain closes them. */
+uint32_t weft_http_server_n_stalled(const struct http_server *s);
 /* Closes the listener and every connection (on_close fires for requests in
  * progress). Memory is released from libuv close callbacks: keep running the
  * loop until it returns. */

@@ -301,8 +301,12 @@ struct tsrv {
     struct http_server *s;
     struct http_limits lim;
     atomic_int port, ready, want_drain, want_free, drained, aborted, handled;
-    /* the server thread announces every change of ready/drained/aborted/handled
-     * here (changed()); the test thread waits on it (wait_for): no polling */
+    /* the server's connection count, bytes queued unsent and stalled connections, as of the server
+     * loop's last turn before it waits (published by on_prepare) */
+    atomic_int conns, out_now, stalled;
+    uv_prepare_t prep;
+    /* the server thread announces every change of ready/drained/aborted/handled/
+     * conns/out_now/stalled here (changed()); the test thread waits on it (wait_for): no polling */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
@@ -433,6 +437,21 @@ static void on_cmd(uv_async_t *a)
     }
 }
 
+/* before the server loop waits for I/O: publish what the tests wait on */
+static void on_prepare(uv_prepare_t *h)
+{
+    struct tsrv *ts = h->data;
+    if (!ts->s) return;
+    int n = (int)weft_http_server_n_conns(ts->s), o = (int)weft_http_server_output_now(ts->s);
+    int st = (int)weft_http_server_n_stalled(ts->s);
+    if (n != atomic_load(&ts->conns) || o != atomic_load(&ts->out_now) || st != atomic_load(&ts->stalled)) {
+        atomic_store(&ts->conns, n);
+        atomic_store(&ts->out_now, o);
+        atomic_store(&ts->stalled, st);
+        changed(ts);
+    }
+}
+
 static void *srv_thread(void *arg)
 {
     struct tsrv *ts = arg;
@@ -449,20 +468,19 @@ static void *srv_thread(void *arg)
         uv_loop_close(&ts->loop);
         return NULL;
     }
+    uv_prepare_init(&ts->loop, &ts->prep);
+    ts->prep.data = ts;
+    uv_prepare_start(&ts->prep, on_prepare);
+    uv_unref((uv_handle_t *)&ts->prep);  /* the loop ends when the server's handles do */
     atomic_store(&ts->port, weft_http_server_port(ts->s));
     atomic_store(&ts->ready, 1);
     changed(ts);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
+    uv_close((uv_handle_t *)&ts->prep, NULL);
     weft_http_server_free(ts->s);
     uv_run(&ts->loop, UV_RUN_DEFAULT);
     CHECK_EQ_INT(uv_loop_close(&ts->loop), 0);
     return NULL;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&t, NULL);
 }
 
 /* waits up to 5 s for *v >= want (or, with want 0, for *v != 0) */
@@ -475,6 +493,20 @@ static bool wait_for_value(struct tsrv *ts, atomic_int *v, int want)
     while (want ? atomic_load(v) < want : atomic_load(v) == 0)
         if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
     bool ok = want ? atomic_load(v) >= want : atomic_load(v) != 0;
+    pthread_mutex_unlock(&ts->mu);
+    return ok;
+}
+
+/* waits up to 5 s for the server to hold at most n connections */
+static bool wait_conns_at_most(struct tsrv *ts, int n)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    pthread_mutex_lock(&ts->mu);
+    while (atomic_load(&ts->conns) > n)
+        if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
+    bool ok = atomic_load(&ts->conns) <= n;
     pthread_mutex_unlock(&ts->mu);
     return ok;
 }
@@ -975,8 +1007,9 @@ static void live_random_bytes(void)
         }
         cli_send(cs[i], buf, n);
     }
-    sleep_ms(50);
     for (int i = 0; i < 60; i++) cli_close(cs[i]);
+    /* the server has read every connection's bytes and its close (data comes before the FIN) */
+    CHECK(wait_conns_at_most(ts, 0));
     struct cli *c = cli_open(port);
     struct resp r;
     cli_sends(c, "GET /echo HTTP/1.1\r\n\r\n");
@@ -1049,18 +1082,13 @@ static void live_idle_connections_and_max_conns(void)
     CHECK(x == NULL || cli_closed(x));
     cli_close(x);
     cli_close(a);
-    /* room again once one has gone (its close may take a moment to be seen) */
-    bool served = false;
-    for (int i = 0; i < 100 && !served; i++) {
-        x = cli_open(port);
-        if (x && cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n")) {
-            cli_response(x, &r, false);
-            served = r.status == 200;
-        }
-        cli_close(x);
-        if (!served) sleep_ms(10);
-    }
-    CHECK(served);
+    /* room again once the server has seen one go */
+    CHECK(wait_conns_at_most(ts, 1));
+    x = cli_open(port);
+    CHECK(x != NULL && cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n"));
+    cli_response(x, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    cli_close(x);
     cli_close(b);
     srv_stop(ts);
 }
@@ -1094,11 +1122,16 @@ static int pipeline_big_unread(struct tsrv *ts, struct cli *c, int n)
     int before = atomic_load(&ts->handled);
     CHECK(cli_send(c, reqs, ol * (size_t)n));
     free(reqs);
-    int last = -1;
-    for (int i = 0; i < 100 && atomic_load(&ts->handled) != last; i++) {
-        last = atomic_load(&ts->handled);
-        sleep_ms(50);
-    }
+    /* the server stops answering once the connection stalls: past max_output queued
+       unsent and the kernel taking no more (or once all are answered) */
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += 5;
+    pthread_mutex_lock(&ts->mu);
+    while (atomic_load(&ts->stalled) == 0 && atomic_load(&ts->handled) - before < n)
+        if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
+    CHECK(atomic_load(&ts->stalled) == 1 || atomic_load(&ts->handled) - before == n);
+    pthread_mutex_unlock(&ts->mu);
     return atomic_load(&ts->handled) - before;
 }
 
@@ -1194,16 +1227,12 @@ static void live_per_client_connection_limit(void)
     CHECK(r.status == 200 && !r.close);
     /* one of the three leaves: room for a plain one again */
     cli_close(c[0]);
-    bool ok = false;
-    for (int i = 0; i < 100 && !ok; i++) {
-        x = cli_open(port);
-        cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
-        cli_response(x, &r, false);
-        ok = r.status == 200 && !r.close;
-        cli_close(x);
-        if (!ok) sleep_ms(10);
-    }
-    CHECK(ok);
+    CHECK(wait_conns_at_most(ts, 3));  /* c[1], c[2] and the exempt t: c[0] and x are gone */
+    x = cli_open(port);
+    cli_sends(x, "GET /echo HTTP/1.1\r\n\r\n");
+    cli_response(x, &r, false);
+    CHECK(r.status == 200 && !r.close);
+    cli_close(x);
     cli_close(t);
     cli_close(c[1]);
     cli_close(c[2]);
