@@ -5,8 +5,9 @@
  * padded strides, ldo > nw. (bench_cpu_kernels gemm times gemm against
  * per-output dot.)
  * The gemm_mm entries (F16/F32/BF16) likewise against dot_mm[], with row
- * lengths a multiple of mm_k_multiple. Run with WEFT_GEMM_NO_VNNI=1 to check the plain AVX2 Q8_0 tiles on a CPU
- * that has AVX512-VNNI. */
+ * lengths a multiple of mm_k_multiple. Each level's own forms: the avx2 and
+ * avx512 tables have the plain AVX2 Q8_0 tiles, the avx512vnni table the zmm
+ * VNNI ones. */
 #include "backends/cpu/cpu_kernels.h"
 #include "base/quant.h"
 #include "tests/check.h"

@@ -14,10 +14,10 @@
  *    block, kept per output in one lane of an xmm);
  *  - Q4_0: exact int block total, then sumf = sumf + (float(total) * dw) * dx,
  *    eight outputs per ymm (lane-wise the same scalar operations).
- * The AVX-512 VNNI form of Q8_0 (32 ymm registers, EVEX) is picked at run time
- * where the CPU has AVX512VL + AVX512_VNNI; its int32 lanes come from
- * vpdpbusd on (x + 128) as unsigned bytes, starting from -128 * (lane sum of
- * w), which is the same exact integer. */
+ * The AVX-512 VNNI form of Q8_0 (zmm, two activation rows per register) is
+ * the avx512vnni level's; its int32 lanes come from vpdpbusd on (x + 128) as
+ * unsigned bytes, starting from -128 * (lane sum of w), which is the same
+ * exact integer. */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
@@ -30,7 +30,6 @@
 #include "base/types.h"
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
-#define VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
 AI AVX2 float g_h2f(weft_half h) { return _cvtsh_ss(h); }
@@ -77,40 +76,6 @@ AI AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_
             __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(g_load32(xr[j][b].qs), wv)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
-}
-
-/* AVX512VL + VNNI: 32 ymm registers */
-AI VNNI void q8_0_tile_vnni(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
-                            size_t ldo, const int MR, const int NR)
-{
-    const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
-    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q8_0 *)(w + i * ws);
-    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
-    __m256 acc[MAXR][MAXR];
-    for (int i = 0; i < MR; i++)
-        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
-    const __m256i bias = _mm256_set1_epi8((char)0x80);
-    for (int64_t b = 0; b < nb; b++) {
-        __m256 dx[MAXR];
-        __m256i xu[MAXR];
-        for (int j = 0; j < NR; j++) {
-            dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
-            xu[j] = _mm256_xor_si256(g_load32(xr[j][b].qs), bias); /* x + 128 as u8 */
-        }
-        for (int i = 0; i < MR; i++) {
-            __m256i wv = g_load32(wr[i][b].qs);
-            /* -128 * (sum of w over each lane's 4 bytes) */
-            __m256i corr = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), bias, wv));
-            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
-            for (int j = 0; j < NR; j++) {
-                __m256i p = _mm256_dpbusd_epi32(corr, xu[j], wv);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
@@ -253,13 +218,13 @@ static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size
     }
 
 GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
-GEMM_DRIVER(VNNI, gemm_q8_0_vnni, q8_0_tile_vnni, WEFT_QK8_0, 4, 5)
 GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
 
 
 /* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
  * half row j + 1), the weight block broadcast to both halves; each 256-bit
- * half is exactly the ymm computation above for its own output. */
+ * half gives, for its own output, the int32 lanes and float steps of the
+ * AVX2 tile above (vpdpbusd on x + 128, from -128 * the lane sums of w). */
 #define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 
 AI Z512 void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
@@ -321,32 +286,16 @@ static Z512 void gemm_q8_0_z(const void *w, size_t ws, int nw, const void *x, si
     }
 }
 
-#include <cpuid.h>
-
-/* WEFT_GEMM_NO_VNNI=1 keeps the plain AVX2 tiles (for tests and comparisons) */
-static bool have_vnni_vl(void)
+/* vnni: the avx512vnni level, where the zmm VNNI tile replaces the AVX2 Q8_0 tile */
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni)
 {
-    const char *env = getenv("WEFT_GEMM_NO_VNNI");
-    if (env && *env && *env != '0') return false;
-    __builtin_cpu_init();
-    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512vl") ||
-        !__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512dq"))
-        return false;
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k)
-{
-    const char *env = getenv("WEFT_GEMM_YMM"); /* 1: the 256-bit VNNI tiles instead of zmm */
-    k->gemm[WEFT_TYPE_Q8_0] = !have_vnni_vl() ? gemm_q8_0_avx2 : env && *env == '1' ? gemm_q8_0_vnni : gemm_q8_0_z;
+    k->gemm[WEFT_TYPE_Q8_0] = vnni ? gemm_q8_0_z : gemm_q8_0_avx2;
     k->gemm[WEFT_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
 }
 
 #else
 
-void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

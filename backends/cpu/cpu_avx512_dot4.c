@@ -25,13 +25,12 @@
  *    of x), computed once per block for all rows: the same exact integer.
  *    Without VNNI: maddubs(|w|, x negated where w < 0) + madd, as the
  *    one-row kernel's sign_epi8 form (|x| <= 127 from the quantizer).
- * The VNNI forms are chosen at fill time (cpuid; WEFT_DOT4_512_NO_VNNI=1
- * keeps the AVX512BW forms, for tests and comparisons). */
+ * The VNNI forms fill the avx512vnni level, the AVX512BW forms the avx512
+ * level (cpu_kernels.h). */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,24 +264,15 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
 DOT4_Q8_0(Z512, dot4_q8_0_bw, Q8_LANES_BW)
 DOT4_Q8_0(Z512V, dot4_q8_0_vnni, Q8_LANES_VNNI)
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni)
 {
-    const char *env = getenv("WEFT_DOT4_512_NO_VNNI");
-    if (env && *env && *env != '0') return false;
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k)
-{
-    const bool v = have_vnni();
+    const bool v = vnni;
     k->dot4[WEFT_TYPE_Q4_1] = v ? dot4_q4_1_vnni : dot4_q4_1_bw;
     k->dot4[WEFT_TYPE_Q8_0] = v ? dot4_q8_0_vnni : dot4_q8_0_bw;
 }
 
 #else
 
-void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -14,7 +14,6 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <cpuid.h>
 #include <immintrin.h>
 #include <string.h>
 
@@ -112,20 +111,13 @@ static Z512V void gemm_q4_1_z(const void *w, size_t ws, int nw, const void *x, s
     }
 }
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k)
-{
-    if (have_vnni()) k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_z;
+    if (vnni) k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_z;
 }
 
 #else
 
-void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

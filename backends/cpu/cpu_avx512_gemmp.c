@@ -29,7 +29,6 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include "backends/cpu/cpu_avx512_packed.h"
@@ -319,16 +318,9 @@ static Z512V void gemmp_q4_1(const void *wp, int groups, const void *xp, int nx,
     }
 }
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k)
-{
-    if (!have_vnni()) return;
+    if (!vnni) return;
     struct weft_cpu_packed *q4 = &k->packed[WEFT_TYPE_Q4_0];
     if (q4->rows == 16) {
         q4->xrows = 1;
@@ -354,6 +346,6 @@ void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -22,7 +22,6 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #include "backends/cpu/cpu_avx512_packed.h"
@@ -275,22 +274,15 @@ static Z512V void gemm_q4_k_z(const void *w, size_t ws, int nw, const void *x, s
     }
 }
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k)
-{
-    if (!have_vnni()) return;
+    if (!vnni) return;
     k->gemm[WEFT_TYPE_Q5_0] = gemm_q5_0_z;
     k->gemm[WEFT_TYPE_Q4_K] = gemm_q4_k_z;
 }
 
 #else
 
-void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -42,7 +42,6 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 /* ---- layouts ---- */
@@ -321,16 +320,9 @@ static Z512V void dotp_q5_0x8(const void *wp, const void *vx, const void *vaux, 
     }
 }
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k)
-{
-    if (!have_vnni()) return;
+    if (!vnni) return;
     k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_0x16, .aux_size = aux8_size, .aux = aux_q4_0, .dot = dotp_q4_0x16};
     k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
     k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
@@ -339,6 +331,6 @@ void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

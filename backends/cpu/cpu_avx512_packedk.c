@@ -37,7 +37,6 @@
 /* -DWEFT_NO_PACKEDK builds without these layouts (for A/B timing) */
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD) && !defined(WEFT_NO_PACKEDK)
 
-#include <cpuid.h>
 #include <immintrin.h>
 
 #define ROWP(T, r) ((const T *)((const uint8_t *)w + (size_t)(r) * stride))
@@ -284,16 +283,9 @@ static Z512V void dotp_q6_kx16(const void *wp, const void *vx, const void *vaux,
     _mm512_storeu_ps(out, h);
 }
 
-static bool have_vnni(void)
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    return (c >> 11) & 1; /* AVX512_VNNI */
-}
-
-void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k)
-{
-    if (!have_vnni()) return;
+    if (!vnni) return;
     k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
         .rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size, .aux = aux_q4_k, .dot = dotp_q4_kx16};
     k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16};
@@ -301,6 +293,6 @@ void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

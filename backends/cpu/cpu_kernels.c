@@ -20,6 +20,13 @@ static bool have_f16c(void)
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
 }
+
+/* AVX512_VNNI: cpuid leaf 7, ECX bit 11 (GCC 12's __builtin_cpu_supports knows it, clang 14's does not) */
+static bool have_avx512_vnni(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);
+}
 #endif
 
 /* ---- the portable reference, as table entries ---- */
@@ -87,7 +94,7 @@ static void fill_scalar(struct weft_cpu_kernels *k)
 #undef Q
 }
 
-static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512"};
+static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512", "avx512vnni"};
 
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa)
 {
@@ -106,6 +113,8 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
         return weft_cpu_isa_supported(WEFT_CPU_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                __builtin_cpu_supports("avx512vl");
+    case WEFT_CPU_ISA_AVX512_VNNI:
+        return weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512) && have_avx512_vnni();
 #endif
     default: return false;
     }
@@ -126,7 +135,7 @@ enum weft_cpu_isa weft_cpu_isa_select(const char *opts)
                 return best;
             }
         }
-        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512); using %s\n", env,
+        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512, avx512vnni); using %s\n", env,
                 isa_names[best]);
     }
     return best;
@@ -151,6 +160,36 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
     if (!k->swiglu) k->swiglu = lower->swiglu;
 }
 
+/* The AVX2 files' entries for a level: the avx2 table (vnni false), or the
+ * AVX2 layer beneath the avx512vnni table (vnni true: the AVX2 gemm file adds
+ * its VNNI tiles, which need AVX512_VNNI + VL and so belong to that level). */
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
+static void fill_avx2(struct weft_cpu_kernels *k, bool vnni)
+{
+    weft_cpu_kernels_fill_avx2_q(k);
+    weft_cpu_kernels_fill_avx2_k(k);
+    weft_cpu_kernels_fill_avx2_f(k);
+    weft_cpu_kernels_fill_avx2_attn(k);
+    weft_cpu_kernels_fill_avx2_dot4(k);
+    weft_cpu_kernels_fill_avx2_gemm(k, vnni);
+    weft_cpu_kernels_fill_avx2_swiglu(k);
+}
+
+static void fill_avx512(struct weft_cpu_kernels *k, bool vnni)
+{
+    weft_cpu_kernels_fill_avx512(k);
+    weft_cpu_kernels_fill_avx512_dot4(k, vnni);
+    weft_cpu_kernels_fill_avx512_swiglu(k);
+    weft_cpu_kernels_fill_avx512_packed(k, vnni);
+    weft_cpu_kernels_fill_avx512_packedk(k, vnni);
+    weft_cpu_kernels_fill_avx512_attn(k);
+    weft_cpu_kernels_fill_avx512_gemm(k, vnni);
+    weft_cpu_kernels_fill_avx512_gemmp(k, vnni);
+    weft_cpu_kernels_fill_avx512_gemmf(k);
+    weft_cpu_kernels_fill_avx512_gemmq(k, vnni);  /* after _packed: adds to its layouts */
+}
+#endif
+
 static void build_tables(void)
 {
     for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {
@@ -159,25 +198,17 @@ static void build_tables(void)
     }
     fill_scalar(&tables[WEFT_CPU_ISA_SCALAR]);
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
-    weft_cpu_kernels_fill_avx2_q(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_k(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_f(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_attn(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_dot4(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_gemm(&tables[WEFT_CPU_ISA_AVX2]);
-    weft_cpu_kernels_fill_avx2_swiglu(&tables[WEFT_CPU_ISA_AVX2]);
+    fill_avx2(&tables[WEFT_CPU_ISA_AVX2], false);
     merge_lower(&tables[WEFT_CPU_ISA_AVX2], &tables[WEFT_CPU_ISA_SCALAR]);
-    weft_cpu_kernels_fill_avx512(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_dot4(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_swiglu(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_packed(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_packedk(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_attn(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemm(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemmp(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemmf(&tables[WEFT_CPU_ISA_AVX512]);
-    weft_cpu_kernels_fill_avx512_gemmq(&tables[WEFT_CPU_ISA_AVX512]);  /* after _packed: adds to its layouts */
+    fill_avx512(&tables[WEFT_CPU_ISA_AVX512], false);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
+    /* avx512vnni: the same layering with the VNNI forms in, over an AVX2 layer
+       that has the AVX2 gemm file's VNNI tiles */
+    static struct weft_cpu_kernels avx2v;
+    fill_avx2(&avx2v, true);
+    merge_lower(&avx2v, &tables[WEFT_CPU_ISA_SCALAR]);
+    fill_avx512(&tables[WEFT_CPU_ISA_AVX512_VNNI], true);
+    merge_lower(&tables[WEFT_CPU_ISA_AVX512_VNNI], &avx2v);
 #endif
 }
 

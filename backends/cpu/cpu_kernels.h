@@ -7,12 +7,23 @@
  * every entry of every table this machine can run against the reference,
  * bit for bit.
  *
- * The option cpu.isa=scalar|avx2|avx512 (WEFT_CPU_ISA for the weft binary)
+ * The levels, each a superset of the one below (a table lacks nothing its
+ * lower level has: merge_lower fills its gaps):
+ *   scalar      portable C (backends/cpu/cpu_ref_dot.c and the scalar ops)
+ *   avx2        AVX2 + FMA + F16C, 256-bit forms only
+ *   avx512      AVX-512 F/BW/DQ/VL: zmm forms, without VNNI's dot products
+ *   avx512vnni  avx512 + AVX512_VNNI: the vpdpbusd forms of the quantized dots,
+ *               tiles and packed layouts
+ * weft_cpu_isa_supported is the one CPU-feature probe; the fill functions
+ * below are told the level they fill for and never probe.
+ *
+ * The option cpu.isa=scalar|avx2|avx512|avx512vnni (WEFT_CPU_ISA for the weft binary)
  * forces a table (for tests and comparisons); asking for one the CPU lacks
  * falls back to the best it has, with a warning on stderr. */
 #ifndef WEFT_CPU_KERNELS_H
 #define WEFT_CPU_KERNELS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "base/types.h"
@@ -20,7 +31,8 @@
 enum weft_cpu_isa {
     WEFT_CPU_ISA_SCALAR = 0,   /* portable C (any CPU; the NEON table will sit beside AVX2) */
     WEFT_CPU_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
-    WEFT_CPU_ISA_AVX512 = 2,   /* AVX-512 F/BW/DQ/VL (+VNNI, +BF16 where present) */
+    WEFT_CPU_ISA_AVX512 = 2,   /* AVX-512 F/BW/DQ/VL */
+    WEFT_CPU_ISA_AVX512_VNNI = 3, /* AVX-512 F/BW/DQ/VL + VNNI */
     WEFT_CPU_ISA_COUNT_
 };
 
@@ -146,28 +158,30 @@ void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
 /* The best supported table, or the one option cpu.isa (scalar, avx2,
- * avx512) in opts (base/options.h) asks for, if supported (else a line on
+ * avx512, avx512vnni) in opts (base/options.h) asks for, if supported (else a line on
  * stderr and the best). */
 enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
 /* The table for isa (entries a SIMD table lacks are filled from the next
  * lower one, ending at the scalar reference); NULL if unsupported. */
 const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
 
-/* ---- SIMD kernels, one file per family; each fills the entries it has ---- */
+/* ---- SIMD kernels, one file per family; each fills the entries it has ----
+ * vnni: filling the avx512vnni level (the AVX2 gemm file's VNNI tiles go
+ * there too, never into the avx2 table); false: the forms without VNNI. */
 void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k);   /* cpu_avx2_q.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
 void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
 void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
-void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k); /* cpu_avx512_dot4.c: four-row dots, zmm */
+void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_dot4.c: four-row dots, zmm */
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
-void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k); /* cpu_avx2_gemm.c: prefill tiles */
-void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k); /* cpu_avx512_packed.c: repacked decode */
-void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k); /* cpu_avx512_packedk.c: repacked decode, K-quants */
-void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
-void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmq.c: Q5_0 prefill tiles */
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_gemm.c: prefill tiles */
+void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packed.c: repacked decode */
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packedk.c: repacked decode, K-quants */
+void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
+void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmq.c: Q5_0 prefill tiles */
 void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */
-void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmp.c: prefill on packed weights */
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmp.c: prefill on packed weights */
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
