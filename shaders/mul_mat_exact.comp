@@ -1,13 +1,13 @@
 #version 450
 // MATMUL bit for bit as the CPU backend's reference dot products
-// (base/quant.c weft_vec_dot), for devices whose float add/mul/div are IEEE
+// (backends/cpu/cpu_ref_dot.c weft_vec_dot), for devices whose float add/mul/div are IEEE
 // with no reassociation (lavapipe: SPIR-V compiled to x86 code; every float
 // step here is `precise`). One invocation per output (weight row n,
 // activation row r; fma_x: exact.glsl): per 32-element block the integer sums of q_w * q_x are
 // exact in any order; the float steps follow the CPU's order exactly:
 //   one chain (the q8_0 / q4_1 variants):
 //     acc = fma(dw * dx, float(block sum), acc);
-//   LANES8 (ggml's AVX2 order, the *_lanes variants, which base/quant.c's
+//   LANES8 (ggml's AVX2 order, the *_lanes variants, which backends/cpu/cpu_ref_dot.c's
 //   Q8_0 and Q4_1 dots follow; vk_matmul.c DOT_ONE_CHAIN picks): 8 lanes, lane l = the
 //     integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, float(lane),
 //     acc[l]) block after block, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7));

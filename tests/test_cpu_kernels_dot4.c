@@ -1,7 +1,7 @@
 /* The four-row dots (dot4) of every CPU kernel table this machine can run
  * against the same table's one-row dot, bit for bit: out[i] must equal
  * dot(w + i * stride, x, n) as a float bit pattern (the one-row dots are
- * themselves checked against base/quant.c by test_cpu_kernels_q/_k, and here
+ * themselves checked against backends/cpu/cpu_ref_dot.c by test_cpu_kernels_q/_k, and here
  * against weft_vec_dot directly too). Weights come from weft_quantize_row
  * (32-element formats) or random valid blocks (K-quants), activations from
  * weft_quantize_row_act; several lengths and row strides. Also times dot4

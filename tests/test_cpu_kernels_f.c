@@ -1,5 +1,5 @@
 /* The float-type kernels (F32, F16, BF16) of every CPU kernel table this
- * machine can run, bit for bit against the portable reference in base/quant.c:
+ * machine can run, bit for bit against the portable reference in backends/cpu/cpu_ref_dot.c:
  *   - dot vs weft_vec_dot, dot_mm vs weft_vec_dot_mm(type, w, x, n, 4, 2);
  *   - quant (F32, F16, BF16) vs weft_quantize_row_act, incl. NaN payloads,
  *     infinities, subnormals, overflow edges and rounding ties.

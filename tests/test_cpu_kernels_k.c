@@ -1,6 +1,6 @@
 /* K-quant CPU kernels (backends/cpu/cpu_avx2_k.c and whatever a table takes
  * from it): every table this machine supports must give bit-identical
- * results to the portable reference in base/quant.c for the Q4_K, Q5_K and
+ * results to the portable reference in backends/cpu/cpu_ref_dot.c for the Q4_K, Q5_K and
  * Q6_K dot products (table->dot vs weft_vec_dot) and the Q8_K activation
  * quantizer (table->quant vs weft_quantize_row_act). Also times the AVX2 and
  * scalar dots on a 576 x 1536 matrix (printed, not asserted). */

@@ -1,6 +1,6 @@
 /* The 32-element block kernels of every CPU kernel table this machine can run
  * (Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 dot products, Q8_0/Q8_1 activation quantizers)
- * against the portable reference in base/quant.c, bit for bit: the dot
+ * against the portable reference in backends/cpu/cpu_ref_dot.c, bit for bit: the dot
  * results are compared as float bit patterns, the quantizer outputs byte by
  * byte. Also times the AVX2 dot against the scalar one (printed, not
  * asserted). */

@@ -232,7 +232,7 @@ static void dequant_q8_0_q8_1_signed_bytes(void)
     CHECK_ROW(out, want, 32);
 }
 
-/* K-quant 6-bit scales/mins, packed by hand (see get_scale_min_k4):
+/* K-quant 6-bit scales/mins, packed by hand (see weft_k4_scale_min in base/quant_blocks.h):
  *   bytes 0..3 : scale[j] | (scale[j+4] >> 4) << 6
  *   bytes 4..7 : min[j]   | (min[j+4] >> 4) << 6
  *   bytes 8..11: (scale[j+4] & 15) | (min[j+4] & 15) << 4 */

@@ -1,6 +1,7 @@
 /* ROPE_KV and ATTENTION on the CPU over the paged KV cache (backend.h
  * describes the block layout). */
 #include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/cpu_target.h"
 #include "base/quant.h"
 #include "base/rope.h"
 
@@ -57,8 +58,8 @@ static void rope_heads(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, 
 }
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
-__attribute__((target("fma"))) static void rope_heads_fma(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot,
-                                                         const float *cs, enum weft_rope_mode mode)
+WEFT_AVX2 static void rope_heads_fma(float *x, uint32_t n_heads, uint32_t hd, uint32_t n_rot, const float *cs,
+                                     enum weft_rope_mode mode)
 {
     ROPE_HEADS_BODY
 }

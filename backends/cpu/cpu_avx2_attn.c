@@ -3,14 +3,13 @@
  * even exactly as weft_f32_to_half does for every non-NaN value, and the
  * accumulator never holds NaN unless its inputs do. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 #include <immintrin.h>
 #include <math.h>
 
-#define ATTR __attribute__((target("avx2,fma,f16c")))
-
-ATTR static void f16_mad_avx2(weft_half *acc, const weft_half *v, float s, int64_t n)
+WEFT_AVX2 static void f16_mad_avx2(weft_half *acc, const weft_half *v, float s, int64_t n)
 {
     const __m256 vs = _mm256_set1_ps(s);
     int64_t i = 0;
@@ -23,7 +22,7 @@ ATTR static void f16_mad_avx2(weft_half *acc, const weft_half *v, float s, int64
     for (; i < n; i++) acc[i] = weft_f32_to_half(fmaf(weft_half_to_f32(v[i]), s, weft_half_to_f32(acc[i])));
 }
 
-ATTR static void f16_scale_avx2(weft_half *acc, float s, int64_t n)
+WEFT_AVX2 static void f16_scale_avx2(weft_half *acc, float s, int64_t n)
 {
     const __m256 vs = _mm256_set1_ps(s);
     int64_t i = 0;
@@ -35,11 +34,12 @@ ATTR static void f16_scale_avx2(weft_half *acc, float s, int64_t n)
     for (; i < n; i++) acc[i] = weft_f32_to_half(weft_half_to_f32(acc[i]) * s);
 }
 
-void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->f16_mad = f16_mad_avx2;
     k->f16_scale = f16_scale_avx2;
 }
 #else
-void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 #endif

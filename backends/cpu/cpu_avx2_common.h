@@ -9,18 +9,17 @@
 #include <string.h>
 
 #include "base/types.h"
+#include "backends/cpu/cpu_target.h"
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
-
-/* base/quant.c: ggml's scalar `summs += m * s`, contracted to an fma by GCC
+/* backends/cpu/cpu_ref_dot.c: ggml's scalar `summs += m * s`, contracted to an fma by GCC
  * in ggml's build; keep in step with the reference's switch. */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
 
-static inline AVX2 float h2f(weft_half h) { return _cvtsh_ss(h); }
+static inline WEFT_AVX2 float h2f(weft_half h) { return _cvtsh_ss(h); }
 
-static inline AVX2 float ggml_scalar_madd(float a, float b, float c)
+static inline WEFT_AVX2 float ggml_scalar_madd(float a, float b, float c)
 {
 #if WEFT_GGML_SCALAR_CONTRACT
     return fmaf(a, b, c);
@@ -30,7 +29,7 @@ static inline AVX2 float ggml_scalar_madd(float a, float b, float c)
 }
 
 /* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-static inline AVX2 float hsum_float_8(__m256 x)
+static inline WEFT_AVX2 float hsum_float_8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1)); /* x0+x4 .. x3+x7 */
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));                                         /* r0+r2, r1+r3 */
@@ -40,7 +39,7 @@ static inline AVX2 float hsum_float_8(__m256 x)
 
 /* 16 bytes of nibbles -> 32 bytes: low nibbles in bytes 0..15 (elements
  * 0..15), high nibbles in bytes 16..31 (elements 16..31). */
-static inline AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
+static inline WEFT_AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
     __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
@@ -48,7 +47,7 @@ static inline AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
 }
 
 /* byte j = 0xFF if bit j of the little-endian 32-bit qh is set, else 0 */
-static inline AVX2 __m256i bytes_from_bits_32(const uint8_t qh[4])
+static inline WEFT_AVX2 __m256i bytes_from_bits_32(const uint8_t qh[4])
 {
     uint32_t x32;
     memcpy(&x32, qh, 4);
@@ -59,11 +58,11 @@ static inline AVX2 __m256i bytes_from_bits_32(const uint8_t qh[4])
 }
 
 /* int32 lane l = sum over bytes 4l..4l+3 of u[j] (unsigned) * s[j] (signed) */
-static inline AVX2 __m256i lanes_us(__m256i u, __m256i s)
+static inline WEFT_AVX2 __m256i lanes_us(__m256i u, __m256i s)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
 }
 
-static inline AVX2 __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline WEFT_AVX2 __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
 #endif

@@ -1,6 +1,6 @@
 /* AVX2 (+FMA, F16C) four-row dots: weight rows w, w + stride, w + 2 stride,
  * w + 3 stride against one activation row, out[i] bit-identical to
- * k->dot[type](w + i * stride, x, n) and so to the reference in base/quant.c
+ * k->dot[type](w + i * stride, x, n) and so to the reference in backends/cpu/cpu_ref_dot.c
  * (tests/test_cpu_kernels_dot4.c checks this for every table).
  *
  * Each row keeps the float operation sequence of the one-row kernels in
@@ -39,12 +39,12 @@
 #endif
 
 /* byte j = 0x10 if bit j of the little-endian 32-bit qh is set, else 0 */
-static inline AVX2 __m256i hbit16_from_bits_32(const uint8_t qh[4])
+static inline WEFT_AVX2 __m256i hbit16_from_bits_32(const uint8_t qh[4])
 {
     return _mm256_and_si256(bytes_from_bits_32(qh), _mm256_set1_epi8(0x10));
 }
 
-static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
+static inline WEFT_AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
 {
 #if WEFT_DOT4_PREFETCH > 0
     _mm_prefetch((const char *)p + WEFT_DOT4_PREFETCH, _MM_HINT_T0);
@@ -62,16 +62,16 @@ static inline AVX2 void prefetch_rows(const uint8_t *p, size_t stride)
 
 /* The four rows' scales: the 32-bit words at the blocks' starts (d, or d
  * and m) as four int32; F16C widens them exactly as h2f. */
-static inline AVX2 __m128i head4(const void *b0, const void *b1, const void *b2, const void *b3)
+static inline WEFT_AVX2 __m128i head4(const void *b0, const void *b1, const void *b2, const void *b3)
 {
     uint32_t u0, u1, u2, u3;
     memcpy(&u0, b0, 4), memcpy(&u1, b1, 4), memcpy(&u2, b2, 4), memcpy(&u3, b3, 4);
     return _mm_setr_epi32((int)u0, (int)u1, (int)u2, (int)u3);
 }
 
-static inline AVX2 __m256 bcast_lane(__m256 v, int l) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l)); }
+static inline WEFT_AVX2 __m256 bcast_lane(__m256 v, int l) { return _mm256_permutevar8x32_ps(v, _mm256_set1_epi32(l)); }
 
-static inline AVX2 __m256 q4_1_lanes_f(const struct weft_block_q4_1 *w, __m256i xq)
+static inline WEFT_AVX2 __m256 q4_1_lanes_f(const struct weft_block_q4_1 *w, __m256i xq)
 {
     return _mm256_cvtepi32_ps(lanes_us(bytes_from_nibbles_32(w->qs), xq));
 }
@@ -80,7 +80,7 @@ static inline AVX2 __m256 q4_1_lanes_f(const struct weft_block_q4_1 *w, __m256i 
  * dm * xd are the rows' dw * dx; the odd lanes of sm = fma(dm, xs, sm) are
  * the rows' scalar summs chains (each lane its own fmaf chain; the even
  * lanes are unused). */
-static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+static WEFT_AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q4_1 *w0 = ROW(struct weft_block_q4_1, 0), *w1 = ROW(struct weft_block_q4_1, 1);
     const struct weft_block_q4_1 *w2 = ROW(struct weft_block_q4_1, 2), *w3 = ROW(struct weft_block_q4_1, 3);
@@ -114,7 +114,7 @@ static AVX2 void dot4_q4_1(const void *vw, size_t stride, const void *vx, int64_
 /* ---- Q8_0 x Q8_0 (dot_q8_0: acc = fma(dw*dx, lanes, acc)) ----
  * lanes as the one-row kernel: maddubs(|w|, x with w's sign) */
 
-static inline AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i xq)
+static inline WEFT_AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i xq)
 {
     __m256i wq = load32(w->qs);
     return _mm256_cvtepi32_ps(lanes_us(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)));
@@ -122,7 +122,7 @@ static inline AVX2 __m256 q8_0_lanes_f(const struct weft_block_q8_0 *w, __m256i 
 
 /* the even lanes of cvtph(head4) * xd are the rows' dw * dx (the odd lanes
  * hold whatever follows d in the block, unused) */
-static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+static WEFT_AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q8_0 *w0 = ROW(struct weft_block_q8_0, 0), *w1 = ROW(struct weft_block_q8_0, 1);
     const struct weft_block_q8_0 *w2 = ROW(struct weft_block_q8_0, 2), *w3 = ROW(struct weft_block_q8_0, 3);
@@ -148,13 +148,13 @@ static AVX2 void dot4_q8_0(const void *vw, size_t stride, const void *vx, int64_
 /* ---- Q5_0 x Q8_0 (dot_q5_0: acc = fma(dw*dx, lanes, acc)) ----
  * lanes = sum(u * x) - 16 * sum(x) per 4-byte lane, u = nibble | hbit << 4 */
 
-static inline AVX2 __m256 q5_0_lanes_f(const struct weft_block_q5_0 *w, __m256i xq, __m256i xsum16)
+static inline WEFT_AVX2 __m256 q5_0_lanes_f(const struct weft_block_q5_0 *w, __m256i xq, __m256i xsum16)
 {
     __m256i u = _mm256_or_si256(bytes_from_nibbles_32(w->qs), hbit16_from_bits_32(w->qh));
     return _mm256_cvtepi32_ps(_mm256_sub_epi32(lanes_us(u, xq), xsum16));
 }
 
-static AVX2 void dot4_q5_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+static WEFT_AVX2 void dot4_q5_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q5_0 *w0 = ROW(struct weft_block_q5_0, 0), *w1 = ROW(struct weft_block_q5_0, 1);
     const struct weft_block_q5_0 *w2 = ROW(struct weft_block_q5_0, 2), *w3 = ROW(struct weft_block_q5_0, 3);
@@ -184,13 +184,13 @@ static AVX2 void dot4_q5_0(const void *vw, size_t stride, const void *vx, int64_
  * come out of one hadd tree as the four int32 of a 128-bit vector, and the
  * four scalar chains run as its four float lanes. */
 
-static inline AVX2 __m128i half4_row_scales(const weft_half *d0, const weft_half *d1, const weft_half *d2,
+static inline WEFT_AVX2 __m128i half4_row_scales(const weft_half *d0, const weft_half *d1, const weft_half *d2,
                                             const weft_half *d3)
 {
     return _mm_setr_epi16((short)*d0, (short)*d1, (short)*d2, (short)*d3, 0, 0, 0, 0);
 }
 
-static AVX2 void dot4_q4_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
+static WEFT_AVX2 void dot4_q4_0(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])
 {
     const struct weft_block_q4_0 *w0 = ROW(struct weft_block_q4_0, 0), *w1 = ROW(struct weft_block_q4_0, 1);
     const struct weft_block_q4_0 *w2 = ROW(struct weft_block_q4_0, 2), *w3 = ROW(struct weft_block_q4_0, 3);
@@ -226,8 +226,9 @@ static AVX2 void dot4_q4_0(const void *vw, size_t stride, const void *vx, int64_
  * the 256-element blocks already amortize the loop), so the matmul keeps
  * calling dot[] for them. */
 
-void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->dot4[WEFT_TYPE_Q4_0] = dot4_q4_0;
     k->dot4[WEFT_TYPE_Q4_1] = dot4_q4_1;
     k->dot4[WEFT_TYPE_Q5_0] = dot4_q5_0;
@@ -236,6 +237,6 @@ void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -2,7 +2,7 @@
  * single-row dot (ggml's vec_dot order), multi-row dot (tinyBLAS order) and
  * the F16/BF16 activation converters.
  *
- * The reference (base/quant.c) mirrors ggml's AVX-512 kernels, whose
+ * The reference (backends/cpu/cpu_ref_dot.c) mirrors ggml's AVX-512 kernels, whose
  * accumulators are 16 float lanes wide. Here every 16-lane accumulator is a
  * pair of __m256 (lo = lanes 0..7, hi = lanes 8..15) and every float step of
  * the reference is the same IEEE operation on the same lane: fmaf becomes
@@ -15,22 +15,21 @@
  * build without -mavx2; the table filler only stores pointers and is called
  * only where cpu_kernels.c has checked the CPU. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
 #include <immintrin.h>
 #include <math.h>
 
-/* same default as base/quant.c: ggml's scalar `s += a*b` tail is fused */
+/* same default as backends/cpu/cpu_ref_dot.c: ggml's scalar `s += a*b` tail is fused */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
 
-#define TGT __attribute__((target("avx2,fma,f16c")))
-
 /* reduce_add_16 of the 16 lanes (lo, hi): t = lo + hi (x[i] + x[i+8]),
  * u[i] = t[i] + t[i+4], then (u0 + u2) + (u1 + u3). */
-TGT static inline float hsum16(__m256 lo, __m256 hi)
+WEFT_AVX2 static inline float hsum16(__m256 lo, __m256 hi)
 {
     __m256 t = _mm256_add_ps(lo, hi);
     __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -38,31 +37,31 @@ TGT static inline float hsum16(__m256 lo, __m256 hi)
     return _mm_cvtss_f32(_mm_add_ss(v, _mm_movehdup_ps(v)));
 }
 
-TGT static inline __m256 load_h8(const weft_half *p)
+WEFT_AVX2 static inline __m256 load_h8(const weft_half *p)
 {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }
 
 /* 16 bf16 = 8 pairs: lane l holds elements 2l (low half) and 2l+1 (high). */
-TGT static inline __m256 bf16_even(__m256i u) { return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)); }
-TGT static inline __m256 bf16_odd(__m256i u)
+WEFT_AVX2 static inline __m256 bf16_even(__m256i u) { return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16)); }
+WEFT_AVX2 static inline __m256 bf16_odd(__m256i u)
 {
     return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
 /* dpbf16_step on 8 lanes: acc += a[2l+1]*b[2l+1], then acc += a[2l]*b[2l]. */
-TGT static inline __m256 dpbf16_8(__m256 acc, const weft_bf16 *a, const weft_bf16 *b)
+WEFT_AVX2 static inline __m256 dpbf16_8(__m256 acc, const weft_bf16 *a, const weft_bf16 *b)
 {
     __m256i ua = _mm256_loadu_si256((const __m256i *)a), ub = _mm256_loadu_si256((const __m256i *)b);
     acc = _mm256_fmadd_ps(bf16_odd(ua), bf16_odd(ub), acc);
     return _mm256_fmadd_ps(bf16_even(ua), bf16_even(ub), acc);
 }
 
-/* ---- single-row dot (base/quant.c dot_f32 / dot_f16 / dot_bf16) ---- */
+/* ---- single-row dot (backends/cpu/cpu_ref_dot.c dot_f32 / dot_f16 / dot_bf16) ---- */
 
 /* 4 accumulators of 16 lanes over 64-element steps: acc j = (s[2j], s[2j+1])
  * covers elements 16j..16j+15 of each step. */
-TGT static float dot_f32_avx2(const void *wv, const void *xv, int64_t n)
+WEFT_AVX2 static float dot_f32_avx2(const void *wv, const void *xv, int64_t n)
 {
     const float *a = wv, *b = xv;
     const int64_t np = n & ~(int64_t)63;
@@ -95,7 +94,7 @@ TGT static float dot_f32_avx2(const void *wv, const void *xv, int64_t n)
     return s;
 }
 
-TGT static float dot_f16_avx2(const void *wv, const void *xv, int64_t n)
+WEFT_AVX2 static float dot_f16_avx2(const void *wv, const void *xv, int64_t n)
 {
     const weft_half *a = wv, *b = xv;
     const int64_t np = n & ~(int64_t)63;
@@ -118,7 +117,7 @@ TGT static float dot_f16_avx2(const void *wv, const void *xv, int64_t n)
 }
 
 /* c1 = (c1l, c1h) covers elements 0..31 of each 64-element step, c2 32..63. */
-TGT static float dot_bf16_avx2(const void *wv, const void *xv, int64_t n)
+WEFT_AVX2 static float dot_bf16_avx2(const void *wv, const void *xv, int64_t n)
 {
     const weft_bf16 *a = wv, *b = xv;
     const int64_t np = n & ~(int64_t)63;
@@ -141,7 +140,7 @@ TGT static float dot_bf16_avx2(const void *wv, const void *xv, int64_t n)
  * each 32), then reduce_add_16. Other k fall back to vec_dot, as the
  * reference does. ---- */
 
-TGT static float dot_mm_f32_avx2(const void *wv, const void *xv, int64_t k)
+WEFT_AVX2 static float dot_mm_f32_avx2(const void *wv, const void *xv, int64_t k)
 {
     if (k % 16) return dot_f32_avx2(wv, xv, k);
     const float *a = wv, *b = xv;
@@ -153,7 +152,7 @@ TGT static float dot_mm_f32_avx2(const void *wv, const void *xv, int64_t k)
     return hsum16(lo, hi);
 }
 
-TGT static float dot_mm_f16_avx2(const void *wv, const void *xv, int64_t k)
+WEFT_AVX2 static float dot_mm_f16_avx2(const void *wv, const void *xv, int64_t k)
 {
     if (k % 16) return dot_f16_avx2(wv, xv, k);
     const weft_half *a = wv, *b = xv;
@@ -165,7 +164,7 @@ TGT static float dot_mm_f16_avx2(const void *wv, const void *xv, int64_t k)
     return hsum16(lo, hi);
 }
 
-TGT static float dot_mm_bf16_avx2(const void *wv, const void *xv, int64_t k)
+WEFT_AVX2 static float dot_mm_bf16_avx2(const void *wv, const void *xv, int64_t k)
 {
     if (k % 32) return dot_bf16_avx2(wv, xv, k);
     const weft_bf16 *a = wv, *b = xv;
@@ -184,7 +183,7 @@ TGT static float dot_mm_bf16_avx2(const void *wv, const void *xv, int64_t k)
  * only NaNs differ (hardware keeps the top payload bits, the reference makes
  * every NaN sign|0x7e00), so NaN lanes are replaced by sign|0x7fc00000 first,
  * which converts to exactly sign|0x7e00. */
-TGT static void quant_f16_avx2(const float *x, void *yv, int64_t n)
+WEFT_AVX2 static void quant_f16_avx2(const float *x, void *yv, int64_t n)
 {
     weft_half *y = yv;
     const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32((int)0x80000000u));
@@ -201,7 +200,7 @@ TGT static void quant_f16_avx2(const float *x, void *yv, int64_t n)
 
 /* BF16: weft_f32_to_bf16 in integer lanes: round to nearest even by adding
  * 0x7fff + lsb; NaNs keep their top bits with the quiet bit (64) set. */
-TGT static void quant_bf16_avx2(const float *x, void *yv, int64_t n)
+WEFT_AVX2 static void quant_bf16_avx2(const float *x, void *yv, int64_t n)
 {
     weft_bf16 *y = yv;
     const __m256i bias = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
@@ -220,8 +219,9 @@ TGT static void quant_bf16_avx2(const float *x, void *yv, int64_t n)
     for (; i < n; i++) y[i] = weft_f32_to_bf16(x[i]);
 }
 
-void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->dot[WEFT_TYPE_F32] = dot_f32_avx2;
     k->dot[WEFT_TYPE_F16] = dot_f16_avx2;
     k->dot[WEFT_TYPE_BF16] = dot_bf16_avx2;
@@ -238,6 +238,6 @@ void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -1,6 +1,6 @@
 /* Register-blocked prefill tiles (weft_cpu_gemm_fn): for i < nw, j < nx,
  *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
- * bit-identical to the table's one-row dot (cpu_avx2_q.c, base/quant.c).
+ * bit-identical to the table's one-row dot (cpu_avx2_q.c, backends/cpu/cpu_ref_dot.c).
  *
  * Each micro-tile runs MR weight rows against NR activation rows over the
  * whole row: a weight block is loaded/unpacked once for NR outputs, an
@@ -19,6 +19,7 @@
  * unsigned bytes, starting from -128 * (lane sum of w), which is the same
  * exact integer. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -29,13 +30,12 @@
 
 #include "base/types.h"
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
 #define AI static inline __attribute__((always_inline))
 
-AI AVX2 float g_h2f(weft_half h) { return _cvtsh_ss(h); }
+AI WEFT_AVX2 float g_h2f(weft_half h) { return _cvtsh_ss(h); }
 
 /* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-AI AVX2 float g_hsum_float_8(__m256 x)
+AI WEFT_AVX2 float g_hsum_float_8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -43,9 +43,9 @@ AI AVX2 float g_hsum_float_8(__m256 x)
     return _mm_cvtss_f32(r);
 }
 
-AI AVX2 __m256i g_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI WEFT_AVX2 __m256i g_load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
-AI AVX2 __m256i g_nibbles(const uint8_t *qs)
+AI WEFT_AVX2 __m256i g_nibbles(const uint8_t *qs)
 {
     __m128i t = _mm_loadu_si128((const __m128i *)qs);
     __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
@@ -57,7 +57,7 @@ AI AVX2 __m256i g_nibbles(const uint8_t *qs)
 /* ---- Q8_0 x Q8_0 ---- */
 
 /* AVX2: lanes from |w| times x with w's sign (as the one-row kernel) */
-AI AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+AI WEFT_AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
                             size_t ldo, const int MR, const int NR)
 {
     const struct weft_block_q8_0 *wr[MAXR], *xr[MAXR];
@@ -86,7 +86,7 @@ AI AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_
 
 /* ---- Q4_1 x Q8_1 ---- */
 
-AI AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
                             size_t ldo, const int MR, const int NR)
 {
     const struct weft_block_q4_1 *wr[MAXR];
@@ -131,7 +131,7 @@ AI AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_
 
 /* ---- Q4_0 x Q8_0: a 4 x 2 tile, rows clamped at the edges ---- */
 
-AI AVX2 __m256i q4_0_lanes(__m256i v, const int8_t *xq)
+AI WEFT_AVX2 __m256i q4_0_lanes(__m256i v, const int8_t *xq)
 {
     __m256i x = g_load32(xq);
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(x, v)),
@@ -139,7 +139,7 @@ AI AVX2 __m256i q4_0_lanes(__m256i v, const int8_t *xq)
 }
 
 /* totals of P0..P3 (low half of q0/q1's 128-bit lanes) */
-AI AVX2 __m256i hsum8x8(const __m256i P[8])
+AI WEFT_AVX2 __m256i hsum8x8(const __m256i P[8])
 {
     __m256i h01 = _mm256_hadd_epi32(P[0], P[1]), h23 = _mm256_hadd_epi32(P[2], P[3]);
     __m256i h45 = _mm256_hadd_epi32(P[4], P[5]), h67 = _mm256_hadd_epi32(P[6], P[7]);
@@ -147,7 +147,7 @@ AI AVX2 __m256i hsum8x8(const __m256i P[8])
     return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
-static AVX2 void q4_0_tile(const uint8_t *w, size_t ws, int mr, const uint8_t *x, size_t xs, int nr, int64_t nb,
+static WEFT_AVX2 void q4_0_tile(const uint8_t *w, size_t ws, int mr, const uint8_t *x, size_t xs, int nr, int64_t nb,
                            float *out, size_t ldo)
 {
     const struct weft_block_q4_0 *wr[4];
@@ -177,7 +177,7 @@ static AVX2 void q4_0_tile(const uint8_t *w, size_t ws, int mr, const uint8_t *x
         for (int i = 0; i < mr; i++) out[j * ldo + i] = s[j * 4 + i];
 }
 
-static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out,
+static WEFT_AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out,
                            size_t ldo)
 {
     const int64_t nb = n / WEFT_QK4_0;
@@ -217,17 +217,15 @@ static AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x, size
         }                                                                                                \
     }
 
-GEMM_DRIVER(AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
-GEMM_DRIVER(AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
-
+GEMM_DRIVER(WEFT_AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
+GEMM_DRIVER(WEFT_AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
 
 /* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
  * half row j + 1), the weight block broadcast to both halves; each 256-bit
  * half gives, for its own output, the int32 lanes and float steps of the
  * AVX2 tile above (vpdpbusd on x + 128, from -128 * the lane sums of w). */
-#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512bw,avx512dq,avx512vnni")))
 
-AI Z512 void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
+AI WEFT_AVX512_VNNI void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
                          size_t ldo, const int MR, const int NP)
 {
     const struct weft_block_q8_0 *wr[4], *xr[8];
@@ -267,7 +265,7 @@ AI Z512 void q8_0_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t x
 #define ZCASE(m, q) case (m) * 8 + (q): q8_0_tile_z(wp, ws, xp, xs, nr, nb, o, ldo, m, q); break;
 #define ZCASES(m) ZCASE(m, 1) ZCASE(m, 2) ZCASE(m, 3) ZCASE(m, 4)
 
-static Z512 void gemm_q8_0_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+static WEFT_AVX512_VNNI void gemm_q8_0_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
                              float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK8_0;

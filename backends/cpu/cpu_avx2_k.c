@@ -1,7 +1,7 @@
 /* AVX2 (+FMA, F16C) kernels for the K-quants: Q4_K, Q5_K, Q6_K dot products
  * against Q8_K activations, and the Q8_K activation quantizer.
  *
- * Each kernel is bit-identical to its portable reference in base/quant.c
+ * Each kernel is bit-identical to its portable reference in backends/cpu/cpu_ref_dot.c
  * (dot_q4_k, dot_q5_k, dot_q6_k, quant_q8_k). The integer parts are exact,
  * so any instruction sequence giving the same int32 lane values is used
  * (maddubs/madd, byte shuffles); every float operation of the reference is
@@ -19,6 +19,7 @@
  * -mavx2; the table filler only stores function pointers and is called only
  * when the CPU has AVX2, FMA and F16C (backends/cpu/cpu_kernels.c). */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__)
 
@@ -26,10 +27,8 @@
 #include <math.h>
 #include <string.h>
 
-#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
-
-/* hsum_float_8 of base/quant.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
-static inline AVX2_FN float hsum_ps8(__m256 x)
+/* hsum_float_8 of backends/cpu/cpu_ref_dot.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
+static inline WEFT_AVX2 float hsum_ps8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -37,7 +36,7 @@ static inline AVX2_FN float hsum_ps8(__m256 x)
     return _mm_cvtss_f32(r);
 }
 
-static inline AVX2_FN int hsum_epi32_8(__m256i v)
+static inline WEFT_AVX2 int hsum_epi32_8(__m256i v)
 {
     __m128i r = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
     r = _mm_add_epi32(r, _mm_unpackhi_epi64(r, r));
@@ -46,7 +45,7 @@ static inline AVX2_FN int hsum_epi32_8(__m256i v)
 }
 
 /* Q4_K/Q5_K scales[12] -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15),
- * the same values as get_scale_min_k4 in base/quant.c. */
+ * the same values as weft_k4_scale_min in base/quant_blocks.h. */
 static inline void k4_unpack_scales(const uint8_t scales[WEFT_K_SCALE_SIZE], uint32_t u[4])
 {
     const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
@@ -59,7 +58,7 @@ static inline void k4_unpack_scales(const uint8_t scales[WEFT_K_SCALE_SIZE], uin
 }
 
 /* sum_j (bsums[2j] + bsums[2j+1]) * min[j], exact in int32 (k4_scales_mins_dot) */
-static inline AVX2_FN int k4_mins_dot(const uint32_t u[4], const int16_t bsums[16])
+static inline WEFT_AVX2 int k4_mins_dot(const uint32_t u[4], const int16_t bsums[16])
 {
     __m128i mins = _mm_cvtepu8_epi16(_mm_set_epi32(0, 0, (int)u[3], (int)u[2]));
     __m256i mdup = _mm256_set_m128i(_mm_unpackhi_epi16(mins, mins), _mm_unpacklo_epi16(mins, mins));
@@ -75,7 +74,7 @@ static inline AVX2_FN int k4_mins_dot(const uint32_t u[4], const int16_t bsums[1
  * 16-byte half to 0,8,1,9,...,7,15 so that maddubs pairs two elements of
  * the same lane; unpacking the low- and high-nibble sub-blocks' int16 sums
  * side by side lets one madd apply both sub-block scales. */
-static AVX2_FN float dot_q4_k_avx2(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q4_k_avx2(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q4_k *w = vw;
     const struct weft_block_q8_k *x = vx;
@@ -119,7 +118,7 @@ static AVX2_FN float dot_q4_k_avx2(const void *vw, const void *vx, int64_t n)
  * int32 lane l sums the elements with (e % 32) / 4 == l (maddubs, then madd
  * with the sub-block scale); acc = fma(d, float(lane), acc) per block;
  * summs = fma(dmin, float(summ), summs); hsum_float_8(acc) + summs. */
-static AVX2_FN float dot_q5_k_avx2(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q5_k_avx2(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q5_k *w = vw;
     const struct weft_block_q8_k *x = vx;
@@ -161,7 +160,7 @@ static AVX2_FN float dot_q5_k_avx2(const void *vw, const void *vx, int64_t n)
  * (e % 32) / 4 == l times their 16-element scale; minus 32 * (bsums[2l] *
  * sc[2l] + bsums[2l+1] * sc[2l+1]); acc = fma(d, float(lane), acc);
  * hsum_float_8(acc). */
-static AVX2_FN float dot_q6_k_avx2(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q6_k_avx2(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q6_k *w = vw;
     const struct weft_block_q8_k *x = vx;
@@ -210,7 +209,7 @@ static AVX2_FN float dot_q6_k_avx2(const void *vw, const void *vx, int64_t n)
  * computed with the same magic-number addition and bit extraction, then
  * min(127, q) and the int8 conversion (low byte); bsums from the stored
  * bytes; d = 1/iscale. An all-zero block is written as zeros. */
-static AVX2_FN void quant_q8_k_avx2(const float *x, void *vy, int64_t n)
+static WEFT_AVX2 void quant_q8_k_avx2(const float *x, void *vy, int64_t n)
 {
     struct weft_block_q8_k *b = vy;
     const int64_t nb = n / WEFT_QK_K;
@@ -263,8 +262,9 @@ static AVX2_FN void quant_q8_k_avx2(const float *x, void *vy, int64_t n)
     }
 }
 
-void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->dot[WEFT_TYPE_Q4_K] = dot_q4_k_avx2;
     k->dot[WEFT_TYPE_Q5_K] = dot_q5_k_avx2;
     k->dot[WEFT_TYPE_Q6_K] = dot_q6_k_avx2;
@@ -273,6 +273,6 @@ void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -2,7 +2,7 @@
  * of Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 weights with Q8_0/Q8_1 activations, and the
  * Q8_0/Q8_1 activation quantizers.
  *
- * Each kernel is bit-identical to its portable reference in base/quant.c
+ * Each kernel is bit-identical to its portable reference in backends/cpu/cpu_ref_dot.c
  * (tests/test_cpu_kernels_q.c checks this):
  *  - integer parts are exact, so any instruction sequence that yields the
  *    same per-lane int32 values will do: int32 lane l of a block holds the
@@ -33,15 +33,14 @@
 #include "backends/cpu/cpu_avx2_common.h"
 
 /* the same for two signed operands: |a| times b with a's sign */
-static inline AVX2 __m256i lanes_ss(__m256i a, __m256i b)
+static inline WEFT_AVX2 __m256i lanes_ss(__m256i a, __m256i b)
 {
     return lanes_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
 }
 
-
 /* ---- dot products ---- */
 
-static inline AVX2 __m256i q4_0_lanes(const struct weft_block_q4_0 *w, const struct weft_block_q8_0 *x)
+static inline WEFT_AVX2 __m256i q4_0_lanes(const struct weft_block_q4_0 *w, const struct weft_block_q8_0 *x)
 {
     __m256i v = _mm256_sub_epi8(bytes_from_nibbles_32(w->qs), _mm256_set1_epi8(8));
     return lanes_ss(v, load32(x->qs));
@@ -49,7 +48,7 @@ static inline AVX2 __m256i q4_0_lanes(const struct weft_block_q4_0 *w, const str
 
 /* Reference: sumf += (float)(s0 + s1) * dw * dx per block, in a scalar
  * chain; the block sums come four at a time from one hadd tree. */
-static AVX2 float dot_q4_0(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q4_0(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q4_0 *w = vw;
     const struct weft_block_q8_0 *x = vx;
@@ -75,7 +74,7 @@ static AVX2 float dot_q4_0(const void *vw, const void *vx, int64_t n)
     return sumf;
 }
 
-static AVX2 float dot_q4_1(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q4_1(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q4_1 *w = vw;
     const struct weft_block_q8_1 *x = vx;
@@ -91,7 +90,7 @@ static AVX2 float dot_q4_1(const void *vw, const void *vx, int64_t n)
     return hsum_float_8(acc) + summs;
 }
 
-static AVX2 float dot_q5_0(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q5_0(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q5_0 *w = vw;
     const struct weft_block_q8_0 *x = vx;
@@ -110,7 +109,7 @@ static AVX2 float dot_q5_0(const void *vw, const void *vx, int64_t n)
     return hsum_float_8(acc);
 }
 
-static AVX2 float dot_q5_1(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q5_1(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q5_1 *w = vw;
     const struct weft_block_q8_1 *x = vx;
@@ -129,7 +128,7 @@ static AVX2 float dot_q5_1(const void *vw, const void *vx, int64_t n)
     return hsum_float_8(acc) + summs;
 }
 
-static AVX2 float dot_q8_0(const void *vw, const void *vx, int64_t n)
+static WEFT_AVX2 float dot_q8_0(const void *vw, const void *vx, int64_t n)
 {
     const struct weft_block_q8_0 *w = vw;
     const struct weft_block_q8_0 *x = vx;
@@ -148,7 +147,7 @@ static AVX2 float dot_q8_0(const void *vw, const void *vx, int64_t n)
 /* amax = max |x[j]| over 32 floats. Order-independent for non-NaN input;
  * a NaN element is skipped as fmaxf(amax, NaN) skips it (max_ps returns its
  * second operand, the running maximum, when the first is NaN). */
-static inline AVX2 float absmax32(const float *x)
+static inline WEFT_AVX2 float absmax32(const float *x)
 {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
@@ -164,7 +163,7 @@ static inline AVX2 float absmax32(const float *x)
  * the scalar cast on x86. This matters only where the scalar cast is
  * undefined: NaN input, or amax < 127/FLT_MAX (127/amax = inf), where both
  * give 0 for the finite elements' inf/NaN products. */
-static inline AVX2 int quant32(const float *x, float id, int8_t *q)
+static inline WEFT_AVX2 int quant32(const float *x, float id, int8_t *q)
 {
     const __m256 vid = _mm256_set1_ps(id);
     __m256i v[4];
@@ -188,7 +187,7 @@ static inline AVX2 int quant32(const float *x, float id, int8_t *q)
     return _mm_cvtsi128_si32(s);
 }
 
-static AVX2 void quant_q8_0(const float *x, void *vy, int64_t n)
+static WEFT_AVX2 void quant_q8_0(const float *x, void *vy, int64_t n)
 {
     struct weft_block_q8_0 *y = vy;
     const int64_t nb = n / WEFT_QK8_0;
@@ -199,7 +198,7 @@ static AVX2 void quant_q8_0(const float *x, void *vy, int64_t n)
     }
 }
 
-static AVX2 void quant_q8_1(const float *x, void *vy, int64_t n)
+static WEFT_AVX2 void quant_q8_1(const float *x, void *vy, int64_t n)
 {
     struct weft_block_q8_1 *y = vy;
     const int64_t nb = n / WEFT_QK8_1;
@@ -211,8 +210,9 @@ static AVX2 void quant_q8_1(const float *x, void *vy, int64_t n)
     }
 }
 
-void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->dot[WEFT_TYPE_Q4_0] = dot_q4_0;
     k->dot[WEFT_TYPE_Q4_1] = dot_q4_1;
     k->dot[WEFT_TYPE_Q5_0] = dot_q5_0;
@@ -224,6 +224,6 @@ void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

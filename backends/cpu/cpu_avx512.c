@@ -1,5 +1,5 @@
 /* AVX-512 kernels: the F32 and BF16 dots (vec_dot and tinyBLAS orders) with
- * one native __m512 per 16-lane accumulator of the reference (base/quant.c),
+ * one native __m512 per 16-lane accumulator of the reference (backends/cpu/cpu_ref_dot.c),
  * bit-identical to it.
  *
  * BF16 does not use _mm512_dpbf16_ps: VDPBF16PS treats denormal inputs as
@@ -14,6 +14,7 @@
  * AVX2 table); each function has its own target attribute, so this file
  * builds without -mavx512f. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -24,11 +25,9 @@
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
 
-#define TGT __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,fma,f16c")))
-
 /* _mm512_reduce_add_ps spelled out (512 -> 256 -> 128 -> 64 -> 32), the
  * order of the reference's reduce_add_16. */
-TGT static inline float hsum512(__m512 x)
+WEFT_AVX512 static inline float hsum512(__m512 x)
 {
     __m256 t = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
     __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -37,7 +36,7 @@ TGT static inline float hsum512(__m512 x)
 }
 
 /* dpbf16_step on 16 lanes over 32 bf16: acc += a[2l+1]*b[2l+1]; acc += a[2l]*b[2l]. */
-TGT static inline __m512 dpbf16_16(__m512 acc, const weft_bf16 *a, const weft_bf16 *b)
+WEFT_AVX512 static inline __m512 dpbf16_16(__m512 acc, const weft_bf16 *a, const weft_bf16 *b)
 {
     const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
     __m512i ua = _mm512_loadu_si512(a), ub = _mm512_loadu_si512(b);
@@ -49,7 +48,7 @@ TGT static inline __m512 dpbf16_16(__m512 acc, const weft_bf16 *a, const weft_bf
 
 /* ---- single-row dot: 4 accumulators over 64-element steps ---- */
 
-TGT static float dot_f32_avx512(const void *wv, const void *xv, int64_t n)
+WEFT_AVX512 static float dot_f32_avx512(const void *wv, const void *xv, int64_t n)
 {
     const float *a = wv, *b = xv;
     const int64_t np = n & ~(int64_t)63;
@@ -74,7 +73,7 @@ TGT static float dot_f32_avx512(const void *wv, const void *xv, int64_t n)
     return s;
 }
 
-TGT static float dot_bf16_avx512(const void *wv, const void *xv, int64_t n)
+WEFT_AVX512 static float dot_bf16_avx512(const void *wv, const void *xv, int64_t n)
 {
     const weft_bf16 *a = wv, *b = xv;
     const int64_t np = n & ~(int64_t)63;
@@ -92,7 +91,7 @@ TGT static float dot_bf16_avx512(const void *wv, const void *xv, int64_t n)
 
 /* ---- multi-row dot (tinyBLAS order): one 16-lane accumulator ---- */
 
-TGT static float dot_mm_f32_avx512(const void *wv, const void *xv, int64_t k)
+WEFT_AVX512 static float dot_mm_f32_avx512(const void *wv, const void *xv, int64_t k)
 {
     if (k % 16) return dot_f32_avx512(wv, xv, k);
     const float *a = wv, *b = xv;
@@ -101,7 +100,7 @@ TGT static float dot_mm_f32_avx512(const void *wv, const void *xv, int64_t k)
     return hsum512(acc);
 }
 
-TGT static float dot_mm_bf16_avx512(const void *wv, const void *xv, int64_t k)
+WEFT_AVX512 static float dot_mm_bf16_avx512(const void *wv, const void *xv, int64_t k)
 {
     if (k % 32) return dot_bf16_avx512(wv, xv, k);
     const weft_bf16 *a = wv, *b = xv;
@@ -110,8 +109,9 @@ TGT static float dot_mm_bf16_avx512(const void *wv, const void *xv, int64_t k)
     return hsum512(acc);
 }
 
-void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     /* Measured on a Sapphire-Rapids-class core (tests/test_cpu_kernels_f
      * times them): F32 1.2-1.3x and BF16 1.0-1.2x the AVX2 kernels with
      * cache-resident weights; F16 0.87-0.95x (the 512-bit vcvtph2ps costs
@@ -128,6 +128,6 @@ void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

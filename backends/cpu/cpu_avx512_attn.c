@@ -22,6 +22,7 @@
  *    weft_expf16 (glibc's expf, cpu_expf_libm512.h; libm's own where that
  *    would not be equal), then S = fma(S, ms, vs) in position order. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -34,17 +35,16 @@
  * is filled); false: the softmax steps call libm's expf one at a time */
 static bool vexp_ok;
 
-#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AI static inline __attribute__((always_inline))
 
-AI Z512 __m512 h16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
-AI Z512 __m512 round_f16(__m512 x)
+AI WEFT_AVX512 __m512 h16(const void *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+AI WEFT_AVX512 __m512 round_f16(__m512 x)
 {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
 /* (s0+s2)+(s1+s3) of one token's K row against q (C chunks of 64) */
-AI Z512 __m512 token_lanes(const uint8_t *k, const __m512 *q, const int C)
+AI WEFT_AVX512 __m512 token_lanes(const uint8_t *k, const __m512 *q, const int C)
 {
     const __m512 z = _mm512_setzero_ps();
     __m512 s0 = z, s1 = z, s2 = z, s3 = z;
@@ -58,7 +58,7 @@ AI Z512 __m512 token_lanes(const uint8_t *k, const __m512 *q, const int C)
 }
 
 /* r[0..15] -> lane t = _mm512_reduce_add_ps(r[t]) */
-AI Z512 __m512 reduce16(const __m512 *r)
+AI WEFT_AVX512 __m512 reduce16(const __m512 *r)
 {
     __m512 t[8], u[4], w[2];
     for (int i = 0; i < 8; i++) /* t: lanes 0..7 token 2i, 8..15 token 2i+1: x[l] + x[l+8] */
@@ -79,7 +79,7 @@ AI Z512 __m512 reduce16(const __m512 *r)
 /* Prefetch the head's K and V rows of the sequence's next KV block (16
  * tokens, C * 128 bytes each): blocks sit far apart (a block holds every
  * layer), so the hardware prefetchers start cold at each one. */
-AI Z512 void prefetch_block(const struct weft_cpu_attn_args *a, int64_t p0, const int C)
+AI WEFT_AVX512 void prefetch_block(const struct weft_cpu_attn_args *a, int64_t p0, const int C)
 {
     if (p0 + 16 >= a->n_pos) return;
     const uint8_t *nb = a->k0 + (size_t)a->bt[p0 / 16 + 1] * a->block_bytes;
@@ -94,7 +94,7 @@ AI Z512 void prefetch_block(const struct weft_cpu_attn_args *a, int64_t p0, cons
  * per token, a new maximum gives ms = expf(Mold - M), vs = 1, otherwise
  * ms = 1, vs = expf(s - M); then S = fma(S, ms, vs). Exactly the scalar
  * loop's values (NaN scores included: they never make a new maximum). */
-AI Z512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
+AI WEFT_AVX512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
 {
     float m = *M, s_ = *S;
     if (!vexp_ok) {
@@ -138,7 +138,7 @@ AI Z512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *m
     *S = s_;
 }
 
-AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
+AI WEFT_AVX512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
 {
     __m512 q[16], acc[16];
     for (int i = 0; i < 4 * C; i++) {
@@ -170,7 +170,7 @@ AI Z512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
     for (int i = 0; i < 4 * C; i++) _mm512_storeu_ps(a->out + 16 * i, _mm512_mul_ps(acc[i], inv));
 }
 
-static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
+static WEFT_AVX512 void attn_row_512(const struct weft_cpu_attn_args *a)
 {
     switch (a->hd) {
     case 64: attn_row_c(a, 1); break;
@@ -186,7 +186,7 @@ static Z512 void attn_row_512(const struct weft_cpu_attn_args *a)
  * whose expf would otherwise spill every live zmm); then the accumulator
  * updates with no call in between, each V row converted once for all heads
  * and the G accumulator chains interleaved. */
-AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const int G)
+AI WEFT_AVX512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const int G)
 {
     __m512 q[4][8], acc[4][8];
     float M[4], S[4];
@@ -248,7 +248,7 @@ AI Z512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const
     }
 }
 
-static Z512 void attn_group_512(const struct weft_cpu_attn_args *a, int n)
+static WEFT_AVX512 void attn_group_512(const struct weft_cpu_attn_args *a, int n)
 {
     while (n > 0) {
         const int g = n < 4 ? n : n == 5 ? 2 : n == 6 ? 3 : 4; /* no group of one after a group */
@@ -274,8 +274,9 @@ static Z512 void attn_group_512(const struct weft_cpu_attn_args *a, int n)
     }
 }
 
-void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     /* the tables are filled on every CPU: run the check only where it can */
     vexp_ok = weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512) && weft_cpu_expf16_matches_libm();
     k->attn_row = attn_row_512;
@@ -284,6 +285,6 @@ void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

@@ -1,7 +1,7 @@
 /* AVX-512 four-row dots for the AVX-512 table: weight rows w, w + stride,
  * w + 2 stride, w + 3 stride against one activation row, out[i]
  * bit-identical to k->dot[type](w + i * stride, x, n) (the AVX2 one-row
- * kernels the AVX-512 table inherits, and so base/quant.c);
+ * kernels the AVX-512 table inherits, and so backends/cpu/cpu_ref_dot.c);
  * tests/test_cpu_kernels_dot4_512.c and test_cpu_kernels_dot4.c check it.
  *
  * Several rows share one 512-bit register, but every output row keeps the
@@ -28,6 +28,7 @@
  * The VNNI forms fill the avx512vnni level, the AVX512BW forms the avx512
  * level (cpu_kernels.h). */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -37,11 +38,9 @@
 
 #include "base/types.h"
 
-#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
-/* keep in step with base/quant.c and cpu_avx2_q.c */
+/* keep in step with backends/cpu/cpu_ref_dot.c and cpu_avx2_q.c */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif
@@ -53,10 +52,10 @@
 
 #define ROW(T, r) ((const T *)((const uint8_t *)vw + (size_t)(r) * stride))
 
-AI Z512 float z_h2f(weft_half h) { return _cvtsh_ss(h); }
+AI WEFT_AVX512 float z_h2f(weft_half h) { return _cvtsh_ss(h); }
 
 /* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-AI Z512 float z_hsum_float_8(__m256 x)
+AI WEFT_AVX512 float z_hsum_float_8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -64,7 +63,7 @@ AI Z512 float z_hsum_float_8(__m256 x)
     return _mm_cvtss_f32(r);
 }
 
-AI Z512 void prefetch_rows(const uint8_t *p, size_t stride)
+AI WEFT_AVX512 void prefetch_rows(const uint8_t *p, size_t stride)
 {
 #if WEFT_DOT4_512_PREFETCH > 0
     _mm_prefetch((const char *)p + WEFT_DOT4_512_PREFETCH, _MM_HINT_T0);
@@ -77,14 +76,14 @@ AI Z512 void prefetch_rows(const uint8_t *p, size_t stride)
 }
 
 /* the 32-bit words at the four blocks' starts (d, or d and m) */
-AI Z512 __m128i head4(const void *b0, const void *b1, const void *b2, const void *b3)
+AI WEFT_AVX512 __m128i head4(const void *b0, const void *b1, const void *b2, const void *b3)
 {
     uint32_t u0, u1, u2, u3;
     memcpy(&u0, b0, 4), memcpy(&u1, b1, 4), memcpy(&u2, b2, 4), memcpy(&u3, b3, 4);
     return _mm_setr_epi32((int)u0, (int)u1, (int)u2, (int)u3);
 }
 
-AI Z512 __m512i load16x4(const void *p0, const void *p1, const void *p2, const void *p3)
+AI WEFT_AVX512 __m512i load16x4(const void *p0, const void *p1, const void *p2, const void *p3)
 {
     __m512i q = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
     q = _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)p1), 1);
@@ -92,22 +91,22 @@ AI Z512 __m512i load16x4(const void *p0, const void *p1, const void *p2, const v
     return _mm512_inserti32x4(q, _mm_loadu_si128((const __m128i *)p3), 3);
 }
 
-AI Z512 __m512i load32x2(const void *p0, const void *p1)
+AI WEFT_AVX512 __m512i load32x2(const void *p0, const void *p1)
 {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)p0)),
                               _mm256_loadu_si256((const __m256i *)p1), 1);
 }
 
 /* unsigned u times signed s, 4-byte lane sums, exact */
-AI Z512 __m512i lanes_us_bw(__m512i u, __m512i s)
+AI WEFT_AVX512 __m512i lanes_us_bw(__m512i u, __m512i s)
 {
     return _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1));
 }
 
-AI Z512V __m512i lanes_us_vnni(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
+AI WEFT_AVX512_VNNI __m512i lanes_us_vnni(__m512i u, __m512i s) { return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, s); }
 
 /* the rows' summs chains, each lane its own fmaf(m, s, summs) (odd lanes) */
-AI Z512 __m256 summs_step(__m256 dm, __m256 xs, __m256 sm)
+AI WEFT_AVX512 __m256 summs_step(__m256 dm, __m256 xs, __m256 sm)
 {
 #if WEFT_GGML_SCALAR_CONTRACT
     return _mm256_fmadd_ps(dm, xs, sm);
@@ -119,7 +118,7 @@ AI Z512 __m256 summs_step(__m256 dm, __m256 xs, __m256 sm)
 /* Two rows' Q4_1 blocks (20 bytes each) as the two 256-bit halves: all 32
  * bytes from the block's start (the rest is the row's next block), or only
  * the 20 (masked) on a row's last block, which may end a buffer. */
-AI Z512 __m512i load_blk2(const void *p0, const void *p1, int last)
+AI WEFT_AVX512 __m512i load_blk2(const void *p0, const void *p1, int last)
 {
     if (last)
         return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(0xFFFFF, p0)),
@@ -133,7 +132,7 @@ AI Z512 __m512i load_blk2(const void *p0, const void *p1, int last)
  * (xd, xs) pair repeated four times (8 floats), so the loop's scale vectors
  * are plain loads. */
 #define X4_CH 32
-AI Z512 void x_scales(const struct weft_block_q8_1 *x, int64_t cn, float *xb)
+AI WEFT_AVX512 void x_scales(const struct weft_block_q8_1 *x, int64_t cn, float *xb)
 {
     for (int64_t j = 0; j < cn; j++) {
         uint32_t u;
@@ -213,8 +212,8 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     _mm_storeu_ps(out, _mm_add_ps(h, s)); \
 }
 
-DOT4_Q4_1(Z512, dot4_q4_1_bw, lanes_us_bw)
-DOT4_Q4_1(Z512V, dot4_q4_1_vnni, lanes_us_vnni)
+DOT4_Q4_1(WEFT_AVX512, dot4_q4_1_bw, lanes_us_bw)
+DOT4_Q4_1(WEFT_AVX512_VNNI, dot4_q4_1_vnni, lanes_us_vnni)
 
 /* ---- Q8_0 x Q8_0 ---- */
 
@@ -261,8 +260,8 @@ static ATTR void NAME(const void *vw, size_t stride, const void *vx, int64_t n, 
     out[3] = z_hsum_float_8(_mm512_extractf32x8_ps(a23, 1)); \
 }
 
-DOT4_Q8_0(Z512, dot4_q8_0_bw, Q8_LANES_BW)
-DOT4_Q8_0(Z512V, dot4_q8_0_vnni, Q8_LANES_VNNI)
+DOT4_Q8_0(WEFT_AVX512, dot4_q8_0_bw, Q8_LANES_BW)
+DOT4_Q8_0(WEFT_AVX512_VNNI, dot4_q8_0_vnni, Q8_LANES_VNNI)
 
 void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni)
 {

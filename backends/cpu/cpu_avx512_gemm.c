@@ -11,6 +11,7 @@
  * summs = fma(m, s, summs) (eight activation rows per ymm, one ymm per weight
  * row, in a second pass over the blocks), added last. A tile is up to 4 weight rows x 8 activation rows. */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -19,13 +20,12 @@
 
 #include "base/types.h"
 
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
-AI Z512V float h2f(weft_half h) { return _cvtsh_ss(h); }
+AI WEFT_AVX512_VNNI float h2f(weft_half h) { return _cvtsh_ss(h); }
 
 /* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)), as ggml's hsum_float_8 */
-AI Z512V float hsum_float_8(__m256 x)
+AI WEFT_AVX512_VNNI float hsum_float_8(__m256 x)
 {
     __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
@@ -34,13 +34,13 @@ AI Z512V float hsum_float_8(__m256 x)
 }
 
 /* a Q4_1 block's 32 values (0..15) in element order, in both 256-bit halves */
-AI Z512V __m512i nibbles2(const uint8_t qs[16])
+AI WEFT_AVX512_VNNI __m512i nibbles2(const uint8_t qs[16])
 {
     const __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)qs));
     return _mm512_and_si512(_mm512_srlv_epi64(q, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0F));
 }
 
-AI Z512V void q4_1_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
+AI WEFT_AVX512_VNNI void q4_1_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int nr, int64_t nb, float *out,
                           size_t ldo, const int MR, const int NP)
 {
     const struct weft_block_q4_1 *wr[4];
@@ -92,7 +92,7 @@ AI Z512V void q4_1_tile_z(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
 #define ZCASE(m, q) case (m) * 8 + (q): q4_1_tile_z(wp, ws, xp, xs, nr, nb, o, ldo, m, q); break;
 #define ZCASES(m) ZCASE(m, 1) ZCASE(m, 2) ZCASE(m, 3) ZCASE(m, 4)
 
-static Z512V void gemm_q4_1_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+static WEFT_AVX512_VNNI void gemm_q4_1_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
                               float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK4_1;

@@ -10,6 +10,7 @@
  * independent fma chains, so the conversions cost a fraction of what the
  * one-output dot pays (two per fma). */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -17,11 +18,10 @@
 
 #include "base/types.h"
 
-#define Z512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 #define AI static inline __attribute__((always_inline))
 
 /* _mm512_reduce_add_ps as the reference's reduce_add_16 */
-AI Z512 float hsum512(__m512 x)
+AI WEFT_AVX512 float hsum512(__m512 x)
 {
     __m256 t = _mm256_add_ps(_mm512_castps512_ps256(x), _mm512_extractf32x8_ps(x, 1));
     __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
@@ -32,11 +32,11 @@ AI Z512 float hsum512(__m512 x)
 enum { MR = 4, NR = 6 };
 
 /* F16 / F32: chunk c of row p is 16 elements */
-AI Z512 __m512 ld_f16(const uint8_t *p, int64_t c) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * c))); }
-AI Z512 __m512 ld_f32(const uint8_t *p, int64_t c) { return _mm512_loadu_ps((const void *)(p + 64 * c)); }
+AI WEFT_AVX512 __m512 ld_f16(const uint8_t *p, int64_t c) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32 * c))); }
+AI WEFT_AVX512 __m512 ld_f32(const uint8_t *p, int64_t c) { return _mm512_loadu_ps((const void *)(p + 64 * c)); }
 
 #define FLOAT_TILE(name, LD, CHUNK)                                                                                    \
-    AI Z512 void name(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, size_t ldo,    \
+    AI WEFT_AVX512 void name(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, size_t ldo,    \
                       const int mr, const int nr)                                                                     \
     {                                                                                                                 \
         __m512 acc[MR][NR];                                                                                           \
@@ -59,7 +59,7 @@ FLOAT_TILE(tile_f32, ld_f32, 16)
 
 /* BF16: a 32-element chunk as its odd elements (high halves of the 32-bit
  * lanes) and even elements (shifted up), each an exact float */
-AI Z512 void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, size_t ldo,
+AI WEFT_AVX512 void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t n, float *out, size_t ldo,
                        const int mr, const int nr)
 {
     const __m512i himask = _mm512_set1_epi32((int)0xffff0000u);
@@ -88,7 +88,7 @@ AI Z512 void tile_bf16(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs,
 #define TCASES(tile, m) TCASE(tile, m, 1) TCASE(tile, m, 2) TCASE(tile, m, 3) TCASE(tile, m, 4) TCASE(tile, m, 5) TCASE(tile, m, 6)
 
 #define FLOAT_GEMM(name, tile)                                                                                        \
-    static Z512 void name(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out, \
+    static WEFT_AVX512 void name(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out, \
                           size_t ldo)                                                                                 \
     {                                                                                                                 \
         for (int j = 0; j < nx; j += NR) {                                                                            \
@@ -109,8 +109,9 @@ FLOAT_GEMM(gemm_mm_f16, tile_f16)
 FLOAT_GEMM(gemm_mm_f32, tile_f32)
 FLOAT_GEMM(gemm_mm_bf16, tile_bf16)
 
-void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k)
+void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni)
 {
+    (void)vnni;
     k->gemm_mm[WEFT_TYPE_F16] = gemm_mm_f16;
     k->gemm_mm[WEFT_TYPE_F32] = gemm_mm_f32;
     k->gemm_mm[WEFT_TYPE_BF16] = gemm_mm_bf16;
@@ -118,6 +119,6 @@ void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k)
 
 #else
 
-void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 
 #endif

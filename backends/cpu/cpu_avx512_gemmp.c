@@ -61,7 +61,7 @@ static void xpack_q8_0(const void *x, size_t xstride, int nx, int64_t n, void *d
 }
 
 /* one 8-row group x NP units (2 * NP activation rows, nr of them real) */
-AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo, int nr,
+AI WEFT_AVX512_VNNI void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo, int nr,
                        const int NP)
 {
     __m512 acc[8][2];
@@ -100,7 +100,7 @@ AI Z512V void q8p_tile(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_
         }
 }
 
-static Z512V void gemmp_q8_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+static WEFT_AVX512_VNNI void gemmp_q8_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK8_0;
     const size_t gbytes = (size_t)nb * Q8P_GROUP, ubytes = (size_t)nb * Q8P_UNIT;
@@ -149,7 +149,7 @@ static void xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *d
     }
 }
 
-AI Z512V void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *out, size_t ldo, const int NR)
+AI WEFT_AVX512_VNNI void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *out, size_t ldo, const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8];
@@ -180,7 +180,7 @@ AI Z512V void q4p_tile(const uint8_t *w, const uint8_t *x, int64_t nb, float *ou
     for (int j = 0; j < NR; j++) _mm512_storeu_ps(out + (size_t)j * ldo, acc[j]);
 }
 
-static Z512V void gemmp_q4_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+static WEFT_AVX512_VNNI void gemmp_q4_0(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK4_0;
     const size_t gbytes = (size_t)nb * Q4P_GROUP, ubytes = (size_t)nb * Q4P_UNIT;
@@ -245,7 +245,7 @@ static void xpack_q4_1(const void *x, size_t xstride, int nx, int64_t n, void *d
 /* one 8-row group x NR activation rows (units at x, ubytes apart): each
  * 4-row half in a pass of its own (16 lane accumulators), its hsum_float_8
  * results kept in hb, then the summs pass, then hb + summs */
-AI Z512V void q41p_tile8(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo,
+AI WEFT_AVX512_VNNI void q41p_tile8(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, float *out, size_t ldo,
                          const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -294,7 +294,7 @@ AI Z512V void q41p_tile8(const uint8_t *w, const uint8_t *x, size_t ubytes, int6
     }
 }
 
-static Z512V void gemmp_q4_1(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
+static WEFT_AVX512_VNNI void gemmp_q4_1(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK4_1;
     const size_t gbytes = (size_t)nb * Q41P_GROUP, ubytes = (size_t)nb * Q41P_UNIT;

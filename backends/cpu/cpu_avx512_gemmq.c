@@ -29,7 +29,7 @@
 enum { UNIT = 192, XBUF = 48 * 1024 }; /* bytes per pair-block: x | corr | dx */
 
 /* pairs of rows j0.. (nr real rows, the last repeated) -> units of UNIT bytes per block */
-static Z512V void prep_q8_0_pairs(const uint8_t *x, size_t xs, int nr, int64_t nb, uint8_t *dst, int corr_mul)
+static WEFT_AVX512_VNNI void prep_q8_0_pairs(const uint8_t *x, size_t xs, int nr, int64_t nb, uint8_t *dst, int corr_mul)
 {
     const __m512i cm = _mm512_set1_epi8((char)corr_mul);
     for (int p = 0; 2 * p < nr; p++) {
@@ -52,7 +52,7 @@ static Z512V void prep_q8_0_pairs(const uint8_t *x, size_t xs, int nr, int64_t n
 /* ---- Q5_0 ---- */
 
 /* u = v + 16 of a Q5_0 block, elements in order, in both 256-bit halves */
-AI Z512V __m512i q5_0_u(const struct weft_block_q5_0 *b)
+AI WEFT_AVX512_VNNI __m512i q5_0_u(const struct weft_block_q5_0 *b)
 {
     const __m512i q = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)b->qs));
     const __m512i nib =
@@ -63,7 +63,7 @@ AI Z512V __m512i q5_0_u(const struct weft_block_q5_0 *b)
     return _mm512_mask_add_epi8(nib, hb, nib, _mm512_set1_epi8(16));
 }
 
-AI Z512V void q5_0_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t nb, float *out, size_t ldo, int nr,
+AI WEFT_AVX512_VNNI void q5_0_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t nb, float *out, size_t ldo, int nr,
                         const int MR, const int NP)
 {
     const struct weft_block_q5_0 *wr[4];
@@ -98,7 +98,7 @@ AI Z512V void q5_0_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t 
 #define QCASE(m, q) case (m) * 8 + (q): q5_0_tile(wp, ws, xp, nb, o, ldo, nr, m, q); break;
 #define QCASES(m) QCASE(m, 1) QCASE(m, 2) QCASE(m, 3) QCASE(m, 4)
 
-static Z512V void gemm_q5_0_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+static WEFT_AVX512_VNNI void gemm_q5_0_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
                               float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK5_0;
@@ -141,7 +141,7 @@ static Z512V void gemm_q5_0_z(const void *w, size_t ws, int nw, const void *x, s
 
 enum { KUNIT = 640 }; /* per pair and super-block: ylo/yhi x 4 (512), xd (64), bs (2 x 8 int32) */
 
-static Z512V void prep_q8_k_pairs(const uint8_t *x, size_t xs, int nr, int64_t nb, uint8_t *dst)
+static WEFT_AVX512_VNNI void prep_q8_k_pairs(const uint8_t *x, size_t xs, int nr, int64_t nb, uint8_t *dst)
 {
     const __m512i pair8 = _mm512_broadcast_i32x4(_mm_setr_epi8(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
     for (int p = 0; 2 * p < nr; p++) {
@@ -165,7 +165,7 @@ static Z512V void prep_q8_k_pairs(const uint8_t *x, size_t xs, int nr, int64_t n
     }
 }
 
-/* Q4_K scales[12] -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15), as get_scale_min_k4 */
+/* Q4_K scales[12] -> 8 scales (bytes 0..7) and 8 mins (bytes 8..15), as weft_k4_scale_min (base/quant_blocks.h) */
 static inline void k4_scales(const uint8_t scales[WEFT_K_SCALE_SIZE], uint32_t u[4])
 {
     const uint32_t kmask1 = 0x3f3f3f3f, kmask2 = 0x0f0f0f0f, kmask3 = 0x03030303;
@@ -177,7 +177,7 @@ static inline void k4_scales(const uint8_t scales[WEFT_K_SCALE_SIZE], uint32_t u
     u[0] &= kmask1;
 }
 
-AI Z512V void q4k_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t nb, float *out, size_t ldo, int nr,
+AI WEFT_AVX512_VNNI void q4k_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t nb, float *out, size_t ldo, int nr,
                        const int MR, const int NP)
 {
     const struct weft_block_q4_k *wr[2];
@@ -245,7 +245,7 @@ AI Z512V void q4k_tile(const uint8_t *w, size_t ws, const uint8_t *xu, int64_t n
 
 #define KCASE(m, q) case (m) * 8 + (q): q4k_tile(wp, ws, xp, nb, o, ldo, nr, m, q); break;
 
-static Z512V void gemm_q4_k_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+static WEFT_AVX512_VNNI void gemm_q4_k_z(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
                               float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK_K;

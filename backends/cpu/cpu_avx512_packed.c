@@ -165,7 +165,7 @@ static void aux_q5_0(const void *vx, int64_t n, void *vaux)
 #include "backends/cpu/cpu_avx512_packed.h"
 
 /* ---- Q4_0 x Q8_0, 16 rows ---- */
-static Z512V void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp, *a = vaux;
     const struct weft_block_q8_0 *x = vx;
@@ -191,7 +191,7 @@ static Z512V void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux,
 }
 
 /* ---- Q4_1 x Q8_1, 8 rows ---- */
-static Z512V void dotp_q4_1x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q4_1x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp;
     const float *a = vaux;
@@ -233,7 +233,7 @@ static Z512V void dotp_q4_1x8(const void *wp, const void *vx, const void *vaux, 
 }
 
 /* ---- Q8_0 x Q8_0, 8 rows ---- */
-static Z512V void dotp_q8_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q8_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp, *a = vaux;
     const struct weft_block_q8_0 *x = vx;
@@ -274,7 +274,7 @@ static Z512V void dotp_q8_0x8(const void *wp, const void *vx, const void *vaux, 
 
 /* ---- Q5_0 x Q8_0, 8 rows: as Q8_0 x 8, the weights unpacked per row pair
  * to u = v + 16 (0..31) in element order, lanes from -16 * lane sums ---- */
-static Z512V void dotp_q5_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q5_0x8(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     const uint8_t *p = wp, *a = vaux;
     const struct weft_block_q8_0 *x = vx;

@@ -5,6 +5,7 @@
  * horizontal sum and the corrected vpdpbusd lanes. Include after <immintrin.h>, inside the x86 guard. */
 #ifndef WEFT_CPU_AVX512_PACKED_H
 #define WEFT_CPU_AVX512_PACKED_H
+#include "backends/cpu/cpu_target.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -24,10 +25,9 @@
 #define PREFETCH_COLUMN(p, bytes) ((void)0)
 #endif
 
-#define Z512V __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 #define AI static inline __attribute__((always_inline))
 
-AI Z512V __m512i bcast32(const void *p)
+AI WEFT_AVX512_VNNI __m512i bcast32(const void *p)
 {
     int32_t v;
     memcpy(&v, p, 4);
@@ -37,7 +37,7 @@ AI Z512V __m512i bcast32(const void *p)
 /* hsum_float_8 as ggml: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)).
  * Per 128-bit lane, of lanes 0..3 = lo and lanes 4..7 = hi, in the lane's
  * element 0. */
-AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
+AI WEFT_AVX512_VNNI __m512 hsum8_lanes(__m512 lo, __m512 hi)
 {
     __m512 r = _mm512_add_ps(lo, hi);
     r = _mm512_add_ps(r, _mm512_permute_ps(r, _MM_SHUFFLE(3, 2, 3, 2)));
@@ -46,7 +46,7 @@ AI Z512V __m512 hsum8_lanes(__m512 lo, __m512 hi)
 
 /* The same of each 256-bit half of a and b: in elements 0 (a lo), 4 (a hi),
  * 8 (b lo), 12 (b hi). */
-AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
+AI WEFT_AVX512_VNNI __m512 hsum8_x4(__m512 a, __m512 b)
 {
     const __m512 lo = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));
     const __m512 hi = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));
@@ -57,7 +57,7 @@ AI Z512V __m512 hsum8_x4(__m512 a, __m512 b)
  * (x at u, the int32 corrections at u + 64): corr and x are read from
  * memory, since a fresh load of corr costs a load port where a register copy
  * would cost a vector ALU slot. */
-AI Z512V __m512i lanes_corr(const uint8_t *u, __m512i w)
+AI WEFT_AVX512_VNNI __m512i lanes_corr(const uint8_t *u, __m512i w)
 {
     __m512i t;
     __asm__("vmovdqu64 %[c], %[t]\n\tvpdpbusd %[x], %[w], %[t]"

@@ -5,7 +5,7 @@
  * out[i] is bit-identical to the table's one-row dot of row i
  * (tests/test_cpu_kernels_packed.c checks it).
  *
- *  - Q4_K, 16 rows. The reference (base/quant.c dot_q4_k, ggml's AVX2
+ *  - Q4_K, 16 rows. The reference (backends/cpu/cpu_ref_dot.c dot_q4_k, ggml's AVX2
  *    order) keeps per row 8 int32 lanes per block (lane l: the elements e
  *    with e % 8 == l, each times its 32-element sub-block scale), adds
  *    d * float(lane) (mul, then add) into 8 float lanes, subtracts
@@ -15,7 +15,7 @@
  *    in lane r. Block column (2304 bytes = 16 blocks): d[16], dmin[16]
  *    (f16), the scales as three 64-byte planes (plane k, lane r: bytes
  *    4k..4k+3 of row r's scales[12], unpacked in the kernel as
- *    get_scale_min_k4), then 32 chunks of 64 bytes: chunk 8c + l holds, in
+ *    weft_k4_scale_min), then 32 chunks of 64 bytes: chunk 8c + l holds, in
  *    lane r, qs bytes 32c + l + {0, 8, 16, 24} of row r, so its low nibbles
  *    are elements 64c + l + {0, 8, 16, 24} (sub-block 2c) and its high
  *    nibbles the same + 32 (sub-block 2c + 1): four elements of int lane l
@@ -87,7 +87,7 @@ static void aux_q4_k(const void *vx, int64_t n, void *vaux)
 #include "backends/cpu/cpu_avx512_packed.h"
 
 /* per dword: bytes (b, b) of the dword as an int16 pair (b, b) */
-AI Z512V __m512i pair_idx(int b)
+AI WEFT_AVX512_VNNI __m512i pair_idx(int b)
 {
     const __m128i i = _mm_setr_epi8((char)b, -1, (char)b, -1, (char)(4 + b), -1, (char)(4 + b), -1, (char)(8 + b), -1,
                                     (char)(8 + b), -1, (char)(12 + b), -1, (char)(12 + b), -1);
@@ -95,7 +95,7 @@ AI Z512V __m512i pair_idx(int b)
 }
 
 /* ---- Q4_K x Q8_K, 16 rows ---- */
-static Z512V void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     (void)vx;
     const uint8_t *p = wp, *a = vaux;
@@ -202,7 +202,7 @@ static void pack_q6_kx16(void *dst, const void *w, size_t stride, int64_t n_rows
 }
 
 /* per dword: bytes b0, b1 of the dword as sign-extended int16s (after srai 8) */
-AI Z512V __m512i sx_pair(__m512i v, int b0, int b1)
+AI WEFT_AVX512_VNNI __m512i sx_pair(__m512i v, int b0, int b1)
 {
     const __m128i i = _mm_setr_epi8(-1, (char)b0, -1, (char)b1, -1, (char)(4 + b0), -1, (char)(4 + b1), -1,
                                     (char)(8 + b0), -1, (char)(8 + b1), -1, (char)(12 + b0), -1, (char)(12 + b1));
@@ -212,7 +212,7 @@ AI Z512V __m512i sx_pair(__m512i v, int b0, int b1)
 /* ---- Q6_K x Q8_K, 16 rows: int lane l = the elements 32k + 4l..4l+3 (all
  * k) times their 16-element scale, minus 32 * (bsums[2l] sc[2l] +
  * bsums[2l+1] sc[2l+1]); acc = fma(d, float(lane), acc); hsum_float_8 ---- */
-static Z512V void dotp_q6_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+static WEFT_AVX512_VNNI void dotp_q6_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     (void)vaux;
     const uint8_t *p = wp;

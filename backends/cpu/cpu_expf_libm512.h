@@ -14,13 +14,12 @@
  * Include after <immintrin.h>, inside the x86 guard. */
 #ifndef WEFT_CPU_EXPF_LIBM512_H
 #define WEFT_CPU_EXPF_LIBM512_H
+#include "backends/cpu/cpu_target.h"
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-
-#define EXPF16_TGT __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl")))
 
 static const uint64_t weft_expf16_tab[32] __attribute__((aligned(64))) = {
     0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
@@ -31,7 +30,7 @@ static const uint64_t weft_expf16_tab[32] __attribute__((aligned(64))) = {
     0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
     0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
 
-static inline EXPF16_TGT __m512d weft_expf8_pd(__m512d xd)
+static inline WEFT_AVX512 __m512d weft_expf8_pd(__m512d xd)
 {
     const __m512d shift = _mm512_set1_pd(0x1.8p52);
     const __m512d z = _mm512_mul_pd(_mm512_set1_pd(0x1.71547652b82fep+0 * 32), xd);
@@ -53,7 +52,7 @@ static inline EXPF16_TGT __m512d weft_expf8_pd(__m512d xd)
 }
 
 /* expf of each lane of x, as glibc's */
-static inline EXPF16_TGT __m512 weft_expf16(__m512 x)
+static inline WEFT_AVX512 __m512 weft_expf16(__m512 x)
 {
     const __m256 lo = _mm256_castpd_ps(_mm256_castsi256_pd(_mm512_castsi512_si256(_mm512_castps_si512(x))));
     const __m256 hi = _mm512_extractf32x8_ps(x, 1);
@@ -78,7 +77,7 @@ static inline EXPF16_TGT __m512 weft_expf16(__m512 x)
 /* Whether weft_expf16 equals this process's libm expf: every float in
  * [-104, 0] at a stride, a stretch of consecutive floats near 0, -1 and -88,
  * and the special values. */
-static inline EXPF16_TGT bool weft_cpu_expf16_matches_libm(void)
+static inline WEFT_AVX512 bool weft_cpu_expf16_matches_libm(void)
 {
     float in[16] __attribute__((aligned(64))), out[16] __attribute__((aligned(64)));
     int n = 0;

@@ -160,33 +160,40 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
     if (!k->swiglu) k->swiglu = lower->swiglu;
 }
 
-/* The AVX2 files' entries for a level: the avx2 table (vnni false), or the
- * AVX2 layer beneath the avx512vnni table (vnni true: the AVX2 gemm file adds
- * its VNNI tiles, which need AVX512_VNNI + VL and so belong to that level). */
+/* Every SIMD fill, in the order it runs, with the layer it fills: the avx2
+ * layer of a table, or its avx512 layer (on top, merge_lower filling the
+ * gaps from the layer beneath). The avx512vnni table is built as avx512 with
+ * vnni = true in both layers (the AVX2 gemm file's zmm VNNI tiles sit in its
+ * avx2 layer). cpu_kernels.h shows what the tables hold (type x form x level). */
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
-static void fill_avx2(struct weft_cpu_kernels *k, bool vnni)
-{
-    weft_cpu_kernels_fill_avx2_q(k);
-    weft_cpu_kernels_fill_avx2_k(k);
-    weft_cpu_kernels_fill_avx2_f(k);
-    weft_cpu_kernels_fill_avx2_attn(k);
-    weft_cpu_kernels_fill_avx2_dot4(k);
-    weft_cpu_kernels_fill_avx2_gemm(k, vnni);
-    weft_cpu_kernels_fill_avx2_swiglu(k);
-}
+static const struct {
+    enum weft_cpu_isa layer;
+    void (*fill)(struct weft_cpu_kernels *k, bool vnni);
+} fills[] = {
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_q},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_k},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_f},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_attn},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_dot4},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_gemm},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_swiglu},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_dot4},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_swiglu},
+    /* the packed layouts first: gemmp attaches the packed prefill to them */
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_packed},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_packedk},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_attn},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_gemm},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_gemmp},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_gemmf},
+    {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_gemmq},
+};
 
-static void fill_avx512(struct weft_cpu_kernels *k, bool vnni)
+static void fill_layer(struct weft_cpu_kernels *k, enum weft_cpu_isa layer, bool vnni)
 {
-    weft_cpu_kernels_fill_avx512(k);
-    weft_cpu_kernels_fill_avx512_dot4(k, vnni);
-    weft_cpu_kernels_fill_avx512_swiglu(k);
-    weft_cpu_kernels_fill_avx512_packed(k, vnni);
-    weft_cpu_kernels_fill_avx512_packedk(k, vnni);
-    weft_cpu_kernels_fill_avx512_attn(k);
-    weft_cpu_kernels_fill_avx512_gemm(k, vnni);
-    weft_cpu_kernels_fill_avx512_gemmp(k, vnni);
-    weft_cpu_kernels_fill_avx512_gemmf(k);
-    weft_cpu_kernels_fill_avx512_gemmq(k, vnni);  /* after _packed: adds to its layouts */
+    for (size_t i = 0; i < sizeof fills / sizeof fills[0]; i++)
+        if (fills[i].layer == layer) fills[i].fill(k, vnni);
 }
 #endif
 
@@ -198,16 +205,14 @@ static void build_tables(void)
     }
     fill_scalar(&tables[WEFT_CPU_ISA_SCALAR]);
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
-    fill_avx2(&tables[WEFT_CPU_ISA_AVX2], false);
+    fill_layer(&tables[WEFT_CPU_ISA_AVX2], WEFT_CPU_ISA_AVX2, false);
     merge_lower(&tables[WEFT_CPU_ISA_AVX2], &tables[WEFT_CPU_ISA_SCALAR]);
-    fill_avx512(&tables[WEFT_CPU_ISA_AVX512], false);
+    fill_layer(&tables[WEFT_CPU_ISA_AVX512], WEFT_CPU_ISA_AVX512, false);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512], &tables[WEFT_CPU_ISA_AVX2]);
-    /* avx512vnni: the same layering with the VNNI forms in, over an AVX2 layer
-       that has the AVX2 gemm file's VNNI tiles */
-    static struct weft_cpu_kernels avx2v;
-    fill_avx2(&avx2v, true);
+    static struct weft_cpu_kernels avx2v;  /* avx512vnni's avx2 layer */
+    fill_layer(&avx2v, WEFT_CPU_ISA_AVX2, true);
     merge_lower(&avx2v, &tables[WEFT_CPU_ISA_SCALAR]);
-    fill_avx512(&tables[WEFT_CPU_ISA_AVX512_VNNI], true);
+    fill_layer(&tables[WEFT_CPU_ISA_AVX512_VNNI], WEFT_CPU_ISA_AVX512, true);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512_VNNI], &avx2v);
 #endif
 }

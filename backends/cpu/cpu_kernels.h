@@ -2,7 +2,7 @@
  *
  * Every table computes bit-identical results (which NaN comes out of a NaN
  * input aside): each SIMD kernel follows the float order of the portable
- * reference in base/quant.c (which follows ggml's x86 kernels, so weft
+ * reference in cpu_ref_dot.c (which follows ggml's x86 kernels, so weft
  * matches llama.cpp's outputs), only faster. tests/test_cpu_kernels_*.c check
  * every entry of every table this machine can run against the reference,
  * bit for bit.
@@ -15,7 +15,30 @@
  *   avx512vnni  avx512 + AVX512_VNNI: the vpdpbusd forms of the quantized dots,
  *               tiles and packed layouts
  * weft_cpu_isa_supported is the one CPU-feature probe; the fill functions
- * below are told the level they fill for and never probe.
+ * below are told the level they fill for and never probe, and run from one
+ * table in cpu_kernels.c (fills[], in order).
+ *
+ * What the tables hold: for each weight type and form, the levels where a
+ * kernel of its own starts (s scalar, 2 avx2, 5 avx512, v avx512vnni; a level
+ * without one uses the one below; - no such form). dot: one row (ggml's
+ * vec_dot order); dotmm: the multi-row order (tinyBLAS); dot4: four rows at
+ * once; gemm/gemmm: register-blocked prefill tiles of dot/dotmm; pack: a
+ * repacked weight layout for decode; packx: prefill on that layout; quant:
+ * the activation quantizer for the type's vec_dot type.
+ * tests/test_cpu_tables.c rebuilds this from the tables and fails if it differs:
+ *   type  dot   dotmm dot4  gemm  gemmm pack  packx quant
+ *   F32   s25   s25   -     -     5     -     -     s
+ *   F16   s2    s2    -     -     5     -     -     s2
+ *   BF16  s25   s25   -     -     5     -     -     s2
+ *   Q4_0  s2    -     2     2     -     v     v     s2
+ *   Q4_1  s2    -     25v   2v    -     v     v     s2
+ *   Q5_0  s2    -     2     v     -     v     -     s2
+ *   Q5_1  s2    -     -     -     -     -     -     s2
+ *   Q8_0  s2    -     25v   2v    -     v     v     s2
+ *   Q4_K  s2    -     -     v     -     v     -     s2
+ *   Q5_K  s2    -     -     -     -     -     -     s2
+ *   Q6_K  s2    -     -     -     -     v     -     s2
+ *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni (WEFT_CPU_ISA for the weft binary)
  * forces a table (for tests and comparisons); asking for one the CPU lacks
@@ -168,22 +191,22 @@ const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
 /* ---- SIMD kernels, one file per family; each fills the entries it has ----
  * vnni: filling the avx512vnni level (the AVX2 gemm file's VNNI tiles go
  * there too, never into the avx2 table); false: the forms without VNNI. */
-void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k);   /* cpu_avx2_q.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
-void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
-void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
-void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k);   /* cpu_avx512.c: whatever AVX-512 speeds up */
+void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_q.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
+void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
+void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
+void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512.c: whatever AVX-512 speeds up */
 void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_dot4.c: four-row dots, zmm */
-void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k); /* cpu_avx2_attn.c: f16_mad, f16_scale */
-void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k); /* cpu_avx2_dot4.c: four-row dots */
+void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_attn.c: f16_mad, f16_scale */
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_dot4.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_gemm.c: prefill tiles */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packed.c: repacked decode */
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packedk.c: repacked decode, K-quants */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
 void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmq.c: Q5_0 prefill tiles */
-void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */
+void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */
 void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmp.c: prefill on packed weights */
-void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k);   /* cpu_avx512_attn.c: attn_row */
-void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k);   /* cpu_avx512_swiglu.c: swiglu (8-lane halves) */
-void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k); /* cpu_avx512_swiglu.c: swiglu */
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512_attn.c: attn_row */
+void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);   /* cpu_swiglu.c: swiglu (8-lane halves) */
+void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* cpu_swiglu.c: swiglu */
 
 #endif

@@ -12,7 +12,7 @@
  * order (and, for Q4_1/Q5_1, ggml's f16-rounded Q8_1 block sums).
  * On CPU-type devices (lavapipe; exact_mode) Q8_0 and Q4_1 take a third
  * path for every M: quant_act_q8_{0,1}x writes the activations' integer
- * blocks and mul_mat_exact computes each output as base/quant.c's dot does,
+ * blocks and mul_mat_exact computes each output as backends/cpu/cpu_ref_dot.c's dot does,
  * step for step, so the results equal the CPU's bit for bit (decode and
  * prefill alike). GPUs keep the faster paths above.
  * LOGITS gathers and RMS-normalises the selected rows into scratch
@@ -49,7 +49,7 @@ static bool exact_mode(const struct vk_backend *vb, enum weft_type t)
     return (t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_Q4_1) && vk_exact_ops(vb);  /* fma_x needs shaderFloat64 */
 }
 
-/* base/quant.c's Q8_0 and Q4_1 dot order: one float chain per row (1) or
+/* backends/cpu/cpu_ref_dot.c's Q8_0 and Q4_1 dot order: one float chain per row (1) or
  * ggml's eight AVX2 lanes (0); mul_mat_exact's q8_0, q4_1 / *_lanes variants */
 #define DOT_ONE_CHAIN 0
 

@@ -17,16 +17,14 @@
  * Both process 16-element chunks and hand the n % 16 leftovers to the
  * reference itself (libm expf there). */
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 #include <immintrin.h>
 #include <math.h>
 
-#define ATTR512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,fma")))
-#define ATTR2 __attribute__((target("avx2,fma")))
-
 /* ggml_v_expf (AVX512F+DQ) */
-ATTR512 static inline __m512 expf_avx512(__m512 x)
+WEFT_AVX512 static inline __m512 expf_avx512(__m512 x)
 {
     const __m512 r = _mm512_set1_ps(0x1.8p23f);
     const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
@@ -46,7 +44,7 @@ ATTR512 static inline __m512 expf_avx512(__m512 x)
     return _mm512_mask_blend_ps(d, res, alt);
 }
 
-ATTR512 static void swiglu_avx512(float *out, const float *gate, const float *up, int64_t n)
+WEFT_AVX512 static void swiglu_avx512(float *out, const float *gate, const float *up, int64_t n)
 {
     const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps();
     int64_t i = 0;
@@ -60,7 +58,7 @@ ATTR512 static void swiglu_avx512(float *out, const float *gate, const float *up
 }
 
 /* the same, 8 lanes, scalef emulated (see the top) */
-ATTR2 static inline __m256 expf_avx2(__m256 x)
+WEFT_AVX2 static inline __m256 expf_avx2(__m256 x)
 {
     const __m256 r = _mm256_set1_ps(0x1.8p23f);
     const __m256 z = _mm256_fmadd_ps(x, _mm256_set1_ps(0x1.715476p+0f), r);
@@ -87,7 +85,7 @@ ATTR2 static inline __m256 expf_avx2(__m256 x)
     return _mm256_blendv_ps(res, alt, d);
 }
 
-ATTR2 static void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n)
+WEFT_AVX2 static void swiglu_avx2(float *out, const float *gate, const float *up, int64_t n)
 {
     const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
     int64_t i = 0;
@@ -102,9 +100,9 @@ ATTR2 static void swiglu_avx2(float *out, const float *gate, const float *up, in
     if (i < n) weft_cpu_swiglu_ref(out + i, gate + i, up + i, n - i);
 }
 
-void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k) { k->swiglu = swiglu_avx512; }
-void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k) { k->swiglu = swiglu_avx2; }
+void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni) { (void)vnni; k->swiglu = swiglu_avx512; }
+void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni) { (void)vnni; k->swiglu = swiglu_avx2; }
 #else
-void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k) { (void)k; }
-void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k) { (void)k; }
+void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
+void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
 #endif
