@@ -1,8 +1,8 @@
 /* Element-wise and per-row kernels: EMBED, RMSNORM (+ residual add), the
  * LOGITS row gather + norm, SILU_MUL, ADD, and ROPE_KV (rotation, then the
  * K/V rows written into their paged-cache slots, F16 or Q8_0).
- * Float operations follow the CPU backend's order (backends/cpu/cpu_ops.c,
- * cpu_attention.c); compile without fma contraction. */
+ * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
+ * backends/cpu/ops/ops_attention.c); compile without fma contraction. */
 #ifndef WEFT_KC_OPS_CUH
 #define WEFT_KC_OPS_CUH
 

@@ -143,7 +143,7 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_expf_libm512.h"
+#include "backends/cpu/attn/expf_libm512.h"
 
 /* the AVX-512 softmax's expf equals libm's here (else the kernel falls back
  * to libm's, correct but slower: this says so) */

@@ -1,4 +1,4 @@
-/* The AVX-512 four-row dots (backends/cpu/cpu_avx512_dot4.c) against the
+/* The AVX-512 four-row dots (backends/cpu/q32/q32_dot4_avx512.c) against the
  * scalar table's dot and weft_vec_dot, bit for bit: out[i] of the AVX-512
  * table's dot4 must equal the reference dot of row i as a float bit pattern.
  * Weights from weft_quantize_row, activations from weft_quantize_row_act;

@@ -1,4 +1,4 @@
-/* K-quant CPU kernels (backends/cpu/cpu_avx2_k.c and whatever a table takes
+/* K-quant CPU kernels (backends/cpu/kquant/kq_dot_avx2.c and whatever a table takes
  * from it): every table this machine supports must give bit-identical
  * results to the portable reference in backends/cpu/cpu_ref_dot.c for the Q4_K, Q5_K and
  * Q6_K dot products (table->dot vs weft_vec_dot) and the Q8_K activation

@@ -59,7 +59,7 @@ static inline float *cpu_row_f32(const struct weft_view *v, int64_t r)
 weft_status weft_cpu_scratch(struct weft_cpu_backend *be, size_t size);
 
 /* weight_prepare: a repacked copy of w when the kernel table has a layout for
- * its type (see cpu_pack.c). */
+ * its type (see ops/ops_prepare.c). */
 weft_status weft_cpu_weight_prepare(struct weft_backend *b, const struct weft_view *w);
 /* The packed copy standing for view w (same offset, type, row length and
  * stride, no more rows), or NULL. */

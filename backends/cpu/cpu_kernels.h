@@ -120,7 +120,7 @@ struct weft_cpu_packed {
     weft_cpu_gemmp_fn gemmp;
 };
 
-/* One (row, head) of the CPU flash attention (cpu_attention.c describes the
+/* One (row, head) of the CPU flash attention (ops/ops_attention.c describes the
  * float order it mirrors) over positions 0..n_pos-1 of a paged cache:
  * position p's K row (hd halves) is at k0 + bt[p / 16] * block_bytes +
  * (p % 16) * tok_bytes, its V row v_off bytes further. */
@@ -170,7 +170,7 @@ struct weft_cpu_kernels {
 };
 
 /* The attention row from the table's dot[F16], f16_scale, f16_mad and libm
- * expf (cpu_attention.c): the reference for attn_row. */
+ * expf (ops/ops_attention.c): the reference for attn_row. */
 void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *k, const struct weft_cpu_attn_args *a);
 
 /* The portable SwiGLU (the scalar table's entry); SIMD kernels call it for
@@ -191,22 +191,22 @@ const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
 /* ---- SIMD kernels, one file per family; each fills the entries it has ----
  * vnni: filling the avx512vnni level (the AVX2 gemm file's VNNI tiles go
  * there too, never into the avx2 table); false: the forms without VNNI. */
-void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_q.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
-void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_k.c: Q4_K Q5_K Q6_K, Q8_K quant */
-void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx2_f.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
-void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512.c: whatever AVX-512 speeds up */
-void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_dot4.c: four-row dots, zmm */
-void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_attn.c: f16_mad, f16_scale */
-void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_dot4.c: four-row dots */
-void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx2_gemm.c: prefill tiles */
-void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packed.c: repacked decode */
-void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* cpu_avx512_packedk.c: repacked decode, K-quants */
-void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512_gemm.c: prefill tiles (Q4_1) */
-void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmq.c: Q5_0 prefill tiles */
-void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmf.c: F16/F32/BF16 gemm_mm */
-void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni);  /* cpu_avx512_gemmp.c: prefill on packed weights */
-void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni);   /* cpu_avx512_attn.c: attn_row */
-void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);   /* cpu_swiglu.c: swiglu (8-lane halves) */
-void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* cpu_swiglu.c: swiglu */
+void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni);   /* q32/q32_dot_avx2.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
+void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni);   /* kquant/kq_dot_avx2.c: Q4_K Q5_K Q6_K, Q8_K quant */
+void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni);   /* float/f_dot_avx2.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
+void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni);   /* float/f_dot_avx512.c: whatever AVX-512 speeds up */
+void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_dot4_avx512.c: four-row dots, zmm */
+void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni); /* attn/attn_avx2.c: f16_mad, f16_scale */
+void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_dot4_avx2.c: four-row dots */
+void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_gemm_avx2.c: prefill tiles */
+void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q32.c: repacked decode */
+void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_kq.c: repacked decode, K-quants */
+void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* q32/q32_gemm_avx512.c: prefill tiles (Q4_1) */
+void weft_cpu_kernels_fill_avx512_gemmq(struct weft_cpu_kernels *k, bool vnni);  /* q32/q32_kq_gemm_avx512.c: Q5_0 prefill tiles */
+void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni);  /* float/f_gemm_avx512.c: F16/F32/BF16 gemm_mm */
+void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni);  /* packed/packed_prefill.c: prefill on packed weights */
+void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni);   /* attn/attn_avx512.c: attn_row */
+void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);   /* swiglu/swiglu.c: swiglu (8-lane halves) */
+void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* swiglu/swiglu.c: swiglu */
 
 #endif

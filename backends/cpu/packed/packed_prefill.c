@@ -4,7 +4,7 @@
  * float step is the reference's, lane for lane.
  *
  *  - Q8_0 (weights packed 8 rows x block column, each byte + 128 unsigned,
- *    see cpu_avx512_packed.c). A unit is two activation rows; per block
+ *    see packed/packed_q32.c). A unit is two activation rows; per block
  *    (192 bytes): qs of row 0 | row 1 (64), their -128 * 4-byte lane sums
  *    as int32 (64), dx of row 0 x 8 | row 1 x 8 as float (64). Per weight
  *    row i and unit p: lanes = vpdpbusd(corr, w + 128, x) (the exact sums of
@@ -31,7 +31,7 @@
 
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_avx512_packed.h"
+#include "backends/cpu/packed/packed.h"
 
 /* ---- Q8_0 ---- */
 
@@ -118,7 +118,7 @@ static WEFT_AVX512_VNNI void gemmp_q8_0(const void *wp, int groups, const void *
 
 /* ---- Q4_0 ----
  *
- * Weights in the x16 layout (cpu_avx512_packed.c: one 32-bit lane per row,
+ * Weights in the x16 layout (packed/packed_q32.c: one 32-bit lane per row,
  * chunk k holding bytes 4k..4k+3 of every row's qs). The reference order
  * (ggml's repacked Q4_0) is one float chain per output over exact block
  * totals: sum += ((float)total * dw) * dx, which is lane-wise what the x16
@@ -206,7 +206,7 @@ static WEFT_AVX512_VNNI void gemmp_q4_0(const void *wp, int groups, const void *
 
 /* ---- Q4_1 ----
  *
- * Weights in the x8 decode layout (cpu_avx512_packed.c: per block column
+ * Weights in the x8 decode layout (packed/packed_q32.c: per block column
  * (d, m)[8] as f16, then rows 0..3's qs at 16r, rows 4..7's). The reference
  * (ggml's AVX2 Q4_1 dot) keeps 8 float lanes per output, lane l the exact
  * int sum over elements 4l..4l+3: acc[l] = fma(dw * dx, float(lane), acc[l]),

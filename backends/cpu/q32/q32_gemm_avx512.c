@@ -1,7 +1,7 @@
 /* AVX-512 VNNI prefill tiles (the gemm entry, see cpu_kernels.h) for Q4_1,
  * bit-identical to the one-row dot (tests/test_cpu_kernels_gemm.c).
  *
- * As the Q8_0 zmm tile in cpu_avx2_gemm.c: two activation rows per zmm (low
+ * As the Q8_0 zmm tile in q32/q32_gemm_avx2.c: two activation rows per zmm (low
  * half row j, high half row j + 1), each weight block broadcast to both
  * halves, so every 256-bit half is the one-row kernel's computation for its
  * own output: int32 lane l = the exact sum over elements 4l..4l+3 (the

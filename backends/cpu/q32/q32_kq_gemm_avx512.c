@@ -24,7 +24,7 @@
 
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_avx512_packed.h"
+#include "backends/cpu/packed/packed.h"
 
 enum { UNIT = 192, XBUF = 48 * 1024 }; /* bytes per pair-block: x | corr | dx */
 
@@ -129,7 +129,7 @@ static WEFT_AVX512_VNNI void gemm_q5_0_z(const void *w, size_t ws, int nw, const
 
 /* ---- Q4_K ----
  *
- * Mirrors dot_q4_k_avx2 (cpu_avx2_k.c) per output: int32 lane l sums the
+ * Mirrors dot_q4_k_avx2 (kquant/kq_dot_avx2.c) per output: int32 lane l sums the
  * elements e % 8 == l times the sub-block scale (bytes shuffled to
  * 0,8,1,9,.. within 16-byte halves, maddubs, the two sub-blocks' int16 sums
  * interleaved, one vpdpwssd with both scales), then per block acc = acc +

@@ -285,7 +285,7 @@ weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *o
 }
 
 /* ggml's RMS_NORM scale (float squares summed in double); defined in
- * cpu_ops.c, shared so the final norm rounds exactly as the per-layer ones. */
+ * ops/ops_elementwise.c, shared so the final norm rounds exactly as the per-layer ones. */
 float weft_cpu_rms_scale(const float *x, int64_t n, float eps);
 
 /* LOGITS: gather the requested rows, RMS-normalise them into scratch, then

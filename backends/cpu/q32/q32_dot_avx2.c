@@ -30,7 +30,7 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include "backends/cpu/cpu_avx2_common.h"
+#include "backends/cpu/q32/q32_avx2.h"
 
 /* the same for two signed operands: |a| times b with a's sign */
 static inline WEFT_AVX2 __m256i lanes_ss(__m256i a, __m256i b)

@@ -1,5 +1,5 @@
 /* Repacked decode layouts for the K-quants (AVX-512 VNNI), as
- * cpu_avx512_packed.c does for the 32-element types: a group of rows is
+ * packed/packed_q32.c does for the 32-element types: a group of rows is
  * stored block column by block column, one 32-bit lane per row, so one
  * kernel call streams one contiguous run and needs no horizontal sums.
  * out[i] is bit-identical to the table's one-row dot of row i
@@ -84,7 +84,7 @@ static void aux_q4_k(const void *vx, int64_t n, void *vaux)
     }
 }
 
-#include "backends/cpu/cpu_avx512_packed.h"
+#include "backends/cpu/packed/packed.h"
 
 /* per dword: bytes (b, b) of the dword as an int16 pair (b, b) */
 AI WEFT_AVX512_VNNI __m512i pair_idx(int b)

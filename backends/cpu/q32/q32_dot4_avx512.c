@@ -40,7 +40,7 @@
 
 #define AI static inline __attribute__((always_inline))
 
-/* keep in step with backends/cpu/cpu_ref_dot.c and cpu_avx2_q.c */
+/* keep in step with backends/cpu/cpu_ref_dot.c and q32/q32_dot_avx2.c */
 #ifndef WEFT_GGML_SCALAR_CONTRACT
 #define WEFT_GGML_SCALAR_CONTRACT 1
 #endif

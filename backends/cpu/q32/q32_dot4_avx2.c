@@ -4,7 +4,7 @@
  * (tests/test_cpu_kernels_dot4.c checks this for every table).
  *
  * Each row keeps the float operation sequence of the one-row kernels in
- * cpu_avx2_q.c / cpu_avx2_k.c: its own 8-lane accumulator, the same scale
+ * q32/q32_dot_avx2.c / kquant/kq_dot_avx2.c: its own 8-lane accumulator, the same scale
  * products (dw * dx, multiplication commutes exactly), the same fma or
  * mul+add per block, the same scalar chains and final horizontal sums. Only
  * the integer lane values may come from other instruction sequences, and they
@@ -28,7 +28,7 @@
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
-#include "backends/cpu/cpu_avx2_common.h"
+#include "backends/cpu/q32/q32_avx2.h"
 
 /* Software prefetch distance in bytes ahead on each weight row (0: none).
  * End to end (SmolLM2-135M Q4_1, 2 threads, noisy shared machine) 512 gave

@@ -1,6 +1,6 @@
 /* What the AVX-512 VNNI kernels share (the packed decode kernels of
- * cpu_avx512_packed.c and cpu_avx512_packedk.c, the prefill tiles of
- * cpu_avx512_gemmp.c and cpu_avx512_gemmq.c): target attributes, a 32-bit
+ * packed/packed_q32.c and packed/packed_kq.c, the prefill tiles of
+ * packed/packed_prefill.c and q32/q32_kq_gemm_avx512.c): target attributes, a 32-bit
  * broadcast, the software prefetch on the packed stream, ggml's 8-lane
  * horizontal sum and the corrected vpdpbusd lanes. Include after <immintrin.h>, inside the x86 guard. */
 #ifndef WEFT_CPU_AVX512_PACKED_H

@@ -1,6 +1,6 @@
 /* Register-blocked prefill tiles (weft_cpu_gemm_fn): for i < nw, j < nx,
  *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
- * bit-identical to the table's one-row dot (cpu_avx2_q.c, backends/cpu/cpu_ref_dot.c).
+ * bit-identical to the table's one-row dot (q32/q32_dot_avx2.c, backends/cpu/cpu_ref_dot.c).
  *
  * Each micro-tile runs MR weight rows against NR activation rows over the
  * whole row: a weight block is loaded/unpacked once for NR outputs, an

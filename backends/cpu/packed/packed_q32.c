@@ -20,7 +20,7 @@
  *    bytes): (d, m)[8] (f16), then rows 0..3's qs (row r: bytes 16r..),
  *    rows 4..7's: one load per four rows; low nibbles against x[0..15]
  *    give lanes 0..3, high nibbles against x[16..31] lanes 4..7 (as
- *    cpu_avx512_dot4.c, without its permutes and per-row loads).
+ *    q32/q32_dot4_avx512.c, without its permutes and per-row loads).
  *  - Q8_0, 8 rows. Lanes as Q4_1; block column (272 bytes): d[8] (f16),
  *    then rows (0,1), (2,3), (4,5), (6,7) as 256-bit halves of four 64-byte
  *    chunks, each weight stored + 128 (xor 0x80), unsigned for vpdpbusd,
@@ -162,7 +162,7 @@ static void aux_q5_0(const void *vx, int64_t n, void *vaux)
     }
 }
 
-#include "backends/cpu/cpu_avx512_packed.h"
+#include "backends/cpu/packed/packed.h"
 
 /* ---- Q4_0 x Q8_0, 16 rows ---- */
 static WEFT_AVX512_VNNI void dotp_q4_0x16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)

@@ -19,7 +19,7 @@
  *  - the softmax steps of a block's 16 tokens: the running maximum and each
  *    token's expf argument in position order (scalar compares and
  *    subtractions, as the row does them), the 16 expf at once with
- *    weft_expf16 (glibc's expf, cpu_expf_libm512.h; libm's own where that
+ *    weft_expf16 (glibc's expf, attn/expf_libm512.h; libm's own where that
  *    would not be equal), then S = fma(S, ms, vs) in position order. */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_target.h"
@@ -29,7 +29,7 @@
 #include <immintrin.h>
 #include <math.h>
 
-#include "backends/cpu/cpu_expf_libm512.h"
+#include "backends/cpu/attn/expf_libm512.h"
 
 /* weft_expf16 equals this process's libm expf (checked once when the table
  * is filled); false: the softmax steps call libm's expf one at a time */
