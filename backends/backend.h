@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/kv_block.h"
 #include "base/status.h"
 #include "base/types.h"
 
@@ -60,8 +61,8 @@ enum weft_rope_mode {
  *                     V: offset ((b * n_layer + l) * 2 + 1) * block_layer_bytes
  *   inside: [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of `type`: F16, or Q8_0
  *   (each head a whole number of 34-byte blocks of 32; head_dim % 32 == 0).
- * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS). */
-#define WEFT_KV_BLOCK_TOKENS 16
+ * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS)
+ * (WEFT_KV_BLOCK_TOKENS: base/kv_block.h, the layout every tier shares). */
 struct weft_kv_view {
     struct weft_buffer *buf;
     enum weft_type type;       /* F16 or Q8_0 */

@@ -17,7 +17,7 @@
 
 #include "core/model.h"
 #include "core/sampler.h"
-#include "core/kv_block.h"
+#include "base/kv_block.h"
 #include "core/sched.h"
 
 struct weft_grammar;
@@ -219,7 +219,7 @@ weft_status weft_engine_run_all(struct weft_engine *e);
 void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out);
 uint32_t weft_engine_n_ctx(const struct weft_engine *e);
 
-/* ---- KV blocks in and out, in format v1 (core/kv_block.h) ----
+/* ---- KV blocks in and out, in format v1 (base/kv_block.h) ----
  * Safe from any thread (they take the engine's lock for the pool). */
 struct weft_engine_kv_stats {
     uint64_t exported;           /* blocks written out */

@@ -1,5 +1,5 @@
 /* KV blocks in and out of an engine's prefix cache, in format v1
- * (core/kv_block.h): what the host tier, Redis, instance-to-instance
+ * (base/kv_block.h): what the host tier, Redis, instance-to-instance
  * transfers and prefill/decode disaggregation are built on. */
 #include <stdlib.h>
 #include <string.h>

@@ -23,25 +23,16 @@
 #include <stdint.h>
 
 #include "core/gguf.h"
+#include "base/ident.h"
 #include "base/status.h"
 
 struct weft_hparams;
-
-struct weft_fingerprint {
-    uint64_t hi, lo;
-};
 
 /* Fingerprint of the model in g with hyperparameters hp (weft_hparams_load
  * of the same g). Reads every tensor's data. Fails only on a tensor whose
  * data pointer is missing (WEFT_ERR_FORMAT). */
 weft_status weft_fingerprint_model(const struct weft_gguf *g, const struct weft_hparams *hp,
                                    struct weft_fingerprint *out);
-
-/* 32 lower-case hex digits and a NUL. */
-#define WEFT_FINGERPRINT_STR 33
-void weft_fingerprint_str(const struct weft_fingerprint *f, char out[WEFT_FINGERPRINT_STR]);
-/* Parse 32 hex digits (as written by weft_fingerprint_str); WEFT_ERR_FORMAT otherwise. */
-weft_status weft_fingerprint_parse(const char *s, struct weft_fingerprint *out);
 
 /* The streaming hash underneath, for callers that fingerprint other data
  * the same way (tests, the KV block format). */

@@ -6,11 +6,6 @@
 
 #define BT WEFT_KV_BLOCK_TOKENS
 
-size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim)
-{
-    size_t row = weft_row_size(type, head_dim);
-    return (size_t)BT * n_kv_head * row;
-}
 
 /* ---- hash tables: registered hash -> block (device) or slot (host) ---- */
 
@@ -235,17 +230,6 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
 
-uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens)
-{
-    /* 64-bit multiply-xorshift mixing of the parent and each id */
-    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
-    for (int i = 0; i < BT; i++) {
-        h ^= (uint64_t)(uint32_t)tokens[i] + 0x632be59bd9b4e019ull + (h << 6) + (h >> 2);
-        h *= 0xbf58476d1ce4e5b9ull;
-        h ^= h >> 31;
-    }
-    return h ? h : 1;
-}
 
 static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device);
 

@@ -28,6 +28,7 @@
 #define WEFT_KV_H
 
 #include "backends/backend.h"
+#include "base/kv_block.h"
 
 /* With layers split over devices each device holds its layers' part of every
  * block (the block layout of backend.h with n_layer = that part's count); a
@@ -138,9 +139,6 @@ struct weft_kv_seq {
     bool swapped;
 };
 
-/* Bytes of one layer's K (or V) in one block for this layout. */
-size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim);
-
 weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg);
 /* F16, no host tier, no prefix cache. */
 weft_status weft_kv_pool_init(struct weft_kv_pool *kv, struct weft_backend *be, uint32_t n_layer,
@@ -149,9 +147,6 @@ void weft_kv_pool_free(struct weft_kv_pool *kv);
 void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out);
 /* Blocks an allocation could get now (free + cached). */
 uint32_t weft_kv_available(const struct weft_kv_pool *kv);
-
-/* Chained hash of one full block (never 0). */
-uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 
 /* On an empty seq: take the longest registered prefix of tokens[0..n) in
  * whole blocks, leaving at least one token to compute (so the last prompt
@@ -182,7 +177,7 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
  * the device is short (seq unchanged, still swapped). */
 weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
 
-/* ---- blocks in and out (core/kv_block.h is their format) ----
+/* ---- blocks in and out (base/kv_block.h is their format) ----
  * A block's bytes, as read and imported here: every layer in order, K then
  * V, each [16][n_kv_head][head_dim] of the pool's type (block_bytes). */
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fuzz the KV block reader (core/kv_block.c, format v1): build
+# Fuzz the KV block reader (base/kv_block.c, format v1): build
 # tests/fuzz/fuzz_kvblock.c with clang + libFuzzer + ASan/UBSan in build-fuzz/
 # (shared with the other fuzz scripts), seed a corpus, run for a bounded time.
 #   usage: scripts/fuzz-kvblock.sh [seconds]   (default 60)

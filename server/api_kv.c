@@ -1,5 +1,5 @@
 /* /v1/kv/blocks: KV blocks in and out of this instance, in format v1
- * (core/kv_block.h), for other instances (and the router) to move cached
+ * (base/kv_block.h), for other instances (and the router) to move cached
  * prefixes around: GET ?hashes=H1,H2,... answers the held ones (stopping at
  * the first it does not hold) as one stream; POST takes a stream into the
  * prefix cache (both on the worker pool: block I/O waits for the engine to

@@ -1,4 +1,4 @@
-/* KV block format v1 (core/kv_block.h) without a model: a stream written
+/* KV block format v1 (base/kv_block.h) without a model: a stream written
  * and read back; every single-bit flip, every truncation, a foreign model,
  * shape or KV type, and a block under a wrong name are refused; F16 <-> Q8_0
  * conversion only when asked; and the pool's import: a block put in is
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/kv.h"
-#include "core/kv_block.h"
+#include "base/kv_block.h"
 #include "base/quant.h"
 #include "tests/check.h"
 

@@ -1,4 +1,4 @@
-/* libFuzzer target: the KV block reader (core/kv_block.c), the door every
+/* libFuzzer target: the KV block reader (base/kv_block.c), the door every
  * block from another instance, the host tier's files or Redis comes in by.
  * Any input is read or refused with a message; a delivered block always has
  * a good CRC and a hash that is its parent's and tokens' (checked again
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "core/kv.h"
-#include "core/kv_block.h"
+#include "base/kv_block.h"
 
 static const struct weft_kvb_expect WANT = {.fp = {0x1111222233334444ull, 0x5555666677778888ull}, .n_layer = 2,
                                             .n_kv_head = 1, .head_dim = 32, .type = WEFT_TYPE_F16};

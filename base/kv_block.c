@@ -1,9 +1,8 @@
-#include "core/kv_block.h"
+#include "base/kv_block.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/kv.h"
 #include "base/quant.h"
 
 static const unsigned char MAGIC[8] = {'W', 'E', 'F', 'T', 'K', 'V', 'B', 0};
@@ -247,4 +246,22 @@ weft_status weft_kvb_read_stream(const unsigned char *buf, size_t n, const struc
         (*n_good)++;
     }
     return WEFT_OK;
+}
+
+size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim)
+{
+    size_t row = weft_row_size(type, head_dim);
+    return (size_t)WEFT_KV_BLOCK_TOKENS * n_kv_head * row;
+}
+
+uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens)
+{
+    /* 64-bit multiply-xorshift mixing of the parent and each id */
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < WEFT_KV_BLOCK_TOKENS; i++) {
+        h ^= (uint64_t)(uint32_t)tokens[i] + 0x632be59bd9b4e019ull + (h << 6) + (h >> 2);
+        h *= 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+    }
+    return h ? h : 1;
 }

@@ -33,13 +33,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/fingerprint.h"
+#include "base/ident.h"
 #include "base/status.h"
 #include "base/types.h"
 
+/* The paged KV cache's unit, on every device and in every tier: a block is
+ * WEFT_KV_BLOCK_TOKENS tokens of K and V for every layer (backends/backend.h
+ * gives the device layout: each layer's K, then V, each
+ * [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of the KV type). */
+#define WEFT_KV_BLOCK_TOKENS 16
+
+/* Bytes of one layer's K (or V) in one block. */
+size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32_t head_dim);
+
+/* Chained hash of one full block (never 0): a block is named by its content. */
+uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
+
 #define WEFT_KVB_VERSION 1
 #define WEFT_KVB_HEADER_BYTES 80
-#define WEFT_KVB_TOKENS 16
+#define WEFT_KVB_TOKENS WEFT_KV_BLOCK_TOKENS
 #define WEFT_KVB_BLOCK_META 80 /* parent, hash, tokens: before the payload */
 
 struct weft_kvb_header {
