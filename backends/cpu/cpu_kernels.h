@@ -3,7 +3,7 @@
  * Every table computes bit-identical results (which NaN comes out of a NaN
  * input aside): each SIMD kernel follows the float order of the portable
  * reference in cpu_ref_dot.c (which follows ggml's x86 kernels, so weft
- * matches llama.cpp's outputs), only faster. tests/test_cpu_kernels_*.c check
+ * matches llama.cpp's outputs), only faster. tests/cpu/test_cpu_*.c check
  * every entry of every table this machine can run against the reference,
  * bit for bit.
  *
@@ -25,7 +25,7 @@
  * once; gemm/gemmm: register-blocked prefill tiles of dot/dotmm; pack: a
  * repacked weight layout for decode; packx: prefill on that layout; quant:
  * the activation quantizer for the type's vec_dot type.
- * tests/test_cpu_tables.c rebuilds this from the tables and fails if it differs:
+ * tests/cpu/test_cpu_tables.c rebuilds this from the tables and fails if it differs:
  *   type  dot   dotmm dot4  gemm  gemmm pack  packx quant
  *   F32   s25   s25   -     -     5     -     -     s
  *   F16   s2    s2    -     -     5     -     -     s2

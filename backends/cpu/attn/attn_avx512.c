@@ -1,5 +1,5 @@
 /* AVX-512 attention row (struct weft_cpu_attn_args), bit-identical to
- * weft_cpu_attn_row_generic (tests/test_cpu_kernels_attn.c checks it) for
+ * weft_cpu_attn_row_generic (tests/cpu/test_cpu_attn.c checks it) for
  * head_dim 64, 128, 192, 256.
  *
  * The generic row does, per position: a ggml_vec_dot_f16 of K and the

@@ -9,7 +9,7 @@
  * _mm256_fmadd_ps, the lane-wise adds and the reduction tree are added in the
  * same pairs, and scalar tails stay scalar with the same operations. So the
  * results are bit-identical to weft_vec_dot / weft_vec_dot_mm /
- * weft_quantize_row_act (tests/test_cpu_kernels_f.c checks them bit for bit).
+ * weft_quantize_row_act (tests/cpu/test_cpu_float.c checks them bit for bit).
  *
  * Each function carries its own target attribute, so this file compiles in a
  * build without -mavx2; the table filler only stores pointers and is called

@@ -112,7 +112,7 @@ WEFT_AVX512 static float dot_mm_bf16_avx512(const void *wv, const void *xv, int6
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni)
 {
     (void)vnni;
-    /* Measured on a Sapphire-Rapids-class core (tests/test_cpu_kernels_f
+    /* Measured on a Sapphire-Rapids-class core (tests/cpu/test_cpu_float
      * times them): F32 1.2-1.3x and BF16 1.0-1.2x the AVX2 kernels with
      * cache-resident weights; F16 0.87-0.95x (the 512-bit vcvtph2ps costs
      * more than it saves), so F16 stays on the AVX2 kernels (its 16-lane

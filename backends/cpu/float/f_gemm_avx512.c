@@ -3,7 +3,7 @@
  * accumulator per output, element e in lane e % 16, fma over the chunks in
  * order, then _mm512_reduce_add_ps spelled out; BF16: per 32-element chunk
  * the odd elements' fma, then the even ones', as the reference's
- * dpbf16_step). tests/test_cpu_kernels_gemm.c checks them.
+ * dpbf16_step). tests/cpu/test_cpu_gemm.c checks them.
  *
  * A tile is MR = 4 weight rows x NR = 6 activation rows: per chunk four
  * weight loads (converted once), six activation loads (converted once), 24

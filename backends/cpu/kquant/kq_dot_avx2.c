@@ -7,7 +7,7 @@
  * (maddubs/madd, byte shuffles); every float operation of the reference is
  * reproduced in the same order: the same products, fma where the reference
  * calls fmaf and mul+add where it does not, the same per-lane accumulation
- * across blocks and the same horizontal sums. tests/test_cpu_kernels_k.c
+ * across blocks and the same horizontal sums. tests/cpu/test_cpu_kquant.c
  * checks them bit for bit.
  *
  * int16 saturation cannot happen: maddubs pairs are at most

@@ -3,7 +3,7 @@
  * stored block column by block column, one 32-bit lane per row, so one
  * kernel call streams one contiguous run and needs no horizontal sums.
  * out[i] is bit-identical to the table's one-row dot of row i
- * (tests/test_cpu_kernels_packed.c checks it).
+ * (tests/cpu/test_cpu_packed.c checks it).
  *
  *  - Q4_K, 16 rows. The reference (backends/cpu/cpu_ref_dot.c dot_q4_k, ggml's AVX2
  *    order) keeps per row 8 int32 lanes per block (lane l: the elements e

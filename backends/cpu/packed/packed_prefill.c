@@ -1,6 +1,6 @@
 /* Prefill on the packed weight layouts (struct weft_cpu_packed's xpack and
  * gemmp, AVX-512 VNNI), so prefill and decode stream the same copy. out is
- * bit-identical to the one-row dot (tests/test_cpu_kernels_gemmp.c): each
+ * bit-identical to the one-row dot (tests/cpu/test_cpu_packed_prefill.c): each
  * float step is the reference's, lane for lane.
  *
  *  - Q8_0 (weights packed 8 rows x block column, each byte + 128 unsigned,

@@ -2,7 +2,7 @@
  * stored block column by block column, so one kernel call streams one
  * contiguous run of memory and loads whole registers with no gathers or
  * shuffles of the weights. out[i] is bit-identical to the table's one-row
- * dot of row i (tests/test_cpu_kernels_packed.c checks it): the integer
+ * dot of row i (tests/cpu/test_cpu_packed.c checks it): the integer
  * parts are exact whatever instructions compute them, the float steps are
  * the reference's, lane for lane.
  *

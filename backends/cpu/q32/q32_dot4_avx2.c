@@ -1,7 +1,7 @@
 /* AVX2 (+FMA, F16C) four-row dots: weight rows w, w + stride, w + 2 stride,
  * w + 3 stride against one activation row, out[i] bit-identical to
  * k->dot[type](w + i * stride, x, n) and so to the reference in backends/cpu/cpu_ref_dot.c
- * (tests/test_cpu_kernels_dot4.c checks this for every table).
+ * (tests/cpu/test_cpu_q32_dot4.c checks this for every table).
  *
  * Each row keeps the float operation sequence of the one-row kernels in
  * q32/q32_dot_avx2.c / kquant/kq_dot_avx2.c: its own 8-lane accumulator, the same scale

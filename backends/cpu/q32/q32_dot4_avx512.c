@@ -2,7 +2,7 @@
  * w + 2 stride, w + 3 stride against one activation row, out[i]
  * bit-identical to k->dot[type](w + i * stride, x, n) (the AVX2 one-row
  * kernels the AVX-512 table inherits, and so backends/cpu/cpu_ref_dot.c);
- * tests/test_cpu_kernels_dot4_512.c and test_cpu_kernels_dot4.c check it.
+ * tests/cpu/test_cpu_q32_dot4_512.c and test_cpu_kernels_dot4.c check it.
  *
  * Several rows share one 512-bit register, but every output row keeps the
  * float operation sequence of its one-row kernel: 8 float lanes of its own,

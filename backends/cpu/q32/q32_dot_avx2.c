@@ -3,7 +3,7 @@
  * Q8_0/Q8_1 activation quantizers.
  *
  * Each kernel is bit-identical to its portable reference in backends/cpu/cpu_ref_dot.c
- * (tests/test_cpu_kernels_q.c checks this):
+ * (tests/cpu/test_cpu_q32.c checks this):
  *  - integer parts are exact, so any instruction sequence that yields the
  *    same per-lane int32 values will do: int32 lane l of a block holds the
  *    products of elements 4l..4l+3 (maddubs pairs, then madd with ones);

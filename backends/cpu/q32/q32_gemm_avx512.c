@@ -1,5 +1,5 @@
 /* AVX-512 VNNI prefill tiles (the gemm entry, see cpu_kernels.h) for Q4_1,
- * bit-identical to the one-row dot (tests/test_cpu_kernels_gemm.c).
+ * bit-identical to the one-row dot (tests/cpu/test_cpu_gemm.c).
  *
  * As the Q8_0 zmm tile in q32/q32_gemm_avx2.c: two activation rows per zmm (low
  * half row j, high half row j + 1), each weight block broadcast to both

@@ -1,5 +1,5 @@
 /* AVX-512 VNNI prefill tiles on plain rows (the gemm entry) for Q5_0 and
- * Q4_K (its section below), bit-identical to the one-row dot (tests/test_cpu_kernels_gemm.c).
+ * Q4_K (its section below), bit-identical to the one-row dot (tests/cpu/test_cpu_gemm.c).
  *
  * The reference (ggml's AVX2 Q5_0 dot and tinyBLAS) keeps eight float lanes
  * per output: lane l = the exact int sum of v * x over elements 4l..4l+3 of
