@@ -213,7 +213,8 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     struct metrics_extra x = {
         .model_name = s->model_id, .vllm_compat = s->cfg.metrics_vllm,
         .out_now = weft_http_server_output_now(s->http), .out_peak = weft_http_server_output_peak(s->http),
-        .conns = weft_http_server_n_conns(s->http), .tok_pending = weft_workers_pending(s->workers),
+        .conns = weft_http_server_n_conns(s->http), .stalled = weft_http_server_n_stalled(s->http),
+        .tok_pending = weft_workers_pending(s->workers),
         .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
         .reloads_ok = s->reloads, .reloads_err = s->reload_failures,
         .mock_injected = s->cfg.engine.mock_prefill_tps > 0 ? s->mock_injected : NULL};

@@ -218,6 +218,9 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         one(&o, "weft_http_output_peak_bytes", "gauge", "The most response bytes ever queued unsent on one connection.",
             (double)x->out_peak);
         one(&o, "weft_http_connections", "gauge", "Open client connections.", x->conns);
+        one(&o, "weft_http_connections_stalled", "gauge",
+            "Connections stalled on a client that reads nothing: past the output bound, kernel buffer full.",
+            x->stalled);
         head(&o, "weft_tokenize_total", "counter", "Prompts tokenized, by the thread that did it.");
         weft_sb_printf(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
             (unsigned long long)x->tok_worker, o.lbl, (unsigned long long)x->tok_loop);

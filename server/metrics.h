@@ -33,7 +33,7 @@ struct metrics_extra {
     const char *model_name;        /* the model_name label of every series */
     bool vllm_compat;              /* also vllm:num_requests_running/waiting, kv_cache_usage_perc, cache_config_info */
     size_t out_now, out_peak;
-    uint32_t conns, tok_pending;
+    uint32_t conns, stalled, tok_pending;  /* stalled: weft_http_server_n_stalled */
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */

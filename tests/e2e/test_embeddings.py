@@ -182,6 +182,8 @@ def test_metrics(server, client, model_id):
     assert server.metric("weft_embedding_requests_total") == before + 2
     assert server.metric("weft_embedding_tokens_total") == toks + r.usage.prompt_tokens
     assert server.metric("weft_requests_total", {"endpoint": "/v1/embeddings", "status": "200"}) >= 1
+    status, _ = post(server, {"model": model_id})  # its own 400: this test runs alone too
+    assert status == 400
     assert server.metric("weft_requests_total", {"endpoint": "/v1/embeddings", "status": "400"}) >= 1
 
 
