@@ -22,6 +22,16 @@ void *weft_grow(void *p, size_t *cap, size_t need, size_t size)
     return q;
 }
 
+void *weft_grow32(void *p, uint32_t *cap, size_t need, size_t size)
+{
+    if (need > UINT32_MAX) return NULL;
+    size_t c = *cap;
+    void *q = weft_grow(p, &c, need, size);
+    if (!q) return NULL;
+    *cap = c > UINT32_MAX ? UINT32_MAX : (uint32_t)c;  /* the allocation holds at least this many */
+    return q;
+}
+
 bool weft_sb_reserve(struct weft_strbuf *b, size_t extra)
 {
     if (b->oom) return false;

@@ -17,8 +17,11 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 void *weft_grow(void *p, size_t *cap, size_t need, size_t size);
+/* weft_grow for a uint32_t capacity (NULL, p and *cap kept, past UINT32_MAX elements) */
+void *weft_grow32(void *p, uint32_t *cap, size_t need, size_t size);
 
 struct weft_strbuf {
     char *p;     /* NULL until the first write; NUL-terminated after it */

@@ -1,4 +1,5 @@
 #include "core/engine.h"
+#include "base/buf.h"
 #include "core/model_impl.h"
 
 #include <pthread.h>
@@ -186,11 +187,9 @@ static void emit(struct weft_engine *e, struct ereq *er, const struct weft_sampl
                  weft_status status)
 {
     if (e->n_events == e->cap_events) {
-        uint32_t cap = e->cap_events * 2;
-        struct pending_event *p = realloc(e->events, sizeof *p * cap);
+        struct pending_event *p = weft_grow32(e->events, &e->cap_events, (size_t)e->n_events + 1, sizeof *p);
         if (!p) return;  /* cannot happen in practice; the event is lost rather than the engine */
         e->events = p;
-        e->cap_events = cap;
     }
     const struct weft_sched_req *r = er->r;
     struct pending_event *pe = &e->events[e->n_events++];

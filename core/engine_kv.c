@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/engine_internal.h"
+#include "base/buf.h"
 #include "core/model_impl.h"
 
 /* The engine's lock, once no step is computing: the backends are not shared
@@ -171,11 +172,9 @@ struct import_ctx {
 static weft_status pin_one(struct import_ctx *c, uint64_t hash)
 {
     if (c->n_pinned == c->cap_pinned) {
-        uint32_t cap = c->cap_pinned ? c->cap_pinned * 2 : 64;
-        uint64_t *p = realloc(c->pinned, sizeof *p * cap);
+        uint64_t *p = weft_grow32(c->pinned, &c->cap_pinned, (size_t)c->n_pinned + 1, sizeof *p);
         if (!p) return c->fail = weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
         c->pinned = p;
-        c->cap_pinned = cap;
     }
     if (weft_kv_pin(&c->e->kv, hash)) c->pinned[c->n_pinned++] = hash;
     return WEFT_OK;

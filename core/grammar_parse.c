@@ -8,6 +8,7 @@
  * something that matches the empty string): the state expansion in
  * grammar.c relies on both to terminate. */
 #include "core/grammar_internal.h"
+#include "base/buf.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -83,11 +84,9 @@ static const char *rule_desc(const struct parser *P, uint32_t r, char *buf, size
 static bool vec_push(struct vec *v, uint32_t type, uint32_t val)
 {
     if (v->n == v->cap) {
-        uint32_t cap = v->cap ? v->cap * 2 : 8;
-        struct gelem *e = realloc(v->v, sizeof *e * cap);
+        struct gelem *e = weft_grow32(v->v, &v->cap, (size_t)v->n + 1, sizeof *e);
         if (!e) return false;
         v->v = e;
-        v->cap = cap;
     }
     v->v[v->n++] = (struct gelem){type, val};
     return true;
@@ -96,11 +95,9 @@ static bool vec_push(struct vec *v, uint32_t type, uint32_t val)
 static bool new_rule(struct parser *P, char *name, uint32_t *id)
 {
     if (P->n_r == P->cap_r) {
-        uint32_t cap = P->cap_r ? P->cap_r * 2 : 16;
-        struct prule *r = realloc(P->r, sizeof *r * cap);
+        struct prule *r = weft_grow32(P->r, &P->cap_r, (size_t)P->n_r + 1, sizeof *r);
         if (!r) return false;
         P->r = r;
-        P->cap_r = cap;
     }
     *id = P->n_r++;
     P->r[*id] = (struct prule){.name = name, .parent = P->cur};

@@ -1,4 +1,5 @@
 #include "core/sched.h"
+#include "base/buf.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -52,12 +53,9 @@ static bool before(const struct weft_sched_req *a, const struct weft_sched_req *
 static weft_status q_reserve(struct weft_sched_req ***q, uint32_t *cap, uint32_t need)
 {
     if (need <= *cap) return WEFT_OK;
-    uint32_t c = *cap ? *cap * 2 : 16;
-    while (c < need) c *= 2;
-    struct weft_sched_req **p = realloc(*q, sizeof *p * c);
+    struct weft_sched_req **p = weft_grow32(*q, cap, need, sizeof *p);
     if (!p) return weft_error(WEFT_ERR_NOMEM, "sched: out of memory");
     *q = p;
-    *cap = c;
     return WEFT_OK;
 }
 

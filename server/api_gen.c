@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "core/grammar.h"
+#include "base/buf.h"
 #include "core/kv.h"
 #include "core/stop.h"
 #include "core/tokenizer.h"
@@ -130,11 +131,9 @@ static void ctx_unref(struct gen_ctx *g)
 static void chunk_id_add(struct gen_choice *c, int32_t id)
 {
     if (c->n_chunk_ids == c->cap_chunk_ids) {
-        uint32_t cap = c->cap_chunk_ids ? c->cap_chunk_ids * 2 : 16;
-        int32_t *a = realloc(c->chunk_ids, sizeof *a * cap);
+        int32_t *a = weft_grow32(c->chunk_ids, &c->cap_chunk_ids, (size_t)c->n_chunk_ids + 1, sizeof *a);
         if (!a) return;  /* the router then continues from fewer tokens: still exact */
         c->chunk_ids = a;
-        c->cap_chunk_ids = cap;
     }
     c->chunk_ids[c->n_chunk_ids++] = id;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "server/server.h"
+#include "base/buf.h"
 #include "server/kv_remote.h"
 
 #define SUB_MAX_PENDING (1u << 20)
@@ -133,15 +134,13 @@ static void on_kv_event(void *user, enum weft_kv_event_kind kind, uint64_t hash,
     struct kv_events *k = user;
     pthread_mutex_lock(&k->mu);
     if (k->n_q == k->cap_q) {
-        uint32_t cap = k->cap_q ? k->cap_q * 2 : 256;
-        struct kv_ev *q = realloc(k->q, sizeof *q * cap);
+        struct kv_ev *q = weft_grow32(k->q, &k->cap_q, (size_t)k->n_q + 1, sizeof *q);
         if (!q) {
             k->lost = true;
             pthread_mutex_unlock(&k->mu);
             return;
         }
         k->q = q;
-        k->cap_q = cap;
     }
     k->q[k->n_q++] = (struct kv_ev){(uint8_t)kind, hash, parent};
     if (k->remote && kind == WEFT_KV_EVENT_STORED) weft_kv_remote_stored(k->remote, hash);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/params.h"
+#include "base/buf.h"
 #include "server/router_internal.h"
 
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
@@ -142,11 +143,9 @@ static void scan_usage(struct pxy *x, const char *d, size_t n)
 static void gen_add(struct pxy *x, int32_t id)
 {
     if (x->n_gen == x->cap_gen) {
-        uint32_t c = x->cap_gen ? x->cap_gen * 2 : 64;
-        int32_t *g = realloc(x->gen, sizeof *g * c);
+        int32_t *g = weft_grow32(x->gen, &x->cap_gen, (size_t)x->n_gen + 1, sizeof *g);
         if (!g) return;  /* then a move continues from fewer tokens (the client would see a repeat): rare */
         x->gen = g;
-        x->cap_gen = c;
     }
     x->gen[x->n_gen++] = id;
 }

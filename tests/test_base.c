@@ -112,6 +112,27 @@ static void grow_doubles_and_keeps_on_failure(void)
     free(v);
 }
 
+static void grow32_keeps_its_type_bound(void)
+{
+    uint64_t *v = NULL;
+    uint32_t cap = 0;
+    for (uint32_t n = 0; n < 1000; n++) {
+        if (n == cap) {
+            uint64_t *t = weft_grow32(v, &cap, (size_t)n + 1, sizeof *v);
+            CHECK(t != NULL);
+            if (!t) break;
+            v = t;
+        }
+        v[n] = n;
+    }
+    CHECK_EQ_INT(cap, 1024);
+    CHECK_EQ_INT(v[999], 999);
+    /* more elements than a uint32_t counts: refused, the array and its capacity kept */
+    CHECK(weft_grow32(v, &cap, (size_t)UINT32_MAX + 1, sizeof *v) == NULL);
+    CHECK_EQ_INT(cap, 1024);
+    free(v);
+}
+
 static void strbuf_writes_and_fails_sticky(void)
 {
     struct weft_strbuf b = {0};
@@ -147,6 +168,7 @@ int main(void)
     RUN(every_code_point_round_trips);
     RUN(decoder_accepts_exactly_the_encodings);
     RUN(grow_doubles_and_keeps_on_failure);
+    RUN(grow32_keeps_its_type_bound);
     RUN(strbuf_writes_and_fails_sticky);
     return check_summary();
 }
