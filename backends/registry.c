@@ -14,7 +14,7 @@
 
 const struct weft_backend_iface *weft_cpu_backend_iface(void);
 
-static const char *const module_names[] = {"vulkan", "cuda", "hip"};
+static const char *const module_names[] = {"vulkan", "cuda", "hip", "opencl"};
 #define N_MODULES (sizeof module_names / sizeof module_names[0])
 #define MAX_BACKENDS (1 + N_MODULES)
 
@@ -59,7 +59,7 @@ weft_status weft_backend_set_options(const char *options)
     char bad[64];
     if (!weft_opt_syntax_ok(options, bad, sizeof bad))
         return weft_error(WEFT_ERR_INVALID_ARG, "bad option '%s' (expected backend.name=value, comma-separated)", bad);
-    static const char *const prefixes[] = {"cpu.", "vulkan.", "cuda.", "hip.", "model."};
+    static const char *const prefixes[] = {"cpu.", "vulkan.", "cuda.", "hip.", "opencl.", "model."};
     struct weft_opt_item it;
     for (const char *p = options; weft_opt_next(&p, &it);) {
         bool ok = false;
@@ -67,7 +67,7 @@ weft_status weft_backend_set_options(const char *options)
             ok = strncmp(it.key, prefixes[i], strlen(prefixes[i])) == 0;
         if (!ok)
             return weft_error(WEFT_ERR_INVALID_ARG, "unknown option '%.*s' (options start with cpu., vulkan., cuda., "
-                              "hip. or model.)", (int)(it.key_len < 60 ? it.key_len : 60), it.key);
+                              "hip., opencl. or model.)", (int)(it.key_len < 60 ? it.key_len : 60), it.key);
     }
     /* model.* keys are core's (model loading): known here; backends check their own at open */
     static const char *const model_keys[] = {"model.chunk_mib"};
@@ -210,7 +210,7 @@ const char *weft_backend_unavailable(const char *name)
 
 static bool known_backend(const char *name)
 {
-    static const char *const all[] = {"cpu", "vulkan", "cuda", "hip"};
+    static const char *const all[] = {"cpu", "vulkan", "cuda", "hip", "opencl"};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (strcmp(all[i], name) == 0) return true;
     return false;
@@ -238,7 +238,7 @@ static weft_status open_spec(const char *spec, int n_threads, const char *option
     if (!be) {
         if (known_backend(name))
             return weft_error(WEFT_ERR_NO_DEVICE, "backend '%s' unavailable: %s", name, weft_backend_unavailable(name));
-        return weft_error(WEFT_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, vulkan, cuda, hip)", name);
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown backend '%s' (known: cpu, vulkan, cuda, hip, opencl)", name);
     }
     const char *why = NULL;
     struct weft_device_info info[16];

@@ -9,7 +9,9 @@
 # scripts/install-deploy-deps.sh kubernetes-validate and PyYAML from PyPI.
 # GPU backends: the Vulkan loader + headers, glslc, Mesa's lavapipe (a CPU
 # Vulkan device, so every Vulkan test runs without a GPU) and the Khronos
-# validation layer; Debian's HIP compiler and runtime headers (hipcc). The CUDA
+# validation layer; the OpenCL ICD loader + headers and PoCL (OpenCL on the
+# CPU, so the OpenCL tests run without a GPU; clinfo to look at it);
+# Debian's HIP compiler and runtime headers (hipcc). The CUDA
 # toolkit is not in Debian main: the CUDA module is built when nvcc is found.
 # Runs apt-get (as root, or through sudo) only when something is missing.
 set -euo pipefail
@@ -33,7 +35,8 @@ fi
 python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
 need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok installed" || missing+=("$1"); }
 if command -v dpkg-query >/dev/null 2>&1; then
-    for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers hipcc libamdhip64-dev \
+    for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers ocl-icd-opencl-dev opencl-headers \
+        pocl-opencl-icd clinfo hipcc libamdhip64-dev \
         libhiredis-dev redis-server chromium prometheus; do need_pkg "$p"; done
 fi
 

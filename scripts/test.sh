@@ -49,6 +49,8 @@ build_and_test release build -DCMAKE_BUILD_TYPE=Release
 if [ "${WEFT_SKIP_ASAN:-0}" != 1 ]; then
     export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
     export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+    # leaks inside PoCL and its LLVM (the OpenCL tests) are theirs: scripts/lsan.supp
+    export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$root/scripts/lsan.supp:print_suppressions=0}
     # The CUDA and HIP modules (no GPU here: their tests check the driverless
     # path, which the Release run covers) stay out of the sanitizer build.
     build_and_test asan build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWEFT_SANITIZE=ON -DWEFT_CUDA=OFF -DWEFT_HIP=OFF

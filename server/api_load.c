@@ -20,6 +20,7 @@ static const char *vendor_of(const char *backend, const char *name)
     if (!strcmp(backend, "hip")) return "amd";
     if (!strcmp(backend, "cpu")) return "cpu";
     static const struct { const char *needle, *vendor; } known[] = {
+        {"portable computing", "pocl"}, {"pthread-", "pocl"},
         {"nvidia", "nvidia"}, {"geforce", "nvidia"}, {"amd", "amd"},     {"radeon", "amd"},
         {"intel", "intel"},   {"apple", "apple"},    {"llvmpipe", "mesa"}, {"lavapipe", "mesa"},
         {"adreno", "qualcomm"}, {"mali", "arm"},

@@ -13,7 +13,8 @@
  * only at a step where the CPU's own top-2 logprob margin is below NEAR_TIE.
  * lavapipe (Mesa's CPU Vulkan) gets no such allowance: there the Vulkan
  * backend runs its exact forms (IEEE float arithmetic step for step as the
- * CPU's), so SmolLM2 must match exactly too.
+ * CPU's), so SmolLM2 must match exactly too; so must PoCL (OpenCL on the
+ * CPU), where the OpenCL backend runs its exact forms.
  * Without a GPU backend only the CPU splits run. WEFT_TEST_DEVICES="a b"
  * restricts the devices (e.g. "vulkan:0"). */
 #include <pthread.h>
@@ -116,7 +117,8 @@ static char devices[8][32];
 static int n_devices;
 
 /* lavapipe: a CPU-type Vulkan device, on which the backend's ops equal the
- * CPU's bit for bit (tests/test_vulkan_exact.c) */
+ * CPU's bit for bit (tests/test_vulkan_exact.c); an OpenCL device of CPU
+ * type (PoCL), where the OpenCL backend's exact forms do the same */
 static bool bit_exact_device(const char *dev)
 {
     char name[32];
@@ -127,7 +129,9 @@ static bool bit_exact_device(const char *dev)
     const struct weft_backend_iface *bi = weft_backend_find(name);
     struct weft_device_info info[8];
     int n = bi ? bi->devices(info, 8, NULL) : 0;
-    return idx < n && idx >= 0 && (strstr(info[idx].name, "llvmpipe") || strstr(info[idx].name, "lavapipe"));
+    return idx < n && idx >= 0 &&
+           (strstr(info[idx].name, "llvmpipe") || strstr(info[idx].name, "lavapipe") ||
+            (!strcmp(name, "opencl") && strstr(info[idx].name, ", CPU")));
 }
 
 static struct weft_model *load(const char *path, const struct weft_split_part *parts, uint32_t n)

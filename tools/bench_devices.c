@@ -26,7 +26,7 @@
 #define MAX_DEVS 32
 #define MAX_LEVELS 16
 
-static const char *const backends[] = {"cpu", "vulkan", "cuda", "hip"};
+static const char *const backends[] = {"cpu", "vulkan", "cuda", "hip", "opencl"};
 #define N_BACKENDS (int)(sizeof backends / sizeof backends[0])
 
 struct dev {

@@ -121,14 +121,27 @@ static bool software_vulkan(const char *name)
     return strcasestr(name, "llvmpipe") || strcasestr(name, "lavapipe") || strcasestr(name, "swiftshader");
 }
 
-/* An instance per device: CUDA and HIP GPUs, Vulkan devices that are none
- * of those nor software, and the CPU with the cores the others leave. */
+/* Whether two backends' names are one device: equal up to their " (...)"
+ * details, or one contains the other. */
+static bool same_device(const char *a, const char *b)
+{
+    const char *pa = strstr(a, " ("), *pb = strstr(b, " (");
+    size_t la = pa ? (size_t)(pa - a) : strlen(a), lb = pb ? (size_t)(pb - b) : strlen(b);
+    return (la == lb && strncasecmp(a, b, la) == 0) || strcasestr(a, b) || strcasestr(b, a);
+}
+
+/* an OpenCL device that is the CPU (PoCL): the backend names its type */
+static bool cpu_opencl(const char *name) { return strstr(name, ", CPU") != NULL; }
+
+/* An instance per device: CUDA and HIP GPUs, Vulkan and then OpenCL devices
+ * that are none of those nor software (or CPU) devices, and the CPU with
+ * the cores the others leave. */
 static int default_instances(struct fleet_cli *f)
 {
     char gpu_names[MAX_INSTANCES][128];
     uint32_t n_gpu = 0;
-    static const char *const order[] = {"cuda", "hip", "vulkan"};
-    for (size_t b = 0; b < 3; b++) {
+    static const char *const order[] = {"cuda", "hip", "vulkan", "opencl"};
+    for (size_t b = 0; b < 4; b++) {
         const struct weft_backend_iface *bi = weft_backend_find(order[b]);
         if (!bi) continue;
         struct weft_device_info info[16];
@@ -136,15 +149,15 @@ static int default_instances(struct fleet_cli *f)
         int n = bi->devices(info, 16, &why);
         for (int i = 0; i < n && i < 16 && f->n_in < MAX_INSTANCES - 1; i++) {
             bool skip = false;
-            if (!strcmp(order[b], "vulkan")) {
-                if (software_vulkan(info[i].name)) {
+            if (!strcmp(order[b], "vulkan") || !strcmp(order[b], "opencl")) {
+                if (software_vulkan(info[i].name) || cpu_opencl(info[i].name)) {
                     fprintf(stderr, "weft fleet: skipping %s (%s: a software device; --instance %s runs it)\n",
                             info[i].id, info[i].name, info[i].id);
                     skip = true;
                 }
                 for (uint32_t g = 0; g < n_gpu && !skip; g++)
-                    if (strcasestr(info[i].name, gpu_names[g]) || strcasestr(gpu_names[g], info[i].name)) {
-                        fprintf(stderr, "weft fleet: skipping %s (%s: served through CUDA/HIP)\n", info[i].id,
+                    if (same_device(info[i].name, gpu_names[g])) {
+                        fprintf(stderr, "weft fleet: skipping %s (%s: served through another backend)\n", info[i].id,
                                 info[i].name);
                         skip = true;
                     }

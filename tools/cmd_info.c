@@ -120,7 +120,7 @@ int weft_cmd_devices(int argc, char **argv)
         weft_cli_unknown_option("devices", argv[i], false);
         return 2;
     }
-    static const char *const all[] = {"cpu", "vulkan", "cuda", "hip"};
+    static const char *const all[] = {"cpu", "vulkan", "cuda", "hip", "opencl"};
     json_t *arr = json_array();
     for (size_t b = 0; b < sizeof all / sizeof all[0]; b++) {
         const struct weft_backend_iface *bi = weft_backend_find(all[b]);

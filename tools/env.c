@@ -15,6 +15,7 @@ const struct weft_knob weft_knobs[] = {
     {"WEFT_PROFILE", "vulkan.profile", "1: per-op GPU time (timestamp queries) on stderr when Vulkan closes"},
     {"WEFT_VK_VALIDATE", "vulkan.validate", "1: the Khronos validation layer; a validation error fails the step"},
     {"WEFT_VK_EXACT", "vulkan.exact", "0|1: the bit-exact shaders (default: on CPU-type devices such as lavapipe)"},
+    {"WEFT_OCL_EXACT", "opencl.exact", "0|1: the OpenCL kernels' bit-exact forms (default: on CPU-type devices such as PoCL)"},
     {"WEFT_VK_NO_UNIFIED", "vulkan.no_unified", "1: staging copies even where memory is unified (tests)"},
     {"WEFT_VK_NO_SUBGROUP", "vulkan.no_subgroup", "1: the shared-memory fallbacks of subgroup operations (tests)"},
     {"WEFT_VK_MATVEC_TREE", "vulkan.matvec_tree", "1: matrix-vector sums by a shared-memory tree (tests)"},

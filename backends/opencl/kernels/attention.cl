@@ -1,0 +1,205 @@
+/* ROPE_KV and ATTENTION over the paged KV cache (backends/backend.h gives
+ * the block layout), step for step as the CPU backend's
+ * backends/cpu/ops/ops_attention.c. */
+
+/* The byte offset of token `slot`'s K (which = 0) or V (1) row of `layer`. */
+inline ulong kv_row(long slot, int which, int n_layer, int layer, ulong tok_bytes)
+{
+    const long block = slot / KV_BLOCK, off = slot % KV_BLOCK;
+    const ulong layer_bytes = (ulong)KV_BLOCK * tok_bytes;
+    return (((ulong)block * n_layer + layer) * 2 + which) * layer_bytes + (ulong)off * tok_bytes;
+}
+
+/* x[a], x[b] rotated by (c, s): the CPU's fused forms */
+inline void rot(global float *v, int a, int b, float c, float s)
+{
+    const float x0 = v[a], x1 = v[b];
+    v[a] = fma(x0, c, -(x1 * s));
+    v[b] = fma(x0, s, x1 * c);
+}
+
+/* n elements of v into the cache at dst: F16 (round to nearest even) or
+ * Q8_0 blocks as base/quant.c's file quantizer (d = amax/127, round half
+ * away from zero) */
+inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
+{
+    if (!q8) {
+        for (int i = 0; i < n; i++) {
+            const ushort h = f2h(v[i]);
+            dst[2 * i] = (uchar)h;
+            dst[2 * i + 1] = (uchar)(h >> 8);
+        }
+        return;
+    }
+    for (int b = 0; b < n / WEFT_QK_Q8_0; b++) {
+        global const float *x = v + b * WEFT_QK_Q8_0;
+        global uchar *blk = dst + b * WEFT_B_Q8_0;
+        float amax = 0.0f;
+        for (int j = 0; j < WEFT_QK_Q8_0; j++) amax = fmax(amax, fabs(x[j]));
+        const float d = amax / 127;
+        const ushort hd = f2h(d);
+        blk[0] = (uchar)hd;
+        blk[1] = (uchar)(hd >> 8);
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        for (int j = 0; j < WEFT_QK_Q8_0; j++) blk[2 + j] = (uchar)(char)round(x[j] * id);
+    }
+}
+
+/* One work-item per batch row: rotate its q and k heads, then store k and v
+ * in its slot. Angles: from tab (the host's weft_rope_cos_sin, cos/sin per
+ * position: the CPU's own libm bits) when has_tab, else computed here
+ * (theta_scale = the host's powf(freq_base, -2/n_rot)). */
+kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
+                    global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
+                    int layer, int n_kv, int hd, int n_head, int n_rot, int neox, float freq_scale,
+                    float theta_scale, global const uchar *pos_b, ulong pos_off, global const uchar *slot_b,
+                    ulong slot_off, global const float *tab, int has_tab, int tab_rows, int n_rows,
+                    global int *err)
+{
+    const int r = get_global_id(0);
+    if (r >= n_rows) return;
+    global uchar *kv = kv_b + kv_base;
+    const int pos = I32P(pos_b, pos_off)[r];
+    global float *qr = F32P(q, q_off) + (ulong)r * q_ld;
+    global float *kr = F32P(k, k_off) + (ulong)r * k_ld;
+    const bool use_tab = has_tab && pos >= 0 && pos < tab_rows;
+    float theta = (float)pos * freq_scale;
+    for (int i = 0; i < n_rot / 2; i++) {
+        float c, s;
+        if (use_tab) {
+            c = tab[(ulong)pos * n_rot + 2 * i];
+            s = tab[(ulong)pos * n_rot + 2 * i + 1];
+        } else {
+            c = cos(theta);
+            s = sin(theta);
+            theta *= theta_scale;
+        }
+        const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+        for (int h = 0; h < n_head; h++) rot(qr + h * hd, a, b, c, s);
+        for (int h = 0; h < n_kv; h++) rot(kr + h * hd, a, b, c, s);
+    }
+    const int slot = I32P(slot_b, slot_off)[r];
+    if (slot < 0) {
+        FLAG_ERROR(err, 3);
+        return;
+    }
+    const ulong tok = kv_q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
+    kv_store(kr, kv + kv_row(slot, 0, n_layer, layer, tok), n_kv * hd, kv_q8);
+    kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, tok), n_kv * hd, kv_q8);
+}
+
+#define ATT_MAX_HD 256
+
+/* ggml_vec_dot_f16's order (backends/cpu/cpu_ref_dot.c dot_f16): 4 x 16
+ * lanes of fma over 64-element chunks, (s0+s2)+(s1+s3), the 16 lanes
+ * pairwise, the tail in double */
+inline float dot_f16(global const uchar *k, const ushort *q, int n)
+{
+    const int np = n & ~63;
+    float r[16];
+    for (int l = 0; l < 16; l++) {
+        float s4[4];
+        for (int j = 0; j < 4; j++) {
+            float c = 0.0f;
+            for (int e = 16 * j + l; e < np; e += 64) c = fma(ldh(k + 2 * e), h2f(q[e]), c);
+            s4[j] = c;
+        }
+        r[l] = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+    }
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = r[i] + r[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+#ifdef WEFT_F64
+    double s = (u[0] + u[2]) + (u[1] + u[3]);
+    for (int i = np; i < n; i++) s += (double)(ldh(k + 2 * i) * h2f(q[i]));
+    return (float)s;
+#else
+    float s = (u[0] + u[2]) + (u[1] + u[3]);
+    for (int i = np; i < n; i++) s += ldh(k + 2 * i) * h2f(q[i]);
+    return s;
+#endif
+}
+
+/* ggml's Q8_0 x Q8_0 dot (cpu_ref_dot.c dot_q8_0): 8 lanes of 4 products,
+ * acc[l] = fma(dk * dq, lane, acc[l]), then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) */
+inline float dot_q8(global const uchar *k, const char *qq, const float *qd, int n)
+{
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int b = 0; b < n / WEFT_QK_Q8_0; b++) {
+        global const uchar *kb = k + b * WEFT_B_Q8_0;
+        const float d = ldh(kb) * qd[b];
+        for (int l = 0; l < 8; l++) {
+            int s = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) s += (int)(char)kb[2 + j] * (int)qq[b * 32 + j];
+            acc[l] = fma(d, (float)s, acc[l]);
+        }
+    }
+    return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
+/* One work-item per (head, row): a single pass with an online softmax over
+ * positions 0..pos[r] of the row's sequence, as weft_cpu_attn_row_generic
+ * (F16 cache: q rounded to F16, an F16 accumulator) and attn_row_q8_0 (Q8_0
+ * cache: q quantized to Q8_0, an F32 accumulator). global (n_head, rows) */
+kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uchar *o, ulong o_off, ulong o_ld,
+                      global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
+                      int n_head, float scale, global const uchar *pos_b, ulong pos_off, global const uchar *seq_b,
+                      ulong seq_off, global const uchar *bto_b, ulong bto_off, global const uchar *bt_b,
+                      ulong bt_off, int n_rows)
+{
+    const int h = get_global_id(0), r = get_global_id(1);
+    if (h >= n_head || r >= n_rows) return;
+    global const uchar *kv = kv_b + kv_base;
+    const int group = n_head / n_kv;
+    const int pos = I32P(pos_b, pos_off)[r], sq = I32P(seq_b, seq_off)[r];
+    global const int *bt = I32P(bt_b, bt_off) + I32P(bto_b, bto_off)[sq];
+    global const float *qv = F32P(q, q_off) + (ulong)r * q_ld + (ulong)h * hd;
+    global float *out = F32P(o, o_off) + (ulong)r * o_ld + (ulong)h * hd;
+    const ulong tok = kv_q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
+    const ulong head_off = (ulong)(h / group) * (kv_q8 ? (ulong)(hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)hd * 2);
+    ushort q16[ATT_MAX_HD], acc16[ATT_MAX_HD];
+    char qq[ATT_MAX_HD];
+    float qd[ATT_MAX_HD / 32], acc[ATT_MAX_HD];
+    if (kv_q8) {
+        /* weft_quantize_row_act Q8_0: d = amax/127, q = round-half-even(x * 127/amax) */
+        for (int b = 0; b < hd / 32; b++) {
+            float amax = 0.0f;
+            for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(qv[32 * b + j]));
+            qd[b] = h2f(f2h(amax / 127));
+            const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            for (int j = 0; j < 32; j++) qq[32 * b + j] = (char)rint(qv[32 * b + j] * id);
+        }
+        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+    } else {
+        for (int d = 0; d < hd; d++) {
+            q16[d] = f2h(qv[d]);
+            acc16[d] = 0;
+        }
+    }
+    float M = -INFINITY, S = 0.0f;
+    for (int p = 0; p <= pos; p++) {
+        const long slot = (long)bt[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK;
+        global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, tok) + head_off;
+        global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, tok) + head_off;
+        const float s = (kv_q8 ? dot_q8(kr, qq, qd, hd) : dot_f16(kr, q16, hd)) * scale;
+        float ms = 1.0f, vs = 1.0f;
+        if (s > M) {
+            const float Mold = M;
+            M = s;
+            ms = expf_libm(Mold - M);
+            if (kv_q8)
+                for (int d = 0; d < hd; d++) acc[d] *= ms;
+            else
+                for (int d = 0; d < hd; d++) acc16[d] = f2h(h2f(acc16[d]) * ms);
+        } else {
+            vs = expf_libm(s - M);
+        }
+        if (kv_q8)
+            for (int d = 0; d < hd; d++) acc[d] = fma(dq(vr, WEFT_T_Q8_0, d), vs, acc[d]);
+        else
+            for (int d = 0; d < hd; d++) acc16[d] = f2h(fma(ldh(vr + 2 * d), vs, h2f(acc16[d])));
+        S = fma(S, ms, vs);
+    }
+    const float inv = 1.0f / S;
+    for (int d = 0; d < hd; d++) out[d] = (kv_q8 ? acc[d] : h2f(acc16[d])) * inv;
+}

@@ -1,0 +1,210 @@
+/* What every kernel of the OpenCL backend shares: float rules, the numeric
+ * helpers written bit for bit as the CPU backend's C (half conversion,
+ * glibc's expf, ggml's SiLU polynomial), and the element reader of every
+ * weight type.
+ *
+ * The first of the .cl files here (the others follow in file-name order) and built
+ * once per device (backends/opencl/ocl_program.c). The host passes the block
+ * layouts of base/types.h as -D options (WEFT_T_<TYPE> the type ids,
+ * WEFT_B_<TYPE> the block bytes, WEFT_QK_<TYPE> the elements per block), so
+ * this file has no layout numbers of its own. Buffers arrive as
+ * (global uchar *, byte offset) pairs: a weft view is a buffer and an
+ * offset, and sub-allocated buffers are offsets inside one cl_mem.
+ *
+ * No contraction: the CPU backend is compiled with -ffp-contract=off and
+ * spells out each fused multiply-add; OpenCL C contracts by default. */
+#pragma OPENCL FP_CONTRACT OFF
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#define WEFT_F64 1
+#endif
+
+#define KV_BLOCK WEFT_KV_BLOCK_TOKENS
+
+/* set when a kernel meets input it cannot use (an id outside a table);
+ * the host reports it at sync */
+#define FLAG_ERROR(err, code) atomic_cmpxchg((volatile global int *)(err), 0, (code))
+
+#define F32P(b, off) ((global float *)((b) + (off)))
+#define I32P(b, off) ((global const int *)((b) + (off)))
+
+/* IEEE half <-> float as base/types.h (round to nearest even) */
+inline float h2f(ushort h)
+{
+    uint sign = (uint)(h & 0x8000) << 16;
+    uint ex = (h >> 10) & 0x1f, man = h & 0x3ff;
+    if (ex == 0) {
+        if (man == 0) return as_float(sign);
+        float f = (float)man * 0x1p-24f;  /* exact */
+        return sign ? -f : f;
+    }
+    if (ex == 31) return as_float(sign | 0x7f800000u | (man << 13));
+    return as_float(sign | ((ex + 112) << 23) | (man << 13));
+}
+
+inline ushort f2h(float f)
+{
+    uint x = as_uint(f);
+    uint sign = (x >> 16) & 0x8000;
+    uint ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (ushort)(sign | 0x7c00 | (ax > 0x7f800000u ? 0x200 : 0));
+    if (ax >= 0x477ff000u) return (ushort)(sign | 0x7c00);
+    if (ax < 0x38800000u) {
+        if (ax < 0x33000000u) return (ushort)sign;
+        uint e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
+        uint shift = 126 - e;
+        uint hm = m >> shift, rem = m & ((1u << shift) - 1), half_ = 1u << (shift - 1);
+        if (rem > half_ || (rem == half_ && (hm & 1))) hm++;
+        return (ushort)(sign | hm);
+    }
+    uint h = ((ax - 0x38000000u) >> 13);
+    uint rem = ax & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+    return (ushort)(sign | h);
+}
+
+inline ushort ld16(global const uchar *p) { return (ushort)(p[0] | (p[1] << 8)); }
+inline float ldh(global const uchar *p) { return h2f(ld16(p)); }
+
+/* ggml_v_expf's polynomial for one lane (backends/cpu/cpu_expf.h) */
+inline float expf_poly(float x)
+{
+    const float r = 0x1.8p23f;
+    const float z = fma(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fma(-n, 0x1.7f7d1cp-20f, fma(-n, 0x1.62e4p-1f, x));
+    const float u = b * b;
+    const float j = fma(fma(fma(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fma(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                        fma(0x1.ffffecp-1f, b, 1.0f));
+    if (fabs(n) > 192.0f) return n <= 0.0f ? 0.0f : INFINITY;
+    return ldexp(j, (int)n);
+}
+
+#ifdef WEFT_F64
+/* glibc's expf (shaders/expf_libm.glsl says how): what the CPU's softmax
+ * and SiLU tail get from libm */
+constant ulong EXPF_TAB[32] = {
+    0x3ff0000000000000ul, 0x3fefd9b0d3158574ul, 0x3fefb5586cf9890ful, 0x3fef9301d0125b51ul,
+    0x3fef72b83c7d517bul, 0x3fef54873168b9aaul, 0x3fef387a6e756238ul, 0x3fef1e9df51fdee1ul,
+    0x3fef06fe0a31b715ul, 0x3feef1a7373aa9cbul, 0x3feedea64c123422ul, 0x3feece086061892dul,
+    0x3feebfdad5362a27ul, 0x3feeb42b569d4f82ul, 0x3feeab07dd485429ul, 0x3feea47eb03a5585ul,
+    0x3feea09e667f3bcdul, 0x3fee9f75e8ec5f74ul, 0x3feea11473eb0187ul, 0x3feea589994cce13ul,
+    0x3feeace5422aa0dbul, 0x3feeb737b0cdc5e5ul, 0x3feec49182a3f090ul, 0x3feed503b23e255dul,
+    0x3feee89f995ad3adul, 0x3feeff76f2fb5e47ul, 0x3fef199bdd85529cul, 0x3fef3720dcef9069ul,
+    0x3fef5818dcfba487ul, 0x3fef7c97337b9b5ful, 0x3fefa4afa2a490daul, 0x3fefd0765b6e4540ul};
+
+inline float expf_libm(float x)
+{
+    const uint ux = as_uint(x), abstop = (ux >> 20) & 0x7ffu;
+    if (abstop >= 0x42bu) {
+        if (ux == 0xff800000u) return 0.0f;
+        if (abstop >= 0x7f8u) return x + x;
+        if (x > as_float(0x42b17217u)) return INFINITY;
+        if (x < as_float(0xc2cff1b4u)) return 0.0f;
+    }
+    const double inv_ln2_n = as_double(0x40471547652b82feul);
+    const double shift = as_double(0x4338000000000000ul);
+    const double c0 = as_double(0x3ebc6af84b912394ul);
+    const double c1 = as_double(0x3f2ebfce50fac4f3ul);
+    const double c2 = as_double(0x3f962e42ff0c52d6ul);
+    double z = inv_ln2_n * (double)x;
+    double kd0 = z + shift;
+    const ulong ki = as_ulong(kd0);
+    double kd = kd0 - shift;
+    double r = z - kd;
+    const double s = as_double(EXPF_TAB[ki & 31] + (ki << 47));
+    double p = c0 * r + c1;
+    double r2 = r * r;
+    double q = c2 * r + 1.0;
+    double y = p * r2 + q;
+    return (float)(y * s);
+}
+#else
+inline float expf_libm(float x) { return exp(x); }
+#endif
+
+/* Q4_K / Q5_K: sub-block j's 6-bit scale and min (base/quant_blocks.h) */
+inline void k4_scale_min(int j, global const uchar *q, uint *sc, uint *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Element e of a row of weight type t, as base/quant.c dequantizes it (the
+ * same operations in the same order, so the same bits). */
+inline float dq(global const uchar *row, int t, int e)
+{
+    if (t == WEFT_T_F32) return ((global const float *)row)[e];
+    if (t == WEFT_T_F16) return ldh(row + 2 * e);
+    if (t == WEFT_T_BF16) return as_float((uint)ld16(row + 2 * e) << 16);
+    if (t == WEFT_T_Q4_0) {
+        global const uchar *b = row + (e / WEFT_QK_Q4_0) * WEFT_B_Q4_0;
+        const int j = e % WEFT_QK_Q4_0, h = WEFT_QK_Q4_0 / 2;
+        const int q = j < h ? (b[2 + j] & 0xF) : (b[2 + j - h] >> 4);
+        return (float)(q - 8) * ldh(b);
+    }
+    if (t == WEFT_T_Q4_1) {
+        global const uchar *b = row + (e / WEFT_QK_Q4_1) * WEFT_B_Q4_1;
+        const int j = e % WEFT_QK_Q4_1, h = WEFT_QK_Q4_1 / 2;
+        const int q = j < h ? (b[4 + j] & 0xF) : (b[4 + j - h] >> 4);
+        return (float)q * ldh(b) + ldh(b + 2);
+    }
+    if (t == WEFT_T_Q5_0 || t == WEFT_T_Q5_1) {
+        const bool one = t == WEFT_T_Q5_1;
+        const int bs = one ? WEFT_B_Q5_1 : WEFT_B_Q5_0, qk = one ? WEFT_QK_Q5_1 : WEFT_QK_Q5_0;
+        global const uchar *b = row + (e / qk) * bs;
+        const int j = e % qk, h = qk / 2, o = one ? 4 : 2;
+        const uint qh = (uint)b[o] | (uint)b[o + 1] << 8 | (uint)b[o + 2] << 16 | (uint)b[o + 3] << 24;
+        global const uchar *qs = b + o + 4;
+        const int lo = j < h ? (qs[j] & 0xF) : (qs[j - h] >> 4);
+        const int q = lo | (int)(((qh >> j) & 1) << 4);
+        return one ? (float)q * ldh(b) + ldh(b + 2) : (float)(q - 16) * ldh(b);
+    }
+    if (t == WEFT_T_Q8_0) {
+        global const uchar *b = row + (e / WEFT_QK_Q8_0) * WEFT_B_Q8_0;
+        return (float)(char)b[2 + e % WEFT_QK_Q8_0] * ldh(b);
+    }
+    if (t == WEFT_T_Q4_K || t == WEFT_T_Q5_K) {
+        const bool five = t == WEFT_T_Q5_K;
+        global const uchar *b = row + (e / WEFT_QK_K) * (five ? WEFT_B_Q5_K : WEFT_B_Q4_K);
+        const int i = e % WEFT_QK_K, c = i / 64, w = i % 64, l = w % 32, is = 2 * c + (w >= 32);
+        global const uchar *qs = b + 4 + 12 + (five ? WEFT_QK_K / 8 : 0) + 32 * c;
+        uint sc, m;
+        k4_scale_min(is, b + 4, &sc, &m);
+        const float d1 = ldh(b) * (float)sc, m1 = ldh(b + 2) * (float)m;
+        int q = w < 32 ? (qs[l] & 0xF) : (qs[l] >> 4);
+        if (five && (b[16 + l] & (1u << is))) q += 16;
+        return d1 * (float)q - m1;
+    }
+    if (t == WEFT_T_Q6_K) {
+        global const uchar *b = row + (e / WEFT_QK_K) * WEFT_B_Q6_K;
+        const int i = e % WEFT_QK_K, hh = i / 128, k = (i % 128) / 32, l = i % 32;
+        global const uchar *ql = b + 64 * hh, *qh = b + WEFT_QK_K / 2 + 32 * hh;
+        const int lo = (k & 1) ? ql[l + 32] : ql[l];
+        const int q = (((k < 2) ? (lo & 0xF) : (lo >> 4)) | (((qh[l] >> (2 * k)) & 3) << 4)) - 32;
+        const float d = ldh(b + WEFT_QK_K / 2 + WEFT_QK_K / 4 + WEFT_QK_K / 16);
+        return d * (float)(char)b[WEFT_QK_K / 2 + WEFT_QK_K / 4 + i / 16] * (float)q;
+    }
+    return 0.0f;
+}
+
+/* bytes of n elements of type t (whole blocks) */
+inline ulong row_bytes(int t, long n)
+{
+    if (t == WEFT_T_F32) return 4 * n;
+    if (t == WEFT_T_F16 || t == WEFT_T_BF16) return 2 * n;
+    if (t == WEFT_T_Q4_0) return n / WEFT_QK_Q4_0 * WEFT_B_Q4_0;
+    if (t == WEFT_T_Q4_1) return n / WEFT_QK_Q4_1 * WEFT_B_Q4_1;
+    if (t == WEFT_T_Q5_0) return n / WEFT_QK_Q5_0 * WEFT_B_Q5_0;
+    if (t == WEFT_T_Q5_1) return n / WEFT_QK_Q5_1 * WEFT_B_Q5_1;
+    if (t == WEFT_T_Q8_0) return n / WEFT_QK_Q8_0 * WEFT_B_Q8_0;
+    if (t == WEFT_T_Q4_K) return n / WEFT_QK_K * WEFT_B_Q4_K;
+    if (t == WEFT_T_Q5_K) return n / WEFT_QK_K * WEFT_B_Q5_K;
+    if (t == WEFT_T_Q6_K) return n / WEFT_QK_K * WEFT_B_Q6_K;
+    return 0;
+}

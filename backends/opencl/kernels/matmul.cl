@@ -1,0 +1,233 @@
+/* MATMUL: out[r][n] = x[r] . W[n] (+ add[r][n]), W of any weight type,
+ * read element by element through dq(). Two forms:
+ *  - mm_vec (decode): one work-group of MM_WG items per weight row n, for
+ *    up to MM_VEC_ROWS activation rows at once (each weight element is read
+ *    once for all of them); each item sums a strided slice, then a tree in
+ *    local memory;
+ *  - mm_tile (prefill): MM_T x MM_T outputs per work-group, W and x staged
+ *    through local memory MM_TK elements at a time.
+ * `add` may alias `out` (each output reads its add before writing). */
+#define MM_WG 64
+#define MM_VEC_ROWS 8
+#define MM_T 16
+#define MM_TK 32
+
+kernel __attribute__((reqd_work_group_size(MM_WG, 1, 1)))
+void mm_vec(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
+            ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
+            int has_add, int K, int N, int M)
+{
+    const int n = get_group_id(0), lid = get_local_id(0);
+    const int r0 = get_group_id(1) * MM_VEC_ROWS, nr = min(MM_VEC_ROWS, M - r0);
+    global const uchar *row = w + w_off + (ulong)n * w_nb1;
+    global const float *xr = F32P(x, x_off) + (ulong)r0 * x_ld;
+    float acc[MM_VEC_ROWS];
+    for (int r = 0; r < MM_VEC_ROWS; r++) acc[r] = 0.0f;
+    for (int k = lid; k < K; k += MM_WG) {
+        const float wv = dq(row, type, k);
+        for (int r = 0; r < nr; r++) acc[r] = fma(wv, xr[(ulong)r * x_ld + k], acc[r]);
+    }
+    local float red[MM_VEC_ROWS][MM_WG];
+    for (int r = 0; r < MM_VEC_ROWS; r++) red[r][lid] = acc[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = MM_WG / 2; s > 0; s >>= 1) {
+        if (lid < s)
+            for (int r = 0; r < nr; r++) red[r][lid] += red[r][lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid < nr) {
+        const int r = r0 + lid;
+        float v = red[lid][0];
+        if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
+        (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+    }
+}
+
+kernel __attribute__((reqd_work_group_size(MM_T, MM_T, 1)))
+void mm_tile(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
+             ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
+             int has_add, int K, int N, int M)
+{
+    const int tn = get_local_id(0), tr = get_local_id(1);
+    const int n0 = get_group_id(0) * MM_T, r0 = get_group_id(1) * MM_T;
+    local float ws[MM_T][MM_TK + 1], xs[MM_T][MM_TK + 1];
+    const int lin = tr * MM_T + tn;  /* 0..255: loads MM_T*MM_TK/256 = 2 elements of each */
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += MM_TK) {
+        for (int i = lin; i < MM_T * MM_TK; i += MM_T * MM_T) {
+            const int rr = i / MM_TK, kk = i % MM_TK, k = k0 + kk;
+            const int n = n0 + rr, r = r0 + rr;
+            ws[rr][kk] = n < N && k < K ? dq(w + w_off + (ulong)n * w_nb1, type, k) : 0.0f;
+            xs[rr][kk] = r < M && k < K ? (F32P(x, x_off) + (ulong)r * x_ld)[k] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int kk = 0; kk < MM_TK; kk++) acc = fma(ws[tn][kk], xs[tr][kk], acc);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    const int n = n0 + tn, r = r0 + tr;
+    if (n < N && r < M) {
+        float v = acc;
+        if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
+        (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+    }
+}
+
+/* ---- exact forms (CPU-type devices): the CPU backend's bits ---- */
+
+/* _mm512_reduce_add_ps's order (cpu_ref_dot.c reduce_add_16) */
+inline float reduce16(const float *x)
+{
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/* activation element e as the CPU's matmul sees it: F16 weights take the
+ * activations rounded to F16 (their vec_dot type) */
+#define XV(e) (f16 ? h2f(f2h(xr[e])) : xr[e])
+#define WV(e) (f16 ? ldh(row + 2 * (e)) : ((global const float *)row)[e])
+
+/* F32 and F16 weights, one work-item per output (n, r), in the order of
+ * backends/cpu/cpu_ref_dot.c: mm = 1 the tinyBLAS order of prefill
+ * (weft_vec_dot_mm: 16 lanes over 16-element chunks), else the vec_dot
+ * order (4 x 16 lanes over 64-element chunks, then the tail: for F32 in
+ * float, 4 products at a time rounded and added in order and the last
+ * K % 4 fused; for F16 in double). global (N, M) */
+kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
+                       ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
+                       ulong a_ld, int has_add, int K, int N, int M, int mm)
+{
+    const int n = get_global_id(0), r = get_global_id(1);
+    if (n >= N || r >= M) return;
+    const bool f16 = type == WEFT_T_F16;
+    global const uchar *row = w + w_off + (ulong)n * w_nb1;
+    global const float *xr = F32P(x, x_off) + (ulong)r * x_ld;
+    float v;
+    if (mm) {
+        float acc[16];
+        for (int l = 0; l < 16; l++) {
+            float c = 0.0f;
+            for (int i = l; i < K; i += 16) c = fma(WV(i), XV(i), c);
+            acc[l] = c;
+        }
+        v = reduce16(acc);
+    } else {
+        const int np = K & ~63;
+        float rr[16];
+        for (int l = 0; l < 16; l++) {
+            float s4[4];
+            for (int j = 0; j < 4; j++) {
+                float c = 0.0f;
+                for (int e = 16 * j + l; e < np; e += 64) c = fma(WV(e), XV(e), c);
+                s4[j] = c;
+            }
+            rr[l] = (s4[0] + s4[2]) + (s4[1] + s4[3]);
+        }
+        if (f16) {
+#ifdef WEFT_F64
+            double s = reduce16(rr);
+            for (int i = np; i < K; i++) s += (double)(WV(i) * XV(i));
+            v = (float)s;
+#else
+            v = reduce16(rr);
+            for (int i = np; i < K; i++) v += WV(i) * XV(i);
+#endif
+        } else {
+            float s = reduce16(rr);
+            const int vec_end = np + ((K - np) & ~3);
+            for (int i = np; i < vec_end; i++) s += WV(i) * XV(i);
+            for (int i = vec_end; i < K; i++) s = fma(WV(i), XV(i), s);
+            v = s;
+        }
+    }
+    if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
+    (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+}
+#undef XV
+#undef WV
+
+/* The activations of the 32-element quants' exact forms, as the CPU's
+ * weft_quantize_row_act: per block of 32, d = amax/127 (stored as F16),
+ * q = round-half-even(x * 127/amax); Q8_1 (with_sum) also s = F16(sum(q) * d).
+ * Blocks of row r at q + (r * K/32 + b) * bytes. global (K/32, M) */
+kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uchar *q, int K, int M, int with_sum)
+{
+    const int b = get_global_id(0), r = get_global_id(1);
+    if (b >= K / 32 || r >= M) return;
+    global const float *xs = F32P(x, x_off) + (ulong)r * x_ld + 32 * b;
+    global uchar *blk = q + ((ulong)r * (K / 32) + b) * (with_sum ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0);
+    float amax = 0.0f;
+    for (int j = 0; j < 32; j++) amax = fmax(amax, fabs(xs[j]));
+    const float d = amax / 127;
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const ushort hd = f2h(d);
+    blk[0] = (uchar)hd;
+    blk[1] = (uchar)(hd >> 8);
+    global uchar *qs = blk + (with_sum ? 4 : 2);
+    int sum = 0;
+    for (int j = 0; j < 32; j++) {
+        const int v = (int)rint(xs[j] * id);
+        qs[j] = (uchar)(char)v;
+        sum += v;
+    }
+    if (with_sum) {
+        const ushort hs = f2h((float)sum * d);
+        blk[2] = (uchar)hs;
+        blk[3] = (uchar)(hs >> 8);
+    }
+}
+
+/* Q4_1, Q5_0, Q5_1 and Q8_0 weights against quant_act's blocks, one
+ * work-item per output (n, r), in the order of ggml's AVX2 vec_dot
+ * (backends/cpu/cpu_ref_dot.c, block32_fma_lanes): per block the lane l of
+ * 8 is the integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, lane,
+ * acc[l]); Q4_1/Q5_1 add summs = fma(m, s, summs) per block; the result is
+ * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) (+ summs). global (N, M) */
+kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
+                       ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
+                       ulong a_ld, int has_add, int K, int N, int M)
+{
+    const int n = get_global_id(0), r = get_global_id(1);
+    if (n >= N || r >= M) return;
+    const bool with_min = type == WEFT_T_Q4_1 || type == WEFT_T_Q5_1;
+    const int bs = type == WEFT_T_Q4_1 ? WEFT_B_Q4_1 : type == WEFT_T_Q5_0 ? WEFT_B_Q5_0
+                 : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : WEFT_B_Q8_0;
+    const int xbs = with_min ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0, nb = K / 32;
+    global const uchar *row = w + w_off + (ulong)n * w_nb1;
+    global const uchar *xr = q + (ulong)r * nb * xbs;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f;
+    for (int b = 0; b < nb; b++) {
+        global const uchar *wb = row + (ulong)b * bs, *xb = xr + (ulong)b * xbs;
+        global const char *xq = (global const char *)(xb + (with_min ? 4 : 2));
+        int v[32];
+        if (type == WEFT_T_Q8_0) {
+            for (int j = 0; j < 32; j++) v[j] = (char)wb[2 + j];
+        } else if (type == WEFT_T_Q4_1) {
+            for (int j = 0; j < 16; j++) {
+                v[j] = wb[4 + j] & 0xF;
+                v[j + 16] = wb[4 + j] >> 4;
+            }
+        } else {
+            const int ho = type == WEFT_T_Q5_1 ? 4 : 2;
+            const uint qh = (uint)wb[ho] | (uint)wb[ho + 1] << 8 | (uint)wb[ho + 2] << 16 | (uint)wb[ho + 3] << 24;
+            global const uchar *qs = wb + ho + 4;
+            const int off = type == WEFT_T_Q5_0 ? 16 : 0;
+            for (int j = 0; j < 16; j++) {
+                v[j] = ((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - off;
+                v[j + 16] = ((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off;
+            }
+        }
+        if (with_min) summs = fma(ldh(wb + 2), ldh(xb + 2), summs);
+        const float d = ldh(wb) * ldh(xb);
+        for (int l = 0; l < 8; l++) {
+            const int s = v[4 * l] * xq[4 * l] + v[4 * l + 1] * xq[4 * l + 1] + v[4 * l + 2] * xq[4 * l + 2] +
+                          v[4 * l + 3] * xq[4 * l + 3];
+            acc[l] = fma(d, (float)s, acc[l]);
+        }
+    }
+    float v = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+    if (with_min) v = v + summs;
+    if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
+    (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+}

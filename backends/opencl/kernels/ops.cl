@@ -1,0 +1,103 @@
+/* The element-wise ops: EMBED, RMSNORM (and LOGITS' row normalisation),
+ * SILU_MUL, ADD. Row strides (ld) are in floats, offsets in bytes. */
+
+/* out[r] = dequant(table[ids[r]]): global (ne0, n_ids) */
+kernel void embed(global const uchar *tab, ulong tab_off, ulong tab_nb1, int type, int ne0, int n_tab,
+                  global const uchar *ids, ulong ids_off, global uchar *out, ulong out_off, ulong out_ld,
+                  global int *err)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= ne0) return;
+    const int id = I32P(ids, ids_off)[r];
+    global float *y = F32P(out, out_off) + r * out_ld;
+    if (id < 0 || id >= n_tab) {
+        if (k == 0) FLAG_ERROR(err, 1);
+        y[k] = 0.0f;
+        return;
+    }
+    y[k] = dq(tab + tab_off + (ulong)id * tab_nb1, type, k);
+}
+
+/* 1/sqrt(mean(h^2) + eps) as weft_cpu_rms_scale: squares rounded to float,
+ * summed in double in element order (float without fp64) */
+inline float rms_scale(global const float *h, int n, float eps)
+{
+#ifdef WEFT_F64
+    double sum = 0.0;
+    for (int k = 0; k < n; k++) sum += (double)(h[k] * h[k]);
+    const float mean = (float)(sum / (double)n);
+#else
+    float sum = 0.0f;
+    for (int k = 0; k < n; k++) sum += h[k] * h[k];
+    const float mean = sum / (float)n;
+#endif
+    return 1.0f / sqrt(mean + eps);
+}
+
+/* y = h * scale * w, h = x (+ add, stored to sum): one work-group per row;
+ * the first work-item forms the scale (the CPU's summation order) */
+kernel void rmsnorm(global const uchar *x, ulong x_off, ulong x_ld, global const uchar *a, ulong a_off, ulong a_ld,
+                    global uchar *s, ulong s_off, ulong s_ld, global const uchar *w, ulong w_off, global uchar *o,
+                    ulong o_off, ulong o_ld, int K, float eps, int has_add)
+{
+    const int r = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+    global const float *xr = F32P(x, x_off) + r * x_ld;
+    global const float *h = xr;
+    if (has_add) {
+        global const float *ar = F32P(a, a_off) + r * a_ld;
+        global float *sr = F32P(s, s_off) + r * s_ld;
+        for (int k = lid; k < K; k += nl) sr[k] = xr[k] + ar[k];
+        barrier(CLK_GLOBAL_MEM_FENCE);
+        h = sr;
+    }
+    local float scale;
+    if (lid == 0) scale = rms_scale(h, K, eps);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float sc = scale;
+    global const float *wr = F32P(w, w_off);
+    global float *y = F32P(o, o_off) + r * o_ld;
+    for (int k = lid; k < K; k += nl) y[k] = h[k] * sc * wr[k];
+}
+
+/* LOGITS' first half: row i of out = rmsnorm(x[rows[i]]) (one work-group
+ * per row) */
+kernel void logits_norm(global const uchar *x, ulong x_off, ulong x_ld, int n_x, global const uchar *rows,
+                        ulong rows_off, global const uchar *w, ulong w_off, global uchar *o, ulong o_off, int K,
+                        float eps, global int *err)
+{
+    const int i = get_group_id(0), lid = get_local_id(0), nl = get_local_size(0);
+    const int idx = I32P(rows, rows_off)[i];
+    global float *y = F32P(o, o_off) + (ulong)i * K;
+    if (idx < 0 || idx >= n_x) {
+        if (lid == 0) FLAG_ERROR(err, 2);
+        for (int k = lid; k < K; k += nl) y[k] = 0.0f;
+        return;
+    }
+    global const float *h = F32P(x, x_off) + (ulong)idx * x_ld;
+    local float scale;
+    if (lid == 0) scale = rms_scale(h, K, eps);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const float sc = scale;
+    global const float *wr = F32P(w, w_off);
+    for (int k = lid; k < K; k += nl) y[k] = h[k] * sc * wr[k];
+}
+
+/* SwiGLU as weft_cpu_swiglu_ref: the row's first K & ~15 elements with
+ * ggml's polynomial expf, the rest with libm's. global (K, rows) */
+kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global const uchar *u, ulong u_off, ulong u_ld,
+                     global uchar *o, ulong o_off, ulong o_ld, int K)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= K) return;
+    const float x = (F32P(g, g_off) + r * g_ld)[k], m = (F32P(u, u_off) + r * u_ld)[k];
+    const float e = k < (K & ~15) ? expf_poly(0.0f - x) : expf_libm(-x);
+    (F32P(o, o_off) + r * o_ld)[k] = x / (1.0f + e) * m;
+}
+
+kernel void add(global const uchar *a, ulong a_off, ulong a_ld, global const uchar *b, ulong b_off, ulong b_ld,
+                global uchar *o, ulong o_off, ulong o_ld, int K)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= K) return;
+    (F32P(o, o_off) + r * o_ld)[k] = (F32P(a, a_off) + r * a_ld)[k] + (F32P(b, b_off) + r * b_ld)[k];
+}

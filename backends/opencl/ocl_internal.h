@@ -1,0 +1,107 @@
+/* The OpenCL backend's internals (libweft-opencl.so, over the ICD loader).
+ *
+ * One context and one in-order queue per opened device: every op, copy and
+ * write is queued in order, so a step's ops run without host round trips
+ * and a buffer freed while ops that use it are queued stays alive
+ * (OpenCL keeps a released cl_mem until the commands using it finish).
+ * Buffers up to OCL_SUB_MAX bytes are carved from shared arenas (one cl_mem
+ * each), larger ones get their own cl_mem; kernels take every buffer as a
+ * (cl_mem, byte offset) pair, so both look the same to them.
+ *
+ * The kernels (the .cl files in backends/opencl/kernels/, embedded at build time) are
+ * built once per device at open and kept in the cache folder as the
+ * driver's binary (ocl_program.c). */
+#ifndef WEFT_OCL_INTERNAL_H
+#define WEFT_OCL_INTERNAL_H
+
+#define CL_TARGET_OPENCL_VERSION 120
+#include <CL/cl.h>
+
+#ifndef CL_PLATFORM_NOT_FOUND_KHR
+#define CL_PLATFORM_NOT_FOUND_KHR -1001  /* cl_khr_icd: the loader found no platform */
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+#define OCL_SUB_MAX (256u << 10)     /* buffers up to this size share an arena */
+#define OCL_ARENA_BYTES (4u << 20)   /* one arena */
+#define OCL_SHADOW_MAX (64u << 10)   /* host copies kept of buffers this small (rope positions) */
+
+enum ocl_kernel {
+    OK_EMBED, OK_RMSNORM, OK_LOGITS_NORM, OK_SILU_MUL, OK_ADD, OK_MM_VEC, OK_MM_TILE, OK_ROPE_KV, OK_ATTENTION,
+    OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_COUNT_
+};
+
+struct ocl_arena {
+    cl_mem mem;
+    size_t used;             /* bump pointer */
+    unsigned live;           /* buffers carved from it and not freed */
+    struct ocl_arena *next;
+};
+
+struct weft_buffer {
+    struct ocl_backend *ob;
+    cl_mem mem;              /* the arena's, or its own */
+    size_t off, size;
+    struct ocl_arena *arena; /* NULL: owns mem */
+    uint8_t *shadow;         /* small buffers: what buffer_write put there (NULL: none) */
+    bool shadow_ok;          /* no op or copy has written it since */
+};
+
+struct ocl_backend {
+    struct weft_backend base;
+    int index;               /* opencl:N */
+    cl_platform_id platform;
+    cl_device_id dev;
+    cl_context ctx;
+    cl_command_queue q;
+    cl_program prog;
+    cl_kernel k[OK_COUNT_];
+    cl_mem err;              /* int: input errors the kernels met */
+    struct ocl_arena *arenas;
+    cl_ulong max_alloc;      /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    size_t max_wg;           /* CL_DEVICE_MAX_WORK_GROUP_SIZE */
+    bool fp64;               /* the kernels sum RMSNORM and the F16 dot tail in double */
+    bool exact;              /* opencl.exact (default: on CPU-type devices): the matmul forms that
+                              * equal the CPU backend bit for bit */
+    cl_mem scratch;          /* LOGITS' normalised rows */
+    size_t scratch_size;
+    cl_mem act;              /* the exact forms' quantized activations */
+    size_t act_size;
+    /* the RoPE table (cos/sin per position from base/rope.h) */
+    cl_mem rope_tab;
+    uint32_t rope_rows, rope_n_rot;
+    float rope_base, rope_scale;
+    char cache_dir[512];
+    char name[128];
+    bool program_from_cache; /* for tests: the program came from the cache folder */
+};
+
+/* A failed OpenCL call as a weft_status naming what was being done. */
+weft_status ocl_err(cl_int e, const char *what);
+/* Build (or load from the cache folder) the program and its kernels. */
+weft_status ocl_program_build(struct ocl_backend *ob);
+
+/* ops (ocl_ops.c) */
+bool ocl_supports(struct weft_backend *b, const struct weft_op *op);
+weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n);
+
+/* buffers (ocl_mem.c) */
+weft_status ocl_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out);
+void ocl_buffer_free(struct weft_buffer *buf);
+weft_status ocl_buffer_write(struct weft_buffer *buf, size_t off, const void *src, size_t n);
+weft_status ocl_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size_t n);
+weft_status ocl_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src, size_t soff, size_t n);
+void ocl_arenas_free(struct ocl_backend *ob);
+/* a buffer an op or copy writes: its host copy no longer says what it holds */
+static inline void ocl_dirty(struct weft_buffer *b) { if (b) b->shadow_ok = false; }
+
+/* the kernels' source (generated from the kernels/ folder) */
+extern const char weft_ocl_source[];
+extern const size_t weft_ocl_source_len;
+
+#endif

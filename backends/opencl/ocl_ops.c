@@ -1,0 +1,448 @@
+/* Which ops the OpenCL kernels take (supports) and how each is queued
+ * (run): one or two kernel launches per op on the device's in-order queue,
+ * no host round trip inside a step. */
+#include "backends/opencl/ocl_internal.h"
+#include "base/rope.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- supports ---- */
+
+static bool view_in(const struct weft_view *v)
+{
+    if (!v->buf || v->ne0 <= 0 || v->ne1 <= 0 || v->ne0 > INT32_MAX || v->ne1 > INT32_MAX) return false;
+    const size_t rs = weft_row_size(v->type, v->ne0);
+    return v->nb1 >= rs && v->offset <= v->buf->size &&
+           (uint64_t)(v->ne1 - 1) * v->nb1 + rs <= v->buf->size - v->offset;
+}
+
+static bool f32_ok(const struct weft_view *v)
+{
+    return v->type == WEFT_TYPE_F32 && view_in(v) && v->offset % 4 == 0 && v->nb1 % 4 == 0;
+}
+
+static bool i32_ok(const struct weft_view *v, int64_t n)
+{
+    return v->type == WEFT_TYPE_I32 && v->buf && v->offset % 4 == 0 && v->ne0 * v->ne1 >= n &&
+           v->offset <= v->buf->size && (uint64_t)n * 4 <= v->buf->size - v->offset;
+}
+
+static bool weight_ok(const struct weft_view *w)
+{
+    switch (w->type) {
+    case WEFT_TYPE_F32: return f32_ok(w);
+    case WEFT_TYPE_F16: case WEFT_TYPE_BF16: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0:
+    case WEFT_TYPE_Q5_1: case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+        return view_in(w) && w->ne0 % weft_type_get(w->type)->block_size == 0;
+    default: return false;
+    }
+}
+
+static bool same_rows(const struct weft_view *a, const struct weft_view *b) { return a->ne0 == b->ne0 && a->ne1 == b->ne1; }
+
+static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
+{
+    return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && kv->n_kv_head > 0 &&
+           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0)) &&
+           i32_ok(&bv->pos, bv->n_rows) && i32_ok(&bv->slot, bv->n_rows) && i32_ok(&bv->seq, bv->n_rows);
+}
+
+bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
+{
+    (void)b;
+    switch (op->kind) {
+    case WEFT_OP_EMBED: {
+        const struct weft_op_embed *o = &op->u.embed;
+        return weight_ok(&o->table) && f32_ok(&o->out) && o->out.ne0 == o->table.ne0 &&
+               i32_ok(&o->ids, o->ids.ne0 * o->ids.ne1) && o->out.ne1 >= o->ids.ne0 * o->ids.ne1;
+    }
+    case WEFT_OP_RMSNORM: {
+        const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
+        return f32_ok(&o->x) && f32_ok(&o->w) && f32_ok(&o->out) && same_rows(&o->x, &o->out) &&
+               o->w.ne0 >= o->x.ne0 &&
+               (!o->has_add || (f32_ok(&o->add) && f32_ok(&o->sum) && same_rows(&o->x, &o->add) &&
+                                same_rows(&o->x, &o->sum)));
+    }
+    case WEFT_OP_MATMUL: {
+        const struct weft_op_matmul *o = &op->u.matmul;
+        return weight_ok(&o->w) && f32_ok(&o->x) && f32_ok(&o->out) && o->x.ne0 == o->w.ne0 &&
+               o->out.ne0 == o->w.ne1 && o->out.ne1 == o->x.ne1 &&
+               (!o->has_add || (f32_ok(&o->add) && same_rows(&o->add, &o->out)));
+    }
+    case WEFT_OP_ROPE_KV: {
+        const struct weft_op_rope_kv *o = &op->u.rope_kv;
+        const uint32_t hd = o->kv.head_dim;
+        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && f32_ok(&o->v) && o->n_rot <= hd &&
+               o->n_rot % 2 == 0 && o->n_head % o->kv.n_kv_head == 0 && o->q.ne0 >= (int64_t)o->n_head * hd &&
+               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hd &&
+               o->q.ne1 >= o->batch.n_rows && o->k.ne1 >= o->batch.n_rows && o->v.ne1 >= o->batch.n_rows;
+    }
+    case WEFT_OP_ATTENTION: {
+        const struct weft_op_attention *o = &op->u.attention;
+        const uint32_t hd = o->kv.head_dim;
+        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->out) && o->n_head % o->kv.n_kv_head == 0 &&
+               o->q.ne0 >= (int64_t)o->n_head * hd && o->out.ne0 >= (int64_t)o->n_head * hd &&
+               o->q.ne1 >= o->batch.n_rows && o->out.ne1 >= o->batch.n_rows && o->batch.bt.buf &&
+               o->batch.bt_off.buf && o->batch.bt.type == WEFT_TYPE_I32 && o->batch.bt_off.type == WEFT_TYPE_I32 &&
+               o->batch.bt.offset % 4 == 0 && o->batch.bt_off.offset % 4 == 0;
+    }
+    case WEFT_OP_SILU_MUL: {
+        const struct weft_op_silu_mul *o = &op->u.silu_mul;
+        return f32_ok(&o->gate) && f32_ok(&o->up) && f32_ok(&o->out) && same_rows(&o->gate, &o->out) &&
+               same_rows(&o->up, &o->out);
+    }
+    case WEFT_OP_ADD: {
+        const struct weft_op_add *o = &op->u.add;
+        return f32_ok(&o->a) && f32_ok(&o->b) && f32_ok(&o->out) && same_rows(&o->a, &o->out) &&
+               same_rows(&o->b, &o->out);
+    }
+    case WEFT_OP_COPY:
+        return op->u.copy.src && op->u.copy.dst && op->u.copy.src->ob == op->u.copy.dst->ob;
+    case WEFT_OP_LOGITS: {
+        const struct weft_op_logits *o = &op->u.logits;
+        const int64_t n_out = o->rows.ne0 * o->rows.ne1;
+        return weight_ok(&o->w) && f32_ok(&o->x) && f32_ok(&o->norm_w) && f32_ok(&o->out) &&
+               o->w.ne0 == o->x.ne0 && o->norm_w.ne0 >= o->x.ne0 && i32_ok(&o->rows, n_out) &&
+               o->out.ne0 == o->w.ne1 && o->out.ne1 >= n_out;
+    }
+    default:
+        return false;
+    }
+}
+
+/* ---- kernel arguments ---- */
+
+struct args {
+    cl_kernel k;
+    cl_uint i;
+    cl_int e;
+};
+
+static void a_set(struct args *a, size_t n, const void *v)
+{
+    if (a->e == CL_SUCCESS) a->e = clSetKernelArg(a->k, a->i, n, v);
+    a->i++;
+}
+static void a_mem(struct args *a, cl_mem m) { a_set(a, sizeof m, &m); }
+static void a_u64(struct args *a, uint64_t v) { cl_ulong x = v; a_set(a, sizeof x, &x); }
+static void a_i32(struct args *a, int64_t v) { cl_int x = (cl_int)v; a_set(a, sizeof x, &x); }
+static void a_f32(struct args *a, float v) { a_set(a, sizeof v, &v); }
+/* a view: its buffer, its byte offset in that buffer's cl_mem */
+static void a_buf(struct args *a, const struct weft_view *v)
+{
+    a_mem(a, v->buf->mem);
+    a_u64(a, v->buf->off + v->offset);
+}
+/* an F32 view with its row stride in floats */
+static void a_f32v(struct args *a, const struct weft_view *v)
+{
+    a_buf(a, v);
+    a_u64(a, v->nb1 / 4);
+}
+
+static size_t up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+static weft_status launch(struct ocl_backend *ob, struct args *a, const char *what, cl_uint dims, const size_t *gsz,
+                          const size_t *lsz)
+{
+    if (a->e != CL_SUCCESS) return ocl_err(a->e, what);
+    for (cl_uint d = 0; d < dims; d++)
+        if (gsz[d] == 0) return WEFT_OK;
+    cl_int e = clEnqueueNDRangeKernel(ob->q, a->k, dims, NULL, gsz, lsz, 0, NULL, NULL);
+    return e == CL_SUCCESS ? WEFT_OK : ocl_err(e, what);
+}
+
+/* ---- ops ---- */
+
+static weft_status op_embed(struct ocl_backend *ob, const struct weft_op_embed *o)
+{
+    struct args a = {ob->k[OK_EMBED], 0, CL_SUCCESS};
+    const int64_t n = o->ids.ne0 * o->ids.ne1;
+    a_buf(&a, &o->table);
+    a_u64(&a, o->table.nb1);
+    a_i32(&a, o->table.type);
+    a_i32(&a, o->table.ne0);
+    a_i32(&a, o->table.ne1);
+    a_buf(&a, &o->ids);
+    a_f32v(&a, &o->out);
+    a_mem(&a, ob->err);
+    ocl_dirty(o->out.buf);
+    const size_t g[2] = {up((size_t)o->table.ne0, 64), (size_t)n}, l[2] = {64, 1};
+    return launch(ob, &a, "EMBED", 2, g, l);
+}
+
+static weft_status op_rmsnorm(struct ocl_backend *ob, const struct weft_op_rmsnorm *o)
+{
+    struct args a = {ob->k[OK_RMSNORM], 0, CL_SUCCESS};
+    const struct weft_view *add = o->has_add ? &o->add : &o->x, *sum = o->has_add ? &o->sum : &o->x;
+    a_f32v(&a, &o->x);
+    a_f32v(&a, add);
+    a_f32v(&a, sum);
+    a_buf(&a, &o->w);
+    a_f32v(&a, &o->out);
+    a_i32(&a, o->x.ne0);
+    a_f32(&a, o->eps);
+    a_i32(&a, o->has_add);
+    if (o->has_add) ocl_dirty(o->sum.buf);
+    ocl_dirty(o->out.buf);
+    const size_t g[1] = {64 * (size_t)o->x.ne1}, l[1] = {64};
+    return launch(ob, &a, "RMSNORM", 1, g, l);
+}
+
+/* *m holds at least need bytes (a new cl_mem when it grows: one released
+ * stays alive for the queued ops that use it) */
+static weft_status grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t need, const char *what)
+{
+    if (need <= *size) return WEFT_OK;
+    cl_int e;
+    cl_mem nm = clCreateBuffer(ob->ctx, CL_MEM_READ_WRITE, need, NULL, &e);
+    if (e != CL_SUCCESS) return ocl_err(e, what);
+    if (*m) clReleaseMemObject(*m);
+    *m = nm;
+    *size = need;
+    return WEFT_OK;
+}
+
+static bool exact_q(enum weft_type t)
+{
+    return t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 || t == WEFT_TYPE_Q8_0;
+}
+
+/* The exact forms of the 32-element quants: x quantized as the CPU does
+ * (Q8_1 for the types with a min, Q8_0 for the others) into ob->act,
+ * then each output in ggml's vec_dot order */
+static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
+                                  const struct weft_view *out, const struct weft_view *add, int64_t M)
+{
+    const bool with_sum = w->type == WEFT_TYPE_Q4_1 || w->type == WEFT_TYPE_Q5_1;
+    const size_t xbs = sizeof(struct weft_block_q8_0) + (with_sum ? 2 : 0), nb = (size_t)w->ne0 / 32;
+    weft_status st = grow(ob, &ob->act, &ob->act_size, (size_t)M * nb * xbs, "allocating the activations' blocks");
+    if (st != WEFT_OK) return st;
+    struct args q = {ob->k[OK_QUANT_ACT], 0, CL_SUCCESS};
+    a_f32v(&q, x);
+    a_mem(&q, ob->act);
+    a_i32(&q, w->ne0);
+    a_i32(&q, M);
+    a_i32(&q, with_sum);
+    const size_t gq[2] = {up(nb, 16), up((size_t)M, 4)}, lq[2] = {16, 4};
+    if ((st = launch(ob, &q, "MATMUL", 2, gq, lq)) != WEFT_OK) return st;
+    struct args a = {ob->k[OK_MM_EXACT_Q], 0, CL_SUCCESS};
+    a_buf(&a, w);
+    a_u64(&a, w->nb1);
+    a_i32(&a, w->type);
+    a_mem(&a, ob->act);
+    a_u64(&a, 0);
+    a_u64(&a, 0);
+    a_f32v(&a, out);
+    a_f32v(&a, add ? add : out);
+    a_i32(&a, add != NULL);
+    a_i32(&a, w->ne0);
+    a_i32(&a, w->ne1);
+    a_i32(&a, M);
+    ocl_dirty(out->buf);
+    const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 4)}, l[2] = {16, 4};
+    return launch(ob, &a, "MATMUL", 2, g, l);
+}
+
+/* out = x · Wᵀ (+ add): the vector form for up to 8 rows per weight row's
+ * pass (decode), tiles otherwise */
+static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
+                          const struct weft_view *out, const struct weft_view *add, int64_t M)
+{
+    if (ob->exact && exact_q(w->type)) return matmul_exact_q(ob, w, x, out, add, M);
+    const bool vec = M <= 8;
+    /* exact: F32/F16 in the CPU's order, tinyBLAS's (mm) where ggml takes it */
+    const bool exact = ob->exact && (w->type == WEFT_TYPE_F32 || w->type == WEFT_TYPE_F16);
+    struct args a = {ob->k[exact ? OK_MM_EXACT_F : vec ? OK_MM_VEC : OK_MM_TILE], 0, CL_SUCCESS};
+    a_buf(&a, w);
+    a_u64(&a, w->nb1);
+    a_i32(&a, w->type);
+    a_f32v(&a, x);
+    a_f32v(&a, out);
+    a_f32v(&a, add ? add : out);
+    a_i32(&a, add != NULL);
+    a_i32(&a, w->ne0);
+    a_i32(&a, w->ne1);
+    a_i32(&a, M);
+    ocl_dirty(out->buf);
+    if (exact) {
+        a_i32(&a, M >= 2 && w->ne1 % 4 == 0 && w->ne0 % 16 == 0);
+        const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 4)}, l[2] = {16, 4};
+        return launch(ob, &a, "MATMUL", 2, g, l);
+    }
+    if (vec) {
+        const size_t g[2] = {64 * (size_t)w->ne1, (size_t)(M + 7) / 8}, l[2] = {64, 1};
+        return launch(ob, &a, "MATMUL", 2, g, l);
+    }
+    const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 16)}, l[2] = {16, 16};
+    return launch(ob, &a, "MATMUL", 2, g, l);
+}
+
+static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits *o)
+{
+    const int64_t n_out = o->rows.ne0 * o->rows.ne1, K = o->x.ne0;
+    if (n_out == 0) return WEFT_OK;
+    weft_status st = grow(ob, &ob->scratch, &ob->scratch_size, (size_t)n_out * (size_t)K * sizeof(float),
+                          "allocating LOGITS' scratch");
+    if (st != WEFT_OK) return st;
+    struct args a = {ob->k[OK_LOGITS_NORM], 0, CL_SUCCESS};
+    a_f32v(&a, &o->x);
+    a_i32(&a, o->x.ne1);
+    a_buf(&a, &o->rows);
+    a_buf(&a, &o->norm_w);
+    a_mem(&a, ob->scratch);
+    a_u64(&a, 0);
+    a_i32(&a, K);
+    a_f32(&a, o->eps);
+    a_mem(&a, ob->err);
+    const size_t g[1] = {64 * (size_t)n_out}, l[1] = {64};
+    st = launch(ob, &a, "LOGITS", 1, g, l);
+    if (st != WEFT_OK) return st;
+    /* the normalised rows as a view of the scratch cl_mem */
+    struct weft_buffer sb = {.ob = ob, .mem = ob->scratch, .off = 0, .size = ob->scratch_size};
+    const struct weft_view xv = {&sb, 0, WEFT_TYPE_F32, K, n_out, (size_t)K * sizeof(float)};
+    return matmul(ob, &o->w, &xv, &o->out, NULL, n_out);
+}
+
+static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
+{
+    const bool silu = op->kind == WEFT_OP_SILU_MUL;
+    const struct weft_view *x = silu ? &op->u.silu_mul.gate : &op->u.add.a, *y = silu ? &op->u.silu_mul.up : &op->u.add.b,
+                           *out = silu ? &op->u.silu_mul.out : &op->u.add.out;
+    struct args a = {ob->k[silu ? OK_SILU_MUL : OK_ADD], 0, CL_SUCCESS};
+    a_f32v(&a, x);
+    a_f32v(&a, y);
+    a_f32v(&a, out);
+    a_i32(&a, out->ne0);
+    ocl_dirty(out->buf);
+    const size_t g[2] = {up((size_t)out->ne0, 64), (size_t)out->ne1}, l[2] = {64, 1};
+    return launch(ob, &a, silu ? "SILU_MUL" : "ADD", 2, g, l);
+}
+
+/* The RoPE table (cos/sin of every position below rope_rows, from
+ * base/rope.h: the CPU's own libm calls) when the batch's positions are
+ * known on the host (the buffer's host copy is current): grown to cover the
+ * largest. false: the kernel computes its own angles. */
+static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
+{
+    const struct weft_buffer *pb = o->batch.pos.buf;
+    if (!pb->shadow || !pb->shadow_ok) return false;
+    const int32_t *pos = (const int32_t *)(pb->shadow + o->batch.pos.offset);
+    int32_t max = 0;
+    for (uint32_t r = 0; r < o->batch.n_rows; r++) {
+        if (pos[r] < 0) return false;
+        if (pos[r] > max) max = pos[r];
+    }
+    const bool same = ob->rope_tab && ob->rope_n_rot == o->n_rot && ob->rope_base == o->freq_base &&
+                      ob->rope_scale == o->freq_scale;
+    if (same && (uint32_t)max < ob->rope_rows) return true;
+    uint32_t cap = 256;
+    while (cap <= (uint32_t)max && cap < (1u << 24)) cap *= 2;
+    if ((uint32_t)max >= cap || o->n_rot == 0) return false;
+    const size_t bytes = (size_t)cap * o->n_rot * sizeof(float);
+    float *t = malloc(bytes);
+    if (!t) return false;
+    for (uint32_t p = 0; p < cap; p++) weft_rope_cos_sin((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, t + (size_t)p * o->n_rot);
+    cl_int e;
+    cl_mem m = clCreateBuffer(ob->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, t, &e);
+    free(t);
+    if (e != CL_SUCCESS) return false;
+    if (ob->rope_tab) clReleaseMemObject(ob->rope_tab);
+    ob->rope_tab = m;
+    ob->rope_rows = cap;
+    ob->rope_n_rot = o->n_rot;
+    ob->rope_base = o->freq_base;
+    ob->rope_scale = o->freq_scale;
+    return true;
+}
+
+static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
+{
+    const bool tab = rope_table(ob, o);
+    struct args a = {ob->k[OK_ROPE_KV], 0, CL_SUCCESS};
+    a_f32v(&a, &o->q);
+    a_f32v(&a, &o->k);
+    a_f32v(&a, &o->v);
+    a_mem(&a, o->kv.buf->mem);
+    a_u64(&a, o->kv.buf->off);
+    a_i32(&a, o->kv.type == WEFT_TYPE_Q8_0);
+    a_i32(&a, o->kv.n_layer);
+    a_i32(&a, o->kv.layer);
+    a_i32(&a, o->kv.n_kv_head);
+    a_i32(&a, o->kv.head_dim);
+    a_i32(&a, o->n_head);
+    a_i32(&a, o->n_rot);
+    a_i32(&a, o->mode == WEFT_ROPE_NEOX);
+    a_f32(&a, o->freq_scale);
+    a_f32(&a, o->n_rot ? powf(o->freq_base, -2.0f / (float)o->n_rot) : 1.0f);
+    a_buf(&a, &o->batch.pos);
+    a_buf(&a, &o->batch.slot);
+    a_mem(&a, tab ? ob->rope_tab : ob->err);
+    a_i32(&a, tab);
+    a_i32(&a, tab ? (int64_t)ob->rope_rows : 0);
+    a_i32(&a, o->batch.n_rows);
+    a_mem(&a, ob->err);
+    ocl_dirty(o->q.buf);
+    ocl_dirty(o->k.buf);
+    ocl_dirty(o->kv.buf);
+    const size_t g[1] = {up(o->batch.n_rows, 64)}, l[1] = {64};
+    return launch(ob, &a, "ROPE_KV", 1, g, l);
+}
+
+static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_attention *o)
+{
+    struct args a = {ob->k[OK_ATTENTION], 0, CL_SUCCESS};
+    a_f32v(&a, &o->q);
+    a_f32v(&a, &o->out);
+    a_mem(&a, o->kv.buf->mem);
+    a_u64(&a, o->kv.buf->off);
+    a_i32(&a, o->kv.type == WEFT_TYPE_Q8_0);
+    a_i32(&a, o->kv.n_layer);
+    a_i32(&a, o->kv.layer);
+    a_i32(&a, o->kv.n_kv_head);
+    a_i32(&a, o->kv.head_dim);
+    a_i32(&a, o->n_head);
+    a_f32(&a, o->scale);
+    a_buf(&a, &o->batch.pos);
+    a_buf(&a, &o->batch.seq);
+    a_buf(&a, &o->batch.bt_off);
+    a_buf(&a, &o->batch.bt);
+    a_i32(&a, o->batch.n_rows);
+    ocl_dirty(o->out.buf);
+    const size_t g[2] = {up(o->n_head, 8), up(o->batch.n_rows, 8)}, l[2] = {8, 8};
+    return launch(ob, &a, "ATTENTION", 2, g, l);
+}
+
+weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
+{
+    struct ocl_backend *ob = (struct ocl_backend *)b;
+    for (size_t i = 0; i < n; i++) {
+        const struct weft_op *op = &ops[i];
+        if (!ocl_supports(b, op))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "opencl: op %zu (kind %d) not supported", i, (int)op->kind);
+        weft_status st;
+        switch (op->kind) {
+        case WEFT_OP_EMBED: st = op_embed(ob, &op->u.embed); break;
+        case WEFT_OP_RMSNORM: st = op_rmsnorm(ob, &op->u.rmsnorm); break;
+        case WEFT_OP_MATMUL: {
+            const struct weft_op_matmul *o = &op->u.matmul;
+            st = matmul(ob, &o->w, &o->x, &o->out, o->has_add ? &o->add : NULL, o->x.ne1);
+            break;
+        }
+        case WEFT_OP_ROPE_KV: st = op_rope_kv(ob, &op->u.rope_kv); break;
+        case WEFT_OP_ATTENTION: st = op_attention(ob, &op->u.attention); break;
+        case WEFT_OP_SILU_MUL: case WEFT_OP_ADD: st = op_silu_add(ob, op); break;
+        case WEFT_OP_COPY: {
+            const struct weft_op_copy *o = &op->u.copy;
+            st = ocl_buffer_copy(o->dst, o->dst_off, o->src, o->src_off, o->bytes);
+            break;
+        }
+        case WEFT_OP_LOGITS: st = op_logits(ob, &op->u.logits); break;
+        default: st = weft_error(WEFT_ERR_UNSUPPORTED, "opencl: op kind %d", (int)op->kind);
+        }
+        if (st != WEFT_OK) return st;
+    }
+    return WEFT_OK;
+}
