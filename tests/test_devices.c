@@ -117,7 +117,7 @@ static char devices[8][32];
 static int n_devices;
 
 /* lavapipe: a CPU-type Vulkan device, on which the backend's ops equal the
- * CPU's bit for bit (tests/test_vulkan_exact.c); an OpenCL device of CPU
+ * CPU's bit for bit (tests/test_device_exact.c); an OpenCL device of CPU
  * type (PoCL), where the OpenCL backend's exact forms do the same */
 static bool bit_exact_device(const char *dev)
 {

@@ -29,7 +29,8 @@
 
 #define OCL_SUB_MAX (256u << 10)     /* buffers up to this size share an arena */
 #define OCL_ARENA_BYTES (4u << 20)   /* one arena */
-#define OCL_SHADOW_MAX (64u << 10)   /* host copies kept of buffers this small (rope positions) */
+#define OCL_SHADOW_MAX (1u << 20)    /* host copies kept of buffers this small (the forward pass's
+                                      * metadata: RoPE's positions, read without a round trip) */
 
 enum ocl_kernel {
     OK_EMBED, OK_RMSNORM, OK_LOGITS_NORM, OK_SILU_MUL, OK_ADD, OK_MM_VEC, OK_MM_TILE, OK_ROPE_KV, OK_ATTENTION,

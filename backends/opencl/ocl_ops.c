@@ -321,20 +321,40 @@ static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
     return launch(ob, &a, silu ? "SILU_MUL" : "ADD", 2, g, l);
 }
 
-/* The RoPE table (cos/sin of every position below rope_rows, from
- * base/rope.h: the CPU's own libm calls) when the batch's positions are
- * known on the host (the buffer's host copy is current): grown to cover the
- * largest. false: the kernel computes its own angles. */
-static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
+/* The largest of the batch's positions: from the buffer's host copy when
+ * it is current, else (exact forms only) read back from the device, which
+ * waits for the ops queued before. -1: unknown, or a negative position. */
+static int32_t max_position(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 {
     const struct weft_buffer *pb = o->batch.pos.buf;
-    if (!pb->shadow || !pb->shadow_ok) return false;
-    const int32_t *pos = (const int32_t *)(pb->shadow + o->batch.pos.offset);
-    int32_t max = 0;
-    for (uint32_t r = 0; r < o->batch.n_rows; r++) {
-        if (pos[r] < 0) return false;
-        if (pos[r] > max) max = pos[r];
+    const uint32_t n = o->batch.n_rows;
+    int32_t *tmp = NULL;
+    const int32_t *pos;
+    if (pb->shadow && pb->shadow_ok) {
+        pos = (const int32_t *)(pb->shadow + o->batch.pos.offset);
+    } else {
+        if (!ob->exact || !(tmp = malloc((size_t)n * sizeof *tmp))) return -1;
+        if (clEnqueueReadBuffer(ob->q, pb->mem, CL_TRUE, pb->off + o->batch.pos.offset, (size_t)n * sizeof *tmp, tmp, 0,
+                                NULL, NULL) != CL_SUCCESS) {
+            free(tmp);
+            return -1;
+        }
+        pos = tmp;
     }
+    int32_t max = 0;
+    for (uint32_t r = 0; r < n && max >= 0; r++) max = pos[r] < 0 ? -1 : pos[r] > max ? pos[r] : max;
+    free(tmp);
+    return max;
+}
+
+/* The RoPE table (cos/sin of every position below rope_rows, from
+ * base/rope.h: the CPU's own libm calls), grown to cover the batch's
+ * positions when they are known (max_position). false: the kernel
+ * computes its own angles. */
+static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
+{
+    const int32_t max = max_position(ob, o);
+    if (max < 0) return false;
     const bool same = ob->rope_tab && ob->rope_n_rot == o->n_rot && ob->rope_base == o->freq_base &&
                       ob->rope_scale == o->freq_scale;
     if (same && (uint32_t)max < ob->rope_rows) return true;

@@ -26,7 +26,7 @@ dir=${1:-.gpu}
 arch=${CUDA_ARCH:-90}
 shared=${WEFT_SHARED_DIR:-$(cd "$root/../shared" && pwd)}
 tests="test_backend_ops test_gpu_kernels test_golden test_devices test_embed"
-vk_tests="test_vulkan_runtime test_vulkan_matmul test_vulkan_exact"
+vk_tests="test_vulkan_runtime test_vulkan_matmul test_device_exact test_opencl"
 
 build() { # DIR TARGETS CMAKE_ARGS...
     local b=$1 t=$2
@@ -36,14 +36,15 @@ build() { # DIR TARGETS CMAKE_ARGS...
     # shellcheck disable=SC2086  # TARGETS is a list
     cmake --build "$b" -j"$(nproc)" --target $t
 }
-build build-gpu "weft weft-cuda weft-vulkan $tests $vk_tests" -DWEFT_CUDA=ON -DWEFT_VULKAN=ON -DWEFT_HIP=OFF
+build build-gpu "weft weft-cuda weft-vulkan weft-opencl $tests $vk_tests" -DWEFT_CUDA=ON -DWEFT_VULKAN=ON \
+    -DWEFT_OPENCL=ON -DWEFT_HIP=OFF
 build build-gpu-hip "weft weft-hip $tests" -DWEFT_CUDA=OFF -DWEFT_VULKAN=OFF -DWEFT_HIP=OFF -DWEFT_HIP_NVCC=ON
 
 rm -rf "$dir"
 mkdir -p "$dir/lib" "$dir/shared"
 for b in build-gpu build-gpu-hip; do
     mkdir -p "$dir/$b"
-    for f in weft libweft-cuda.so libweft-vulkan.so libweft-hip.so $tests $vk_tests; do
+    for f in weft libweft-cuda.so libweft-vulkan.so libweft-opencl.so libweft-hip.so $tests $vk_tests; do
         [ -f "$b/$f" ] && cp "$b/$f" "$dir/$b/"
     done
     strip --strip-debug "$dir/$b"/* 2>/dev/null || true
@@ -82,6 +83,10 @@ done
 export LD_LIBRARY_PATH=\$g/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH} VK_LAYER_PATH=\$g/lib
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f \$icd ] && export VK_DRIVER_FILES=\$icd
+# NVIDIA's OpenCL driver, when the machine has it, for the ICD loader packed in lib/
+if [ ! -d /etc/OpenCL/vendors ] && ldconfig -p 2>/dev/null | grep -q libnvidia-opencl.so.1; then
+    mkdir -p "\$g/icd" && echo libnvidia-opencl.so.1 >"\$g/icd/nvidia.icd" && export OCL_ICD_VENDORS=\$g/icd
+fi
 export WEFT_GPU_PREBUILT=1 WEFT_GPU_BUILD=\$g/build-gpu WEFT_SHARED_DIR=\$g/shared
 EOF
 du -sh "$dir"

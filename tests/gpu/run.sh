@@ -4,7 +4,8 @@
 # HIP kernels through nvcc and the HIP-to-CUDA mapping header), then on every
 # GPU device found:
 #   - the backend-ops test (every op x type x shape vs the CPU, support matrix),
-#   - backend-specific tests (test_gpu_kernels for CUDA and HIP, test_vulkan_*),
+#   - backend-specific tests (test_gpu_kernels for CUDA and HIP, test_vulkan_*,
+#     test_opencl, test_device_exact on Vulkan and OpenCL),
 #   - the stories260K golden (llama.cpp's ids) on the device and split cpu+device,
 #   - greedy equality with the CPU, alone and 8 at once, and with a layer split,
 #   - weft bench: SmolLM2-shape Q4_1, and Llama-3-8B-shape Q4_0 and Q8_0
@@ -269,8 +270,8 @@ if [ $prebuilt = 1 ]; then
     prebuilt_row "build (cpu, cuda, vulkan)" "$B" || finish
 else
     step "build (cpu, cuda, vulkan)" "sm_$arch" 300 bash -c 'build_tree "$@"' _ "$B" \
-        "weft weft-cuda weft-vulkan $tests test_vulkan_runtime test_vulkan_matmul test_vulkan_exact" \
-        -DWEFT_CUDA=$cuda_req -DWEFT_VULKAN=AUTO -DWEFT_HIP=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" || finish
+        "weft weft-cuda weft-vulkan weft-opencl $tests test_vulkan_runtime test_vulkan_matmul test_device_exact test_opencl" \
+        -DWEFT_CUDA=$cuda_req -DWEFT_VULKAN=AUTO -DWEFT_OPENCL=AUTO -DWEFT_HIP=OFF -DCMAKE_CUDA_ARCHITECTURES="$arch" || finish
 fi
 [ -x "$W" ] || finish
 
@@ -310,15 +311,16 @@ elif [ -f "$root/backends/hip/CMakeLists.txt" ]; then
 fi
 
 "$W" devices | tee "$out/devices.txt"
-# GPU devices: every available non-CPU device; a Vulkan device on the CPU
-# (lavapipe) only in a dry run (CI covers it; here it would eat the budget).
-# CUDA (and any other) devices first, Vulkan last.
+# GPU devices: every available non-CPU device; a Vulkan or OpenCL device on
+# the CPU (lavapipe, PoCL) only in a dry run (CI covers it; here it would eat the budget).
+# CUDA (and any other) devices first, then OpenCL, Vulkan last.
 devices=$("$W" devices --json | python3 -c '
 import json, sys
 dry = sys.argv[1] == "1"
 ds = [d for d in json.load(sys.stdin)
-      if d.get("available") and d["backend"] != "cpu" and (dry or "(CPU" not in d.get("name", ""))]
-print(" ".join(d["id"] for d in sorted(ds, key=lambda d: d["backend"] == "vulkan")))' "$dry")
+      if d.get("available") and d["backend"] != "cpu"
+      and (dry or ("(CPU" not in d.get("name", "") and ", CPU" not in d.get("name", "")))]
+print(" ".join(d["id"] for d in sorted(ds, key=lambda d: {"opencl": 1, "vulkan": 2}.get(d["backend"], 0))))' "$dry")
 echo "devices: ${devices:-none}"
 has_dev() { case " $devices " in *" $1"*) return 0 ;; esac; return 1; }
 
@@ -392,7 +394,7 @@ elif [ $dry = 1 ]; then
     step "test_gpu_kernels (cpu harness)" cpu 300 env WEFT_TEST_GPU=cuda WEFT_TEST_GPU_SPEC=cpu "$B/test_gpu_kernels"
 fi
 for d in $devices; do
-    case $d in vulkan:*) ;; *) correct "$d" ;; esac
+    case $d in vulkan:* | opencl:*) ;; *) correct "$d" ;; esac
 done
 if [ $hip_ok = 1 ]; then
     step "backend-ops (hip via nvcc)" hip:0 300 "$BH/test_backend_ops"
@@ -498,6 +500,17 @@ step "bench --devices $dev_list" all 240 env "${bw_env[@]}" "$W" bench --devices
     --out "$out/devices"
 devices_log=$last_log
 
+# ---- OpenCL (an OpenCL GPU: NVIDIA's ICD when the machine has it) ----
+for d in $devices; do
+    case $d in opencl:*) correct "$d" ;; esac
+done
+if has_dev opencl:; then
+    step "backend-ops (cpu, opencl)" opencl:0 240 env WEFT_TEST_BACKENDS=opencl "$B/test_backend_ops"
+    sed -n '/support\/pass matrix/,$p' "$last_log" >>"$out/matrix.txt" 2>/dev/null
+    [ -x "$B/test_opencl" ] && step "test_opencl" opencl:0 200 "$B/test_opencl"
+    step "test_device_exact (opencl)" opencl:0 300 env WEFT_TEST_DEVICE=opencl:0 "$B/test_device_exact"
+fi
+
 # ---- Vulkan, last ----
 for d in $devices; do
     case $d in vulkan:*) correct "$d" ;; esac
@@ -508,6 +521,7 @@ if has_dev vulkan:; then
     for t in "$B"/test_vulkan_*; do
         [ -x "$t" ] && step "$(basename "$t")" vulkan:0 300 "$t"
     done
+    step "test_device_exact (vulkan)" vulkan:0 300 env WEFT_TEST_DEVICE=vulkan:0 "$B/test_device_exact"
 fi
 wait
 finish

@@ -1,13 +1,17 @@
-/* Vulkan against the CPU backend bit for bit, op by op, on SmolLM2-135M's
- * shapes (n_embd 576, n_ff 1536, 9 heads / 3 KV heads of 64, Q4_1 weights,
- * Q8_0 output head, F16 KV cache): MATMUL (decode and prefill rows, with
- * and without the fused residual), LOGITS, RMSNORM (plain and fused), SILU_MUL,
- * ROPE_KV (q, k and the cache bytes) and ATTENTION over a long context.
+/* A device (WEFT_TEST_DEVICE: vulkan:0 by default, or opencl:0) against the
+ * CPU backend bit for bit, op by op, on SmolLM2-135M's shapes (n_embd 576,
+ * n_ff 1536, 9 heads / 3 KV heads of 64, Q4_1 weights, Q8_0 output head,
+ * F16 KV cache): MATMUL (decode and prefill rows, with and without the fused
+ * residual), LOGITS, RMSNORM (plain and fused), SILU_MUL, ROPE_KV (q, k and
+ * the cache bytes) and ATTENTION over a long context. On OpenCL also the
+ * forms its exact kernels cover beyond those: F32 and F16 weights in both of
+ * the CPU's orders (stories260K's shapes), Q5_0/Q5_1, a Q8_0 KV cache.
  * Prints one line per op: outputs that differ in any bit, and the largest
- * difference in ulps. On a CPU-type device (lavapipe) the backend runs its
- * exact forms and every count must be 0 (a model that rounds activations to
- * 8 bits turns any last-bit difference into a different token sooner or
- * later); on a GPU the counts are printed only. Skips (77) without Vulkan. */
+ * difference in ulps. On a CPU-type device (lavapipe, PoCL) the backend runs
+ * its exact forms and every count must be 0 (a model that rounds activations
+ * to 8 bits turns any last-bit difference into a different token sooner or
+ * later); on a GPU the counts are printed only. Skips (77) without the
+ * device. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,8 +22,9 @@
 #define TEST_RNG_SEED 0x5eedeac7ull
 #include "tests/test_rand.h"
 
-static struct weft_backend *cpu, *vk;
-static bool must_be_exact;
+static struct weft_backend *cpu, *vk;  /* vk: the device under test (tests/vk_pair.h's name) */
+static bool must_be_exact, is_ocl;
+static const char *dev_spec;
 
 static float frand(void) { return (float)(rng_unit() * 2.0 - 1.0); }
 
@@ -86,13 +91,13 @@ static bool run_both(const struct weft_op *oc, size_t n)
     for (size_t i = 0; i < n; i++) {
         ov[i] = twin(&oc[i]);
         CHECK(cpu->iface->supports(cpu, &oc[i]));
-        CHECK_MSG(vk->iface->supports(vk, &ov[i]), "vulkan does not support op kind %d", (int)ov[i].kind);
+        CHECK_MSG(vk->iface->supports(vk, &ov[i]), "%s does not support op kind %d", dev_spec, (int)ov[i].kind);
         if (!vk->iface->supports(vk, &ov[i])) return false;
     }
     CHECK(cpu->iface->run(cpu, oc, n) == WEFT_OK && cpu->iface->sync(cpu) == WEFT_OK);
     weft_status st = vk->iface->run(vk, ov, n);
     if (st == WEFT_OK) st = vk->iface->sync(vk);
-    CHECK_MSG(st == WEFT_OK, "vulkan run: %s", weft_last_error());
+    CHECK_MSG(st == WEFT_OK, "%s run: %s", dev_spec, weft_last_error());
     return st == WEFT_OK;
 }
 
@@ -173,6 +178,21 @@ static void matmuls_are_bit_exact(void)
         one_matmul(WEFT_TYPE_Q8_0, 576, 1000, Ms[i], false);
     }
     one_matmul(WEFT_TYPE_Q4_1, 576, 192, 2, true);
+    if (!is_ocl) return;
+    /* OpenCL's other exact forms: F32/F16 in the vec_dot order (one row,
+     * K % 64 tails: stories260K's 64 and 172) and the tinyBLAS order (rows
+     * >= 2, N % 4 == 0, K % 16 == 0), with the fall-back to vec_dot where
+     * those fail (N = 30); Q5_0 and Q5_1 */
+    const enum weft_type ft[] = {WEFT_TYPE_F32, WEFT_TYPE_F16};
+    for (size_t t = 0; t < 2; t++)
+        for (size_t i = 0; i < 3; i++) {
+            one_matmul(ft[t], 64, 64, Ms[i], false);
+            one_matmul(ft[t], 172, 64, Ms[i], true);
+            one_matmul(ft[t], 64, 172, Ms[i], false);
+            one_matmul(ft[t], 200, 30, Ms[i], false);
+        }
+    one_matmul(WEFT_TYPE_Q5_0, 576, 96, 3, false);
+    one_matmul(WEFT_TYPE_Q5_1, 576, 96, 3, true);
 }
 
 static void logits_are_bit_exact(void)
@@ -231,10 +251,12 @@ static void norms_and_silu_are_bit_exact(void)
  * written by earlier ROPE_KV steps (so K went through each backend's own
  * rotation), then a prefill chunk of 5 rows and a decode row of another
  * sequence. */
-static void rope_and_attention_are_bit_exact(void)
+/* big_meta: the positions in a buffer of 2 MiB (the OpenCL backend keeps no
+ * host copy of one that large: it reads the positions back for RoPE's table) */
+static void rope_attention(enum weft_type kvt, bool big_meta)
 {
     enum { NL = 1, NH = 9, NKV = 3, HD = 64, NBLK = 20, CTX = 200 };
-    const size_t tok = (size_t)NKV * HD * 2, layer = 16 * tok, blk = layer * 2 * NL;
+    const size_t tok = weft_row_size(kvt, NKV * HD), layer = 16 * tok, blk = layer * 2 * NL;
     struct pair pc = reg(pair_new(NULL, blk * NBLK));
     int32_t bt[NBLK];
     for (int i = 0; i < NBLK; i++) bt[i] = (i * 7 + 3) % NBLK;  /* scattered blocks; seq 1 uses the last 2 */
@@ -243,7 +265,7 @@ static void rope_and_attention_are_bit_exact(void)
     enum { RMAX = 64 };
     struct pair pq = reg(pair_new(NULL, RMAX * NH * HD * 4)), pk = reg(pair_new(NULL, RMAX * NKV * HD * 4));
     struct pair pv = reg(pair_new(NULL, RMAX * NKV * HD * 4)), po = reg(pair_new(NULL, RMAX * NH * HD * 4));
-    struct pair ppos = reg(pair_new(NULL, RMAX * 4)), pseq = reg(pair_new(NULL, RMAX * 4)), pslot = reg(pair_new(NULL, RMAX * 4));
+    struct pair ppos = reg(pair_new(NULL, big_meta ? 2u << 20 : RMAX * 4)), pseq = reg(pair_new(NULL, RMAX * 4)), pslot = reg(pair_new(NULL, RMAX * 4));
     float *q = malloc(RMAX * NH * HD * 4), *k = malloc(RMAX * NKV * HD * 4), *v = malloc(RMAX * NKV * HD * 4);
     /* steps: prefill seq 0 in chunks of 64 up to CTX, then 5 rows of seq 0 and 1 row of seq 1 */
     int32_t start = 0;
@@ -268,7 +290,7 @@ static void rope_and_attention_are_bit_exact(void)
             CHECK(cpu->iface->buffer_write(up[i]->c, 0, src[i], n[i]) == WEFT_OK);
             CHECK(vk->iface->buffer_write(up[i]->v, 0, src[i], n[i]) == WEFT_OK);
         }
-        struct weft_kv_view kv = {pc.c, WEFT_TYPE_F16, NL, 0, NKV, HD};
+        struct weft_kv_view kv = {pc.c, kvt, NL, 0, NKV, HD};
         struct weft_batch_view batch = {(uint32_t)R, 2, vc(&ppos, 0, WEFT_TYPE_I32, R, 1), vc(&pseq, 0, WEFT_TYPE_I32, R, 1),
                                         vc(&pslot, 0, WEFT_TYPE_I32, R, 1), vc(&pbo, 0, WEFT_TYPE_I32, 2, 1),
                                         vc(&pbt, 0, WEFT_TYPE_I32, NBLK, 1)};
@@ -290,29 +312,47 @@ static void rope_and_attention_are_bit_exact(void)
         }
         start += start < CTX ? R : 1;
     }
-    if (ok) compare("ROPE_KV: the F16 cache (as floats)", &pc, 0, blk * NBLK / 4);
+    if (ok) compare(kvt == WEFT_TYPE_F16 ? "ROPE_KV: the F16 cache (as floats)" : "ROPE_KV: the Q8_0 cache (as floats)",
+                    &pc, 0, blk * NBLK / 4);
     free(q); free(k); free(v);
     free_pairs();
+}
+
+static void rope_and_attention_are_bit_exact(void)
+{
+    rope_attention(WEFT_TYPE_F16, false);
+    if (!is_ocl) return;
+    rope_attention(WEFT_TYPE_Q8_0, false);  /* OpenCL's exact forms cover a Q8_0 cache too */
+    rope_attention(WEFT_TYPE_F16, true);
 }
 
 int main(void)
 {
     setenv("WEFT_VK_VALIDATE", "1", 0);
     check_env_reapply();
-    const struct weft_backend_iface *vi = weft_backend_find("vulkan");
-    if (!vi) SKIP_ALL("the vulkan backend is not built or not loadable");
+    dev_spec = getenv("WEFT_TEST_DEVICE") && *getenv("WEFT_TEST_DEVICE") ? getenv("WEFT_TEST_DEVICE") : "vulkan:0";
+    char name[32];
+    snprintf(name, sizeof name, "%s", dev_spec);
+    if (strchr(name, ':')) *strchr(name, ':') = '\0';
+    is_ocl = !strcmp(name, "opencl");
+    const struct weft_backend_iface *vi = weft_backend_find(name);
+    if (!vi) SKIP_ALL("the %s backend is not built or not loadable", name);
     const char *why = NULL;
     struct weft_device_info info[4];
-    if (vi->devices(info, 4, &why) < 1) SKIP_ALL("no Vulkan device: %s", why ? why : "?");
-    if (weft_backend_open("vulkan:0", 0, &vk) != WEFT_OK) SKIP_ALL("cannot open vulkan:0: %s", weft_last_error());
+    const int idx = strchr(dev_spec, ':') ? atoi(strchr(dev_spec, ':') + 1) : 0;
+    if (idx < 0 || idx > 3 || vi->devices(info, 4, &why) <= idx) SKIP_ALL("no device %s: %s", dev_spec, why ? why : "?");
+    if (weft_backend_open(dev_spec, 0, &vk) != WEFT_OK) SKIP_ALL("cannot open %s: %s", dev_spec, weft_last_error());
     if (weft_backend_open("cpu", 2, &cpu) != WEFT_OK) {
         fprintf(stderr, "cannot open cpu: %s\n", weft_last_error());
         return 1;
     }
-    /* lavapipe (Mesa's CPU Vulkan) runs the exact forms; WEFT_VK_EXACT=0|1 overrides */
-    const char *e = getenv("WEFT_VK_EXACT");
-    must_be_exact = e && *e ? strcmp(e, "0") != 0 : strstr(info[0].name, "llvmpipe") != NULL;
-    printf("device: %s (%s)\n", info[0].name, must_be_exact ? "must equal the CPU bit for bit" : "differences printed only");
+    /* lavapipe (Mesa's CPU Vulkan) and CPU-type OpenCL devices (PoCL) run the
+     * exact forms; WEFT_VK_EXACT / WEFT_OCL_EXACT=0|1 override */
+    const char *e = getenv(is_ocl ? "WEFT_OCL_EXACT" : "WEFT_VK_EXACT");
+    must_be_exact = e && *e ? strcmp(e, "0") != 0
+                  : is_ocl ? strstr(info[idx].name, ", CPU") != NULL : strstr(info[idx].name, "llvmpipe") != NULL;
+    printf("device: %s %s (%s)\n", dev_spec, info[idx].name,
+           must_be_exact ? "must equal the CPU bit for bit" : "differences printed only");
     RUN(matmuls_are_bit_exact);
     RUN(logits_are_bit_exact);
     RUN(norms_and_silu_are_bit_exact);
