@@ -5,7 +5,7 @@
  * residual), LOGITS, RMSNORM (plain and fused), SILU_MUL, ROPE_KV (q, k and
  * the cache bytes) and ATTENTION over a long context. On OpenCL also the
  * forms its exact kernels cover beyond those: F32 and F16 weights in both of
- * the CPU's orders (stories260K's shapes), Q5_0/Q5_1, a Q8_0 KV cache.
+ * the CPU's orders (stories260K's shapes), Q4_0/Q5_0/Q5_1, a Q8_0 KV cache.
  * Prints one line per op: outputs that differ in any bit, and the largest
  * difference in ulps. On a CPU-type device (lavapipe, PoCL) the backend runs
  * its exact forms and every count must be 0 (a model that rounds activations
@@ -191,6 +191,8 @@ static void matmuls_are_bit_exact(void)
             one_matmul(ft[t], 64, 172, Ms[i], false);
             one_matmul(ft[t], 200, 30, Ms[i], false);
         }
+    one_matmul(WEFT_TYPE_Q4_0, 576, 96, 1, false);
+    one_matmul(WEFT_TYPE_Q4_0, 576, 96, 9, true);
     one_matmul(WEFT_TYPE_Q5_0, 576, 96, 3, false);
     one_matmul(WEFT_TYPE_Q5_1, 576, 96, 3, true);
 }

@@ -137,10 +137,54 @@ static void bad_input_is_reported_at_sync_then_cleared(void)
     op.u.embed = (struct weft_op_embed){weft_view_2d(bt, 0, WEFT_TYPE_F32, 8, 5), weft_view_2d(bid, 0, WEFT_TYPE_I32, 2, 1),
                                         weft_view_2d(bo, 0, WEFT_TYPE_F32, 8, 2)};
     CHECK(oi->supports(b, &op));
-    CHECK(oi->run(b, &op, 1) == WEFT_OK);
+    /* ids the backend knows on the host (written by buffer_write): refused before anything runs */
+    CHECK(oi->run(b, &op, 1) == WEFT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(weft_last_error(), "token id 999 outside the embedding table"), "%s", weft_last_error());
+    CHECK(oi->sync(b) == WEFT_OK);
+    /* ids only the device knows (a buffer too large for a host copy, filled by a COPY op): the
+     * kernel flags them, sync reports it once, and the ROPE_KV after it leaves the cache alone */
+    struct weft_buffer *big = NULL, *kvb = NULL, *qkv = NULL, *meta = NULL;
+    CHECK(oi->buffer_alloc(b, 2u << 20, &big) == WEFT_OK);
+    const size_t kv_bytes = 2 * 16 * 32 * 2;  /* one block: 16 tokens of 1 head of 32, K and V, F16 */
+    CHECK(oi->buffer_alloc(b, kv_bytes, &kvb) == WEFT_OK && oi->buffer_alloc(b, 3 * 32 * 4, &qkv) == WEFT_OK &&
+          oi->buffer_alloc(b, 16, &meta) == WEFT_OK);
+    const int32_t md[4] = {0, 0, 0, 0}; /* pos, seq, slot, bt_off */
+    CHECK(oi->buffer_write(meta, 0, md, sizeof md) == WEFT_OK);
+    struct weft_op ops[3] = {{.kind = WEFT_OP_COPY}, {.kind = WEFT_OP_EMBED}, {.kind = WEFT_OP_ROPE_KV}};
+    ops[0].u.copy = (struct weft_op_copy){bid, big, 0, 0, 8};
+    ops[1].u.embed = op.u.embed;
+    ops[1].u.embed.ids = weft_view_2d(big, 0, WEFT_TYPE_I32, 2, 1);
+    float one[3 * 32];
+    for (int i = 0; i < 3 * 32; i++) one[i] = 1.0f;
+    CHECK(oi->buffer_write(qkv, 0, one, sizeof one) == WEFT_OK);
+    struct weft_batch_view bv = {1, 1, weft_view_2d(meta, 0, WEFT_TYPE_I32, 1, 1), weft_view_2d(meta, 4, WEFT_TYPE_I32, 1, 1),
+                                 weft_view_2d(meta, 8, WEFT_TYPE_I32, 1, 1), weft_view_2d(meta, 12, WEFT_TYPE_I32, 1, 1),
+                                 weft_view_2d(meta, 0, WEFT_TYPE_I32, 1, 1)};
+    ops[2].u.rope_kv = (struct weft_op_rope_kv){.q = weft_view_2d(qkv, 0, WEFT_TYPE_F32, 32, 1),
+                                                .k = weft_view_2d(qkv, 128, WEFT_TYPE_F32, 32, 1),
+                                                .v = weft_view_2d(qkv, 256, WEFT_TYPE_F32, 32, 1),
+                                                .kv = {kvb, WEFT_TYPE_F16, 1, 0, 1, 32}, .batch = bv, .n_head = 1,
+                                                .n_rot = 32, .freq_base = 10000.0f, .freq_scale = 1.0f};
+    CHECK(oi->run(b, ops, 3) == WEFT_OK);
     CHECK(oi->sync(b) == WEFT_ERR_INVALID_ARG);
-    CHECK_MSG(strstr(weft_last_error(), "token id outside the embedding table"), "%s", weft_last_error());
+    CHECK_MSG(strstr(weft_last_error(), "a token id outside the embedding table"), "%s", weft_last_error());
     CHECK(oi->sync(b) == WEFT_OK);  /* reported once */
+    uint16_t cache[2 * 16 * 32];
+    CHECK(oi->buffer_read(kvb, 0, cache, sizeof cache) == WEFT_OK);
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof cache / 2; i++) untouched = untouched && cache[i] == 0;
+    CHECK_MSG(untouched, "the ROPE_KV after the bad EMBED wrote the cache");
+    CHECK(oi->run(b, ops + 2, 1) == WEFT_OK && oi->sync(b) == WEFT_OK);  /* alone it does */
+    CHECK(oi->buffer_read(kvb, 0, cache, sizeof cache) == WEFT_OK && cache[0] != 0);
+    /* a slot outside the cache: flagged, nothing written */
+    const int32_t far = 16;
+    CHECK(oi->buffer_write(meta, 8, &far, 4) == WEFT_OK);
+    CHECK(oi->run(b, ops + 2, 1) == WEFT_OK && oi->sync(b) == WEFT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(weft_last_error(), "a KV slot outside the cache"), "%s", weft_last_error());
+    oi->buffer_free(big);
+    oi->buffer_free(kvb);
+    oi->buffer_free(qkv);
+    oi->buffer_free(meta);
     ids[1] = 4;
     CHECK(oi->buffer_write(bid, 0, ids, 8) == WEFT_OK);
     CHECK(oi->run(b, &op, 1) == WEFT_OK && oi->sync(b) == WEFT_OK);

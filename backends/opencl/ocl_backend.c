@@ -13,9 +13,11 @@ weft_status ocl_err(cl_int e, const char *what)
 {
     switch (e) {
     case CL_MEM_OBJECT_ALLOCATION_FAILURE:
-    case CL_OUT_OF_RESOURCES:
     case CL_OUT_OF_HOST_MEMORY:
         return weft_error(WEFT_ERR_NOMEM, "opencl: %s: out of memory (error %d)", what, (int)e);
+    case CL_OUT_OF_RESOURCES:  /* also how drivers report a kernel that faulted */
+        return weft_error(WEFT_ERR_DEVICE, "opencl: %s: the device is out of resources or a kernel failed (error %d)",
+                          what, (int)e);
     case CL_DEVICE_NOT_FOUND:
     case CL_DEVICE_NOT_AVAILABLE:
     case CL_PLATFORM_NOT_FOUND_KHR:
@@ -160,9 +162,17 @@ static weft_status ocl_open(const struct weft_backend_params *p, struct weft_bac
     clGetDeviceInfo(ob->dev, CL_DEVICE_TYPE, sizeof type, &type, NULL);
     /* exact forms by default where the device is a CPU (PoCL): plain IEEE
      * float, so the CPU backend's order gives its bits */
-    ob->exact = weft_opt_get(p->options, "opencl.exact", v, sizeof v) && v[0]
-                    ? weft_opt_flag(p->options, "opencl.exact", false)
-                    : (type & CL_DEVICE_TYPE_CPU) != 0;
+    cl_device_fp_config fp = 0;
+    clGetDeviceInfo(ob->dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
+    /* the exact forms sum in double and divide and take roots correctly rounded, as the CPU */
+    const bool can_exact = ob->fp64 && (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT);
+    const bool forced = weft_opt_get(p->options, "opencl.exact", v, sizeof v) && v[0];
+    ob->exact = forced ? weft_opt_flag(p->options, "opencl.exact", false) : (type & CL_DEVICE_TYPE_CPU) && can_exact;
+    if (ob->exact && !can_exact) {
+        free(ob);
+        return weft_error(WEFT_ERR_UNSUPPORTED, "opencl:%d: opencl.exact=1 needs doubles (cl_khr_fp64) and correctly "
+                          "rounded divide and sqrt, which this device lacks", p->device);
+    }
     weft_status st;
     cl_int e;
     const cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)ob->platform, 0};
@@ -211,11 +221,11 @@ static weft_status ocl_sync(struct weft_backend *b)
     static const cl_int zero = 0;
     clEnqueueWriteBuffer(ob->q, ob->err, CL_TRUE, 0, sizeof zero, &zero, 0, NULL, NULL);
     static const char *const what[] = {"", "a token id outside the embedding table", "a logits row outside the batch",
-                                       "a negative KV slot"};
-    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 4 ? what[code] : "bad input");
+                                       "a KV slot outside the cache", "a sequence or KV block outside its table"};
+    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 5 ? what[code] : "bad input");
 }
 
-static uint64_t ocl_max_buffer(struct weft_backend *b) { return ((struct ocl_backend *)b)->max_alloc; }
+static uint64_t ocl_max_buffer(struct weft_backend *b) { return ((struct ocl_backend *)b)->max_alloc & ~(cl_ulong)3; }
 
 static const struct weft_backend_iface ocl_iface = {
     .api_version = WEFT_BACKEND_API_VERSION,

@@ -37,6 +37,13 @@ enum ocl_kernel {
     OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_COUNT_
 };
 
+/* the work-group size (items) each kernel is launched with (ocl_ops.c) */
+static const int ocl_kernel_wg[OK_COUNT_] = {
+    [OK_EMBED] = 64, [OK_RMSNORM] = 64, [OK_LOGITS_NORM] = 64, [OK_SILU_MUL] = 64, [OK_ADD] = 64, [OK_MM_VEC] = 64,
+    [OK_MM_TILE] = 256, [OK_ROPE_KV] = 64, [OK_ATTENTION] = 64, [OK_MM_EXACT_F] = 64, [OK_QUANT_ACT] = 64,
+    [OK_MM_EXACT_Q] = 64,
+};
+
 struct ocl_arena {
     cl_mem mem;
     size_t used;             /* bump pointer */
@@ -50,7 +57,8 @@ struct weft_buffer {
     size_t off, size;
     struct ocl_arena *arena; /* NULL: owns mem */
     uint8_t *shadow;         /* small buffers: what buffer_write put there (NULL: none) */
-    bool shadow_ok;          /* no op or copy has written it since */
+    bool shadow_ok;          /* no op or copy has written it since (or a write covered it all) */
+    uint64_t id, gen;        /* unique per backend; bumped by every write to it */
 };
 
 struct ocl_backend {
@@ -77,6 +85,13 @@ struct ocl_backend {
     cl_mem rope_tab;
     uint32_t rope_rows, rope_n_rot;
     float rope_base, rope_scale;
+    /* the largest position last read back from the device: for which
+     * buffer (id, gen), offset and row count */
+    uint64_t pos_id, pos_gen;
+    size_t pos_off;
+    uint32_t pos_n;
+    int32_t pos_max;
+    uint64_t next_buffer_id;
     char cache_dir[512];
     char name[128];
     bool program_from_cache; /* for tests: the program came from the cache folder */
@@ -99,7 +114,13 @@ weft_status ocl_buffer_read(struct weft_buffer *buf, size_t off, void *dst, size
 weft_status ocl_buffer_copy(struct weft_buffer *dst, size_t doff, struct weft_buffer *src, size_t soff, size_t n);
 void ocl_arenas_free(struct ocl_backend *ob);
 /* a buffer an op or copy writes: its host copy no longer says what it holds */
-static inline void ocl_dirty(struct weft_buffer *b) { if (b) b->shadow_ok = false; }
+static inline void ocl_dirty(struct weft_buffer *b)
+{
+    if (b) {
+        b->shadow_ok = false;
+        b->gen++;
+    }
+}
 
 /* the kernels' source (generated from the kernels/ folder) */
 extern const char weft_ocl_source[];

@@ -29,12 +29,13 @@ weft_status ocl_buffer_alloc(struct weft_backend *b, size_t size, struct weft_bu
 {
     struct ocl_backend *ob = (struct ocl_backend *)b;
     *out = NULL;
-    if (size > ob->max_alloc)
+    /* whole words (the fill writes 4 bytes at a time); arena pieces 256-aligned */
+    const size_t asz = size == 0 ? 256 : size <= OCL_SUB_MAX ? (size + 255) & ~(size_t)255 : (size + 3) & ~(size_t)3;
+    if (size > ob->max_alloc || asz > ob->max_alloc || asz < size)
         return weft_error(WEFT_ERR_NOMEM, "opencl:%d: a buffer of %zu bytes is over the device's largest (%llu)",
                           ob->index, size, (unsigned long long)ob->max_alloc);
     struct weft_buffer *buf = calloc(1, sizeof *buf);
     if (!buf) return weft_error(WEFT_ERR_NOMEM, "opencl: out of host memory");
-    const size_t asz = size ? (size + 255) & ~(size_t)255 : 256;
     cl_int e = CL_SUCCESS;
     if (asz <= OCL_SUB_MAX) {
         struct ocl_arena *a = arena_for(ob, asz, &e);
@@ -57,6 +58,7 @@ weft_status ocl_buffer_alloc(struct weft_backend *b, size_t size, struct weft_bu
     }
     buf->ob = ob;
     buf->size = size;
+    buf->id = ++ob->next_buffer_id;
     static const cl_uint zero = 0;
     e = clEnqueueFillBuffer(ob->q, buf->mem, &zero, sizeof zero, buf->off, asz, 0, NULL, NULL);
     if (e == CL_SUCCESS && size <= OCL_SHADOW_MAX) {
@@ -107,7 +109,11 @@ weft_status ocl_buffer_write(struct weft_buffer *buf, size_t off, const void *sr
     if (n == 0) return WEFT_OK;
     cl_int e = clEnqueueWriteBuffer(buf->ob->q, buf->mem, CL_TRUE, buf->off + off, n, src, 0, NULL, NULL);
     if (e != CL_SUCCESS) return ocl_err(e, "writing a buffer");
-    if (buf->shadow) memcpy(buf->shadow + off, src, n);
+    buf->gen++;
+    if (buf->shadow) {
+        memcpy(buf->shadow + off, src, n);
+        if (off == 0 && n == buf->size) buf->shadow_ok = true;  /* all of it known again */
+    }
     return WEFT_OK;
 }
 

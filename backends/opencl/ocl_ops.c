@@ -14,8 +14,8 @@ static bool view_in(const struct weft_view *v)
 {
     if (!v->buf || v->ne0 <= 0 || v->ne1 <= 0 || v->ne0 > INT32_MAX || v->ne1 > INT32_MAX) return false;
     const size_t rs = weft_row_size(v->type, v->ne0);
-    return v->nb1 >= rs && v->offset <= v->buf->size &&
-           (uint64_t)(v->ne1 - 1) * v->nb1 + rs <= v->buf->size - v->offset;
+    if (v->nb1 < rs || v->offset > v->buf->size || rs > v->buf->size - v->offset) return false;
+    return v->ne1 == 1 || v->nb1 <= (v->buf->size - v->offset - rs) / (uint64_t)(v->ne1 - 1);
 }
 
 static bool f32_ok(const struct weft_view *v)
@@ -41,6 +41,13 @@ static bool weight_ok(const struct weft_view *w)
 }
 
 static bool same_rows(const struct weft_view *a, const struct weft_view *b) { return a->ne0 == b->ne0 && a->ne1 == b->ne1; }
+
+/* whole blocks the KV buffer holds (backend.h's layout) */
+static uint64_t kv_blocks(const struct weft_kv_view *kv)
+{
+    const uint64_t per = (uint64_t)kv->n_layer * 2 * WEFT_KV_BLOCK_TOKENS * weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim);
+    return per ? kv->buf->size / per : 0;
+}
 
 static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
 {
@@ -85,8 +92,7 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->out) && o->n_head % o->kv.n_kv_head == 0 &&
                o->q.ne0 >= (int64_t)o->n_head * hd && o->out.ne0 >= (int64_t)o->n_head * hd &&
                o->q.ne1 >= o->batch.n_rows && o->out.ne1 >= o->batch.n_rows && o->batch.bt.buf &&
-               o->batch.bt_off.buf && o->batch.bt.type == WEFT_TYPE_I32 && o->batch.bt_off.type == WEFT_TYPE_I32 &&
-               o->batch.bt.offset % 4 == 0 && o->batch.bt_off.offset % 4 == 0;
+               i32_ok(&o->batch.bt_off, o->batch.n_seq) && i32_ok(&o->batch.bt, 1);
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
@@ -102,7 +108,7 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         return op->u.copy.src && op->u.copy.dst && op->u.copy.src->ob == op->u.copy.dst->ob;
     case WEFT_OP_LOGITS: {
         const struct weft_op_logits *o = &op->u.logits;
-        const int64_t n_out = o->rows.ne0 * o->rows.ne1;
+        const int64_t n_out = o->rows.ne0;
         return weight_ok(&o->w) && f32_ok(&o->x) && f32_ok(&o->norm_w) && f32_ok(&o->out) &&
                o->w.ne0 == o->x.ne0 && o->norm_w.ne0 >= o->x.ne0 && i32_ok(&o->rows, n_out) &&
                o->out.ne0 == o->w.ne1 && o->out.ne1 >= n_out;
@@ -156,10 +162,23 @@ static weft_status launch(struct ocl_backend *ob, struct args *a, const char *wh
 
 /* ---- ops ---- */
 
+/* The I32 values of v (n of them) when the buffer's host copy is current,
+ * else NULL (the kernels then check them and flag the error word). */
+static const int32_t *host_i32(const struct weft_view *v)
+{
+    return v->buf->shadow && v->buf->shadow_ok ? (const int32_t *)(v->buf->shadow + v->offset) : NULL;
+}
+
 static weft_status op_embed(struct ocl_backend *ob, const struct weft_op_embed *o)
 {
     struct args a = {ob->k[OK_EMBED], 0, CL_SUCCESS};
     const int64_t n = o->ids.ne0 * o->ids.ne1;
+    /* ids known on the host are checked before anything runs, as the CPU does */
+    const int32_t *id = host_i32(&o->ids);
+    for (int64_t r = 0; id && r < n; r++)
+        if (id[r] < 0 || id[r] >= o->table.ne1)
+            return weft_error(WEFT_ERR_INVALID_ARG, "opencl: token id %d outside the embedding table (%lld rows)", id[r],
+                              (long long)o->table.ne1);
     a_buf(&a, &o->table);
     a_u64(&a, o->table.nb1);
     a_i32(&a, o->table.type);
@@ -207,7 +226,8 @@ static weft_status grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t 
 
 static bool exact_q(enum weft_type t)
 {
-    return t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 || t == WEFT_TYPE_Q8_0;
+    return t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 ||
+           t == WEFT_TYPE_Q8_0;
 }
 
 /* The exact forms of the 32-element quants: x quantized as the CPU does
@@ -282,8 +302,12 @@ static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, con
 
 static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits *o)
 {
-    const int64_t n_out = o->rows.ne0 * o->rows.ne1, K = o->x.ne0;
+    const int64_t n_out = o->rows.ne0, K = o->x.ne0;
     if (n_out == 0) return WEFT_OK;
+    const int32_t *idx = host_i32(&o->rows);
+    for (int64_t i = 0; idx && i < n_out; i++)
+        if (idx[i] < 0 || idx[i] >= o->x.ne1)
+            return weft_error(WEFT_ERR_INVALID_ARG, "opencl: logits row %d outside [0, %lld)", idx[i], (long long)o->x.ne1);
     weft_status st = grow(ob, &ob->scratch, &ob->scratch_size, (size_t)n_out * (size_t)K * sizeof(float),
                           "allocating LOGITS' scratch");
     if (st != WEFT_OK) return st;
@@ -323,7 +347,9 @@ static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
 
 /* The largest of the batch's positions: from the buffer's host copy when
  * it is current, else (exact forms only) read back from the device, which
- * waits for the ops queued before. -1: unknown, or a negative position. */
+ * waits for the ops queued before; once per step, not per layer: the value
+ * is kept while the buffer is not written. -1: unknown, or a negative
+ * position. */
 static int32_t max_position(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 {
     const struct weft_buffer *pb = o->batch.pos.buf;
@@ -332,6 +358,8 @@ static int32_t max_position(struct ocl_backend *ob, const struct weft_op_rope_kv
     const int32_t *pos;
     if (pb->shadow && pb->shadow_ok) {
         pos = (const int32_t *)(pb->shadow + o->batch.pos.offset);
+    } else if (ob->pos_id == pb->id && ob->pos_gen == pb->gen && ob->pos_off == o->batch.pos.offset && ob->pos_n == n) {
+        return ob->pos_max;
     } else {
         if (!ob->exact || !(tmp = malloc((size_t)n * sizeof *tmp))) return -1;
         if (clEnqueueReadBuffer(ob->q, pb->mem, CL_TRUE, pb->off + o->batch.pos.offset, (size_t)n * sizeof *tmp, tmp, 0,
@@ -343,6 +371,13 @@ static int32_t max_position(struct ocl_backend *ob, const struct weft_op_rope_kv
     }
     int32_t max = 0;
     for (uint32_t r = 0; r < n && max >= 0; r++) max = pos[r] < 0 ? -1 : pos[r] > max ? pos[r] : max;
+    if (tmp) {
+        ob->pos_id = pb->id;
+        ob->pos_gen = pb->gen;
+        ob->pos_off = o->batch.pos.offset;
+        ob->pos_n = n;
+        ob->pos_max = max;
+    }
     free(tmp);
     return max;
 }
@@ -381,6 +416,9 @@ static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 {
     const bool tab = rope_table(ob, o);
+    if (!tab && ob->exact && o->n_rot > 0)
+        return weft_error(WEFT_ERR_INVALID_ARG, "opencl: ROPE_KV: no table of RoPE's angles for these positions (a "
+                          "negative one, or out of memory): the exact forms take the CPU's angles only");
     struct args a = {ob->k[OK_ROPE_KV], 0, CL_SUCCESS};
     a_f32v(&a, &o->q);
     a_f32v(&a, &o->k);
@@ -403,6 +441,8 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     a_i32(&a, tab);
     a_i32(&a, tab ? (int64_t)ob->rope_rows : 0);
     a_i32(&a, o->batch.n_rows);
+    const cl_long n_slots = (cl_long)kv_blocks(&o->kv) * WEFT_KV_BLOCK_TOKENS;
+    a_set(&a, sizeof n_slots, &n_slots);
     a_mem(&a, ob->err);
     ocl_dirty(o->q.buf);
     ocl_dirty(o->k.buf);
@@ -430,6 +470,10 @@ static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_att
     a_buf(&a, &o->batch.bt_off);
     a_buf(&a, &o->batch.bt);
     a_i32(&a, o->batch.n_rows);
+    a_i32(&a, o->batch.n_seq);
+    a_i32(&a, (int64_t)((o->batch.bt.buf->size - o->batch.bt.offset) / 4));
+    a_i32(&a, (int64_t)(kv_blocks(&o->kv) < INT32_MAX ? kv_blocks(&o->kv) : INT32_MAX));
+    a_mem(&a, ob->err);
     ocl_dirty(o->out.buf);
     const size_t g[2] = {up(o->n_head, 8), up(o->batch.n_rows, 8)}, l[2] = {8, 8};
     return launch(ob, &a, "ATTENTION", 2, g, l);

@@ -157,6 +157,14 @@ weft_status ocl_program_build(struct ocl_backend *ob)
         if (e != CL_SUCCESS)
             return weft_error(WEFT_ERR_DEVICE, "opencl:%d: kernel '%s' missing from the program (error %d)", ob->index,
                               kernel_names[i], (int)e);
+        /* a kernel heavy in registers or private memory can have a smaller
+         * limit than the device's: one under the work-group ocl_ops.c
+         * launches it with cannot run here */
+        size_t wg = 0;
+        if (clGetKernelWorkGroupInfo(ob->k[i], ob->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS &&
+            wg < (size_t)ocl_kernel_wg[i])
+            return weft_error(WEFT_ERR_UNSUPPORTED, "opencl:%d: kernel '%s' runs at most %zu work-items per group here "
+                              "(it needs %d)", ob->index, kernel_names[i], wg, ocl_kernel_wg[i]);
     }
     return WEFT_OK;
 }

@@ -46,18 +46,19 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
 }
 
 /* One work-item per batch row: rotate its q and k heads, then store k and v
- * in its slot. Angles: from tab (the host's weft_rope_cos_sin, cos/sin per
+ * in its slot (a slot outside the cache's n_slots is flagged, not written). Angles: from tab (the host's weft_rope_cos_sin, cos/sin per
  * position: the CPU's own libm bits) when has_tab, else computed here
  * (theta_scale = the host's powf(freq_base, -2/n_rot)). */
 kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
                     global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
                     int layer, int n_kv, int hd, int n_head, int n_rot, int neox, float freq_scale,
                     float theta_scale, global const uchar *pos_b, ulong pos_off, global const uchar *slot_b,
-                    ulong slot_off, global const float *tab, int has_tab, int tab_rows, int n_rows,
+                    ulong slot_off, global const float *tab, int has_tab, int tab_rows, int n_rows, long n_slots,
                     global int *err)
 {
     const int r = get_global_id(0);
-    if (r >= n_rows) return;
+    /* after bad input earlier in the step the cache is left as it was */
+    if (r >= n_rows || *err) return;
     global uchar *kv = kv_b + kv_base;
     const int pos = I32P(pos_b, pos_off)[r];
     global float *qr = F32P(q, q_off) + (ulong)r * q_ld;
@@ -79,7 +80,7 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
         for (int h = 0; h < n_kv; h++) rot(kr + h * hd, a, b, c, s);
     }
     const int slot = I32P(slot_b, slot_off)[r];
-    if (slot < 0) {
+    if (slot < 0 || slot >= n_slots) {
         FLAG_ERROR(err, 3);
         return;
     }
@@ -145,16 +146,25 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
                       global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
                       int n_head, float scale, global const uchar *pos_b, ulong pos_off, global const uchar *seq_b,
                       ulong seq_off, global const uchar *bto_b, ulong bto_off, global const uchar *bt_b,
-                      ulong bt_off, int n_rows)
+                      ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
 {
     const int h = get_global_id(0), r = get_global_id(1);
     if (h >= n_head || r >= n_rows) return;
     global const uchar *kv = kv_b + kv_base;
     const int group = n_head / n_kv;
     const int pos = I32P(pos_b, pos_off)[r], sq = I32P(seq_b, seq_off)[r];
-    global const int *bt = I32P(bt_b, bt_off) + I32P(bto_b, bto_off)[sq];
-    global const float *qv = F32P(q, q_off) + (ulong)r * q_ld + (ulong)h * hd;
     global float *out = F32P(o, o_off) + (ulong)r * o_ld + (ulong)h * hd;
+    /* the row's sequence, its block list and every block in it inside their tables */
+    const int b0 = sq >= 0 && sq < n_seq ? I32P(bto_b, bto_off)[sq] : -1;
+    bool bad = b0 < 0 || pos < 0 || (long)b0 + pos / KV_BLOCK >= bt_len;
+    global const int *bt = I32P(bt_b, bt_off) + (bad ? 0 : b0);
+    for (int i = 0; !bad && i <= pos / KV_BLOCK; i++) bad = bt[i] < 0 || bt[i] >= n_blocks;
+    if (bad) {
+        if (h == 0) FLAG_ERROR(err, 4);
+        for (int d = 0; d < hd; d++) out[d] = 0.0f;
+        return;
+    }
+    global const float *qv = F32P(q, q_off) + (ulong)r * q_ld + (ulong)h * hd;
     const ulong tok = kv_q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
     const ulong head_off = (ulong)(h / group) * (kv_q8 ? (ulong)(hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)hd * 2);
     ushort q16[ATT_MAX_HD], acc16[ATT_MAX_HD];

@@ -178,10 +178,11 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
     }
 }
 
-/* Q4_1, Q5_0, Q5_1 and Q8_0 weights against quant_act's blocks, one
- * work-item per output (n, r), in the order of ggml's AVX2 vec_dot
- * (backends/cpu/cpu_ref_dot.c, block32_fma_lanes): per block the lane l of
- * 8 is the integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, lane,
+/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights against quant_act's blocks, one
+ * work-item per output (n, r), in the order of backends/cpu/cpu_ref_dot.c:
+ * Q4_0 one float sum, sum += float(block's integer dot) * dw * dx; the
+ * others ggml's AVX2 vec_dot (block32_fma_lanes): per block the lane l of 8
+ * is the integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, lane,
  * acc[l]); Q4_1/Q5_1 add summs = fma(m, s, summs) per block; the result is
  * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) (+ summs). global (N, M) */
 kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
@@ -192,15 +193,22 @@ kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type
     if (n >= N || r >= M) return;
     const bool with_min = type == WEFT_T_Q4_1 || type == WEFT_T_Q5_1;
     const int bs = type == WEFT_T_Q4_1 ? WEFT_B_Q4_1 : type == WEFT_T_Q5_0 ? WEFT_B_Q5_0
-                 : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : WEFT_B_Q8_0;
+                 : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : type == WEFT_T_Q4_0 ? WEFT_B_Q4_0 : WEFT_B_Q8_0;
     const int xbs = with_min ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0, nb = K / 32;
     global const uchar *row = w + w_off + (ulong)n * w_nb1;
     global const uchar *xr = q + (ulong)r * nb * xbs;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f, sumf = 0.0f;
     for (int b = 0; b < nb; b++) {
         global const uchar *wb = row + (ulong)b * bs, *xb = xr + (ulong)b * xbs;
         global const char *xq = (global const char *)(xb + (with_min ? 4 : 2));
         int v[32];
+        if (type == WEFT_T_Q4_0) {
+            int s = 0;
+            for (int j = 0; j < 16; j++) s += ((wb[2 + j] & 0xF) - 8) * xq[j];
+            for (int j = 0; j < 16; j++) s += ((wb[2 + j] >> 4) - 8) * xq[j + 16];
+            sumf += (float)s * ldh(wb) * ldh(xb);
+            continue;
+        }
         if (type == WEFT_T_Q8_0) {
             for (int j = 0; j < 32; j++) v[j] = (char)wb[2 + j];
         } else if (type == WEFT_T_Q4_1) {
@@ -228,6 +236,7 @@ kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type
     }
     float v = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
     if (with_min) v = v + summs;
+    if (type == WEFT_T_Q4_0) v = sumf;
     if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
     (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
 }
