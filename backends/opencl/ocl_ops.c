@@ -35,7 +35,8 @@ static bool weight_ok(const struct weft_view *w)
     case WEFT_TYPE_F32: return f32_ok(w);
     case WEFT_TYPE_F16: case WEFT_TYPE_BF16: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0:
     case WEFT_TYPE_Q5_1: case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
-        return view_in(w) && w->ne0 % weft_type_get(w->type)->block_size == 0;
+        /* F16 values are read 2-byte aligned (every block layout keeps them so) */
+        return view_in(w) && w->ne0 % weft_type_get(w->type)->block_size == 0 && w->offset % 2 == 0 && w->nb1 % 2 == 0;
     default: return false;
     }
 }
@@ -248,7 +249,8 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     a_i32(&q, with_sum);
     const size_t gq[2] = {up(nb, 16), up((size_t)M, 4)}, lq[2] = {16, 4};
     if ((st = launch(ob, &q, "MATMUL", 2, gq, lq)) != WEFT_OK) return st;
-    struct args a = {ob->k[OK_MM_EXACT_Q], 0, CL_SUCCESS};
+    const int rows = M >= 4 ? 4 : 1;  /* per work-item: mm_exact_q4 shares each weight block's unpacking */
+    struct args a = {ob->k[rows == 4 ? OK_MM_EXACT_Q4 : OK_MM_EXACT_Q], 0, CL_SUCCESS};
     a_buf(&a, w);
     a_u64(&a, w->nb1);
     a_i32(&a, w->type);
@@ -262,7 +264,7 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     a_i32(&a, w->ne1);
     a_i32(&a, M);
     ocl_dirty(out->buf);
-    const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 4)}, l[2] = {16, 4};
+    const size_t g[2] = {up((size_t)w->ne1, 64), (size_t)(M + rows - 1) / rows}, l[2] = {64, 1};
     return launch(ob, &a, "MATMUL", 2, g, l);
 }
 
@@ -289,7 +291,7 @@ static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, con
     ocl_dirty(out->buf);
     if (exact) {
         a_i32(&a, M >= 2 && w->ne1 % 4 == 0 && w->ne0 % 16 == 0);
-        const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 4)}, l[2] = {16, 4};
+        const size_t g[2] = {up((size_t)w->ne1, 64), (size_t)M}, l[2] = {64, 1};
         return launch(ob, &a, "MATMUL", 2, g, l);
     }
     if (vec) {

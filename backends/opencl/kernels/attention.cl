@@ -24,11 +24,7 @@ inline void rot(global float *v, int a, int b, float c, float s)
 inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
 {
     if (!q8) {
-        for (int i = 0; i < n; i++) {
-            const ushort h = f2h(v[i]);
-            dst[2 * i] = (uchar)h;
-            dst[2 * i + 1] = (uchar)(h >> 8);
-        }
+        for (int i = 0; i < n; i++) vstore_half_rte(v[i], i, (global half *)dst);  /* round to nearest even */
         return;
     }
     for (int b = 0; b < n / WEFT_QK_Q8_0; b++) {
@@ -94,6 +90,8 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
 /* ggml_vec_dot_f16's order (backends/cpu/cpu_ref_dot.c dot_f16): 4 x 16
  * lanes of fma over 64-element chunks, (s0+s2)+(s1+s3), the 16 lanes
  * pairwise, the tail in double */
+#define PH(a) ((private half *)(a))
+
 inline float dot_f16(global const uchar *k, const ushort *q, int n)
 {
     const int np = n & ~63;
@@ -102,7 +100,7 @@ inline float dot_f16(global const uchar *k, const ushort *q, int n)
         float s4[4];
         for (int j = 0; j < 4; j++) {
             float c = 0.0f;
-            for (int e = 16 * j + l; e < np; e += 64) c = fma(ldh(k + 2 * e), h2f(q[e]), c);
+            for (int e = 16 * j + l; e < np; e += 64) c = fma(ldh(k + 2 * e), vload_half(e, PH(q)), c);
             s4[j] = c;
         }
         r[l] = (s4[0] + s4[2]) + (s4[1] + s4[3]);
@@ -112,11 +110,11 @@ inline float dot_f16(global const uchar *k, const ushort *q, int n)
     for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
 #ifdef WEFT_F64
     double s = (u[0] + u[2]) + (u[1] + u[3]);
-    for (int i = np; i < n; i++) s += (double)(ldh(k + 2 * i) * h2f(q[i]));
+    for (int i = np; i < n; i++) s += (double)(ldh(k + 2 * i) * vload_half(i, PH(q)));
     return (float)s;
 #else
     float s = (u[0] + u[2]) + (u[1] + u[3]);
-    for (int i = np; i < n; i++) s += ldh(k + 2 * i) * h2f(q[i]);
+    for (int i = np; i < n; i++) s += ldh(k + 2 * i) * vload_half(i, PH(q));
     return s;
 #endif
 }
@@ -182,7 +180,7 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
         for (int d = 0; d < hd; d++) acc[d] = 0.0f;
     } else {
         for (int d = 0; d < hd; d++) {
-            q16[d] = f2h(qv[d]);
+            vstore_half_rte(qv[d], d, PH(q16));
             acc16[d] = 0;
         }
     }
@@ -200,16 +198,17 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
             if (kv_q8)
                 for (int d = 0; d < hd; d++) acc[d] *= ms;
             else
-                for (int d = 0; d < hd; d++) acc16[d] = f2h(h2f(acc16[d]) * ms);
+                for (int d = 0; d < hd; d++) vstore_half_rte(vload_half(d, PH(acc16)) * ms, d, PH(acc16));
         } else {
             vs = expf_libm(s - M);
         }
         if (kv_q8)
             for (int d = 0; d < hd; d++) acc[d] = fma(dq(vr, WEFT_T_Q8_0, d), vs, acc[d]);
         else
-            for (int d = 0; d < hd; d++) acc16[d] = f2h(fma(ldh(vr + 2 * d), vs, h2f(acc16[d])));
+            for (int d = 0; d < hd; d++)
+                vstore_half_rte(fma(ldh(vr + 2 * d), vs, vload_half(d, PH(acc16))), d, PH(acc16));
         S = fma(S, ms, vs);
     }
     const float inv = 1.0f / S;
-    for (int d = 0; d < hd; d++) out[d] = (kv_q8 ? acc[d] : h2f(acc16[d])) * inv;
+    for (int d = 0; d < hd; d++) out[d] = (kv_q8 ? acc[d] : vload_half(d, PH(acc16))) * inv;
 }

@@ -64,7 +64,9 @@ inline ushort f2h(float f)
 }
 
 inline ushort ld16(global const uchar *p) { return (ushort)(p[0] | (p[1] << 8)); }
-inline float ldh(global const uchar *p) { return h2f(ld16(p)); }
+/* an F16 value at p (2-byte aligned: every block layout and row is): the
+ * built-in conversion, exact like h2f */
+inline float ldh(global const uchar *p) { return vload_half(0, (global const half *)p); }
 
 /* ggml_v_expf's polynomial for one lane (backends/cpu/cpu_expf.h) */
 inline float expf_poly(float x)

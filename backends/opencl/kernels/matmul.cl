@@ -185,58 +185,91 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
  * is the integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, lane,
  * acc[l]); Q4_1/Q5_1 add summs = fma(m, s, summs) per block; the result is
  * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) (+ summs). global (N, M) */
-kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
-                       ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
-                       ulong a_ld, int has_add, int K, int N, int M)
+#define MMQ_ROWS 4  /* at most this many activation rows per work-item */
+
+/* ROWS activation rows per work-item (a constant once inlined): each weight
+ * block is unpacked once for them */
+inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q,
+                      global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
+                      int has_add, int K, int N, int M, const int ROWS)
 {
-    const int n = get_global_id(0), r = get_global_id(1);
-    if (n >= N || r >= M) return;
+    const int n = get_global_id(0), r0 = get_global_id(1) * ROWS;
+    if (n >= N || r0 >= M) return;
+    const int nr = min(ROWS, M - r0);
     const bool with_min = type == WEFT_T_Q4_1 || type == WEFT_T_Q5_1;
     const int bs = type == WEFT_T_Q4_1 ? WEFT_B_Q4_1 : type == WEFT_T_Q5_0 ? WEFT_B_Q5_0
                  : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : type == WEFT_T_Q4_0 ? WEFT_B_Q4_0 : WEFT_B_Q8_0;
     const int xbs = with_min ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0, nb = K / 32;
     global const uchar *row = w + w_off + (ulong)n * w_nb1;
-    global const uchar *xr = q + (ulong)r * nb * xbs;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0}, summs = 0.0f, sumf = 0.0f;
+    /* integer products as 16-wide vectors (exact in any order); the float
+     * steps one lane each, in the CPU's order */
+    float8 acc[MMQ_ROWS];
+    float summs[MMQ_ROWS], sumf[MMQ_ROWS];
+    for (int i = 0; i < ROWS; i++) {
+        acc[i] = (float8)(0.0f);
+        summs[i] = sumf[i] = 0.0f;
+    }
+    const uint16 sh = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int b = 0; b < nb; b++) {
-        global const uchar *wb = row + (ulong)b * bs, *xb = xr + (ulong)b * xbs;
-        global const char *xq = (global const char *)(xb + (with_min ? 4 : 2));
-        int v[32];
-        if (type == WEFT_T_Q4_0) {
-            int s = 0;
-            for (int j = 0; j < 16; j++) s += ((wb[2 + j] & 0xF) - 8) * xq[j];
-            for (int j = 0; j < 16; j++) s += ((wb[2 + j] >> 4) - 8) * xq[j + 16];
-            sumf += (float)s * ldh(wb) * ldh(xb);
-            continue;
-        }
+        global const uchar *wb = row + (ulong)b * bs;
+        int16 lo, hi;  /* weight elements 0..15 and 16..31 */
         if (type == WEFT_T_Q8_0) {
-            for (int j = 0; j < 32; j++) v[j] = (char)wb[2 + j];
-        } else if (type == WEFT_T_Q4_1) {
-            for (int j = 0; j < 16; j++) {
-                v[j] = wb[4 + j] & 0xF;
-                v[j + 16] = wb[4 + j] >> 4;
+            lo = convert_int16(vload16(0, (global const char *)(wb + 2)));
+            hi = convert_int16(vload16(1, (global const char *)(wb + 2)));
+        } else if (type == WEFT_T_Q4_0 || type == WEFT_T_Q4_1) {
+            const uchar16 qv = vload16(0, wb + (type == WEFT_T_Q4_0 ? 2 : 4));
+            lo = convert_int16(qv & (uchar)0xF);
+            hi = convert_int16(qv >> (uchar)4);
+            if (type == WEFT_T_Q4_0) {
+                lo -= 8;
+                hi -= 8;
             }
         } else {
             const int ho = type == WEFT_T_Q5_1 ? 4 : 2;
             const uint qh = (uint)wb[ho] | (uint)wb[ho + 1] << 8 | (uint)wb[ho + 2] << 16 | (uint)wb[ho + 3] << 24;
-            global const uchar *qs = wb + ho + 4;
+            const uchar16 qv = vload16(0, wb + ho + 4);
             const int off = type == WEFT_T_Q5_0 ? 16 : 0;
-            for (int j = 0; j < 16; j++) {
-                v[j] = ((qs[j] & 0xF) | (((qh >> j) & 1) << 4)) - off;
-                v[j + 16] = ((qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - off;
-            }
+            lo = (convert_int16(qv & (uchar)0xF) | (convert_int16(((uint16)qh >> sh) & 1u) << 4)) - off;
+            hi = (convert_int16(qv >> (uchar)4) | (convert_int16(((uint16)qh >> (sh + 16u)) & 1u) << 4)) - off;
         }
-        if (with_min) summs = fma(ldh(wb + 2), ldh(xb + 2), summs);
-        const float d = ldh(wb) * ldh(xb);
-        for (int l = 0; l < 8; l++) {
-            const int s = v[4 * l] * xq[4 * l] + v[4 * l + 1] * xq[4 * l + 1] + v[4 * l + 2] * xq[4 * l + 2] +
-                          v[4 * l + 3] * xq[4 * l + 3];
-            acc[l] = fma(d, (float)s, acc[l]);
+        const float dw = ldh(wb), mw = with_min ? ldh(wb + 2) : 0.0f;
+        for (int i = 0; i < ROWS; i++) {  /* a constant trip count: the arrays stay in registers */
+            if (i >= nr) break;
+            global const uchar *xb = q + ((ulong)(r0 + i) * nb + b) * xbs;
+            global const char *xq = (global const char *)(xb + (with_min ? 4 : 2));
+            const int16 p0 = lo * convert_int16(vload16(0, xq)), p1 = hi * convert_int16(vload16(1, xq));
+            /* lane l: elements 4l..4l+3 */
+            const int4 l0 = p0.s048c + p0.s159d + p0.s26ae + p0.s37bf, l1 = p1.s048c + p1.s159d + p1.s26ae + p1.s37bf;
+            if (type == WEFT_T_Q4_0) {
+                const int4 t = l0 + l1;
+                sumf[i] += (float)(t.s0 + t.s1 + t.s2 + t.s3) * dw * ldh(xb);
+                continue;
+            }
+            if (with_min) summs[i] = fma(mw, ldh(xb + 2), summs[i]);
+            acc[i] = fma((float8)(dw * ldh(xb)), convert_float8((int8)(l0, l1)), acc[i]);
         }
     }
-    float v = ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
-    if (with_min) v = v + summs;
-    if (type == WEFT_T_Q4_0) v = sumf;
-    if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
-    (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+    for (int i = 0; i < ROWS; i++) {
+        if (i >= nr) break;
+        const int r = r0 + i;
+        float v = ((acc[i].s0 + acc[i].s4) + (acc[i].s2 + acc[i].s6)) + ((acc[i].s1 + acc[i].s5) + (acc[i].s3 + acc[i].s7));
+        if (with_min) v = v + summs[i];
+        if (type == WEFT_T_Q4_0) v = sumf[i];
+        if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
+        (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
+    }
+}
+
+kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
+                       ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
+                       ulong a_ld, int has_add, int K, int N, int M)
+{
+    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, K, N, M, 1);
+}
+
+kernel void mm_exact_q4(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
+                        ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
+                        ulong a_ld, int has_add, int K, int N, int M)
+{
+    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, K, N, M, MMQ_ROWS);
 }
