@@ -186,6 +186,13 @@ static void bandwidth_table_matches_whole_names(void)
     CHECK_EQ_INT(weft_bench_known_bandwidth("AMD Instinct MI300X"), 5300);
     CHECK_EQ_INT(weft_bench_known_bandwidth("AMD Radeon RX 7900 XTX"), 960);
     CHECK_EQ_INT(weft_bench_known_bandwidth("llvmpipe (LLVM 15.0.7, 256 bits) (CPU, Vulkan 1.3)"), 0);
+    /* OpenCL on the CPU (PoCL) reads system memory: the CPU's measured figure; an OpenCL GPU does not */
+    const char *src = NULL;
+    CHECK(weft_bench_device_bandwidth("opencl", "pthread-skylake-avx512-AMD EPYC (Portable Computing Language, "
+                                      "OpenCL 3.0, CPU; fp64)", 40.0, &src) == 40.0 && src && !strcmp(src, "measured"));
+    src = NULL;
+    CHECK(weft_bench_device_bandwidth("opencl", "Mali-G710 (ARM Platform, OpenCL 3.0, GPU; fp16)", 40.0, &src) != 40.0);
+    CHECK(!src || strcmp(src, "measured") != 0);
 }
 
 /* ---- the CLI ---- */

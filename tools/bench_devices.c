@@ -83,7 +83,8 @@ double weft_bench_known_bandwidth(const char *device_name)
 
 static bool reads_system_memory(const char *backend, const char *device_name)
 {
-    return !strcmp(backend, "cpu") || (!strcmp(backend, "vulkan") && strstr(device_name, "(CPU,"));
+    return !strcmp(backend, "cpu") || (!strcmp(backend, "vulkan") && strstr(device_name, "(CPU,")) ||
+           (!strcmp(backend, "opencl") && strstr(device_name, ", CPU"));
 }
 
 static int runs_on_cpu(const struct dev *d) { return reads_system_memory(d->backend, d->name); }

@@ -26,7 +26,8 @@ double weft_bench_known_bandwidth(const char *device_name);
 
 /* The memory bandwidth a device's weight reads are measured against, GB/s:
  * WEFT_<BACKEND>_BW_GBS when set, else cpu_bw for a device that reads system
- * memory (the CPU, a Vulkan device on the CPU such as lavapipe), else the
+ * memory (the CPU, a Vulkan or OpenCL device on the CPU such as lavapipe
+ * or PoCL), else the
  * table; 0 when none applies. *source (may be NULL): "env", "measured",
  * "table" or NULL. */
 double weft_bench_device_bandwidth(const char *backend, const char *device_name, double cpu_bw, const char **source);
