@@ -36,6 +36,7 @@ static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decod
         ewma(&e->decode_tps, decode / dt);
         ewma(&e->decode_row_tps, 1.0 / dt);
         e->decode_rows = decode;
+        weft_step_fit_add(&e->decode_fit, decode, dt);
         return;
     }
     if (prefill == 0) return;
@@ -44,8 +45,8 @@ static void measure_step(struct weft_engine *e, uint32_t prefill, uint32_t decod
      * computing a block look far slower than it is, so it only counts while
      * nothing better has been measured */
     if (prefill < WEFT_KV_BLOCK_TOKENS && e->prefill_tps > 0) return;
-    double t = dt;
-    if (decode && e->decode_tps > 0) t -= decode / e->decode_tps;
+    double t = dt, fixed, row;
+    if (decode && weft_step_fit_get(&e->decode_fit, &fixed, &row)) t -= fixed + row * decode;
     if (t < dt * 0.25) {
         if (prefill < 4 * decode) return;  /* mostly decode: says little about prefill */
         t = dt;
@@ -67,16 +68,18 @@ static void size_low_prefill(struct weft_engine *e)
     weft_sched_set_low_prefill(e->sched, n);
 }
 
-/* The cost model of the next step (lock held): the measured decode step
- * and prompt-token costs, and the ITL target: itl_target_ms, strict; auto,
- * ITL_AUTO_FACTOR times the decode step, with the prompt backlog spread over
- * at most ITL_SPREAD_STEPS steps (so prompts keep pace with arrivals where
- * prefill is slow for the decode step, and throughput is not traded for
- * smoothness). 2.5 and 16 were the best of bench/itl.sh's variants on the
- * serve workload (2/8, 2/12, 2/16, 2.5/16: README "Smooth streams").
+/* The cost model of the next step (lock held): the decode rows' cost fitted
+ * to the measured decode steps (a fixed part and one per row), the measured
+ * prompt-token cost, and the ITL target: itl_target_ms, strict; auto, a step
+ * with prompt tokens costs at most ITL_AUTO_FACTOR times its decode rows
+ * alone (so ITL's tail stays within that factor of its median), with the
+ * prompt backlog spread over at most ITL_SPREAD_STEPS steps (so prompts keep
+ * pace with arrivals where prefill is slow for the decode step, and
+ * throughput is not traded for smoothness). 2 and 16: bench/itl.sh's
+ * variants on the serve workload (README "Smooth streams").
  * Unmeasured: no limit. */
 #ifndef ITL_AUTO_FACTOR  /* -D overrides: for bench/itl.sh comparisons */
-#define ITL_AUTO_FACTOR 2.5
+#define ITL_AUTO_FACTOR 2.0
 #endif
 #ifndef ITL_SPREAD_STEPS
 #define ITL_SPREAD_STEPS 16
@@ -84,16 +87,14 @@ static void size_low_prefill(struct weft_engine *e)
 static void set_step_cost(struct weft_engine *e)
 {
     struct weft_sched_cost c = {0};
-    if (e->decode_row_tps > 0 && e->prefill_tps > 0) {
-        c.decode_step_s = 1.0 / e->decode_row_tps;
+    if (weft_step_fit_get(&e->decode_fit, &c.decode_fixed_s, &c.decode_row_s) && e->prefill_tps > 0) {
         c.prefill_token_s = 1.0 / e->prefill_tps;
         if (e->cfg.itl_target_ms > 0) c.target_s = e->cfg.itl_target_ms / 1000.0;
         else if (e->cfg.itl_target_ms == 0) {
-            c.target_s = ITL_AUTO_FACTOR * c.decode_step_s;
+            c.target_factor = ITL_AUTO_FACTOR;
             c.spread_steps = ITL_SPREAD_STEPS;
         }
     }
-    e->itl_target_s = c.target_s;
     weft_sched_set_cost(e->sched, &c);
 }
 
@@ -583,6 +584,8 @@ static weft_status step(struct weft_engine *e, bool *did_work)
     struct weft_sched_item *items;
     uint32_t n_items;
     weft_status st = weft_sched_schedule(e->sched, &items, &n_items);
+    const struct weft_sched_plan *plan = weft_sched_last_plan(e->sched);
+    if (plan->decode_rows) e->itl_target_s = plan->target_s;
     if (st != WEFT_OK || n_items == 0) {
         pthread_mutex_unlock(&e->mu);
         flush_events(e);
@@ -742,6 +745,7 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->decode_tps = e->decode_tps;
     out->decode_rows = e->decode_rows;
     out->decode_row_tps = e->decode_row_tps;
+    weft_step_fit_get(&e->decode_fit, &out->decode_fixed_s, &out->decode_row_s);
     if (e->gvocab) {
         struct weft_grammar_cache_stats gs;
         weft_grammar_vocab_stats(e->gvocab, &gs);
@@ -768,6 +772,8 @@ struct weft_kv_pool *weft_engine_kv(struct weft_engine *e) { return &e->kv; }
 #define CALIB_WARMUP_PROMPT 64u
 #define CALIB_MAX_PROMPT 1024u
 #define CALIB_TARGET_S 0.25
+#define CALIB_ROWS 4u      /* sequences decoding together in the last run (the per-row cost) */
+#define CALIB_ROW_PROMPT 8u
 
 static void calib_event(void *user, const struct weft_event *ev) { (void)user; (void)ev; }
 
@@ -805,8 +811,30 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
         if (pass == 0) {
             pthread_mutex_lock(&e->mu);
             e->prefill_tps = e->decode_tps = e->decode_row_tps = 0;
+            e->decode_fit = (struct weft_step_fit){0};
             pthread_mutex_unlock(&e->mu);
         }
+    }
+    /* then CALIB_ROWS short prompts decoding together: the decode cost's
+     * part per row, for the ITL cost model (only the fit keeps this run) */
+    if (st == WEFT_OK && cap >= CALIB_ROWS * CALIB_ROW_PROMPT && e->cfg.max_seqs >= CALIB_ROWS) {
+        pthread_mutex_lock(&e->mu);
+        double keep[3] = {e->prefill_tps, e->decode_tps, e->decode_row_tps};
+        uint32_t keep_rows = e->decode_rows;
+        pthread_mutex_unlock(&e->mu);
+        rq.n_prompt = CALIB_ROW_PROMPT;
+        rq.max_tokens = 6;
+        for (uint32_t k = 0; k < CALIB_ROWS && st == WEFT_OK; k++) {
+            rq.prompt = ids + k * CALIB_ROW_PROMPT;
+            st = weft_engine_submit(e, &rq, &id);
+        }
+        if (st == WEFT_OK) st = weft_engine_run_all(e);
+        pthread_mutex_lock(&e->mu);
+        e->prefill_tps = keep[0];
+        e->decode_tps = keep[1];
+        e->decode_row_tps = keep[2];
+        e->decode_rows = keep_rows;
+        pthread_mutex_unlock(&e->mu);
     }
     free(ids);
     /* not the traffic's: the counters start from zero */

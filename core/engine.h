@@ -41,9 +41,10 @@ struct weft_engine_config {
      * running is short. 0 = no limit. */
     uint32_t low_prefill_ms;
     /* Stall-free batching (sched.h): a step that carries decode rows plans at
-     * most this many milliseconds by the measured rates; 0 = auto (2.5 times
-     * the measured decode step, and at least the prompt backlog spread over
-     * 16 steps: sched.h's spread_steps), < 0 = no limit. */
+     * most this many milliseconds by the measured rates; 0 = auto (twice its
+     * decode rows' cost alone, by the cost fitted to the measured decode
+     * steps, and at least the prompt backlog spread over 16 steps: sched.h's
+     * spread_steps), < 0 = no limit. */
     double itl_target_ms;
     uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
                                     max_seqs full-context sequences need, at least one's */
@@ -149,9 +150,10 @@ struct weft_engine_stats {
     uint64_t queued_prefill_tokens;  /* prompt tokens not yet computed: waiting + running */
     uint64_t low_prefill_limited;    /* steps that held lower-priority prompts to low_prefill_tokens */
     uint32_t low_prefill_tokens;     /* low_prefill_ms in tokens now (0 = no limit) */
-    /* Stall-free batching: the target now (0 = none yet / off), steps the
-     * target held prompts back in, steps with decode rows planned over it (a
-     * one-token floor), and the last step's plan (sched.h). */
+    /* Stall-free batching: the target of the last step with decode rows (0 =
+     * none yet / off), steps the target held prompts back in, steps with
+     * decode rows planned over it (a one-token floor), and the last step's
+     * plan (sched.h). */
     double itl_target_s;
     uint64_t itl_limited, itl_over, itl_spread, share_deferred;
     struct weft_sched_plan last_plan;
@@ -161,6 +163,9 @@ struct weft_engine_stats {
     double prefill_tps, decode_tps;
     uint32_t decode_rows;            /* rows of the last decode step the rate was measured on */
     double decode_row_tps;           /* one sequence's decode rate: 1 / decode-step time (moving average) */
+    /* the decode step's cost model, fitted to decode-only steps (sched.h,
+     * weft_step_fit): seconds = fixed + per row * rows (0: not measured) */
+    double decode_fixed_s, decode_row_s;
     /* Constrained decoding: masks asked of the grammar index and those its
      * cache answered, and draws the grammar refused (resampled masked). */
     uint64_t grammar_masks, grammar_mask_hits, grammar_resampled;

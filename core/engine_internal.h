@@ -59,7 +59,8 @@ struct weft_engine {
     double prefill_tps, decode_tps;  /* moving averages over live steps */
     uint32_t decode_rows;
     double decode_row_tps;           /* each sequence advances one token per decode step */
-    double itl_target_s;             /* the last step's (stats) */
+    double itl_target_s;             /* the last step with decode rows' (stats) */
+    struct weft_step_fit decode_fit; /* decode steps' time by rows (the ITL cost model) */
     struct weft_engine_kv_stats kvio;  /* engine_kv.c, under mu */
     struct weft_grammar_vocab *gvocab; /* the tokenizer's index, built at the first grammar request */
     uint64_t grammar_resampled;        /* grammar draws that needed the mask */

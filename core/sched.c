@@ -339,17 +339,60 @@ static void fair_begin(struct weft_sched *s)
     s->deferred = false;
 }
 
+#define FIT_ALPHA 0.05     /* weight of the newest decode step in the fit (a window of ~20) */
+#define FIT_MIN_VAR 0.25   /* rows' variance (std half a row) that tells the slope */
+
+void weft_step_fit_add(struct weft_step_fit *f, uint32_t rows, double seconds)
+{
+    if (!(seconds > 0) || rows == 0) return;
+    double k = f->w > 0 ? 1 - FIT_ALPHA : 0, r = rows;
+    f->w = f->w * k + 1;
+    f->r = f->r * k + r;
+    f->rr = f->rr * k + r * r;
+    f->t = f->t * k + seconds;
+    f->rt = f->rt * k + r * seconds;
+    double mr = f->r / f->w, mt = f->t / f->w;
+    double var = f->rr / f->w - mr * mr;
+    if (var >= FIT_MIN_VAR) {
+        double b = (f->rt / f->w - mr * mt) / var;
+        f->slope = b > 0 ? b : 0;
+    }
+}
+
+bool weft_step_fit_get(const struct weft_step_fit *f, double *fixed_s, double *row_s)
+{
+    *fixed_s = *row_s = 0;
+    if (!(f->w > 0)) return false;
+    double mr = f->r / f->w, mt = f->t / f->w;
+    double b = f->slope < mt / mr ? f->slope : mt / mr;  /* the fixed part is not negative */
+    *fixed_s = mt - b * mr;
+    *row_s = b;
+    return mt > 0;
+}
+
+/* The model's decode rows' part of a step of n rows (0: unmeasured) */
+static double decode_cost(const struct weft_sched_cost *c, uint32_t rows)
+{
+    return rows ? c->decode_fixed_s + c->decode_row_s * rows : 0;
+}
+
+/* The target of a step with these decode rows (0: none) */
+static double step_target(const struct weft_sched_cost *c, uint32_t rows)
+{
+    if (!rows || !(c->prefill_token_s > 0) || !(decode_cost(c, rows) > 0)) return 0;
+    return c->target_s > 0 ? c->target_s : c->target_factor > 0 ? c->target_factor * decode_cost(c, rows) : 0;
+}
+
 /* The prompt tokens a step may carry by the ITL target: UINT32_MAX without
  * decode rows or a measured cost, else what fits beside them (at least 1). */
 static uint32_t itl_cap(const struct weft_sched *s, bool *spread)
 {
     const struct weft_sched_cost *c = &s->cost;
-    if (!(c->target_s > 0 && c->decode_step_s > 0 && c->prefill_token_s > 0)) return UINT32_MAX;
-    bool decode = false;
-    for (uint32_t i = 0; i < s->n_running && !decode; i++)
-        decode = s->running[i]->n_tokens - s->running[i]->n_computed == 1;
-    if (!decode) return UINT32_MAX;
-    double room = (c->target_s - c->decode_step_s) / c->prefill_token_s + 1e-6;  /* 199.99999... is 200 */
+    uint32_t rows = 0;
+    for (uint32_t i = 0; i < s->n_running; i++) rows += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+    double target = step_target(c, rows);
+    if (!(target > 0)) return UINT32_MAX;
+    double room = (target - decode_cost(c, rows)) / c->prefill_token_s + 1e-6;  /* 199.99999... is 200 */
     uint32_t cap = room >= 1 ? (room < 1e9 ? (uint32_t)room : 1000000000u) : 1;
     if (c->spread_steps) {
         uint64_t backlog = 0;
@@ -558,7 +601,7 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     uint32_t ni = p.ni;
 
     struct weft_sched_plan *pl = &s->st.last;
-    *pl = (struct weft_sched_plan){.prefill_cap = cap, .target_s = s->cost.target_s};
+    *pl = (struct weft_sched_plan){.prefill_cap = cap};
     for (uint32_t k = 0; k < ni; k++) {
         const struct weft_sched_item *it = &s->items[k];
         if (it->n == 1 && it->pos0 >= it->req->n_prompt) {
@@ -568,8 +611,9 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
             pl->prefill_chunks++;
         }
     }
-    if (s->cost.decode_step_s > 0 && s->cost.prefill_token_s > 0)
-        pl->planned_s = (pl->decode_rows ? s->cost.decode_step_s : 0) + pl->prefill_tokens * s->cost.prefill_token_s;
+    pl->target_s = step_target(&s->cost, pl->decode_rows);
+    if (decode_cost(&s->cost, 1) > 0 && s->cost.prefill_token_s > 0)
+        pl->planned_s = decode_cost(&s->cost, pl->decode_rows) + pl->prefill_tokens * s->cost.prefill_token_s;
     if (pl->decode_rows && pl->target_s > 0 && pl->planned_s > pl->target_s * (1 + 1e-9)) s->st.itl_over++;
     s->st.steps += ni > 0;
     s->st.low_prefill_limited += s->low_capped;
@@ -629,6 +673,8 @@ void weft_sched_stats(const struct weft_sched *s, struct weft_sched_stats *out)
     out->swapped = 0;
     for (uint32_t i = 0; i < s->n_waiting; i++) out->swapped += s->waiting[i]->kv.swapped;
 }
+
+const struct weft_sched_plan *weft_sched_last_plan(const struct weft_sched *s) { return &s->st.last; }
 
 void weft_sched_reset_totals(struct weft_sched *s) { memset(&s->st, 0, sizeof s->st); }
 

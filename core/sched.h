@@ -26,8 +26,9 @@
  * Stall-free batching: a step that carries decode rows carries at most the
  * prompt tokens that fit the inter-token-latency target by the cost model
  * the engine sets from its measured rates (weft_sched_set_cost): the decode
- * rows' part plus prompt tokens at their per-token cost stays within the
- * target (at least one prompt token per step, so prompts always advance), and
+ * rows' part (a fixed part and one per row) plus prompt tokens at their
+ * per-token cost stays within the target, absolute or relative to the decode
+ * rows' part (at least one prompt token per step, so prompts always advance), and
  * a long prompt is spread over several steps. With spread_steps N, a step
  * carries at least 1/N of the prompt backlog. A step without decode rows
  * takes the whole budget. Chunking changes no output.
@@ -70,11 +71,17 @@ struct weft_tenant_limits {
     uint32_t share;              /* weight of its prompt-token time slice (0 = 1) */
 };
 
-/* The engine's cost model of a step (seconds), for stall-free batching:
- * target_s 0 (or an unmeasured cost) = no limit. */
+/* The engine's cost model of a step (seconds), for stall-free batching: the
+ * decode rows cost decode_fixed_s + decode_row_s per row, each prompt token
+ * prefill_token_s. A step with decode rows plans at most target_s, or, with
+ * target_s 0, target_factor times its own decode rows' cost (so a step that
+ * carries prompt tokens costs at most that many times one that does not).
+ * Neither, or an unmeasured cost: no limit. */
 struct weft_sched_cost {
-    double target_s;             /* a step with decode rows plans at most this */
-    double decode_step_s;        /* the decode rows' part of a step */
+    double target_s;             /* strict target */
+    double target_factor;        /* or relative to the step's decode cost */
+    double decode_fixed_s;       /* the decode rows' part of a step: fixed */
+    double decode_row_s;         /* and per row */
     double prefill_token_s;      /* one prompt token */
     /* 0: the target is strict. N: a step also carries at least 1/N of the
      * prompt tokens waiting (its own share of a backlog spread over N steps),
@@ -83,6 +90,19 @@ struct weft_sched_cost {
     uint32_t spread_steps;
 };
 
+/* The decode part of the cost model, fitted to measured decode-only steps:
+ * time = fixed + per_row * rows, by least squares over a moving window
+ * (exponentially weighted). The per-row slope is refitted only while the
+ * window holds steps of different row counts (a spread of at least one row);
+ * otherwise the last slope is kept and the level follows the recent steps. */
+struct weft_step_fit {
+    double w, r, rr, t, rt;      /* weighted sums: 1, rows, rows^2, time, rows*time */
+    double slope;                /* seconds per row (>= 0) */
+};
+void weft_step_fit_add(struct weft_step_fit *f, uint32_t rows, double seconds);
+/* false while nothing is measured */
+bool weft_step_fit_get(const struct weft_step_fit *f, double *fixed_s, double *row_s);
+
 /* What the last schedule() planned (for the stats, the logs and tests). */
 struct weft_sched_plan {
     uint32_t decode_rows;        /* one-token rows of generated positions */
@@ -90,7 +110,7 @@ struct weft_sched_plan {
     uint32_t prefill_chunks;
     uint32_t prefill_cap;        /* the prompt tokens the target allowed (UINT32_MAX: no limit) */
     double planned_s;            /* the step's cost by the model (0: unmeasured) */
-    double target_s;             /* the target it planned against (0: none) */
+    double target_s;             /* the target it planned against (0: none, or no decode rows) */
 };
 
 enum weft_req_state {
@@ -192,6 +212,8 @@ void weft_sched_finish(struct weft_sched *s, struct weft_sched_req *r);
 
 struct weft_sched_req *weft_sched_find(struct weft_sched *s, uint64_t id);
 void weft_sched_stats(const struct weft_sched *s, struct weft_sched_stats *out);
+/* What the last schedule() planned (stats' last) */
+const struct weft_sched_plan *weft_sched_last_plan(const struct weft_sched *s);
 /* Zero the totals in the stats (steps, tokens, preemptions, prefix hits). */
 void weft_sched_reset_totals(struct weft_sched *s);
 /* Queues in order (for tests): running then waiting. */

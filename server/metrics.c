@@ -178,12 +178,17 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
     one(&o, "weft_engine_low_priority_prefill_limited_steps_total", "counter",
         "Steps that held lower-priority prompts to that limit.", (double)es->low_prefill_limited);
     one(&o, "weft_engine_itl_target_seconds", "gauge",
-        "The inter-token-latency target a step with decode rows is planned against (--itl-target-ms; "
-        "0 = none or not measured yet).", es->itl_target_s);
+        "The inter-token-latency target the last step with decode rows was planned against "
+        "(--itl-target-ms; 0 = none or not measured yet).", es->itl_target_s);
+    one(&o, "weft_engine_decode_step_fixed_seconds", "gauge",
+        "The decode step's cost model (fitted to measured decode-only steps): its fixed part.", es->decode_fixed_s);
+    one(&o, "weft_engine_decode_step_row_seconds", "gauge",
+        "The decode step's cost model: its part per decode row.", es->decode_row_s);
     one(&o, "weft_engine_itl_limited_steps_total", "counter",
         "Steps whose prompt tokens the ITL target held back (spread over later steps).", (double)es->itl_limited);
     one(&o, "weft_engine_itl_spread_steps_total", "counter",
-        "Steps whose prompt tokens the auto target raised to 1/8 of the waiting prompt backlog.",
+        "Steps whose prompt tokens the auto target raised to their share of the waiting prompt backlog "
+        "(spread over 16 steps).",
         (double)es->itl_spread);
     one(&o, "weft_engine_itl_over_target_steps_total", "counter",
         "Steps with decode rows planned over the ITL target (the backlog's share or a one-token floor).",

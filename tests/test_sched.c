@@ -481,7 +481,7 @@ static void itl_target_spreads_a_long_prompt(void)
 {
     struct env e;
     env_init(&e, 512, 0, false, (struct weft_sched_config){.max_step_tokens = 512, .max_running = 16});
-    struct weft_sched_cost c = {.target_s = 0.030, .decode_step_s = 0.010, .prefill_token_s = 0.0001};
+    struct weft_sched_cost c = {.target_s = 0.030, .decode_fixed_s = 0.010, .prefill_token_s = 0.0001};
     weft_sched_set_cost(e.s, &c);
     for (uint64_t id = 1; id <= 4; id++) add(&e, id, 20, 100, 0, 0);
     struct weft_sched_item it[16];
@@ -520,6 +520,77 @@ static void itl_target_spreads_a_long_prompt(void)
     CHECK_EQ_INT(ss.itl_over, 3);  /* planned 50, 40 and 32.5 ms against 30 */
     run_to_end(&e, NULL, NULL);
     env_free(&e);
+}
+
+/* The auto target is relative to the step's own decode rows: twice a
+ * decode step of 2 ms + 1 ms per row. Six rows (8 ms) leave 80 prompt
+ * tokens of 0.1 ms beside them, two rows (4 ms) 40; every step plans within
+ * its own target and the 200-token prompts go in 3 and 5 steps. */
+static void itl_target_follows_the_rows(void)
+{
+    struct env e;
+    env_init(&e, 512, 0, false, (struct weft_sched_config){.max_step_tokens = 512, .max_running = 16});
+    struct weft_sched_cost c = {.target_factor = 2, .decode_fixed_s = 0.002, .decode_row_s = 0.001,
+                                .prefill_token_s = 0.0001};
+    weft_sched_set_cost(e.s, &c);
+    struct weft_sched_req *st[6];
+    for (uint64_t id = 1; id <= 6; id++) st[id - 1] = add(&e, id, 20, 200, 0, 0);
+    struct weft_sched_item it[16];
+    struct weft_sched_stats ss;
+    CHECK_EQ_INT(step(&e, it, NULL, NULL), 6);
+    weft_sched_stats(e.s, &ss);
+    CHECK(ss.last.prefill_cap == UINT32_MAX && ss.last.target_s == 0);
+    uint32_t rows[2] = {6, 2}, caps[2] = {80, 40};
+    struct weft_sched_req *r = NULL;
+    for (int phase = 0; phase < 2; phase++) {
+        if (phase == 1) {  /* four streams and the first prompt's go */
+            for (int k = 0; k < 4; k++) weft_sched_finish(e.s, st[k]);
+            weft_sched_finish(e.s, r);
+        }
+        r = add(&e, 10 + (uint64_t)phase, 200, 100, 0, 0);
+        uint32_t chunks = 0;
+        double want_target = 2 * (0.002 + 0.001 * rows[phase]);
+        for (int guard = 0; guard < 50 && r->n_computed < 200; guard++) {
+            step(&e, it, NULL, NULL);
+            weft_sched_stats(e.s, &ss);
+            CHECK_EQ_INT(ss.last.decode_rows, rows[phase]);
+            CHECK_EQ_INT(ss.last.prefill_cap, caps[phase]);
+            CHECK_MSG(fabs(ss.last.target_s - want_target) < 1e-12, "target %.6f s", ss.last.target_s);
+            CHECK_MSG(ss.last.planned_s <= ss.last.target_s * (1 + 1e-9), "planned %.6f s", ss.last.planned_s);
+            chunks++;
+        }
+        CHECK_EQ_INT(chunks, (200 + caps[phase] - 1) / caps[phase]);
+    }
+    CHECK_EQ_INT(ss.itl_over, 0);
+    run_to_end(&e, NULL, NULL);
+    env_free(&e);
+}
+
+/* The decode cost fit: steps of 1..8 rows at 2 ms + 0.5 ms per row give back
+ * both parts; then steps of 8 rows only at 10 ms move the level (its
+ * prediction for 8 rows follows) with the fixed part and slope never
+ * negative; a fit with no steps says so. */
+static void decode_cost_fit(void)
+{
+    struct weft_step_fit f = {0};
+    double fixed, row;
+    CHECK(!weft_step_fit_get(&f, &fixed, &row));
+    for (int k = 0; k < 400; k++) weft_step_fit_add(&f, 1 + k % 8, 0.002 + 0.0005 * (1 + k % 8));
+    CHECK(weft_step_fit_get(&f, &fixed, &row));
+    CHECK_MSG(fabs(fixed - 0.002) < 1e-9 && fabs(row - 0.0005) < 1e-9, "fixed %.9f, row %.9f", fixed, row);
+    for (int k = 0; k < 200; k++) weft_step_fit_add(&f, 8, 0.010);
+    CHECK(weft_step_fit_get(&f, &fixed, &row));
+    printf("  after the level moved: fixed %.3f ms, %.3f ms per row\n", 1e3 * fixed, 1e3 * row);
+    CHECK_MSG(fabs(fixed + 8 * row - 0.010) < 1e-4, "8 rows predicted %.6f s", fixed + 8 * row);
+    CHECK(fixed >= 0 && row > 0);
+    /* time falling with rows (noise) is no negative slope */
+    struct weft_step_fit g = {0};
+    for (int k = 0; k < 100; k++) weft_step_fit_add(&g, 1 + k % 4, 0.010 - 0.001 * (k % 4));
+    CHECK(weft_step_fit_get(&g, &fixed, &row));
+    CHECK(row == 0 && fixed > 0);
+    weft_step_fit_add(&g, 0, 1.0);  /* ignored: no rows */
+    weft_step_fit_add(&g, 3, -1.0); /* ignored: no time */
+    CHECK(weft_step_fit_get(&g, &fixed, &row) && row == 0 && fixed < 0.011);
 }
 
 /* unfinished requests of a tenant */
@@ -606,6 +677,8 @@ int main(void)
     RUN(prefix_hits_are_counted);
     RUN(random_load_finishes);
     RUN(itl_target_spreads_a_long_prompt);
+    RUN(itl_target_follows_the_rows);
+    RUN(decode_cost_fit);
     RUN(tenants_share_equally);
     RUN(tenants_share_three_to_one);
     weft_backend_close(be);
