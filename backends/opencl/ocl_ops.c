@@ -415,6 +415,18 @@ static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
     return true;
 }
 
+/* the paged KV cache's arguments, in the order rope_kv and attention take them */
+static void a_kv(struct args *a, const struct weft_kv_view *kv)
+{
+    a_mem(a, kv->buf->mem);
+    a_u64(a, kv->buf->off);
+    a_i32(a, kv->type == WEFT_TYPE_Q8_0);
+    a_i32(a, kv->n_layer);
+    a_i32(a, kv->layer);
+    a_i32(a, kv->n_kv_head);
+    a_i32(a, kv->head_dim);
+}
+
 static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 {
     const bool tab = rope_table(ob, o);
@@ -425,13 +437,7 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     a_f32v(&a, &o->q);
     a_f32v(&a, &o->k);
     a_f32v(&a, &o->v);
-    a_mem(&a, o->kv.buf->mem);
-    a_u64(&a, o->kv.buf->off);
-    a_i32(&a, o->kv.type == WEFT_TYPE_Q8_0);
-    a_i32(&a, o->kv.n_layer);
-    a_i32(&a, o->kv.layer);
-    a_i32(&a, o->kv.n_kv_head);
-    a_i32(&a, o->kv.head_dim);
+    a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
     a_i32(&a, o->n_rot);
     a_i32(&a, o->mode == WEFT_ROPE_NEOX);
@@ -458,13 +464,7 @@ static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_att
     struct args a = {ob->k[OK_ATTENTION], 0, CL_SUCCESS};
     a_f32v(&a, &o->q);
     a_f32v(&a, &o->out);
-    a_mem(&a, o->kv.buf->mem);
-    a_u64(&a, o->kv.buf->off);
-    a_i32(&a, o->kv.type == WEFT_TYPE_Q8_0);
-    a_i32(&a, o->kv.n_layer);
-    a_i32(&a, o->kv.layer);
-    a_i32(&a, o->kv.n_kv_head);
-    a_i32(&a, o->kv.head_dim);
+    a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
     a_f32(&a, o->scale);
     a_buf(&a, &o->batch.pos);
