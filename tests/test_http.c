@@ -483,33 +483,42 @@ static void *srv_thread(void *arg)
     return NULL;
 }
 
-/* waits up to 5 s for *v >= want (or, with want 0, for *v != 0) */
-static bool wait_for_value(struct tsrv *ts, atomic_int *v, int want)
+/* waits up to 5 s, on the server thread's signals, for done(ts, arg) */
+static bool wait_until(struct tsrv *ts, bool (*done)(struct tsrv *, const void *), const void *arg)
 {
     struct timespec deadline;
     clock_gettime(CLOCK_REALTIME, &deadline);
     deadline.tv_sec += 5;
     pthread_mutex_lock(&ts->mu);
-    while (want ? atomic_load(v) < want : atomic_load(v) == 0)
+    while (!done(ts, arg))
         if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
-    bool ok = want ? atomic_load(v) >= want : atomic_load(v) != 0;
+    bool ok = done(ts, arg);
     pthread_mutex_unlock(&ts->mu);
     return ok;
 }
 
-/* waits up to 5 s for the server to hold at most n connections */
-static bool wait_conns_at_most(struct tsrv *ts, int n)
+struct value_want {
+    atomic_int *v;
+    int want;
+};
+
+static bool value_reached(struct tsrv *ts, const void *arg)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 5;
-    pthread_mutex_lock(&ts->mu);
-    while (atomic_load(&ts->conns) > n)
-        if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
-    bool ok = atomic_load(&ts->conns) <= n;
-    pthread_mutex_unlock(&ts->mu);
-    return ok;
+    (void)ts;
+    const struct value_want *w = arg;
+    return w->want ? atomic_load(w->v) >= w->want : atomic_load(w->v) != 0;
 }
+
+/* waits up to 5 s for *v >= want (or, with want 0, for *v != 0) */
+static bool wait_for_value(struct tsrv *ts, atomic_int *v, int want)
+{
+    return wait_until(ts, value_reached, &(struct value_want){v, want});
+}
+
+static bool conns_at_most(struct tsrv *ts, const void *arg) { return atomic_load(&ts->conns) <= *(const int *)arg; }
+
+/* waits up to 5 s for the server to hold at most n connections */
+static bool wait_conns_at_most(struct tsrv *ts, int n) { return wait_until(ts, conns_at_most, &n); }
 
 static struct tsrv *srv_start(struct http_limits lim)
 {
@@ -1112,6 +1121,16 @@ static struct cli *cli_open_small_rcvbuf(int port)
     return c;
 }
 
+struct answered_want {
+    int before, n;
+};
+
+static bool stalled_or_answered(struct tsrv *ts, const void *arg)
+{
+    const struct answered_want *w = arg;
+    return atomic_load(&ts->stalled) != 0 || atomic_load(&ts->handled) - w->before >= w->n;
+}
+
 /* sends n pipelined GET /big and waits until the server stops answering; returns how many it answered */
 static int pipeline_big_unread(struct tsrv *ts, struct cli *c, int n)
 {
@@ -1124,14 +1143,7 @@ static int pipeline_big_unread(struct tsrv *ts, struct cli *c, int n)
     free(reqs);
     /* the server stops answering once the connection stalls: past max_output queued
        unsent and the kernel taking no more (or once all are answered) */
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += 5;
-    pthread_mutex_lock(&ts->mu);
-    while (atomic_load(&ts->stalled) == 0 && atomic_load(&ts->handled) - before < n)
-        if (pthread_cond_timedwait(&ts->cv, &ts->mu, &deadline) != 0) break;
-    CHECK(atomic_load(&ts->stalled) == 1 || atomic_load(&ts->handled) - before == n);
-    pthread_mutex_unlock(&ts->mu);
+    CHECK(wait_until(ts, stalled_or_answered, &(struct answered_want){before, n}));
     return atomic_load(&ts->handled) - before;
 }
 
