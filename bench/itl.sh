@@ -5,12 +5,12 @@
 # (A B A B ...: this machine is shared and noisy), and the medians over runs of
 # throughput, TTFT (mean, p50, p99) and ITL (p50, p90, p99, max).
 #   bench/itl.sh [-r RUNS] [-t THREADS] [-n REQUESTS] [-c CONCURRENCY]
-#                [--serve-args "ARGS"] BIN [BIN ...]
+#                [-p PROMPT_TOKENS] [-g NEW_TOKENS] [--serve-args "ARGS"] BIN [BIN ...]
 # Each BIN may carry its own serve flags after a comma: build/weft,--itl-target-ms=off
 # (flags separated by commas). Default BIN: build/weft.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-runs=3 threads=2 requests=32 conc=8 extra=""
+runs=3 threads=2 requests=32 conc=8 prompt=110 gen=64 extra=""
 bins=()
 while [ $# -gt 0 ]; do
     case $1 in
@@ -18,8 +18,10 @@ while [ $# -gt 0 ]; do
         -t) threads=$2; shift 2 ;;
         -n) requests=$2; shift 2 ;;
         -c) conc=$2; shift 2 ;;
+        -p) prompt=$2; shift 2 ;;
+        -g) gen=$2; shift 2 ;;
         --serve-args) extra=$2; shift 2 ;;
-        -*) echo "usage: bench/itl.sh [-r RUNS] [-t THREADS] [-n REQUESTS] [-c CONCURRENCY] [--serve-args ARGS] BIN[,FLAG...] ..." >&2; exit 2 ;;
+        -*) echo "usage: bench/itl.sh [-r RUNS] [-t THREADS] [-n REQUESTS] [-c CONCURRENCY] [-p PROMPT_TOKENS] [-g NEW_TOKENS] [--serve-args ARGS] BIN[,FLAG...] ..." >&2; exit 2 ;;
         *) bins+=("$1"); shift ;;
     esac
 done
@@ -43,8 +45,8 @@ for ((r = 1; r <= runs; r++)); do
             curl -sf "http://127.0.0.1:$port/ready" > /dev/null 2>&1 && break
             sleep 0.1
         done
-        python3 bench/loadgen.py --url "http://127.0.0.1:$port" -n "$requests" -c "$conc" --prompt-tokens 110 \
-            --max-tokens 64 --ignore-eos --seed "$r" --json "$out/$b.$r.json" > "$out/$b.$r.txt"
+        python3 bench/loadgen.py --url "http://127.0.0.1:$port" -n "$requests" -c "$conc" --prompt-tokens "$prompt" \
+            --max-tokens "$gen" --ignore-eos --seed "$r" --json "$out/$b.$r.json" > "$out/$b.$r.txt"
         kill "$pid"
         wait "$pid" 2>/dev/null || true
         pid=
@@ -52,6 +54,7 @@ for ((r = 1; r <= runs; r++)); do
     done
 done
 
+echo "$requests requests, $conc in flight, $prompt-token prompts, $gen new tokens, -t $threads"
 python3 - "$out" "$runs" "${bins[@]}" <<'EOF'
 import json, statistics, sys
 out, runs, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
