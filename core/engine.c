@@ -815,20 +815,28 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
             pthread_mutex_unlock(&e->mu);
         }
     }
-    /* then CALIB_ROWS short prompts decoding together: the decode cost's
-     * part per row, for the ITL cost model (only the fit keeps this run) */
-    if (st == WEFT_OK && cap >= CALIB_ROWS * CALIB_ROW_PROMPT && e->cfg.max_seqs >= CALIB_ROWS) {
+    /* then one short prompt decoding alone and CALIB_ROWS decoding together,
+     * at the same short context: the decode cost's part per row, for the ITL
+     * cost model (only the fit keeps these runs). Best effort: a queue too
+     * short for them leaves the fit to the traffic. */
+    if (st == WEFT_OK && cap >= (CALIB_ROWS + 1) * CALIB_ROW_PROMPT && e->cfg.max_seqs >= CALIB_ROWS &&
+        e->cfg.max_waiting >= CALIB_ROWS) {
         pthread_mutex_lock(&e->mu);
         double keep[3] = {e->prefill_tps, e->decode_tps, e->decode_row_tps};
         uint32_t keep_rows = e->decode_rows;
+        e->decode_fit = (struct weft_step_fit){0};
         pthread_mutex_unlock(&e->mu);
         rq.n_prompt = CALIB_ROW_PROMPT;
         rq.max_tokens = 6;
-        for (uint32_t k = 0; k < CALIB_ROWS && st == WEFT_OK; k++) {
-            rq.prompt = ids + k * CALIB_ROW_PROMPT;
-            st = weft_engine_submit(e, &rq, &id);
+        const uint32_t runs[2] = {1, CALIB_ROWS};
+        for (int run = 0; run < 2 && st == WEFT_OK; run++) {
+            uint32_t rows = runs[run];
+            for (uint32_t k = 0; k < rows; k++) {
+                rq.prompt = ids + (rows == 1 ? CALIB_ROWS : k) * CALIB_ROW_PROMPT;  /* no two alike */
+                if (weft_engine_submit(e, &rq, &id) != WEFT_OK) break;
+            }
+            st = weft_engine_run_all(e);  /* what went in */
         }
-        if (st == WEFT_OK) st = weft_engine_run_all(e);
         pthread_mutex_lock(&e->mu);
         e->prefill_tps = keep[0];
         e->decode_tps = keep[1];
@@ -840,6 +848,7 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
     /* not the traffic's: the counters start from zero */
     pthread_mutex_lock(&e->mu);
     e->generated = e->submitted = e->finished = e->aborted = e->rejected = 0;
+    e->itl_target_s = 0;
     weft_sched_reset_totals(e->sched);
     pthread_mutex_unlock(&e->mu);
     return st;

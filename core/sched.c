@@ -340,7 +340,7 @@ static void fair_begin(struct weft_sched *s)
 }
 
 #define FIT_ALPHA 0.05     /* weight of the newest decode step in the fit (a window of ~20) */
-#define FIT_MIN_VAR 0.25   /* rows' variance (std half a row) that tells the slope */
+#define FIT_MIN_VAR 0.2    /* rows' variance that tells the slope (steps a row apart: 0.25) */
 
 void weft_step_fit_add(struct weft_step_fit *f, uint32_t rows, double seconds)
 {
@@ -365,7 +365,7 @@ bool weft_step_fit_get(const struct weft_step_fit *f, double *fixed_s, double *r
     if (!(f->w > 0)) return false;
     double mr = f->r / f->w, mt = f->t / f->w;
     double b = f->slope < mt / mr ? f->slope : mt / mr;  /* the fixed part is not negative */
-    *fixed_s = mt - b * mr;
+    *fixed_s = mt - b * mr > 0 ? mt - b * mr : 0;
     *row_s = b;
     return mt > 0;
 }
@@ -388,8 +388,11 @@ static double step_target(const struct weft_sched_cost *c, uint32_t rows)
 static uint32_t itl_cap(const struct weft_sched *s, bool *spread)
 {
     const struct weft_sched_cost *c = &s->cost;
-    uint32_t rows = 0;
-    for (uint32_t i = 0; i < s->n_running; i++) rows += s->running[i]->n_tokens - s->running[i]->n_computed == 1;
+    uint32_t rows = 0;  /* generated positions: a prompt's last token is a prompt token */
+    for (uint32_t i = 0; i < s->n_running; i++) {
+        const struct weft_sched_req *r = s->running[i];
+        rows += r->n_tokens - r->n_computed == 1 && r->n_computed >= r->n_prompt;
+    }
     double target = step_target(c, rows);
     if (!(target > 0)) return UINT32_MAX;
     double room = (target - decode_cost(c, rows)) / c->prefill_token_s + 1e-6;  /* 199.99999... is 200 */
@@ -557,9 +560,8 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
     s->low_capped = false;
     bool spread = false;
     s->prefill_left = itl_cap(s, &spread);
-    s->st.itl_spread += spread;
     s->itl_capped = false;
-    uint32_t cap = s->prefill_left;
+    uint64_t preempts0 = s->st.preempt_swap + s->st.preempt_recompute;
     fair_begin(s);
     *items = s->items;
     *n_items = 0;
@@ -585,6 +587,12 @@ weft_status weft_sched_schedule(struct weft_sched *s, struct weft_sched_item **i
         break;
     }
     uint64_t preempts1 = s->st.preempt_swap + s->st.preempt_recompute;
+    if (preempts1 != preempts0) {  /* fewer decode rows: their target */
+        spread = false;
+        s->prefill_left = itl_cap(s, &spread);
+    }
+    s->st.itl_spread += spread;
+    uint32_t cap = s->prefill_left;
 
     /* A step that prefills a request of some priority carries no prefill of a
      * lower one (their decode rows still run): the higher priority's first

@@ -93,8 +93,9 @@ struct weft_sched_cost {
 /* The decode part of the cost model, fitted to measured decode-only steps:
  * time = fixed + per_row * rows, by least squares over a moving window
  * (exponentially weighted). The per-row slope is refitted only while the
- * window holds steps of different row counts (a spread of at least one row);
- * otherwise the last slope is kept and the level follows the recent steps. */
+ * window holds steps of different row counts (rows' variance 0.2, as in a
+ * window of steps a row apart); otherwise the last slope is kept and the
+ * level follows the recent steps. */
 struct weft_step_fit {
     double w, r, rr, t, rt;      /* weighted sums: 1, rows, rows^2, time, rows*time */
     double slope;                /* seconds per row (>= 0) */
@@ -160,8 +161,9 @@ struct weft_sched_stats {
     uint32_t low_prefill_tokens;         /* the limit now (0 = none) */
     uint64_t itl_limited;                /* steps whose prompt tokens the ITL target held back */
     uint64_t itl_over;                   /* steps with decode rows planned over the target (its
-                                            one-token floor, the backlog's share, or decode rows
-                                            alone over it) */
+                                            one-token floor, the backlog's share, decode rows
+                                            alone over it, or rows a KV preemption took out
+                                            after the step's prompt tokens were sized) */
     uint64_t itl_spread;                 /* steps whose cap the backlog's share raised */
     uint64_t share_deferred;             /* steps that gave a tenant ahead of its share only leftovers */
     struct weft_sched_plan last;
