@@ -815,24 +815,24 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt)
             pthread_mutex_unlock(&e->mu);
         }
     }
-    /* then one short prompt decoding alone and CALIB_ROWS decoding together,
-     * at the same short context: the decode cost's part per row, for the ITL
-     * cost model (only the fit keeps these runs). Best effort: a queue too
-     * short for them leaves the fit to the traffic. */
-    if (st == WEFT_OK && cap >= (CALIB_ROWS + 1) * CALIB_ROW_PROMPT && e->cfg.max_seqs >= CALIB_ROWS &&
-        e->cfg.max_waiting >= CALIB_ROWS) {
+    /* then one prompt decoding alone and CALIB_ROWS decoding together, at
+     * the same context (a quarter of the measured prompt, so the two runs'
+     * prefill costs about the measured one's): the decode cost's part per
+     * row, for the ITL cost model (only the fit keeps these runs). Best
+     * effort: a queue too short for them leaves the fit to the traffic. */
+    uint32_t row_prompt = rq.n_prompt / CALIB_ROWS > CALIB_ROW_PROMPT ? rq.n_prompt / CALIB_ROWS : CALIB_ROW_PROMPT;
+    if (st == WEFT_OK && row_prompt <= cap && e->cfg.max_seqs >= CALIB_ROWS && e->cfg.max_waiting >= CALIB_ROWS) {
         pthread_mutex_lock(&e->mu);
         double keep[3] = {e->prefill_tps, e->decode_tps, e->decode_row_tps};
         uint32_t keep_rows = e->decode_rows;
         e->decode_fit = (struct weft_step_fit){0};
         pthread_mutex_unlock(&e->mu);
-        rq.n_prompt = CALIB_ROW_PROMPT;
+        rq.n_prompt = row_prompt;
         rq.max_tokens = 6;
         const uint32_t runs[2] = {1, CALIB_ROWS};
         for (int run = 0; run < 2 && st == WEFT_OK; run++) {
-            uint32_t rows = runs[run];
-            for (uint32_t k = 0; k < rows; k++) {
-                rq.prompt = ids + (rows == 1 ? CALIB_ROWS : k) * CALIB_ROW_PROMPT;  /* no two alike */
+            for (uint32_t k = 0; k < runs[run]; k++) {
+                ids[0] = (int32_t)((uint32_t)(ids[0] + 1) % nv);  /* no two alike: no prefix-cache hit */
                 if (weft_engine_submit(e, &rq, &id) != WEFT_OK) break;
             }
             st = weft_engine_run_all(e);  /* what went in */
