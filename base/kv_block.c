@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hmac.h"
 #include "base/quant.h"
 
 static const unsigned char MAGIC[8] = {'W', 'E', 'F', 'T', 'K', 'V', 'B', 0};
@@ -51,94 +52,169 @@ static uint32_t get32(const unsigned char *p)
 
 static uint64_t get64(const unsigned char *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 
+/* ---- keys ----------------------------------------------------------------- */
+
+static const char MAC_LABEL[] = "weft kv block mac v2";
+
+weft_status weft_kvb_keys_derive(const char *secret, const char *previous, struct weft_kvb_keys *out)
+{
+    struct weft_kvb_keys k = {.n = 0};
+    const char *s[2] = {secret, previous};
+    for (int i = 0; i < 2 && s[i]; i++) {
+        if (strlen(s[i]) < 16)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv secret: %s secret has %zu characters, at least 16 are needed",
+                              i ? "the previous" : "the", strlen(s[i]));
+        weft_status st = weft_hmac_sha256(s[i], strlen(s[i]), MAC_LABEL, sizeof MAC_LABEL - 1, NULL, 0, k.key[i]);
+        if (st != WEFT_OK) return st;
+        k.n = (uint32_t)i + 1;
+    }
+    *out = k;
+    return WEFT_OK;
+}
+
 /* ---- header --------------------------------------------------------------- */
 
 #define MAX_PAYLOAD ((size_t)1 << 30)
+#define FIXED 72 /* bytes before the layout table */
 
-size_t weft_kvb_payload_bytes(enum weft_type type, uint32_t n_layers, uint32_t n_kv_head, uint32_t head_dim)
+static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
-    return (size_t)n_layers * 2 * weft_kv_block_layer_bytes(type, n_kv_head, head_dim);
+    return 2 * weft_kv_block_layer_bytes(type, l->a, l->b);  /* WEFT_KVB_ATTN, the one kind */
 }
 
-static weft_status check_shape(const struct weft_kvb_header *h)
+void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
+                          uint32_t head_dim)
 {
-    if (h->type != WEFT_TYPE_F16 && h->type != WEFT_TYPE_Q8_0)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: KV type %u is not F16 or Q8_0", (unsigned)h->type);
-    if (!h->n_layer || !h->n_kv_head || !h->head_dim || h->n_layer > 4096 || h->n_kv_head > 4096 ||
-        h->head_dim > 4096)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: shape %u layers x %u KV heads x %u is not one a model has",
-                          h->n_layer, h->n_kv_head, h->head_dim);
-    if (h->type == WEFT_TYPE_Q8_0 && h->head_dim % 32)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: Q8_0 needs head_dim a multiple of 32, not %u", h->head_dim);
+    h->n_layout = 1;
+    h->layout[0] = (struct weft_kvb_layout){.kind = WEFT_KVB_ATTN, .type = (uint8_t)type, .n_layers = n_layers,
+                                            .a = n_kv_head, .b = head_dim};
+}
+
+/* The layout is one the format holds, covering the range; *payload set. */
+static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload)
+{
+    if (!h->n_layer || h->n_layer > 4096)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: %u layers is not a model's", h->n_layer);
     if (!h->n_layers || h->layer0 >= h->n_layer || h->n_layers > h->n_layer - h->layer0)
         return weft_error(WEFT_ERR_FORMAT, "kv block: layer range %u+%u is outside the model's %u layers", h->layer0,
                           h->n_layers, h->n_layer);
-    size_t pb = weft_kvb_payload_bytes(h->type, h->n_layers, h->n_kv_head, h->head_dim);
-    if (pb > MAX_PAYLOAD) return weft_error(WEFT_ERR_FORMAT, "kv block: %zu payload bytes a block is too many", pb);
+    if (!h->n_layout || h->n_layout > WEFT_KVB_MAX_LAYOUT)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: %u layout runs (1 to %d)", h->n_layout, WEFT_KVB_MAX_LAYOUT);
+    uint64_t layers = 0, pb = 0;
+    for (uint32_t i = 0; i < h->n_layout; i++) {
+        const struct weft_kvb_layout *l = &h->layout[i];
+        if (l->kind != WEFT_KVB_ATTN)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u is of kind %u, this reader knows attention "
+                              "K/V (1)", i, l->kind);
+        if (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: KV type %u is not F16 or Q8_0", i, l->type);
+        if (!l->n_layers || !l->a || !l->b || l->a > 4096 || l->b > 4096)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: %u layers x %u KV heads x %u is not one a "
+                              "model has", i, l->n_layers, l->a, l->b);
+        if (l->type == WEFT_TYPE_Q8_0 && l->b % 32)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: Q8_0 needs head_dim a multiple of 32, not %u",
+                              i, l->b);
+        layers += l->n_layers;
+        pb += (uint64_t)l->n_layers * run_layer_bytes(l, (enum weft_type)l->type);
+        if (pb > MAX_PAYLOAD)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: more than %zu payload bytes a block", MAX_PAYLOAD);
+    }
+    if (layers != h->n_layers)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: the layout's runs hold %llu layers, the range %u",
+                          (unsigned long long)layers, h->n_layers);
+    *payload = (size_t)pb;
     return WEFT_OK;
 }
 
 weft_status weft_kvb_header_init(struct weft_kvb_header *h)
 {
-    weft_status st = check_shape(h);
+    size_t pb;
+    weft_status st = check_shape(h, &pb);
     if (st != WEFT_OK) return weft_error(WEFT_ERR_INVALID_ARG, "%s", weft_last_error());
-    h->payload_bytes = (uint32_t)weft_kvb_payload_bytes(h->type, h->n_layers, h->n_kv_head, h->head_dim);
+    h->payload_bytes = (uint32_t)pb;
+    h->header_bytes = FIXED + 16 * h->n_layout + 4;
     return WEFT_OK;
 }
 
-void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char out[WEFT_KVB_HEADER_BYTES])
+/* The header's bytes before its CRC, n_blocks 0 whatever it is: what a
+ * block's MAC covers of it (a block moves between streams of any count). */
+static void header_body(const struct weft_kvb_header *h, uint32_t n_blocks, unsigned char *out)
 {
-    memset(out, 0, WEFT_KVB_HEADER_BYTES);
+    memset(out, 0, FIXED);
     memcpy(out, MAGIC, 8);
     put32(out + 8, WEFT_KVB_VERSION);
-    put32(out + 12, WEFT_KVB_HEADER_BYTES);
+    put32(out + 12, h->header_bytes);
     put64(out + 16, h->fp.hi);
     put64(out + 24, h->fp.lo);
-    put32(out + 32, (uint32_t)h->type);
-    put32(out + 36, WEFT_KVB_TOKENS);
-    put32(out + 40, h->n_layer);
-    put32(out + 44, h->n_kv_head);
-    put32(out + 48, h->head_dim);
-    put32(out + 52, h->layer0);
-    put32(out + 56, h->n_layers);
-    put32(out + 60, h->n_blocks);
-    put32(out + 64, h->payload_bytes);
-    put32(out + 76, weft_crc32c(0, out, 76));
+    put32(out + 32, WEFT_KVB_TOKENS);
+    put32(out + 36, h->n_layer);
+    put32(out + 40, h->layer0);
+    put32(out + 44, h->n_layers);
+    put32(out + 48, n_blocks);
+    put32(out + 52, h->payload_bytes);
+    put32(out + 56, h->mac ? 1u : 0u);
+    put32(out + 60, h->n_layout);
+    for (uint32_t i = 0; i < h->n_layout; i++) {
+        unsigned char *e = out + FIXED + 16 * i;
+        const struct weft_kvb_layout *l = &h->layout[i];
+        e[0] = l->kind;
+        e[1] = l->type;
+        e[2] = e[3] = 0;
+        put32(e + 4, l->n_layers);
+        put32(e + 8, l->a);
+        put32(e + 12, l->b);
+    }
+}
+
+void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char *out)
+{
+    size_t body = h->header_bytes - 4;
+    header_body(h, h->n_blocks, out);
+    put32(out + body, weft_crc32c(0, out, body));
 }
 
 weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft_kvb_header *out)
 {
     memset(out, 0, sizeof *out);
-    if (n < WEFT_KVB_HEADER_BYTES)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: %zu bytes is shorter than the %d-byte header", n,
-                          WEFT_KVB_HEADER_BYTES);
+    if (n < FIXED + 4)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: %zu bytes is shorter than a header", n);
     if (memcmp(buf, MAGIC, 8) != 0) return weft_error(WEFT_ERR_FORMAT, "kv block: not a weft KV block stream (magic)");
     uint32_t version = get32(buf + 8);
     if (version != WEFT_KVB_VERSION)
         return weft_error(WEFT_ERR_FORMAT, "kv block: format version %u, this reader knows %d", version,
                           WEFT_KVB_VERSION);
-    if (get32(buf + 12) != WEFT_KVB_HEADER_BYTES)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: header of %u bytes, version 1 has %d", get32(buf + 12),
-                          WEFT_KVB_HEADER_BYTES);
-    if (get32(buf + 76) != weft_crc32c(0, buf, 76)) return weft_error(WEFT_ERR_FORMAT, "kv block: header CRC mismatch");
-    if (get32(buf + 36) != WEFT_KVB_TOKENS)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: %u tokens a block, weft's blocks hold %d", get32(buf + 36),
+    uint32_t hb = get32(buf + 12), n_layout = get32(buf + 60);
+    if (n_layout == 0 || n_layout > WEFT_KVB_MAX_LAYOUT || hb != FIXED + 16 * n_layout + 4)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: a header of %u bytes with %u layout runs", hb, n_layout);
+    if (n < hb) return weft_error(WEFT_ERR_FORMAT, "kv block: %zu bytes is shorter than the %u-byte header", n, hb);
+    if (get32(buf + hb - 4) != weft_crc32c(0, buf, hb - 4))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: header CRC mismatch");
+    if (get32(buf + 32) != WEFT_KVB_TOKENS)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: %u tokens a block, weft's blocks hold %d", get32(buf + 32),
                           WEFT_KVB_TOKENS);
-    if (get32(buf + 68) || get32(buf + 72)) return weft_error(WEFT_ERR_FORMAT, "kv block: reserved header fields set");
+    uint32_t flags = get32(buf + 56);
+    if ((flags & ~1u) || get32(buf + 64) || get32(buf + 68))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: unknown flags or reserved header fields set");
     struct weft_kvb_header h = {.fp = {get64(buf + 16), get64(buf + 24)},
-                                .type = (enum weft_type)get32(buf + 32),
-                                .n_layer = get32(buf + 40),
-                                .n_kv_head = get32(buf + 44),
-                                .head_dim = get32(buf + 48),
-                                .layer0 = get32(buf + 52),
-                                .n_layers = get32(buf + 56),
-                                .n_blocks = get32(buf + 60),
-                                .payload_bytes = get32(buf + 64)};
-    weft_status st = check_shape(&h);
+                                .n_layer = get32(buf + 36),
+                                .layer0 = get32(buf + 40),
+                                .n_layers = get32(buf + 44),
+                                .n_blocks = get32(buf + 48),
+                                .payload_bytes = get32(buf + 52),
+                                .mac = flags & 1,
+                                .n_layout = n_layout,
+                                .header_bytes = hb};
+    for (uint32_t i = 0; i < n_layout; i++) {
+        const unsigned char *e = buf + FIXED + 16 * i;
+        if (e[2] || e[3]) return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: reserved bytes set", i);
+        h.layout[i] = (struct weft_kvb_layout){.kind = e[0], .type = e[1], .n_layers = get32(e + 4),
+                                               .a = get32(e + 8), .b = get32(e + 12)};
+    }
+    size_t pb;
+    weft_status st = check_shape(&h, &pb);
     if (st != WEFT_OK) return st;
-    size_t pb = weft_kvb_payload_bytes(h.type, h.n_layers, h.n_kv_head, h.head_dim);
     if (h.payload_bytes != pb)
-        return weft_error(WEFT_ERR_FORMAT, "kv block: header says %u payload bytes a block, its shape needs %zu",
+        return weft_error(WEFT_ERR_FORMAT, "kv block: header says %u payload bytes a block, its layout needs %zu",
                           h.payload_bytes, pb);
     *out = h;
     return WEFT_OK;
@@ -152,36 +228,89 @@ weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct w
         weft_fingerprint_str(&want->fp, b);
         return weft_error(WEFT_ERR_MISMATCH, "kv block: made by model %s, this is %s", a, b);
     }
-    if (h->n_layer != want->n_layer || h->n_kv_head != want->n_kv_head || h->head_dim != want->head_dim)
-        return weft_error(WEFT_ERR_MISMATCH, "kv block: shape %u x %u x %u, this model's is %u x %u x %u", h->n_layer,
-                          h->n_kv_head, h->head_dim, want->n_layer, want->n_kv_head, want->head_dim);
-    if (h->type != want->type && !want->allow_convert)
+    if (h->n_layer != want->n_layer)
+        return weft_error(WEFT_ERR_MISMATCH, "kv block: a model of %u layers, this one has %u", h->n_layer,
+                          want->n_layer);
+    /* the importing cache holds every layer: a block that names fewer would
+     * leave the rest of its slot to whatever the pool held before */
+    if (h->layer0 != 0 || h->n_layers != want->n_layer)
+        return weft_error(WEFT_ERR_FORMAT, "kv block: the stream holds layers %u..%u, this cache needs all %u",
+                          h->layer0, h->layer0 + h->n_layers - 1, want->n_layer);
+    bool other_type = false, same = h->n_layout == want->n_layout;
+    for (uint32_t i = 0; same && i < h->n_layout; i++) {
+        const struct weft_kvb_layout *a = &h->layout[i], *b = &want->layout[i];
+        same = a->kind == b->kind && a->n_layers == b->n_layers && a->a == b->a && a->b == b->b;
+        other_type |= a->type != b->type;
+    }
+    if (!same) {
+        const struct weft_kvb_layout *a = &h->layout[0], *b = &want->layout[0];
+        return weft_error(WEFT_ERR_MISMATCH, "kv block: layout of %u runs (first: %u layers x %u x %u), this cache's "
+                          "is %u runs (first: %u layers x %u x %u)", h->n_layout, a->n_layers, a->a, a->b,
+                          want->n_layout, b->n_layers, b->a, b->b);
+    }
+    if (other_type && !want->allow_convert)
         return weft_error(WEFT_ERR_MISMATCH, "kv block: KV type %s, this cache holds %s (conversion not enabled)",
-                          weft_type_name(h->type), weft_type_name(want->type));
+                          weft_type_name((enum weft_type)h->layout[0].type),
+                          weft_type_name((enum weft_type)want->layout[0].type));
+    if (want->keys && want->keys->n && !h->mac)
+        return weft_error(WEFT_ERR_AUTH, "kv block: the blocks carry no MAC and this instance takes only blocks made "
+                          "under the fleet secret");
     return WEFT_OK;
 }
 
 /* ---- blocks --------------------------------------------------------------- */
 
-void weft_kvb_write_block(const struct weft_kvb_header *h, uint64_t parent, uint64_t hash,
-                          const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out)
+/* HMAC-SHA256 of one record's body (meta + payload) under key, bound to h. */
+static weft_status block_mac(const struct weft_kvb_header *h, const unsigned char *key, const unsigned char *rec,
+                             unsigned char out[WEFT_KVB_MAC_BYTES])
+{
+    unsigned char hb[WEFT_KVB_HEADER_MAX], hd[32];
+    header_body(h, 0, hb);
+    weft_status st = weft_sha256(hb, h->header_bytes - 4, hd);
+    if (st != WEFT_OK) return st;
+    return weft_hmac_sha256(key, 32, hd, sizeof hd, rec, WEFT_KVB_BLOCK_META + (size_t)h->payload_bytes, out);
+}
+
+void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
+                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out)
 {
     put64(out, parent);
     put64(out + 8, hash);
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) put32(out + 16 + 4 * i, (uint32_t)tokens[i]);
     memcpy(out + WEFT_KVB_BLOCK_META, payload, h->payload_bytes);
     size_t body = WEFT_KVB_BLOCK_META + (size_t)h->payload_bytes;
+    if (h->mac) {
+        /* a write without a key (a caller's bug) leaves a MAC no reader takes */
+        if (!keys || !keys->n || block_mac(h, keys->key[0], out, out + body) != WEFT_OK)
+            memset(out + body, 0, WEFT_KVB_MAC_BYTES);
+        body += WEFT_KVB_MAC_BYTES;
+    }
     put32(out + body, weft_crc32c(0, out, body));
 }
 
-weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const unsigned char *buf, size_t n,
-                                struct weft_kvb_block *out)
+weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys,
+                                const unsigned char *buf, size_t n, struct weft_kvb_block *out)
 {
     size_t need = weft_kvb_record_bytes(h), body = need - 4;
     if (n < need) return weft_error(WEFT_ERR_FORMAT, "kv block: truncated (%zu of %zu bytes)", n, need);
     if (get32(buf + body) != weft_crc32c(0, buf, body)) return weft_error(WEFT_ERR_FORMAT, "kv block: CRC mismatch");
     struct weft_kvb_block b = {.parent = get64(buf), .hash = get64(buf + 8), .payload = buf + WEFT_KVB_BLOCK_META};
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) b.tokens[i] = (int32_t)get32(buf + 16 + 4 * i);
+    if (keys && keys->n) {
+        if (!h->mac)
+            return weft_error(WEFT_ERR_AUTH, "kv block: the block carries no MAC");
+        const unsigned char *tag = buf + WEFT_KVB_BLOCK_META + h->payload_bytes;
+        bool ok = false;
+        for (uint32_t k = 0; k < keys->n && !ok; k++) {
+            unsigned char want[WEFT_KVB_MAC_BYTES];
+            weft_status st = block_mac(h, keys->key[k], buf, want);
+            if (st != WEFT_OK) return st;
+            ok = weft_digest_eq(want, tag);
+        }
+        if (!ok)
+            return weft_error(WEFT_ERR_AUTH, "kv block: block %016llx's MAC is not one made under the fleet secret",
+                              (unsigned long long)b.hash);
+    }
     if (b.hash != weft_kv_block_hash(b.parent, b.tokens))
         return weft_error(WEFT_ERR_FORMAT, "kv block: hash %016llx is not its parent's and tokens' hash",
                           (unsigned long long)b.hash);
@@ -189,37 +318,53 @@ weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const unsigned 
     return WEFT_OK;
 }
 
+size_t weft_kvb_payload_bytes_as(const struct weft_kvb_header *h, enum weft_type to)
+{
+    size_t pb = 0;
+    for (uint32_t i = 0; i < h->n_layout; i++) pb += (size_t)h->layout[i].n_layers * run_layer_bytes(&h->layout[i], to);
+    return pb;
+}
+
 weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, enum weft_type to, void *dst)
 {
-    if (to == h->type) {
-        memcpy(dst, src, h->payload_bytes);
-        return WEFT_OK;
-    }
     if (to != WEFT_TYPE_F16 && to != WEFT_TYPE_Q8_0)
         return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: no conversion to %s", weft_type_name(to));
-    if (to == WEFT_TYPE_Q8_0 && h->head_dim % 32)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: head_dim %u cannot be Q8_0", h->head_dim);
-    /* row by row: one token's heads of one layer's K or V */
-    int64_t row = (int64_t)h->n_kv_head * h->head_dim;
-    size_t in_row = weft_row_size(h->type, row), out_row = weft_row_size(to, row);
-    size_t rows = (size_t)h->n_layers * 2 * WEFT_KVB_TOKENS;
-    float *tmp = malloc(sizeof(float) * (size_t)row);
-    if (!tmp) return weft_error(WEFT_ERR_NOMEM, "kv block: out of memory");
     const unsigned char *s = src;
     unsigned char *d = dst;
-    for (size_t r = 0; r < rows; r++) {
-        weft_dequantize_row(h->type, s + r * in_row, tmp, row);
-        weft_quantize_row(to, tmp, d + r * out_row, row);  /* as the backends write KV */
+    for (uint32_t i = 0; i < h->n_layout; i++) {
+        const struct weft_kvb_layout *l = &h->layout[i];
+        enum weft_type from = (enum weft_type)l->type;
+        size_t in_bytes = (size_t)l->n_layers * run_layer_bytes(l, from);
+        if (from == to) {
+            memcpy(d, s, in_bytes);
+            s += in_bytes;
+            d += in_bytes;
+            continue;
+        }
+        if (to == WEFT_TYPE_Q8_0 && l->b % 32)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: head_dim %u cannot be Q8_0", l->b);
+        /* row by row: one token's heads of one layer's K or V */
+        int64_t row = (int64_t)l->a * l->b;
+        size_t in_row = weft_row_size(from, row), out_row = weft_row_size(to, row);
+        size_t rows = (size_t)l->n_layers * 2 * WEFT_KVB_TOKENS;
+        float *tmp = malloc(sizeof(float) * (size_t)row);
+        if (!tmp) return weft_error(WEFT_ERR_NOMEM, "kv block: out of memory");
+        for (size_t r = 0; r < rows; r++) {
+            weft_dequantize_row(from, s + r * in_row, tmp, row);
+            weft_quantize_row(to, tmp, d + r * out_row, row);  /* as the backends write KV */
+        }
+        free(tmp);
+        s += rows * in_row;
+        d += rows * out_row;
     }
-    free(tmp);
     return WEFT_OK;
 }
 
 bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, size_t n)
 {
     size_t rec = weft_kvb_record_bytes(h);
-    if (n < WEFT_KVB_HEADER_BYTES || (n - WEFT_KVB_HEADER_BYTES) % rec) return false;
-    size_t count = (n - WEFT_KVB_HEADER_BYTES) / rec;
+    if (n < h->header_bytes || (n - h->header_bytes) % rec) return false;
+    size_t count = (n - h->header_bytes) / rec;
     return count <= UINT32_MAX && (!h->n_blocks || count == h->n_blocks);
 }
 
@@ -230,7 +375,7 @@ weft_status weft_kvb_read_stream(const unsigned char *buf, size_t n, const struc
     weft_status st = weft_kvb_read_header(buf, n, h);
     if (st == WEFT_OK && want) st = weft_kvb_check_model(h, want);
     if (st != WEFT_OK) return st;
-    size_t rec = weft_kvb_record_bytes(h), off = WEFT_KVB_HEADER_BYTES;
+    size_t rec = weft_kvb_record_bytes(h), off = h->header_bytes;
     if (!weft_kvb_sizes_ok(h, n)) {
         if (h->n_blocks)
             return weft_error(WEFT_ERR_FORMAT, "kv block: the header names %u blocks of %zu bytes, the stream has %zu "
@@ -239,9 +384,10 @@ weft_status weft_kvb_read_stream(const unsigned char *buf, size_t n, const struc
                           n - off, rec);
     }
     uint32_t count = (uint32_t)((n - off) / rec);
+    const struct weft_kvb_keys *keys = want ? want->keys : NULL;
     for (uint32_t i = 0; i < count; i++, off += rec) {
         struct weft_kvb_block b;
-        if ((st = weft_kvb_read_block(h, buf + off, n - off, &b)) != WEFT_OK) return st;
+        if ((st = weft_kvb_read_block(h, keys, buf + off, n - off, &b)) != WEFT_OK) return st;
         if (fn && (st = fn(user, h, &b)) != WEFT_OK) return st;
         (*n_good)++;
     }

@@ -1,28 +1,46 @@
-/* KV block format v1: the one way KV blocks leave a device, whatever
- * backend made them: on the wire between instances, in the host tier's
- * spill files and in Redis.
+/* KV block format v2: the one way KV blocks leave a device, whatever
+ * backend made them: on the wire between instances, in pushes of a
+ * prefill/decode hand-off and in Redis.
  *
  * A stream is a header, then blocks. All integers little-endian.
  *
- *   header (80 bytes)
- *     0  magic "WEFTKVB\0"            8  version (1)          12 header bytes (80)
- *     16 fingerprint hi, lo (u64 x2)  32 kv type (weft_type)  36 block tokens (16)
- *     40 n_layer (the model's)        44 n_kv_head            48 head_dim
- *     52 layer0, 56 n_layers (the layer range the payloads hold)
- *     60 n_blocks (that follow; 0 = until the stream ends)
- *     64 payload bytes per block      68 reserved (0) x2      76 CRC-32C of bytes 0..76
- *   block (40 + 64 + payload + 4 bytes)
+ *   header (76 + 16 x n_layout bytes)
+ *     0  magic "WEFTKVB\0"            8  version (2)          12 header bytes
+ *     16 fingerprint hi, lo (u64 x2)  32 block tokens (16)    36 n_layer (the model's)
+ *     40 layer0, 44 n_layers (the layer range the payloads hold)
+ *     48 n_blocks (that follow; 0 = until the stream ends)
+ *     52 payload bytes per block      56 flags (bit 0: each block carries a MAC)
+ *     60 n_layout                     64 reserved (0) x2
+ *     72 the layout: n_layout runs of 16 bytes, in layer order, covering the
+ *        range: 0 kind (u8), 1 KV type (u8, weft_type), 2 reserved (u16),
+ *        4 layers in the run (u32), 8 a (u32), 12 b (u32)
+ *     72 + 16 n_layout: CRC-32C of every byte before it
+ *   block (80 + payload [+ 32] + 4 bytes)
  *     0  parent hash (u64)            8  block hash (u64)
  *     16 token ids (i32 x 16)         80 payload: for each layer of the range,
- *        K then V, each [16][n_kv_head][head_dim] of the kv type (backend.h's
- *        layout of one block), 80 + payload: CRC-32C of bytes 0 .. 80 + payload
+ *        its bytes as its layout run says; 80 + payload: with the MAC flag,
+ *        HMAC-SHA256 (32 bytes, below); last: CRC-32C of every byte before it
+ *
+ * A layout run says what one layer's slot of a block holds, so a family
+ * whose layers cache differently (a sliding window, a latent cache, a
+ * recurrent state) adds a kind, not a format:
+ *   WEFT_KVB_ATTN (1): K then V, each [16][a = KV heads][b = head dim] of the
+ *     KV type (backends/backend.h's layout of one block).
+ * A reader refuses a kind it does not know.
+ *
+ * The MAC binds a block's bytes to its model and layout: HMAC-SHA256 under
+ * a key derived from the fleet secret (weft_kvb_keys_derive) over
+ * SHA-256(the header with n_blocks 0 and without its CRC) then the block's
+ * bytes up to the MAC. Whoever can write where blocks travel (Redis, a
+ * push) without the secret cannot make a block a reader takes.
  *
  * Reading checks all of it: magic, version, sizes, the header CRC, the model
- * fingerprint and shape against the reader's, the layer range, each block's
- * CRC, and that its hash is weft_kv_block_hash(parent, tokens) (a block is
- * named by its content; a block under a wrong name is never used). Any
- * mismatch is WEFT_ERR_FORMAT (or WEFT_ERR_MISMATCH for a foreign model or
- * shape) with a message naming it.
+ * fingerprint and layout against the reader's, the layer range (all of the
+ * model's layers), each block's CRC and MAC, and that its hash is
+ * weft_kv_block_hash(parent, tokens) (a block is named by its content; a
+ * block under a wrong name is never used). Any mismatch is WEFT_ERR_FORMAT
+ * (WEFT_ERR_MISMATCH for a foreign model or layout, WEFT_ERR_AUTH for a
+ * missing or wrong MAC) with a message naming it.
  *
  * A block of another KV type (F16 <-> Q8_0) is converted only when the
  * reader asks for it (weft_kvb_convert), never silently. */
@@ -49,18 +67,35 @@ size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32
 /* Chained hash of one full block (never 0): a block is named by its content. */
 uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 
-#define WEFT_KVB_VERSION 1
-#define WEFT_KVB_HEADER_BYTES 80
+#define WEFT_KVB_VERSION 2
 #define WEFT_KVB_TOKENS WEFT_KV_BLOCK_TOKENS
 #define WEFT_KVB_BLOCK_META 80 /* parent, hash, tokens: before the payload */
+#define WEFT_KVB_MAC_BYTES 32
+#define WEFT_KVB_MAX_LAYOUT 64 /* runs in one header */
+#define WEFT_KVB_HEADER_MAX (76 + 16 * WEFT_KVB_MAX_LAYOUT)
+
+enum weft_kvb_kind {
+    WEFT_KVB_ATTN = 1, /* K then V, each [16][a KV heads][b head dim] */
+};
+
+/* n_layers consecutive layers whose slot of a block holds the same thing. */
+struct weft_kvb_layout {
+    uint8_t kind;          /* enum weft_kvb_kind */
+    uint8_t type;          /* enum weft_type of the cache */
+    uint32_t n_layers;
+    uint32_t a, b;         /* WEFT_KVB_ATTN: KV heads, head dim */
+};
 
 struct weft_kvb_header {
     struct weft_fingerprint fp;
-    enum weft_type type;
-    uint32_t n_layer, n_kv_head, head_dim;
-    uint32_t layer0, n_layers;
+    uint32_t n_layer;          /* the model's */
+    uint32_t layer0, n_layers; /* the range the payloads hold */
     uint32_t n_blocks;
+    bool mac;                  /* each block carries an HMAC-SHA256 */
+    uint32_t n_layout;
+    struct weft_kvb_layout layout[WEFT_KVB_MAX_LAYOUT];
     uint32_t payload_bytes;    /* set by weft_kvb_header_init / checked on read */
+    uint32_t header_bytes;     /* likewise */
 };
 
 struct weft_kvb_block {
@@ -69,61 +104,85 @@ struct weft_kvb_block {
     const unsigned char *payload;  /* payload_bytes; into the buffer read from */
 };
 
+/* MAC keys derived from the fleet secret (--kv-secret) and the one it
+ * replaces (--kv-secret-previous, during a rotation): blocks are written
+ * under key[0], read under either. n 0: no secret. */
+struct weft_kvb_keys {
+    unsigned char key[2][32];
+    uint32_t n;
+};
+/* Derive keys from secret (and previous, or NULL): HMAC-SHA256(secret,
+ * "weft kv block mac v2"). A secret shorter than 16 bytes is
+ * WEFT_ERR_INVALID_ARG (out untouched). */
+weft_status weft_kvb_keys_derive(const char *secret, const char *previous, struct weft_kvb_keys *out);
+
 /* CRC-32C (Castagnoli), as iSCSI and ext4 use it; crc 0 to start. */
 uint32_t weft_crc32c(uint32_t crc, const void *data, size_t len);
 
-/* Bytes of one block's payload (every layer of the range, K and V). */
-size_t weft_kvb_payload_bytes(enum weft_type type, uint32_t n_layers, uint32_t n_kv_head, uint32_t head_dim);
+/* A layout of n_layers layers that all cache attention K/V of one shape:
+ * one run. */
+void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
+                          uint32_t head_dim);
 /* Bytes of one block record. */
 static inline size_t weft_kvb_record_bytes(const struct weft_kvb_header *h)
 {
-    return WEFT_KVB_BLOCK_META + h->payload_bytes + 4;
+    return WEFT_KVB_BLOCK_META + h->payload_bytes + (h->mac ? WEFT_KVB_MAC_BYTES : 0) + 4;
 }
 
-/* Fill payload_bytes from the rest; WEFT_ERR_INVALID_ARG on a shape the
- * format cannot hold (a type other than F16/Q8_0, a layer range past
- * n_layer, a Q8_0 head_dim not a multiple of 32, sizes past 1 GiB a block). */
+/* Fill payload_bytes and header_bytes from the rest; WEFT_ERR_INVALID_ARG
+ * on a header the format cannot hold (a layout whose runs do not cover the
+ * range, an unknown kind, a type other than F16/Q8_0, a Q8_0 head_dim not a
+ * multiple of 32, a layer range past n_layer, sizes past 1 GiB a block). */
 weft_status weft_kvb_header_init(struct weft_kvb_header *h);
 
-/* Write the header's 80 bytes. */
-void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char out[WEFT_KVB_HEADER_BYTES]);
-/* Write one block record (weft_kvb_record_bytes(h) bytes). */
-void weft_kvb_write_block(const struct weft_kvb_header *h, uint64_t parent, uint64_t hash,
-                          const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out);
+/* Write the header's h->header_bytes bytes. */
+void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char *out);
+/* Write one block record (weft_kvb_record_bytes(h) bytes), with its MAC
+ * under keys->key[0] when h->mac (keys must then hold a key). */
+void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
+                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out);
 
 /* Parse and check a header from n bytes. */
 weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft_kvb_header *out);
 /* What a reader holds: a header must match it (the same fingerprint,
- * n_layer, n_kv_head, head_dim; block tokens are always 16). A header of
- * another KV type is WEFT_ERR_MISMATCH unless allow_convert (then
- * weft_kvb_convert is the caller's next step). */
+ * n_layer and layout; block tokens are always 16) and cover every layer (a
+ * partial range is WEFT_ERR_FORMAT). A layout of another KV type is
+ * WEFT_ERR_MISMATCH unless allow_convert (then weft_kvb_convert is the
+ * caller's next step). keys: with a key, every block must carry a MAC made
+ * under one of them (WEFT_ERR_AUTH); NULL or none: MACs are not checked. */
 struct weft_kvb_expect {
     struct weft_fingerprint fp;
-    uint32_t n_layer, n_kv_head, head_dim;
-    enum weft_type type;
+    uint32_t n_layer;
+    uint32_t n_layout;
+    struct weft_kvb_layout layout[WEFT_KVB_MAX_LAYOUT];
     bool allow_convert;
+    const struct weft_kvb_keys *keys;
 };
 weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct weft_kvb_expect *want);
 /* Parse and check one block record (weft_kvb_record_bytes(h) bytes from buf,
- * n the bytes available). */
-weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const unsigned char *buf, size_t n,
-                                struct weft_kvb_block *out);
+ * n the bytes available); its MAC against keys (NULL or none: not checked). */
+weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys,
+                                const unsigned char *buf, size_t n, struct weft_kvb_block *out);
 
-/* Convert one block's payload from h's type to `to` (F16 <-> Q8_0, or a
- * copy when equal). dst holds weft_kvb_payload_bytes(to, ...). */
+/* Convert one block's payload from h's types to `to` (F16 <-> Q8_0 for
+ * every attention run, or a copy when equal). dst holds the payload of h's
+ * layout in type `to`. */
 weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, enum weft_type to, void *dst);
+/* Bytes of one block's payload with every run's type replaced by to. */
+size_t weft_kvb_payload_bytes_as(const struct weft_kvb_header *h, enum weft_type to);
 
 /* n bytes (header included) are whole block records, as many as the header
  * names (any number when it names 0). */
 bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, size_t n);
 
 /* A whole stream in memory (header + blocks): checks the header (against
- * want unless NULL) and every block; calls fn for each good block in order.
- * Stops at the first bad one or the first failure fn returns; the blocks
- * before it were delivered (a hash chain is only usable up to a break
- * anyway). *n_good counts the delivered ones. A header with n_blocks 0
- * takes blocks until the buffer ends; a size that is not whole records, or
- * not the number the header names, is refused before any block is read. */
+ * want unless NULL) and every block (its MAC under want->keys); calls fn for
+ * each good block in order. Stops at the first bad one or the first failure
+ * fn returns; the blocks before it were delivered (a hash chain is only
+ * usable up to a break anyway). *n_good counts the delivered ones. A header
+ * with n_blocks 0 takes blocks until the buffer ends; a size that is not
+ * whole records, or not the number the header names, is refused before any
+ * block is read. */
 typedef weft_status (*weft_kvb_block_fn)(void *user, const struct weft_kvb_header *h, const struct weft_kvb_block *b);
 weft_status weft_kvb_read_stream(const unsigned char *buf, size_t n, const struct weft_kvb_expect *want,
                                  struct weft_kvb_header *h, weft_kvb_block_fn fn, void *user, uint32_t *n_good);

@@ -24,7 +24,8 @@
     X(ERR_TYPE,      -11, "wrong value type")                            \
     X(ERR_BUSY,      -12, "busy (queue full)")                           \
     X(ERR_QUOTA,     -13, "over quota")                                 \
-    X(ERR_MISMATCH,  -14, "made for another model or shape")
+    X(ERR_MISMATCH,  -14, "made for another model or shape")          \
+    X(ERR_AUTH,      -15, "not authenticated")
 
 enum weft_status {
 #define WEFT_X_(name, val, str) WEFT_##name = val,

@@ -396,6 +396,9 @@ weft_status weft_engine_submit(struct weft_engine *e, const struct weft_request 
 
 queue:
     pthread_mutex_lock(&e->mu);
+    struct weft_sched_stats ss0;
+    weft_sched_stats(e->sched, &ss0);
+    if (!ss0.running && !ss0.waiting) e->last_progress = now_s();  /* an idle engine: its clock starts now */
     uint32_t tenant = 0;
     if (req->tenant && req->tenant[0]) st = weft_sched_tenant(e->sched, req->tenant, NULL, &tenant);
     er->id = e->next_id;
@@ -691,10 +694,21 @@ static void *engine_main(void *arg)
             break;
         }
         seen = e->wake;
+        if (e->test_paused) {
+            /* weft_engine_test_pause: work waits, the watchdog's clock runs */
+            while (!e->stop && e->test_paused) pthread_cond_wait(&e->cv, &e->mu);
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
         pthread_mutex_unlock(&e->mu);
         bool did;
         weft_status st = step(e, &did);
-        if (st == WEFT_OK && did) continue;
+        if (st == WEFT_OK && did) {
+            pthread_mutex_lock(&e->mu);
+            e->last_progress = now_s();
+            pthread_mutex_unlock(&e->mu);
+            continue;
+        }
         /* idle (or a scheduler failure): sleep until something changes */
         pthread_mutex_lock(&e->mu);
         while (!e->stop && e->wake == seen) pthread_cond_wait(&e->cv, &e->mu);
@@ -703,9 +717,19 @@ static void *engine_main(void *arg)
     return NULL;
 }
 
+void weft_engine_test_pause(struct weft_engine *e, bool paused)
+{
+    pthread_mutex_lock(&e->mu);
+    e->test_paused = paused;
+    e->wake++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 weft_status weft_engine_start(struct weft_engine *e)
 {
     if (e->started) return WEFT_OK;
+    e->last_progress = now_s();
     if (pthread_create(&e->thread, NULL, engine_main, e) != 0)
         return weft_error(WEFT_ERR_DEVICE, "engine: cannot start the engine thread");
     e->started = true;
@@ -721,6 +745,7 @@ void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out)
     out->running = ss.running;
     out->waiting = ss.waiting;
     out->swapped = ss.swapped;
+    out->stalled_s = ss.running || ss.waiting ? now_s() - e->last_progress : 0;
     weft_kv_stats(&e->kv, &out->kv);
     out->steps = ss.steps;
     out->step_tokens = ss.step_tokens;

@@ -142,6 +142,10 @@ struct weft_request {
 
 struct weft_engine_stats {
     uint32_t running, waiting, swapped;
+    /* seconds since the engine last made progress while it has work (0
+     * without work): what a watchdog reads; a step in progress counts as
+     * none until it ends */
+    double stalled_s;
     struct weft_kv_stats kv;
     uint64_t steps, step_tokens, generated_tokens;
     uint64_t prefill_tokens, prefix_hit_tokens;
@@ -199,6 +203,9 @@ weft_status weft_engine_calibrate(struct weft_engine *e, uint32_t n_prompt);
 /* Run the step loop on its own thread. Without it, drive the engine with
  * weft_engine_step(). */
 weft_status weft_engine_start(struct weft_engine *e);
+/* For tests of what watches the engine (weft serve --test-hooks): while
+ * paused the engine thread takes no step; work waits and stalled_s grows. */
+void weft_engine_test_pause(struct weft_engine *e, bool paused);
 
 /* Queue a request; *id names it for abort(). Refusals are immediate and send
  * no events: WEFT_ERR_BUSY (queue full), WEFT_ERR_CONTEXT (prompt +
@@ -224,7 +231,7 @@ weft_status weft_engine_run_all(struct weft_engine *e);
 void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out);
 uint32_t weft_engine_n_ctx(const struct weft_engine *e);
 
-/* ---- KV blocks in and out, in format v1 (base/kv_block.h) ----
+/* ---- KV blocks in and out, in format v2 (base/kv_block.h) ----
  * Safe from any thread (they take the engine's lock for the pool). */
 struct weft_engine_kv_stats {
     uint64_t exported;           /* blocks written out */
@@ -233,6 +240,7 @@ struct weft_engine_kv_stats {
     uint64_t converted;          /* imported after a KV type conversion */
     uint64_t rejected;           /* blocks refused: corrupt, truncated, misnamed, foreign */
     uint64_t rejected_streams;   /* streams refused at the header (foreign model or shape, bad header) */
+    uint64_t rejected_mac;       /* blocks refused for a missing or wrong MAC (not made under the fleet secret) */
     uint64_t no_room;            /* blocks dropped: no free or evictable block */
     uint64_t hit_imported;       /* prompt blocks served from imported blocks */
     uint64_t bytes_in, bytes_out;
@@ -241,6 +249,12 @@ void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *ou
 
 /* The header an export of this engine writes and an import expects. */
 void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out);
+
+/* The fleet secret's MAC keys (before the engine starts, or while no KV
+ * block moves): from then on every block written carries a MAC under
+ * keys->key[0], and an import takes only blocks with a MAC under one of
+ * them (others: WEFT_ERR_AUTH, counted in rejected_mac). keys->n 0: none. */
+void weft_engine_kv_set_keys(struct weft_engine *e, const struct weft_kvb_keys *keys);
 
 /* The cached blocks of tokens' full-block prefix (chained hashes from
  * position 0), as one stream: *out (free() it) of *n_out bytes, *n_blocks of
@@ -265,10 +279,10 @@ size_t weft_engine_kv_block_bytes(const struct weft_engine *e);
 weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n, unsigned char **out,
                                        size_t *n_out, uint32_t *n_blocks);
 /* Read a stream and put its blocks into the prefix cache. A header for
- * another model or shape is refused whole (WEFT_ERR_MISMATCH); another KV
+ * another model or layout is refused whole (WEFT_ERR_MISMATCH); another KV
  * type is converted when the engine was created with kv_import_convert,
- * refused otherwise. A bad block stops the import there (WEFT_ERR_FORMAT),
- * keeping the good ones before it. *n_imported (may be NULL): blocks added. */
+ * refused otherwise. A bad block stops the import there (WEFT_ERR_FORMAT,
+ * WEFT_ERR_AUTH for a MAC), keeping the good ones before it. *n_imported (may be NULL): blocks added. */
 weft_status weft_engine_kv_import(struct weft_engine *e, const unsigned char *buf, size_t n, uint32_t *n_imported);
 
 /* The same, and each block taken (or held already on the device) is pinned

@@ -62,10 +62,15 @@ struct weft_engine {
     double itl_target_s;             /* the last step with decode rows' (stats) */
     struct weft_step_fit decode_fit; /* decode steps' time by rows (the ITL cost model) */
     struct weft_engine_kv_stats kvio;  /* engine_kv.c, under mu */
+    struct weft_kvb_keys kv_keys;      /* weft_engine_kv_set_keys: set before the engine starts */
     struct weft_grammar_vocab *gvocab; /* the tokenizer's index, built at the first grammar request */
     uint64_t grammar_resampled;        /* grammar draws that needed the mask */
     double grammar_seconds;            /* time in grammar checks, masks, masked draws and advances */
     uint64_t embed_requests, embed_tokens;
+    /* the watchdog's clock: when the engine last made progress (a step that
+     * did work), or work arrived at an idle engine (monotonic seconds) */
+    double last_progress;
+    bool test_paused;                  /* weft_engine_test_pause: no step while set */
 };
 
 /* ---- embedding requests (engine_embed.c): made at submit, then used by

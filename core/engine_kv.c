@@ -1,4 +1,4 @@
-/* KV blocks in and out of an engine's prefix cache, in format v1
+/* KV blocks in and out of an engine's prefix cache, in format v2
  * (base/kv_block.h): what the host tier, Redis, instance-to-instance
  * transfers and prefill/decode disaggregation are built on. */
 #include <stdlib.h>
@@ -25,11 +25,37 @@ static void unlock_idle(struct weft_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* The header of this engine's blocks (n_blocks 0): every layer, one
+ * attention layout (the pool's cache is one shape for all layers). */
+static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
+{
+    memset(h, 0, sizeof *h);
+    h->fp = e->m->fingerprint;
+    h->n_layer = e->kv.n_layer;
+    h->layer0 = 0;
+    h->n_layers = e->kv.n_layer;
+    h->mac = e->kv_keys.n > 0;
+    weft_kvb_layout_attn(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim);
+}
+
 void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out)
 {
-    *out = (struct weft_kvb_expect){.fp = e->m->fingerprint, .n_layer = e->kv.n_layer, .n_kv_head = e->kv.n_kv_head,
-                                    .head_dim = e->kv.head_dim, .type = e->kv.type,
-                                    .allow_convert = e->cfg.kv_import_convert};
+    struct weft_kvb_header h;
+    own_header(e, &h);
+    memset(out, 0, sizeof *out);
+    out->fp = h.fp;
+    out->n_layer = h.n_layer;
+    out->n_layout = h.n_layout;
+    memcpy(out->layout, h.layout, sizeof h.layout[0] * h.n_layout);
+    out->allow_convert = e->cfg.kv_import_convert;
+    out->keys = &e->kv_keys;
+}
+
+void weft_engine_kv_set_keys(struct weft_engine *e, const struct weft_kvb_keys *keys)
+{
+    pthread_mutex_lock(&e->mu);
+    e->kv_keys = keys ? *keys : (struct weft_kvb_keys){.n = 0};
+    pthread_mutex_unlock(&e->mu);
 }
 
 void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *out)
@@ -69,9 +95,9 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         ids[held] = b;
         names[held++] = hashes[i];
     }
-    struct weft_kvb_header h = {.fp = e->m->fingerprint, .type = kv->type, .n_layer = kv->n_layer,
-                                .n_kv_head = kv->n_kv_head, .head_dim = kv->head_dim, .layer0 = 0,
-                                .n_layers = kv->n_layer, .n_blocks = held};
+    struct weft_kvb_header h;
+    own_header(e, &h);
+    h.n_blocks = held;
     weft_status st = weft_kvb_header_init(&h);
     if (st == WEFT_OK && h.payload_bytes != kv->block_bytes)
         st = weft_error(WEFT_ERR_INVALID_ARG, "kv export: pool blocks of %zu bytes, the format's %u", kv->block_bytes,
@@ -81,7 +107,7 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         free(names);
         return st;
     }
-    size_t rec = weft_kvb_record_bytes(&h), total = WEFT_KVB_HEADER_BYTES + (size_t)held * rec;
+    size_t rec = weft_kvb_record_bytes(&h), total = h.header_bytes + (size_t)held * rec;
     unsigned char *buf = malloc(total);
     unsigned char *payload = malloc(kv->block_bytes);
     if (!buf || !payload) {
@@ -94,18 +120,19 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     weft_kvb_write_header(&h, buf);
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
-        unsigned char *at = buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec;
+        unsigned char *at = buf + h.header_bytes + (size_t)i * rec;
         if (b < 0) {
             const void *hp;
             uint64_t hpar;
             const int32_t *htok;
             weft_kv_host_block(kv, names[i], &hp, &hpar, &htok);
-            weft_kvb_write_block(&h, hpar, names[i], htok, hp, at);
+            weft_kvb_write_block(&h, &e->kv_keys, hpar, names[i], htok, hp, at);
             continue;
         }
         st = weft_kv_block_read(kv, b, payload);
         if (st == WEFT_OK)
-            weft_kvb_write_block(&h, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS, payload, at);
+            weft_kvb_write_block(&h, &e->kv_keys, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS,
+                                 payload, at);
     }
     free(payload);
     free(ids);
@@ -185,14 +212,21 @@ static weft_status import_one(void *user, const struct weft_kvb_header *h, const
     struct import_ctx *c = user;
     struct weft_engine *e = c->e;
     const void *payload = b->payload;
-    bool convert = h->type != e->kv.type;
+    size_t bytes = h->payload_bytes;
+    bool convert = false;
+    for (uint32_t i = 0; i < h->n_layout; i++) convert |= h->layout[i].type != e->kv.type;
     if (convert) {
+        /* the checked header's layout is the pool's: its payload converts to one block */
+        bytes = weft_kvb_payload_bytes_as(h, e->kv.type);
+        if (bytes != e->kv.block_bytes)
+            return c->fail = weft_error(WEFT_ERR_INVALID_ARG, "kv import: a block of %zu bytes, the pool's hold %zu",
+                                        bytes, e->kv.block_bytes);
         weft_status st = weft_kvb_convert(h, b->payload, e->kv.type, c->conv);
         if (st != WEFT_OK) return c->fail = st;
         payload = c->conv;
     }
     bool added = false;
-    weft_status st = weft_kv_import(&e->kv, b->parent, b->hash, b->tokens, payload, &added);
+    weft_status st = weft_kv_import(&e->kv, b->parent, b->hash, b->tokens, payload, bytes, &added);
     if (st == WEFT_ERR_NO_ROOM) {
         e->kvio.no_room++;
         return c->fail = st;
@@ -229,9 +263,12 @@ static weft_status import(struct weft_engine *e, const unsigned char *buf, size_
         st = weft_kvb_read_stream(buf, n, &want, &h, import_one, &c, &good);
         if (st != WEFT_OK && c.fail == WEFT_OK) {
             /* a block's fault, or a size that does not match the header (then none was read) */
-            if (good == 0 && !weft_kvb_sizes_ok(&h, n)) e->kvio.rejected_streams++;
+            if (st == WEFT_ERR_AUTH) e->kvio.rejected_mac++;
+            else if (good == 0 && !weft_kvb_sizes_ok(&h, n)) e->kvio.rejected_streams++;
             else e->kvio.rejected++;
         }
+    } else if (st == WEFT_ERR_AUTH) {
+        e->kvio.rejected_mac++;  /* a stream of blocks without MACs */
     } else if (e->kv.prefix_cache) {
         e->kvio.rejected_streams++;
     }

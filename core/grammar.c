@@ -71,6 +71,8 @@ void weft_grammar_unref(struct weft_grammar *g)
 
 uint32_t weft_grammar_n_rules(const struct weft_grammar *g) { return g->n_rules; }
 
+uint64_t weft_grammar_compile_compares(const struct weft_grammar *g) { return g->compile_compares; }
+
 /* ---- classes ---- */
 
 static bool cls_has(const struct weft_grammar *g, uint32_t off, uint32_t cp)

@@ -60,11 +60,21 @@ struct weft_grammar_state;
  * control characters. For response_format json_object. */
 extern const char weft_grammar_json_object[];
 
+/* The most rules one grammar may have, generated ones included (a schema
+ * of 30,000 properties makes about 150,000): past it parsing fails with
+ * WEFT_ERR_INVALID_ARG naming the bound. */
+#define WEFT_GRAMMAR_MAX_RULES 65536u
+
 /* Compile text[0..len). On success *out holds one reference (release with
  * weft_grammar_unref). Fails with WEFT_ERR_FORMAT and a message
  * "grammar: LINE:COL: expected ..." on a syntax error, or naming the rule for
- * an undefined, duplicate or left-recursive rule or a missing `root`;
- * WEFT_ERR_NOMEM. *out is NULL on failure. */
+ * an undefined or duplicate rule or a missing `root` (text that is not a
+ * grammar); with WEFT_ERR_INVALID_ARG naming the rule for a grammar whose
+ * language is refused: a rule that can never end (each alternative needs
+ * itself again), a left-recursive one, more than WEFT_GRAMMAR_MAX_RULES
+ * rules. WEFT_ERR_NOMEM. *out is NULL on
+ * failure. A grammar written by a converter (server/json_schema.c) is
+ * always text of the first kind: its INVALID_ARG is the schema's fault. */
 weft_status weft_grammar_parse(const char *text, size_t len, struct weft_grammar **out);
 /* Take another reference; returns g (NULL stays NULL). */
 struct weft_grammar *weft_grammar_ref(const struct weft_grammar *g);
@@ -73,6 +83,9 @@ void weft_grammar_unref(struct weft_grammar *g);
 /* Number of rules after compilation (generated ones for groups and
  * repetitions included): for tests and diagnostics. */
 uint32_t weft_grammar_n_rules(const struct weft_grammar *g);
+/* Rule-name comparisons compiling g took: compiling is linear in the
+ * grammar's size (names are looked up by hash), which a test pins. */
+uint64_t weft_grammar_compile_compares(const struct weft_grammar *g);
 
 /* Whole-text check, no tokenizer involved: text[0..len) is a complete match
  * of g. */

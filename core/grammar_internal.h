@@ -30,6 +30,7 @@ struct weft_grammar {
     uint32_t n_el;
     uint32_t *rule_start;    /* [n_rules] first element of each rule */
     uint32_t n_rules;
+    uint64_t compile_compares;   /* rule-name comparisons compiling it took */
     uint32_t root;
     /* alternatives: rule r's start at alt[rule_alt[r] .. rule_alt[r + 1]) */
     uint32_t *alt;

@@ -38,6 +38,11 @@ struct parser {
     const char *s, *p, *end;
     struct prule *r;
     uint32_t n_r, cap_r;
+    /* user rules by name: open addressing, ids + 1 (0 empty), at most half full */
+    uint32_t *names;
+    uint32_t names_mask, n_names;
+    uint64_t compares;      /* name comparisons made (weft_grammar_compile_compares) */
+    bool too_big;           /* past WEFT_GRAMMAR_MAX_RULES: the nomem() that follows is not memory */
     uint32_t *cls;
     uint32_t n_cls, cap_cls;
     uint32_t cur;           /* the user rule being parsed */
@@ -94,6 +99,10 @@ static bool vec_push(struct vec *v, uint32_t type, uint32_t val)
 
 static bool new_rule(struct parser *P, char *name, uint32_t *id)
 {
+    if (P->n_r >= WEFT_GRAMMAR_MAX_RULES) {
+        P->too_big = true;
+        return false;
+    }
     if (P->n_r == P->cap_r) {
         struct prule *r = weft_grow32(P->r, &P->cap_r, (size_t)P->n_r + 1, sizeof *r);
         if (!r) return false;
@@ -104,14 +113,48 @@ static bool new_rule(struct parser *P, char *name, uint32_t *id)
     return true;
 }
 
-/* The rule named s[0..n), created (undefined) on first mention. */
+static uint32_t name_hash(const char *s, size_t n)
+{
+    uint32_t h = 2166136261u;  /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
+    return h;
+}
+
+/* Room for one more name in the table (kept at most half full). */
+static bool names_room(struct parser *P)
+{
+    if (2 * (P->n_names + 1) <= P->names_mask + 1 && P->names) return true;
+    uint32_t cap = P->names ? 2 * (P->names_mask + 1) : 64;
+    uint32_t *t = calloc(cap, sizeof *t);
+    if (!t) return false;
+    for (uint32_t i = 0; P->names && i <= P->names_mask; i++) {
+        if (!P->names[i]) continue;
+        const char *nm = P->r[P->names[i] - 1].name;
+        uint32_t k = name_hash(nm, strlen(nm)) & (cap - 1);
+        while (t[k]) k = (k + 1) & (cap - 1);
+        t[k] = P->names[i];
+    }
+    free(P->names);
+    P->names = t;
+    P->names_mask = cap - 1;
+    return true;
+}
+
+/* The rule named s[0..n), created (undefined) on first mention: one hash
+ * probe sequence, so compiling is linear in the grammar's size (a schema of
+ * thousands of properties makes thousands of names). */
 static weft_status sym(struct parser *P, const char *s, size_t n, uint32_t *id)
 {
-    for (uint32_t i = 0; i < P->n_r; i++)
-        if (P->r[i].name && strlen(P->r[i].name) == n && !memcmp(P->r[i].name, s, n)) {
-            *id = i;
+    if (!names_room(P)) return nomem();
+    uint32_t k = name_hash(s, n) & P->names_mask;
+    for (; P->names[k]; k = (k + 1) & P->names_mask) {
+        const char *nm = P->r[P->names[k] - 1].name;
+        P->compares++;
+        if (strlen(nm) == n && !memcmp(nm, s, n)) {
+            *id = P->names[k] - 1;
             return WEFT_OK;
         }
+    }
     char *name = malloc(n + 1);
     if (!name) return nomem();
     memcpy(name, s, n);
@@ -120,6 +163,8 @@ static weft_status sym(struct parser *P, const char *s, size_t n, uint32_t *id)
         free(name);
         return nomem();
     }
+    P->names[k] = *id + 1;
+    P->n_names++;
     P->r[*id].use_at = (size_t)-1;
     return WEFT_OK;
 }
@@ -535,7 +580,7 @@ static weft_status check_graph(struct parser *P, uint32_t root)
     while (sp) {
         uint32_t r = stk[--sp];
         if (!prod[r]) {
-            st = weft_error(WEFT_ERR_FORMAT, "grammar: rule %s can never end: each alternative needs itself (or "
+            st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: rule %s can never end: each alternative needs itself (or "
                             "another such rule) again", rule_desc(P, r, d, sizeof d));
             goto out;
         }
@@ -571,7 +616,7 @@ static weft_status check_graph(struct parser *P, uint32_t root)
                 i++;
                 if (e->type != GE_REF || !lead) continue;
                 if (color[e->v] == 2) {
-                    st = weft_error(WEFT_ERR_FORMAT, "grammar: rule %s is left-recursive (it can reach itself "
+                    st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: rule %s is left-recursive (it can reach itself "
                                     "before matching any character)", rule_desc(P, e->v, d, sizeof d));
                     goto out;
                 }
@@ -607,6 +652,7 @@ static void parser_free(struct parser *P)
     }
     free(P->r);
     free(P->cls);
+    free(P->names);
 }
 
 static weft_status parse_all(struct parser *P)
@@ -659,6 +705,9 @@ weft_status weft_grammar_parse(const char *text, size_t len, struct weft_grammar
     if (!text && len) return weft_error(WEFT_ERR_INVALID_ARG, "grammar: NULL text");
     struct parser P = {.s = text ? text : "", .p = text ? text : "", .end = (text ? text : "") + len};
     weft_status st = parse_all(&P);
+    if (P.too_big)
+        st = weft_error(WEFT_ERR_INVALID_ARG, "grammar: more than %u rules (the bound on one grammar)",
+                        WEFT_GRAMMAR_MAX_RULES);
     struct weft_grammar *g = NULL;
     if (st == WEFT_OK) {
         uint32_t total = 0;
@@ -700,6 +749,7 @@ weft_status weft_grammar_parse(const char *text, size_t len, struct weft_grammar
             P.cls = NULL;
             g->refs = 1;
             g->uid = weft_grammar_next_uid();
+            g->compile_compares = P.compares;
         }
     }
     parser_free(&P);

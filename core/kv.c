@@ -483,10 +483,13 @@ weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
 }
 
 weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
-                           const void *payload, bool *added)
+                           const void *payload, size_t payload_bytes, bool *added)
 {
     *added = false;
     if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
+    if (payload_bytes != kv->block_bytes)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: a block of %zu bytes, this pool's blocks hold %zu", payload_bytes,
+                          kv->block_bytes);
     if (hash != weft_kv_block_hash(parent, tokens))
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: block hash %016llx is not its tokens'", (unsigned long long)hash);
     if (ht_get(kv, hash) >= 0 || hc_get(kv, hash) >= 0) return WEFT_OK;

@@ -198,10 +198,12 @@ weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);
  * hash = weft_kv_block_hash(parent, tokens) as a cached block (ref 0, the
  * most recent in the LRU), so a prompt with that prefix takes it instead of
  * computing it. A hash already registered is left as it is (*added false).
+ * payload holds payload_bytes, which must be the pool's block_bytes.
  * WEFT_ERR_NO_ROOM when no block is free or evictable; WEFT_ERR_INVALID_ARG
- * without a prefix cache or for a hash that is not the tokens'. */
+ * without a prefix cache, for a payload of another size or for a hash that
+ * is not the tokens' (nothing is copied then). */
 weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
-                           const void *payload, bool *added);
+                           const void *payload, size_t payload_bytes, bool *added);
 
 /* Hold the registered device block named hash (a reference, as a
  * sequence's): it is neither evicted nor demoted until weft_kv_unpin. For

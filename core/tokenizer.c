@@ -183,6 +183,17 @@ static weft_status load_vocab(const struct weft_gguf *g, struct weft_tokenizer *
         size_t len;
         if (!weft_gguf_arr_str(g, ki, i, &len)) return weft_error(WEFT_ERR_FORMAT, "tokenizer: token %llu unreadable", (unsigned long long)i);
         if (len > UINT32_MAX / 4) return weft_error(WEFT_ERR_FORMAT, "tokenizer: token %llu is too long", (unsigned long long)i);
+        /* a vocabulary is text (GGUF strings are UTF-8; byte tokens are
+         * spelled <0xXX>): a token that is not would reach clients as U+FFFD */
+        const unsigned char *tx = (const unsigned char *)weft_gguf_arr_str(g, ki, i, &len);
+        for (size_t k = 0; k < len;) {
+            uint32_t cp;
+            int step = weft_utf8_decode(tx + k, len - k, &cp);
+            if (!step)
+                return weft_error(WEFT_ERR_FORMAT, "tokenizer: token %llu is not valid UTF-8 (byte %zu of %zu, 0x%02x)",
+                                  (unsigned long long)i, k, len, tx[k]);
+            k += (size_t)step;
+        }
         total += len + 1;
     }
     t->text = malloc(total);

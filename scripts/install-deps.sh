@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what weft needs to build and test, on Debian/Ubuntu, if it is missing:
 # cmake, make, gcc, g++, clang (+ its compiler-rt for the fuzzer), pkg-config,
-# jansson, libuv and http-parser headers, python3 with pip (scripts/fetch-model.sh
+# jansson, libuv and http-parser headers, OpenSSL's libcrypto (HMAC over KV
+# blocks: libssl-dev), python3 with pip (scripts/fetch-model.sh
 # uses it), and the Python packages the server's end-to-end tests use (pytest,
 # openai, from PyPI).
 # The fleet's tests: redis-server, Debian's prometheus (the autoscaling test
@@ -37,7 +38,7 @@ need_pkg() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "ok install
 if command -v dpkg-query >/dev/null 2>&1; then
     for p in glslc libvulkan-dev mesa-vulkan-drivers vulkan-validationlayers ocl-icd-opencl-dev opencl-headers \
         pocl-opencl-icd clinfo hipcc libamdhip64-dev \
-        libhiredis-dev redis-server chromium prometheus; do need_pkg "$p"; done
+        libhiredis-dev libssl-dev redis-server chromium prometheus; do need_pkg "$p"; done
 fi
 
 # libFuzzer and the sanitizer runtimes for clang live in libclang-rt-<major>-dev

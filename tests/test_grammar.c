@@ -57,7 +57,10 @@ static void parse_errors_name_line_column_and_what_was_expected(void)
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         struct weft_grammar *g = NULL;
         weft_status st = weft_grammar_parse(cases[i].text, strlen(cases[i].text), &g);
-        CHECK_MSG(st == WEFT_ERR_FORMAT && g == NULL, "case %zu parsed", i);
+        /* a refused language (left recursion, no end) is the grammar's meaning, not its syntax */
+        weft_status want = strstr(cases[i].msg, "recursive") || strstr(cases[i].msg, "never end") ? WEFT_ERR_INVALID_ARG
+                                                                                                   : WEFT_ERR_FORMAT;
+        CHECK_MSG(st == want && g == NULL, "case %zu parsed", i);
         const char *e = weft_last_error();
         CHECK_MSG(!strncmp(e, cases[i].msg, strlen(cases[i].msg)), "case %zu: got \"%s\", want \"%s...\"", i, e,
                   cases[i].msg);

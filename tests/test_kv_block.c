@@ -1,6 +1,10 @@
-/* KV block format v1 (base/kv_block.h) without a model: a stream written
+/* KV block format v2 (base/kv_block.h) without a model: a stream written
  * and read back; every single-bit flip, every truncation, a foreign model,
- * shape or KV type, and a block under a wrong name are refused; F16 <-> Q8_0
+ * layout or KV type, a partial layer range and a block under a wrong name
+ * are refused; MACs: made under the fleet secret, checked under it or the
+ * previous one, and a block without one, under another secret, or moved
+ * under another header is refused; a layout of several runs (the families
+ * to come) round-trips and an unknown kind is refused; F16 <-> Q8_0
  * conversion only when asked; and the pool's import: a block put in is
  * byte-identical when read back and serves a prefix hit, counted. */
 #include <math.h>
@@ -36,18 +40,20 @@ struct stream {
     int32_t toks[8][WEFT_KVB_TOKENS];
     uint64_t hash[8], parent[8];
     unsigned char *payload[8];
+    struct weft_kvb_keys keys;
 };
 
-static void make_stream(struct stream *s, uint32_t n_blocks, uint32_t n_layer, uint32_t n_kv_head, uint32_t head_dim,
-                        bool count_in_header)
+static void make_stream_keyed(struct stream *s, const struct weft_kvb_keys *keys, uint32_t n_blocks, uint32_t n_layer,
+                              uint32_t n_kv_head, uint32_t head_dim, bool count_in_header)
 {
     memset(s, 0, sizeof *s);
-    s->h = (struct weft_kvb_header){.fp = FP, .type = WEFT_TYPE_F16, .n_layer = n_layer, .n_kv_head = n_kv_head,
-                                    .head_dim = head_dim, .layer0 = 0, .n_layers = n_layer,
-                                    .n_blocks = count_in_header ? n_blocks : 0};
+    if (keys) s->keys = *keys;
+    s->h = (struct weft_kvb_header){.fp = FP, .n_layer = n_layer, .layer0 = 0, .n_layers = n_layer,
+                                    .n_blocks = count_in_header ? n_blocks : 0, .mac = s->keys.n > 0};
+    weft_kvb_layout_attn(&s->h, WEFT_TYPE_F16, n_layer, n_kv_head, head_dim);
     CHECK(weft_kvb_header_init(&s->h) == WEFT_OK);
     size_t rec = weft_kvb_record_bytes(&s->h);
-    s->n = WEFT_KVB_HEADER_BYTES + n_blocks * rec;
+    s->n = s->h.header_bytes + n_blocks * rec;
     s->buf = malloc(s->n);
     weft_kvb_write_header(&s->h, s->buf);
     uint64_t parent = 0;
@@ -57,9 +63,15 @@ static void make_stream(struct stream *s, uint32_t n_blocks, uint32_t n_layer, u
         s->hash[b] = parent = weft_kv_block_hash(parent, s->toks[b]);
         s->payload[b] = malloc(s->h.payload_bytes);
         fill_f16((weft_half *)s->payload[b], s->h.payload_bytes / 2);
-        weft_kvb_write_block(&s->h, s->parent[b], s->hash[b], s->toks[b], s->payload[b],
-                             s->buf + WEFT_KVB_HEADER_BYTES + b * rec);
+        weft_kvb_write_block(&s->h, &s->keys, s->parent[b], s->hash[b], s->toks[b], s->payload[b],
+                             s->buf + s->h.header_bytes + b * rec);
     }
+}
+
+static void make_stream(struct stream *s, uint32_t n_blocks, uint32_t n_layer, uint32_t n_kv_head, uint32_t head_dim,
+                        bool count_in_header)
+{
+    make_stream_keyed(s, NULL, n_blocks, n_layer, n_kv_head, head_dim, count_in_header);
 }
 
 static void free_stream(struct stream *s)
@@ -86,8 +98,8 @@ static weft_status on_block(void *user, const struct weft_kvb_header *h, const s
 
 static const struct weft_kvb_expect *expect_for(const struct stream *s, struct weft_kvb_expect *w)
 {
-    *w = (struct weft_kvb_expect){.fp = FP, .n_layer = s->h.n_layer, .n_kv_head = s->h.n_kv_head,
-                                  .head_dim = s->h.head_dim, .type = WEFT_TYPE_F16};
+    *w = (struct weft_kvb_expect){.fp = FP, .n_layer = s->h.n_layer, .n_layout = s->h.n_layout};
+    memcpy(w->layout, s->h.layout, sizeof w->layout[0] * s->h.n_layout);
     return w;
 }
 
@@ -129,7 +141,7 @@ static void every_flip_and_truncation_is_refused(void)
             tried++;
             accepted += st == WEFT_OK;
             /* the flipped byte's block (or the header) must not be delivered */
-            uint32_t bad_block = i < WEFT_KVB_HEADER_BYTES ? 0 : (uint32_t)((i - WEFT_KVB_HEADER_BYTES) / rec);
+            uint32_t bad_block = i < s.h.header_bytes ? 0 : (uint32_t)((i - s.h.header_bytes) / rec);
             delivered_bad += !v.same || good > bad_block;
             CHECK_MSG(st == WEFT_OK || weft_last_error()[0], "byte %zu bit %d: refused without a message", i, bit);
             s.buf[i] ^= (unsigned char)(1u << bit);
@@ -160,10 +172,10 @@ static void foreign_model_shape_and_type_are_mismatches(void)
     CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH && good == 0);
     CHECK(strstr(weft_last_error(), "made by model") != NULL);
     expect_for(&s, &w);
-    w.n_kv_head = 3;
+    w.layout[0].a = 3;
     CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH);
     expect_for(&s, &w);
-    w.type = WEFT_TYPE_Q8_0;
+    w.layout[0].type = WEFT_TYPE_Q8_0;
     CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_MISMATCH);
     CHECK(strstr(weft_last_error(), "conversion") != NULL);
     w.allow_convert = true;
@@ -173,9 +185,154 @@ static void foreign_model_shape_and_type_are_mismatches(void)
     bad.layer0 = 1;  /* 1 + 2 layers past 2 */
     CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
     bad = s.h;
-    bad.type = WEFT_TYPE_Q4_0;
+    bad.layout[0].type = WEFT_TYPE_Q4_0;
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    bad = s.h;
+    bad.layout[0].n_layers = 1;  /* runs that do not cover the range */
     CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
     free_stream(&s);
+}
+
+/* A stream whose header names fewer layers than the model has (its CRCs
+ * good, its records whole for that range) is refused before any block:
+ * imported, its one-layer payloads would stand for a whole block's bytes. */
+static void a_partial_layer_range_is_refused(void)
+{
+    struct stream full;
+    make_stream(&full, 2, 3, 1, 32, true);
+    struct weft_kvb_expect w;
+    expect_for(&full, &w);
+    const uint32_t ranges[][2] = {{0, 1}, {1, 2}, {2, 1}, {0, 2}};
+    for (size_t r = 0; r < sizeof ranges / sizeof ranges[0]; r++) {
+        struct weft_kvb_header p = full.h;
+        p.layer0 = ranges[r][0];
+        p.n_layers = ranges[r][1];
+        p.layout[0].n_layers = ranges[r][1];
+        CHECK(weft_kvb_header_init(&p) == WEFT_OK && p.payload_bytes < full.h.payload_bytes);
+        size_t rec = weft_kvb_record_bytes(&p), n = p.header_bytes + 2 * rec;
+        unsigned char *buf = malloc(n);
+        weft_kvb_write_header(&p, buf);
+        for (int b = 0; b < 2; b++)
+            weft_kvb_write_block(&p, NULL, full.parent[b], full.hash[b], full.toks[b], full.payload[b],
+                                 buf + p.header_bytes + b * rec);
+        struct weft_kvb_header h;
+        uint32_t good = 9;
+        CHECK(weft_kvb_read_stream(buf, n, &w, &h, NULL, NULL, &good) == WEFT_ERR_FORMAT && good == 0);
+        CHECK(strstr(weft_last_error(), "this cache needs all 3") != NULL);
+        /* the reader without a model to hold it to still reads it (a range is a valid stream) */
+        CHECK(weft_kvb_read_stream(buf, n, NULL, &h, NULL, NULL, &good) == WEFT_OK && good == 2);
+        free(buf);
+    }
+    free_stream(&full);
+}
+
+/* MACs under the fleet secret: a signed stream reads under its key and
+ * under a rotation's (the new secret with this one as previous); an
+ * unsigned stream, a stream signed under another secret, a flipped tag
+ * (its CRC recomputed) and a block moved under another model's header
+ * (CRCs good) are refused with WEFT_ERR_AUTH; a one-block stream cut from a
+ * longer one (n_blocks rewritten, as the Redis tier stores them) keeps its
+ * MAC. Without keys the reader does not look at MACs. */
+static void macs_bind_blocks_to_the_fleet_secret(void)
+{
+    struct weft_kvb_keys k1, k2, rot, none = {.n = 0};
+    CHECK(weft_kvb_keys_derive("fleet-secret-one-0001", NULL, &k1) == WEFT_OK && k1.n == 1);
+    CHECK(weft_kvb_keys_derive("fleet-secret-two-0002", NULL, &k2) == WEFT_OK);
+    CHECK(weft_kvb_keys_derive("fleet-secret-two-0002", "fleet-secret-one-0001", &rot) == WEFT_OK && rot.n == 2);
+    CHECK(weft_kvb_keys_derive("short", NULL, &k2) == WEFT_ERR_INVALID_ARG);
+    struct stream s, plain;
+    make_stream_keyed(&s, &k1, 3, 2, 2, 32, true);
+    make_stream(&plain, 3, 2, 2, 32, true);
+    struct weft_kvb_expect w;
+    struct weft_kvb_header h;
+    uint32_t good;
+    expect_for(&s, &w);
+    CHECK(s.h.mac && weft_kvb_record_bytes(&s.h) == weft_kvb_record_bytes(&plain.h) + WEFT_KVB_MAC_BYTES);
+    w.keys = &k1;
+    struct seen v = {&s, 0, true};
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, on_block, &v, &good) == WEFT_OK && good == 3 && v.same);
+    w.keys = &rot;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_OK && good == 3);
+    w.keys = &k2;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_AUTH && good == 0);
+    CHECK(strstr(weft_last_error(), "fleet secret") != NULL);
+    w.keys = &k1;
+    CHECK(weft_kvb_read_stream(plain.buf, plain.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_AUTH && good == 0);
+    w.keys = &none;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_OK && good == 3);
+    /* a flipped tag byte, the record's CRC made good again */
+    size_t rec = weft_kvb_record_bytes(&s.h);
+    unsigned char *b1 = s.buf + s.h.header_bytes + rec, *tag = b1 + WEFT_KVB_BLOCK_META + s.h.payload_bytes;
+    tag[5] ^= 0x20;
+    uint32_t crc = weft_crc32c(0, b1, rec - 4);
+    for (int i = 0; i < 4; i++) b1[rec - 4 + i] = (unsigned char)(crc >> (8 * i));
+    w.keys = &k1;
+    CHECK(weft_kvb_read_stream(s.buf, s.n, &w, &h, NULL, NULL, &good) == WEFT_ERR_AUTH && good == 1);
+    tag[5] ^= 0x20;
+    crc = weft_crc32c(0, b1, rec - 4);
+    for (int i = 0; i < 4; i++) b1[rec - 4 + i] = (unsigned char)(crc >> (8 * i));
+    /* the same blocks under another model's header (its CRC good): the MAC binds the header */
+    struct weft_kvb_header other = s.h;
+    other.fp.lo ^= 1;
+    unsigned char *moved = malloc(s.n);
+    memcpy(moved, s.buf, s.n);
+    weft_kvb_write_header(&other, moved);
+    struct weft_kvb_expect wo = w;
+    wo.fp = other.fp;
+    CHECK(weft_kvb_read_stream(moved, s.n, &wo, &h, NULL, NULL, &good) == WEFT_ERR_AUTH && good == 0);
+    free(moved);
+    /* block 2 alone, as a one-block stream */
+    struct weft_kvb_header one = s.h;
+    one.n_blocks = 1;
+    unsigned char *val = malloc(one.header_bytes + rec);
+    weft_kvb_write_header(&one, val);
+    memcpy(val + one.header_bytes, s.buf + s.h.header_bytes + 2 * rec, rec);
+    CHECK(weft_kvb_read_stream(val, one.header_bytes + rec, &w, &h, NULL, NULL, &good) == WEFT_OK && good == 1);
+    free(val);
+    free_stream(&s);
+    free_stream(&plain);
+}
+
+/* A layout of several runs (a family whose layers cache differently: here
+ * two attention shapes, as per-layer head dims would be) is written and
+ * read back, its payload the runs' bytes in layer order; a reader whose
+ * layout differs refuses it; an unknown kind is refused. */
+static void a_layout_of_several_runs_round_trips(void)
+{
+    struct weft_kvb_header h = {.fp = FP, .n_layer = 5, .layer0 = 0, .n_layers = 5, .n_blocks = 1, .n_layout = 2};
+    h.layout[0] = (struct weft_kvb_layout){.kind = WEFT_KVB_ATTN, .type = WEFT_TYPE_F16, .n_layers = 3, .a = 2, .b = 32};
+    h.layout[1] = (struct weft_kvb_layout){.kind = WEFT_KVB_ATTN, .type = WEFT_TYPE_F16, .n_layers = 2, .a = 1, .b = 64};
+    CHECK(weft_kvb_header_init(&h) == WEFT_OK);
+    CHECK_EQ_INT(h.payload_bytes, 3 * 2 * weft_kv_block_layer_bytes(WEFT_TYPE_F16, 2, 32) +
+                                      2 * 2 * weft_kv_block_layer_bytes(WEFT_TYPE_F16, 1, 64));
+    CHECK_EQ_INT(h.header_bytes, 72 + 2 * 16 + 4);
+    size_t rec = weft_kvb_record_bytes(&h), n = h.header_bytes + rec;
+    unsigned char *buf = malloc(n), *payload = malloc(h.payload_bytes);
+    fill_f16((weft_half *)payload, h.payload_bytes / 2);
+    int32_t toks[WEFT_KVB_TOKENS];
+    for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = 100 + i;
+    uint64_t hash = weft_kv_block_hash(0, toks);
+    weft_kvb_write_header(&h, buf);
+    weft_kvb_write_block(&h, NULL, 0, hash, toks, payload, buf + h.header_bytes);
+    struct weft_kvb_expect w = {.fp = FP, .n_layer = 5, .n_layout = 2};
+    memcpy(w.layout, h.layout, sizeof h.layout[0] * 2);
+    struct weft_kvb_header got;
+    uint32_t good;
+    CHECK(weft_kvb_read_stream(buf, n, &w, &got, NULL, NULL, &good) == WEFT_OK && good == 1);
+    CHECK(got.n_layout == 2 && got.layout[1].b == 64 && got.payload_bytes == h.payload_bytes);
+    /* a reader whose layers are all of the first shape */
+    w.n_layout = 1;
+    w.layout[0] = (struct weft_kvb_layout){.kind = WEFT_KVB_ATTN, .type = WEFT_TYPE_F16, .n_layers = 5, .a = 2, .b = 32};
+    CHECK(weft_kvb_read_stream(buf, n, &w, &got, NULL, NULL, &good) == WEFT_ERR_MISMATCH);
+    /* a kind this reader does not know, its CRC good */
+    h.layout[1].kind = 9;
+    unsigned char hb[WEFT_KVB_HEADER_MAX];
+    h.header_bytes = 72 + 2 * 16 + 4;
+    weft_kvb_write_header(&h, hb);
+    CHECK(weft_kvb_read_header(hb, h.header_bytes, &got) == WEFT_ERR_FORMAT);
+    CHECK(strstr(weft_last_error(), "kind 9") != NULL);
+    free(buf);
+    free(payload);
 }
 
 /* A block whose bytes are intact (its CRC recomputed) but whose name is not
@@ -185,9 +342,9 @@ static void a_misnamed_block_is_refused(void)
     struct stream s;
     make_stream(&s, 2, 1, 1, 32, true);
     size_t rec = weft_kvb_record_bytes(&s.h);
-    unsigned char *b1 = s.buf + WEFT_KVB_HEADER_BYTES + rec;
+    unsigned char *b1 = s.buf + s.h.header_bytes + rec;
     s.toks[1][3] ^= 1;  /* other tokens under the old hash */
-    weft_kvb_write_block(&s.h, s.parent[1], s.hash[1], s.toks[1], s.payload[1], b1);
+    weft_kvb_write_block(&s.h, NULL, s.parent[1], s.hash[1], s.toks[1], s.payload[1], b1);
     struct weft_kvb_expect w;
     struct weft_kvb_header h;
     uint32_t good;
@@ -201,7 +358,7 @@ static void conversion_is_what_the_backends_would_write(void)
     struct stream s;
     make_stream(&s, 1, 1, 2, 32, true);
     struct weft_kvb_header hq = s.h;
-    hq.type = WEFT_TYPE_Q8_0;
+    hq.layout[0].type = WEFT_TYPE_Q8_0;
     CHECK(weft_kvb_header_init(&hq) == WEFT_OK);
     unsigned char *q = malloc(hq.payload_bytes), *back = malloc(s.h.payload_bytes);
     CHECK(weft_kvb_convert(&s.h, s.payload[0], WEFT_TYPE_Q8_0, q) == WEFT_OK);
@@ -245,9 +402,12 @@ static void pool_import_serves_a_prefix(void)
     make_stream(&s, 3, 2, 2, 32, true);
     CHECK_EQ_INT(s.h.payload_bytes, kv.block_bytes);
     bool added;
-    for (int b = 0; b < 3; b++) CHECK(weft_kv_import(&kv, s.parent[b], s.hash[b], s.toks[b], s.payload[b], &added) == WEFT_OK && added);
-    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], &added) == WEFT_OK && !added);
-    CHECK(weft_kv_import(&kv, s.parent[1], s.hash[0], s.toks[1], s.payload[1], &added) == WEFT_ERR_INVALID_ARG);
+    for (int b = 0; b < 3; b++) CHECK(weft_kv_import(&kv, s.parent[b], s.hash[b], s.toks[b], s.payload[b], s.h.payload_bytes, &added) == WEFT_OK && added);
+    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], s.h.payload_bytes, &added) == WEFT_OK && !added);
+    CHECK(weft_kv_import(&kv, s.parent[1], s.hash[0], s.toks[1], s.payload[1], s.h.payload_bytes, &added) == WEFT_ERR_INVALID_ARG);
+    /* a payload of another size than the pool's blocks: refused, nothing copied */
+    CHECK(weft_kv_import(&kv, s.parent[1], s.hash[1], s.toks[1], s.payload[1], s.h.payload_bytes / 2, &added) ==
+              WEFT_ERR_INVALID_ARG && !added);
     unsigned char *back = malloc(kv.block_bytes);
     for (int b = 0; b < 3; b++) {
         int32_t id = weft_kv_lookup(&kv, s.hash[b]);
@@ -269,8 +429,8 @@ static void pool_import_serves_a_prefix(void)
     /* the pool has 4 blocks: a fourth import fits, a fifth evicts the oldest cached */
     struct stream t;
     make_stream(&t, 2, 2, 2, 32, true);
-    CHECK(weft_kv_import(&kv, t.parent[0], t.hash[0], t.toks[0], t.payload[0], &added) == WEFT_OK && added);
-    CHECK(weft_kv_import(&kv, t.parent[1], t.hash[1], t.toks[1], t.payload[1], &added) == WEFT_OK && added);
+    CHECK(weft_kv_import(&kv, t.parent[0], t.hash[0], t.toks[0], t.payload[0], t.h.payload_bytes, &added) == WEFT_OK && added);
+    CHECK(weft_kv_import(&kv, t.parent[1], t.hash[1], t.toks[1], t.payload[1], t.h.payload_bytes, &added) == WEFT_OK && added);
     weft_kv_stats(&kv, &st);
     CHECK(st.evictions == 1 && st.cached == 4);
     CHECK(weft_kv_check(&kv) == WEFT_OK);
@@ -282,7 +442,7 @@ static void pool_import_serves_a_prefix(void)
     c.prefix_cache = false;
     CHECK(weft_kv_pool_create(&kv, be, &c) == WEFT_OK);
     make_stream(&s, 1, 2, 2, 32, true);
-    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], &added) == WEFT_ERR_INVALID_ARG);
+    CHECK(weft_kv_import(&kv, s.parent[0], s.hash[0], s.toks[0], s.payload[0], s.h.payload_bytes, &added) == WEFT_ERR_INVALID_ARG);
     free_stream(&s);
     weft_kv_pool_free(&kv);
     weft_backend_close(be);
@@ -320,9 +480,9 @@ static void host_tier_demotes_and_promotes(void)
     make_stream(&a, 3, 2, 2, 32, true);
     make_stream(&b, 4, 2, 2, 32, true);
     bool added;
-    for (int i = 0; i < 3; i++) CHECK(weft_kv_import(&kv, a.parent[i], a.hash[i], a.toks[i], a.payload[i], &added) == WEFT_OK);
+    for (int i = 0; i < 3; i++) CHECK(weft_kv_import(&kv, a.parent[i], a.hash[i], a.toks[i], a.payload[i], a.h.payload_bytes, &added) == WEFT_OK);
     /* b's four take the device: a's three go to the host tier */
-    for (int i = 0; i < 4; i++) CHECK(weft_kv_import(&kv, b.parent[i], b.hash[i], b.toks[i], b.payload[i], &added) == WEFT_OK);
+    for (int i = 0; i < 4; i++) CHECK(weft_kv_import(&kv, b.parent[i], b.hash[i], b.toks[i], b.payload[i], b.h.payload_bytes, &added) == WEFT_OK);
     struct weft_kv_stats st;
     weft_kv_stats(&kv, &st);
     CHECK(st.host_demotions == 3 && st.host_cache_used == 3 && st.evictions == 3);
@@ -351,7 +511,7 @@ static void host_tier_demotes_and_promotes(void)
     struct stream c2;
     make_stream(&c2, 4, 2, 2, 32, true);
     for (int i = 0; i < 4; i++)
-        CHECK(weft_kv_import(&kv, c2.parent[i], c2.hash[i], c2.toks[i], c2.payload[i], &added) == WEFT_OK);
+        CHECK(weft_kv_import(&kv, c2.parent[i], c2.hash[i], c2.toks[i], c2.payload[i], c2.h.payload_bytes, &added) == WEFT_OK);
     weft_kv_stats(&kv, &st);
     CHECK(st.host_evictions >= 3 && ev.removed == st.host_evictions);
     CHECK(weft_kv_check(&kv) == WEFT_OK);
@@ -368,7 +528,10 @@ int main(void)
     RUN(round_trip);
     RUN(every_flip_and_truncation_is_refused);
     RUN(foreign_model_shape_and_type_are_mismatches);
+    RUN(a_partial_layer_range_is_refused);
     RUN(a_misnamed_block_is_refused);
+    RUN(macs_bind_blocks_to_the_fleet_secret);
+    RUN(a_layout_of_several_runs_round_trips);
     RUN(conversion_is_what_the_backends_would_write);
     RUN(pool_import_serves_a_prefix);
     RUN(host_tier_demotes_and_promotes);

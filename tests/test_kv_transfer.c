@@ -1,4 +1,4 @@
-/* KV blocks between engines on different backends, in format v1: blocks a
+/* KV blocks between engines on different backends, in format v2: blocks a
  * CPU engine computed, exported and imported by a Vulkan engine (and the
  * reverse), come out again byte-identical; a greedy run on the importing
  * engine equals that engine's own all-local run, and the import counters
@@ -61,10 +61,10 @@ static bool run(struct weft_engine *e, const int32_t *p, size_t n, struct out *o
 static double payload_error(const unsigned char *a, const unsigned char *b, size_t n)
 {
     struct weft_kvb_header h;
-    if (weft_kvb_read_header(a, n, &h) != WEFT_OK || h.type != WEFT_TYPE_F16) return NAN;
+    if (weft_kvb_read_header(a, n, &h) != WEFT_OK || h.layout[0].type != WEFT_TYPE_F16) return NAN;
     size_t rec = weft_kvb_record_bytes(&h);
     double err = 0, ref = 0;
-    for (size_t off = WEFT_KVB_HEADER_BYTES; off + rec <= n; off += rec)
+    for (size_t off = h.header_bytes; off + rec <= n; off += rec)
         for (size_t i = 0; i < h.payload_bytes / 2; i++) {
             weft_half x, y;
             memcpy(&x, a + off + WEFT_KVB_BLOCK_META + 2 * i, 2);
@@ -156,12 +156,71 @@ static void refusals(const struct weft_model *m, const struct weft_model *other,
     }
     weft_engine_free(q);
     weft_engine_free(qc);
+    /* the same blocks re-framed as one layer's (good CRCs, whole records): refused
+     * before any is read, and nothing imported (it used to copy a whole block's
+     * bytes from the one-layer payload) */
+    {
+        struct weft_kvb_header full, one;
+        CHECK(weft_kvb_read_header(s, ns, &full) == WEFT_OK);
+        one = full;
+        one.n_layers = 1;
+        one.layout[0].n_layers = 1;
+        CHECK(weft_kvb_header_init(&one) == WEFT_OK);
+        size_t rf = weft_kvb_record_bytes(&full), ro = weft_kvb_record_bytes(&one);
+        size_t nb = (ns - full.header_bytes) / rf, no = one.header_bytes + nb * ro;
+        unsigned char *part = malloc(no);
+        weft_kvb_write_header(&one, part);
+        for (size_t i = 0; i < nb; i++) {
+            struct weft_kvb_block b;
+            CHECK(weft_kvb_read_block(&full, NULL, s + full.header_bytes + i * rf, rf, &b) == WEFT_OK);
+            weft_kvb_write_block(&one, NULL, b.parent, b.hash, b.tokens, b.payload, part + one.header_bytes + i * ro);
+        }
+        struct weft_engine *e = engine(m, WEFT_TYPE_F16, false);
+        uint32_t added = 9;
+        CHECK(weft_engine_kv_import(e, part, no, &added) == WEFT_ERR_FORMAT && added == 0);
+        CHECK(strstr(weft_last_error(), "needs all") != NULL);
+        struct weft_engine_kv_stats ks;
+        weft_engine_kv_stats(e, &ks);
+        CHECK(ks.rejected_streams == 1 && ks.imported == 0);
+        weft_engine_free(e);
+        free(part);
+    }
+    /* the fleet secret: blocks exported under it are taken by an engine with
+     * the same secret, refused whole by one with another secret and by a
+     * keyed engine offered unsigned blocks (counted as MAC refusals) */
+    {
+        struct weft_kvb_keys k1, k2;
+        CHECK(weft_kvb_keys_derive("transfer-secret-0001", NULL, &k1) == WEFT_OK);
+        CHECK(weft_kvb_keys_derive("transfer-secret-0002", NULL, &k2) == WEFT_OK);
+        struct weft_engine *src = engine(m, WEFT_TYPE_F16, false), *same = engine(m, WEFT_TYPE_F16, false),
+                           *other = engine(m, WEFT_TYPE_F16, false);
+        uint32_t added = 0;
+        CHECK(weft_engine_kv_import(src, s, ns, &added) == WEFT_OK && added == n / WEFT_KV_BLOCK_TOKENS);
+        weft_engine_kv_set_keys(src, &k1);
+        weft_engine_kv_set_keys(same, &k1);
+        weft_engine_kv_set_keys(other, &k2);
+        unsigned char *signed_s = NULL;
+        size_t nss = 0;
+        uint32_t nb = 0;
+        CHECK(weft_engine_kv_export_prefix(src, p, (uint32_t)n, &signed_s, &nss, &nb) == WEFT_OK && nb == added);
+        CHECK(weft_engine_kv_import(same, signed_s, nss, &added) == WEFT_OK && added == nb);
+        CHECK(weft_engine_kv_import(other, signed_s, nss, &added) == WEFT_ERR_AUTH && added == 0);
+        CHECK(weft_engine_kv_import(other, s, ns, &added) == WEFT_ERR_AUTH && added == 0);
+        struct weft_engine_kv_stats ks;
+        weft_engine_kv_stats(other, &ks);
+        CHECK(ks.rejected_mac == 2 && ks.imported == 0);
+        printf("  fleet secret: %u signed blocks taken under it; refused under another secret and unsigned\n", nb);
+        free(signed_s);
+        weft_engine_free(src);
+        weft_engine_free(same);
+        weft_engine_free(other);
+    }
     /* a corrupt block: the ones before it are kept, it and the rest are not */
     unsigned char *bad = malloc(ns);
     memcpy(bad, s, ns);
     struct weft_kvb_header h;
     CHECK(weft_kvb_read_header(s, ns, &h) == WEFT_OK);
-    bad[WEFT_KVB_HEADER_BYTES + weft_kvb_record_bytes(&h) + 100] ^= 0x10;  /* inside block 1 */
+    bad[h.header_bytes + weft_kvb_record_bytes(&h) + 100] ^= 0x10;  /* inside block 1 */
     struct weft_engine *e = engine(m, WEFT_TYPE_F16, false);
     uint32_t added = 0;
     CHECK(weft_engine_kv_import(e, bad, ns, &added) == WEFT_ERR_FORMAT && added == 1);

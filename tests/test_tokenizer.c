@@ -435,6 +435,18 @@ static void malformed_metadata_is_an_error_not_a_crash(void)
         weft_tokenizer_free(t);
     }
 
+    /* a token that is not valid UTF-8 (a lone continuation byte, an overlong
+     * '/', a surrogate, a cut-off sequence): refused at load, naming its id
+     * (it was accepted and its text served as U+FFFD) */
+    static const char *const bad_utf8[] = {"a\x80", "\xc0\xaf", "\xed\xa0\x80", "ab\xe2\x82"};
+    for (size_t i = 0; i < sizeof bad_utf8 / sizeof *bad_utf8; i++) {
+        const char *toks[6] = {"<unk>", "<s>", "</s>", "a", bad_utf8[i], "ab"};
+        w = mini_writer("llama");
+        weft_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 6);
+        CHECK_EQ_INT(load_from(w, &t), WEFT_ERR_FORMAT);
+        CHECK_MSG(t == NULL && strstr(weft_last_error(), "token 4 is not valid UTF-8"), "%s", weft_last_error());
+    }
+
     w = mini_writer("llama");
     weft_gguf_writer_set_str(w, "tokenizer.ggml.scores", "not an array");
     CHECK_EQ_INT(load_from(w, &t), WEFT_ERR_FORMAT);
