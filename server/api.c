@@ -15,6 +15,7 @@
 #include "server/dash.h"
 #include "server/params.h"
 #include "server/server.h"
+#include "server/kv_fetch.h"
 #include "server/kv_remote.h"
 
 double weft_server_now(void)
@@ -218,6 +219,11 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
         .tok_worker = atomic_load(&s->tokenized_on_worker), .tok_loop = atomic_load(&s->tokenized_on_loop),
         .reloads_ok = s->reloads, .reloads_err = s->reload_failures,
         .mock_injected = s->cfg.engine.mock_prefill_tps > 0 ? s->mock_injected : NULL};
+    x.grammar_compiles = atomic_load(&s->grammar_compiles);
+    x.grammar_pending = weft_workers_pending(s->grammar_workers);
+    struct http_big_budget big = weft_http_server_big_budget(s->http);
+    x.kv_push_held = big.held;
+    x.kv_push_refused = big.refused;
     struct weft_engine_kv_stats kvio;
     weft_engine_kv_stats(s->eng, &kvio);
     x.kvio = &kvio;
@@ -226,8 +232,11 @@ static void do_metrics(struct weft_server *s, struct http_conn *c, const struct 
     x.pd = &pd;
     x.eng = s->eng;
     struct weft_kv_remote_stats remote;
+    struct kv_fetch_stats fetch;
     if (s->kv_remote) {
         weft_kv_remote_stats(s->kv_remote, &remote);
+        weft_kv_fetch_stats(s->kv_fetch, &fetch);
+        x.fetch = &fetch;
         x.remote = &remote;
     }
     size_t len = 0;
@@ -319,7 +328,7 @@ struct route {
     int id;
 };
 
-enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TEST_PAUSE };
 
 /* GET /v1/models/{id}: not in the table (its path has a parameter) */
 static const struct route model_route = {"/v1/models/{id}", HTTP_M_GET, R_MODEL};
@@ -334,6 +343,7 @@ static const struct route routes[] = {
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
     {"/v1/embeddings", HTTP_M_POST, R_EMBEDDINGS},  /* server/api_embed.c */
+    {"/test/engine-pause", HTTP_M_POST, R_TEST_PAUSE},  /* --test-hooks only */
 };
 
 static void handle(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool metrics_only)
@@ -345,13 +355,18 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     /* with its own listener, /metrics is served there only; that listener serves nothing else but probes */
     if (r && metrics_only && r->id != R_METRICS && r->id != R_HEALTH && r->id != R_READY && r->id != R_LOAD) r = NULL;
     if (r && !metrics_only && r->id == R_METRICS && s->cfg.metrics_port > 0) r = NULL;
+    if (r && r->id == R_TEST_PAUSE && !s->cfg.test_hooks) r = NULL;
+    /* past the per-client connection limit: only a trusted upstream (weft
+     * router) goes on, and the probes (an orchestrator's health checks come
+     * from one address too, beside whatever else it holds open): answered,
+     * then closed as every over-limit connection is */
+    bool probe = r && (r->id == R_HEALTH || r->id == R_READY);
     if (weft_http_conn_over_client_limit(c)) {
-        /* past the per-client connection limit: only a trusted upstream (weft router) goes on */
         bool anon0;
         struct tenant_cfg *t0 = weft_tenants_auth(&s->tenants, weft_http_header_get(req, "authorization"), &anon0);
         if (t0 && t0->trusted) {
             weft_http_conn_exempt(c);
-        } else {
+        } else if (!probe) {
             char msg[200];
             snprintf(msg, sizeof msg, "too many connections from %s (at most %u per client address); reuse a "
                      "keep-alive connection", weft_http_conn_peer(c), s->cfg.http.max_conns_per_client ?
@@ -384,9 +399,23 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         return;
     }
     switch (r->id) {
-    case R_HEALTH:
-        reply_json(s, c, r->path, 200, json_pack("{s:s}", "status", "ok"));
+    case R_HEALTH: {
+        struct weft_engine_stats es;
+        weft_engine_stats(s->eng, &es);
+        bool stalled = weft_server_stalled(s, &es);
+        json_t *j = json_pack("{s:s}", "status", stalled ? "stalled" : "ok");
+        if (stalled && j) json_object_set_new(j, "stalled_seconds", json_real(es.stalled_s));
+        /* a dependency in trouble shows, without making the instance unhealthy: it recomputes */
+        if (s->kv_remote && j) {
+            struct weft_kv_remote_stats rs;
+            struct kv_fetch_stats fs;
+            weft_kv_remote_stats(s->kv_remote, &rs);
+            weft_kv_fetch_stats(s->kv_fetch, &fs);
+            json_object_set_new(j, "kv_remote", json_string(fs.stalled ? "stalled" : rs.up ? "up" : "down"));
+        }
+        reply_json(s, c, r->path, stalled ? 503 : 200, j);
         return;
+    }
     case R_READY: {
         struct weft_engine_stats es;
         weft_engine_stats(s->eng, &es);
@@ -402,8 +431,6 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         weft_metrics_request(&s->metrics, r->path, 200);
         weft_http_respond(c, 200, "text/html; charset=utf-8", DASH_PAGE_HEADERS, weft_dash_serve_html, weft_dash_serve_html_len);
         return;
-    case R_KV_EVENTS: weft_server_do_kv_events(s, c); return;
-    case R_KV_INDEX: weft_server_do_kv_index(s, c); return;
     default: break;
     }
     /* the rest may need an API key */
@@ -419,7 +446,20 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
                             "\"param\":null,\"code\":\"invalid_api_key\"}}"));
         return;
     }
+    /* the fleet's surfaces: prefixes other users cached, blocks in and out */
+    if (r->id == R_KV_EVENTS || r->id == R_KV_INDEX || r->id == R_KV_BLOCKS || r->id == R_KV_PUSH) {
+        const char *why = NULL;
+        if (!weft_server_fleet_caller(s, t, &why)) {
+            weft_metrics_request(&s->metrics, r->path, 403);
+            char body[600];
+            size_t n = weft_http_error_body(body, sizeof body, "authentication_error", NULL, why);
+            weft_http_respond(c, 403, "application/json", NULL, body, n);
+            return;
+        }
+    }
     switch (r->id) {
+    case R_KV_EVENTS: weft_server_do_kv_events(s, c); return;
+    case R_KV_INDEX: weft_server_do_kv_index(s, c); return;
     case R_MODELS: do_models(s, c); return;
     case R_MODEL: do_model(s, c, req->path + 11); return;
     case R_TOKENIZE: do_tokenize(s, c, req); return;
@@ -440,8 +480,37 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
         weft_server_generate(s, c, req, r->id == R_CHAT, t);
         return;
     case R_EMBEDDINGS: weft_server_embeddings(s, c, req, t); return;
+    case R_TEST_PAUSE: {
+        /* --test-hooks: hold the engine still, as a hung device would */
+        json_t *j = json_loadb(req->body ? req->body : "", req->body_len, 0, NULL);
+        json_t *p = json_object_get(j, "paused");
+        if (!json_is_boolean(p)) {
+            json_decref(j);
+            reply_error(s, c, r->path, 400, "invalid_request_error", "paused", "expected {\"paused\": true|false}");
+            return;
+        }
+        weft_engine_test_pause(s->eng, json_is_true(p));
+        reply_json(s, c, r->path, 200, json_pack("{s:b}", "paused", json_is_true(p)));
+        json_decref(j);
+        return;
+    }
     default: break;
     }
+}
+
+bool weft_server_fleet_caller(const struct weft_server *s, const struct tenant_cfg *t, const char **why)
+{
+    if (!weft_server_kv_on(s)) {
+        *why = "shared KV is off on this instance: start weft serve with --kv-secret (the fleet secret) to serve "
+               "/v1/kv/* and prefill/decode hand-offs to trusted callers";
+        return false;
+    }
+    if (!t || !t->trusted) {
+        *why = "/v1/kv/* and the x-weft-pd headers need a trusted caller: a trusted API key, or a fleet member's "
+               "credential (weft router --kv-secret)";
+        return false;
+    }
+    return true;
 }
 
 void weft_server_handle(void *arg, struct http_conn *c, const struct http_request *req) { handle(arg, c, req, false); }

@@ -25,6 +25,7 @@
 #include "core/grammar.h"
 #include "base/buf.h"
 #include "core/kv.h"
+#include "server/kv_fetch.h"
 #include "core/stop.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
@@ -699,11 +700,17 @@ static void tokenize_work(void *arg)
         if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
         else atomic_fetch_add(&s->tokenized_on_worker, 1);
         g->tok_status = weft_prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
-        if (g->tok_status == WEFT_OK) build_grammar(g);
     }
-    /* the prefix blocks this instance lacks, from the remote tier (Redis I/O: never on the loop) */
-    if (s->kv_remote && g->tok_status == WEFT_OK && g->n_ids > 1)
-        weft_kv_remote_fetch(s->kv_remote, g->ids, (uint32_t)g->n_ids);
+}
+
+/* The grammar pool's job: the compile, off the tokenizing workers (a big
+ * schema delays other schemas' requests, never plain ones). */
+static void grammar_work(void *arg)
+{
+    struct gen_ctx *g = arg;
+    if (atomic_load(&g->cancelled)) return;
+    atomic_fetch_add(&g->srv->grammar_compiles, 1);
+    build_grammar(g);
 }
 
 /* The grammar response_format or tool_choice asks for (server/structured.h),
@@ -721,11 +728,19 @@ static void build_grammar(struct gen_ctx *g)
     weft_status st = weft_grammar_parse(text, strlen(text), &g->grammar);
     free(text);
     if (st != WEFT_OK) {
-        /* the converters write valid grammars: this is weft's bug or memory */
+        /* the converters write grammar text that parses: a language refused
+         * (a schema that can never end, left recursion) is the schema's
+         * fault, 400; a syntax error is weft's bug, 500, but still this
+         * request's alone (X-Weft-Fault: request: a router neither retries it
+         * nor holds it against the instance) */
         g->tok_status = st;
-        g->grammar_bug = st != WEFT_ERR_NOMEM;
+        g->grammar_bug = st != WEFT_ERR_NOMEM && st != WEFT_ERR_INVALID_ARG;
         g->tok_param = g->p.st.format != GEN_FORMAT_TEXT ? "response_format" : "tools";
-        snprintf(g->tok_msg, sizeof g->tok_msg, "%s", weft_last_error());
+        if (st == WEFT_ERR_INVALID_ARG)
+            snprintf(g->tok_msg, sizeof g->tok_msg, "the %s schema cannot be enforced: %s", g->tok_param,
+                     weft_last_error());
+        else
+            snprintf(g->tok_msg, sizeof g->tok_msg, "%s", weft_last_error());
     }
 }
 
@@ -733,7 +748,13 @@ static void build_grammar(struct gen_ctx *g)
 static void copy_prompt_ids(struct gen_ctx *g)
 {
     g->tok_status = weft_prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
-    if (g->tok_status == WEFT_OK) build_grammar(g);
+}
+
+/* Does the request constrain its output (a grammar to compile)? */
+static bool wants_grammar(const struct gen_ctx *g)
+{
+    const struct gen_structured *st = &g->p.st;
+    return st->format != GEN_FORMAT_TEXT || st->tool_choice == GEN_TOOLS_REQUIRED || st->tool_choice == GEN_TOOLS_NAMED;
 }
 
 /* Answer an error on g's connection and release the HTTP side. extra:
@@ -796,11 +817,48 @@ static bool pd_wait(struct gen_ctx *g, size_t n_ids)
     return go;
 }
 
+/* The remote tier's fetch for g ended, or its deadline passed (kv_fetch.h). */
+static void fetched(void *user, bool got)
+{
+    (void)got;
+    struct gen_ctx *g = user;
+    if (!g->finished && g->conn) admit_and_submit(g);
+    ctx_unref(g);  /* the fetch's reference */
+}
+
+/* After the grammar (if any): the prefix blocks this instance lacks, from
+ * the remote tier, on the fetch thread, the request going on by the time
+ * recomputing them would take at the latest (a stalled Redis holds no
+ * worker and no request); then admission. Takes over the caller's
+ * reference to g. */
+static void fetch_then_admit(struct gen_ctx *g)
+{
+    struct weft_server *s = g->srv;
+    if (s->kv_fetch && !g->finished && g->conn && g->tok_status == WEFT_OK && g->n_ids > 1) {
+        g->refs++;
+        if (weft_kv_fetch_start(s->kv_fetch, g->ids, (uint32_t)g->n_ids, fetched, g)) {
+            ctx_unref(g);  /* the caller's reference; the fetch holds its own */
+            return;
+        }
+        g->refs--;
+    }
+    if (!g->finished && g->conn) admit_and_submit(g);
+    ctx_unref(g);
+}
+
+static void grammar_done(void *arg) { fetch_then_admit(arg); }
+
 static void tokenize_done(void *arg)
 {
     struct gen_ctx *g = arg;
-    if (!g->finished && g->conn) admit_and_submit(g);
-    ctx_unref(g);  /* the job's reference */
+    struct weft_server *s = g->srv;
+    if (g->tok_status == WEFT_OK && !g->finished && g->conn && wants_grammar(g)) {
+        /* the job's reference moves to the grammar pool's job */
+        if (weft_workers_submit(s->grammar_workers, grammar_work, grammar_done, g) == WEFT_OK) return;
+        g->tok_status = WEFT_ERR_BUSY;
+        snprintf(g->tok_msg, sizeof g->tok_msg, "too many schemas are being compiled; retry");
+    }
+    fetch_then_admit(g);
 }
 
 /* The refusal of an engine submission (st, with the engine's message in
@@ -909,7 +967,8 @@ static void admit_and_submit(struct gen_ctx *g)
     char msg[512], extra[128];
     if (g->tok_status != WEFT_OK) {
         if (g->tok_status == WEFT_ERR_NOMEM) reject(g, 503, "server_error", NULL, "out of memory", NULL);
-        else if (g->grammar_bug) reject(g, 500, "server_error", g->tok_param, g->tok_msg, NULL);
+        else if (g->tok_status == WEFT_ERR_BUSY) reject(g, 503, "server_busy", NULL, g->tok_msg, "Retry-After: 1\r\n");
+        else if (g->grammar_bug) reject(g, 500, "server_error", g->tok_param, g->tok_msg, "X-Weft-Fault: request\r\n");
         else reject(g, 400, "invalid_request_error", g->tok_param ? g->tok_param : pname, g->tok_msg, NULL);
         return;
     }
@@ -1205,9 +1264,17 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
         }
     }
     if (!prio_from_header) g->priority = weft_tenant_priority(cap, g->p.priority_given, g->p.priority);
-    /* a prefill/decode hand-off (server/pd.h), from a trusted upstream (weft router) */
-    if (!s->tenants.any_keys || (tenant && tenant->trusted)) {
-        const char *w = weft_http_header_get(req, "x-weft-pd"), *push = weft_http_header_get(req, "x-weft-pd-push");
+    /* a prefill/decode hand-off (server/pd.h), from a fleet caller (weft
+     * router): anyone else's is refused by name, and nothing goes out */
+    const char *w = weft_http_header_get(req, "x-weft-pd"), *push = weft_http_header_get(req, "x-weft-pd-push");
+    const char *why = NULL;
+    if ((w || push) && !weft_server_fleet_caller(s, tenant, &why)) {
+        snprintf(msg, sizeof msg, "%s: %s", push ? "x-weft-pd-push" : "x-weft-pd", why);
+        s->metrics.rejected_auth++;
+        reject(g, 403, "authentication_error", NULL, msg, NULL);
+        return;
+    }
+    if (w || push) {
         if (w && !weft_server_pd_parse_wait(w, g->pd_id, &g->pd_wait_ms)) {
             reject(g, 400, "invalid_request_error", NULL, "the x-weft-pd header must be id=ID[;wait_ms=N]", NULL);
             return;
@@ -1217,10 +1284,10 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
                    NULL);
             return;
         }
-        const char *auth = push ? weft_http_header_get(req, "authorization") : NULL;
-        if (auth && strlen(auth) < 1024) {
-            size_t n = strlen(auth) + 32;
-            if ((g->pd_auth = malloc(n))) snprintf(g->pd_auth, n, "Authorization: %s\r\n", auth);
+        /* the push authenticates as this instance, a fleet member: never with the client's key */
+        if (push) {
+            size_t n = sizeof s->fleet_cred + 32;
+            if ((g->pd_auth = malloc(n))) snprintf(g->pd_auth, n, "Authorization: Bearer %s\r\n", s->fleet_cred);
         }
     }
 
@@ -1248,11 +1315,9 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
     weft_http_conn_on_close(c, on_client_gone, g);
     if (g->p.prompt_ids) {
         copy_prompt_ids(g);
-        if (!s->kv_remote || g->tok_status != WEFT_OK) {
-            admit_and_submit(g);
-            return;
-        }
-        /* the remote tier's lookup runs on a worker, as tokenization does */
+        g->refs++;         /* as a tokenizing job's */
+        tokenize_done(g);  /* the remote tier's fetch, then admission */
+        return;
     }
     g->refs++;  /* the job's */
     weft_status st = weft_workers_submit(s->workers, tokenize_work, tokenize_done, g);

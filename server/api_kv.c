@@ -1,12 +1,13 @@
-/* /v1/kv/blocks: KV blocks in and out of this instance, in format v1
+/* /v1/kv/blocks: KV blocks in and out of this instance, in format v2
  * (base/kv_block.h), for other instances (and the router) to move cached
  * prefixes around: GET ?hashes=H1,H2,... answers the held ones (stopping at
  * the first it does not hold) as one stream; POST takes a stream into the
  * prefix cache (both on the worker pool: block I/O waits for the engine to
  * be between two steps). A push may name a PD hand-off (x-weft-pd-id,
- * x-weft-pd-end: server/pd.h). Both need a trusted key when the server has API keys: a
- * block carries its tokens (another tenant's prompt) and a pushed block is
- * believed (its name is checked, not the arithmetic that made its payload). */
+ * x-weft-pd-end: server/pd.h). Both need shared KV on (a fleet secret) and
+ * a trusted caller (api.c): a block carries its tokens (another tenant's
+ * prompt), and a pushed block is believed once its MAC shows a fleet member
+ * made it (its name is checked, not the arithmetic that made its payload). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +179,10 @@ static void push_done(void *arg)
     if (!c) {
     } else if (st == WEFT_ERR_MISMATCH) {
         kv_error(s, c, 409, "kv_blocks_foreign", k->msg);
+    } else if (st == WEFT_ERR_AUTH) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s (%u blocks before it were taken)", k->msg, k->added);
+        kv_error(s, c, 403, "kv_blocks_unauthenticated", msg);
     } else if (st == WEFT_ERR_FORMAT) {
         char msg[400];
         snprintf(msg, sizeof msg, "%s (%u blocks before it were taken)", k->msg, k->added);
@@ -226,14 +231,8 @@ static void kv_post(struct weft_server *s, struct http_conn *c, const struct htt
     }
     k->s = s;
     k->c = c;
-    k->len = req->body_len;
-    k->body = malloc(k->len ? k->len : 1);
-    if (!k->body) {
-        free(k);
-        kv_error(s, c, 503, "server_error", "out of memory");
-        return;
-    }
-    memcpy(k->body, req->body, k->len);
+    /* the body itself, not a copy: a push is held once (http.h's total bound counts it) */
+    k->body = (unsigned char *)weft_http_conn_take_body(c, &k->len);
     if (weft_workers_submit(s->workers, push_work, push_done, k) != WEFT_OK) {
         free(k->body);
         free(k);
@@ -246,10 +245,7 @@ static void kv_post(struct weft_server *s, struct http_conn *c, const struct htt
 void weft_server_do_kv_blocks(struct weft_server *s, struct http_conn *c, const struct http_request *req,
                          const struct tenant_cfg *t)
 {
-    if (s->tenants.any_keys && (!t || !t->trusted)) {
-        kv_error(s, c, 403, "trusted_key_required", "/v1/kv/blocks needs a trusted key (a weft router's or instance's)");
-        return;
-    }
+    (void)t;  /* a fleet caller (api.c checked it) */
     if (req->method == HTTP_M_POST) kv_post(s, c, req);
     else kv_get(s, c, req);
 }

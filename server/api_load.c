@@ -98,18 +98,31 @@ void weft_server_do_load(struct weft_server *s, struct http_conn *c)
         s->cfg.engine.kv_type : WEFT_TYPE_F16),
         "limits", "max_seqs", (int)(s->cfg.engine.max_seqs ? s->cfg.engine.max_seqs : 64), "max_waiting",
         (int)s->max_waiting, "n_ctx", (int)s->n_ctx);
+    /* the watchdog: an engine that has not stepped for the bound with work
+     * queued is not serving: /load (what a router polls) and /health say so
+     * with 503, and a router moves what it had there elsewhere */
+    bool stalled = weft_server_stalled(s, &es);
     if (j) {
         const char *cls = s->cfg.device_class ? s->cfg.device_class : s->n_devices ? s->devices[0].vendor : "unknown";
         json_object_set_new(j, "device_class", json_string(cls));
         json_object_set_new(j, "generated_tokens", json_integer((json_int_t)es.generated_tokens));  /* cumulative */
+        json_object_set_new(j, "stalled_seconds", json_real(es.stalled_s));
+        if (stalled) json_object_set_new(j, "status", json_string("stalled"));
     }
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
-    weft_metrics_request(&s->metrics, "/load", b ? 200 : 500);
+    int status = stalled ? 503 : 200;
+    weft_metrics_request(&s->metrics, "/load", b ? status : 500);
     if (!b) {
         weft_http_respond_error(c, 500, "server_error", NULL, "out of memory");
         return;
     }
-    weft_http_respond(c, 200, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
+    weft_http_respond(c, status, "application/json", "Cache-Control: no-store\r\n", b, strlen(b));
     free(b);
+}
+
+bool weft_server_stalled(const struct weft_server *s, const struct weft_engine_stats *es)
+{
+    uint32_t ms = s->cfg.watchdog_ms ? s->cfg.watchdog_ms : 30000;
+    return es->stalled_s * 1000.0 > ms;
 }

@@ -73,6 +73,7 @@ struct http_server {
     uint32_t n_conns;
     bool draining, freeing, in_check;
     size_t out_now, out_peak;   /* bytes queued unsent: all connections now, one connection at most */
+    struct http_big_budget big; /* big bodies held (lim.big_body_total) */
     void (*drain_done)(void *);
     void *drain_arg;
     char rbuf[READ_BUF];        /* one loop thread: reads are copied out at once */
@@ -564,6 +565,17 @@ static void on_read(uv_stream_t *st, ssize_t nread, const uv_buf_t *buf)
             read_stop(c);
             return;
         }
+        if (nread == UV_EOF && !c->lingering && !c->finishing) {
+            /* the client sent its requests and shut its side (a half-close):
+             * the ones received whole are answered, then the connection
+             * ends; a request cut off by the EOF can never complete. A
+             * client that left altogether shows when an answer is written
+             * (a reset), as one that resets does at once. */
+            c->peer_eof = true;
+            read_stop(c);
+            if (!c->req_active) process(c);
+            return;
+        }
         /* the client went away (a request in progress is aborted via on_close) */
         conn_close(c);
         return;
@@ -636,6 +648,16 @@ static void process(struct http_conn *c)
         }
     }
     if (c->closing || c->finishing) return;
+    if (c->peer_eof) {
+        /* nothing more will come: once every whole request is answered, end
+         * (requests still buffered behind unread answers wait for on_write) */
+        c->out_paused = c->pending > s->lim.max_output;
+        if (!c->req_active && !(c->out_paused && c->pend_off < c->pend_len)) {
+            if (c->pending) conn_finish(c);
+            else conn_close(c);
+        }
+        return;
+    }
     if (!c->req_active) {
         if (hpc_wants_continue(&c->pc) && !c->continue_sent) {
             c->continue_sent = true;
@@ -688,6 +710,7 @@ static void on_connection(uv_stream_t *ls, int status)
     c->handles = 2;
     c->srv = s;
     weft_hpc_init(&c->pc, &s->lim);
+    c->pc.big = &s->big;
     c->next = s->conns;
     if (s->conns) s->conns->prev = c;
     s->conns = c;
@@ -724,6 +747,7 @@ int weft_http_server_start(uv_loop_t *loop, const char *host, int port, const st
     s->fn = fn;
     s->ctx = ctx;
     weft_hpc_limits_resolve(&s->lim, lim);
+    s->big.total = s->lim.big_body_total;
     struct sockaddr_storage addr;
     if (!host) host = "127.0.0.1";
     int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
@@ -774,6 +798,25 @@ size_t weft_http_server_output_now(const struct http_server *s)
     return s ? s->out_now : 0;
 }
 
+struct http_big_budget weft_http_server_big_budget(const struct http_server *s)
+{
+    return s ? s->big : (struct http_big_budget){0};
+}
+
+char *weft_http_conn_take_body(struct http_conn *c, size_t *len)
+{
+    *len = 0;
+    if (!c || !c->req_active || !c->pc.body || c->pc.state != HPC_READY) return NULL;
+    char *b = c->pc.body;
+    *len = c->pc.req.body_len;
+    c->pc.body = NULL;
+    c->pc.body_cap = 0;
+    c->pc.body_len = 0;
+    c->pc.req.body = "";
+    c->pc.req.body_len = 0;
+    return b;
+}
+
 uint32_t weft_http_server_n_stalled(const struct http_server *s)
 {
     uint32_t n = 0;
@@ -798,7 +841,15 @@ void weft_http_server_drain(struct http_server *s, void (*done)(void *), void *a
     close_listener(s);
     for (struct http_conn *c = s->conns, *next; c; c = next) {
         next = c->next;
-        if (c->req_active || c->pc.state != HPC_IDLE || c->finishing) continue;
+        if (c->req_active || c->finishing || c->closing) continue;
+        if (c->pc.state == HPC_MSG) {
+            /* a request begun and not received whole is not in flight: it does
+             * not hold the drain (a client trickling a header would hold it
+             * to the deadline); it is told why, as a read timeout would be */
+            send_error(c, 503, "the server is shutting down; the request was not received whole before it began");
+            continue;
+        }
+        if (c->pc.state != HPC_IDLE) continue;
         /* idle: closed; answers still queued for it (paused by the output bound) go out first */
         if (c->pending) conn_finish(c);
         else conn_close(c);

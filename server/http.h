@@ -34,6 +34,12 @@ struct http_limits {
      * read; otherwise max_body holds. Loop thread. */
     bool (*big_body_ok)(void *user, const struct http_header *h, uint32_t n);
     void *big_body_user;
+    /* every big body held at once, on every connection of the listener: a
+     * request is reserved its Content-Length (big_body_max when chunked)
+     * when it is granted, until its answer goes (or its connection does);
+     * one that would pass the total gets 503 before any body byte is read.
+     * 0: no total bound. */
+    size_t big_body_total;
     uint32_t idle_timeout_ms;  /* keep-alive idle, no request in progress (default 60 s) */
     uint32_t read_timeout_ms;  /* a started request must be complete within (default 30 s) */
     uint32_t max_conns;        /* beyond this, new connections are closed at once (default 1024) */
@@ -57,6 +63,12 @@ struct http_limits {
 };                             /* a zero field (or a NULL limits pointer) means the default */
 
 struct http_header { const char *name, *value; };  /* NUL-terminated; names lower-cased */
+
+/* The running count behind http_limits.big_body_total (one per listener). */
+struct http_big_budget {
+    size_t held, total;
+    uint64_t refused;          /* requests answered 503 for it */
+};
 
 enum http_method { HTTP_M_GET, HTTP_M_POST, HTTP_M_HEAD, HTTP_M_OTHER };
 
@@ -140,6 +152,15 @@ bool weft_http_conn_over_client_limit(const struct http_conn *c);
 /* Lift the per-client limit for c: it is no longer flagged nor counted
  * against its peer address. */
 void weft_http_conn_exempt(struct http_conn *c);
+
+/* The request's body, handed over (free() it): the request's own view of
+ * it is empty from then on. For a handler that keeps a large body past the
+ * call (a KV push imported on a worker) without a copy. NULL (len 0) when
+ * there is none. Its reservation against big_body_total lasts until the
+ * answer, as before. */
+char *weft_http_conn_take_body(struct http_conn *c, size_t *len);
+/* The listener's big-body budget: held now, the bound, refusals. */
+struct http_big_budget weft_http_server_big_budget(const struct http_server *s);
 /* The peer address as text ("127.0.0.1", "::1"), "" if unknown. */
 const char *weft_http_conn_peer(const struct http_conn *c);
 

@@ -115,6 +115,22 @@ static void conn_close(struct hcl_conn *c)
     uv_close((uv_handle_t *)&c->timer, on_handle_closed);
 }
 
+/* A cancelled request's connection ends with a reset, not a FIN: a server
+ * answers a half-closed client (weft serve does), so only a reset tells it
+ * the client left and the work can stop at once. */
+static void conn_abort(struct hcl_conn *c)
+{
+    if (c->closing) return;
+    if (!c->connected || uv_tcp_close_reset(&c->tcp, on_handle_closed) != 0) {
+        conn_close(c);
+        return;
+    }
+    c->closing = true;
+    if (!c->req) idle_remove(c);
+    c->req = NULL;
+    uv_close((uv_handle_t *)&c->timer, on_handle_closed);
+}
+
 static void active_unlink(struct hcl_req *r)
 {
     struct hcl_pool *p = r->pool;
@@ -143,7 +159,8 @@ static void conn_fail(struct hcl_conn *c, int err)
 {
     struct hcl_req *r = c->req;
     c->req = NULL;
-    conn_close(c);
+    if (r) conn_abort(c);  /* a request given up: the server must see it leave */
+    else conn_close(c);
     if (!r) return;
     r->c = NULL;
     /* a reused connection the server had closed: once more on a fresh one */
@@ -329,7 +346,7 @@ static void conn_feed(struct hcl_conn *c, const char *data, size_t len)
     if (r->cancelled) {
         c->req = NULL;
         r->c = NULL;
-        conn_close(c);
+        conn_abort(c);
         req_free(r);
         return;
     }
@@ -524,7 +541,7 @@ void weft_hcl_cancel(struct hcl_req *r)
     if (c) {
         c->req = NULL;
         r->c = NULL;
-        conn_close(c);
+        conn_abort(c);
     }
     req_free(r);
 }

@@ -52,6 +52,8 @@ struct hpc {
     bool head_skip_done;        /* leading CR/LF before the message skipped */
     bool method_pending;        /* http-parser rejected the method: wait for the whole token */
     struct http_request req;    /* valid in HPC_READY (pointers into sb/body) */
+    struct http_big_budget *big; /* the listener's (NULL: none); big_taken of it is this request's */
+    size_t big_taken;
 };
 
 /* Fills every zero field of *lim (or all, if lim is NULL) with its default. */

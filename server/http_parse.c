@@ -330,6 +330,19 @@ static int on_headers_complete(http_parser *p)
     if ((p->flags & F_CONTENTLENGTH) && p->content_length > h->body_max)
         return fail(h, 413, "request body of %llu bytes is larger than the limit of %zu bytes",
                     (unsigned long long)p->content_length, h->body_max);
+    bool big = h->body_max > h->lim.max_body &&
+               ((p->flags & F_CHUNKED) || ((p->flags & F_CONTENTLENGTH) && p->content_length > h->lim.max_body));
+    if (big && h->big && h->big->total) {
+        /* held in total, not per connection: a reservation until the answer goes */
+        size_t want = (p->flags & F_CONTENTLENGTH) ? (size_t)p->content_length : h->body_max;
+        if (h->big->held + want > h->big->total) {
+            h->big->refused++;
+            return fail(h, 503, "%zu bytes of KV block pushes are held here already (at most %zu): retry later",
+                        h->big->held, h->big->total);
+        }
+        h->big->held += want;
+        h->big_taken = want;
+    }
     struct http_request *r = &h->req;
     switch (p->method) {
     case HTTP_GET: r->method = HTTP_M_GET; break;
@@ -405,8 +418,15 @@ void weft_hpc_init(struct hpc *h, const struct http_limits *lim)
     if (need > PARSER_DEFAULT_MAX_HEADER) http_parser_set_max_header_size(need > 0x7fffffff ? 0x7fffffff : (uint32_t)need);
 }
 
+static void big_release(struct hpc *h)
+{
+    if (h->big && h->big_taken) h->big->held -= h->big_taken;
+    h->big_taken = 0;
+}
+
 void weft_hpc_free(struct hpc *h)
 {
+    big_release(h);
     free(h->sb);
     free(h->hoff);
     free(h->body);
@@ -416,6 +436,7 @@ void weft_hpc_free(struct hpc *h)
 
 void weft_hpc_next(struct hpc *h)
 {
+    big_release(h);
     if (h->sb_cap > KEEP_BUF) { free(h->sb); h->sb = NULL; h->sb_cap = 0; }
     if (h->body_cap > KEEP_BUF) { free(h->body); h->body = NULL; h->body_cap = 0; }
     if (h->hoff_cap > 256) { free(h->hoff); h->hoff = NULL; h->hoff_cap = 0; }

@@ -1,5 +1,7 @@
 #include "server/json_schema.h"
 
+#include "core/grammar.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -94,6 +96,12 @@ static void body_init(struct body *bd) { bd->b = (struct weft_strbuf){0}; }
 /* Emit "name ::= body" into the output; frees the body. */
 static bool emit_rule(struct conv *c, const char *name, struct body *bd)
 {
+    if (c->next_rule > WEFT_GRAMMAR_MAX_RULES) {
+        weft_sb_free(&bd->b);
+        /* the first failure is the one reported: the callers' "out of memory" after it is not */
+        return fail(c, "#", "the schema makes more than %u grammar rules (the bound on one request's grammar)",
+                    WEFT_GRAMMAR_MAX_RULES);
+    }
     if (bd->b.oom) c->out->oom = true;
     weft_sb_printf(c->out, "%s ::= %s\n", name, bd->b.p ? bd->b.p : "\"\"");
     weft_sb_free(&bd->b);
@@ -275,36 +283,48 @@ static bool array_body(struct conv *c, json_t *s, const char *path, struct weft_
     return true;
 }
 
-static bool is_required(json_t *req, const char *key)
-{
-    size_t i;
-    json_t *v;
-    json_array_foreach(req, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), key)) return true;
-    return false;
-}
-
 /* Properties in the schema's order; optional ones may be left out. With
  * kv_i the i-th "key": value, P(i) = what may follow once something was
  * written, N(i) = what may come when nothing was yet:
  *   P(i) = ("," kv_i) P(i+1)  [the group optional when kv_i is]
  *   N(i) = kv_i P(i+1)        [required]
  *        | (kv_i P(i+1) | N(i+1)) [optional; N(n) empty] */
+static bool object_props(struct conv *c, json_t *props, json_t *required, json_t *addl, const char *path,
+                         struct weft_strbuf *b);
+
 static bool object_body(struct conv *c, json_t *s, const char *path, struct weft_strbuf *b)
 {
     json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
     json_t *addl = json_object_get(s, "additionalProperties");
-    char p2[512];
     if (props && !json_is_object(props)) return fail(c, path, "'properties' must be an object");
     if (req && !json_is_array(req)) return fail(c, path, "'required' must be an array of names");
+    /* the required names as a set (a lookup per property, not a scan: linear in the schema) */
+    json_t *required = json_object();
+    if (!required) return fail(c, path, "out of memory");
     if (req) {
         size_t i;
         json_t *v;
         json_array_foreach(req, i, v) {
-            if (!json_is_string(v)) return fail(c, path, "'required' must be an array of names");
-            if (!json_object_get(props, json_string_value(v)))
+            if (!json_is_string(v)) {
+                json_decref(required);
+                return fail(c, path, "'required' must be an array of names");
+            }
+            if (!json_object_get(props, json_string_value(v))) {
+                json_decref(required);
                 return fail(c, path, "required property '%.64s' is not in 'properties'", json_string_value(v));
+            }
+            json_object_set_new(required, json_string_value(v), json_true());
         }
     }
+    bool done = object_props(c, props, required, addl, path, b);
+    json_decref(required);
+    return done;
+}
+
+static bool object_props(struct conv *c, json_t *props, json_t *required, json_t *addl, const char *path,
+                         struct weft_strbuf *b)
+{
+    char p2[512];
     size_t n = props ? json_object_size(props) : 0;
     if (n == 0) {
         if (addl && json_is_object(addl)) {
@@ -360,7 +380,7 @@ static bool object_body(struct conv *c, json_t *s, const char *path, struct weft
             ok = fail(c, path, "out of memory");
             break;
         }
-        opt[i] = !is_required(req, key);
+        opt[i] = !json_object_get(required, key);
         i++;
     }
     /* P(i) rules from the end, then N(i) */

@@ -1,10 +1,13 @@
 #include "server/kv_remote.h"
 
+#include <errno.h>
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "core/kv.h"
@@ -36,6 +39,8 @@ struct kv_remote {
     /* reads */
     pthread_mutex_t rmu;    /* one reader at a time on rlink */
     struct link rlink;
+    int read_fd;            /* rlink's socket while a read is in flight, else -1 (under mu) */
+    bool cut;               /* weft_kv_remote_cut_reads: no more reads */
     double last_probe;
     struct weft_kv_remote_stats st;
 };
@@ -117,7 +122,7 @@ static void write_batch(struct kv_remote *r, const uint64_t *hashes, uint32_t n)
         return;
     }
     size_t rec = weft_kvb_record_bytes(&h);
-    unsigned char *val = malloc(WEFT_KVB_HEADER_BYTES + rec);
+    unsigned char *val = malloc(h.header_bytes + rec);
     if (!val) {
         free(buf);
         count(r, &r->st.write_dropped, nb);
@@ -130,14 +135,14 @@ static void write_batch(struct kv_remote *r, const uint64_t *hashes, uint32_t n)
     snprintf(ttl, sizeof ttl, "%u", r->ttl_ms);
     uint32_t sent = 0;
     for (uint32_t i = 0; i < nb; i++) {
-        const unsigned char *b = buf + WEFT_KVB_HEADER_BYTES + (size_t)i * rec;
-        memcpy(val + WEFT_KVB_HEADER_BYTES, b, rec);
+        const unsigned char *b = buf + h.header_bytes + (size_t)i * rec;
+        memcpy(val + h.header_bytes, b, rec);
         uint64_t hash = 0;
         for (int k = 0; k < 8; k++) hash |= (uint64_t)b[8 + k] << (8 * k);
         char key[96];
         key_for(r, hash, key);
         const char *argv[6] = {"SET", key, (const char *)val, "NX", "PX", ttl};
-        size_t argl[6] = {3, strlen(key), WEFT_KVB_HEADER_BYTES + rec, 2, 2, strlen(ttl)};
+        size_t argl[6] = {3, strlen(key), h.header_bytes + rec, 2, 2, strlen(ttl)};
         if (redisAppendCommandArgv(c, 6, argv, argl) != REDIS_OK) break;
         sent++;
     }
@@ -201,11 +206,40 @@ void weft_kv_remote_stored(struct kv_remote *r, uint64_t hash)
 
 static void ewma(double *avg, double x) { *avg = *avg > 0 ? *avg + RATE_ALPHA * (x - *avg) : x; }
 
-/* One MGET of keys for hashes[0..k), imported in order up to the first
- * miss; rmu held. *hits, *bytes: what came; false when the link failed (or
- * timed out: then the rate is bounded by what was asked for in that time). */
+/* One command and its whole reply by deadline (monotonic seconds): the
+ * bound is on the reply, not on each read, so a link that trickles a byte at
+ * a time cannot stretch it. NULL on a failure or the deadline (the
+ * connection is then mid-reply: the caller drops it). */
+static redisReply *command_by(redisContext *c, int argc, const char **argv, const size_t *argl, double deadline,
+                              size_t *received)
+{
+    *received = 0;
+    if (redisAppendCommandArgv(c, argc, argv, argl) != REDIS_OK) return NULL;
+    int done = 0;
+    while (!done)
+        if (redisBufferWrite(c, &done) != REDIS_OK) return NULL;
+    void *reply = NULL;
+    for (;;) {
+        if (redisGetReplyFromReader(c, &reply) != REDIS_OK) return NULL;
+        if (reply) return reply;
+        double left = deadline - now_s();
+        if (left <= 0) return NULL;
+        struct pollfd pfd = {.fd = c->fd, .events = POLLIN};
+        int k = poll(&pfd, 1, (int)(left * 1000) + 1);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return NULL;
+        size_t before = c->reader->len;  /* the reader compacts only in GetReply: the growth is what came */
+        if (redisBufferRead(c) != REDIS_OK) return NULL;
+        *received += c->reader->len - before;
+    }
+}
+
+/* One MGET of keys for hashes[0..k), its whole reply within limit_s,
+ * imported in order up to the first miss; rmu held. *hits, *bytes: what
+ * came; false when the link failed (or was cut at the limit: then the rate
+ * is what came in that time). */
 static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *hashes, uint32_t k, double limit_s,
-                       double want_bytes, uint32_t *hits, uint64_t *bytes, uint32_t *imported, bool *gap)
+                       uint32_t *hits, uint64_t *bytes, uint32_t *imported, bool *gap)
 {
     *hits = 0;
     *bytes = 0;
@@ -226,19 +260,29 @@ static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *has
         argv[i + 1] = keys[i];
         argl[i + 1] = strlen(keys[i]);
     }
-    struct timeval tv = {(long)limit_s, (long)((limit_s - (long)limit_s) * 1e6)};
-    redisSetTimeout(c, tv);
     double t0 = now_s();
-    redisReply *rep = redisCommandArgv(c, (int)k + 1, argv, argl);
+    pthread_mutex_lock(&r->mu);
+    bool cut = r->cut;
+    r->read_fd = cut ? -1 : c->fd;
+    pthread_mutex_unlock(&r->mu);
+    size_t received = 0;
+    redisReply *rep = cut ? NULL : command_by(c, (int)k + 1, argv, argl, t0 + limit_s, &received);
+    pthread_mutex_lock(&r->mu);
+    r->read_fd = -1;
+    pthread_mutex_unlock(&r->mu);
     double dt = now_s() - t0;
     free(argv);
     free(argl);
     free(keys);
     if (!rep) {
         link_fail(r, &r->rlink);
+        pthread_mutex_lock(&r->mu);
+        r->st.stalled = dt >= 0.9 * limit_s;  /* cut at its bound: a link that stalls or trickles */
+        pthread_mutex_unlock(&r->mu);
         if (dt >= 0.9 * limit_s) {
+            /* cut at its bound: the link gave what came in that time */
             pthread_mutex_lock(&r->mu);
-            r->st.bytes_per_s = want_bytes / dt;  /* no faster than this */
+            r->st.bytes_per_s = (double)(received > 1 ? received : 1) / dt;
             pthread_mutex_unlock(&r->mu);
         }
         return false;
@@ -267,6 +311,7 @@ static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *has
     }
     freeReplyObject(rep);
     pthread_mutex_lock(&r->mu);
+    r->st.stalled = false;
     r->st.rejected += rejected;
     /* the round trip from small answers, the rate from large ones */
     if (*bytes < 65536) ewma(&r->st.rtt_s, dt);
@@ -275,7 +320,33 @@ static bool mget_batch(struct kv_remote *r, redisContext *c, const uint64_t *has
     return true;
 }
 
-uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n)
+double weft_kv_remote_now(void) { return now_s(); }
+
+double weft_kv_remote_timeout_s(const struct kv_remote *r) { return r->timeout_ms / 1000.0; }
+
+uint32_t weft_kv_remote_lacking(struct kv_remote *r, const int32_t *prompt, uint32_t n)
+{
+    if (n < 2) return 0;
+    uint32_t nb = (n - 1) / WEFT_KV_BLOCK_TOKENS;
+    if (nb == 0) return 0;
+    uint64_t *hashes = malloc(sizeof *hashes * nb);
+    if (!hashes) return 0;
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < nb; i++) hashes[i] = h = weft_kv_block_hash(h, prompt + (size_t)i * WEFT_KV_BLOCK_TOKENS);
+    uint32_t held = weft_engine_kv_held(r->eng, hashes, nb);
+    free(hashes);
+    return nb - held;
+}
+
+void weft_kv_remote_cut_reads(struct kv_remote *r)
+{
+    pthread_mutex_lock(&r->mu);
+    r->cut = true;
+    if (r->read_fd >= 0) shutdown(r->read_fd, SHUT_RDWR);  /* the blocked read returns */
+    pthread_mutex_unlock(&r->mu);
+}
+
+uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n, double deadline)
 {
     if (n < 2) return 0;
     uint32_t nb = (n - 1) / WEFT_KV_BLOCK_TOKENS;  /* the blocks a prompt can take: one token is left to compute */
@@ -291,7 +362,8 @@ uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32
     }
     struct weft_engine_stats es;
     weft_engine_stats(r->eng, &es);
-    double block_bytes = (double)(weft_engine_kv_block_bytes(r->eng) + WEFT_KVB_HEADER_BYTES + WEFT_KVB_BLOCK_META + 4);
+    /* a one-block value: a one-run header, the block's meta, payload, MAC and CRC */
+    double block_bytes = (double)(weft_engine_kv_block_bytes(r->eng) + 92 + WEFT_KVB_BLOCK_META + WEFT_KVB_MAC_BYTES + 4);
     double block_s = es.prefill_tps > 0 ? WEFT_KV_BLOCK_TOKENS / es.prefill_tps : 0;  /* computing one block */
     /* batches of about BATCH_BYTES: each one measures the link, and the
      * rest is fetched only while that still beats computing it */
@@ -305,6 +377,8 @@ uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32
     uint32_t off = held, batches = 0;
     uint64_t hits = 0, got = 0;
     while (off < nb) {
+        double left_s = deadline > 0 ? deadline - now_s() : 0;
+        if (deadline > 0 && left_s <= 0) break;  /* recomputing the rest is due now */
         uint32_t left = nb - off, k = left < per ? left : per;
         pthread_mutex_lock(&r->mu);
         double bw = r->st.bytes_per_s, rtt = r->st.rtt_s;
@@ -312,14 +386,16 @@ uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32
         if (!(probe && batches == 0) && bw > 0 && block_s > 0 && rtt + k * block_bytes / bw >= k * block_s) break;
         redisContext *c = link_get(r, &r->rlink);
         if (!c) break;
-        /* a batch that stalls longer than computing its blocks would take is
-         * given up (the timeout is per read: a link that trickles is measured
-         * by the batch instead, and the next batch is judged by that) */
+        /* a batch that takes longer than computing its blocks would is
+         * given up (the bound is on its whole reply, within the fetch's
+         * deadline: a link that trickles is cut and measured, and the next
+         * batch is judged by that) */
         double limit_s = r->timeout_ms / 1000.0 > k * block_s ? r->timeout_ms / 1000.0 : k * block_s;
+        if (deadline > 0 && limit_s > left_s) limit_s = left_s > 0.001 ? left_s : 0.001;
         uint32_t bh = 0;
         uint64_t bb = 0;
         bool gap = false;
-        bool ok = mget_batch(r, c, hashes + off, k, limit_s, k * block_bytes, &bh, &bb, &imported, &gap);
+        bool ok = mget_batch(r, c, hashes + off, k, limit_s, &bh, &bb, &imported, &gap);
         batches++;
         hits += bh;
         got += bb;
@@ -387,6 +463,7 @@ weft_status weft_kv_remote_create(const struct kv_remote_config *cfg, struct wef
     r->q_cap = cfg->queue ? cfg->queue : 4096;
     r->q = malloc(sizeof *r->q * r->q_cap);
     r->last_probe = now_s();
+    r->read_fd = -1;
     if (!r->q) {
         free(r);
         return weft_error(WEFT_ERR_NOMEM, "kv remote: out of memory");

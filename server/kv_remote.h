@@ -6,8 +6,9 @@
  *    self-describing value per key) and stores it with SET NX PX (TTL).
  *    The queue is bounded; past it, or while Redis is unreachable, blocks
  *    are dropped and counted, never waited for.
- *  - Read: before a prompt is submitted (on a worker thread, after its
- *    tokenization) the blocks of its prefix this instance does not hold are
+ *  - Read: before a prompt is submitted (on the fetch thread of
+ *    server/kv_fetch.h, after its tokenization, the request waiting at most
+ *    what recomputing would take) the blocks of its prefix this instance does not hold are
  *    looked up along the hash chain with MGETs of about 2 MiB each, imported
  *    in order up to the first miss, and the prompt then hits them. Each batch
  *    is fetched only while the transfer is predicted to beat recomputing its
@@ -44,6 +45,8 @@ struct weft_kv_remote_stats {
     uint64_t chose_fetch, chose_recompute;           /* decisions for prompts missing blocks */
     uint64_t errors;                                 /* connect / command failures and timeouts */
     bool up;
+    bool stalled;                                    /* the last read was cut at its bound (a link that
+                                                        stalls or trickles); cleared by a whole reply */
     double bytes_per_s, rtt_s;                       /* measured (0 until measured) */
 };
 
@@ -60,9 +63,20 @@ void weft_kv_remote_free(struct kv_remote *r);
 void weft_kv_remote_stored(struct kv_remote *r, uint64_t hash);
 
 /* Bring the blocks of prompt[0..n) this engine lacks in from Redis, when
- * worth it (see above). Any thread but the engine's; returns the blocks
- * imported. */
-uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n);
+ * worth it (see above), giving up between batches once deadline (monotonic
+ * seconds, weft_kv_remote_now; 0: none) has passed, each batch's reads
+ * bounded by what is left of it (a link that trickles can still hold one:
+ * server/kv_fetch.h runs this where that costs no request). One thread at
+ * a time, never the engine's or the loop's; returns the blocks imported. */
+uint32_t weft_kv_remote_fetch(struct kv_remote *r, const int32_t *prompt, uint32_t n, double deadline);
+/* Full blocks of prompt[0..n) a prompt can take (one token is left to
+ * compute) that this engine does not hold. */
+uint32_t weft_kv_remote_lacking(struct kv_remote *r, const int32_t *prompt, uint32_t n);
+double weft_kv_remote_now(void);
+double weft_kv_remote_timeout_s(const struct kv_remote *r);
+/* From now on no read is made, and one in flight is cut (its socket shut):
+ * before the thread that reads is joined. Any thread. */
+void weft_kv_remote_cut_reads(struct kv_remote *r);
 
 void weft_kv_remote_stats(struct kv_remote *r, struct weft_kv_remote_stats *out);
 

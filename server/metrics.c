@@ -1,4 +1,5 @@
 #include "server/metrics.h"
+#include "server/kv_fetch.h"
 #include "server/kv_remote.h"
 #include "server/pd.h"
 
@@ -214,6 +215,9 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         es->prefill_tps);
     one(&o, "weft_decode_tokens_per_second", "gauge", "Measured decode rate (moving average over live steps).",
         es->decode_tps);
+    one(&o, "weft_engine_stalled_seconds", "gauge",
+        "Seconds since the engine last stepped while it has work (0 without work); past --watchdog-ms /health "
+        "and /load answer 503.", es->stalled_s);
     head(&o, "weft_device_memory_bytes", "gauge", "Device memory held, by use.");
     weft_sb_printf(b, "weft_device_memory_bytes{%s,use=\"weights\"} %llu\nweft_device_memory_bytes{%s,use=\"kv_cache\"} %llu\n",
         o.lbl, (unsigned long long)weight_bytes, o.lbl, (unsigned long long)kv_bytes);
@@ -230,6 +234,17 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         weft_sb_printf(b, "weft_tokenize_total{%s,thread=\"worker\"} %llu\nweft_tokenize_total{%s,thread=\"loop\"} %llu\n", o.lbl,
             (unsigned long long)x->tok_worker, o.lbl, (unsigned long long)x->tok_loop);
         one(&o, "weft_tokenize_pending", "gauge", "Requests tokenizing or waiting to.", x->tok_pending);
+        one(&o, "weft_grammar_compiles_total", "counter",
+            "Request grammars (response_format, tool calls) compiled, on the grammar thread (never a tokenizing "
+            "worker's).", (double)x->grammar_compiles);
+        one(&o, "weft_grammar_pending", "gauge", "Requests whose grammar is compiling or waiting to.",
+            x->grammar_pending);
+        one(&o, "weft_kv_push_held_bytes", "gauge",
+            "Bytes of POST /v1/kv/blocks bodies held now, on every connection (bounded by --max-kv-push-total-mib).",
+            (double)x->kv_push_held);
+        one(&o, "weft_kv_push_refused_total", "counter",
+            "KV pushes refused (503) because the bodies held already would pass --max-kv-push-total-mib.",
+            (double)x->kv_push_refused);
         if (x->kvio) {
             const struct weft_engine_kv_stats *k = x->kvio;
             head(&o, "weft_kv_transfer_blocks_total", "counter", "KV blocks sent to or taken from another instance.");
@@ -241,9 +256,12 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
                    "weft_kv_transfer_bytes_total{%s,direction=\"in\"} %llu\n", o.lbl, (unsigned long long)k->bytes_out,
                 o.lbl, (unsigned long long)k->bytes_in);
             head(&o, "weft_kv_rejected_total", "counter",
-                 "KV blocks or streams refused: a bad block (corrupt, truncated, misnamed) or a foreign stream.");
-            weft_sb_printf(b, "weft_kv_rejected_total{%s,what=\"block\"} %llu\nweft_kv_rejected_total{%s,what=\"stream\"} %llu\n",
-                o.lbl, (unsigned long long)k->rejected, o.lbl, (unsigned long long)k->rejected_streams);
+                 "KV blocks or streams refused: a bad block (corrupt, truncated, misnamed), a foreign stream, or "
+                 "blocks without a MAC made under the fleet secret (mac).");
+            weft_sb_printf(b, "weft_kv_rejected_total{%s,what=\"block\"} %llu\nweft_kv_rejected_total{%s,what=\"stream\"} %llu\n"
+                "weft_kv_rejected_total{%s,what=\"mac\"} %llu\n",
+                o.lbl, (unsigned long long)k->rejected, o.lbl, (unsigned long long)k->rejected_streams, o.lbl,
+                (unsigned long long)k->rejected_mac);
             one(&o, "weft_kv_imported_converted_total", "counter", "Imported KV blocks converted to this cache's type.",
                 (double)k->converted);
             one(&o, "weft_kv_imported_hit_tokens_total", "counter", "Prompt tokens served from imported KV blocks.",
@@ -277,6 +295,21 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
             one(&o, "weft_kv_remote_bytes_per_second", "gauge", "Measured Redis read throughput (0: not yet).",
                 k->bytes_per_s);
         }
+        if (x->fetch) {
+            const struct kv_fetch_stats *f = x->fetch;
+            one(&o, "weft_kv_remote_stalled", "gauge",
+                "1 while a Redis fetch runs past its deadline (what recomputing would take): the tier is stalled, "
+                "requests go on without it.", f->stalled);
+            head(&o, "weft_kv_remote_fetches_total", "counter",
+                 "Remote fetches by how they ended for their request: in time, late (the request went on at its "
+                 "deadline), dropped (the deadline passed in the queue), queue_full (not queued).");
+            weft_sb_printf(b, "weft_kv_remote_fetches_total{%s,result=\"in_time\"} %llu\n"
+                   "weft_kv_remote_fetches_total{%s,result=\"late\"} %llu\n"
+                   "weft_kv_remote_fetches_total{%s,result=\"dropped\"} %llu\n"
+                   "weft_kv_remote_fetches_total{%s,result=\"queue_full\"} %llu\n", o.lbl,
+                (unsigned long long)f->in_time, o.lbl, (unsigned long long)f->late, o.lbl,
+                (unsigned long long)f->dropped, o.lbl, (unsigned long long)f->queue_full);
+        }
         if (x->pd) {
             const struct pd_stats *p = x->pd;
             head(&o, "weft_pd_requests_total", "counter",
@@ -297,6 +330,9 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
                 p->wait_s);
             one(&o, "weft_pd_leases_expired_total", "counter",
                 "Pushed blocks whose request never came, unpinned after the lease.", (double)p->leases_expired);
+            one(&o, "weft_pd_pins_refused_total", "counter",
+                "Pushed blocks left unpinned (cached, evictable): past what one request's prompt can use, or past "
+                "half the KV pool pinned by every hand-off.", (double)p->pins_refused);
             one(&o, "weft_pd_tickets", "gauge", "PD hand-offs open (blocks pinned for a request).", p->tickets);
             one(&o, "weft_pd_pushes_total", "counter", "Prompts this instance prefilled for a decode instance.",
                 (double)p->pushes);

@@ -27,6 +27,7 @@ const char *weft_metrics_finish_name(enum metric_finish f);
 
 /* Figures from outside struct metrics, and how to render. */
 struct weft_kv_remote_stats;
+struct kv_fetch_stats;
 struct pd_stats;
 
 struct metrics_extra {
@@ -34,10 +35,15 @@ struct metrics_extra {
     bool vllm_compat;              /* also vllm:num_requests_running/waiting, kv_cache_usage_perc, cache_config_info */
     size_t out_now, out_peak;
     uint32_t conns, stalled, tok_pending;  /* stalled: weft_http_server_n_stalled */
+    uint64_t grammar_compiles;     /* request grammars compiled (on their own thread) */
+    uint32_t grammar_pending;      /* ... compiling or waiting to */
+    size_t kv_push_held;           /* bytes of KV pushes held now (http_limits.big_body_total) */
+    uint64_t kv_push_refused;      /* pushes refused for it (503) */
     uint64_t tok_worker, tok_loop, reloads_ok, reloads_err;
     const uint64_t *mock_injected; /* --mock: failures injected by kind (429, 503, 500, hang, nokv); NULL otherwise */
     const struct weft_engine_kv_stats *kvio; /* KV blocks in and out (/v1/kv/blocks); NULL: none */
     const struct weft_kv_remote_stats *remote;     /* the Redis tier (--kv-remote); NULL: none */
+    const struct kv_fetch_stats *fetch;            /* its fetches (server/kv_fetch.h); NULL: none */
     const struct pd_stats *pd;                /* prefill/decode hand-offs; NULL: none */
     struct weft_engine *eng;                  /* per-tenant prompt tokens; NULL: none */
 };

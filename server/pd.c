@@ -65,6 +65,8 @@ struct pd_push {
 struct pd {
     struct weft_server *s;
     uint32_t idle_ms, lease_ms;
+    uint32_t pinned, max_pinned;     /* blocks pinned by every ticket; at most half the pool */
+    uint32_t max_pinned_ticket;      /* ... by one: what one request's prompt can use */
     struct pd_ticket *tickets;
     struct pd_push *pushes;
     struct pd_pool pools[MAX_POOLS];
@@ -132,6 +134,9 @@ weft_status weft_server_pd_init(struct weft_server *s)
     if (!pd) return weft_error(WEFT_ERR_NOMEM, "server: out of memory");
     pd->s = s;
     pd->idle_ms = s->cfg.pd_idle_ms ? s->cfg.pd_idle_ms : DEF_IDLE_MS;
+    struct weft_kv_pool *kv = weft_engine_kv(s->eng);
+    pd->max_pinned = kv->n_blocks / 2;
+    pd->max_pinned_ticket = weft_engine_n_ctx(s->eng) / WEFT_KV_BLOCK_TOKENS + 1;
     pd->lease_ms = s->cfg.pd_lease_ms ? s->cfg.pd_lease_ms : DEF_LEASE_MS;
     s->pd = pd;
     return WEFT_OK;
@@ -160,6 +165,7 @@ static void ticket_free(struct pd_ticket *t)
     else pd->tickets = t->next;
     if (t->next) t->next->prev = t->prev;
     pd->st.tickets--;
+    pd->pinned -= t->n_pinned;
     if (pd->s->eng) weft_engine_kv_unpin(pd->s->eng, t->pinned, t->n_pinned);
     uv_timer_stop(&t->timer);
     uv_close((uv_handle_t *)&t->timer, ticket_closed);
@@ -254,6 +260,19 @@ void weft_server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pin
 {
     struct pd *pd = s->pd;
     struct pd_ticket *t = pd ? ticket_get(pd, id) : NULL;
+    if (t && n_pinned) {
+        /* pins are bounded: a ticket holds what one prompt can use, all of
+         * them half the pool; past that a block stays cached, unpinned */
+        uint32_t room = t->n_pinned < pd->max_pinned_ticket ? pd->max_pinned_ticket - t->n_pinned : 0;
+        uint32_t all = pd->pinned < pd->max_pinned ? pd->max_pinned - pd->pinned : 0;
+        uint32_t keep = n_pinned < room ? n_pinned : room;
+        keep = keep < all ? keep : all;
+        if (keep < n_pinned) {
+            weft_engine_kv_unpin(s->eng, pinned + keep, n_pinned - keep);
+            pd->st.pins_refused += n_pinned - keep;
+            n_pinned = keep;
+        }
+    }
     if (t && n_pinned && t->cap_pinned - t->n_pinned < n_pinned) {
         uint32_t cap = t->n_pinned + n_pinned;
         cap = cap < 2 * t->cap_pinned ? 2 * t->cap_pinned : cap;
@@ -270,6 +289,7 @@ void weft_server_pd_arrived(struct weft_server *s, const char *id, uint64_t *pin
     }
     if (n_pinned) memcpy(t->pinned + t->n_pinned, pinned, sizeof *pinned * n_pinned);
     t->n_pinned += n_pinned;
+    pd->pinned += n_pinned;
     free(pinned);
     pd->st.blocks_in += n_blocks;
     pd->st.bytes_in += bytes;
@@ -431,7 +451,7 @@ static void post(struct pd_push *p, const char *end)
     snprintf(hdrs, sizeof hdrs, "Content-Type: application/x-weft-kv-blocks\r\nx-weft-pd-id: %s\r\n%s%s%s%s", p->id,
              end ? "x-weft-pd-end: " : "", end ? end : "", end ? "\r\n" : "", p->auth ? p->auth : "");
     struct hcl_opts o = {.method = "POST", .path = "/v1/kv/blocks", .headers = hdrs, .body = (const char *)p->buf,
-                         .body_len = p->len, .timeout_ms = 30000};
+                         .body_len = p->len, .timeout_ms = p->pd->idle_ms};  /* past it the decode side gave up */
     p->status = 0;
     p->sent_end = end != NULL;
     if (!p->target || weft_hcl_request(p->target->pool, &o, &post_cbs, p, &p->req) != 0) {

@@ -54,6 +54,7 @@ struct pd_stats {
     uint64_t fallback_ended;       /* ... and the prefill side ended short (failed, aborted) */
     uint64_t blocks_in, bytes_in;  /* pushed blocks taken under a PD id */
     uint64_t leases_expired;       /* tickets whose request never came: unpinned */
+    uint64_t pins_refused;         /* pushed blocks left unpinned: past one ticket's or all tickets' bound */
     double wait_s;                 /* seconds requests waited, in all */
     uint32_t tickets;              /* open now */
     /* prefill side */

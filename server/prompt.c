@@ -83,3 +83,36 @@ uint32_t weft_prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, u
     }
     return k;
 }
+
+bool weft_prompt_embed_tokens(const struct prompt_rules *r, const json_t *input, uint64_t *n, char *msg,
+                              size_t msg_size)
+{
+    *n = 0;
+    bool one = json_is_string(input) || (json_is_array(input) && json_is_integer(json_array_get(input, 0)));
+    size_t count = one ? 1 : json_array_size(input);
+    if ((!one && !json_is_array(input)) || count == 0) {
+        snprintf(msg, msg_size, "'input' must be a non-empty string, array of strings, array of token ids or array "
+                 "of arrays of token ids");
+        return false;
+    }
+    for (size_t i = 0; i < count; i++) {
+        const json_t *v = one ? input : json_array_get(input, i);
+        if (json_is_string(v)) {
+            int32_t *ids = NULL;
+            size_t k = 0;
+            if (weft_tokenize(r->tok, json_string_value(v), json_string_length(v), true, true, &ids, &k) != WEFT_OK) {
+                snprintf(msg, msg_size, "input %zu: %s", i, weft_last_error());
+                return false;
+            }
+            free(ids);
+            *n += k;
+        } else if (json_is_array(v)) {
+            *n += json_array_size(v);
+        } else {
+            snprintf(msg, msg_size, "input %zu: the items of 'input' must all be strings, all token ids or all arrays "
+                     "of token ids", i);
+            return false;
+        }
+    }
+    return true;
+}

@@ -36,6 +36,14 @@ void weft_prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf 
 weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
                           char *msg, size_t msg_size);
 
+/* The tokens an embeddings request's 'input' costs, counted as weft serve
+ * counts them (each string tokenized with BOS as the tokenizer says, token
+ * ids counted as given): for a router charging a tenant before it forwards.
+ * false with msg for an 'input' of a shape /v1/embeddings refuses (not a
+ * string, an array of strings, of ids or of arrays of ids; empty). */
+bool weft_prompt_embed_tokens(const struct prompt_rules *r, const json_t *input, uint64_t *n, char *msg,
+                              size_t msg_size);
+
 /* The chained 16-token block hashes of ids[0..n) (core/kv's, for the full
  * blocks only): out[0..n/16). Returns the count written (at most cap). */
 uint32_t weft_prompt_block_hashes(const int32_t *ids, size_t n, uint64_t *out, uint32_t cap);

@@ -355,6 +355,7 @@ static void on_poll(uv_timer_t *t)
         if (!r->cfg.no_kv_events && io->in->healthy && !io->events && !r->draining) events_start(io);
     }
     weft_router_queue_expire(r);
+    weft_router_check_stalls(r);
     reap_dead(r, false);
 }
 
@@ -504,6 +505,14 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
         r->has_tenants = true;
     }
     const char *key = cfg->upstream_key;
+    char cred[65];
+    if (!key && cfg->kv_secret) {
+        if (strlen(cfg->kv_secret) < 16 || !weft_fleet_credential(cfg->kv_secret, cred)) {
+            st = weft_error(WEFT_ERR_INVALID_ARG, "router: --kv-secret must have at least 16 characters");
+            goto fail;
+        }
+        key = cred;
+    }
     for (uint32_t i = 0; !key && i < r->tenants.n; i++)
         if (r->tenants.t[i].trusted && r->tenants.t[i].n_keys) key = r->tenants.t[i].keys[0];
     if (key) {
@@ -511,9 +520,15 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
         r->upstream_auth = malloc(n);
         if (r->upstream_auth) snprintf(r->upstream_auth, n, "Authorization: Bearer %s\r\n", key);
     }
+    /* a hand-off is asked of instances in x-weft-pd headers, which they take
+     * from a trusted caller only: without a credential for them, none */
+    bool pd = !cfg->no_pd && r->upstream_auth;
+    if (!cfg->no_pd && !r->upstream_auth)
+        fprintf(stderr, "weft router: no credential the instances trust (--kv-secret or --upstream-key): "
+                        "prefill/decode hand-offs are off\n");
     struct fleet_config fc = {.policy = cfg->policy, .stale_s = 10.0 * r->cfg.poll_ms / 1000.0 + 1.0,
                               .index_max_blocks = cfg->index_max_blocks,
-                              .pd_min_uncached = cfg->no_pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512,
+                              .pd_min_uncached = !pd ? 0 : cfg->pd_threshold ? cfg->pd_threshold : 512,
                               .pd_slack = cfg->pd_slack};
     weft_fleet_init(&r->fleet, &fc);
     for (uint32_t i = 0; i < cfg->n_instances; i++)

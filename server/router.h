@@ -57,6 +57,9 @@ struct weft_router_config {
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */
     const char *upstream_key;        /* overrides the trusted key from tenants_path */
+    const char *kv_secret;           /* --kv-secret: the fleet secret; without upstream_key the router
+                                        presents its fleet credential (tenants.h weft_fleet_credential)
+                                        upstream, which instances with the same secret trust */
     const char *api_key;             /* --api-key: one shared client key (tenants.h, a trusted tenant
                                         "api-key": it is also what the router sends upstream) */
     bool no_kv_events;               /* routing history only, no /v1/kv/events subscriptions */
@@ -68,6 +71,8 @@ struct weft_router_config {
                                         (+ its running requests) against a prefill instance's
                                         (0: 1.25; --pd-slack) */
     uint32_t timeout_ms;             /* upstream inactivity (0: 600 s) */
+    uint32_t stall_ms;               /* a stream silent this long after its first token, or 50 of its
+                                        instance's steps if longer, has stalled: it moves (0: 10 s) */
     uint32_t n_workers;              /* tokenizing threads (0: 2) */
     uint32_t max_queued_work;        /* (0: 256) */
     struct http_limits http;

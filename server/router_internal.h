@@ -39,8 +39,8 @@ struct scale_class {
     uint32_t max_seqs;             /* the largest instance's */
 };
 
-enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_N };
-enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_N };
+enum { RETRY_CONNECT = 0, RETRY_5XX, RETRY_BUSY, RETRY_NO_KV_ROOM, RETRY_HANG, RETRY_INVALID, RETRY_N };
+enum { MIG_DIED = 0, MIG_HANG, MIG_ERROR_EVENT, MIG_STALL, MIG_INVALID, MIG_N };
 enum { THROTTLE_RATE = 0, THROTTLE_TOO_LARGE, THROTTLE_N };
 enum { SHED_QUEUE_FULL = 0, SHED_TENANT_FULL, SHED_DISPLACED, SHED_NO_INSTANCE, SHED_N };
 
@@ -93,6 +93,8 @@ struct weft_router {
     char fingerprint[40];          /* the fleet's model (first reported) */
     /* metrics */
     uint64_t requests, rejected, upstream_errors, client_gone;
+    uint64_t identity_dropped;     /* identity headers from clients without a trusted key, dropped */
+    uint64_t invalid_answers;      /* answers from instances that were not what they claimed (not forwarded) */
     uint64_t lat_count, lat_hist[ROUTER_LAT_BUCKETS + 1];
     double lat_sum;
     uint64_t by_status[6];         /* 1xx..5xx, other */
@@ -164,11 +166,22 @@ struct pxy {
     char rid[48];
     long long created;
     char *ev;                         /* an SSE event not complete yet */
-    size_t ev_len, ev_cap;
+    size_t ev_len, ev_cap, ev_scan;   /* ev_scan: where the search for its end goes on */
+    bool invalid;                     /* the instance sent what no weft serve sends: not forwarded */
+    double t_last;                    /* when the instance last sent a byte of this answer */
+    /* a non-stream answer, held whole until it is known to be what it says (JSON) */
+    bool buffered;
+    int up_status;
+    char up_ctype[96];
+    char *body;
+    size_t body_len, body_cap;
     struct inst_io *on_io;            /* the instance answering it (its inflight list) */
     struct pxy *io_prev, *io_next;
-    /* the tenant's buckets at the router (fleet-wide) */
+    /* the tenant's buckets at the router (fleet-wide): tenant is the one
+     * charged, end_tenant the name sent upstream (client_tenant) */
     char tenant[WEFT_TENANT_NAME_MAX];
+    char end_tenant[WEFT_TENANT_NAME_MAX];
+    bool has_tenant;                  /* the client's key named a tenant (not anonymous) */
     bool charged, delivered;
     double reserved;                  /* tokens taken: prompt + max_tokens */
     uint32_t reserved_max;            /* the max_tokens in it */
@@ -192,6 +205,8 @@ extern const double weft_router_ttft_bounds[ROUTER_TTFT_BUCKETS];
 double weft_router_now(const struct weft_router *r);
 void weft_router_handle(void *ctx, struct http_conn *c, const struct http_request *req);
 void weft_router_observe_overhead(struct weft_router *r, double seconds);
+/* Streams silent past their instance's measured step time: moved (router_proxy.c; from the poll timer). */
+void weft_router_check_stalls(struct weft_router *r);
 char *weft_router_metrics_render(struct weft_router *r, size_t *len);
 /* The dashboard (router_dash.c): its page (page) or GET /fleet's JSON;
  * returns the status sent. */

@@ -86,8 +86,8 @@ static void label_value(char *out, size_t cap, const char *v)
 static void failover_metrics(struct weft_strbuf *m, struct weft_router *r)
 {
     const struct fleet *f = &r->fleet;
-    static const char *rr[RETRY_N] = {"connect", "5xx", "busy", "no_kv_room", "hang"};
-    static const char *mr[MIG_N] = {"died", "hang", "error_event"};
+    static const char *rr[RETRY_N] = {"connect", "5xx", "busy", "no_kv_room", "hang", "invalid"};
+    static const char *mr[MIG_N] = {"died", "hang", "error_event", "stall", "invalid"};
     static const char *so[SO_N] = {"no_kv_room", "busy", "no_instance"};
     head(m, "weft_router_retries_total", "counter",
          "Requests sent to another instance before their first byte, by why the last one did not answer.");
@@ -239,6 +239,14 @@ char *weft_router_metrics_render(struct weft_router *r, size_t *len)
     weft_sb_printf(&m, "weft_router_upstream_errors_total %llu\n", (unsigned long long)r->upstream_errors);
     head(&m, "weft_router_client_disconnects_total", "counter", "Clients that left before their answer ended (upstream aborted).");
     weft_sb_printf(&m, "weft_router_client_disconnects_total %llu\n", (unsigned long long)r->client_gone);
+    head(&m, "weft_router_invalid_answers_total", "counter",
+         "Answers from instances that were not what they said (a 200 whose JSON does not parse, an SSE event that "
+         "is not JSON or never ends): never forwarded; the request moved or failed with 502.");
+    weft_sb_printf(&m, "weft_router_invalid_answers_total %llu\n", (unsigned long long)r->invalid_answers);
+    head(&m, "weft_router_identity_headers_dropped_total", "counter",
+         "Requests whose x-weft-tenant or x-gateway-inference-fairness-id was dropped: the client's key is not a "
+         "trusted one.");
+    weft_sb_printf(&m, "weft_router_identity_headers_dropped_total %llu\n", (unsigned long long)r->identity_dropped);
     head(&m, "weft_router_instances", "gauge", "Instances known to the router.");
     weft_sb_printf(&m, "weft_router_instances %u\n", f->n);
     head(&m, "weft_router_index_bytes", "gauge", "Memory held by the prefix indexes.");

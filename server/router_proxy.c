@@ -13,6 +13,9 @@
 
 #define STREAM_HIGH (1u << 20)     /* client bytes unsent before the upstream is paused */
 #define STREAM_LOW (256u << 10)    /* ... and resumed */
+#define MAX_EVENT (1u << 20)       /* an SSE event from an instance never longer (logprobs included) */
+#define MAX_ANSWER ((size_t)64 << 20) /* a non-stream answer held for checking, at most */
+#define STALL_STEPS 50             /* a stream silent for this many of its instance's steps has stalled */
 
 const double weft_router_ttft_bounds[ROUTER_TTFT_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75,
                                                         1.0,   1.5,  2.0,   3.0,  5.0,   7.5, 10,  15,  20,  30};
@@ -65,6 +68,7 @@ static void pxy_unref(struct pxy *x)
     free(x->ids);
     free(x->gen);
     free(x->ev);
+    free(x->body);
     free(x);
 }
 
@@ -180,6 +184,12 @@ static bool client_write(struct pxy *x, const char *d, size_t n);
 static void stream_event(struct pxy *x, const char *e, size_t n)
 {
     if (n < 8 || memcmp(e, "data: ", 6) != 0) {
+        /* what else an SSE stream may hold: comments and fields weft does not use */
+        if (e[0] != ':' && e[0] != '\n' && e[0] != '\r' && strncmp(e, "event:", 6) && strncmp(e, "id:", 3) &&
+            strncmp(e, "retry:", 6)) {
+            x->invalid = true;
+            return;
+        }
         client_write(x, e, n);
         return;
     }
@@ -188,6 +198,20 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
     while (plen && (pl[plen - 1] == '\n' || pl[plen - 1] == '\r')) plen--;
     if (plen == 6 && !memcmp(pl, "[DONE]", 6)) {
         x->done_seen = true;
+        client_write(x, e, n);
+        return;
+    }
+    /* every other event is one JSON object: anything else is not forwarded */
+    json_t *whole = json_loadb(pl, plen, 0, NULL);
+    bool object = json_is_object(whole);
+    json_decref(whole);
+    if (!object) {
+        x->invalid = true;
+        return;
+    }
+    if (!x->ext) {
+        if (x->routed) scan_usage(x, e, n);
+        if (x->routed && !x->first_content) first_content(x);
         client_write(x, e, n);
         return;
     }
@@ -262,14 +286,17 @@ static void stream_feed(struct pxy *x, const char *d, size_t n)
     memcpy(x->ev + x->ev_len, d, n);
     x->ev_len += n;
     size_t start = 0;
-    for (size_t i = 1; i < x->ev_len; i++)
+    /* from where the last search stopped: each byte is looked at once */
+    for (size_t i = x->ev_scan > 1 ? x->ev_scan : 1; i < x->ev_len; i++)
         if (x->ev[i] == '\n' && x->ev[i - 1] == '\n') {
             stream_event(x, x->ev + start, i + 1 - start);
             start = i + 1;
-            if (x->gone) return;
+            if (x->gone || x->invalid) return;
         }
     memmove(x->ev, x->ev + start, x->ev_len - start);
     x->ev_len -= start;
+    x->ev_scan = x->ev_len;
+    if (x->ev_len > MAX_EVENT) x->invalid = true;  /* an event that never ends */
 }
 
 /* ---- the answer ---- */
@@ -286,18 +313,22 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
 {
     struct pxy *x = u;
     const char *ctype = "application/json";
-    bool no_room = false;
+    bool no_room = false, request_fault = false;
     for (uint32_t i = 0; i < n; i++) {
         if (!strcmp(h[i].name, "content-type")) ctype = h[i].value;
         else if (!strcmp(h[i].name, "x-weft-reject") && !strcmp(h[i].value, "no_kv_room")) no_room = true;
+        else if (!strcmp(h[i].name, "x-weft-fault") && !strcmp(h[i].value, "request")) request_fault = true;
         else if (!strcmp(h[i].name, "x-weft-seed") && x->ext) {
             x->seed = strtoll(h[i].value, NULL, 10);
             x->seed_known = true;
         }
     }
     /* a refusal or a failure before anything reached the client, or any
-     * non-200 to a move: try another instance (the body is dropped) */
-    if (x->routed && (status >= 500 || (x->head_sent && status != 200)) && can_move(x)) {
+     * non-200 to a move: try another instance (the body is dropped). Not a
+     * client error (4xx) nor a failure the instance says is the request's
+     * own (X-Weft-Fault: request): another instance would answer the same,
+     * and the instance is not at fault (up_done counts it as answered) */
+    if (x->routed && ((status >= 500 && !request_fault) || (x->head_sent && status != 200)) && can_move(x)) {
         x->refused = true;
         x->refusal = no_room ? RETRY_NO_KV_ROOM : status == 503 ? RETRY_BUSY : RETRY_5XX;
         if (x->decided) {
@@ -308,15 +339,24 @@ static void up_head(void *u, int status, const struct http_header *h, uint32_t n
     }
     if (x->head_sent) return;  /* a move's answer: the client has its head */
     x->delivered = status == 200;
+    x->t_last = weft_router_now(x->r);
     size_t len = strlen(x->extra);
     for (uint32_t i = 0; i < n; i++)
         if (!strcmp(h[i].name, "retry-after") || !strcmp(h[i].name, "cache-control") ||
-            !strcmp(h[i].name, "www-authenticate") || (!strcmp(h[i].name, "x-weft-seed") && !x->ext))
+            !strcmp(h[i].name, "www-authenticate") || !strcmp(h[i].name, "x-weft-fault") ||
+            (!strcmp(h[i].name, "x-weft-seed") && !x->ext))
             len += (size_t)snprintf(x->extra + len, sizeof x->extra > len ? sizeof x->extra - len : 0, "%s: %s\r\n",
                                     h[i].name, h[i].value);
     if (len >= sizeof x->extra) x->extra[sizeof x->extra - 1] = 0;
     x->sse = strstr(ctype, "text/event-stream") != NULL;
     if (x->ext && !x->sse) x->ext = false;
+    if (!x->sse) {
+        /* a whole answer: held until it is known to be what it says (up_done) */
+        x->buffered = true;
+        x->up_status = status;
+        snprintf(x->up_ctype, sizeof x->up_ctype, "%s", ctype);
+        return;
+    }
     status_count(x->r, status);
     weft_http_stream_begin(x->c, status, ctype, x->extra);
     x->head_sent = true;
@@ -343,18 +383,39 @@ static bool client_write(struct pxy *x, const char *d, size_t n)
     return true;
 }
 
+static void invalid_answer(struct pxy *x);
+
 static void up_body(void *u, const char *d, size_t n)
 {
     struct pxy *x = u;
-    if (x->refused) return;
+    if (x->refused || x->invalid) return;
+    x->t_last = weft_router_now(x->r);
     if (x->decided) weft_fleet_first_token(&x->r->fleet, &x->d);
-    if (x->ext) {
-        stream_feed(x, d, n);
-        return;
+    if (x->buffered) {
+        if (x->body_len + n > MAX_ANSWER) {
+            x->invalid = true;
+        } else {
+            if (x->body_len + n > x->body_cap) {
+                size_t c = x->body_cap ? x->body_cap * 2 : 8192;
+                while (c < x->body_len + n) c *= 2;
+                char *b = realloc(x->body, c);
+                if (!b) {
+                    x->invalid = true;  /* not held whole: not forwarded (502) */
+                    invalid_answer(x);
+                    return;
+                }
+                x->body = b;
+                x->body_cap = c;
+            }
+            memcpy(x->body + x->body_len, d, n);
+            x->body_len += n;
+        }
+    } else if (x->sse) {
+        stream_feed(x, d, n);  /* checked event by event */
+    } else {
+        client_write(x, d, n);
     }
-    if (x->routed) scan_usage(x, d, n);
-    if (x->routed && !x->first_content && x->sse) first_content(x);
-    client_write(x, d, n);
+    if (x->invalid) invalid_answer(x);
 }
 
 static void finish(struct pxy *x, bool failed)
@@ -418,8 +479,9 @@ static void move_on(struct pxy *x, bool health, int why, const char *what)
         r->retries[why]++;
     }
     finish(x, true);
-    x->refused = x->stream_error = x->done_seen = false;
-    x->ev_len = 0;
+    x->refused = x->stream_error = x->done_seen = x->invalid = x->buffered = false;
+    x->ev_len = x->ev_scan = 0;
+    x->body_len = 0;
     x->tail_len = 0;
     x->cached = -1;
     route_and_forward(x);
@@ -448,6 +510,27 @@ static void up_done(void *u, int err)
         finish(x, true);
         weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 502, "server_error", "%s", msg);
+        pxy_unref(x);
+        return;
+    }
+    if (x->invalid) return;  /* invalid_answer ended it */
+    if (x->buffered) {
+        /* the whole answer is here: a JSON answer must be JSON (else it is
+         * not forwarded: garbage inside a 200 is the instance's fault) */
+        bool json = x->up_status == 200 && strstr(x->up_ctype, "json") != NULL;
+        json_t *j = json ? json_loadb(x->body ? x->body : "", x->body_len, 0, NULL) : NULL;
+        if (json && !j) {
+            x->invalid = true;
+            invalid_answer(x);
+            return;
+        }
+        json_decref(j);
+        if (x->routed) scan_usage(x, x->body ? x->body : "", x->body_len);
+        if (x->decided) weft_fleet_request_result(x->d.in, true);
+        finish(x, false);
+        weft_http_conn_on_close(x->c, NULL, NULL);
+        status_count(x->r, x->up_status);
+        weft_http_respond(x->c, x->up_status, x->up_ctype, x->extra, x->body ? x->body : "", x->body_len);
         pxy_unref(x);
         return;
     }
@@ -483,6 +566,68 @@ static void up_done(void *u, int err)
 }
 
 static const struct hcl_callbacks up_cbs = {up_head, up_body, up_done};
+
+/* The instance sent what no weft serve sends (x->invalid): a 200 whose JSON
+ * does not parse, an event that is not JSON or never ends. Nothing more of
+ * it goes to the client; it counts against the instance, and the request
+ * moves (before its first byte, or a stream that can) or fails. */
+static void invalid_answer(struct pxy *x)
+{
+    const char *name = x->decided ? x->d.in->name : x->target ? x->target->name : "?";
+    x->r->invalid_answers++;
+    fprintf(stderr, "weft router: %s sent an invalid answer (not forwarded)\n", name);
+    if (x->up) {
+        weft_hcl_cancel(x->up);
+        x->up = NULL;
+    }
+    io_unlink(x);
+    if (x->routed && can_move(x) && (!x->head_sent || x->ext)) {
+        move_on(x, true, x->head_sent ? MIG_INVALID : RETRY_INVALID, "invalid answer");
+        return;
+    }
+    char msg[200];
+    snprintf(msg, sizeof msg, "instance %s sent an invalid answer", name);
+    if (x->decided) weft_fleet_request_result(x->d.in, false);
+    if (x->head_sent) {
+        stream_fail(x, msg);
+        return;
+    }
+    finish(x, true);
+    weft_http_conn_on_close(x->c, NULL, NULL);
+    reply(x, 502, "server_error", "%s", msg);
+    pxy_unref(x);
+}
+
+/* Streams whose instance has sent nothing for a measured multiple of its
+ * step time (its one-sequence decode rate from /load), after their first
+ * token: a stall the instance's health check does not see (it answers
+ * /load). They move elsewhere, continuing where they stood. */
+void weft_router_check_stalls(struct weft_router *r)
+{
+    double now = weft_router_now(r), floor_s = r->cfg.stall_ms ? r->cfg.stall_ms / 1000.0 : 10.0;
+    for (uint32_t i = 0; i < r->fleet.n; i++) {
+        struct fleet_instance *in = r->fleet.inst[i];
+        struct inst_io *io = in->io;
+        if (!io) continue;
+        double step = in->has_load && in->load.decode_row_tps > 0 ? 1.0 / in->load.decode_row_tps : 0;
+        double limit = STALL_STEPS * step > floor_s ? STALL_STEPS * step : floor_s;
+        for (struct pxy *x = io->inflight, *next; x; x = next) {
+            next = x->io_next;
+            if (!x->up || !x->head_sent || !x->sse || !x->first_content || now - x->t_last <= limit) continue;
+            fprintf(stderr, "weft router: a stream on %s sent nothing for %.1f s (limit %.1f s)\n", in->name,
+                    now - x->t_last, limit);
+            weft_hcl_cancel(x->up);
+            x->up = NULL;
+            io_unlink(x);
+            if (x->routed && x->ext && can_move(x)) {
+                move_on(x, true, MIG_STALL, "stalled");
+            } else {
+                if (x->decided) weft_fleet_request_result(x->d.in, false);
+                stream_fail(x, "the instance stopped sending this stream");
+            }
+        }
+    }
+}
 
 void weft_router_instance_failed(struct weft_router *r, struct inst_io *io)
 {
@@ -571,21 +716,14 @@ static void forward(struct pxy *x, struct fleet_instance *in)
         const char *a = weft_http_header_get(req, "authorization");
         if (a && strlen(a) < 600) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "Authorization: %s\r\n", a);
     }
-    if (r->has_tenants) {
-        bool anon;
-        struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon);
-        if (t) {
-            len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", t->name);
-            if (x->routed)
-                len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-priority: %d\r\n",
-                                        weft_tenant_priority(t, x->p.priority_given, x->p.priority));
-        }
-    }
-    if (!x->tenant[0] && x->routed) {
-        /* no key names the tenant: the gateway's fairness id may (Gateway API inference extension) */
-        const char *fid = weft_http_header_get(req, "x-gateway-inference-fairness-id");
-        if (fid && weft_tenant_name_valid(fid))
-            len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n", fid);
+    /* the end tenant and its priority, as client_tenant decided them from the
+     * client's key: never a header the client sent */
+    if (x->has_tenant) {
+        len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-tenant: %s\r\n",
+                                x->end_tenant);
+        if (x->routed)
+            len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "x-weft-priority: %d\r\n",
+                                    x->prio);
     }
     if (x->decided && x->d.pd_in && in == x->d.in) {
         char pd[160];
@@ -602,7 +740,7 @@ static void forward(struct pxy *x, struct fleet_instance *in)
     int rc = io ? weft_hcl_request(io->pool, &o, &up_cbs, x, &x->up) : HCL_E_CLOSED;
     free(body);
     if (x->n_tried == 0) weft_router_observe_overhead(r, weft_router_now(r) - x->t_arrival);
-    x->t_dispatch = weft_router_now(r);
+    x->t_dispatch = x->t_last = weft_router_now(r);  /* a moved stream's silence counts from here */
     if (rc != 0) {
         x->up = NULL;
         r->upstream_errors++;
@@ -700,31 +838,52 @@ static uint32_t fleet_n_ctx(const struct weft_router *r)
     return n;
 }
 
-/* The tenant's buckets, fleet-wide, before any instance sees the request:
- * prompt + max_tokens reserved now (the unused part comes back at the end),
- * a request bigger than the whole budget refused at once, a refusal told
- * when its share will be there (a reservation: tenants.h). */
-static bool admit(struct pxy *x)
+/* Who x is for, from the client's credentials only (once, before admit):
+ * the tenant its key names, or anonymous. A trusted key (another weft
+ * router, a gateway that authenticated its user) may name the end tenant in
+ * x-weft-tenant or the Gateway API's x-gateway-inference-fairness-id; the
+ * end tenant's own configuration here, when it has one, is what is charged
+ * and caps the priority. Anyone else's identity headers are dropped and
+ * counted: an anonymous client claiming a tenant is still anonymous. Sets
+ * x->has_tenant, tenant, end_tenant, prio, qname; returns the tenant charged
+ * (NULL: none). */
+static struct tenant_cfg *client_tenant(struct pxy *x)
 {
     struct weft_router *r = x->r;
-    if (!r->has_tenants) return true;
-    bool anon;
-    struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(x->req, "authorization"), &anon);
-    if (!t) return true;
-    snprintf(x->tenant, sizeof x->tenant, "%s", t->name);
-    double now = weft_router_now(r);
-    int64_t mt = x->p.max_tokens;
-    double nc = x->p.n ? x->p.n : 1;  /* choices: the prompt once, max_tokens each */
-    if (mt <= 0) {
-        uint32_t ctx = fleet_n_ctx(r);
-        mt = x->chat && ctx > x->n_ids ? (int64_t)(ctx - x->n_ids) : 16;
-        /* the default fits the budget: never refused for it (as weft serve does) */
-        if (t->tpm > 0 && (double)x->n_ids + nc <= t->tpm && (double)x->n_ids + (double)mt * nc > t->tpm) {
-            mt = (int64_t)((t->tpm - (double)x->n_ids) / nc);
-            x->clamp_max = mt;
-        }
+    const struct http_request *req = x->req;
+    const char *named = weft_http_header_get(req, "x-weft-tenant");
+    if (!named) named = weft_http_header_get(req, "x-gateway-inference-fairness-id");
+    bool anon = false;
+    struct tenant_cfg *t =
+        r->has_tenants ? weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon) : NULL;
+    x->has_tenant = t != NULL;
+    x->tenant[0] = x->end_tenant[0] = x->qname[0] = 0;
+    if (named && !(t && t->trusted)) {
+        r->identity_dropped++;
+        named = NULL;
     }
-    double need = (double)x->n_ids + (double)mt * nc, ra = 0;
+    if (named && !weft_tenant_name_valid(named)) named = NULL;
+    if (t) {
+        struct tenant_cfg *end = named ? weft_tenants_find(&r->tenants, named) : NULL;
+        snprintf(x->end_tenant, sizeof x->end_tenant, "%s", named ? named : t->name);
+        if (end) t = end;
+        snprintf(x->tenant, sizeof x->tenant, "%s", t->name);
+        snprintf(x->qname, sizeof x->qname, "%s", x->end_tenant);
+    }
+    x->prio = weft_tenant_priority(t, x->p.priority_given, x->p.priority);
+    return t;
+}
+
+/* Take need tokens (and one request) from tenant t's buckets, fleet-wide,
+ * before any instance sees x; a refusal is answered here (429 with when
+ * its share will be there: a reservation, tenants.h; a request bigger than
+ * the whole budget can never fit: refused at once, naming param). false when
+ * refused (x released). */
+static bool charge(struct pxy *x, struct tenant_cfg *t, double need, const char *why_big, const char *param)
+{
+    struct weft_router *r = x->r;
+    if (!t) return true;
+    double now = weft_router_now(r), ra = 0;
     if (!weft_tenant_admit(t, now, need, &ra)) {
         r->throttled[isinf(ra) ? THROTTLE_TOO_LARGE : THROTTLE_RATE]++;
         char hdr[512], msg[400];
@@ -733,13 +892,13 @@ static bool admit(struct pxy *x)
         weft_tenant_ratelimit_headers(t, now, hdr + n, sizeof hdr - n);
         if (isinf(ra))
             snprintf(msg, sizeof msg,
-                     "this request needs %.0f tokens (%zu in the prompt + max_tokens %lld), more than tenant '%s' may "
-                     "use in a whole minute (tokens_per_minute %.0f): it can never be admitted; send fewer tokens",
-                     need, x->n_ids, (long long)mt, t->name, t->tpm);
+                     "this request needs %.0f tokens (%s), more than tenant '%s' may use in a whole minute "
+                     "(tokens_per_minute %.0f): it can never be admitted; send fewer tokens",
+                     need, why_big, t->name, t->tpm);
         else
             snprintf(msg, sizeof msg, "rate limit of tenant '%s' reached; retry in %.1f s", t->name, ra);
         char body[600];
-        size_t bl = weft_http_error_body(body, sizeof body, "rate_limit_error", isinf(ra) ? "max_tokens" : NULL, msg);
+        size_t bl = weft_http_error_body(body, sizeof body, "rate_limit_error", isinf(ra) ? param : NULL, msg);
         weft_http_conn_on_close(x->c, NULL, NULL);
         status_count(r, 429);
         weft_http_respond(x->c, 429, "application/json", hdr, body, bl);
@@ -749,8 +908,31 @@ static bool admit(struct pxy *x)
     r->admitted++;
     x->charged = t->tpm > 0;
     x->reserved = need;
-    x->reserved_max = (uint32_t)((double)mt * nc);
     weft_tenant_ratelimit_headers(t, now, x->rl_hdrs, sizeof x->rl_hdrs);
+    return true;
+}
+
+/* A generation's share: prompt + max_tokens reserved now (the unused part
+ * comes back at the end, refund). */
+static bool admit(struct pxy *x, struct tenant_cfg *t)
+{
+    if (!t) return true;
+    int64_t mt = x->p.max_tokens;
+    double nc = x->p.n ? x->p.n : 1;  /* choices: the prompt once, max_tokens each */
+    if (mt <= 0) {
+        uint32_t ctx = fleet_n_ctx(x->r);
+        mt = x->chat && ctx > x->n_ids ? (int64_t)(ctx - x->n_ids) : 16;
+        /* the default fits the budget: never refused for it (as weft serve does) */
+        if (t->tpm > 0 && (double)x->n_ids + nc <= t->tpm && (double)x->n_ids + (double)mt * nc > t->tpm) {
+            mt = (int64_t)((t->tpm - (double)x->n_ids) / nc);
+            x->clamp_max = mt;
+        }
+    }
+    double need = (double)x->n_ids + (double)mt * nc;
+    char why[120];
+    snprintf(why, sizeof why, "%zu in the prompt + max_tokens %lld", x->n_ids, (long long)mt);
+    if (!charge(x, t, need, why, "max_tokens")) return false;
+    x->reserved_max = (uint32_t)((double)mt * nc);
     return true;
 }
 
@@ -782,14 +964,7 @@ static void tokenize_done(void *arg)
         pxy_unref(x);
         return;
     }
-    if (!admit(x)) return;
-    /* who it is for the queue: the tenant's key, else the gateway's fairness id */
-    bool anon = false;
-    struct tenant_cfg *t =
-        x->r->has_tenants ? weft_tenants_auth(&x->r->tenants, weft_http_header_get(x->req, "authorization"), &anon) : NULL;
-    x->prio = weft_tenant_priority(t, x->p.priority_given, x->p.priority);
-    const char *fid = weft_http_header_get(x->req, "x-gateway-inference-fairness-id");
-    snprintf(x->qname, sizeof x->qname, "%s", t ? t->name : fid && weft_tenant_name_valid(fid) ? fid : "");
+    if (!admit(x, client_tenant(x))) return;
     route_and_forward(x);
 }
 
@@ -843,8 +1018,8 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
     }
 }
 
-/* not routed by prefix: the least loaded usable instance */
-static void forward_any(struct weft_router *r, struct http_conn *c, const struct http_request *req)
+/* not routed by prefix: the least loaded usable instance (NULL: none) */
+static struct fleet_instance *least_loaded(struct weft_router *r)
 {
     struct fleet_instance *best = NULL;
     uint64_t best_load = UINT64_MAX;
@@ -854,21 +1029,106 @@ static void forward_any(struct weft_router *r, struct http_conn *c, const struct
         uint64_t l = (uint64_t)in->own_running + in->load.running + in->load.waiting;
         if (l < best_load) best_load = l, best = in;
     }
+    return best;
+}
+
+/* Forward x (its tenant decided) to the least loaded instance. */
+static void forward_to_any(struct pxy *x)
+{
+    struct fleet_instance *best = least_loaded(x->r);
     if (!best) {
-        status_count(r, 503);
-        weft_http_respond_error(c, 503, "server_busy", NULL, "no instance is up");
+        weft_http_conn_on_close(x->c, NULL, NULL);
+        status_count(x->r, 503);
+        weft_http_respond_error(x->c, 503, "server_busy", NULL, "no instance is up");
+        pxy_unref(x);
         return;
     }
+    x->target = best;
+    best->refs++;
+    snprintf(x->extra, sizeof x->extra, "x-weft-instance: %s\r\n%s", best->name, x->rl_hdrs);
+    forward(x, best);
+}
+
+static void forward_any(struct weft_router *r, struct http_conn *c, const struct http_request *req)
+{
     struct pxy *x = pxy_new(r, c, req);
     if (!x) {
         weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
-    x->target = best;
-    best->refs++;
-    snprintf(x->extra, sizeof x->extra, "x-weft-instance: %s\r\n", best->name);
+    client_tenant(x);  /* not charged: the instance computes nothing for it */
     weft_http_conn_on_close(c, on_client_gone, x);
-    forward(x, best);
+    forward_to_any(x);
+}
+
+/* POST /v1/embeddings: its inputs' tokens are charged to the tenant as the
+ * instance would count them (tokenized on the worker pool), then it goes
+ * to the least loaded instance. */
+static void embed_work(void *arg)
+{
+    struct pxy *x = arg;
+    if (atomic_load(&x->cancelled)) return;
+    uint64_t n = 0;
+    x->tok_status = weft_prompt_embed_tokens(&x->r->cfg.rules, json_object_get(x->root, "input"), &n, x->tok_msg,
+                                             sizeof x->tok_msg)
+                        ? WEFT_OK
+                        : WEFT_ERR_INVALID_ARG;
+    x->n_ids = (size_t)n;
+}
+
+static void embed_done(void *arg)
+{
+    struct pxy *x = arg;
+    x->r->tokenized++;
+    if (x->gone) {
+        pxy_unref(x);
+        return;
+    }
+    x->refs--;  /* the job's; the connection's remains */
+    if (x->tok_status != WEFT_OK) {
+        weft_http_conn_on_close(x->c, NULL, NULL);
+        status_count(x->r, 400);
+        weft_http_respond_error(x->c, 400, NULL, "input", "%s", x->tok_msg);
+        pxy_unref(x);
+        return;
+    }
+    struct tenant_cfg *t = client_tenant(x);
+    char why[64];
+    snprintf(why, sizeof why, "%zu in the inputs", x->n_ids);
+    if (!charge(x, t, (double)x->n_ids, why, "input")) return;
+    forward_to_any(x);
+}
+
+static void embeddings(struct weft_router *r, struct http_conn *c, const struct http_request *req)
+{
+    struct pxy *x = pxy_new(r, c, req);
+    if (!x) {
+        weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
+        return;
+    }
+    json_error_t je;
+    const char *body = req->body ? req->body : "";
+    if (weft_json_depth_exceeds(body, req->body_len, WEFT_MAX_JSON_DEPTH) ||
+        !(x->root = json_loadb(body, req->body_len, 0, &je)) || !json_is_object(x->root)) {
+        status_count(r, 400);
+        weft_http_respond_error(c, 400, NULL, NULL, "the body must be a JSON object (nesting at most %d deep)",
+                                WEFT_MAX_JSON_DEPTH);
+        pxy_unref(x);
+        return;
+    }
+    weft_http_conn_on_close(c, on_client_gone, x);
+    x->refs++;  /* the job's */
+    if (weft_workers_submit(r->workers, embed_work, embed_done, x) != WEFT_OK) {
+        x->refs--;
+        weft_http_conn_on_close(c, NULL, NULL);
+        status_count(r, 503);
+        weft_http_respond(c, 503, "application/json", "Retry-After: 1\r\n",
+                          "{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
+                          "\"code\":null}}",
+                          strlen("{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
+                                 "\"code\":null}}"));
+        pxy_unref(x);
+    }
 }
 
 static void models(struct weft_router *r, struct http_conn *c)
@@ -977,7 +1237,11 @@ void weft_router_handle(void *ctx, struct http_conn *c, const struct http_reques
         generate(r, c, req, p[4] == 'c' && p[5] == 'h');
         return;
     }
-    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize") || !strcmp(p, "/v1/embeddings"))) {
+    if (post && !strcmp(p, "/v1/embeddings")) {
+        embeddings(r, c, req);
+        return;
+    }
+    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize"))) {
         forward_any(r, c, req);
         return;
     }

@@ -12,8 +12,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/route.h"
 #include "core/tokenizer.h"
 #include "server/server.h"
+#include "server/kv_fetch.h"
 #include "server/kv_remote.h"
 
 #define DEF_DRAIN_MS 30000u
@@ -44,8 +46,11 @@ static void close_all(struct weft_server *s)
     if (s->http_metrics) weft_http_server_free(s->http_metrics);
     s->http = s->http_metrics = NULL;
     weft_server_pd_close(s);
+    weft_kv_fetch_close(s->kv_fetch);
     if (s->workers) weft_workers_free(s->workers);
     s->workers = NULL;
+    if (s->grammar_workers) weft_workers_free(s->grammar_workers);
+    s->grammar_workers = NULL;
     weft_server_kv_events_close(s);  /* unhooks the engine first */
 }
 
@@ -53,7 +58,7 @@ static void close_all(struct weft_server *s)
 static bool trusted_push(void *user, const struct http_header *h, uint32_t n)
 {
     struct weft_server *s = user;
-    if (!s->tenants.any_keys) return true;
+    if (!weft_server_kv_on(s)) return false;
     const char *auth = NULL;
     for (uint32_t i = 0; i < n && !auth; i++)
         if (!strcmp(h[i].name, "authorization")) auth = h[i].value;
@@ -193,7 +198,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     weft_metrics_init(&s->metrics);
     pthread_mutex_init(&s->qmu, NULL);
     s->on_idle = idle_cb;
-    char msg[512];
+    char msg[512] = "";
     if (!weft_tenants_load(&s->tenants, cfg->tenants_path, msg, sizeof msg)) {
         pthread_mutex_destroy(&s->qmu);
         free(s);
@@ -205,6 +210,33 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         free(s);
         return weft_error(WEFT_ERR_INVALID_ARG, "%s", msg);
     }
+    if ((cfg->kv_secret || cfg->kv_secret_previous) &&
+        (!cfg->kv_secret || !weft_tenants_set_fleet(&s->tenants, cfg->kv_secret, cfg->kv_secret_previous, msg,
+                                                    sizeof msg) ||
+         !weft_fleet_credential(cfg->kv_secret, s->fleet_cred) ||
+         weft_kvb_keys_derive(cfg->kv_secret, cfg->kv_secret_previous, &s->kv_keys) != WEFT_OK)) {
+        if (!cfg->kv_secret) snprintf(msg, sizeof msg, "--kv-secret-previous needs --kv-secret");
+        else if (!msg[0]) snprintf(msg, sizeof msg, "%s", weft_last_error());
+        weft_tenants_free(&s->tenants);
+        pthread_mutex_destroy(&s->qmu);
+        free(s);
+        return weft_error(WEFT_ERR_INVALID_ARG, "%s", msg);
+    }
+    if (cfg->role != WEFT_ROUTE_ROLE_BOTH && !s->kv_keys.n) {
+        weft_tenants_free(&s->tenants);
+        pthread_mutex_destroy(&s->qmu);
+        free(s);
+        return weft_error(WEFT_ERR_INVALID_ARG, "--role %s hands KV blocks between instances: it needs --kv-secret "
+                          "(the fleet secret)", weft_route_role_name((enum weft_route_role)cfg->role));
+    }
+    if (cfg->kv_remote && !s->kv_keys.n) {
+        weft_tenants_free(&s->tenants);
+        pthread_mutex_destroy(&s->qmu);
+        free(s);
+        return weft_error(WEFT_ERR_INVALID_ARG, "--kv-remote needs --kv-secret: every block written to Redis carries a "
+                          "MAC under the fleet secret, and a block without one is refused (whoever can write Redis "
+                          "must not be able to change answers)");
+    }
     /* like `weft chat` and llama.cpp's built-in templates: no system prompt
      * unless the request has one, or template_system asks for the one the
      * model's Jinja template would inject */
@@ -213,6 +245,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
 
     weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);
     if (st != WEFT_OK) goto fail_early;
+    weft_engine_kv_set_keys(s->eng, &s->kv_keys);
     s->n_ctx = weft_engine_n_ctx(s->eng);
     struct weft_kv_pool *kv = weft_engine_kv(s->eng);
     s->kv_bytes = (uint64_t)kv->block_bytes * kv->n_blocks;
@@ -236,6 +269,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     if (!lim.big_body_path) {
         lim.big_body_path = "/v1/kv/blocks";
         lim.big_body_max = cfg->max_kv_push ? cfg->max_kv_push : (size_t)64 << 20;
+        lim.big_body_total = cfg->max_kv_push_total ? cfg->max_kv_push_total : 4 * lim.big_body_max;
         lim.big_body_ok = trusted_push;  /* an anonymous client cannot make it buffer 64 MiB */
         lim.big_body_user = s;
     }
@@ -255,12 +289,14 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         }
     }
     if ((st = weft_workers_create(s->loop, cfg->n_workers, cfg->max_queued_work, &s->workers)) != WEFT_OK) goto fail;
+    if ((st = weft_workers_create(s->loop, 1, cfg->max_queued_work, &s->grammar_workers)) != WEFT_OK) goto fail;
     if ((st = weft_server_pd_init(s)) != WEFT_OK) goto fail;
     weft_server_describe_devices(s, cfg->devices);
     if (cfg->kv_remote) {
         struct kv_remote_config rc = {.url = cfg->kv_remote, .ttl_ms = cfg->kv_remote_ttl_ms,
                                       .timeout_ms = cfg->kv_remote_timeout_ms};
         if ((st = weft_kv_remote_create(&rc, s->eng, weft_model_fingerprint(m), &s->kv_remote)) != WEFT_OK) goto fail;
+        if ((st = weft_kv_fetch_create(s->loop, s->kv_remote, s->eng, &s->kv_fetch)) != WEFT_OK) goto fail;
     }
     if ((st = weft_server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */
@@ -309,8 +345,10 @@ void weft_server_free(struct weft_server *s)
     pthread_mutex_lock(&s->qmu);
     s->closing = true;
     pthread_mutex_unlock(&s->qmu);
-    /* the remote tier's writer reads blocks from the engine: it stops first */
+    /* the remote tier's threads read blocks from the engine: they stop first
+     * (the fetch thread's loop handles close below, its memory after that) */
     weft_server_kv_events_drop_remote(s);
+    weft_kv_fetch_stop(s->kv_fetch);
     weft_kv_remote_free(s->kv_remote);
     s->kv_remote = NULL;
     weft_engine_free(s->eng);
@@ -318,6 +356,8 @@ void weft_server_free(struct weft_server *s)
     s->closing = false;
     close_all(s);  /* whatever run left open (create failed, or run never called) */
     uv_run(s->loop, UV_RUN_DEFAULT);
+    weft_kv_fetch_free(s->kv_fetch);
+    s->kv_fetch = NULL;
     uv_loop_close(s->loop);
     weft_server_pd_free(s);
     free(s->q);

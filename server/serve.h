@@ -49,7 +49,15 @@ struct weft_server_config {
     bool handle_signals;             /* install the SIGTERM/SIGINT/SIGHUP/SIGUSR1 handlers above */
     const char *devices;             /* what the model runs on, for /load: "cpu", "vulkan:0", or a
                                         --split spec "cpu=10,vulkan:0"; NULL: "cpu" */
+    /* The fleet secret (--kv-secret; the one it replaces during a rotation:
+     * --kv-secret-previous). It turns shared KV on: /v1/kv/..., prefill/decode
+     * hand-offs and the Redis tier, for trusted callers only (a trusted API
+     * key, or a fleet member's credential: tenants.h weft_fleet_credential);
+     * every block this instance writes carries an HMAC-SHA256 under it and
+     * every block it takes must (base/kv_block.h). NULL: shared KV is off. */
+    const char *kv_secret, *kv_secret_previous;
     size_t max_kv_push;              /* bytes of one POST /v1/kv/blocks (0: 64 MiB) */
+    size_t max_kv_push_total;        /* bytes of every POST /v1/kv/blocks body held at once (0: 4 x max_kv_push) */
     const char *kv_remote;           /* redis://HOST:PORT or unix:///PATH: the remote KV tier (kv_remote.h) */
     uint32_t kv_remote_ttl_ms, kv_remote_timeout_ms;
     int role;                        /* enum weft_route_role (core/route.h): reported in /load */
@@ -59,6 +67,10 @@ struct weft_server_config {
     uint32_t pd_idle_ms;             /* a PD wait with no block for this long falls back (0: 10 s) */
     uint32_t pd_lease_ms;            /* blocks pushed for a request that never came are unpinned (0: 30 s) */
     bool no_calibrate;               /* skip the short rate measurement at start (weft_engine_calibrate) */
+    uint32_t watchdog_ms;            /* an engine with work and no step for this long is stalled: /health and
+                                        /load answer 503 (0: 30 s) */
+    bool test_hooks;                 /* --test-hooks: POST /test/engine-pause {"paused": bool} (for tests of
+                                        the watchdog and of a router's stall detection; never in production) */
     /* --mock (engine.mock_prefill_tps > 0): /load names one device "mock:0"
      * with these (NULL: "mock"); each generation request fails first, with
      * these probabilities, as: 429, 503 (overload), 500, a hang (no answer

@@ -24,6 +24,7 @@ struct gen_ctx;
 struct gen_choice;
 struct kv_events;
 struct kv_remote;
+struct kv_fetch;
 
 #define SERVER_MAX_DEVICES 8
 struct server_device {
@@ -45,11 +46,13 @@ struct weft_server {
     struct http_server *http_metrics; /* own listener for /metrics, or NULL */
     const char *metrics_key;
     struct weft_workers *workers;
+    struct weft_workers *grammar_workers; /* one thread: request grammars compiled off the tokenizing workers */
     struct weft_server_config cfg;
     char tenants_path[1024];
     struct gen_ctx *gens;            /* live generation requests */
     size_t max_piece_bytes;          /* longest vocabulary piece: tokens >= bytes / this */
     atomic_uint_fast64_t tokenized_on_loop, tokenized_on_worker;
+    atomic_uint_fast64_t grammar_compiles;  /* on grammar_workers */
     uint64_t reloads, reload_failures;
     uv_signal_t sig_term, sig_int, sig_hup, sig_usr1, sig_usr2;
     uv_timer_t drain_timer;
@@ -63,6 +66,10 @@ struct weft_server {
     uint64_t mock_injected[5];
     struct kv_events *kv_events;     /* server/kv_events.c */
     struct kv_remote *kv_remote;     /* server/kv_remote.c, or NULL */
+    struct kv_fetch *kv_fetch;       /* server/kv_fetch.c: its reads, off the request path (with kv_remote) */
+    struct weft_kvb_keys kv_keys;    /* the fleet secret's MAC keys (n 0: shared KV is off) */
+    char fleet_cred[65];             /* what this instance presents to its peers (PD pushes) */
+    size_t kv_push_held;             /* bytes of POST /v1/kv/blocks bodies held now (http.c's budget) */
     struct pd *pd;                   /* server/pd.c: prefill/decode hand-offs */
     struct weft_engine *eng;
     const struct weft_model *m;
@@ -85,6 +92,12 @@ struct weft_server {
     uint32_t n_q, cap_q, cap_q2;
 };
 
+/* Shared KV is on (a fleet secret): /v1/kv/... and PD hand-offs for trusted callers. */
+static inline bool weft_server_kv_on(const struct weft_server *s) { return s->kv_keys.n > 0; }
+/* May this caller use the fleet surfaces (/v1/kv/..., x-weft-pd headers)?
+ * false with why (a fixed sentence) when not. */
+bool weft_server_fleet_caller(const struct weft_server *s, const struct tenant_cfg *t, const char **why);
+
 /* The HTTP handler (server/api.c). */
 void weft_server_handle(void *srv, struct http_conn *c, const struct http_request *req);
 /* The same for the metrics listener: /metrics, /health, /ready only. */
@@ -95,6 +108,9 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
 /* GET /load (server/api_load.c); the device list it reports, from the
  * --device or --split spec. */
 void weft_server_do_load(struct weft_server *s, struct http_conn *c);
+/* The watchdog: es says the engine has had work and no progress for longer
+ * than cfg.watchdog_ms. */
+bool weft_server_stalled(const struct weft_server *s, const struct weft_engine_stats *es);
 void weft_server_describe_devices(struct weft_server *s, const char *spec);
 /* GET /v1/kv/events and /v1/kv/index (server/kv_events.c). init hooks
  * the engine's KV events (before calibration); end_all ends every

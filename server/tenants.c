@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/hmac.h"
+
 static bool bad(char *msg, size_t n, const char *what, const char *detail)
 {
     snprintf(msg, n, "%s: %s", what, detail);
@@ -147,10 +149,45 @@ struct tenant_cfg *weft_tenants_find(struct tenants *ts, const char *name)
     return NULL;
 }
 
+bool weft_fleet_credential(const char *secret, char out[65])
+{
+    static const char label[] = "weft fleet member v2";
+    unsigned char d[32];
+    if (weft_hmac_sha256(secret, strlen(secret), label, sizeof label - 1, NULL, 0, d) != WEFT_OK) return false;
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+    return true;
+}
+
+bool weft_tenants_set_fleet(struct tenants *ts, const char *secret, const char *previous, char *msg, size_t msg_size)
+{
+    const char *s[2] = {secret, previous};
+    char cred[2][65];
+    uint32_t n = 0;
+    for (int i = 0; i < 2; i++) {
+        if (!s[i]) continue;
+        if (strlen(s[i]) < 16) return bad(msg, msg_size, i ? "--kv-secret-previous" : "--kv-secret",
+                                          "the secret must have at least 16 characters");
+        if (!weft_fleet_credential(s[i], cred[n])) return bad(msg, msg_size, "--kv-secret", "libcrypto failed");
+        n++;
+    }
+    memcpy(ts->fleet_cred, cred, sizeof cred);
+    ts->n_fleet = n;
+    memset(&ts->fleet, 0, sizeof ts->fleet);
+    snprintf(ts->fleet.name, sizeof ts->fleet.name, "fleet");
+    ts->fleet.trusted = true;
+    ts->fleet.burst = 1;
+    ts->fleet.req_tokens = 1;
+    ts->fleet.last = -1;
+    return true;
+}
+
 bool weft_tenants_reload(struct tenants *ts, const char *path, char *msg, size_t msg_size)
 {
     struct tenants fresh;
     if (!weft_tenants_load(&fresh, path, msg, msg_size)) return false;
+    memcpy(fresh.fleet_cred, ts->fleet_cred, sizeof ts->fleet_cred);
+    fresh.n_fleet = ts->n_fleet;
+    fresh.fleet = ts->fleet;
     if (ts->shared_key && !weft_tenants_add_shared_key(&fresh, ts->shared_key, msg, msg_size)) {
         weft_tenants_free(&fresh);
         return false;
@@ -195,6 +232,9 @@ struct tenant_cfg *weft_tenants_auth(struct tenants *ts, const char *auth, bool 
         key = auth + 7;
         while (*key == ' ') key++;
     }
+    if (key && *key)
+        for (uint32_t i = 0; i < ts->n_fleet; i++)
+            if (key_eq(key, ts->fleet_cred[i])) return &ts->fleet;
     if (key && *key)
         for (uint32_t i = 0; i < ts->n; i++)
             for (uint32_t k = 0; k < ts->t[i].n_keys; k++)

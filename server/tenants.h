@@ -55,7 +55,26 @@ struct tenants {
     uint32_t n;
     bool any_keys, allow_anonymous;
     const char *shared_key;         /* weft_tenants_add_shared_key's (kept across reloads), or NULL */
+    /* weft_tenants_set_fleet: the credentials fleet members present (from
+     * the fleet secret and the one it replaces), kept across reloads; each
+     * authenticates as `fleet`, a trusted tenant without limits */
+    char fleet_cred[2][65];
+    uint32_t n_fleet;
+    struct tenant_cfg fleet;
 };
+
+/* What a fleet member (weft router, another instance pushing KV blocks)
+ * presents as "Authorization: Bearer CRED": 64 hex digits of
+ * HMAC-SHA256(secret, "weft fleet member v2") into out[65] (not the
+ * secret, nor the key its blocks' MACs are made under). false when libcrypto
+ * fails. */
+bool weft_fleet_credential(const char *secret, char out[65]);
+
+/* Accept the credentials of secret and previous (NULL: none) as the trusted
+ * tenant "fleet". Unlike an API key this does not make keys required: an
+ * instance without keys still serves anonymous clients, and only fleet
+ * members are trusted. false with msg (a secret under 16 characters). */
+bool weft_tenants_set_fleet(struct tenants *ts, const char *secret, const char *previous, char *msg, size_t msg_size);
 
 /* Load FILE (NULL: no tenants, everything anonymous). false with msg on error. */
 bool weft_tenants_load(struct tenants *ts, const char *path, char *msg, size_t msg_size);

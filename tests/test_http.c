@@ -586,6 +586,15 @@ static void cli_close(struct cli *c)
     free(c);
 }
 
+/* leave with a reset (SO_LINGER 0), as weft's own HTTP client gives a request up */
+static void cli_reset(struct cli *c)
+{
+    if (!c) return;
+    struct linger l = {1, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    cli_close(c);
+}
+
 static bool cli_send(struct cli *c, const char *s, size_t n)
 {
     while (n > 0) {
@@ -964,11 +973,12 @@ static void live_disconnect_fires_on_close(void)
     CHECK(cli_line(c) > 0);  /* the status line: the stream has begun */
     cli_close(c);
     CHECK(wait_for(&ts->aborted, 1));
-    /* waiting for a delayed answer */
+    /* waiting for a delayed answer: a reset ends it (a FIN alone is a
+     * half-close, answered: live_half_close_is_answered) */
     c = cli_open(port);
     cli_sends(c, "GET /delay/100000 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 2));
-    cli_close(c);
+    cli_reset(c);
     CHECK(wait_for(&ts->aborted, 2));
     /* many at once, some with pipelined requests behind */
     struct cli *cs[20];
@@ -980,6 +990,48 @@ static void live_disconnect_fires_on_close(void)
     for (int i = 0; i < 20; i++) cli_close(cs[i]);
     CHECK(wait_for(&ts->aborted, 22));
     CHECK_EQ_INT(atomic_load(&ts->aborted), 22);
+    srv_stop(ts);
+}
+
+/* A client that sends its requests and shuts its side (shutdown(SHUT_WR),
+ * as `nc -N` and some proxies do) gets every whole request answered, then
+ * the close; one that half-closes in the middle of a request gets the close
+ * alone. Nothing is aborted. */
+static void live_half_close_is_answered(void)
+{
+    struct tsrv *ts = srv_start(live_limits());
+    int port = atomic_load(&ts->port);
+    struct resp r;
+    struct cli *c = cli_open(port);
+    cli_sends(c, "GET /delay/50 HTTP/1.1\r\n\r\n");
+    shutdown(c->fd, SHUT_WR);
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strcmp(r.body, "delayed") == 0);
+    CHECK(cli_closed(c));
+    cli_close(c);
+    /* pipelined, then the half-close: both answered, in order */
+    c = cli_open(port);
+    cli_sends(c, "GET /delay/30 HTTP/1.1\r\n\r\nGET /echo HTTP/1.1\r\n\r\n");
+    shutdown(c->fd, SHUT_WR);
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strcmp(r.body, "delayed") == 0);
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strncmp(r.body, "GET /echo", 9) == 0);
+    CHECK(cli_closed(c));
+    cli_close(c);
+    /* a request cut off by the half-close: closed, nothing to answer */
+    int handled = atomic_load(&ts->handled);
+    c = cli_open(port);
+    cli_sends(c, "GET /echo HTTP/1.1\r\nX-A: ");
+    shutdown(c->fd, SHUT_WR);
+    cli_response(c, &r, false);
+    CHECK_EQ_INT(r.status, 0);
+    cli_close(c);
+    CHECK_EQ_INT(atomic_load(&ts->handled), handled);
+    CHECK_EQ_INT(atomic_load(&ts->aborted), 0);
     srv_stop(ts);
 }
 
@@ -1268,7 +1320,21 @@ static void live_drain(void)
     struct cli *streaming = cli_open(port);
     cli_sends(streaming, "GET /stream/20 HTTP/1.1\r\n\r\n");
     CHECK(wait_for(&ts->handled, 3));
+    /* a request begun and never finished (a header left half-sent): it is
+     * not in flight, so it does not hold the drain (it held it until the
+     * read timeout: 20 s here) */
+    struct cli *half = cli_open(port);
+    cli_sends(half, "POST /echo HTTP/1.1\r\nContent-Length: 10\r\nX-Trickle: ");
+    /* a round trip on another connection after it: the server's loop has read the half header by then */
+    cli_sends(idle, "GET /echo HTTP/1.1\r\n\r\n");
+    cli_response(idle, &r, false);
+    CHECK_EQ_INT(r.status, 200);
     srv_drain(ts);
+    cli_response(half, &r, false);
+    CHECK_EQ_INT(r.status, 503);
+    CHECK(strstr(r.body, "not received whole") != NULL);
+    CHECK(cli_closed(half));
+    cli_close(half);
     /* the idle one is closed, the busy ones finish (told the connection closes) */
     CHECK(cli_closed(idle));
     cli_response(busy, &r, false);
@@ -1308,6 +1374,7 @@ int main(void)
     RUN(live_malformed);
     RUN(live_timeouts);
     RUN(live_disconnect_fires_on_close);
+    RUN(live_half_close_is_answered);
     RUN(live_random_bytes);
     RUN(live_free_closes_everything);
     RUN(live_idle_connections_and_max_conns);

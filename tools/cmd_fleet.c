@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 #include <uv.h>
@@ -19,6 +20,7 @@
 #include "core/route.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
+#include "tools/env.h"
 #include "tools/fleet_sup.h"
 
 #define MAX_INSTANCES 32
@@ -67,6 +69,9 @@ static void usage(FILE *out)
             "  --redis: start redis-server on 127.0.0.1 (--redis-port, default a free one) and give the\n"
             "                 instances --kv-remote; --kv-remote URL: an existing Redis instead\n"
             "  --serve-arg ARG, --router-arg ARG: one more argument for every instance / the router\n"
+            "  The fleet shares KV blocks (and hands prefills to decode instances) under one fleet secret:\n"
+            "  $WEFT_KV_SECRET when set, else a fresh random one; the instances and the router get it in\n"
+            "  their environment (weft serve --kv-secret)\n"
             "  --dry-run: print the commands and exit\n");
 }
 
@@ -432,6 +437,20 @@ int weft_cmd_fleet(int argc, char **argv)
             memcpy(dev, in->device, sizeof dev);
             snprintf(in->name, sizeof in->name, "%.36s@%u", dev, in->port);
         }
+    }
+    /* one fleet secret for every member (shared KV, hand-offs, Redis): the
+     * one given in $WEFT_KV_SECRET, else a fresh one; the children read it
+     * from the environment, never from their command line */
+    if (!weft_env_kv_secret(false)) {
+        unsigned char raw[32];
+        char hex[65];
+        if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+            fprintf(stderr, "weft fleet: no randomness for the fleet secret\n");
+            free(def);
+            return 1;
+        }
+        for (int i = 0; i < 32; i++) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+        setenv("WEFT_KV_SECRET", hex, 1);
     }
     if (f.redis) {
         if (!f.redis_port) f.redis_port = free_port();

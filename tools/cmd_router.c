@@ -15,6 +15,7 @@
 #include "server/router.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
+#include "tools/env.h"
 
 #define ROUTER_MAX_ORIGINS 32
 
@@ -28,7 +29,10 @@ static void usage(FILE *f)
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
             "                   [--tokenize-threads 2] [--pd-threshold 512] [--pd-slack 1.25] [--no-pd]\n"
-            "                   [--hold-empty-s 0] [--api-key KEY] [--cors-origin ORIGIN ...]\n"
+            "                   [--hold-empty-s 0] [--api-key KEY] [--cors-origin ORIGIN ...] [--kv-secret SECRET]\n"
+            "  --kv-secret SECRET: the fleet secret the instances were given (or $WEFT_KV_SECRET): the router\n"
+            "                 authenticates to them as a fleet member (their /v1/kv/* and hand-offs need one)\n"
+            "                 unless --upstream-key names another trusted key\n"
             "  -m MODEL: the GGUF the instances serve (its tokenizer and chat template; default SmolLM2)\n"
             "  --instance URL: http://host:port of a weft serve (repeatable)\n"
             "  --instances-dns NAME:PORT: every address NAME resolves to is an instance, re-resolved every\n"
@@ -52,6 +56,8 @@ static void usage(FILE *f)
             "  --no-kv-events: route on routing history alone (no /v1/kv/events subscriptions)\n"
             "  --index-blocks N: at most N blocks in each instance's prefix index (default 1048576)\n"
             "  --timeout S: an upstream answer idle this long fails (default 600)\n"
+            "  --stall-ms MS: a stream silent this long after its first token (or 50 of its instance's\n"
+            "                 measured steps, if longer) has stalled and moves to another instance (default 10000)\n"
             "  --max-retries N: other instances a request tries before its first byte (default 2)\n"
             "  --max-migrations N: times a stream moves to another instance after it (default 2)\n"
             "  --saturate-waiting N: an instance with every slot busy and N waiting is saturated (default 2);\n"
@@ -97,6 +103,7 @@ int weft_cmd_router(int argc, char **argv)
         if (!strcmp(a, "--host") && v) { rc.host = argv[++i]; continue; }
         if (!strcmp(a, "--config") && v) { rc.tenants_path = argv[++i]; continue; }
         if (!strcmp(a, "--upstream-key") && v) { rc.upstream_key = argv[++i]; continue; }
+        if (!strcmp(a, "--kv-secret") && v) { rc.kv_secret = argv[++i]; continue; }
         if (!strcmp(a, "--instances-dns") && v) { rc.dns = argv[++i]; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--no-kv-events")) { rc.no_kv_events = true; continue; }
@@ -133,6 +140,7 @@ int weft_cmd_router(int argc, char **argv)
             {"--dns-interval-ms", 100, 3600000, &rc.dns_interval_ms},
             {"--index-blocks", 64, 1u << 30, &rc.index_max_blocks},
             {"--timeout", 1, 86400, &timeout_s},
+            {"--stall-ms", 100, 3600000, &rc.stall_ms},
             {"--tokenize-threads", 1, 64, &threads},
             {"--max-retries", 1, 15, &rc.max_retries},
             {"--max-migrations", 1, 15, &rc.max_migrations},
@@ -177,6 +185,7 @@ int weft_cmd_router(int argc, char **argv)
     rc.port = (int)port;
     rc.timeout_ms = timeout_s * 1000u;
     rc.n_workers = threads;
+    if (!rc.kv_secret) rc.kv_secret = weft_env_kv_secret(false);
     struct weft_router *r;
     st = weft_router_create(&rc, &r);
     if (st != WEFT_OK) {

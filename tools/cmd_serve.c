@@ -16,6 +16,7 @@
 #include "server/serve.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
+#include "tools/env.h"
 
 #define WEFT_SERVE_MAX_NAMES 32  /* --model-alias, --cors-origin */
 
@@ -36,6 +37,21 @@ static void usage(FILE *f)
             "                  [--mock prefill=TOK/S,decode=TOK/S[,vendor=NAME][,device=NAME]]\n"
             "                  [--mock-fail 429=P,503=P,500=P,hang=P,nokv=P] [--mock-seed N]\n"
             "                  [--api-key KEY] [--model-alias NAME ...] [--cors-origin ORIGIN ...]\n"
+            "                  [--kv-secret SECRET] [--kv-secret-previous SECRET] [--max-kv-push-total-mib 256]\n"
+            "                  [--watchdog-ms 30000] [--test-hooks]\n"
+            "  --watchdog-ms MS: an engine with work queued that has not stepped for MS is stalled: /health\n"
+            "                 and /load answer 503 (a router moves its streams elsewhere)\n"
+            "  --test-hooks: POST /test/engine-pause {\"paused\": true} holds the engine still (tests only)\n"
+            "  --kv-secret SECRET: the fleet secret (16+ characters; or $WEFT_KV_SECRET, which keeps it out of\n"
+            "                 the process list): turns shared KV on, for trusted callers only (a trusted API\n"
+            "                 key, or a fleet member: weft router or another instance with the same secret):\n"
+            "                 /v1/kv/*, prefill/decode hand-offs and --kv-remote. Every block this instance\n"
+            "                 writes carries an HMAC-SHA256 under it; a block without a valid one is refused.\n"
+            "                 Without it those surfaces answer 403 and nothing goes out\n"
+            "  --kv-secret-previous SECRET: the secret being replaced ($WEFT_KV_SECRET_PREVIOUS): its blocks and\n"
+            "                 members are still taken while a rotation rolls out\n"
+            "  --max-kv-push-total-mib N: KV push bodies held at once, all connections (default 4 x\n"
+            "                 --max-kv-push-mib); past it a push gets 503\n"
             "  --api-key KEY: requests need Authorization: Bearer KEY (one shared key, no --config needed;\n"
             "                 with --config, one more key); /health, /ready, /load, /metrics and the dashboard\n"
             "                 stay open (--metrics-key guards /metrics)\n"
@@ -155,7 +171,7 @@ int weft_cmd_serve(int argc, char **argv)
     const char *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
-             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64;
+             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0;
     double itl_target_ms = 0;  /* auto */
     bool no_prefix = false, template_system = false;
     const char *mock = NULL, *mock_fail = NULL;
@@ -208,6 +224,8 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--config") && v) { config = argv[++i]; continue; }
         if (!strcmp(a, "--model-name") && v) { name = argv[++i]; continue; }
         if (!strcmp(a, "--kv-remote") && v) { sc.kv_remote = argv[++i]; continue; }
+        if (!strcmp(a, "--kv-secret") && v) { sc.kv_secret = argv[++i]; continue; }
+        if (!strcmp(a, "--kv-secret-previous") && v) { sc.kv_secret_previous = argv[++i]; continue; }
         if (!strcmp(a, "--device-class") && v) {
             sc.device_class = argv[++i];
             size_t n = strlen(sc.device_class);
@@ -246,6 +264,7 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--mock") && v) { mock = argv[++i]; continue; }
         if (!strcmp(a, "--mock-fail") && v) { mock_fail = argv[++i]; continue; }
         if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
+        if (!strcmp(a, "--test-hooks")) { sc.test_hooks = true; continue; }
         if (!strcmp(a, "--template-system")) { template_system = true; continue; }
         if (!strcmp(a, "--kv-type") && v) {
             i++;
@@ -271,6 +290,8 @@ int weft_cmd_serve(int argc, char **argv)
             {"--low-priority-step-ms", 0, 60000, &low_prefill_ms},
             {"--kv-host-mib", 0, 1 << 24, &host_mib},
             {"--max-kv-push-mib", 1, 1 << 16, &kv_push_mib},
+            {"--max-kv-push-total-mib", 1, 1 << 20, &kv_push_total_mib},
+            {"--watchdog-ms", 100, 86400000, &sc.watchdog_ms},
             {"--kv-remote-ttl-ms", 1, 0x7fffffffu, &sc.kv_remote_ttl_ms},
             {"--kv-remote-timeout-ms", 1, 600000, &sc.kv_remote_timeout_ms},
             {"--pd-idle-ms", 1, 600000, &sc.pd_idle_ms},
@@ -348,6 +369,9 @@ int weft_cmd_serve(int argc, char **argv)
     sc.n_workers = tok_threads;
     sc.max_queued_work = max_tokenizing;
     sc.max_kv_push = (size_t)kv_push_mib << 20;
+    sc.max_kv_push_total = (size_t)kv_push_total_mib << 20;
+    if (!sc.kv_secret) sc.kv_secret = weft_env_kv_secret(false);
+    if (!sc.kv_secret_previous) sc.kv_secret_previous = weft_env_kv_secret(true);
     sc.engine = (struct weft_engine_config){.n_ctx = o.n_ctx > 0 ? (uint32_t)o.n_ctx : 0, .max_seqs = max_seqs,
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,

@@ -108,3 +108,9 @@ int weft_env_apply(void)
     }
     return 0;
 }
+
+const char *weft_env_kv_secret(bool previous)
+{
+    const char *v = getenv(previous ? "WEFT_KV_SECRET_PREVIOUS" : "WEFT_KV_SECRET");
+    return v && *v ? v : NULL;
+}

@@ -5,6 +5,7 @@
 #ifndef WEFT_TOOLS_ENV_H
 #define WEFT_TOOLS_ENV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 struct weft_knob {
@@ -32,5 +33,11 @@ char *weft_env_options(void);
 int weft_env_apply(void);
 /* Only the options part of weft_env_apply (after a WEFT_* variable changed). */
 int weft_env_apply_options(void);
+
+/* The fleet secret from the environment, for a command given no
+ * --kv-secret: $WEFT_KV_SECRET (previous: $WEFT_KV_SECRET_PREVIOUS); NULL
+ * when unset or empty. In the environment it stays out of the process list,
+ * and a Kubernetes Secret lands there (deploy/k8s). */
+const char *weft_env_kv_secret(bool previous);
 
 #endif

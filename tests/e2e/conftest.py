@@ -61,19 +61,37 @@ def open_stream(port, prompt, max_tokens):
 
 SANITIZED = os.environ.get("WEFT_SANITIZED", "") in ("1", "ON", "on", "TRUE", "true")
 
+# The fleet secret every test instance and router gets unless a test says
+# otherwise (kv_secret=None): shared KV, hand-offs and Redis need one.
+KV_SECRET = "weft-test-fleet-secret-0001"
+
+
+def fleet_credential(secret=KV_SECRET):
+    """What a fleet member presents (server/tenants.h weft_fleet_credential)."""
+    import hashlib
+    import hmac
+    return hmac.new(secret.encode(), b"weft fleet member v2", hashlib.sha256).hexdigest()
+
+
+# the header a fleet member sends: /v1/kv/* and the x-weft-pd headers need it
+FLEET_AUTH = {"Authorization": "Bearer " + fleet_credential()}
+
 
 class Server:
-    def __init__(self, *args, model=None, calibrate=False, threads=2, cpu=None):
+    def __init__(self, *args, model=None, calibrate=False, threads=2, cpu=None, kv_secret=KV_SECRET):
         """calibrate: let the server measure its rates at start (slow under
-        ASan; only the tests of /load need it). cpu: pin with taskset -c."""
+        ASan; only the tests of /load need it). cpu: pin with taskset -c.
+        kv_secret: the fleet secret (None: shared KV off)."""
         self.model = model or default_model()
+        self.kv_secret = kv_secret
         if not os.path.exists(self.model):
             pytest.skip(f"model {self.model} is not fetched (bash scripts/fetch-model.sh)")
         if not os.path.exists(WEFT):
             pytest.skip(f"{WEFT} is not built")
         self.args = [*(["taskset", "-c", str(cpu)] if cpu is not None else []),
                      WEFT, "serve", "-m", self.model, "--port", "0", "-t", str(threads),
-                     *([] if calibrate else ["--no-calibrate"]), *args]
+                     *([] if calibrate else ["--no-calibrate"]),
+                     *(["--kv-secret", kv_secret] if kv_secret else []), *args]
         self._start("weft serve")
 
     def _start(self, what):
@@ -103,6 +121,9 @@ class Server:
             self.log.append(line)
 
     def get(self, path, headers=None):
+        """GET path; /v1/kv/* as a fleet member (its credential) unless headers say otherwise."""
+        if headers is None and path.startswith("/v1/kv/") and getattr(self, "kv_secret", None):
+            headers = {"Authorization": "Bearer " + fleet_credential(self.kv_secret)}
         req = urllib.request.Request(self.base + path, headers=headers or {})
         try:
             with urllib.request.urlopen(req, timeout=30) as r:
@@ -131,11 +152,12 @@ class Server:
 class Router(Server):
     """`weft router` in front of the given Server instances (their URLs)."""
 
-    def __init__(self, instances, *args, model=None):
+    def __init__(self, instances, *args, model=None, kv_secret=KV_SECRET):
         self.model = model or default_model()
         if not os.path.exists(WEFT):
             pytest.skip(f"{WEFT} is not built")
-        self.args = [WEFT, "router", "-m", self.model, "--port", "0", "--poll-ms", "100", *args]
+        self.args = [WEFT, "router", "-m", self.model, "--port", "0", "--poll-ms", "100",
+                     *(["--kv-secret", kv_secret] if kv_secret else []), *args]
         for i in instances:
             self.args += ["--instance", i if isinstance(i, str) else i.base]
         self._start("weft router")

@@ -243,6 +243,8 @@ def test_instances(overlay):
         cache = mount_of(c, env["WEFT_CACHE_DIR"] + "/x")
         assert not cache.get("readOnly")
         assert "emptyDir" in next(v for v in pod["volumes"] if v["name"] == cache["name"])
+        # the fleet secret from the operator's Secret (never a value in the manifests)
+        check_fleet_secret(c)
         # Redis for the remote KV tier: a Service of the render, on a port a pod serves
         url = urllib.parse.urlparse(arg(c, "--kv-remote"))
         assert url.scheme == "redis"
@@ -253,6 +255,14 @@ def test_instances(overlay):
         ann = d["spec"]["template"]["metadata"]["annotations"]
         assert ann["prometheus.io/scrape"] == "true" and ann["prometheus.io/path"] == "/metrics"
         assert int(ann["prometheus.io/port"]) == port["containerPort"]
+
+
+def check_fleet_secret(c):
+    env = {e["name"]: e for e in c.get("env", [])}
+    sec = env["WEFT_KV_SECRET"]
+    assert "value" not in sec
+    ref = sec["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "weft-fleet", "key": "kv-secret"}, ref
 
 
 def mount_of(c, path):
@@ -319,6 +329,7 @@ def test_services_and_router(overlay):
     assert env[ns_var.group(1)]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
     assert int(port) == hport["port"]
     assert float(arg(c, "--hold-empty-s")) > 0
+    check_fleet_secret(c)  # it authenticates to the instances as a fleet member
     assert arg(c, "--host") == "0.0.0.0"
     rport = int(arg(c, "--port"))
     assert next(p for p in c["ports"] if p["name"] == "http")["containerPort"] == rport
@@ -509,7 +520,7 @@ def test_containerfile():
         assert os.path.exists(os.path.join(ROOT, d))
     build_text = " ".join(build)
     for pkg in ("cmake", "gcc", "g++", "pkg-config", "libjansson-dev", "libuv1-dev", "libhttp-parser-dev",
-                "libhiredis-dev", "glslc", "libvulkan-dev", "hipcc", "libamdhip64-dev"):
+                "libhiredis-dev", "libssl-dev", "glslc", "libvulkan-dev", "hipcc", "libamdhip64-dev"):
         assert re.search(r"(^|\s)" + re.escape(pkg) + r"(\s|;|$)", build_text), f"build stage: {pkg}"
     assert "-DCMAKE_BUILD_TYPE=Release" in build_text
     assert "USER 10001:10001" in runtime and 'ENTRYPOINT ["/usr/local/bin/weft"]' in runtime

@@ -467,11 +467,19 @@ def test_per_client_connection_limit_spares_a_trusted_upstream():
         while time.time() < deadline and conns() < 65:
             time.sleep(0.02)
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
-        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-user-0000001\r\n\r\n")
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-user-0000001\r\n\r\n")
         data = read_all(s, 10)
         s.close()
         assert data.startswith(b"HTTP/1.1 429") and b"too many connections" in data, data[:200]
         assert b"Connection: close" in data
+        # the probes are answered past the limit (an orchestrator's checks come from the same
+        # address as everything else it holds open), then the connection closes
+        for probe in (b"/health", b"/ready"):
+            s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+            s.sendall(b"GET " + probe + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = read_all(s, 10)
+            s.close()
+            assert data.startswith(b"HTTP/1.1 200") and b"Connection: close" in data, data[:200]
         s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
         s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-router-00001\r\n\r\n")
         data = read_all(s, 10, until=b'"ok"}')

@@ -6,7 +6,7 @@ import socket
 import subprocess
 import time
 
-from conftest import WEFT, Server, metric_in, open_stream
+from conftest import FLEET_AUTH, WEFT, Server, metric_in, open_stream
 
 PROMPT = "Once upon a time, there was a little"
 
@@ -93,7 +93,8 @@ class EventReader:
 
     def __init__(self, port):
         self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
-        self.s.sendall(b"GET /v1/kv/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.s.sendall(b"GET /v1/kv/events HTTP/1.1\r\nHost: x\r\nAuthorization: " +
+                       FLEET_AUTH["Authorization"].encode() + b"\r\n\r\n")
         self.buf = b""
         self.events = []
 

@@ -6,6 +6,8 @@ and eight of them run behind one router on this machine."""
 import http.client
 import json
 import socket
+import struct
+import time
 
 from conftest import Router, Server, metric_in
 
@@ -86,9 +88,13 @@ def test_mock_hang_answers_nothing_until_the_client_leaves():
             got = None
         assert got is None
         gone = m.metric("weft_client_disconnects_total")
+        # the client leaves with a reset (a FIN alone is a half-close, which is answered)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()
-        while m.metric("weft_client_disconnects_total") == gone:
+        deadline = time.time() + 60
+        while m.metric("weft_client_disconnects_total") == gone and time.time() < deadline:
             pass  # the server sees the client leave and lets the request go
+        assert m.metric("weft_client_disconnects_total") == gone + 1
         assert m.get("/health")[0] == 200
     finally:
         m.stop()  # the drain cuts nothing left hanging: exit 0

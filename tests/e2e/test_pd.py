@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import SANITIZED, Router, Server, metric_in
+from conftest import FLEET_AUTH, SANITIZED, Router, Server, metric_in
 
 WORDS = ("amber basalt cedar delta ember fjord garnet harbor indigo juniper kelp lagoon marble nectar onyx "
          "prairie quartz russet sierra tundra umber velvet willow xenon yarrow zephyr").split()
@@ -190,10 +190,13 @@ def test_a_short_prompt_stays_on_the_decode_instance(fleet):
 
 def test_bad_pd_headers_are_refused(fleet):
     _, d, _, _, _, _ = fleet
-    st, _, out = complete(d, "hello", headers={"x-weft-pd": "id=no spaces allowed"})
+    st, _, out = complete(d, "hello", headers={"x-weft-pd": "id=no spaces allowed", **FLEET_AUTH})
     assert st == 400 and "x-weft-pd" in out["error"]["message"]
-    st, _, out = complete(d, "hello", headers={"x-weft-pd-push": "ftp://x;id=a"})
+    st, _, out = complete(d, "hello", headers={"x-weft-pd-push": "ftp://x;id=a", **FLEET_AUTH})
     assert st == 400 and "x-weft-pd-push" in out["error"]["message"]
+    # from anyone but a fleet member: refused by name, whatever they hold
+    st, _, out = complete(d, "hello", headers={"x-weft-pd-push": "http://127.0.0.1:9;id=a"})
+    assert st == 403 and "x-weft-pd-push" in out["error"]["message"]
 
 
 def test_blocks_whose_request_never_comes_are_freed_after_the_lease(fleet):
@@ -205,14 +208,14 @@ def test_blocks_whose_request_never_comes_are_freed_after_the_lease(fleet):
     st, idx = d.get("/v1/kv/index")
     hashes = [h for h, _ in json.loads(idx)["blocks"]][:8]
     c = http.client.HTTPConnection("127.0.0.1", d.port, timeout=60)
-    c.request("GET", "/v1/kv/blocks?hashes=" + ",".join(hashes))
+    c.request("GET", "/v1/kv/blocks?hashes=" + ",".join(hashes), headers=FLEET_AUTH)
     resp = c.getresponse()
     stream = resp.read()
     n = int(resp.getheader("x-weft-kv-blocks"))
     assert resp.status == 200 and n >= 1
     before = m(metrics(d), "weft_pd_leases_expired_total")
     c.request("POST", "/v1/kv/blocks", stream, {"Content-Type": "application/x-weft-kv-blocks",
-                                                "x-weft-pd-id": "orphan-1"})
+                                                "x-weft-pd-id": "orphan-1", **FLEET_AUTH})
     resp = c.getresponse()
     assert resp.status == 200, resp.read()
     resp.read()
