@@ -1,6 +1,6 @@
 /* base/options.h's parser, the process's options in backends/backend.h
  * (weft_backend_set_options, weft_backend_open_opts), tools/env.c's table
- * of WEFT_* knobs and README's "Knobs" section, which must list each. */
+ * of WEFT_* knobs and docs/devices.md's "Knobs" section, which must list each. */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "base/options.h"
@@ -122,10 +122,10 @@ static void environment_becomes_options_in_tools(void)
     CHECK(weft_env_apply_options() == 0);
 }
 
-/* README's Knobs table names every knob of tools/env.c with its option */
+/* docs/devices.md's Knobs table names every knob of tools/env.c with its option */
 static void readme_documents_every_knob(void)
 {
-    FILE *f = fopen(WEFT_SOURCE_DIR "/README.md", "rb");
+    FILE *f = fopen(WEFT_SOURCE_DIR "/docs/devices.md", "rb");
     CHECK(f != NULL);
     if (!f) return;
     static char text[1 << 20];
@@ -142,7 +142,7 @@ static void readme_documents_every_knob(void)
     for (size_t i = 0; i < weft_n_knobs; i++) {
         char row[160];
         snprintf(row, sizeof row, "| `%s` | `%s` |", weft_knobs[i].env, weft_knobs[i].option);
-        CHECK_MSG(strstr(s, row) != NULL, "README's Knobs section lacks the row %s", row);
+        CHECK_MSG(strstr(s, row) != NULL, "docs/devices.md's Knobs section lacks the row %s", row);
     }
     CHECK(strstr(s, "`WEFT_OPTIONS`") && strstr(s, "`WEFT_MODULE_PATH`") && strstr(s, "`WEFT_NO_MODULES`") &&
           strstr(s, "`WEFT_CACHE_DIR`"));
@@ -155,7 +155,7 @@ static void readme_documents_every_knob(void)
         bool found = false;
         for (size_t i = 0; i < weft_n_knobs && !found; i++)
             found = !strcmp(weft_knobs[i].env, var) && !strcmp(weft_knobs[i].option, opt);
-        CHECK_MSG(found, "README maps %s to %s; tools/env.c does not", var, opt);
+        CHECK_MSG(found, "docs/devices.md maps %s to %s; tools/env.c does not", var, opt);
     }
     CHECK_EQ_INT(rows, (long long)weft_n_knobs);
     free(s);

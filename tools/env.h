@@ -1,7 +1,7 @@
 /* The environment, read here and nowhere below tools/: every WEFT_* knob of
  * the backends and of model loading, turned into the options string of
  * base/options.h (and the cache and module folders) that backends/backend.h
- * takes. README's "Knobs" section documents the same table. */
+ * takes. docs/devices.md's "Knobs" section documents the same table. */
 #ifndef WEFT_TOOLS_ENV_H
 #define WEFT_TOOLS_ENV_H
 
