@@ -585,11 +585,21 @@ static void on_event(struct gen_choice *c, const struct weft_event *ev, const ch
     if (c->index == 0) g->n_cached = ev->n_cached;  /* the prompt is counted once */
     if (!c->done && !g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && total_gen(g) == 0) {
+            /* a grammar no token of the vocabulary can continue is the request's
+             * schema, not this instance: 400, which a router passes on as it is */
+            bool schema = g->grammar && ev->status == WEFT_ERR_INVALID_ARG;
+            int status = schema ? 400 : 500;
             refund_unused(g, weft_server_now());
             count_finish(g, METRIC_FINISH_ERROR);
             abort_all(g);
-            weft_http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
-            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 500);
+            if (schema)
+                weft_http_respond_error(g->conn, 400, "invalid_request_error",
+                                        g->p.st.format != GEN_FORMAT_TEXT ? "response_format" : "tools",
+                                        "the output's grammar cannot be followed with this model's vocabulary: %s",
+                                        message);
+            else
+                weft_http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
+            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
             g->conn = NULL;
             g->finished = true;
             ctx_unref(g);
