@@ -10,6 +10,7 @@ import tempfile
 
 import pytest
 
+import kvb
 from conftest import ROOT, Server
 
 PEER = "sk-kv-peer-000001"
@@ -103,11 +104,12 @@ def test_bad_requests_and_bad_blocks_are_refused_and_counted(pair):
     assert call(a, "GET", "/v1/kv/blocks?hashes=12xyz")[0] == 400
     # a hash it does not hold: a header and no blocks
     st, h, empty = call(a, "GET", "/v1/kv/blocks?hashes=" + "1" * 16)
-    assert st == 200 and h["x-weft-kv-blocks"] == "0" and len(empty) == 80
+    assert st == 200 and h["x-weft-kv-blocks"] == "0" and len(empty) == kvb.header(empty)["header_bytes"]
     _, _, stream = call(a, "GET", "/v1/kv/blocks?hashes=" + ",".join(hashes))
     bad = bytearray(stream)
-    rec = (len(stream) - 80) // len(hashes)
-    bad[80 + rec + 200] ^= 0x40  # inside the second block's payload
+    hb = kvb.header(stream)["header_bytes"]
+    rec = (len(stream) - hb) // len(hashes)
+    bad[hb + rec + 200] ^= 0x40  # inside the second block's payload
     before = b.metric("weft_kv_rejected_total", {"what": "block"})
     st, _, out = call(b, "POST", "/v1/kv/blocks", bytes(bad), ctype="application/x-weft-kv-blocks")
     err = json.loads(out)["error"]
