@@ -86,6 +86,15 @@ static void reply(struct pxy *x, int status, const char *type, const char *fmt, 
     weft_http_respond_error(x->c, status, type, NULL, "%s", msg);
 }
 
+/* The worker pool's queue is full: 503, to come back in a second. */
+static void reply_busy(struct weft_router *r, struct http_conn *c)
+{
+    static const char msg[] = "{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
+                              "\"code\":null}}";
+    status_count(r, 503);
+    weft_http_respond(c, 503, "application/json", "Retry-After: 1\r\n", msg, sizeof msg - 1);
+}
+
 static void respond_json(struct weft_router *r, struct http_conn *c, int status, json_t *j)
 {
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;
@@ -943,21 +952,30 @@ static void tokenize_work(void *arg)
     x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, x->tok_msg, sizeof x->tok_msg);
 }
 
-static void tokenize_done(void *arg)
+/* A tokenizing job is back (loop): true when x goes on; false when it
+ * ended here (its client left, or its input was refused: 400 naming param). */
+static bool job_back(struct pxy *x, const char *param)
 {
-    struct pxy *x = arg;
     x->r->tokenized++;
     if (x->gone) {
         pxy_unref(x);
-        return;
+        return false;
     }
     x->refs--;  /* the job's; the connection's remains */
     if (x->tok_status != WEFT_OK) {
         weft_http_conn_on_close(x->c, NULL, NULL);
-        reply(x, 400, NULL, "%s", x->tok_msg);
+        status_count(x->r, 400);
+        weft_http_respond_error(x->c, 400, NULL, param, "%s", x->tok_msg);
         pxy_unref(x);
-        return;
+        return false;
     }
+    return true;
+}
+
+static void tokenize_done(void *arg)
+{
+    struct pxy *x = arg;
+    if (!job_back(x, NULL)) return;
     if (x->n_ids == 0) {
         weft_http_conn_on_close(x->c, NULL, NULL);
         reply(x, 400, NULL, "%s", "the prompt is empty");
@@ -1009,11 +1027,7 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
     if (weft_workers_submit(r->workers, tokenize_work, tokenize_done, x) != WEFT_OK) {
         x->refs--;
         weft_http_conn_on_close(c, NULL, NULL);
-        status_count(r, 503);
-        weft_http_respond(c, 503, "application/json", "Retry-After: 1\r\n",
-                     "{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,\"code\":null}}",
-                     strlen("{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
-                            "\"code\":null}}"));
+        reply_busy(r, c);
         pxy_unref(x);
     }
 }
@@ -1079,19 +1093,7 @@ static void embed_work(void *arg)
 static void embed_done(void *arg)
 {
     struct pxy *x = arg;
-    x->r->tokenized++;
-    if (x->gone) {
-        pxy_unref(x);
-        return;
-    }
-    x->refs--;  /* the job's; the connection's remains */
-    if (x->tok_status != WEFT_OK) {
-        weft_http_conn_on_close(x->c, NULL, NULL);
-        status_count(x->r, 400);
-        weft_http_respond_error(x->c, 400, NULL, "input", "%s", x->tok_msg);
-        pxy_unref(x);
-        return;
-    }
+    if (!job_back(x, "input")) return;
     struct tenant_cfg *t = client_tenant(x);
     char why[64];
     snprintf(why, sizeof why, "%zu in the inputs", x->n_ids);
@@ -1121,12 +1123,7 @@ static void embeddings(struct weft_router *r, struct http_conn *c, const struct 
     if (weft_workers_submit(r->workers, embed_work, embed_done, x) != WEFT_OK) {
         x->refs--;
         weft_http_conn_on_close(c, NULL, NULL);
-        status_count(r, 503);
-        weft_http_respond(c, 503, "application/json", "Retry-After: 1\r\n",
-                          "{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
-                          "\"code\":null}}",
-                          strlen("{\"error\":{\"message\":\"the router is busy\",\"type\":\"server_busy\",\"param\":null,"
-                                 "\"code\":null}}"));
+        reply_busy(r, c);
         pxy_unref(x);
     }
 }

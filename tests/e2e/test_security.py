@@ -57,17 +57,6 @@ def call(port, method, path, body=None, key=None, headers=None, ctype="applicati
     return r.status, hdrs, out
 
 
-def chain(srv):
-    st, idx = srv.get("/v1/kv/index")
-    assert st == 200
-    child = {parent: h for h, parent in json.loads(idx)["blocks"]}
-    out, h = [], "0" * 16
-    while h in child:
-        h = child[h]
-        out.append(h)
-    return out
-
-
 # ---- 1. a block stream that claims fewer layers than the model -------------
 
 def test_a_stream_of_one_layer_is_refused_and_the_instance_lives():
@@ -82,7 +71,7 @@ def test_a_stream_of_one_layer_is_refused_and_the_instance_lives():
         prompt = "Once upon a time there was a little girl who lived in a house by the sea. " * 3
         st, _, out = call(a.port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 4}, key=PEER)
         assert st == 200, out
-        hashes = chain(a)
+        hashes = chain_as(a, PEER)
         st, _, stream = call(a.port, "GET", "/v1/kv/blocks?hashes=" + ",".join(hashes), key=PEER)
         assert st == 200 and len(hashes) >= 3
         h = kvb.header(stream)
