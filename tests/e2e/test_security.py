@@ -21,6 +21,7 @@ import pytest
 
 import kvb
 from conftest import KV_SECRET, ROOT, Router, Server
+from test_kv_remote import wait_metric
 
 STORIES = os.path.join(ROOT, "..", "shared", "models", "stories260K.gguf")
 PEER = "sk-sec-peer-0001"
@@ -522,7 +523,7 @@ def test_kv_pushes_are_bounded_in_total_and_pins_per_hand_off():
             c = socket.create_connection(("127.0.0.1", b.port), timeout=30)
             c.sendall(head + b"x" * 1000)  # held: the rest of the body never comes
             conns.append(c)
-        assert srv_metric_until(b, "weft_kv_push_held_bytes", lambda v: v >= 6000000)
+        assert wait_metric(b, "weft_kv_push_held_bytes", lambda v: v >= 6000000)
         c = socket.create_connection(("127.0.0.1", b.port), timeout=30)
         c.sendall(head)
         data = c.recv(65536)
@@ -531,7 +532,7 @@ def test_kv_pushes_are_bounded_in_total_and_pins_per_hand_off():
         assert b.metric("weft_kv_push_refused_total") == 1
         for c in conns:
             c.close()
-        assert srv_metric_until(b, "weft_kv_push_held_bytes", lambda v: v == 0)
+        assert wait_metric(b, "weft_kv_push_held_bytes", lambda v: v == 0)
         # one hand-off's pins: at most a 128-token prompt's blocks (9)
         text = " ".join(f"Step {i}: the lighthouse keeper counted the stairs again." for i in range(40))
         st, _, out = call(a.port, "POST", "/v1/completions", {"prompt": text, "max_tokens": 1}, key=member)
@@ -548,15 +549,6 @@ def test_kv_pushes_are_bounded_in_total_and_pins_per_hand_off():
             c.close()
         a.stop()
         b.stop()
-
-
-def srv_metric_until(srv, name, pred, seconds=30):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if pred(srv.metric(name)):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 # ---- 7. schemas too big to compile quickly -------------------------------
