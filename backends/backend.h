@@ -50,6 +50,15 @@ enum weft_op_kind {
     WEFT_OP_COUNT_
 };
 
+/* The one name table of the op kinds (tracing, profiles, dumps). */
+static inline const char *weft_op_name(enum weft_op_kind k)
+{
+    /* in enum order */
+    static const char *const names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
+                                                      "silu_mul", "add", "copy", "logits"};
+    return (unsigned)k < WEFT_OP_COUNT_ && names[k] ? names[k] : "?";
+}
+
 enum weft_rope_mode {
     WEFT_ROPE_NORMAL = 0, /* rotate pairs (2i, 2i+1)        — llama */
     WEFT_ROPE_NEOX = 1,   /* rotate pairs (i, i + n_rot/2)  — neox/qwen */

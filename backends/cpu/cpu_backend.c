@@ -28,8 +28,6 @@ static int cpu_devices(struct weft_device_info *infos, int max, const char **why
     return 1;
 }
 
-static const char *const op_names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
-                                                       "silu_mul", "add", "copy", "logits"};
 
 static void profile_print(const struct weft_cpu_backend *be)
 {
@@ -39,7 +37,7 @@ static void profile_print(const struct weft_cpu_backend *be)
     fprintf(stderr, "  %-10s %10s %6s %12s %10s %12s\n", "op", "s", "%", "calls", "us/call", "rows/call");
     for (int k = 0; k < WEFT_OP_COUNT_; k++) {
         if (!be->prof_calls[k]) continue;
-        fprintf(stderr, "  %-10s %10.3f %6.1f %12llu %10.1f %12.1f\n", op_names[k], be->prof_s[k],
+        fprintf(stderr, "  %-10s %10.3f %6.1f %12llu %10.1f %12.1f\n", weft_op_name((enum weft_op_kind)k), be->prof_s[k],
                 total > 0 ? 100.0 * be->prof_s[k] / total : 0.0, (unsigned long long)be->prof_calls[k],
                 1e6 * be->prof_s[k] / (double)be->prof_calls[k],
                 (double)be->prof_rows[k] / (double)be->prof_calls[k]);

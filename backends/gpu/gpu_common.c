@@ -178,8 +178,6 @@ static weft_status ensure_scratch(struct weft_gpu *g, size_t need)
 
 /* ---- running ops ---- */
 
-static const char *const op_names[WEFT_OP_COUNT_] = {"EMBED", "RMSNORM", "MATMUL", "ROPE_KV", "ATTENTION",
-                                                     "SILU_MUL", "ADD", "COPY", "LOGITS"};
 
 static weft_status encode_all(struct weft_gpu *g, const struct weft_op *ops, size_t n)
 {
@@ -188,7 +186,7 @@ static weft_status encode_all(struct weft_gpu *g, const struct weft_op *ops, siz
         if (e) {
             char what[64];
             snprintf(what, sizeof what, "op %zu (%s)", i,
-                     (unsigned)ops[i].kind < WEFT_OP_COUNT_ ? op_names[ops[i].kind] : "?");
+                     weft_op_name(ops[i].kind));
             return g->hooks->error(e, what);
         }
     }

@@ -172,8 +172,6 @@ void vk_op_end(struct vk_backend *vb)
 
 void vk_profile_print(struct vk_backend *vb)
 {
-    static const char *names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
-                                                "silu_mul", "add", "copy", "logits"};
     double all = 0;
     for (int k = 0; k < WEFT_OP_COUNT_; k++) all += vb->prof[k].total_ms;
     fprintf(stderr, "vulkan:%d profile (%s): %.3f ms in ops\n", vb->index, vb->props.deviceName, all);
@@ -181,7 +179,7 @@ void vk_profile_print(struct vk_backend *vb)
     for (int k = 0; k < WEFT_OP_COUNT_; k++) {
         const struct vk_prof *p = &vb->prof[k];
         if (!p->calls) continue;
-        fprintf(stderr, "  %-10s %10llu %12.3f %12.1f\n", names[k], (unsigned long long)p->calls, p->total_ms,
+        fprintf(stderr, "  %-10s %10llu %12.3f %12.1f\n", weft_op_name((enum weft_op_kind)k), (unsigned long long)p->calls, p->total_ms,
                 p->total_ms * 1e3 / (double)p->calls);
     }
 }
