@@ -1,19 +1,14 @@
-/* Llama forward pass as a fused op list.
- *
- * Per layer (R = rows in the batch, E = n_embd, Ekv = head_dim * n_head_kv, F = n_ff):
- *   xb   = rmsnorm(x) * attn_norm                  (R, E)
- *   q,k,v = xb · Wq/Wk/Wvᵀ                         (R, E), (R, Ekv), (R, Ekv)
- *   rope(q, k); k, v -> paged cache slots
- *   att  = softmax(q kᵀ / sqrt(hd)) v  (causal, GQA, through block tables)  (R, E)
- *   x    = x + att · Woᵀ                           (residual fused in MATMUL)
- *   xb   = rmsnorm(x) * ffn_norm
- *   hb   = silu(xb · Wgateᵀ) * (xb · Wupᵀ)         (R, F)
- *   x    = x + hb · Wdownᵀ
- * then logits = rmsnorm(x[rows]) * output_norm · Woutᵀ for the rows sampled,
- * and hidden = rmsnorm(x[rows]) * output_norm for the rows asked for
- * (n_hidden: embeddings), read back to the host. */
+/* The forward pass as one fused op list per step, for any family
+ * (core/arch/family.h): batch staging, the embedding, each layer's ops as
+ * its family builds them (core/arch/<family>.c), over the devices of a
+ * split, then for the rows sampled
+ *   logits = rmsnorm(x[rows]) · output_norm · Woutᵀ
+ * and for the rows asked for (n_hidden: embeddings)
+ *   hidden = rmsnorm(x[rows]) · output_norm
+ * read back to the host. */
 #include "core/forward.h"
 #include "core/model_impl.h"
+#include "core/arch/build.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -49,8 +44,7 @@ struct weft_forward {
     float *hidden_host;
     bool hidden_ok;                /* hidden_host holds the last step's, of n_seq_last seqs */
     uint32_t n_seq_last;
-    struct weft_op *ops;
-    size_t n_ops, cap_ops;
+    struct weft_build b;           /* the op list, built by the model's family */
 };
 
 _Static_assert(WEFT_MAX_PARTS <= WEFT_KV_MAX_PARTS, "a KV pool holds as many parts as a model");
@@ -91,14 +85,15 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
                               m->hp.n_layer);
         }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
-    size_t R = max_rows, f = sizeof(float), ekv = (size_t)hp->head_dim * hp->n_head_kv;
+    size_t R = max_rows, f = sizeof(float);
+    size_t ek = (size_t)hp->head_dim * hp->n_head_kv, ev = (size_t)hp->head_dim_v * hp->n_head_kv;
     size_t c = 0;
     fw->off_x = take(&c, R * hp->n_embd * f);
     fw->off_xb = take(&c, R * hp->n_embd * f);
-    fw->off_q = take(&c, R * hp->n_embd * f);
-    fw->off_k = take(&c, R * ekv * f);
-    fw->off_v = take(&c, R * ekv * f);
-    fw->off_att = take(&c, R * hp->n_embd * f);
+    fw->off_q = take(&c, R * hp->n_head * hp->head_dim * f);
+    fw->off_k = take(&c, R * ek * f);
+    fw->off_v = take(&c, R * ev * f);
+    fw->off_att = take(&c, R * hp->n_head * hp->head_dim_v * f);
     fw->off_gate = take(&c, R * hp->n_ff * f);
     fw->off_up = take(&c, R * hp->n_ff * f);
     fw->off_hb = take(&c, R * hp->n_ff * f);
@@ -119,11 +114,12 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->keep = malloc(R * sizeof *fw->keep);
     fw->hid_at = malloc(max_seqs * sizeof *fw->hid_at);
     fw->hidden_host = malloc(R * hp->n_embd * f);
-    /* per layer at most 16 ops; the packing copies (two per run piece, at
+    /* a first guess of the ops a step takes (the list grows if a family
+     * needs more): per layer 16; the packing copies (two per run piece, at
      * most one piece per kept row); the final norm and LOGITS */
-    fw->cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * R;
-    fw->ops = calloc(fw->cap_ops, sizeof *fw->ops);
-    if (!fw->meta_host || !fw->logits_host || !fw->keep || !fw->hid_at || !fw->hidden_host || !fw->ops) {
+    fw->b.cap_ops = 16 * (size_t)hp->n_layer + 8 + 2 * R;
+    fw->b.ops = calloc(fw->b.cap_ops, sizeof *fw->b.ops);
+    if (!fw->meta_host || !fw->logits_host || !fw->keep || !fw->hid_at || !fw->hidden_host || !fw->b.ops) {
         st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
         goto err;
     }
@@ -162,16 +158,8 @@ void weft_forward_free(struct weft_forward *fw)
     free(fw->keep);
     free(fw->hid_at);
     free(fw->hidden_host);
-    free(fw->ops);
+    free(fw->b.ops);
     free(fw);
-}
-
-static struct weft_op *push(struct weft_forward *fw, enum weft_op_kind kind)
-{
-    struct weft_op *op = &fw->ops[fw->n_ops++];
-    memset(op, 0, sizeof *op);
-    op->kind = kind;
-    return op;
 }
 
 static struct weft_view act(struct weft_forward *fw, size_t off, int64_t cols, uint32_t rows)
@@ -184,43 +172,33 @@ static struct weft_view meta(struct weft_forward *fw, size_t off, uint32_t n)
     return weft_view_2d(fw->parts[fw->cur].meta, off, WEFT_TYPE_I32, n, 1);
 }
 
-/* Start adding ops for part p (the ops so far belong to part p-1). */
-static void begin_part(struct weft_forward *fw, uint32_t p)
+/* The step's activation views on part p's buffers, R rows each. */
+static void set_views(struct weft_forward *fw, uint32_t R)
 {
-    if (p > 0) fw->parts[p - 1].op_end = fw->n_ops;
+    const struct weft_hparams *hp = &fw->m->hp;
+    struct weft_build *b = &fw->b;
+    uint32_t E = hp->n_embd, F = hp->n_ff;
+    uint32_t Q = hp->n_head * hp->head_dim, K = hp->n_head_kv * hp->head_dim, V = hp->n_head_kv * hp->head_dim_v;
+    b->x = act(fw, fw->off_x, E, R); b->xb = act(fw, fw->off_xb, E, R);
+    b->q = act(fw, fw->off_q, Q, R); b->k = act(fw, fw->off_k, K, R); b->v = act(fw, fw->off_v, V, R);
+    b->att = act(fw, fw->off_att, hp->n_head * hp->head_dim_v, R);
+    b->gate = act(fw, fw->off_gate, F, R); b->up = act(fw, fw->off_up, F, R); b->hb = act(fw, fw->off_hb, F, R);
+    b->n_rows = R;
+}
+
+/* Start adding ops for part p (the ops so far belong to part p-1): the same
+ * views, on its buffers. */
+static void begin_part(struct weft_forward *fw, uint32_t p, uint32_t R, uint32_t n_seq, uint32_t bt_n)
+{
+    if (p > 0) fw->parts[p - 1].op_end = fw->b.n_ops;
     fw->cur = p;
-    fw->parts[p].op_begin = fw->n_ops;
+    fw->parts[p].op_begin = fw->b.n_ops;
     fw->act = fw->parts[p].act;
-}
-
-/* Move the kept rows of the views at offs (E floats a row) to the front,
- * keeping their order: each run of consecutive kept rows is one move, in
- * pieces no longer than the distance it moves, so no COPY overlaps itself
- * (a piece lands where the one before it was read from). */
-static void pack_rows(struct weft_forward *fw, const uint32_t *keep, uint32_t n_keep, const size_t *offs, int n_offs,
-                      uint32_t E)
-{
-    size_t row = (size_t)E * sizeof(float);
-    for (uint32_t i = 0; i < n_keep;) {
-        uint32_t run = 1;
-        while (i + run < n_keep && keep[i + run] == keep[i] + run) run++;
-        uint32_t d = keep[i] - i;  /* rows to move up; keep[] ascends, so keep[i] >= i */
-        for (uint32_t k = 0; d && k < run; k += d) {
-            uint32_t n = run - k < d ? run - k : d;
-            for (int o = 0; o < n_offs; o++) {
-                struct weft_op *op = push(fw, WEFT_OP_COPY);
-                op->u.copy = (struct weft_op_copy){fw->act, fw->act, offs[o] + (keep[i] + k) * row,
-                                                   offs[o] + (i + k) * row, n * row};
-            }
-        }
-        i += run;
-    }
-}
-
-static void mm(struct weft_forward *fw, struct weft_view x, struct weft_view w, struct weft_view out, bool residual)
-{
-    struct weft_op *op = push(fw, WEFT_OP_MATMUL);
-    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out, .add = out, .has_add = residual};
+    set_views(fw, R);
+    struct weft_batch_view *bv = &fw->b.batch;
+    bv->pos = meta(fw, fw->off_pos, R); bv->seq = meta(fw, fw->off_seq, R);
+    bv->slot = meta(fw, fw->off_slot, R); bv->bt_off = meta(fw, fw->off_btoff, n_seq);
+    bv->bt = meta(fw, fw->off_bt, bt_n);
 }
 
 weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq *seqs, uint32_t n_seq,
@@ -272,80 +250,40 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         if (sq->want_logits) rows[n_out++] = (int32_t)(n_keep - 1);
     }
 
-    uint32_t E = hp->n_embd, Ekv = hp->head_dim * hp->n_head_kv, F = hp->n_ff;
-    fw->n_ops = 0;
-    begin_part(fw, 0);
-    struct weft_view x = act(fw, fw->off_x, E, R), xb = act(fw, fw->off_xb, E, R);
-    struct weft_view q = act(fw, fw->off_q, E, R), k = act(fw, fw->off_k, Ekv, R), v = act(fw, fw->off_v, Ekv, R);
-    struct weft_view att = act(fw, fw->off_att, E, R);
-    struct weft_view gate = act(fw, fw->off_gate, F, R), up = act(fw, fw->off_up, F, R), hb = act(fw, fw->off_hb, F, R);
-    struct weft_batch_view batch = {
-        .n_rows = R, .n_seq = n_seq,
-        .pos = meta(fw, fw->off_pos, R), .seq = meta(fw, fw->off_seq, R), .slot = meta(fw, fw->off_slot, R),
-        .bt_off = meta(fw, fw->off_btoff, n_seq), .bt = meta(fw, fw->off_bt, bt_n),
-    };
+    uint32_t E = hp->n_embd;
+    struct weft_build *b = &fw->b;
+    b->hp = hp;
+    b->kv = fw->kv;
+    b->n_ops = 0;
+    b->nomem = false;
+    b->keep = fw->keep;
+    b->n_keep = n_keep;
+    b->last_layer = hp->n_layer - 1;
+    b->batch = (struct weft_batch_view){.n_rows = R, .n_seq = n_seq};
+    begin_part(fw, 0, R, n_seq, bt_n);
 
-    struct weft_op *op = push(fw, WEFT_OP_EMBED);
-    op->u.embed = (struct weft_op_embed){.table = m->tok_embd, .ids = meta(fw, fw->off_ids, R), .out = x};
+    struct weft_op *op = weft_b_push(b, WEFT_OP_EMBED);
+    op->u.embed = (struct weft_op_embed){.table = m->glob.t[WEFT_T_TOKEN_EMBD], .ids = meta(fw, fw->off_ids, R),
+                                         .out = b->x};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        const struct weft_layer_weights *L = &m->layers[l];
-        if (m->layer_part[l] != fw->cur) {
-            /* a new device: the same views, on its buffers */
-            begin_part(fw, m->layer_part[l]);
-            x = act(fw, fw->off_x, E, R); xb = act(fw, fw->off_xb, E, R);
-            q = act(fw, fw->off_q, E, R); k = act(fw, fw->off_k, Ekv, R); v = act(fw, fw->off_v, Ekv, R);
-            att = act(fw, fw->off_att, E, R);
-            gate = act(fw, fw->off_gate, F, R); up = act(fw, fw->off_up, F, R); hb = act(fw, fw->off_hb, F, R);
-            batch.pos = meta(fw, fw->off_pos, R); batch.seq = meta(fw, fw->off_seq, R);
-            batch.slot = meta(fw, fw->off_slot, R); batch.bt_off = meta(fw, fw->off_btoff, n_seq);
-            batch.bt = meta(fw, fw->off_bt, bt_n);
-        }
-        op = push(fw, WEFT_OP_RMSNORM);
-        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->attn_norm, .out = xb, .eps = hp->rms_eps};
-        mm(fw, xb, L->wq, q, false);
-        mm(fw, xb, L->wk, k, false);
-        mm(fw, xb, L->wv, v, false);
-        op = push(fw, WEFT_OP_ROPE_KV);
-        op->u.rope_kv = (struct weft_op_rope_kv){
-            .q = q, .k = k, .v = v, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
-            .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = hp->rope_freq_base,
-            .freq_scale = hp->rope_freq_scale, .mode = hp->rope_mode};
-        op = push(fw, WEFT_OP_ATTENTION);
-        op->u.attention = (struct weft_op_attention){
-            .q = q, .out = att, .kv = weft_kv_layer_view(fw->kv, l), .batch = batch,
-            .n_head = hp->n_head, .scale = 1.0f / sqrtf((float)hp->head_dim)};
-        if (l + 1 == hp->n_layer && n_keep < R) {
-            /* After the last attention only the sampled rows and the hidden
-             * rows asked for matter (as in llama.cpp): pack them to the front
-             * and finish on n_keep rows. */
-            if (n_keep == 0) break;  /* a prefill chunk that samples nothing */
-            const size_t offs[2] = {fw->off_att, fw->off_x};
-            pack_rows(fw, fw->keep, n_keep, offs, 2, E);
-            uint32_t n = n_keep;
-            x = act(fw, fw->off_x, E, n); xb = act(fw, fw->off_xb, E, n); att = act(fw, fw->off_att, E, n);
-            gate = act(fw, fw->off_gate, F, n); up = act(fw, fw->off_up, F, n); hb = act(fw, fw->off_hb, F, n);
-        }
-        mm(fw, att, L->wo, x, true);
-        op = push(fw, WEFT_OP_RMSNORM);
-        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = L->ffn_norm, .out = xb, .eps = hp->rms_eps};
-        mm(fw, xb, L->w_gate, gate, false);
-        mm(fw, xb, L->w_up, up, false);
-        op = push(fw, WEFT_OP_SILU_MUL);
-        op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = hb};
-        mm(fw, hb, L->w_down, x, true);
+        if (m->layer_part[l] != fw->cur) begin_part(fw, m->layer_part[l], R, n_seq, bt_n);  /* a new device */
+        b->w = &m->layers[l];
+        hp->family->layer(b, l);
+        if (l == b->last_layer && n_keep == 0) break;  /* a prefill chunk that samples nothing */
     }
     if (n_hid) {
         /* the final norm alone, over the kept rows, for the hidden states */
-        op = push(fw, WEFT_OP_RMSNORM);
-        op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = m->output_norm, .out = xb, .eps = hp->rms_eps};
+        weft_b_rmsnorm(b, b->x, m->glob.t[WEFT_T_OUTPUT_NORM], b->xb);
     }
     if (n_out) {
-        op = push(fw, WEFT_OP_LOGITS);
+        op = weft_b_push(b, WEFT_OP_LOGITS);
         op->u.logits = (struct weft_op_logits){
-            .x = x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->output_norm, .w = m->output,
+            .x = b->x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->glob.t[WEFT_T_OUTPUT_NORM],
+            .w = m->glob.t[WEFT_T_OUTPUT],
             .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
     }
-    fw->parts[fw->cur].op_end = fw->n_ops;
+    if (b->nomem) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory for the op list");
+    fw->parts[fw->cur].op_end = b->n_ops;
     uint32_t last = fw->cur;   /* a prefill chunk sampling nothing may stop early */
     weft_status st;
     for (uint32_t p = 0; p <= last; p++) {
@@ -361,11 +299,11 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         }
         if ((st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK) return st;
         for (size_t i = fp->op_begin; i < fp->op_end; i++)
-            if (!bi->supports(fp->be, &fw->ops[i]))
-                return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (kind %d)",
-                                  bi->name, i, (int)fw->ops[i].kind);
+            if (!bi->supports(fp->be, &b->ops[i]))
+                return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (%s)",
+                                  bi->name, i, weft_op_name(b->ops[i].kind));
         if (fp->op_end > fp->op_begin &&
-            (st = bi->run(fp->be, fw->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
+            (st = bi->run(fp->be, b->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
             return st;
     }
     if (n_out || n_hid) {
@@ -396,6 +334,6 @@ const float *weft_forward_hidden(const struct weft_forward *fw, uint32_t s)
 
 const struct weft_op *weft_forward_ops(const struct weft_forward *fw, size_t *n)
 {
-    *n = fw->n_ops;
-    return fw->ops;
+    *n = fw->b.n_ops;
+    return fw->b.ops;
 }

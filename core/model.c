@@ -1,6 +1,7 @@
 /* GGUF -> validated hyperparameters + weight views on a backend. */
 #include "core/model_impl.h"
 #include "base/options.h"
+#include "core/arch/family.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -38,6 +39,35 @@ static weft_status get_opt_f32(const struct weft_gguf *g, const char *arch, cons
     return WEFT_OK;
 }
 
+static weft_status get_opt_str(const struct weft_gguf *g, const char *arch, const char *suffix, const char **out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    weft_status st = weft_gguf_get_str(g, key, out, NULL);
+    return st == WEFT_ERR_NOT_FOUND ? WEFT_OK : st;
+}
+
+/* rope.scaling.*: "none" and "linear" (positions divided by the factor) are
+ * weft's; any other type is refused by name. */
+static weft_status rope_scaling(const struct weft_gguf *g, const char *arch, struct weft_hparams *hp)
+{
+    const char *type = NULL;
+    float factor = 1.0f;
+    weft_status st;
+    if ((st = get_opt_str(g, arch, "rope.scaling.type", &type)) ||
+        (st = get_opt_f32(g, arch, "rope.scaling.factor", &factor)))
+        return st;
+    if (!(factor > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.scaling.factor %g must be > 0", factor);
+    if (type && strcmp(type, "none") && strcmp(type, "linear")) {
+        if (!strcmp(type, "yarn") || !strcmp(type, "longrope") || !strcmp(type, "llama3"))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.rope.scaling.type '%s' is not supported yet", arch, type);
+        return weft_error(WEFT_ERR_FORMAT, "model: unknown %s.rope.scaling.type '%s' (known: none, linear)", arch, type);
+    }
+    if (type && !strcmp(type, "none")) factor = 1.0f;
+    hp->rope_freq_scale = 1.0f / factor;
+    return WEFT_OK;
+}
+
 weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp)
 {
     memset(hp, 0, sizeof *hp);
@@ -45,8 +75,10 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     weft_status st = weft_gguf_get_str(g, "general.architecture", &arch, NULL);
     if (st == WEFT_ERR_NOT_FOUND) return weft_error(WEFT_ERR_FORMAT, "model: missing key 'general.architecture'");
     if (st != WEFT_OK) return st;
-    if (strcmp(arch, "llama") != 0)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (weft runs 'llama')", arch);
+    hp->family = weft_family_find(arch);
+    if (!hp->family)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: architecture '%s' is not supported (weft runs %s)", arch,
+                          weft_family_names());
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
 
     if ((st = get_u32_req(g, arch, "embedding_length", &hp->n_embd)) ||
@@ -58,22 +90,30 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     hp->n_head_kv = hp->n_head;
     hp->rms_eps = 1e-5f;
     hp->rope_freq_base = 10000.0f;
-    float rope_scale = 1.0f;
     if ((st = get_opt_u32(g, arch, "context_length", &hp->n_ctx_train)) ||
         (st = get_opt_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv)) ||
+        (st = get_opt_u32(g, arch, "attention.key_length", &hp->head_dim)) ||
+        (st = get_opt_u32(g, arch, "attention.value_length", &hp->head_dim_v)) ||
         (st = get_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
         (st = get_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)) ||
-        (st = get_opt_f32(g, arch, "rope.scaling.factor", &rope_scale)))
+        (st = rope_scaling(g, arch, hp)))
         return st;
     if (hp->n_ctx_train == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.context_length' is 0", arch);
     if (hp->n_head_kv == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.attention.head_count_kv' is 0", arch);
-    if (hp->n_embd % hp->n_head)
-        return weft_error(WEFT_ERR_FORMAT, "model: embedding_length %u is not divisible by head_count %u",
-                          hp->n_embd, hp->n_head);
+    if (hp->head_dim == 0) {
+        /* no attention.key_length: the heads split the embedding */
+        if (hp->n_embd % hp->n_head)
+            return weft_error(WEFT_ERR_FORMAT, "model: embedding_length %u is not divisible by head_count %u",
+                              hp->n_embd, hp->n_head);
+        hp->head_dim = hp->n_embd / hp->n_head;
+    }
+    if (hp->head_dim_v == 0) hp->head_dim_v = hp->head_dim;
+    if (hp->head_dim_v != hp->head_dim)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.attention.value_length %u != key_length %u is not supported yet",
+                          arch, hp->head_dim_v, hp->head_dim);
     if (hp->n_head % hp->n_head_kv)
         return weft_error(WEFT_ERR_FORMAT, "model: head_count %u is not divisible by head_count_kv %u",
                           hp->n_head, hp->n_head_kv);
-    hp->head_dim = hp->n_embd / hp->n_head;
     hp->n_rot = hp->head_dim;
     if ((st = get_opt_u32(g, arch, "rope.dimension_count", &hp->n_rot))) return st;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
@@ -83,9 +123,8 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return weft_error(WEFT_ERR_FORMAT, "model: rms epsilon %g out of range", hp->rms_eps);
     if (!(hp->rope_freq_base > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.freq_base %g must be > 0", hp->rope_freq_base);
-    if (!(rope_scale > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.scaling.factor %g must be > 0", rope_scale);
-    hp->rope_freq_scale = 1.0f / rope_scale;
-    hp->rope_mode = WEFT_ROPE_NORMAL;  /* llama */
+    hp->rope_mode = WEFT_ROPE_NORMAL;
+    if (hp->family->hparams && (st = hp->family->hparams(g, hp))) return st;
 
     int64_t tok = weft_gguf_find_key(g, "tokenizer.ggml.tokens");
     if (tok < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing key 'tokenizer.ggml.tokens'");
@@ -101,8 +140,44 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     return WEFT_OK;
 }
 
+/* Every tensor in the file is one the family uses (at its layer), and every
+ * tensor it requires is there: a file is refused naming the first that is
+ * not. Sets hp->tied_output (an optional output head absent). */
+static weft_status check_tensors(const struct weft_gguf *g, struct weft_hparams *hp)
+{
+    const struct weft_family *f = hp->family;
+    struct weft_tensor_spec spec[WEFT_T_COUNT_];
+    for (int64_t i = 0; i < weft_gguf_n_tensors(g); i++) {
+        const char *name = weft_gguf_tensor(g, i)->name;
+        uint32_t l;
+        enum weft_tensor_id id = weft_tensor_lookup(name, &l);
+        if (id == WEFT_T_COUNT_)
+            return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' is not one the '%s' family reads", name, hp->arch);
+        if (l != UINT32_MAX && l >= hp->n_layer)
+            return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' is past the model's %u layers", name, hp->n_layer);
+        memset(spec, 0, sizeof spec);
+        f->tensors(hp, l, spec);
+        if (spec[id].use == WEFT_USE_NONE)
+            return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' is not used by the '%s' family%s", name, hp->arch,
+                              id == WEFT_T_ROPE_FREQS ? " (RoPE frequency factors are not supported yet)" : "");
+    }
+    for (uint32_t l = 0; l <= hp->n_layer; l++) {
+        uint32_t at = l == hp->n_layer ? WEFT_GLOBAL_TENSORS : l;
+        memset(spec, 0, sizeof spec);
+        f->tensors(hp, at, spec);
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            if (spec[id].use != WEFT_USE_REQUIRED) continue;
+            char name[96];
+            weft_tensor_name((enum weft_tensor_id)id, at, name, sizeof name);
+            if (weft_gguf_find_tensor(g, name) < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing tensor '%s'", name);
+        }
+    }
+    hp->tied_output = weft_gguf_find_tensor(g, "output.weight") < 0;
+    return WEFT_OK;
+}
+
 /* Look up a tensor and check its shape ([ne0, ne1]) and type. */
-static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool norm,
+static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool f32,
                         const struct weft_gguf_tensor **out)
 {
     int64_t i = weft_gguf_find_tensor(m->gguf, name);
@@ -113,8 +188,8 @@ static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int
         return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
                           name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                           (long long)ne0, (long long)ne1);
-    if (norm && t->type != WEFT_TYPE_F32)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "model: norm tensor '%s' is %s, expected F32", name, weft_type_name(t->type));
+    if (f32 && t->type != WEFT_TYPE_F32)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: tensor '%s' is %s, expected F32", name, weft_type_name(t->type));
     *out = t;
     return WEFT_OK;
 }
@@ -141,11 +216,11 @@ struct placer {
     uint32_t chunk;
 };
 
-static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, bool norm,
+static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, bool f32,
                          struct weft_view *out)
 {
     const struct weft_gguf_tensor *t = NULL;
-    weft_status st = find(pl->m, name, ne0, ne1, norm, &t);
+    weft_status st = find(pl->m, name, ne0, ne1, f32, &t);
     if (st != WEFT_OK) return st;
     size_t off = (size_t)((const uint8_t *)t->data - pl->base), need = (t->size + 255) & ~(size_t)255;
     struct weft_buffer *buf = pl->part->weights;
@@ -177,43 +252,53 @@ static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64
     return WEFT_OK;
 }
 
+/* Place the tensors of spec (those present) for layer l into ws, in table
+ * order. */
+static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_tensor_spec *spec,
+                              struct weft_layer_weights *ws, uint32_t skip)
+{
+    weft_status st;
+    for (int id = 0; id < WEFT_T_COUNT_; id++) {
+        if (spec[id].use == WEFT_USE_NONE || ((skip >> id) & 1)) continue;
+        char name[96];
+        weft_tensor_name((enum weft_tensor_id)id, l, name, sizeof name);
+        if (spec[id].use == WEFT_USE_OPTIONAL && weft_gguf_find_tensor(pl->m->gguf, name) < 0) continue;
+        bool f32 = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;
+        if ((st = place(pl, name, spec[id].ne0, spec[id].ne1, f32, &ws->t[id]))) return st;
+    }
+    return WEFT_OK;
+}
+
 /* Bind the views of the tensors part p uses (its layers; EMBED on the first
  * part; LOGITS on the last). */
 static weft_status place_part(struct placer *pl, uint32_t p)
 {
     struct weft_model *m = pl->m;
     const struct weft_hparams *hp = &m->hp;
-    uint32_t n_embd_kv = hp->head_dim * hp->n_head_kv;
+    struct weft_tensor_spec spec[WEFT_T_COUNT_] = {0};
+    hp->family->tensors(hp, WEFT_GLOBAL_TENSORS, spec);
     struct weft_view scratch;
     weft_status st;
     bool first = p == 0, last = p + 1 == m->n_parts;
+    struct weft_layer_weights *G = &m->glob;
+    const struct weft_tensor_spec *e = &spec[WEFT_T_TOKEN_EMBD];
     if (first || (last && m->hp.tied_output))
-        if ((st = place(pl, "token_embd.weight", hp->n_embd, hp->n_vocab, false, first ? &m->tok_embd : &scratch)))
+        if ((st = place(pl, "token_embd.weight", e->ne0, e->ne1, false, first ? &G->t[WEFT_T_TOKEN_EMBD] : &scratch)))
             return st;
     if (last) {
-        if ((st = place(pl, "output_norm.weight", hp->n_embd, 1, true, &m->output_norm))) return st;
-        if (m->hp.tied_output) m->output = first ? m->tok_embd : scratch;
-        else if ((st = place(pl, "output.weight", hp->n_embd, hp->n_vocab, false, &m->output))) return st;
+        /* the rest of the model's own tensors: the final norm, the head */
+        if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, 1u << WEFT_T_TOKEN_EMBD))) return st;
+        if (m->hp.tied_output) G->t[WEFT_T_OUTPUT] = first ? G->t[WEFT_T_TOKEN_EMBD] : scratch;
     }
     for (uint32_t l = pl->part->layer0; l < pl->part->layer0 + pl->part->n_layer; l++) {
-        struct weft_layer_weights *L = &m->layers[l];
-        char n[96];
-#define PLACE(field, suffix, a, b, norm) \
-        snprintf(n, sizeof n, "blk.%u.%s", l, suffix); \
-        if ((st = place(pl, n, a, b, norm, &L->field))) return st;
-        PLACE(attn_norm, "attn_norm.weight", hp->n_embd, 1, true)
-        PLACE(wq, "attn_q.weight", hp->n_embd, hp->n_embd, false)
-        PLACE(wk, "attn_k.weight", hp->n_embd, n_embd_kv, false)
-        PLACE(wv, "attn_v.weight", hp->n_embd, n_embd_kv, false)
-        PLACE(wo, "attn_output.weight", hp->n_embd, hp->n_embd, false)
-        PLACE(ffn_norm, "ffn_norm.weight", hp->n_embd, 1, true)
-        PLACE(w_gate, "ffn_gate.weight", hp->n_embd, hp->n_ff, false)
-        PLACE(w_up, "ffn_up.weight", hp->n_embd, hp->n_ff, false)
-        PLACE(w_down, "ffn_down.weight", hp->n_ff, hp->n_embd, false)
-#undef PLACE
+        memset(spec, 0, sizeof spec);
+        hp->family->tensors(hp, l, spec);
+        if ((st = place_spec(pl, l, spec, &m->layers[l], 0))) return st;
     }
     return WEFT_OK;
 }
+
+static bool is_matrix(int id) { return weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_MATRIX; }
 
 static weft_status prepare_part(struct weft_model *m, uint32_t p)
 {
@@ -221,13 +306,12 @@ static weft_status prepare_part(struct weft_model *m, uint32_t p)
     if (be->iface->api_version < 2 || !be->iface->weight_prepare) return WEFT_OK;
     /* the matrices are final: let the backend lay them out for its kernels */
     weft_status st;
-    if (p + 1 == m->n_parts && (st = be->iface->weight_prepare(be, &m->output))) return st;
-    for (uint32_t l = m->parts[p].layer0; l < m->parts[p].layer0 + m->parts[p].n_layer; l++) {
-        const struct weft_layer_weights *L = &m->layers[l];
-        const struct weft_view *lm[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (size_t i = 0; i < sizeof lm / sizeof lm[0]; i++)
-            if ((st = be->iface->weight_prepare(be, lm[i]))) return st;
-    }
+    if (p + 1 == m->n_parts && (st = be->iface->weight_prepare(be, &m->glob.t[WEFT_T_OUTPUT]))) return st;
+    for (uint32_t l = m->parts[p].layer0; l < m->parts[p].layer0 + m->parts[p].n_layer; l++)
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            const struct weft_view *v = &m->layers[l].t[id];
+            if (v->buf && is_matrix(id) && (st = be->iface->weight_prepare(be, v))) return st;
+        }
     return WEFT_OK;
 }
 
@@ -247,6 +331,7 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
     if ((st = weft_hparams_load(m->gguf, &m->hp)) != WEFT_OK) goto err;
     if ((st = weft_tokenizer_load(m->gguf, &m->tok)) != WEFT_OK) goto err;
     if ((st = weft_fingerprint_model(m->gguf, &m->hp, &m->fingerprint)) != WEFT_OK) goto err;
+    if ((st = check_tensors(m->gguf, &m->hp)) != WEFT_OK) goto err;
     if (weft_tokenizer_n_vocab(m->tok) != (int32_t)m->hp.n_vocab) {
         st = weft_error(WEFT_ERR_FORMAT, "model: tokenizer has %d tokens, hyperparameters say %u",
                         weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
@@ -294,7 +379,6 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
     m->ftype = WEFT_TYPE_F32;
     for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++)
         if (counts[ti] > counts[m->ftype]) m->ftype = (enum weft_type)ti;
-    m->hp.tied_output = weft_gguf_find_tensor(m->gguf, "output.weight") < 0;
 
     const struct weft_hparams *hp = &m->hp;
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
@@ -342,6 +426,7 @@ weft_status weft_model_load_meta(const char *path, struct weft_backend *be, stru
     if (st == WEFT_OK) st = weft_hparams_load(m->gguf, &m->hp);
     if (st == WEFT_OK) st = weft_tokenizer_load(m->gguf, &m->tok);
     if (st == WEFT_OK) st = weft_fingerprint_model(m->gguf, &m->hp, &m->fingerprint);
+    if (st == WEFT_OK) st = check_tensors(m->gguf, &m->hp);
     if (st == WEFT_OK && weft_tokenizer_n_vocab(m->tok) != (int32_t)m->hp.n_vocab)
         st = weft_error(WEFT_ERR_FORMAT, "model: tokenizer has %d tokens, hyperparameters say %u",
                         weft_tokenizer_n_vocab(m->tok), m->hp.n_vocab);
@@ -400,11 +485,12 @@ uint64_t weft_model_n_params(const struct weft_model *m) { return m->n_params; }
 size_t weft_model_weight_bytes(const struct weft_model *m) { return m->weight_bytes; }
 uint64_t weft_model_bytes_per_token(const struct weft_model *m)
 {
-    uint64_t b = (uint64_t)m->output.ne1 * m->output.nb1;
-    for (uint32_t l = 0; l < m->hp.n_layer && m->layers; l++) {
-        const struct weft_layer_weights *L = &m->layers[l];
-        const struct weft_view *w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) b += (uint64_t)w[i]->ne1 * w[i]->nb1;
-    }
+    const struct weft_view *out = &m->glob.t[WEFT_T_OUTPUT];
+    uint64_t b = (uint64_t)out->ne1 * out->nb1;
+    for (uint32_t l = 0; l < m->hp.n_layer && m->layers; l++)
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            const struct weft_view *w = &m->layers[l].t[id];
+            if (w->buf && is_matrix(id)) b += (uint64_t)w->ne1 * w->nb1;
+        }
     return b;
 }

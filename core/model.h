@@ -1,25 +1,32 @@
-/* A Llama-family model: hyperparameters from GGUF, weights placed on a
- * backend. Its layout is core's (core/model_impl.h: forward.c reads the
+/* A model of one of the families in core/arch/ (family.h): hyperparameters
+ * from GGUF, weights placed on a backend. Its layout is core's (core/model_impl.h: forward.c reads the
  * fields); the CLI and server use the accessors below. */
 #ifndef WEFT_MODEL_H
 #define WEFT_MODEL_H
 
 #include "backends/backend.h"
+#include "core/arch/tensors.h"
 #include "core/fingerprint.h"
 #include "core/gguf.h"
 #include "core/tokenizer.h"
 
+struct weft_family;
+
 struct weft_hparams {
-    char arch[32];             /* "llama" */
+    char arch[32];             /* general.architecture: "llama", ... */
+    const struct weft_family *family;   /* core/arch/family.h */
     uint32_t n_vocab, n_ctx_train, n_embd, n_layer, n_head, n_head_kv, n_ff;
-    uint32_t head_dim, n_rot;
+    uint32_t head_dim, n_rot;  /* head_dim: of Q and K (attention.key_length) */
+    uint32_t head_dim_v;       /* of V (attention.value_length; = head_dim when absent) */
     float rms_eps, rope_freq_base, rope_freq_scale;
     enum weft_rope_mode rope_mode;
     bool tied_output;          /* output.weight absent: lm_head = token_embd */
 };
 
+/* One layer's tensors (or the model's own ones), by id of core/arch/tensors.h;
+ * those the family does not use have no buffer. */
 struct weft_layer_weights {
-    struct weft_view attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    struct weft_view t[WEFT_T_COUNT_];
 };
 
 /* Layers placed on several devices (--split cpu=2,vulkan:0=3): part i runs

@@ -24,7 +24,7 @@ struct weft_model {
     struct weft_model_part parts[WEFT_MAX_PARTS];
     uint32_t n_parts;
     uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
-    struct weft_view tok_embd, output_norm, output;
+    struct weft_layer_weights glob;     /* token_embd, output_norm, output (token_embd's when tied) */
     struct weft_layer_weights *layers;
     struct weft_fingerprint fingerprint; /* core/fingerprint.h: computed at load */
     enum weft_type ftype;          /* type of most weights, for display */

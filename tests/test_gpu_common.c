@@ -208,7 +208,7 @@ static void a_failing_launch_names_the_op(void)
     struct weft_op ops[2] = {add_op(0), add_op(0)};
     fail_encode_at = 1;
     CHECK(weft_gpu_run(&gpu, ops, 2) == WEFT_ERR_DEVICE);
-    CHECK_MSG(strstr(weft_last_error(), "op 1 (ADD)") != NULL, "%s", weft_last_error());
+    CHECK_MSG(strstr(weft_last_error(), "op 1 (add)") != NULL, "%s", weft_last_error());
 }
 
 static void input_error_word_is_reported_once(void)

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/arch/family.h"
 #include "core/gguf.h"
 #include "base/quant.h"
 #include "tools/cli.h"
@@ -378,7 +379,7 @@ static weft_status gen_vocab_build(struct gen_vocab *v, uint32_t n)
 /* ---- the model ---- */
 
 struct gen_tensor {
-    char name[48];
+    char name[96];
     enum weft_type type;
     uint32_t n_dims;
     int64_t ne[2];
@@ -572,29 +573,32 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
         goto out;
     }
 
-    /* shapes: ne[0] is the row (input) length, as in llama.cpp */
-    uint32_t n_embd_kv = p->n_embd / p->n_head * p->n_head_kv;
-    size_t n_max = 3 + 9 * (size_t)p->n_layer, n = 0;
+    /* shapes: ne[0] is the row (input) length, as in llama.cpp; names and
+     * shapes from the family's tensor table (core/arch/) */
+    const struct weft_family *fam = weft_family_find("llama");
+    struct weft_hparams hp = {.n_vocab = n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
+                              .n_head_kv = p->n_head_kv, .n_ff = p->n_ff, .head_dim = p->n_embd / p->n_head};
+    hp.head_dim_v = hp.head_dim;
+    size_t n_max = 3 + WEFT_T_COUNT_ * (size_t)(p->n_layer + 1), n = 0;
     tensors = calloc(n_max, sizeof *tensors);
     if (!tensors) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
-    add_desc(tensors, &n, "token_embd.weight", weft_gen_row_type(p->type, p->n_embd), p->n_embd, n_vocab, false);
-    for (uint32_t l = 0; l < p->n_layer; l++) {
-        char nm[48];
-#define BLK(suffix, ne0, ne1, norm) \
-        (snprintf(nm, sizeof nm, "blk.%" PRIu32 "." suffix, l), add_desc(tensors, &n, nm, weft_gen_row_type(p->type, ne0), ne0, ne1, norm))
-        BLK("attn_norm.weight", p->n_embd, 1, true);
-        BLK("attn_q.weight", p->n_embd, p->n_embd, false);
-        BLK("attn_k.weight", p->n_embd, n_embd_kv, false);
-        BLK("attn_v.weight", p->n_embd, n_embd_kv, false);
-        BLK("attn_output.weight", p->n_embd, p->n_embd, false);
-        BLK("ffn_norm.weight", p->n_embd, 1, true);
-        BLK("ffn_gate.weight", p->n_embd, p->n_ff, false);
-        BLK("ffn_up.weight", p->n_embd, p->n_ff, false);
-        BLK("ffn_down.weight", p->n_ff, p->n_embd, false);
-#undef BLK
+    struct weft_tensor_spec spec[WEFT_T_COUNT_];
+    /* token_embd first, the layers, then the rest of the model's own (llama.cpp's order) */
+    for (uint32_t l = 0; l <= p->n_layer + 1; l++) {
+        uint32_t at = l == 0 || l == p->n_layer + 1 ? WEFT_GLOBAL_TENSORS : l - 1;
+        memset(spec, 0, sizeof spec);
+        fam->tensors(&hp, at, spec);
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            if (spec[id].use == WEFT_USE_NONE || (at == WEFT_GLOBAL_TENSORS && (id == WEFT_T_TOKEN_EMBD) != (l == 0)))
+                continue;
+            if (id == WEFT_T_OUTPUT && p->tied_output) continue;
+            char nm[96];
+            weft_tensor_name((enum weft_tensor_id)id, at, nm, sizeof nm);
+            bool vec = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;
+            add_desc(tensors, &n, nm, vec ? p->type : weft_gen_row_type(p->type, spec[id].ne0), spec[id].ne0,
+                     spec[id].ne1, vec);
+        }
     }
-    add_desc(tensors, &n, "output_norm.weight", p->type, p->n_embd, 1, true);
-    if (!p->tied_output) add_desc(tensors, &n, "output.weight", weft_gen_row_type(p->type, p->n_embd), p->n_embd, n_vocab, false);
 
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += (tensors[i].size + 63) & ~(size_t)63;

@@ -1,0 +1,110 @@
+/* The shared builders (build.h). */
+#include "core/arch/build.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct weft_op *weft_b_push(struct weft_build *b, enum weft_op_kind kind)
+{
+    static struct weft_op scratch;
+    if (b->n_ops == b->cap_ops) {
+        size_t cap = b->cap_ops ? 2 * b->cap_ops : 64;
+        struct weft_op *ops = realloc(b->ops, cap * sizeof *ops);
+        if (!ops) {
+            b->nomem = true;
+            memset(&scratch, 0, sizeof scratch);
+            return &scratch;
+        }
+        b->ops = ops;
+        b->cap_ops = cap;
+    }
+    struct weft_op *op = &b->ops[b->n_ops++];
+    memset(op, 0, sizeof *op);
+    op->kind = kind;
+    return op;
+}
+
+void weft_b_rmsnorm(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_RMSNORM);
+    op->u.rmsnorm = (struct weft_op_rmsnorm){.x = x, .w = w, .out = out, .eps = b->hp->rms_eps};
+}
+
+void weft_b_head_rmsnorm(struct weft_build *b, struct weft_view v, struct weft_view w)
+{
+    int64_t d = w.ne0, heads = v.ne0 / d;
+    struct weft_view rows = weft_view_2d(v.buf, v.offset, v.type, d, v.ne1 * heads);
+    weft_b_rmsnorm(b, rows, w, rows);
+}
+
+void weft_b_matmul(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MATMUL);
+    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out};
+}
+
+void weft_b_matmul_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MATMUL);
+    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out, .add = out, .has_add = true};
+}
+
+void weft_b_silu_mul(struct weft_build *b, struct weft_view gate, struct weft_view up, struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_SILU_MUL);
+    op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = out};
+}
+
+void weft_b_rope_kv(struct weft_build *b, uint32_t l)
+{
+    const struct weft_hparams *hp = b->hp;
+    struct weft_op *op = weft_b_push(b, WEFT_OP_ROPE_KV);
+    op->u.rope_kv = (struct weft_op_rope_kv){
+        .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
+        .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = hp->rope_freq_base,
+        .freq_scale = hp->rope_freq_scale, .mode = hp->rope_mode};
+}
+
+void weft_b_attention(struct weft_build *b, uint32_t l, float scale)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_ATTENTION);
+    op->u.attention = (struct weft_op_attention){
+        .q = b->q, .out = b->att, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
+        .n_head = b->hp->n_head, .scale = scale};
+}
+
+/* Move the kept rows of the views vs (rows of equal length) to their front,
+ * keeping their order: each run of consecutive kept rows is one move, in
+ * pieces no longer than the distance it moves, so no COPY overlaps itself (a
+ * piece lands where the one before it was read from). */
+static void pack_rows(struct weft_build *b, const struct weft_view *vs, int n_vs)
+{
+    const uint32_t *keep = b->keep;
+    for (uint32_t i = 0; i < b->n_keep;) {
+        uint32_t run = 1;
+        while (i + run < b->n_keep && keep[i + run] == keep[i] + run) run++;
+        uint32_t d = keep[i] - i;  /* rows to move up; keep[] ascends, so keep[i] >= i */
+        for (uint32_t k = 0; d && k < run; k += d) {
+            uint32_t n = run - k < d ? run - k : d;
+            for (int o = 0; o < n_vs; o++) {
+                size_t row = vs[o].nb1;
+                struct weft_op *op = weft_b_push(b, WEFT_OP_COPY);
+                op->u.copy = (struct weft_op_copy){vs[o].buf, vs[o].buf, vs[o].offset + (keep[i] + k) * row,
+                                                   vs[o].offset + (i + k) * row, n * row};
+            }
+        }
+        i += run;
+    }
+}
+
+bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
+{
+    if (l != b->last_layer || b->n_keep == b->n_rows) return true;
+    if (b->n_keep == 0) return false;
+    const struct weft_view vs[2] = {b->att, b->x};
+    pack_rows(b, vs, 2);
+    struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->ne1 = b->n_keep;
+    b->n_rows = b->n_keep;
+    return true;
+}

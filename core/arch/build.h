@@ -1,0 +1,59 @@
+/* The shared builders a family's layer is written with: each appends one op
+ * (or a few) to the step's list. The views in struct weft_build are the
+ * step's activations on the device running the layer, one row per batch
+ * row, F32; forward.c sets them (and moves them to the next device's
+ * buffers at a split). Shapes in the comments: R rows, E = n_embd,
+ * H / Hkv heads, D = head_dim (K), Dv = head_dim_v, F = n_ff. */
+#ifndef WEFT_ARCH_BUILD_H
+#define WEFT_ARCH_BUILD_H
+
+#include "core/arch/family.h"
+#include "core/kv.h"
+
+struct weft_build {
+    const struct weft_hparams *hp;
+    const struct weft_layer_weights *w;   /* the layer's tensors, by id */
+    struct weft_kv_pool *kv;
+    struct weft_batch_view batch;
+    /* x (R, E) the residual stream; xb (R, E) its normed copy; q (R, H·D),
+     * k (R, Hkv·D), v (R, Hkv·Dv); att (R, H·Dv); gate, up, hb (R, F) */
+    struct weft_view x, xb, q, k, v, att, gate, up, hb;
+    uint32_t n_rows;
+    /* after the last layer's attention only these rows (ascending) go on:
+     * the sampled ones and the hidden ones asked for */
+    const uint32_t *keep;
+    uint32_t n_keep, last_layer;
+    /* the op list */
+    struct weft_op *ops;
+    size_t n_ops, cap_ops;
+    bool nomem;                /* an op could not be appended */
+};
+
+/* A new op of `kind`, zeroed but for its kind (a scratch one when out of
+ * memory: b->nomem says so). */
+struct weft_op *weft_b_push(struct weft_build *b, enum weft_op_kind kind);
+
+/* out = x / rms(x) · w (w: the norm's weight, a view of E floats) */
+void weft_b_rmsnorm(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
+/* v = rmsnorm of each head's D values · w (w: D floats), in place: v's rows
+ * seen as (rows · heads, D) */
+void weft_b_head_rmsnorm(struct weft_build *b, struct weft_view v, struct weft_view w);
+/* out = x · Wᵀ */
+void weft_b_matmul(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
+/* out += x · Wᵀ (the residual add fused into the matmul) */
+void weft_b_matmul_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
+/* out = silu(gate) · up */
+void weft_b_silu_mul(struct weft_build *b, struct weft_view gate, struct weft_view up, struct weft_view out);
+/* rotate b->q, b->k in place at each row's position (the model's RoPE);
+ * write b->k, b->v into layer l's paged cache slots */
+void weft_b_rope_kv(struct weft_build *b, uint32_t l);
+/* b->att = softmax(q kᵀ · scale) v over each row's sequence so far (causal,
+ * GQA, through the block tables of layer l's cache) */
+void weft_b_attention(struct weft_build *b, uint32_t l, float scale);
+/* On the last layer, after attention: move the kept rows of b->att and b->x
+ * to the front and narrow every view to them (as llama.cpp does, the rest of
+ * the layer runs only for rows whose output is read). False when no row is
+ * kept: the layer ends there (a prefill chunk that samples nothing). */
+bool weft_b_keep_rows(struct weft_build *b, uint32_t l);
+
+#endif

@@ -1,0 +1,44 @@
+/* The registry of families (family.h). */
+#include "core/arch/family.h"
+
+#include <string.h>
+
+extern const struct weft_family weft_family_llama;
+
+static const struct weft_family *const families[] = {
+    &weft_family_llama,
+};
+
+const struct weft_family *weft_family_find(const char *arch)
+{
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (!strcmp(families[i]->arch, arch)) return families[i];
+    return NULL;
+}
+
+const char *weft_family_names(void)
+{
+    return "llama";
+}
+
+void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
+{
+    spec[WEFT_T_TOKEN_EMBD] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, hp->n_vocab};
+    spec[WEFT_T_OUTPUT_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1};
+    spec[WEFT_T_OUTPUT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_embd, hp->n_vocab};
+}
+
+void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *s)
+{
+    uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
+    uint32_t O = hp->n_head * hp->head_dim_v, VV = hp->n_head_kv * hp->head_dim_v;
+    s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
+    s[WEFT_T_ATTN_Q] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Q};
+    s[WEFT_T_ATTN_K] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, KV};
+    s[WEFT_T_ATTN_V] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, VV};
+    s[WEFT_T_ATTN_OUT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, O, E};
+    s[WEFT_T_FFN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
+    s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
+    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
+    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E};
+}

@@ -1,0 +1,58 @@
+/* The model-family layer: what one GGUF architecture ("llama", "qwen3", ...)
+ * reads and computes. A family is a small file (core/arch/<family>.c) that
+ * gives
+ *   - its hyperparameters beyond the common ones (model.c reads those: sizes,
+ *     heads, head dims from attention.key_length / value_length, norm eps,
+ *     RoPE base and scaling),
+ *   - the tensors each layer uses, required or optional, with their shapes
+ *     (ids of core/arch/tensors.h), so that the loader refuses a file missing
+ *     one or holding one nothing reads,
+ *   - its layer as ops, over the shared builders of core/arch/build.h.
+ * core/forward.c stages the batch, walks the layers over the devices and
+ * reads results back; it knows no family. */
+#ifndef WEFT_ARCH_FAMILY_H
+#define WEFT_ARCH_FAMILY_H
+
+#include "core/arch/tensors.h"
+#include "core/model.h"
+
+enum weft_tensor_use { WEFT_USE_NONE = 0, WEFT_USE_REQUIRED, WEFT_USE_OPTIONAL };
+
+/* What a family uses of one tensor id: ne0 = row length, ne1 = rows (1 for a
+ * vector). */
+struct weft_tensor_spec {
+    enum weft_tensor_use use;
+    int64_t ne0, ne1;
+};
+
+#define WEFT_GLOBAL_TENSORS UINT32_MAX  /* the "layer" of the model's own tensors */
+
+struct weft_build;
+
+struct weft_family {
+    const char *arch;          /* general.architecture */
+    /* The family's keys and defaults, after model.c read the common ones
+     * (rope_mode is NORMAL until this sets it). NULL: none. */
+    weft_status (*hparams)(const struct weft_gguf *g, struct weft_hparams *hp);
+    /* spec[id] for layer l (WEFT_GLOBAL_TENSORS: token_embd, output, ...);
+     * spec arrives zeroed. */
+    void (*tensors)(const struct weft_hparams *hp, uint32_t l, struct weft_tensor_spec *spec);
+    /* Append layer l's ops (core/arch/build.h). */
+    void (*layer)(struct weft_build *b, uint32_t l);
+};
+
+/* The family of general.architecture `arch`, or NULL. */
+const struct weft_family *weft_family_find(const char *arch);
+/* The families weft runs, comma-separated ("llama, qwen2, ..."), for messages. */
+const char *weft_family_names(void);
+
+/* The spec every dense family shares for the model's own tensors: the
+ * embedding table, the final norm, and an output head that may be tied to
+ * the embedding (absent). */
+void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec);
+
+/* A pre-norm attention block and a gated FFN with separate matrices:
+ * attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down. */
+void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec);
+
+#endif

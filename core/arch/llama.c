@@ -1,0 +1,57 @@
+/* llama: Llama 1/2/3, SmolLM, Mistral-style dense models (llama.cpp's
+ * "llama" architecture), RMSNorm, SwiGLU, RoPE on pairs (2i, 2i+1).
+ *
+ * One layer, R rows, E = n_embd, H·D = n_head · head_dim, Hkv·D for K and V,
+ * F = n_ff:
+ *   xb = rmsnorm(x) · attn_norm                          (R, E)
+ *   q, k, v = xb · Wq, Wk, Wvᵀ                            (R, H·D), (R, Hkv·D) ×2
+ *   rope(q, k); k, v -> paged cache
+ *   att = softmax(q kᵀ / √D) v   (causal, GQA)            (R, H·D)
+ *   x += att · Woᵀ                                        (R, E)
+ *   xb = rmsnorm(x) · ffn_norm
+ *   hb = silu(xb · Wgateᵀ) · (xb · Wupᵀ)                  (R, F)
+ *   x += hb · Wdownᵀ */
+#include "core/arch/build.h"
+
+#include <math.h>
+
+static void llama_tensors(const struct weft_hparams *hp, uint32_t l, struct weft_tensor_spec *s)
+{
+    if (l == WEFT_GLOBAL_TENSORS) {
+        weft_family_global_tensors(hp, s);
+        return;
+    }
+    weft_family_dense_tensors(hp, s);
+}
+
+static void llama_layer(struct weft_build *b, uint32_t l)
+{
+    const struct weft_view *w = b->w->t;
+    /* xb = rmsnorm(x) · attn_norm                                     (R, E) */
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_NORM], b->xb);
+    /* q, k, v = xb · Wq, Wk, Wvᵀ                           (R, H·D), (R, Hkv·D) */
+    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_Q], b->q);
+    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_K], b->k);
+    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_V], b->v);
+    /* rotate q, k by position; k, v into the cache */
+    weft_b_rope_kv(b, l);
+    /* att = softmax(q kᵀ / √D) v                                    (R, H·D) */
+    weft_b_attention(b, l, 1.0f / sqrtf((float)b->hp->head_dim));
+    if (!weft_b_keep_rows(b, l)) return;
+    /* x += att · Woᵀ                                                  (R, E) */
+    weft_b_matmul_add(b, b->att, w[WEFT_T_ATTN_OUT], b->x);
+    /* xb = rmsnorm(x) · ffn_norm                                      (R, E) */
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
+    /* hb = silu(xb · Wgateᵀ) · (xb · Wupᵀ)                            (R, F) */
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
+    weft_b_silu_mul(b, b->gate, b->up, b->hb);
+    /* x += hb · Wdownᵀ                                                (R, E) */
+    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+}
+
+const struct weft_family weft_family_llama = {
+    .arch = "llama",
+    .tensors = llama_tensors,
+    .layer = llama_layer,
+};

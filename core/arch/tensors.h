@@ -1,0 +1,66 @@
+/* The one table of the tensors weft reads from a GGUF: an X-macro of
+ * (id, GGUF name, scope, kind). The loader, weight placement, weight_prepare,
+ * bytes_per_token, the "every tensor is used" check and `weft gen` all read
+ * it; a family (core/arch/family.h) says which ids it uses and their shapes.
+ * A layer tensor's GGUF name is "blk.<layer>." followed by its name here.
+ *
+ * Kinds: MATRIX — a weight matrix [ne0 = input, ne1 = output rows], any
+ * supported type, read once per token (bytes_per_token) and offered to the
+ * backend's weight_prepare; NORM — a norm's F32 weight vector; BIAS — an F32
+ * vector added to a MATRIX's output; VECTOR — other F32 data. */
+#ifndef WEFT_ARCH_TENSORS_H
+#define WEFT_ARCH_TENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/*      id              GGUF name                     scope   kind   */
+#define WEFT_TENSOR_TABLE(X)                                             \
+    X(TOKEN_EMBD,     "token_embd.weight",           GLOBAL, MATRIX)   \
+    X(OUTPUT_NORM,    "output_norm.weight",          GLOBAL, NORM)     \
+    X(OUTPUT,         "output.weight",               GLOBAL, MATRIX)   \
+    X(ROPE_FREQS,     "rope_freqs.weight",           GLOBAL, VECTOR)   \
+    X(ATTN_NORM,      "attn_norm.weight",            LAYER,  NORM)     \
+    X(ATTN_Q,         "attn_q.weight",               LAYER,  MATRIX)   \
+    X(ATTN_K,         "attn_k.weight",               LAYER,  MATRIX)   \
+    X(ATTN_V,         "attn_v.weight",               LAYER,  MATRIX)   \
+    X(ATTN_OUT,       "attn_output.weight",          LAYER,  MATRIX)   \
+    X(FFN_NORM,       "ffn_norm.weight",             LAYER,  NORM)     \
+    X(FFN_GATE,       "ffn_gate.weight",             LAYER,  MATRIX)   \
+    X(FFN_UP,         "ffn_up.weight",               LAYER,  MATRIX)   \
+    X(FFN_DOWN,       "ffn_down.weight",             LAYER,  MATRIX)   \
+    X(ATTN_QKV,       "attn_qkv.weight",             LAYER,  MATRIX)   \
+    X(ATTN_Q_B,       "attn_q.bias",                 LAYER,  BIAS)     \
+    X(ATTN_K_B,       "attn_k.bias",                 LAYER,  BIAS)     \
+    X(ATTN_V_B,       "attn_v.bias",                 LAYER,  BIAS)     \
+    X(ATTN_Q_NORM,    "attn_q_norm.weight",          LAYER,  NORM)     \
+    X(ATTN_K_NORM,    "attn_k_norm.weight",          LAYER,  NORM)     \
+    X(ATTN_POST_NORM, "post_attention_norm.weight",  LAYER,  NORM)     \
+    X(FFN_POST_NORM,  "post_ffw_norm.weight",        LAYER,  NORM)
+
+enum weft_tensor_id {
+#define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
+    WEFT_TENSOR_TABLE(WEFT_T_ENUM_)
+#undef WEFT_T_ENUM_
+    WEFT_T_COUNT_
+};
+
+enum weft_tensor_scope { WEFT_TS_GLOBAL, WEFT_TS_LAYER };
+enum weft_tensor_kind { WEFT_TK_MATRIX, WEFT_TK_NORM, WEFT_TK_BIAS, WEFT_TK_VECTOR };
+
+struct weft_tensor_info {
+    const char *name;
+    enum weft_tensor_scope scope;
+    enum weft_tensor_kind kind;
+};
+
+const struct weft_tensor_info *weft_tensor_info(enum weft_tensor_id id);
+
+/* Which table entry a GGUF tensor name is: WEFT_T_COUNT_ when none; *layer
+ * gets the layer of a "blk.N." name (UINT32_MAX for a global one). */
+enum weft_tensor_id weft_tensor_lookup(const char *gguf_name, uint32_t *layer);
+
+/* The GGUF name of id (at layer l for a layer tensor) into out. */
+void weft_tensor_name(enum weft_tensor_id id, uint32_t l, char *out, size_t cap);
+
+#endif
