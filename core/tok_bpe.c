@@ -111,9 +111,10 @@ static size_t match_gpt2(const struct span *s, size_t pos)
     return trailing_space(s, pos, n);
 }
 
-/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
- *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
-static size_t match_llama3(const struct span *s, size_t pos)
+/* (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max_digits}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * (llama3: 3 digits a number; qwen2: 1) */
+static size_t match_llama3_digits(const struct span *s, size_t pos, size_t max_digits)
 {
     size_t e = contraction(s, pos, 1);
     if (e) return e;
@@ -126,7 +127,7 @@ static size_t match_llama3(const struct span *s, size_t pos)
     }
     if (f & N) {
         size_t p = pos;
-        while (p < pos + 3 && (fl_at(s, p) & N)) p++;
+        while (p < pos + max_digits && (fl_at(s, p) & N)) p++;
         return p;
     }
     size_t p = pos + (c == ' ');
@@ -143,6 +144,9 @@ static size_t match_llama3(const struct span *s, size_t pos)
     if (last_nl) return last_nl;
     return trailing_space(s, pos, n);
 }
+
+static size_t match_llama3(const struct span *s, size_t pos) { return match_llama3_digits(s, pos, 3); }
+static size_t match_qwen2(const struct span *s, size_t pos) { return match_llama3_digits(s, pos, 1); }
 
 static weft_status split_matcher(const struct span *s, matcher_fn m, struct words *out)
 {
@@ -195,7 +199,7 @@ static weft_status split_digit3(const struct span *s, struct words *out)
     return st ? st : words_push(out, s->hi - gap);
 }
 
-enum stage { ST_DIGIT_EACH, ST_NUMBER_RUN, ST_PUNCT_RUN, ST_DIGIT3, ST_GPT2, ST_LLAMA3, ST_END };
+enum stage { ST_DIGIT_EACH, ST_NUMBER_RUN, ST_PUNCT_RUN, ST_DIGIT3, ST_GPT2, ST_LLAMA3, ST_QWEN2, ST_END };
 
 static const enum stage *stages_of(enum tok_pre pre)
 {
@@ -203,10 +207,12 @@ static const enum stage *stages_of(enum tok_pre pre)
     static const enum stage gpt2[] = { ST_GPT2, ST_END };
     static const enum stage llama3[] = { ST_LLAMA3, ST_END };
     static const enum stage smollm[] = { ST_DIGIT_EACH, ST_GPT2, ST_END };
+    static const enum stage qwen2[] = { ST_QWEN2, ST_END };
     switch (pre) {
     case TOK_PRE_GPT2: return gpt2;
     case TOK_PRE_LLAMA3: return llama3;
     case TOK_PRE_SMOLLM: return smollm;
+    case TOK_PRE_QWEN2: return qwen2;
     default: return def;
     }
 }
@@ -229,6 +235,7 @@ static weft_status pretokenize(enum tok_pre pre, const uint32_t *cp, const unsig
             case ST_DIGIT3: st = split_digit3(&s, &next); break;
             case ST_GPT2: st = split_matcher(&s, match_gpt2, &next); break;
             case ST_LLAMA3: st = split_matcher(&s, match_llama3, &next); break;
+            case ST_QWEN2: st = split_matcher(&s, match_qwen2, &next); break;
             case ST_END: break;
             }
             lo = s.hi;

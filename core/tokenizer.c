@@ -298,6 +298,7 @@ static weft_status load_pre(const struct weft_gguf *g, struct weft_tokenizer *t)
         t->pre = TOK_PRE_LLAMA3;
         t->ignore_merges = true;
     } else if (!strcmp(pre, "smollm")) t->pre = TOK_PRE_SMOLLM;
+    else if (!strcmp(pre, "qwen2")) t->pre = TOK_PRE_QWEN2;
     else return weft_error(WEFT_ERR_UNSUPPORTED, "tokenizer: unsupported pre-tokenizer '%s'", pre);
     return WEFT_OK;
 }

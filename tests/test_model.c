@@ -16,7 +16,7 @@ static char dir[256], base_path[300];
 
 /* Rewrite base_path into `out` with key `key` replaced by a u32 / string
  * value (or removed when both are absent), and tensor `drop` left out. */
-struct edit { const char *key; bool is_str, remove; uint32_t u; const char *s; const char *drop; };
+struct edit { const char *key; bool is_str, remove; uint32_t u; const char *s; const char *drop; const char *extra; };
 static const char *skip_key;
 static bool skip_fn(const char *k) { return skip_key && strcmp(k, skip_key) == 0; }
 
@@ -37,6 +37,9 @@ static bool rewrite(const struct edit *e, const char *out)
         if (e->drop && !strcmp(t->name, e->drop)) continue;
         if (weft_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data) != WEFT_OK) goto done;
     }
+    static const float vec[64];
+    const int64_t ne[4] = {64, 1, 1, 1};
+    if (e->extra && weft_gguf_writer_add_tensor(w, e->extra, WEFT_TYPE_F32, 1, ne, vec) != WEFT_OK) goto done;
     ok = weft_gguf_writer_write(w, out) == WEFT_OK;
 done:
     weft_gguf_writer_free(w);
@@ -66,6 +69,19 @@ static void expect_load_error(const struct edit *e, const char *keyword)
     free(out);
 }
 
+/* every tensor in a file is read, or the file is refused naming it */
+static void unused_tensors_are_rejected(void)
+{
+    expect_load_error(&(struct edit){.extra = "blk.0.attn_q_norm.weight"}, "'blk.0.attn_q_norm.weight' is not used");
+    expect_load_error(&(struct edit){.extra = "blk.0.attn_frobnicate.weight"}, "blk.0.attn_frobnicate.weight");
+    expect_load_error(&(struct edit){.extra = "blk.7.attn_norm.weight"}, "blk.7.attn_norm.weight");
+    expect_load_error(&(struct edit){.extra = "rope_freqs.weight"}, "rope_freqs.weight");
+}
+static void unknown_rope_scaling_is_rejected(void)
+{
+    expect_load_error(&(struct edit){.key = "llama.rope.scaling.type", .is_str = true, .s = "wobbly"}, "'wobbly'");
+    expect_load_error(&(struct edit){.key = "general.architecture", .is_str = true, .s = "falcon9"}, "'falcon9'");
+}
 static void zero_head_count_is_rejected(void)
 {
     expect_load_error(&(struct edit){.key = "llama.attention.head_count", .u = 0}, "head_count");
@@ -192,6 +208,8 @@ int main(void)
     p.n_embd = 64; p.n_head = 4; p.n_head_kv = 2; p.n_ff = 128; p.n_layer = 2;
     if (weft_gen_model(&p, base_path) != WEFT_OK) { fprintf(stderr, "gen: %s\n", weft_last_error()); return 1; }
     RUN(zero_head_count_is_rejected);
+    RUN(unused_tensors_are_rejected);
+    RUN(unknown_rope_scaling_is_rejected);
     RUN(heads_not_dividing_embedding_are_rejected);
     RUN(kv_heads_not_dividing_heads_are_rejected);
     RUN(zero_embedding_is_rejected);

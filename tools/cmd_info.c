@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "backends/module.h"
+#include "core/arch/family.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 
@@ -85,6 +86,9 @@ int weft_cmd_info(int argc, char **argv)
     printf("name:        %s\n", name);
     printf("arch:        %s, %.1fM params, weights mostly %s (%.1f MiB)\n", hp->arch, weft_model_n_params(m) / 1e6,
            weft_type_name(weft_model_ftype(m)), weft_model_weight_bytes(m) / 1048576.0);
+    char uses[256];
+    weft_family_describe(hp, uses, sizeof uses);
+    printf("family:      %s: %s\n", hp->arch, uses);
     printf("layers %u, embd %u, heads %u (kv %u, head_dim %u), ff %u, vocab %u, ctx %u\n", hp->n_layer, hp->n_embd,
            hp->n_head, hp->n_head_kv, hp->head_dim, hp->n_ff, hp->n_vocab, hp->n_ctx_train);
     printf("rope: base %g, scale %g, dims %u; rms eps %g; output head %s\n", hp->rope_freq_base, hp->rope_freq_scale,

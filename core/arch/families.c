@@ -1,12 +1,14 @@
 /* The registry of families (family.h). */
 #include "core/arch/family.h"
 
+#include <stdio.h>
 #include <string.h>
 
-extern const struct weft_family weft_family_llama;
+extern const struct weft_family weft_family_llama, weft_family_qwen3;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
+    &weft_family_qwen3,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -18,7 +20,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama";
+    return "llama, qwen3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
@@ -41,4 +43,23 @@ void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor
     s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
     s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
     s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E};
+}
+
+void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
+{
+    struct weft_tensor_spec spec[WEFT_T_COUNT_] = {0};
+    hp->family->tensors(hp, 0, spec);
+    size_t n = 0;
+    out[0] = 0;
+#define ADD(...) do { if (n < cap) n += (size_t)snprintf(out + n, cap - n, "%s", n ? ", " : ""); \
+                      if (n < cap) n += (size_t)snprintf(out + n, cap - n, __VA_ARGS__); } while (0)
+    if (spec[WEFT_T_ATTN_Q_B].use) ADD("QKV bias");
+    if (spec[WEFT_T_ATTN_QKV].use) ADD("fused QKV");
+    if (spec[WEFT_T_ATTN_Q_NORM].use) ADD("QK-norm");
+    if (spec[WEFT_T_ATTN_POST_NORM].use) ADD("post-attention/FFN norms");
+    if (hp->rope_mode == WEFT_ROPE_NEOX) ADD("NEOX rope");
+    if (hp->rope_freq_scale != 1.0f) ADD("linear rope scaling x%g", 1.0 / hp->rope_freq_scale);
+    if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
+#undef ADD
+    if (!out[0]) snprintf(out, cap, "plain");
 }

@@ -51,6 +51,10 @@ const char *weft_family_names(void);
  * the embedding (absent). */
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec);
 
+/* One line naming what the model uses beyond a plain Llama block (for
+ * `weft info`): "QK-norm, NEOX rope, head_dim 64 (q width 512)" or "plain". */
+void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap);
+
 /* A pre-norm attention block and a gated FFN with separate matrices:
  * attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down. */
 void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec);
