@@ -13,6 +13,7 @@
 #include "core/gguf.h"
 #include "base/quant.h"
 #include "core/tokenizer.h"
+#include "tests/weft_exec.h"
 #include "tests/check.h"
 #include "tools/cli.h"
 #include "tools/gen_model.h"
@@ -104,6 +105,36 @@ static float *dequant(const struct weft_gguf_tensor *t)
     for (int64_t r = 0; r < t->ne[1]; r++)
         weft_dequantize_row(t->type, (const unsigned char *)t->data + (size_t)r * rs, y + r * t->ne[0], t->ne[0]);
     return y;
+}
+
+/* --arch qwen3: the family's keys and tensors (QK-norm, q width H·D != E),
+ * and weft loads and runs what it wrote */
+static void gen_writes_other_families(void)
+{
+    struct weft_gen_params p = small_params(WEFT_TYPE_F32);
+    p.arch = "qwen3";
+    p.n_embd = 96; p.n_head = 4; p.n_head_kv = 2; p.n_ff = 160; p.n_layer = 2; p.head_dim = 32;
+    const char *path = tmp_path("qwen3");
+    CHECK_EQ_INT(weft_gen_model(&p, path), WEFT_OK);
+    struct weft_gguf *g = NULL;
+    CHECK_EQ_INT(weft_gguf_open(path, &g), WEFT_OK);
+    if (!g) return;
+    const char *s = NULL;
+    CHECK(weft_gguf_get_str(g, "general.architecture", &s, NULL) == WEFT_OK && strcmp(s, "qwen3") == 0);
+    CHECK_EQ_INT(get_u32(g, "qwen3.attention.key_length"), 32);
+    CHECK_EQ_INT(get_u32(g, "qwen3.embedding_length"), 96);
+    CHECK_EQ_INT(weft_gguf_n_tensors(g), 2 * 11 + 3);
+    check_shape(g, "blk.1.attn_q.weight", WEFT_TYPE_F32, 96, 128);
+    check_shape(g, "blk.1.attn_output.weight", WEFT_TYPE_F32, 128, 96);
+    check_shape(g, "blk.0.attn_q_norm.weight", WEFT_TYPE_F32, 32, 1);
+    check_shape(g, "blk.0.attn_k_norm.weight", WEFT_TYPE_F32, 32, 1);
+    weft_gguf_close(g);
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'hello' -n 4 --temp 0 -t 1 2>&1", path);
+    CHECK_EQ_INT(weft_exec(args, &out), 0);
+    free(out);
+    p.arch = "gemma9";
+    CHECK(weft_gen_validate(&p) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "gemma9"));
 }
 
 static void gen_has_llama_names_shapes_and_keys(void)
@@ -639,6 +670,7 @@ int main(void)
         return 1;
     }
     RUN(gen_has_llama_names_shapes_and_keys);
+    RUN(gen_writes_other_families);
     RUN(gen_vocab_is_spm_with_byte_tokens);
     RUN(gen_vocab_loads_and_round_trips);
     RUN(gen_every_type_loads_with_intended_std);

@@ -238,6 +238,14 @@ static void op_lists_match_the_pinned_ones(void)
     char p[2048];
     snprintf(p, sizeof p, "%s/models/stories260K.gguf", WEFT_SHARED_DIR);
     dump_file("split:stories260K.gguf", p, "cpu=1,cpu");
+    /* the other families, one file each */
+    static const char *const arch[] = {"qwen3-Q8_0.gguf"};
+    for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
+        char label[64];
+        snprintf(p, sizeof p, "%s/models/arch/%s", WEFT_SHARED_DIR, arch[i]);
+        snprintf(label, sizeof label, "arch:%s", arch[i]);
+        dump_file(label, p, NULL);
+    }
     /* generated: untied Q8_0 with GQA, and tied Q4_K split over two parts */
     char tmp[] = "/tmp/weft-opdump.XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);

@@ -229,8 +229,18 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
     } else if (strcmp(preset, "smollm2-135m") == 0) {
         q.n_embd = 576; q.n_layer = 30; q.n_head = 9; q.n_head_kv = 3; q.n_ff = 1536;
         q.n_vocab = 49152; q.n_ctx = 2048; q.rope_freq_base = 100000.0f; q.tied_output = true;
+    } else if (strcmp(preset, "llama3-8b") == 0) {
+        q.n_embd = 4096; q.n_layer = 32; q.n_head = 32; q.n_head_kv = 8; q.n_ff = 14336;
+        q.n_vocab = 128256; q.n_ctx = 8192; q.rope_freq_base = 500000.0f;
+    } else if (strcmp(preset, "qwen3-0.6b") == 0 || strcmp(preset, "qwen3-8b") == 0) {
+        bool big = preset[6] == '8';
+        q.arch = "qwen3"; q.head_dim = 128; q.n_vocab = 151936; q.n_ctx = 40960;
+        q.rope_freq_base = 1000000.0f; q.rms_eps = 1e-6f;
+        q.n_embd = big ? 4096 : 1024; q.n_layer = big ? 36 : 28; q.n_head = big ? 32 : 16; q.n_head_kv = 8;
+        q.n_ff = big ? 12288 : 3072; q.tied_output = !big;
     } else {
-        return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: tiny, smollm2-135m)", preset);
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: tiny, smollm2-135m, llama3-8b, "
+                          "qwen3-0.6b, qwen3-8b)", preset);
     }
     *p = q;
     return WEFT_OK;
@@ -257,6 +267,9 @@ enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row)
     }
 }
 
+static uint32_t gen_head_dim(const struct weft_gen_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
+static const char *gen_arch(const struct weft_gen_params *p) { return p->arch ? p->arch : "llama"; }
+
 weft_status weft_gen_validate(const struct weft_gen_params *p)
 {
     const struct { const char *name; uint32_t v; } dims[] = {
@@ -268,15 +281,17 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
             return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " out of range [1, %u]", dims[i].name,
                               dims[i].v, GEN_MAX_DIM);
     if (p->n_layer > 1024) return weft_error(WEFT_ERR_INVALID_ARG, "n_layer %" PRIu32 " > 1024", p->n_layer);
-    if (p->n_embd % p->n_head)
+    if (p->arch && !weft_family_find(p->arch))
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown family '%s' (known: %s)", p->arch, weft_family_names());
+    if (!p->head_dim && p->n_embd % p->n_head)
         return weft_error(WEFT_ERR_INVALID_ARG, "n_head %" PRIu32 " does not divide n_embd %" PRIu32,
                           p->n_head, p->n_embd);
+    if (p->head_dim > 512) return weft_error(WEFT_ERR_INVALID_ARG, "head_dim %" PRIu32 " > 512", p->head_dim);
     if (p->n_head % p->n_head_kv)
         return weft_error(WEFT_ERR_INVALID_ARG, "n_head_kv %" PRIu32 " does not divide n_head %" PRIu32,
                           p->n_head_kv, p->n_head);
-    if ((p->n_embd / p->n_head) % 2)
-        return weft_error(WEFT_ERR_INVALID_ARG, "head dim %" PRIu32 " is odd (RoPE rotates pairs)",
-                          p->n_embd / p->n_head);
+    uint32_t hd = gen_head_dim(p);
+    if (hd % 2) return weft_error(WEFT_ERR_INVALID_ARG, "head dim %" PRIu32 " is odd (RoPE rotates pairs)", hd);
     if (!p->vocab_from) {
         weft_status st = check_n_vocab(p->n_vocab, true);
         if (st) return st;
@@ -287,13 +302,13 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
                           weft_type_name(p->type));
     /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
      * but every row must fit the fallback */
-    uint32_t rows[2] = {p->n_embd, p->n_ff};
-    for (int i = 0; i < 2; i++) {
+    uint32_t rows[3] = {p->n_embd, p->n_ff, gen_head_dim(p) * p->n_head};
+    for (int i = 0; i < 3; i++) {
         enum weft_type t = weft_gen_row_type(p->type, rows[i]);
         uint32_t bs = weft_type_get(t)->block_size;
         if (rows[i] % bs)
             return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
-                              i ? "n_ff" : "n_embd", rows[i], weft_type_name(t), bs);
+                              i == 2 ? "n_head x head_dim" : i ? "n_ff" : "n_embd", rows[i], weft_type_name(t), bs);
     }
     if (!(p->rope_freq_base > 0.0f) || !isfinite(p->rope_freq_base))
         return weft_error(WEFT_ERR_INVALID_ARG, "rope freq base %g must be positive", (double)p->rope_freq_base);
@@ -505,21 +520,29 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
 {
     weft_status st = WEFT_OK;
 #define SET(call) do { if (!st) st = (call); } while (0)
-    SET(weft_gguf_writer_set_str(w, "general.architecture", "llama"));
+    const char *a = gen_arch(p);
+    char k[96];
+#define KEY(suffix) (snprintf(k, sizeof k, "%s." suffix, a), k)
+    SET(weft_gguf_writer_set_str(w, "general.architecture", a));
     SET(weft_gguf_writer_set_str(w, "general.name", p->name ? p->name : "weft-gen"));
     SET(weft_gguf_writer_set_u32(w, "general.file_type", (uint32_t)weft_gen_ftype(p->type)));
     if (weft_type_get(p->type)->is_quantized)
         SET(weft_gguf_writer_set_u32(w, "general.quantization_version", 2));
-    SET(weft_gguf_writer_set_u32(w, "llama.context_length", p->n_ctx));
-    SET(weft_gguf_writer_set_u32(w, "llama.embedding_length", p->n_embd));
-    SET(weft_gguf_writer_set_u32(w, "llama.block_count", p->n_layer));
-    SET(weft_gguf_writer_set_u32(w, "llama.feed_forward_length", p->n_ff));
-    SET(weft_gguf_writer_set_u32(w, "llama.attention.head_count", p->n_head));
-    SET(weft_gguf_writer_set_u32(w, "llama.attention.head_count_kv", p->n_head_kv));
-    SET(weft_gguf_writer_set_f32(w, "llama.rope.freq_base", p->rope_freq_base));
-    SET(weft_gguf_writer_set_f32(w, "llama.attention.layer_norm_rms_epsilon", p->rms_eps));
-    SET(weft_gguf_writer_set_u32(w, "llama.rope.dimension_count", p->n_embd / p->n_head));
-    SET(weft_gguf_writer_set_u32(w, "llama.vocab_size", n_vocab));
+    SET(weft_gguf_writer_set_u32(w, KEY("context_length"), p->n_ctx));
+    SET(weft_gguf_writer_set_u32(w, KEY("embedding_length"), p->n_embd));
+    SET(weft_gguf_writer_set_u32(w, KEY("block_count"), p->n_layer));
+    SET(weft_gguf_writer_set_u32(w, KEY("feed_forward_length"), p->n_ff));
+    SET(weft_gguf_writer_set_u32(w, KEY("attention.head_count"), p->n_head));
+    SET(weft_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv));
+    SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base));
+    SET(weft_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
+    if (p->head_dim) {
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length"), p->head_dim));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), p->head_dim));
+    }
+    SET(weft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), gen_head_dim(p)));
+    SET(weft_gguf_writer_set_u32(w, KEY("vocab_size"), n_vocab));
+#undef KEY
 #undef SET
     return st;
 }
@@ -568,16 +591,18 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     if (p->vocab_from) {
         if ((st = copy_vocab(w, p->vocab_from, &n_vocab))) goto out;
         if ((st = check_n_vocab(n_vocab, false))) goto out;
-        if ((st = weft_gguf_writer_set_u32(w, "llama.vocab_size", n_vocab))) goto out;
+        char vk[96];
+        snprintf(vk, sizeof vk, "%s.vocab_size", gen_arch(p));
+        if ((st = weft_gguf_writer_set_u32(w, vk, n_vocab))) goto out;
     } else if ((st = set_vocab(w, n_vocab))) {
         goto out;
     }
 
     /* shapes: ne[0] is the row (input) length, as in llama.cpp; names and
      * shapes from the family's tensor table (core/arch/) */
-    const struct weft_family *fam = weft_family_find("llama");
+    const struct weft_family *fam = weft_family_find(gen_arch(p));
     struct weft_hparams hp = {.n_vocab = n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
-                              .n_head_kv = p->n_head_kv, .n_ff = p->n_ff, .head_dim = p->n_embd / p->n_head};
+                              .n_head_kv = p->n_head_kv, .n_ff = p->n_ff, .head_dim = gen_head_dim(p)};
     hp.head_dim_v = hp.head_dim;
     size_t n_max = 3 + WEFT_T_COUNT_ * (size_t)(p->n_layer + 1), n = 0;
     tensors = calloc(n_max, sizeof *tensors);
@@ -606,7 +631,9 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     dir_of(out_path, dir, sizeof dir);
     if ((st = weft_scratch_init(&scratch, total, dir))) goto out;
     for (size_t i = 0; i < n; i++) tensors[i].data = weft_scratch_take(&scratch, tensors[i].size);
-    if ((st = fill_parallel(tensors, n, p, p->n_embd > p->n_ff ? p->n_embd : p->n_ff))) goto out;
+    uint32_t widest = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
+    if (gen_head_dim(p) * p->n_head > widest) widest = gen_head_dim(p) * p->n_head;
+    if ((st = fill_parallel(tensors, n, p, widest))) goto out;
     for (size_t i = 0; i < n; i++) {
         struct gen_tensor *t = &tensors[i];
         if ((st = weft_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data))) goto out;
@@ -625,11 +652,12 @@ out:
 static void gen_usage(FILE *f)
 {
     fprintf(f,
-            "usage: weft gen -o OUT [--preset tiny|smollm2-135m] [--type F16]\n"
+            "usage: weft gen -o OUT [--preset tiny|smollm2-135m|llama3-8b|qwen3-0.6b|qwen3-8b]\n"
+            "                [--arch llama|qwen3] [--head-dim N] [--type F16]\n"
             "                [--embd N] [--layers N] [--heads N] [--kv-heads N] [--ff N]\n"
             "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
             "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
-            "Writes a random-weight Llama GGUF (default preset: tiny). Every 2-D tensor is in\n"
+            "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\nEvery 2-D tensor is in\n"
             "--type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K); norms are F32.\n"
             "--vocab-from copies the tokenizer.* keys (and vocab size) of another GGUF.\n");
 }
@@ -700,6 +728,8 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--scale") == 0) ok = parse_f32(v, &p.scale);
         else if (strcmp(a, "--seed") == 0) ok = parse_u64(v, &p.seed);
         else if (strcmp(a, "--name") == 0) { p.name = v; ok = v != NULL; }
+        else if (strcmp(a, "--arch") == 0) { p.arch = v; ok = v != NULL; }
+        else if (strcmp(a, "--head-dim") == 0) ok = parse_u32(v, &p.head_dim);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
         else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
         else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }
@@ -729,9 +759,9 @@ int weft_cmd_gen(int argc, char **argv)
         fprintf(stderr, "weft: gen: %s\n", *weft_last_error() ? weft_last_error() : weft_status_str(st));
         return 1;
     }
-    printf("wrote %s: llama, n_embd %" PRIu32 ", %" PRIu32 " layers, %" PRIu32 "/%" PRIu32 " heads, n_ff %" PRIu32
+    printf("wrote %s: %s, n_embd %" PRIu32 ", %" PRIu32 " layers, %" PRIu32 "/%" PRIu32 " heads, n_ff %" PRIu32
            ", %s, seed %" PRIu64 "%s\n",
-           out, p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff, weft_type_name(p.type), p.seed,
+           out, gen_arch(&p), p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff, weft_type_name(p.type), p.seed,
            p.tied_output ? ", tied output" : "");
     return 0;
 }
