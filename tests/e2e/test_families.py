@@ -1,0 +1,76 @@
+"""A family other than llama through the whole stack: weft serve, the router,
+prefill/decode hand-off, KV reuse through Redis, and embeddings, on the
+random-weight qwen3 model of ../shared/models/arch/ (QK-norm, NEOX rope, head
+dim 64 with a q width of 512 != n_embd). The oracle is one instance: PD
+greedy answers equal its answers; a prefix computed on one instance is served
+on another from Redis (counted); embeddings of a batch equal each alone."""
+import json
+import os
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, Router, Server
+from test_kv_remote import REDIS, Redis, complete, wait_metric
+from test_pd import prompt_of, tail_tokens
+
+MODEL = os.path.join(os.path.dirname(ROOT), "shared", "models", "arch", "qwen3-F16.gguf")
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL), reason=f"no {MODEL}")
+
+
+def post(srv, path, body):
+    req = urllib.request.Request(srv.base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=300) as r:
+        return json.loads(r.read())
+
+
+def test_pd_hand_off_on_qwen3_gives_one_instances_tokens():
+    p = Server("--role", "prefill", "-c", "2048", model=MODEL, threads=1, cpu=0)
+    d = Server("--role", "decode", "-c", "2048", "--pd-idle-ms", "30000", model=MODEL, threads=1, cpu=1)
+    o = Server("-c", "2048", model=MODEL, threads=1, cpu=1)
+    r = Router([p, d], "--pd-threshold", "64", "--pd-slack", "8")
+    try:
+        r.wait_ready(n_up=2)
+        for i, n_words in enumerate((40, 90)):
+            text = prompt_of(i, n_words)
+            got = complete(r, text)
+            ref = complete(o, text)
+            n = got["usage"]["prompt_tokens"]
+            assert n >= 64
+            assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+            assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == n - tail_tokens(n)
+        assert d.metric("weft_pd_requests_total", {"outcome": "complete"}) == 2
+        assert r.metric("weft_router_pd_handoffs_total", {"result": "ok"}) == 2
+    finally:
+        for s in (r, p, d, o):
+            s.stop()
+
+
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (scripts/install-deps.sh)")
+def test_a_qwen3_prefix_is_served_from_redis_and_embeddings_work():
+    redis = Redis()
+    url = "unix://" + redis.sock
+    a = Server("--kv-remote", url, model=MODEL, threads=1, cpu=0)
+    b = Server("--kv-remote", url, model=MODEL, threads=1, cpu=1)
+    try:
+        text = prompt_of(7, 60)
+        ref = complete(a, text)
+        n = ref["usage"]["prompt_tokens"]
+        usable = (n - 1) // 16
+        assert wait_metric(a, "weft_kv_remote_written_blocks_total", lambda v: v >= n // 16), "write-behind"
+        got = complete(b, text)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert b.metric("weft_kv_remote_hit_blocks_total") == usable
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == usable * 16
+        # embeddings: n_embd floats each, a batch equal to its items alone
+        texts = ["the ferry leaves at dawn", "amber basalt cedar"]
+        both = post(a, "/v1/embeddings", {"input": texts})["data"]
+        assert len(both) == 2 and len(both[0]["embedding"]) == 256
+        for i, t in enumerate(texts):
+            one = post(a, "/v1/embeddings", {"input": t})["data"][0]["embedding"]
+            assert max(abs(x - y) for x, y in zip(one, both[i]["embedding"])) < 1e-4
+    finally:
+        a.stop()
+        b.stop()
+        redis.stop()
