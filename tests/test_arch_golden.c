@@ -156,6 +156,12 @@ static void qwen3_matches_llama_cpp(void)
     family("qwen3", types, 3);
 }
 
+static void phi3_matches_llama_cpp(void)
+{
+    static const char *const types[] = {"F16"};
+    family("phi3", types, 1);
+}
+
 /* ---- pre-tokenizers ---- */
 
 static void pretokenizers_match_llama_cpp(void)
@@ -216,5 +222,6 @@ int main(void)
         RUN(pretokenizers_match_llama_cpp);
     }
     RUN(qwen3_matches_llama_cpp);
+    RUN(phi3_matches_llama_cpp);
     return check_summary();
 }

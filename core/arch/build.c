@@ -24,6 +24,13 @@ struct weft_op *weft_b_push(struct weft_build *b, enum weft_op_kind kind)
     return op;
 }
 
+struct weft_view weft_b_rows(struct weft_view w, int64_t first, int64_t n)
+{
+    w.offset += (size_t)first * w.nb1;
+    w.ne1 = n;
+    return w;
+}
+
 void weft_b_rmsnorm(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out)
 {
     struct weft_op *op = weft_b_push(b, WEFT_OP_RMSNORM);

@@ -33,6 +33,9 @@ struct weft_build {
  * memory: b->nomem says so). */
 struct weft_op *weft_b_push(struct weft_build *b, enum weft_op_kind kind);
 
+/* rows [first, first + n) of a weight matrix view (a fused matrix's part) */
+struct weft_view weft_b_rows(struct weft_view w, int64_t first, int64_t n);
+
 /* out = x / rms(x) · w (w: the norm's weight, a view of E floats) */
 void weft_b_rmsnorm(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
 /* v = rmsnorm of each head's D values · w (w: D floats), in place: v's rows

@@ -4,11 +4,12 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const struct weft_family weft_family_llama, weft_family_qwen3;
+extern const struct weft_family weft_family_llama, weft_family_qwen3, weft_family_phi3;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
     &weft_family_qwen3,
+    &weft_family_phi3,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -20,7 +21,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama, qwen3";
+    return "llama, qwen3, phi3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
