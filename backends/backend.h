@@ -23,7 +23,9 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 4   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir */
+#define WEFT_BACKEND_API_VERSION 5   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+                                      * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
+                                      *    ATTENTION window (zero: the behaviour before them) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -43,7 +45,7 @@ enum weft_op_kind {
     WEFT_OP_MATMUL,     /* out = x · Wᵀ [+ add]                                */
     WEFT_OP_ROPE_KV,    /* rotate q,k in place; write k,v into paged cache     */
     WEFT_OP_ATTENTION,  /* paged causal GQA attention over block tables        */
-    WEFT_OP_SILU_MUL,   /* out = silu(gate) * up                               */
+    WEFT_OP_SILU_MUL,   /* out = act(gate) * up (a GLU; act SiLU unless set)   */
     WEFT_OP_ADD,        /* out = a + b                                          */
     WEFT_OP_COPY,       /* raw bytes between buffers (KV tiers, devices)       */
     WEFT_OP_LOGITS,     /* logits[i] = rmsnorm(x[rows[i]]) · Wᵀ                */
@@ -91,9 +93,22 @@ struct weft_batch_view {
     struct weft_view pos, seq, slot, bt_off, bt;
 };
 
-struct weft_op_embed { struct weft_view table, ids, out; };
+/* Ops grow by appended fields whose zero value is the behaviour before them
+ * (a backend that does not know a field refuses the op in supports() when
+ * it is not zero). */
+struct weft_op_embed {
+    struct weft_view table, ids, out;
+    float scale;                    /* api 5: out = dequant(row) * scale in F32; 0: no scaling */
+};
 struct weft_op_rmsnorm { struct weft_view x, add, sum, w, out; float eps; bool has_add; };
-struct weft_op_matmul { struct weft_view x, w, out, add; bool has_add; };
+struct weft_op_matmul {
+    struct weft_view x, w, out, add;
+    bool has_add;
+    /* api 5: out[r][n] = (x[r] · W[n] + bias[n]) [+ add[r][n]], F32 bias of
+     * W.ne1 values (a vector view), added to the dot product before add */
+    struct weft_view bias;
+    bool has_bias;
+};
 struct weft_op_rope_kv {
     struct weft_view q, k, v;       /* [rows, n_head*hd], [rows, n_kv*hd] x2, F32 */
     struct weft_kv_view kv;
@@ -108,8 +123,19 @@ struct weft_op_attention {
     struct weft_batch_view batch;
     uint32_t n_head;
     float scale;                    /* usually 1/sqrt(hd) */
+    /* api 5: sliding window: a row at position p attends only positions j
+     * with p - j < window (llama.cpp's standard SWA mask); 0: all of 0..p */
+    uint32_t window;
 };
-struct weft_op_silu_mul { struct weft_view gate, up, out; };
+/* GLU activations (api 5). GELU_TANH is ggml's CPU geglu: g(x) = 0 for
+ * x <= -10, x for x >= 10, else half(gelu(half(x))) with
+ * gelu(x) = 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715x²))) in F32 and half()
+ * rounding to F16 (ggml looks it up in a table of F16 values). */
+enum weft_glu_act { WEFT_GLU_SILU = 0, WEFT_GLU_GELU_TANH = 1 };
+struct weft_op_silu_mul {
+    struct weft_view gate, up, out;
+    enum weft_glu_act act;          /* api 5: out = act(gate) * up; 0: SiLU */
+};
 struct weft_op_add { struct weft_view a, b, out; };
 struct weft_op_copy { struct weft_buffer *src, *dst; size_t src_off, dst_off, bytes; };
 struct weft_op_logits {

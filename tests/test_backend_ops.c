@@ -371,14 +371,129 @@ static void elementwise_ops_match_reference(void)
     bi->buffer_free(bx); bi->buffer_free(ba); bi->buffer_free(bw); gfree(bo); gfree(bs);
 }
 
+/* The op fields of api 5, each against a double reference and the CPU:
+ * MATMUL bias (with and without the fused residual), SILU_MUL's GeLU-tanh
+ * (ggml's F16-table GeGLU), EMBED scale. ATTENTION window is in
+ * rope_and_paged_attention_match_reference. */
+static void op_fields_match_reference(void)
+{
+    rng = 0x56789abull;
+    static const enum weft_type bias_types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_K};
+    static const int64_t shapes[][3] = {{1, 256, 40}, {17, 768, 70}, {5, 512, 16}};
+    for (size_t ti = 0; ti < sizeof bias_types / sizeof bias_types[0]; ti++) {
+        enum weft_type t = bias_types[ti];
+        char row[40];
+        snprintf(row, sizeof row, "MATMUL bias %s", weft_type_name(t));
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int64_t R = shapes[si][0], K = shapes[si][1], N = shapes[si][2];
+            float *wd = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * R * K), *bias = malloc(sizeof(float) * N);
+            float *add = malloc(sizeof(float) * R * N), *out = malloc(sizeof(float) * R * N);
+            double *ref = malloc(sizeof(double) * R * N);
+            void *w = rand_weights(t, N, K, wd);
+            for (int64_t i = 0; i < R * K; i++) x[i] = frand();
+            for (int64_t i = 0; i < R * N; i++) add[i] = frand();
+            for (int64_t i = 0; i < N; i++) bias[i] = 4 * frand();
+            bool fused = si != 1;
+            for (int64_t r = 0; r < R; r++)
+                for (int64_t n = 0; n < N; n++) {
+                    double sdot = 0;
+                    for (int64_t k = 0; k < K; k++) sdot += (double)x[r * K + k] * wd[n * K + k];
+                    ref[r * N + n] = sdot + bias[n] + (fused ? add[r * N + n] : 0);
+                }
+            struct weft_buffer *bw = upload(w, weft_row_size(t, K) * N), *bx = upload(x, sizeof(float) * R * K);
+            /* the bias at a non-zero offset, as a family's views of a file are */
+            float *bpad = calloc((size_t)N + 8, sizeof(float));
+            memcpy(bpad + 8, bias, sizeof(float) * N);
+            struct weft_buffer *bb = upload(bpad, sizeof(float) * (N + 8));
+            struct gbuf bo = gnew(fused ? add : NULL, sizeof(float) * R * N);
+            struct weft_op op = {.kind = WEFT_OP_MATMUL};
+            op.u.matmul = (struct weft_op_matmul){
+                .x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, R), .w = weft_view_2d(bw, 0, t, K, N),
+                .out = gview(bo, WEFT_TYPE_F32, N, R), .has_add = fused,
+                .bias = weft_view_2d(bb, 8 * sizeof(float), WEFT_TYPE_F32, N, 1), .has_bias = true};
+            op.u.matmul.add = op.u.matmul.out;
+            if (supported(&op, row)) {
+                bool ok = run_ops(&op, 1) && gread(bo, out, row);
+                double e = nmse(out, ref, R * N);
+                char key[96];
+                snprintf(key, sizeof key, "%s R%lld K%lld N%lld", row, (long long)R, (long long)K, (long long)N);
+                CHECK_MSG(e < mm_tol(t), "%s %s: nmse %.3g", bi->name, key, e);
+                ok = ok && e < mm_tol(t);
+                ok = vs_cpu(key, out, R * N, 4 * mm_tol(t)) && ok;
+                mark(row, ok ? PASS : FAIL);
+            }
+            bi->buffer_free(bw); bi->buffer_free(bx); bi->buffer_free(bb); gfree(bo);
+            free(w); free(wd); free(x); free(add); free(out); free(ref); free(bias); free(bpad);
+        }
+    }
+
+    /* SILU_MUL act GELU_TANH, gate values over [-12, 12) (both clamps) */
+    enum { R = 5, K = 200 };
+    static float g[R * K], u[R * K], out[R * K];
+    static double ref[R * K];
+    for (int i = 0; i < R * K; i++) { g[i] = 12 * frand(); u[i] = frand(); }
+    for (int i = 0; i < R * K; i++) {
+        double xg = g[i], gl = xg <= -10 ? 0 : xg >= 10 ? xg : 0.5 * xg * (1 + tanh(sqrt(2 / M_PI) * xg * (1 + 0.044715 * xg * xg)));
+        ref[i] = gl * u[i];
+    }
+    struct weft_buffer *bg = upload(g, sizeof g), *bu = upload(u, sizeof u);
+    struct gbuf bo = gnew(NULL, sizeof out);
+    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
+                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
+                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_GELU_TANH};
+    if (supported(&op, "GLU gelu_tanh")) {
+        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU gelu_tanh");
+        double e = nmse(out, ref, R * K);
+        /* the F16 rounding of x and of gelu(x): about 2^-11 relative */
+        CHECK_MSG(e < 1e-6, "%s glu gelu_tanh: nmse %.3g", bi->name, e);
+        ok = ok && e < 1e-6 && vs_cpu("GLU gelu_tanh", out, R * K, 1e-9);
+        mark("GLU gelu_tanh", ok ? PASS : FAIL);
+    }
+    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
+
+    /* EMBED scale, on an F16 and a Q8_0 table */
+    static const enum weft_type et[] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
+    for (size_t ti = 0; ti < 2; ti++) {
+        enum { V = 30, E = 256, NR = 4 };
+        float *deq = malloc(sizeof(float) * V * E), eo[NR * E];
+        double eref[NR * E];
+        void *tab = rand_weights(et[ti], V, E, deq);
+        int32_t ids[NR] = {3, 29, 0, 3};
+        const float scale = 16.0f * 1.0001f;
+        for (int r = 0; r < NR; r++)
+            for (int k = 0; k < E; k++) eref[r * E + k] = (double)(deq[ids[r] * E + k] * scale);
+        struct weft_buffer *bt = upload(tab, weft_row_size(et[ti], E) * V), *bi_ = upload(ids, sizeof ids);
+        struct gbuf beo = gnew(NULL, sizeof eo);
+        struct weft_op eop = {.kind = WEFT_OP_EMBED};
+        eop.u.embed = (struct weft_op_embed){.table = weft_view_2d(bt, 0, et[ti], E, V),
+                                             .ids = weft_view_2d(bi_, 0, WEFT_TYPE_I32, NR, 1),
+                                             .out = gview(beo, WEFT_TYPE_F32, E, NR), .scale = scale};
+        if (supported(&eop, "EMBED scale")) {
+            bool ok = run_ops(&eop, 1) && gread(beo, eo, "EMBED scale");
+            double e = nmse(eo, eref, NR * E);
+            CHECK_MSG(e < 1e-14, "%s embed scale %s: nmse %.3g", bi->name, weft_type_name(et[ti]), e);
+            char key[64];
+            snprintf(key, sizeof key, "EMBED scale %s", weft_type_name(et[ti]));
+            ok = ok && e < 1e-14 && vs_cpu(key, eo, NR * E, 1e-14);
+            mark("EMBED scale", ok ? PASS : FAIL);
+        }
+        bi->buffer_free(bt); bi->buffer_free(bi_); gfree(beo);
+        free(tab); free(deq);
+    }
+}
+
 /* ROPE_KV then ATTENTION for a batch of two sequences — one a prefill chunk
  * continuing cached context, one a single decode row — with scattered
  * blocks and GQA, against a direct computation over the same cached K/V. */
 static void rope_and_paged_attention_match_reference(void)
 {
     rng = 0x456789aull;
-    for (int mode = 0; mode < 2; mode++) {
-        const char *row = mode ? "ROPE_KV neox + ATTENTION" : "ROPE_KV normal + ATTENTION";
+    for (int c = 0; c < 3; c++) {
+        /* normal rope; neox rope; neox rope and a sliding window of 7 (api 5) */
+        const int mode = c >= 1;
+        const uint32_t window = c == 2 ? 7 : 0;
+        const char *row = c == 2 ? "ATTENTION window" : mode ? "ROPE_KV neox + ATTENTION" : "ROPE_KV normal + ATTENTION";
         enum { NL = 2, LAYER = 1, NH = 6, NKV = 2, HD = 64, NBLK = 8 };
         const int n_rot = HD;
         const float base = 10000.0f;
@@ -420,7 +535,7 @@ static void rope_and_paged_attention_match_reference(void)
             .n_rot = n_rot, .freq_base = base, .freq_scale = 1.0f, .mode = (enum weft_rope_mode)mode};
         ops[1].u.attention = (struct weft_op_attention){
             .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = gview(bo, WEFT_TYPE_F32, NH * HD, R),
-            .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f};
+            .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f, .window = window};
         bool ok = false;
         if (supported(&ops[0], row) && supported(&ops[1], row)) ok = run_ops(ops, 2) && gread(bo, out, row);
         else memset(out, 0, sizeof out);
@@ -452,7 +567,8 @@ static void rope_and_paged_attention_match_reference(void)
             for (int h = 0; h < NH; h++) {
                 int kvh = h / (NH / NKV);
                 double sc[32], mx = -1e300, sum = 0;
-                for (int p = 0; p <= pos[r]; p++) {
+                const int p_first = window && pos[r] >= (int)window ? pos[r] - (int)window + 1 : 0;
+                for (int p = p_first; p <= pos[r]; p++) {
                     int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
                     size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
                     double d = 0;
@@ -460,10 +576,10 @@ static void rope_and_paged_attention_match_reference(void)
                     sc[p] = d * 0.125;
                     if (sc[p] > mx) mx = sc[p];
                 }
-                for (int p = 0; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
+                for (int p = p_first; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
                 for (int i = 0; i < HD; i++) {
                     double o = 0;
-                    for (int p = 0; p <= pos[r]; p++) {
+                    for (int p = p_first; p <= pos[r]; p++) {
                         int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
                         size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2 + 1) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
                         o += sc[p] / sum * weft_half_to_f32(cache[off + i]);
@@ -473,7 +589,8 @@ static void rope_and_paged_attention_match_reference(void)
             }
         if (ran) {
             double e = nmse(out, ref, R * NH * HD);
-            printf("  %s attention (%s rope): nmse %.3g\n", bi->name, mode ? "neox" : "normal", e);
+            printf("  %s attention (%s rope%s): nmse %.3g\n", bi->name, mode ? "neox" : "normal",
+                   window ? ", window 7" : "", e);
             CHECK_MSG(e < 1e-5, "%s rope+attention mode %d: nmse %.3g", bi->name, mode, e);
             ok = ok && e < 1e-5;
             ok = vs_cpu(row, out, R * NH * HD, 1e-5) && ok;
@@ -567,6 +684,9 @@ static const char *const required[] = {
     "MATMUL F32", "MATMUL F16", "MATMUL Q8_0", "MATMUL Q4_0", "MATMUL Q4_1", "MATMUL Q4_K", "MATMUL Q6_K",
     "LOGITS F32", "LOGITS F16", "LOGITS Q8_0", "LOGITS Q4_0", "LOGITS Q4_1", "LOGITS Q4_K", "LOGITS Q6_K",
     "RMSNORM", "RMSNORM+add", "SILU_MUL", "ADD", "COPY", "ROPE_KV normal + ATTENTION", "ROPE_KV neox + ATTENTION",
+    /* api 5's fields (the qwen2 and gemma3 families) */
+    "MATMUL bias F32", "MATMUL bias F16", "MATMUL bias Q8_0", "MATMUL bias Q4_K", "GLU gelu_tanh", "EMBED scale",
+    "ATTENTION window",
 };
 
 static void print_matrix(void)
@@ -626,6 +746,7 @@ int main(void)
             RUN(embed_and_logits_match_reference);
             RUN(prepared_weights_give_bit_identical_results);
             RUN(elementwise_ops_match_reference);
+            RUN(op_fields_match_reference);
             RUN(rope_and_paged_attention_match_reference);
             RUN(buffers_reject_out_of_range_access);
             if (strcmp(bi->name, "cpu") != 0)

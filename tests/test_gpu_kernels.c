@@ -138,7 +138,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     struct weft_batch_view batch = {R, 2, M(1, R), M(2, R), M(3, R), M(4, 2), weft_view_2d(s->meta, 80, WEFT_TYPE_I32, 6, 1)};
     struct weft_op *op = s->ops;
     op->kind = WEFT_OP_EMBED;
-    op->u.embed = (struct weft_op_embed){weft_view_2d(s->emb, 0, WEFT_TYPE_F32, E, V), M(0, R), A(ox, E)};
+    op->u.embed = (struct weft_op_embed){weft_view_2d(s->emb, 0, WEFT_TYPE_F32, E, V), M(0, R), A(ox, E), 0.0f};
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
                                              .out = A(oxb, E), .eps = 1e-5f};
@@ -151,7 +151,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     op->u.rope_kv = (struct weft_op_rope_kv){A(oq, E), A(ok, NKV * HD), A(ov, NKV * HD), kv, batch, NH, HD, 10000.0f,
                                              1.0f, WEFT_ROPE_NORMAL};
     (++op)->kind = WEFT_OP_ATTENTION;
-    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f};
+    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, 0};
     MM(s->wo, WEFT_TYPE_F16, E, E, A(oatt, E), A(ox, E), true);
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -159,7 +159,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     MM(s->wg, WEFT_TYPE_Q4_K, E, FF, A(oxb, E), A(og, FF), false);
     MM(s->wu, WEFT_TYPE_Q6_K, E, FF, A(oxb, E), A(ou, FF), false);
     (++op)->kind = WEFT_OP_SILU_MUL;
-    op->u.silu_mul = (struct weft_op_silu_mul){A(og, FF), A(ou, FF), A(oh, FF)};
+    op->u.silu_mul = (struct weft_op_silu_mul){A(og, FF), A(ou, FF), A(oh, FF), WEFT_GLU_SILU};
     MM(s->wd, WEFT_TYPE_Q4_0, FF, E, A(oh, FF), A(ox, E), true);
     (++op)->kind = WEFT_OP_LOGITS;
     op->u.logits = (struct weft_op_logits){A(ox, E), M(7, R), weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -273,7 +273,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
-            n_head, 1.0f / sqrtf((float)hd)};
+            n_head, 1.0f / sqrtf((float)hd), 0};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bo, outs[k], sizeof(float) * qn);

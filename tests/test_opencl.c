@@ -83,7 +83,7 @@ static bool embed_works(struct weft_backend *b)
               bi->buffer_write(bid, 0, &id, 4) == WEFT_OK;
     struct weft_op op = {.kind = WEFT_OP_EMBED};
     op.u.embed = (struct weft_op_embed){weft_view_2d(bt, 0, WEFT_TYPE_F32, 8, 4), weft_view_2d(bid, 0, WEFT_TYPE_I32, 1, 1),
-                                        weft_view_2d(bo, 0, WEFT_TYPE_F32, 8, 1)};
+                                        weft_view_2d(bo, 0, WEFT_TYPE_F32, 8, 1), 0.0f};
     float out[8] = {0};
     ok = ok && bi->run(b, &op, 1) == WEFT_OK && bi->sync(b) == WEFT_OK && bi->buffer_read(bo, 0, out, 32) == WEFT_OK;
     for (int i = 0; i < 8; i++) ok = ok && out[i] == tab[24 + i];
@@ -135,7 +135,7 @@ static void bad_input_is_reported_at_sync_then_cleared(void)
     CHECK(oi->buffer_write(bt, 0, tab, sizeof tab) == WEFT_OK && oi->buffer_write(bid, 0, ids, 8) == WEFT_OK);
     struct weft_op op = {.kind = WEFT_OP_EMBED};
     op.u.embed = (struct weft_op_embed){weft_view_2d(bt, 0, WEFT_TYPE_F32, 8, 5), weft_view_2d(bid, 0, WEFT_TYPE_I32, 2, 1),
-                                        weft_view_2d(bo, 0, WEFT_TYPE_F32, 8, 2)};
+                                        weft_view_2d(bo, 0, WEFT_TYPE_F32, 8, 2), 0.0f};
     CHECK(oi->supports(b, &op));
     /* ids the backend knows on the host (written by buffer_write): refused before anything runs */
     CHECK(oi->run(b, &op, 1) == WEFT_ERR_INVALID_ARG);

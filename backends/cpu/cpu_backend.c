@@ -207,7 +207,9 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
         return ti && ti->weight_ok && view_ok(&op->u.matmul.w) && is_f32(&op->u.matmul.x) &&
                is_f32(&op->u.matmul.out) && op->u.matmul.x.ne0 == op->u.matmul.w.ne0 &&
                op->u.matmul.out.ne0 == op->u.matmul.w.ne1 &&
-               (!op->u.matmul.has_add || is_f32(&op->u.matmul.add));
+               (!op->u.matmul.has_add || is_f32(&op->u.matmul.add)) &&
+               (!op->u.matmul.has_bias || (is_f32(&op->u.matmul.bias) &&
+                                           op->u.matmul.bias.ne0 * op->u.matmul.bias.ne1 == op->u.matmul.w.ne1));
     }
     case WEFT_OP_ROPE_KV:
     case WEFT_OP_ATTENTION: {
@@ -216,7 +218,8 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
     }
     case WEFT_OP_SILU_MUL:
-        return is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
+        return (op->u.silu_mul.act == WEFT_GLU_SILU || op->u.silu_mul.act == WEFT_GLU_GELU_TANH) &&
+               is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
     case WEFT_OP_ADD:
         return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
     case WEFT_OP_COPY:

@@ -133,6 +133,8 @@ struct weft_cpu_attn_args {
     int64_t n_pos;
     uint32_t hd;               /* <= 512 */
     float scale;
+    int64_t p_first;           /* the first position attended (a sliding window); the
+                                * table forms (attn_row, attn_group) take 0 only */
 };
 /* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
  * weft_cpu_attn_row_generic. */

@@ -148,7 +148,7 @@ static void op_list_first_step(void)
             struct weft_op ops[6] = {{0}};
             ops[0].kind = WEFT_OP_EMBED;
             ops[0].u.embed = (struct weft_op_embed){weft_view_2d(be_emb, 0, WEFT_TYPE_F32, E, V),
-                                                    weft_view_2d(bid, 0, WEFT_TYPE_I32, R, 1), A(0)};
+                                                    weft_view_2d(bid, 0, WEFT_TYPE_I32, R, 1), A(0), 0.0f};
             ops[1].kind = WEFT_OP_RMSNORM;
             ops[1].u.rmsnorm = (struct weft_op_rmsnorm){.x = A(0), .w = weft_view_2d(bn, 0, WEFT_TYPE_F32, E, 1),
                                                         .out = A(1), .eps = 1e-5f};

@@ -199,7 +199,7 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
     for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(a->q[d]);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
-    for (int64_t p = 0; p < a->n_pos; p++) {
+    for (int64_t p = a->p_first; p < a->n_pos; p++) {
         const uint8_t *kr = attn_k_row(a, p);
         const weft_half *k = (const weft_half *)kr, *v = (const weft_half *)(kr + a->v_off);
         float s = dot_f16(k, qh16, hd) * a->scale;
@@ -232,7 +232,7 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
     weft_quantize_row_act(WEFT_TYPE_Q8_0, a->q, qq, hd);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hd; d++) acc[d] = 0;
-    for (int64_t p = 0; p < a->n_pos; p++) {
+    for (int64_t p = a->p_first; p < a->n_pos; p++) {
         const uint8_t *k = attn_k_row(a, p);
         float s = dot(k, qq, hd) * a->scale;
         float ms = 1.0f, vs = 1.0f;
@@ -265,7 +265,7 @@ static void attention_job(void *ctx, int ith, int nth)
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* grouped where there are enough (row, KV head) units to share out
      * (a decode step of one row keeps one head per part) */
-    const bool grouped = fast && kern->attn_group && group > 1 && group <= 16 &&
+    const bool grouped = fast && !o->window && kern->attn_group && group > 1 && group <= 16 &&
                          (int64_t)o->batch.n_rows * kv->n_kv_head >= 2 * (int64_t)nth;
     if (grouped) n = (int64_t)o->batch.n_rows * kv->n_kv_head; /* (row, KV head): its `group` heads at once */
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
@@ -274,6 +274,9 @@ static void attention_job(void *ctx, int ith, int nth)
         const int64_t r = grouped ? i / kv->n_kv_head : i / o->n_head;
         const uint32_t h = grouped ? (uint32_t)(i % kv->n_kv_head) * group : (uint32_t)(i % o->n_head);
         const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
+        /* a sliding window: positions pos - window + 1 .. pos (ggml skips
+         * the masked ones, -inf, in the same single pass) */
+        const int64_t p_first = o->window && pos[r] >= (int32_t)o->window ? (int64_t)pos[r] - o->window + 1 : 0;
         struct weft_cpu_attn_args a[16];
         for (uint32_t g = 0; g < (grouped ? group : 1); g++)
             a[g] = (struct weft_cpu_attn_args){
@@ -287,10 +290,11 @@ static void attention_job(void *ctx, int ith, int nth)
                 .n_pos = (int64_t)pos[r] + 1,
                 .hd = hd,
                 .scale = o->scale,
+                .p_first = p_first,
             };
         if (grouped) kern->attn_group(a, (int)group);
         else if (q8) attn_row_q8_0(kern, &a[0]);
-        else if (fast) kern->attn_row(&a[0]);
+        else if (fast && p_first == 0) kern->attn_row(&a[0]);
         else weft_cpu_attn_row_generic(kern, &a[0]);
     }
 }

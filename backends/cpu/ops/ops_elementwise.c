@@ -1,9 +1,10 @@
-/* Element-wise CPU ops: EMBED, RMSNORM, SILU_MUL, ADD. Rows are split across
+/* Element-wise CPU ops: EMBED, RMSNORM, SILU_MUL (SwiGLU, GeGLU), ADD. Rows are split across
  * the pool's threads. */
 #include "backends/cpu/cpu_impl.h"
 #include "base/quant.h"
 
 #include <math.h>
+#include <pthread.h>
 
 struct rows_job { struct weft_cpu_backend *be; const struct weft_op *op; };
 
@@ -14,8 +15,12 @@ static void embed_job(void *ctx, int ith, int nth)
     int64_t n = ids->ne0 * ids->ne1, lo, hi;
     cpu_split(n, ith, nth, &lo, &hi);
     const int32_t *id = (const int32_t *)cpu_ptr(ids);
+    const float scale = j->op->u.embed.scale;
     for (int64_t r = lo; r < hi; r++) {
-        weft_dequantize_row(t->type, cpu_ptr(t) + (size_t)id[r] * t->nb1, cpu_row_f32(out, r), t->ne0);
+        float *y = cpu_row_f32(out, r);
+        weft_dequantize_row(t->type, cpu_ptr(t) + (size_t)id[r] * t->nb1, y, t->ne0);
+        if (scale != 0.0f)  /* ggml_scale after get_rows (Gemma's sqrt(n_embd)) */
+            for (int64_t k = 0; k < t->ne0; k++) y[k] *= scale;
     }
 }
 
@@ -77,8 +82,35 @@ weft_status weft_cpu_rmsnorm(struct weft_cpu_backend *be, const struct weft_op *
     return WEFT_OK;
 }
 
+/* GeLU (tanh form) of x through ggml's F16 table: every F16 value's GeLU,
+ * computed in F32 with libm's tanhf and rounded to F16 (ggml_table_gelu_f16),
+ * built once. */
+static uint16_t gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_init(void)
+{
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        float x = weft_half_to_f32((weft_half)i);
+        float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        gelu_table[i] = weft_f32_to_half(y);
+    }
+}
+
+/* out = gelu(gate) * up as ggml_vec_geglu_f32 (GGML_GELU_FP16) */
+static void geglu_row(float *y, const float *g, const float *u, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float x = g[i];
+        if (x <= -10.0f) y[i] = 0.0f;
+        else if (x >= 10.0f) y[i] = x * u[i];
+        else y[i] = weft_half_to_f32(gelu_table[weft_f32_to_half(x)]) * u[i];
+    }
+}
+
 /* SwiGLU: the kernel table's swiglu (ggml_vec_swiglu_f32's exact float
- * order, see weft_cpu_swiglu_ref in cpu_kernels.c), one row at a time. */
+ * order, see weft_cpu_swiglu_ref in cpu_kernels.c), one row at a time;
+ * GeGLU: geglu_row. */
 static void silu_mul_job(void *ctx, int ith, int nth)
 {
     struct rows_job *j = ctx;
@@ -89,12 +121,14 @@ static void silu_mul_job(void *ctx, int ith, int nth)
     for (int64_t r = lo; r < hi; r++) {
         const float *g = cpu_row_f32(&o->gate, r), *u = cpu_row_f32(&o->up, r);
         float *y = cpu_row_f32(&o->out, r);
-        swiglu(y, g, u, K);
+        if (o->act == WEFT_GLU_GELU_TANH) geglu_row(y, g, u, K);
+        else swiglu(y, g, u, K);
     }
 }
 
 weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op *op)
 {
+    if (op->u.silu_mul.act == WEFT_GLU_GELU_TANH) pthread_once(&gelu_once, gelu_table_init);
     struct rows_job j = {be, op};
     weft_cpu_pool_run_parts(be->pool, silu_mul_job, &j, cpu_parts(be, op->u.silu_mul.out.ne1));
     return WEFT_OK;

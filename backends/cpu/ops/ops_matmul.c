@@ -1,4 +1,4 @@
-/* MATMUL and LOGITS on the CPU: out[r][n] = x[r] · W[n] (+ add[r][n]).
+/* MATMUL and LOGITS on the CPU: out[r][n] = (x[r] · W[n] (+ bias[n])) (+ add[r][n]).
  *
  * Activations are converted once per op to the weight type's vec_dot type
  * (Q8_0/Q8_1/Q8_K blocks, F16, BF16 or F32 — as ggml does), then each
@@ -21,6 +21,7 @@ struct mm_job {
     int64_t n_rows, K;
     int n_mm;
     const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP];
+    const float *bias[MAX_GROUP];  /* F32 per weight row, or NULL */
     size_t qrow_w[MAX_GROUP];    /* bytes of one weight row */
     int64_t tile_end[MAX_GROUP]; /* cumulative tile counts over the group */
     size_t qrow;                 /* bytes of one converted activation row */
@@ -91,6 +92,7 @@ static void mm_dot(void *ctx, int ith, int nth)
         int64_t n0 = (t - (g ? j->tile_end[g - 1] : 0)) * COL_TILE, N = w->ne1;
         int64_t n1 = n0 + COL_TILE < N ? n0 + COL_TILE : N;
         const uint8_t *wbase = cpu_ptr(w);
+        const float *bias = j->bias[g];
         const struct weft_cpu_packed_w *wp = j->wp[g];
         if (j->xp && wp && n1 <= wp->rows && (n1 - n0) % wp->pk->rows == 0) {
             /* prefill on the packed copy: whole groups (tiles start at
@@ -105,7 +107,10 @@ static void mm_dot(void *ctx, int ith, int nth)
                 for (int x = 0; x < nx; x++) {
                     float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
                     const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
-                    for (int i = 0; i < nw; i++) out[i] = add ? tmp[x * COL_TILE + i] + add[i] : tmp[x * COL_TILE + i];
+                    for (int i = 0; i < nw; i++) {
+                        float v = bias ? tmp[x * COL_TILE + i] + bias[n0 + i] : tmp[x * COL_TILE + i];
+                        out[i] = add ? v + add[i] : v;
+                    }
                 }
             }
             continue;
@@ -123,7 +128,10 @@ static void mm_dot(void *ctx, int ith, int nth)
                 for (int x = 0; x < nx; x++) {
                     float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
                     const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
-                    for (int i = 0; i < nw; i++) out[i] = add ? tmp[x * COL_TILE + i] + add[i] : tmp[x * COL_TILE + i];
+                    for (int i = 0; i < nw; i++) {
+                        float v = bias ? tmp[x * COL_TILE + i] + bias[n0 + i] : tmp[x * COL_TILE + i];
+                        out[i] = add ? v + add[i] : v;
+                    }
                 }
             }
             continue;
@@ -140,18 +148,25 @@ static void mm_dot(void *ctx, int ith, int nth)
                 float v[COL_TILE];
                 for (; n + G <= n1 && n + G <= wp->rows; n += G) {
                     wp->pk->dot(wp->data + (size_t)(n / G) * gbytes, xr, xr + j->auxoff, j->K, v);
-                    for (int i = 0; i < G; i++) out[n + i] = add ? v[i] + add[n + i] : v[i];
+                    for (int i = 0; i < G; i++) {
+                        float vi = bias ? v[i] + bias[n + i] : v[i];
+                        out[n + i] = add ? vi + add[n + i] : vi;
+                    }
                 }
             }
             if (j->dot4) {
                 for (; n + 4 <= n1; n += 4) {
                     float v[4];
                     j->dot4(wbase + (size_t)n * w->nb1, w->nb1, xr, j->K, v);
-                    for (int i = 0; i < 4; i++) out[n + i] = add ? v[i] + add[n + i] : v[i];
+                    for (int i = 0; i < 4; i++) {
+                        float vi = bias ? v[i] + bias[n + i] : v[i];
+                        out[n + i] = add ? vi + add[n + i] : vi;
+                    }
                 }
             }
             for (; n < n1; n++) {
                 float v = dot(wbase + (size_t)n * w->nb1, xr, j->K);
+                if (bias) v += bias[n];
                 out[n] = add ? v + add[n] : v;
             }
         }
@@ -165,7 +180,8 @@ static void mm_dot(void *ctx, int ith, int nth)
  * moves it), never through a pointer taken before. */
 static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_view *x, int64_t n_rows, int n,
                                 const struct weft_view *const *w, const struct weft_view *const *out,
-                                const struct weft_view *const *add, size_t scratch_off)
+                                const struct weft_view *const *add, const struct weft_view *const *bias,
+                                size_t scratch_off)
 {
     if (n < 1 || n > MAX_GROUP) return weft_error(WEFT_ERR_INVALID_ARG, "cpu: matmul group of %d", n);
     struct mm_job j = {.x = x, .n_rows = n_rows, .K = w[0]->ne0, .n_mm = n};
@@ -177,6 +193,7 @@ static weft_status matmul_group(struct weft_cpu_backend *be, const struct weft_v
         j.w[i] = w[i];
         j.out[i] = out[i];
         j.add[i] = add[i];
+        j.bias[i] = bias && bias[i] ? (const float *)cpu_ptr(bias[i]) : NULL;
         tiles += (w[i]->ne1 + COL_TILE - 1) / COL_TILE;
         j.tile_end[i] = tiles;
         all_div4 &= w[i]->ne1 % 4 == 0;
@@ -274,14 +291,15 @@ int weft_cpu_matmul_groupable(const struct weft_op *ops, size_t n)
 
 weft_status weft_cpu_matmul(struct weft_cpu_backend *be, const struct weft_op *ops, int n)
 {
-    const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP];
+    const struct weft_view *w[MAX_GROUP], *out[MAX_GROUP], *add[MAX_GROUP], *bias[MAX_GROUP];
     for (int i = 0; i < n; i++) {
         w[i] = &ops[i].u.matmul.w;
         out[i] = &ops[i].u.matmul.out;
         add[i] = ops[i].u.matmul.has_add ? &ops[i].u.matmul.add : NULL;
+        bias[i] = ops[i].u.matmul.has_bias ? &ops[i].u.matmul.bias : NULL;
     }
     const struct weft_view *x = &ops[0].u.matmul.x;
-    return matmul_group(be, x, x->ne1, n, w, out, add, 0);
+    return matmul_group(be, x, x->ne1, n, w, out, add, bias, 0);
 }
 
 /* ggml's RMS_NORM scale (float squares summed in double); defined in
@@ -310,5 +328,5 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
     }
     const struct weft_view *w = &op->u.logits.w, *out = &op->u.logits.out, *add = NULL;
     /* normed stays at the start of scratch; matmul_group may grow (move) it */
-    return matmul_group(be, NULL, n_out, 1, &w, &out, &add, normed_bytes);
+    return matmul_group(be, NULL, n_out, 1, &w, &out, &add, NULL, normed_bytes);
 }
