@@ -11,6 +11,7 @@
 #include "core/arch/build.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,7 @@ struct weft_forward {
     bool hidden_ok;                /* hidden_host holds the last step's, of n_seq_last seqs */
     uint32_t n_seq_last;
     struct weft_build b;           /* the op list, built by the model's family */
+    bool plan_only;                /* build the op list and check it is supported; run nothing */
 };
 
 _Static_assert(WEFT_MAX_PARTS <= WEFT_KV_MAX_PARTS, "a KV pool holds as many parts as a model");
@@ -136,6 +138,23 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     }
     st = fw->be->iface->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf);
     if (st != WEFT_OK) goto err;
+    /* Every op the family builds must run on its device: refused here,
+     * naming the op and field, never on the first step. A step of two rows
+     * (one sampled, one hidden: every kind of op a step can hold), planned
+     * and checked, not run. */
+    {
+        int32_t blocks[1] = {0}, toks[2] = {0, 0};
+        struct weft_kv_seq ks = {.blocks = blocks, .n_blocks = 1, .cap = 1};
+        uint32_t n = max_rows >= 2 ? 2 : 1;
+        struct weft_fwd_seq probe = {toks, n, 0, &ks, true, n - 1};
+        const float *lg;
+        uint32_t n_lg;
+        fw->plan_only = true;
+        st = weft_forward_step(fw, &probe, 1, &lg, &n_lg);
+        fw->plan_only = false;
+        fw->b.n_ops = 0;
+        if (st != WEFT_OK) goto err;
+    }
     *out = fw;
     return WEFT_OK;
 err:
@@ -201,6 +220,29 @@ static void begin_part(struct weft_forward *fw, uint32_t p, uint32_t R, uint32_t
     bv->bt = meta(fw, fw->off_bt, bt_n);
 }
 
+/* The fields of op beyond its plain form, for a refusal: " with bias". */
+static void op_fields(const struct weft_op *op, char *out, size_t cap)
+{
+    out[0] = 0;
+    switch (op->kind) {
+    case WEFT_OP_MATMUL:
+        if (op->u.matmul.has_bias) snprintf(out, cap, " with bias");
+        break;
+    case WEFT_OP_SILU_MUL:
+        if (op->u.silu_mul.act == WEFT_GLU_GELU_TANH) snprintf(out, cap, " with activation gelu_tanh");
+        break;
+    case WEFT_OP_EMBED:
+        if (op->u.embed.scale != 0) snprintf(out, cap, " with scale %g", op->u.embed.scale);
+        break;
+    case WEFT_OP_ATTENTION:
+        if (op->u.attention.window) snprintf(out, cap, " with a sliding window of %u", op->u.attention.window);
+        break;
+    default:
+        break;
+    }
+    if (!out[0]) snprintf(out, cap, " (%s)", "its types or shapes");
+}
+
 weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq *seqs, uint32_t n_seq,
                               const float **logits, uint32_t *n_logits)
 {
@@ -264,7 +306,7 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
 
     struct weft_op *op = weft_b_push(b, WEFT_OP_EMBED);
     op->u.embed = (struct weft_op_embed){.table = m->glob.t[WEFT_T_TOKEN_EMBD], .ids = meta(fw, fw->off_ids, R),
-                                         .out = b->x};
+                                         .out = b->x, .scale = hp->embd_scale};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         if (m->layer_part[l] != fw->cur) begin_part(fw, m->layer_part[l], R, n_seq, bt_n);  /* a new device */
         b->w = &m->layers[l];
@@ -289,7 +331,7 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     for (uint32_t p = 0; p <= last; p++) {
         struct fw_part *fp = &fw->parts[p];
         const struct weft_backend_iface *bi = fp->be->iface;
-        if (p > 0) {
+        if (p > 0 && !fw->plan_only) {
             /* hand the residual stream over: previous device -> host -> this one */
             struct fw_part *prev = &fw->parts[p - 1];
             size_t xb_bytes = (size_t)R * E * sizeof(float);
@@ -297,15 +339,22 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             if ((st = prev->be->iface->buffer_read(prev->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
             if ((st = bi->buffer_write(fp->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
         }
-        if ((st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK) return st;
+        if (!fw->plan_only && (st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK)
+            return st;
         for (size_t i = fp->op_begin; i < fp->op_end; i++)
-            if (!bi->supports(fp->be, &b->ops[i]))
-                return weft_error(WEFT_ERR_UNSUPPORTED, "forward: backend '%s' does not support op %zu (%s)",
-                                  bi->name, i, weft_op_name(b->ops[i].kind));
+            if (!bi->supports(fp->be, &b->ops[i])) {
+                char fields[128];
+                op_fields(&b->ops[i], fields, sizeof fields);
+                return weft_error(WEFT_ERR_UNSUPPORTED,
+                                  "forward: device '%s' cannot run the '%s' family: it does not support op %zu, %s%s",
+                                  bi->name, hp->arch, i, weft_op_name(b->ops[i].kind), fields);
+            }
+        if (fw->plan_only) continue;
         if (fp->op_end > fp->op_begin &&
             (st = bi->run(fp->be, b->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
             return st;
     }
+    if (fw->plan_only) return WEFT_OK;
     if (n_out || n_hid) {
         if ((st = fw->be->iface->sync(fw->be)) != WEFT_OK) return st;
     }

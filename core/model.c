@@ -20,7 +20,7 @@ static weft_status get_u32_req(const struct weft_gguf *g, const char *arch, cons
     return WEFT_OK;
 }
 
-static weft_status get_opt_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t *out)
+weft_status weft_hp_opt_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t *out)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -28,7 +28,7 @@ static weft_status get_opt_u32(const struct weft_gguf *g, const char *arch, cons
     return st == WEFT_ERR_NOT_FOUND ? WEFT_OK : st;
 }
 
-static weft_status get_opt_f32(const struct weft_gguf *g, const char *arch, const char *suffix, float *out)
+weft_status weft_hp_opt_f32(const struct weft_gguf *g, const char *arch, const char *suffix, float *out)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.%s", arch, suffix);
@@ -55,7 +55,7 @@ static weft_status rope_scaling(const struct weft_gguf *g, const char *arch, str
     float factor = 1.0f;
     weft_status st;
     if ((st = get_opt_str(g, arch, "rope.scaling.type", &type)) ||
-        (st = get_opt_f32(g, arch, "rope.scaling.factor", &factor)))
+        (st = weft_hp_opt_f32(g, arch, "rope.scaling.factor", &factor)))
         return st;
     if (!(factor > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.scaling.factor %g must be > 0", factor);
     if (type && strcmp(type, "none") && strcmp(type, "linear")) {
@@ -90,12 +90,12 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     hp->n_head_kv = hp->n_head;
     hp->rms_eps = 1e-5f;
     hp->rope_freq_base = 10000.0f;
-    if ((st = get_opt_u32(g, arch, "context_length", &hp->n_ctx_train)) ||
-        (st = get_opt_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv)) ||
-        (st = get_opt_u32(g, arch, "attention.key_length", &hp->head_dim)) ||
-        (st = get_opt_u32(g, arch, "attention.value_length", &hp->head_dim_v)) ||
-        (st = get_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
-        (st = get_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)) ||
+    if ((st = weft_hp_opt_u32(g, arch, "context_length", &hp->n_ctx_train)) ||
+        (st = weft_hp_opt_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv)) ||
+        (st = weft_hp_opt_u32(g, arch, "attention.key_length", &hp->head_dim)) ||
+        (st = weft_hp_opt_u32(g, arch, "attention.value_length", &hp->head_dim_v)) ||
+        (st = weft_hp_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
+        (st = weft_hp_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)) ||
         (st = rope_scaling(g, arch, hp)))
         return st;
     if (hp->n_ctx_train == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.context_length' is 0", arch);
@@ -115,7 +115,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
         return weft_error(WEFT_ERR_FORMAT, "model: head_count %u is not divisible by head_count_kv %u",
                           hp->n_head, hp->n_head_kv);
     hp->n_rot = hp->head_dim;
-    if ((st = get_opt_u32(g, arch, "rope.dimension_count", &hp->n_rot))) return st;
+    if ((st = weft_hp_opt_u32(g, arch, "rope.dimension_count", &hp->n_rot))) return st;
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return weft_error(WEFT_ERR_FORMAT, "model: rope.dimension_count %u must be even and in [2, head_dim %u]",
                           hp->n_rot, hp->head_dim);
@@ -134,7 +134,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if (nv == 0 || nv > INT32_MAX) return weft_error(WEFT_ERR_FORMAT, "model: vocabulary size %llu out of range", (unsigned long long)nv);
     hp->n_vocab = (uint32_t)nv;
     uint32_t vs = hp->n_vocab;
-    if ((st = get_opt_u32(g, arch, "vocab_size", &vs))) return st;
+    if ((st = weft_hp_opt_u32(g, arch, "vocab_size", &vs))) return st;
     if (vs != hp->n_vocab)
         return weft_error(WEFT_ERR_FORMAT, "model: %s.vocab_size %u != %u tokens in tokenizer.ggml.tokens", arch, vs, hp->n_vocab);
     return WEFT_OK;

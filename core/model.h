@@ -21,7 +21,21 @@ struct weft_hparams {
     float rms_eps, rope_freq_base, rope_freq_scale;
     enum weft_rope_mode rope_mode;
     bool tied_output;          /* output.weight absent: lm_head = token_embd */
+    /* per-layer attention (families whose layers differ; 0s elsewhere):
+     * layer l is a sliding-window one of n_swa positions when swa_pattern
+     * and l % swa_pattern < swa_pattern - 1 (weft_hp_window), with its own
+     * RoPE base rope_freq_base_swa and scale 1 */
+    uint32_t n_swa, swa_pattern;
+    float rope_freq_base_swa;
+    float attn_scale;          /* the attention's scale of q·k; 0: 1/sqrt(head_dim) */
+    float embd_scale;          /* EMBED's scale of the embedding rows; 0: none */
 };
+
+/* Layer l's sliding window (positions it attends), 0 for a global layer. */
+static inline uint32_t weft_hp_window(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->swa_pattern && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
+}
 
 /* One layer's tensors (or the model's own ones), by id of core/arch/tensors.h;
  * those the family does not use have no buffer. */

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "core/model.h"
 #include "core/session.h"
 #include "core/tokenizer.h"
@@ -156,10 +157,65 @@ static void qwen3_matches_llama_cpp(void)
     family("qwen3", types, 3);
 }
 
+static void qwen2_matches_llama_cpp(void)
+{
+    static const char *const types[] = {"F16"};
+    family("qwen2", types, 1);
+}
+
 static void phi3_matches_llama_cpp(void)
 {
     static const char *const types[] = {"F16"};
     family("phi3", types, 1);
+}
+
+static void gemma3_matches_llama_cpp(void)
+{
+    static const char *const types[] = {"F16"};
+    family("gemma3", types, 1);
+}
+
+/* A device lacking a field a family needs refuses the model when its
+ * forward pass is set up (before any step), naming the op and the field:
+ * the CPU backend behind a supports() that refuses MATMUL bias and GeLU. */
+static const struct weft_backend_iface *cpu_iface;
+static bool refusing_supports(struct weft_backend *b, const struct weft_op *op)
+{
+    if (op->kind == WEFT_OP_MATMUL && op->u.matmul.has_bias) return false;
+    if (op->kind == WEFT_OP_SILU_MUL && op->u.silu_mul.act != WEFT_GLU_SILU) return false;
+    return cpu_iface->supports(b, op);
+}
+
+static void a_device_lacking_a_field_is_refused_at_load(void)
+{
+    struct weft_backend *be = NULL;
+    CHECK(weft_backend_open("cpu", 1, &be) == WEFT_OK);
+    if (!be) return;
+    cpu_iface = be->iface;
+    struct weft_backend_iface fake = *be->iface;
+    fake.supports = refusing_supports;
+    be->iface = &fake;
+    static const struct { const char *file, *field; } cases[] = {
+        {"qwen2-F16.gguf", "matmul with bias"}, {"gemma3-F16.gguf", "silu_mul with activation gelu_tanh"},
+        {"qwen3-F16.gguf", NULL}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/models/arch/%s", shared, cases[i].file);
+        struct weft_model *m = NULL;
+        CHECK_MSG(weft_model_load(path, be, &m) == WEFT_OK, "%s: %s", path, weft_last_error());
+        struct weft_session *s = NULL;
+        weft_status st = m ? weft_session_init(m, 64, 16, &s) : WEFT_ERR_INVALID_ARG;
+        if (cases[i].field) {
+            CHECK_MSG(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), cases[i].field),
+                      "%s: status %d, '%s'", cases[i].file, (int)st, weft_last_error());
+        } else {
+            CHECK_MSG(st == WEFT_OK, "%s: %s", cases[i].file, weft_last_error());  /* needs neither */
+        }
+        weft_session_free(s);
+        weft_model_free(m);
+    }
+    be->iface = cpu_iface;
+    weft_backend_close(be);
 }
 
 /* ---- pre-tokenizers ---- */
@@ -220,8 +276,11 @@ int main(void)
         weft_backend_close(be);
     } else {
         RUN(pretokenizers_match_llama_cpp);
+        RUN(a_device_lacking_a_field_is_refused_at_load);
     }
+    RUN(qwen2_matches_llama_cpp);
     RUN(qwen3_matches_llama_cpp);
     RUN(phi3_matches_llama_cpp);
+    RUN(gemma3_matches_llama_cpp);
     return check_summary();
 }

@@ -50,6 +50,13 @@ void weft_b_matmul(struct weft_build *b, struct weft_view x, struct weft_view w,
     op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out};
 }
 
+void weft_b_matmul_bias(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,
+                        struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MATMUL);
+    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out, .bias = bias, .has_bias = true};
+}
+
 void weft_b_matmul_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out)
 {
     struct weft_op *op = weft_b_push(b, WEFT_OP_MATMUL);
@@ -62,22 +69,45 @@ void weft_b_silu_mul(struct weft_build *b, struct weft_view gate, struct weft_vi
     op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = out};
 }
 
-void weft_b_rope_kv(struct weft_build *b, uint32_t l)
+void weft_b_glu(struct weft_build *b, enum weft_glu_act act, struct weft_view gate, struct weft_view up,
+                struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_SILU_MUL);
+    op->u.silu_mul = (struct weft_op_silu_mul){.gate = gate, .up = up, .out = out, .act = act};
+}
+
+void weft_b_add(struct weft_build *b, struct weft_view a, struct weft_view bb, struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_ADD);
+    op->u.add = (struct weft_op_add){.a = a, .b = bb, .out = out};
+}
+
+void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float freq_scale)
 {
     const struct weft_hparams *hp = b->hp;
     struct weft_op *op = weft_b_push(b, WEFT_OP_ROPE_KV);
     op->u.rope_kv = (struct weft_op_rope_kv){
         .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
-        .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = hp->rope_freq_base,
-        .freq_scale = hp->rope_freq_scale, .mode = hp->rope_mode};
+        .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = freq_base, .freq_scale = freq_scale,
+        .mode = hp->rope_mode};
 }
 
-void weft_b_attention(struct weft_build *b, uint32_t l, float scale)
+void weft_b_rope_kv(struct weft_build *b, uint32_t l)
+{
+    weft_b_rope_kv_at(b, l, b->hp->rope_freq_base, b->hp->rope_freq_scale);
+}
+
+void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint32_t window)
 {
     struct weft_op *op = weft_b_push(b, WEFT_OP_ATTENTION);
     op->u.attention = (struct weft_op_attention){
         .q = b->q, .out = b->att, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
-        .n_head = b->hp->n_head, .scale = scale};
+        .n_head = b->hp->n_head, .scale = scale, .window = window};
+}
+
+void weft_b_attention(struct weft_build *b, uint32_t l, float scale)
+{
+    weft_b_attention_window(b, l, scale, 0);
 }
 
 /* Move the kept rows of the views vs (rows of equal length) to their front,

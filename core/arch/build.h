@@ -43,16 +43,29 @@ void weft_b_rmsnorm(struct weft_build *b, struct weft_view x, struct weft_view w
 void weft_b_head_rmsnorm(struct weft_build *b, struct weft_view v, struct weft_view w);
 /* out = x · Wᵀ */
 void weft_b_matmul(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
+/* out = x · Wᵀ + bias (bias: an F32 vector of W's rows) */
+void weft_b_matmul_bias(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,
+                        struct weft_view out);
 /* out += x · Wᵀ (the residual add fused into the matmul) */
 void weft_b_matmul_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view out);
 /* out = silu(gate) · up */
 void weft_b_silu_mul(struct weft_build *b, struct weft_view gate, struct weft_view up, struct weft_view out);
+/* out = act(gate) · up (a GLU: SiLU, GeLU-tanh) */
+void weft_b_glu(struct weft_build *b, enum weft_glu_act act, struct weft_view gate, struct weft_view up,
+                struct weft_view out);
+/* out = a + b */
+void weft_b_add(struct weft_build *b, struct weft_view a, struct weft_view bb, struct weft_view out);
 /* rotate b->q, b->k in place at each row's position (the model's RoPE);
  * write b->k, b->v into layer l's paged cache slots */
 void weft_b_rope_kv(struct weft_build *b, uint32_t l);
+/* the same with this layer's own RoPE base and scale (a family whose layers
+ * differ: Gemma's local and global ones) */
+void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float freq_scale);
 /* b->att = softmax(q kᵀ · scale) v over each row's sequence so far (causal,
  * GQA, through the block tables of layer l's cache) */
 void weft_b_attention(struct weft_build *b, uint32_t l, float scale);
+/* the same over the last `window` positions only (0: all) */
+void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint32_t window);
 /* On the last layer, after attention: move the kept rows of b->att and b->x
  * to the front and narrow every view to them (as llama.cpp does, the rest of
  * the layer runs only for rows whose output is read). False when no row is

@@ -4,12 +4,15 @@
 #include <stdio.h>
 #include <string.h>
 
-extern const struct weft_family weft_family_llama, weft_family_qwen3, weft_family_phi3;
+extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
+    weft_family_gemma3;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
+    &weft_family_qwen2,
     &weft_family_qwen3,
     &weft_family_phi3,
+    &weft_family_gemma3,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -21,7 +24,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama, qwen3, phi3";
+    return "llama, qwen2, qwen3, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
@@ -59,6 +62,9 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (spec[WEFT_T_ATTN_Q_NORM].use) ADD("QK-norm");
     if (spec[WEFT_T_ATTN_POST_NORM].use) ADD("post-attention/FFN norms");
     if (hp->rope_mode == WEFT_ROPE_NEOX) ADD("NEOX rope");
+    if (hp->swa_pattern) ADD("sliding window %u on %u of every %u layers (local rope base %g)", hp->n_swa,
+                             hp->swa_pattern - 1, hp->swa_pattern, hp->rope_freq_base_swa);
+    if (hp->embd_scale) ADD("embeddings x%g", hp->embd_scale);
     if (hp->rope_freq_scale != 1.0f) ADD("linear rope scaling x%g", 1.0 / hp->rope_freq_scale);
     if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
 #undef ADD

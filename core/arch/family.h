@@ -41,6 +41,11 @@ struct weft_family {
     void (*layer)(struct weft_build *b, uint32_t l);
 };
 
+/* "<arch>.<suffix>" if present (*out untouched when absent): WEFT_OK, or
+ * WEFT_ERR_FORMAT for a key of another type or a non-finite float. */
+weft_status weft_hp_opt_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t *out);
+weft_status weft_hp_opt_f32(const struct weft_gguf *g, const char *arch, const char *suffix, float *out);
+
 /* The family of general.architecture `arch`, or NULL. */
 const struct weft_family *weft_family_find(const char *arch);
 /* The families weft runs, comma-separated ("llama, qwen2, ..."), for messages. */
