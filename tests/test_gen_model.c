@@ -133,6 +133,20 @@ static void gen_writes_other_families(void)
     snprintf(args, sizeof args, "run -m '%s' -p 'hello' -n 4 --temp 0 -t 1 2>&1", path);
     CHECK_EQ_INT(weft_exec(args, &out), 0);
     free(out);
+    /* every other family: written, loaded, run */
+    static const char *const fams[] = {"qwen2", "phi3", "gemma3"};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        p.arch = fams[i];
+        p.head_dim = 0;
+        p.n_swa = 4;
+        p.swa_pattern = 2;
+        const char *fp = tmp_path(fams[i]);
+        CHECK_MSG(weft_gen_model(&p, fp) == WEFT_OK, "%s: %s", fams[i], weft_last_error());
+        snprintf(args, sizeof args, "run -m '%s' -p 'hello there, how are you' -n 12 --temp 0 -t 1 2>&1", fp);
+        CHECK_MSG(weft_exec(args, &out) == 0, "%s: %s", fams[i], out ? out : "");
+        free(out);
+        out = NULL;
+    }
     p.arch = "gemma9";
     CHECK(weft_gen_validate(&p) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "gemma9"));
 }

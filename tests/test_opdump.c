@@ -1,6 +1,7 @@
 /* The op lists the forward pass builds, pinned: a canonical dump of each op
  * (kind, every operand's buffer role, offset, type and shape, every scalar
- * field; buffers named by first use, never by pointer) for every model in
+ * field — api 5's only where set, so older lists hash as before; buffers
+ * named by first use, never by pointer) for every model in
  * ../shared/models/ plus split and tied/untied generated ones, over two
  * steps (prefill chunks with hidden rows, then decodes), hashed and compared
  * with tests/data/opdump.txt. A change to a family's op list must change
@@ -82,6 +83,7 @@ static void dump_op(struct dump *d, const struct weft_op *op)
     switch (op->kind) {
     case WEFT_OP_EMBED:
         view(d, "table", &op->u.embed.table); view(d, "ids", &op->u.embed.ids); view(d, "out", &op->u.embed.out);
+        if (op->u.embed.scale != 0) put(d, " scale=%a", op->u.embed.scale);
         break;
     case WEFT_OP_RMSNORM: {
         const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
@@ -95,6 +97,7 @@ static void dump_op(struct dump *d, const struct weft_op *op)
         const struct weft_op_matmul *o = &op->u.matmul;
         view(d, "x", &o->x); view(d, "w", &o->w); view(d, "out", &o->out);
         if (o->has_add) view(d, "add", &o->add);
+        if (o->has_bias) view(d, "bias", &o->bias);
         break;
     }
     case WEFT_OP_ROPE_KV: {
@@ -110,10 +113,12 @@ static void dump_op(struct dump *d, const struct weft_op *op)
         view(d, "q", &o->q); view(d, "out", &o->out);
         kvv(d, &o->kv); batch(d, &o->batch);
         put(d, " heads=%u scale=%a", o->n_head, o->scale);
+        if (o->window) put(d, " window=%u", o->window);
         break;
     }
     case WEFT_OP_SILU_MUL:
         view(d, "gate", &op->u.silu_mul.gate); view(d, "up", &op->u.silu_mul.up); view(d, "out", &op->u.silu_mul.out);
+        if (op->u.silu_mul.act) put(d, " act=%d", (int)op->u.silu_mul.act);
         break;
     case WEFT_OP_ADD:
         view(d, "a", &op->u.add.a); view(d, "b", &op->u.add.b); view(d, "out", &op->u.add.out);
@@ -239,7 +244,7 @@ static void op_lists_match_the_pinned_ones(void)
     snprintf(p, sizeof p, "%s/models/stories260K.gguf", WEFT_SHARED_DIR);
     dump_file("split:stories260K.gguf", p, "cpu=1,cpu");
     /* the other families, one file each */
-    static const char *const arch[] = {"qwen3-Q8_0.gguf"};
+    static const char *const arch[] = {"qwen3-Q8_0.gguf", "qwen2-F16.gguf", "phi3-F16.gguf", "gemma3-F16.gguf"};
     for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
         char label[64];
         snprintf(p, sizeof p, "%s/models/arch/%s", WEFT_SHARED_DIR, arch[i]);

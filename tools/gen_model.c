@@ -232,6 +232,16 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
     } else if (strcmp(preset, "llama3-8b") == 0) {
         q.n_embd = 4096; q.n_layer = 32; q.n_head = 32; q.n_head_kv = 8; q.n_ff = 14336;
         q.n_vocab = 128256; q.n_ctx = 8192; q.rope_freq_base = 500000.0f;
+    } else if (strcmp(preset, "qwen2.5-7b") == 0) {
+        q.arch = "qwen2"; q.n_embd = 3584; q.n_layer = 28; q.n_head = 28; q.n_head_kv = 4; q.n_ff = 18944;
+        q.n_vocab = 152064; q.n_ctx = 32768; q.rope_freq_base = 1000000.0f; q.rms_eps = 1e-6f;
+    } else if (strcmp(preset, "phi4-mini") == 0) {
+        q.arch = "phi3"; q.n_embd = 3072; q.n_layer = 32; q.n_head = 24; q.n_head_kv = 8; q.n_ff = 8192;
+        q.n_vocab = 200064; q.n_ctx = 4096; q.tied_output = true;
+    } else if (strcmp(preset, "gemma3-4b") == 0) {
+        q.arch = "gemma3"; q.n_embd = 2560; q.n_layer = 34; q.n_head = 8; q.n_head_kv = 4; q.head_dim = 256;
+        q.n_ff = 10240; q.n_vocab = 262144; q.n_ctx = 131072; q.rope_freq_base = 1000000.0f; q.rms_eps = 1e-6f;
+        q.n_swa = 1024; q.swa_pattern = 6; q.tied_output = true;
     } else if (strcmp(preset, "qwen3-0.6b") == 0 || strcmp(preset, "qwen3-8b") == 0) {
         bool big = preset[6] == '8';
         q.arch = "qwen3"; q.head_dim = 128; q.n_vocab = 151936; q.n_ctx = 40960;
@@ -240,7 +250,7 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
         q.n_ff = big ? 12288 : 3072; q.tied_output = !big;
     } else {
         return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: tiny, smollm2-135m, llama3-8b, "
-                          "qwen3-0.6b, qwen3-8b)", preset);
+                          "qwen2.5-7b, qwen3-0.6b, qwen3-8b, phi4-mini, gemma3-4b)", preset);
     }
     *p = q;
     return WEFT_OK;
@@ -423,8 +433,10 @@ static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, fl
     uint64_t rng = stream_seed(seed, t->name);
     int64_t n = t->ne[0];
     if (t->is_norm) {
+        /* norms near 1; biases (".bias") near 0 */
+        bool bias = strstr(t->name, ".bias") != NULL;
         float *dst = t->data;
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f + 0.02f * rand_normal(&rng);
+        for (int64_t i = 0; i < n; i++) dst[i] = (bias ? 0.0f : 1.0f) + (bias ? 0.1f : 0.02f) * rand_normal(&rng);
         return WEFT_OK;
     }
     float std = scale / sqrtf((float)n);
@@ -541,6 +553,11 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
         SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), p->head_dim));
     }
     SET(weft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), gen_head_dim(p)));
+    if (!strcmp(a, "gemma3")) {
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->n_swa ? p->n_swa : 1024));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"), p->swa_pattern ? p->swa_pattern : 6));
+        SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), 10000.0f));
+    }
     SET(weft_gguf_writer_set_u32(w, KEY("vocab_size"), n_vocab));
 #undef KEY
 #undef SET
@@ -652,8 +669,10 @@ out:
 static void gen_usage(FILE *f)
 {
     fprintf(f,
-            "usage: weft gen -o OUT [--preset tiny|smollm2-135m|llama3-8b|qwen3-0.6b|qwen3-8b]\n"
-            "                [--arch llama|qwen3] [--head-dim N] [--type F16]\n"
+            "usage: weft gen -o OUT [--preset tiny|smollm2-135m|llama3-8b|qwen2.5-7b|qwen3-0.6b|\n"
+            "                qwen3-8b|phi4-mini|gemma3-4b]\n"
+            "                [--arch llama|qwen2|qwen3|phi3|gemma3] [--head-dim N] [--swa N]\n"
+            "                [--swa-pattern N] [--type F16]\n"
             "                [--embd N] [--layers N] [--heads N] [--kv-heads N] [--ff N]\n"
             "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
             "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
@@ -730,6 +749,8 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--name") == 0) { p.name = v; ok = v != NULL; }
         else if (strcmp(a, "--arch") == 0) { p.arch = v; ok = v != NULL; }
         else if (strcmp(a, "--head-dim") == 0) ok = parse_u32(v, &p.head_dim);
+        else if (strcmp(a, "--swa") == 0) ok = parse_u32(v, &p.n_swa);
+        else if (strcmp(a, "--swa-pattern") == 0) ok = parse_u32(v, &p.swa_pattern);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
         else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
         else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }

@@ -28,13 +28,15 @@ struct weft_gen_params {
     const char *arch;        /* a family of core/arch/ ("llama", "qwen3"); NULL: llama */
     uint32_t head_dim;       /* 0: n_embd / n_head; else written as attention.key_length
                                 and value_length (qwen3's q width H·D need not be E) */
+    uint32_t n_swa, swa_pattern;  /* gemma3: attention.sliding_window (0: 1024) and
+                                     sliding_window_pattern (0: 6) */
 };
 
 /* Fill *p with a preset: "tiny" (n_embd 256, 2 layers, vocab 512: small enough
  * for tests, valid for every type incl. K-quants), "smollm2-135m" (the
- * SmolLM2-135M shape: 576/30/9/3/1536/49152, tied), "llama3-8b", "qwen3-0.6b",
- * "qwen3-8b" (those models' shapes, family and rope base). Type F16, seed 1,
- * scale 1.
+ * SmolLM2-135M shape: 576/30/9/3/1536/49152, tied), "llama3-8b", "qwen2.5-7b",
+ * "qwen3-0.6b", "qwen3-8b", "phi4-mini", "gemma3-4b" (those models' shapes,
+ * family and rope bases). Type F16, seed 1, scale 1.
  * Returns WEFT_ERR_INVALID_ARG for an unknown name (p is then untouched). */
 weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset);
 
