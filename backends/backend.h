@@ -25,7 +25,9 @@
 
 #define WEFT_BACKEND_API_VERSION 5   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
-                                      *    ATTENTION window (zero: the behaviour before them) */
+                                      *    ATTENTION window, ROPE_KV scaling (freq_factors,
+                                      *    ext_factor, attn_factor, corr_dims); zero: the
+                                      *    behaviour before them */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -116,6 +118,14 @@ struct weft_op_rope_kv {
     uint32_t n_head, n_rot;
     float freq_base, freq_scale;
     enum weft_rope_mode mode;
+    /* api 5: RoPE scaling, as base/rope.h's weft_rope_cos_sin_ext (ggml's
+     * rope_yarn): each pair's angle divided by freq_factors[i] (F32, n_rot/2
+     * values: Llama 3.1's rope_freqs, LongRoPE), YaRN's mix (ext_factor,
+     * corr_dims) and the cos/sin magnitude attn_factor (0: 1) */
+    struct weft_view freq_factors;
+    bool has_freq_factors;
+    float ext_factor, attn_factor;
+    float corr_dims[2];
 };
 struct weft_op_attention {
     struct weft_view q, out;        /* [rows, n_head*hd] F32 */

@@ -152,6 +152,13 @@ weft_status weft_fingerprint_model(const struct weft_gguf *g, const struct weft_
     for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) put_u64(&h, ints[i]);
     const double floats[] = {hp->rms_eps, hp->rope_freq_base, hp->rope_freq_scale};
     weft_fphash_update(&h, floats, sizeof floats);
+    /* what later families add to the KV's shape (absent, a Llama file hashes as before) */
+    if (hp->rope_ext_factor != 0 || hp->rope_attn_factor != 0 || hp->n_swa || hp->rope_n_ctx_orig) {
+        const double more[] = {hp->rope_ext_factor, hp->rope_attn_factor, hp->rope_corr_dims[0],
+                               hp->rope_corr_dims[1], hp->rope_n_ctx_orig, hp->n_swa, hp->swa_pattern,
+                               hp->rope_freq_base_swa};
+        weft_fphash_update(&h, more, sizeof more);
+    }
     /* the tokenizer */
     for (int64_t i = 0; i < weft_gguf_n_kv(g); i++)
         if (!strncmp(weft_gguf_key(g, i), "tokenizer.ggml.", 15)) put_kv(&h, g, i);

@@ -87,6 +87,8 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
                               m->hp.n_layer);
         }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
+    /* LongRoPE's long factors when a sequence may pass the original context */
+    fw->b.rope_long = hp->rope_n_ctx_orig && (uint64_t)max_blocks * WEFT_KV_BLOCK_TOKENS > hp->rope_n_ctx_orig;
     size_t R = max_rows, f = sizeof(float);
     size_t ek = (size_t)hp->head_dim * hp->n_head_kv, ev = (size_t)hp->head_dim_v * hp->n_head_kv;
     size_t c = 0;

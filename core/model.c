@@ -1,6 +1,7 @@
 /* GGUF -> validated hyperparameters + weight views on a backend. */
 #include "core/model_impl.h"
 #include "base/options.h"
+#include "base/rope.h"
 #include "core/arch/family.h"
 
 #include <math.h>
@@ -47,24 +48,43 @@ static weft_status get_opt_str(const struct weft_gguf *g, const char *arch, cons
     return st == WEFT_ERR_NOT_FOUND ? WEFT_OK : st;
 }
 
-/* rope.scaling.*: "none" and "linear" (positions divided by the factor) are
- * weft's; any other type is refused by name. */
+/* rope.scaling.*: "none", "linear" (positions divided by the factor), "yarn"
+ * (YaRN: the factor, original_context_length, the optional yarn_* keys,
+ * llama.cpp's defaults ext_factor 1, beta_fast 32, beta_slow 1) and
+ * "longrope" (the factors are tensors; attn_factor scales cos/sin); any
+ * other type is refused by name. */
 static weft_status rope_scaling(const struct weft_gguf *g, const char *arch, struct weft_hparams *hp)
 {
     const char *type = NULL;
     float factor = 1.0f;
     weft_status st;
     if ((st = get_opt_str(g, arch, "rope.scaling.type", &type)) ||
-        (st = weft_hp_opt_f32(g, arch, "rope.scaling.factor", &factor)))
+        (st = weft_hp_opt_f32(g, arch, "rope.scaling.factor", &factor)) ||
+        (st = weft_hp_opt_f32(g, arch, "rope.scaling.attn_factor", &hp->rope_attn_factor)) ||
+        (st = weft_hp_opt_u32(g, arch, "rope.scaling.original_context_length", &hp->rope_n_ctx_orig)))
         return st;
     if (!(factor > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.scaling.factor %g must be > 0", factor);
-    if (type && strcmp(type, "none") && strcmp(type, "linear")) {
-        if (!strcmp(type, "yarn") || !strcmp(type, "longrope") || !strcmp(type, "llama3"))
-            return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.rope.scaling.type '%s' is not supported yet", arch, type);
-        return weft_error(WEFT_ERR_FORMAT, "model: unknown %s.rope.scaling.type '%s' (known: none, linear)", arch, type);
-    }
-    if (type && !strcmp(type, "none")) factor = 1.0f;
+    if (type && strcmp(type, "none") && strcmp(type, "linear") && strcmp(type, "yarn") && strcmp(type, "longrope"))
+        return weft_error(WEFT_ERR_FORMAT, "model: unknown %s.rope.scaling.type '%s' (known: none, linear, yarn, longrope)",
+                          arch, type);
+    if (type && (!strcmp(type, "none") || !strcmp(type, "longrope"))) factor = 1.0f;
     hp->rope_freq_scale = 1.0f / factor;
+    if (type && !strcmp(type, "yarn")) {
+        float ext = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f, attn = 0;
+        if (!hp->rope_n_ctx_orig) hp->rope_n_ctx_orig = hp->n_ctx_train;
+        if ((st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_ext_factor", &ext)) ||
+            (st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_attn_factor", &attn)) ||
+            (st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_fast", &beta_fast)) ||
+            (st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", &beta_slow)))
+            return st;
+        if (attn != 0) hp->rope_attn_factor = attn;
+        if (!(beta_fast > 0 && beta_slow > 0))
+            return weft_error(WEFT_ERR_FORMAT, "model: %s.rope.scaling.yarn_beta_fast/slow must be > 0", arch);
+        hp->rope_ext_factor = ext;
+        /* the ramp's ends are fixed by the file: computed once */
+        weft_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, hp->rope_freq_base, beta_fast, beta_slow,
+                                 hp->rope_corr_dims);
+    }
     return WEFT_OK;
 }
 
@@ -95,8 +115,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
         (st = weft_hp_opt_u32(g, arch, "attention.key_length", &hp->head_dim)) ||
         (st = weft_hp_opt_u32(g, arch, "attention.value_length", &hp->head_dim_v)) ||
         (st = weft_hp_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
-        (st = weft_hp_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)) ||
-        (st = rope_scaling(g, arch, hp)))
+        (st = weft_hp_opt_f32(g, arch, "rope.freq_base", &hp->rope_freq_base)))
         return st;
     if (hp->n_ctx_train == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.context_length' is 0", arch);
     if (hp->n_head_kv == 0) return weft_error(WEFT_ERR_FORMAT, "model: '%s.attention.head_count_kv' is 0", arch);
@@ -123,6 +142,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return weft_error(WEFT_ERR_FORMAT, "model: rms epsilon %g out of range", hp->rms_eps);
     if (!(hp->rope_freq_base > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.freq_base %g must be > 0", hp->rope_freq_base);
+    if ((st = rope_scaling(g, arch, hp))) return st;
     hp->rope_mode = WEFT_ROPE_NORMAL;
     if (hp->family->hparams && (st = hp->family->hparams(g, hp))) return st;
 
@@ -158,8 +178,7 @@ static weft_status check_tensors(const struct weft_gguf *g, struct weft_hparams 
         memset(spec, 0, sizeof spec);
         f->tensors(hp, l, spec);
         if (spec[id].use == WEFT_USE_NONE)
-            return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' is not used by the '%s' family%s", name, hp->arch,
-                              id == WEFT_T_ROPE_FREQS ? " (RoPE frequency factors are not supported yet)" : "");
+            return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' is not used by the '%s' family", name, hp->arch);
     }
     for (uint32_t l = 0; l <= hp->n_layer; l++) {
         uint32_t at = l == hp->n_layer ? WEFT_GLOBAL_TENSORS : l;
@@ -260,6 +279,8 @@ static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_t
     weft_status st;
     for (int id = 0; id < WEFT_T_COUNT_; id++) {
         if (spec[id].use == WEFT_USE_NONE || ((skip >> id) & 1)) continue;
+        /* a global vector (RoPE factors) goes to every layer instead */
+        if (l == WEFT_GLOBAL_TENSORS && weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_VECTOR) continue;
         char name[96];
         weft_tensor_name((enum weft_tensor_id)id, l, name, sizeof name);
         if (spec[id].use == WEFT_USE_OPTIONAL && weft_gguf_find_tensor(pl->m->gguf, name) < 0) continue;
@@ -290,10 +311,20 @@ static weft_status place_part(struct placer *pl, uint32_t p)
         if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, 1u << WEFT_T_TOKEN_EMBD))) return st;
         if (m->hp.tied_output) G->t[WEFT_T_OUTPUT] = first ? G->t[WEFT_T_TOKEN_EMBD] : scratch;
     }
+    struct weft_tensor_spec gspec[WEFT_T_COUNT_] = {0};
+    hp->family->tensors(hp, WEFT_GLOBAL_TENSORS, gspec);
     for (uint32_t l = pl->part->layer0; l < pl->part->layer0 + pl->part->n_layer; l++) {
         memset(spec, 0, sizeof spec);
         hp->family->tensors(hp, l, spec);
         if ((st = place_spec(pl, l, spec, &m->layers[l], 0))) return st;
+        /* the model's vectors every layer reads (RoPE factors), on this part */
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            if (!gspec[id].use || weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_VECTOR) continue;
+            char name[96];
+            weft_tensor_name((enum weft_tensor_id)id, WEFT_GLOBAL_TENSORS, name, sizeof name);
+            if (weft_gguf_find_tensor(m->gguf, name) < 0) continue;
+            if ((st = place(pl, name, gspec[id].ne0, gspec[id].ne1, true, &m->layers[l].t[id]))) return st;
+        }
     }
     return WEFT_OK;
 }

@@ -28,6 +28,11 @@ struct weft_hparams {
     uint32_t n_swa, swa_pattern;
     float rope_freq_base_swa;
     float attn_scale;          /* the attention's scale of q·k; 0: 1/sqrt(head_dim) */
+    /* RoPE scaling beyond freq_scale (base/rope.h): YaRN's mix and ramp, the
+     * cos/sin magnitude (0: 1), the original context (YaRN, LongRoPE) */
+    float rope_ext_factor, rope_attn_factor;
+    float rope_corr_dims[2];
+    uint32_t rope_n_ctx_orig;
     float embd_scale;          /* EMBED's scale of the embedding rows; 0: none */
 };
 

@@ -8,6 +8,7 @@
 
 #include "backends/backend.h"
 #include "base/quant.h"
+#include "base/rope.h"
 #include "tests/check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
@@ -483,6 +484,90 @@ static void op_fields_match_reference(void)
     }
 }
 
+/* ROPE_KV's scaling fields against the published formulas, in double:
+ *  - linear (position interpolation, Chen et al. 2023): theta_i = (pos / s) b^(-2i/d);
+ *  - LongRoPE (Phi-3's, as transformers' Phi3LongRoPEScaledRotaryEmbedding):
+ *    theta_i = pos / (f_i b^(2i/d)), cos and sin times
+ *    sqrt(1 + ln(s) / ln(n_orig)) (passed as attn_factor); Llama 3.1's
+ *    rope_freqs divide the same way, without the magnitude;
+ *  - YaRN (Peng et al. 2023, as ggml's rope_yarn): gamma_i = ramp over the
+ *    pair index between the corr dims (base/rope.h), theta_i =
+ *    (1 - gamma_i) theta_i / s + gamma_i theta_i, magnitude 1 + 0.1 ln s.
+ * The rotated q is compared (and every backend with the CPU). */
+static void rope_scaling_matches_formulas(void)
+{
+    rng = 0x6789abcull;
+    enum { R = 5, NH = 2, HD = 64, NL = 1 };
+    const float base = 10000.0f;
+    int32_t pos[R] = {0, 1, 17, 130, 511}, seq[R] = {0, 0, 0, 0, 0}, bt[1] = {0}, bt_off[1] = {0}, slot[R];
+    for (int r = 0; r < R; r++) slot[r] = r;  /* block 0 */
+    float ff[HD / 2];
+    for (int i = 0; i < HD / 2; i++) ff[i] = 1.0f + (float)i * 0.37f;
+    static float q[R * NH * HD], kq[R * HD], v[R * HD], out[R * NH * HD];
+    static double ref[R * NH * HD];
+    for (int i = 0; i < R * NH * HD; i++) q[i] = frand();
+    for (int i = 0; i < R * HD; i++) { kq[i] = frand(); v[i] = frand(); }
+    size_t layer_bytes = (size_t)WEFT_KV_BLOCK_TOKENS * HD * 2;
+    for (int c = 0; c < 3; c++) {
+        const char *row = c == 0 ? "ROPE_KV linear" : c == 1 ? "ROPE_KV freq_factors (LongRoPE)" : "ROPE_KV yarn";
+        const float s = c == 0 ? 4.0f : c == 1 ? 16.0f : 8.0f;
+        const uint32_t n_orig = 512;
+        float dims[2] = {0, 0};
+        weft_rope_yarn_corr_dims(HD, n_orig, base, 32.0f, 1.0f, dims);
+        const double mag = c == 1 ? sqrt(1 + log(s) / log((double)n_orig)) : c == 2 ? 1 + 0.1 * log(s) : 1;
+        for (int r = 0; r < R; r++)
+            for (int h = 0; h < NH; h++)
+                for (int i = 0; i < HD / 2; i++) {
+                    double th = pos[r] * pow(base, -2.0 * i / HD);
+                    if (c == 0) th /= s;
+                    if (c == 1) th /= ff[i];
+                    if (c == 2) {
+                        double y = (i - dims[0]) / fmax(0.001, dims[1] - dims[0]);
+                        double gamma = 1 - fmin(1, fmax(0, y));
+                        th = (1 - gamma) * th / s + gamma * th;
+                    }
+                    const float *src = q + (r * NH + h) * HD;
+                    double x0 = src[i], x1 = src[i + HD / 2], cs = cos(th) * mag, sn = sin(th) * mag;
+                    ref[(r * NH + h) * HD + i] = x0 * cs - x1 * sn;
+                    ref[(r * NH + h) * HD + i + HD / 2] = x0 * sn + x1 * cs;
+                }
+        struct weft_buffer *bc = upload(NULL, layer_bytes * 2 * NL), *bq = upload(q, sizeof q), *bk = upload(kq, sizeof kq);
+        struct weft_buffer *bv = upload(v, sizeof v), *bff = upload(ff, sizeof ff);
+        struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
+        struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, 0, 1, HD};
+        struct weft_batch_view batch = {R, 1, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
+                                        weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 1, 1),
+                                        weft_view_2d(bbt, 0, WEFT_TYPE_I32, 1, 1)};
+        struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+        op.u.rope_kv = (struct weft_op_rope_kv){
+            .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .k = weft_view_2d(bk, 0, WEFT_TYPE_F32, HD, R),
+            .v = weft_view_2d(bv, 0, WEFT_TYPE_F32, HD, R), .kv = kv, .batch = batch, .n_head = NH, .n_rot = HD,
+            .freq_base = base, .freq_scale = c == 1 ? 1.0f : 1.0f / s, .mode = WEFT_ROPE_NEOX};
+        if (c == 1) {
+            op.u.rope_kv.freq_factors = weft_view_2d(bff, 0, WEFT_TYPE_F32, HD / 2, 1);
+            op.u.rope_kv.has_freq_factors = true;
+            op.u.rope_kv.attn_factor = (float)mag;
+        }
+        if (c == 2) {
+            op.u.rope_kv.ext_factor = 1.0f;
+            op.u.rope_kv.corr_dims[0] = dims[0];
+            op.u.rope_kv.corr_dims[1] = dims[1];
+        }
+        if (supported(&op, row)) {
+            bool ok = run_ops(&op, 1);
+            download(bq, out, sizeof out);
+            double e = nmse(out, ref, R * NH * HD);
+            printf("  %s %s: nmse %.3g\n", bi->name, row, e);
+            CHECK_MSG(e < 1e-9, "%s %s: nmse %.3g", bi->name, row, e);
+            ok = ok && e < 1e-9 && vs_cpu(row, out, R * NH * HD, 1e-12);
+            mark(row, ok ? PASS : FAIL);
+        }
+        struct weft_buffer *all[] = {bc, bq, bk, bv, bff, bpos, bseq, bslot, bbo, bbt};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bi->buffer_free(all[i]);
+    }
+}
+
 /* ROPE_KV then ATTENTION for a batch of two sequences — one a prefill chunk
  * continuing cached context, one a single decode row — with scattered
  * blocks and GQA, against a direct computation over the same cached K/V. */
@@ -686,7 +771,7 @@ static const char *const required[] = {
     "RMSNORM", "RMSNORM+add", "SILU_MUL", "ADD", "COPY", "ROPE_KV normal + ATTENTION", "ROPE_KV neox + ATTENTION",
     /* api 5's fields (the qwen2 and gemma3 families) */
     "MATMUL bias F32", "MATMUL bias F16", "MATMUL bias Q8_0", "MATMUL bias Q4_K", "GLU gelu_tanh", "EMBED scale",
-    "ATTENTION window",
+    "ATTENTION window", "ROPE_KV linear", "ROPE_KV freq_factors (LongRoPE)", "ROPE_KV yarn",
 };
 
 static void print_matrix(void)
@@ -747,6 +832,7 @@ int main(void)
             RUN(prepared_weights_give_bit_identical_results);
             RUN(elementwise_ops_match_reference);
             RUN(op_fields_match_reference);
+            RUN(rope_scaling_matches_formulas);
             RUN(rope_and_paged_attention_match_reference);
             RUN(buffers_reject_out_of_range_access);
             if (strcmp(bi->name, "cpu") != 0)

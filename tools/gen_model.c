@@ -634,6 +634,8 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
             if (spec[id].use == WEFT_USE_NONE || (at == WEFT_GLOBAL_TENSORS && (id == WEFT_T_TOKEN_EMBD) != (l == 0)))
                 continue;
             if (id == WEFT_T_OUTPUT && p->tied_output) continue;
+            /* the optional extras (RoPE factors, ...) are not generated */
+            if (spec[id].use == WEFT_USE_OPTIONAL && id != WEFT_T_OUTPUT) continue;
             char nm[96];
             weft_tensor_name((enum weft_tensor_id)id, at, nm, sizeof nm);
             bool vec = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;

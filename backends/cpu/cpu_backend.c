@@ -212,6 +212,11 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                                            op->u.matmul.bias.ne0 * op->u.matmul.bias.ne1 == op->u.matmul.w.ne1));
     }
     case WEFT_OP_ROPE_KV:
+        if (op->u.rope_kv.has_freq_factors &&
+            (!is_f32(&op->u.rope_kv.freq_factors) ||
+             op->u.rope_kv.freq_factors.ne0 * op->u.rope_kv.freq_factors.ne1 != op->u.rope_kv.n_rot / 2))
+            return false;
+        /* fall through */
     case WEFT_OP_ATTENTION: {
         const struct weft_kv_view *kv = op->kind == WEFT_OP_ROPE_KV ? &op->u.rope_kv.kv : &op->u.attention.kv;
         return kv->buf && kv->layer < kv->n_layer &&

@@ -89,7 +89,19 @@ void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float 
     op->u.rope_kv = (struct weft_op_rope_kv){
         .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
         .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = freq_base, .freq_scale = freq_scale,
-        .mode = hp->rope_mode};
+        .mode = hp->rope_mode, .ext_factor = hp->rope_ext_factor, .attn_factor = hp->rope_attn_factor,
+        .corr_dims = {hp->rope_corr_dims[0], hp->rope_corr_dims[1]}};
+    /* frequency factors: Llama 3.1's rope_freqs, or LongRoPE's long or
+     * short ones (long when a sequence may pass the original context, as
+     * llama.cpp chooses by its context size) */
+    const struct weft_view *t = b->w->t;
+    const struct weft_view *ff = t[WEFT_T_ROPE_FREQS].buf ? &t[WEFT_T_ROPE_FREQS]
+                               : b->rope_long && t[WEFT_T_ROPE_LONG].buf ? &t[WEFT_T_ROPE_LONG]
+                               : t[WEFT_T_ROPE_SHORT].buf ? &t[WEFT_T_ROPE_SHORT] : NULL;
+    if (ff) {
+        op->u.rope_kv.freq_factors = *ff;
+        op->u.rope_kv.has_freq_factors = true;
+    }
 }
 
 void weft_b_rope_kv(struct weft_build *b, uint32_t l)

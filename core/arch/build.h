@@ -27,6 +27,7 @@ struct weft_build {
     struct weft_op *ops;
     size_t n_ops, cap_ops;
     bool nomem;                /* an op could not be appended */
+    bool rope_long;            /* LongRoPE: a sequence may pass the original context */
 };
 
 /* A new op of `kind`, zeroed but for its kind (a scratch one when out of

@@ -1,5 +1,7 @@
 /* llama: Llama 1/2/3, SmolLM, Mistral-style dense models (llama.cpp's
- * "llama" architecture), RMSNorm, SwiGLU, RoPE on pairs (2i, 2i+1).
+ * "llama" architecture), RMSNorm, SwiGLU, RoPE on pairs (2i, 2i+1), with
+ * Llama 3.1's frequency factors (rope_freqs.weight) and linear or YaRN
+ * scaling where the file has them.
  *
  * One layer, R rows, E = n_embd, H·D = n_head · head_dim, Hkv·D for K and V,
  * F = n_ff:
@@ -19,6 +21,8 @@ static void llama_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
 {
     if (l == WEFT_GLOBAL_TENSORS) {
         weft_family_global_tensors(hp, s);
+        /* Llama 3.1+: each rotated pair's frequency divided by a factor */
+        s[WEFT_T_ROPE_FREQS] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
         return;
     }
     weft_family_dense_tensors(hp, s);

@@ -28,6 +28,10 @@ static void phi3_tensors(const struct weft_hparams *hp, uint32_t l, struct weft_
 {
     if (l == WEFT_GLOBAL_TENSORS) {
         weft_family_global_tensors(hp, s);
+        /* LongRoPE (Phi-3 128k, Phi-4 mini): per-pair factors for short and
+         * long contexts, cos/sin scaled by rope.scaling.attn_factor */
+        s[WEFT_T_ROPE_LONG] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
+        s[WEFT_T_ROPE_SHORT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
         return;
     }
     uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim, F = hp->n_ff;

@@ -20,6 +20,8 @@
     X(OUTPUT_NORM,    "output_norm.weight",          GLOBAL, NORM)     \
     X(OUTPUT,         "output.weight",               GLOBAL, MATRIX)   \
     X(ROPE_FREQS,     "rope_freqs.weight",           GLOBAL, VECTOR)   \
+    X(ROPE_LONG,      "rope_factors_long.weight",    GLOBAL, VECTOR)   \
+    X(ROPE_SHORT,     "rope_factors_short.weight",   GLOBAL, VECTOR)   \
     X(ATTN_NORM,      "attn_norm.weight",            LAYER,  NORM)     \
     X(ATTN_Q,         "attn_q.weight",               LAYER,  MATRIX)   \
     X(ATTN_K,         "attn_k.weight",               LAYER,  MATRIX)   \

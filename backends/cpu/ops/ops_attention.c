@@ -83,8 +83,8 @@ static void rope_table_job(void *ctx, int ith, int nth)
     int64_t lo, hi;
     cpu_split(be->rope_rows, ith, nth, &lo, &hi);
     for (int64_t r = lo; r < hi; r++)
-        weft_rope_cos_sin(be->rope_pos[r], be->rope_n_rot, be->rope_base, be->rope_scale,
-                          be->rope_cs + (size_t)r * be->rope_n_rot);
+        weft_rope_cos_sin_ext(be->rope_pos[r], be->rope_n_rot, be->rope_base, be->rope_scale, &be->rope_ext,
+                              be->rope_cs + (size_t)r * be->rope_n_rot);
 }
 
 static void rope_kv_job(void *ctx, int ith, int nth)
@@ -128,8 +128,15 @@ static weft_status rope_table(struct weft_cpu_backend *be, const struct weft_op_
 {
     const int64_t n = o->batch.n_rows;
     const int32_t *pos = i32(&o->batch.pos);
+    const struct weft_rope_ext ext = {
+        .freq_factors = o->has_freq_factors ? (const float *)cpu_ptr(&o->freq_factors) : NULL,
+        .ext_factor = o->ext_factor, .attn_factor = o->attn_factor,
+        .corr_dims = {o->corr_dims[0], o->corr_dims[1]}};
     if (n == be->rope_rows && o->n_rot == be->rope_n_rot && o->freq_base == be->rope_base &&
-        o->freq_scale == be->rope_scale && (n == 0 || memcmp(pos, be->rope_pos, (size_t)n * sizeof *pos) == 0))
+        o->freq_scale == be->rope_scale && ext.freq_factors == be->rope_ext.freq_factors &&
+        ext.ext_factor == be->rope_ext.ext_factor && ext.attn_factor == be->rope_ext.attn_factor &&
+        ext.corr_dims[0] == be->rope_ext.corr_dims[0] && ext.corr_dims[1] == be->rope_ext.corr_dims[1] &&
+        (n == 0 || memcmp(pos, be->rope_pos, (size_t)n * sizeof *pos) == 0))
         return WEFT_OK;
     const size_t need_cs = (size_t)n * o->n_rot, need_pos = (size_t)n;
     if (need_cs > be->rope_cs_cap || need_pos > be->rope_pos_cap) {
@@ -153,6 +160,7 @@ static weft_status rope_table(struct weft_cpu_backend *be, const struct weft_op_
     be->rope_n_rot = o->n_rot;
     be->rope_base = o->freq_base;
     be->rope_scale = o->freq_scale;
+    be->rope_ext = ext;
     be->rope_rows = n;
     weft_cpu_pool_run_parts(be->pool, rope_table_job, be, cpu_parts(be, n));
     return WEFT_OK;
