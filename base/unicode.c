@@ -17,14 +17,21 @@ static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t cp)
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The general categories are disjoint, and no White_Space character is a
+ * letter, number, punctuation, mark or symbol: the first hit is the answer. */
 static unsigned lookup(uint32_t cp)
 {
-    unsigned f = 0;
-    if (in_ranges(weft_ucd_letter, N_OF(weft_ucd_letter), cp)) f |= WEFT_UCP_LETTER;
-    if (in_ranges(weft_ucd_number, N_OF(weft_ucd_number), cp)) f |= WEFT_UCP_NUMBER;
-    if (in_ranges(weft_ucd_punct, N_OF(weft_ucd_punct), cp)) f |= WEFT_UCP_PUNCT;
-    if (in_ranges(weft_ucd_space, N_OF(weft_ucd_space), cp)) f |= WEFT_UCP_SPACE;
-    return f;
+    static const struct { const uint32_t (*r)[2]; size_t n; unsigned bit; } cls[] = {
+        { weft_ucd_letter, N_OF(weft_ucd_letter), WEFT_UCP_LETTER },
+        { weft_ucd_number, N_OF(weft_ucd_number), WEFT_UCP_NUMBER },
+        { weft_ucd_punct, N_OF(weft_ucd_punct), WEFT_UCP_PUNCT },
+        { weft_ucd_mark, N_OF(weft_ucd_mark), WEFT_UCP_MARK },
+        { weft_ucd_symbol, N_OF(weft_ucd_symbol), WEFT_UCP_SYMBOL },
+        { weft_ucd_space, N_OF(weft_ucd_space), WEFT_UCP_SPACE },
+    };
+    for (size_t i = 0; i < N_OF(cls); i++)
+        if (in_ranges(cls[i].r, cls[i].n, cp)) return cls[i].bit;
+    return 0;
 }
 
 unsigned weft_unicode_flags(uint32_t cp)

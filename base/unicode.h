@@ -12,6 +12,8 @@ enum {
     WEFT_UCP_NUMBER = 1 << 1, /* \p{N} */
     WEFT_UCP_PUNCT  = 1 << 2, /* \p{P} */
     WEFT_UCP_SPACE  = 1 << 3, /* \s: the White_Space property */
+    WEFT_UCP_MARK   = 1 << 4, /* \p{M} */
+    WEFT_UCP_SYMBOL = 1 << 5, /* \p{S} */
 };
 
 /* Property bits of code point cp (0 for anything not in a class above). */

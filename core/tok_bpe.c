@@ -35,7 +35,18 @@ int weft_tok_cp_to_byte(uint32_t cp)
     return -1;
 }
 
-/* ---- pre-tokenizer ---- */
+/* ---- pre-tokenizer ----
+ * llama.cpp runs each pre value's regexes one after another, each over the
+ * words the one before cut; a regex's matches and the text between them all
+ * become words. Most of them run in std::regex over a "collapsed" text: every
+ * code point >= 128 stands for its class (letter, number, punctuation, mark,
+ * symbol, whitespace or other) and \p{..} turns into that class plus its ASCII
+ * members. So ASCII keeps its case ([^a-z], [^A-Z]) while every other letter
+ * is upper and lower case at once, and ASCII '~', missing from that ASCII
+ * list of \p{S}, is no symbol. The matchers below reproduce those regexes
+ * (ECMAScript: the first alternative that matches wins, greedy with
+ * backtracking) and, for llama3, gpt2 and kimi-k2, llama.cpp's hand-written
+ * splitters. */
 
 struct words {          /* word boundaries as code point counts */
     size_t *len;
@@ -63,12 +74,17 @@ struct span {           /* one word being split: cps[lo, hi) */
 /* Flags of position i, 0 outside the word (llama.cpp's OUT_OF_RANGE). */
 static unsigned fl_at(const struct span *s, size_t i) { return i < s->hi ? s->fl[i] : 0; }
 static uint32_t cp_at(const struct span *s, size_t i) { return i < s->hi ? s->cp[i] : 0xFFFFFFFFu; }
+static int is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
+static int is_ascii_alpha(uint32_t c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
 #define L WEFT_UCP_LETTER
 #define N WEFT_UCP_NUMBER
+#define P WEFT_UCP_PUNCT
 #define S WEFT_UCP_SPACE
+#define M WEFT_UCP_MARK
+#define SYM WEFT_UCP_SYMBOL
 
-/* The cut points of one word go to `out` as lengths. Each matcher returns the
- * end of the match starting at pos (always > pos). */
+/* A matcher returns the end of the match starting at pos, or pos if none
+ * starts there (that character joins the text between matches). */
 typedef size_t (*matcher_fn)(const struct span *s, size_t pos);
 
 /* 's|'t|'re|'ve|'m|'ll|'d, case-sensitive (gpt2) or not (llama3): returns 0 if none. */
@@ -93,6 +109,41 @@ static size_t trailing_space(const struct span *s, size_t pos, size_t n)
     return pos + (n ? n : 1);
 }
 
+/* \s*[\r\n]+|\s+(?!\S)|\s+ : pos if no whitespace starts at pos. */
+static size_t space_run(const struct span *s, size_t pos)
+{
+    size_t n = 0, last_nl = 0;
+    while (fl_at(s, pos + n) & S) {
+        if (is_nl(s->cp[pos + n])) last_nl = pos + n + 1;
+        n++;
+    }
+    if (last_nl) return last_nl;
+    return n ? trailing_space(s, pos, n) : pos;
+}
+
+/*  ?[^\s<word>]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ where <word> are the
+ * classes of the word alternatives (slash: [\r\n/]* after the run). */
+static size_t other_or_space(const struct span *s, size_t pos, unsigned word, int slash)
+{
+    size_t p = pos + (s->cp[pos] == ' ');
+    if (p < s->hi && !(s->fl[p] & (S | word))) {
+        while (p < s->hi && !(s->fl[p] & (S | word))) p++;
+        while (p < s->hi && (is_nl(s->cp[p]) || (slash && s->cp[p] == '/'))) p++;
+        return p;
+    }
+    return space_run(s, pos);
+}
+
+/* up to max characters of class cls */
+static size_t run_max(const struct span *s, size_t pos, unsigned cls, size_t max)
+{
+    size_t p = pos;
+    while (p < pos + max && (fl_at(s, p) & cls)) p++;
+    return p;
+}
+
+static size_t run_of(const struct span *s, size_t pos, unsigned cls) { return run_max(s, pos, cls, (size_t)-1 - pos); }
+
 /* 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
 static size_t match_gpt2(const struct span *s, size_t pos)
 {
@@ -102,8 +153,8 @@ static size_t match_gpt2(const struct span *s, size_t pos)
     size_t p = pos + (c == ' ');
     unsigned f = fl_at(s, p);
     if (p < s->hi) {
-        if (f & L) { while (fl_at(s, p) & L) p++; return p; }
-        if (f & N) { while (fl_at(s, p) & N) p++; return p; }
+        if (f & L) return run_of(s, p, L);
+        if (f & N) return run_of(s, p, N);
         if (!(f & S)) { while (p < s->hi && !(s->fl[p] & (S | L | N))) p++; return p; }
     }
     size_t n = 0;
@@ -120,101 +171,223 @@ static size_t match_llama3_digits(const struct span *s, size_t pos, size_t max_d
     if (e) return e;
     uint32_t c = s->cp[pos];
     unsigned f = s->fl[pos];
-    if (c != '\r' && c != '\n' && !(f & N) && ((f & L) || (fl_at(s, pos + 1) & L))) {
-        size_t p = pos + 1;
-        while (fl_at(s, p) & L) p++;
-        return p;
-    }
-    if (f & N) {
-        size_t p = pos;
-        while (p < pos + max_digits && (fl_at(s, p) & N)) p++;
-        return p;
-    }
-    size_t p = pos + (c == ' ');
-    if (p < s->hi && !(s->fl[p] & (S | L | N))) {
-        while (p < s->hi && !(s->fl[p] & (S | L | N))) p++;
-        while (p < s->hi && (s->cp[p] == '\r' || s->cp[p] == '\n')) p++;
-        return p;
-    }
-    size_t n = 0, last_nl = 0;
-    while (fl_at(s, pos + n) & S) {
-        if (s->cp[pos + n] == '\r' || s->cp[pos + n] == '\n') last_nl = pos + n + 1;
-        n++;
-    }
-    if (last_nl) return last_nl;
-    return trailing_space(s, pos, n);
+    if (!is_nl(c) && !(f & N) && ((f & L) || (fl_at(s, pos + 1) & L))) return run_of(s, pos + 1, L);
+    if (f & N) return run_max(s, pos, N, max_digits);
+    return other_or_space(s, pos, L | N, 0);
 }
 
 static size_t match_llama3(const struct span *s, size_t pos) { return match_llama3_digits(s, pos, 3); }
 static size_t match_qwen2(const struct span *s, size_t pos) { return match_llama3_digits(s, pos, 1); }
 
-static weft_status split_matcher(const struct span *s, matcher_fn m, struct words *out)
+/* qwen35: marks join letter runs.
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}|
+ *  ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t match_qwen35(const struct span *s, size_t pos)
 {
-    for (size_t pos = s->lo; pos < s->hi;) {
-        size_t e = m(s, pos);
-        weft_status st = words_push(out, e - pos);
-        if (st) return st;
-        pos = e;
+    size_t e = contraction(s, pos, 1);
+    if (e) return e;
+    uint32_t c = s->cp[pos];
+    unsigned f = s->fl[pos];
+    size_t p = pos + (!is_nl(c) && !(f & (L | N)) && (fl_at(s, pos + 1) & (L | M)));
+    if (fl_at(s, p) & (L | M)) return run_of(s, p, L | M);
+    if (f & N) return pos + 1;
+    return other_or_space(s, pos, L | M | N, 0);
+}
+
+/* The cased letter run of gpt-4o and tekken at q (a letter), as the collapsed
+ * regex sees it: "upper" X = letters but ASCII a-z, "lower" Y = letters but
+ * ASCII A-Z (so other letters are both):
+ *   X*Y+ : the longest X run that a Y follows, then the Y run; X* backs off
+ *          to the last letter that is X and Y at once if no Y follows it;
+ *   X+Y* : failing that (an all-ASCII-capital run), the X run. */
+static int is_upper_ish(const struct span *s, size_t i)
+{
+    return (fl_at(s, i) & L) && !(s->cp[i] >= 'a' && s->cp[i] <= 'z');
+}
+static int is_lower_ish(const struct span *s, size_t i)
+{
+    return (fl_at(s, i) & L) && !(s->cp[i] >= 'A' && s->cp[i] <= 'Z');
+}
+
+static size_t cased_word(const struct span *s, size_t q)
+{
+    size_t m = 0;
+    while (is_upper_ish(s, q + m)) m++;
+    size_t k = m;
+    while (!is_lower_ish(s, q + k) && k > 0) k--;
+    if (!is_lower_ish(s, q + k)) return q + m; /* X+Y*: nothing lower follows */
+    while (is_lower_ish(s, q + k)) k++;
+    return q + k;
+}
+
+/* gpt-4o (contractions, 3 digits) and tekken (neither, 1 digit):
+ * [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?|
+ * [^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*(?:'[sS]|...)?|
+ * \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t match_cased(const struct span *s, size_t pos, int contractions, size_t max_digits)
+{
+    uint32_t c = s->cp[pos];
+    unsigned f = s->fl[pos];
+    size_t q = pos + (!is_nl(c) && !(f & (L | N)));
+    if (fl_at(s, q) & L) {
+        size_t e = cased_word(s, q), k = contractions ? contraction(s, e, 1) : 0;
+        return k ? k : e;
     }
-    return WEFT_OK;
+    if (f & N) return run_max(s, pos, N, max_digits);
+    return other_or_space(s, pos, L | N, 1);
 }
 
-/* Regex-split of a character class, std::regex style: matches and the gaps
- * between them all become words. run: class+ as one match; else one char. */
-static int is_default_punct(const struct span *s, size_t i)
+static size_t match_gpt4o(const struct span *s, size_t pos) { return match_cased(s, pos, 1, 3); }
+static size_t match_tekken(const struct span *s, size_t pos) { return match_cased(s, pos, 0, 1); }
+
+/* deepseek-v3's \p{P} and \p{S} (without '~', see above) */
+static int ds_punct(const struct span *s, size_t i)
 {
-    uint32_t c = s->cp[i];
-    return (s->fl[i] & WEFT_UCP_PUNCT) || c == '$' || c == '+' || c == '<' || c == '=' ||
-           c == '>' || c == '^' || c == '~' || c == '|';
+    return i < s->hi && (s->fl[i] & (P | SYM)) && s->cp[i] != '~';
 }
-static int is_number(const struct span *s, size_t i) { return (s->fl[i] & N) != 0; }
 
-static weft_status split_class(const struct span *s, int (*in)(const struct span *, size_t), int run,
-                               struct words *out)
+/* deepseek-v3, after \p{N}{1,3} and [一-龥぀-ゟ゠-ヿ]+ :
+ * [!-/:-@\[-`{-~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|
+ * \s*[\r\n]+|\s+(?!\S)|\s+ */
+static size_t match_deepseek3(const struct span *s, size_t pos)
+{
+    uint32_t c = s->cp[pos];
+    unsigned f = s->fl[pos];
+    if (c < 128 && (f & (P | SYM)) && is_ascii_alpha(cp_at(s, pos + 1))) {
+        size_t p = pos + 1;
+        while (is_ascii_alpha(cp_at(s, p))) p++;
+        return p;
+    }
+    size_t p = pos + (!is_nl(c) && !(f & L) && !ds_punct(s, pos) && (fl_at(s, pos + 1) & (L | M)));
+    if (fl_at(s, p) & (L | M)) return run_of(s, p, L | M);
+    p = pos + (c == ' ');
+    if (ds_punct(s, p)) {
+        while (ds_punct(s, p)) p++;
+        while (is_nl(cp_at(s, p))) p++;
+        return p;
+    }
+    return space_run(s, pos);
+}
+
+/* \p{N}{1,3} */
+static size_t match_number3(const struct span *s, size_t pos) { return run_max(s, pos, N, 3); }
+
+/* [一-龥぀-ゟ゠-ヿ]+ : the CJK unified ideographs to U+9FA5, hiragana, katakana */
+static int is_cjk_kana(uint32_t c) { return (c >= 0x4E00 && c <= 0x9FA5) || (c >= 0x3040 && c <= 0x30FF); }
+static size_t match_cjk_kana(const struct span *s, size_t pos)
+{
+    size_t p = pos;
+    while (p < s->hi && is_cjk_kana(s->cp[p])) p++;
+    return p;
+}
+
+/* Han as llama.cpp's unicode_cpt_is_han: the CJK unified ideographs, their
+ * extensions A-F and the compatibility ideographs. */
+static int is_han(uint32_t c)
+{
+    return (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0x3400 && c <= 0x4DBF) ||
+           (c >= 0x20000 && c <= 0x2A6DF) || (c >= 0x2A700 && c <= 0x2EBEF) ||
+           (c >= 0xF900 && c <= 0xFAFF) || (c >= 0x2F800 && c <= 0x2FA1F);
+}
+static int is_non_han_letter(const struct span *s, size_t i) { return (fl_at(s, i) & L) && !is_han(s->cp[i]); }
+
+/* kimi-k2, llama.cpp's splitter for
+ * [\p{Han}]+|[^\r\n\p{L}\p{N}]?<letters but Han>+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+ * (it does not tell upper from lower case, nor marks from other characters) */
+static size_t match_kimi_k2(const struct span *s, size_t pos)
+{
+    uint32_t c = s->cp[pos];
+    unsigned f = s->fl[pos];
+    size_t p = pos;
+    if (is_han(c)) {
+        while (p < s->hi && is_han(s->cp[p])) p++;
+        return p;
+    }
+    p += !is_nl(c) && !(f & (L | N)) && is_non_han_letter(s, pos + 1);
+    if (is_non_han_letter(s, p)) {
+        while (is_non_han_letter(s, p)) p++;
+        size_t k = contraction(s, p, 1);
+        return k ? k : p;
+    }
+    if (f & N) return run_max(s, pos, N, 3);
+    size_t e = other_or_space(s, pos, L | N, 0);
+    return e > pos ? e : pos + 1;
+}
+
+/* \p{P} or one of $+<=>^~| */
+static int is_default_punct(uint32_t c, unsigned f)
+{
+    return (f & P) || c == '$' || c == '+' || c == '<' || c == '=' || c == '>' || c == '^' ||
+           c == '~' || c == '|';
+}
+/* [\p{P}\$\+<=>\^~\|]+ */
+static size_t match_punct_run(const struct span *s, size_t pos)
+{
+    size_t p = pos;
+    while (p < s->hi && is_default_punct(s->cp[p], s->fl[p])) p++;
+    return p;
+}
+/* [\p{P}\$\+<=>\^~\|`]+ */
+static size_t match_falcon_punct_run(const struct span *s, size_t pos)
+{
+    size_t p = pos;
+    while (p < s->hi && (is_default_punct(s->cp[p], s->fl[p]) || s->cp[p] == '`')) p++;
+    return p;
+}
+/* \p{N} and \p{N}+ */
+static size_t match_number(const struct span *s, size_t pos) { return run_max(s, pos, N, 1); }
+static size_t match_number_run(const struct span *s, size_t pos) { return run_of(s, pos, N); }
+
+/* [0-9][0-9][0-9] */
+static size_t match_digit3(const struct span *s, size_t pos)
+{
+    for (size_t k = 0; k < 3; k++)
+        if (pos + k >= s->hi || s->cp[pos + k] < '0' || s->cp[pos + k] > '9') return pos;
+    return pos + 3;
+}
+
+static weft_status split_matcher(const struct span *s, matcher_fn m, struct words *out)
 {
     weft_status st = WEFT_OK;
     size_t gap = s->lo;
     for (size_t pos = s->lo; pos < s->hi && !st;) {
-        if (!in(s, pos)) { pos++; continue; }
-        size_t e = pos + 1;
-        if (run) while (e < s->hi && in(s, e)) e++;
+        size_t e = m(s, pos);
+        if (e == pos) { pos++; continue; }
         if ((st = words_push(out, pos - gap)) == WEFT_OK) st = words_push(out, e - pos);
         gap = pos = e;
     }
     return st ? st : words_push(out, s->hi - gap);
 }
 
-/* [0-9][0-9][0-9] */
-static weft_status split_digit3(const struct span *s, struct words *out)
+/* The regexes of each pre value, in order (NULL-terminated). */
+static const matcher_fn *stages_of(enum tok_pre pre)
 {
-    weft_status st = WEFT_OK;
-    size_t gap = s->lo;
-    for (size_t pos = s->lo; pos < s->hi && !st;) {
-        int ok = pos + 3 <= s->hi;
-        for (size_t k = 0; ok && k < 3; k++) ok = s->cp[pos + k] >= '0' && s->cp[pos + k] <= '9';
-        if (!ok) { pos++; continue; }
-        if ((st = words_push(out, pos - gap)) == WEFT_OK) st = words_push(out, 3);
-        gap = pos = pos + 3;
-    }
-    return st ? st : words_push(out, s->hi - gap);
-}
-
-enum stage { ST_DIGIT_EACH, ST_NUMBER_RUN, ST_PUNCT_RUN, ST_DIGIT3, ST_GPT2, ST_LLAMA3, ST_QWEN2, ST_END };
-
-static const enum stage *stages_of(enum tok_pre pre)
-{
-    static const enum stage def[] = { ST_PUNCT_RUN, ST_GPT2, ST_NUMBER_RUN, ST_DIGIT3, ST_END };
-    static const enum stage gpt2[] = { ST_GPT2, ST_END };
-    static const enum stage llama3[] = { ST_LLAMA3, ST_END };
-    static const enum stage smollm[] = { ST_DIGIT_EACH, ST_GPT2, ST_END };
-    static const enum stage qwen2[] = { ST_QWEN2, ST_END };
+    static const matcher_fn def[] = { match_punct_run, match_gpt2, match_number_run, match_digit3, NULL };
+    static const matcher_fn gpt2[] = { match_gpt2, NULL };
+    static const matcher_fn llama3[] = { match_llama3, NULL };
+    static const matcher_fn smollm[] = { match_number, match_gpt2, NULL };
+    static const matcher_fn qwen2[] = { match_qwen2, NULL };
+    static const matcher_fn qwen35[] = { match_qwen35, NULL };
+    static const matcher_fn gpt4o[] = { match_gpt4o, NULL };
+    static const matcher_fn tekken[] = { match_tekken, NULL };
+    static const matcher_fn deepseek3[] = { match_number3, match_cjk_kana, match_deepseek3, NULL };
+    static const matcher_fn falcon[] = { match_falcon_punct_run, match_gpt2, match_digit3, NULL };
+    static const matcher_fn kimi_k2[] = { match_kimi_k2, NULL };
     switch (pre) {
     case TOK_PRE_GPT2: return gpt2;
     case TOK_PRE_LLAMA3: return llama3;
     case TOK_PRE_SMOLLM: return smollm;
     case TOK_PRE_QWEN2: return qwen2;
-    default: return def;
+    case TOK_PRE_QWEN35: return qwen35;
+    case TOK_PRE_GPT4O: return gpt4o;
+    case TOK_PRE_TEKKEN: return tekken;
+    case TOK_PRE_DEEPSEEK3: return deepseek3;
+    case TOK_PRE_FALCON: return falcon;
+    case TOK_PRE_KIMI_K2: return kimi_k2;
+    case TOK_PRE_DEFAULT: break;
     }
+    return def;
 }
 
 /* Cut cps[0..n) into words; *w gets their lengths in code points. */
@@ -223,21 +396,12 @@ static weft_status pretokenize(enum tok_pre pre, const uint32_t *cp, const unsig
 {
     struct words cur = { 0 }, next = { 0 };
     weft_status st = words_push(&cur, n);
-    for (const enum stage *sg = stages_of(pre); *sg != ST_END && !st; sg++) {
+    for (const matcher_fn *m = stages_of(pre); *m && !st; m++) {
         next.n = 0;
         size_t lo = 0;
         for (size_t i = 0; i < cur.n && !st; i++) {
             struct span s = { cp, fl, lo, lo + cur.len[i] };
-            switch (*sg) {
-            case ST_DIGIT_EACH: st = split_class(&s, is_number, 0, &next); break;
-            case ST_NUMBER_RUN: st = split_class(&s, is_number, 1, &next); break;
-            case ST_PUNCT_RUN: st = split_class(&s, is_default_punct, 1, &next); break;
-            case ST_DIGIT3: st = split_digit3(&s, &next); break;
-            case ST_GPT2: st = split_matcher(&s, match_gpt2, &next); break;
-            case ST_LLAMA3: st = split_matcher(&s, match_llama3, &next); break;
-            case ST_QWEN2: st = split_matcher(&s, match_qwen2, &next); break;
-            case ST_END: break;
-            }
+            st = split_matcher(&s, *m, &next);
             lo = s.hi;
         }
         struct words tmp = cur;
@@ -249,6 +413,13 @@ static weft_status pretokenize(enum tok_pre pre, const uint32_t *cp, const unsig
     *w = cur;
     return WEFT_OK;
 }
+
+#undef L
+#undef N
+#undef P
+#undef S
+#undef M
+#undef SYM
 
 /* ---- merges ---- */
 

@@ -18,7 +18,10 @@ enum tok_type {
 };
 
 /* BPE pre-tokenizers: each is a fixed sequence of split stages. */
-enum tok_pre { TOK_PRE_DEFAULT, TOK_PRE_GPT2, TOK_PRE_LLAMA3, TOK_PRE_SMOLLM, TOK_PRE_QWEN2 };
+enum tok_pre {
+    TOK_PRE_DEFAULT, TOK_PRE_GPT2, TOK_PRE_LLAMA3, TOK_PRE_SMOLLM, TOK_PRE_QWEN2, TOK_PRE_QWEN35,
+    TOK_PRE_GPT4O, TOK_PRE_TEKKEN, TOK_PRE_DEEPSEEK3, TOK_PRE_FALCON, TOK_PRE_KIMI_K2,
+};
 
 struct tok_merge {      /* one slot of the merge hash: (left, right) -> rank, result */
     int32_t left, right; /* token ids; left == -1 marks an empty slot */

@@ -299,6 +299,14 @@ static weft_status load_pre(const struct weft_gguf *g, struct weft_tokenizer *t)
         t->ignore_merges = true;
     } else if (!strcmp(pre, "smollm")) t->pre = TOK_PRE_SMOLLM;
     else if (!strcmp(pre, "qwen2")) t->pre = TOK_PRE_QWEN2;
+    else if (!strcmp(pre, "qwen35")) t->pre = TOK_PRE_QWEN35;
+    else if (!strcmp(pre, "gpt-4o") || !strcmp(pre, "llama4") || !strcmp(pre, "minimax-m2")) t->pre = TOK_PRE_GPT4O;
+    else if (!strcmp(pre, "tekken")) {
+        t->pre = TOK_PRE_TEKKEN;
+        t->ignore_merges = true;
+    } else if (!strcmp(pre, "deepseek-v3") || !strcmp(pre, "hunyuan-dense")) t->pre = TOK_PRE_DEEPSEEK3;
+    else if (!strcmp(pre, "falcon")) t->pre = TOK_PRE_FALCON;
+    else if (!strcmp(pre, "kimi-k2")) t->pre = TOK_PRE_KIMI_K2;
     else return weft_error(WEFT_ERR_UNSUPPORTED, "tokenizer: unsupported pre-tokenizer '%s'", pre);
     return WEFT_OK;
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Generate base/unicode_tables.h: sorted code point ranges for the Unicode
 general categories the BPE pre-tokenizers need (L = letters, N = numbers,
-P = punctuation) from python3's unicodedata, plus the White_Space set.
+P = punctuation, M = marks, S = symbols) from python3's unicodedata, plus the
+White_Space set.
 
 Usage: python3 scripts/gen_unicode.py > base/unicode_tables.h
 """
@@ -50,16 +51,20 @@ def main():
     emit("weft_ucd_letter", ranges(lambda cp: cat(cp).startswith("L")), f)
     emit("weft_ucd_number", ranges(lambda cp: cat(cp).startswith("N")), f)
     emit("weft_ucd_punct", ranges(lambda cp: cat(cp).startswith("P")), f)
+    emit("weft_ucd_mark", ranges(lambda cp: cat(cp).startswith("M")), f)
+    emit("weft_ucd_symbol", ranges(lambda cp: cat(cp).startswith("S")), f)
     ws = set(WHITESPACE)
     emit("weft_ucd_space", ranges(lambda cp: cp in ws), f)
-    f.write("/* Property bits (WEFT_UCP_*: 1 letter, 2 number, 4 punct, 8 space) of ASCII. */\n")
+    f.write("/* Property bits (WEFT_UCP_*: 1 letter, 2 number, 4 punct, 8 space, 32 symbol) of ASCII\n"
+            " * (no ASCII character is a mark, 16). */\n")
     f.write("static const unsigned char weft_ucd_ascii[128] = {\n")
     for row in range(0, 128, 16):
         bits = []
         for cp in range(row, row + 16):
             c = cat(cp)
             b = (1 if c.startswith("L") else 0) | (2 if c.startswith("N") else 0) | \
-                (4 if c.startswith("P") else 0) | (8 if cp in ws else 0)
+                (4 if c.startswith("P") else 0) | (8 if cp in ws else 0) | \
+                (16 if c.startswith("M") else 0) | (32 if c.startswith("S") else 0)
             bits.append(str(b))
         f.write("    " + ", ".join(bits) + ",\n")
     f.write("};\n\n#endif\n")

@@ -241,7 +241,7 @@ static void pretokenizers_match_llama_cpp(void)
 {
     json_t *g = load_golden("pretok-tokenize.json");
     if (!g) return;
-    static const char *const pres[] = {"llama-bpe", "qwen2"};
+    static const char *const pres[] = {"llama-bpe", "qwen2", "qwen35", "gpt-4o", "deepseek-v3", "falcon", "tekken", "kimi-k2"};
     for (size_t p = 0; p < sizeof pres / sizeof pres[0]; p++) {
         char path[1400];
         snprintf(path, sizeof path, "%s/models/arch/pretok-%s.gguf", shared, pres[p]);
@@ -269,7 +269,7 @@ static void pretokenizers_match_llama_cpp(void)
                 free(ids);
             }
         }
-        printf("  pre %-10s %d/%d tokenizations equal to llama.cpp's\n", pres[p], ok, n);
+        printf("  pre %-12s %d/%d tokenizations equal to llama.cpp's\n", pres[p], ok, n);
         weft_tokenizer_free(t);
         weft_gguf_close(gg);
     }
