@@ -7,6 +7,7 @@
 #   - backend-specific tests (test_gpu_kernels for CUDA and HIP, test_vulkan_*,
 #     test_opencl, test_device_exact on Vulkan and OpenCL),
 #   - the stories260K golden (llama.cpp's ids) on the device and split cpu+device,
+#   - every model family's golden (test_arch_golden, the F16 files) on the device,
 #   - greedy equality with the CPU, alone and 8 at once, and with a layer split,
 #   - weft bench: SmolLM2-shape Q4_1, and Llama-3-8B-shape Q4_0 and Q8_0
 #     (random weights from `weft gen`), decode tokens/s at batch 1, the fraction
@@ -251,7 +252,7 @@ build_tree() {
 export -f build_tree
 export root shared jobs
 if [ $dry = 1 ]; then cuda_req=AUTO; else cuda_req=ON; fi
-tests="test_backend_ops test_gpu_kernels test_golden test_devices test_embed"
+tests="test_backend_ops test_gpu_kernels test_golden test_arch_golden test_devices test_embed"
 # prebuilt NAME DIR: a row saying the step's build was done elsewhere; fails
 # when DIR holds no weft
 prebuilt_row() {
@@ -378,6 +379,8 @@ correct() {
     local d=$1
     step "golden" "$d" 300 env WEFT_TEST_DEVICE="$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
     step "golden split" "cpu=1,$d" 300 env WEFT_TEST_DEVICE="cpu=1,$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
+    # every model family (the F16 files: llama.cpp's bounds, 0.1)
+    step "arch goldens (every family)" "$d" 300 env WEFT_TEST_DEVICE="$d" WEFT_TEST_TYPES=F16 "$B/test_arch_golden"
     step "equality + split + batch" "$d" 400 env "${nocache[@]}" WEFT_TEST_DEVICES="$d" "$B/test_devices"
     step "embeddings vs cpu" "$d" 200 env WEFT_TEST_DEVICE="$d" "$B/test_embed"
 }
@@ -401,6 +404,7 @@ if [ $hip_ok = 1 ]; then
     if check_device "$BH/weft" hip:0; then
         step "test_gpu_kernels" hip:0 300 env WEFT_TEST_GPU=hip "$BH/test_gpu_kernels"
         step "golden" hip:0 300 env WEFT_TEST_DEVICE=hip:0 WEFT_TEST_LOGPROB_TOL=2e-2 "$BH/test_golden"
+        step "arch goldens (every family)" hip:0 300 env WEFT_TEST_DEVICE=hip:0 WEFT_TEST_TYPES=F16 "$BH/test_arch_golden"
         step "equality + split + batch" hip:0 400 env "${nocache[@]}" WEFT_TEST_DEVICES=hip:0 "$BH/test_devices"
     fi
 fi
