@@ -2,7 +2,8 @@
 #include "weft_blocks.glsl"  /* base/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 f16_sg:-DKV_F16,-DUSE_SUBGROUP q8_0:-DKV_Q8_0 q8_0_sg:-DKV_Q8_0,-DUSE_SUBGROUP f16x:-DKV_F16,-DEXACT
 // ATTENTION over the paged F16 KV cache: one workgroup per (head, row),
-// causal over positions 0..pos[row] of the row's sequence through its block
+// causal over positions 0..pos[row] (a sliding window: only the last
+// `window` of them, the pass simply starting later) of the row's sequence through its block
 // table, GQA (kv head = head / (n_head / n_kv)), online softmax in tiles of
 // 64 positions: each invocation scores one position of the tile (K·q, q
 // rounded to F16 as the CPU does), the tile's max and sum are reduced
@@ -37,6 +38,7 @@ layout(push_constant) uniform P {
     uint pos_off, seq_off, bto_off, bt_off0, n_rows;
     uint n_head, n_kv, hd, n_layer, layer;
     float scale;
+    uint window;   /* sliding window: positions pos - window + 1 .. pos; 0: all of 0..pos */
 } p;
 
 shared float qs[512];
@@ -170,6 +172,7 @@ void main()
 #endif
         barrier();
         const uint n_pos = uint(pos[p.pos_off + r]) + 1u;
+        const uint p_first = p.window != 0u && n_pos > p.window ? n_pos - p.window : 0u;
         const uint blocks = p.bt_off0 + uint(bt_off[p.bto_off + uint(seq[p.seq_off + r])]);
 #ifdef EXACT
         float M = uintBitsToFloat(0xff800000u), S = 0.0;  /* -inf, as the CPU */
@@ -178,7 +181,7 @@ void main()
 #endif
         vec2 acc[MAX_PAIRS];
         for (uint j = 0u; j < MAX_PAIRS; j++) acc[j] = vec2(0.0);
-        for (uint tile = 0u; tile < n_pos; tile += WG) {
+        for (uint tile = p_first; tile < n_pos; tile += WG) {
             const uint pp = tile + t;
             float s = -3.0e38;
             if (pp < n_pos) {

@@ -1,13 +1,14 @@
 #version 450
 // variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K
-// EMBED: out[r] = dequant(table[ids[r]]). Table offsets in bytes (rows
+// EMBED: out[r] = dequant(table[ids[r]]) (* scale when scale != 0: one F32
+// multiply after dequantizing, as the CPU). Table offsets in bytes (rows
 // 2-byte aligned), ids and out in elements. An id outside the table gives a
 // row of zeros (the CPU refuses the op; a shader cannot).
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer T { uint data_t[]; };
 layout(std430, binding = 1) readonly buffer I { int ids[]; };
 layout(std430, binding = 2) writeonly buffer O { float o[]; };
-layout(push_constant) uniform P { uint t_off, t_rs, t_rows, id_off, o_off, o_rs, ne0, n; } p;
+layout(push_constant) uniform P { uint t_off, t_rs, t_rows, id_off, o_off, o_rs, ne0, n; float scale; } p;
 
 #define DQ_WORD(i) data_t[i]
 #include "dequant.glsl"
@@ -20,6 +21,10 @@ void main()
         int id = ids[p.id_off + r];
         float v = 0.0;
         if (id >= 0 && uint(id) < p.t_rows) v = dq_get(p.t_off + uint(id) * p.t_rs, k);
+        if (p.scale != 0.0) {
+            precise float sv = v * p.scale;
+            v = sv;
+        }
         o[p.o_off + r * p.o_rs + k] = v;
     }
 }

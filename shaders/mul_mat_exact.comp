@@ -12,12 +12,13 @@
 //     integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, float(lane),
 //     acc[l]) block after block, then ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7));
 //   Q4_1 adds summs = fma(m, s, summs) (s: the activation block's f16 sum)
-//   at the end: acc + summs; then + add[r][n] when has_add.
+//   at the end: acc + summs; then + bias[n] when has_bias; then + add[r][n]
+//   when has_add (the CPU's order).
 // Activations come from quant_act's exact variants: int8 q packed four to a
 // word ([M][K/4] words at x_off, row stride x_stride words) and per block
 // (d, s) as float bits ([M][K/32][2] at s_off, row stride s_stride blocks).
 // A residual `add` may alias `out` (each invocation reads add[r][n] first).
-// Bindings: 0 W (words), 1 activations (words), 2 out, 3 add.
+// Bindings: 0 W (words), 1 activations (words), 2 out, 3 add, 4 bias (f32).
 // variants: q8_0:-DTYPE_Q8_0 q4_1:-DTYPE_Q4_1,-DDQ_SPLIT_MIN q8_0_lanes:-DTYPE_Q8_0,-DLANES8 q4_1_lanes:-DTYPE_Q4_1,-DDQ_SPLIT_MIN,-DLANES8
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : enable
@@ -27,6 +28,7 @@ layout(binding = 0) readonly buffer WBuf { uint data_w[]; };
 layout(binding = 1) readonly buffer XBuf { uint data_x[]; };
 layout(binding = 2) buffer OBuf { float data_o[]; };
 layout(binding = 3) readonly buffer ABuf { float data_a[]; };
+layout(binding = 4) readonly buffer BBuf { float data_b[]; };
 
 #define DQ_WORD(i) data_w[i]
 #include "dequant.glsl"
@@ -39,6 +41,7 @@ layout(push_constant) uniform Push {
     uint a_off, a_stride;
     uint K, N, M, has_add;
     uint s_off, s_stride;   /* words; blocks */
+    uint b_off, has_bias;   /* the bias (f32, one per weight row n), floats */
 } pc;
 
 /* sum of the products of the four signed bytes of a and of x */
@@ -110,6 +113,7 @@ void main()
 #ifdef DQ_SPLIT_MIN
     v = v + summs;
 #endif
+    if (pc.has_bias != 0u) v = v + data_b[pc.b_off + n];
     if (pc.has_add != 0u) v = v + data_a[pc.a_off + r * pc.a_stride + n];
     data_o[pc.o_off + r * pc.o_stride + n] = v;
 }

@@ -1,5 +1,6 @@
 #version 450
-// Matrix-vector product for decode: out[r][n] = x[r] · W[n] (+ add[r][n]) for
+// Matrix-vector product for decode: out[r][n] = (x[r] · W[n] (+ bias[n]))
+// (+ add[r][n]) for
 // up to MV_MAX_ROWS activation rows r, so a small batch reads W once.
 //
 // One workgroup per MV_NR weight rows (2 on GPUs, more on a CPU device where
@@ -12,7 +13,8 @@
 // A residual `add` may alias `out`: the thread that writes out[r][n] is the
 // one that read add[r][n] just before.
 //
-// Bindings: 0 W (uint words), 1 x, 2 out, 3 add (f32). Offsets and strides
+// Bindings: 0 W (uint words), 1 x, 2 out, 3 add, 4 bias (f32; bound, unread,
+// when has_add / has_bias is 0). Offsets and strides
 // from push constants: W in bytes, the rest in floats.
 // Spec constants: 0 WG (threads, a power of two), 1 MV_NR (weight rows).
 // variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K f32_sg:-DTYPE_F32,-DUSE_SUBGROUP f16_sg:-DTYPE_F16,-DUSE_SUBGROUP bf16_sg:-DTYPE_BF16,-DUSE_SUBGROUP q8_0_sg:-DTYPE_Q8_0,-DUSE_SUBGROUP q4_0_sg:-DTYPE_Q4_0,-DUSE_SUBGROUP q4_1_sg:-DTYPE_Q4_1,-DUSE_SUBGROUP q5_0_sg:-DTYPE_Q5_0,-DUSE_SUBGROUP q5_1_sg:-DTYPE_Q5_1,-DUSE_SUBGROUP q4_k_sg:-DTYPE_Q4_K,-DUSE_SUBGROUP q5_k_sg:-DTYPE_Q5_K,-DUSE_SUBGROUP q6_k_sg:-DTYPE_Q6_K,-DUSE_SUBGROUP
@@ -33,6 +35,7 @@ layout(binding = 0) readonly buffer WBuf { uint data_w[]; };
 layout(binding = 1) readonly buffer XBuf { float data_x[]; };
 layout(binding = 2) buffer OBuf { float data_o[]; };
 layout(binding = 3) readonly buffer ABuf { float data_a[]; };
+layout(binding = 4) readonly buffer BBuf { float data_b[]; };
 
 #define DQ_WORD(i) data_w[i]
 #if defined(TYPE_Q4_1) || defined(TYPE_Q5_1)
@@ -47,6 +50,7 @@ layout(push_constant) uniform Push {
     uint a_off, a_stride;
     uint K, N, M, has_add;
     uint s_off, s_stride;   /* Q4_1/Q5_1: the activation blocks' f16 sums, in x's buffer */
+    uint b_off, has_bias;   /* the bias (f32, one per weight row n), floats */
 } pc;
 
 /* [weight row][activation row][subgroup (USE_SUBGROUP) or thread] */
@@ -137,6 +141,7 @@ void main()
         float s = red[(q * MV_MAX_ROWS + r) * WG];
 #endif
         const uint n = n0 + q;
+        if (pc.has_bias != 0u) s += data_b[pc.b_off + n];
         if (pc.has_add != 0u) s += data_a[pc.a_off + r * pc.a_stride + n];
         data_o[pc.o_off + r * pc.o_stride + n] = s;
     }

@@ -1,5 +1,6 @@
 #version 450
-// Tiled matrix product for prefill: out[m][n] = x[m] · W[n] (+ add[m][n]).
+// Tiled matrix product for prefill: out[m][n] = (x[m] · W[n] (+ bias[n]))
+// (+ add[m][n]).
 //
 // A workgroup of 128 threads computes a tile of BN = 64 weight rows (n) by
 // BM = 64 activation rows (m). Per step of BK = 32 along k it dequantizes the
@@ -29,6 +30,7 @@ layout(binding = 0) readonly buffer WBuf { uint data_w[]; };
 layout(binding = 1) readonly buffer XBuf { float data_x[]; };
 layout(binding = 2) buffer OBuf { float data_o[]; };
 layout(binding = 3) readonly buffer ABuf { float data_a[]; };
+layout(binding = 4) readonly buffer BBuf { float data_b[]; };
 
 #define DQ_WORD(i) data_w[i]
 #if defined(TYPE_Q4_1) || defined(TYPE_Q5_1)
@@ -43,6 +45,7 @@ layout(push_constant) uniform Push {
     uint a_off, a_stride;
     uint K, N, M, has_add;
     uint s_off, s_stride;   /* Q4_1/Q5_1: the activation blocks' f16 sums, in x's buffer */
+    uint b_off, has_bias;   /* the bias (f32, one per weight row n), floats */
 } pc;
 
 shared float sw[BK * (BN + PAD)]; /* [k][n] */
@@ -103,6 +106,7 @@ void main()
             const uint row = pc.w_off + n * pc.w_stride;
             for (uint blk = 0u; blk < pc.K / 32u; blk++) s += dq_min(row, blk) * data_x[pc.s_off + m * pc.s_stride + blk];
 #endif
+            if (pc.has_bias != 0u) s += data_b[pc.b_off + n];
             if (pc.has_add != 0u) s += data_a[pc.a_off + m * pc.a_stride + n];
             data_o[pc.o_off + m * pc.o_stride + n] = s;
         }

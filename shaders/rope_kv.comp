@@ -2,9 +2,13 @@
 #include "weft_blocks.glsl"  /* base/types.h's block layouts (generated) */
 // variants: f16:-DKV_F16 q8_0:-DKV_Q8_0 f16x:-DKV_F16,-DROPE_TABLE q8_0x:-DKV_Q8_0,-DROPE_TABLE
 // ROPE_KV, one workgroup per batch row (rows strided by the group count):
-//  1. rotate q and k in place, ggml's convention as the CPU backend: theta_0 =
-//     pos * freq_scale, theta_{i+1} = theta_i * theta_scale (theta_scale
-//     computed on the host with the CPU's powf); NORMAL pairs (2i, 2i+1),
+//  1. rotate q and k in place, ggml's convention as the CPU backend
+//     (base/rope.h): theta_e = pos * theta_scale^i (repeated multiplication,
+//     theta_scale from the host's powf) / freq_factors[i] (when has_ff),
+//     theta = freq_scale * theta_e, with YaRN (ext_factor != 0) mixed as
+//     theta (1 - r) + theta_e r, r = (1 - clamp((i - c0) / max(0.001,
+//     c1 - c0), 0, 1)) ext_factor; cos and sin times mscale (the host's
+//     attn_factor magnitude); NORMAL pairs (2i, 2i+1),
 //     NEOX (i, i + n_rot/2); x0*c - x1*s and x0*s + x1*c with the x0 product
 //     fused, as the CPU does;
 //  2. write k and v into the row's KV slot (backend.h's paged layout): F16,
@@ -12,9 +16,10 @@
 //     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
 //     round-half-away(x/d)), stored 16 bits at a time with atomics since
 //     blocks share words with neighbouring blocks and token rows.
+// Binding 6: the freq_factors (f32, n_rot/2 at ff_off) without ROPE_TABLE.
 // ROPE_TABLE (lavapipe, bit for bit as the CPU): cos/sin from binding 6,
 // [pos][n_rot/2][2] floats made on the host by the CPU's own
-// weft_rope_cos_sin (base/rope.h); the fused products by fma_x (exact.glsl,
+// weft_rope_cos_sin_ext (base/rope.h, scaling included); the fused products by fma_x (exact.glsl,
 // one rounding as the CPU's fmaf); F16 cache values rounded to nearest even
 // in integer arithmetic.
 // q/k/v offsets and row strides in floats; the cache addressed in words.
@@ -57,6 +62,7 @@ uint pack_f16x2(float a, float b) { return half_bits(a) | (half_bits(b) << 16); 
 #else
 #define FMA fma
 uint pack_f16x2(float a, float b) { return packHalf2x16(vec2(a, b)); }
+layout(std430, binding = 6) readonly buffer FF { float ff[]; };
 #endif
 layout(push_constant) uniform P {
     uint q_off, q_rs, k_off, k_rs, v_off, v_rs;
@@ -64,6 +70,8 @@ layout(push_constant) uniform P {
     uint n_head, n_kv, hd, n_rot, neox;
     uint n_layer, layer;
     float freq_scale, theta_scale;
+    float ext_factor, corr0, corr1, mscale;   /* YaRN's mix and ramp; the cos/sin magnitude */
+    uint ff_off, has_ff;
 } p;
 
 #ifdef KV_Q8_0
@@ -85,8 +93,13 @@ int round_away(float x)
 }
 #endif
 
-const float TWO_PI_HI = 6.28318548202514648;       // float(2*pi)
-const float TWO_PI_LO = -1.7484555314695172e-7;     // 2*pi - TWO_PI_HI
+// 2*pi in three parts (Cody-Waite): C1 has 8 significant bits and C2 9, so
+// n * C1 and n * C2 are exact for n < 2^15 (angles to about 2e5) without
+// relying on a fused multiply-add (lavapipe splits fma; GPUs may too)
+const float RED_C1 = 6.28125;
+const float RED_C2 = 0.001934051513671875;
+const float RED_C3 = 1.2556658930407139e-6;
+const float INV_TWO_PI = 0.15915494309189535;
 
 void main()
 {
@@ -100,13 +113,22 @@ void main()
             const uint tb = uint(pos[p.pos_off + r]) * p.n_rot + 2u * i;
             const float c = tab[tb], s = tab[tb + 1u];
 #else
-            float theta = fpos * p.freq_scale;
-            for (uint j = 0u; j < i; j++) theta *= p.theta_scale;
+            /* every step rounded as the CPU's C (no contraction) */
+            precise float te = fpos;
+            for (uint j = 0u; j < i; j++) te *= p.theta_scale;
+            if (p.has_ff != 0u) te = te / ff[p.ff_off + i];
+            precise float theta = p.freq_scale * te;
+            if (p.ext_factor != 0.0) {
+                precise float y = (float(i) - p.corr0) / max(0.001, p.corr1 - p.corr0);
+                precise float ramp = (1.0 - min(1.0, max(0.0, y))) * p.ext_factor;
+                theta = theta * (1.0 - ramp) + te * ramp;
+            }
             // reduce to [-pi, pi] first: GPU sin/cos are only accurate there
-            const float n = round(theta / TWO_PI_HI);
-            precise float red = fma(-n, TWO_PI_HI, theta);
-            red = fma(-n, TWO_PI_LO, red);
-            const float c = cos(red), s = sin(red);
+            const float n = round(theta * INV_TWO_PI);
+            precise float red = theta - n * RED_C1;
+            red = red - n * RED_C2;
+            red = red - n * RED_C3;
+            const float c = cos(red) * p.mscale, s = sin(red) * p.mscale;
 #endif
             const uint a = p.neox != 0u ? i : 2u * i;
             const uint b = p.neox != 0u ? i + half_rot : 2u * i + 1u;

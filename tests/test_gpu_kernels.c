@@ -148,8 +148,9 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     MM(s->wk, WEFT_TYPE_Q8_0, E, NKV * HD, A(oxb, E), A(ok, NKV * HD), false);
     MM(s->wv, WEFT_TYPE_Q4_1, E, NKV * HD, A(oxb, E), A(ov, NKV * HD), false);
     (++op)->kind = WEFT_OP_ROPE_KV;
-    op->u.rope_kv = (struct weft_op_rope_kv){A(oq, E), A(ok, NKV * HD), A(ov, NKV * HD), kv, batch, NH, HD, 10000.0f,
-                                             1.0f, WEFT_ROPE_NORMAL};
+    op->u.rope_kv = (struct weft_op_rope_kv){.q = A(oq, E), .k = A(ok, NKV * HD), .v = A(ov, NKV * HD), .kv = kv,
+                                             .batch = batch, .n_head = NH, .n_rot = HD, .freq_base = 10000.0f,
+                                             .freq_scale = 1.0f, .mode = WEFT_ROPE_NORMAL};
     (++op)->kind = WEFT_OP_ATTENTION;
     op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, 0};
     MM(s->wo, WEFT_TYPE_F16, E, E, A(oatt, E), A(ox, E), true);

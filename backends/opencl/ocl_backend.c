@@ -125,6 +125,10 @@ static void ocl_close(struct weft_backend *b)
     if (ob->scratch) clReleaseMemObject(ob->scratch);
     if (ob->act) clReleaseMemObject(ob->act);
     if (ob->rope_tab) clReleaseMemObject(ob->rope_tab);
+    free(ob->rope_ff);
+    for (uint32_t i = 0; i < ob->ff_len; i++) free(ob->ff[i].vals);
+    free(ob->ff);
+    if (ob->gelu_tab) clReleaseMemObject(ob->gelu_tab);
     ocl_arenas_free(ob);
     if (ob->q) clReleaseCommandQueue(ob->q);
     if (ob->ctx) clReleaseContext(ob->ctx);

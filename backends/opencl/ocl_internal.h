@@ -61,6 +61,16 @@ struct weft_buffer {
     uint64_t id, gen;        /* unique per backend; bumped by every write to it */
 };
 
+/* freq_factors known on the host: from which buffer (id, gen) and offset,
+ * how many, their values */
+struct ocl_ff_entry {
+    uint64_t id, gen;
+    size_t off;
+    uint32_t n;
+    float *vals;
+};
+#define OCL_FF_ENTRIES 256
+
 struct ocl_backend {
     struct weft_backend base;
     int index;               /* opencl:N */
@@ -81,10 +91,20 @@ struct ocl_backend {
     size_t scratch_size;
     cl_mem act;              /* the exact forms' quantized activations */
     size_t act_size;
-    /* the RoPE table (cos/sin per position from base/rope.h) */
+    /* the RoPE table (cos/sin per position from base/rope.h's
+     * weft_rope_cos_sin_ext) and every ROPE_KV field it was made with:
+     * its key */
     cl_mem rope_tab;
     uint32_t rope_rows, rope_n_rot;
     float rope_base, rope_scale;
+    bool rope_has_ff;
+    float *rope_ff;          /* the n_rot/2 freq_factors it divided by (has_ff) */
+    float rope_ext, rope_attn, rope_corr[2];
+    /* the freq_factors read from the device (a model places a copy per
+     * layer: one entry each), so a step reads none of them again */
+    struct ocl_ff_entry *ff;
+    uint32_t ff_len, ff_next;  /* entries held; the one replaced next when full */
+    cl_mem gelu_tab;         /* GeGLU's table: every F16 value's GeLU-tanh as F16 (made at first use) */
     /* the largest position last read back from the device: for which
      * buffer (id, gen), offset and row count */
     uint64_t pos_id, pos_gen;

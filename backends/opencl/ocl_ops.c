@@ -43,6 +43,13 @@ static bool weight_ok(const struct weft_view *w)
 
 static bool same_rows(const struct weft_view *a, const struct weft_view *b) { return a->ne0 == b->ne0 && a->ne1 == b->ne1; }
 
+/* MATMUL's bias: n F32 values one after another (a vector view, or rows
+ * packed without gaps) */
+static bool bias_ok(const struct weft_view *v, int64_t n)
+{
+    return f32_ok(v) && v->ne0 * v->ne1 == n && (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * 4);
+}
+
 /* whole blocks the KV buffer holds (backend.h's layout) */
 static uint64_t kv_blocks(const struct weft_kv_view *kv)
 {
@@ -77,7 +84,8 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         const struct weft_op_matmul *o = &op->u.matmul;
         return weight_ok(&o->w) && f32_ok(&o->x) && f32_ok(&o->out) && o->x.ne0 == o->w.ne0 &&
                o->out.ne0 == o->w.ne1 && o->out.ne1 == o->x.ne1 &&
-               (!o->has_add || (f32_ok(&o->add) && same_rows(&o->add, &o->out)));
+               (!o->has_add || (f32_ok(&o->add) && same_rows(&o->add, &o->out))) &&
+               (!o->has_bias || bias_ok(&o->bias, o->w.ne1));
     }
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
@@ -85,7 +93,10 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && f32_ok(&o->v) && o->n_rot <= hd &&
                o->n_rot % 2 == 0 && o->n_head % o->kv.n_kv_head == 0 && o->q.ne0 >= (int64_t)o->n_head * hd &&
                o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hd &&
-               o->q.ne1 >= o->batch.n_rows && o->k.ne1 >= o->batch.n_rows && o->v.ne1 >= o->batch.n_rows;
+               o->q.ne1 >= o->batch.n_rows && o->k.ne1 >= o->batch.n_rows && o->v.ne1 >= o->batch.n_rows &&
+               /* freq_factors: n_rot/2 F32 values one after another (the
+                * table reads them back, the kernel indexes them) */
+               (!o->has_freq_factors || (o->n_rot > 0 && bias_ok(&o->freq_factors, o->n_rot / 2)));
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
@@ -97,8 +108,8 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return f32_ok(&o->gate) && f32_ok(&o->up) && f32_ok(&o->out) && same_rows(&o->gate, &o->out) &&
-               same_rows(&o->up, &o->out);
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH) && f32_ok(&o->gate) && f32_ok(&o->up) &&
+               f32_ok(&o->out) && same_rows(&o->gate, &o->out) && same_rows(&o->up, &o->out);
     }
     case WEFT_OP_ADD: {
         const struct weft_op_add *o = &op->u.add;
@@ -149,6 +160,13 @@ static void a_f32v(struct args *a, const struct weft_view *v)
     a_u64(a, v->nb1 / 4);
 }
 
+/* MATMUL's bias (NULL: none; out stands in as an unread argument) */
+static void a_bias(struct args *a, const struct weft_view *bias, const struct weft_view *out)
+{
+    a_buf(a, bias ? bias : out);
+    a_i32(a, bias != NULL);
+}
+
 static size_t up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 static weft_status launch(struct ocl_backend *ob, struct args *a, const char *what, cl_uint dims, const size_t *gsz,
@@ -187,6 +205,7 @@ static weft_status op_embed(struct ocl_backend *ob, const struct weft_op_embed *
     a_i32(&a, o->table.ne1);
     a_buf(&a, &o->ids);
     a_f32v(&a, &o->out);
+    a_f32(&a, o->scale);
     a_mem(&a, ob->err);
     ocl_dirty(o->out.buf);
     const size_t g[2] = {up((size_t)o->table.ne0, 64), (size_t)n}, l[2] = {64, 1};
@@ -235,7 +254,8 @@ static bool exact_q(enum weft_type t)
  * (Q8_1 for the types with a min, Q8_0 for the others) into ob->act,
  * then each output in ggml's vec_dot order */
 static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
-                                  const struct weft_view *out, const struct weft_view *add, int64_t M)
+                                  const struct weft_view *out, const struct weft_view *add,
+                                  const struct weft_view *bias, int64_t M)
 {
     const bool with_sum = w->type == WEFT_TYPE_Q4_1 || w->type == WEFT_TYPE_Q5_1;
     const size_t xbs = sizeof(struct weft_block_q8_0) + (with_sum ? 2 : 0), nb = (size_t)w->ne0 / 32;
@@ -260,6 +280,7 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     a_f32v(&a, out);
     a_f32v(&a, add ? add : out);
     a_i32(&a, add != NULL);
+    a_bias(&a, bias, out);
     a_i32(&a, w->ne0);
     a_i32(&a, w->ne1);
     a_i32(&a, M);
@@ -268,12 +289,13 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     return launch(ob, &a, "MATMUL", 2, g, l);
 }
 
-/* out = x · Wᵀ (+ add): the vector form for up to 8 rows per weight row's
- * pass (decode), tiles otherwise */
+/* out = (x · Wᵀ (+ bias)) (+ add): the vector form for up to 8 rows per
+ * weight row's pass (decode), tiles otherwise */
 static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
-                          const struct weft_view *out, const struct weft_view *add, int64_t M)
+                          const struct weft_view *out, const struct weft_view *add, const struct weft_view *bias,
+                          int64_t M)
 {
-    if (ob->exact && exact_q(w->type)) return matmul_exact_q(ob, w, x, out, add, M);
+    if (ob->exact && exact_q(w->type)) return matmul_exact_q(ob, w, x, out, add, bias, M);
     const bool vec = M <= 8;
     /* exact: F32/F16 in the CPU's order, tinyBLAS's (mm) where ggml takes it */
     const bool exact = ob->exact && (w->type == WEFT_TYPE_F32 || w->type == WEFT_TYPE_F16);
@@ -285,6 +307,7 @@ static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, con
     a_f32v(&a, out);
     a_f32v(&a, add ? add : out);
     a_i32(&a, add != NULL);
+    a_bias(&a, bias, out);
     a_i32(&a, w->ne0);
     a_i32(&a, w->ne1);
     a_i32(&a, M);
@@ -329,7 +352,30 @@ static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits
     /* the normalised rows as a view of the scratch cl_mem */
     struct weft_buffer sb = {.ob = ob, .mem = ob->scratch, .off = 0, .size = ob->scratch_size};
     const struct weft_view xv = {&sb, 0, WEFT_TYPE_F32, K, n_out, (size_t)K * sizeof(float)};
-    return matmul(ob, &o->w, &xv, &o->out, NULL, n_out);
+    return matmul(ob, &o->w, &xv, &o->out, NULL, NULL, n_out);
+}
+
+/* GeGLU's table (made once per device): every F16 value's GeLU-tanh in
+ * F32 with libm's tanhf, rounded to F16, as the CPU's (ggml's) table */
+static weft_status gelu_table(struct ocl_backend *ob)
+{
+    if (ob->gelu_tab) return WEFT_OK;
+    weft_half *t = malloc((size_t)(1u << 16) * sizeof *t);
+    if (!t) return weft_error(WEFT_ERR_NOMEM, "opencl: out of host memory (GeLU table)");
+    for (uint32_t i = 0; i < (1u << 16); i++) {
+        const float x = weft_half_to_f32((weft_half)i);
+        const float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        t[i] = weft_f32_to_half(y);
+    }
+    cl_int e;
+    ob->gelu_tab = clCreateBuffer(ob->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, (size_t)(1u << 16) * sizeof *t, t,
+                                  &e);
+    free(t);
+    if (e != CL_SUCCESS) {
+        ob->gelu_tab = NULL;
+        return ocl_err(e, "allocating GeGLU's table");
+    }
+    return WEFT_OK;
 }
 
 static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
@@ -337,11 +383,20 @@ static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
     const bool silu = op->kind == WEFT_OP_SILU_MUL;
     const struct weft_view *x = silu ? &op->u.silu_mul.gate : &op->u.add.a, *y = silu ? &op->u.silu_mul.up : &op->u.add.b,
                            *out = silu ? &op->u.silu_mul.out : &op->u.add.out;
+    const bool gelu = silu && op->u.silu_mul.act == WEFT_GLU_GELU_TANH;
+    if (gelu) {
+        weft_status st = gelu_table(ob);
+        if (st != WEFT_OK) return st;
+    }
     struct args a = {ob->k[silu ? OK_SILU_MUL : OK_ADD], 0, CL_SUCCESS};
     a_f32v(&a, x);
     a_f32v(&a, y);
     a_f32v(&a, out);
     a_i32(&a, out->ne0);
+    if (silu) {
+        a_i32(&a, gelu);
+        a_mem(&a, gelu ? ob->gelu_tab : ob->err);  /* unread for SwiGLU */
+    }
     ocl_dirty(out->buf);
     const size_t g[2] = {up((size_t)out->ne0, 64), (size_t)out->ne1}, l[2] = {64, 1};
     return launch(ob, &a, silu ? "SILU_MUL" : "ADD", 2, g, l);
@@ -384,34 +439,103 @@ static int32_t max_position(struct ocl_backend *ob, const struct weft_op_rope_kv
     return max;
 }
 
+/* two floats the same bit for bit (a table key: -0 and NaN as they are) */
+static bool same_f32(float a, float b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+/* The n_rot/2 freq_factors of o on the host: kept from an earlier read
+ * while their buffer (id, gen) and offset are the same, else from the
+ * buffer's host copy when it is current, else read back from the device
+ * (waiting for the ops queued before: once per layer's vector, as the
+ * model's are not written again). NULL: out of memory or the read failed. */
+static const float *ff_values(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
+{
+    struct weft_buffer *fb = o->freq_factors.buf;
+    const uint32_t n = o->n_rot / 2;
+    const size_t off = o->freq_factors.offset;
+    struct ocl_ff_entry *e = NULL;
+    for (uint32_t i = 0; i < ob->ff_len && !e; i++)
+        if (ob->ff[i].id == fb->id && ob->ff[i].off == off && ob->ff[i].n == n) e = &ob->ff[i];
+    if (e && e->gen == fb->gen) return e->vals;
+    if (!e) {
+        if (!ob->ff) {
+            if (!(ob->ff = calloc(OCL_FF_ENTRIES, sizeof *ob->ff))) return NULL;
+        }
+        if (ob->ff_len < OCL_FF_ENTRIES) {
+            e = &ob->ff[ob->ff_len++];
+        } else {
+            e = &ob->ff[ob->ff_next];
+            ob->ff_next = (ob->ff_next + 1) % OCL_FF_ENTRIES;
+        }
+        float *v = realloc(e->vals, (size_t)n * sizeof *v);
+        if (!v) return NULL;
+        e->vals = v;
+        e->n = n;
+        e->off = off;
+        e->id = fb->id;
+    }
+    e->gen = fb->gen - 1;  /* nothing valid until read */
+    if (fb->shadow && fb->shadow_ok) {
+        memcpy(e->vals, fb->shadow + off, (size_t)n * sizeof *e->vals);
+    } else if (ocl_buffer_read(fb, off, e->vals, (size_t)n * sizeof *e->vals) != WEFT_OK) {
+        return NULL;
+    }
+    e->gen = fb->gen;
+    return e->vals;
+}
+
 /* The RoPE table (cos/sin of every position below rope_rows, from
- * base/rope.h: the CPU's own libm calls), grown to cover the batch's
- * positions when they are known (max_position). false: the kernel
- * computes its own angles. */
+ * base/rope.h's weft_rope_cos_sin_ext: the CPU's own libm calls, with the
+ * op's freq_factors, ext_factor, attn_factor and corr_dims), grown to cover
+ * the batch's positions when they are known (max_position), made again
+ * when any field it depends on differs (the freq_factors by value).
+ * false: the kernel computes its own angles. */
 static bool rope_table(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
 {
     const int32_t max = max_position(ob, o);
-    if (max < 0) return false;
-    const bool same = ob->rope_tab && ob->rope_n_rot == o->n_rot && ob->rope_base == o->freq_base &&
-                      ob->rope_scale == o->freq_scale;
+    if (max < 0 || o->n_rot == 0) return false;
+    const uint32_t half = o->n_rot / 2;
+    const float *ff = NULL;
+    if (o->has_freq_factors && !(ff = ff_values(ob, o))) return false;
+    const bool same = ob->rope_tab && ob->rope_n_rot == o->n_rot && same_f32(ob->rope_base, o->freq_base) &&
+                      same_f32(ob->rope_scale, o->freq_scale) && ob->rope_has_ff == o->has_freq_factors &&
+                      (!ff || memcmp(ob->rope_ff, ff, (size_t)half * sizeof *ff) == 0) &&
+                      same_f32(ob->rope_ext, o->ext_factor) && same_f32(ob->rope_attn, o->attn_factor) &&
+                      same_f32(ob->rope_corr[0], o->corr_dims[0]) && same_f32(ob->rope_corr[1], o->corr_dims[1]);
     if (same && (uint32_t)max < ob->rope_rows) return true;
     uint32_t cap = 256;
     while (cap <= (uint32_t)max && cap < (1u << 24)) cap *= 2;
-    if ((uint32_t)max >= cap || o->n_rot == 0) return false;
+    if ((uint32_t)max >= cap) return false;
     const size_t bytes = (size_t)cap * o->n_rot * sizeof(float);
-    float *t = malloc(bytes);
-    if (!t) return false;
-    for (uint32_t p = 0; p < cap; p++) weft_rope_cos_sin((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, t + (size_t)p * o->n_rot);
+    float *t = malloc(bytes), *key_ff = NULL;
+    if (!t || (ff && !(key_ff = malloc((size_t)half * sizeof *key_ff)))) {
+        free(t);
+        return false;
+    }
+    if (ff) memcpy(key_ff, ff, (size_t)half * sizeof *ff);
+    const struct weft_rope_ext ext = {.freq_factors = key_ff, .ext_factor = o->ext_factor,
+                                      .attn_factor = o->attn_factor, .corr_dims = {o->corr_dims[0], o->corr_dims[1]}};
+    for (uint32_t p = 0; p < cap; p++)
+        weft_rope_cos_sin_ext((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, &ext, t + (size_t)p * o->n_rot);
     cl_int e;
     cl_mem m = clCreateBuffer(ob->ctx, CL_MEM_READ_ONLY | CL_MEM_COPY_HOST_PTR, bytes, t, &e);
     free(t);
-    if (e != CL_SUCCESS) return false;
+    if (e != CL_SUCCESS) {
+        free(key_ff);
+        return false;
+    }
     if (ob->rope_tab) clReleaseMemObject(ob->rope_tab);
+    free(ob->rope_ff);
     ob->rope_tab = m;
     ob->rope_rows = cap;
     ob->rope_n_rot = o->n_rot;
     ob->rope_base = o->freq_base;
     ob->rope_scale = o->freq_scale;
+    ob->rope_has_ff = o->has_freq_factors;
+    ob->rope_ff = key_ff;
+    ob->rope_ext = o->ext_factor;
+    ob->rope_attn = o->attn_factor;
+    ob->rope_corr[0] = o->corr_dims[0];
+    ob->rope_corr[1] = o->corr_dims[1];
     return true;
 }
 
@@ -432,7 +556,7 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     const bool tab = rope_table(ob, o);
     if (!tab && ob->exact && o->n_rot > 0)
         return weft_error(WEFT_ERR_INVALID_ARG, "opencl: ROPE_KV: no table of RoPE's angles for these positions (a "
-                          "negative one, or out of memory): the exact forms take the CPU's angles only");
+                          "negative one, freq_factors that could not be read back, or out of memory): the exact forms take the CPU's angles only");
     struct args a = {ob->k[OK_ROPE_KV], 0, CL_SUCCESS};
     a_f32v(&a, &o->q);
     a_f32v(&a, &o->k);
@@ -443,6 +567,16 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     a_i32(&a, o->mode == WEFT_ROPE_NEOX);
     a_f32(&a, o->freq_scale);
     a_f32(&a, o->n_rot ? powf(o->freq_base, -2.0f / (float)o->n_rot) : 1.0f);
+    /* the kernel's own angles (positions past the table, or none): the
+     * same scaling as base/rope.h, the magnitude formed here as there */
+    a_buf(&a, o->has_freq_factors ? &o->freq_factors : &o->q);  /* q: an unread stand-in */
+    a_i32(&a, o->has_freq_factors);
+    a_f32(&a, o->ext_factor);
+    float mscale = o->attn_factor != 0.0f ? o->attn_factor : 1.0f;
+    if (o->ext_factor != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / o->freq_scale);
+    a_f32(&a, mscale);
+    a_f32(&a, o->corr_dims[0]);
+    a_f32(&a, o->corr_dims[1]);
     a_buf(&a, &o->batch.pos);
     a_buf(&a, &o->batch.slot);
     a_mem(&a, tab ? ob->rope_tab : ob->err);
@@ -467,6 +601,8 @@ static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_att
     a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
     a_f32(&a, o->scale);
+    /* a window past every int32 position masks nothing */
+    a_i32(&a, o->window <= INT32_MAX ? (int64_t)o->window : 0);
     a_buf(&a, &o->batch.pos);
     a_buf(&a, &o->batch.seq);
     a_buf(&a, &o->batch.bt_off);
@@ -494,7 +630,8 @@ weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
         case WEFT_OP_RMSNORM: st = op_rmsnorm(ob, &op->u.rmsnorm); break;
         case WEFT_OP_MATMUL: {
             const struct weft_op_matmul *o = &op->u.matmul;
-            st = matmul(ob, &o->w, &o->x, &o->out, o->has_add ? &o->add : NULL, o->x.ne1);
+            st = matmul(ob, &o->w, &o->x, &o->out, o->has_add ? &o->add : NULL, o->has_bias ? &o->bias : NULL,
+                        o->x.ne1);
             break;
         }
         case WEFT_OP_ROPE_KV: st = op_rope_kv(ob, &op->u.rope_kv); break;

@@ -1,8 +1,12 @@
 /* Vulkan ROPE_KV and ATTENTION over the paged KV cache, F16 or Q8_0
  * (shaders/rope_kv.comp, shaders/attention.comp; backend.h gives the
  * layout). The shaders address the cache in 32-bit words (F16) or bytes
- * (Q8_0), so supports() wants it within 2^32 of those. */
-#include "backends/vulkan/vk_priv.h"  /* the rope table lives in the backend */
+ * (Q8_0), so supports() wants it within 2^32 of those.
+ * api 5: ROPE_KV's scaling (freq_factors, ext_factor, attn_factor,
+ * corr_dims) goes into the exact table (weft_rope_cos_sin_ext) or the
+ * shader's own angles; ATTENTION's sliding window starts each row's pass at
+ * its window's first position, in every variant. */
+#include "backends/vulkan/vk_priv.h"  /* the rope tables live in the backend */
 #include "base/rope.h"
 
 #include <math.h>
@@ -45,12 +49,28 @@ static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
     return kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && sz <= UINT32_MAX;
 }
 
+/* freq_factors as n_rot/2 contiguous floats (a vector view, or rows back
+ * to back), the view trimmed to them; false if the view is not that */
+static bool ff_view(const struct weft_op_rope_kv *o, struct weft_view *out)
+{
+    const struct weft_view *f = &o->freq_factors;
+    if (f->type != WEFT_TYPE_F32 || f->ne0 * f->ne1 != (int64_t)(o->n_rot / 2) || (f->ne1 != 1 && f->nb1 != (size_t)f->ne0 * 4))
+        return false;
+    *out = *f;
+    out->ne0 = o->n_rot / 2;
+    out->ne1 = 1;
+    out->nb1 = (size_t)out->ne0 * 4;
+    return true;
+}
+
 bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
 {
     if (op->kind == WEFT_OP_ROPE_KV) {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         const struct weft_kv_view *kv = &o->kv;
         const uint32_t R = o->batch.n_rows;
+        struct weft_view ffv;
+        if (o->has_freq_factors && (!ff_view(o, &ffv) || !act_ok(vb, &ffv, 1, o->n_rot / 2))) return false;
         return kv_ok(vb, kv) && o->n_head > 0 && o->n_rot % 2 == 0 && o->n_rot <= kv->head_dim && R > 0 &&
                act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
                act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
@@ -85,24 +105,47 @@ static const uint8_t *host_ptr(const struct weft_buffer *b)
 }
 
 /* The exact ROPE_KV's table, covering every position of the batch: its cos
- * and sin come from weft_rope_cos_sin, the CPU backend's own code, so the
- * shader rotates by the CPU's bits (GPU sin/cos are not libm's). Needs the
- * positions in mapped memory (they are read while the step is recorded; the
- * core writes them before run). NULL (no error) where that is not so: the
- * shader then computes its own angles. */
+ * and sin come from weft_rope_cos_sin_ext, the CPU backend's own code (with
+ * the op's scaling fields and freq_factors), so the shader rotates by the
+ * CPU's bits (GPU sin/cos are not libm's). Needs the positions (and the
+ * freq_factors) in mapped memory (they are read while the step is recorded;
+ * the core writes them before run). NULL (no error) where that is not so:
+ * the shader then computes its own angles. Tables are kept per rotation (a
+ * model may use several, e.g. gemma3's local and global bases); the least
+ * recently used one makes room, retired until the step completes, as
+ * dispatches recorded before may bind it. */
 static struct weft_buffer *rope_table(struct vk_backend *vb, const struct weft_op_rope_kv *o)
 {
     const uint8_t *pp = host_ptr(o->batch.pos.buf);
-    if (!vk_exact_ops(vb) || !pp) return NULL;
+    if (!vk_exact_ops(vb) || !pp || o->n_rot / 2 > VK_ROPE_MAX_FF) return NULL;
+    const float *ff = NULL;
+    struct weft_view fv;
+    if (o->has_freq_factors) {
+        const uint8_t *fp = ff_view(o, &fv) ? host_ptr(fv.buf) : NULL;
+        if (!fp) return NULL;
+        ff = (const float *)(fp + fv.offset);
+    }
     const int32_t *pos = (const int32_t *)(pp + o->batch.pos.offset);
     int32_t max = 0;
     for (uint32_t r = 0; r < o->batch.n_rows; r++) {
         if (pos[r] < 0) return NULL;
         if (pos[r] > max) max = pos[r];
     }
-    const bool same = vb->rope_tab && vb->rope_n_rot == o->n_rot && vb->rope_base == o->freq_base &&
-                      vb->rope_scale == o->freq_scale;
-    if (same && (uint32_t)max < vb->rope_cap) return vb->rope_tab;
+    struct vk_rope_tab *e = NULL, *victim = &vb->rope_tabs[0];
+    for (int i = 0; i < VK_ROPE_TABS && !e; i++) {
+        struct vk_rope_tab *t = &vb->rope_tabs[i];
+        if (t->buf && t->n_rot == o->n_rot && t->base == o->freq_base && t->scale == o->freq_scale &&
+            t->ext_factor == o->ext_factor && t->attn_factor == o->attn_factor && t->corr_dims[0] == o->corr_dims[0] &&
+            t->corr_dims[1] == o->corr_dims[1] && t->has_ff == (ff != NULL) &&
+            (!ff || memcmp(t->ff, ff, (o->n_rot / 2) * sizeof *ff) == 0))
+            e = t;
+        if (!t->buf ? victim->buf != NULL : (victim->buf && t->used < victim->used)) victim = t;
+    }
+    if (e && (uint32_t)max < e->cap) {
+        e->used = ++vb->rope_clock;
+        return e->buf;
+    }
+    if (!e) e = victim;
     uint32_t cap = 256;
     while (cap <= (uint32_t)max && cap < (1u << 30)) cap *= 2;
     if ((uint32_t)max >= cap) return NULL;
@@ -110,16 +153,22 @@ static struct weft_buffer *rope_table(struct vk_backend *vb, const struct weft_o
     if (vk_buffer_new(vb, (size_t)cap * o->n_rot * sizeof(float), false, false, &t) != WEFT_OK) return NULL;
     float *dst = (float *)host_ptr(t);
     if (!dst) {
-        vk_buffer_free(t);
+        vk_buffer_destroy_now(t);  /* never bound */
         return NULL;
     }
-    for (uint32_t p = 0; p < cap; p++) weft_rope_cos_sin((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, dst + (size_t)p * o->n_rot);
-    if (vb->rope_tab) vk_buffer_free(vb->rope_tab);  /* waits for a step in flight that reads it */
-    vb->rope_tab = t;
-    vb->rope_cap = cap;
-    vb->rope_n_rot = o->n_rot;
-    vb->rope_base = o->freq_base;
-    vb->rope_scale = o->freq_scale;
+    if (e->buf && vk_retire(vb, e->buf) != WEFT_OK) {
+        vk_buffer_destroy_now(t);
+        return NULL;
+    }
+    const struct weft_rope_ext ext = {.freq_factors = ff, .ext_factor = o->ext_factor, .attn_factor = o->attn_factor,
+                                      .corr_dims = {o->corr_dims[0], o->corr_dims[1]}};
+    for (uint32_t p = 0; p < cap; p++)
+        weft_rope_cos_sin_ext((int32_t)p, o->n_rot, o->freq_base, o->freq_scale, &ext, dst + (size_t)p * o->n_rot);
+    *e = (struct vk_rope_tab){.buf = t, .cap = cap, .n_rot = o->n_rot, .base = o->freq_base, .scale = o->freq_scale,
+                              .ext_factor = o->ext_factor, .attn_factor = o->attn_factor,
+                              .corr_dims = {o->corr_dims[0], o->corr_dims[1]}, .has_ff = ff != NULL,
+                              .used = ++vb->rope_clock};
+    if (ff) memcpy(e->ff, ff, (o->n_rot / 2) * sizeof *ff);
     return t;
 }
 
@@ -127,22 +176,33 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
 {
     const struct weft_op_rope_kv *o = &op->u.rope_kv;
     const struct weft_kv_view *kv = &o->kv;
+    /* the shader's own angles (no table): base/rope.h's steps, the magnitude
+     * as the CPU forms it */
+    float mscale = o->attn_factor != 0.0f ? o->attn_factor : 1.0f;
+    if (o->ext_factor != 0.0f) mscale *= 1.0f + 0.1f * logf(1.0f / o->freq_scale);
+    struct weft_view ffv = {0};
+    const bool has_ff = o->has_freq_factors && ff_view(o, &ffv);
     struct {
         uint32_t q_off, q_rs, k_off, k_rs, v_off, v_rs, pos_off, slot_off, n_rows;
         uint32_t n_head, n_kv, hd, n_rot, neox, n_layer, layer;
         float freq_scale, theta_scale;
+        float ext_factor, corr0, corr1, mscale;   /* api 5 scaling */
+        uint32_t ff_off, has_ff;                   /* freq_factors (binding 6 without a table) */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->k), stride(&o->k), elems(&o->v), stride(&o->v),
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
-            powf(o->freq_base, -2.0f / (float)o->n_rot)};
+            powf(o->freq_base, -2.0f / (float)o->n_rot), o->ext_factor, o->corr_dims[0], o->corr_dims[1], mscale,
+            has_ff ? elems(&ffv) : 0, has_ff};
     struct weft_buffer *tab = rope_table(vb, o);
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
     const char *name = tab ? (q8 ? "rope_kv_q8_0x" : "rope_kv_f16x") : (q8 ? "rope_kv_q8_0" : "rope_kv_f16");
-    const uint32_t nb = tab ? 7 : 6;
-    struct vk_pipeline *p = vk_pipeline_get(vb, name, nb, sizeof pc, NULL, 0);
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, k = o->k, v = o->v;
     q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
+    /* binding 6: the table, else the freq_factors (else a stand-in, unread) */
+    const struct vk_bind b6 = tab ? (struct vk_bind){tab, 0, vk_buffer_size(tab), false}
+                                  : has_ff ? bind_view(&ffv, false) : bind_view(&o->batch.pos, false);
     /* the slots written are only known on the device: the whole cache is declared written */
     const struct vk_bind b[7] = {bind_view(&q, true),
                                  bind_view(&k, true),
@@ -150,9 +210,9 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
                                  {kv->buf, 0, vk_buffer_size(kv->buf), true},
                                  bind_view(&o->batch.pos, false),
                                  bind_view(&o->batch.slot, false),
-                                 {tab, 0, tab ? vk_buffer_size(tab) : 0, false}};
+                                 b6};
     uint32_t g = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
-    return vk_dispatch(vb, p, b, nb, &pc, sizeof pc, g, 1, 1);
+    return vk_dispatch(vb, p, b, 7, &pc, sizeof pc, g, 1, 1);
 }
 
 weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
@@ -163,9 +223,10 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
         uint32_t q_off, q_rs, o_off, o_rs, pos_off, seq_off, bto_off, bt_off0, n_rows;
         uint32_t n_head, n_kv, hd, n_layer, layer;
         float scale;
+        uint32_t window;   /* api 5: positions pos - window + 1 .. pos; 0: all */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->out), stride(&o->out), elems(&o->batch.pos),
             elems(&o->batch.seq), elems(&o->batch.bt_off), elems(&o->batch.bt), o->batch.n_rows, o->n_head,
-            kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->scale};
+            kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->scale, o->window};
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;

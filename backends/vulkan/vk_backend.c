@@ -269,7 +269,9 @@ static void vk_close(struct weft_backend *b)
         if (vb->profile) vk_profile_print(vb);
         vk_cmd_free(vb);
         vk_pipelines_free(vb);
-        if (vb->rope_tab) vk_buffer_destroy_now(vb->rope_tab);
+        for (int i = 0; i < VK_ROPE_TABS; i++)
+            if (vb->rope_tabs[i].buf) vk_buffer_destroy_now(vb->rope_tabs[i].buf);
+        if (vb->gelu_tab) vk_buffer_destroy_now(vb->gelu_tab);
         vk_mem_free_all(vb);
         vkDestroyDevice(vb->dev, NULL);
     }
@@ -470,6 +472,11 @@ static weft_status vk_run(struct weft_backend *b, const struct weft_op *ops, siz
             return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan:%d: op %zu (kind %d) not supported with these "
                                                     "types/shapes", vb->index, i, (int)ops[i].kind);
     if (n == 0) return WEFT_OK;
+    /* tables uploaded before recording (an upload may use the command buffer) */
+    for (size_t i = 0; i < n; i++)
+        if (ops[i].kind == WEFT_OP_SILU_MUL && ops[i].u.silu_mul.act == WEFT_GLU_GELU_TANH &&
+            (st = vk_gelu_table(vb)) != WEFT_OK)
+            return st;
     if ((st = vk_step_begin(vb)) != WEFT_OK) return st;
     for (size_t i = 0; i < n && st == WEFT_OK; i++) {
         vk_op_begin(vb, (int)ops[i].kind);

@@ -328,21 +328,25 @@ weft_status vk_scratch(struct vk_backend *vb, size_t bytes, struct weft_buffer *
     weft_status st = vk_buffer_new(vb, want, false, false, &nb);
     if (st != WEFT_OK && want > bytes) st = vk_buffer_new(vb, bytes, false, false, &nb);
     if (st != WEFT_OK) return st;
-    if (vb->scratch) {  /* the step being recorded may use it: freed once it completes */
-        if (vb->n_retired == vb->cap_retired) {
-            uint32_t cap = vb->cap_retired ? vb->cap_retired * 2 : 8;
-            struct weft_buffer **r = realloc(vb->retired, cap * sizeof *r);
-            if (!r) {
-                vk_buffer_destroy_now(nb);
-                return weft_error(WEFT_ERR_NOMEM, "vulkan: out of host memory");
-            }
-            vb->retired = r;
-            vb->cap_retired = cap;
-        }
-        vb->retired[vb->n_retired++] = vb->scratch;
+    if (vb->scratch && (st = vk_retire(vb, vb->scratch)) != WEFT_OK) {  /* the step being recorded may use it */
+        vk_buffer_destroy_now(nb);
+        return st;
     }
     vb->scratch = nb;
     *out = nb;
+    return WEFT_OK;
+}
+
+weft_status vk_retire(struct vk_backend *vb, struct weft_buffer *b)
+{
+    if (vb->n_retired == vb->cap_retired) {
+        uint32_t cap = vb->cap_retired ? vb->cap_retired * 2 : 8;
+        struct weft_buffer **r = realloc(vb->retired, cap * sizeof *r);
+        if (!r) return weft_error(WEFT_ERR_NOMEM, "vulkan: out of host memory");
+        vb->retired = r;
+        vb->cap_retired = cap;
+    }
+    vb->retired[vb->n_retired++] = b;
     return WEFT_OK;
 }
 

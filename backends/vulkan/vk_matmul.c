@@ -1,4 +1,4 @@
-/* Vulkan MATMUL and LOGITS: out[r] = x[r] · Wᵀ (+ add[r]).
+/* Vulkan MATMUL and LOGITS: out[r] = (x[r] · Wᵀ (+ bias)) (+ add[r]).
  *
  * Two paths by the number of activation rows M:
  *   M <= MV_MAX_ROWS  mul_mat_vec_TYPE[_sg]: one workgroup per two weight rows,
@@ -15,6 +15,9 @@
  * blocks and mul_mat_exact computes each output as backends/cpu/cpu_ref_dot.c's dot does,
  * step for step, so the results equal the CPU's bit for bit (decode and
  * prefill alike). GPUs keep the faster paths above.
+ * MATMUL's bias (api 5: F32, one per weight row) is added to each dot
+ * product before the residual, in every path (binding 4 of every matmul
+ * shader; LOGITS binds x there with has_bias 0).
  * LOGITS gathers and RMS-normalises the selected rows into scratch
  * (logits_norm) and then runs the same matmul with the output head.
  *
@@ -60,6 +63,7 @@ struct mm_push {
     uint32_t a_off, a_stride;
     uint32_t K, N, M, has_add;
     uint32_t s_off, s_stride;   /* Q4_1/Q5_1: activation block sums (floats, in x's buffer) */
+    uint32_t b_off, has_bias;   /* the bias, floats */
 };
 
 struct quant_act_push {
@@ -177,6 +181,10 @@ bool vk_matmul_supports(struct vk_backend *vb, const struct weft_op *op)
         if (m->x.ne0 != m->w.ne0 || m->out.ne0 != m->w.ne1 || m->out.ne1 != m->x.ne1) return false;
         if (m->has_add && (!f32_ok(vb, &m->add) || m->add.ne0 != m->out.ne0 || m->add.ne1 != m->out.ne1))
             return false;
+        /* the bias: W.ne1 contiguous floats (a vector view, or rows packed back to back) */
+        if (m->has_bias && (!f32_ok(vb, &m->bias) || m->bias.ne0 * m->bias.ne1 != m->w.ne1 ||
+                            (m->bias.ne1 != 1 && m->bias.nb1 != (size_t)m->bias.ne0 * 4)))
+            return false;
         return act_bytes(vb, m->w.type, m->x.ne1, m->w.ne0) <= UINT32_MAX && dispatchable(vb, m->w.type, m->w.ne1, m->x.ne1);
     }
     if (op->kind == WEFT_OP_LOGITS) {
@@ -201,6 +209,17 @@ static size_t view_bytes(const struct weft_view *v) { return (size_t)(view_end(v
 static struct vk_bind bind_of(const struct weft_view *v, bool write)
 {
     return (struct vk_bind){v->buf, v->offset, view_bytes(v), write};
+}
+
+/* the bias as one row of N floats, or NULL */
+static const struct weft_view *bias_row(const struct weft_op_matmul *m, struct weft_view *tmp)
+{
+    if (!m->has_bias) return NULL;
+    *tmp = m->bias;
+    tmp->ne0 = m->w.ne1;
+    tmp->ne1 = 1;
+    tmp->nb1 = (size_t)tmp->ne0 * sizeof(float);
+    return tmp;
 }
 
 static uint32_t matvec_threads(const struct vk_backend *vb, int64_t K)
@@ -262,8 +281,9 @@ static weft_status round_activations(struct vk_backend *vb, const struct weft_vi
  * [M][K/32] (d, s) float pairs), then mul_mat_exact gives each output the
  * CPU's dot product, for any M (decode and prefill alike). */
 static weft_status run_matmul_exact(struct vk_backend *vb, const struct weft_view *x_in, const struct weft_view *w,
-                                    const struct weft_view *out, const struct weft_view *add, int64_t M,
-                                    struct weft_buffer *scratch, size_t xq_off)
+                                    const struct weft_view *out, const struct weft_view *add,
+                                    const struct weft_view *bias, int64_t M, struct weft_buffer *scratch,
+                                    size_t xq_off)
 {
     const int64_t K = w->ne0, N = w->ne1;
     const bool q8_1 = w->type == WEFT_TYPE_Q4_1;
@@ -290,32 +310,34 @@ static weft_status run_matmul_exact(struct vk_backend *vb, const struct weft_vie
         .x_off = qp.o_off, .x_stride = qp.o_stride,
         .o_off = (uint32_t)(out->offset / 4), .o_stride = (uint32_t)(out->nb1 / 4),
         .K = (uint32_t)K, .N = (uint32_t)N, .M = (uint32_t)M, .has_add = add != NULL,
-        .s_off = qp.s_off, .s_stride = qp.s_stride,
+        .s_off = qp.s_off, .s_stride = qp.s_stride, .has_bias = bias != NULL,
     };
     if (add) {
         pc.a_off = (uint32_t)(add->offset / 4);
         pc.a_stride = (uint32_t)(add->nb1 / 4);
     }
+    if (bias) pc.b_off = (uint32_t)(bias->offset / 4);
     struct weft_view o = *out;
     o.ne1 = M;
-    struct vk_bind binds[4] = {bind_of(w, false), bind_of(&xq_all, false), bind_of(&o, true),
-                               add ? bind_of(add, false) : bind_of(&xq_all, false)};
+    struct vk_bind binds[5] = {bind_of(w, false), bind_of(&xq_all, false), bind_of(&o, true),
+                               add ? bind_of(add, false) : bind_of(&xq_all, false),
+                               bias ? bind_of(bias, false) : bind_of(&xq_all, false)};
     const char *name = DOT_ONE_CHAIN ? (q8_1 ? "mul_mat_exact_q4_1" : "mul_mat_exact_q8_0")
                                      : (q8_1 ? "mul_mat_exact_q4_1_lanes" : "mul_mat_exact_q8_0_lanes");
-    p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
+    p = vk_pipeline_get(vb, name, 5, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
-    return vk_dispatch(vb, p, binds, 4, &pc, sizeof pc, (uint32_t)((N + EXACT_WG - 1) / EXACT_WG), (uint32_t)M, 1);
+    return vk_dispatch(vb, p, binds, 5, &pc, sizeof pc, (uint32_t)((N + EXACT_WG - 1) / EXACT_WG), (uint32_t)M, 1);
 }
 
-/* out[M rows] = x[M rows] · wᵀ (+ add): the view shapes were checked by
- * supports(); x, out and add name M rows. The rounded activations go to
+/* out[M rows] = (x[M rows] · wᵀ (+ bias)) (+ add): the view shapes were
+ * checked by supports(); x, out and add name M rows, bias N floats. The rounded activations go to
  * scratch at xq_off (act_bytes of room). */
 static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_in, const struct weft_view *w,
-                              const struct weft_view *out, const struct weft_view *add, int64_t M,
-                              struct weft_buffer *scratch, size_t xq_off)
+                              const struct weft_view *out, const struct weft_view *add, const struct weft_view *bias,
+                              int64_t M, struct weft_buffer *scratch, size_t xq_off)
 {
     const int64_t K = w->ne0, N = w->ne1;
-    if (exact_mode(vb, w->type)) return run_matmul_exact(vb, x_in, w, out, add, M, scratch, xq_off);
+    if (exact_mode(vb, w->type)) return run_matmul_exact(vb, x_in, w, out, add, bias, M, scratch, xq_off);
     struct weft_view xv = *x_in;
     xv.ne1 = M;
     uint32_t s_off = 0;
@@ -327,14 +349,16 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
         .x_off = (uint32_t)(x->offset / 4), .x_stride = (uint32_t)(x->nb1 / 4),
         .o_off = (uint32_t)(out->offset / 4), .o_stride = (uint32_t)(out->nb1 / 4),
         .K = (uint32_t)K, .N = (uint32_t)N, .M = (uint32_t)M, .has_add = add != NULL,
-        .s_off = s_off, .s_stride = (uint32_t)(K / 32),
+        .s_off = s_off, .s_stride = (uint32_t)(K / 32), .has_bias = bias != NULL,
     };
     if (add) {
         pc.a_off = (uint32_t)(add->offset / 4);
         pc.a_stride = (uint32_t)(add->nb1 / 4);
     }
-    struct vk_bind binds[4] = {bind_of(w, false), bind_of(x, false), bind_of(out, true),
-                               add ? bind_of(add, false) : bind_of(x, false)};
+    if (bias) pc.b_off = (uint32_t)(bias->offset / 4);
+    struct vk_bind binds[5] = {bind_of(w, false), bind_of(x, false), bind_of(out, true),
+                               add ? bind_of(add, false) : bind_of(x, false),
+                               bias ? bind_of(bias, false) : bind_of(x, false)};
     if (s_off) binds[1].size = (size_t)s_off * 4 + (size_t)M * (size_t)(K / 32) * 4 - binds[1].offset;  /* + the sums */
     const struct vk_caps *caps = vk_get_caps(vb);
     char name[64];
@@ -344,18 +368,18 @@ static weft_status run_matmul(struct vk_backend *vb, const struct weft_view *x_i
         uint32_t wg = matvec_threads(vb, K);
         snprintf(name, sizeof name, "mul_mat_vec_%s%s", type_suffix(w->type), subgroup_reduce(vb) ? "_sg" : "");
         const uint32_t spec[2] = {wg, mv_nr(vb)};
-        p = vk_pipeline_get(vb, name, 4, sizeof pc, spec, 2);
+        p = vk_pipeline_get(vb, name, 5, sizeof pc, spec, 2);
         const int64_t groups = (N + spec[1] - 1) / spec[1];
         gx = (uint32_t)(groups < caps->max_workgroup_count[0] ? groups : caps->max_workgroup_count[0]);
         gy = (uint32_t)((groups + gx - 1) / gx);
     } else {
         snprintf(name, sizeof name, "mul_mm_%s", type_suffix(w->type));
-        p = vk_pipeline_get(vb, name, 4, sizeof pc, NULL, 0);
+        p = vk_pipeline_get(vb, name, 5, sizeof pc, NULL, 0);
         gx = (uint32_t)((N + MM_TILE - 1) / MM_TILE);
         gy = (uint32_t)((M + MM_TILE - 1) / MM_TILE);
     }
     if (!p) return WEFT_ERR_DEVICE; /* vk_pipeline_get set the message */
-    return vk_dispatch(vb, p, binds, 4, &pc, sizeof pc, gx, gy, 1);
+    return vk_dispatch(vb, p, binds, 5, &pc, sizeof pc, gx, gy, 1);
 }
 
 weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op)
@@ -370,7 +394,9 @@ weft_status vk_op_matmul(struct vk_backend *vb, const struct weft_op *op)
         weft_status st = vk_scratch(vb, need, &scratch);
         if (st != WEFT_OK) return st;
     }
-    return run_matmul(vb, &m->x, &m->w, &m->out, m->has_add ? &m->add : NULL, m->x.ne1, scratch, 0);
+    struct weft_view bias;
+    return run_matmul(vb, &m->x, &m->w, &m->out, m->has_add ? &m->add : NULL, bias_row(m, &bias), m->x.ne1,
+                      scratch, 0);
 }
 
 weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
@@ -403,5 +429,5 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
     if (st != WEFT_OK) return st;
     struct weft_view out = l->out;
     out.ne1 = n_out;
-    return run_matmul(vb, &normed, &l->w, &out, NULL, n_out, scratch, normed_bytes);
+    return run_matmul(vb, &normed, &l->w, &out, NULL, NULL, n_out, scratch, normed_bytes);
 }

@@ -1,10 +1,13 @@
-/* Vulkan element-wise ops: EMBED, RMSNORM, SILU_MUL, ADD
- * (shaders/embed.comp, rmsnorm.comp, silu_mul.comp, add.comp).
+/* Vulkan element-wise ops: EMBED (with its api-5 scale), RMSNORM, SILU_MUL
+ * (SwiGLU, or GeGLU by act), ADD (shaders/embed.comp, rmsnorm.comp,
+ * silu_mul.comp, add.comp).
  * F32 views travel as float offsets and row strides in push constants, so
  * supports() wants them 4-byte aligned and within 2^32 floats. */
-#include "backends/vulkan/vk_internal.h"
+#include "backends/vulkan/vk_priv.h"  /* the GeLU table lives in the backend */
 
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define ROWS_PER_DISPATCH 65535u /* y groups; shaders walk further rows */
 
@@ -74,8 +77,8 @@ bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return f32_ok(vb, &o->gate) && f32_ok(vb, &o->up) && f32_ok(vb, &o->out) && same_rows(&o->gate, &o->out) &&
-               same_rows(&o->up, &o->out);
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH) && f32_ok(vb, &o->gate) &&
+               f32_ok(vb, &o->up) && f32_ok(vb, &o->out) && same_rows(&o->gate, &o->out) && same_rows(&o->up, &o->out);
     }
     case WEFT_OP_ADD: {
         const struct weft_op_add *o = &op->u.add;
@@ -98,9 +101,9 @@ weft_status vk_op_embed(struct vk_backend *vb, const struct weft_op *op)
 {
     const struct weft_op_embed *o = &op->u.embed;
     const int64_t n = o->ids.ne0 * o->ids.ne1;
-    struct { uint32_t t_off, t_rs, t_rows, id_off, o_off, o_rs, ne0, n; } pc = {
+    struct { uint32_t t_off, t_rs, t_rows, id_off, o_off, o_rs, ne0, n; float scale; } pc = {
         (uint32_t)o->table.offset, (uint32_t)o->table.nb1, (uint32_t)o->table.ne1, (uint32_t)(o->ids.offset / 4),
-        (uint32_t)(o->out.offset / 4), (uint32_t)(o->out.nb1 / 4), (uint32_t)o->out.ne0, (uint32_t)n};
+        (uint32_t)(o->out.offset / 4), (uint32_t)(o->out.nb1 / 4), (uint32_t)o->out.ne0, (uint32_t)n, o->scale};
     struct vk_pipeline *p = vk_pipeline_get(vb, embed_variant(o->table.type), 3, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view out = o->out;
@@ -140,25 +143,63 @@ weft_status vk_op_rmsnorm(struct vk_backend *vb, const struct weft_op *op)
     return vk_dispatch(vb, p, b, nb, &pc, sizeof pc, row_groups(o->x.ne1), 1, 1);
 }
 
-/* out = f(x, y) row-wise, 8 push words (add.comp and silu_mul.comp) */
+/* out = f(x, y) row-wise, 8 push words (add.comp and silu_mul.comp); `tab`
+ * (silu_mul_gelu's table), when not NULL, is binding 3 */
 static weft_status binary(struct vk_backend *vb, const char *name, const struct weft_view *x,
-                          const struct weft_view *y, const struct weft_view *out)
+                          const struct weft_view *y, const struct weft_view *out, struct weft_buffer *tab)
 {
     const uint32_t pc[8] = {(uint32_t)(x->offset / 4), (uint32_t)(x->nb1 / 4), (uint32_t)(y->offset / 4),
                             (uint32_t)(y->nb1 / 4),    (uint32_t)(out->offset / 4), (uint32_t)(out->nb1 / 4),
                             (uint32_t)out->ne0,        (uint32_t)out->ne1};
-    struct vk_pipeline *p = vk_pipeline_get(vb, name, 3, sizeof pc, NULL, 0);
+    const uint32_t nb = tab ? 4 : 3;
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, nb, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
-    const struct vk_bind b[3] = {bind_view(x, false), bind_view(y, false), bind_view(out, true)};
-    return vk_dispatch(vb, p, b, 3, pc, sizeof pc, groups(out->ne0, 256), row_groups(out->ne1), 1);
+    const struct vk_bind b[4] = {bind_view(x, false), bind_view(y, false), bind_view(out, true),
+                                 {tab, 0, tab ? vk_buffer_size(tab) : 0, false}};
+    return vk_dispatch(vb, p, b, nb, pc, sizeof pc, groups(out->ne0, 256), row_groups(out->ne1), 1);
+}
+
+#define GELU_TAB_BYTES ((size_t)65536 * sizeof(weft_half))
+
+/* The CPU's GeGLU table (backends/cpu ops_elementwise.c, ggml's
+ * GGML_GELU_FP16 scheme): for every F16 value x, the F16 of
+ * 0.5x(1 + tanhf(sqrt(2/pi) x (1 + 0.044715x²))) evaluated in F32 with the
+ * process's libm, so the shader's lookups give the CPU's bits. */
+weft_status vk_gelu_table(struct vk_backend *vb)
+{
+    if (vb->gelu_tab) return WEFT_OK;
+    weft_half *h = malloc(GELU_TAB_BYTES);
+    if (!h) return weft_error(WEFT_ERR_NOMEM, "vulkan: out of host memory");
+    for (uint32_t i = 0; i < 65536u; i++) {
+        const float x = weft_half_to_f32((weft_half)i);
+        const float y = 0.5f * x * (1.0f + tanhf(0.79788456080286535587989211986876f * x * (1.0f + 0.044715f * x * x)));
+        h[i] = weft_f32_to_half(y);
+    }
+    struct weft_buffer *t = NULL;
+    weft_status st = vk_buffer_new(vb, GELU_TAB_BYTES, false, false, &t);
+    if (st == WEFT_OK) st = vk_buffer_write(t, 0, h, GELU_TAB_BYTES);
+    free(h);
+    if (st != WEFT_OK) {
+        if (t) vk_buffer_destroy_now(t);
+        return st;
+    }
+    vb->gelu_tab = t;
+    return WEFT_OK;
 }
 
 weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op)
 {
-    return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &op->u.silu_mul.gate, &op->u.silu_mul.up, &op->u.silu_mul.out);
+    const struct weft_op_silu_mul *o = &op->u.silu_mul;
+    if (o->act == WEFT_GLU_GELU_TANH) {
+        if (!vb->gelu_tab)  /* vk_run makes it before recording */
+            return weft_error(WEFT_ERR_INVALID_ARG, "vulkan SILU_MUL: the GeLU table was not made");
+        return binary(vb, "silu_mul_gelu", &o->gate, &o->up, &o->out, vb->gelu_tab);
+    }
+    if (o->act != WEFT_GLU_SILU) return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan SILU_MUL: activation %d", (int)o->act);
+    return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &o->gate, &o->up, &o->out, NULL);
 }
 
 weft_status vk_op_add(struct vk_backend *vb, const struct weft_op *op)
 {
-    return binary(vb, "add", &op->u.add.a, &op->u.add.b, &op->u.add.out);
+    return binary(vb, "add", &op->u.add.a, &op->u.add.b, &op->u.add.out, NULL);
 }

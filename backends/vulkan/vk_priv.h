@@ -1,7 +1,7 @@
 /* Vulkan runtime state shared by the runtime's own files (vk_backend.c,
  * vk_mem.c, vk_pipeline.c, vk_cmd.c). Op files use vk_internal.h only, but
- * for vk_attention.c's exact RoPE table (rope_tab below, and a buffer's
- * mapped pointer). */
+ * for vk_attention.c's exact RoPE tables (rope_tabs below, and a buffer's
+ * mapped pointer) and vk_ops.c's GeLU table (gelu_tab). */
 #ifndef WEFT_VK_PRIV_H
 #define WEFT_VK_PRIV_H
 
@@ -40,6 +40,19 @@ struct vk_validation {
     bool enabled;
     bool error;                    /* an ERROR message arrived since the last check */
     char msg[512];
+};
+
+/* One exact-RoPE table: cos/sin of positions [0, cap), [pos][n_rot/2][2]
+ * floats, for one rotation (base, scale, scaling fields, freq_factors). */
+#define VK_ROPE_TABS 4
+#define VK_ROPE_MAX_FF 256         /* freq_factors kept in the key (n_rot/2 <= this) */
+struct vk_rope_tab {
+    struct weft_buffer *buf;       /* NULL: a free entry */
+    uint32_t cap, n_rot;
+    float base, scale, ext_factor, attn_factor, corr_dims[2];
+    bool has_ff;
+    float ff[VK_ROPE_MAX_FF];      /* the freq_factors it was made with */
+    uint64_t used;
 };
 
 #define VK_MAX_CHUNKS 256
@@ -99,11 +112,14 @@ struct vk_backend {
     struct weft_buffer **retired;  /* freed once the step in flight completes */
     uint32_t n_retired, cap_retired;
 
-    /* exact ROPE_KV (vk_attention.c): cos/sin of positions [0, rope_cap) by
-     * weft_rope_cos_sin, [pos][n_rot/2][2] floats, for one (base, scale, n_rot) */
-    struct weft_buffer *rope_tab;
-    uint32_t rope_cap, rope_n_rot;
-    float rope_base, rope_scale;
+    /* exact ROPE_KV (vk_attention.c): cos/sin tables by the CPU's
+     * weft_rope_cos_sin_ext, one per rotation a model uses (gemma3 has two) */
+    struct vk_rope_tab rope_tabs[VK_ROPE_TABS];
+    uint64_t rope_clock;           /* last-use stamps: the oldest table makes room */
+
+    /* SILU_MUL's GeGLU (vk_ops.c): every F16 value's tanh-GeLU as the CPU
+     * computes it, 65536 F16; made by vk_gelu_table before a step needs it */
+    struct weft_buffer *gelu_tab;
 
     /* vulkan.profile */
     bool profile;
@@ -154,6 +170,12 @@ void vk_op_end(struct vk_backend *vb);
 weft_status vk_record_copy(struct vk_backend *vb, struct weft_buffer *dst, size_t doff,
                            struct weft_buffer *src, size_t soff, size_t n);
 void vk_profile_print(struct vk_backend *vb);
+/* Free b once the step being recorded (or in flight) has completed: a
+ * dispatch recorded before may still bind it. */
+weft_status vk_retire(struct vk_backend *vb, struct weft_buffer *b);
+
+/* vk_ops.c: vb->gelu_tab, made once (outside a step: it may submit an upload) */
+weft_status vk_gelu_table(struct vk_backend *vb);
 
 /* vk_spirv_data.c (generated) */
 const uint32_t *vk_spirv_find(const char *name, size_t *bytes);

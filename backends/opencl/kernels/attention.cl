@@ -42,15 +42,21 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
 }
 
 /* One work-item per batch row: rotate its q and k heads, then store k and v
- * in its slot (a slot outside the cache's n_slots is flagged, not written). Angles: from tab (the host's weft_rope_cos_sin, cos/sin per
- * position: the CPU's own libm bits) when has_tab, else computed here
- * (theta_scale = the host's powf(freq_base, -2/n_rot)). */
+ * in its slot (a slot outside the cache's n_slots is flagged, not written).
+ * Angles: from tab (the host's weft_rope_cos_sin_ext, cos/sin per position:
+ * the CPU's own libm bits) when has_tab, else computed here by the same
+ * formula (base/rope.h): theta_e = (pos * theta_scale^i) / ff[i] (the
+ * powers by repeated multiplication, theta_scale = the host's
+ * powf(freq_base, -2/n_rot)), theta = freq_scale * theta_e, with YaRN
+ * (ext_factor != 0) mixed with theta_e along the ramp between corr0 and
+ * corr1, cos and sin times mscale (formed on the host). */
 kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
                     global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
                     int layer, int n_kv, int hd, int n_head, int n_rot, int neox, float freq_scale,
-                    float theta_scale, global const uchar *pos_b, ulong pos_off, global const uchar *slot_b,
-                    ulong slot_off, global const float *tab, int has_tab, int tab_rows, int n_rows, long n_slots,
-                    global int *err)
+                    float theta_scale, global const uchar *ff_b, ulong ff_off, int has_ff, float ext_factor,
+                    float mscale, float corr0, float corr1, global const uchar *pos_b, ulong pos_off,
+                    global const uchar *slot_b, ulong slot_off, global const float *tab, int has_tab, int tab_rows,
+                    int n_rows, long n_slots, global int *err)
 {
     const int r = get_global_id(0);
     /* after bad input earlier in the step the cache is left as it was */
@@ -59,16 +65,26 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
     const int pos = I32P(pos_b, pos_off)[r];
     global float *qr = F32P(q, q_off) + (ulong)r * q_ld;
     global float *kr = F32P(k, k_off) + (ulong)r * k_ld;
+    global const float *ff = (global const float *)(ff_b + ff_off);
     const bool use_tab = has_tab && pos >= 0 && pos < tab_rows;
-    float theta = (float)pos * freq_scale;
+    const float corr_w = fmax(0.001f, corr1 - corr0);
+    float theta = (float)pos;
     for (int i = 0; i < n_rot / 2; i++) {
         float c, s;
         if (use_tab) {
             c = tab[(ulong)pos * n_rot + 2 * i];
             s = tab[(ulong)pos * n_rot + 2 * i + 1];
         } else {
-            c = cos(theta);
-            s = sin(theta);
+            const float t_extrap = has_ff ? theta / ff[i] : theta;
+            const float t_interp = freq_scale * t_extrap;
+            float t = t_interp;
+            if (ext_factor != 0.0f) {
+                const float y = ((float)i - corr0) / corr_w;
+                const float ramp = (1.0f - fmin(1.0f, fmax(0.0f, y))) * ext_factor;
+                t = t_interp * (1.0f - ramp) + t_extrap * ramp;
+            }
+            c = cos(t) * mscale;
+            s = sin(t) * mscale;
             theta *= theta_scale;
         }
         const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
@@ -137,14 +153,16 @@ inline float dot_q8(global const uchar *k, const char *qq, const float *qd, int 
 }
 
 /* One work-item per (head, row): a single pass with an online softmax over
- * positions 0..pos[r] of the row's sequence, as weft_cpu_attn_row_generic
+ * positions p_first..pos[r] of the row's sequence (p_first = 0, or with a
+ * sliding window (window > 0) pos[r] - window + 1 when that is above 0:
+ * the CPU skips the masked positions in the same pass), as weft_cpu_attn_row_generic
  * (F16 cache: q rounded to F16, an F16 accumulator) and attn_row_q8_0 (Q8_0
  * cache: q quantized to Q8_0, an F32 accumulator). global (n_head, rows) */
 kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uchar *o, ulong o_off, ulong o_ld,
                       global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
-                      int n_head, float scale, global const uchar *pos_b, ulong pos_off, global const uchar *seq_b,
-                      ulong seq_off, global const uchar *bto_b, ulong bto_off, global const uchar *bt_b,
-                      ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
+                      int n_head, float scale, int window, global const uchar *pos_b, ulong pos_off,
+                      global const uchar *seq_b, ulong seq_off, global const uchar *bto_b, ulong bto_off,
+                      global const uchar *bt_b, ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
 {
     const int h = get_global_id(0), r = get_global_id(1);
     if (h >= n_head || r >= n_rows) return;
@@ -155,8 +173,9 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
     /* the row's sequence, its block list and every block in it inside their tables */
     const int b0 = sq >= 0 && sq < n_seq ? I32P(bto_b, bto_off)[sq] : -1;
     bool bad = b0 < 0 || pos < 0 || (long)b0 + pos / KV_BLOCK >= bt_len;
+    const int p_first = window > 0 && pos >= window ? pos - window + 1 : 0;
     global const int *bt = I32P(bt_b, bt_off) + (bad ? 0 : b0);
-    for (int i = 0; !bad && i <= pos / KV_BLOCK; i++) bad = bt[i] < 0 || bt[i] >= n_blocks;
+    for (int i = p_first / KV_BLOCK; !bad && i <= pos / KV_BLOCK; i++) bad = bt[i] < 0 || bt[i] >= n_blocks;
     if (bad) {
         if (h == 0) FLAG_ERROR(err, 4);
         for (int d = 0; d < hd; d++) out[d] = 0.0f;
@@ -185,7 +204,7 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
         }
     }
     float M = -INFINITY, S = 0.0f;
-    for (int p = 0; p <= pos; p++) {
+    for (int p = p_first; p <= pos; p++) {
         const long slot = (long)bt[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK;
         global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, tok) + head_off;
         global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, tok) + head_off;

@@ -1,4 +1,4 @@
-/* MATMUL: out[r][n] = x[r] . W[n] (+ add[r][n]), W of any weight type,
+/* MATMUL: out[r][n] = (x[r] . W[n] (+ bias[n])) (+ add[r][n]), W of any weight type,
  * read element by element through dq(). Two forms:
  *  - mm_vec (decode): one work-group of MM_WG items per weight row n, for
  *    up to MM_VEC_ROWS activation rows at once (each weight element is read
@@ -6,7 +6,10 @@
  *    local memory;
  *  - mm_tile (prefill): MM_T x MM_T outputs per work-group, W and x staged
  *    through local memory MM_TK elements at a time.
- * `add` may alias `out` (each output reads its add before writing). */
+ * `add` may alias `out` (each output reads its add before writing). Every
+ * form (these and the exact ones below) ends the same way: the bias (F32,
+ * one per weight row, has_bias) is added to the finished dot product, then
+ * the residual, each a separate float add as the CPU. */
 #define MM_WG 64
 #define MM_VEC_ROWS 8
 #define MM_T 16
@@ -15,7 +18,7 @@
 kernel __attribute__((reqd_work_group_size(MM_WG, 1, 1)))
 void mm_vec(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
             ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
-            int has_add, int K, int N, int M)
+            int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M)
 {
     const int n = get_group_id(0), lid = get_local_id(0);
     const int r0 = get_group_id(1) * MM_VEC_ROWS, nr = min(MM_VEC_ROWS, M - r0);
@@ -38,6 +41,7 @@ void mm_vec(global const uchar *w, ulong w_off, ulong w_nb1, int type, global co
     if (lid < nr) {
         const int r = r0 + lid;
         float v = red[lid][0];
+        if (has_bias) v += F32P(bias_b, bias_off)[n];
         if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
         (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
     }
@@ -46,7 +50,7 @@ void mm_vec(global const uchar *w, ulong w_off, ulong w_nb1, int type, global co
 kernel __attribute__((reqd_work_group_size(MM_T, MM_T, 1)))
 void mm_tile(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
              ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
-             int has_add, int K, int N, int M)
+             int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M)
 {
     const int tn = get_local_id(0), tr = get_local_id(1);
     const int n0 = get_group_id(0) * MM_T, r0 = get_group_id(1) * MM_T;
@@ -67,6 +71,7 @@ void mm_tile(global const uchar *w, ulong w_off, ulong w_nb1, int type, global c
     const int n = n0 + tn, r = r0 + tr;
     if (n < N && r < M) {
         float v = acc;
+        if (has_bias) v += F32P(bias_b, bias_off)[n];
         if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
         (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
     }
@@ -96,7 +101,8 @@ inline float reduce16(const float *x)
  * K % 4 fused; for F16 in double). global (N, M) */
 kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
                        ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
-                       ulong a_ld, int has_add, int K, int N, int M, int mm)
+                       ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
+                       int M, int mm)
 {
     const int n = get_global_id(0), r = get_global_id(1);
     if (n >= N || r >= M) return;
@@ -141,6 +147,7 @@ kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type
             v = s;
         }
     }
+    if (has_bias) v += F32P(bias_b, bias_off)[n];
     if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
     (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
 }
@@ -191,7 +198,8 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
  * block is unpacked once for them */
 inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q,
                       global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
-                      int has_add, int K, int N, int M, const int ROWS)
+                      int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M,
+                      const int ROWS)
 {
     const int n = get_global_id(0), r0 = get_global_id(1) * ROWS;
     if (n >= N || r0 >= M) return;
@@ -255,6 +263,7 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
         float v = ((acc[i].s0 + acc[i].s4) + (acc[i].s2 + acc[i].s6)) + ((acc[i].s1 + acc[i].s5) + (acc[i].s3 + acc[i].s7));
         if (with_min) v = v + summs[i];
         if (type == WEFT_T_Q4_0) v = sumf[i];
+        if (has_bias) v += F32P(bias_b, bias_off)[n];
         if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
         (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
     }
@@ -262,14 +271,18 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
 
 kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
                        ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
-                       ulong a_ld, int has_add, int K, int N, int M)
+                       ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
+                       int M)
 {
-    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, K, N, M, 1);
+    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, bias_b, bias_off, has_bias, K, N, M,
+              1);
 }
 
 kernel void mm_exact_q4(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
                         ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
-                        ulong a_ld, int has_add, int K, int N, int M)
+                        ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
+                        int M)
 {
-    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, K, N, M, MMQ_ROWS);
+    mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, bias_b, bias_off, has_bias, K, N, M,
+              MMQ_ROWS);
 }

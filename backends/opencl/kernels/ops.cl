@@ -1,10 +1,11 @@
 /* The element-wise ops: EMBED, RMSNORM (and LOGITS' row normalisation),
- * SILU_MUL, ADD. Row strides (ld) are in floats, offsets in bytes. */
+ * SILU_MUL (SwiGLU, GeGLU), ADD. Row strides (ld) are in floats, offsets in bytes. */
 
-/* out[r] = dequant(table[ids[r]]): global (ne0, n_ids) */
+/* out[r] = dequant(table[ids[r]]) (* scale, one float multiply, when
+ * scale is not 0): global (ne0, n_ids) */
 kernel void embed(global const uchar *tab, ulong tab_off, ulong tab_nb1, int type, int ne0, int n_tab,
                   global const uchar *ids, ulong ids_off, global uchar *out, ulong out_off, ulong out_ld,
-                  global int *err)
+                  float scale, global int *err)
 {
     const int k = get_global_id(0), r = get_global_id(1);
     if (k >= ne0) return;
@@ -15,7 +16,8 @@ kernel void embed(global const uchar *tab, ulong tab_off, ulong tab_nb1, int typ
         y[k] = 0.0f;
         return;
     }
-    y[k] = dq(tab + tab_off + (ulong)id * tab_nb1, type, k);
+    const float v = dq(tab + tab_off + (ulong)id * tab_nb1, type, k);
+    y[k] = scale != 0.0f ? v * scale : v;
 }
 
 /* 1/sqrt(mean(h^2) + eps) as weft_cpu_rms_scale: squares rounded to float,
@@ -82,16 +84,25 @@ kernel void logits_norm(global const uchar *x, ulong x_off, ulong x_ld, int n_x,
     for (int k = lid; k < K; k += nl) y[k] = h[k] * sc * wr[k];
 }
 
-/* SwiGLU as weft_cpu_swiglu_ref: the row's first K & ~15 elements with
- * ggml's polynomial expf, the rest with libm's. global (K, rows) */
+/* The GLUs, out = act(gate) * up. act 0, SwiGLU as weft_cpu_swiglu_ref:
+ * the row's first K & ~15 elements with ggml's polynomial expf, the rest
+ * with libm's. act 1, GeLU-tanh as the CPU's geglu_row: 0 at or below -10,
+ * x at or above 10, else gtab[F16(x)] (the host's table of every F16
+ * value's GeLU, rounded to F16: the CPU's own libm tanhf bits). global
+ * (K, rows) */
 kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global const uchar *u, ulong u_off, ulong u_ld,
-                     global uchar *o, ulong o_off, ulong o_ld, int K)
+                     global uchar *o, ulong o_off, ulong o_ld, int K, int act, global const ushort *gtab)
 {
     const int k = get_global_id(0), r = get_global_id(1);
     if (k >= K) return;
     const float x = (F32P(g, g_off) + r * g_ld)[k], m = (F32P(u, u_off) + r * u_ld)[k];
+    global float *y = F32P(o, o_off) + r * o_ld + k;
+    if (act) {
+        *y = x <= -10.0f ? 0.0f : x >= 10.0f ? x * m : h2f(gtab[f2h(x)]) * m;
+        return;
+    }
     const float e = k < (K & ~15) ? expf_poly(0.0f - x) : expf_libm(-x);
-    (F32P(o, o_off) + r * o_ld)[k] = x / (1.0f + e) * m;
+    *y = x / (1.0f + e) * m;
 }
 
 kernel void add(global const uchar *a, ulong a_off, ulong a_ld, global const uchar *b, ulong b_off, ulong b_ld,
