@@ -1,17 +1,19 @@
 /* Paged causal GQA attention with split-K (flash-decoding).
  *
- * A unit is one (row r, query head h); it attends to positions 0..pos[r] of
- * its sequence through the block table, with the kv head h / group. One
- * 32-lane group per (unit, split): lanes own dims lane, lane+32, ... of the
- * head (head_dim <= 32 * WEFT_ATTN_MAXJ), each position's score is a group
- * sum, and an online softmax keeps (max M, sum S, acc[hd]) in registers.
+ * A unit is one (row r, query head h); it attends to positions
+ * first..pos[r] of its sequence through the block table, with the kv head
+ * h / group: first = 0, or with a sliding window (window > 0)
+ * max(0, pos[r] - window + 1). One 32-lane group per (unit, split): lanes
+ * own dims lane, lane+32, ... of the head (head_dim <= 32 * WEFT_ATTN_MAXJ),
+ * each position's score is a group sum, and an online softmax keeps (max
+ * M, sum S, acc[hd]) in registers.
  *
  * n_split == 1 writes out = acc / S directly (prefill: the many rows fill
- * the machine). n_split > 1 gives split s the positions [s*chunk,
- * (s+1)*chunk), chunk = max(ceil(n_pos / n_split), min_chunk), writes its
- * (M, S, acc) to part[unit][s][hd + 2], and weft_k_attn_combine merges
- * them. The grid depends only on shapes, never on positions, so a step can
- * be replayed as a graph while contexts grow. */
+ * the machine). n_split > 1 gives split s the positions first + [s*chunk,
+ * (s+1)*chunk), chunk = max(ceil(n_pos / n_split), min_chunk) with n_pos
+ * the count attended, writes its (M, S, acc) to part[unit][s][hd + 2], and
+ * weft_k_attn_combine merges them. The grid depends only on shapes, never
+ * on positions, so a step can be replayed as a graph while contexts grow. */
 #ifndef WEFT_KC_ATTENTION_CUH
 #define WEFT_KC_ATTENTION_CUH
 
@@ -31,6 +33,7 @@ struct weft_kc_attn {
     float scale;
     int n_split, min_chunk;
     float *part;
+    int64_t window;   /* 0: none */
 };
 
 /* element d of a cached head row: F16, or Q8_0 blocks of 32 (34 bytes) */
@@ -55,12 +58,14 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
     const int split = blockIdx.y, hd = a.kv.hd;
     const int64_t r = u / a.n_head;
     const int h = (int)(u % a.n_head), kh = h / a.group;
-    const int64_t n_pos = (int64_t)a.pos[r] + 1;
+    const int64_t end = (int64_t)a.pos[r] + 1;   /* one past the last position */
+    const int64_t first = a.window && end > a.window ? end - a.window : 0;
+    const int64_t n_pos = end - first;
     const int32_t *bt = a.bt + a.bt_off[a.seq[r]];
     int64_t chunk = (n_pos + a.n_split - 1) / a.n_split;
     if (chunk < a.min_chunk) chunk = a.min_chunk;
-    const int64_t p0 = (int64_t)split * chunk;
-    const int64_t p1 = p0 + chunk < n_pos ? p0 + chunk : n_pos;
+    const int64_t p0 = first + (int64_t)split * chunk;
+    const int64_t p1 = p0 + chunk < end ? p0 + chunk : end;
 
     float qv[WEFT_ATTN_MAXJ], acc[WEFT_ATTN_MAXJ];
 #pragma unroll

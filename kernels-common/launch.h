@@ -38,7 +38,8 @@ extern "C" {
 #define WEFT_GK_MMVQ_MAX_ROWS 128
 #endif
 
-/* out[R][N] = x[R][K] · W[N][K]ᵀ (+ add, which may alias out).
+/* out[R][N] = x[R][K] · W[N][K]ᵀ (+ bias[N]) (+ add, which may alias out):
+ * the bias is added to each dot product before the residual, as the CPU.
  * wt: any weight type of base/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
  * Q8_0 Q4_K Q5_K Q6_K). Paths (kernels-common/launch_matmul.cuh):
  * R <= WEFT_GK_MMVQ_MAX_ROWS and a quantized type: x quantized to Q8_1 blocks
@@ -56,6 +57,7 @@ struct weft_gk_mm {
     size_t out_ld;
     const float *add;             /* NULL: none */
     size_t add_ld;
+    const float *bias;            /* api 5: N floats, contiguous; NULL: none */
 };
 /* scratch bytes weft_gk_matmul needs for this shape (0 if none) */
 size_t weft_gk_matmul_scratch(int wt, int64_t K, int64_t R);
@@ -68,6 +70,10 @@ int weft_gk_gemm(const struct weft_gk_mm *m, void *stream);
 
 int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids, int64_t R,
                   float *out, size_t out_ld, int *err, void *stream);
+/* api 5: weft_gk_embed with out = dequant(row) * scale (one F32 multiply
+ * per element after dequantizing); scale 0: no multiply, as weft_gk_embed */
+int weft_gk_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                         int64_t R, float scale, float *out, size_t out_ld, int *err, void *stream);
 
 /* rows == NULL: output row r normalises x row r; else x row rows[r]
  * (LOGITS' gather). add/sum: the fused residual (add == NULL: none). */
@@ -77,6 +83,11 @@ int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_
 
 int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld, int64_t R,
                      int64_t K, void *stream);
+/* api 5: out = act(g) * u, act an enum weft_glu_act (backends/backend.h):
+ * WEFT_GLU_SILU (as weft_gk_silu_mul) or WEFT_GLU_GELU_TANH (ggml's F16-table
+ * GeGLU, bit for bit); another act is the invalid-value code */
+int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                int64_t R, int64_t K, void *stream);
 int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
                 int64_t K, void *stream);
 
@@ -101,6 +112,7 @@ struct weft_gk_attn_args {
     int64_t n_rows;
     int n_head;
     float scale;
+    uint32_t window;              /* api 5: a row at position p attends p - window < j <= p; 0: 0..p */
 };
 /* How many splits of the context for n_rows x n_head units on n_mp
  * multiprocessors (SMs, compute units); shapes only, so a graph of the

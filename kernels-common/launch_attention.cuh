@@ -48,6 +48,7 @@ extern "C" int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split,
     k.n_split = n_split < 1 ? 1 : n_split;
     k.min_chunk = ATTN_MIN_CHUNK;
     k.part = (float *)scratch;
+    k.window = (int64_t)a->window;
     const int64_t units = a->n_rows * a->n_head;
     dim3 block(32, ATTN_GROUPS), grid((unsigned)((units + ATTN_GROUPS - 1) / ATTN_GROUPS), (unsigned)k.n_split);
     if (a->kv.type == WEFT_TYPE_Q8_0) weft_k_attention<WEFT_TYPE_Q8_0><<<grid, block, 0, st>>>(k);

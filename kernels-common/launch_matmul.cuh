@@ -38,7 +38,7 @@ template <int T> static void launch_float(const struct weft_gk_mm *m, weft_strea
 {
     dim3 block(32, 8), grid((unsigned)((m->N + 7) / 8), (unsigned)((m->R + 7) / 8));
     weft_k_mm_float<T><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, m->K, m->x, m->x_ld, m->R, m->out, m->out_ld,
-                                               m->add, m->add_ld);
+                                               m->add, m->add_ld, m->bias);
 }
 
 template <int T> static void launch_mmvq(const struct weft_gk_mm *m, void *scratch, weft_stream_t st)
@@ -49,20 +49,20 @@ template <int T> static void launch_mmvq(const struct weft_gk_mm *m, void *scrat
     weft_k_quantize_q8_1<<<(unsigned)((nblk + 7) / 8), 256, 0, st>>>(m->x, m->x_ld, m->R, nb32, xq);
     dim3 block(32, 4), grid((unsigned)((m->N + 3) / 4));
     /* WEFT_GK_MMVQ_ROWS rows per launch: more rows than that read W once per
-     * launch (row r's out and add rows move with it) */
+     * launch (row r's out and add rows move with it; the bias is per column) */
     for (int64_t r0 = 0; r0 < m->R; r0 += WEFT_GK_MMVQ_ROWS) {
         const int R = (int)(m->R - r0 < WEFT_GK_MMVQ_ROWS ? m->R - r0 : WEFT_GK_MMVQ_ROWS);
         const struct weft_block_q8_1 *q = xq + r0 * nb32;
         float *out = m->out + r0 * (int64_t)m->out_ld;
         const float *add = m->add ? m->add + r0 * (int64_t)m->add_ld : NULL;
-        if (R == 1)
-            weft_k_mmvq<T, 1><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
-        else if (R == 2)
-            weft_k_mmvq<T, 2><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
-        else if (R <= 4)
-            weft_k_mmvq<T, 4><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
-        else
-            weft_k_mmvq<T, 8><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, m->add_ld);
+#define MMVQ_(NR)                                                                                  \
+    weft_k_mmvq<T, NR><<<grid, block, 0, st>>>(m->w, m->w_nb1, m->N, nb32, q, R, out, m->out_ld, add, \
+                                               m->add_ld, m->bias)
+        if (R == 1) MMVQ_(1);
+        else if (R == 2) MMVQ_(2);
+        else if (R <= 4) MMVQ_(4);
+        else MMVQ_(8);
+#undef MMVQ_
     }
 }
 

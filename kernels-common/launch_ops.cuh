@@ -1,5 +1,6 @@
-/* The launchers of EMBED, RMSNORM (and the LOGITS gather), SILU_MUL, ADD
- * and ROPE_KV (kernels-common/launch.h) over kernels-common/ops.cuh, shared
+/* The launchers of EMBED (+ scale), RMSNORM (and the LOGITS gather),
+ * SILU_MUL (the GLUs), ADD and ROPE_KV (kernels-common/launch.h) over
+ * kernels-common/ops.cuh, shared
  * by the backends: a backend's kernels file includes its primitives
  * (kernels-common/prims.cuh lists them, including the runtime's stream
  * type, last error and invalid-value code) and then this file once.
@@ -13,24 +14,34 @@
 
 template <int T>
 static void embed_t(const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids, int64_t R,
-                    float *out, size_t out_ld, int *err, weft_stream_t st)
+                    float scale, float *out, size_t out_ld, int *err, weft_stream_t st)
 {
     dim3 grid((unsigned)((E + 255) / 256), (unsigned)R);
-    weft_k_embed<T><<<grid, 256, 0, st>>>(table, t_nb1, V, E, ids, out, out_ld, err);
+    weft_k_embed<T><<<grid, 256, 0, st>>>(table, t_nb1, V, E, ids, scale, out, out_ld, err);
 }
 
-extern "C" int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
-                             int64_t R, float *out, size_t out_ld, int *err, void *stream)
+extern "C" int weft_gk_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E,
+                                    const int32_t *ids, int64_t R, float scale, float *out, size_t out_ld, int *err,
+                                    void *stream)
 {
     if (R <= 0) return 0;
     const weft_stream_t st = (weft_stream_t)stream;
-#define E_(T) case WEFT_TYPE_##T: embed_t<WEFT_TYPE_##T>(table, t_nb1, V, E, ids, R, out, out_ld, err, st); break;
+#define E_(T)                                                                               \
+    case WEFT_TYPE_##T:                                                                     \
+        embed_t<WEFT_TYPE_##T>(table, t_nb1, V, E, ids, R, scale, out, out_ld, err, st); \
+        break;
     switch (wt) {
         E_(F32) E_(F16) E_(BF16) E_(Q4_0) E_(Q4_1) E_(Q5_0) E_(Q5_1) E_(Q8_0) E_(Q4_K) E_(Q5_K) E_(Q6_K)
     default: return WEFT_LAUNCH_EINVAL;
     }
 #undef E_
     return weft_launch_error();
+}
+
+extern "C" int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                             int64_t R, float *out, size_t out_ld, int *err, void *stream)
+{
+    return weft_gk_embed_scaled(wt, table, t_nb1, V, E, ids, R, 0.0f, out, out_ld, err, stream);
 }
 
 extern "C" int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_x_rows, const float *add,
@@ -44,13 +55,24 @@ extern "C" int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows,
     return weft_launch_error();
 }
 
+extern "C" int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
+                           size_t out_ld, int64_t R, int64_t K, void *stream)
+{
+    if (act != WEFT_GLU_SILU && act != WEFT_GLU_GELU_TANH) return WEFT_LAUNCH_EINVAL;
+    if (R <= 0) return 0;
+    const weft_stream_t st = (weft_stream_t)stream;
+    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
+    if (act == WEFT_GLU_GELU_TANH)
+        weft_k_glu<WEFT_GLU_GELU_TANH><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K);
+    else
+        weft_k_glu<WEFT_GLU_SILU><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K);
+    return weft_launch_error();
+}
+
 extern "C" int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
                                 int64_t R, int64_t K, void *stream)
 {
-    if (R <= 0) return 0;
-    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
-    weft_k_silu_mul<<<grid, 256, 0, (weft_stream_t)stream>>>(g, g_ld, u, u_ld, out, out_ld, K);
-    return weft_launch_error();
+    return weft_gk_glu(WEFT_GLU_SILU, g, g_ld, u, u_ld, out, out_ld, R, K, stream);
 }
 
 extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,

@@ -4,9 +4,9 @@
  * kernel for F32/F16/BF16 weights (and as the fallback for any type).
  *
  * Shapes: x [R][K] f32 (rows x_ld floats apart), W [N][K] of type T (rows
- * w_nb1 bytes apart), out [R][N] f32 (out_ld), optional add [R][N] (add_ld)
- * that may alias out (each element is read before it is written, by the
- * same thread). */
+ * w_nb1 bytes apart), out [R][N] f32 (out_ld), optional bias [N] f32 added
+ * to each dot before the optional add [R][N] (add_ld), which may alias out
+ * (each element is read before it is written, by the same thread). */
 #ifndef WEFT_KC_MATMUL_CUH
 #define WEFT_KC_MATMUL_CUH
 
@@ -24,13 +24,20 @@ static __global__ void weft_k_quantize_q8_1(const float *x, size_t x_ld, int64_t
     weft_quantize_q8_1_group(x[r * x_ld + b * 32 + lane], lane, &xq[blk]);
 }
 
-/* Decode: out[r][n] = W[n] · x[r] (+ add) for r < R <= NR. One 32-lane
- * group per weight row n (blockDim = (32, rows per block)); lanes stride
- * over the row's 32-element sub-blocks. */
+/* out[r][n] from a finished dot v: (v + bias[n]) + add[r][n], the CPU's order */
+WEFT_DEV float weft_mm_epilogue(float v, const float *bias, int64_t n, const float *add, size_t add_ld, int64_t r)
+{
+    if (bias) v = v + bias[n];
+    return add ? v + add[r * add_ld + n] : v;
+}
+
+/* Decode: out[r][n] = W[n] · x[r] (+ bias) (+ add) for r < R <= NR. One
+ * 32-lane group per weight row n (blockDim = (32, rows per block)); lanes
+ * stride over the row's 32-element sub-blocks. */
 template <int T, int NR>
 static __global__ void weft_k_mmvq(const uint8_t *w, size_t w_nb1, int64_t N, int64_t nb32,
                             const struct weft_block_q8_1 *xq, int R, float *out, size_t out_ld,
-                            const float *add, size_t add_ld)
+                            const float *add, size_t add_ld, const float *bias)
 {
     const int64_t n = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     if (n >= N) return;
@@ -46,7 +53,7 @@ static __global__ void weft_k_mmvq(const uint8_t *w, size_t w_nb1, int64_t N, in
 #pragma unroll
     for (int r = 0; r < NR; r++) {
         float v = weft_group_sum<32>(acc[r]);
-        if (threadIdx.x == 0 && r < R) out[r * out_ld + n] = add ? v + add[r * add_ld + n] : v;
+        if (threadIdx.x == 0 && r < R) out[r * out_ld + n] = weft_mm_epilogue(v, bias, n, add, add_ld, r);
     }
 }
 
@@ -56,7 +63,7 @@ static __global__ void weft_k_mmvq(const uint8_t *w, size_t w_nb1, int64_t N, in
 template <int T>
 static __global__ void weft_k_mm_float(const uint8_t *w, size_t w_nb1, int64_t N, int64_t K, const float *x,
                                 size_t x_ld, int64_t R, float *out, size_t out_ld, const float *add,
-                                size_t add_ld)
+                                size_t add_ld, const float *bias)
 {
     enum { RB = 8 };
     const int64_t n = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
@@ -75,10 +82,8 @@ static __global__ void weft_k_mm_float(const uint8_t *w, size_t w_nb1, int64_t N
 #pragma unroll
     for (int r = 0; r < RB; r++) {
         float v = weft_group_sum<32>(acc[r]);
-        if (threadIdx.x == 0 && r0 + r < R) {
-            const int64_t o = (r0 + r) * out_ld + n;
-            out[o] = add ? v + add[(r0 + r) * add_ld + n] : v;
-        }
+        if (threadIdx.x == 0 && r0 + r < R)
+            out[(r0 + r) * out_ld + n] = weft_mm_epilogue(v, bias, n, add, add_ld, r0 + r);
     }
 }
 

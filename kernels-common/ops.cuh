@@ -1,6 +1,7 @@
-/* Element-wise and per-row kernels: EMBED, RMSNORM (+ residual add), the
- * LOGITS row gather + norm, SILU_MUL, ADD, and ROPE_KV (rotation, then the
- * K/V rows written into their paged-cache slots, F16 or Q8_0).
+/* Element-wise and per-row kernels: EMBED (+ scale), RMSNORM (+ residual
+ * add), the LOGITS row gather + norm, SILU_MUL (SiLU or GeLU-tanh), ADD,
+ * and ROPE_KV (rotation, then the K/V rows written into their paged-cache
+ * slots, F16 or Q8_0).
  * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
  * backends/cpu/ops/ops_attention.c); compile without fma contraction. */
 #ifndef WEFT_KC_OPS_CUH
@@ -8,12 +9,13 @@
 
 #include "kernels-common/kv.cuh"
 
-/* out[r][i] = dequant(table[ids[r]])[i]; grid (ceil(E/blockDim.x), R).
+/* out[r][i] = dequant(table[ids[r]])[i] (* scale, when scale != 0: one F32
+ * multiply after dequantizing, as the CPU); grid (ceil(E/blockDim.x), R).
  * An id outside [0, V) writes zeros and records itself in *err (err != 0
  * is reported by the backend's next sync). */
 template <int T>
 static __global__ void weft_k_embed(const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
-                             float *out, size_t out_ld, int *err)
+                             float scale, float *out, size_t out_ld, int *err)
 {
     const int64_t r = blockIdx.y, i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= E) return;
@@ -23,7 +25,8 @@ static __global__ void weft_k_embed(const uint8_t *table, size_t t_nb1, int64_t 
         if (i == 0) *err = 1;
         return;
     }
-    out[r * out_ld + i] = weft_dq<T>::at(table + (size_t)id * t_nb1, i);
+    const float v = weft_dq<T>::at(table + (size_t)id * t_nb1, i);
+    out[r * out_ld + i] = scale != 0.0f ? v * scale : v;
 }
 
 /* Sum over a whole block (blockDim.x a multiple of 32, <= 1024). All
@@ -77,14 +80,41 @@ static __global__ void weft_k_rmsnorm(const float *x, size_t x_ld, const int32_t
     }
 }
 
-/* out = silu(gate) * up = gate / (1 + exp(-gate)) * up; grid (ceil(K/bd), R) */
-static __global__ void weft_k_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
-                                size_t out_ld, int64_t K)
+/* The GLU activations of SILU_MUL (enum weft_glu_act, backends/backend.h). */
+
+/* SiLU: x / (1 + exp(-x)) */
+WEFT_DEV float weft_silu(float x) { return x / (1.0f + expf(-x)); }
+
+/* GeLU, tanh form, as the CPU's F16-table GeGLU
+ * (backends/cpu/ops/ops_elementwise.c) for -10 < x < 10: half(gelu(half(x))) with gelu in F32 in the CPU's order
+ * of operations (outside, weft_k_glu: out = 0 for x <= -10, x * up for
+ * x >= 10). The F32 tanh is the double tanh rounded to float (correctly
+ * rounded but for double-rounding rarities): 1 + tanh cancels for x below
+ * about -3, where an ulp off in tanh moves the F16 result; over every F16
+ * input this rounds as glibc's tanhf does, so the lookups agree with the
+ * CPU's table bit for bit. */
+WEFT_DEV float weft_gelu_tanh_f16(float x)
+{
+    const float h = weft_h2f(weft_f2h(x));
+    const float a = 0.79788456080286535587989211986876f * h * (1.0f + 0.044715f * h * h);
+    const float t = (float)tanh((double)a);
+    return weft_h2f(weft_f2h(0.5f * h * (1.0f + t)));
+}
+
+/* out = act(gate) * up; grid (ceil(K/bd), R) */
+template <int ACT>
+static __global__ void weft_k_glu(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
+                                  size_t out_ld, int64_t K)
 {
     const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
-    const float x = g[r * g_ld + k];
-    out[r * out_ld + k] = x / (1.0f + expf(-x)) * u[r * u_ld + k];
+    const float x = g[r * g_ld + k], up = u[r * u_ld + k];
+    float y;
+    if (ACT == WEFT_GLU_GELU_TANH)   /* +0 below -10 whatever up is, as the CPU */
+        y = x <= -10.0f ? 0.0f : x >= 10.0f ? x * up : weft_gelu_tanh_f16(x) * up;
+    else
+        y = weft_silu(x) * up;
+    out[r * out_ld + k] = y;
 }
 
 static __global__ void weft_k_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,

@@ -12,13 +12,15 @@
  * Block: 128 threads (4 warps) computing a 64 (x rows) x 64 (W rows) tile of
  * out; each warp owns 32 x 32 (2 x 2 fragments). Per 32-wide k step the
  * block stages x (converted to F16) and W (dequantized to F16) into shared
- * memory, zero-padded past R, N and K. */
+ * memory, zero-padded past R, N and K. The epilogue adds the bias (if any),
+ * then the residual (if any). */
 enum { GB_M = 64, GB_N = 64, GB_K = 32, GB_LD = GB_K + 8, GB_CLD = GB_N + 4 };
 
 template <int T>
 __global__ void __launch_bounds__(128) weft_k_gemm_wmma(const uint8_t *w, size_t w_nb1, int64_t N, int64_t K,
                                                         const float *x, size_t x_ld, int64_t R, float *out,
-                                                        size_t out_ld, const float *add, size_t add_ld)
+                                                        size_t out_ld, const float *add, size_t add_ld,
+                                                        const float *bias)
 {
     using namespace nvcuda;
     __shared__ __align__(32) half xs[GB_M * GB_LD];
@@ -68,7 +70,8 @@ __global__ void __launch_bounds__(128) weft_k_gemm_wmma(const uint8_t *w, size_t
         const int rr = idx / GB_N, cc = idx % GB_N;
         const int64_t m = m0 + rr, n = n0 + cc;
         if (m < R && n < N) {
-            const float v = cs[rr * GB_CLD + cc];
+            float v = cs[rr * GB_CLD + cc];
+            if (bias) v = v + bias[n];   /* before the residual, as the CPU */
             out[m * out_ld + n] = add ? v + add[m * add_ld + n] : v;
         }
     }
@@ -78,7 +81,7 @@ template <int T> static void gemm_launch(const struct weft_gk_mm *m, weft_stream
 {
     dim3 grid((unsigned)((m->N + GB_N - 1) / GB_N), (unsigned)((m->R + GB_M - 1) / GB_M));
     weft_k_gemm_wmma<T><<<grid, 128, 0, st>>>(m->w, m->w_nb1, m->N, m->K, m->x, m->x_ld, m->R, m->out, m->out_ld,
-                                              m->add, m->add_ld);
+                                              m->add, m->add_ld, m->bias);
 }
 
 #include "kernels-common/launch_gemm.cuh"

@@ -27,7 +27,8 @@ enum { GT_M = 64, GT_N = 64, GT_K = 32, GT_LD = GT_K + 1, GT_THREADS = 256 };
 template <int T>
 __global__ void __launch_bounds__(GT_THREADS) weft_k_gemm_lds(const uint8_t *w, size_t w_nb1, int64_t N, int64_t K,
                                                               const float *x, size_t x_ld, int64_t R, float *out,
-                                                              size_t out_ld, const float *add, size_t add_ld)
+                                                              size_t out_ld, const float *add, size_t add_ld,
+                                                              const float *bias)
 {
     __shared__ float xs[GT_M * GT_LD];
     __shared__ float ws[GT_N * GT_LD];
@@ -66,7 +67,10 @@ __global__ void __launch_bounds__(GT_THREADS) weft_k_gemm_lds(const uint8_t *w, 
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int64_t m = m0 + tr + 16 * i, n = n0 + tc + 16 * j;
-            if (m < R && n < N) out[m * out_ld + n] = add ? acc[i][j] + add[m * add_ld + n] : acc[i][j];
+            if (m < R && n < N) {
+                const float v = bias ? acc[i][j] + bias[n] : acc[i][j];   /* bias before the residual */
+                out[m * out_ld + n] = add ? v + add[m * add_ld + n] : v;
+            }
         }
 }
 
@@ -74,7 +78,7 @@ template <int T> static void gemm_launch(const struct weft_gk_mm *m, weft_stream
 {
     dim3 grid((unsigned)((m->N + GT_N - 1) / GT_N), (unsigned)((m->R + GT_M - 1) / GT_M));
     weft_k_gemm_lds<T><<<grid, GT_THREADS, 0, st>>>(m->w, m->w_nb1, m->N, m->K, m->x, m->x_ld, m->R, m->out,
-                                                    m->out_ld, m->add, m->add_ld);
+                                                    m->out_ld, m->add, m->add_ld, m->bias);
 }
 
 #include "kernels-common/launch_gemm.cuh"

@@ -2,10 +2,11 @@
  * validation, scratch, and running an op list through the vendor's hooks.
  *
  * Step graphs: a step's launches are described by a key (every view's
- * buffer id, offset and shape, every scalar; not the data). The first time
- * a key is seen the ops run eagerly; the second time they are captured into
- * a graph and launched; from then on the graph is replayed, so a decode
- * step costs one launch instead of dozens. Data that changes between steps
+ * buffer id, offset and shape, every scalar and flag, api 5's fields
+ * included; not the data). The first time a key is seen the ops run
+ * eagerly; the second time they are captured into a graph and launched;
+ * from then on the graph is replayed, so a decode step costs one launch
+ * instead of dozens. Data that changes between steps
  * (token ids, positions, block tables) lives in device buffers the kernels
  * read, and launch shapes never depend on it: a graph stays valid while
  * contexts grow. Scratch growth drops every graph (they hold its address). */
@@ -66,6 +67,13 @@ static bool weight_ok(const struct weft_gpu_hooks *h, const struct weft_view *w)
     return h->type_ok((int)w->type) && view_ok(w);  /* block types: ne0 % block checked */
 }
 
+/* MATMUL's bias: N contiguous F32 values (a vector view, or rows packed
+ * without gaps, as the kernels index bias[n]) */
+static bool bias_ok(const struct weft_view *b, int64_t N)
+{
+    return is_f32(b) && b->ne0 * b->ne1 == N && (b->ne1 == 1 || b->nb1 == (size_t)b->ne0 * sizeof(float));
+}
+
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
     return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
@@ -86,7 +94,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_EMBED: {
         const struct weft_op_embed *o = &op->u.embed;
         return h->type_ok((int)o->table.type) && view_ok(&o->table) && is_i32(&o->ids) && o->ids.ne1 == 1 &&
-               is_f32(&o->out) && o->out.ne0 == o->table.ne0 && o->out.ne1 >= o->ids.ne0;
+               is_f32(&o->out) && o->out.ne0 == o->table.ne0 && o->out.ne1 >= o->ids.ne0 &&
+               (o->scale == 0.0f || h->embed_scaled);
     }
     case WEFT_OP_RMSNORM: {
         const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
@@ -96,7 +105,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_MATMUL: {
         const struct weft_op_matmul *o = &op->u.matmul;
         return weight_ok(h, &o->w) && is_f32(&o->x) && is_f32(&o->out) && o->x.ne0 == o->w.ne0 &&
-               o->out.ne0 == o->w.ne1 && o->out.ne1 >= o->x.ne1 && (!o->has_add || is_f32(&o->add));
+               o->out.ne0 == o->w.ne1 && o->out.ne1 >= o->x.ne1 && (!o->has_add || is_f32(&o->add)) &&
+               (!o->has_bias || bias_ok(&o->bias, o->w.ne1));
     }
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
@@ -105,10 +115,14 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
+        /* every window is honoured (the kernel's first attended position) */
         return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->out);
     }
-    case WEFT_OP_SILU_MUL:
-        return is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
+    case WEFT_OP_SILU_MUL: {
+        const struct weft_op_silu_mul *o = &op->u.silu_mul;
+        return (o->act == WEFT_GLU_SILU || (o->act == WEFT_GLU_GELU_TANH && h->glu)) && is_f32(&o->gate) &&
+               is_f32(&o->up) && is_f32(&o->out);
+    }
     case WEFT_OP_ADD:
         return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
     case WEFT_OP_COPY: {
@@ -260,6 +274,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
     switch (op->kind) {
     case WEFT_OP_EMBED:
         put_view(k, &op->u.embed.table); put_view(k, &op->u.embed.ids); put_view(k, &op->u.embed.out);
+        put_f(k, op->u.embed.scale);
         break;
     case WEFT_OP_RMSNORM: {
         const struct weft_op_rmsnorm *o = &op->u.rmsnorm;
@@ -271,6 +286,8 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         const struct weft_op_matmul *o = &op->u.matmul;
         put_view(k, &o->x); put_view(k, &o->w); put_view(k, &o->out); put(k, o->has_add);
         if (o->has_add) put_view(k, &o->add);
+        put(k, o->has_bias);
+        if (o->has_bias) put_view(k, &o->bias);
         break;
     }
     case WEFT_OP_ROPE_KV: {
@@ -282,11 +299,12 @@ static void put_op(struct keyb *k, const struct weft_op *op)
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
         put_view(k, &o->q); put_view(k, &o->out); put_kv(k, &o->kv); put_batch(k, &o->batch);
-        put(k, o->n_head); put_f(k, o->scale);
+        put(k, o->n_head); put_f(k, o->scale); put(k, o->window);
         break;
     }
     case WEFT_OP_SILU_MUL:
         put_view(k, &op->u.silu_mul.gate); put_view(k, &op->u.silu_mul.up); put_view(k, &op->u.silu_mul.out);
+        put(k, (uint64_t)op->u.silu_mul.act);
         break;
     case WEFT_OP_ADD:
         put_view(k, &op->u.add.a); put_view(k, &op->u.add.b); put_view(k, &op->u.add.out);

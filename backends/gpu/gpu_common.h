@@ -31,7 +31,7 @@ struct weft_buffer {
     uint64_t id;
 };
 
-/* The vendor's side. Every slot is required. */
+/* The vendor's side. Every slot is required but glu and embed_scaled. */
 struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
     int err_oom;             /* the runtime's out-of-memory code */
@@ -60,6 +60,16 @@ struct weft_gpu_hooks {
     /* Enqueue one op (already accepted by weft_gpu_supports) on the stream:
      * weft_gpu_encode for the real backends. */
     int (*encode)(struct weft_gpu *g, const struct weft_op *op);
+
+    /* The launchers of api 5's op fields (kernels-common/launch.h), which
+     * weft_gpu_encode reaches through here (the ops at those fields' zero
+     * values take the plain launchers): SILU_MUL with act != SiLU
+     * (weft_gk_glu) and EMBED with scale != 0 (weft_gk_embed_scaled). NULL:
+     * the runtime has none, and weft_gpu_supports refuses those ops. */
+    int (*glu)(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+               int64_t R, int64_t K, void *stream);
+    int (*embed_scaled)(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                        int64_t R, float scale, float *out, size_t out_ld, int *err, void *stream);
 
     /* Graphs: start capturing the stream; end the capture and, when the
      * launches in it succeeded (launched_ok) and so did the capture,

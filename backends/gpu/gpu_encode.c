@@ -1,5 +1,8 @@
 /* Encoding an op as kernel launches, for every GPU backend: each op becomes
  * one or two launches (kernels-common/launch.h) on the backend's stream.
+ * api 5's fields: MATMUL's bias and ATTENTION's window travel in the
+ * launchers' argument structs; SILU_MUL with another activation and EMBED
+ * with a scale go to the launchers the hooks name (glu, embed_scaled).
  * Compiled into each GPU module next to gpu_common.c; the launchers it
  * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
  * call an op needs beyond a launch, COPY's device-to-device copy, is the
@@ -22,6 +25,12 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
     switch (op->kind) {
     case WEFT_OP_EMBED: {
         const struct weft_op_embed *o = &op->u.embed;
+        if (o->scale != 0.0f) {
+            if (!g->hooks->embed_scaled) return g->hooks->err_invalid;
+            return g->hooks->embed_scaled((int)o->table.type, weft_gpu_ptr(&o->table), o->table.nb1, o->table.ne1,
+                                          o->table.ne0, weft_gpu_i32(&o->ids), o->ids.ne0, o->scale,
+                                          weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), g->err_dev, st);
+        }
         return weft_gk_embed((int)o->table.type, weft_gpu_ptr(&o->table), o->table.nb1, o->table.ne1, o->table.ne0,
                              weft_gpu_i32(&o->ids), o->ids.ne0, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
                              g->err_dev, st);
@@ -38,7 +47,8 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
         const struct weft_op_matmul *o = &op->u.matmul;
         struct weft_gk_mm m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0, o->w.ne1, o->x.ne1,
                                weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
-                               o->has_add ? weft_gpu_f32(&o->add) : NULL, o->has_add ? weft_gpu_ld(&o->add) : 0};
+                               o->has_add ? weft_gpu_f32(&o->add) : NULL, o->has_add ? weft_gpu_ld(&o->add) : 0,
+                               o->has_bias ? weft_gpu_f32(&o->bias) : NULL};
         return weft_gk_matmul(&m, g->scratch, st);
     }
     case WEFT_OP_ROPE_KV: {
@@ -56,11 +66,18 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
         struct weft_gk_attn_args a = {weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->out),
                                       weft_gpu_ld(&o->out), kv_desc(&o->kv), weft_gpu_i32(&o->batch.pos),
                                       weft_gpu_i32(&o->batch.seq), weft_gpu_i32(&o->batch.bt_off),
-                                      weft_gpu_i32(&o->batch.bt), o->batch.n_rows, (int)o->n_head, o->scale};
+                                      weft_gpu_i32(&o->batch.bt), o->batch.n_rows, (int)o->n_head, o->scale,
+                                      o->window};
         return weft_gk_attention(&a, weft_gpu_attn_splits(g, o), g->scratch, st);
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
+        if (o->act != WEFT_GLU_SILU) {
+            if (!g->hooks->glu) return g->hooks->err_invalid;
+            return g->hooks->glu((int)o->act, weft_gpu_f32(&o->gate), weft_gpu_ld(&o->gate), weft_gpu_f32(&o->up),
+                                 weft_gpu_ld(&o->up), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1,
+                                 o->out.ne0, st);
+        }
         return weft_gk_silu_mul(weft_gpu_f32(&o->gate), weft_gpu_ld(&o->gate), weft_gpu_f32(&o->up),
                                 weft_gpu_ld(&o->up), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1,
                                 o->out.ne0, st);
@@ -85,7 +102,7 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                 st);
         if (e) return e;
         struct weft_gk_mm m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0, o->w.ne1, n_out, normed,
-                               (size_t)K, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), NULL, 0};
+                               (size_t)K, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), NULL, 0, NULL};
         return weft_gk_matmul(&m, g->scratch + weft_gpu_logits_norm_bytes(o), st);
     }
     default:

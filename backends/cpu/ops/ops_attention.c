@@ -284,7 +284,7 @@ static void attention_job(void *ctx, int ith, int nth)
         const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
         /* a sliding window: positions pos - window + 1 .. pos (ggml skips
          * the masked ones, -inf, in the same single pass) */
-        const int64_t p_first = o->window && pos[r] >= (int32_t)o->window ? (int64_t)pos[r] - o->window + 1 : 0;
+        const int64_t p_first = o->window && (int64_t)pos[r] >= (int64_t)o->window ? (int64_t)pos[r] - o->window + 1 : 0;
         struct weft_cpu_attn_args a[16];
         for (uint32_t g = 0; g < (grouped ? group : 1); g++)
             a[g] = (struct weft_cpu_attn_args){
