@@ -157,3 +157,26 @@ bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
     b->n_rows = b->n_keep;
     return true;
 }
+
+void weft_b_attn_in(struct weft_build *b)
+{
+    const struct weft_view *w = b->w->t;
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_NORM], b->xb);
+    static const enum weft_tensor_id mat[3] = {WEFT_T_ATTN_Q, WEFT_T_ATTN_K, WEFT_T_ATTN_V};
+    static const enum weft_tensor_id bias[3] = {WEFT_T_ATTN_Q_B, WEFT_T_ATTN_K_B, WEFT_T_ATTN_V_B};
+    const struct weft_view out[3] = {b->q, b->k, b->v};
+    for (int i = 0; i < 3; i++) {
+        if (w[bias[i]].buf) weft_b_matmul_bias(b, b->xb, w[mat[i]], w[bias[i]], out[i]);
+        else weft_b_matmul(b, b->xb, w[mat[i]], out[i]);
+    }
+}
+
+void weft_b_ffn_swiglu(struct weft_build *b)
+{
+    const struct weft_view *w = b->w->t;
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
+    weft_b_silu_mul(b, b->gate, b->up, b->hb);
+    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+}

@@ -67,6 +67,17 @@ void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float 
 void weft_b_attention(struct weft_build *b, uint32_t l, float scale);
 /* the same over the last `window` positions only (0: all) */
 void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint32_t window);
+/* The pieces most families share, over the layer's tensors (b->w):
+ * xb = rmsnorm(x) · attn_norm; q, k, v = xb · Wq, Wk, Wvᵀ (+ the layer's Q/K/V
+ * biases where it has them)                     (R, E) -> (R, H·D), (R, Hkv·D) ×2 */
+void weft_b_attn_in(struct weft_build *b);
+/* xb = rmsnorm(x) · ffn_norm; x += (silu(xb · Wgateᵀ) · (xb · Wupᵀ)) · Wdownᵀ   (R, E) */
+void weft_b_ffn_swiglu(struct weft_build *b);
+
+/* Llama's layer (core/arch/llama.c), which Qwen2's is too: weft_b_attn_in
+ * adds the Q/K/V biases a layer has, and the RoPE mode is the family's. */
+void weft_llama_layer(struct weft_build *b, uint32_t l);
+
 /* On the last layer, after attention: move the kept rows of b->att and b->x
  * to the front and narrow every view to them (as llama.cpp does, the rest of
  * the layer runs only for rows whose output is read). False when no row is

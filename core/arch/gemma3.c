@@ -74,12 +74,8 @@ static void gemma3_layer(struct weft_build *b, uint32_t l)
     const struct weft_hparams *hp = b->hp;
     const struct weft_view *w = b->w->t;
     const uint32_t window = weft_hp_window(hp, l);
-    /* xb = rmsnorm(x) · attn_norm                                     (R, E) */
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_NORM], b->xb);
-    /* q, k, v = xb · Wq, Wk, Wvᵀ                           (R, H·D), (R, Hkv·D) */
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_Q], b->q);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_K], b->k);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_V], b->v);
+    /* xb = rmsnorm(x) · attn_norm; q, k, v = xb · Wq, Wk, Wvᵀ      (R, H·D), (R, Hkv·D) */
+    weft_b_attn_in(b);
     /* q, k = rmsnorm per head · q_norm, k_norm                (R·H, D), (R·Hkv, D) */
     weft_b_head_rmsnorm(b, b->q, w[WEFT_T_ATTN_Q_NORM]);
     weft_b_head_rmsnorm(b, b->k, w[WEFT_T_ATTN_K_NORM]);

@@ -28,34 +28,23 @@ static void llama_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
     weft_family_dense_tensors(hp, s);
 }
 
-static void llama_layer(struct weft_build *b, uint32_t l)
+void weft_llama_layer(struct weft_build *b, uint32_t l)
 {
-    const struct weft_view *w = b->w->t;
-    /* xb = rmsnorm(x) · attn_norm                                     (R, E) */
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_NORM], b->xb);
-    /* q, k, v = xb · Wq, Wk, Wvᵀ                           (R, H·D), (R, Hkv·D) */
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_Q], b->q);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_K], b->k);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_V], b->v);
+    /* xb = rmsnorm(x) · attn_norm; q, k, v = xb · Wq, Wk, Wvᵀ      (R, H·D), (R, Hkv·D) */
+    weft_b_attn_in(b);
     /* rotate q, k by position; k, v into the cache */
     weft_b_rope_kv(b, l);
     /* att = softmax(q kᵀ / √D) v                                    (R, H·D) */
     weft_b_attention(b, l, 1.0f / sqrtf((float)b->hp->head_dim));
     if (!weft_b_keep_rows(b, l)) return;
     /* x += att · Woᵀ                                                  (R, E) */
-    weft_b_matmul_add(b, b->att, w[WEFT_T_ATTN_OUT], b->x);
-    /* xb = rmsnorm(x) · ffn_norm                                      (R, E) */
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
-    /* hb = silu(xb · Wgateᵀ) · (xb · Wupᵀ)                            (R, F) */
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
-    weft_b_silu_mul(b, b->gate, b->up, b->hb);
-    /* x += hb · Wdownᵀ                                                (R, E) */
-    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+    weft_b_matmul_add(b, b->att, b->w->t[WEFT_T_ATTN_OUT], b->x);
+    /* x += swiglu FFN of rmsnorm(x) · ffn_norm                        (R, E) */
+    weft_b_ffn_swiglu(b);
 }
 
 const struct weft_family weft_family_llama = {
     .arch = "llama",
     .tensors = llama_tensors,
-    .layer = llama_layer,
+    .layer = weft_llama_layer,
 };

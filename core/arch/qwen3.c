@@ -37,12 +37,8 @@ static void qwen3_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
 static void qwen3_layer(struct weft_build *b, uint32_t l)
 {
     const struct weft_view *w = b->w->t;
-    /* xb = rmsnorm(x) · attn_norm                                     (R, E) */
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_NORM], b->xb);
-    /* q, k, v = xb · Wq, Wk, Wvᵀ                           (R, H·D), (R, Hkv·D) */
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_Q], b->q);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_K], b->k);
-    weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_V], b->v);
+    /* xb = rmsnorm(x) · attn_norm; q, k, v = xb · Wq, Wk, Wvᵀ      (R, H·D), (R, Hkv·D) */
+    weft_b_attn_in(b);
     /* q, k = rmsnorm per head · q_norm, k_norm                (R·H, D), (R·Hkv, D) */
     weft_b_head_rmsnorm(b, b->q, w[WEFT_T_ATTN_Q_NORM]);
     weft_b_head_rmsnorm(b, b->k, w[WEFT_T_ATTN_K_NORM]);
@@ -54,11 +50,7 @@ static void qwen3_layer(struct weft_build *b, uint32_t l)
     /* x += att · Woᵀ                                                  (R, E) */
     weft_b_matmul_add(b, b->att, w[WEFT_T_ATTN_OUT], b->x);
     /* x += swiglu FFN of rmsnorm(x) · ffn_norm                        (R, E) */
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
-    weft_b_silu_mul(b, b->gate, b->up, b->hb);
-    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+    weft_b_ffn_swiglu(b);
 }
 
 const struct weft_family weft_family_qwen3 = {
