@@ -98,9 +98,26 @@ struct weft_gk_kv {
     int n_layer, layer, n_kv, hd;
 };
 
+/* api 5: RoPE scaling (ROPE_KV's fields, base/rope.h's weft_rope_cos_sin_ext).
+ * Pair i's angle: theta_e = (pos * theta_scale^i, the powers by repeated
+ * float multiplication) / freq_factors[i] (when given), theta = freq_scale *
+ * theta_e, with YaRN (ext_factor != 0) theta (1 - r) + theta_e r,
+ * r = (1 - clamp((i - corr_dims[0]) / max(0.001, corr_dims[1] -
+ * corr_dims[0]), 0, 1)) ext_factor; cos and sin times mscale. A NULL ext is
+ * {NULL, 0, {0, 0}, 1}: the plain rotation. */
+struct weft_gk_rope_ext {
+    const float *freq_factors;    /* n_rot/2 F32 divisors, contiguous; NULL: none */
+    float ext_factor;             /* YaRN's mix; 0: none */
+    float corr_dims[2];           /* YaRN's ramp over pair indices */
+    float mscale;                 /* the cos/sin magnitude, formed on the host as the CPU
+                                   * (attn_factor or 1, times 1 + 0.1 ln(1/freq_scale) with YaRN) */
+};
+
+/* Rotate q and k (theta_scale = freq_base^(-2/n_rot) from the host's powf,
+ * as the CPU), then write k and v into the rows' KV slots. */
 int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
                     const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
-                    int neox, const struct weft_gk_kv *kv, void *stream);
+                    int neox, const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream);
 
 struct weft_gk_attn_args {
     const float *q;

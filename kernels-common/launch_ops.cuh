@@ -1,7 +1,7 @@
 /* The launchers of EMBED (+ scale), RMSNORM (and the LOGITS gather),
- * SILU_MUL (the GLUs), ADD and ROPE_KV (kernels-common/launch.h) over
- * kernels-common/ops.cuh, shared
- * by the backends: a backend's kernels file includes its primitives
+ * SILU_MUL (the GLUs), ADD and ROPE_KV (+ RoPE scaling)
+ * (kernels-common/launch.h) over kernels-common/ops.cuh, shared by the
+ * backends: a backend's kernels file includes its primitives
  * (kernels-common/prims.cuh lists them, including the runtime's stream
  * type, last error and invalid-value code) and then this file once.
  * Block sizes are multiples of 64, so every block is whole warps on NVIDIA
@@ -86,15 +86,17 @@ extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b
 
 extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld,
                                const int32_t *pos, const int32_t *slot, int64_t R, int n_head, int n_rot,
-                               float theta_scale, float freq_scale, int neox, const struct weft_gk_kv *kv,
-                               void *stream)
+                               float theta_scale, float freq_scale, int neox,
+                               const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream)
 {
     if (R <= 0) return 0;
     const weft_stream_t st = (weft_stream_t)stream;
+    struct weft_kc_rope_ext e = {NULL, 0.0f, 0.0f, 0.0f, 1.0f};
+    if (ext) e = {ext->freq_factors, ext->ext_factor, ext->corr_dims[0], ext->corr_dims[1], ext->mscale};
     const int64_t nt = R * (n_head + kv->n_kv) * (n_rot / 2);
     if (nt > 0)
         weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd,
-                                                                  n_rot, theta_scale, freq_scale, neox);
+                                                                  n_rot, theta_scale, freq_scale, neox, e);
     const struct weft_kc_kv d = weft_kc_kv_of(*kv);
     if (kv->type == WEFT_TYPE_Q8_0) {
         const int64_t groups = R * ((int64_t)kv->n_kv * kv->hd / 32) * 2;

@@ -1,7 +1,7 @@
 /* Element-wise and per-row kernels: EMBED (+ scale), RMSNORM (+ residual
  * add), the LOGITS row gather + norm, SILU_MUL (SiLU or GeLU-tanh), ADD,
- * and ROPE_KV (rotation, then the K/V rows written into their paged-cache
- * slots, F16 or Q8_0).
+ * and ROPE_KV (rotation, with RoPE scaling: freq factors, YaRN, attn_factor;
+ * then the K/V rows written into their paged-cache slots, F16 or Q8_0).
  * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
  * backends/cpu/ops/ops_attention.c); compile without fma contraction. */
 #ifndef WEFT_KC_OPS_CUH
@@ -125,13 +125,43 @@ static __global__ void weft_k_add(const float *a, size_t a_ld, const float *b, s
     out[r * out_ld + k] = a[r * a_ld + k] + b[r * b_ld + k];
 }
 
+/* RoPE scaling as the kernel sees it (launch.h's weft_gk_rope_ext; the
+ * plain rotation is {NULL, 0, 0, 0, 1}). */
+struct weft_kc_rope_ext {
+    const float *ff;         /* n_rot/2 divisors or NULL */
+    float ext, c0, c1;       /* YaRN's mix and ramp ends */
+    float mscale;            /* cos/sin magnitude (from the host) */
+};
+
+/* Pair i's cos and sin, base/rope.h's weft_rope_cos_sin_ext in the same
+ * float operations and order: theta_e = (pos * theta_scale^i by repeated
+ * multiplication) / ff[i], theta = freq_scale * theta_e, YaRN's mix
+ * theta (1 - r) + theta_e r, then cos and sin times mscale (the device's
+ * cosf/sinf, the only step not the CPU's). */
+WEFT_DEV void weft_rope_cs(int32_t p, int i, float theta_scale, float freq_scale, const struct weft_kc_rope_ext &e,
+                           float *c, float *s)
+{
+    float theta = (float)p;
+    for (int j = 0; j < i; j++) theta *= theta_scale;
+    const float t_extrap = e.ff ? theta / e.ff[i] : theta;
+    const float t_interp = freq_scale * t_extrap;
+    float t = t_interp;
+    if (e.ext != 0.0f) {
+        const float y = ((float)i - e.c0) / fmaxf(0.001f, e.c1 - e.c0);
+        const float ramp = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * e.ext;
+        t = t_interp * (1.0f - ramp) + t_extrap * ramp;
+    }
+    *c = cosf(t) * e.mscale;
+    *s = sinf(t) * e.mscale;
+}
+
 /* Rotate q (n_head heads) and k (n_kv heads) of every row in place. One
- * thread per (row, head, pair i < n_rot/2); theta = pos * freq_scale *
- * theta_scale^i formed by repeated multiplication as the CPU does, with
- * theta_scale = freq_base^(-2/n_rot) computed on the host. */
+ * thread per (row, head, pair i < n_rot/2), the angle from weft_rope_cs
+ * (theta_scale = freq_base^(-2/n_rot) computed on the host); the products
+ * with x0 fused, as the CPU. */
 static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld, const int32_t *pos, int64_t R,
                             int n_head, int n_kv, int hd, int n_rot, float theta_scale, float freq_scale,
-                            int neox)
+                            int neox, struct weft_kc_rope_ext e)
 {
     const int half = n_rot / 2, nh = n_head + n_kv;
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -140,9 +170,8 @@ static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld,
     const int h = (int)((t / half) % nh);
     const int64_t r = t / ((int64_t)half * nh);
     float *v = h < n_head ? q + r * q_ld + (size_t)h * hd : k + r * k_ld + (size_t)(h - n_head) * hd;
-    float theta = (float)pos[r] * freq_scale;
-    for (int j = 0; j < i; j++) theta *= theta_scale;
-    const float c = cosf(theta), s = sinf(theta);
+    float c, s;
+    weft_rope_cs(pos[r], i, theta_scale, freq_scale, e, &c, &s);
     const int a = neox ? i : 2 * i, b = neox ? i + half : 2 * i + 1;
     const float x0 = v[a], x1 = v[b];
     v[a] = fmaf(x0, c, -(x1 * s));

@@ -2,13 +2,20 @@
  * fake runtime: hooks that log what they are asked to do. Pins what the
  * CUDA and HIP backends rely on without needing a GPU:
  *  - supports: views inside their buffer, aligned, weight types from type_ok;
+ *    api 5's fields: a MATMUL bias of W.ne1 contiguous aligned F32 values,
+ *    a known GLU act (GeLU-tanh only with the glu hook), an EMBED scale only
+ *    with the embed_scaled hook, ROPE_KV freq_factors of n_rot/2 contiguous
+ *    aligned F32 values; every attention window;
  *  - step graphs: eager on the first sighting of a key, captured and launched
  *    on the second, replayed from then on; a different key runs eagerly;
+ *    op lists differing only in an api 5 field (window, act, scale, bias,
+ *    each ROPE_KV scaling field) are different keys;
  *  - a failed capture turns graphs off and runs the ops eagerly; an
  *    out-of-memory capture is an error;
  *  - scratch grows to 1.5x what an op needs (256-aligned) and drops graphs;
  *  - the LRU table keeps WEFT_GPU_GRAPHS keys;
  *  - a failing launch names the op. */
+#include <math.h>
 #include <string.h>
 
 #include "backends/gpu/gpu_common.c"
@@ -67,17 +74,34 @@ static const struct weft_gpu_hooks fake = {
     .capture_end = f_capture_end, .graph_launch = f_graph_launch, .graph_destroy = f_graph_destroy,
 };
 
+static int f_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                 int64_t R, int64_t K, void *stream)
+{
+    return 0;
+}
+static int f_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                          int64_t R, float scale, float *out, size_t out_ld, int *err, void *stream)
+{
+    return 0;
+}
+/* fake with api 5's optional launchers (made from fake in reset) */
+static struct weft_gpu_hooks fake5;
+
 static struct weft_gpu gpu;
-static struct weft_buffer buf;
+static struct weft_buffer buf, buf2;
 static uint8_t mem[4096];
 
 static void reset(bool graphs)
 {
     weft_gpu_release(&gpu);
     memset(&gpu, 0, sizeof gpu);
+    fake5 = fake;
+    fake5.glu = f_glu;
+    fake5.embed_scaled = f_embed_scaled;
     gpu.hooks = &fake;
     gpu.graphs = graphs;
     buf = (struct weft_buffer){&gpu, mem, sizeof mem, weft_gpu_next_buffer_id()};
+    buf2 = (struct weft_buffer){&gpu, mem, sizeof mem, weft_gpu_next_buffer_id()};
     log_[0] = 0;
     fail_capture_begin = 0;
     fail_encode_at = -1;
@@ -125,6 +149,256 @@ static void supports_checks_views_and_types(void)
     CHECK(!weft_gpu_supports(&gpu.base, &cp));
     CHECK(weft_gpu_range(&buf, 10, sizeof mem, "write") == WEFT_ERR_INVALID_ARG);
     CHECK(strstr(weft_last_error(), "fake: write [10, +4096) outside buffer of 4096") != NULL);
+}
+
+/* ---- api 5's fields ---- */
+
+static struct weft_op matmul_op(void)
+{
+    struct weft_op mm = {.kind = WEFT_OP_MATMUL};
+    mm.u.matmul.x = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 32, 2);
+    mm.u.matmul.w = weft_view_2d(&buf, 256, WEFT_TYPE_Q8_0, 32, 4);
+    mm.u.matmul.out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 4, 2);
+    mm.u.matmul.bias = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 4, 1);
+    return mm;
+}
+
+static struct weft_batch_view batch2(void)
+{
+    struct weft_batch_view b = {.n_rows = 2, .n_seq = 1};
+    b.pos = weft_view_2d(&buf, 3072, WEFT_TYPE_I32, 2, 1);
+    b.seq = weft_view_2d(&buf, 3080, WEFT_TYPE_I32, 2, 1);
+    b.slot = weft_view_2d(&buf, 3088, WEFT_TYPE_I32, 2, 1);
+    b.bt_off = weft_view_2d(&buf, 3096, WEFT_TYPE_I32, 1, 1);
+    b.bt = weft_view_2d(&buf, 3100, WEFT_TYPE_I32, 4, 1);
+    return b;
+}
+
+static struct weft_op rope_op(void)
+{
+    struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+    struct weft_op_rope_kv *o = &op.u.rope_kv;
+    o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 128, 2);
+    o->k = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 64, 2);
+    o->v = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 64, 2);
+    o->kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32};
+    o->batch = batch2();
+    o->n_head = 4;
+    o->n_rot = 32;
+    o->freq_base = 10000.0f;
+    o->freq_scale = 1.0f;
+    o->freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 16, 1);
+    return op;
+}
+
+static struct weft_op attention_op(void)
+{
+    struct weft_op op = {.kind = WEFT_OP_ATTENTION};
+    op.u.attention.q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 128, 2);
+    op.u.attention.out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 128, 2);
+    op.u.attention.kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32};
+    op.u.attention.batch = batch2();
+    op.u.attention.n_head = 4;
+    op.u.attention.scale = 0.125f;
+    return op;
+}
+
+static struct weft_op glu_op(void)
+{
+    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+    op.u.silu_mul.gate = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 64, 2);
+    op.u.silu_mul.up = weft_view_2d(&buf, 512, WEFT_TYPE_F32, 64, 2);
+    op.u.silu_mul.out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 64, 2);
+    return op;
+}
+
+static struct weft_op embed_op(void)
+{
+    struct weft_op op = {.kind = WEFT_OP_EMBED};
+    op.u.embed.table = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 16, 8);
+    op.u.embed.ids = weft_view_2d(&buf, 512, WEFT_TYPE_I32, 2, 1);
+    op.u.embed.out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 16, 2);
+    return op;
+}
+
+static void supports_matmul_bias(void)
+{
+    reset(false);
+    struct weft_op mm = matmul_op();
+    CHECK(weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = (struct weft_view){0};   /* has_bias false: the view is not looked at */
+    CHECK(weft_gpu_supports(&gpu.base, &mm));
+    mm = matmul_op();
+    mm.u.matmul.has_bias = true;
+    CHECK(weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 2, 2);   /* 2 x 2, packed: 4 values */
+    CHECK(weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias.nb1 = 16;   /* 2 x 2 with a gap after each row */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 3, 1);   /* too short */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 5, 1);   /* too long */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1538, WEFT_TYPE_F32, 4, 1);   /* misaligned */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1540, WEFT_TYPE_F32, 4, 1);   /* any aligned offset */
+    CHECK(weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, 1536, WEFT_TYPE_F16, 4, 1);   /* not F32 */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(&buf, sizeof mem - 12, WEFT_TYPE_F32, 4, 1);   /* past the buffer */
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+    mm.u.matmul.bias = weft_view_2d(NULL, 0, WEFT_TYPE_F32, 4, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &mm));
+}
+
+static void supports_glu_act_and_embed_scale(void)
+{
+    reset(false);
+    struct weft_op g = glu_op();
+    CHECK(weft_gpu_supports(&gpu.base, &g));
+    g.u.silu_mul.act = WEFT_GLU_GELU_TANH;   /* the fake runtime has no glu hook */
+    CHECK(!weft_gpu_supports(&gpu.base, &g));
+    gpu.hooks = &fake5;
+    CHECK(weft_gpu_supports(&gpu.base, &g));
+    g.u.silu_mul.act = (enum weft_glu_act)2;   /* an act no launcher knows */
+    CHECK(!weft_gpu_supports(&gpu.base, &g));
+    g.u.silu_mul.act = (enum weft_glu_act)-1;
+    CHECK(!weft_gpu_supports(&gpu.base, &g));
+    g.u.silu_mul.act = WEFT_GLU_SILU;
+    CHECK(weft_gpu_supports(&gpu.base, &g));
+
+    gpu.hooks = &fake;
+    struct weft_op e = embed_op();
+    CHECK(weft_gpu_supports(&gpu.base, &e));
+    e.u.embed.scale = 4.0f;   /* no embed_scaled hook */
+    CHECK(!weft_gpu_supports(&gpu.base, &e));
+    gpu.hooks = &fake5;
+    CHECK(weft_gpu_supports(&gpu.base, &e));
+    e.u.embed.scale = -0.25f;
+    CHECK(weft_gpu_supports(&gpu.base, &e));
+
+    /* every window is honoured */
+    struct weft_op a = attention_op();
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+    a.u.attention.window = 1;
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+    a.u.attention.window = 0xffffffffu;
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+}
+
+static void supports_rope_freq_factors(void)
+{
+    reset(false);
+    struct weft_op r = rope_op();
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = (struct weft_view){0};   /* not looked at without has_freq_factors */
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r = rope_op();
+    r.u.rope_kv.has_freq_factors = true;
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    /* YaRN and the magnitude need nothing more */
+    r.u.rope_kv.ext_factor = 1.0f;
+    r.u.rope_kv.attn_factor = 0.5f;
+    r.u.rope_kv.corr_dims[0] = 3.0f;
+    r.u.rope_kv.corr_dims[1] = 11.0f;
+    r.u.rope_kv.freq_scale = 0.25f;
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 4, 4);   /* 4 x 4 packed: 16 values */
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors.nb1 = 20;   /* with gaps */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 15, 1);   /* n_rot/2 - 1 */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 32, 1);   /* n_rot, not n_rot/2 */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2050, WEFT_TYPE_F32, 16, 1);   /* misaligned */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2052, WEFT_TYPE_F32, 16, 1);
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F16, 16, 1);   /* not F32 */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_I32, 16, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, sizeof mem - 60, WEFT_TYPE_F32, 16, 1);   /* past the end */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(NULL, 0, WEFT_TYPE_F32, 16, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    /* the length follows n_rot */
+    r = rope_op();
+    r.u.rope_kv.has_freq_factors = true;
+    r.u.rope_kv.n_rot = 16;
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 8, 1);
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+}
+
+/* b, differing from a in one field, is another step graph: with a's graph
+ * captured, b runs eagerly (a first sighting) and a still replays */
+static void another_graph(struct weft_op a, struct weft_op b, const char *what)
+{
+    reset(true);
+    gpu.hooks = &fake5;
+    struct weft_op oa[2] = {a, add_op(0)}, ob[2] = {b, add_op(0)};
+    bool ok = run_expect(oa, 2, "op add ") && run_expect(oa, 2, "begin op add end launch ") &&
+              run_expect(ob, 2, "op add ") && run_expect(oa, 2, "launch ") &&
+              run_expect(ob, 2, "begin op add end launch ");
+    CHECK_MSG(ok, "%s", what);
+}
+
+/* b the same key as a (a field the kernels do not read) */
+static void same_graph(struct weft_op a, struct weft_op b, const char *what)
+{
+    reset(true);
+    gpu.hooks = &fake5;
+    struct weft_op oa[2] = {a, add_op(0)}, ob[2] = {b, add_op(0)};
+    bool ok = run_expect(oa, 2, "op add ") && run_expect(ob, 2, "begin op add end launch ") &&
+              run_expect(oa, 2, "launch ");
+    CHECK_MSG(ok, "%s", what);
+}
+
+static void api5_fields_key_the_step_graphs(void)
+{
+    struct weft_op a, b;
+    a = attention_op(); b = a; b.u.attention.window = 512;
+    another_graph(a, b, "attention window 0 / 512");
+    a.u.attention.window = 4096; b.u.attention.window = 4097;
+    another_graph(a, b, "attention window 4096 / 4097");
+
+    a = glu_op(); b = a; b.u.silu_mul.act = WEFT_GLU_GELU_TANH;
+    another_graph(a, b, "glu act");
+
+    a = embed_op(); b = a; b.u.embed.scale = 2.0f;
+    another_graph(a, b, "embed scale 0 / 2");
+    a.u.embed.scale = 2.0f; b.u.embed.scale = nextafterf(2.0f, 3.0f);
+    another_graph(a, b, "embed scale 2 / 2 + ulp");
+
+    a = matmul_op(); b = a; b.u.matmul.has_bias = true;
+    another_graph(a, b, "matmul without / with bias");
+    a.u.matmul.has_bias = true; b.u.matmul.bias.offset += 4;
+    another_graph(a, b, "matmul bias offset");
+    b = a; b.u.matmul.bias.buf = &buf2;
+    another_graph(a, b, "matmul bias buffer");
+    a.u.matmul.has_bias = false; b = a; b.u.matmul.bias.offset += 4;
+    same_graph(a, b, "matmul bias view without has_bias");
+
+    a = rope_op(); b = a; b.u.rope_kv.has_freq_factors = true;
+    another_graph(a, b, "rope without / with freq_factors");
+    a.u.rope_kv.has_freq_factors = true; b = a; b.u.rope_kv.freq_factors.offset += 4;
+    another_graph(a, b, "rope freq_factors offset");
+    b = a; b.u.rope_kv.freq_factors.buf = &buf2;
+    another_graph(a, b, "rope freq_factors buffer");
+    b = a; b.u.rope_kv.ext_factor = 1.0f;
+    another_graph(a, b, "rope ext_factor");
+    b = a; b.u.rope_kv.attn_factor = 0.5f;
+    another_graph(a, b, "rope attn_factor");
+    b = a; b.u.rope_kv.corr_dims[0] = 1.0f;
+    another_graph(a, b, "rope corr_dims[0]");
+    b = a; b.u.rope_kv.corr_dims[1] = 1.0f;
+    another_graph(a, b, "rope corr_dims[1]");
+    b = a; b.u.rope_kv.freq_scale = 0.5f;
+    another_graph(a, b, "rope freq_scale");
+    a.u.rope_kv.has_freq_factors = false; b = a; b.u.rope_kv.freq_factors.offset += 4;
+    same_graph(a, b, "rope freq_factors view without has_freq_factors");
 }
 
 static void graphs_eager_then_captured_then_replayed(void)
@@ -225,6 +499,10 @@ static void input_error_word_is_reported_once(void)
 int main(void)
 {
     RUN(supports_checks_views_and_types);
+    RUN(supports_matmul_bias);
+    RUN(supports_glu_act_and_embed_scale);
+    RUN(supports_rope_freq_factors);
+    RUN(api5_fields_key_the_step_graphs);
     RUN(graphs_eager_then_captured_then_replayed);
     RUN(failed_capture_runs_eagerly_without_graphs);
     RUN(scratch_grows_and_drops_graphs);

@@ -5,12 +5,18 @@
  * the normalised rows and the matmul, ROPE's theta scale as the CPU's powf,
  * the KV cache description, attention splits from the hooks) and that COPY
  * goes through the runtime's copy hook and an unknown op is the runtime's
- * invalid-value code. */
+ * invalid-value code. api 5's fields: MATMUL's bias address (NULL without
+ * has_bias and for LOGITS), ATTENTION's window, ROPE_KV's scaling (the
+ * freq_factors address only with has_freq_factors, YaRN's mix and ramp, the
+ * magnitude as base/rope.h forms it), and SILU_MUL's act / EMBED's scale
+ * through the glu / embed_scaled hooks (the plain launchers at zero; the
+ * invalid-value code when a runtime has no such hook). */
 #include <math.h>
 #include <string.h>
 
 #include "backends/gpu/gpu_common.c"
 #include "backends/gpu/gpu_encode.c"
+#include "base/rope.h"
 #include "tests/check.h"
 
 static uint8_t mem[1 << 16];
@@ -26,8 +32,16 @@ static void *last_scratch, *last_stream;
 static struct weft_gk_kv last_kv;
 static struct weft_gk_attn_args last_attn;
 static int last_splits, n_calls;
-static float last_theta;
+static float last_theta, last_freq_scale;
 static int last_neox;
+static struct weft_gk_rope_ext last_ext;
+static bool last_ext_null;
+static int last_act;
+static float last_scale;
+static const float *last_g, *last_u;
+static size_t last_g_ld, last_u_ld;
+static const int32_t *last_ids;
+static const uint8_t *last_table;
 static const int32_t *last_rows;
 static const float *last_x, *last_add;
 static float *last_out;
@@ -54,6 +68,8 @@ int weft_gk_gemm(const struct weft_gk_mm *m, void *stream) { return called("gemm
 int weft_gk_embed(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids, int64_t R,
                   float *out, size_t out_ld, int *err, void *stream)
 {
+    last_table = table;
+    last_ids = ids;
     last_R = R;
     last_K = E;
     last_out = out;
@@ -74,9 +90,22 @@ int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_
     last_K = K;
     return called("rmsnorm", stream);
 }
+static void record_glu(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld, int64_t R,
+                       int64_t K)
+{
+    last_g = g;
+    last_g_ld = g_ld;
+    last_u = u;
+    last_u_ld = u_ld;
+    last_out = out;
+    last_out_ld = out_ld;
+    last_R = R;
+    last_K = K;
+}
 int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld, int64_t R,
                      int64_t K, void *stream)
 {
+    record_glu(g, g_ld, u, u_ld, out, out_ld, R, K);
     return called("silu_mul", stream);
 }
 int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
@@ -86,9 +115,12 @@ int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float 
 }
 int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
                     const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
-                    int neox, const struct weft_gk_kv *kv, void *stream)
+                    int neox, const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream)
 {
     last_theta = theta_scale;
+    last_freq_scale = freq_scale;
+    last_ext_null = ext == NULL;
+    if (ext) last_ext = *ext;
     last_neox = neox;
     last_kv = *kv;
     last_R = R;
@@ -116,8 +148,34 @@ static int f_copy(struct weft_gpu *g, void *dst, const void *src, size_t n)
     return called("copy", g->stream);
 }
 
+/* the hooks of api 5's launchers (gpu_common.h: glu, embed_scaled) */
+static int f_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                 int64_t R, int64_t K, void *stream)
+{
+    last_act = act;
+    record_glu(g, g_ld, u, u_ld, out, out_ld, R, K);
+    return called("glu", stream);
+}
+static int f_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
+                          int64_t R, float scale, float *out, size_t out_ld, int *err, void *stream)
+{
+    last_scale = scale;
+    last_table = table;
+    last_ids = ids;
+    last_R = R;
+    last_K = E;
+    last_out = out;
+    last_out_ld = out_ld;
+    return called("embed_scaled", stream);
+}
+
 static const struct weft_gpu_hooks hooks = {
     .name = "fake", .err_invalid = 11, .attn_splits = weft_gk_attn_splits, .copy = f_copy,
+    .glu = f_glu, .embed_scaled = f_embed_scaled,
+};
+/* a runtime without api 5's optional launchers */
+static const struct weft_gpu_hooks bare_hooks = {
+    .name = "bare", .err_invalid = 12, .attn_splits = weft_gk_attn_splits, .copy = f_copy,
 };
 
 /* batch metadata views, all in buf (pos at 20000, seq 20100, slot 20200, bt_off 20300, bt 20400) */
@@ -144,6 +202,8 @@ static void reset(void)
     kvbuf = (struct weft_buffer){&gpu, kvmem, sizeof kvmem, 2};
     last[0] = 0;
     n_calls = 0;
+    last_act = -1;
+    last_scale = -1.0f;
 }
 
 static void matmul_views_become_addresses_and_element_strides(void)
@@ -172,6 +232,31 @@ static void matmul_views_become_addresses_and_element_strides(void)
     op.u.matmul.has_add = false;
     weft_gpu_encode(&gpu, &op);
     CHECK(last_mm.add == NULL && last_mm.add_ld == 0);
+    CHECK(last_mm.bias == NULL);
+}
+
+static void matmul_bias_address_only_with_has_bias(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_MATMUL};
+    op.u.matmul.x = weft_view_2d(&buf, 64, WEFT_TYPE_F32, 32, 3);
+    op.u.matmul.w = weft_view_2d(&buf, 1024, WEFT_TYPE_Q8_0, 32, 5);
+    op.u.matmul.out = weft_view_2d(&buf, 4096, WEFT_TYPE_F32, 5, 3);
+    op.u.matmul.bias = weft_view_2d(&buf, 8196, WEFT_TYPE_F32, 5, 1);   /* a set view, has_bias false */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "matmul"));
+    CHECK(last_mm.bias == NULL);
+    op.u.matmul.has_bias = true;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_mm.bias == (const float *)(mem + 8196));
+    CHECK(last_mm.add == NULL);   /* the bias is not the residual */
+    op.u.matmul.add = op.u.matmul.out;
+    op.u.matmul.has_add = true;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_mm.bias == (const float *)(mem + 8196) && last_mm.add == (const float *)(mem + 4096));
+    CHECK_EQ_INT(last_mm.N, 5);
+    /* the plain launchers, whatever other fields hold */
+    CHECK_EQ_INT(n_calls, 3);
 }
 
 static void logits_norm_into_scratch_then_matmul_after_it(void)
@@ -194,6 +279,7 @@ static void logits_norm_into_scratch_then_matmul_after_it(void)
     CHECK_EQ_INT(last_mm.R, 3);
     CHECK_EQ_INT(last_mm.N, 10);
     CHECK(last_mm.add == NULL);
+    CHECK(last_mm.bias == NULL);   /* LOGITS has no bias */
     /* the matmul's own scratch after the normalised rows, 256-aligned */
     CHECK(last_scratch == gpu.scratch + weft_gpu_align256(3 * 64 * sizeof(float)));
 }
@@ -224,6 +310,73 @@ static void rope_theta_as_the_cpu_and_kv_description(void)
     CHECK_EQ_INT(last_kv.n_kv, 1);
     CHECK_EQ_INT(last_kv.hd, 32);
     CHECK_EQ_INT(last_R, 2);
+    /* api 5's fields at zero: the plain rotation */
+    CHECK(!last_ext_null);
+    CHECK(last_ext.freq_factors == NULL && last_ext.ext_factor == 0.0f && last_ext.mscale == 1.0f);
+    CHECK(last_freq_scale == 1.0f);
+}
+
+/* base/rope.h's magnitude: at position 0 every angle is 0, so cs[0] =
+ * cosf(0) * m = m */
+static float rope_h_mscale(uint32_t n_rot, float freq_scale, float ext_factor, float attn_factor)
+{
+    float cs[64];
+    const struct weft_rope_ext e = {NULL, ext_factor, attn_factor, {2.0f, 9.0f}};
+    weft_rope_cos_sin_ext(0, n_rot, 10000.0f, freq_scale, &e, cs);
+    return cs[0];
+}
+
+static void rope_scaling_fields_reach_the_launcher(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+    struct weft_op_rope_kv *o = &op.u.rope_kv;
+    o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 64, 2);
+    o->k = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 32, 2);
+    o->v = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 32, 2);
+    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32};
+    o->batch = batch(2);
+    o->n_head = 2;
+    o->n_rot = 16;   /* a partial rotation: 8 pairs */
+    o->freq_base = 500000.0f;
+    o->freq_scale = 0.125f;
+    o->mode = WEFT_ROPE_NORMAL;
+    /* freq_factors set but has_freq_factors false: not handed on */
+    o->freq_factors = weft_view_2d(&buf, 6144, WEFT_TYPE_F32, 8, 1);
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "rope_kv"));
+    CHECK(last_ext.freq_factors == NULL);
+    CHECK(last_freq_scale == 0.125f);
+    CHECK(last_theta == powf(500000.0f, -2.0f / 16.0f));
+    CHECK_EQ_INT(last_neox, 0);
+    o->has_freq_factors = true;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_ext.freq_factors == (const float *)(mem + 6144));
+    CHECK(last_ext.ext_factor == 0.0f && last_ext.mscale == 1.0f);
+    /* attn_factor alone: the magnitude, no YaRN term */
+    o->attn_factor = 0.75f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_ext.mscale == 0.75f);
+    CHECK(last_ext.mscale == rope_h_mscale(16, 0.125f, 0.0f, 0.75f));
+    /* YaRN: the mix, the ramp ends, and 1 + 0.1 ln(1/freq_scale) as the CPU's logf */
+    o->ext_factor = 1.0f;
+    o->corr_dims[0] = 2.0f;
+    o->corr_dims[1] = 9.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_ext.ext_factor == 1.0f);
+    CHECK(last_ext.corr_dims[0] == 2.0f && last_ext.corr_dims[1] == 9.0f);
+    CHECK_MSG(last_ext.mscale == rope_h_mscale(16, 0.125f, 1.0f, 0.75f), "mscale %.9g, base/rope.h %.9g",
+              last_ext.mscale, rope_h_mscale(16, 0.125f, 1.0f, 0.75f));
+    CHECK(last_ext.mscale != 0.75f);
+    o->attn_factor = 0.0f;   /* 0: 1 */
+    o->ext_factor = 0.5f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_ext.ext_factor == 0.5f);
+    CHECK(last_ext.mscale == rope_h_mscale(16, 0.125f, 0.5f, 0.0f));
+    CHECK(last_ext.mscale == 1.0f + 0.1f * logf(8.0f));
+    CHECK(last_freq_scale == 0.125f);
+    CHECK(last_ext.freq_factors == (const float *)(mem + 6144));
+    CHECK_EQ_INT(n_calls, 5);
 }
 
 static void attention_splits_from_the_hooks(void)
@@ -248,6 +401,18 @@ static void attention_splits_from_the_hooks(void)
     CHECK(last_attn.kv.base == kvmem && last_attn.kv.type == WEFT_TYPE_F16);
     CHECK(last_attn.pos == (const int32_t *)(mem + 20000) && last_attn.seq == (const int32_t *)(mem + 20100));
     CHECK(last_attn.bt_off == (const int32_t *)(mem + 20300) && last_attn.bt == (const int32_t *)(mem + 20400));
+    CHECK_EQ_INT(last_attn.window, 0);
+    /* the sliding window, as given (also past INT32_MAX) */
+    o->window = 4096;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK_EQ_INT(last_attn.window, 4096);
+    o->window = 1;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK_EQ_INT(last_attn.window, 1);
+    o->window = 0xfffffff0u;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_attn.window == 0xfffffff0u);
+    CHECK(last_attn.scale == 0.25f && last_splits == 6);
 }
 
 static void copy_through_the_hook_and_unknown_ops(void)
@@ -293,9 +458,86 @@ static void embed_and_rmsnorm_fused_add(void)
     CHECK_EQ_INT(last_K, 64);
 }
 
+static void glu_act_through_the_hook(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+    struct weft_op_silu_mul *o = &op.u.silu_mul;
+    o->gate = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 48, 3);
+    o->gate.nb1 = 256;   /* rows 64 floats apart */
+    o->up = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 48, 3);
+    o->out = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 48, 3);
+    /* SiLU (0): the plain launcher */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "silu_mul"));
+    CHECK_EQ_INT(last_act, -1);
+    CHECK(last_g == (const float *)mem && last_g_ld == 64);
+    /* GeLU-tanh: the glu hook, with the act and the same arguments */
+    o->act = WEFT_GLU_GELU_TANH;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "glu"));
+    CHECK(last_stream == STREAM);
+    CHECK_EQ_INT(last_act, WEFT_GLU_GELU_TANH);
+    CHECK(last_g == (const float *)mem && last_g_ld == 64);
+    CHECK(last_u == (const float *)(mem + 1024) && last_u_ld == 48);
+    CHECK(last_out == (float *)(mem + 2048) && last_out_ld == 48);
+    CHECK_EQ_INT(last_R, 3);
+    CHECK_EQ_INT(last_K, 48);
+    /* an act the encoder does not know goes to the hook as well (the
+     * launcher refuses it); supports() keeps it from getting here */
+    o->act = (enum weft_glu_act)7;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK_EQ_INT(last_act, 7);
+    /* a runtime without the hook: the invalid-value code, nothing launched */
+    gpu.hooks = &bare_hooks;
+    n_calls = 0;
+    o->act = WEFT_GLU_GELU_TANH;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 12);
+    CHECK_EQ_INT(n_calls, 0);
+    o->act = WEFT_GLU_SILU;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "silu_mul"));
+}
+
+static void embed_scale_through_the_hook(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_EMBED};
+    struct weft_op_embed *o = &op.u.embed;
+    o->table = weft_view_2d(&buf, 0, WEFT_TYPE_Q8_0, 64, 10);
+    o->ids = weft_view_2d(&buf, 4096, WEFT_TYPE_I32, 3, 1);
+    o->out = weft_view_2d(&buf, 8192, WEFT_TYPE_F32, 64, 3);
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "embed"));
+    CHECK(last_scale == -1.0f);
+    o->scale = 45.254834f;   /* sqrt(2048), gemma's */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "embed_scaled"));
+    CHECK(last_stream == STREAM);
+    CHECK(last_scale == 45.254834f);
+    CHECK(last_table == mem && last_ids == (const int32_t *)(mem + 4096));
+    CHECK_EQ_INT(last_R, 3);
+    CHECK_EQ_INT(last_K, 64);
+    CHECK(last_out == (float *)(mem + 8192) && last_out_ld == 64);
+    o->scale = -0.5f;   /* any non-zero scale, negative ones too */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "embed_scaled") && last_scale == -0.5f);
+    gpu.hooks = &bare_hooks;
+    n_calls = 0;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 12);
+    CHECK_EQ_INT(n_calls, 0);
+    o->scale = 0.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "embed"));
+}
+
 int main(void)
 {
     RUN(matmul_views_become_addresses_and_element_strides);
+    RUN(matmul_bias_address_only_with_has_bias);
+    RUN(rope_scaling_fields_reach_the_launcher);
+    RUN(glu_act_through_the_hook);
+    RUN(embed_scale_through_the_hook);
     RUN(logits_norm_into_scratch_then_matmul_after_it);
     RUN(rope_theta_as_the_cpu_and_kv_description);
     RUN(attention_splits_from_the_hooks);

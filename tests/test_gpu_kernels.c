@@ -14,14 +14,26 @@
  *    the prefill GEMMs at K, N and R off their tile sizes (CUDA's wmma tiles,
  *    HIP's LDS tiles), with a fused residual that aliases out;
  *  - an impossible allocation returns WEFT_ERR_NOMEM and the backend keeps
- *    working.
+ *    working;
+ *  - api 5's op fields against the CPU backend: the decode step with every
+ *    field set (EMBED scale, q/k/v biases, RoPE freq factors + YaRN +
+ *    attn_factor, an attention window, GeGLU) replayed from a graph; MATMUL
+ *    bias at a non-zero offset on every matmul path (matrix-vector, float,
+ *    tensor-core / LDS GEMM; with and without the residual); sliding windows
+ *    at long contexts (split-K and one pass); GeGLU over every F16 gate (bit
+ *    for bit); a scaled EMBED (bit for bit); ROPE_KV with freq factors, YaRN
+ *    and attn_factor, linear scaling in the CPU's order, partial rotations,
+ *    F16 and Q8_0 caches.
  * Skipped (77) when the module is absent or sees no device. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backends/backend.h"
 #include "backends/module.h"
 #include "base/quant.h"
+#include "base/rope.h"
+#include "kernels-common/launch.h"   /* the matmul path switches (WEFT_GK_MMVQ_*) */
 #include "tests/check.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
@@ -75,11 +87,15 @@ struct step {
     struct weft_backend *be;
     struct weft_buffer *wq, *wk, *wv, *wo, *wg, *wu, *wd, *emb, *out_w, *norm;
     struct weft_buffer *act, *meta, *cache, *logits;
+    struct weft_buffer *bias, *ff;   /* api5 steps: q/k/v biases, RoPE freq factors */
     struct weft_op ops[16];
     size_t n;
 };
 
-static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
+/* api5: the same step with every api 5 field set (EMBED scale, q/k/v
+ * biases at non-zero offsets, RoPE freq factors + YaRN + attn_factor, an
+ * attention window shorter than sequence 1's context, GeGLU) */
+static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bool api5)
 {
     memset(s, 0, sizeof *s);
     s->be = be;
@@ -120,6 +136,14 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     s->meta = up(be, NULL, 4 * 64);
     s->cache = up(be, NULL, (size_t)NBLK * NL * 2 * WEFT_KV_BLOCK_TOKENS * NKV * HD * 2);
     s->logits = up(be, NULL, sizeof(float) * R * V);
+    if (api5) {
+        /* biases of q, k, v at floats 5, 5 + E, 5 + E + NKV*HD */
+        float bias[5 + E + 2 * NKV * HD], ff[HD / 2];
+        for (int i = 0; i < 5 + E + 2 * NKV * HD; i++) bias[i] = frand() * 0.5f;
+        for (int i = 0; i < HD / 2; i++) ff[i] = 1.0f + 8.0f * (0.5f + 0.5f * frand());
+        s->bias = up(be, bias, sizeof bias);
+        s->ff = up(be, ff, sizeof ff);
+    }
 
     size_t o = 0, f = sizeof(float);
     size_t ox = o; o += R * E * f;
@@ -138,7 +162,8 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     struct weft_batch_view batch = {R, 2, M(1, R), M(2, R), M(3, R), M(4, 2), weft_view_2d(s->meta, 80, WEFT_TYPE_I32, 6, 1)};
     struct weft_op *op = s->ops;
     op->kind = WEFT_OP_EMBED;
-    op->u.embed = (struct weft_op_embed){weft_view_2d(s->emb, 0, WEFT_TYPE_F32, E, V), M(0, R), A(ox, E), 0.0f};
+    op->u.embed = (struct weft_op_embed){weft_view_2d(s->emb, 0, WEFT_TYPE_F32, E, V), M(0, R), A(ox, E),
+                                         api5 ? 2.5f : 0.0f};
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
                                              .out = A(oxb, E), .eps = 1e-5f};
@@ -147,12 +172,30 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     MM(s->wq, WEFT_TYPE_Q4_0, E, E, A(oxb, E), A(oq, E), false);
     MM(s->wk, WEFT_TYPE_Q8_0, E, NKV * HD, A(oxb, E), A(ok, NKV * HD), false);
     MM(s->wv, WEFT_TYPE_Q4_1, E, NKV * HD, A(oxb, E), A(ov, NKV * HD), false);
+    if (api5) {
+        const size_t boff[3] = {5, 5 + E, 5 + E + NKV * HD};
+        const int64_t bn[3] = {E, NKV * HD, NKV * HD};
+        for (int i = 0; i < 3; i++) {
+            op[i - 2].u.matmul.bias = weft_view_2d(s->bias, boff[i] * sizeof(float), WEFT_TYPE_F32, bn[i], 1);
+            op[i - 2].u.matmul.has_bias = true;
+        }
+    }
     (++op)->kind = WEFT_OP_ROPE_KV;
     op->u.rope_kv = (struct weft_op_rope_kv){.q = A(oq, E), .k = A(ok, NKV * HD), .v = A(ov, NKV * HD), .kv = kv,
                                              .batch = batch, .n_head = NH, .n_rot = HD, .freq_base = 10000.0f,
                                              .freq_scale = 1.0f, .mode = WEFT_ROPE_NORMAL};
+    if (api5) {
+        struct weft_op_rope_kv *o = &op->u.rope_kv;
+        o->mode = WEFT_ROPE_NEOX;
+        o->freq_scale = 0.3f;
+        o->freq_factors = weft_view_2d(s->ff, 0, WEFT_TYPE_F32, HD / 2, 1);
+        o->has_freq_factors = true;
+        o->ext_factor = 1.0f;
+        o->attn_factor = 0.9f;
+        weft_rope_yarn_corr_dims(HD, 32, 10000.0f, 32.0f, 1.0f, o->corr_dims);
+    }
     (++op)->kind = WEFT_OP_ATTENTION;
-    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, 0};
+    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, api5 ? 20 : 0};
     MM(s->wo, WEFT_TYPE_F16, E, E, A(oatt, E), A(ox, E), true);
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -160,7 +203,8 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed)
     MM(s->wg, WEFT_TYPE_Q4_K, E, FF, A(oxb, E), A(og, FF), false);
     MM(s->wu, WEFT_TYPE_Q6_K, E, FF, A(oxb, E), A(ou, FF), false);
     (++op)->kind = WEFT_OP_SILU_MUL;
-    op->u.silu_mul = (struct weft_op_silu_mul){A(og, FF), A(ou, FF), A(oh, FF), WEFT_GLU_SILU};
+    op->u.silu_mul = (struct weft_op_silu_mul){A(og, FF), A(ou, FF), A(oh, FF),
+                                               api5 ? WEFT_GLU_GELU_TANH : WEFT_GLU_SILU};
     MM(s->wd, WEFT_TYPE_Q4_0, FF, E, A(oh, FF), A(ox, E), true);
     (++op)->kind = WEFT_OP_LOGITS;
     op->u.logits = (struct weft_op_logits){A(ox, E), M(7, R), weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -198,20 +242,20 @@ static bool step_run(struct step *s, int t, float *logits)
 static void step_free(struct step *s)
 {
     struct weft_buffer *all[] = {s->wq, s->wk, s->wv, s->wo, s->wg, s->wu, s->wd, s->emb, s->out_w, s->norm,
-                                 s->act, s->meta, s->cache, s->logits};
+                                 s->act, s->meta, s->cache, s->logits, s->bias, s->ff};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         if (all[i]) s->be->iface->buffer_free(all[i]);
 }
 
-static void graph_replay_equals_eager_steps(void)
+static void steps_graph_eager_cpu(bool api5)
 {
     struct weft_backend *g = open_gpu(true), *e = open_gpu(false), *cpu = NULL;
     CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
     if (!g || !e || !cpu) return;
     struct step sg, se, sc;
-    step_init(&sg, g, 77);
-    step_init(&se, e, 77);
-    step_init(&sc, cpu, 77);
+    step_init(&sg, g, 77, api5);
+    step_init(&se, e, 77, api5);
+    step_init(&sc, cpu, 77, api5);
     static float lg[R * V], le[R * V], lc[R * V];
     for (int t = 0; t < 24; t++) {   /* crosses a block boundary of sequence 0 at t = 16 */
         CHECK(step_run(&sg, t, lg));
@@ -220,16 +264,22 @@ static void graph_replay_equals_eager_steps(void)
         CHECK_MSG(memcmp(lg, le, sizeof lg) == 0, "step %d: graph replay differs from eager run", t);
         double d = nmse_f(lg, lc, R * V);
         CHECK_MSG(d < 1e-3, "step %d: %s vs cpu logits nmse %.3g", t, gpu, d);
-        if (t == 0 || t == 23) printf("  step %d: %s vs cpu nmse %.3g\n", t, gpu, d);
+        if (t == 0 || t == 23) printf("  %sstep %d: %s vs cpu nmse %.3g\n", api5 ? "api 5 " : "", t, gpu, d);
     }
     step_free(&sg); step_free(&se); step_free(&sc);
     weft_backend_close(g); weft_backend_close(e); weft_backend_close(cpu);
 }
 
+static void graph_replay_equals_eager_steps(void) { steps_graph_eager_cpu(false); }
+
+/* the same with api 5's fields: the graph keyed on them, the kernels honouring them */
+static void graph_replay_with_api5_fields(void) { steps_graph_eager_cpu(true); }
+
 /* ATTENTION alone over a cache filled with random K/V: rows of three
- * sequences (long decodes and a prefill chunk), the GPU against the CPU. */
+ * sequences (long decodes and a prefill chunk), the GPU against the CPU.
+ * window > 0: a row at position p attends p - window < j <= p only. */
 static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type kvt, int n_head, int n_kv,
-                           int hd, const int *seq_len, int n_seq, int prefill_rows, double tol)
+                           int hd, const int *seq_len, int n_seq, int prefill_rows, uint32_t window, double tol)
 {
     const int nl = 2, layer = 1;
     int n_blocks_total = 0, bt_n = 0;
@@ -274,7 +324,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
-            n_head, 1.0f / sqrtf((float)hd), 0};
+            n_head, 1.0f / sqrtf((float)hd), window};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bo, outs[k], sizeof(float) * qn);
@@ -290,7 +340,8 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
         for (int h = 0; h < n_head; h++) {
             const float *qh = q + ((size_t)r * n_head + h) * hd;
             double mx = -1e300, sum = 0;
-            for (int p = 0; p <= pos[r]; p++) {
+            const int p0 = window && (uint32_t)pos[r] >= window ? pos[r] - (int)window + 1 : 0;
+            for (int p = p0; p <= pos[r]; p++) {
                 size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
                 size_t off = (((sl / 16) * nl + layer) * 2) * layer_bytes + (sl % 16) * tok + (size_t)(h / group) * head_bytes;
                 weft_dequantize_row(kvt, cache + off, kr, hd);
@@ -300,7 +351,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
                 if (sc[p] > mx) mx = sc[p];
             }
             for (int i = 0; i < hd; i++) acc[i] = 0;
-            for (int p = 0; p <= pos[r]; p++) {
+            for (int p = p0; p <= pos[r]; p++) {
                 size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
                 size_t off = (((sl / 16) * nl + layer) * 2 + 1) * layer_bytes + (sl % 16) * tok + (size_t)(h / group) * head_bytes;
                 weft_dequantize_row(kvt, cache + off, vr, hd);
@@ -311,8 +362,8 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             for (int i = 0; i < hd; i++) ref[((size_t)r * n_head + h) * hd + i] = (float)(acc[i] / sum);
         }
     double e = nmse_f(og, ref, qn), ec = nmse_f(oc, ref, qn);
-    printf("  attention %s heads %d/%d hd %d, %d seqs (longest %d), %d prefill rows: nmse %s %.3g, cpu %.3g\n",
-           weft_type_name(kvt), n_head, n_kv, hd, n_seq, seq_len[0], prefill_rows, gpu, e, ec);
+    printf("  attention %s heads %d/%d hd %d, %d seqs (longest %d), %d prefill rows, window %u: "
+           "nmse %s %.3g, cpu %.3g\n", weft_type_name(kvt), n_head, n_kv, hd, n_seq, seq_len[0], prefill_rows, window, gpu, e, ec);
     if (!strncmp(spec, "cpu", 3)) tol = 1e-3;   /* harness check: the CPU accumulates in F16 */
     CHECK_MSG(e < tol, "%s attention nmse %.3g >= %.3g", gpu, e, tol);
     /* the CPU rounds q (and, for F16 caches, its accumulator) to F16 as
@@ -328,24 +379,49 @@ static void split_k_attention_matches_cpu_at_long_contexts(void)
     CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
     if (!hb || !cpu) return;
     const int lens1[] = {4000}, lens3[] = {3001, 700, 17};
-    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 2, 128, lens1, 1, 0, 1e-8);
-    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 2, 128, lens3, 3, 0, 1e-8);
-    attention_case(hb, cpu, WEFT_TYPE_F16, 32, 8, 64, lens3, 3, 0, 1e-8);
-    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 8, 2, 128, lens3, 3, 0, 1e-8);
-    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 4, 8, lens3, 3, 0, 1e-8);   /* stories260K's head_dim */
+    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 2, 128, lens1, 1, 0, 0, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 2, 128, lens3, 3, 0, 0, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 32, 8, 64, lens3, 3, 0, 0, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 8, 2, 128, lens3, 3, 0, 0, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 4, 8, lens3, 3, 0, 0, 1e-8);   /* stories260K's head_dim */
     /* a prefill chunk big enough for the one-pass (no split) variant */
     const int lensp[] = {600, 40};
-    attention_case(hb, cpu, WEFT_TYPE_F16, 16, 4, 128, lensp, 2, 320, 1e-8);
-    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 16, 4, 64, lensp, 2, 320, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 16, 4, 128, lensp, 2, 320, 0, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 16, 4, 64, lensp, 2, 320, 0, 1e-8);
     weft_backend_close(hb);
     weft_backend_close(cpu);
 }
 
-/* out = x · Wᵀ (+ out, when with_add: the fused residual aliasing out) for
- * each row count in Rs, against a double-precision reference over the
- * dequantized weights */
-static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, int64_t N, const int64_t *Rs, size_t nR,
-                        bool with_add)
+/* Sliding windows (gemma's, mistral's) at long contexts: the split-K decode
+ * over the attended range only, windows of one position, of a block edge,
+ * off block edges, equal to and past the context; the one-pass prefill
+ * with windows starting mid-block in each row. */
+static void sliding_windows_at_long_contexts(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    const int lens1[] = {4000}, lens3[] = {3001, 700, 17};
+    const uint32_t w1[] = {1, 16, 33, 512, 1000, 3999, 4000, 4096, 100000};
+    for (size_t i = 0; i < sizeof w1 / sizeof w1[0]; i++)
+        attention_case(hb, cpu, WEFT_TYPE_F16, 8, 2, 128, lens1, 1, 0, w1[i], 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 32, 8, 64, lens3, 3, 0, 700, 1e-8);   /* 700: all of seq 1, 17 */
+    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 8, 2, 128, lens3, 3, 0, 257, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 8, 4, 8, lens3, 3, 0, 4096, 1e-8);
+    const int lensp[] = {600, 40};
+    attention_case(hb, cpu, WEFT_TYPE_F16, 16, 4, 128, lensp, 2, 320, 128, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_Q8_0, 16, 4, 64, lensp, 2, 320, 37, 1e-8);
+    attention_case(hb, cpu, WEFT_TYPE_F16, 16, 4, 64, lensp, 2, 320, 1, 1e-8);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* out = x · Wᵀ (+ bias, when cpu: api 5's bias, N floats at a non-zero
+ * offset of their buffer) (+ out, when with_add: the fused residual aliasing
+ * out) for each row count in Rs, against a double-precision reference over
+ * the dequantized weights, and with a bias also against the CPU backend */
+static void matmul_case_b(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type t, int64_t K, int64_t N,
+                          const int64_t *Rs, size_t nR, bool with_add)
 {
     size_t rs = weft_row_size(t, K);
     uint8_t *w = malloc(rs * N);
@@ -363,7 +439,16 @@ static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, in
         }
         weft_dequantize_row(t, w + n * rs, wd + n * K, K);
     }
-    struct weft_buffer *bw = up(hb, w, rs * N);
+    struct weft_buffer *bw = up(hb, w, rs * N), *cw = NULL, *bb = NULL, *cb = NULL;
+    enum { BIAS_AT = 7 };   /* floats before the bias in its buffer */
+    float *bias = NULL;
+    if (cpu) {
+        bias = malloc(sizeof(float) * (BIAS_AT + N));
+        for (int64_t i = 0; i < BIAS_AT + N; i++) bias[i] = i < BIAS_AT ? 1e30f : frand() * 4;
+        bb = up(hb, bias, sizeof(float) * (BIAS_AT + N));
+        cb = up(cpu, bias, sizeof(float) * (BIAS_AT + N));
+        cw = up(cpu, w, rs * N);
+    }
     for (size_t ri = 0; ri < nR; ri++) {
         int64_t Rr = Rs[ri];
         float *x = malloc(sizeof(float) * Rr * K), *out = malloc(sizeof(float) * Rr * N), *ref = malloc(sizeof(float) * Rr * N);
@@ -374,6 +459,7 @@ static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, in
             for (int64_t n = 0; n < N; n++) {
                 double s = 0;
                 for (int64_t k = 0; k < K; k++) s += (double)x[r * K + k] * wd[n * K + k];
+                if (bias) s += bias[BIAS_AT + n];
                 ref[r * N + n] = (float)(s + res[r * N + n]);
             }
         struct weft_buffer *bx = up(hb, x, sizeof(float) * Rr * K), *bo = up(hb, res, sizeof(float) * Rr * N);
@@ -383,18 +469,53 @@ static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, in
                                               .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, N, Rr),
                                               .add = weft_view_2d(bo, 0, WEFT_TYPE_F32, N, Rr),
                                               .has_add = with_add};
+        if (bias) {
+            op.u.matmul.bias = weft_view_2d(bb, BIAS_AT * sizeof(float), WEFT_TYPE_F32, N, 1);
+            op.u.matmul.has_bias = true;
+        }
         CHECK(hb->iface->supports(hb, &op));
         CHECK(hb->iface->run(hb, &op, 1) == WEFT_OK);
         down(hb, bo, out, sizeof(float) * Rr * N);
         double e = nmse_f(out, ref, Rr * N);
         double tol = t == WEFT_TYPE_F32 ? 1e-10 : t == WEFT_TYPE_F16 || t == WEFT_TYPE_BF16 ? 1e-5 : 2e-4;
-        CHECK_MSG(e < tol, "matmul %s K%lld N%lld R%lld%s: nmse %.3g", weft_type_name(t), (long long)K, (long long)N,
-                  (long long)Rr, with_add ? " +add" : "", e);
+        CHECK_MSG(e < tol, "matmul %s K%lld N%lld R%lld%s%s: nmse %.3g", weft_type_name(t), (long long)K,
+                  (long long)N, (long long)Rr, bias ? " +bias" : "", with_add ? " +add" : "", e);
+        if (cpu) {
+            /* the CPU backend over the same op */
+            struct weft_buffer *cx = up(cpu, x, sizeof(float) * Rr * K), *co = up(cpu, res, sizeof(float) * Rr * N);
+            float *oc = malloc(sizeof(float) * Rr * N);
+            struct weft_op c = op;
+            c.u.matmul.x.buf = cx;
+            c.u.matmul.w.buf = cw;
+            c.u.matmul.out.buf = co;
+            c.u.matmul.add.buf = co;
+            c.u.matmul.bias.buf = cb;
+            CHECK(cpu->iface->supports(cpu, &c));
+            CHECK(cpu->iface->run(cpu, &c, 1) == WEFT_OK);
+            down(cpu, co, oc, sizeof(float) * Rr * N);
+            double ecpu = nmse_f(out, oc, Rr * N);
+            /* the CPU multiplies quantized weights with Q8 activations (as ggml) */
+            CHECK_MSG(ecpu < 4 * tol, "matmul %s K%lld N%lld R%lld +bias%s: %s vs cpu nmse %.3g",
+                      weft_type_name(t), (long long)K, (long long)N, (long long)Rr, with_add ? " +add" : "", gpu,
+                      ecpu);
+            cpu->iface->buffer_free(cx); cpu->iface->buffer_free(co);
+            free(oc);
+        }
         hb->iface->buffer_free(bx); hb->iface->buffer_free(bo);
         free(x); free(out); free(ref); free(res);
     }
     hb->iface->buffer_free(bw);
-    free(w); free(wd); free(tmp);
+    if (cpu) {
+        hb->iface->buffer_free(bb);
+        cpu->iface->buffer_free(cb); cpu->iface->buffer_free(cw);
+    }
+    free(w); free(wd); free(tmp); free(bias);
+}
+
+static void matmul_case(struct weft_backend *hb, enum weft_type t, int64_t K, int64_t N, const int64_t *Rs, size_t nR,
+                        bool with_add)
+{
+    matmul_case_b(hb, NULL, t, K, N, Rs, nR, with_add);
 }
 
 static void matmul_row_counts_around_path_switches(void)
@@ -425,6 +546,287 @@ static void gemm_tails_and_fused_add(void)
     matmul_case(hb, WEFT_TYPE_Q5_1, 256, 70, Rd, 3, true);
     matmul_case(hb, WEFT_TYPE_BF16, 200, 70, Rd, 3, true);
     weft_backend_close(hb);
+}
+
+/* MATMUL's bias on every path (launch_matmul.cuh): quantized weights at
+ * R <= WEFT_GK_MMVQ_MAX_ROWS take the Q8_1 matrix-vector kernel (one
+ * launch, or several of WEFT_GK_MMVQ_ROWS rows), above it the GEMM; F16
+ * the float kernel up to WEFT_GK_MMVQ_ROWS rows, then the GEMM; F32 and
+ * BF16 the float kernel at every R. N off the tiles; with and without the
+ * residual aliasing out. */
+static void matmul_bias_on_every_path(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    static const int64_t Rq[] = {1, 2, 4, WEFT_GK_MMVQ_ROWS, WEFT_GK_MMVQ_ROWS + 1, 65, WEFT_GK_MMVQ_MAX_ROWS,
+                                 WEFT_GK_MMVQ_MAX_ROWS + 1, 200};
+    static const int64_t Rf[] = {1, 3, WEFT_GK_MMVQ_ROWS, WEFT_GK_MMVQ_ROWS + 1, 64, 77, 130};
+    static const enum weft_type tq[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K,
+                                        WEFT_TYPE_Q6_K};
+    for (size_t i = 0; i < sizeof tq / sizeof tq[0]; i++) {
+        matmul_case_b(hb, cpu, tq[i], 256, 70, Rq, sizeof Rq / sizeof Rq[0], false);
+        matmul_case_b(hb, cpu, tq[i], 512, 65, Rq, sizeof Rq / sizeof Rq[0], true);
+    }
+    static const enum weft_type tf[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16};
+    for (size_t i = 0; i < sizeof tf / sizeof tf[0]; i++) {
+        matmul_case_b(hb, cpu, tf[i], 200, 70, Rf, sizeof Rf / sizeof Rf[0], false);
+        matmul_case_b(hb, cpu, tf[i], 96, 129, Rf, sizeof Rf / sizeof Rf[0], true);
+    }
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* the same float bits, or both NaN */
+static bool same_bits(float a, float b) { return memcmp(&a, &b, 4) == 0 || (a != a && b != b); }
+
+/* SILU_MUL with act GeLU-tanh (ggml's F16-table GeGLU) over every F16 value
+ * as the gate (infinities and NaNs included), up = 1 and then random, the
+ * GPU against the CPU bit for bit. */
+static void geglu_over_every_f16_gate(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    enum { GR = 16, GK = 4096 };   /* GR * GK = 65536 gates */
+    const size_t n = (size_t)GR * GK, bytes = sizeof(float) * n;
+    float *g = malloc(bytes), *u = malloc(bytes), *og = malloc(bytes), *oc = malloc(bytes);
+    for (size_t i = 0; i < n; i++) g[i] = weft_half_to_f32((weft_half)i);
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < n; i++) u[i] = pass ? frand() * 3 : 1.0f;
+        struct weft_backend *bes[2] = {hb, cpu};
+        float *outs[2] = {og, oc};
+        for (int b = 0; b < 2; b++) {
+            struct weft_backend *be = bes[b];
+            struct weft_buffer *bg = up(be, g, bytes), *bu = up(be, u, bytes), *bo = up(be, NULL, bytes);
+            struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+            op.u.silu_mul = (struct weft_op_silu_mul){weft_view_2d(bg, 0, WEFT_TYPE_F32, GK, GR),
+                                                      weft_view_2d(bu, 0, WEFT_TYPE_F32, GK, GR),
+                                                      weft_view_2d(bo, 0, WEFT_TYPE_F32, GK, GR), WEFT_GLU_GELU_TANH};
+            CHECK(be->iface->supports(be, &op));
+            CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+            down(be, bo, outs[b], bytes);
+            be->iface->buffer_free(bg); be->iface->buffer_free(bu); be->iface->buffer_free(bo);
+        }
+        size_t diff = 0, first = n;
+        for (size_t i = 0; i < n; i++)
+            if (!same_bits(og[i], oc[i])) { diff++; if (first == n) first = i; }
+        CHECK_MSG(diff == 0, "geglu pass %d: %zu of %zu differ (first: gate %a up %a: %s %a, cpu %a)", pass, diff, n,
+                  first < n ? g[first] : 0.0f, first < n ? u[first] : 0.0f, gpu, first < n ? og[first] : 0.0f,
+                  first < n ? oc[first] : 0.0f);
+        printf("  geglu pass %d: %zu of %zu differ\n", pass, diff, n);
+    }
+    free(g); free(u); free(og); free(oc);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* EMBED with a scale (gemma's sqrt(n_embd), a negative one): dequant(row) *
+ * scale in F32, bit for bit as the CPU and as this file's dequantization */
+static void scaled_embed_bit_for_bit(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    enum { EE = 512, EV = 37, ER = 9 };
+    static const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0,
+                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K};
+    static const float scales[] = {45.254834f, -0.37f};
+    const int32_t ids[ER] = {0, 36, 5, 5, 17, 1, 35, 0, 20};
+    float *tmp = malloc(sizeof(float) * EE), *ref = malloc(sizeof(float) * ER * EE);
+    float *og = malloc(sizeof(float) * ER * EE), *oc = malloc(sizeof(float) * ER * EE);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const enum weft_type t = types[ti];
+        const size_t rs = weft_row_size(t, EE);
+        uint8_t *table = malloc(rs * EV);
+        for (int r = 0; r < EV; r++) {
+            for (int i = 0; i < EE; i++) tmp[i] = frand() * 2;
+            uint8_t *row = table + r * rs;
+            if (!weft_quantize_row(t, tmp, row, EE)) {   /* K-quants: random blocks with set scales */
+                for (size_t b = 0; b < rs; b++) row[b] = (uint8_t)(frand() * 127 + 128);
+                const size_t bs = weft_type_get(t)->type_size;
+                for (size_t b = 0; b < rs / bs; b++) {
+                    weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
+                    if (t == WEFT_TYPE_Q6_K) memcpy(row + b * bs + 208, &d, 2);
+                    else { memcpy(row + b * bs, &d, 2); memcpy(row + b * bs + 2, &dm, 2); }
+                }
+            }
+        }
+        for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+            for (int r = 0; r < ER; r++) {
+                weft_dequantize_row(t, table + (size_t)ids[r] * rs, tmp, EE);
+                for (int i = 0; i < EE; i++) ref[r * EE + i] = tmp[i] * scales[si];
+            }
+            struct weft_backend *bes[2] = {hb, cpu};
+            float *outs[2] = {og, oc};
+            for (int b = 0; b < 2; b++) {
+                struct weft_backend *be = bes[b];
+                struct weft_buffer *bt = up(be, table, rs * EV), *bi = up(be, ids, sizeof ids);
+                struct weft_buffer *bo = up(be, NULL, sizeof(float) * ER * EE);
+                struct weft_op op = {.kind = WEFT_OP_EMBED};
+                op.u.embed = (struct weft_op_embed){weft_view_2d(bt, 0, t, EE, EV),
+                                                    weft_view_2d(bi, 0, WEFT_TYPE_I32, ER, 1),
+                                                    weft_view_2d(bo, 0, WEFT_TYPE_F32, EE, ER), scales[si]};
+                CHECK(be->iface->supports(be, &op));
+                CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+                down(be, bo, outs[b], sizeof(float) * ER * EE);
+                be->iface->buffer_free(bt); be->iface->buffer_free(bi); be->iface->buffer_free(bo);
+            }
+            CHECK_MSG(memcmp(og, oc, sizeof(float) * ER * EE) == 0, "embed %s scale %g: %s differs from the cpu",
+                      weft_type_name(t), scales[si], gpu);
+            CHECK_MSG(memcmp(og, ref, sizeof(float) * ER * EE) == 0,
+                      "embed %s scale %g: %s differs from dequant * scale", weft_type_name(t), scales[si], gpu);
+        }
+        free(table);
+    }
+    free(tmp); free(ref); free(og); free(oc);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* One ROPE_KV case: q, k, v of RR rows at positions up to 131000 rotated
+ * and written into the cache (F16 or Q8_0) by the GPU and by the CPU; q and
+ * k compared (the device's cosf/sinf may differ from glibc's by an ulp, the
+ * angles are the same float operations), the cache rows dequantized and
+ * compared. Also: the case's scaling changes the result (the CPU without
+ * the fields differs), so a backend ignoring a field cannot pass. */
+struct rope_case {
+    const char *name;
+    enum weft_type kvt;
+    enum weft_rope_mode mode;
+    uint32_t n_rot;             /* of HDR */
+    float freq_scale;
+    bool ff;                    /* freq_factors */
+    float ext_factor, attn_factor;
+    uint32_t n_ctx_orig;        /* YaRN's corr dims (base/rope.h) */
+};
+
+static void rope_run(struct weft_backend *be, const struct rope_case *c, const float *ffv, const float *q,
+                     const float *k, const float *v, const int32_t *meta, size_t meta_n, size_t cache_bytes,
+                     bool scaled, float *qo, float *ko, uint8_t *cache)
+{
+    enum { RR = 6, NHR = 8, NKVR = 2, HDR = 128, NLR = 2 };
+    struct weft_buffer *bq = up(be, q, sizeof(float) * RR * NHR * HDR);
+    struct weft_buffer *bk = up(be, k, sizeof(float) * RR * NKVR * HDR);
+    struct weft_buffer *bv = up(be, v, sizeof(float) * RR * NKVR * HDR), *bm = up(be, meta, 4 * meta_n);
+    struct weft_buffer *bc = up(be, NULL, cache_bytes);
+    /* the factors at a non-zero offset of their buffer */
+    struct weft_buffer *bf = up(be, ffv, sizeof(float) * (3 + HDR / 2));
+    struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+    struct weft_op_rope_kv *o = &op.u.rope_kv;
+    o->q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NHR * HDR, RR);
+    o->k = weft_view_2d(bk, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
+    o->v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
+    o->kv = (struct weft_kv_view){bc, c->kvt, NLR, 1, NKVR, HDR};
+    o->batch = (struct weft_batch_view){RR, 1, weft_view_2d(bm, 0, WEFT_TYPE_I32, RR, 1),
+                                        weft_view_2d(bm, 4 * RR, WEFT_TYPE_I32, RR, 1),
+                                        weft_view_2d(bm, 8 * RR, WEFT_TYPE_I32, RR, 1),
+                                        weft_view_2d(bm, 12 * RR, WEFT_TYPE_I32, 1, 1),
+                                        weft_view_2d(bm, 12 * RR + 4, WEFT_TYPE_I32, (int64_t)meta_n - 3 * RR - 1, 1)};
+    o->n_head = NHR;
+    o->n_rot = c->n_rot;
+    o->freq_base = 500000.0f;
+    o->freq_scale = scaled ? c->freq_scale : 1.0f;
+    o->mode = c->mode;
+    if (scaled) {
+        if (c->ff) {
+            o->freq_factors = weft_view_2d(bf, 3 * sizeof(float), WEFT_TYPE_F32, c->n_rot / 2, 1);
+            o->has_freq_factors = true;
+        }
+        o->ext_factor = c->ext_factor;
+        o->attn_factor = c->attn_factor;
+        if (c->ext_factor != 0.0f)
+            weft_rope_yarn_corr_dims(c->n_rot, c->n_ctx_orig, 500000.0f, 32.0f, 1.0f, o->corr_dims);
+    }
+    CHECK_MSG(be->iface->supports(be, &op), "rope %s: refused", c->name);
+    CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+    down(be, bq, qo, sizeof(float) * RR * NHR * HDR);
+    down(be, bk, ko, sizeof(float) * RR * NKVR * HDR);
+    down(be, bc, cache, cache_bytes);
+    struct weft_buffer *all[] = {bq, bk, bv, bm, bc, bf};
+    for (int i = 0; i < 6; i++) be->iface->buffer_free(all[i]);
+}
+
+static void rope_case_run(struct weft_backend *hb, struct weft_backend *cpu, const struct rope_case *c)
+{
+    enum { RR = 6, NHR = 8, NKVR = 2, HDR = 128, NLR = 2, NBR = 12 };
+    const int32_t pos[RR] = {0, 1, 17, 4099, 70001, 131000};
+    int32_t meta[3 * RR + 1 + NBR] = {0};
+    for (int r = 0; r < RR; r++) {
+        meta[r] = pos[r];
+        meta[2 * RR + r] = (2 * r + 1) * 16 + r * 3;   /* slots in distinct blocks */
+    }
+    for (int b = 0; b < NBR; b++) meta[3 * RR + 1 + b] = b;
+    const size_t nq = (size_t)RR * NHR * HDR, nk = (size_t)RR * NKVR * HDR;
+    const size_t tok = weft_row_size(c->kvt, (int64_t)NKVR * HDR), cache_bytes = (size_t)NBR * NLR * 2 * 16 * tok;
+    float *q = malloc(sizeof(float) * nq), *k = malloc(sizeof(float) * nk), *v = malloc(sizeof(float) * nk);
+    float ffv[3 + HDR / 2];
+    for (size_t i = 0; i < nq; i++) q[i] = frand() * 3;
+    for (size_t i = 0; i < nk; i++) { k[i] = frand() * 3; v[i] = frand() * 3; }
+    for (int i = 0; i < 3 + HDR / 2; i++) ffv[i] = i < 3 ? 0.0f : 1.0f + 40.0f * (0.5f + 0.5f * frand());
+    float *qg = malloc(sizeof(float) * nq), *qc = malloc(sizeof(float) * nq), *qp = malloc(sizeof(float) * nq);
+    float *kg = malloc(sizeof(float) * nk), *kc = malloc(sizeof(float) * nk), *kp = malloc(sizeof(float) * nk);
+    uint8_t *cg = malloc(cache_bytes), *cc = malloc(cache_bytes), *cp = malloc(cache_bytes);
+    rope_run(hb, c, ffv, q, k, v, meta, sizeof meta / 4, cache_bytes, true, qg, kg, cg);
+    rope_run(cpu, c, ffv, q, k, v, meta, sizeof meta / 4, cache_bytes, true, qc, kc, cc);
+    rope_run(cpu, c, ffv, q, k, v, meta, sizeof meta / 4, cache_bytes, false, qp, kp, cp);
+    const double eq = nmse_f(qg, qc, nq), ek = nmse_f(kg, kc, nk);
+    /* the cache rows the op wrote, K and V, dequantized */
+    float *rg = malloc(sizeof(float) * NKVR * HDR), *rc = malloc(sizeof(float) * NKVR * HDR);
+    double ecache = 0;
+    for (int r = 0; r < RR; r++)
+        for (int which = 0; which < 2; which++) {
+            const size_t sl = (size_t)meta[2 * RR + r];
+            const size_t off = (((sl / 16) * NLR + 1) * 2 + (size_t)which) * 16 * tok + (sl % 16) * tok;
+            weft_dequantize_row(c->kvt, cg + off, rg, (int64_t)NKVR * HDR);
+            weft_dequantize_row(c->kvt, cc + off, rc, (int64_t)NKVR * HDR);
+            const double e = nmse_f(rg, rc, (size_t)NKVR * HDR);
+            if (e > ecache) ecache = e;
+        }
+    const double eplain = nmse_f(qc, qp, nq);
+    printf("  rope %-34s nmse vs cpu: q %.3g k %.3g cache %.3g (scaled vs plain %.3g)\n", c->name, eq, ek, ecache,
+           eplain);
+    CHECK_MSG(eq < 1e-10 && ek < 1e-10, "rope %s: %s vs cpu nmse q %.3g k %.3g", c->name, gpu, eq, ek);
+    /* an ulp of cosf can flip a rounding to F16 or to a Q8_0 level */
+    CHECK_MSG(ecache < (c->kvt == WEFT_TYPE_Q8_0 ? 1e-4 : 1e-6), "rope %s: %s vs cpu cache nmse %.3g", c->name, gpu,
+              ecache);
+    CHECK_MSG(eplain > 1e-4, "rope %s: the scaling changes nothing (nmse %.3g)", c->name, eplain);
+    /* dims past n_rot are left alone */
+    if (c->n_rot < HDR) {
+        bool kept = true;
+        for (int r = 0; r < RR * NHR; r++)
+            kept = kept && memcmp(qg + (size_t)r * HDR + c->n_rot, q + (size_t)r * HDR + c->n_rot,
+                                  sizeof(float) * (HDR - c->n_rot)) == 0;
+        CHECK_MSG(kept, "rope %s: dims past n_rot changed", c->name);
+    }
+    free(q); free(k); free(v); free(qg); free(qc); free(qp); free(kg); free(kc); free(kp);
+    free(cg); free(cc); free(cp); free(rg); free(rc);
+}
+
+/* ROPE_KV's scaling: Llama 3.1's freq factors, YaRN (with and without
+ * attn_factor, partial rotations), LongRoPE-style factors with a magnitude,
+ * and linear scaling in the CPU's order (freq_scale * (pos * theta_scale^i),
+ * a freq_scale that is not a power of two so the order shows) */
+static void rope_scaling_matches_cpu(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    static const struct rope_case cases[] = {
+        {"llama3.1 freq factors, F16, normal", WEFT_TYPE_F16, WEFT_ROPE_NORMAL, 128, 1.0f, true, 0, 0, 0},
+        {"freq factors, Q8_0, neox", WEFT_TYPE_Q8_0, WEFT_ROPE_NEOX, 128, 1.0f, true, 0, 0, 0},
+        {"linear 0.3, F16, normal", WEFT_TYPE_F16, WEFT_ROPE_NORMAL, 128, 0.3f, false, 0, 0, 0},
+        {"linear 0.3, Q8_0, neox, n_rot 64", WEFT_TYPE_Q8_0, WEFT_ROPE_NEOX, 64, 0.3f, false, 0, 0, 0},
+        {"yarn 1/40, F16, neox", WEFT_TYPE_F16, WEFT_ROPE_NEOX, 128, 1.0f / 40, false, 1.0f, 0, 4096},
+        {"yarn 0.25 attn 0.8, Q8_0, normal, n_rot 96", WEFT_TYPE_Q8_0, WEFT_ROPE_NORMAL, 96, 0.25f, false, 1.0f,
+         0.8f, 8192},
+        {"yarn 0.3 ext 0.5 + factors, F16, normal", WEFT_TYPE_F16, WEFT_ROPE_NORMAL, 128, 0.3f, true, 0.5f, 0,
+         32768},
+        {"factors attn 1.19, F16, neox, n_rot 32", WEFT_TYPE_F16, WEFT_ROPE_NEOX, 32, 1.0f, true, 0, 1.19f, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) rope_case_run(hb, cpu, &cases[i]);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
 }
 
 static void out_of_memory_is_reported_not_fatal(void)
@@ -465,7 +867,13 @@ int main(void)
     RUN(out_of_memory_is_reported_not_fatal);
     RUN(matmul_row_counts_around_path_switches);
     RUN(gemm_tails_and_fused_add);
+    RUN(matmul_bias_on_every_path);
+    RUN(geglu_over_every_f16_gate);
+    RUN(scaled_embed_bit_for_bit);
+    RUN(rope_scaling_matches_cpu);
     RUN(split_k_attention_matches_cpu_at_long_contexts);
+    RUN(sliding_windows_at_long_contexts);
     RUN(graph_replay_equals_eager_steps);
+    RUN(graph_replay_with_api5_fields);
     return check_summary();
 }

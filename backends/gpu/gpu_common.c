@@ -74,6 +74,14 @@ static bool bias_ok(const struct weft_view *b, int64_t N)
     return is_f32(b) && b->ne0 * b->ne1 == N && (b->ne1 == 1 || b->nb1 == (size_t)b->ne0 * sizeof(float));
 }
 
+/* ROPE_KV's freq_factors: n_rot/2 contiguous F32 values (the kernel
+ * indexes ff[i]), aligned and inside the buffer */
+static bool freq_factors_ok(const struct weft_view *f, uint32_t n_rot)
+{
+    return is_f32(f) && f->ne0 * f->ne1 == (int64_t)(n_rot / 2) &&
+           (f->ne1 == 1 || f->nb1 == (size_t)f->ne0 * sizeof(float));
+}
+
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
     return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
@@ -111,7 +119,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->k) &&
-               is_f32(&o->v) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim;
+               is_f32(&o->v) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim &&
+               (!o->has_freq_factors || freq_factors_ok(&o->freq_factors, o->n_rot));
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
@@ -294,6 +303,9 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         put_view(k, &o->q); put_view(k, &o->k); put_view(k, &o->v); put_kv(k, &o->kv); put_batch(k, &o->batch);
         put(k, o->n_head); put(k, o->n_rot); put_f(k, o->freq_base); put_f(k, o->freq_scale); put(k, (uint64_t)o->mode);
+        put(k, o->has_freq_factors);
+        if (o->has_freq_factors) put_view(k, &o->freq_factors);
+        put_f(k, o->ext_factor); put_f(k, o->attn_factor); put_f(k, o->corr_dims[0]); put_f(k, o->corr_dims[1]);
         break;
     }
     case WEFT_OP_ATTENTION: {

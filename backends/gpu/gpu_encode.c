@@ -1,8 +1,9 @@
 /* Encoding an op as kernel launches, for every GPU backend: each op becomes
  * one or two launches (kernels-common/launch.h) on the backend's stream.
- * api 5's fields: MATMUL's bias and ATTENTION's window travel in the
- * launchers' argument structs; SILU_MUL with another activation and EMBED
- * with a scale go to the launchers the hooks name (glu, embed_scaled).
+ * api 5's fields: MATMUL's bias, ATTENTION's window and ROPE_KV's scaling
+ * (freq_factors, YaRN, attn_factor) travel in the launchers' arguments;
+ * SILU_MUL with another activation and EMBED with a scale go to the
+ * launchers the hooks name (glu, embed_scaled).
  * Compiled into each GPU module next to gpu_common.c; the launchers it
  * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
  * call an op needs beyond a launch, COPY's device-to-device copy, is the
@@ -54,12 +55,17 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         struct weft_gk_kv kv = kv_desc(&o->kv);
-        /* as the CPU: theta_scale from the host's powf */
+        /* as the CPU (base/rope.h): theta_scale from the host's powf, the
+         * magnitude from its logf */
         float theta_scale = powf(o->freq_base, -2.0f / (float)o->n_rot);
+        struct weft_gk_rope_ext ext = {o->has_freq_factors ? weft_gpu_f32(&o->freq_factors) : NULL, o->ext_factor,
+                                       {o->corr_dims[0], o->corr_dims[1]},
+                                       o->attn_factor != 0.0f ? o->attn_factor : 1.0f};
+        if (o->ext_factor != 0.0f) ext.mscale *= 1.0f + 0.1f * logf(1.0f / o->freq_scale);
         return weft_gk_rope_kv(weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->k), weft_gpu_ld(&o->k),
                                weft_gpu_f32(&o->v), weft_gpu_ld(&o->v), weft_gpu_i32(&o->batch.pos),
                                weft_gpu_i32(&o->batch.slot), o->batch.n_rows, (int)o->n_head, (int)o->n_rot,
-                               theta_scale, o->freq_scale, o->mode == WEFT_ROPE_NEOX, &kv, st);
+                               theta_scale, o->freq_scale, o->mode == WEFT_ROPE_NEOX, &ext, &kv, st);
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
