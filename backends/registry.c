@@ -136,6 +136,15 @@ static int try_module(size_t mi, const char *dir)
         dlclose(h);
         return -1;
     }
+    /* the op structs grow with the API version: a module built for another
+     * one would walk the op list at the wrong stride and could not refuse
+     * the fields it does not know */
+    if (bi->api_version != WEFT_BACKEND_API_VERSION) {
+        snprintf(why_absent[mi], sizeof why_absent[mi], "%.300s: built for backend API %u, this weft is API %u",
+                 path, bi->api_version, (unsigned)WEFT_BACKEND_API_VERSION);
+        dlclose(h);
+        return -1;
+    }
     loaded[n_loaded++] = bi;   /* the handle stays open for the process */
     return 1;
 }

@@ -87,8 +87,12 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
                               m->hp.n_layer);
         }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
-    /* LongRoPE's long factors when a sequence may pass the original context */
-    fw->b.rope_long = hp->rope_n_ctx_orig && (uint64_t)max_blocks * WEFT_KV_BLOCK_TOKENS > hp->rope_n_ctx_orig;
+    /* LongRoPE: the long factors for a model whose context passes the
+     * original one (llama.cpp's choice at its default context, the model's
+     * own). A property of the model, not of this instance's -c: instances
+     * that share KV (Redis, prefill/decode) must rotate alike, and they
+     * compare only the model's fingerprint. */
+    fw->b.rope_long = hp->rope_n_ctx_orig && hp->n_ctx_train > hp->rope_n_ctx_orig;
     size_t R = max_rows, f = sizeof(float);
     size_t ek = (size_t)hp->head_dim * hp->n_head_kv, ev = (size_t)hp->head_dim_v * hp->n_head_kv;
     size_t c = 0;
@@ -141,20 +145,31 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     st = fw->be->iface->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf);
     if (st != WEFT_OK) goto err;
     /* Every op the family builds must run on its device: refused here,
-     * naming the op and field, never on the first step. A step of two rows
-     * (one sampled, one hidden: every kind of op a step can hold), planned
-     * and checked, not run. */
+     * naming the op and field, never on the first step. The largest step
+     * (one sampled row, the others hidden: every kind of op a step can
+     * hold), planned and checked, not run. */
     {
-        int32_t blocks[1] = {0}, toks[2] = {0, 0};
-        struct weft_kv_seq ks = {.blocks = blocks, .n_blocks = 1, .cap = 1};
-        uint32_t n = max_rows >= 2 ? 2 : 1;
-        struct weft_fwd_seq probe = {toks, n, 0, &ks, true, n - 1};
+        uint64_t most = (uint64_t)max_blocks * WEFT_KV_BLOCK_TOKENS;
+        uint32_t n = max_rows < most ? max_rows : (uint32_t)most;
+        uint32_t nb = (n + WEFT_KV_BLOCK_TOKENS - 1) / WEFT_KV_BLOCK_TOKENS;
+        int32_t *toks = calloc(n, sizeof *toks), *blocks = calloc(nb, sizeof *blocks);
+        if (!toks || !blocks) {
+            free(toks);
+            free(blocks);
+            st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+            goto err;
+        }
+        /* the largest step: every row, the last sampled, the rest hidden */
+        struct weft_kv_seq ks = {.blocks = blocks, .n_blocks = nb, .cap = nb};
+        struct weft_fwd_seq probe = {toks, n, 0, &ks, true, n > 1 ? n - 1 : 0};
         const float *lg;
         uint32_t n_lg;
         fw->plan_only = true;
         st = weft_forward_step(fw, &probe, 1, &lg, &n_lg);
         fw->plan_only = false;
         fw->b.n_ops = 0;
+        free(toks);
+        free(blocks);
         if (st != WEFT_OK) goto err;
     }
     *out = fw;

@@ -78,6 +78,14 @@ static weft_status rope_scaling(const struct weft_gguf *g, const char *arch, str
             (st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", &beta_slow)))
             return st;
         if (attn != 0) hp->rope_attn_factor = attn;
+        /* DeepSeek's magnitude correction (the MoE issue's): refused, not ignored */
+        float log_mul = 0;
+        if ((st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul))) return st;
+        if (log_mul != 0)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.rope.scaling.yarn_log_multiplier %g is not supported",
+                              arch, log_mul);
+        hp->rope_beta_fast = beta_fast;
+        hp->rope_beta_slow = beta_slow;
         if (!(beta_fast > 0 && beta_slow > 0))
             return weft_error(WEFT_ERR_FORMAT, "model: %s.rope.scaling.yarn_beta_fast/slow must be > 0", arch);
         hp->rope_ext_factor = ext;

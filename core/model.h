@@ -31,7 +31,8 @@ struct weft_hparams {
     /* RoPE scaling beyond freq_scale (base/rope.h): YaRN's mix and ramp, the
      * cos/sin magnitude (0: 1), the original context (YaRN, LongRoPE) */
     float rope_ext_factor, rope_attn_factor;
-    float rope_corr_dims[2];
+    float rope_corr_dims[2];           /* YaRN's ramp for rope_freq_base */
+    float rope_beta_fast, rope_beta_slow; /* YaRN: the ramp for another base (a local layer's) */
     uint32_t rope_n_ctx_orig;
     float embd_scale;          /* EMBED's scale of the embedding rows; 0: none */
 };

@@ -75,7 +75,8 @@ static void unused_tensors_are_rejected(void)
     expect_load_error(&(struct edit){.extra = "blk.0.attn_q_norm.weight"}, "'blk.0.attn_q_norm.weight' is not used");
     expect_load_error(&(struct edit){.extra = "blk.0.attn_frobnicate.weight"}, "blk.0.attn_frobnicate.weight");
     expect_load_error(&(struct edit){.extra = "blk.7.attn_norm.weight"}, "blk.7.attn_norm.weight");
-    expect_load_error(&(struct edit){.extra = "rope_freqs.weight"}, "rope_freqs.weight");
+    /* phi3's LongRoPE factors: no llama reads them */
+    expect_load_error(&(struct edit){.extra = "rope_factors_long.weight"}, "'rope_factors_long.weight' is not used");
 }
 static void unknown_rope_scaling_is_rejected(void)
 {

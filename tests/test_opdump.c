@@ -106,6 +106,9 @@ static void dump_op(struct dump *d, const struct weft_op *op)
         kvv(d, &o->kv); batch(d, &o->batch);
         put(d, " heads=%u rot=%u base=%a scale=%a mode=%d", o->n_head, o->n_rot, o->freq_base, o->freq_scale,
             (int)o->mode);
+        if (o->has_freq_factors) view(d, "freq_factors", &o->freq_factors);
+        if (o->ext_factor != 0 || o->attn_factor != 0)
+            put(d, " ext=%a attn=%a corr=%a,%a", o->ext_factor, o->attn_factor, o->corr_dims[0], o->corr_dims[1]);
         break;
     }
     case WEFT_OP_ATTENTION: {
@@ -244,7 +247,8 @@ static void op_lists_match_the_pinned_ones(void)
     snprintf(p, sizeof p, "%s/models/stories260K.gguf", WEFT_SHARED_DIR);
     dump_file("split:stories260K.gguf", p, "cpu=1,cpu");
     /* the other families, one file each */
-    static const char *const arch[] = {"qwen3-Q8_0.gguf", "qwen2-F16.gguf", "phi3-F16.gguf", "gemma3-F16.gguf"};
+    static const char *const arch[] = {"qwen3-Q8_0.gguf", "qwen2-F16.gguf", "phi3-F16.gguf", "gemma3-F16.gguf",
+                                       "llama-rope-freqs-F16.gguf", "llama-yarn-F16.gguf"};
     for (size_t i = 0; i < sizeof arch / sizeof arch[0]; i++) {
         char label[64];
         snprintf(p, sizeof p, "%s/models/arch/%s", WEFT_SHARED_DIR, arch[i]);

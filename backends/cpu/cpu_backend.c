@@ -191,6 +191,12 @@ static bool view_ok(const struct weft_view *v)
 static bool is_f32(const struct weft_view *v) { return v->type == WEFT_TYPE_F32 && view_ok(v); }
 static bool is_i32(const struct weft_view *v) { return v->type == WEFT_TYPE_I32 && view_ok(v); }
 
+/* values laid end to end (read as one array) */
+static bool is_vector(const struct weft_view *v)
+{
+    return v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * sizeof(float);
+}
+
 static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
 {
     switch (op->kind) {
@@ -208,12 +214,13 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                is_f32(&op->u.matmul.out) && op->u.matmul.x.ne0 == op->u.matmul.w.ne0 &&
                op->u.matmul.out.ne0 == op->u.matmul.w.ne1 &&
                (!op->u.matmul.has_add || is_f32(&op->u.matmul.add)) &&
-               (!op->u.matmul.has_bias || (is_f32(&op->u.matmul.bias) &&
+               (!op->u.matmul.has_bias || (is_f32(&op->u.matmul.bias) && is_vector(&op->u.matmul.bias) &&
                                            op->u.matmul.bias.ne0 * op->u.matmul.bias.ne1 == op->u.matmul.w.ne1));
     }
     case WEFT_OP_ROPE_KV:
         if (op->u.rope_kv.has_freq_factors &&
-            (!is_f32(&op->u.rope_kv.freq_factors) ||
+            (!is_f32(&op->u.rope_kv.freq_factors) || !is_vector(&op->u.rope_kv.freq_factors) ||
+             op->u.rope_kv.n_rot > 512 ||
              op->u.rope_kv.freq_factors.ne0 * op->u.rope_kv.freq_factors.ne1 != op->u.rope_kv.n_rot / 2))
             return false;
         /* fall through */

@@ -44,7 +44,8 @@ struct weft_cpu_backend {
     size_t rope_cs_cap, rope_pos_cap; /* floats, positions */
     uint32_t rope_n_rot;
     float rope_base, rope_scale;
-    struct weft_rope_ext rope_ext; /* the scaling rope_cs was made with */
+    struct weft_rope_ext rope_ext; /* the scaling rope_cs was made with (freq_factors -> rope_ff) */
+    float rope_ff[256];            /* the frequency factors' values it was made with */
     double prof_s[WEFT_OP_COUNT_];
     uint64_t prof_calls[WEFT_OP_COUNT_], prof_rows[WEFT_OP_COUNT_];
 };

@@ -1,5 +1,6 @@
 /* The shared builders (build.h). */
 #include "core/arch/build.h"
+#include "base/rope.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,11 @@ void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float 
         .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = freq_base, .freq_scale = freq_scale,
         .mode = hp->rope_mode, .ext_factor = hp->rope_ext_factor, .attn_factor = hp->rope_attn_factor,
         .corr_dims = {hp->rope_corr_dims[0], hp->rope_corr_dims[1]}};
+    /* YaRN's ramp follows the base (ggml forms it per op): a layer with its own
+     * base (a local one) gets its own */
+    if (hp->rope_ext_factor != 0 && freq_base != hp->rope_freq_base)
+        weft_rope_yarn_corr_dims(hp->n_rot, hp->rope_n_ctx_orig, freq_base, hp->rope_beta_fast, hp->rope_beta_slow,
+                                 op->u.rope_kv.corr_dims);
     /* frequency factors: Llama 3.1's rope_freqs, or LongRoPE's long or
      * short ones (long when a sequence may pass the original context, as
      * llama.cpp chooses by its context size) */

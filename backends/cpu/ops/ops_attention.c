@@ -132,8 +132,12 @@ static weft_status rope_table(struct weft_cpu_backend *be, const struct weft_op_
         .freq_factors = o->has_freq_factors ? (const float *)cpu_ptr(&o->freq_factors) : NULL,
         .ext_factor = o->ext_factor, .attn_factor = o->attn_factor,
         .corr_dims = {o->corr_dims[0], o->corr_dims[1]}};
+    /* factors by value: another model's may sit at the same address */
+    const size_t ff_bytes = (size_t)(o->n_rot / 2) * sizeof(float);
+    const bool same_ff = !ext.freq_factors == !be->rope_ext.freq_factors &&
+                         (!ext.freq_factors || memcmp(ext.freq_factors, be->rope_ff, ff_bytes) == 0);
     if (n == be->rope_rows && o->n_rot == be->rope_n_rot && o->freq_base == be->rope_base &&
-        o->freq_scale == be->rope_scale && ext.freq_factors == be->rope_ext.freq_factors &&
+        o->freq_scale == be->rope_scale && same_ff &&
         ext.ext_factor == be->rope_ext.ext_factor && ext.attn_factor == be->rope_ext.attn_factor &&
         ext.corr_dims[0] == be->rope_ext.corr_dims[0] && ext.corr_dims[1] == be->rope_ext.corr_dims[1] &&
         (n == 0 || memcmp(pos, be->rope_pos, (size_t)n * sizeof *pos) == 0))
@@ -161,6 +165,10 @@ static weft_status rope_table(struct weft_cpu_backend *be, const struct weft_op_
     be->rope_base = o->freq_base;
     be->rope_scale = o->freq_scale;
     be->rope_ext = ext;
+    if (ext.freq_factors) {  /* n_rot <= 512 (supports) */
+        memcpy(be->rope_ff, ext.freq_factors, ff_bytes);
+        be->rope_ext.freq_factors = be->rope_ff;
+    }
     be->rope_rows = n;
     weft_cpu_pool_run_parts(be->pool, rope_table_job, be, cpu_parts(be, n));
     return WEFT_OK;
