@@ -79,7 +79,7 @@ weft_status weft_kvb_keys_derive(const char *secret, const char *previous, struc
 
 static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
-    return 2 * weft_kv_block_layer_bytes(type, l->a, l->b);  /* WEFT_KVB_ATTN, the one kind */
+    return 2 * weft_kv_block_layer_bytes(type, l->a, l->b);  /* ATTN and WINDOW alike */
 }
 
 void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
@@ -90,8 +90,25 @@ void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32
                                             .a = n_kv_head, .b = head_dim};
 }
 
+bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
+                            uint32_t head_dim, const uint8_t *window)
+{
+    h->n_layout = 0;
+    for (uint32_t l = 0; l < n_layers; l++) {
+        uint8_t kind = window && window[l] ? WEFT_KVB_WINDOW : WEFT_KVB_ATTN;
+        if (h->n_layout && h->layout[h->n_layout - 1].kind == kind) {
+            h->layout[h->n_layout - 1].n_layers++;
+            continue;
+        }
+        if (h->n_layout == WEFT_KVB_MAX_LAYOUT) return false;
+        h->layout[h->n_layout++] = (struct weft_kvb_layout){.kind = kind, .type = (uint8_t)type, .n_layers = 1,
+                                                           .a = n_kv_head, .b = head_dim};
+    }
+    return true;
+}
+
 /* The layout is one the format holds, covering the range; *payload set. */
-static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload)
+static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload, size_t *window)
 {
     if (!h->n_layer || h->n_layer > 4096)
         return weft_error(WEFT_ERR_FORMAT, "kv block: %u layers is not a model's", h->n_layer);
@@ -100,12 +117,12 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload)
                           h->n_layers, h->n_layer);
     if (!h->n_layout || h->n_layout > WEFT_KVB_MAX_LAYOUT)
         return weft_error(WEFT_ERR_FORMAT, "kv block: %u layout runs (1 to %d)", h->n_layout, WEFT_KVB_MAX_LAYOUT);
-    uint64_t layers = 0, pb = 0;
+    uint64_t layers = 0, pb = 0, wb = 0;
     for (uint32_t i = 0; i < h->n_layout; i++) {
         const struct weft_kvb_layout *l = &h->layout[i];
-        if (l->kind != WEFT_KVB_ATTN)
+        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u is of kind %u, this reader knows attention "
-                              "K/V (1)", i, l->kind);
+                              "K/V (1) and sliding-window K/V (2)", i, l->kind);
         if (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: KV type %u is not F16 or Q8_0", i, l->type);
         if (!l->n_layers || !l->a || !l->b || l->a > 4096 || l->b > 4096)
@@ -116,6 +133,7 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload)
                               i, l->b);
         layers += l->n_layers;
         pb += (uint64_t)l->n_layers * run_layer_bytes(l, (enum weft_type)l->type);
+        if (l->kind == WEFT_KVB_WINDOW) wb += (uint64_t)l->n_layers * run_layer_bytes(l, (enum weft_type)l->type);
         if (pb > MAX_PAYLOAD)
             return weft_error(WEFT_ERR_FORMAT, "kv block: more than %zu payload bytes a block", MAX_PAYLOAD);
     }
@@ -123,15 +141,17 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload)
         return weft_error(WEFT_ERR_FORMAT, "kv block: the layout's runs hold %llu layers, the range %u",
                           (unsigned long long)layers, h->n_layers);
     *payload = (size_t)pb;
+    *window = (size_t)wb;
     return WEFT_OK;
 }
 
 weft_status weft_kvb_header_init(struct weft_kvb_header *h)
 {
-    size_t pb;
-    weft_status st = check_shape(h, &pb);
+    size_t pb, wb;
+    weft_status st = check_shape(h, &pb, &wb);
     if (st != WEFT_OK) return weft_error(WEFT_ERR_INVALID_ARG, "%s", weft_last_error());
     h->payload_bytes = (uint32_t)pb;
+    h->window_bytes = (uint32_t)wb;
     h->header_bytes = FIXED + 16 * h->n_layout + 4;
     return WEFT_OK;
 }
@@ -210,9 +230,10 @@ weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft
         h.layout[i] = (struct weft_kvb_layout){.kind = e[0], .type = e[1], .n_layers = get32(e + 4),
                                                .a = get32(e + 8), .b = get32(e + 12)};
     }
-    size_t pb;
-    weft_status st = check_shape(&h, &pb);
+    size_t pb, wb;
+    weft_status st = check_shape(&h, &pb, &wb);
     if (st != WEFT_OK) return st;
+    h.window_bytes = (uint32_t)wb;
     if (h.payload_bytes != pb)
         return weft_error(WEFT_ERR_FORMAT, "kv block: header says %u payload bytes a block, its layout needs %zu",
                           h.payload_bytes, pb);
@@ -272,12 +293,19 @@ static weft_status block_mac(const struct weft_kvb_header *h, const unsigned cha
 }
 
 void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
-                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out)
+                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], uint32_t flags, const void *payload,
+                          unsigned char *out)
 {
+    if (!h->window_bytes) flags &= ~WEFT_KVB_BLOCK_WINDOW;
     put64(out, parent);
     put64(out + 8, hash);
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) put32(out + 16 + 4 * i, (uint32_t)tokens[i]);
-    memcpy(out + WEFT_KVB_BLOCK_META, payload, h->payload_bytes);
+    put32(out + 80, flags & WEFT_KVB_BLOCK_WINDOW);
+    put32(out + 84, 0);
+    size_t keep = h->window_bytes && !(flags & WEFT_KVB_BLOCK_WINDOW) ? h->payload_bytes - h->window_bytes
+                                                                      : h->payload_bytes;
+    memcpy(out + WEFT_KVB_BLOCK_META, payload, keep);
+    memset(out + WEFT_KVB_BLOCK_META + keep, 0, h->payload_bytes - keep);
     size_t body = WEFT_KVB_BLOCK_META + (size_t)h->payload_bytes;
     if (h->mac) {
         /* a write without a key (a caller's bug) leaves a MAC no reader takes */
@@ -294,7 +322,8 @@ weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct we
     size_t need = weft_kvb_record_bytes(h), body = need - 4;
     if (n < need) return weft_error(WEFT_ERR_FORMAT, "kv block: truncated (%zu of %zu bytes)", n, need);
     if (get32(buf + body) != weft_crc32c(0, buf, body)) return weft_error(WEFT_ERR_FORMAT, "kv block: CRC mismatch");
-    struct weft_kvb_block b = {.parent = get64(buf), .hash = get64(buf + 8), .payload = buf + WEFT_KVB_BLOCK_META};
+    struct weft_kvb_block b = {.parent = get64(buf), .hash = get64(buf + 8), .flags = get32(buf + 80),
+                               .payload = buf + WEFT_KVB_BLOCK_META};
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) b.tokens[i] = (int32_t)get32(buf + 16 + 4 * i);
     if (keys && keys->n) {
         if (!h->mac)
@@ -311,6 +340,9 @@ weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct we
             return weft_error(WEFT_ERR_AUTH, "kv block: block %016llx's MAC is not one made under the fleet secret",
                               (unsigned long long)b.hash);
     }
+    if ((b.flags & ~WEFT_KVB_BLOCK_WINDOW) || get32(buf + 84) || ((b.flags & WEFT_KVB_BLOCK_WINDOW) && !h->window_bytes))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: block flags %#x (reserved %#x) are not ones this layout has",
+                          b.flags, get32(buf + 84));
     if (b.hash != weft_kv_block_hash(b.parent, b.tokens))
         return weft_error(WEFT_ERR_FORMAT, "kv block: hash %016llx is not its parent's and tokens' hash",
                           (unsigned long long)b.hash);
@@ -331,8 +363,10 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
         return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: no conversion to %s", weft_type_name(to));
     const unsigned char *s = src;
     unsigned char *d = dst;
-    for (uint32_t i = 0; i < h->n_layout; i++) {
-        const struct weft_kvb_layout *l = &h->layout[i];
+    /* the payload's order: the ATTN runs' layers, then the WINDOW runs' */
+    for (uint32_t k = 0; k < 2 * h->n_layout; k++) {
+        const struct weft_kvb_layout *l = &h->layout[k % h->n_layout];
+        if ((l->kind == WEFT_KVB_WINDOW) != (k >= h->n_layout)) continue;
         enum weft_type from = (enum weft_type)l->type;
         size_t in_bytes = (size_t)l->n_layers * run_layer_bytes(l, from);
         if (from == to) {

@@ -1,11 +1,11 @@
-/* KV block format v2: the one way KV blocks leave a device, whatever
+/* KV block format v3: the one way KV blocks leave a device, whatever
  * backend made them: on the wire between instances, in pushes of a
  * prefill/decode hand-off and in Redis.
  *
  * A stream is a header, then blocks. All integers little-endian.
  *
  *   header (76 + 16 x n_layout bytes)
- *     0  magic "WEFTKVB\0"            8  version (2)          12 header bytes
+ *     0  magic "WEFTKVB\0"            8  version (3)          12 header bytes
  *     16 fingerprint hi, lo (u64 x2)  32 block tokens (16)    36 n_layer (the model's)
  *     40 layer0, 44 n_layers (the layer range the payloads hold)
  *     48 n_blocks (that follow; 0 = until the stream ends)
@@ -15,10 +15,14 @@
  *        range: 0 kind (u8), 1 KV type (u8, weft_type), 2 reserved (u16),
  *        4 layers in the run (u32), 8 a (u32), 12 b (u32)
  *     72 + 16 n_layout: CRC-32C of every byte before it
- *   block (80 + payload [+ 32] + 4 bytes)
+ *   block (88 + payload [+ 32] + 4 bytes)
  *     0  parent hash (u64)            8  block hash (u64)
- *     16 token ids (i32 x 16)         80 payload: for each layer of the range,
- *        its bytes as its layout run says; 80 + payload: with the MAC flag,
+ *     16 token ids (i32 x 16)         80 block flags (u32; bit 0: its window
+ *        layers' K/V are in the payload)        84 reserved (0)
+ *     88 payload: the layers of the ATTN runs, in layer order, each as its
+ *        run says; then those of the WINDOW runs, in layer order (all zero,
+ *        and not to be used, when flag bit 0 is clear: a block whose window
+ *        part its writer had dropped); 88 + payload: with the MAC flag,
  *        HMAC-SHA256 (32 bytes, below); last: CRC-32C of every byte before it
  *
  * A layout run says what one layer's slot of a block holds, so a family
@@ -26,6 +30,11 @@
  * recurrent state) adds a kind, not a format:
  *   WEFT_KVB_ATTN (1): K then V, each [16][a = KV heads][b = head dim] of the
  *     KV type (backends/backend.h's layout of one block).
+ *   WEFT_KVB_WINDOW (2): the same K/V of a sliding-window layer. A writer
+ *     that keeps only the blocks a window overlaps (core/kv.h) may hold a
+ *     block without them: its flag bit 0 says whether they came. A reader
+ *     takes the rest of such a block, and a prefix hit needs the window
+ *     part only for the blocks a window before its boundary overlaps.
  * A reader refuses a kind it does not know.
  *
  * The MAC binds a block's bytes to its model and layout: HMAC-SHA256 under
@@ -67,15 +76,17 @@ size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32
 /* Chained hash of one full block (never 0): a block is named by its content. */
 uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 
-#define WEFT_KVB_VERSION 2
+#define WEFT_KVB_VERSION 3
 #define WEFT_KVB_TOKENS WEFT_KV_BLOCK_TOKENS
-#define WEFT_KVB_BLOCK_META 80 /* parent, hash, tokens: before the payload */
+#define WEFT_KVB_BLOCK_META 88 /* parent, hash, tokens, flags: before the payload */
+#define WEFT_KVB_BLOCK_WINDOW 1u /* block flag: the WINDOW runs' K/V are in the payload */
 #define WEFT_KVB_MAC_BYTES 32
 #define WEFT_KVB_MAX_LAYOUT 64 /* runs in one header */
 #define WEFT_KVB_HEADER_MAX (76 + 16 * WEFT_KVB_MAX_LAYOUT)
 
 enum weft_kvb_kind {
-    WEFT_KVB_ATTN = 1, /* K then V, each [16][a KV heads][b head dim] */
+    WEFT_KVB_ATTN = 1,   /* K then V, each [16][a KV heads][b head dim] */
+    WEFT_KVB_WINDOW = 2, /* the same, of a sliding-window layer: may be absent from a block */
 };
 
 /* n_layers consecutive layers whose slot of a block holds the same thing. */
@@ -83,7 +94,7 @@ struct weft_kvb_layout {
     uint8_t kind;          /* enum weft_kvb_kind */
     uint8_t type;          /* enum weft_type of the cache */
     uint32_t n_layers;
-    uint32_t a, b;         /* WEFT_KVB_ATTN: KV heads, head dim */
+    uint32_t a, b;         /* WEFT_KVB_ATTN, _WINDOW: KV heads, head dim */
 };
 
 struct weft_kvb_header {
@@ -95,12 +106,14 @@ struct weft_kvb_header {
     uint32_t n_layout;
     struct weft_kvb_layout layout[WEFT_KVB_MAX_LAYOUT];
     uint32_t payload_bytes;    /* set by weft_kvb_header_init / checked on read */
+    uint32_t window_bytes;     /* likewise: the WINDOW runs' part of it (at its end) */
     uint32_t header_bytes;     /* likewise */
 };
 
 struct weft_kvb_block {
     uint64_t parent, hash;
     int32_t tokens[WEFT_KVB_TOKENS];
+    uint32_t flags;                /* WEFT_KVB_BLOCK_WINDOW */
     const unsigned char *payload;  /* payload_bytes; into the buffer read from */
 };
 
@@ -123,6 +136,10 @@ uint32_t weft_crc32c(uint32_t crc, const void *data, size_t len);
  * one run. */
 void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
                           uint32_t head_dim);
+/* The same with the layers window[l] marks as WINDOW runs (window NULL: as
+ * weft_kvb_layout_attn); false when it takes more runs than a header holds. */
+bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
+                            uint32_t head_dim, const uint8_t *window);
 /* Bytes of one block record. */
 static inline size_t weft_kvb_record_bytes(const struct weft_kvb_header *h)
 {
@@ -138,9 +155,13 @@ weft_status weft_kvb_header_init(struct weft_kvb_header *h);
 /* Write the header's h->header_bytes bytes. */
 void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char *out);
 /* Write one block record (weft_kvb_record_bytes(h) bytes), with its MAC
- * under keys->key[0] when h->mac (keys must then hold a key). */
+ * under keys->key[0] when h->mac (keys must then hold a key). flags:
+ * WEFT_KVB_BLOCK_WINDOW when payload holds the window part (the header has
+ * WINDOW runs); without it only payload_bytes - window_bytes are read from
+ * payload and the rest is written as zeros. */
 void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
-                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], const void *payload, unsigned char *out);
+                          uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], uint32_t flags, const void *payload,
+                          unsigned char *out);
 
 /* Parse and check a header from n bytes. */
 weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft_kvb_header *out);

@@ -113,9 +113,38 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     const struct weft_hparams *hp = &m->hp;
     uint32_t ctx_blocks = (c.n_ctx + BT - 1) / BT;
     /* the model's block (every layer, K and V): device and host tiers are sized in it */
-    size_t bb = 2 * (size_t)hp->n_layer * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
+    size_t lb = 2 * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
+    size_t bb = (size_t)hp->n_layer * lb;
+    /* sliding-window layers in their own group: its blocks first (what
+     * max_seqs windows and a step's new blocks take, twice over so that the
+     * prefix cache keeps windows too; at least one sequence's), then the
+     * main group's blocks in the rest of kv_mib */
+    bool mock = c.mock_prefill_tps > 0;
+    bool *win_layer = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *win_layer);
+    if (!win_layer) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    uint32_t n_win = 0, window = 0, n_wblocks = 0;
+    for (uint32_t l = 0; !mock && !c.swa_full && l < hp->n_layer; l++) {
+        uint32_t w = weft_hp_window(hp, l);
+        if (!w) continue;
+        win_layer[l] = true;
+        n_win++;
+        window = w;
+    }
+    size_t wbytes = 0;
+    if (n_win && window < c.n_ctx) {
+        uint32_t per_seq = (window + BT - 2) / BT + 1, step = (c.max_step_tokens + BT - 1) / BT + 1;
+        uint64_t want = 2 * ((uint64_t)c.max_seqs * per_seq + step), least = per_seq + step;
+        wbytes = (size_t)n_win * lb;
+        uint64_t fit = ((uint64_t)c.kv_mib << 20) / 2 / wbytes;
+        n_wblocks = (uint32_t)(want < fit ? want : fit > least ? fit : least);
+        bb -= wbytes;
+    } else {
+        n_win = window = 0;  /* a window as long as the context: nothing to drop */
+    }
     if (!c.kv_blocks) {
-        size_t n = ((size_t)c.kv_mib << 20) / (bb ? bb : 1);
+        size_t total = (size_t)c.kv_mib << 20, wtake = (size_t)n_wblocks * wbytes;
+        size_t budget = wtake < total / 2 ? total - wtake : total / 2;
+        size_t n = budget / (bb ? bb : 1);
         size_t all = (size_t)c.max_seqs * ctx_blocks;  /* every sequence at full length */
         if (n > all) n = all;
         if (n < ctx_blocks) n = ctx_blocks;
@@ -124,14 +153,17 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     }
     uint32_t host_cache_blocks = 0;
     if (c.host_cache_mib && !c.no_prefix_cache) {
-        size_t n = ((size_t)c.host_cache_mib << 20) / (bb ? bb : 1);
+        size_t n = ((size_t)c.host_cache_mib << 20) / (bb + wbytes ? bb + wbytes : 1);
         host_cache_blocks = n > (1u << 24) ? 1u << 24 : (uint32_t)n;
     }
     if (!c.host_blocks && !c.no_swap) c.host_blocks = c.kv_blocks;
     if (c.no_swap) c.host_blocks = 0;
 
     struct weft_engine *e = calloc(1, sizeof *e);
-    if (!e) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    if (!e) {
+        free(win_layer);
+        return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
+    }
     e->m = m;
     e->cfg = c;
     e->next_id = 1;
@@ -140,8 +172,9 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     pthread_cond_init(&e->fwd_cv, NULL);
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
                                 .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
-                                .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks};
-    bool mock = c.mock_prefill_tps > 0;
+                                .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks,
+                                .window = window, .window_layer = n_win ? win_layer : NULL,
+                                .n_window_blocks = n_wblocks};
     if (mock) {
         /* the real block count, a token payload: one layer of one 8-wide head */
         kc.n_layer = 1;
@@ -156,6 +189,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
                                    .max_prefill_chunk = c.max_prefill_chunk,
                                    .low_prefill_tokens = c.low_prefill_ms ? LOW_PREFILL_MIN : 0};
     weft_status st = weft_kv_pool_create(&e->kv, m->be, &kc);
+    free(win_layer);
     if (st == WEFT_OK) st = weft_sched_create(&sc, &e->kv, &e->sched);
     if (st == WEFT_OK && !mock) st = weft_forward_init(m, &e->kv, c.max_step_tokens, c.max_seqs, ctx_blocks, &e->fw);
     if (st == WEFT_OK) {

@@ -53,6 +53,11 @@ struct weft_engine_config {
     uint32_t host_cache_mib;     /* host prefix tier (core/kv.h), in MiB of the model's blocks; 0 = none */
     bool no_swap;                /* preempt by recompute only */
     bool no_prefix_cache;
+    /* Keep every KV block of sliding-window layers (llama.cpp's --swa-full)
+     * instead of dropping those that fall out of each sequence's window
+     * (core/kv.h's window group, sized to max_seqs windows and a step's
+     * tokens, twice over for the prefix cache, within kv_mib). */
+    bool swa_full;
     bool kv_import_convert;      /* imported KV blocks of the other KV type are converted (counted) */
     enum weft_type kv_type;      /* 0 (F32) means F16 */
     /* A mock engine (weft serve --mock) when mock_prefill_tps > 0: no model

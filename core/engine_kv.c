@@ -25,8 +25,16 @@ static void unlock_idle(struct weft_engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* The header of this engine's blocks (n_blocks 0): every layer, one
- * attention layout (the pool's cache is one shape for all layers). */
+/* Layer l is a sliding-window one (the model's, whether or not this pool
+ * drops window blocks: instances that keep every block share blocks with
+ * those that do). */
+static bool window_layer(const struct weft_engine *e, uint32_t l)
+{
+    return e->kv.n_layer == e->m->hp.n_layer && weft_hp_window(&e->m->hp, l) > 0;
+}
+
+/* The header of this engine's blocks (n_blocks 0): every layer, attention
+ * K/V of one shape, the window layers' as WINDOW runs. */
 static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
 {
     memset(h, 0, sizeof *h);
@@ -35,7 +43,32 @@ static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
     h->layer0 = 0;
     h->n_layers = e->kv.n_layer;
     h->mac = e->kv_keys.n > 0;
-    weft_kvb_layout_attn(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim);
+    uint8_t win[4096] = {0};
+    for (uint32_t l = 0; l < e->kv.n_layer && l < 4096; l++) win[l] = window_layer(e, l);
+    if (!weft_kvb_layout_window(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim, win))
+        h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
+}
+
+/* A pool that keeps every block holds its window layers in layer order with
+ * the rest; the format puts them after the others: move one block's layers
+ * between the two orders (to_stream: pool -> stream). Without window layers,
+ * or in a pool that has its own window group (already in stream order), a
+ * copy. */
+static void reorder(const struct weft_engine *e, const unsigned char *src, unsigned char *dst, bool to_stream)
+{
+    const struct weft_kv_pool *kv = &e->kv;
+    size_t lb = kv->block_bytes / kv->n_layer, at = 0;
+    if (weft_kv_has_window(kv)) {
+        memcpy(dst, src, kv->block_bytes);
+        return;
+    }
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t l = 0; l < kv->n_layer; l++) {
+            if (window_layer(e, l) != (pass == 1)) continue;
+            if (to_stream) memcpy(dst + at, src + (size_t)l * lb, lb);
+            else memcpy(dst + (size_t)l * lb, src + at, lb);
+            at += lb;
+        }
 }
 
 void weft_engine_kv_expect(const struct weft_engine *e, struct weft_kvb_expect *out)
@@ -89,7 +122,7 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         const void *hp;
         uint64_t hpar;
         const int32_t *htok;
-        if (b < 0 && weft_kv_host_block(kv, hashes[i], &hp, &hpar, &htok)) b = -1;  /* demoted: still here */
+        if (b < 0 && weft_kv_host_block(kv, hashes[i], &hp, &hpar, &htok, NULL)) b = -1;  /* demoted: still here */
         else if (b < 0 && !skip) break;
         else if (b < 0 || (skip && kv->imported[b])) continue;
         ids[held] = b;
@@ -109,10 +142,11 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     }
     size_t rec = weft_kvb_record_bytes(&h), total = h.header_bytes + (size_t)held * rec;
     unsigned char *buf = malloc(total);
-    unsigned char *payload = malloc(kv->block_bytes);
-    if (!buf || !payload) {
+    unsigned char *payload = malloc(kv->block_bytes), *ordered = malloc(kv->block_bytes);
+    if (!buf || !payload || !ordered) {
         free(buf);
         free(payload);
+        free(ordered);
         free(ids);
         free(names);
         return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory for %u blocks", held);
@@ -121,20 +155,28 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
         unsigned char *at = buf + h.header_bytes + (size_t)i * rec;
+        /* a pool without a window group has every block's window part */
+        bool win = !weft_kv_has_window(kv);
         if (b < 0) {
             const void *hp;
             uint64_t hpar;
             const int32_t *htok;
-            weft_kv_host_block(kv, names[i], &hp, &hpar, &htok);
-            weft_kvb_write_block(&h, &e->kv_keys, hpar, names[i], htok, hp, at);
+            bool hwin;
+            weft_kv_host_block(kv, names[i], &hp, &hpar, &htok, &hwin);
+            reorder(e, hp, ordered, true);
+            weft_kvb_write_block(&h, &e->kv_keys, hpar, names[i], htok, win || hwin ? WEFT_KVB_BLOCK_WINDOW : 0,
+                                 ordered, at);
             continue;
         }
+        win |= weft_kv_window_block(kv, b) >= 0;
         st = weft_kv_block_read(kv, b, payload);
+        reorder(e, payload, ordered, true);
         if (st == WEFT_OK)
             weft_kvb_write_block(&h, &e->kv_keys, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS,
-                                 payload, at);
+                                 win ? WEFT_KVB_BLOCK_WINDOW : 0, ordered, at);
     }
     free(payload);
+    free(ordered);
     free(ids);
     free(names);
     if (st != WEFT_OK) {
@@ -189,6 +231,7 @@ weft_status weft_engine_kv_export_prefix(struct weft_engine *e, const int32_t *t
 struct import_ctx {
     struct weft_engine *e;
     unsigned char *conv;     /* a block converted to the pool's type */
+    unsigned char *ordered;  /* a block in the pool's order */
     uint32_t added;
     weft_status fail;        /* a pool failure (not a bad block) */
     bool pin;                /* pin each block taken (or held already) */
@@ -225,6 +268,18 @@ static weft_status import_one(void *user, const struct weft_kvb_header *h, const
         if (st != WEFT_OK) return c->fail = st;
         payload = c->conv;
     }
+    if (h->window_bytes && !(b->flags & WEFT_KVB_BLOCK_WINDOW)) {
+        /* its writer had dropped the window part: only a pool that drops
+         * them too takes the rest */
+        if (!weft_kv_has_window(&e->kv))
+            return c->fail = weft_error(WEFT_ERR_UNSUPPORTED, "kv import: block %016llx comes without its "
+                                        "sliding-window layers' K/V, and this instance keeps every block (--swa-full)",
+                                        (unsigned long long)b->hash);
+        bytes = e->kv.main_bytes;
+    } else if (!weft_kv_has_window(&e->kv) && h->window_bytes) {
+        reorder(e, payload, c->ordered, false);
+        payload = c->ordered;
+    }
     bool added = false;
     weft_status st = weft_kv_import(&e->kv, b->parent, b->hash, b->tokens, payload, bytes, &added);
     if (st == WEFT_ERR_NO_ROOM) {
@@ -250,7 +305,12 @@ static weft_status import(struct weft_engine *e, const unsigned char *buf, size_
     weft_engine_kv_expect(e, &want);
     struct import_ctx c = {.e = e, .pin = pinned != NULL};
     c.conv = malloc(e->kv.block_bytes);
-    if (!c.conv) return weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
+    c.ordered = malloc(e->kv.block_bytes);
+    if (!c.conv || !c.ordered) {
+        free(c.conv);
+        free(c.ordered);
+        return weft_error(WEFT_ERR_NOMEM, "kv import: out of memory");
+    }
     lock_idle(e);
     e->kvio.bytes_in += n;
     struct weft_kvb_header h;
@@ -274,6 +334,7 @@ static weft_status import(struct weft_engine *e, const unsigned char *buf, size_
     }
     unlock_idle(e);
     free(c.conv);
+    free(c.ordered);
     if (n_imported) *n_imported = c.added;
     if (pinned) {
         *pinned = c.pinned;

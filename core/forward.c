@@ -35,6 +35,7 @@ struct weft_forward {
     float *x_host;                 /* the residual stream crossing devices */
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
+    size_t off_wslot, off_wbt;     /* the window group's slots and block tables (same bt_off) */
     int32_t *meta_host;            /* staging copy of the meta buffer */
     size_t meta_bytes;
     float *logits_host;
@@ -116,6 +117,10 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_btoff = take(&mc, max_seqs * i4);
     fw->off_bt = take(&mc, (size_t)max_seqs * max_blocks * i4);
     fw->off_rows = take(&mc, max_seqs * i4);
+    if (weft_kv_has_window(kv)) {
+        fw->off_wslot = take(&mc, R * i4);
+        fw->off_wbt = take(&mc, (size_t)max_seqs * max_blocks * i4);
+    }
     fw->meta_bytes = mc;
     fw->meta_host = calloc(1, mc);
     fw->logits_host = malloc((size_t)max_seqs * hp->n_vocab * f);
@@ -235,6 +240,40 @@ static void begin_part(struct weft_forward *fw, uint32_t p, uint32_t R, uint32_t
     bv->pos = meta(fw, fw->off_pos, R); bv->seq = meta(fw, fw->off_seq, R);
     bv->slot = meta(fw, fw->off_slot, R); bv->bt_off = meta(fw, fw->off_btoff, n_seq);
     bv->bt = meta(fw, fw->off_bt, bt_n);
+    fw->b.batch_w = *bv;
+    if (weft_kv_has_window(fw->kv)) {
+        fw->b.batch_w.slot = meta(fw, fw->off_wslot, R);
+        fw->b.batch_w.bt = meta(fw, fw->off_wbt, bt_n);
+    }
+}
+
+/* Sequence sq's window-group block table at wbt and its rows' slots at
+ * wslot: the window blocks of the blocks it holds them for; the entries
+ * before wfirst (fallen out of every row's window, never read) repeat the
+ * first held one. */
+static weft_status stage_window(struct weft_forward *fw, const struct weft_fwd_seq *sq, uint32_t s, int32_t *wbt,
+                                int32_t *wslot)
+{
+    const struct weft_kv_pool *kv = fw->kv;
+    const struct weft_kv_seq *ks = sq->kv;
+    uint32_t need = sq->pos0 + 1 > kv->window ? (sq->pos0 + 1 - kv->window) / WEFT_KV_BLOCK_TOKENS : 0;
+    if (ks->wfirst > need && !fw->plan_only)
+        return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u dropped the window blocks position %u needs", s,
+                          sq->pos0);
+    int32_t fill = 0;
+    for (uint32_t i = ks->wfirst; i < ks->n_blocks; i++) {
+        int32_t w = weft_kv_window_block(kv, ks->blocks[i]);
+        if (w < 0 && !fw->plan_only)
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u holds no window block for block %u", s, i);
+        wbt[i] = w < 0 ? 0 : w;
+        if (i == ks->wfirst) fill = wbt[i];
+    }
+    for (uint32_t i = 0; i < ks->wfirst && i < ks->n_blocks; i++) wbt[i] = fill;
+    for (uint32_t i = 0; i < sq->n_tokens; i++) {
+        uint32_t p = sq->pos0 + i;
+        wslot[i] = wbt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + (int32_t)(p % WEFT_KV_BLOCK_TOKENS);
+    }
+    return WEFT_OK;
 }
 
 /* The fields of op beyond its plain form, for a refusal: " with bias". */
@@ -276,6 +315,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     int32_t *ids = mh + fw->off_ids / 4, *pos = mh + fw->off_pos / 4, *seq = mh + fw->off_seq / 4;
     int32_t *slot = mh + fw->off_slot / 4, *btoff = mh + fw->off_btoff / 4, *bt = mh + fw->off_bt / 4;
     int32_t *rows = mh + fw->off_rows / 4;
+    bool win = weft_kv_has_window(fw->kv);
+    int32_t *wslot = mh + fw->off_wslot / 4, *wbt = mh + fw->off_wbt / 4;
     uint32_t R = 0, n_out = 0, bt_n = 0, n_keep = 0, n_hid = 0;
     for (uint32_t s = 0; s < n_seq; s++) {
         const struct weft_fwd_seq *sq = &seqs[s];
@@ -289,6 +330,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u's block table does not cover position %u", s, end - 1);
         btoff[s] = (int32_t)bt_n;
         memcpy(bt + bt_n, sq->kv->blocks, sizeof(int32_t) * sq->kv->n_blocks);
+        weft_status wst = win ? stage_window(fw, sq, s, wbt + bt_n, wslot + R) : WEFT_OK;
+        if (wst != WEFT_OK) return wst;
         bt_n += sq->kv->n_blocks;
         for (uint32_t i = 0; i < sq->n_tokens; i++, R++) {
             int32_t id = sq->tokens[i];

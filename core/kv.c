@@ -81,7 +81,154 @@ static void lru_remove(struct weft_kv_pool *kv, int32_t b)
     kv->n_cached--;
 }
 
+/* ---- the window group ---- */
+
+static void wlru_push(struct weft_kv_pool *kv, int32_t w)
+{
+    kv->wlru_prev[w] = kv->wlru_tail;
+    kv->wlru_next[w] = -1;
+    if (kv->wlru_tail >= 0) kv->wlru_next[kv->wlru_tail] = w;
+    else kv->wlru_head = w;
+    kv->wlru_tail = w;
+    kv->n_wcached++;
+}
+
+static void wlru_remove(struct weft_kv_pool *kv, int32_t w)
+{
+    int32_t p = kv->wlru_prev[w], n = kv->wlru_next[w];
+    if (p >= 0) kv->wlru_next[p] = n; else kv->wlru_head = n;
+    if (n >= 0) kv->wlru_prev[n] = p; else kv->wlru_tail = p;
+    kv->wlru_prev[w] = kv->wlru_next[w] = -1;
+    kv->n_wcached--;
+}
+
+/* Window block w leaves its main block and goes back to the free stack. */
+static void wunlink(struct weft_kv_pool *kv, int32_t w)
+{
+    if (kv->wowner[w] >= 0) kv->wof[kv->wowner[w]] = -1;
+    kv->wowner[w] = -1;
+    kv->wref[w] = 0;
+    kv->wfree[kv->n_wfree++] = w;
+}
+
+/* A window block for main block b, held once (wref 1): a free one, else
+ * the least recently dropped cached one, taken from its main block. -1 if
+ * none. */
+static int32_t take_wblock(struct weft_kv_pool *kv, int32_t b)
+{
+    int32_t w;
+    if (kv->n_wfree) {
+        w = kv->wfree[--kv->n_wfree];
+    } else if (kv->wlru_head >= 0) {
+        w = kv->wlru_head;
+        wlru_remove(kv, w);
+        kv->wof[kv->wowner[w]] = -1;
+        kv->wevictions++;
+    } else {
+        return -1;
+    }
+    kv->wowner[w] = b;
+    kv->wof[b] = w;
+    kv->wref[w] = 1;
+    return w;
+}
+
+/* One holder less of window block w: with none left it stays cached while
+ * its main block is registered (a later hit's window), else it is freed. */
+static void wunref(struct weft_kv_pool *kv, int32_t w)
+{
+    if (w < 0 || --kv->wref[w] > 0) return;
+    if (kv->hash[kv->wowner[w]]) wlru_push(kv, w);
+    else wunlink(kv, w);
+}
+
+/* Take a reference to main block b's window block (cached or held). */
+static void wref_take(struct weft_kv_pool *kv, int32_t b)
+{
+    int32_t w = kv->wof[b];
+    if (kv->wref[w]++ == 0) wlru_remove(kv, w);
+}
+
+/* Main block b is evicted or freed: its window block (unheld) goes too. */
+static void wdrop(struct weft_kv_pool *kv, int32_t b)
+{
+    int32_t w = kv->wof ? kv->wof[b] : -1;
+    if (w < 0) return;
+    if (kv->wref[w] == 0) wlru_remove(kv, w);  /* linked and unheld: cached */
+    wunlink(kv, w);
+}
+
+/* The first block a row at position p still needs: its window starts at
+ * p - window + 1. */
+static uint32_t wfirst_for(const struct weft_kv_pool *kv, uint32_t p)
+{
+    return p + 1 > kv->window ? (p + 1 - kv->window) / BT : 0;
+}
+
 /* ---- pool ---- */
+
+/* One group's buffers: per device, the group's layers in its range of the
+ * model's layers, in buffers of as many whole layers as its largest buffer
+ * holds (a device with none of the group's layers gets none). */
+static weft_status group_parts(const struct weft_kv_config *cfg, struct weft_backend *be, const uint8_t *lgroup,
+                               uint8_t g, uint32_t n_blocks, size_t layer_bytes, struct weft_kv_part *parts,
+                               uint32_t *n_parts)
+{
+    uint32_t n_dev = cfg->n_parts ? cfg->n_parts : 1, l0 = 0, gi = 0;
+    for (uint32_t p = 0; p < n_dev; p++) {
+        struct weft_backend *pbe = cfg->n_parts ? cfg->part_be[p] : be;
+        uint32_t nl = cfg->n_parts ? cfg->part_layers[p] : cfg->n_layer;
+        if (!pbe || !nl || l0 + nl > cfg->n_layer || (p + 1 == n_dev && l0 + nl != cfg->n_layer))
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv: split parts do not cover the %u layers", cfg->n_layer);
+        uint32_t ng = 0;
+        for (uint32_t l = l0; l < l0 + nl; l++) ng += lgroup[l] == g;
+        l0 += nl;
+        if (!ng) continue;
+        uint64_t per_layer = (uint64_t)n_blocks * layer_bytes, lim = weft_backend_max_buffer(pbe);
+        if (per_layer > lim)
+            return weft_error(WEFT_ERR_NO_ROOM, "kv: %u blocks of one layer take %llu MiB, more than the %s device's "
+                              "largest buffer (%llu MiB); use fewer blocks (--kv-mib) or a shorter context",
+                              n_blocks, (unsigned long long)(per_layer >> 20), pbe->iface->name,
+                              (unsigned long long)(lim >> 20));
+        uint32_t per_buf = lim / per_layer > ng ? ng : (uint32_t)(lim / per_layer);
+        for (uint32_t done = 0; done < ng; done += per_buf) {
+            if (*n_parts == WEFT_KV_MAX_BUFS)
+                return weft_error(WEFT_ERR_NO_ROOM, "kv: the cache needs more than %d buffers", WEFT_KV_MAX_BUFS);
+            struct weft_kv_part *kp = &parts[(*n_parts)++];
+            kp->be = pbe;
+            kp->layer0 = gi + done;
+            kp->n_layer = ng - done < per_buf ? ng - done : per_buf;
+            kp->block_bytes = kp->n_layer * layer_bytes;
+        }
+        gi += ng;
+    }
+    return WEFT_OK;
+}
+
+static weft_status window_alloc(struct weft_kv_pool *k, const struct weft_kv_config *cfg, size_t layer_bytes)
+{
+    uint32_t nw = cfg->n_window_blocks ? cfg->n_window_blocks : cfg->n_blocks;
+    if (nw > cfg->n_blocks) nw = cfg->n_blocks;
+    k->window = cfg->window;
+    k->n_wblocks = nw;
+    k->wblock_bytes = (size_t)k->n_wlayer * layer_bytes;
+    k->wof = malloc(cfg->n_blocks * sizeof *k->wof);
+    k->wowner = malloc(nw * sizeof *k->wowner);
+    k->wlru_prev = malloc(nw * sizeof *k->wlru_prev);
+    k->wlru_next = malloc(nw * sizeof *k->wlru_next);
+    k->wfree = malloc(nw * sizeof *k->wfree);
+    k->wref = calloc(nw, sizeof *k->wref);
+    if (!k->wof || !k->wowner || !k->wlru_prev || !k->wlru_next || !k->wfree || !k->wref)
+        return weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u window blocks' bookkeeping", nw);
+    for (uint32_t i = 0; i < cfg->n_blocks; i++) k->wof[i] = -1;
+    for (uint32_t i = 0; i < nw; i++) {
+        k->wowner[i] = k->wlru_prev[i] = k->wlru_next[i] = -1;
+        k->wfree[i] = (int32_t)(nw - 1 - i);
+    }
+    k->n_wfree = nw;
+    k->wlru_head = k->wlru_tail = -1;
+    return WEFT_OK;
+}
 
 weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg)
 {
@@ -93,40 +240,36 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     if (!cfg->n_layer || !cfg->n_kv_head || !cfg->head_dim || cfg->head_dim % weft_type_get(type)->block_size)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: bad shape (%u layers, %u heads of %u) for %s", cfg->n_layer,
                           cfg->n_kv_head, cfg->head_dim, weft_type_name(type));
+    if (cfg->n_parts > WEFT_KV_MAX_PARTS)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
     struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .type = type,
                              .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1};
     size_t layer_bytes = 2 * weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim);
     k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
-    if (cfg->n_parts > WEFT_KV_MAX_PARTS)
-        return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
-    /* each device's layers, in buffers of as many whole layers as its
-     * largest buffer holds */
-    uint32_t n_dev = cfg->n_parts ? cfg->n_parts : 1, l0 = 0;
-    for (uint32_t p = 0; p < n_dev; p++) {
-        struct weft_backend *pbe = cfg->n_parts ? cfg->part_be[p] : be;
-        uint32_t nl = cfg->n_parts ? cfg->part_layers[p] : cfg->n_layer;
-        if (!pbe || !nl || l0 + nl > cfg->n_layer || (p + 1 == n_dev && l0 + nl != cfg->n_layer))
-            return weft_error(WEFT_ERR_INVALID_ARG, "kv: split parts do not cover the %u layers", cfg->n_layer);
-        uint64_t per_layer = (uint64_t)cfg->n_blocks * layer_bytes, lim = weft_backend_max_buffer(pbe);
-        if (per_layer > lim)
-            return weft_error(WEFT_ERR_NO_ROOM, "kv: %u blocks of one layer take %llu MiB, more than the %s device's "
-                              "largest buffer (%llu MiB); use fewer blocks (--kv-mib) or a shorter context",
-                              cfg->n_blocks, (unsigned long long)(per_layer >> 20), pbe->iface->name,
-                              (unsigned long long)(lim >> 20));
-        uint32_t group = lim / per_layer > nl ? nl : (uint32_t)(lim / per_layer);
-        for (uint32_t done = 0; done < nl; done += group) {
-            if (k.n_parts == WEFT_KV_MAX_BUFS)
-                return weft_error(WEFT_ERR_NO_ROOM, "kv: the cache needs more than %d buffers", WEFT_KV_MAX_BUFS);
-            struct weft_kv_part *kp = &k.parts[k.n_parts++];
-            kp->be = pbe;
-            kp->layer0 = l0 + done;
-            kp->n_layer = nl - done < group ? nl - done : group;
-            kp->block_bytes = kp->n_layer * layer_bytes;
-        }
-        l0 += nl;
+    /* the groups: window layers to group 1 when the pool drops window blocks */
+    k.lgroup = calloc(cfg->n_layer, 1);
+    k.lidx = calloc(cfg->n_layer, sizeof *k.lidx);
+    if (!k.lgroup || !k.lidx) {
+        weft_kv_pool_free(&k);
+        return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
     }
-    k.be = k.parts[0].be;
+    uint32_t n_in[2] = {0, 0};
+    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+        k.lgroup[l] = cfg->window && cfg->window_layer && cfg->window_layer[l];
+        k.lidx[l] = n_in[k.lgroup[l]]++;
+    }
+    k.n_wlayer = n_in[1];
+    k.main_bytes = (size_t)n_in[0] * layer_bytes;
+    weft_status st = group_parts(cfg, be, k.lgroup, 0, cfg->n_blocks, layer_bytes, k.parts, &k.n_parts);
+    if (st == WEFT_OK && k.n_wlayer) st = window_alloc(&k, cfg, layer_bytes);
+    if (st == WEFT_OK && k.n_wlayer)
+        st = group_parts(cfg, be, k.lgroup, 1, k.n_wblocks, layer_bytes, k.wparts, &k.n_wparts);
+    if (st != WEFT_OK) {
+        weft_kv_pool_free(&k);
+        return st;
+    }
+    k.be = k.n_parts ? k.parts[0].be : k.wparts[0].be;
     uint32_t n = cfg->n_blocks, cap = 16;
     while (cap < 2 * n) cap <<= 1;
     k.ht_mask = cap - 1;
@@ -140,7 +283,6 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     k.ht_key = calloc(cap, sizeof *k.ht_key);
     k.ht_val = calloc(cap, sizeof *k.ht_val);
     k.imported = calloc(n, 1);
-    weft_status st = WEFT_OK;
     if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val ||
         !k.imported)
         st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u blocks' bookkeeping", n);
@@ -155,12 +297,13 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         k.hc_prev = malloc(nh * sizeof *k.hc_prev);
         k.hc_next = malloc(nh * sizeof *k.hc_next);
         k.hc_free = malloc(nh * sizeof *k.hc_free);
+        k.hc_win = calloc(nh, 1);
         k.hc_key = calloc(hcap, sizeof *k.hc_key);
         k.hc_val = calloc(hcap, sizeof *k.hc_val);
         k.hc_mask = hcap - 1;
         k.hc_head = k.hc_tail = -1;
         if (!k.hc || !k.hc_scratch || !k.hc_hash || !k.hc_parent || !k.hc_toks || !k.hc_prev || !k.hc_next || !k.hc_free || !k.hc_key ||
-            !k.hc_val)
+            !k.hc_val || !k.hc_win)
             st = weft_error(WEFT_ERR_NOMEM, "kv: cannot allocate a host prefix tier of %u blocks (%zu MiB)", nh,
                             (k.block_bytes * nh) >> 20);
         for (uint32_t i = 0; st == WEFT_OK && i < nh; i++) k.hc_free[i] = (int32_t)(nh - 1 - i);
@@ -179,7 +322,12 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         st = kp->be->iface->buffer_alloc(kp->be, kp->block_bytes * n, &kp->buf);
         if (st != WEFT_OK) kp->buf = NULL;
     }
-    k.buf = k.parts[0].buf;
+    for (uint32_t p = 0; p < k.n_wparts && st == WEFT_OK; p++) {
+        struct weft_kv_part *kp = &k.wparts[p];
+        st = kp->be->iface->buffer_alloc(kp->be, kp->block_bytes * k.n_wblocks, &kp->buf);
+        if (st != WEFT_OK) kp->buf = NULL;
+    }
+    k.buf = k.n_parts ? k.parts[0].buf : k.wparts[0].buf;
     if (st != WEFT_OK) {
         weft_kv_pool_free(&k);
         return st;
@@ -207,7 +355,12 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
 {
     for (uint32_t p = 0; p < kv->n_parts; p++)
         if (kv->parts[p].buf) kv->parts[p].be->iface->buffer_free(kv->parts[p].buf);
+    for (uint32_t p = 0; p < kv->n_wparts; p++)
+        if (kv->wparts[p].buf) kv->wparts[p].be->iface->buffer_free(kv->wparts[p].buf);
     kv->buf = NULL;
+    free(kv->lgroup); free(kv->lidx);
+    free(kv->wof); free(kv->wowner); free(kv->wlru_prev); free(kv->wlru_next); free(kv->wfree); free(kv->wref);
+    free(kv->hc_win);
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
     free(kv->lru_prev); free(kv->lru_next); free(kv->free_ids);
     free(kv->ht_key); free(kv->ht_val); free(kv->imported);
@@ -225,13 +378,27 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .hit_blocks = kv->hit_blocks, .evictions = kv->evictions, .imported_blocks = kv->imported_blocks,
         .hit_imported_blocks = kv->hit_imported_blocks, .n_host_cache_blocks = kv->n_hc,
         .host_cache_used = kv->n_hc - kv->n_hc_free, .host_hit_blocks = kv->host_hit_blocks,
-        .host_demotions = kv->host_demotions, .host_evictions = kv->host_evictions, .pinned = kv->pinned};
+        .host_demotions = kv->host_demotions, .host_evictions = kv->host_evictions, .pinned = kv->pinned,
+        .window = kv->window, .n_window_blocks = kv->n_wblocks,
+        .window_used = kv->n_wblocks - kv->n_wfree - kv->n_wcached, .window_cached = kv->n_wcached,
+        .window_free = kv->n_wfree, .window_dropped = kv->wdropped, .window_evictions = kv->wevictions,
+        .window_peak = kv->wpeak};
 }
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }
+uint32_t weft_kv_window_available(const struct weft_kv_pool *kv) { return kv->n_wfree + kv->n_wcached; }
 
 
 static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device);
+
+/* Wait for the backends holding the pool's buffers. */
+static weft_status pool_sync(struct weft_kv_pool *kv)
+{
+    weft_status st = WEFT_OK;
+    for (uint32_t p = 0; p < kv->n_parts && st == WEFT_OK; p++) st = kv->parts[p].be->iface->sync(kv->parts[p].be);
+    for (uint32_t p = 0; p < kv->n_wparts && st == WEFT_OK; p++) st = kv->wparts[p].be->iface->sync(kv->wparts[p].be);
+    return st;
+}
 
 /* ---- host prefix tier ---- */
 
@@ -283,11 +450,11 @@ static bool demote(struct weft_kv_pool *kv, int32_t b)
         if (kv->on_event && ht_get(kv, h) < 0) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, h, parent);
     }
     int32_t i = kv->hc_free[kv->n_hc_free - 1];
-    weft_status st = WEFT_OK;
-    for (uint32_t p = 0; p < kv->n_parts && st == WEFT_OK; p++) st = kv->parts[p].be->iface->sync(kv->parts[p].be);
+    weft_status st = pool_sync(kv);
     if (st == WEFT_OK) st = block_io(kv, b, kv->hc + (size_t)i * kv->block_bytes, false);
     if (st != WEFT_OK) return false;  /* dropped, as without the tier */
     kv->n_hc_free--;
+    kv->hc_win[i] = weft_kv_window_block(kv, b) >= 0;
     kv->hc_hash[i] = kv->hash[b];
     kv->hc_parent[i] = kv->parent[b];
     memcpy(kv->hc_toks + (size_t)i * BT, kv->toks + (size_t)b * BT, sizeof(int32_t) * BT);
@@ -313,10 +480,15 @@ static int32_t promote(struct weft_kv_pool *kv, uint64_t h, uint64_t parent, con
      * take_block evicts for it demotes into the slot it leaves, so a full
      * tier never evicts the rest of the chain being promoted */
     memcpy(kv->hc_scratch, kv->hc + (size_t)i * kv->block_bytes, kv->block_bytes);
+    bool win = kv->hc_win[i];
     hc_lru_remove(kv, i);
     hc_release(kv, i);
     int32_t b = take_block(kv);
+    /* the window part comes back as a cached window block (the hit decides
+     * which it holds), when one is to be had */
+    int32_t w = b >= 0 && win ? take_wblock(kv, b) : -1;
     if (b < 0 || block_io(kv, b, kv->hc_scratch, true) != WEFT_OK) {
+        if (w >= 0) wunlink(kv, w);
         if (b >= 0) unref_block(kv, b);
         if (kv->on_event && ht_get(kv, h) < 0) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, h, parent);
         return -1;
@@ -325,6 +497,10 @@ static int32_t promote(struct weft_kv_pool *kv, uint64_t h, uint64_t parent, con
     kv->parent[b] = parent;
     memcpy(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT);
     ht_put(kv, h, b);
+    if (w >= 0) {
+        kv->wref[w] = 0;
+        wlru_push(kv, w);
+    }
     kv->host_hit_blocks++;
     return b;
 }
@@ -343,6 +519,7 @@ static int32_t take_block(struct weft_kv_pool *kv)
         /* still held on this instance when it goes to the host tier */
         if (!demote(kv, b) && kv->on_event)
             kv->on_event(kv->on_event_user, WEFT_KV_EVENT_REMOVED, kv->hash[b], kv->parent[b]);
+        wdrop(kv, b);
         kv->hash[b] = 0;
         kv->evictions++;
     } else {
@@ -356,9 +533,15 @@ static int32_t take_block(struct weft_kv_pool *kv)
 static void unref_block(struct weft_kv_pool *kv, int32_t b)
 {
     if (--kv->ref[b] > 0) return;
-    if (kv->hash[b]) lru_push(kv, b);
-    else kv->free_ids[kv->n_free++] = b;
+    if (kv->hash[b]) {
+        lru_push(kv, b);
+    } else {
+        wdrop(kv, b);
+        kv->free_ids[kv->n_free++] = b;
+    }
 }
+
+static void commit_hashes(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed);
 
 static weft_status seq_grow(struct weft_kv_seq *seq, uint32_t need)
 {
@@ -369,6 +552,18 @@ static weft_status seq_grow(struct weft_kv_seq *seq, uint32_t need)
     seq->blocks = b;
     seq->cap = cap;
     return WEFT_OK;
+}
+
+/* With a window group: the longest k <= got whose boundary 16 k has its
+ * window's blocks [wfirst_for(16 k), k) all holding their window part. */
+static uint32_t window_hit(const struct weft_kv_pool *kv, const int32_t *blocks, uint32_t got)
+{
+    for (uint32_t k = got; k > 0; k--) {
+        uint32_t i = wfirst_for(kv, k * BT);
+        while (i < k && kv->wof[blocks[i]] >= 0) i++;
+        if (i == k) return k;
+    }
+    return 0;
 }
 
 uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n)
@@ -387,10 +582,20 @@ uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *s
             if (kv->parent[b] != h || memcmp(kv->toks + (size_t)b * BT, t, sizeof(int32_t) * BT)) break;
             if (kv->ref[b]++ == 0) lru_remove(kv, b);
         }
-        kv->hit_imported_blocks += kv->imported[b];
         seq->blocks[seq->n_blocks++] = b;
         h = hn;
     }
+    if (kv->n_wblocks) {
+        /* only as far as the window before the boundary is held: the rest
+         * goes back (still cached), and the window blocks are taken */
+        uint32_t k = window_hit(kv, seq->blocks, got);
+        while (seq->n_blocks > k) unref_block(kv, seq->blocks[--seq->n_blocks]);
+        if (k < got) h = k ? kv->hash[seq->blocks[k - 1]] : 0;
+        got = k;
+        seq->wfirst = wfirst_for(kv, k * BT);
+        for (uint32_t i = seq->wfirst; i < k; i++) wref_take(kv, seq->blocks[i]);
+    }
+    for (uint32_t i = 0; i < got; i++) kv->hit_imported_blocks += kv->imported[seq->blocks[i]];
     seq->n_hashed = got;
     seq->last_hash = h;
     kv->hit_blocks += got;
@@ -410,15 +615,44 @@ weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (more == 0) return WEFT_OK;
     if (more > weft_kv_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more blocks, %u available", more, weft_kv_available(kv));
+    /* each new block is inside the window: it takes a window block too (a
+     * main block taken by eviction frees its window block, never takes one) */
+    if (kv->n_wblocks && more > weft_kv_window_available(kv))
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more window blocks, %u available", more,
+                          weft_kv_window_available(kv));
     weft_status st = seq_grow(seq, seq->n_blocks + more);
     if (st != WEFT_OK) return st;
-    while (more--) seq->blocks[seq->n_blocks++] = take_block(kv);
+    while (more--) {
+        int32_t b = take_block(kv);
+        if (kv->n_wblocks) take_wblock(kv, b);
+        seq->blocks[seq->n_blocks++] = b;
+    }
     return WEFT_OK;
+}
+
+/* Drop the window blocks no position from n_next on needs. */
+static void seq_slide(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n_next)
+{
+    uint32_t first = wfirst_for(kv, n_next);
+    if (first > seq->n_blocks) first = seq->n_blocks;
+    for (; seq->wfirst < first; seq->wfirst++) {
+        wunref(kv, kv->wof[seq->blocks[seq->wfirst]]);
+        kv->wdropped++;
+    }
 }
 
 void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed)
 {
-    if (!kv->prefix_cache || seq->swapped) return;
+    if (seq->swapped) return;
+    commit_hashes(kv, seq, tokens, n_computed);
+    if (!kv->n_wblocks) return;
+    seq_slide(kv, seq, n_computed);
+    if (seq->n_blocks - seq->wfirst > kv->wpeak) kv->wpeak = seq->n_blocks - seq->wfirst;
+}
+
+static void commit_hashes(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed)
+{
+    if (!kv->prefix_cache) return;
     uint32_t full = n_computed / BT;
     if (full > seq->n_blocks) full = seq->n_blocks;
     for (; seq->n_hashed < full; seq->n_hashed++) {
@@ -441,18 +675,21 @@ void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
     if (seq->swapped) {
         for (uint32_t i = 0; i < seq->n_blocks; i++) kv->host_free[kv->n_host_free++] = seq->host[i];
     } else {
-        for (uint32_t i = seq->n_blocks; i-- > 0;) unref_block(kv, seq->blocks[i]);
+        for (uint32_t i = seq->n_blocks; i-- > 0;) {
+            if (kv->n_wblocks && i >= seq->wfirst) wunref(kv, kv->wof[seq->blocks[i]]);
+            unref_block(kv, seq->blocks[i]);
+        }
     }
     free(seq->blocks);
     free(seq->host);
     memset(seq, 0, sizeof *seq);
 }
 
-/* Device block b <-> one host-tier block (the parts' bytes back to back). */
-static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device)
+static weft_status parts_io(const struct weft_kv_part *parts, uint32_t n_parts, int32_t b, unsigned char *host,
+                            bool to_device)
 {
-    for (uint32_t p = 0; p < kv->n_parts; p++) {
-        const struct weft_kv_part *kp = &kv->parts[p];
+    for (uint32_t p = 0; p < n_parts; p++) {
+        const struct weft_kv_part *kp = &parts[p];
         size_t off = (size_t)b * kp->block_bytes;
         weft_status st = to_device ? kp->be->iface->buffer_write(kp->buf, off, host, kp->block_bytes)
                                    : kp->be->iface->buffer_read(kp->buf, off, host, kp->block_bytes);
@@ -460,6 +697,16 @@ static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *h
         host += kp->block_bytes;
     }
     return WEFT_OK;
+}
+
+/* Device block b <-> one host-tier block (the parts' bytes back to back):
+ * the main group's, then, when b has a window block, the window group's. */
+static weft_status block_io(struct weft_kv_pool *kv, int32_t b, unsigned char *host, bool to_device)
+{
+    weft_status st = parts_io(kv->parts, kv->n_parts, b, host, to_device);
+    int32_t w = weft_kv_window_block(kv, b);
+    if (st == WEFT_OK && w >= 0) st = parts_io(kv->wparts, kv->n_wparts, w, host + kv->main_bytes, to_device);
+    return st;
 }
 
 int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash)
@@ -475,11 +722,8 @@ bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash)
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
 {
     if (b < 0 || (uint32_t)b >= kv->n_blocks) return weft_error(WEFT_ERR_INVALID_ARG, "kv: no block %d", b);
-    for (uint32_t p = 0; p < kv->n_parts; p++) {
-        weft_status st = kv->parts[p].be->iface->sync(kv->parts[p].be);
-        if (st != WEFT_OK) return st;
-    }
-    return block_io(kv, b, host, false);
+    weft_status st = pool_sync(kv);
+    return st == WEFT_OK ? block_io(kv, b, host, false) : st;
 }
 
 weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t hash, const int32_t *tokens,
@@ -487,18 +731,41 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
 {
     *added = false;
     if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
-    if (payload_bytes != kv->block_bytes)
+    bool win = kv->n_wblocks && payload_bytes == kv->block_bytes;
+    if (payload_bytes != kv->block_bytes && !(kv->n_wblocks && payload_bytes == kv->main_bytes))
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: a block of %zu bytes, this pool's blocks hold %zu", payload_bytes,
                           kv->block_bytes);
     if (hash != weft_kv_block_hash(parent, tokens))
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: block hash %016llx is not its tokens'", (unsigned long long)hash);
-    if (ht_get(kv, hash) >= 0 || hc_get(kv, hash) >= 0) return WEFT_OK;
-    int32_t b = take_block(kv);
+    int32_t b = ht_get(kv, hash);
+    if (b >= 0 && win && kv->wof[b] < 0) {
+        /* held without its window part: add the one this payload brings */
+        int32_t w = take_wblock(kv, b);
+        if (w < 0) return WEFT_OK;
+        weft_status st = parts_io(kv->wparts, kv->n_wparts, w, (unsigned char *)payload + kv->main_bytes, true);
+        kv->wref[w] = 0;
+        if (st != WEFT_OK) {
+            wunlink(kv, w);
+            return st;
+        }
+        /* held by sequences: they took it from wfirst on, so none holds this one */
+        wlru_push(kv, w);
+        *added = true;
+        return WEFT_OK;
+    }
+    if (b >= 0 || hc_get(kv, hash) >= 0) return WEFT_OK;
+    b = take_block(kv);
     if (b < 0) return weft_error(WEFT_ERR_NO_ROOM, "kv: no free or cached block to import into");
+    int32_t w = win ? take_wblock(kv, b) : -1;  /* none to be had: the block comes without its window part */
     weft_status st = block_io(kv, b, (unsigned char *)payload, true);
     if (st != WEFT_OK) {
+        if (w >= 0) wunlink(kv, w);
         unref_block(kv, b);  /* unregistered: back on the free stack */
         return st;
+    }
+    if (w >= 0) {
+        kv->wref[w] = 0;
+        wlru_push(kv, w);
     }
     kv->hash[b] = hash;
     kv->parent[b] = parent;
@@ -514,10 +781,11 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
 }
 
 bool weft_kv_host_block(const struct weft_kv_pool *kv, uint64_t hash, const void **payload, uint64_t *parent,
-                        const int32_t **tokens)
+                        const int32_t **tokens, bool *window)
 {
     int32_t i = kv->n_hc ? hc_get(kv, hash) : -1;
     if (i < 0) return false;
+    if (window) *window = kv->hc_win[i];
     *payload = kv->hc + (size_t)i * kv->block_bytes;
     *parent = kv->hc_parent[i];
     *tokens = kv->hc_toks + (size_t)i * BT;
@@ -548,11 +816,15 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
         return weft_error(WEFT_ERR_NO_ROOM, "kv: host tier has %u free blocks, %u needed", kv->n_host_free, seq->n_blocks);
     int32_t *slots = malloc(sizeof(int32_t) * (seq->n_blocks ? seq->n_blocks : 1));
     if (!slots) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
-    weft_status st = WEFT_OK;
-    for (uint32_t p = 0; p < kv->n_parts && st == WEFT_OK; p++) st = kv->parts[p].be->iface->sync(kv->parts[p].be);
+    weft_status st = pool_sync(kv);
+    /* blocks before wfirst carry no window part (their window block, if it
+     * is still cached, is not this sequence's) */
     for (uint32_t i = 0; i < seq->n_blocks && st == WEFT_OK; i++) {
         int32_t h = kv->host_free[kv->n_host_free - 1 - i];
-        st = block_io(kv, seq->blocks[i], kv->host + (size_t)h * kv->block_bytes, false);
+        unsigned char *dst = kv->host + (size_t)h * kv->block_bytes;
+        st = parts_io(kv->parts, kv->n_parts, seq->blocks[i], dst, false);
+        if (st == WEFT_OK && kv->n_wblocks && i >= seq->wfirst)
+            st = parts_io(kv->wparts, kv->n_wparts, kv->wof[seq->blocks[i]], dst + kv->main_bytes, false);
         slots[i] = h;
     }
     if (st != WEFT_OK) {
@@ -560,7 +832,10 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
         return st;
     }
     kv->n_host_free -= seq->n_blocks;
-    for (uint32_t i = seq->n_blocks; i-- > 0;) unref_block(kv, seq->blocks[i]);
+    for (uint32_t i = seq->n_blocks; i-- > 0;) {
+        if (kv->n_wblocks && i >= seq->wfirst) wunref(kv, kv->wof[seq->blocks[i]]);
+        unref_block(kv, seq->blocks[i]);
+    }
     free(seq->host);
     seq->host = slots;
     seq->swapped = true;
@@ -573,12 +848,18 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (seq->n_blocks > weft_kv_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u blocks to swap in, %u available", seq->n_blocks,
                           weft_kv_available(kv));
+    uint32_t nw = kv->n_wblocks ? seq->n_blocks - seq->wfirst : 0;
+    if (nw > weft_kv_window_available(kv))
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u window blocks to swap in, %u available", nw,
+                          weft_kv_window_available(kv));
     weft_status st = WEFT_OK;
     uint32_t i = 0;
     for (; i < seq->n_blocks; i++) {
         int32_t b = take_block(kv);
+        if (kv->n_wblocks && i >= seq->wfirst) take_wblock(kv, b);
         st = block_io(kv, b, kv->host + (size_t)seq->host[i] * kv->block_bytes, true);
         if (st != WEFT_OK) {
+            wdrop(kv, b);
             unref_block(kv, b);
             break;
         }
@@ -586,7 +867,10 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     }
     if (st != WEFT_OK) {
         /* give back what was taken; the host copy is still whole */
-        while (i-- > 0) unref_block(kv, seq->blocks[i]);
+        while (i-- > 0) {
+            wdrop(kv, seq->blocks[i]);
+            unref_block(kv, seq->blocks[i]);
+        }
         return st;
     }
     for (i = 0; i < seq->n_blocks; i++) kv->host_free[kv->n_host_free++] = seq->host[i];
@@ -598,10 +882,13 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer)
 {
-    uint32_t p = 0;
-    while (p + 1 < kv->n_parts && layer >= kv->parts[p].layer0 + kv->parts[p].n_layer) p++;
-    const struct weft_kv_part *kp = &kv->parts[p];
-    struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, layer - kp->layer0, kv->n_kv_head, kv->head_dim};
+    if (!kv->lgroup || layer >= kv->n_layer) return (struct weft_kv_view){0};
+    bool win = kv->lgroup[layer] == 1;
+    const struct weft_kv_part *parts = win ? kv->wparts : kv->parts;
+    uint32_t n = win ? kv->n_wparts : kv->n_parts, i = kv->lidx[layer], p = 0;
+    while (p + 1 < n && i >= parts[p].layer0 + parts[p].n_layer) p++;
+    const struct weft_kv_part *kp = &parts[p];
+    struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, i - kp->layer0, kv->n_kv_head, kv->head_dim};
     return v;
 }
 
@@ -633,6 +920,30 @@ weft_status weft_kv_check(const struct weft_kv_pool *kv)
     if (n_hc_lru + kv->n_hc_free != kv->n_hc || n_hc_ht != n_hc_lru)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv check: host tier: %u in LRU, %u free, %u entries, %u slots",
                           n_hc_lru, kv->n_hc_free, n_hc_ht, kv->n_hc);
+    if (kv->n_wblocks) {
+        uint32_t n_wl = 0, n_wlinked = 0, n_wheld = 0;
+        for (int32_t w = kv->wlru_head; w >= 0; w = kv->wlru_next[w], n_wl++)
+            if (kv->wref[w] || kv->wowner[w] < 0 || !kv->hash[kv->wowner[w]] || n_wl > kv->n_wblocks)
+                return weft_error(WEFT_ERR_INVALID_ARG, "kv check: window LRU holds window block %d (ref %u)", w,
+                                  kv->wref[w]);
+        for (uint32_t w = 0; w < kv->n_wblocks; w++) {
+            if (kv->wowner[w] < 0) continue;
+            n_wlinked++;
+            n_wheld += kv->wref[w] > 0;
+            if (kv->wof[kv->wowner[w]] != (int32_t)w)
+                return weft_error(WEFT_ERR_INVALID_ARG, "kv check: window block %u and main block %d disagree", w,
+                                  kv->wowner[w]);
+            if (kv->wref[w] > kv->ref[kv->wowner[w]])
+                return weft_error(WEFT_ERR_INVALID_ARG, "kv check: window block %u held %u times, its block %u",
+                                  w, kv->wref[w], kv->ref[kv->wowner[w]]);
+        }
+        for (uint32_t b = 0; b < kv->n_blocks; b++)
+            if (kv->wof[b] >= 0 && kv->wowner[kv->wof[b]] != (int32_t)b)
+                return weft_error(WEFT_ERR_INVALID_ARG, "kv check: block %u's window block is another's", b);
+        if (n_wl != kv->n_wcached || n_wlinked - n_wheld != n_wl || n_wlinked + kv->n_wfree != kv->n_wblocks)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: window group: %u cached, %u in LRU, %u linked, %u held, "
+                              "%u free of %u", kv->n_wcached, n_wl, n_wlinked, n_wheld, kv->n_wfree, kv->n_wblocks);
+    }
     uint32_t n_hashed = 0;
     for (uint32_t b = 0; b < kv->n_blocks; b++) n_hashed += kv->hash[b] != 0;
     if (n_ht != n_hashed)

@@ -14,6 +14,21 @@
  *    finds no never-used/unregistered free block evicts the least recently
  *    freed one.
  *
+ * Sliding-window layers (a Gemma 3 local layer attends to its last W
+ * positions only) keep their K/V in a second group of blocks, the window
+ * group (vLLM v1's KV cache groups): a block of the main group holds the
+ * other layers and names the block (hash, ref count, the sequence's table);
+ * its window block, when it has one, holds the window layers for the same
+ * 16 positions. A sequence holds window blocks only for the blocks its
+ * window still overlaps (at most W/16 + 1 while decoding): once no later
+ * position needs one it is dropped (counted). A dropped window block of a
+ * registered block stays cached (its own LRU), so a later prefix hit at a
+ * boundary B finds the window before B; a hit is only taken up to the
+ * longest boundary whose window is still held. Eviction takes a window
+ * block from its main block (which still serves the full-attention layers
+ * of longer hits). Every tier (swap, host prefix tier, export/import)
+ * carries a block's window part when it has one.
+ *
  * Two host tiers: one holds blocks of sequences swapped out by the
  * scheduler; the other (n_host_cache_blocks) is a second-level prefix cache:
  * a cached block the device evicts is copied there, still registered under
@@ -38,7 +53,7 @@
 #define WEFT_KV_MAX_BUFS 64     /* buffers over all devices */
 struct weft_kv_part {
     struct weft_backend *be;       /* not owned */
-    uint32_t layer0, n_layer;
+    uint32_t layer0, n_layer;      /* indices within the part's group */
     struct weft_buffer *buf;       /* n_blocks blocks of this part's layers */
     size_t block_bytes;            /* this part's bytes of one block */
 };
@@ -55,6 +70,14 @@ struct weft_kv_config {
     uint32_t n_host_cache_blocks; /* host prefix tier capacity, 0 = none (needs prefix_cache) */
     enum weft_type type;          /* WEFT_TYPE_F16 (default when 0 is passed as F32) */
     bool prefix_cache;            /* register and reuse full blocks */
+    /* sliding window: window_layer[l] (n_layer flags) marks the layers
+     * that attend to the last `window` positions only; their K/V go to the
+     * window group of n_window_blocks blocks (0: n_blocks). window 0 or
+     * no window layer: one group, every block kept (as llama.cpp's
+     * --swa-full). */
+    uint32_t window;
+    const bool *window_layer;
+    uint32_t n_window_blocks;
 };
 
 struct weft_kv_stats {
@@ -69,6 +92,11 @@ struct weft_kv_stats {
     uint64_t host_hit_blocks;                /* of hit_blocks, ones promoted from the host tier */
     uint64_t host_demotions, host_evictions;
     uint32_t pinned;                         /* references held by weft_kv_pin (leases) */
+    /* the window group (0s without one) */
+    uint32_t window, n_window_blocks, window_used, window_cached, window_free;
+    uint64_t window_dropped;                 /* window blocks sequences let go of (out of their window) */
+    uint64_t window_evictions;               /* cached window blocks taken for others */
+    uint32_t window_peak;                    /* the most window blocks one sequence held after a step */
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -87,7 +115,25 @@ struct weft_kv_pool {
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
     enum weft_type type;
     bool prefix_cache;
-    size_t block_bytes;            /* all layers (every part), K and V */
+    size_t block_bytes;            /* all layers (every part, both groups), K and V */
+    size_t main_bytes;             /* the main group's layers: a block without its window part */
+    /* layer l is index lidx[l] of group lgroup[l] (0 main, 1 window) */
+    uint8_t *lgroup;
+    uint32_t *lidx;
+    /* the window group: its buffers, blocks and bookkeeping (n_wblocks 0:
+     * none). wof[b]: main block b's window block or -1; wowner[w]: the main
+     * block window block w belongs to, -1 when free; wref[w]: sequences
+     * whose window covers it; cached ones (wref 0, owner registered) in an
+     * LRU, oldest at wlru_head */
+    uint32_t window, n_wblocks, n_wparts, n_wlayer;
+    struct weft_kv_part wparts[WEFT_KV_MAX_BUFS];
+    size_t wblock_bytes;
+    int32_t *wof, *wowner, *wlru_prev, *wlru_next, *wfree;
+    uint32_t *wref;
+    int32_t wlru_head, wlru_tail;
+    uint32_t n_wfree, n_wcached;
+    uint64_t wdropped, wevictions;
+    uint32_t wpeak;
     /* per block */
     uint32_t *ref;
     uint64_t *hash;                /* 0 = not registered */
@@ -116,6 +162,7 @@ struct weft_kv_pool {
     uint32_t n_hc, n_hc_free;
     uint64_t *hc_hash, *hc_parent;
     int32_t *hc_toks, *hc_prev, *hc_next, *hc_free;
+    uint8_t *hc_win;                 /* per slot: it holds the window part too */
     int32_t hc_head, hc_tail;
     uint64_t *hc_key;
     int32_t *hc_val;
@@ -128,10 +175,13 @@ struct weft_kv_pool {
 
 /* A sequence's block table: blocks[i] holds positions [16 i, 16 i + 16).
  * n_hashed leading blocks are registered (their hashes chain from 0);
- * last_hash is blocks[n_hashed - 1]'s. */
+ * last_hash is blocks[n_hashed - 1]'s. With a window group the sequence
+ * holds the window blocks of blocks[wfirst..n_blocks) (one reference each);
+ * those before wfirst fell out of its window. */
 struct weft_kv_seq {
     int32_t *blocks;
     uint32_t n_blocks, cap;
+    uint32_t wfirst;
     uint32_t n_hashed;
     uint64_t last_hash;
     /* when swapped out: host slots, one per block (n_blocks of them) */
@@ -145,12 +195,28 @@ weft_status weft_kv_pool_init(struct weft_kv_pool *kv, struct weft_backend *be, 
                               uint32_t n_kv_head, uint32_t head_dim, uint32_t n_blocks);
 void weft_kv_pool_free(struct weft_kv_pool *kv);
 void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out);
-/* Blocks an allocation could get now (free + cached). */
+/* Blocks an allocation could get now (free + cached), in the main group;
+ * weft_kv_window_available: in the window group (0 without one). */
 uint32_t weft_kv_available(const struct weft_kv_pool *kv);
+uint32_t weft_kv_window_available(const struct weft_kv_pool *kv);
+/* The pool has a window group: window layers whose blocks are dropped. */
+static inline bool weft_kv_has_window(const struct weft_kv_pool *kv) { return kv->n_wblocks > 0; }
+/* Layer l's K/V live in the window group. */
+static inline bool weft_kv_layer_in_window(const struct weft_kv_pool *kv, uint32_t l)
+{
+    return kv->lgroup && kv->lgroup[l] == 1;
+}
+/* Main block b's window block (-1: none: no window group, or dropped). */
+static inline int32_t weft_kv_window_block(const struct weft_kv_pool *kv, int32_t b)
+{
+    return kv->wof ? kv->wof[b] : -1;
+}
 
 /* On an empty seq: take the longest registered prefix of tokens[0..n) in
  * whole blocks, leaving at least one token to compute (so the last prompt
- * token always produces logits). Returns the number of tokens covered. */
+ * token always produces logits); with a window group, only up to the
+ * longest boundary whose window blocks are all held. Returns the number of
+ * tokens covered. */
 uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n);
 
 /* Make seq able to hold n_tokens positions, taking fresh blocks (evicting
@@ -161,13 +227,21 @@ weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 uint32_t weft_kv_seq_blocks_needed(const struct weft_kv_seq *seq, uint32_t n_tokens);
 
 /* tokens[0..n_computed) now have their K/V in seq's blocks: register the
- * newly full blocks (no-op without a prefix cache). A block whose hash is
- * already registered by another block stays unregistered. */
+ * newly full blocks (with a prefix cache; a block whose hash is already
+ * registered by another block stays unregistered), then, with a window
+ * group, drop the window blocks no position from n_computed on needs
+ * (the sequence never goes back). */
 void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed);
 
 /* Drop seq's references (last block first, so a prefix outlives its tail in
  * the LRU) and its host copies; seq becomes empty. */
 void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
+
+/* Window blocks seq holds (0 without a window group). */
+static inline uint32_t weft_kv_seq_window_held(const struct weft_kv_pool *kv, const struct weft_kv_seq *seq)
+{
+    return kv->n_wblocks && !seq->swapped ? seq->n_blocks - seq->wfirst : 0;
+}
 
 /* Copy seq's blocks to the host tier and drop the device references.
  * WEFT_ERR_NO_ROOM if the host tier is short (seq unchanged). Waits for the
@@ -178,8 +252,10 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
 weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq);
 
 /* ---- blocks in and out (base/kv_block.h is their format) ----
- * A block's bytes, as read and imported here: every layer in order, K then
- * V, each [16][n_kv_head][head_dim] of the pool's type (block_bytes). */
+ * A block's bytes, as read and imported here: the main group's layers in
+ * order, then the window group's, each K then V, each
+ * [16][n_kv_head][head_dim] of the pool's type (block_bytes); a block
+ * without its window part is its first main_bytes. */
 
 /* The registered block named hash (its parent and tokens are in parent[]
  * and toks[]), or -1. */
@@ -187,18 +263,21 @@ int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash);
 /* The pool holds a block named hash, on the device or in the host tier. */
 bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash);
 /* The host prefix tier's copy of the block named hash: its payload
- * (block_bytes, valid until the pool next changes), parent and tokens;
- * false when the tier does not hold it. */
+ * (block_bytes, valid until the pool next changes; its window part only
+ * when *window), parent and tokens; false when the tier does not hold it.
+ * window may be NULL. */
 bool weft_kv_host_block(const struct weft_kv_pool *kv, uint64_t hash, const void **payload, uint64_t *parent,
-                        const int32_t **tokens);
-/* Copy block b's bytes to host (block_bytes), after the backends' pending
- * work. */
+                        const int32_t **tokens, bool *window);
+/* Copy block b's bytes to host (block_bytes; the window part only when b
+ * has one: weft_kv_window_block), after the backends' pending work. */
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host);
 /* Put a block computed elsewhere into the prefix cache, registered under
  * hash = weft_kv_block_hash(parent, tokens) as a cached block (ref 0, the
  * most recent in the LRU), so a prompt with that prefix takes it instead of
- * computing it. A hash already registered is left as it is (*added false).
- * payload holds payload_bytes, which must be the pool's block_bytes.
+ * computing it. A hash already registered is left as it is (*added false),
+ * unless the device block lacks the window part the payload brings (then
+ * that is added). payload holds payload_bytes: the pool's block_bytes, or
+ * main_bytes for a block without its window part (a window group only).
  * WEFT_ERR_NO_ROOM when no block is free or evictable; WEFT_ERR_INVALID_ARG
  * without a prefix cache, for a payload of another size or for a hash that
  * is not the tokens' (nothing is copied then). */

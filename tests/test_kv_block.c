@@ -63,7 +63,7 @@ static void make_stream_keyed(struct stream *s, const struct weft_kvb_keys *keys
         s->hash[b] = parent = weft_kv_block_hash(parent, s->toks[b]);
         s->payload[b] = malloc(s->h.payload_bytes);
         fill_f16((weft_half *)s->payload[b], s->h.payload_bytes / 2);
-        weft_kvb_write_block(&s->h, &s->keys, s->parent[b], s->hash[b], s->toks[b], s->payload[b],
+        weft_kvb_write_block(&s->h, &s->keys, s->parent[b], s->hash[b], s->toks[b], 0, s->payload[b],
                              s->buf + s->h.header_bytes + b * rec);
     }
 }
@@ -213,7 +213,7 @@ static void a_partial_layer_range_is_refused(void)
         unsigned char *buf = malloc(n);
         weft_kvb_write_header(&p, buf);
         for (int b = 0; b < 2; b++)
-            weft_kvb_write_block(&p, NULL, full.parent[b], full.hash[b], full.toks[b], full.payload[b],
+            weft_kvb_write_block(&p, NULL, full.parent[b], full.hash[b], full.toks[b], 0, full.payload[b],
                                  buf + p.header_bytes + b * rec);
         struct weft_kvb_header h;
         uint32_t good = 9;
@@ -313,7 +313,7 @@ static void a_layout_of_several_runs_round_trips(void)
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = 100 + i;
     uint64_t hash = weft_kv_block_hash(0, toks);
     weft_kvb_write_header(&h, buf);
-    weft_kvb_write_block(&h, NULL, 0, hash, toks, payload, buf + h.header_bytes);
+    weft_kvb_write_block(&h, NULL, 0, hash, toks, 0, payload, buf + h.header_bytes);
     struct weft_kvb_expect w = {.fp = FP, .n_layer = 5, .n_layout = 2};
     memcpy(w.layout, h.layout, sizeof h.layout[0] * 2);
     struct weft_kvb_header got;
@@ -344,7 +344,7 @@ static void a_misnamed_block_is_refused(void)
     size_t rec = weft_kvb_record_bytes(&s.h);
     unsigned char *b1 = s.buf + s.h.header_bytes + rec;
     s.toks[1][3] ^= 1;  /* other tokens under the old hash */
-    weft_kvb_write_block(&s.h, NULL, s.parent[1], s.hash[1], s.toks[1], s.payload[1], b1);
+    weft_kvb_write_block(&s.h, NULL, s.parent[1], s.hash[1], s.toks[1], 0, s.payload[1], b1);
     struct weft_kvb_expect w;
     struct weft_kvb_header h;
     uint32_t good;

@@ -83,12 +83,18 @@ void weft_b_add(struct weft_build *b, struct weft_view a, struct weft_view bb, s
     op->u.add = (struct weft_op_add){.a = a, .b = bb, .out = out};
 }
 
+/* The block tables layer l's K/V are found through: its group's. */
+static struct weft_batch_view layer_batch(const struct weft_build *b, uint32_t l)
+{
+    return weft_kv_layer_in_window(b->kv, l) ? b->batch_w : b->batch;
+}
+
 void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float freq_scale)
 {
     const struct weft_hparams *hp = b->hp;
     struct weft_op *op = weft_b_push(b, WEFT_OP_ROPE_KV);
     op->u.rope_kv = (struct weft_op_rope_kv){
-        .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
+        .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = layer_batch(b, l),
         .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = freq_base, .freq_scale = freq_scale,
         .mode = hp->rope_mode, .ext_factor = hp->rope_ext_factor, .attn_factor = hp->rope_attn_factor,
         .corr_dims = {hp->rope_corr_dims[0], hp->rope_corr_dims[1]}};
@@ -119,7 +125,7 @@ void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint
 {
     struct weft_op *op = weft_b_push(b, WEFT_OP_ATTENTION);
     op->u.attention = (struct weft_op_attention){
-        .q = b->q, .out = b->att, .kv = weft_kv_layer_view(b->kv, l), .batch = b->batch,
+        .q = b->q, .out = b->att, .kv = weft_kv_layer_view(b->kv, l), .batch = layer_batch(b, l),
         .n_head = b->hp->n_head, .scale = scale, .window = window};
 }
 

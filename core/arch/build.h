@@ -15,6 +15,7 @@ struct weft_build {
     const struct weft_layer_weights *w;   /* the layer's tensors, by id */
     struct weft_kv_pool *kv;
     struct weft_batch_view batch;
+    struct weft_batch_view batch_w;       /* the same for the window group's layers (core/kv.h) */
     /* x (R, E) the residual stream; xb (R, E) its normed copy; q (R, H·D),
      * k (R, Hkv·D), v (R, Hkv·Dv); att (R, H·Dv); gate, up, hb (R, F) */
     struct weft_view x, xb, q, k, v, att, gate, up, hb;

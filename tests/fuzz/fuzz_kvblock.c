@@ -126,7 +126,7 @@ static unsigned char *valid_stream(uint32_t n_blocks, uint32_t seed, size_t *n_o
         for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = (int32_t)((seed * 31u + b * 17u + (uint32_t)i) % 500u);
         for (uint32_t i = 0; i < h->payload_bytes; i++) payload[i] = (unsigned char)(i * 7 + b);
         uint64_t hash = weft_kv_block_hash(parent, toks);
-        weft_kvb_write_block(h, &KEYS, parent, hash, toks, payload, buf + h->header_bytes + b * rec);
+        weft_kvb_write_block(h, &KEYS, parent, hash, toks, 0, payload, buf + h->header_bytes + b * rec);
         parent = hash;
     }
     free(payload);
