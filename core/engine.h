@@ -236,7 +236,7 @@ weft_status weft_engine_run_all(struct weft_engine *e);
 void weft_engine_stats(struct weft_engine *e, struct weft_engine_stats *out);
 uint32_t weft_engine_n_ctx(const struct weft_engine *e);
 
-/* ---- KV blocks in and out, in format v2 (base/kv_block.h) ----
+/* ---- KV blocks in and out, in format v3 (base/kv_block.h) ----
  * Safe from any thread (they take the engine's lock for the pool). */
 struct weft_engine_kv_stats {
     uint64_t exported;           /* blocks written out */

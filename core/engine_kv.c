@@ -1,4 +1,4 @@
-/* KV blocks in and out of an engine's prefix cache, in format v2
+/* KV blocks in and out of an engine's prefix cache, in format v3
  * (base/kv_block.h): what the host tier, Redis, instance-to-instance
  * transfers and prefill/decode disaggregation are built on. */
 #include <stdlib.h>

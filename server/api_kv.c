@@ -1,4 +1,4 @@
-/* /v1/kv/blocks: KV blocks in and out of this instance, in format v2
+/* /v1/kv/blocks: KV blocks in and out of this instance, in format v3
  * (base/kv_block.h), for other instances (and the router) to move cached
  * prefixes around: GET ?hashes=H1,H2,... answers the held ones (stopping at
  * the first it does not hold) as one stream; POST takes a stream into the

@@ -2,7 +2,7 @@
  * unix:///PATH): full prefix blocks shared between instances of one model.
  *
  *  - Write-behind: every block this instance registers is queued (from the
- *    engine's KV events) and a writer thread exports it (format v2, one
+ *    engine's KV events) and a writer thread exports it (format v3, one
  *    self-describing value per key) and stores it with SET NX PX (TTL).
  *    The queue is bounded; past it, or while Redis is unreachable, blocks
  *    are dropped and counted, never waited for.

@@ -150,6 +150,17 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
     one(&o, "weft_kv_blocks", "gauge", "KV blocks in the device pool.", es->kv.n_blocks);
     double usage = es->kv.n_blocks ? (double)es->kv.used / es->kv.n_blocks : 0;
     one(&o, "weft_kv_cache_usage_ratio", "gauge", "Share of the device KV pool held by sequences (0..1).", usage);
+    if (es->kv.n_window_blocks) {
+        /* sliding-window layers' blocks (core/kv.h's window group) */
+        one(&o, "weft_kv_window_blocks", "gauge", "KV blocks of the sliding-window layers' group.",
+            es->kv.n_window_blocks);
+        one(&o, "weft_kv_window_blocks_used", "gauge", "Window-layer KV blocks inside a sequence's window.",
+            es->kv.window_used);
+        one(&o, "weft_kv_window_blocks_cached", "gauge", "Window-layer KV blocks kept for prefix reuse.",
+            es->kv.window_cached);
+        one(&o, "weft_kv_window_dropped_total", "counter",
+            "Window-layer KV blocks sequences let go of once out of their window.", (double)es->kv.window_dropped);
+    }
     one(&o, "weft_kv_host_blocks_used", "gauge", "Host-tier KV blocks holding swapped sequences.", es->kv.host_used);
     one(&o, "weft_kv_host_blocks", "gauge", "KV blocks in the host tier.", es->kv.n_host_blocks);
     one(&o, "weft_kv_host_cache_blocks", "gauge", "Blocks the host prefix tier holds at most (--kv-host-mib).",

@@ -1,4 +1,4 @@
-/* KV blocks between engines on different backends, in format v2: blocks a
+/* KV blocks between engines on different backends, in format v3: blocks a
  * CPU engine computed, exported and imported by a Vulkan engine (and the
  * reverse), come out again byte-identical; a greedy run on the importing
  * engine equals that engine's own all-local run, and the import counters

@@ -25,7 +25,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
-            "                  [--model-name NAME] [--no-prefix-cache] [--template-system] [--kv-type f16|q8_0]\n"
+            "                  [--model-name NAME] [--no-prefix-cache] [--swa-full] [--template-system] [--kv-type f16|q8_0]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
@@ -39,6 +39,9 @@ static void usage(FILE *f)
             "                  [--api-key KEY] [--model-alias NAME ...] [--cors-origin ORIGIN ...]\n"
             "                  [--kv-secret SECRET] [--kv-secret-previous SECRET] [--max-kv-push-total-mib 256]\n"
             "                  [--watchdog-ms 30000] [--test-hooks]\n"
+            "  --swa-full: keep every KV block of sliding-window layers (Gemma 3's local ones) instead of\n"
+            "                 dropping those out of each sequence's window (more KV memory a sequence; its KV blocks\n"
+            "                 always carry the window layers)\n"
             "  --watchdog-ms MS: an engine with work queued that has not stepped for MS is stalled: /health\n"
             "                 and /load answer 503 (a router moves its streams elsewhere)\n"
             "  --test-hooks: POST /test/engine-pause {\"paused\": true} holds the engine still (tests only)\n"
@@ -173,7 +176,7 @@ int weft_cmd_serve(int argc, char **argv)
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
              max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0;
     double itl_target_ms = 0;  /* auto */
-    bool no_prefix = false, template_system = false;
+    bool no_prefix = false, template_system = false, swa_full = false;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
     uint32_t mock_seed = 1;
@@ -261,6 +264,7 @@ int weft_cmd_serve(int argc, char **argv)
             continue;
         }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
+        if (!strcmp(a, "--swa-full")) { swa_full = true; continue; }
         if (!strcmp(a, "--mock") && v) { mock = argv[++i]; continue; }
         if (!strcmp(a, "--mock-fail") && v) { mock_fail = argv[++i]; continue; }
         if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
@@ -376,7 +380,7 @@ int weft_cmd_serve(int argc, char **argv)
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
                                             .low_prefill_ms = low_prefill_ms, .itl_target_ms = itl_target_ms, .host_cache_mib = host_mib,
-                                            .no_prefix_cache = no_prefix, .kv_type = kv_type,
+                                            .no_prefix_cache = no_prefix, .swa_full = swa_full, .kv_type = kv_type,
                                             .mock_prefill_tps = mock_p, .mock_decode_tps = mock_d};
     struct weft_server *s;
     if (weft_server_create(m, &sc, &s) != WEFT_OK) {

@@ -1,4 +1,4 @@
-"""The KV block stream format v2 (base/kv_block.h), read and written in
+"""The KV block stream format v3 (base/kv_block.h), read and written in
 Python for the tests that play a peer, honest or hostile: reframe a real
 stream, forge a header or a block, make MACs under a fleet secret (or
 none), recompute CRCs so that only the check under test can refuse it."""
@@ -22,7 +22,7 @@ def crc32c(data, crc=0):
 
 
 FIXED = 72
-META = 80  # parent, hash, 16 token ids
+META = 88  # parent, hash, 16 token ids, block flags, reserved
 MAC = 32
 _FIELDS = ["magic", "version", "header_bytes", "fp_hi", "fp_lo", "block_tokens", "n_layer", "layer0", "n_layers",
            "n_blocks", "payload_bytes", "flags", "n_layout", "r0", "r1"]

@@ -1,4 +1,4 @@
-"""KV blocks between two real instances through /v1/kv/blocks (format v2):
+"""KV blocks between two real instances through /v1/kv/blocks (format v3):
 blocks instance A computed, fetched by hash and pushed to instance B, serve
 B's prompt (cached tokens, the imported-hit counter, prefill computed only
 past them) with A's greedy answer; only a trusted key may fetch or push;
