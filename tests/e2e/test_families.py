@@ -74,3 +74,45 @@ def test_a_qwen3_prefix_is_served_from_redis_and_embeddings_work():
         a.stop()
         b.stop()
         redis.stop()
+
+
+GEMMA3 = os.path.join(os.path.dirname(ROOT), "shared", "models", "arch", "gemma3-F16.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(GEMMA3), reason=f"no {GEMMA3}")
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (scripts/install-deps.sh)")
+def test_gemma3_window_blocks_dropped_through_pd_and_redis():
+    """Gemma 3 (window 16): instances drop the blocks that leave each
+    sequence's window; a PD hand-off and a Redis reuse of a prompt many
+    windows long still give what one instance keeping every block
+    (--swa-full) gives, with the whole prefix hit."""
+    redis = Redis()
+    url = "unix://" + redis.sock
+    p = Server("--role", "prefill", "-c", "2048", "--kv-remote", url, model=GEMMA3, threads=1, cpu=0)
+    d = Server("--role", "decode", "-c", "2048", "--pd-idle-ms", "30000", model=GEMMA3, threads=1, cpu=1)
+    o = Server("-c", "2048", "--swa-full", model=GEMMA3, threads=1, cpu=1)
+    r = Router([p, d], "--pd-threshold", "64", "--pd-slack", "8")
+    b = None
+    try:
+        r.wait_ready(n_up=2)
+        text = prompt_of(3, 60)
+        ref = complete(o, text, max_tokens=80)
+        n = ref["usage"]["prompt_tokens"]
+        assert n >= 4 * 16
+        got = complete(r, text, max_tokens=80)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == n - tail_tokens(n)
+        assert r.metric("weft_router_pd_handoffs_total", {"result": "ok"}) == 1
+        assert d.metric("weft_kv_window_dropped_total") > 0
+        with pytest.raises(KeyError):
+            o.metric("weft_kv_window_blocks")  # --swa-full: one group
+        # the prefill instance wrote the prompt's blocks (window parts with them) to Redis
+        assert wait_metric(p, "weft_kv_remote_written_blocks_total", lambda v: v >= n // 16), "write-behind"
+        b = Server("--kv-remote", url, model=GEMMA3, threads=1, cpu=0)
+        got = complete(b, text, max_tokens=80)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16
+    finally:
+        for s in (r, p, d, o, b, redis):
+            if s is not None:
+                s.stop()
