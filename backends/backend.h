@@ -23,11 +23,12 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 5   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+#define WEFT_BACKEND_API_VERSION 6   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
-                                      *    behaviour before them */
+                                      *    behaviour before them;
+                                      * 6: ATTENTION softcap, LOGITS softcap */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -136,6 +137,9 @@ struct weft_op_attention {
     /* api 5: sliding window: a row at position p attends only positions j
      * with p - j < window (llama.cpp's standard SWA mask); 0: all of 0..p */
     uint32_t window;
+    /* api 6: soft-capped scores (Gemma 2), as ggml's flash attention forms
+     * them: s = softcap · tanh(q·k · (scale / softcap)); 0: s = q·k · scale */
+    float softcap;
 };
 /* GLU activations (api 5). GELU_TANH is ggml's CPU geglu: g(x) = 0 for
  * x <= -10, x for x >= 10, else half(gelu(half(x))) with
@@ -153,6 +157,10 @@ struct weft_op_logits {
     struct weft_view rows;          /* I32 row indices, ne0 = n_out */
     struct weft_view norm_w, w, out;/* out [n_out, n_vocab] F32 */
     float eps;
+    /* api 6: soft-capped logits (Gemma 2 and 4's final_logit_softcapping), as
+     * llama.cpp's graph forms them: out = tanh(l · (1 / softcap)) · softcap;
+     * 0: out = l */
+    float softcap;
 };
 
 struct weft_op {

@@ -34,6 +34,7 @@ struct weft_kc_attn {
     int n_split, min_chunk;
     float *part;
     int64_t window;   /* 0: none */
+    float softcap;    /* 0: none; else scale came divided by it (ggml's flash attention form) */
 };
 
 /* element d of a cached head row: F16, or Q8_0 blocks of 32 (34 bytes) */
@@ -86,6 +87,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
             if (d < hd) s = fmaf(qv[j], weft_kv_elem<KVT>(kr, d), s);
         }
         s = weft_group_sum<32>(s) * a.scale;
+        if (a.softcap != 0.0f) s = a.softcap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             ms = expf(M - s);   /* 0 on the first position (M = -inf) */

@@ -90,6 +90,9 @@ int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_l
                 int64_t R, int64_t K, void *stream);
 int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
                 int64_t K, void *stream);
+/* api 6: LOGITS' soft-cap, in place: x = tanh(x · (1 / cap)) · cap over R
+ * rows of K (ld apart) */
+int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream);
 
 /* One layer of the paged KV cache (backends/backend.h). */
 struct weft_gk_kv {
@@ -130,6 +133,7 @@ struct weft_gk_attn_args {
     int n_head;
     float scale;
     uint32_t window;              /* api 5: a row at position p attends p - window < j <= p; 0: 0..p */
+    float softcap;                /* api 6: s = softcap · tanh(q·k · scale / softcap); 0: none */
 };
 /* How many splits of the context for n_rows x n_head units on n_mp
  * multiprocessors (SMs, compute units); shapes only, so a graph of the

@@ -44,7 +44,8 @@ extern "C" int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split,
     k.n_rows = a->n_rows;
     k.n_head = a->n_head;
     k.group = a->n_head / a->kv.n_kv;
-    k.scale = a->scale;
+    k.scale = a->softcap != 0.0f ? a->scale / a->softcap : a->scale;
+    k.softcap = a->softcap;
     k.n_split = n_split < 1 ? 1 : n_split;
     k.min_chunk = ATTN_MIN_CHUNK;
     k.part = (float *)scratch;

@@ -84,6 +84,14 @@ extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b
     return weft_launch_error();
 }
 
+extern "C" int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream)
+{
+    if (R <= 0) return 0;
+    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
+    weft_k_softcap<<<grid, 256, 0, (weft_stream_t)stream>>>(x, ld, K, cap, 1.0f / cap);
+    return weft_launch_error();
+}
+
 extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld,
                                const int32_t *pos, const int32_t *slot, int64_t R, int n_head, int n_rot,
                                float theta_scale, float freq_scale, int neox,

@@ -117,6 +117,14 @@ static __global__ void weft_k_glu(const float *g, size_t g_ld, const float *u, s
     out[r * out_ld + k] = y;
 }
 
+static __global__ void weft_k_softcap(float *x, size_t ld, int64_t K, float cap, float inv)
+{
+    const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= K) return;
+    float *p = x + r * ld + k;
+    *p = tanhf(*p * inv) * cap;
+}
+
 static __global__ void weft_k_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
                            int64_t K)
 {

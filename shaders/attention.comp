@@ -39,6 +39,8 @@ layout(push_constant) uniform P {
     uint n_head, n_kv, hd, n_layer, layer;
     float scale;
     uint window;   /* sliding window: positions pos - window + 1 .. pos; 0: all of 0..pos */
+    float softcap; /* soft-capped scores: s = softcap * tanh(dot * scale), scale already
+                    * divided by it (ggml's flash attention form); 0: none */
 } p;
 
 shared float qs[512];
@@ -231,7 +233,7 @@ void main()
                 }
 #endif
                 precise float sd = dot * p.scale;
-                s = sd;
+                s = p.softcap != 0.0 ? p.softcap * tanh(sd) : sd;
             }
 #ifdef KV_Q8_0
             const float m_new = max(M, reduce_max(s));

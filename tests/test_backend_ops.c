@@ -295,6 +295,18 @@ static void embed_and_logits_match_reference(void)
             ok = vs_cpu(row, lg, 2 * V, 4 * mm_tol(t)) && ok;
             mark(row, ok ? PASS : FAIL);
         }
+        /* the same logits soft-capped at 2 (api 6): tanh(l / 2) · 2 */
+        snprintf(row, sizeof row, "LOGITS softcap %s", weft_type_name(t));
+        lo.u.logits.softcap = 2.0f;
+        if (supported(&lo, row)) {
+            bool ok = run_ops(&lo, 1) && gread(bl, lg, row);
+            for (int i = 0; i < 2 * V; i++) lref[i] = 2.0 * tanh(lref[i] / 2.0);
+            double e = nmse(lg, lref, 2 * V);
+            CHECK_MSG(e < mm_tol(t), "%s logits softcap %s: nmse %.3g", bi->name, weft_type_name(t), e);
+            ok = ok && e < mm_tol(t);
+            ok = vs_cpu(row, lg, 2 * V, 4 * mm_tol(t)) && ok;
+            mark(row, ok ? PASS : FAIL);
+        }
         bi->buffer_free(bt); bi->buffer_free(bi_); gfree(bo);
         bi->buffer_free(bg); bi->buffer_free(br); gfree(bl);
         free(tab); free(td); free(out); free(ref);
@@ -574,11 +586,16 @@ static void rope_scaling_matches_formulas(void)
 static void rope_and_paged_attention_match_reference(void)
 {
     rng = 0x456789aull;
-    for (int c = 0; c < 3; c++) {
-        /* normal rope; neox rope; neox rope and a sliding window of 7 (api 5) */
+    for (int c = 0; c < 4; c++) {
+        /* normal rope; neox rope; neox rope and a sliding window of 7 (api 5);
+         * neox rope and scores soft-capped at 0.5 (api 6) */
         const int mode = c >= 1;
         const uint32_t window = c == 2 ? 7 : 0;
-        const char *row = c == 2 ? "ATTENTION window" : mode ? "ROPE_KV neox + ATTENTION" : "ROPE_KV normal + ATTENTION";
+        const float softcap = c == 3 ? 0.5f : 0.0f;
+        const char *row = c == 3   ? "ATTENTION softcap"
+                          : c == 2 ? "ATTENTION window"
+                          : mode   ? "ROPE_KV neox + ATTENTION"
+                                   : "ROPE_KV normal + ATTENTION";
         enum { NL = 2, LAYER = 1, NH = 6, NKV = 2, HD = 64, NBLK = 8 };
         const int n_rot = HD;
         const float base = 10000.0f;
@@ -620,7 +637,7 @@ static void rope_and_paged_attention_match_reference(void)
             .n_rot = n_rot, .freq_base = base, .freq_scale = 1.0f, .mode = (enum weft_rope_mode)mode};
         ops[1].u.attention = (struct weft_op_attention){
             .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = gview(bo, WEFT_TYPE_F32, NH * HD, R),
-            .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f, .window = window};
+            .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f, .window = window, .softcap = softcap};
         bool ok = false;
         if (supported(&ops[0], row) && supported(&ops[1], row)) ok = run_ops(ops, 2) && gread(bo, out, row);
         else memset(out, 0, sizeof out);
@@ -658,7 +675,7 @@ static void rope_and_paged_attention_match_reference(void)
                     size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
                     double d = 0;
                     for (int i = 0; i < HD; i++) d += qr[r][h][i] * weft_half_to_f32(cache[off + i]);
-                    sc[p] = d * 0.125;
+                    sc[p] = softcap ? softcap * tanh(d * 0.125 / softcap) : d * 0.125;
                     if (sc[p] > mx) mx = sc[p];
                 }
                 for (int p = p_first; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
@@ -675,7 +692,7 @@ static void rope_and_paged_attention_match_reference(void)
         if (ran) {
             double e = nmse(out, ref, R * NH * HD);
             printf("  %s attention (%s rope%s): nmse %.3g\n", bi->name, mode ? "neox" : "normal",
-                   window ? ", window 7" : "", e);
+                   window ? ", window 7" : softcap ? ", soft-cap 0.5" : "", e);
             CHECK_MSG(e < 1e-5, "%s rope+attention mode %d: nmse %.3g", bi->name, mode, e);
             ok = ok && e < 1e-5;
             ok = vs_cpu(row, out, R * NH * HD, 1e-5) && ok;
@@ -772,6 +789,8 @@ static const char *const required[] = {
     /* api 5's fields (the qwen2 and gemma3 families) */
     "MATMUL bias F32", "MATMUL bias F16", "MATMUL bias Q8_0", "MATMUL bias Q4_K", "GLU gelu_tanh", "EMBED scale",
     "ATTENTION window", "ROPE_KV linear", "ROPE_KV freq_factors (LongRoPE)", "ROPE_KV yarn",
+    /* api 6's (Gemma 2 and 4's soft-capping) */
+    "ATTENTION softcap", "LOGITS softcap F16", "LOGITS softcap Q8_0", "LOGITS softcap Q4_K",
 };
 
 static void print_matrix(void)

@@ -113,6 +113,12 @@ int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float 
 {
     return called("add", stream);
 }
+static float last_softcap;
+int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream)
+{
+    last_softcap = cap;
+    return called("softcap", stream);
+}
 int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
                     const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
                     int neox, const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream)
@@ -282,6 +288,12 @@ static void logits_norm_into_scratch_then_matmul_after_it(void)
     CHECK(last_mm.bias == NULL);   /* LOGITS has no bias */
     /* the matmul's own scratch after the normalised rows, 256-aligned */
     CHECK(last_scratch == gpu.scratch + weft_gpu_align256(3 * 64 * sizeof(float)));
+    /* api 6: soft-capped, one more launch after the matmul, as given */
+    reset();
+    o->softcap = 30.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK_EQ_INT(n_calls, 3);
+    CHECK(!strcmp(last, "softcap") && last_softcap == 30.0f);
 }
 
 static void rope_theta_as_the_cpu_and_kv_description(void)
@@ -409,6 +421,10 @@ static void attention_splits_from_the_hooks(void)
     o->window = 1;
     CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
     CHECK_EQ_INT(last_attn.window, 1);
+    o->softcap = 50.0f;  /* api 6: passed as given (the launcher divides the scale) */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_attn.softcap == 50.0f && last_attn.scale == o->scale);
+    o->softcap = 0.0f;
     o->window = 0xfffffff0u;
     CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
     CHECK(last_attn.window == 0xfffffff0u);

@@ -94,7 +94,8 @@ struct step {
 
 /* api5: the same step with every api 5 field set (EMBED scale, q/k/v
  * biases at non-zero offsets, RoPE freq factors + YaRN + attn_factor, an
- * attention window shorter than sequence 1's context, GeGLU) */
+ * attention window shorter than sequence 1's context, GeGLU; and api 6's
+ * attention and logits soft-caps) */
 static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bool api5)
 {
     memset(s, 0, sizeof *s);
@@ -195,7 +196,8 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
         weft_rope_yarn_corr_dims(HD, 32, 10000.0f, 32.0f, 1.0f, o->corr_dims);
     }
     (++op)->kind = WEFT_OP_ATTENTION;
-    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, api5 ? 20 : 0};
+    op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, api5 ? 20 : 0,
+                                                 api5 ? 0.5f : 0.0f};  /* api 6's soft-cap with api 5's fields */
     MM(s->wo, WEFT_TYPE_F16, E, E, A(oatt, E), A(ox, E), true);
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -209,7 +211,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
     (++op)->kind = WEFT_OP_LOGITS;
     op->u.logits = (struct weft_op_logits){A(ox, E), M(7, R), weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
                                            weft_view_2d(s->out_w, 0, WEFT_TYPE_F32, E, V),
-                                           weft_view_2d(s->logits, 0, WEFT_TYPE_F32, V, R), 1e-5f};
+                                           weft_view_2d(s->logits, 0, WEFT_TYPE_F32, V, R), 1e-5f, api5 ? 2.0f : 0.0f};
     s->n = (size_t)(op - s->ops) + 1;
 #undef A
 #undef M
@@ -324,7 +326,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
-            n_head, 1.0f / sqrtf((float)hd), window};
+            n_head, 1.0f / sqrtf((float)hd), window, 0.0f};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bo, outs[k], sizeof(float) * qn);

@@ -117,6 +117,7 @@ static void dump_op(struct dump *d, const struct weft_op *op)
         kvv(d, &o->kv); batch(d, &o->batch);
         put(d, " heads=%u scale=%a", o->n_head, o->scale);
         if (o->window) put(d, " window=%u", o->window);
+        if (o->softcap != 0) put(d, " softcap=%a", o->softcap);
         break;
     }
     case WEFT_OP_SILU_MUL:
@@ -137,6 +138,7 @@ static void dump_op(struct dump *d, const struct weft_op *op)
         view(d, "x", &o->x); view(d, "rows", &o->rows); view(d, "norm", &o->norm_w); view(d, "w", &o->w);
         view(d, "out", &o->out);
         put(d, " eps=%a", o->eps);
+        if (o->softcap != 0) put(d, " softcap=%a", o->softcap);
         break;
     }
     default:

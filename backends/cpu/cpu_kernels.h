@@ -135,6 +135,7 @@ struct weft_cpu_attn_args {
     float scale;
     int64_t p_first;           /* the first position attended (a sliding window); the
                                 * table forms (attn_row, attn_group) take 0 only */
+    float softcap;             /* scores soft-capped (backend.h); the table forms take 0 only */
 };
 /* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
  * weft_cpu_attn_row_generic. */

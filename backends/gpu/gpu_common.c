@@ -311,7 +311,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
         put_view(k, &o->q); put_view(k, &o->out); put_kv(k, &o->kv); put_batch(k, &o->batch);
-        put(k, o->n_head); put_f(k, o->scale); put(k, o->window);
+        put(k, o->n_head); put_f(k, o->scale); put(k, o->window); put_f(k, o->softcap);
         break;
     }
     case WEFT_OP_SILU_MUL:
@@ -328,7 +328,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
     case WEFT_OP_LOGITS: {
         const struct weft_op_logits *o = &op->u.logits;
         put_view(k, &o->x); put_view(k, &o->rows); put_view(k, &o->norm_w); put_view(k, &o->w); put_view(k, &o->out);
-        put_f(k, o->eps);
+        put_f(k, o->eps); put_f(k, o->softcap);
         break;
     }
     default:

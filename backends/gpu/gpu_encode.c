@@ -73,7 +73,7 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                       weft_gpu_ld(&o->out), kv_desc(&o->kv), weft_gpu_i32(&o->batch.pos),
                                       weft_gpu_i32(&o->batch.seq), weft_gpu_i32(&o->batch.bt_off),
                                       weft_gpu_i32(&o->batch.bt), o->batch.n_rows, (int)o->n_head, o->scale,
-                                      o->window};
+                                      o->window, o->softcap};
         return weft_gk_attention(&a, weft_gpu_attn_splits(g, o), g->scratch, st);
     }
     case WEFT_OP_SILU_MUL: {
@@ -109,7 +109,9 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
         if (e) return e;
         struct weft_gk_mm m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0, o->w.ne1, n_out, normed,
                                (size_t)K, weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), NULL, 0, NULL};
-        return weft_gk_matmul(&m, g->scratch + weft_gpu_logits_norm_bytes(o), st);
+        e = weft_gk_matmul(&m, g->scratch + weft_gpu_logits_norm_bytes(o), st);
+        if (e || o->softcap == 0.0f) return e;
+        return weft_gk_softcap(weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), n_out, o->out.ne0, o->softcap, st);
     }
     default:
         return g->hooks->err_invalid;

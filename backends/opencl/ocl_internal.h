@@ -34,14 +34,14 @@
 
 enum ocl_kernel {
     OK_EMBED, OK_RMSNORM, OK_LOGITS_NORM, OK_SILU_MUL, OK_ADD, OK_MM_VEC, OK_MM_TILE, OK_ROPE_KV, OK_ATTENTION,
-    OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_MM_EXACT_Q4, OK_COUNT_
+    OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_MM_EXACT_Q4, OK_SOFTCAP, OK_COUNT_
 };
 
 /* the work-group size (items) each kernel is launched with (ocl_ops.c) */
 static const int ocl_kernel_wg[OK_COUNT_] = {
     [OK_EMBED] = 64, [OK_RMSNORM] = 64, [OK_LOGITS_NORM] = 64, [OK_SILU_MUL] = 64, [OK_ADD] = 64, [OK_MM_VEC] = 64,
     [OK_MM_TILE] = 256, [OK_ROPE_KV] = 64, [OK_ATTENTION] = 64, [OK_MM_EXACT_F] = 64, [OK_QUANT_ACT] = 64,
-    [OK_MM_EXACT_Q] = 64, [OK_MM_EXACT_Q4] = 64,
+    [OK_MM_EXACT_Q] = 64, [OK_MM_EXACT_Q4] = 64, [OK_SOFTCAP] = 64,
 };
 
 struct ocl_arena {

@@ -352,7 +352,17 @@ static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits
     /* the normalised rows as a view of the scratch cl_mem */
     struct weft_buffer sb = {.ob = ob, .mem = ob->scratch, .off = 0, .size = ob->scratch_size};
     const struct weft_view xv = {&sb, 0, WEFT_TYPE_F32, K, n_out, (size_t)K * sizeof(float)};
-    return matmul(ob, &o->w, &xv, &o->out, NULL, NULL, n_out);
+    st = matmul(ob, &o->w, &xv, &o->out, NULL, NULL, n_out);
+    if (st != WEFT_OK || o->softcap == 0.0f) return st;
+    /* api 6: soft-capped, in place */
+    struct args c = {ob->k[OK_SOFTCAP], 0, CL_SUCCESS};
+    a_f32v(&c, &o->out);
+    a_i32(&c, o->out.ne0);
+    a_f32(&c, o->softcap);
+    a_f32(&c, 1.0f / o->softcap);
+    ocl_dirty(o->out.buf);
+    const size_t gc[2] = {up(o->out.ne0, 64), (size_t)n_out}, lc[2] = {64, 1};
+    return launch(ob, &c, "LOGITS", 2, gc, lc);
 }
 
 /* GeGLU's table (made once per device): every F16 value's GeLU-tanh in
@@ -600,9 +610,10 @@ static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_att
     a_f32v(&a, &o->out);
     a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
-    a_f32(&a, o->scale);
+    a_f32(&a, o->softcap != 0.0f ? o->scale / o->softcap : o->scale);
     /* a window past every int32 position masks nothing */
     a_i32(&a, o->window <= INT32_MAX ? (int64_t)o->window : 0);
+    a_f32(&a, o->softcap);
     a_buf(&a, &o->batch.pos);
     a_buf(&a, &o->batch.seq);
     a_buf(&a, &o->batch.bt_off);

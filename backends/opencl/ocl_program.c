@@ -19,7 +19,7 @@ static const char *const kernel_names[OK_COUNT_] = {
     [OK_SILU_MUL] = "silu_mul", [OK_ADD] = "add",         [OK_MM_VEC] = "mm_vec",
     [OK_MM_TILE] = "mm_tile", [OK_ROPE_KV] = "rope_kv",   [OK_ATTENTION] = "attention",
     [OK_MM_EXACT_F] = "mm_exact_f", [OK_QUANT_ACT] = "quant_act", [OK_MM_EXACT_Q] = "mm_exact_q",
-    [OK_MM_EXACT_Q4] = "mm_exact_q4",
+    [OK_MM_EXACT_Q4] = "mm_exact_q4", [OK_SOFTCAP] = "softcap",
 };
 
 /* The block layouts of base/types.h as -D options: the kernels hold no

@@ -224,9 +224,11 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
         uint32_t n_head, n_kv, hd, n_layer, layer;
         float scale;
         uint32_t window;   /* api 5: positions pos - window + 1 .. pos; 0: all */
+        float softcap;     /* api 6: s = softcap · tanh(q·k · scale / softcap); 0: none */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->out), stride(&o->out), elems(&o->batch.pos),
             elems(&o->batch.seq), elems(&o->batch.bt_off), elems(&o->batch.bt), o->batch.n_rows, o->n_head,
-            kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->scale, o->window};
+            kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->softcap != 0.0f ? o->scale / o->softcap : o->scale,
+            o->window, o->softcap};
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;

@@ -429,5 +429,17 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
     if (st != WEFT_OK) return st;
     struct weft_view out = l->out;
     out.ne1 = n_out;
-    return run_matmul(vb, &normed, &l->w, &out, NULL, NULL, n_out, scratch, normed_bytes);
+    st = run_matmul(vb, &normed, &l->w, &out, NULL, NULL, n_out, scratch, normed_bytes);
+    if (st != WEFT_OK || l->softcap == 0.0f) return st;
+    /* api 6: soft-capped, in place (softcap.comp) */
+    struct {
+        uint32_t o_off, o_rs, ne0, ne1;
+        float cap, inv;
+    } pc = {(uint32_t)(out.offset / 4), (uint32_t)(out.nb1 / 4), (uint32_t)out.ne0, (uint32_t)n_out, l->softcap,
+            1.0f / l->softcap};
+    struct vk_pipeline *ps = vk_pipeline_get(vb, "softcap", 1, sizeof pc, NULL, 0);
+    if (!ps) return WEFT_ERR_DEVICE;
+    const struct vk_bind ob[1] = {bind_of(&out, true)};
+    uint32_t gy = (uint32_t)(n_out < 65535 ? n_out : 65535);
+    return vk_dispatch(vb, ps, ob, 1, &pc, sizeof pc, (uint32_t)((out.ne0 + 255) / 256), gy, 1);
 }

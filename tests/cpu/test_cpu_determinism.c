@@ -102,7 +102,7 @@ static void logits_first_op(void)
                                                   weft_view_2d(br, 0, WEFT_TYPE_I32, NOUT, 1),
                                                   weft_view_2d(bn, 0, WEFT_TYPE_F32, E, 1),
                                                   weft_view_2d(bw, 0, WEFT_TYPE_F32, E, V),
-                                                  weft_view_2d(bo, 0, WEFT_TYPE_F32, V, NOUT), 1e-5f};
+                                                  weft_view_2d(bo, 0, WEFT_TYPE_F32, V, NOUT), 1e-5f, 0.0f};
             static float first[NOUT * V], again[NOUT * V];
             CHECK(run_read(be, &op, 1, bo, first, sizeof first));
             CHECK(run_read(be, &op, 1, bo, again, sizeof again));
@@ -162,7 +162,7 @@ static void op_list_first_step(void)
             ops[4].u.logits = (struct weft_op_logits){A(2), weft_view_2d(brw, 0, WEFT_TYPE_I32, NOUT, 1),
                                                       weft_view_2d(bn, 0, WEFT_TYPE_F32, E, 1),
                                                       weft_view_2d(bw, 0, WEFT_TYPE_F32, E, V),
-                                                      weft_view_2d(bo, 0, WEFT_TYPE_F32, V, NOUT), 1e-5f};
+                                                      weft_view_2d(bo, 0, WEFT_TYPE_F32, V, NOUT), 1e-5f, 0.0f};
 #undef A
             static float first[NOUT * V], again[NOUT * V];
             CHECK(run_read(be, ops, 5, bo, first, sizeof first));

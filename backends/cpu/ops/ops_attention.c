@@ -202,7 +202,9 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  *    AVX-512 body uses _mm512_fmadd_ps; the scalar tail, all of it for
  *    head_dim < 64, is contracted by GCC the same way);
  *  - S = S*ms + vs is contracted by GCC into fma(S, ms, vs);
- *  - the output is float(acc) * (1/S).
+ *  - the output is float(acc) * (1/S);
+ *  - with a soft-cap c, scale is divided by c first and s = c * tanhf(s)
+ *    (ggml's logit_softcap, libm's tanhf).
  * Each of the three fusions was needed for stories260K / synth256 greedy
  * logprobs to match llama.cpp: F16 rounding turns a last-bit difference
  * into a visible one. kern->attn_row (where the table has one) computes
@@ -211,6 +213,7 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
 {
     const weft_cpu_dot_fn dot_f16 = kern->dot[WEFT_TYPE_F16];
     const uint32_t hd = a->hd;
+    const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
     weft_half qh16[512], acc16[512];
     for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(a->q[d]);
     float M = -INFINITY, S = 0.0f;
@@ -218,7 +221,8 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
     for (int64_t p = a->p_first; p < a->n_pos; p++) {
         const uint8_t *kr = attn_k_row(a, p);
         const weft_half *k = (const weft_half *)kr, *v = (const weft_half *)(kr + a->v_off);
-        float s = dot_f16(k, qh16, hd) * a->scale;
+        float s = dot_f16(k, qh16, hd) * scale;
+        if (cap != 0.0f) s = cap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             float Mold = M;
@@ -243,6 +247,7 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
 {
     const weft_cpu_dot_fn dot = kern->dot[WEFT_TYPE_Q8_0];
     const uint32_t hd = a->hd;
+    const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
     struct weft_block_q8_0 qq[512 / 32];
     float acc[512], vr[512];
     weft_quantize_row_act(WEFT_TYPE_Q8_0, a->q, qq, hd);
@@ -250,7 +255,8 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
     for (uint32_t d = 0; d < hd; d++) acc[d] = 0;
     for (int64_t p = a->p_first; p < a->n_pos; p++) {
         const uint8_t *k = attn_k_row(a, p);
-        float s = dot(k, qq, hd) * a->scale;
+        float s = dot(k, qq, hd) * scale;
+        if (cap != 0.0f) s = cap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             float Mold = M;
@@ -281,7 +287,7 @@ static void attention_job(void *ctx, int ith, int nth)
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* grouped where there are enough (row, KV head) units to share out
      * (a decode step of one row keeps one head per part) */
-    const bool grouped = fast && !o->window && kern->attn_group && group > 1 && group <= 16 &&
+    const bool grouped = fast && !o->window && o->softcap == 0.0f && kern->attn_group && group > 1 && group <= 16 &&
                          (int64_t)o->batch.n_rows * kv->n_kv_head >= 2 * (int64_t)nth;
     if (grouped) n = (int64_t)o->batch.n_rows * kv->n_kv_head; /* (row, KV head): its `group` heads at once */
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
@@ -307,10 +313,11 @@ static void attention_job(void *ctx, int ith, int nth)
                 .hd = hd,
                 .scale = o->scale,
                 .p_first = p_first,
+                .softcap = o->softcap,
             };
         if (grouped) kern->attn_group(a, (int)group);
         else if (q8) attn_row_q8_0(kern, &a[0]);
-        else if (fast && p_first == 0) kern->attn_row(&a[0]);
+        else if (fast && p_first == 0 && o->softcap == 0.0f) kern->attn_row(&a[0]);
         else weft_cpu_attn_row_generic(kern, &a[0]);
     }
 }

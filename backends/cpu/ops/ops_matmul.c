@@ -328,5 +328,14 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
     }
     const struct weft_view *w = &op->u.logits.w, *out = &op->u.logits.out, *add = NULL;
     /* normed stays at the start of scratch; matmul_group may grow (move) it */
-    return matmul_group(be, NULL, n_out, 1, &w, &out, &add, NULL, normed_bytes);
+    st = matmul_group(be, NULL, n_out, 1, &w, &out, &add, NULL, normed_bytes);
+    const float cap = op->u.logits.softcap;
+    if (st != WEFT_OK || cap == 0.0f) return st;
+    /* soft-capped: tanh(l · (1/c)) · c, as llama.cpp's scale, tanh, scale */
+    const float inv = 1.0f / cap;
+    for (int64_t i = 0; i < n_out; i++) {
+        float *l = cpu_row_f32(out, i);
+        for (int64_t v = 0; v < out->ne0; v++) l[v] = tanhf(l[v] * inv) * cap;
+    }
+    return WEFT_OK;
 }

@@ -157,10 +157,11 @@ inline float dot_q8(global const uchar *k, const char *qq, const float *qd, int 
  * sliding window (window > 0) pos[r] - window + 1 when that is above 0:
  * the CPU skips the masked positions in the same pass), as weft_cpu_attn_row_generic
  * (F16 cache: q rounded to F16, an F16 accumulator) and attn_row_q8_0 (Q8_0
- * cache: q quantized to Q8_0, an F32 accumulator). global (n_head, rows) */
+ * cache: q quantized to Q8_0, an F32 accumulator); soft-capped scores
+ * (softcap != 0) as the CPU's. global (n_head, rows) */
 kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uchar *o, ulong o_off, ulong o_ld,
                       global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
-                      int n_head, float scale, int window, global const uchar *pos_b, ulong pos_off,
+                      int n_head, float scale, int window, float softcap, global const uchar *pos_b, ulong pos_off,
                       global const uchar *seq_b, ulong seq_off, global const uchar *bto_b, ulong bto_off,
                       global const uchar *bt_b, ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
 {
@@ -208,7 +209,8 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
         const long slot = (long)bt[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK;
         global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, tok) + head_off;
         global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, tok) + head_off;
-        const float s = (kv_q8 ? dot_q8(kr, qq, qd, hd) : dot_f16(kr, q16, hd)) * scale;
+        float s = (kv_q8 ? dot_q8(kr, qq, qd, hd) : dot_f16(kr, q16, hd)) * scale;
+        if (softcap != 0.0f) s = softcap * tanh(s);  /* scale came divided by it (api 6, ggml's form) */
         float ms = 1.0f, vs = 1.0f;
         if (s > M) {
             const float Mold = M;

@@ -105,6 +105,16 @@ kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global cons
     *y = x / (1.0f + e) * m;
 }
 
+/* LOGITS' soft-cap (api 6), in place: o = tanh(o * inv) * cap, inv = 1 / cap
+ * (llama.cpp's scale, tanh, scale). global (K, rows) */
+kernel void softcap(global uchar *o, ulong o_off, ulong o_ld, int K, float cap, float inv)
+{
+    const int k = get_global_id(0), r = get_global_id(1);
+    if (k >= K) return;
+    global float *x = F32P(o, o_off) + r * o_ld + k;
+    *x = tanh(*x * inv) * cap;
+}
+
 kernel void add(global const uchar *a, ulong a_off, ulong a_ld, global const uchar *b, ulong b_off, ulong b_ld,
                 global uchar *o, ulong o_off, ulong o_ld, int K)
 {
