@@ -28,7 +28,8 @@
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
                                       *    behaviour before them;
-                                      * 6: ATTENTION softcap, LOGITS softcap */
+                                      * 6: ATTENTION softcap, LOGITS softcap, the KV view's
+                                      *    head_dim_v (K and V head dims apart) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -70,11 +71,15 @@ enum weft_rope_mode {
 };
 
 /* Paged KV cache, as the forward pass sees it. One buffer holds every block;
- * a block is WEFT_KV_BLOCK_TOKENS tokens of K and V for every layer:
- *   block b, layer l, K: offset ((b * n_layer + l) * 2 + 0) * block_layer_bytes
- *                     V: offset ((b * n_layer + l) * 2 + 1) * block_layer_bytes
- *   inside: [WEFT_KV_BLOCK_TOKENS][n_kv_head][head_dim] of `type`: F16, or Q8_0
- *   (each head a whole number of 34-byte blocks of 32; head_dim % 32 == 0).
+ * a block is WEFT_KV_BLOCK_TOKENS tokens of K and V for every layer. With KB
+ * the bytes of one layer's K in a block ([WEFT_KV_BLOCK_TOKENS][n_kv_head]
+ * [head_dim] of `type`) and VB its V's ([WEFT_KV_BLOCK_TOKENS][n_kv_head]
+ * [head_dim_v]):
+ *   block b, layer l, K: offset (b * n_layer + l) * (KB + VB)
+ *                     V: offset (b * n_layer + l) * (KB + VB) + KB
+ *   (with head_dim_v = head_dim: ((b * n_layer + l) * 2 + 0 or 1) * KB)
+ *   `type`: F16, or Q8_0 (each head a whole number of 34-byte blocks of 32;
+ *   head_dim and head_dim_v % 32 == 0).
  * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS)
  * (WEFT_KV_BLOCK_TOKENS: base/kv_block.h, the layout every tier shares). */
 struct weft_kv_view {
@@ -82,7 +87,15 @@ struct weft_kv_view {
     enum weft_type type;       /* F16 or Q8_0 */
     uint32_t n_layer, layer;   /* which layer this op touches */
     uint32_t n_kv_head, head_dim;
+    uint32_t head_dim_v;       /* api 6: V's head dim (ROPE_KV's v and ATTENTION's out are
+                                * n_kv_head / n_head heads of it); 0: head_dim */
 };
+
+/* V's head dim of a KV view. */
+static inline uint32_t weft_kv_head_dim_v(const struct weft_kv_view *kv)
+{
+    return kv->head_dim_v ? kv->head_dim_v : kv->head_dim;
+}
 
 /* Per-step batch metadata, written by core into backend buffers:
  *   pos[r]   int32, position of row r in its sequence
@@ -113,7 +126,7 @@ struct weft_op_matmul {
     bool has_bias;
 };
 struct weft_op_rope_kv {
-    struct weft_view q, k, v;       /* [rows, n_head*hd], [rows, n_kv*hd] x2, F32 */
+    struct weft_view q, k, v;       /* [rows, n_head*hd], [rows, n_kv*hd], [rows, n_kv*hd_v], F32 */
     struct weft_kv_view kv;
     struct weft_batch_view batch;
     uint32_t n_head, n_rot;
@@ -129,7 +142,7 @@ struct weft_op_rope_kv {
     float corr_dims[2];
 };
 struct weft_op_attention {
-    struct weft_view q, out;        /* [rows, n_head*hd] F32 */
+    struct weft_view q, out;        /* [rows, n_head*hd], [rows, n_head*hd_v] F32 */
     struct weft_kv_view kv;
     struct weft_batch_view batch;
     uint32_t n_head;

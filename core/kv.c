@@ -888,7 +888,7 @@ struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t l
     uint32_t n = win ? kv->n_wparts : kv->n_parts, i = kv->lidx[layer], p = 0;
     while (p + 1 < n && i >= parts[p].layer0 + parts[p].n_layer) p++;
     const struct weft_kv_part *kp = &parts[p];
-    struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, i - kp->layer0, kv->n_kv_head, kv->head_dim};
+    struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, i - kp->layer0, kv->n_kv_head, kv->head_dim, 0};
     return v;
 }
 

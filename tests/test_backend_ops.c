@@ -547,7 +547,7 @@ static void rope_scaling_matches_formulas(void)
         struct weft_buffer *bv = upload(v, sizeof v), *bff = upload(ff, sizeof ff);
         struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
         struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
-        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, 0, 1, HD};
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, 0, 1, HD, 0};
         struct weft_batch_view batch = {R, 1, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
                                         weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 1, 1),
                                         weft_view_2d(bbt, 0, WEFT_TYPE_I32, 1, 1)};
@@ -586,20 +586,27 @@ static void rope_scaling_matches_formulas(void)
 static void rope_and_paged_attention_match_reference(void)
 {
     rng = 0x456789aull;
-    for (int c = 0; c < 4; c++) {
+    for (int c = 0; c < 5; c++) {
         /* normal rope; neox rope; neox rope and a sliding window of 7 (api 5);
-         * neox rope and scores soft-capped at 0.5 (api 6) */
+         * neox rope and scores soft-capped at 0.5 (api 6); neox rope with V
+         * heads of 32 beside K's 64 (api 6: head_dim_v) */
         const int mode = c >= 1;
         const uint32_t window = c == 2 ? 7 : 0;
         const float softcap = c == 3 ? 0.5f : 0.0f;
-        const char *row = c == 3   ? "ATTENTION softcap"
+        const char *row = c == 4   ? "ROPE_KV + ATTENTION head_dim_v"
+                          : c == 3 ? "ATTENTION softcap"
                           : c == 2 ? "ATTENTION window"
                           : mode   ? "ROPE_KV neox + ATTENTION"
                                    : "ROPE_KV normal + ATTENTION";
         enum { NL = 2, LAYER = 1, NH = 6, NKV = 2, HD = 64, NBLK = 8 };
+        const int HDV = c == 4 ? 32 : HD;
         const int n_rot = HD;
         const float base = 10000.0f;
-        size_t layer_bytes = (size_t)WEFT_KV_BLOCK_TOKENS * NKV * HD * 2, blk_bytes = layer_bytes * 2 * NL;
+        /* a layer's K then V in a block (backend.h), in halves */
+        const size_t kb = (size_t)WEFT_KV_BLOCK_TOKENS * NKV * HD, vb = (size_t)WEFT_KV_BLOCK_TOKENS * NKV * HDV;
+        size_t blk_bytes = (kb + vb) * 2 * NL;
+#define KV_AT(sl, which) ((((size_t)((sl) / 16) * NL + LAYER) * (kb + vb)) + ((which) ? kb : 0) + \
+                          (size_t)((sl) % 16) * NKV * ((which) ? HDV : HD))
         /* seq 0 holds positions 0..19 in blocks {5, 2}; its new rows are 20..24 (block 7 added)
          * seq 1 holds positions 0..8 in block {0}; its new row is 9 */
         int32_t bt[] = {5, 2, 7, 0}, bt_off[] = {0, 3};
@@ -613,30 +620,31 @@ static void rope_and_paged_attention_match_reference(void)
             for (int p = 0; p < (s ? 9 : 20); p++) {
                 int sl = bt[bt_off[s] + p / 16] * 16 + p % 16;
                 for (int which = 0; which < 2; which++) {
-                    size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2 + which) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD;
-                    for (int i = 0; i < NKV * HD; i++) cache[off + i] = weft_f32_to_half(frand());
+                    size_t off = KV_AT(sl, which);
+                    for (int i = 0; i < NKV * (which ? HDV : HD); i++) cache[off + i] = weft_f32_to_half(frand());
                 }
             }
         static float q[R * NH * HD], k[R * NKV * HD], v[R * NKV * HD], out[R * NH * HD];
         static double ref[R * NH * HD];
         for (int i = 0; i < R * NH * HD; i++) q[i] = frand();
-        for (int i = 0; i < R * NKV * HD; i++) { k[i] = frand(); v[i] = frand(); }
+        for (int i = 0; i < R * NKV * HD; i++) k[i] = frand();
+        for (int i = 0; i < R * NKV * HDV; i++) v[i] = frand();
         struct weft_buffer *bc = upload(cache, blk_bytes * NBLK), *bq = upload(q, sizeof q), *bk = upload(k, sizeof k);
         struct weft_buffer *bv = upload(v, sizeof v);
         struct gbuf bo = gnew(NULL, sizeof out);
         struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
         struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
-        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, LAYER, NKV, HD};
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, LAYER, NKV, HD, c == 4 ? (uint32_t)HDV : 0};
         struct weft_batch_view batch = {R, 2, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
                                         weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 2, 1),
                                         weft_view_2d(bbt, 0, WEFT_TYPE_I32, 4, 1)};
         struct weft_op ops[2] = {{.kind = WEFT_OP_ROPE_KV}, {.kind = WEFT_OP_ATTENTION}};
         ops[0].u.rope_kv = (struct weft_op_rope_kv){
             .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .k = weft_view_2d(bk, 0, WEFT_TYPE_F32, NKV * HD, R),
-            .v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKV * HD, R), .kv = kv, .batch = batch, .n_head = NH,
+            .v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKV * HDV, R), .kv = kv, .batch = batch, .n_head = NH,
             .n_rot = n_rot, .freq_base = base, .freq_scale = 1.0f, .mode = (enum weft_rope_mode)mode};
         ops[1].u.attention = (struct weft_op_attention){
-            .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = gview(bo, WEFT_TYPE_F32, NH * HD, R),
+            .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = gview(bo, WEFT_TYPE_F32, NH * HDV, R),
             .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f, .window = window, .softcap = softcap};
         bool ok = false;
         if (supported(&ops[0], row) && supported(&ops[1], row)) ok = run_ops(ops, 2) && gread(bo, out, row);
@@ -658,12 +666,9 @@ static void rope_and_paged_attention_match_reference(void)
                     dst[b] = x0 * s + x1 * c;
                 }
             }
-            size_t koff = (((size_t)(slot[r] / 16) * NL + LAYER) * 2 + 0) * layer_bytes / 2 + (size_t)(slot[r] % 16) * NKV * HD;
-            size_t voff = koff + layer_bytes / 2;
-            for (int i = 0; i < NKV * HD; i++) {
-                cache[koff + i] = weft_f32_to_half((float)kr[i / HD][i % HD]);
-                cache[voff + i] = weft_f32_to_half(v[r * NKV * HD + i]);
-            }
+            size_t koff = KV_AT(slot[r], 0), voff = KV_AT(slot[r], 1);
+            for (int i = 0; i < NKV * HD; i++) cache[koff + i] = weft_f32_to_half((float)kr[i / HD][i % HD]);
+            for (int i = 0; i < NKV * HDV; i++) cache[voff + i] = weft_f32_to_half(v[r * NKV * HDV + i]);
         }
         for (int r = 0; r < R; r++)
             for (int h = 0; h < NH; h++) {
@@ -672,30 +677,30 @@ static void rope_and_paged_attention_match_reference(void)
                 const int p_first = window && pos[r] >= (int)window ? pos[r] - (int)window + 1 : 0;
                 for (int p = p_first; p <= pos[r]; p++) {
                     int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
-                    size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
+                    size_t off = KV_AT(sl, 0) + kvh * HD;
                     double d = 0;
                     for (int i = 0; i < HD; i++) d += qr[r][h][i] * weft_half_to_f32(cache[off + i]);
                     sc[p] = softcap ? softcap * tanh(d * 0.125 / softcap) : d * 0.125;
                     if (sc[p] > mx) mx = sc[p];
                 }
                 for (int p = p_first; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
-                for (int i = 0; i < HD; i++) {
+                for (int i = 0; i < HDV; i++) {
                     double o = 0;
                     for (int p = p_first; p <= pos[r]; p++) {
                         int sl = bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
-                        size_t off = (((size_t)(sl / 16) * NL + LAYER) * 2 + 1) * layer_bytes / 2 + (size_t)(sl % 16) * NKV * HD + kvh * HD;
+                        size_t off = KV_AT(sl, 1) + kvh * HDV;
                         o += sc[p] / sum * weft_half_to_f32(cache[off + i]);
                     }
-                    ref[(r * NH + h) * HD + i] = o;
+                    ref[(r * NH + h) * HDV + i] = o;
                 }
             }
         if (ran) {
-            double e = nmse(out, ref, R * NH * HD);
+            double e = nmse(out, ref, R * NH * HDV);
             printf("  %s attention (%s rope%s): nmse %.3g\n", bi->name, mode ? "neox" : "normal",
-                   window ? ", window 7" : softcap ? ", soft-cap 0.5" : "", e);
+                   window ? ", window 7" : softcap ? ", soft-cap 0.5" : c == 4 ? ", V heads of 32" : "", e);
             CHECK_MSG(e < 1e-5, "%s rope+attention mode %d: nmse %.3g", bi->name, mode, e);
             ok = ok && e < 1e-5;
-            ok = vs_cpu(row, out, R * NH * HD, 1e-5) && ok;
+            ok = vs_cpu(row, out, R * NH * HDV, 1e-5) && ok;
             /* the cache the backend wrote equals the reference's up to F16 rounding, and
              * nothing else in it changed (every block of the buffer is compared) */
             uint16_t *got = malloc(blk_bytes * NBLK);
@@ -711,6 +716,7 @@ static void rope_and_paged_attention_match_reference(void)
         gfree(bo);
         struct weft_buffer *all[] = {bc, bq, bk, bv, bpos, bseq, bslot, bbo, bbt};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bi->buffer_free(all[i]);
+#undef KV_AT
     }
 }
 
@@ -791,6 +797,7 @@ static const char *const required[] = {
     "ATTENTION window", "ROPE_KV linear", "ROPE_KV freq_factors (LongRoPE)", "ROPE_KV yarn",
     /* api 6's (Gemma 2 and 4's soft-capping) */
     "ATTENTION softcap", "LOGITS softcap F16", "LOGITS softcap Q8_0", "LOGITS softcap Q4_K",
+    "ROPE_KV + ATTENTION head_dim_v",
 };
 
 static void print_matrix(void)

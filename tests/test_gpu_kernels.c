@@ -159,7 +159,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
 #define A(off, cols) weft_view_2d(s->act, off, WEFT_TYPE_F32, cols, R)
 #define M(idx, n) weft_view_2d(s->meta, (idx) * 16, WEFT_TYPE_I32, n, 1)
     /* meta (int32): ids@0, pos@16, seq@32, slot@48, bt_off@64, bt@80 (6), rows@112 bytes */
-    struct weft_kv_view kv = {s->cache, WEFT_TYPE_F16, NL, 0, NKV, HD};
+    struct weft_kv_view kv = {s->cache, WEFT_TYPE_F16, NL, 0, NKV, HD, 0};
     struct weft_batch_view batch = {R, 2, M(1, R), M(2, R), M(3, R), M(4, 2), weft_view_2d(s->meta, 80, WEFT_TYPE_I32, 6, 1)};
     struct weft_op *op = s->ops;
     op->kind = WEFT_OP_EMBED;
@@ -322,7 +322,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
         struct weft_op op = {.kind = WEFT_OP_ATTENTION};
         op.u.attention = (struct weft_op_attention){
             weft_view_2d(bq, 0, WEFT_TYPE_F32, n_head * hd, nrows), weft_view_2d(bo, 0, WEFT_TYPE_F32, n_head * hd, nrows),
-            {bc, kvt, nl, layer, n_kv, hd},
+            {bc, kvt, nl, layer, n_kv, hd, 0},
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
@@ -719,7 +719,7 @@ static void rope_run(struct weft_backend *be, const struct rope_case *c, const f
     o->q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NHR * HDR, RR);
     o->k = weft_view_2d(bk, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
     o->v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
-    o->kv = (struct weft_kv_view){bc, c->kvt, NLR, 1, NKVR, HDR};
+    o->kv = (struct weft_kv_view){bc, c->kvt, NLR, 1, NKVR, HDR, 0};
     o->batch = (struct weft_batch_view){RR, 1, weft_view_2d(bm, 0, WEFT_TYPE_I32, RR, 1),
                                         weft_view_2d(bm, 4 * RR, WEFT_TYPE_I32, RR, 1),
                                         weft_view_2d(bm, 8 * RR, WEFT_TYPE_I32, RR, 1),

@@ -227,7 +227,8 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ATTENTION: {
         const struct weft_kv_view *kv = op->kind == WEFT_OP_ROPE_KV ? &op->u.rope_kv.kv : &op->u.attention.kv;
         return kv->buf && kv->layer < kv->n_layer &&
-               (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
+               (kv->type == WEFT_TYPE_F16 ||
+                (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && weft_kv_head_dim_v(kv) % 32 == 0));
     }
     case WEFT_OP_SILU_MUL:
         return (op->u.silu_mul.act == WEFT_GLU_SILU || op->u.silu_mul.act == WEFT_GLU_GELU_TANH) &&

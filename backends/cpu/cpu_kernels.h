@@ -136,6 +136,12 @@ struct weft_cpu_attn_args {
     int64_t p_first;           /* the first position attended (a sliding window); the
                                 * table forms (attn_row, attn_group) take 0 only */
     float softcap;             /* scores soft-capped (backend.h); the table forms take 0 only */
+    /* V rows unlike K's (head_dim_v != head_dim; the table forms take none):
+     * v0 the head's V row of token 0 of physical block 0, v_tok_bytes a
+     * token's V row, hd_v its head dim (<= 512). v0 NULL: V is v_off after K */
+    const uint8_t *v0;
+    size_t v_tok_bytes;
+    uint32_t hd_v;             /* 0: hd */
 };
 /* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
  * weft_cpu_attn_row_generic. */

@@ -85,6 +85,7 @@ static bool freq_factors_ok(const struct weft_view *f, uint32_t n_rot)
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
     return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
+           weft_kv_head_dim_v(kv) == kv->head_dim &&  /* TODO(head_dim_v) */
            n_head % kv->n_kv_head == 0 &&
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
 }

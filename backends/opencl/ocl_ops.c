@@ -60,6 +60,7 @@ static uint64_t kv_blocks(const struct weft_kv_view *kv)
 static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
 {
     return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && kv->n_kv_head > 0 &&
+           weft_kv_head_dim_v(kv) == kv->head_dim &&  /* TODO(head_dim_v) */
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0)) &&
            i32_ok(&bv->pos, bv->n_rows) && i32_ok(&bv->slot, bv->n_rows) && i32_ok(&bv->seq, bv->n_rows);
 }

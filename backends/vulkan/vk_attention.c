@@ -41,7 +41,7 @@ static bool ids_ok(const struct vk_backend *vb, const struct weft_view *v, int64
 static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
 {
     if (!kv->buf || kv->layer >= kv->n_layer || kv->n_kv_head == 0 || kv->head_dim == 0 || kv->head_dim % 2 ||
-        kv->head_dim > MAX_HEAD_DIM)
+        kv->head_dim > MAX_HEAD_DIM || weft_kv_head_dim_v(kv) != kv->head_dim)  /* TODO(head_dim_v) */
         return false;
     size_t sz = vk_buffer_size(kv->buf);
     if (sz > vk_get_caps(vb)->max_storage_range) return false;

@@ -9,24 +9,26 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Bytes of one token's K (or V) row: n_kv_head heads of head_dim in the
- * cache type (F16, or Q8_0 blocks of 32). */
-static inline size_t kv_tok_bytes(const struct weft_kv_view *kv)
+/* Bytes of one token's K (which = 0) or V (which = 1) row: n_kv_head heads
+ * of head_dim (head_dim_v) in the cache type (F16, or Q8_0 blocks of 32). */
+static inline size_t kv_tok_bytes(const struct weft_kv_view *kv, int which)
 {
-    return weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim);
+    return weft_row_size(kv->type, (int64_t)kv->n_kv_head * (which ? weft_kv_head_dim_v(kv) : kv->head_dim));
 }
 
+/* Bytes of one layer's K and V in a block (backend.h's layout). */
 static inline size_t kv_layer_bytes(const struct weft_kv_view *kv)
 {
-    return (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv);
+    return (size_t)WEFT_KV_BLOCK_TOKENS * (kv_tok_bytes(kv, 0) + kv_tok_bytes(kv, 1));
 }
 
 /* Address of token `slot`'s K (which = 0) or V (which = 1) row of kv->layer. */
 static inline uint8_t *kv_row(const struct weft_kv_view *kv, int64_t slot, int which)
 {
     int64_t block = slot / WEFT_KV_BLOCK_TOKENS, off = slot % WEFT_KV_BLOCK_TOKENS;
-    size_t base = (((size_t)block * kv->n_layer + kv->layer) * 2 + (size_t)which) * kv_layer_bytes(kv);
-    return kv->buf->data + base + (size_t)off * kv_tok_bytes(kv);
+    size_t base = ((size_t)block * kv->n_layer + kv->layer) * kv_layer_bytes(kv) +
+                  (which ? (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv, 0) : 0);
+    return kv->buf->data + base + (size_t)off * kv_tok_bytes(kv, which);
 }
 
 static inline const int32_t *i32(const struct weft_view *v) { return (const int32_t *)cpu_ptr(v); }
@@ -67,11 +69,19 @@ WEFT_AVX2 static void rope_heads_fma(float *x, uint32_t n_heads, uint32_t hd, ui
 #endif
 #undef ROPE_HEADS_BODY
 
-/* The head's K row of position p of the sequence (its V row is v_off on). */
+/* The head's K row of position p of the sequence (its V row is v_off on
+ * when K and V rows are alike, else attn_v_row's). */
 static inline const uint8_t *attn_k_row(const struct weft_cpu_attn_args *a, int64_t p)
 {
     return a->k0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
            (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->tok_bytes;
+}
+
+static inline const uint8_t *attn_v_row(const struct weft_cpu_attn_args *a, int64_t p)
+{
+    if (!a->v0) return attn_k_row(a, p) + a->v_off;
+    return a->v0 + (size_t)a->bt[p / WEFT_KV_BLOCK_TOKENS] * a->block_bytes +
+           (size_t)(p % WEFT_KV_BLOCK_TOKENS) * a->v_tok_bytes;
 }
 
 struct attn_job { const struct weft_op *op; const struct weft_cpu_kernels *kern; const float *cs; };
@@ -92,7 +102,7 @@ static void rope_kv_job(void *ctx, int ith, int nth)
     const struct attn_job *j = ctx;
     const struct weft_op_rope_kv *o = &j->op->u.rope_kv;
     const struct weft_kv_view *kv = &o->kv;
-    uint32_t hd = kv->head_dim, nkv = kv->n_kv_head;
+    uint32_t hd = kv->head_dim, hdv = weft_kv_head_dim_v(kv), nkv = kv->n_kv_head;
     int64_t lo, hi;
     cpu_split(o->batch.n_rows, ith, nth, &lo, &hi);
     const int32_t *slot = i32(&o->batch.slot);
@@ -112,12 +122,12 @@ static void rope_kv_job(void *ctx, int ith, int nth)
         if (kv->type == WEFT_TYPE_Q8_0) {
             /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */
             weft_quantize_row(WEFT_TYPE_Q8_0, k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
-            weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hd);
+            weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
             continue;
         }
         /* the table's F16 conversion: round to nearest even, as weft_f32_to_half */
         to_f16(k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
-        to_f16(v, kv_row(kv, slot[r], 1), (int64_t)nkv * hd);
+        to_f16(v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
     }
 }
 
@@ -213,14 +223,14 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
 {
     const weft_cpu_dot_fn dot_f16 = kern->dot[WEFT_TYPE_F16];
     const uint32_t hd = a->hd;
+    const uint32_t hdv = a->hd_v ? a->hd_v : hd;
     const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
     weft_half qh16[512], acc16[512];
     for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(a->q[d]);
     float M = -INFINITY, S = 0.0f;
-    for (uint32_t d = 0; d < hd; d++) acc16[d] = 0;
+    for (uint32_t d = 0; d < hdv; d++) acc16[d] = 0;
     for (int64_t p = a->p_first; p < a->n_pos; p++) {
-        const uint8_t *kr = attn_k_row(a, p);
-        const weft_half *k = (const weft_half *)kr, *v = (const weft_half *)(kr + a->v_off);
+        const weft_half *k = (const weft_half *)attn_k_row(a, p), *v = (const weft_half *)attn_v_row(a, p);
         float s = dot_f16(k, qh16, hd) * scale;
         if (cap != 0.0f) s = cap * tanhf(s);
         float ms = 1.0f, vs = 1.0f;
@@ -228,15 +238,15 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
             float Mold = M;
             M = s;
             ms = expf(Mold - M);
-            kern->f16_scale(acc16, ms, hd);
+            kern->f16_scale(acc16, ms, hdv);
         } else {
             vs = expf(s - M);
         }
-        kern->f16_mad(acc16, v, vs, hd);
+        kern->f16_mad(acc16, v, vs, hdv);
         S = fmaf(S, ms, vs);
     }
     float inv = 1.0f / S;
-    for (uint32_t d = 0; d < hd; d++) a->out[d] = weft_half_to_f32(acc16[d]) * inv;
+    for (uint32_t d = 0; d < hdv; d++) a->out[d] = weft_half_to_f32(acc16[d]) * inv;
 }
 
 /* The same single pass over a Q8_0 cache, as ggml's flash attention does
@@ -247,12 +257,13 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
 {
     const weft_cpu_dot_fn dot = kern->dot[WEFT_TYPE_Q8_0];
     const uint32_t hd = a->hd;
+    const uint32_t hdv = a->hd_v ? a->hd_v : hd;
     const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
     struct weft_block_q8_0 qq[512 / 32];
     float acc[512], vr[512];
     weft_quantize_row_act(WEFT_TYPE_Q8_0, a->q, qq, hd);
     float M = -INFINITY, S = 0.0f;
-    for (uint32_t d = 0; d < hd; d++) acc[d] = 0;
+    for (uint32_t d = 0; d < hdv; d++) acc[d] = 0;
     for (int64_t p = a->p_first; p < a->n_pos; p++) {
         const uint8_t *k = attn_k_row(a, p);
         float s = dot(k, qq, hd) * scale;
@@ -262,16 +273,16 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
             float Mold = M;
             M = s;
             ms = expf(Mold - M);
-            for (uint32_t d = 0; d < hd; d++) acc[d] *= ms;
+            for (uint32_t d = 0; d < hdv; d++) acc[d] *= ms;
         } else {
             vs = expf(s - M);
         }
-        weft_dequantize_row(WEFT_TYPE_Q8_0, k + a->v_off, vr, hd);
-        for (uint32_t d = 0; d < hd; d++) acc[d] = fmaf(vr[d], vs, acc[d]);
+        weft_dequantize_row(WEFT_TYPE_Q8_0, attn_v_row(a, p), vr, hdv);
+        for (uint32_t d = 0; d < hdv; d++) acc[d] = fmaf(vr[d], vs, acc[d]);
         S = fmaf(S, ms, vs);
     }
     float inv = 1.0f / S;
-    for (uint32_t d = 0; d < hd; d++) a->out[d] = acc[d] * inv;
+    for (uint32_t d = 0; d < hdv; d++) a->out[d] = acc[d] * inv;
 }
 
 static void attention_job(void *ctx, int ith, int nth)
@@ -279,11 +290,12 @@ static void attention_job(void *ctx, int ith, int nth)
     const struct weft_op_attention *o = &((struct attn_job *)ctx)->op->u.attention;
     const struct weft_cpu_kernels *kern = ((struct attn_job *)ctx)->kern;
     const struct weft_kv_view *kv = &o->kv;
-    const uint32_t hd = kv->head_dim, group = o->n_head / kv->n_kv_head;
+    const uint32_t hd = kv->head_dim, hdv = weft_kv_head_dim_v(kv), group = o->n_head / kv->n_kv_head;
     const int32_t *pos = i32(&o->batch.pos), *seq = i32(&o->batch.seq), *bt_off = i32(&o->batch.bt_off);
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
-    const bool fast = !q8 && kern->attn_row && hd % 64 == 0 && hd <= 256;
-    const size_t head_bytes = weft_row_size(kv->type, hd);
+    /* the table forms: K and V rows alike */
+    const bool fast = !q8 && kern->attn_row && hd % 64 == 0 && hd <= 256 && hdv == hd;
+    const size_t head_bytes = weft_row_size(kv->type, hd), head_bytes_v = weft_row_size(kv->type, hdv);
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* grouped where there are enough (row, KV head) units to share out
      * (a decode step of one row keeps one head per part) */
@@ -296,6 +308,7 @@ static void attention_job(void *ctx, int ith, int nth)
         const int64_t r = grouped ? i / kv->n_kv_head : i / o->n_head;
         const uint32_t h = grouped ? (uint32_t)(i % kv->n_kv_head) * group : (uint32_t)(i % o->n_head);
         const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
+        const uint8_t *v0 = hdv != hd ? kv_row(kv, 0, 1) + (size_t)(h / group) * head_bytes_v : NULL;
         /* a sliding window: positions pos - window + 1 .. pos (ggml skips
          * the masked ones, -inf, in the same single pass) */
         const int64_t p_first = o->window && (int64_t)pos[r] >= (int64_t)o->window ? (int64_t)pos[r] - o->window + 1 : 0;
@@ -303,11 +316,14 @@ static void attention_job(void *ctx, int ith, int nth)
         for (uint32_t g = 0; g < (grouped ? group : 1); g++)
             a[g] = (struct weft_cpu_attn_args){
                 .q = cpu_row_f32(&o->q, r) + (size_t)(h + g) * hd,
-                .out = cpu_row_f32(&o->out, r) + (size_t)(h + g) * hd,
+                .out = cpu_row_f32(&o->out, r) + (size_t)(h + g) * hdv,
                 .k0 = k0,
-                .v_off = kv_layer_bytes(kv),
-                .block_bytes = (size_t)kv->n_layer * 2 * kv_layer_bytes(kv),
-                .tok_bytes = kv_tok_bytes(kv),
+                .v_off = (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv, 0),
+                .block_bytes = (size_t)kv->n_layer * kv_layer_bytes(kv),
+                .tok_bytes = kv_tok_bytes(kv, 0),
+                .v0 = v0,
+                .v_tok_bytes = kv_tok_bytes(kv, 1),
+                .hd_v = hdv,
                 .bt = i32(&o->batch.bt) + bt_off[seq[r]],
                 .n_pos = (int64_t)pos[r] + 1,
                 .hd = hd,
@@ -324,8 +340,9 @@ static void attention_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    if (op->u.attention.kv.head_dim > 512)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u > 512", op->u.attention.kv.head_dim);
+    if (op->u.attention.kv.head_dim > 512 || weft_kv_head_dim_v(&op->u.attention.kv) > 512)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u (V %u) > 512", op->u.attention.kv.head_dim,
+                          weft_kv_head_dim_v(&op->u.attention.kv));
     struct attn_job j = {op, be->kern, NULL};
     /* parts: as many as there are (row, head) pairs or threads; a part with
      * no grouped unit left simply returns */
