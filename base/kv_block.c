@@ -77,9 +77,13 @@ weft_status weft_kvb_keys_derive(const char *secret, const char *previous, struc
 #define MAX_PAYLOAD ((size_t)1 << 30)
 #define FIXED 72 /* bytes before the layout table */
 
+/* V's head dim of a run */
+static uint32_t run_v(const struct weft_kvb_layout *l) { return l->c ? l->c : l->b; }
+
 static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
-    return 2 * weft_kv_block_layer_bytes(type, l->a, l->b);  /* ATTN and WINDOW alike */
+    /* ATTN and WINDOW alike: K, then V */
+    return weft_kv_block_layer_bytes(type, l->a, l->b) + weft_kv_block_layer_bytes(type, l->a, run_v(l));
 }
 
 void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
@@ -91,8 +95,9 @@ void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32
 }
 
 bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
-                            uint32_t head_dim, const uint8_t *window)
+                            uint32_t head_dim, uint32_t head_dim_v, const uint8_t *window)
 {
+    const uint32_t c = head_dim_v && head_dim_v != head_dim ? head_dim_v : 0;
     h->n_layout = 0;
     for (uint32_t l = 0; l < n_layers; l++) {
         uint8_t kind = window && window[l] ? WEFT_KVB_WINDOW : WEFT_KVB_ATTN;
@@ -102,7 +107,7 @@ bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint
         }
         if (h->n_layout == WEFT_KVB_MAX_LAYOUT) return false;
         h->layout[h->n_layout++] = (struct weft_kvb_layout){.kind = kind, .type = (uint8_t)type, .n_layers = 1,
-                                                           .a = n_kv_head, .b = head_dim};
+                                                           .a = n_kv_head, .b = head_dim, .c = c};
     }
     return true;
 }
@@ -125,12 +130,12 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload,
                               "K/V (1) and sliding-window K/V (2)", i, l->kind);
         if (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: KV type %u is not F16 or Q8_0", i, l->type);
-        if (!l->n_layers || !l->a || !l->b || l->a > 4096 || l->b > 4096)
-            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: %u layers x %u KV heads x %u is not one a "
-                              "model has", i, l->n_layers, l->a, l->b);
-        if (l->type == WEFT_TYPE_Q8_0 && l->b % 32)
-            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: Q8_0 needs head_dim a multiple of 32, not %u",
-                              i, l->b);
+        if (!l->n_layers || !l->a || !l->b || l->a > 4096 || l->b > 4096 || l->c > 4096)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: %u layers x %u KV heads x %u (V %u) is not one "
+                              "a model has", i, l->n_layers, l->a, l->b, run_v(l));
+        if (l->type == WEFT_TYPE_Q8_0 && (l->b % 32 || run_v(l) % 32))
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: Q8_0 needs head dims multiples of 32, not %u "
+                              "and %u", i, l->b, run_v(l));
         layers += l->n_layers;
         pb += (uint64_t)l->n_layers * run_layer_bytes(l, (enum weft_type)l->type);
         if (l->kind == WEFT_KVB_WINDOW) wb += (uint64_t)l->n_layers * run_layer_bytes(l, (enum weft_type)l->type);
@@ -179,7 +184,8 @@ static void header_body(const struct weft_kvb_header *h, uint32_t n_blocks, unsi
         const struct weft_kvb_layout *l = &h->layout[i];
         e[0] = l->kind;
         e[1] = l->type;
-        e[2] = e[3] = 0;
+        e[2] = (unsigned char)(l->c & 0xff);
+        e[3] = (unsigned char)(l->c >> 8);
         put32(e + 4, l->n_layers);
         put32(e + 8, l->a);
         put32(e + 12, l->b);
@@ -226,9 +232,12 @@ weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft
                                 .header_bytes = hb};
     for (uint32_t i = 0; i < n_layout; i++) {
         const unsigned char *e = buf + FIXED + 16 * i;
-        if (e[2] || e[3]) return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: reserved bytes set", i);
         h.layout[i] = (struct weft_kvb_layout){.kind = e[0], .type = e[1], .n_layers = get32(e + 4),
-                                               .a = get32(e + 8), .b = get32(e + 12)};
+                                               .a = get32(e + 8), .b = get32(e + 12),
+                                               .c = (uint32_t)e[2] | (uint32_t)e[3] << 8};
+        if (h.layout[i].c == h.layout[i].b)
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: V's head dim %u written as differing", i,
+                              h.layout[i].c);
     }
     size_t pb, wb;
     weft_status st = check_shape(&h, &pb, &wb);
@@ -260,7 +269,7 @@ weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct w
     bool other_type = false, same = h->n_layout == want->n_layout;
     for (uint32_t i = 0; same && i < h->n_layout; i++) {
         const struct weft_kvb_layout *a = &h->layout[i], *b = &want->layout[i];
-        same = a->kind == b->kind && a->n_layers == b->n_layers && a->a == b->a && a->b == b->b;
+        same = a->kind == b->kind && a->n_layers == b->n_layers && a->a == b->a && a->b == b->b && a->c == b->c;
         other_type |= a->type != b->type;
     }
     if (!same) {
@@ -375,21 +384,24 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
             d += in_bytes;
             continue;
         }
-        if (to == WEFT_TYPE_Q8_0 && l->b % 32)
-            return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: head_dim %u cannot be Q8_0", l->b);
-        /* row by row: one token's heads of one layer's K or V */
-        int64_t row = (int64_t)l->a * l->b;
-        size_t in_row = weft_row_size(from, row), out_row = weft_row_size(to, row);
-        size_t rows = (size_t)l->n_layers * 2 * WEFT_KVB_TOKENS;
-        float *tmp = malloc(sizeof(float) * (size_t)row);
+        if (to == WEFT_TYPE_Q8_0 && (l->b % 32 || run_v(l) % 32))
+            return weft_error(WEFT_ERR_UNSUPPORTED, "kv block: head dims %u and %u cannot be Q8_0", l->b, run_v(l));
+        /* row by row: one token's heads of one layer's K (16 rows), then V's */
+        int64_t widest = (int64_t)l->a * (l->b > run_v(l) ? l->b : run_v(l));
+        float *tmp = malloc(sizeof(float) * (size_t)widest);
         if (!tmp) return weft_error(WEFT_ERR_NOMEM, "kv block: out of memory");
-        for (size_t r = 0; r < rows; r++) {
-            weft_dequantize_row(from, s + r * in_row, tmp, row);
-            weft_quantize_row(to, tmp, d + r * out_row, row);  /* as the backends write KV */
-        }
+        for (uint32_t layer = 0; layer < l->n_layers; layer++)
+            for (int kv = 0; kv < 2; kv++) {
+                int64_t row = (int64_t)l->a * (kv ? run_v(l) : l->b);
+                size_t in_row = weft_row_size(from, row), out_row = weft_row_size(to, row);
+                for (int r = 0; r < WEFT_KVB_TOKENS; r++) {
+                    weft_dequantize_row(from, s, tmp, row);
+                    weft_quantize_row(to, tmp, d, row);  /* as the backends write KV */
+                    s += in_row;
+                    d += out_row;
+                }
+            }
         free(tmp);
-        s += rows * in_row;
-        d += rows * out_row;
     }
     return WEFT_OK;
 }

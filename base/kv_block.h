@@ -12,7 +12,7 @@
  *     52 payload bytes per block      56 flags (bit 0: each block carries a MAC)
  *     60 n_layout                     64 reserved (0) x2
  *     72 the layout: n_layout runs of 16 bytes, in layer order, covering the
- *        range: 0 kind (u8), 1 KV type (u8, weft_type), 2 reserved (u16),
+ *        range: 0 kind (u8), 1 KV type (u8, weft_type), 2 c (u16),
  *        4 layers in the run (u32), 8 a (u32), 12 b (u32)
  *     72 + 16 n_layout: CRC-32C of every byte before it
  *   block (88 + payload [+ 32] + 4 bytes)
@@ -28,8 +28,9 @@
  * A layout run says what one layer's slot of a block holds, so a family
  * whose layers cache differently (a sliding window, a latent cache, a
  * recurrent state) adds a kind, not a format:
- *   WEFT_KVB_ATTN (1): K then V, each [16][a = KV heads][b = head dim] of the
- *     KV type (backends/backend.h's layout of one block).
+ *   WEFT_KVB_ATTN (1): K [16][a = KV heads][b = head dim] then V
+ *     [16][a][c = V's head dim, 0: b] of the KV type (backends/backend.h's
+ *     layout of one block).
  *   WEFT_KVB_WINDOW (2): the same K/V of a sliding-window layer. A writer
  *     that keeps only the blocks a window overlaps (core/kv.h) may hold a
  *     block without them: its flag bit 0 says whether they came. A reader
@@ -95,6 +96,7 @@ struct weft_kvb_layout {
     uint8_t type;          /* enum weft_type of the cache */
     uint32_t n_layers;
     uint32_t a, b;         /* WEFT_KVB_ATTN, _WINDOW: KV heads, head dim */
+    uint32_t c;            /* their V's head dim when it differs from b (0: b; < 65536) */
 };
 
 struct weft_kvb_header {
@@ -136,10 +138,11 @@ uint32_t weft_crc32c(uint32_t crc, const void *data, size_t len);
  * one run. */
 void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
                           uint32_t head_dim);
-/* The same with the layers window[l] marks as WINDOW runs (window NULL: as
- * weft_kvb_layout_attn); false when it takes more runs than a header holds. */
+/* The same with V heads of head_dim_v (0: head_dim) and the layers
+ * window[l] marks as WINDOW runs (window NULL: none); false when it takes
+ * more runs than a header holds. */
 bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
-                            uint32_t head_dim, const uint8_t *window);
+                            uint32_t head_dim, uint32_t head_dim_v, const uint8_t *window);
 /* Bytes of one block record. */
 static inline size_t weft_kvb_record_bytes(const struct weft_kvb_header *h)
 {

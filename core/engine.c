@@ -113,7 +113,8 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     const struct weft_hparams *hp = &m->hp;
     uint32_t ctx_blocks = (c.n_ctx + BT - 1) / BT;
     /* the model's block (every layer, K and V): device and host tiers are sized in it */
-    size_t lb = 2 * weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim);
+    size_t lb = weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim) +
+                weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim_v);
     size_t bb = (size_t)hp->n_layer * lb;
     /* sliding-window layers in their own group: its blocks first (what
      * max_seqs windows and a step's new blocks take, twice over so that the
@@ -171,7 +172,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     pthread_cond_init(&e->cv, NULL);
     pthread_cond_init(&e->fwd_cv, NULL);
     struct weft_kv_config kc = {.n_layer = hp->n_layer, .n_kv_head = hp->n_head_kv, .head_dim = hp->head_dim,
-                                .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
+                                .head_dim_v = hp->head_dim_v, .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks,
                                 .window = window, .window_layer = n_win ? win_layer : NULL,
                                 .n_window_blocks = n_wblocks};
@@ -180,6 +181,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
         kc.n_layer = 1;
         kc.n_kv_head = 1;
         kc.head_dim = 8;
+        kc.head_dim_v = 0;
         if (!(c.mock_decode_tps > 0)) c.mock_decode_tps = 50;
     } else {
         weft_forward_kv_parts(m, &kc);

@@ -60,6 +60,7 @@ struct weft_kv_part {
 
 struct weft_kv_config {
     uint32_t n_layer, n_kv_head, head_dim;
+    uint32_t head_dim_v;          /* V's head dim (backend.h's layout); 0: head_dim */
     /* 0: every layer on the pool's device; else consecutive layer counts per
      * device, summing to n_layer */
     uint32_t n_parts;
@@ -113,6 +114,7 @@ struct weft_kv_pool {
     struct weft_kv_part parts[WEFT_KV_MAX_BUFS];
     uint32_t n_parts;              /* buffers, in layer order */
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
+    uint32_t head_dim_v;           /* = head_dim unless the model's V heads differ */
     enum weft_type type;
     bool prefix_cache;
     size_t block_bytes;            /* all layers (every part, both groups), K and V */
@@ -253,8 +255,8 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 
 /* ---- blocks in and out (base/kv_block.h is their format) ----
  * A block's bytes, as read and imported here: the main group's layers in
- * order, then the window group's, each K then V, each
- * [16][n_kv_head][head_dim] of the pool's type (block_bytes); a block
+ * order, then the window group's, each K then V, [16][n_kv_head][head_dim]
+ * and [16][n_kv_head][head_dim_v] of the pool's type (block_bytes); a block
  * without its window part is its first main_bytes. */
 
 /* The registered block named hash (its parent and tokens are in parent[]

@@ -134,10 +134,7 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
                               hp->n_embd, hp->n_head);
         hp->head_dim = hp->n_embd / hp->n_head;
     }
-    if (hp->head_dim_v == 0) hp->head_dim_v = hp->head_dim;
-    if (hp->head_dim_v != hp->head_dim)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.attention.value_length %u != key_length %u is not supported yet",
-                          arch, hp->head_dim_v, hp->head_dim);
+    if (hp->head_dim_v == 0) hp->head_dim_v = hp->head_dim;  /* V heads may differ (the KV view carries both) */
     if (hp->n_head % hp->n_head_kv)
         return weft_error(WEFT_ERR_FORMAT, "model: head_count %u is not divisible by head_count_kv %u",
                           hp->n_head, hp->n_head_kv);

@@ -278,6 +278,7 @@ enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row)
 }
 
 static uint32_t gen_head_dim(const struct weft_gen_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
+static uint32_t gen_head_dim_v(const struct weft_gen_params *p) { return p->head_dim_v ? p->head_dim_v : gen_head_dim(p); }
 static const char *gen_arch(const struct weft_gen_params *p) { return p->arch ? p->arch : "llama"; }
 
 weft_status weft_gen_validate(const struct weft_gen_params *p)
@@ -297,6 +298,8 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
         return weft_error(WEFT_ERR_INVALID_ARG, "n_head %" PRIu32 " does not divide n_embd %" PRIu32,
                           p->n_head, p->n_embd);
     if (p->head_dim > 512) return weft_error(WEFT_ERR_INVALID_ARG, "head_dim %" PRIu32 " > 512", p->head_dim);
+    if (p->head_dim_v > 512 || p->head_dim_v % 2)
+        return weft_error(WEFT_ERR_INVALID_ARG, "head_dim_v %" PRIu32 " is not an even number up to 512", p->head_dim_v);
     if (p->n_head % p->n_head_kv)
         return weft_error(WEFT_ERR_INVALID_ARG, "n_head_kv %" PRIu32 " does not divide n_head %" PRIu32,
                           p->n_head_kv, p->n_head);
@@ -312,13 +315,14 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
                           weft_type_name(p->type));
     /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
      * but every row must fit the fallback */
-    uint32_t rows[3] = {p->n_embd, p->n_ff, gen_head_dim(p) * p->n_head};
-    for (int i = 0; i < 3; i++) {
+    uint32_t rows[4] = {p->n_embd, p->n_ff, gen_head_dim(p) * p->n_head, gen_head_dim_v(p) * p->n_head};
+    for (int i = 0; i < 4; i++) {
         enum weft_type t = weft_gen_row_type(p->type, rows[i]);
         uint32_t bs = weft_type_get(t)->block_size;
         if (rows[i] % bs)
             return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
-                              i == 2 ? "n_head x head_dim" : i ? "n_ff" : "n_embd", rows[i], weft_type_name(t), bs);
+                              i == 3 ? "n_head x head_dim_v" : i == 2 ? "n_head x head_dim" : i ? "n_ff" : "n_embd",
+                              rows[i], weft_type_name(t), bs);
     }
     if (!(p->rope_freq_base > 0.0f) || !isfinite(p->rope_freq_base))
         return weft_error(WEFT_ERR_INVALID_ARG, "rope freq base %g must be positive", (double)p->rope_freq_base);
@@ -548,9 +552,9 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
     SET(weft_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv));
     SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base));
     SET(weft_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
-    if (p->head_dim) {
-        SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length"), p->head_dim));
-        SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), p->head_dim));
+    if (p->head_dim || p->head_dim_v) {
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length"), gen_head_dim(p)));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), gen_head_dim_v(p)));
     }
     SET(weft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), gen_head_dim(p)));
     if (!strcmp(a, "gemma3")) {
@@ -620,7 +624,7 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     const struct weft_family *fam = weft_family_find(gen_arch(p));
     struct weft_hparams hp = {.n_vocab = n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
                               .n_head_kv = p->n_head_kv, .n_ff = p->n_ff, .head_dim = gen_head_dim(p)};
-    hp.head_dim_v = hp.head_dim;
+    hp.head_dim_v = gen_head_dim_v(p);
     size_t n_max = 3 + WEFT_T_COUNT_ * (size_t)(p->n_layer + 1), n = 0;
     tensors = calloc(n_max, sizeof *tensors);
     if (!tensors) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
@@ -652,6 +656,7 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
     for (size_t i = 0; i < n; i++) tensors[i].data = weft_scratch_take(&scratch, tensors[i].size);
     uint32_t widest = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
     if (gen_head_dim(p) * p->n_head > widest) widest = gen_head_dim(p) * p->n_head;
+    if (gen_head_dim_v(p) * p->n_head > widest) widest = gen_head_dim_v(p) * p->n_head;
     if ((st = fill_parallel(tensors, n, p, widest))) goto out;
     for (size_t i = 0; i < n; i++) {
         struct gen_tensor *t = &tensors[i];
@@ -673,7 +678,7 @@ static void gen_usage(FILE *f)
     fprintf(f,
             "usage: weft gen -o OUT [--preset tiny|smollm2-135m|llama3-8b|qwen2.5-7b|qwen3-0.6b|\n"
             "                qwen3-8b|phi4-mini|gemma3-4b]\n"
-            "                [--arch llama|qwen2|qwen3|phi3|gemma3] [--head-dim N] [--swa N]\n"
+            "                [--arch llama|qwen2|qwen3|phi3|gemma3] [--head-dim N] [--head-dim-v N] [--swa N]\n"
             "                [--swa-pattern N] [--type F16]\n"
             "                [--embd N] [--layers N] [--heads N] [--kv-heads N] [--ff N]\n"
             "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
@@ -751,6 +756,7 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--name") == 0) { p.name = v; ok = v != NULL; }
         else if (strcmp(a, "--arch") == 0) { p.arch = v; ok = v != NULL; }
         else if (strcmp(a, "--head-dim") == 0) ok = parse_u32(v, &p.head_dim);
+        else if (strcmp(a, "--head-dim-v") == 0) ok = parse_u32(v, &p.head_dim_v);
         else if (strcmp(a, "--swa") == 0) ok = parse_u32(v, &p.n_swa);
         else if (strcmp(a, "--swa-pattern") == 0) ok = parse_u32(v, &p.swa_pattern);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }

@@ -28,6 +28,8 @@ struct weft_gen_params {
     const char *arch;        /* a family of core/arch/ ("llama", "qwen3"); NULL: llama */
     uint32_t head_dim;       /* 0: n_embd / n_head; else written as attention.key_length
                                 and value_length (qwen3's q width H·D need not be E) */
+    uint32_t head_dim_v;     /* 0: head_dim; else V's head dim (attention.value_length),
+                                K's written too */
     uint32_t n_swa, swa_pattern;  /* gemma3: attention.sliding_window (0: 1024) and
                                      sliding_window_pattern (0: 6) */
 };
