@@ -4,14 +4,15 @@
  * first..pos[r] of its sequence through the block table, with the kv head
  * h / group: first = 0, or with a sliding window (window > 0)
  * max(0, pos[r] - window + 1). One 32-lane group per (unit, split): lanes
- * own dims lane, lane+32, ... of the head (head_dim <= 32 * WEFT_ATTN_MAXJ),
- * each position's score is a group sum, and an online softmax keeps (max
- * M, sum S, acc[hd]) in registers.
+ * own dims lane, lane+32, ... of the head (head_dim and V's head_dim_v
+ * <= 32 * WEFT_ATTN_MAXJ), each position's score is a group sum over K's
+ * hd dims, and an online softmax keeps (max M, sum S, acc[hd_v]) in
+ * registers; head h's output is at column h * hd_v.
  *
  * n_split == 1 writes out = acc / S directly (prefill: the many rows fill
  * the machine). n_split > 1 gives split s the positions first + [s*chunk,
  * (s+1)*chunk), chunk = max(ceil(n_pos / n_split), min_chunk) with n_pos
- * the count attended, writes its (M, S, acc) to part[unit][s][hd + 2], and
+ * the count attended, writes its (M, S, acc) to part[unit][s][hd_v + 2], and
  * weft_k_attn_combine merges them. The grid depends only on shapes, never
  * on positions, so a step can be replayed as a graph while contexts grow. */
 #ifndef WEFT_KC_ATTENTION_CUH
@@ -19,7 +20,7 @@
 
 #include "kernels-common/kv.cuh"
 
-#define WEFT_ATTN_MAXJ 8   /* head_dim <= 256 */
+#define WEFT_ATTN_MAXJ 8   /* head_dim, head_dim_v <= 256 */
 
 struct weft_kc_attn {
     const float *q;
@@ -56,7 +57,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
     const int lane = threadIdx.x % 32;
     const int64_t u = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     if (u >= a.n_rows * a.n_head) return;
-    const int split = blockIdx.y, hd = a.kv.hd;
+    const int split = blockIdx.y, hd = a.kv.hd, hdv = a.kv.hd_v;
     const int64_t r = u / a.n_head;
     const int h = (int)(u % a.n_head), kh = h / a.group;
     const int64_t end = (int64_t)a.pos[r] + 1;   /* one past the last position */
@@ -79,7 +80,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
     for (int64_t p = p0; p < p1; p++) {
         const int64_t slot = (int64_t)bt[p / WEFT_KV_BLOCK_TOKENS] * WEFT_KV_BLOCK_TOKENS + p % WEFT_KV_BLOCK_TOKENS;
         const uint8_t *kr = weft_kv_row(a.kv, slot, 0) + (size_t)kh * a.kv.head_bytes;
-        const uint8_t *vr = weft_kv_row(a.kv, slot, 1) + (size_t)kh * a.kv.head_bytes;
+        const uint8_t *vr = weft_kv_row(a.kv, slot, 1) + (size_t)kh * a.kv.v_head_bytes;
         float s = 0.0f;
 #pragma unroll
         for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
@@ -99,7 +100,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
 #pragma unroll
         for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
             const int d = lane + 32 * j;
-            if (d < hd) acc[j] = fmaf(weft_kv_elem<KVT>(vr, d), vs, acc[j] * ms);
+            if (d < hdv) acc[j] = fmaf(weft_kv_elem<KVT>(vr, d), vs, acc[j] * ms);
         }
     }
     if (a.n_split == 1) {
@@ -107,11 +108,11 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
 #pragma unroll
         for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
             const int d = lane + 32 * j;
-            if (d < hd) a.out[r * a.out_ld + (size_t)h * hd + d] = acc[j] * inv;
+            if (d < hdv) a.out[r * a.out_ld + (size_t)h * hdv + d] = acc[j] * inv;
         }
         return;
     }
-    float *pp = a.part + ((size_t)u * a.n_split + split) * (size_t)(hd + 2);
+    float *pp = a.part + ((size_t)u * a.n_split + split) * (size_t)(hdv + 2);
     if (lane == 0) {
         pp[0] = M;
         pp[1] = S;
@@ -119,7 +120,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
 #pragma unroll
     for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
         const int d = lane + 32 * j;
-        if (d < hd) pp[2 + d] = acc[j];
+        if (d < hdv) pp[2 + d] = acc[j];
     }
 }
 
@@ -130,26 +131,26 @@ static __global__ void weft_k_attn_combine(struct weft_kc_attn a)
     const int lane = threadIdx.x % 32;
     const int64_t u = (int64_t)blockIdx.x * blockDim.y + threadIdx.y;
     if (u >= a.n_rows * a.n_head) return;
-    const int hd = a.kv.hd;
+    const int hdv = a.kv.hd_v;   /* the partials and the output are V-wide */
     const int64_t r = u / a.n_head;
     const int h = (int)(u % a.n_head);
-    const float *pp = a.part + (size_t)u * a.n_split * (size_t)(hd + 2);
+    const float *pp = a.part + (size_t)u * a.n_split * (size_t)(hdv + 2);
     float M = -INFINITY;
     for (int s = 0; s < a.n_split; s++)
-        if (pp[(size_t)s * (hd + 2) + 1] > 0.0f) M = fmaxf(M, pp[(size_t)s * (hd + 2)]);
+        if (pp[(size_t)s * (hdv + 2) + 1] > 0.0f) M = fmaxf(M, pp[(size_t)s * (hdv + 2)]);
     float den = 0.0f;
     for (int s = 0; s < a.n_split; s++) {
-        const float *ps = pp + (size_t)s * (hd + 2);
+        const float *ps = pp + (size_t)s * (hdv + 2);
         if (ps[1] > 0.0f) den = fmaf(ps[1], expf(ps[0] - M), den);
     }
     const float inv = den > 0.0f ? 1.0f / den : 0.0f;
-    for (int d = lane; d < hd; d += 32) {
+    for (int d = lane; d < hdv; d += 32) {
         float num = 0.0f;
         for (int s = 0; s < a.n_split; s++) {
-            const float *ps = pp + (size_t)s * (hd + 2);
+            const float *ps = pp + (size_t)s * (hdv + 2);
             if (ps[1] > 0.0f) num = fmaf(ps[2 + d], expf(ps[0] - M), num);
         }
-        a.out[r * a.out_ld + (size_t)h * hd + d] = num * inv;
+        a.out[r * a.out_ld + (size_t)h * hdv + d] = num * inv;
     }
 }
 

@@ -94,11 +94,14 @@ int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float 
  * rows of K (ld apart) */
 int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream);
 
-/* One layer of the paged KV cache (backends/backend.h). */
+/* One layer of the paged KV cache (backends/backend.h): K heads of hd, V
+ * heads of hd_v (ROPE_KV's v rows are n_kv * hd_v wide, ATTENTION's out rows
+ * n_head * hd_v). */
 struct weft_gk_kv {
     uint8_t *base;                /* the cache buffer */
-    int type;                     /* WEFT_TYPE_F16 or WEFT_TYPE_Q8_0 (hd % 32 == 0) */
+    int type;                     /* WEFT_TYPE_F16 or WEFT_TYPE_Q8_0 (hd, hd_v % 32 == 0) */
     int n_layer, layer, n_kv, hd;
+    int hd_v;                     /* api 6: V's head dim; 0: hd */
 };
 
 /* api 5: RoPE scaling (ROPE_KV's fields, base/rope.h's weft_rope_cos_sin_ext).
@@ -117,7 +120,8 @@ struct weft_gk_rope_ext {
 };
 
 /* Rotate q and k (theta_scale = freq_base^(-2/n_rot) from the host's powf,
- * as the CPU), then write k and v into the rows' KV slots. */
+ * as the CPU), then write k (n_kv heads of hd) and v (n_kv heads of hd_v) into
+ * the rows' KV slots. */
 int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
                     const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
                     int neox, const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream);
@@ -139,8 +143,9 @@ struct weft_gk_attn_args {
  * multiprocessors (SMs, compute units); shapes only, so a graph of the
  * step stays valid. */
 int weft_gk_attn_splits(int64_t n_rows, int n_head, int n_mp);
+/* hd: V's head dim (the split partials are V-wide) */
 size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, int n_split);
-/* head_dim <= 256; n_head a multiple of kv.n_kv */
+/* head_dim and V's <= 256; n_head a multiple of kv.n_kv */
 int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split, void *scratch, void *stream);
 
 #ifdef __cplusplus

@@ -21,6 +21,7 @@ extern "C" int weft_gk_attn_splits(int64_t n_rows, int n_head, int n_mp)
     return (int)(s > ATTN_MAX_SPLIT ? ATTN_MAX_SPLIT : s);
 }
 
+/* hd: V's head dim (each split's partial is M, S and hd_v accumulators) */
 extern "C" size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, int n_split)
 {
     return n_split > 1 ? (size_t)n_rows * n_head * n_split * (size_t)(hd + 2) * sizeof(float) : 0;
@@ -29,7 +30,9 @@ extern "C" size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, 
 extern "C" int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split, void *scratch, void *stream)
 {
     if (a->n_rows <= 0) return 0;
-    if (a->kv.hd > 32 * WEFT_ATTN_MAXJ || a->kv.n_kv <= 0 || a->n_head % a->kv.n_kv) return WEFT_LAUNCH_EINVAL;
+    if (a->kv.hd > 32 * WEFT_ATTN_MAXJ || a->kv.hd_v > 32 * WEFT_ATTN_MAXJ || a->kv.n_kv <= 0 ||
+        a->n_head % a->kv.n_kv)
+        return WEFT_LAUNCH_EINVAL;
     const weft_stream_t st = (weft_stream_t)stream;
     struct weft_kc_attn k;
     k.q = a->q;

@@ -107,10 +107,10 @@ extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, con
                                                                   n_rot, theta_scale, freq_scale, neox, e);
     const struct weft_kc_kv d = weft_kc_kv_of(*kv);
     if (kv->type == WEFT_TYPE_Q8_0) {
-        const int64_t groups = R * ((int64_t)kv->n_kv * kv->hd / 32) * 2;
+        const int64_t groups = R * ((int64_t)d.n_kv * d.hd / 32 + (int64_t)d.n_kv * d.hd_v / 32);
         weft_k_kv_write_q8_0<<<(unsigned)((groups + 7) / 8), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
     } else {
-        const int64_t n = R * kv->n_kv * kv->hd;
+        const int64_t n = R * (int64_t)d.n_kv * (d.hd > d.hd_v ? d.hd : d.hd_v);
         weft_k_kv_write_f16<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
     }
     return weft_launch_error();

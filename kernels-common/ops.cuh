@@ -186,30 +186,34 @@ static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld,
     v[b] = fmaf(x0, s, x1 * c);
 }
 
-/* F16 cache: one thread per (row, element of the n_kv*hd K row), writing K and V. */
+/* F16 cache: one thread per (row, element of the wider of the n_kv*hd K
+ * row and the n_kv*hd_v V row), writing K and V where the element is in
+ * each. */
 static __global__ void weft_k_kv_write_f16(const float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *slot,
                                     int64_t R, struct weft_kc_kv kv)
 {
-    const int64_t E = (int64_t)kv.n_kv * kv.hd, t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    const int64_t EK = (int64_t)kv.n_kv * kv.hd, EV = (int64_t)kv.n_kv * kv.hd_v, E = EK > EV ? EK : EV;
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= R * E) return;
     const int64_t r = t / E, e = t % E;
-    uint16_t *kd = (uint16_t *)weft_kv_row(kv, slot[r], 0), *vd = (uint16_t *)weft_kv_row(kv, slot[r], 1);
-    kd[e] = weft_f2h(k[r * k_ld + e]);
-    vd[e] = weft_f2h(v[r * v_ld + e]);
+    if (e < EK) ((uint16_t *)weft_kv_row(kv, slot[r], 0))[e] = weft_f2h(k[r * k_ld + e]);
+    if (e < EV) ((uint16_t *)weft_kv_row(kv, slot[r], 1))[e] = weft_f2h(v[r * v_ld + e]);
 }
 
-/* Q8_0 cache (hd % 32 == 0): one 32-lane group per (row, 32-element block,
- * K or V), rounding as the reference quantizer: d = amax/127, q =
+/* Q8_0 cache (hd, hd_v % 32 == 0): one 32-lane group per (row, 32-element
+ * block of K or of V: the K row's n_kv*hd/32 blocks, then the V row's
+ * n_kv*hd_v/32), rounding as the reference quantizer: d = amax/127, q =
  * roundf(x * (1/d)) (half away from zero). */
 static __global__ void weft_k_kv_write_q8_0(const float *k, size_t k_ld, const float *v, size_t v_ld,
                                      const int32_t *slot, int64_t R, struct weft_kc_kv kv)
 {
     const int lane = threadIdx.x % 32;
-    const int64_t nb = (int64_t)kv.n_kv * kv.hd / 32;
+    const int64_t nbk = (int64_t)kv.n_kv * kv.hd / 32, nb = nbk + (int64_t)kv.n_kv * kv.hd_v / 32;
     const int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    if (g >= R * nb * 2) return;
-    const int which = (int)(g % 2);
-    const int64_t b = (g / 2) % nb, r = g / (2 * nb);
+    if (g >= R * nb) return;
+    const int64_t r = g / nb, j = g % nb;
+    const int which = j >= nbk;
+    const int64_t b = which ? j - nbk : j;
     const float x = which ? v[r * v_ld + b * 32 + lane] : k[r * k_ld + b * 32 + lane];
     const float amax = weft_group_max<32>(fabsf(x));
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;

@@ -9,6 +9,8 @@
 // rounded to F16 as the CPU does), the tile's max and sum are reduced
 // (subgroup ops when the device has them, else shared memory), and each
 // invocation accumulates its own pairs of output dims over the tile's V rows.
+// K heads are hd wide, V heads (and the output's) hdv (backend.h's layout: a
+// block's layer is 16 K rows of n_kv*hd then 16 V rows of n_kv*hdv).
 // Q8_0 cache (as the CPU, after ggml): q quantized to Q8_0 (round half to
 // even), K·q as per-block integer dots times both scales, V dequantized.
 // EXACT (F16 cache, lavapipe: bit for bit as the CPU's
@@ -24,7 +26,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #endif
 #define WG 64u
-#define MAX_PAIRS 4u  // head_dim <= 2 * WG * MAX_PAIRS = 512
+#define MAX_PAIRS 4u  // head_dim_v <= 2 * WG * MAX_PAIRS = 512 (and head_dim <= 512: qs)
 layout(local_size_x = 64) in;
 layout(std430, binding = 0) readonly buffer Q { float q[]; };
 layout(std430, binding = 1) writeonly buffer O { float o[]; };
@@ -41,6 +43,7 @@ layout(push_constant) uniform P {
     uint window;   /* sliding window: positions pos - window + 1 .. pos; 0: all of 0..pos */
     float softcap; /* soft-capped scores: s = softcap * tanh(dot * scale), scale already
                     * divided by it (ggml's flash attention form); 0: none */
+    uint hdv;      /* V's head dim: out is [rows, n_head*hdv] */
 } p;
 
 shared float qs[512];
@@ -130,17 +133,30 @@ float reduce_sum(float x)
 #endif
 }
 
-// where position pp's K row for kv head kvh starts (V is layer_units on):
-// F16 in words, Q8_0 in bytes
+// units of a head of d values: F16 words, Q8_0 bytes
+uint head_units(uint d)
+{
+#ifdef KV_Q8_0
+    return d / WEFT_QK32 * WEFT_BSZ_Q8_0;
+#else
+    return d / 2u;
+#endif
+}
+
+// where position pp's K row for kv head kvh starts (tok_words: a token's K
+// row, layer_words: a block's layer, K and V): F16 in words, Q8_0 in bytes
 uint k_word(uint blocks, uint pp, uint kvh, uint tok_words, uint layer_words)
 {
     const uint blk = uint(bt[blocks + pp / 16u]);
-#ifdef KV_Q8_0
-    const uint head_units = p.hd / WEFT_QK32 * WEFT_BSZ_Q8_0;
-#else
-    const uint head_units = p.hd / 2u;
-#endif
-    return ((blk * p.n_layer + p.layer) * 2u) * layer_words + (pp % 16u) * tok_words + kvh * head_units;
+    return (blk * p.n_layer + p.layer) * layer_words + (pp % 16u) * tok_words + kvh * head_units(p.hd);
+}
+
+// and its V row (tok_words_v: a token's V row), past the layer's 16 K rows
+uint v_word(uint blocks, uint pp, uint kvh, uint tok_words, uint tok_words_v, uint layer_words)
+{
+    const uint blk = uint(bt[blocks + pp / 16u]);
+    return (blk * p.n_layer + p.layer) * layer_words + 16u * tok_words + (pp % 16u) * tok_words_v +
+           kvh * head_units(p.hdv);
 }
 
 void main()
@@ -148,12 +164,10 @@ void main()
     const uint t = gl_LocalInvocationID.x;
     const uint h = gl_WorkGroupID.x;
     const uint kvh = h / (p.n_head / p.n_kv);
-    const uint hw = p.hd / 2u;
-#ifdef KV_Q8_0
-    const uint tok_words = p.n_kv * (p.hd / WEFT_QK32) * WEFT_BSZ_Q8_0, layer_words = 16u * tok_words;  // bytes
-#else
-    const uint tok_words = p.n_kv * hw, layer_words = 16u * tok_words;
-#endif
+    const uint hw = p.hd / 2u, hwv = p.hdv / 2u;  // K's and V's pairs
+    // F16 words, Q8_0 bytes
+    const uint tok_words = p.n_kv * head_units(p.hd), tok_words_v = p.n_kv * head_units(p.hdv);
+    const uint layer_words = 16u * (tok_words + tok_words_v);
     for (uint r = gl_WorkGroupID.y; r < p.n_rows; r += gl_NumWorkGroups.y) {
         const uint qb = p.q_off + r * p.q_rs + h * p.hd;
 #ifdef KV_Q8_0
@@ -246,10 +260,10 @@ void main()
             const uint n_tile = min(WG, n_pos - tile);
             for (uint j = 0u; j < MAX_PAIRS; j++) {
                 const uint pi = t + j * WG;
-                if (pi >= hw) break;
+                if (pi >= hwv) break;
                 vec2 a = acc[j] * corr;
                 for (uint u = 0u; u < n_tile; u++) {
-                    const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
+                    const uint vw = v_word(blocks, tile + u, kvh, tok_words, tok_words_v, layer_words);
                     const uint vbase = vw + (2u * pi / WEFT_QK32) * WEFT_BSZ_Q8_0;
                     a += es[u] * (unpackHalf2x16(rd_u16(vbase)).x * rd_i8x2(vbase + WEFT_BOFF_Q8_0_QS + (2u * pi) % WEFT_QK32));
                 }
@@ -283,10 +297,10 @@ void main()
                     vs = exp(su - M);
                 }
 #endif
-                const uint vw = k_word(blocks, tile + u, kvh, tok_words, layer_words) + layer_words;
+                const uint vw = v_word(blocks, tile + u, kvh, tok_words, tok_words_v, layer_words);
                 for (uint j = 0u; j < MAX_PAIRS; j++) {
                     const uint pi = t + j * WG;
-                    if (pi >= hw) break;
+                    if (pi >= hwv) break;
                     vec2 a = acc[j];
                     precise vec2 am = a * ms;
                     if (new_max) a = round_f16(am);
@@ -309,10 +323,10 @@ void main()
             barrier();  // es is rewritten by the next tile
         }
         precise float inv = 1.0 / S;
-        const uint ob = p.o_off + r * p.o_rs + h * p.hd;
+        const uint ob = p.o_off + r * p.o_rs + h * p.hdv;
         for (uint j = 0u; j < MAX_PAIRS; j++) {
             const uint pi = t + j * WG;
-            if (pi >= hw) break;
+            if (pi >= hwv) break;
             precise vec2 ov = acc[j] * inv;
             o[ob + 2u * pi] = ov.x;
             o[ob + 2u * pi + 1u] = ov.y;

@@ -11,8 +11,9 @@
 //     attn_factor magnitude); NORMAL pairs (2i, 2i+1),
 //     NEOX (i, i + n_rot/2); x0*c - x1*s and x0*s + x1*c with the x0 product
 //     fused, as the CPU does;
-//  2. write k and v into the row's KV slot (backend.h's paged layout): F16,
-//     token rows of n_kv*hd halves, two per uint word; or Q8_0, 34-byte
+//  2. write k and v into the row's KV slot (backend.h's paged layout: a
+//     block's layer is 16 K rows of n_kv*hd values then 16 V rows of
+//     n_kv*hdv, hdv V's head dim): F16, two halves per uint word; or Q8_0, 34-byte
 //     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
 //     round-half-away(x/d)), stored 16 bits at a time with atomics since
 //     blocks share words with neighbouring blocks and token rows.
@@ -72,6 +73,7 @@ layout(push_constant) uniform P {
     float freq_scale, theta_scale;
     float ext_factor, corr0, corr1, mscale;   /* YaRN's mix and ramp; the cos/sin magnitude */
     uint ff_off, has_ff;
+    uint hdv;   /* V's head dim (v rows are n_kv*hdv); hd for K */
 } p;
 
 #ifdef KV_Q8_0
@@ -155,9 +157,12 @@ void main()
         const uint sl = uint(slot[p.slot_off + r]);
         const uint kb = p.k_off + r * p.k_rs, vb = p.v_off + r * p.v_rs;
 #ifdef KV_Q8_0
-        const uint nb = p.n_kv * p.hd / WEFT_QK32, tok_bytes = nb * WEFT_BSZ_Q8_0, layer_bytes = 16u * tok_bytes;
-        const uint kbyte = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_bytes + (sl % 16u) * tok_bytes;
-        for (uint w = t; w < 2u * nb; w += 64u) {
+        const uint nb = p.n_kv * p.hd / WEFT_QK32, nbv = p.n_kv * p.hdv / WEFT_QK32;
+        const uint tok_bytes = nb * WEFT_BSZ_Q8_0, tok_bytes_v = nbv * WEFT_BSZ_Q8_0;
+        const uint lbase = (sl / 16u * p.n_layer + p.layer) * (16u * (tok_bytes + tok_bytes_v));
+        const uint kbyte = lbase + (sl % 16u) * tok_bytes;
+        const uint vbyte = lbase + 16u * tok_bytes + (sl % 16u) * tok_bytes_v;
+        for (uint w = t; w < nb + nbv; w += 64u) {
             const bool is_v = w >= nb;
             const uint b = is_v ? w - nb : w;
             const uint src = (is_v ? vb : kb) + 32u * b;
@@ -165,7 +170,7 @@ void main()
             for (uint j = 0u; j < 32u; j++) amax = max(amax, abs(is_v ? v[src + j] : k[src + j]));
             const float d = amax / 127.0;
             const float id = d != 0.0 ? 1.0 / d : 0.0;
-            const uint dst = kbyte + (is_v ? layer_bytes : 0u) + WEFT_BSZ_Q8_0 * b;
+            const uint dst = (is_v ? vbyte : kbyte) + WEFT_BSZ_Q8_0 * b;
             put_u16(dst, packHalf2x16(vec2(d, 0.0)));
             for (uint j = 0u; j < 32u; j += 2u) {
                 precise float x0 = (is_v ? v[src + j] : k[src + j]) * id;
@@ -175,11 +180,12 @@ void main()
             }
         }
 #else
-        const uint tok_words = p.n_kv * p.hd / 2u, layer_words = 16u * tok_words;
-        const uint kw = ((sl / 16u * p.n_layer + p.layer) * 2u) * layer_words + (sl % 16u) * tok_words;
-        for (uint w = t; w < tok_words; w += 64u) {
-            cache[kw + w] = pack_f16x2(k[kb + 2u * w], k[kb + 2u * w + 1u]);
-            cache[kw + layer_words + w] = pack_f16x2(v[vb + 2u * w], v[vb + 2u * w + 1u]);
+        const uint tok_words = p.n_kv * p.hd / 2u, tok_words_v = p.n_kv * p.hdv / 2u;
+        const uint lbase = (sl / 16u * p.n_layer + p.layer) * (16u * (tok_words + tok_words_v));
+        const uint kw = lbase + (sl % 16u) * tok_words, vw = lbase + 16u * tok_words + (sl % 16u) * tok_words_v;
+        for (uint w = t; w < max(tok_words, tok_words_v); w += 64u) {
+            if (w < tok_words) cache[kw + w] = pack_f16x2(k[kb + 2u * w], k[kb + 2u * w + 1u]);
+            if (w < tok_words_v) cache[vw + w] = pack_f16x2(v[vb + 2u * w], v[vb + 2u * w + 1u]);
         }
 #endif
         barrier();  // the next row's rotation does not overtake this row's reads

@@ -321,11 +321,20 @@ static void rope_theta_as_the_cpu_and_kv_description(void)
     CHECK_EQ_INT(last_kv.layer, 4);
     CHECK_EQ_INT(last_kv.n_kv, 1);
     CHECK_EQ_INT(last_kv.hd, 32);
+    CHECK_EQ_INT(last_kv.hd_v, 32);   /* head_dim_v 0: V's head dim is head_dim's */
     CHECK_EQ_INT(last_R, 2);
     /* api 5's fields at zero: the plain rotation */
     CHECK(!last_ext_null);
     CHECK(last_ext.freq_factors == NULL && last_ext.ext_factor == 0.0f && last_ext.mscale == 1.0f);
     CHECK(last_freq_scale == 1.0f);
+    /* api 6: V heads of another width (v rows n_kv * head_dim_v) */
+    reset();
+    o->kv.head_dim_v = 64;
+    o->v = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 64, 2);
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "rope_kv"));
+    CHECK_EQ_INT(last_kv.hd, 32);
+    CHECK_EQ_INT(last_kv.hd_v, 64);
 }
 
 /* base/rope.h's magnitude: at position 0 every angle is 0, so cs[0] =
@@ -429,6 +438,17 @@ static void attention_splits_from_the_hooks(void)
     CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
     CHECK(last_attn.window == 0xfffffff0u);
     CHECK(last_attn.scale == 0.25f && last_splits == 6);
+    CHECK_EQ_INT(last_attn.kv.hd, 32);
+    CHECK_EQ_INT(last_attn.kv.hd_v, 32);
+    /* api 6: V heads of 16 beside K's 32 reach the kernel's description */
+    o->window = 0;
+    o->kv.head_dim_v = 16;
+    o->out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 32, 3);
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "attention"));
+    CHECK_EQ_INT(last_attn.kv.hd, 32);
+    CHECK_EQ_INT(last_attn.kv.hd_v, 16);
+    CHECK(last_attn.out == (float *)(mem + 1024) && last_attn.out_ld == 32);
 }
 
 static void copy_through_the_hook_and_unknown_ops(void)

@@ -84,10 +84,10 @@ static bool freq_factors_ok(const struct weft_view *f, uint32_t n_rot)
 
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
+    const uint32_t hdv = weft_kv_head_dim_v(kv);
     return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
-           weft_kv_head_dim_v(kv) == kv->head_dim &&  /* TODO(head_dim_v) */
-           n_head % kv->n_kv_head == 0 &&
-           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0));
+           hdv <= 256 && n_head % kv->n_kv_head == 0 &&
+           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0));
 }
 
 static bool batch_ok(const struct weft_batch_view *bv)
@@ -175,7 +175,9 @@ static size_t op_scratch(const struct weft_gpu *g, const struct weft_op *op)
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
-        return h->attention_scratch(o->batch.n_rows, (int)o->n_head, (int)o->kv.head_dim, weft_gpu_attn_splits(g, o));
+        /* the split partials hold V's head dim (the output's) */
+        return h->attention_scratch(o->batch.n_rows, (int)o->n_head, (int)weft_kv_head_dim_v(&o->kv),
+                                    weft_gpu_attn_splits(g, o));
     }
     default:
         return 0;
@@ -263,6 +265,7 @@ static void put_kv(struct keyb *k, const struct weft_kv_view *kv)
     put(k, kv->layer);
     put(k, kv->n_kv_head);
     put(k, kv->head_dim);
+    put(k, weft_kv_head_dim_v(kv));
 }
 
 static void put_batch(struct keyb *k, const struct weft_batch_view *b)

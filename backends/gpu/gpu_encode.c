@@ -16,7 +16,7 @@
 static struct weft_gk_kv kv_desc(const struct weft_kv_view *kv)
 {
     struct weft_gk_kv d = {kv->buf->dev, (int)kv->type, (int)kv->n_layer, (int)kv->layer, (int)kv->n_kv_head,
-                           (int)kv->head_dim};
+                           (int)kv->head_dim, (int)weft_kv_head_dim_v(kv)};
     return d;
 }
 

@@ -53,15 +53,20 @@ static bool bias_ok(const struct weft_view *v, int64_t n)
 /* whole blocks the KV buffer holds (backend.h's layout) */
 static uint64_t kv_blocks(const struct weft_kv_view *kv)
 {
-    const uint64_t per = (uint64_t)kv->n_layer * 2 * WEFT_KV_BLOCK_TOKENS * weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim);
+    const uint64_t per = (uint64_t)kv->n_layer * WEFT_KV_BLOCK_TOKENS *
+                         (weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim) +
+                          weft_row_size(kv->type, (int64_t)kv->n_kv_head * weft_kv_head_dim_v(kv)));
     return per ? kv->buf->size / per : 0;
 }
 
+/* K heads of head_dim and V heads of head_dim_v: each at most the
+ * attention kernel's ATT_MAX_HD (256), whole Q8_0 blocks in a Q8_0 cache */
 static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
 {
-    return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && kv->n_kv_head > 0 &&
-           weft_kv_head_dim_v(kv) == kv->head_dim &&  /* TODO(head_dim_v) */
-           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0)) &&
+    const uint32_t hdv = weft_kv_head_dim_v(kv);
+    return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && hdv <= 256 &&
+           kv->n_kv_head > 0 &&
+           (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0)) &&
            i32_ok(&bv->pos, bv->n_rows) && i32_ok(&bv->slot, bv->n_rows) && i32_ok(&bv->seq, bv->n_rows);
 }
 
@@ -90,10 +95,10 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
-        const uint32_t hd = o->kv.head_dim;
+        const uint32_t hd = o->kv.head_dim, hdv = weft_kv_head_dim_v(&o->kv);
         return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && f32_ok(&o->v) && o->n_rot <= hd &&
                o->n_rot % 2 == 0 && o->n_head % o->kv.n_kv_head == 0 && o->q.ne0 >= (int64_t)o->n_head * hd &&
-               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hd &&
+               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hdv &&
                o->q.ne1 >= o->batch.n_rows && o->k.ne1 >= o->batch.n_rows && o->v.ne1 >= o->batch.n_rows &&
                /* freq_factors: n_rot/2 F32 values one after another (the
                 * table reads them back, the kernel indexes them) */
@@ -101,9 +106,9 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
-        const uint32_t hd = o->kv.head_dim;
+        const uint32_t hd = o->kv.head_dim, hdv = weft_kv_head_dim_v(&o->kv);
         return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->out) && o->n_head % o->kv.n_kv_head == 0 &&
-               o->q.ne0 >= (int64_t)o->n_head * hd && o->out.ne0 >= (int64_t)o->n_head * hd &&
+               o->q.ne0 >= (int64_t)o->n_head * hd && o->out.ne0 >= (int64_t)o->n_head * hdv &&
                o->q.ne1 >= o->batch.n_rows && o->out.ne1 >= o->batch.n_rows && o->batch.bt.buf &&
                i32_ok(&o->batch.bt_off, o->batch.n_seq) && i32_ok(&o->batch.bt, 1);
     }
@@ -560,6 +565,7 @@ static void a_kv(struct args *a, const struct weft_kv_view *kv)
     a_i32(a, kv->layer);
     a_i32(a, kv->n_kv_head);
     a_i32(a, kv->head_dim);
+    a_i32(a, weft_kv_head_dim_v(kv));
 }
 
 static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_kv *o)

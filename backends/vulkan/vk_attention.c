@@ -5,7 +5,8 @@
  * api 5: ROPE_KV's scaling (freq_factors, ext_factor, attn_factor,
  * corr_dims) goes into the exact table (weft_rope_cos_sin_ext) or the
  * shader's own angles; ATTENTION's sliding window starts each row's pass at
- * its window's first position, in every variant. */
+ * its window's first position, in every variant.
+ * api 6: V heads of head_dim_v (push constant hdv), K's staying head_dim. */
 #include "backends/vulkan/vk_priv.h"  /* the rope tables live in the backend */
 #include "base/rope.h"
 
@@ -38,15 +39,19 @@ static bool ids_ok(const struct vk_backend *vb, const struct weft_view *v, int64
            (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * 4) && fits(vb, v);
 }
 
+/* K heads of head_dim and V heads of head_dim_v (api 6), each even (the
+ * shaders work in pairs: an F16 word) and at most MAX_HEAD_DIM; Q8_0 both
+ * whole blocks of 32 */
 static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
 {
+    const uint32_t hdv = weft_kv_head_dim_v(kv);
     if (!kv->buf || kv->layer >= kv->n_layer || kv->n_kv_head == 0 || kv->head_dim == 0 || kv->head_dim % 2 ||
-        kv->head_dim > MAX_HEAD_DIM || weft_kv_head_dim_v(kv) != kv->head_dim)  /* TODO(head_dim_v) */
+        kv->head_dim > MAX_HEAD_DIM || hdv % 2 || hdv > MAX_HEAD_DIM)
         return false;
     size_t sz = vk_buffer_size(kv->buf);
     if (sz > vk_get_caps(vb)->max_storage_range) return false;
     if (kv->type == WEFT_TYPE_F16) return sz / 4 <= UINT32_MAX;
-    return kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && sz <= UINT32_MAX;
+    return kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0 && sz <= UINT32_MAX;
 }
 
 /* freq_factors as n_rot/2 contiguous floats (a vector view, or rows back
@@ -74,7 +79,7 @@ bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
         return kv_ok(vb, kv) && o->n_head > 0 && o->n_rot % 2 == 0 && o->n_rot <= kv->head_dim && R > 0 &&
                act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
                act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
-               act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * kv->head_dim) && ids_ok(vb, &o->batch.pos, R) &&
+               act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * weft_kv_head_dim_v(kv)) && ids_ok(vb, &o->batch.pos, R) &&
                ids_ok(vb, &o->batch.slot, R);
     }
     if (op->kind == WEFT_OP_ATTENTION) {
@@ -83,7 +88,7 @@ bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
         const uint32_t R = o->batch.n_rows;
         return kv_ok(vb, kv) && o->n_head > 0 && o->n_head % kv->n_kv_head == 0 && o->n_head <= MAX_GROUPS &&
                R > 0 && act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
-               act_ok(vb, &o->out, R, (uint64_t)o->n_head * kv->head_dim) && ids_ok(vb, &o->batch.pos, R) &&
+               act_ok(vb, &o->out, R, (uint64_t)o->n_head * weft_kv_head_dim_v(kv)) && ids_ok(vb, &o->batch.pos, R) &&
                ids_ok(vb, &o->batch.seq, R) && ids_ok(vb, &o->batch.bt_off, o->batch.n_seq ? o->batch.n_seq : 1) &&
                ids_ok(vb, &o->batch.bt, 1);
     }
@@ -188,11 +193,12 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
         float freq_scale, theta_scale;
         float ext_factor, corr0, corr1, mscale;   /* api 5 scaling */
         uint32_t ff_off, has_ff;                   /* freq_factors (binding 6 without a table) */
+        uint32_t hdv;                              /* api 6: V's head dim */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->k), stride(&o->k), elems(&o->v), stride(&o->v),
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
             powf(o->freq_base, -2.0f / (float)o->n_rot), o->ext_factor, o->corr_dims[0], o->corr_dims[1], mscale,
-            has_ff ? elems(&ffv) : 0, has_ff};
+            has_ff ? elems(&ffv) : 0, has_ff, weft_kv_head_dim_v(kv)};
     struct weft_buffer *tab = rope_table(vb, o);
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
     const char *name = tab ? (q8 ? "rope_kv_q8_0x" : "rope_kv_f16x") : (q8 ? "rope_kv_q8_0" : "rope_kv_f16");
@@ -225,10 +231,11 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
         float scale;
         uint32_t window;   /* api 5: positions pos - window + 1 .. pos; 0: all */
         float softcap;     /* api 6: s = softcap · tanh(q·k · scale / softcap); 0: none */
+        uint32_t hdv;      /* api 6: V's head dim (out is [rows, n_head*hdv]) */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->out), stride(&o->out), elems(&o->batch.pos),
             elems(&o->batch.seq), elems(&o->batch.bt_off), elems(&o->batch.bt), o->batch.n_rows, o->n_head,
             kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->softcap != 0.0f ? o->scale / o->softcap : o->scale,
-            o->window, o->softcap};
+            o->window, o->softcap, weft_kv_head_dim_v(kv)};
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;

@@ -2,12 +2,22 @@
  * the block layout), step for step as the CPU backend's
  * backends/cpu/ops/ops_attention.c. */
 
-/* The byte offset of token `slot`'s K (which = 0) or V (1) row of `layer`. */
-inline ulong kv_row(long slot, int which, int n_layer, int layer, ulong tok_bytes)
+/* Bytes of a token's K or V row: n_kv heads of hd values of the cache type
+ * (F16, or Q8_0 blocks of 32). */
+inline ulong kv_tok(int n_kv, int hd, int q8)
+{
+    return q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
+}
+
+/* The byte offset of token `slot`'s K (which = 0) or V (1) row of `layer`,
+ * with k_tok / v_tok the bytes of a token's K / V row: a layer's K then V in
+ * a block, KB = KV_BLOCK * k_tok, VB = KV_BLOCK * v_tok. */
+inline ulong kv_row(long slot, int which, int n_layer, int layer, ulong k_tok, ulong v_tok)
 {
     const long block = slot / KV_BLOCK, off = slot % KV_BLOCK;
-    const ulong layer_bytes = (ulong)KV_BLOCK * tok_bytes;
-    return (((ulong)block * n_layer + layer) * 2 + which) * layer_bytes + (ulong)off * tok_bytes;
+    const ulong layer_bytes = (ulong)KV_BLOCK * (k_tok + v_tok);
+    return ((ulong)block * n_layer + layer) * layer_bytes + (which ? (ulong)KV_BLOCK * k_tok : 0) +
+           (ulong)off * (which ? v_tok : k_tok);
 }
 
 /* x[a], x[b] rotated by (c, s): the CPU's fused forms */
@@ -41,8 +51,9 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
     }
 }
 
-/* One work-item per batch row: rotate its q and k heads, then store k and v
- * in its slot (a slot outside the cache's n_slots is flagged, not written).
+/* One work-item per batch row: rotate its q and k heads (hd), then store k
+ * and v (heads of hdv) in its slot (a slot outside the cache's n_slots is
+ * flagged, not written).
  * Angles: from tab (the host's weft_rope_cos_sin_ext, cos/sin per position:
  * the CPU's own libm bits) when has_tab, else computed here by the same
  * formula (base/rope.h): theta_e = (pos * theta_scale^i) / ff[i] (the
@@ -52,7 +63,7 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
  * corr1, cos and sin times mscale (formed on the host). */
 kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
                     global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
-                    int layer, int n_kv, int hd, int n_head, int n_rot, int neox, float freq_scale,
+                    int layer, int n_kv, int hd, int hdv, int n_head, int n_rot, int neox, float freq_scale,
                     float theta_scale, global const uchar *ff_b, ulong ff_off, int has_ff, float ext_factor,
                     float mscale, float corr0, float corr1, global const uchar *pos_b, ulong pos_off,
                     global const uchar *slot_b, ulong slot_off, global const float *tab, int has_tab, int tab_rows,
@@ -96,9 +107,9 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
         FLAG_ERROR(err, 3);
         return;
     }
-    const ulong tok = kv_q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
-    kv_store(kr, kv + kv_row(slot, 0, n_layer, layer, tok), n_kv * hd, kv_q8);
-    kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, tok), n_kv * hd, kv_q8);
+    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = kv_tok(n_kv, hdv, kv_q8);
+    kv_store(kr, kv + kv_row(slot, 0, n_layer, layer, k_tok, v_tok), n_kv * hd, kv_q8);
+    kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok), n_kv * hdv, kv_q8);
 }
 
 #define ATT_MAX_HD 256
@@ -158,10 +169,11 @@ inline float dot_q8(global const uchar *k, const char *qq, const float *qd, int 
  * the CPU skips the masked positions in the same pass), as weft_cpu_attn_row_generic
  * (F16 cache: q rounded to F16, an F16 accumulator) and attn_row_q8_0 (Q8_0
  * cache: q quantized to Q8_0, an F32 accumulator); soft-capped scores
- * (softcap != 0) as the CPU's. global (n_head, rows) */
+ * (softcap != 0) as the CPU's. Scores over K heads of hd, the output from V
+ * heads of hdv (head h's at column h * hdv of o). global (n_head, rows) */
 kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uchar *o, ulong o_off, ulong o_ld,
                       global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
-                      int n_head, float scale, int window, float softcap, global const uchar *pos_b, ulong pos_off,
+                      int hdv, int n_head, float scale, int window, float softcap, global const uchar *pos_b, ulong pos_off,
                       global const uchar *seq_b, ulong seq_off, global const uchar *bto_b, ulong bto_off,
                       global const uchar *bt_b, ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
 {
@@ -170,7 +182,7 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
     global const uchar *kv = kv_b + kv_base;
     const int group = n_head / n_kv;
     const int pos = I32P(pos_b, pos_off)[r], sq = I32P(seq_b, seq_off)[r];
-    global float *out = F32P(o, o_off) + (ulong)r * o_ld + (ulong)h * hd;
+    global float *out = F32P(o, o_off) + (ulong)r * o_ld + (ulong)h * hdv;
     /* the row's sequence, its block list and every block in it inside their tables */
     const int b0 = sq >= 0 && sq < n_seq ? I32P(bto_b, bto_off)[sq] : -1;
     bool bad = b0 < 0 || pos < 0 || (long)b0 + pos / KV_BLOCK >= bt_len;
@@ -179,12 +191,12 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
     for (int i = p_first / KV_BLOCK; !bad && i <= pos / KV_BLOCK; i++) bad = bt[i] < 0 || bt[i] >= n_blocks;
     if (bad) {
         if (h == 0) FLAG_ERROR(err, 4);
-        for (int d = 0; d < hd; d++) out[d] = 0.0f;
+        for (int d = 0; d < hdv; d++) out[d] = 0.0f;
         return;
     }
     global const float *qv = F32P(q, q_off) + (ulong)r * q_ld + (ulong)h * hd;
-    const ulong tok = kv_q8 ? (ulong)(n_kv * hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)n_kv * hd * 2;
-    const ulong head_off = (ulong)(h / group) * (kv_q8 ? (ulong)(hd / WEFT_QK_Q8_0) * WEFT_B_Q8_0 : (ulong)hd * 2);
+    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = kv_tok(n_kv, hdv, kv_q8);
+    const ulong head_off = (ulong)(h / group) * kv_tok(1, hd, kv_q8), head_off_v = (ulong)(h / group) * kv_tok(1, hdv, kv_q8);
     ushort q16[ATT_MAX_HD], acc16[ATT_MAX_HD];
     char qq[ATT_MAX_HD];
     float qd[ATT_MAX_HD / 32], acc[ATT_MAX_HD];
@@ -197,18 +209,16 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
             const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
             for (int j = 0; j < 32; j++) qq[32 * b + j] = (char)rint(qv[32 * b + j] * id);
         }
-        for (int d = 0; d < hd; d++) acc[d] = 0.0f;
+        for (int d = 0; d < hdv; d++) acc[d] = 0.0f;
     } else {
-        for (int d = 0; d < hd; d++) {
-            vstore_half_rte(qv[d], d, PH(q16));
-            acc16[d] = 0;
-        }
+        for (int d = 0; d < hd; d++) vstore_half_rte(qv[d], d, PH(q16));
+        for (int d = 0; d < hdv; d++) acc16[d] = 0;
     }
     float M = -INFINITY, S = 0.0f;
     for (int p = p_first; p <= pos; p++) {
         const long slot = (long)bt[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK;
-        global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, tok) + head_off;
-        global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, tok) + head_off;
+        global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, k_tok, v_tok) + head_off;
+        global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok) + head_off_v;
         float s = (kv_q8 ? dot_q8(kr, qq, qd, hd) : dot_f16(kr, q16, hd)) * scale;
         if (softcap != 0.0f) s = softcap * tanh(s);  /* scale came divided by it (api 6, ggml's form) */
         float ms = 1.0f, vs = 1.0f;
@@ -217,19 +227,19 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
             M = s;
             ms = expf_libm(Mold - M);
             if (kv_q8)
-                for (int d = 0; d < hd; d++) acc[d] *= ms;
+                for (int d = 0; d < hdv; d++) acc[d] *= ms;
             else
-                for (int d = 0; d < hd; d++) vstore_half_rte(vload_half(d, PH(acc16)) * ms, d, PH(acc16));
+                for (int d = 0; d < hdv; d++) vstore_half_rte(vload_half(d, PH(acc16)) * ms, d, PH(acc16));
         } else {
             vs = expf_libm(s - M);
         }
         if (kv_q8)
-            for (int d = 0; d < hd; d++) acc[d] = fma(dq(vr, WEFT_T_Q8_0, d), vs, acc[d]);
+            for (int d = 0; d < hdv; d++) acc[d] = fma(dq(vr, WEFT_T_Q8_0, d), vs, acc[d]);
         else
-            for (int d = 0; d < hd; d++)
+            for (int d = 0; d < hdv; d++)
                 vstore_half_rte(fma(ldh(vr + 2 * d), vs, vload_half(d, PH(acc16))), d, PH(acc16));
         S = fma(S, ms, vs);
     }
     const float inv = 1.0f / S;
-    for (int d = 0; d < hd; d++) out[d] = (kv_q8 ? acc[d] : vload_half(d, PH(acc16))) * inv;
+    for (int d = 0; d < hdv; d++) out[d] = (kv_q8 ? acc[d] : vload_half(d, PH(acc16))) * inv;
 }
