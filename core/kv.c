@@ -60,24 +60,35 @@ static uint32_t ht_cap_for(uint32_t n)
     return cap;
 }
 
-/* ---- LRU of cached (ref 0, registered) blocks ---- */
+/* ---- LRU lists: doubly linked through prev/next arrays, oldest at head ---- */
 
+static void list_push(int32_t *prev, int32_t *next, int32_t *head, int32_t *tail, int32_t i)
+{
+    prev[i] = *tail;
+    next[i] = -1;
+    if (*tail >= 0) next[*tail] = i;
+    else *head = i;
+    *tail = i;
+}
+
+static void list_remove(int32_t *prev, int32_t *next, int32_t *head, int32_t *tail, int32_t i)
+{
+    int32_t p = prev[i], n = next[i];
+    if (p >= 0) next[p] = n; else *head = n;
+    if (n >= 0) prev[n] = p; else *tail = p;
+    prev[i] = next[i] = -1;
+}
+
+/* cached (ref 0, registered) device blocks */
 static void lru_push(struct weft_kv_pool *kv, int32_t b)
 {
-    kv->lru_prev[b] = kv->lru_tail;
-    kv->lru_next[b] = -1;
-    if (kv->lru_tail >= 0) kv->lru_next[kv->lru_tail] = b;
-    else kv->lru_head = b;
-    kv->lru_tail = b;
+    list_push(kv->lru_prev, kv->lru_next, &kv->lru_head, &kv->lru_tail, b);
     kv->n_cached++;
 }
 
 static void lru_remove(struct weft_kv_pool *kv, int32_t b)
 {
-    int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
-    if (p >= 0) kv->lru_next[p] = n; else kv->lru_head = n;
-    if (n >= 0) kv->lru_prev[n] = p; else kv->lru_tail = p;
-    kv->lru_prev[b] = kv->lru_next[b] = -1;
+    list_remove(kv->lru_prev, kv->lru_next, &kv->lru_head, &kv->lru_tail, b);
     kv->n_cached--;
 }
 
@@ -85,20 +96,13 @@ static void lru_remove(struct weft_kv_pool *kv, int32_t b)
 
 static void wlru_push(struct weft_kv_pool *kv, int32_t w)
 {
-    kv->wlru_prev[w] = kv->wlru_tail;
-    kv->wlru_next[w] = -1;
-    if (kv->wlru_tail >= 0) kv->wlru_next[kv->wlru_tail] = w;
-    else kv->wlru_head = w;
-    kv->wlru_tail = w;
+    list_push(kv->wlru_prev, kv->wlru_next, &kv->wlru_head, &kv->wlru_tail, w);
     kv->n_wcached++;
 }
 
 static void wlru_remove(struct weft_kv_pool *kv, int32_t w)
 {
-    int32_t p = kv->wlru_prev[w], n = kv->wlru_next[w];
-    if (p >= 0) kv->wlru_next[p] = n; else kv->wlru_head = n;
-    if (n >= 0) kv->wlru_prev[n] = p; else kv->wlru_tail = p;
-    kv->wlru_prev[w] = kv->wlru_next[w] = -1;
+    list_remove(kv->wlru_prev, kv->wlru_next, &kv->wlru_head, &kv->wlru_tail, w);
     kv->n_wcached--;
 }
 
@@ -412,19 +416,12 @@ static int32_t hc_get(const struct weft_kv_pool *kv, uint64_t h)
 
 static void hc_lru_push(struct weft_kv_pool *kv, int32_t i)
 {
-    kv->hc_prev[i] = kv->hc_tail;
-    kv->hc_next[i] = -1;
-    if (kv->hc_tail >= 0) kv->hc_next[kv->hc_tail] = i;
-    else kv->hc_head = i;
-    kv->hc_tail = i;
+    list_push(kv->hc_prev, kv->hc_next, &kv->hc_head, &kv->hc_tail, i);
 }
 
 static void hc_lru_remove(struct weft_kv_pool *kv, int32_t i)
 {
-    int32_t p = kv->hc_prev[i], n = kv->hc_next[i];
-    if (p >= 0) kv->hc_next[p] = n; else kv->hc_head = n;
-    if (n >= 0) kv->hc_prev[n] = p; else kv->hc_tail = p;
-    kv->hc_prev[i] = kv->hc_next[i] = -1;
+    list_remove(kv->hc_prev, kv->hc_next, &kv->hc_head, &kv->hc_tail, i);
 }
 
 /* Slot i (out of the LRU) leaves the tier: its hash unregistered, the slot free. */
