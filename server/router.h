@@ -53,6 +53,10 @@ struct weft_router_config {
                                         many seconds for one to come up (an autoscaler scaling from
                                         zero), then 503; /ready stays 200 meanwhile (0: 503 at once;
                                         --hold-empty-s) */
+    uint32_t hold_startup_s;         /* until an instance has first come up, requests wait in the queue
+                                        up to this many seconds (the longer of the two holds) and /ready
+                                        answers 503 "starting" (weft fleet's router: its instances are
+                                        loading; 0: as hold_empty_s; --hold-startup-s) */
     struct prompt_rules rules;       /* the model's tokenizer and chat rendering (as the instances') */
     const char *tenants_path;        /* --config: the tenants file weft serve reads; its trusted key
                                         is what the router sends upstream; client keys are checked */

@@ -113,6 +113,7 @@ struct weft_router {
     bool pump_armed;
     double dur_mean;               /* seconds a request takes, fleet-wide (moving average) */
     double empty_since;            /* when the fleet last became empty of usable instances (0: it is not) */
+    bool ever_up;                  /* an instance has been usable (hold_startup_s is over) */
     struct scale_class classes[ROUTER_MAX_CLASSES];
     uint32_t n_classes;
     uint64_t ttft_count, ttft_hist[ROUTER_TTFT_BUCKETS + 1];
@@ -226,6 +227,9 @@ void weft_router_pd_start(struct pxy *x, char *hdr, size_t cap);
 
 /* The queue (router_queue.c). */
 bool weft_router_saturated_for(struct weft_router *r, int32_t prio);
+/* How long a request waits for an instance when none is usable: hold_empty_s,
+ * or hold_startup_s before the first has come up, the longer (0: 503 at once). */
+uint32_t weft_router_hold_s(const struct weft_router *r);
 bool weft_router_queue_wants(struct weft_router *r, const struct pxy *x);
 void weft_router_queue_add(struct pxy *x);          /* queued, or shed (answered 503) */
 void weft_router_queue_remove(struct pxy *x);

@@ -1182,10 +1182,16 @@ void weft_router_handle(void *ctx, struct http_conn *c, const struct http_reques
     }
     if (!strcmp(p, "/ready") && req->method == HTTP_M_GET) {
         /* with --hold-empty-s the router takes requests with no instance up:
-         * it holds them while an autoscaler brings one (scale from zero) */
-        bool up = any_usable(r), ok = !r->draining && (up || r->cfg.hold_empty_s > 0);
+         * it holds them while an autoscaler brings one (scale from zero);
+         * before the first instance is up (--hold-startup-s: weft fleet's
+         * instances loading) it holds them too but is not ready yet */
+        bool up = any_usable(r);
+        if (up) r->ever_up = true;
+        bool starting = !up && !r->ever_up && r->cfg.hold_startup_s > 0;
+        bool ok = !r->draining && !starting && (up || r->cfg.hold_empty_s > 0);
         respond_json(r, c, ok ? 200 : 503,
-                     json_pack("{s:s}", "status", r->draining ? "draining" : up ? "ready" : ok ? "holding" : "no instance up"));
+                     json_pack("{s:s}", "status", r->draining ? "draining" : up ? "ready" : starting ? "starting"
+                                                                             : ok ? "holding" : "no instance up"));
         return;
     }
     if (!strcmp(p, "/metrics") && req->method == HTTP_M_GET) {

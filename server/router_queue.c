@@ -56,9 +56,18 @@ bool weft_router_saturated_for(struct weft_router *r, int32_t prio)
         for (struct pxy *x = io ? io->inflight : NULL; x; x = x->io_next)
             if (x->prio < prio) return false;
     }
-    /* none usable: held for one to come up with --hold-empty-s, else not a
-     * queueing matter (the decision answers 503) */
-    return n_usable > 0 || (r->cfg.hold_empty_s > 0 && !r->draining);
+    /* none usable: held for one to come up with --hold-empty-s (or, before
+     * the first, --hold-startup-s), else not a queueing matter (the
+     * decision answers 503) */
+    if (n_usable) r->ever_up = true;
+    return n_usable > 0 || (weft_router_hold_s(r) > 0 && !r->draining);
+}
+
+uint32_t weft_router_hold_s(const struct weft_router *r)
+{
+    uint32_t hold = r->cfg.hold_empty_s;
+    if (!r->ever_up && r->cfg.hold_startup_s > hold) hold = r->cfg.hold_startup_s;
+    return hold;
 }
 
 static struct qtenant *qt_get(struct weft_router *r, const char *name)
@@ -200,10 +209,11 @@ void weft_router_queue_expire(struct weft_router *r)
     double now = weft_router_now(r);
     if (any) {
         r->empty_since = 0;
+        r->ever_up = true;
         return;
     }
     if (r->empty_since == 0) r->empty_since = now;
-    double hold = r->cfg.hold_empty_s;
+    double hold = weft_router_hold_s(r);
     struct pxy *x = r->q_head;
     while (x) {
         struct pxy *next = x->q_next;

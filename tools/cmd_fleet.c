@@ -316,6 +316,11 @@ static int build_specs(struct fleet_cli *f, const char *exe, struct argbuf *ab, 
         ARG(r, k, "--policy");
         ARG(r, k, f->policy);
     }
+    /* the instances load their model while the router already listens:
+     * it holds what comes meanwhile instead of answering 503 (a later
+     * --router-arg --hold-startup-s wins) */
+    ARG(r, k, "--hold-startup-s");
+    ARG(r, k, "600");
     if (f->config) {
         ARG(r, k, "--config");
         ARG(r, k, f->config);

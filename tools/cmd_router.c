@@ -29,7 +29,7 @@ static void usage(FILE *f)
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
             "                   [--tokenize-threads 2] [--pd-threshold 512] [--pd-slack 1.25] [--no-pd]\n"
-            "                   [--hold-empty-s 0] [--api-key KEY] [--cors-origin ORIGIN ...] [--kv-secret SECRET]\n"
+            "                   [--hold-empty-s 0] [--hold-startup-s 0] [--api-key KEY] [--cors-origin ORIGIN ...] [--kv-secret SECRET]\n"
             "  --kv-secret SECRET: the fleet secret the instances were given (or $WEFT_KV_SECRET): the router\n"
             "                 authenticates to them as a fleet member (their /v1/kv/* and hand-offs need one)\n"
             "                 unless --upstream-key names another trusted key\n"
@@ -65,7 +65,9 @@ static void usage(FILE *f)
             "  --queue-max N, --queue-per-tenant N: its bounds (default 1024, 256); past them the lowest\n"
             "      priority is shed with 503 and Retry-After\n"
             "  --hold-empty-s S: with no instance up, requests wait in the queue up to S seconds for one\n"
-            "      (an autoscaler scaling from zero; /ready stays 200), then 503 (default 0: 503 at once)\n");
+            "      (an autoscaler scaling from zero; /ready stays 200), then 503 (default 0: 503 at once)\n"
+            "  --hold-startup-s S: the same before any instance has come up (they are loading), /ready 503\n"
+            "      \"starting\" meanwhile (default 0; weft fleet gives its router 600)\n");
 }
 
 int weft_cmd_router(int argc, char **argv)
@@ -148,6 +150,7 @@ int weft_cmd_router(int argc, char **argv)
             {"--queue-max", 1, 1 << 20, &rc.queue_max},
             {"--queue-per-tenant", 1, 1 << 20, &rc.queue_per_tenant},
             {"--hold-empty-s", 0, 86400, &rc.hold_empty_s},
+            {"--hold-startup-s", 0, 86400, &rc.hold_startup_s},
         };
         bool matched = false;
         for (size_t k = 0; k < sizeof nums / sizeof nums[0] && !matched; k++)

@@ -66,13 +66,13 @@ def pid_alive(pid):
 class Fleet:
     """`weft fleet` as a child: its stderr read on a thread, the ready summary parsed."""
 
-    def __init__(self, *args, env=None, model=None):
+    def __init__(self, *args, env=None, model=None, port=0):
         model = model or default_model()
         if not os.path.exists(model):
             pytest.skip(f"model {model} is not fetched (bash scripts/fetch-model.sh)")
         if not os.path.exists(WEFT):
             pytest.skip(f"{WEFT} is not built")
-        self.proc = subprocess.Popen([WEFT, "fleet", "-m", model, "--port", "0", *args], stdout=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([WEFT, "fleet", "-m", model, "--port", str(port), *args], stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
                                      start_new_session=True)
         self.log = []
@@ -349,6 +349,56 @@ def test_fleet_dry_run_and_bad_specs():
     for bad, word in [("device=cpu,speed=9", "speed"), ("role=fast", "role=fast"), ("threads=0", "threads")]:
         r = subprocess.run([WEFT, "fleet", "-m", model, "--instance", bad], capture_output=True, text=True)
         assert r.returncode == 2 and word in r.stderr, (bad, r.stderr)
+
+
+def test_fleet_start_up_answers_every_request_never_503():
+    """weft fleet's router listens while its instances still load: a client
+    retrying its connect from the moment the process starts gets its answer
+    (the router holds the request, --hold-startup-s), never a 503; /ready
+    answers 503 "starting" until an instance is up."""
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    base = f"http://127.0.0.1:{port}"
+    seen = {"ready": None, "answer": None}
+    stop = threading.Event()
+
+    def client():
+        data = json.dumps({"prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode()
+        while not stop.is_set():
+            try:
+                seen["ready"] = http_get(base + "/ready")
+                rq = urllib.request.Request(base + "/v1/completions", data=data,
+                                            headers={"Content-Type": "application/json"})
+                with urllib.request.urlopen(rq, timeout=300) as r:
+                    seen["answer"] = (r.status, r.read().decode())
+            except urllib.error.HTTPError as e:
+                seen["answer"] = (e.code, e.read().decode())
+            except (urllib.error.URLError, ConnectionError):
+                time.sleep(0.005)  # not listening yet: connect again
+                continue
+            return
+
+    t = threading.Thread(target=client)
+    t.start()
+    fleet = None
+    try:
+        fleet = Fleet("--instance", "device=cpu,threads=1", port=port)
+        t.join(timeout=300)
+        assert seen["answer"] and seen["answer"][0] == 200, seen
+        assert json.loads(seen["answer"][1])["usage"]["completion_tokens"] == 4
+        status, body = seen["ready"]
+        assert status == 200 or (status == 503 and "starting" in body), seen
+        print("first /ready:", status, body.strip())
+        m = fleet.metrics()
+        assert metric_in(m, "weft_router_shed_total", {"reason": "no_instance"}) == 0
+    finally:
+        stop.set()
+        t.join(timeout=10)
+        if fleet:
+            fleet.stop()
 
 
 def test_router_holds_requests_until_an_instance_comes_up():
