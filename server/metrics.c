@@ -378,6 +378,34 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         head(&o, "vllm:cache_config_info", "gauge", "KV cache configuration.");
         weft_sb_printf(b, "vllm:cache_config_info{%s,block_size=\"%d\",num_gpu_blocks=\"%u\"} 1\n", o.lbl, WEFT_KV_BLOCK_TOKENS,
             es->kv.n_blocks);
+        /* what vLLM's v1 engine exports for latency and volume, the series
+         * its Grafana dashboards and llm-d read: the same observations as
+         * weft's own series (named in each help) */
+        hist(&o, "vllm:time_to_first_token_seconds", "Time to first token (weft_time_to_first_token_seconds).",
+             &m->ttft);
+        hist(&o, "vllm:inter_token_latency_seconds", "Inter-token latency (weft_inter_token_latency_seconds).",
+             &m->itl);
+        hist(&o, "vllm:e2e_request_latency_seconds", "End-to-end request latency (weft_request_duration_seconds).",
+             &m->e2e);
+        hist(&o, "vllm:request_queue_time_seconds", "Time in the waiting queue (weft_request_queue_seconds).",
+             &m->queue);
+        one(&o, "vllm:prompt_tokens_total", "counter", "Prompt tokens processed (weft_prompt_tokens_total).",
+            (double)m->prompt_tokens);
+        one(&o, "vllm:generation_tokens_total", "counter", "Generation tokens (weft_generation_tokens_total).",
+            (double)m->generation_tokens);
+        one(&o, "vllm:num_preemptions_total", "counter", "Preemptions (weft_preemptions_total).",
+            (double)(es->preempt_swap + es->preempt_recompute));
+        /* by vLLM's finished_reason: stop, length, abort (a client gone or
+         * too slow, a shutdown, an abort), error */
+        uint64_t by[4] = {m->finish[METRIC_FINISH_STOP], m->finish[METRIC_FINISH_LENGTH],
+                          m->finish[METRIC_FINISH_ABORT] + m->finish[METRIC_FINISH_CLIENT_GONE] +
+                              m->finish[METRIC_FINISH_SLOW_CLIENT] + m->finish[METRIC_FINISH_SHUTDOWN],
+                          m->finish[METRIC_FINISH_ERROR]};
+        static const char *const reason[4] = {"stop", "length", "abort", "error"};
+        head(&o, "vllm:request_success_total", "counter", "Finished requests, by finish reason (weft_request_finish_total).");
+        for (int i = 0; i < 4; i++)
+            weft_sb_printf(b, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", o.lbl, reason[i],
+                (unsigned long long)by[i]);
     }
     if (b->oom) { free(b->p); return NULL; }
     *len = b->len;

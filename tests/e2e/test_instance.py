@@ -2,9 +2,11 @@
 (FLEET.md, "What an instance publishes"): GET /load and the metrics'
 names, checked against what the instance is doing."""
 import json
+import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 
 from conftest import FLEET_AUTH, WEFT, Server, metric_in, open_stream
 
@@ -70,6 +72,9 @@ def test_load_reports_what_the_instance_holds_and_does():
 
 
 def test_metrics_compat_vllm_aliases():
+    """--metrics-compat vllm: the names vLLM's v1 engine exports (what its
+    Grafana dashboards and llm-d read), equal to weft's own series; promtool
+    finds nothing but the ':' in their names."""
     srv = Server("--metrics-compat", "vllm")
     try:
         text = srv.get("/metrics")[1]
@@ -79,6 +84,34 @@ def test_metrics_compat_vllm_aliases():
         assert 0 <= metric_in(text, "vllm:kv_cache_usage_perc") <= 1
         assert metric_in(text, "vllm:cache_config_info",
                          {"block_size": "16", "num_gpu_blocks": str(d["kv"]["device"]["total"])}) == 1
+        assert metric_in(text, "vllm:time_to_first_token_seconds_count") == 0
+        for max_tokens in (4, 6):
+            req = urllib.request.Request(srv.base + "/v1/completions", data=json.dumps(
+                {"prompt": "Hello", "max_tokens": max_tokens, "ignore_eos": True}).encode(),
+                headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(req, timeout=120).read()
+        wait_load(srv, lambda d: d["running"] == 0 and d["waiting"] == 0)
+        text = srv.get("/metrics")[1]
+        for v, w in [("time_to_first_token_seconds", "time_to_first_token_seconds"),
+                     ("inter_token_latency_seconds", "inter_token_latency_seconds"),
+                     ("e2e_request_latency_seconds", "request_duration_seconds"),
+                     ("request_queue_time_seconds", "request_queue_seconds")]:
+            for part in ("_count", "_sum"):
+                assert metric_in(text, "vllm:" + v + part) == metric_in(text, "weft_" + w + part), v + part
+        assert metric_in(text, "vllm:time_to_first_token_seconds_count") == 2
+        assert metric_in(text, "vllm:inter_token_latency_seconds_count") == 3 + 5
+        assert metric_in(text, "vllm:generation_tokens_total") == 10
+        assert metric_in(text, "vllm:prompt_tokens_total") == metric_in(text, "weft_prompt_tokens_total") > 0
+        assert metric_in(text, "vllm:request_success_total", {"finished_reason": "length"}) == 2
+        assert metric_in(text, "vllm:request_success_total", {"finished_reason": "stop"}) == 0
+        assert metric_in(text, "vllm:num_preemptions_total") == 0
+        promtool = shutil.which("promtool")
+        if promtool:
+            p = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True,
+                               timeout=60)
+            problems = [ln for ln in (p.stdout + p.stderr).splitlines() if ln.strip()]
+            assert problems and all(ln.startswith("vllm:") and "should not contain ':'" in ln
+                                    for ln in problems), problems
     finally:
         srv.stop()
     srv = Server()
