@@ -80,11 +80,12 @@ if [ -n "$rt" ] && command -v apt-get >/dev/null 2>&1; then
             echo "install-deps: warning: could not install $rt; the fuzz targets will not build" >&2
     fi
 fi
-# Python packages for the server's end-to-end tests (tests/e2e)
-if ! python3 -c 'import pytest, openai' >/dev/null 2>&1; then
-    echo "install-deps: pip install pytest openai"
-    python3 -m pip install -q pytest openai 2>/dev/null ||
-        python3 -m pip install -q --break-system-packages pytest openai
+# Python packages for the server's end-to-end tests (tests/e2e) and the chat
+# templates' oracle (jinja2: tests/templates/render_ref.py)
+if ! python3 -c 'import pytest, openai, jinja2' >/dev/null 2>&1; then
+    echo "install-deps: pip install pytest openai jinja2"
+    python3 -m pip install -q pytest openai jinja2 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages pytest openai jinja2
 fi
 # the deployment tests' Python packages (kubernetes-validate, PyYAML) and the
 # prometheus service the package may have started (the tests run their own)
