@@ -110,6 +110,7 @@ static struct weft_backend *be;
 static struct weft_model *m;
 static struct job jobs[N];
 static struct out full[N], win[N];
+static uint32_t nj = N;  /* jobs the decoding case runs (fewer on a software GPU device: its steps are slow) */
 
 static struct weft_engine *engine(bool swa_full, uint32_t kv_blocks, bool no_prefix, bool no_swap)
 {
@@ -133,10 +134,10 @@ static void decoding_past_the_window_holds_its_window_only(void)
     weft_engine_stats(ew, &st);
     CHECK_EQ_INT(st.kv.window, 16);
     CHECK(st.kv.n_window_blocks > 0 && st.kv.n_window_blocks < st.kv.n_blocks);
-    run(ef, jobs, N, 1, full);
+    run(ef, jobs, nj, 1, full);
     /* the short prompts alone first: a decode's own bound */
     struct out w1[N];
-    for (uint32_t i = 1; i < N; i += 2) {
+    for (uint32_t i = 1; i < nj; i += 2) {
         struct out *o = &w1[i];
         memset(o, 0, sizeof *o);
         submit(ew, &jobs[i], o);
@@ -150,10 +151,10 @@ static void decoding_past_the_window_holds_its_window_only(void)
     CHECK(st.kv.window_peak <= 16 / 16 + 1);
     CHECK(st.kv.window_dropped > 0);
     check_clean(ew);
-    run(ew, jobs, N, N, win);
-    same(full, win, N, "8 at once, windowed vs every block");
+    run(ew, jobs, nj, nj, win);
+    same(full, win, nj, "all at once, windowed vs every block");
     weft_engine_stats(ew, &st);
-    printf("  8 at once: at most %u a sequence after each step, %llu dropped, %u of %u window blocks\n",
+    printf("  all at once: at most %u a sequence after each step, %llu dropped, %u of %u window blocks\n",
            st.kv.window_peak, (unsigned long long)st.kv.window_dropped, st.kv.n_window_blocks, st.kv.n_blocks);
     check_clean(ew);
     weft_engine_free(ef);
@@ -268,7 +269,7 @@ static void blocks_travel_between_instances(void)
         run(src, jobs, 1, 1, o);
         uint32_t with = travel(src, s ? "every block ->" : "windowed ->");
         CHECK_EQ_INT(with, jobs[0].n_prompt / 16);
-        if (s == 0) {
+        if (s == 0 && !strcmp(device, "cpu")) {  /* eviction is the pool's, not the device's */
             run(src, jobs + 1, N - 1, 1, o + 1);
             with = travel(src, "windowed, its windows evicted since ->");
             CHECK(with < jobs[0].n_prompt / 16);
@@ -399,6 +400,7 @@ int main(void)
         SKIP_ALL("%s: %s", model_path, weft_last_error());
     }
     make_jobs(jobs, N, weft_model_hparams(m)->n_vocab, 5);
+    if (strcmp(device, "cpu")) nj = 4;
     RUN(decoding_past_the_window_holds_its_window_only);
     /* on a device: its views of the window group and its block I/O (the
      * scheduling around them is the CPU run's) */
