@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/jinja.h"
 #include "tests/check.h"
@@ -173,6 +174,54 @@ static void refusals_and_bounds(void)
     }
 }
 
+/* `weft template` (the CLI over the model file and a conversation) prints
+ * what jinja2 renders: one template, every case, through temp files. */
+static void the_cli_prints_the_reference(void)
+{
+    const char *name = "Qwen-Qwen3-0.6B.jinja";
+    json_t *cases = json_object_get(ref, "cases");
+    json_t *results = json_object_get(json_object_get(json_object_get(ref, "templates"), name), "results");
+    CHECK(json_array_size(results) == json_array_size(cases) && json_array_size(cases) >= 12);
+    char model[1024];
+    snprintf(model, sizeof model, "%s/models/stories260K.gguf", WEFT_SHARED_DIR);
+    size_t same = 0;
+    for (size_t ci = 0; ci < json_array_size(cases); ci++) {
+        json_error_t je;
+        json_t *v = json_loads(json_string_value(json_array_get(cases, ci)), 0, &je);
+        bool gen = json_is_true(json_object_get(v, "add_generation_prompt"));
+        json_t *msgs = json_incref(json_object_get(v, "messages")), *tools = json_incref(json_object_get(v, "tools"));
+        json_object_del(v, "messages");
+        json_object_del(v, "tools");
+        json_object_del(v, "add_generation_prompt");
+        char mpath[64], tpath[64];
+        snprintf(mpath, sizeof mpath, "/tmp/weft-tmpl-m-%d.json", (int)getpid());
+        snprintf(tpath, sizeof tpath, "/tmp/weft-tmpl-t-%d.json", (int)getpid());
+        json_dump_file(msgs, mpath, 0);
+        if (tools) json_dump_file(tools, tpath, 0);
+        char *kw = json_dumps(v, JSON_COMPACT);
+        char cmd[4096];
+        snprintf(cmd, sizeof cmd, "%s/weft template -m %s --chat-template %s/%s --messages %s %s%s --kwargs '%s' %s",
+                 WEFT_BUILD_DIR, model, tdir, name, mpath, tools ? "--tools " : "", tools ? tpath : "", kw,
+                 gen ? "" : "--no-generation-prompt");
+        FILE *p = popen(cmd, "r");
+        char *got = calloc(1, 1 << 16);
+        size_t n = p && got ? fread(got, 1, (1 << 16) - 1, p) : 0;
+        int rc = p ? pclose(p) : -1;
+        const char *want = json_string_value(json_object_get(json_array_get(results, ci), "ok"));
+        bool ok = rc == 0 && want && n == strlen(want) && !memcmp(got, want, n);
+        CHECK_MSG(ok, "weft template, case %zu: rc %d, %zu bytes vs %zu", ci, rc, n, want ? strlen(want) : 0);
+        same += ok;
+        free(got);
+        free(kw);
+        json_decref(v);
+        json_decref(msgs);
+        json_decref(tools);
+        remove(mpath);
+        remove(tpath);
+    }
+    printf("  weft template: %zu of %zu renders as jinja2's\n", same, json_array_size(cases));
+}
+
 int main(void)
 {
     snprintf(tdir, sizeof tdir, "%s/templates", WEFT_SHARED_DIR);
@@ -190,6 +239,7 @@ int main(void)
         return check_summary();
     }
     RUN(every_template_renders_as_jinja2);
+    RUN(the_cli_prints_the_reference);
     json_decref(ref);
     return check_summary();
 }

@@ -16,6 +16,7 @@ int weft_cmd_bench(int argc, char **argv);
 int weft_cmd_serve(int argc, char **argv);
 int weft_cmd_router(int argc, char **argv);
 int weft_cmd_fleet(int argc, char **argv);
+int weft_cmd_template(int argc, char **argv);
 
 /* Resolve the default model path (SmolLM2-135M-Instruct Q4_1): $WEFT_MODEL,
  * else $WEFT_CACHE_DIR or $XDG_CACHE_HOME/weft or ~/.cache/weft, file

@@ -24,6 +24,7 @@ static void usage(FILE *f)
             "  run        generate text from a prompt\n"
             "  chat       talk to a model using its chat template\n"
             "  tokenize   show the token ids of a text\n"
+            "  template   print the prompt a model's own chat template makes of a conversation\n"
             "  info       validate a GGUF file and describe the model\n"
             "  devices    list backends and devices\n"
             "  quantize   convert a GGUF's weights to another type\n"
@@ -69,7 +70,7 @@ int main(int argc, char **argv)
         {"devices", weft_cmd_devices},  {"quantize", weft_cmd_quantize},
         {"gen", weft_cmd_gen},          {"bench", weft_cmd_bench},
         {"serve", weft_cmd_serve},      {"router", weft_cmd_router},
-        {"fleet", weft_cmd_fleet},
+        {"fleet", weft_cmd_fleet},      {"template", weft_cmd_template},
     };
     /* the WEFT_* knobs (tools/env.c): read here, handed to the library */
     if (weft_env_apply() != 0) return 2;

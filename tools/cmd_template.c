@@ -1,0 +1,174 @@
+/* `weft template`: a model's own chat template (its GGUF's
+ * tokenizer.chat_template, the .tool_use one when tools are given and the
+ * file has it, or --chat-template FILE) rendered over a conversation with
+ * core/jinja, printed as it is: the prompt weft would tokenize. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/gguf.h"
+#include "core/jinja.h"
+#include "core/tokenizer.h"
+#include "tools/cli.h"
+#include "tools/cli_common.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: weft template [-m MODEL] [--chat-template FILE] --messages FILE.json [--tools FILE.json]\n"
+            "                     [--kwargs JSON] [--no-generation-prompt]\n"
+            "  Prints the prompt the model's own chat template makes of a conversation (Jinja, as\n"
+            "  Hugging Face's apply_chat_template renders it).\n"
+            "  --messages FILE.json: an array of {\"role\": ..., \"content\": ...} (or an object with \"messages\")\n"
+            "  --tools FILE.json: an array of {\"type\": \"function\", \"function\": {...}}\n"
+            "  --kwargs JSON: more template variables, e.g. '{\"enable_thinking\": false}'\n"
+            "  --chat-template FILE: this template instead of the model's\n"
+            "  --no-generation-prompt: add_generation_prompt false (default true)\n");
+}
+
+static char *slurp(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, len = 0;
+    char *p = malloc(cap);
+    for (size_t k; p && (k = fread(p + len, 1, cap - len - 1, f)) > 0;) {
+        len += k;
+        if (cap - len < 2) {
+            char *q = realloc(p, cap *= 2);
+            if (!q) {
+                free(p);
+                p = NULL;
+            }
+            p = q;
+        }
+    }
+    fclose(f);
+    if (p) p[len] = 0;
+    *n = len;
+    return p;
+}
+
+static json_t *load_json(const char *path, const char *what)
+{
+    json_error_t e;
+    json_t *j = json_load_file(path, 0, &e);
+    if (!j) fprintf(stderr, "weft template: %s %s: %s (line %d)\n", what, path, e.text, e.line);
+    return j;
+}
+
+int weft_cmd_template(int argc, char **argv)
+{
+    const char *model = NULL, *tmpl_path = NULL, *msgs_path = NULL, *tools_path = NULL, *kwargs = NULL;
+    bool gen = true;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool v = i + 1 < argc;
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && v) model = argv[++i];
+        else if (!strcmp(a, "--chat-template") && v) tmpl_path = argv[++i];
+        else if (!strcmp(a, "--messages") && v) msgs_path = argv[++i];
+        else if (!strcmp(a, "--tools") && v) tools_path = argv[++i];
+        else if (!strcmp(a, "--kwargs") && v) kwargs = argv[++i];
+        else if (!strcmp(a, "--no-generation-prompt")) gen = false;
+        else {
+            bool help = !strcmp(a, "-h") || !strcmp(a, "--help");
+            if (!help) fprintf(stderr, "weft template: unknown option '%s'\n", a);
+            usage(help ? stdout : stderr);
+            return help ? 0 : 2;
+        }
+    }
+    if (!msgs_path) {
+        fprintf(stderr, "weft template: --messages FILE.json is required\n");
+        usage(stderr);
+        return 2;
+    }
+    int rc = 1;
+    char *def = NULL, *src = NULL, *vars_text = NULL, *out = NULL;
+    struct weft_gguf *g = NULL;
+    struct weft_tokenizer *tok = NULL;
+    struct weft_jinja *t = NULL;
+    json_t *vars = json_object(), *msgs = load_json(msgs_path, "messages"), *tools = NULL;
+    if (!msgs) goto done;
+    if (json_is_object(msgs)) {
+        json_t *m = json_incref(json_object_get(msgs, "messages"));
+        json_decref(msgs);
+        msgs = m;
+    }
+    if (!json_is_array(msgs)) {
+        fprintf(stderr, "weft template: %s is not an array of messages\n", msgs_path);
+        goto done;
+    }
+    if (tools_path && !(tools = load_json(tools_path, "tools"))) goto done;
+    if (kwargs) {
+        json_error_t e;
+        json_t *kw = json_loads(kwargs, 0, &e);
+        if (!json_is_object(kw)) {
+            fprintf(stderr, "weft template: --kwargs is not a JSON object: %s\n", kw ? "" : e.text);
+            json_decref(kw);
+            goto done;
+        }
+        json_object_update(vars, kw);
+        json_decref(kw);
+    }
+    const char *path = model ? model : (def = weft_default_model_path());
+    if (!path) goto done;
+    if (weft_gguf_open(path, &g) != WEFT_OK || weft_tokenizer_load(g, &tok) != WEFT_OK) {
+        fprintf(stderr, "weft template: cannot read %s: %s\n", path, weft_last_error());
+        goto done;
+    }
+    size_t n = 0;
+    if (tmpl_path) {
+        if (!(src = slurp(tmpl_path, &n))) {
+            fprintf(stderr, "weft template: cannot read %s\n", tmpl_path);
+            goto done;
+        }
+    } else {
+        const char *s = NULL;
+        size_t len = 0;
+        /* with tools, the file's tool_use template when it has one (as Hugging Face picks it) */
+        if (!(tools && weft_gguf_get_str(g, "tokenizer.chat_template.tool_use", &s, &len) == WEFT_OK))
+            weft_gguf_get_str(g, "tokenizer.chat_template", &s, &len);
+        if (!s) {
+            fprintf(stderr, "weft template: %s has no chat template (tokenizer.chat_template): give one with "
+                            "--chat-template FILE\n", path);
+            goto done;
+        }
+        if (!(src = malloc(len + 1))) goto done;
+        memcpy(src, s, len);
+        src[len] = 0;
+        n = len;
+    }
+    if (weft_jinja_compile(src, n, &t) != WEFT_OK) {
+        fprintf(stderr, "weft template: %s\n", weft_last_error());
+        goto done;
+    }
+    json_object_set(vars, "messages", msgs);
+    if (tools) json_object_set(vars, "tools", tools);
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(gen));
+    int32_t bos = weft_tokenizer_bos(tok), eos = weft_tokenizer_eos(tok);
+    if (!json_object_get(vars, "bos_token"))
+        json_object_set_new(vars, "bos_token", json_string(bos >= 0 ? weft_tokenizer_piece(tok, bos) : ""));
+    if (!json_object_get(vars, "eos_token"))
+        json_object_set_new(vars, "eos_token", json_string(eos >= 0 ? weft_tokenizer_piece(tok, eos) : ""));
+    vars_text = json_dumps(vars, JSON_COMPACT);
+    size_t n_out = 0;
+    if (!vars_text || weft_jinja_render(t, vars_text, strlen(vars_text), NULL, &out, &n_out) != WEFT_OK) {
+        fprintf(stderr, "weft template: %s\n", vars_text ? weft_last_error() : "out of memory");
+        goto done;
+    }
+    fwrite(out, 1, n_out, stdout);
+    rc = 0;
+done:
+    free(out);
+    free(vars_text);
+    free(src);
+    free(def);
+    weft_jinja_free(t);
+    weft_tokenizer_free(tok);
+    weft_gguf_close(g);
+    json_decref(vars);
+    json_decref(msgs);
+    json_decref(tools);
+    return rc;
+}
