@@ -189,6 +189,27 @@ static void do_detokenize(struct weft_server *s, struct http_conn *c, const stru
     free(text);
 }
 
+/* POST /apply-template: the prompt the model's Jinja chat template makes of
+ * {messages, tools, chat_template_kwargs, add_generation_prompt}, as
+ * llama-server answers it: {"prompt": text} */
+static void do_apply_template(struct weft_server *s, struct http_conn *c, const struct http_request *req)
+{
+    const char *ep = "/apply-template";
+    json_t *j = parse_body(s, c, ep, req);
+    if (!j) return;
+    char *text = NULL, msg[600];
+    size_t n = 0;
+    weft_status st = weft_chat_template_apply(&s->tmpl, j, &text, &n, msg, sizeof msg);
+    json_decref(j);
+    if (st != WEFT_OK) {
+        reply_error(s, c, ep, st == WEFT_ERR_NOMEM ? 503 : 400, st == WEFT_ERR_NOMEM ? "server_error" : "invalid_request_error",
+                    NULL, msg);
+        return;
+    }
+    reply_json(s, c, ep, 200, json_pack("{s:s%}", "prompt", text, n));
+    free(text);
+}
+
 static void do_metrics(struct weft_server *s, struct http_conn *c, const struct http_request *req)
 {
     if (s->metrics_key) {
@@ -259,8 +280,9 @@ const char *weft_server_model_name(const struct weft_server *s, const char *aske
 
 static json_t *model_json(const struct weft_server *s, const char *id)
 {
-    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", id, "object", "model", "created", (json_int_t)s->created,
-                     "owned_by", "weft", "max_model_len", (int)s->n_ctx);
+    /* chat_template: which one renders chats ("gguf", "file", "chatml" built in, "none") */
+    return json_pack("{s:s,s:s,s:I,s:s,s:i,s:s}", "id", id, "object", "model", "created", (json_int_t)s->created,
+                     "owned_by", "weft", "max_model_len", (int)s->n_ctx, "chat_template", s->tmpl.source);
 }
 
 /* GET /v1/models: the model and its aliases */
@@ -328,7 +350,7 @@ struct route {
     int id;
 };
 
-enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TEST_PAUSE };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_APPLY_TEMPLATE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TEST_PAUSE };
 
 /* GET /v1/models/{id}: not in the table (its path has a parameter) */
 static const struct route model_route = {"/v1/models/{id}", HTTP_M_GET, R_MODEL};
@@ -341,6 +363,7 @@ static const struct route routes[] = {
     {"/v1/kv/index", HTTP_M_GET, R_KV_INDEX},
     {"/v1/kv/blocks", HTTP_M_GET, R_KV_BLOCKS},   {"/v1/kv/blocks", HTTP_M_POST, R_KV_PUSH},
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
+    {"/apply-template", HTTP_M_POST, R_APPLY_TEMPLATE},  /* llama-server's name */
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
     {"/v1/embeddings", HTTP_M_POST, R_EMBEDDINGS},  /* server/api_embed.c */
     {"/test/engine-pause", HTTP_M_POST, R_TEST_PAUSE},  /* --test-hooks only */
@@ -466,6 +489,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     case R_KV_BLOCKS:
     case R_KV_PUSH: weft_server_do_kv_blocks(s, c, req, t); return;
     case R_DETOKENIZE: do_detokenize(s, c, req); return;
+    case R_APPLY_TEMPLATE: do_apply_template(s, c, req); return;
     case R_COMPLETIONS:
     case R_CHAT:
         if (s->draining) {

@@ -243,7 +243,9 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     weft_prompt_rules_from_gguf(&s->rules, weft_model_gguf(m), weft_model_tokenizer(m), cfg->template_system);
     s->max_piece_bytes = longest_piece(weft_model_tokenizer(m));
 
-    weft_status st = weft_engine_create(m, &cfg->engine, &s->eng);
+    /* the model's Jinja template: refused here, named, when weft cannot run it */
+    weft_status st = weft_chat_template_load(&s->tmpl, weft_model_gguf(m), weft_model_tokenizer(m), cfg->chat_template);
+    if (st == WEFT_OK) st = weft_engine_create(m, &cfg->engine, &s->eng);
     if (st != WEFT_OK) goto fail_early;
     weft_engine_kv_set_keys(s->eng, &s->kv_keys);
     s->n_ctx = weft_engine_n_ctx(s->eng);
@@ -317,6 +319,7 @@ fail:
     return st;
 fail_early:
     weft_engine_free(s->eng);
+    weft_chat_template_free(&s->tmpl);
     weft_tenants_free(&s->tenants);
     pthread_mutex_destroy(&s->qmu);
     free(s);
@@ -360,6 +363,7 @@ void weft_server_free(struct weft_server *s)
     s->kv_fetch = NULL;
     uv_loop_close(s->loop);
     weft_server_pd_free(s);
+    weft_chat_template_free(&s->tmpl);
     free(s->q);
     free(s->q2);
     weft_tenants_free(&s->tenants);

@@ -12,6 +12,7 @@
 #include "core/chat.h"
 #include "core/engine.h"
 #include "core/fingerprint.h"
+#include "server/chat_template.h"
 #include "server/http.h"
 #include "server/metrics.h"
 #include "server/pd.h"
@@ -77,6 +78,7 @@ struct weft_server {
     uint64_t created;
     uint32_t n_ctx, max_waiting;
     struct prompt_rules rules;       /* tokenizer, chat family, injected default system prompt */
+    struct chat_template tmpl;       /* the model's Jinja chat template (server/chat_template.h) */
     struct tenants tenants;
     struct metrics metrics;
     uint64_t weight_bytes, kv_bytes;

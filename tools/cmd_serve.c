@@ -26,6 +26,7 @@ static void usage(FILE *f)
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
             "                  [--model-name NAME] [--no-prefix-cache] [--swa-full] [--template-system] [--kv-type f16|q8_0]\n"
+            "                  [--chat-template FILE]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
             "                  [--metrics-compat vllm] [--no-calibrate] [--low-priority-step-ms 40]\n"
@@ -39,6 +40,7 @@ static void usage(FILE *f)
             "                  [--api-key KEY] [--model-alias NAME ...] [--cors-origin ORIGIN ...]\n"
             "                  [--kv-secret SECRET] [--kv-secret-previous SECRET] [--max-kv-push-total-mib 256]\n"
             "                  [--watchdog-ms 30000] [--test-hooks]\n"
+            "  --chat-template FILE: this Jinja chat template instead of the model's (POST /apply-template renders it)\n"
             "  --swa-full: keep every KV block of sliding-window layers (Gemma 3's local ones) instead of\n"
             "                 dropping those out of each sequence's window (more KV memory a sequence; its KV blocks\n"
             "                 always carry the window layers)\n"
@@ -178,6 +180,7 @@ int weft_cmd_serve(int argc, char **argv)
              max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0;
     double itl_target_ms = 0;  /* auto */
     bool no_prefix = false, template_system = false, swa_full = false;
+    const char *chat_template = NULL;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
     uint32_t mock_seed = 1;
@@ -266,6 +269,7 @@ int weft_cmd_serve(int argc, char **argv)
         }
         if (!strcmp(a, "--no-prefix-cache")) { no_prefix = true; continue; }
         if (!strcmp(a, "--swa-full")) { swa_full = true; continue; }
+        if (!strcmp(a, "--chat-template") && v) { chat_template = argv[++i]; continue; }
         if (!strcmp(a, "--mock") && v) { mock = argv[++i]; continue; }
         if (!strcmp(a, "--mock-fail") && v) { mock_fail = argv[++i]; continue; }
         if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
@@ -366,6 +370,7 @@ int weft_cmd_serve(int argc, char **argv)
     sc.http.cors_origins = origins;
     sc.http.n_cors_origins = n_origins;
     sc.template_system = template_system;
+    sc.chat_template = chat_template;
     sc.max_stream_buffer = (size_t)max_stream_kib << 10;
     sc.drain_timeout_ms = drain_s * 1000u;
     sc.http.max_conns_per_client = per_client;

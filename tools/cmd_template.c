@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/gguf.h"
-#include "core/jinja.h"
+#include "server/chat_template.h"
 #include "core/tokenizer.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
@@ -25,29 +25,6 @@ static void usage(FILE *f)
             "  --kwargs JSON: more template variables, e.g. '{\"enable_thinking\": false}'\n"
             "  --chat-template FILE: this template instead of the model's\n"
             "  --no-generation-prompt: add_generation_prompt false (default true)\n");
-}
-
-static char *slurp(const char *path, size_t *n)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, len = 0;
-    char *p = malloc(cap);
-    for (size_t k; p && (k = fread(p + len, 1, cap - len - 1, f)) > 0;) {
-        len += k;
-        if (cap - len < 2) {
-            char *q = realloc(p, cap *= 2);
-            if (!q) {
-                free(p);
-                p = NULL;
-            }
-            p = q;
-        }
-    }
-    fclose(f);
-    if (p) p[len] = 0;
-    *n = len;
-    return p;
 }
 
 static json_t *load_json(const char *path, const char *what)
@@ -84,11 +61,11 @@ int weft_cmd_template(int argc, char **argv)
         return 2;
     }
     int rc = 1;
-    char *def = NULL, *src = NULL, *vars_text = NULL, *out = NULL;
+    char *def = NULL, *out = NULL;
     struct weft_gguf *g = NULL;
     struct weft_tokenizer *tok = NULL;
-    struct weft_jinja *t = NULL;
-    json_t *vars = json_object(), *msgs = load_json(msgs_path, "messages"), *tools = NULL;
+    struct chat_template ct = {0};
+    json_t *vars = json_object(), *body = json_object(), *msgs = load_json(msgs_path, "messages"), *tools = NULL;
     if (!msgs) goto done;
     if (json_is_object(msgs)) {
         json_t *m = json_incref(json_object_get(msgs, "messages"));
@@ -117,54 +94,29 @@ int weft_cmd_template(int argc, char **argv)
         fprintf(stderr, "weft template: cannot read %s: %s\n", path, weft_last_error());
         goto done;
     }
-    size_t n = 0;
-    if (tmpl_path) {
-        if (!(src = slurp(tmpl_path, &n))) {
-            fprintf(stderr, "weft template: cannot read %s\n", tmpl_path);
-            goto done;
-        }
-    } else {
-        const char *s = NULL;
-        size_t len = 0;
-        /* with tools, the file's tool_use template when it has one (as Hugging Face picks it) */
-        if (!(tools && weft_gguf_get_str(g, "tokenizer.chat_template.tool_use", &s, &len) == WEFT_OK))
-            weft_gguf_get_str(g, "tokenizer.chat_template", &s, &len);
-        if (!s) {
-            fprintf(stderr, "weft template: %s has no chat template (tokenizer.chat_template): give one with "
-                            "--chat-template FILE\n", path);
-            goto done;
-        }
-        if (!(src = malloc(len + 1))) goto done;
-        memcpy(src, s, len);
-        src[len] = 0;
-        n = len;
-    }
-    if (weft_jinja_compile(src, n, &t) != WEFT_OK) {
+    /* the server's choice of template (server/chat_template.h): the file's, the
+     * GGUF's (its tool_use one with tools), or ChatML for a ChatML vocabulary */
+    if (weft_chat_template_load(&ct, g, tok, tmpl_path) != WEFT_OK) {
         fprintf(stderr, "weft template: %s\n", weft_last_error());
         goto done;
     }
-    json_object_set(vars, "messages", msgs);
-    if (tools) json_object_set(vars, "tools", tools);
-    json_object_set_new(vars, "add_generation_prompt", json_boolean(gen));
-    int32_t bos = weft_tokenizer_bos(tok), eos = weft_tokenizer_eos(tok);
-    if (!json_object_get(vars, "bos_token"))
-        json_object_set_new(vars, "bos_token", json_string(bos >= 0 ? weft_tokenizer_piece(tok, bos) : ""));
-    if (!json_object_get(vars, "eos_token"))
-        json_object_set_new(vars, "eos_token", json_string(eos >= 0 ? weft_tokenizer_piece(tok, eos) : ""));
-    vars_text = json_dumps(vars, JSON_COMPACT);
+    json_object_set(body, "messages", msgs);
+    if (tools) json_object_set(body, "tools", tools);
+    json_object_set(body, "chat_template_kwargs", vars);
+    json_object_set_new(body, "add_generation_prompt", json_boolean(gen));
+    char msg[600];
     size_t n_out = 0;
-    if (!vars_text || weft_jinja_render(t, vars_text, strlen(vars_text), NULL, &out, &n_out) != WEFT_OK) {
-        fprintf(stderr, "weft template: %s\n", vars_text ? weft_last_error() : "out of memory");
+    if (weft_chat_template_apply(&ct, body, &out, &n_out, msg, sizeof msg) != WEFT_OK) {
+        fprintf(stderr, "weft template: %s\n", msg);
         goto done;
     }
     fwrite(out, 1, n_out, stdout);
     rc = 0;
 done:
     free(out);
-    free(vars_text);
-    free(src);
     free(def);
-    weft_jinja_free(t);
+    weft_chat_template_free(&ct);
+    json_decref(body);
     weft_tokenizer_free(tok);
     weft_gguf_close(g);
     json_decref(vars);

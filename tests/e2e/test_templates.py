@@ -1,0 +1,104 @@
+"""POST /apply-template (llama-server's name) and /v1/models' chat_template on
+weft serve: the model's Jinja chat template, or --chat-template FILE, rendered
+as Python's jinja2 renders it (tests/templates/render_ref.py's environment is
+the oracle); a template's raise_exception is a 400 with its message; a
+template weft cannot run stops the server at start, naming the construct; a
+model without a template whose vocabulary is not ChatML's gets a 400 naming
+--chat-template."""
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from conftest import ROOT, WEFT, Server
+
+sys.path.insert(0, os.path.join(ROOT, "tests", "templates"))
+SHARED = os.path.join(os.path.dirname(ROOT), "shared")
+TEMPLATES = os.path.join(SHARED, "templates")
+STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
+
+
+def post(srv, path, body):
+    req = urllib.request.Request(srv.base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def reference(name, **variables):
+    jinja2 = pytest.importorskip("jinja2")  # noqa: F841
+    import render_ref
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                       extensions=[render_ref.Generation, loopcontrols])
+    env.filters["tojson"] = render_ref.tojson
+    env.globals["raise_exception"] = render_ref.raise_exception
+    env.globals["strftime_now"] = render_ref.strftime_now
+    with open(os.path.join(TEMPLATES, name), encoding="utf-8") as f:
+        return env.from_string(f.read()).render(**variables)
+
+
+MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Grüße — 你好?"},
+        {"role": "assistant", "content": "Hallo."}, {"role": "user", "content": "And now?"}]
+
+
+def test_apply_template_renders_the_file_as_jinja2():
+    name = "Qwen-Qwen3-0.6B.jinja"
+    srv = Server("--chat-template", os.path.join(TEMPLATES, name), threads=1)
+    try:
+        st, models = 200, json.loads(urllib.request.urlopen(srv.base + "/v1/models", timeout=30).read())
+        assert models["data"][0]["chat_template"] == "file"
+        tools = [{"type": "function", "function": {"name": "f", "description": "d",
+                                                   "parameters": {"type": "object", "properties": {}}}}]
+        for body, kw in [({"messages": MSGS}, {}),
+                         ({"messages": MSGS, "add_generation_prompt": False}, {"add_generation_prompt": False}),
+                         ({"messages": MSGS, "chat_template_kwargs": {"enable_thinking": False}},
+                          {"enable_thinking": False}),
+                         ({"messages": MSGS, "tools": tools}, {"tools": tools})]:
+            st, got = post(srv, "/apply-template", body)
+            assert st == 200, got
+            want = reference(name, messages=MSGS, bos_token=got.get("bos", "<|endoftext|>"),
+                             eos_token="<|im_end|>", **{"add_generation_prompt": True, **kw})
+            assert got["prompt"] == want, (body, got["prompt"], want)
+        assert post(srv, "/apply-template", {"messages": "hi"})[0] == 400
+        assert post(srv, "/apply-template", {"messages": MSGS, "chat_template_kwargs": 3})[0] == 400
+    finally:
+        srv.stop()
+
+
+def test_raise_exception_is_a_400_with_its_message():
+    srv = Server("--chat-template", os.path.join(TEMPLATES, "google-gemma-2-2b-it.jinja"), threads=1)
+    try:
+        st, got = post(srv, "/apply-template", {"messages": MSGS})
+        assert st == 400 and got["error"]["message"] == "System role not supported", got
+        st, got = post(srv, "/apply-template", {"messages": MSGS[1:]})
+        assert st == 200 and got["prompt"].startswith("<bos><start_of_turn>user") or "<start_of_turn>user" in got["prompt"]
+    finally:
+        srv.stop()
+
+
+def test_a_template_weft_cannot_run_stops_the_start(tmp_path):
+    bad = tmp_path / "bad.jinja"
+    bad.write_text("{% for m in messages %}{{ m.content | frobnicate }}{% endfor %}")
+    p = subprocess.run([WEFT, "serve", "--port", "0", "--no-calibrate", "--chat-template", str(bad)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "frobnicate" in p.stderr and "--chat-template" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(STORIES), reason=f"no {STORIES}")
+def test_no_template_and_no_chatml_vocabulary_names_the_flag():
+    srv = Server(model=STORIES, threads=1)
+    try:
+        models = json.loads(urllib.request.urlopen(srv.base + "/v1/models", timeout=30).read())
+        assert models["data"][0]["chat_template"] == "none"
+        st, got = post(srv, "/apply-template", {"messages": MSGS[1:2]})
+        assert st == 400 and "--chat-template" in got["error"]["message"], got
+    finally:
+        srv.stop()
