@@ -251,6 +251,49 @@ static bool parse_ext(json_t *w, struct gen_params *p, struct perr *e)
     return true;
 }
 
+/* vLLM's, SGLang's and llama-server's request extensions weft does not
+ * honour: a request that sets one to anything but its no-op value gets a
+ * 400 naming it, never a 200 that ignored it. */
+enum ext_noop { NOOP_NULL, NOOP_FALSE, NOOP_TRUE, NOOP_ZERO, NOOP_ONE };
+static const struct { const char *name; enum ext_noop noop; } EXTENSIONS[] = {
+    {"guided_choice", NOOP_NULL},        {"guided_regex", NOOP_NULL},        {"guided_json", NOOP_NULL},
+    {"guided_grammar", NOOP_NULL},       {"guided_decoding_backend", NOOP_NULL},
+    {"guided_whitespace_pattern", NOOP_NULL}, {"structured_outputs", NOOP_NULL}, {"grammar", NOOP_NULL},
+    {"json_schema", NOOP_NULL},          {"regex", NOOP_NULL},               {"ebnf", NOOP_NULL},
+    {"chat_template", NOOP_NULL},        {"chat_template_kwargs", NOOP_NULL}, {"documents", NOOP_NULL},
+    {"mm_processor_kwargs", NOOP_NULL},  {"bad_words", NOOP_NULL},           {"allowed_token_ids", NOOP_NULL},
+    {"stop_token_ids", NOOP_NULL},       {"logits_processors", NOOP_NULL},   {"samplers", NOOP_NULL},
+    {"lora", NOOP_NULL},                 {"truncate_prompt_tokens", NOOP_NULL}, {"prompt_logprobs", NOOP_NULL},
+    {"vllm_xargs", NOOP_NULL},           {"continue_final_message", NOOP_FALSE}, {"use_beam_search", NOOP_FALSE},
+    {"include_stop_str_in_output", NOOP_FALSE}, {"return_tokens_as_token_ids", NOOP_FALSE},
+    {"skip_special_tokens", NOOP_TRUE},  {"spaces_between_special_tokens", NOOP_TRUE},
+    {"add_generation_prompt", NOOP_TRUE}, {"cache_prompt", NOOP_TRUE},        {"min_tokens", NOOP_ZERO},
+    {"mirostat", NOOP_ZERO},             {"n_probs", NOOP_ZERO},             {"dry_multiplier", NOOP_ZERO},
+    {"xtc_probability", NOOP_ZERO},      {"length_penalty", NOOP_ONE},       {"typical_p", NOOP_ONE},
+    {"tfs_z", NOOP_ONE},
+};
+
+static bool refuse_extensions(json_t *j, struct perr *e)
+{
+    for (size_t i = 0; i < sizeof EXTENSIONS / sizeof EXTENSIONS[0]; i++) {
+        const char *k = EXTENSIONS[i].name;
+        json_t *v = json_object_get(j, k);
+        if (!v || json_is_null(v)) continue;
+        bool noop;
+        switch (EXTENSIONS[i].noop) {
+        case NOOP_NULL: noop = (json_is_object(v) && !json_object_size(v)) || (json_is_array(v) && !json_array_size(v)); break;
+        case NOOP_FALSE: noop = json_is_false(v); break;
+        case NOOP_TRUE: noop = json_is_true(v); break;
+        case NOOP_ZERO: noop = json_is_number(v) && json_number_value(v) == 0; break;
+        default: noop = json_is_number(v) && json_number_value(v) == 1; break;
+        }
+        if (noop) continue;
+        static const char *const what[] = {"", " other than false", " other than true", " other than 0", " other than 1"};
+        return fail(e, k, "'%s'%s is not supported", k, what[EXTENSIONS[i].noop]);
+    }
+    return true;
+}
+
 bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_params *p, json_t **root,
                       const char **param, char *msg, size_t msg_size)
 {
@@ -352,6 +395,7 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     if (!is_null_or_absent(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
         return fail(&e, "logit_bias", "'logit_bias' is not supported");
     if (!weft_structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
+    if (!refuse_extensions(j, &e)) return false;
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;

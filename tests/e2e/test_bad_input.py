@@ -213,3 +213,29 @@ def test_idle_connections_do_not_block(server):
     finally:
         for s in idle:
             s.close()
+
+
+# vLLM / SGLang / llama-server extensions weft does not honour: each set to
+# a value that would change the answer is a 400 naming it; at its no-op
+# value it is what weft does anyway (200)
+EXTENSIONS = [
+    ("guided_choice", ["yes", "no"], None), ("guided_regex", "[a-z]+", None), ("guided_json", {"type": "object"}, {}),
+    ("guided_grammar", "root ::= \"x\"", None), ("grammar", "root ::= \"x\"", None),
+    ("json_schema", {"type": "object"}, {}), ("chat_template_kwargs", {"enable_thinking": False}, {}),
+    ("stop_token_ids", [2], []), ("min_tokens", 5, 0), ("continue_final_message", True, False),
+    ("skip_special_tokens", False, True), ("cache_prompt", False, True), ("typical_p", 0.5, 1),
+    ("mirostat", 2, 0), ("use_beam_search", True, False), ("length_penalty", 2.0, 1.0),
+]
+
+
+@pytest.mark.parametrize("key,bad,noop", EXTENSIONS, ids=[x[0] for x in EXTENSIONS])
+def test_extensions_are_honoured_or_refused_by_name(server, key, bad, noop):
+    for path, base in [("/v1/completions", {"prompt": "Hello", "max_tokens": 2}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2})]:
+        status, resp = exchange(server.port, post(path, dict(base, **{key: bad})))
+        err = json.loads(resp).get("error", {})
+        assert status == 400 and key in err.get("message", "") and err.get("param") == key, (key, status, resp[:300])
+        if noop is not None:
+            status, resp = exchange(server.port, post(path, dict(base, **{key: noop})))
+            assert status == 200, (key, noop, status, resp[:300])
+    healthy(server)
