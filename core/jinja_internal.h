@@ -135,6 +135,8 @@ bool jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *
                   bool sort_keys, int depth);
 /* The next UTF-8 code point of s (n bytes left); *len its bytes (1 for a bad byte). */
 uint32_t jv_utf8_next(const unsigned char *s, size_t n, int *len);
+/* Append code point cp to out[*n] in UTF-8 (up to 4 bytes). */
+void jv_utf8_put(char *out, size_t *n, uint32_t cp);
 /* markupsafe's escape of s into b: & < > " ' as entities */
 void jv_html_escape(struct jbuf *b, const char *s, size_t n);
 /* Parse JSON text into values (objects -> J_DICT, arrays -> J_LIST). */

@@ -502,7 +502,7 @@ static void skip_ws(struct jin *J)
     while (J->s < J->end && (*J->s == ' ' || *J->s == '\t' || *J->s == '\n' || *J->s == '\r')) J->s++;
 }
 
-static bool put_utf8(char *out, size_t *n, uint32_t cp)
+void jv_utf8_put(char *out, size_t *n, uint32_t cp)
 {
     if (cp < 0x80) out[(*n)++] = (char)cp;
     else if (cp < 0x800) { out[(*n)++] = (char)(0xc0 | cp >> 6); out[(*n)++] = (char)(0x80 | (cp & 0x3f)); }
@@ -513,7 +513,6 @@ static bool put_utf8(char *out, size_t *n, uint32_t cp)
         out[(*n)++] = (char)(0xf0 | cp >> 18); out[(*n)++] = (char)(0x80 | ((cp >> 12) & 0x3f));
         out[(*n)++] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[(*n)++] = (char)(0x80 | (cp & 0x3f));
     }
-    return true;
 }
 
 static bool hex4(const char *p, uint32_t *v)
@@ -560,7 +559,7 @@ static struct jstr *json_string(struct jin *J)
                     J->s += 6;
                 }
             }
-            put_utf8(out, &n, cp);
+            jv_utf8_put(out, &n, cp);
             break;
         default: return NULL;
         }

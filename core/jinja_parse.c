@@ -118,18 +118,7 @@ static const char *lex_string(struct parser *P, const char *q, const char *end, 
                 cp = cp * 16 + (uint32_t)(isdigit((unsigned char)*q) ? *q - '0' : (tolower((unsigned char)*q) - 'a' + 10));
             }
         }
-        if (hex) {
-            /* UTF-8 */
-            if (cp < 0x80) out[n++] = (char)cp;
-            else if (cp < 0x800) { out[n++] = (char)(0xc0 | cp >> 6); out[n++] = (char)(0x80 | (cp & 0x3f)); }
-            else if (cp < 0x10000) {
-                out[n++] = (char)(0xe0 | cp >> 12); out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f));
-                out[n++] = (char)(0x80 | (cp & 0x3f));
-            } else {
-                out[n++] = (char)(0xf0 | cp >> 18); out[n++] = (char)(0x80 | ((cp >> 12) & 0x3f));
-                out[n++] = (char)(0x80 | ((cp >> 6) & 0x3f)); out[n++] = (char)(0x80 | (cp & 0x3f));
-            }
-        }
+        if (hex) jv_utf8_put(out, &n, cp);
     }
     if (q >= end) return NULL;
     out[n] = 0;
