@@ -1244,7 +1244,7 @@ void weft_router_handle(void *ctx, struct http_conn *c, const struct http_reques
         embeddings(r, c, req);
         return;
     }
-    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize"))) {
+    if (post && (!strcmp(p, "/tokenize") || !strcmp(p, "/detokenize") || !strcmp(p, "/apply-template"))) {
         forward_any(r, c, req);
         return;
     }

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from conftest import ROOT, WEFT, Server
+from conftest import ROOT, WEFT, Router, Server
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "templates"))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
@@ -69,6 +69,13 @@ def test_apply_template_renders_the_file_as_jinja2():
             assert got["prompt"] == want, (body, got["prompt"], want)
         assert post(srv, "/apply-template", {"messages": "hi"})[0] == 400
         assert post(srv, "/apply-template", {"messages": MSGS, "chat_template_kwargs": 3})[0] == 400
+        # through weft router: an instance answers it
+        r = Router([srv])
+        try:
+            r.wait_ready(n_up=1)
+            assert post(r, "/apply-template", {"messages": MSGS}) == post(srv, "/apply-template", {"messages": MSGS})
+        finally:
+            r.stop()
     finally:
         srv.stop()
 
