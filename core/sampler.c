@@ -29,6 +29,8 @@ struct weft_sampler {
     int32_t *count;             /* (n_vocab) occurrences of each id in hist */
     struct weft_cand *cand;     /* (n_vocab) scratch */
     double *w;                  /* (n_vocab) scratch: unnormalised probabilities */
+    int32_t *bias_id;           /* (p.n_bias) copies of the params' */
+    float *bias_val;
 };
 
 /* ---- RNG: counter-based, a function of (seed, position) ----
@@ -56,6 +58,7 @@ static double rng_uniform_at(uint64_t seed_mix, uint64_t pos)
 
 void weft_sampling_params_default(struct weft_sampling_params *p)
 {
+    memset(p, 0, sizeof *p);
     p->temperature = 0.8f;
     p->top_k = 40;
     p->top_p = 0.95f;
@@ -92,6 +95,16 @@ static weft_status check_params(const struct weft_sampling_params *p, int32_t n_
     if (p->n_logprobs < 0 || p->n_logprobs > WEFT_MAX_LOGPROBS)
         return weft_error(WEFT_ERR_INVALID_ARG, "sampler: n_logprobs must be in 0..%d (got %d)",
                           WEFT_MAX_LOGPROBS, (int)p->n_logprobs);
+    if (p->n_bias && (!p->bias_id || !p->bias_val))
+        return weft_error(WEFT_ERR_INVALID_ARG, "sampler: logit bias arrays are NULL");
+    for (uint32_t i = 0; i < p->n_bias; i++) {
+        if (p->bias_id[i] < 0 || p->bias_id[i] >= n_vocab)
+            return weft_error(WEFT_ERR_INVALID_ARG, "sampler: logit bias for token %d, outside the vocabulary of %d",
+                              (int)p->bias_id[i], (int)n_vocab);
+        if (!(p->bias_val[i] >= -100.0f && p->bias_val[i] <= 100.0f))
+            return weft_error(WEFT_ERR_INVALID_ARG, "sampler: logit bias %g for token %d is not in -100..100",
+                              (double)p->bias_val[i], (int)p->bias_id[i]);
+    }
     return WEFT_OK;
 }
 
@@ -123,6 +136,16 @@ weft_status weft_sampler_init(const struct weft_sampling_params *p, int32_t n_vo
         if (!s->hist)
             goto nomem;
     }
+    if (p->n_bias) {
+        s->bias_id = malloc(p->n_bias * sizeof *s->bias_id);
+        s->bias_val = malloc(p->n_bias * sizeof *s->bias_val);
+        if (!s->bias_id || !s->bias_val)
+            goto nomem;
+        memcpy(s->bias_id, p->bias_id, p->n_bias * sizeof *s->bias_id);
+        memcpy(s->bias_val, p->bias_val, p->n_bias * sizeof *s->bias_val);
+        s->p.bias_id = s->bias_id;
+        s->p.bias_val = s->bias_val;
+    }
     *out = s;
     return WEFT_OK;
 
@@ -139,6 +162,8 @@ void weft_sampler_free(struct weft_sampler *s)
     free(s->count);
     free(s->cand);
     free(s->w);
+    free(s->bias_id);
+    free(s->bias_val);
     free(s);
 }
 
@@ -375,7 +400,7 @@ static weft_status sample_impl(struct weft_sampler *s, const float *logits, cons
     int32_t V = s->n_vocab;
     struct weft_cand *c = s->cand;
 
-    if (p->temperature <= 0.0f && !penalties_active(s)) {
+    if (p->temperature <= 0.0f && !penalties_active(s) && !p->n_bias) {
         /* greedy with nothing to adjust: one read-only pass (the general
          * path below writes a candidate per id first); the same choice */
         float best = sanitize(logits[first]), raw_max = best;
@@ -400,6 +425,10 @@ static weft_status sample_impl(struct weft_sampler *s, const float *logits, cons
         c[i].logit = l;
         c[i].id = i;
         raw_max = l > raw_max ? l : raw_max;
+    }
+    for (uint32_t i = 0; i < p->n_bias; i++) {
+        float *l = &c[p->bias_id[i]].logit;
+        *l = sanitize(*l + p->bias_val[i]);
     }
     apply_penalties(s);
     if (allowed)

@@ -32,6 +32,12 @@ struct weft_sampling_params {
     float presence_penalty;   /* default 0 */
     uint64_t seed;            /* default 0xfeedbeef... any fixed value */
     int32_t n_logprobs;       /* top-n logprobs to report, 0..WEFT_MAX_LOGPROBS */
+    /* OpenAI's logit_bias: bias_val[i] (-100..100) added to the logit of
+     * bias_id[i] before penalties and sampling (the logprobs reported stay
+     * the raw distribution's); weft_sampler_init copies them. 0: none */
+    const int32_t *bias_id;
+    const float *bias_val;
+    uint32_t n_bias;
 };
 
 void weft_sampling_params_default(struct weft_sampling_params *p);

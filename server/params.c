@@ -392,8 +392,31 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     json_t *sfx = json_object_get(j, "suffix");
     if (!is_null_or_absent(sfx)) return fail(&e, "suffix", "'suffix' is not supported");
     json_t *lb = json_object_get(j, "logit_bias");
-    if (!is_null_or_absent(lb) && !(json_is_object(lb) && json_object_size(lb) == 0))
-        return fail(&e, "logit_bias", "'logit_bias' is not supported");
+    if (!is_null_or_absent(lb)) {
+        /* OpenAI's: {"token id": bias in -100..100}, added to the logits */
+        if (!json_is_object(lb) || json_object_size(lb) > 300)
+            return fail(&e, "logit_bias", "'logit_bias' must be an object of at most 300 token ids");
+        size_t n = json_object_size(lb);
+        p->bias_id = malloc(sizeof *p->bias_id * (n ? n : 1));
+        p->bias_val = malloc(sizeof *p->bias_val * (n ? n : 1));
+        if (!p->bias_id || !p->bias_val) return fail(&e, NULL, "out of memory");
+        const char *key;
+        json_t *v;
+        uint32_t k = 0;
+        json_object_foreach(lb, key, v) {
+            char *end = NULL;
+            long long id = strtoll(key, &end, 10);
+            if (!*key || *end || id < 0 || id > INT32_MAX)
+                return fail(&e, "logit_bias", "'logit_bias' keys must be token ids, not '%.40s'", key);
+            if (!json_is_number(v) || json_number_value(v) < -100 || json_number_value(v) > 100)
+                return fail(&e, "logit_bias", "'logit_bias' values must be numbers in -100..100 (token %lld)", id);
+            p->bias_id[k] = (int32_t)id;
+            p->bias_val[k++] = (float)json_number_value(v);
+        }
+        p->sp.bias_id = p->bias_id;
+        p->sp.bias_val = p->bias_val;
+        p->sp.n_bias = k;
+    }
     if (!weft_structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
     if (!refuse_extensions(j, &e)) return false;
     json_t *user = json_object_get(j, "user");
@@ -417,5 +440,7 @@ void weft_gen_params_free(struct gen_params *p)
     free(p->msgs);
     free(p->prompt_ids);
     free(p->cont_ids);
+    free(p->bias_id);
+    free(p->bias_val);
     memset(p, 0, sizeof *p);
 }

@@ -31,6 +31,8 @@ struct gen_params {
     int64_t max_tokens;             /* -1: not given (per choice) */
     uint32_t n;                     /* choices, 1..WEFT_MAX_CHOICES; choice i samples with seed + i */
     struct weft_sampling_params sp;
+    int32_t *bias_id;               /* malloc'd: logit_bias's tokens and values (sp points at them) */
+    float *bias_val;
     bool seed_given;
     const char *stop[WEFT_MAX_STOP];
     uint32_t n_stop;

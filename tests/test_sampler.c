@@ -698,6 +698,46 @@ static void defaults_are_valid_and_sample(void)
     weft_sampler_free(s);
 }
 
+/* logit_bias: added to the logits before sampling (greedy moves with it),
+ * the reported logprobs stay the raw distribution's; bad biases refused. */
+static void logit_bias_moves_the_choice(void)
+{
+    float l[8] = {0.5f, 1.0f, 2.0f, 0.0f, -1.0f, 3.0f, 0.2f, 0.1f};
+    int32_t ids[2] = {5, 3};
+    float vals[2] = {-100.0f, 2.5f};
+    struct weft_sampling_params p = plain_params(0.0f);
+    p.n_logprobs = 1;
+    p.bias_id = ids;
+    p.bias_val = vals;
+    p.n_bias = 1;
+    struct weft_sampler *s = make(&p, 8);
+    struct weft_sample o;
+    CHECK_EQ_INT(weft_sampler_sample(s, l, &o), WEFT_OK);
+    CHECK_EQ_INT(o.id, 2);              /* 5 pushed down: the next best */
+    CHECK(o.top_id[0] == 5);            /* the raw distribution's logprobs */
+    weft_sampler_free(s);
+    p.n_bias = 2;                       /* and 3 pushed up past 2 (0 + 2.5 > 2) */
+    s = make(&p, 8);
+    CHECK_EQ_INT(weft_sampler_sample(s, l, &o), WEFT_OK);
+    CHECK_EQ_INT(o.id, 3);
+    weft_sampler_free(s);
+    /* the copies are the sampler's own */
+    vals[1] = -100.0f;
+    p.n_bias = 2;
+    p.temperature = 0.7f;
+    s = make(&p, 8);
+    vals[1] = 100.0f;
+    for (int i = 0; i < 50; i++) CHECK(draw(s, l) != 3 && draw(s, l) != 5);
+    weft_sampler_free(s);
+    /* refused: a token outside the vocabulary, a bias past 100 */
+    ids[0] = 8;
+    struct weft_sampler *bad = NULL;
+    CHECK(weft_sampler_init(&p, 8, &bad) == WEFT_ERR_INVALID_ARG && !bad);
+    ids[0] = 5;
+    vals[0] = 200.0f;
+    CHECK(weft_sampler_init(&p, 8, &bad) == WEFT_ERR_INVALID_ARG && !bad);
+}
+
 int main(void)
 {
     RUN(greedy_picks_argmax_and_lowest_id_on_ties);
@@ -723,5 +763,6 @@ int main(void)
     RUN(invalid_params_rejected);
     RUN(nan_logits_handled);
     RUN(defaults_are_valid_and_sample);
+    RUN(logit_bias_moves_the_choice);
     return check_summary();
 }

@@ -201,6 +201,31 @@ def test_metrics_text_format(server, client, model_id):
         assert (kind == "counter") == name.endswith("_total"), (name, kind)
 
 
+def test_logit_bias(server, client, model_id):
+    """OpenAI's logit_bias: +100 on one token makes every greedy token that
+    one; -100 on the greedy answer's first token changes the answer."""
+    import urllib.request
+    req = urllib.request.Request(server.base + "/tokenize", data=json.dumps({"prompt": " the"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    the = json.loads(urllib.request.urlopen(req).read())["tokens"][-1]
+    r = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=6, temperature=0,
+                                  logit_bias={str(the): 100})
+    assert r.choices[0].text == " the" * 6, r.choices[0].text
+    plain = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=1, temperature=0,
+                                      logprobs=1)
+    first = plain.choices[0].logprobs.tokens[0]
+    req = urllib.request.Request(server.base + "/tokenize", data=json.dumps({"prompt": first}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    tid = json.loads(urllib.request.urlopen(req).read())["tokens"][-1]
+    biased = client.completions.create(model=model_id, prompt="Once upon a time", max_tokens=1, temperature=0,
+                                       logit_bias={str(tid): -100})
+    assert biased.choices[0].text != plain.choices[0].text
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model_id, prompt="x", max_tokens=1, logit_bias={"abc": 1})
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model=model_id, prompt="x", max_tokens=1, logit_bias={"1": 101})
+
+
 def test_tokenize_detokenize(server):
     import urllib.request
     req = urllib.request.Request(server.base + "/tokenize", data=json.dumps({"prompt": "Hello world"}).encode(),
