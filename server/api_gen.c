@@ -68,6 +68,8 @@ struct gen_ctx {
     const char *model;               /* the name answers report: as the client asked (an alias) */
     struct gen_params p;
     json_t *root;
+    char *echo;                      /* echo: the prompt's text (detokenized when given as ids), NUL-ended */
+    size_t n_echo;
     char tenant[WEFT_TENANT_NAME_MAX];  /* whose buckets were charged ("" none) */
     char end_tenant[WEFT_TENANT_NAME_MAX]; /* engine quotas: the tenant, or a trusted upstream's end tenant */
     int32_t priority;
@@ -124,6 +126,7 @@ static void ctx_unref(struct gen_ctx *g)
     free(g->ch);
     weft_gen_params_free(&g->p);
     json_decref(g->root);
+    free(g->echo);
     free(g);
     if (--s->n_active == 0 && s->on_idle) s->on_idle(s);
 }
@@ -309,13 +312,44 @@ static void chunk_ext(struct gen_choice *c, json_t *j)
     json_object_set_new(j, "weft", w);
 }
 
+/* echo: the prompt's text, made once (ids detokenized) */
+static const char *echo_text(struct gen_ctx *g, size_t *n)
+{
+    if (!g->echo) {
+        if (g->p.prompt) {
+            g->echo = strdup(g->p.prompt);
+            g->n_echo = g->echo ? strlen(g->echo) : 0;
+        } else if (weft_detokenize(weft_model_tokenizer(g->srv->m), g->p.prompt_ids, g->p.n_prompt_ids, true,
+                                   &g->echo, &g->n_echo) != WEFT_OK) {  /* special tokens as their text */
+            g->echo = NULL;
+            g->n_echo = 0;
+        }
+    }
+    *n = g->n_echo;
+    return g->echo ? g->echo : "";
+}
+
 /* A stream chunk of choice c; the first one of each choice in a chat
- * stream names the role. */
+ * stream names the role, in a completion stream with echo carries the
+ * prompt's text before its own. */
 static json_t *chunk(struct gen_choice *c, const char *text, size_t n, json_t *lp, const char *finish)
 {
     struct gen_ctx *g = c->g;
     bool role = g->chat && !c->role_sent;
+    bool echo = g->p.echo && !c->role_sent;
     c->role_sent = true;
+    char *joined = NULL;
+    if (echo) {
+        size_t ne;
+        const char *e = echo_text(g, &ne);
+        joined = malloc(ne + (text ? n : 0) + 1);
+        if (joined) {
+            memcpy(joined, e, ne);
+            if (text) memcpy(joined + ne, text, n);
+            n = ne + (text ? n : 0);
+            text = joined;
+        }
+    }
     json_t *choice;
     json_t *fin = finish ? json_string(finish) : json_null();
     if (g->chat) {
@@ -331,6 +365,7 @@ static json_t *chunk(struct gen_choice *c, const char *text, size_t n, json_t *l
     json_t *j = json_pack("{s:s,s:s,s:I,s:s,s:[o]}", "id", g->rid, "object",
                           g->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
                           "model", g->model, "choices", choice);
+    free(joined);
     if (j) chunk_ext(c, j);
     return j;
 }
@@ -385,6 +420,19 @@ static json_t *choice_json(const struct gen_choice *c)
         return json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
                          "content", text, c->st.len, "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
                          "finish_reason", c->finish_reason);
+    if (c->g->p.echo) {
+        /* echo: the prompt's text, then the choice's */
+        size_t ne;
+        const char *e = echo_text(c->g, &ne);
+        char *both = malloc(ne + c->st.len + 1);
+        if (!both) return NULL;
+        memcpy(both, e, ne);
+        memcpy(both + ne, text, c->st.len);
+        json_t *r = json_pack("{s:i,s:s%,s:o,s:s}", "index", (int)c->index, "text", both, ne + c->st.len, "logprobs",
+                              lp, "finish_reason", c->finish_reason);
+        free(both);
+        return r;
+    }
     return json_pack("{s:i,s:s%,s:o,s:s}", "index", (int)c->index, "text", text, c->st.len, "logprobs", lp,
                      "finish_reason", c->finish_reason);
 }

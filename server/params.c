@@ -386,9 +386,10 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     iv = 0;
     if (!get_int(j, "priority", -1000000, 1000000, &p->priority_given, &iv, &e)) return false;
     p->priority = (int32_t)iv;
-    bool echo = false;
-    if (!get_bool(j, "echo", &echo, &e)) return false;
-    if (echo) return fail(&e, "echo", "'echo' is not supported");
+    if (!get_bool(j, "echo", &p->echo, &e)) return false;
+    if (p->echo && chat) return fail(&e, "echo", "'echo' is for /v1/completions");
+    if (p->echo && p->logprobs)
+        return fail(&e, "echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
     json_t *sfx = json_object_get(j, "suffix");
     if (!is_null_or_absent(sfx)) return fail(&e, "suffix", "'suffix' is not supported");
     json_t *lb = json_object_get(j, "logit_bias");
@@ -423,6 +424,8 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");
     p->sp.n_logprobs = p->logprobs ? (p->top_logprobs > 0 ? p->top_logprobs : 1) : 0;
     if (!parse_ext(json_object_get(j, "weft"), p, &e)) return false;
+    /* a stream the router moves here carries on: its client has the prompt's echo already */
+    if (p->cont) p->echo = false;
     /* a router's moving stream follows one sequence's tokens */
     if (p->n > 1 && (p->ext_ids || p->cont))
         return fail(&e, "n", "'n' > 1 cannot be combined with 'weft.ids' or 'weft.continue'");

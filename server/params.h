@@ -40,6 +40,7 @@ struct gen_params {
     bool logprobs;                  /* chat: logprobs=true; completions: logprobs given */
     int32_t top_logprobs;           /* 0..20 */
     bool ignore_eos;
+    bool echo;                      /* completions: the prompt's text before each choice's */
     int32_t priority;
     bool priority_given;
     struct gen_structured st;       /* response_format, tools (server/structured.h) */

@@ -107,7 +107,7 @@ def bad_params():
         "ignore_eos": ["x"],
         "priority": ["x", 1.5],
         "stream_options": ["x", {"include_usage": "x"}],
-        "echo": [True],
+        "echo": ["yes", 1],
         "model": [5, "no-such-model"],
     }.items():
         for v in vals:

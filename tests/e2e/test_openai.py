@@ -226,6 +226,26 @@ def test_logit_bias(server, client, model_id):
         client.completions.create(model=model_id, prompt="x", max_tokens=1, logit_bias={"1": 101})
 
 
+def test_echo(server, client, model_id):
+    """echo: the prompt's text before the completion's, streamed or not
+    (ids detokenized, special tokens as their text); with logprobs, and for
+    chats, a 400."""
+    kw = dict(model=model_id, prompt="Once upon a time", max_tokens=5, temperature=0)
+    plain = client.completions.create(**kw).choices[0].text
+    assert client.completions.create(**kw, echo=True).choices[0].text == "Once upon a time" + plain
+    streamed = "".join(ch.choices[0].text for ch in client.completions.create(**kw, echo=True, stream=True)
+                       if ch.choices)
+    assert streamed == "Once upon a time" + plain
+    import urllib.request
+    req = urllib.request.Request(server.base + "/tokenize", data=json.dumps({"prompt": "<|im_start|>user"}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    ids = json.loads(urllib.request.urlopen(req).read())["tokens"]
+    r = client.completions.create(model=model_id, prompt=ids, max_tokens=2, temperature=0, echo=True)
+    assert r.choices[0].text.startswith("<|im_start|>user"), r.choices[0].text
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(**kw, echo=True, logprobs=1)
+
+
 def test_tokenize_detokenize(server):
     import urllib.request
     req = urllib.request.Request(server.base + "/tokenize", data=json.dumps({"prompt": "Hello world"}).encode(),
