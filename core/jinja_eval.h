@@ -49,26 +49,26 @@ struct jargs {
     int line;
 };
 
-bool jx_fail(struct jctx *C, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-struct scope *jx_scope(struct jctx *C, struct scope *parent);
-bool jx_assign(struct jctx *C, struct scope *s, const char *name, struct jval v);
-struct jval jx_eval(struct jctx *C, const struct jexpr *e, struct scope *S);
-bool jx_args(struct jctx *C, const struct jexpr *e, struct scope *S, struct jargs *out);
-struct jval jx_getattr(struct jctx *C, const struct jval *obj, const char *name);
-struct jval jx_getitem(struct jctx *C, const struct jval *obj, const struct jval *key);
-struct jval jx_undef_attr(struct jctx *C, const struct jval *obj, const char *name);
-struct jlist *jx_iter(struct jctx *C, const struct jval *v, int line);
-size_t jx_codepoints(struct jctx *C, const struct jstr *s, size_t **out);
-bool jx_compare(struct jctx *C, int op, const struct jval *x, const struct jval *y, int line);
-struct jval jx_capture(struct jctx *C, const struct jbody *b, struct scope *S);
-struct jval jx_call_macro(struct jctx *C, const struct jfn *f, const struct jargs *a);
+bool weft_jx_fail(struct jctx *C, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+struct scope *weft_jx_scope(struct jctx *C, struct scope *parent);
+bool weft_jx_assign(struct jctx *C, struct scope *s, const char *name, struct jval v);
+struct jval weft_jx_eval(struct jctx *C, const struct jexpr *e, struct scope *S);
+bool weft_jx_args(struct jctx *C, const struct jexpr *e, struct scope *S, struct jargs *out);
+struct jval weft_jx_getattr(struct jctx *C, const struct jval *obj, const char *name);
+struct jval weft_jx_getitem(struct jctx *C, const struct jval *obj, const struct jval *key);
+struct jval weft_jx_undef_attr(struct jctx *C, const struct jval *obj, const char *name);
+struct jlist *weft_jx_iter(struct jctx *C, const struct jval *v, int line);
+size_t weft_jx_codepoints(struct jctx *C, const struct jstr *s, size_t **out);
+bool weft_jx_compare(struct jctx *C, int op, const struct jval *x, const struct jval *y, int line);
+struct jval weft_jx_capture(struct jctx *C, const struct jbody *b, struct scope *S);
+struct jval weft_jx_call_macro(struct jctx *C, const struct jfn *f, const struct jargs *a);
 
 /* jinja_builtin.c */
-struct jval jx_method(struct jctx *C, const struct jval *obj, const char *name);  /* J_FN, or J_UNDEF */
-struct jval jx_global(struct jctx *C, const char *name);                          /* J_FN, or J_UNDEF */
-struct jval jx_loop_attr(struct jctx *C, struct jloop *loop, const char *name);
-struct jval jx_call(struct jctx *C, const struct jfn *f, const struct jargs *a);
-struct jval jx_filter(struct jctx *C, const char *name, const struct jval *v, const struct jargs *a, struct scope *S);
-bool jx_test(struct jctx *C, const char *name, const struct jval *v, const struct jargs *a);
+struct jval weft_jx_method(struct jctx *C, const struct jval *obj, const char *name);  /* J_FN, or J_UNDEF */
+struct jval weft_jx_global(struct jctx *C, const char *name);                          /* J_FN, or J_UNDEF */
+struct jval weft_jx_loop_attr(struct jctx *C, struct jloop *loop, const char *name);
+struct jval weft_jx_call(struct jctx *C, const struct jfn *f, const struct jargs *a);
+struct jval weft_jx_filter(struct jctx *C, const char *name, const struct jval *v, const struct jargs *a, struct scope *S);
+bool weft_jx_test(struct jctx *C, const char *name, const struct jval *v, const struct jargs *a);
 
 #endif

@@ -15,8 +15,8 @@ struct jarena {
     struct jchunk *head;
     bool oom;
 };
-void *ja_alloc(struct jarena *a, size_t n);   /* zeroed; NULL (and a->oom) when out of memory */
-void ja_free(struct jarena *a);
+void *weft_ja_alloc(struct jarena *a, size_t n);   /* zeroed; NULL (and a->oom) when out of memory */
+void weft_ja_free(struct jarena *a);
 
 /* ---- values ---- */
 enum jkind {
@@ -105,41 +105,41 @@ struct weft_jinja {
 weft_status weft_jinja_parse(struct weft_jinja *t, const char *src, size_t n);
 
 /* jinja_lib.c: values */
-struct jval jv_none(void);
-struct jval jv_undef(const char *what);
-struct jval jv_bool(bool b);
-struct jval jv_int(int64_t i);
-struct jval jv_float(double f);
-struct jval jv_str(struct jarena *a, const char *p, size_t n);
-struct jval jv_cstr(struct jarena *a, const char *p);
-struct jval jv_list(struct jarena *a, size_t cap);
-struct jval jv_dict(struct jarena *a, size_t cap);
-bool jl_push(struct jarena *a, struct jlist *l, struct jval v);
-bool jd_set(struct jarena *a, struct jdict *d, struct jstr *key, struct jval v);
-struct jval *jd_get(const struct jdict *d, const char *key, size_t n);
-bool jv_truthy(const struct jval *v);
-bool jv_equal(const struct jval *a, const struct jval *b);
+struct jval weft_jv_none(void);
+struct jval weft_jv_undef(const char *what);
+struct jval weft_jv_bool(bool b);
+struct jval weft_jv_int(int64_t i);
+struct jval weft_jv_float(double f);
+struct jval weft_jv_str(struct jarena *a, const char *p, size_t n);
+struct jval weft_jv_cstr(struct jarena *a, const char *p);
+struct jval weft_jv_list(struct jarena *a, size_t cap);
+struct jval weft_jv_dict(struct jarena *a, size_t cap);
+bool weft_jl_push(struct jarena *a, struct jlist *l, struct jval v);
+bool weft_jd_set(struct jarena *a, struct jdict *d, struct jstr *key, struct jval v);
+struct jval *weft_jd_get(const struct jdict *d, const char *key, size_t n);
+bool weft_jv_truthy(const struct jval *v);
+bool weft_jv_equal(const struct jval *a, const struct jval *b);
 /* Python's ordering of two values; false (and *bad) when they do not compare */
-int jv_compare(const struct jval *a, const struct jval *b, bool *bad);
-const char *jv_type_name(const struct jval *v);
+int weft_jv_compare(const struct jval *a, const struct jval *b, bool *bad);
+const char *weft_jv_type_name(const struct jval *v);
 
 /* Text being built (the output, a string value). */
 struct jbuf { char *p; size_t n, cap; bool oom; size_t limit; };
-void jb_put(struct jbuf *b, const char *s, size_t n);
-void jb_puts(struct jbuf *b, const char *s);
+void weft_jb_put(struct jbuf *b, const char *s, size_t n);
+void weft_jb_puts(struct jbuf *b, const char *s);
 /* Python's str() of v into b (repr for the items of a list or dict). */
-void jv_str_into(struct jbuf *b, const struct jval *v, bool repr);
+void weft_jv_str_into(struct jbuf *b, const struct jval *v, bool repr);
 /* json.dumps(v, ensure_ascii=False, indent=indent (< 0: none), sort_keys) with
  * separators (NULL: ", " and ": ", or "," and ": " with an indent) */
-bool jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *item_sep, const char *key_sep,
+bool weft_jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *item_sep, const char *key_sep,
                   bool sort_keys, int depth);
 /* The next UTF-8 code point of s (n bytes left); *len its bytes (1 for a bad byte). */
-uint32_t jv_utf8_next(const unsigned char *s, size_t n, int *len);
+uint32_t weft_jv_utf8_next(const unsigned char *s, size_t n, int *len);
 /* Append code point cp to out[*n] in UTF-8 (up to 4 bytes). */
-void jv_utf8_put(char *out, size_t *n, uint32_t cp);
+void weft_jv_utf8_put(char *out, size_t *n, uint32_t cp);
 /* markupsafe's escape of s into b: & < > " ' as entities */
-void jv_html_escape(struct jbuf *b, const char *s, size_t n);
+void weft_jv_html_escape(struct jbuf *b, const char *s, size_t n);
 /* Parse JSON text into values (objects -> J_DICT, arrays -> J_LIST). */
-weft_status jv_from_json(struct jarena *a, const char *s, size_t n, struct jval *out);
+weft_status weft_jv_from_json(struct jarena *a, const char *s, size_t n, struct jval *out);
 
 #endif

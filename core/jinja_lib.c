@@ -16,7 +16,7 @@ struct jchunk {
     _Alignas(16) unsigned char data[];
 };
 
-void *ja_alloc(struct jarena *a, size_t n)
+void *weft_ja_alloc(struct jarena *a, size_t n)
 {
     n = (n + 15) & ~(size_t)15;
     struct jchunk *c = a->head;
@@ -38,7 +38,7 @@ void *ja_alloc(struct jarena *a, size_t n)
     return p;
 }
 
-void ja_free(struct jarena *a)
+void weft_ja_free(struct jarena *a)
 {
     for (struct jchunk *c = a->head, *n; c; c = n) {
         n = c->next;
@@ -49,48 +49,48 @@ void ja_free(struct jarena *a)
 
 /* ---- constructors ---- */
 
-struct jval jv_none(void) { return (struct jval){.k = J_NONE}; }
-struct jval jv_undef(const char *what) { return (struct jval){.k = J_UNDEF, .u.undef = what}; }
-struct jval jv_bool(bool b) { return (struct jval){.k = J_BOOL, .u.b = b}; }
-struct jval jv_int(int64_t i) { return (struct jval){.k = J_INT, .u.i = i}; }
-struct jval jv_float(double f) { return (struct jval){.k = J_FLOAT, .u.f = f}; }
+struct jval weft_jv_none(void) { return (struct jval){.k = J_NONE}; }
+struct jval weft_jv_undef(const char *what) { return (struct jval){.k = J_UNDEF, .u.undef = what}; }
+struct jval weft_jv_bool(bool b) { return (struct jval){.k = J_BOOL, .u.b = b}; }
+struct jval weft_jv_int(int64_t i) { return (struct jval){.k = J_INT, .u.i = i}; }
+struct jval weft_jv_float(double f) { return (struct jval){.k = J_FLOAT, .u.f = f}; }
 
-struct jval jv_str(struct jarena *a, const char *p, size_t n)
+struct jval weft_jv_str(struct jarena *a, const char *p, size_t n)
 {
-    struct jstr *s = ja_alloc(a, sizeof *s + n + 1);
-    if (!s) return jv_none();
+    struct jstr *s = weft_ja_alloc(a, sizeof *s + n + 1);
+    if (!s) return weft_jv_none();
     s->n = n;
     if (n) memcpy(s->p, p, n);
     s->p[n] = 0;
     return (struct jval){.k = J_STR, .u.s = s};
 }
 
-struct jval jv_cstr(struct jarena *a, const char *p) { return jv_str(a, p, strlen(p)); }
+struct jval weft_jv_cstr(struct jarena *a, const char *p) { return weft_jv_str(a, p, strlen(p)); }
 
-struct jval jv_list(struct jarena *a, size_t cap)
+struct jval weft_jv_list(struct jarena *a, size_t cap)
 {
-    struct jlist *l = ja_alloc(a, sizeof *l);
-    if (!l) return jv_none();
-    if (cap && !(l->v = ja_alloc(a, cap * sizeof *l->v))) return jv_none();
+    struct jlist *l = weft_ja_alloc(a, sizeof *l);
+    if (!l) return weft_jv_none();
+    if (cap && !(l->v = weft_ja_alloc(a, cap * sizeof *l->v))) return weft_jv_none();
     l->cap = cap;
     return (struct jval){.k = J_LIST, .u.l = l};
 }
 
-struct jval jv_dict(struct jarena *a, size_t cap)
+struct jval weft_jv_dict(struct jarena *a, size_t cap)
 {
-    struct jdict *d = ja_alloc(a, sizeof *d);
-    if (!d) return jv_none();
-    if (cap && (!(d->key = ja_alloc(a, cap * sizeof *d->key)) || !(d->val = ja_alloc(a, cap * sizeof *d->val))))
-        return jv_none();
+    struct jdict *d = weft_ja_alloc(a, sizeof *d);
+    if (!d) return weft_jv_none();
+    if (cap && (!(d->key = weft_ja_alloc(a, cap * sizeof *d->key)) || !(d->val = weft_ja_alloc(a, cap * sizeof *d->val))))
+        return weft_jv_none();
     d->cap = cap;
     return (struct jval){.k = J_DICT, .u.d = d};
 }
 
-bool jl_push(struct jarena *a, struct jlist *l, struct jval v)
+bool weft_jl_push(struct jarena *a, struct jlist *l, struct jval v)
 {
     if (l->n == l->cap) {
         size_t cap = l->cap ? 2 * l->cap : 4;
-        struct jval *nv = ja_alloc(a, cap * sizeof *nv);
+        struct jval *nv = weft_ja_alloc(a, cap * sizeof *nv);
         if (!nv) return false;
         if (l->n) memcpy(nv, l->v, l->n * sizeof *nv);
         l->v = nv;
@@ -100,24 +100,24 @@ bool jl_push(struct jarena *a, struct jlist *l, struct jval v)
     return true;
 }
 
-struct jval *jd_get(const struct jdict *d, const char *key, size_t n)
+struct jval *weft_jd_get(const struct jdict *d, const char *key, size_t n)
 {
     for (size_t i = 0; i < d->n; i++)
         if (d->key[i]->n == n && !memcmp(d->key[i]->p, key, n)) return &d->val[i];
     return NULL;
 }
 
-bool jd_set(struct jarena *a, struct jdict *d, struct jstr *key, struct jval v)
+bool weft_jd_set(struct jarena *a, struct jdict *d, struct jstr *key, struct jval v)
 {
-    struct jval *have = jd_get(d, key->p, key->n);
+    struct jval *have = weft_jd_get(d, key->p, key->n);
     if (have) {
         *have = v;
         return true;
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 4;
-        struct jstr **nk = ja_alloc(a, cap * sizeof *nk);
-        struct jval *nv = ja_alloc(a, cap * sizeof *nv);
+        struct jstr **nk = weft_ja_alloc(a, cap * sizeof *nk);
+        struct jval *nv = weft_ja_alloc(a, cap * sizeof *nv);
         if (!nk || !nv) return false;
         if (d->n) {
             memcpy(nk, d->key, d->n * sizeof *nk);
@@ -134,7 +134,7 @@ bool jd_set(struct jarena *a, struct jdict *d, struct jstr *key, struct jval v)
 
 /* ---- Python's semantics ---- */
 
-bool jv_truthy(const struct jval *v)
+bool weft_jv_truthy(const struct jval *v)
 {
     switch (v->k) {
     case J_UNDEF: case J_NONE: return false;
@@ -151,7 +151,7 @@ bool jv_truthy(const struct jval *v)
 static bool numeric(const struct jval *v) { return v->k == J_BOOL || v->k == J_INT || v->k == J_FLOAT; }
 static double num(const struct jval *v) { return v->k == J_FLOAT ? v->u.f : v->k == J_INT ? (double)v->u.i : v->u.b; }
 
-bool jv_equal(const struct jval *a, const struct jval *b)
+bool weft_jv_equal(const struct jval *a, const struct jval *b)
 {
     if (numeric(a) && numeric(b)) {
         if (a->k != J_FLOAT && b->k != J_FLOAT) {
@@ -167,20 +167,20 @@ bool jv_equal(const struct jval *a, const struct jval *b)
     case J_LIST:
         if (a->u.l->n != b->u.l->n || a->u.l->tuple != b->u.l->tuple) return false;
         for (size_t i = 0; i < a->u.l->n; i++)
-            if (!jv_equal(&a->u.l->v[i], &b->u.l->v[i])) return false;
+            if (!weft_jv_equal(&a->u.l->v[i], &b->u.l->v[i])) return false;
         return true;
     case J_DICT:
         if (a->u.d->n != b->u.d->n) return false;
         for (size_t i = 0; i < a->u.d->n; i++) {
-            const struct jval *o = jd_get(b->u.d, a->u.d->key[i]->p, a->u.d->key[i]->n);
-            if (!o || !jv_equal(&a->u.d->val[i], o)) return false;
+            const struct jval *o = weft_jd_get(b->u.d, a->u.d->key[i]->p, a->u.d->key[i]->n);
+            if (!o || !weft_jv_equal(&a->u.d->val[i], o)) return false;
         }
         return true;
     default: return a->u.d == b->u.d;
     }
 }
 
-int jv_compare(const struct jval *a, const struct jval *b, bool *bad)
+int weft_jv_compare(const struct jval *a, const struct jval *b, bool *bad)
 {
     if (numeric(a) && numeric(b)) {
         double x = num(a), y = num(b);
@@ -194,8 +194,8 @@ int jv_compare(const struct jval *a, const struct jval *b, bool *bad)
     }
     if (a->k == J_LIST && b->k == J_LIST) {
         for (size_t i = 0; i < a->u.l->n && i < b->u.l->n; i++) {
-            if (jv_equal(&a->u.l->v[i], &b->u.l->v[i])) continue;
-            return jv_compare(&a->u.l->v[i], &b->u.l->v[i], bad);
+            if (weft_jv_equal(&a->u.l->v[i], &b->u.l->v[i])) continue;
+            return weft_jv_compare(&a->u.l->v[i], &b->u.l->v[i], bad);
         }
         return a->u.l->n < b->u.l->n ? -1 : a->u.l->n > b->u.l->n;
     }
@@ -203,7 +203,7 @@ int jv_compare(const struct jval *a, const struct jval *b, bool *bad)
     return 0;
 }
 
-const char *jv_type_name(const struct jval *v)
+const char *weft_jv_type_name(const struct jval *v)
 {
     static const char *const names[] = {"Undefined", "NoneType", "bool", "int", "float", "str", "list", "dict",
                                         "Namespace", "LoopContext", "function"};
@@ -214,7 +214,7 @@ const char *jv_type_name(const struct jval *v)
 
 /* ---- text ---- */
 
-void jb_put(struct jbuf *b, const char *s, size_t n)
+void weft_jb_put(struct jbuf *b, const char *s, size_t n)
 {
     if (b->oom || !n) return;
     if (b->limit && b->n + n > b->limit) {
@@ -237,14 +237,14 @@ void jb_put(struct jbuf *b, const char *s, size_t n)
     b->p[b->n] = 0;
 }
 
-void jb_puts(struct jbuf *b, const char *s) { jb_put(b, s, strlen(s)); }
+void weft_jb_puts(struct jbuf *b, const char *s) { weft_jb_put(b, s, strlen(s)); }
 
 /* Python's repr of a float: the shortest digits that read back, in
  * exponent form below 1e-4 or from 1e16 on, else with a ".0" at least. */
 static void float_repr(struct jbuf *b, double f, bool json)
 {
-    if (isnan(f)) { jb_puts(b, json ? "NaN" : "nan"); return; }
-    if (isinf(f)) { jb_puts(b, f < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf")); return; }
+    if (isnan(f)) { weft_jb_puts(b, json ? "NaN" : "nan"); return; }
+    if (isinf(f)) { weft_jb_puts(b, f < 0 ? (json ? "-Infinity" : "-inf") : (json ? "Infinity" : "inf")); return; }
     char buf[64];
     int prec = 1;
     for (; prec <= 17; prec++) {
@@ -283,12 +283,12 @@ static void float_repr(struct jbuf *b, double f, bool json)
         else
             out[k++] = '0';
     }
-    jb_put(b, out, (size_t)k);
+    weft_jb_put(b, out, (size_t)k);
 }
 
 /* The next UTF-8 code point of s (at most n bytes); *len its bytes (1 for a
  * bad byte, taken as that byte's value). */
-uint32_t jv_utf8_next(const unsigned char *s, size_t n, int *len)
+uint32_t weft_jv_utf8_next(const unsigned char *s, size_t n, int *len)
 {
     uint32_t c = s[0];
     int need = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
@@ -314,77 +314,77 @@ static void str_repr(struct jbuf *b, const struct jstr *s)
 {
     bool sq = memchr(s->p, '\'', s->n) != NULL, dq = memchr(s->p, '"', s->n) != NULL;
     char q = sq && !dq ? '"' : '\'';
-    jb_put(b, &q, 1);
+    weft_jb_put(b, &q, 1);
     const unsigned char *p = (const unsigned char *)s->p;
     for (size_t i = 0; i < s->n;) {
         int len;
-        uint32_t c = jv_utf8_next(p + i, s->n - i, &len);
+        uint32_t c = weft_jv_utf8_next(p + i, s->n - i, &len);
         char esc[16];
-        if (c == '\\') jb_puts(b, "\\\\");
-        else if (c == (uint32_t)q) { esc[0] = '\\'; esc[1] = q; jb_put(b, esc, 2); }
-        else if (c == '\n') jb_puts(b, "\\n");
-        else if (c == '\r') jb_puts(b, "\\r");
-        else if (c == '\t') jb_puts(b, "\\t");
+        if (c == '\\') weft_jb_puts(b, "\\\\");
+        else if (c == (uint32_t)q) { esc[0] = '\\'; esc[1] = q; weft_jb_put(b, esc, 2); }
+        else if (c == '\n') weft_jb_puts(b, "\\n");
+        else if (c == '\r') weft_jb_puts(b, "\\r");
+        else if (c == '\t') weft_jb_puts(b, "\\t");
         else if (c < 0x20 || c == 0x7f || (c >= 0x80 && c < 0xa0)) {
             snprintf(esc, sizeof esc, "\\x%02x", c);
-            jb_puts(b, esc);
+            weft_jb_puts(b, esc);
         } else {
-            jb_put(b, (const char *)p + i, (size_t)len);
+            weft_jb_put(b, (const char *)p + i, (size_t)len);
         }
         i += (size_t)len;
     }
-    jb_put(b, &q, 1);
+    weft_jb_put(b, &q, 1);
 }
 
-void jv_str_into(struct jbuf *b, const struct jval *v, bool repr)
+void weft_jv_str_into(struct jbuf *b, const struct jval *v, bool repr)
 {
     char tmp[32];
     switch (v->k) {
     case J_UNDEF: break;
-    case J_NONE: jb_puts(b, "None"); break;
-    case J_BOOL: jb_puts(b, v->u.b ? "True" : "False"); break;
-    case J_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); jb_puts(b, tmp); break;
+    case J_NONE: weft_jb_puts(b, "None"); break;
+    case J_BOOL: weft_jb_puts(b, v->u.b ? "True" : "False"); break;
+    case J_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); weft_jb_puts(b, tmp); break;
     case J_FLOAT: float_repr(b, v->u.f, false); break;
     case J_STR:
         if (repr) str_repr(b, v->u.s);
-        else jb_put(b, v->u.s->p, v->u.s->n);
+        else weft_jb_put(b, v->u.s->p, v->u.s->n);
         break;
     case J_LIST: {
         const struct jlist *l = v->u.l;
-        jb_puts(b, l->tuple ? "(" : "[");
+        weft_jb_puts(b, l->tuple ? "(" : "[");
         for (size_t i = 0; i < l->n; i++) {
-            if (i) jb_puts(b, ", ");
-            jv_str_into(b, &l->v[i], true);
+            if (i) weft_jb_puts(b, ", ");
+            weft_jv_str_into(b, &l->v[i], true);
         }
-        if (l->tuple && l->n == 1) jb_puts(b, ",");
-        jb_puts(b, l->tuple ? ")" : "]");
+        if (l->tuple && l->n == 1) weft_jb_puts(b, ",");
+        weft_jb_puts(b, l->tuple ? ")" : "]");
         break;
     }
     case J_DICT: {
         const struct jdict *d = v->u.d;
-        jb_puts(b, "{");
+        weft_jb_puts(b, "{");
         for (size_t i = 0; i < d->n; i++) {
-            if (i) jb_puts(b, ", ");
+            if (i) weft_jb_puts(b, ", ");
             str_repr(b, d->key[i]);
-            jb_puts(b, ": ");
-            jv_str_into(b, &d->val[i], true);
+            weft_jb_puts(b, ": ");
+            weft_jv_str_into(b, &d->val[i], true);
         }
-        jb_puts(b, "}");
+        weft_jb_puts(b, "}");
         break;
     }
-    case J_NS: jb_puts(b, "<Namespace>"); break;
-    case J_LOOP: jb_puts(b, "<LoopContext>"); break;
-    default: jb_puts(b, "<function>"); break;
+    case J_NS: weft_jb_puts(b, "<Namespace>"); break;
+    case J_LOOP: weft_jb_puts(b, "<LoopContext>"); break;
+    default: weft_jb_puts(b, "<function>"); break;
     }
 }
 
-void jv_html_escape(struct jbuf *b, const char *s, size_t n)
+void weft_jv_html_escape(struct jbuf *b, const char *s, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const char *r = s[i] == '&' ? "&amp;" : s[i] == '<' ? "&lt;" : s[i] == '>' ? "&gt;"
                       : s[i] == '"' ? "&#34;" : s[i] == '\'' ? "&#39;" : NULL;
-        if (r) jb_puts(b, r);
-        else jb_put(b, s + i, 1);
+        if (r) weft_jb_puts(b, r);
+        else weft_jb_put(b, s + i, 1);
     }
 }
 
@@ -392,7 +392,7 @@ void jv_html_escape(struct jbuf *b, const char *s, size_t n)
 
 static void json_str(struct jbuf *b, const char *s, size_t n)
 {
-    jb_put(b, "\"", 1);
+    weft_jb_put(b, "\"", 1);
     size_t run = 0;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -410,18 +410,18 @@ static void json_str(struct jbuf *b, const char *s, size_t n)
             esc = u;
         }
         if (!esc) continue;
-        jb_put(b, s + run, i - run);
-        jb_puts(b, esc);
+        weft_jb_put(b, s + run, i - run);
+        weft_jb_puts(b, esc);
         run = i + 1;
     }
-    jb_put(b, s + run, n - run);
-    jb_put(b, "\"", 1);
+    weft_jb_put(b, s + run, n - run);
+    weft_jb_put(b, "\"", 1);
 }
 
 static void newline_indent(struct jbuf *b, int indent, int level)
 {
-    jb_put(b, "\n", 1);
-    for (int i = 0; i < indent * level; i++) jb_put(b, " ", 1);
+    weft_jb_put(b, "\n", 1);
+    for (int i = 0; i < indent * level; i++) weft_jb_put(b, " ", 1);
 }
 
 static int key_cmp(const void *x, const void *y)
@@ -432,7 +432,7 @@ static int key_cmp(const void *x, const void *y)
     return c ? c : (a->n > b->n) - (a->n < b->n);
 }
 
-bool jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *item_sep, const char *key_sep,
+bool weft_jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *item_sep, const char *key_sep,
                   bool sort_keys, int depth)
 {
     if (depth > 64) return false;
@@ -440,28 +440,28 @@ bool jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *
     if (!key_sep) key_sep = ": ";
     char tmp[32];
     switch (v->k) {
-    case J_NONE: jb_puts(b, "null"); return true;
-    case J_BOOL: jb_puts(b, v->u.b ? "true" : "false"); return true;
-    case J_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); jb_puts(b, tmp); return true;
+    case J_NONE: weft_jb_puts(b, "null"); return true;
+    case J_BOOL: weft_jb_puts(b, v->u.b ? "true" : "false"); return true;
+    case J_INT: snprintf(tmp, sizeof tmp, "%lld", (long long)v->u.i); weft_jb_puts(b, tmp); return true;
     case J_FLOAT: float_repr(b, v->u.f, true); return true;
     case J_STR: json_str(b, v->u.s->p, v->u.s->n); return true;
     case J_LIST: {
         const struct jlist *l = v->u.l;
         if (l->gen) return false;  /* "Object of type generator is not JSON serializable" */
-        if (!l->n) { jb_puts(b, "[]"); return true; }
-        jb_puts(b, "[");
+        if (!l->n) { weft_jb_puts(b, "[]"); return true; }
+        weft_jb_puts(b, "[");
         for (size_t i = 0; i < l->n; i++) {
-            if (i) jb_puts(b, item_sep);
+            if (i) weft_jb_puts(b, item_sep);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
-            if (!jv_json_into(b, &l->v[i], indent, item_sep, key_sep, sort_keys, depth + 1)) return false;
+            if (!weft_jv_json_into(b, &l->v[i], indent, item_sep, key_sep, sort_keys, depth + 1)) return false;
         }
         if (indent >= 0) newline_indent(b, indent, depth);
-        jb_puts(b, "]");
+        weft_jb_puts(b, "]");
         return true;
     }
     case J_DICT: case J_NS: {
         const struct jdict *d = v->u.d;
-        if (!d->n) { jb_puts(b, "{}"); return true; }
+        if (!d->n) { weft_jb_puts(b, "{}"); return true; }
         size_t *order = malloc(d->n * sizeof *order);
         struct jstr **keys = malloc(d->n * sizeof *keys);
         if (!order || !keys) {
@@ -472,20 +472,20 @@ bool jv_json_into(struct jbuf *b, const struct jval *v, int indent, const char *
         }
         memcpy(keys, d->key, d->n * sizeof *keys);
         if (sort_keys) qsort(keys, d->n, sizeof *keys, key_cmp);
-        jb_puts(b, "{");
+        weft_jb_puts(b, "{");
         bool ok = true;
         for (size_t i = 0; i < d->n && ok; i++) {
-            if (i) jb_puts(b, item_sep);
+            if (i) weft_jb_puts(b, item_sep);
             if (indent >= 0) newline_indent(b, indent, depth + 1);
             json_str(b, keys[i]->p, keys[i]->n);
-            jb_puts(b, key_sep);
-            ok = jv_json_into(b, jd_get(d, keys[i]->p, keys[i]->n), indent, item_sep, key_sep, sort_keys, depth + 1);
+            weft_jb_puts(b, key_sep);
+            ok = weft_jv_json_into(b, weft_jd_get(d, keys[i]->p, keys[i]->n), indent, item_sep, key_sep, sort_keys, depth + 1);
         }
         free(order);
         free(keys);
         if (!ok) return false;
         if (indent >= 0) newline_indent(b, indent, depth);
-        jb_puts(b, "}");
+        weft_jb_puts(b, "}");
         return true;
     }
     default:
@@ -502,7 +502,7 @@ static void skip_ws(struct jin *J)
     while (J->s < J->end && (*J->s == ' ' || *J->s == '\t' || *J->s == '\n' || *J->s == '\r')) J->s++;
 }
 
-void jv_utf8_put(char *out, size_t *n, uint32_t cp)
+void weft_jv_utf8_put(char *out, size_t *n, uint32_t cp)
 {
     if (cp < 0x80) out[(*n)++] = (char)cp;
     else if (cp < 0x800) { out[(*n)++] = (char)(0xc0 | cp >> 6); out[(*n)++] = (char)(0x80 | (cp & 0x3f)); }
@@ -530,7 +530,7 @@ static bool hex4(const char *p, uint32_t *v)
 static struct jstr *json_string(struct jin *J)
 {
     const char *p = ++J->s;
-    char *out = ja_alloc(J->a, (size_t)(J->end - p) + 1);
+    char *out = weft_ja_alloc(J->a, (size_t)(J->end - p) + 1);
     if (!out) return NULL;
     size_t n = 0;
     while (J->s < J->end && *J->s != '"') {
@@ -559,14 +559,14 @@ static struct jstr *json_string(struct jin *J)
                     J->s += 6;
                 }
             }
-            jv_utf8_put(out, &n, cp);
+            weft_jv_utf8_put(out, &n, cp);
             break;
         default: return NULL;
         }
     }
     if (J->s >= J->end) return NULL;
     J->s++;
-    struct jstr *s = ja_alloc(J->a, sizeof *s + n + 1);
+    struct jstr *s = weft_ja_alloc(J->a, sizeof *s + n + 1);
     if (!s) return NULL;
     s->n = n;
     memcpy(s->p, out, n);
@@ -581,7 +581,7 @@ static bool json_value(struct jin *J, struct jval *out)
     bool ok = true;
     if (c == '{') {
         J->s++;
-        *out = jv_dict(J->a, 0);
+        *out = weft_jv_dict(J->a, 0);
         skip_ws(J);
         if (J->s < J->end && *J->s == '}') J->s++;
         else
@@ -592,7 +592,7 @@ static bool json_value(struct jin *J, struct jval *out)
                 skip_ws(J);
                 if (!k || J->s >= J->end || *J->s++ != ':') return false;
                 struct jval v;
-                if (!json_value(J, &v) || !jd_set(J->a, out->u.d, k, v)) return false;
+                if (!json_value(J, &v) || !weft_jd_set(J->a, out->u.d, k, v)) return false;
                 skip_ws(J);
                 if (J->s < J->end && *J->s == ',') { J->s++; continue; }
                 if (J->s < J->end && *J->s == '}') { J->s++; break; }
@@ -600,13 +600,13 @@ static bool json_value(struct jin *J, struct jval *out)
             }
     } else if (c == '[') {
         J->s++;
-        *out = jv_list(J->a, 0);
+        *out = weft_jv_list(J->a, 0);
         skip_ws(J);
         if (J->s < J->end && *J->s == ']') J->s++;
         else
             for (;;) {
                 struct jval v;
-                if (!json_value(J, &v) || !jl_push(J->a, out->u.l, v)) return false;
+                if (!json_value(J, &v) || !weft_jl_push(J->a, out->u.l, v)) return false;
                 skip_ws(J);
                 if (J->s < J->end && *J->s == ',') { J->s++; continue; }
                 if (J->s < J->end && *J->s == ']') { J->s++; break; }
@@ -618,13 +618,13 @@ static bool json_value(struct jin *J, struct jval *out)
         *out = (struct jval){.k = J_STR, .u.s = s};
     } else if (J->end - J->s >= 4 && !strncmp(J->s, "true", 4)) {
         J->s += 4;
-        *out = jv_bool(true);
+        *out = weft_jv_bool(true);
     } else if (J->end - J->s >= 5 && !strncmp(J->s, "false", 5)) {
         J->s += 5;
-        *out = jv_bool(false);
+        *out = weft_jv_bool(false);
     } else if (J->end - J->s >= 4 && !strncmp(J->s, "null", 4)) {
         J->s += 4;
-        *out = jv_none();
+        *out = weft_jv_none();
     } else if (c == '-' || (c >= '0' && c <= '9')) {
         const char *s = J->s;
         bool flt = false;
@@ -639,7 +639,7 @@ static bool json_value(struct jin *J, struct jval *out)
         if (n >= sizeof num) return false;
         memcpy(num, s, n);
         num[n] = 0;
-        *out = flt ? jv_float(strtod(num, NULL)) : jv_int(strtoll(num, NULL, 10));
+        *out = flt ? weft_jv_float(strtod(num, NULL)) : weft_jv_int(strtoll(num, NULL, 10));
     } else {
         ok = false;
     }
@@ -647,7 +647,7 @@ static bool json_value(struct jin *J, struct jval *out)
     return ok && !J->a->oom;
 }
 
-weft_status jv_from_json(struct jarena *a, const char *s, size_t n, struct jval *out)
+weft_status weft_jv_from_json(struct jarena *a, const char *s, size_t n, struct jval *out)
 {
     struct jin J = {a, s, s + n, 0};
     if (!json_value(&J, out)) return weft_error(WEFT_ERR_INVALID_ARG, "chat template: the variables are not valid JSON");

@@ -72,7 +72,7 @@ static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 static const char *lex_string(struct parser *P, const char *q, const char *end, struct token *tk)
 {
     char quote = *q++;
-    char *out = ja_alloc(P->a, (size_t)(end - q) * 4 + 1);
+    char *out = weft_ja_alloc(P->a, (size_t)(end - q) * 4 + 1);
     if (!out) return NULL;
     size_t n = 0;
     while (q < end && *q != quote) {
@@ -118,7 +118,7 @@ static const char *lex_string(struct parser *P, const char *q, const char *end, 
                 cp = cp * 16 + (uint32_t)(isdigit((unsigned char)*q) ? *q - '0' : (tolower((unsigned char)*q) - 'a' + 10));
             }
         }
-        if (hex) jv_utf8_put(out, &n, cp);
+        if (hex) weft_jv_utf8_put(out, &n, cp);
     }
     if (q >= end) return NULL;
     out[n] = 0;
@@ -341,14 +341,14 @@ static bool expect_op(struct parser *P, const char *op)
 
 static const char *dup_name(struct parser *P, const struct token *t)
 {
-    char *s = ja_alloc(P->a, t->n + 1);
+    char *s = weft_ja_alloc(P->a, t->n + 1);
     if (s) memcpy(s, t->p, t->n);
     return s;
 }
 
 static struct jexpr *mk(struct parser *P, enum jexpr_kind k, int line)
 {
-    struct jexpr *e = ja_alloc(P->a, sizeof *e);
+    struct jexpr *e = weft_ja_alloc(P->a, sizeof *e);
     if (!e) {
         fail(P, line, "out of memory%s", NULL);
         return NULL;
@@ -364,8 +364,8 @@ static bool xv_push(struct parser *P, struct xvec *x, struct jexpr *e, const cha
 {
     if (x->n == x->cap) {
         uint32_t cap = x->cap ? 2 * x->cap : 4;
-        struct jexpr **v = ja_alloc(P->a, cap * sizeof *v);
-        const char **nm = ja_alloc(P->a, cap * sizeof *nm);
+        struct jexpr **v = weft_ja_alloc(P->a, cap * sizeof *v);
+        const char **nm = weft_ja_alloc(P->a, cap * sizeof *nm);
         if (!v || !nm) return fail(P, 0, "out of memory%s", NULL);
         if (x->n) {
             memcpy(v, x->v, x->n * sizeof *v);
@@ -408,7 +408,7 @@ static bool parse_args(struct parser *P, struct jexpr *e)
     next(P);
     e->n_args = pos.n;
     e->n_kw = kw.n;
-    e->args = ja_alloc(P->a, (pos.n + kw.n + 1) * sizeof *e->args);
+    e->args = weft_ja_alloc(P->a, (pos.n + kw.n + 1) * sizeof *e->args);
     e->vals = kw.v;
     e->kw = kw.names;
     if (!e->args) return fail(P, 0, "out of memory%s", NULL);
@@ -488,7 +488,7 @@ static struct jexpr *parse_test(struct parser *P, struct jexpr *obj)
             struct jexpr *v = parse_primary(P);
             if (v) v = parse_postfix(P, v);
             if (!v) return NULL;
-            e->args = ja_alloc(P->a, sizeof *e->args);
+            e->args = weft_ja_alloc(P->a, sizeof *e->args);
             if (!e->args) return NULL;
             e->args[0] = v;
             e->n_args = 1;
@@ -535,7 +535,7 @@ static struct jexpr *parse_postfix(struct parser *P, struct jexpr *e)
                 x->kind = X_ITEM;
                 x->b = mk(P, X_LIT, n->line);
                 if (!x->b) return NULL;
-                x->b->lit = jv_int(next(P)->i);
+                x->b->lit = weft_jv_int(next(P)->i);
             } else {
                 fail(P, n->line, "expected a name after '.'%s", NULL);
                 return NULL;
@@ -572,7 +572,7 @@ static struct jexpr *parse_postfix(struct parser *P, struct jexpr *e)
                 x->kind = X_SLICE;
                 x->b = parts[0];
                 x->c = parts[1];
-                x->args = ja_alloc(P->a, sizeof *x->args);
+                x->args = weft_ja_alloc(P->a, sizeof *x->args);
                 if (!x->args) return NULL;
                 x->args[0] = parts[2];
             } else {
@@ -603,10 +603,10 @@ static struct jexpr *parse_primary(struct parser *P)
     if (t->t == T_NAME) {
         if (is_name(t, "true") || is_name(t, "True") || is_name(t, "false") || is_name(t, "False")) {
             e = mk(P, X_LIT, t->line);
-            if (e) e->lit = jv_bool(t->p[0] == 't' || t->p[0] == 'T');
+            if (e) e->lit = weft_jv_bool(t->p[0] == 't' || t->p[0] == 'T');
         } else if (is_name(t, "none") || is_name(t, "None")) {
             e = mk(P, X_LIT, t->line);
-            if (e) e->lit = jv_none();
+            if (e) e->lit = weft_jv_none();
         } else {
             e = mk(P, X_NAME, t->line);
             if (e) e->name = dup_name(P, t);
@@ -616,7 +616,7 @@ static struct jexpr *parse_primary(struct parser *P)
         /* adjacent strings join */
         size_t n = 0;
         for (size_t k = P->pos; P->tk[k].t == T_STRING; k++) n += P->tk[k].n;
-        char *s = ja_alloc(P->a, n + 1);
+        char *s = weft_ja_alloc(P->a, n + 1);
         if (!s) return NULL;
         n = 0;
         while (cur(P)->t == T_STRING) {
@@ -625,10 +625,10 @@ static struct jexpr *parse_primary(struct parser *P)
             next(P);
         }
         e = mk(P, X_LIT, t->line);
-        if (e) e->lit = jv_str(P->a, s, n);
+        if (e) e->lit = weft_jv_str(P->a, s, n);
     } else if (t->t == T_INT || t->t == T_FLOAT) {
         e = mk(P, X_LIT, t->line);
-        if (e) e->lit = t->t == T_INT ? jv_int(t->i) : jv_float(t->f);
+        if (e) e->lit = t->t == T_INT ? weft_jv_int(t->i) : weft_jv_float(t->f);
         next(P);
     } else if (is_op(t, "(")) {
         next(P);
@@ -808,7 +808,7 @@ static struct jexpr *parse_compare(struct parser *P)
     e->a = l;
     e->args = rhs.v;
     e->n_args = rhs.n;
-    e->cmp_ops = ja_alloc(P->a, rhs.n);
+    e->cmp_ops = weft_ja_alloc(P->a, rhs.n);
     if (!e->cmp_ops) return NULL;
     memcpy(e->cmp_ops, ops, rhs.n);
     return e;
@@ -880,7 +880,7 @@ static bool body_push(struct parser *P, struct jbody *b, struct jstmt *s)
 {
     if (b->n == b->cap) {
         uint32_t cap = b->cap ? 2 * b->cap : 8;
-        struct jstmt **v = ja_alloc(P->a, cap * sizeof *v);
+        struct jstmt **v = weft_ja_alloc(P->a, cap * sizeof *v);
         if (!v) return fail(P, s->line, "out of memory%s", NULL);
         if (b->n) memcpy(v, b->s, b->n * sizeof *v);
         b->s = v;
@@ -892,7 +892,7 @@ static bool body_push(struct parser *P, struct jbody *b, struct jstmt *s)
 
 static struct jstmt *mks(struct parser *P, enum jstmt_kind k, int line)
 {
-    struct jstmt *s = ja_alloc(P->a, sizeof *s);
+    struct jstmt *s = weft_ja_alloc(P->a, sizeof *s);
     if (!s) fail(P, line, "out of memory%s", NULL);
     else {
         s->kind = (uint8_t)k;
@@ -961,7 +961,7 @@ static bool parse_block(struct parser *P, struct jbody *b, const struct token *n
         }
         s->conds = conds.v;
         s->n_conds = conds.n;
-        s->bodies = ja_alloc(P->a, conds.n * sizeof *s->bodies);
+        s->bodies = weft_ja_alloc(P->a, conds.n * sizeof *s->bodies);
         if (!s->bodies) return false;
         memcpy(s->bodies, bodies, conds.n * sizeof *s->bodies);
         return body_push(P, b, s);
@@ -995,7 +995,7 @@ static bool parse_block(struct parser *P, struct jbody *b, const struct token *n
         struct jstmt *s = mks(P, S_SET, line);
         if (!s) return false;
         if (cur(P)->t == T_NAME && is_op(&P->tk[P->pos + 1], ".")) {
-            s->targets = ja_alloc(P->a, sizeof *s->targets);
+            s->targets = weft_ja_alloc(P->a, sizeof *s->targets);
             if (!s->targets) return false;
             s->targets[0] = dup_name(P, next(P));
             s->n_targets = 1;
@@ -1176,7 +1176,7 @@ static bool check_expr(struct parser *P, const struct jexpr *e, bool soft)
 weft_status weft_jinja_parse(struct weft_jinja *t, const char *src_in, size_t n)
 {
     /* the tree points into the source: the arena keeps a copy */
-    char *src = ja_alloc(&t->arena, n + 1);
+    char *src = weft_ja_alloc(&t->arena, n + 1);
     if (!src) return weft_error(WEFT_ERR_NOMEM, "chat template: out of memory");
     memcpy(src, src_in, n);
     struct parser P = {.t = t, .a = &t->arena, .src = src};
