@@ -67,7 +67,7 @@ static void each_bad_parameter_is_named(void)
         {"{\"prompt\": \"x\", \"logprobs\": 21}", "logprobs"},
         {"{\"prompt\": \"x\", \"stream\": 1}", "stream"},
         {"{\"prompt\": \"x\", \"stream_options\": {\"include_usage\": true}}", "stream_options"},
-        {"{\"prompt\": \"x\", \"echo\": true}", "echo"},
+        {"{\"prompt\": \"x\", \"echo\": true, \"logprobs\": 1}", "echo"}, {"{\"prompt\": \"x\", \"echo\": 1}", "echo"},
         {"{\"prompt\": \"x\", \"model\": 3}", "model"},
         {"{\"prompt\": \"x\", \"seed\": 1.5}", "seed"},
     };
