@@ -31,6 +31,7 @@ struct weft_chat_msg {
     const struct weft_chat_tool_call *tool_calls;  /* assistant only */
     size_t n_tool_calls;
     const char *tool_call_id;  /* role "tool": the call it answers (not rendered) */
+    const char *reasoning;     /* assistant: its reasoning_content (templates that render it), or NULL */
 };
 
 /* Family of a template text (NULL -> ChatML). */

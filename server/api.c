@@ -281,8 +281,19 @@ const char *weft_server_model_name(const struct weft_server *s, const char *aske
 static json_t *model_json(const struct weft_server *s, const char *id)
 {
     /* chat_template: which one renders chats ("gguf", "file", "chatml" built in, "none") */
-    return json_pack("{s:s,s:s,s:I,s:s,s:i,s:s}", "id", id, "object", "model", "created", (json_int_t)s->created,
-                     "owned_by", "weft", "max_model_len", (int)s->n_ctx, "chat_template", s->tmpl.source);
+    json_t *model = json_pack("{s:s,s:s,s:I,s:s,s:i,s:s}", "id", id, "object", "model", "created",
+                              (json_int_t)s->created, "owned_by", "weft", "max_model_len", (int)s->n_ctx,
+                              "chat_template", s->tmpl.source);
+    /* how replies are read back: the call format, the reasoning markers */
+    if (model && s->tmpl.t) {
+        const struct chat_format *f = &s->tmpl.fmt;
+        json_object_set_new(model, "tool_call_format", json_string(weft_chat_calls_name(f->calls)));
+        json_object_set_new(model, "reasoning_format",
+                            json_string(f->think == CHAT_THINK_TAGS      ? f->think_open
+                                        : f->think == CHAT_THINK_HARMONY ? "harmony"
+                                                                         : "none"));
+    }
+    return model;
 }
 
 /* GET /v1/models: the model and its aliases */

@@ -30,6 +30,8 @@
 #include "core/tokenizer.h"
 #include "server/params.h"
 #include "server/structured.h"
+#include "server/chat_format.h"
+#include "server/chat_template.h"
 #include "server/server.h"
 #include "server/kv_remote.h"
 
@@ -42,7 +44,8 @@ struct gen_choice {
     bool submitted, engine_done, done, aborted_by_us;
     struct weft_stop st;             /* the output text and where it stops (core/stop.h) */
     bool st_ready, role_sent, seed_sent, end_sent;
-    size_t sent;                     /* bytes of st.text already streamed */
+    size_t sent;                     /* bytes of the content already streamed (a chat's: of its content range) */
+    size_t sent_r;                   /* bytes of the reasoning already streamed */
     int32_t *chunk_ids;              /* weft.ids: tokens not yet named in a chunk */
     uint32_t n_chunk_ids, cap_chunk_ids;
     json_t *lp;                      /* logprobs: chat "content" array or completions object */
@@ -50,10 +53,10 @@ struct gen_choice {
     uint32_t n_gen;                  /* the whole completion's, a continuation's too */
     uint32_t n_new;                  /* tokens generated here (a continuation's after its k) */
     double t_last;
-    /* tools offered: the calls the finished reply makes (server/structured.h) */
-    struct tool_call_out *calls;
-    uint32_t n_calls;
-    size_t content_len;              /* the reply's text before its calls */
+    /* a finished chat reply read back (server/chat_format.h): reasoning,
+     * content, the calls it makes when tools are offered */
+    struct chat_reply reply;
+    bool parsed;
 };
 
 struct gen_ctx {
@@ -62,6 +65,7 @@ struct gen_ctx {
     struct http_conn *conn;          /* NULL once the response ended or the client left */
     int refs;
     bool finished, streaming, chat, submitted;  /* finished: answered (or the client left) */
+    bool in_think;                   /* the chat prompt leaves the model inside a reasoning block */
     struct gen_choice *ch;           /* p.n of them */
     uint32_t n_ch, n_done;           /* choices; those whose answer is complete */
     uint32_t n_submitted;            /* choices given to the engine (the rest wait: submit_rest) */
@@ -121,7 +125,7 @@ static void ctx_unref(struct gen_ctx *g)
         if (c->st_ready) weft_stop_free(&c->st);
         free(c->chunk_ids);
         json_decref(c->lp);
-        weft_tool_calls_free(c->calls, c->n_calls);
+        weft_chat_reply_free(&c->reply);
     }
     free(g->ch);
     weft_gen_params_free(&g->p);
@@ -370,15 +374,77 @@ static json_t *chunk(struct gen_choice *c, const char *text, size_t n, json_t *l
     return j;
 }
 
+/* A reasoning delta of choice c. */
+static json_t *chunk_reasoning(struct gen_choice *c, const char *text, size_t n, json_t *lp)
+{
+    json_t *j = chunk(c, NULL, 0, lp, NULL);
+    json_t *delta = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "delta");
+    json_object_set_new(delta, "reasoning_content", json_stringn(text, n));
+    return j;
+}
+
+/* The ranges of c's text that may go out now: a chat's reasoning and
+ * content (server/chat_format.h: what may still become a tag or a call is
+ * held), a completion's released text. final: the choice is complete. */
+static void stream_ranges(const struct gen_choice *c, bool final, size_t *r_from, size_t *r_len, size_t *c_from,
+                          size_t *c_len)
+{
+    const struct gen_ctx *g = c->g;
+    *r_from = *r_len = *c_from = 0;
+    *c_len = final ? c->st.len : c->st.released;
+    if (!g->chat) return;
+    struct chat_reply tmp;
+    const struct chat_reply *r = &c->reply;
+    if (!final || !c->parsed) {
+        weft_chat_reply_parse(&g->srv->tmpl.fmt, &g->p.st, g->in_think, c->st.text, *c_len, !final, &tmp);
+        r = &tmp;
+    }
+    *r_from = r->r_from;
+    *r_len = r->r_len;
+    *c_from = r->c_from;
+    *c_len = r->c_len;
+    if (r == &tmp) weft_chat_reply_free(&tmp);
+}
+
+/* Stream what of choice c's text has not gone out (lp: this token's
+ * logprobs, sent with it, or NULL). */
+static void stream_progress(struct gen_choice *c, json_t *lp, bool final)
+{
+    struct gen_ctx *g = c->g;
+    size_t rf, rl, cf, cl;
+    stream_ranges(c, final, &rf, &rl, &cf, &cl);
+    if (rl > c->sent_r) {
+        bool with_lp = lp && cl <= c->sent;
+        send_sse(g, chunk_reasoning(c, c->st.text + rf + c->sent_r, rl - c->sent_r, with_lp ? lp : NULL));
+        if (with_lp) lp = NULL;
+        c->sent_r = rl;
+    }
+    if (cl > c->sent || lp) {
+        send_sse(g, chunk(c, c->st.text + cf + (cl > c->sent ? c->sent : 0), cl > c->sent ? cl - c->sent : 0, lp,
+                          NULL));
+        if (cl > c->sent) c->sent = cl;
+    }
+}
+
+/* A continuation: mark sent what the interrupted stream had sent. */
+static void stream_mark_sent(struct gen_choice *c)
+{
+    size_t rf, rl, cf, cl;
+    stream_ranges(c, false, &rf, &rl, &cf, &cl);
+    c->sent_r = rl;
+    c->sent = cl;
+}
+
 /* ---- finishing ---- */
 
 /* The calls of choice c as OpenAI's tool_calls array (stream: with index). */
 static json_t *tool_calls_json(const struct gen_choice *c, bool stream)
 {
     json_t *a = json_array();
-    for (uint32_t i = 0; i < c->n_calls; i++) {
-        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", c->calls[i].id, "type", "function", "function",
-                                 "name", c->calls[i].name, "arguments", c->calls[i].arguments);
+    const struct tool_call_out *calls = c->reply.calls;
+    for (uint32_t i = 0; i < c->reply.n_calls; i++) {
+        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", calls[i].id, "type", "function", "function",
+                                 "name", calls[i].name, "arguments", calls[i].arguments);
         if (call && stream) json_object_set_new(call, "index", json_integer(i));
         json_array_append_new(a, call);
     }
@@ -391,12 +457,8 @@ static void stream_choice_end(struct gen_choice *c)
     struct gen_ctx *g = c->g;
     if (c->end_sent) return;
     c->end_sent = true;
-    size_t upto = c->n_calls ? c->content_len : c->st.len;
-    if (c->sent < upto) {
-        send_sse(g, chunk(c, c->st.text + c->sent, upto - c->sent, NULL, NULL));
-        c->sent = upto;
-    }
-    if (c->n_calls) {
+    stream_progress(c, NULL, true);
+    if (c->reply.n_calls) {
         /* the calls whole, in one delta (OpenAI streams their arguments in
          * pieces; a client joins the pieces, so one piece is the same) */
         json_t *j = chunk(c, NULL, 0, NULL, NULL);
@@ -411,15 +473,15 @@ static json_t *choice_json(const struct gen_choice *c)
 {
     json_t *lp = c->lp ? json_incref(c->lp) : json_null();
     const char *text = c->st.text ? c->st.text : "";
-    if (c->g->chat && c->n_calls)
-        return json_pack("{s:i,s:{s:s,s:o,s:o},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
-                         "content", c->content_len ? json_stringn(text, c->content_len) : json_null(), "tool_calls",
-                         tool_calls_json(c, false), "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
-                         "finish_reason", c->finish_reason);
-    if (c->g->chat)
-        return json_pack("{s:i,s:{s:s,s:s%},s:o,s:s}", "index", (int)c->index, "message", "role", "assistant",
-                         "content", text, c->st.len, "logprobs", c->lp ? json_pack("{s:o}", "content", lp) : lp,
-                         "finish_reason", c->finish_reason);
+    if (c->g->chat) {
+        const struct chat_reply *r = &c->reply;
+        json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content",
+                              r->c_len || !r->n_calls ? json_stringn(text + r->c_from, r->c_len) : json_null());
+        if (m && r->r_len) json_object_set_new(m, "reasoning_content", json_stringn(text + r->r_from, r->r_len));
+        if (m && r->n_calls) json_object_set_new(m, "tool_calls", tool_calls_json(c, false));
+        return json_pack("{s:i,s:o,s:o,s:s}", "index", (int)c->index, "message", m, "logprobs",
+                         c->lp ? json_pack("{s:o}", "content", lp) : lp, "finish_reason", c->finish_reason);
+    }
     if (c->g->p.echo) {
         /* echo: the prompt's text, then the choice's */
         size_t ne;
@@ -501,10 +563,12 @@ static void finish_choice(struct gen_choice *c, const char *reason, enum metric_
      * text is released (nothing after a stop string) */
     struct weft_stop_step step;
     weft_stop_end(&c->st, &step);
-    if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF) {
-        c->n_calls = weft_tool_calls_extract(&g->p.st, g->srv->rules.chat_style, c->st.text, c->st.len, &c->calls,
-                                        &c->content_len);
-        if (c->n_calls) c->finish_reason = "tool_calls";
+    if (g->chat) {
+        /* reasoning, content and calls; a reply cut short keeps its
+         * finished calls (the cut one is dropped) and says "length" */
+        weft_chat_reply_parse(&g->srv->tmpl.fmt, &g->p.st, g->in_think, c->st.text, c->st.len, false, &c->reply);
+        c->parsed = true;
+        if (c->reply.n_calls && strcmp(reason, "length")) c->finish_reason = "tool_calls";
     }
     if (g->streaming && g->conn && !g->push_wait) stream_choice_end(c);
     if (g->n_done < g->n_ch) return;
@@ -586,16 +650,7 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
         return;
     }
     if (g->streaming && g->conn) {
-        size_t upto = c->st.released;
-        /* with tools offered, text that may begin a call is held back */
-        if (g->chat && g->p.st.tool_choice != GEN_TOOLS_OFF)
-            upto = weft_tool_stream_limit(&g->p.st, s->rules.chat_style, c->st.text, upto);
-        if (upto > c->sent || lp) {
-            send_sse(g, chunk(c, c->st.text + c->sent, upto > c->sent ? upto - c->sent : 0, lp, NULL));
-            if (upto > c->sent) c->sent = upto;
-        } else {
-            json_decref(lp);
-        }
+        stream_progress(c, lp, false);
     } else {
         json_decref(lp);
     }
@@ -757,7 +812,8 @@ static void tokenize_work(void *arg)
     if (!g->p.prompt_ids) {  /* ids given in the request were checked on the loop */
         if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
         else atomic_fetch_add(&s->tokenized_on_worker, 1);
-        g->tok_status = weft_prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+        g->tok_status = weft_prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, &g->in_think, g->tok_msg,
+                                           sizeof g->tok_msg);
     }
 }
 
@@ -777,8 +833,9 @@ static void grammar_work(void *arg)
 static void build_grammar(struct gen_ctx *g)
 {
     char *text = NULL;
-    if (!weft_structured_grammar(&g->p.st, g->srv->rules.chat_style, &text, &g->tok_param, g->tok_msg,
-                            sizeof g->tok_msg)) {
+    struct chat_call_frame fr;
+    weft_chat_call_frame(g->srv->tmpl.fmt.calls, &fr);
+    if (!weft_structured_grammar(&g->p.st, &fr, &text, &g->tok_param, g->tok_msg, sizeof g->tok_msg)) {
         g->tok_status = WEFT_ERR_INVALID_ARG;
         return;
     }
@@ -805,7 +862,7 @@ static void build_grammar(struct gen_ctx *g)
 /* Token ids given in the request: checked against the vocabulary (cheap: on the loop). */
 static void copy_prompt_ids(struct gen_ctx *g)
 {
-    g->tok_status = weft_prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, g->tok_msg, sizeof g->tok_msg);
+    g->tok_status = weft_prompt_tokens(&g->srv->rules, &g->p, &g->ids, &g->n_ids, NULL, g->tok_msg, sizeof g->tok_msg);
 }
 
 /* Does the request constrain its output (a grammar to compile)? */
@@ -1140,7 +1197,8 @@ static void admit_and_submit(struct gen_ctx *g)
             if (step.stop != WEFT_STOP_TOKEN) c0->n_gen++;
             if (step.stop == WEFT_STOP_NONE && (step.emit_len || g->p.logprobs)) c0->role_sent = true;
         }
-        c0->sent = c0->st.released;
+        /* what the interrupted stream had sent: the same reading of the same text */
+        stream_mark_sent(c0);
         if (step.stop != WEFT_STOP_NONE || c0->n_gen >= g->max_tokens) {
             g->n_prompt = (uint32_t)n_ids;
             weft_http_stream_begin(g->conn, 200, "text/event-stream", headers);

@@ -45,6 +45,10 @@ weft_status weft_chat_template_load(struct chat_template *ct, const struct weft_
         char what[300];
         snprintf(what, sizeof what, "the chat template %s", path);
         weft_status st = compile(src, n, what, &ct->t);
+        if (st == WEFT_OK) {
+            weft_chat_format_detect(&ct->fmt, src, n);
+            weft_chat_format_probe(&ct->fmt, ct->t);
+        }
         free(src);
         snprintf(ct->source, sizeof ct->source, "file");
         return st;
@@ -58,11 +62,20 @@ weft_status weft_chat_template_load(struct chat_template *ct, const struct weft_
         weft_status st = compile(s, n, "the model's chat template (tokenizer.chat_template)", &ct->t);
         if (st == WEFT_OK && su)
             st = compile(su, nu, "the model's tool_use chat template (tokenizer.chat_template.tool_use)", &ct->tools);
+        if (st == WEFT_OK) {
+            weft_chat_format_detect(&ct->fmt, su ? su : s, su ? nu : n);
+            weft_chat_format_probe(&ct->fmt, ct->tools ? ct->tools : ct->t);
+        }
         return st;
     }
     if (weft_tokenizer_find(tok, "<|im_start|>") >= 0 && weft_tokenizer_find(tok, "<|im_end|>") >= 0) {
         snprintf(ct->source, sizeof ct->source, "chatml");
-        return compile(CHATML, sizeof CHATML - 1, "the built-in ChatML template", &ct->t);
+        weft_status st = compile(CHATML, sizeof CHATML - 1, "the built-in ChatML template", &ct->t);
+        if (st == WEFT_OK) {
+            weft_chat_format_detect(&ct->fmt, CHATML, sizeof CHATML - 1);
+            weft_chat_format_probe(&ct->fmt, ct->t);
+        }
+        return st;
     }
     snprintf(ct->source, sizeof ct->source, "none");
     return WEFT_OK;
@@ -75,7 +88,161 @@ void weft_chat_template_free(struct chat_template *ct)
     memset(ct, 0, sizeof *ct);
 }
 
+/* ---- what the template renders itself (probes) ---- */
+
+static bool render_has(const struct weft_jinja *t, const char *vars, const char *needle)
+{
+    char *out = NULL;
+    size_t n = 0;
+    if (weft_jinja_render(t, vars, strlen(vars), NULL, &out, &n) != WEFT_OK) return false;
+    bool found = strstr(out, needle) != NULL;
+    free(out);
+    return found;
+}
+
+#define PROBE_TOOL                                                                                              \
+    "{\"type\":\"function\",\"function\":{\"name\":\"weft_probe_tool\",\"description\":\"d\",\"parameters\":"   \
+    "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\"}},\"required\":[\"a\"]}}}"
+
+static bool probe_calls(const struct weft_jinja *t, const char *content, const char *args, bool *results)
+{
+    char vars[1024];
+    snprintf(vars, sizeof vars,
+             "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\",\"content\":%s,"
+             "\"tool_calls\":[{\"id\":\"weftprobe\",\"type\":\"function\",\"function\":{\"name\":\"weft_probe_tool\","
+             "\"arguments\":%s}}]},{\"role\":\"tool\",\"tool_call_id\":\"weftprobe\",\"content\":\"weft_probe_result\"}"
+             "],\"tools\":[" PROBE_TOOL "],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
+             content, args);
+    char *out = NULL;
+    size_t n = 0;
+    if (weft_jinja_render(t, vars, strlen(vars), NULL, &out, &n) != WEFT_OK) return false;
+    /* the call's name, apart from the tool definition's (rendered or not) */
+    const char *first = strstr(out, "weft_probe_tool");
+    bool twice = first && strstr(first + 1, "weft_probe_tool");
+    bool native_tools = render_has(t, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" PROBE_TOOL
+                                      "],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}", "weft_probe_tool");
+    bool ok = native_tools ? twice : first != NULL;
+    *results = strstr(out, "weft_probe_result") != NULL;
+    free(out);
+    return ok;
+}
+
+void weft_chat_format_probe(struct chat_format *f, const struct weft_jinja *t)
+{
+    f->system_role = render_has(t, "{\"messages\":[{\"role\":\"system\",\"content\":\"weft_probe_system\"},"
+                                   "{\"role\":\"user\",\"content\":\"hi\"}],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
+                                "weft_probe_system");
+    f->native_tools = render_has(t, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[" PROBE_TOOL
+                                    "],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}", "weft_probe_tool");
+    bool results = false;
+    if (probe_calls(t, "null", "{\"a\":\"b\"}", &results)) {
+        f->native_calls = true;
+    } else if (probe_calls(t, "\"\"", "{\"a\":\"b\"}", &results)) {
+        f->native_calls = f->calls_need_content = true;
+    } else if (probe_calls(t, "\"\"", "\"{\\\"a\\\": \\\"b\\\"}\"", &results)) {
+        f->native_calls = f->calls_need_content = f->string_args = true;
+    }
+    if (f->native_calls) {
+        f->native_results = results;
+    } else {
+        f->native_results = render_has(t, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+                                          "\"content\":\"ok\"},{\"role\":\"tool\",\"tool_call_id\":\"call_1\","
+                                          "\"content\":\"weft_probe_result\"}],\"add_generation_prompt\":true,\"bos_token\":\"<s>\",\"eos_token\":\"</s>\"}",
+                                       "weft_probe_result");
+    }
+    /* a template that renders tools but not the calls they lead to (or any role as it is named, "tool"
+     * too, without knowing calls): weft writes all three */
+    if (!f->native_calls) f->native_tools = f->native_results = false;
+}
+
+void weft_chat_template_describe(const struct chat_template *ct, char *out, size_t n)
+{
+    const struct chat_format *f = &ct->fmt;
+    snprintf(out, n, "%s: calls %s%s, reasoning %s", ct->source, weft_chat_calls_name(f->calls),
+             f->native_calls ? "" : " (written by weft)",
+             f->think == CHAT_THINK_TAGS ? f->think_open : f->think == CHAT_THINK_HARMONY ? "harmony" : "none");
+}
+
+/* ---- rendering ---- */
+
+static weft_status fail_msg(char *msg, size_t cap, weft_status st, const char *text)
+{
+    if (msg && cap) snprintf(msg, cap, "%s", text);
+    return st;
+}
+
+weft_status weft_chat_template_render(const struct chat_template *ct, const struct gen_params *p, char **out,
+                                      size_t *n, bool *in_think, char *msg, size_t msg_cap)
+{
+    *out = NULL;
+    *n = 0;
+    if (in_think) *in_think = false;
+    if (!ct->t)
+        return fail_msg(msg, msg_cap, WEFT_ERR_INVALID_ARG,
+                        "the model has no chat template (tokenizer.chat_template) and its vocabulary is not ChatML's: "
+                        "start weft with --chat-template FILE to chat with it");
+    bool tools = p->st.tool_choice != GEN_TOOLS_OFF && p->st.n_tools;
+    json_t *defs = NULL;
+    json_t *msgs = weft_chat_format_messages(&ct->fmt, p->msgs, p->n_msgs, p->st.tool_defs, tools ? p->st.n_tools : 0,
+                                             &defs);
+    json_t *vars = msgs ? json_object() : NULL;
+    if (!vars) {
+        json_decref(msgs);
+        json_decref(defs);
+        return fail_msg(msg, msg_cap, WEFT_ERR_NOMEM, "out of memory");
+    }
+    if (p->tmpl_kwargs) json_object_update(vars, p->tmpl_kwargs);
+    json_object_set_new(vars, "messages", msgs);
+    if (defs) json_object_set_new(vars, "tools", defs);
+    json_object_set_new(vars, "add_generation_prompt", json_boolean(p->add_generation_prompt));
+    json_object_set_new(vars, "bos_token", json_string(ct->bos));
+    json_object_set_new(vars, "eos_token", json_string(ct->eos));
+    char *text = json_dumps(vars, JSON_COMPACT);
+    json_decref(vars);
+    if (!text) return fail_msg(msg, msg_cap, WEFT_ERR_NOMEM, "out of memory");
+    const struct weft_jinja *t = tools && ct->tools ? ct->tools : ct->t;
+    weft_status st = weft_jinja_render(t, text, strlen(text), NULL, out, n);
+    free(text);
+    if (st != WEFT_OK) {
+        snprintf(msg, msg_cap, "%s", weft_last_error());
+        return st;
+    }
+    if (p->continue_final) {
+        /* the last message left open: the text ends where its content does (as vLLM cuts it) */
+        const char *c = p->msgs[p->n_msgs - 1].content, *at = NULL;
+        size_t k = strlen(c);
+        for (const char *q = *out; (q = strstr(q, c)); q++) at = q;
+        if (!at) {
+            free(*out);
+            *out = NULL;
+            return fail_msg(msg, msg_cap, WEFT_ERR_INVALID_ARG,
+                            "continue_final_message: the template does not render the last message's content as given");
+        }
+        *n = (size_t)(at - *out) + k;
+        (*out)[*n] = 0;
+    }
+    if (in_think) *in_think = weft_chat_format_prompt_thinks(&ct->fmt, *out, *n);
+    return WEFT_OK;
+}
+
 weft_status weft_chat_template_apply(const struct chat_template *ct, const json_t *body, char **out, size_t *n,
+                                     char *msg, size_t msg_cap)
+{
+    *out = NULL;
+    char *text = json_dumps(body, JSON_COMPACT);
+    if (!text) return fail_msg(msg, msg_cap, WEFT_ERR_NOMEM, "out of memory");
+    struct gen_params p;
+    json_t *root = NULL;
+    const char *param = NULL;
+    bool ok = weft_gen_params_parse(text, strlen(text), true, &p, &root, &param, msg, msg_cap);
+    free(text);
+    weft_status st = ok ? weft_chat_template_render(ct, &p, out, n, NULL, msg, msg_cap) : WEFT_ERR_INVALID_ARG;
+    weft_gen_params_free(&p);
+    json_decref(root);
+    return st;
+}
+
+weft_status weft_chat_template_apply_raw(const struct chat_template *ct, const json_t *body, char **out, size_t *n,
                                      char *msg, size_t msg_cap)
 {
     *out = NULL;

@@ -141,6 +141,16 @@ static bool parse_messages(json_t *msgs, struct gen_params *p, struct perr *e)
         }
         p->msgs[i].tool_calls = calls;
         p->msgs[i].n_tool_calls = n_calls;
+        /* an earlier reply's reasoning (vLLM's reasoning_content; 'reasoning' as newer clients send it) */
+        json_t *rc = json_object_get(m, "reasoning_content");
+        if (is_null_or_absent(rc)) rc = json_object_get(m, "reasoning");
+        if (!is_null_or_absent(rc)) {
+            if (!json_is_string(rc))
+                return fail(e, "messages", "message %zu's 'reasoning_content' must be a string", i);
+            if (strcmp(r, "assistant"))
+                return fail(e, "messages", "message %zu (%s) has 'reasoning_content': only assistant messages do", i, r);
+            p->msgs[i].reasoning = json_string_value(rc);
+        }
         if (n_calls && strcmp(r, "assistant"))
             return fail(e, "messages", "message %zu (%s) has 'tool_calls': only assistant messages do", i, r);
         /* an assistant message that calls tools may have no content */
@@ -260,14 +270,14 @@ static const struct { const char *name; enum ext_noop noop; } EXTENSIONS[] = {
     {"guided_grammar", NOOP_NULL},       {"guided_decoding_backend", NOOP_NULL},
     {"guided_whitespace_pattern", NOOP_NULL}, {"structured_outputs", NOOP_NULL}, {"grammar", NOOP_NULL},
     {"json_schema", NOOP_NULL},          {"regex", NOOP_NULL},               {"ebnf", NOOP_NULL},
-    {"chat_template", NOOP_NULL},        {"chat_template_kwargs", NOOP_NULL}, {"documents", NOOP_NULL},
+    {"chat_template", NOOP_NULL},        {"documents", NOOP_NULL},
     {"mm_processor_kwargs", NOOP_NULL},  {"bad_words", NOOP_NULL},           {"allowed_token_ids", NOOP_NULL},
     {"stop_token_ids", NOOP_NULL},       {"logits_processors", NOOP_NULL},   {"samplers", NOOP_NULL},
     {"lora", NOOP_NULL},                 {"truncate_prompt_tokens", NOOP_NULL}, {"prompt_logprobs", NOOP_NULL},
-    {"vllm_xargs", NOOP_NULL},           {"continue_final_message", NOOP_FALSE}, {"use_beam_search", NOOP_FALSE},
+    {"vllm_xargs", NOOP_NULL},           {"use_beam_search", NOOP_FALSE},
     {"include_stop_str_in_output", NOOP_FALSE}, {"return_tokens_as_token_ids", NOOP_FALSE},
     {"skip_special_tokens", NOOP_TRUE},  {"spaces_between_special_tokens", NOOP_TRUE},
-    {"add_generation_prompt", NOOP_TRUE}, {"cache_prompt", NOOP_TRUE},        {"min_tokens", NOOP_ZERO},
+    {"cache_prompt", NOOP_TRUE},        {"min_tokens", NOOP_ZERO},
     {"mirostat", NOOP_ZERO},             {"n_probs", NOOP_ZERO},             {"dry_multiplier", NOOP_ZERO},
     {"xtc_probability", NOOP_ZERO},      {"length_penalty", NOOP_ONE},       {"typical_p", NOOP_ONE},
     {"tfs_z", NOOP_ONE},
@@ -388,6 +398,38 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     p->priority = (int32_t)iv;
     if (!get_bool(j, "echo", &p->echo, &e)) return false;
     if (p->echo && chat) return fail(&e, "echo", "'echo' is for /v1/completions");
+    /* what the chat template gets (vLLM's extensions) */
+    p->add_generation_prompt = true;
+    json_t *kw = json_object_get(j, "chat_template_kwargs");
+    if (!chat && json_is_object(kw) && !json_object_size(kw)) kw = NULL;  /* {}: nothing asked */
+    if (!is_null_or_absent(kw)) {
+        if (!chat) return fail(&e, "chat_template_kwargs", "'chat_template_kwargs' is for /v1/chat/completions");
+        if (!json_is_object(kw)) return fail(&e, "chat_template_kwargs", "'chat_template_kwargs' must be an object");
+        static const char *const reserved[] = {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"};
+        for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
+            if (json_object_get(kw, reserved[r]))
+                return fail(&e, "chat_template_kwargs", "'chat_template_kwargs' may not set '%s' (the request's own)",
+                            reserved[r]);
+        p->tmpl_kwargs = kw;
+    }
+    json_t *agp = json_object_get(j, "add_generation_prompt"), *cfm = json_object_get(j, "continue_final_message");
+    /* on completions only the values that ask for nothing (true, false) pass */
+    if (!chat && !is_null_or_absent(agp) && !json_is_true(agp))
+        return fail(&e, "add_generation_prompt", "'add_generation_prompt' is for /v1/chat/completions");
+    if (!chat && !is_null_or_absent(cfm) && !json_is_false(cfm))
+        return fail(&e, "continue_final_message", "'continue_final_message' is for /v1/chat/completions");
+    if (!get_bool(j, "add_generation_prompt", &p->add_generation_prompt, &e)) return false;
+    if (!get_bool(j, "continue_final_message", &p->continue_final, &e)) return false;
+    if (p->continue_final) {
+        if (p->add_generation_prompt && !is_null_or_absent(agp))
+            return fail(&e, "continue_final_message",
+                        "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+        p->add_generation_prompt = false;
+        const struct weft_chat_msg *last = &p->msgs[p->n_msgs - 1];
+        if (strcmp(last->role, "assistant") || !last->content || !last->content[0] || last->n_tool_calls)
+            return fail(&e, "continue_final_message",
+                        "'continue_final_message' needs a last message from the assistant with text content");
+    }
     if (p->echo && p->logprobs)
         return fail(&e, "echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
     json_t *sfx = json_object_get(j, "suffix");

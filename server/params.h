@@ -44,6 +44,10 @@ struct gen_params {
     int32_t priority;
     bool priority_given;
     struct gen_structured st;       /* response_format, tools (server/structured.h) */
+    /* chats: what the template gets beside the messages (vLLM's names) */
+    json_t *tmpl_kwargs;            /* chat_template_kwargs (borrowed), or NULL */
+    bool add_generation_prompt;     /* default true */
+    bool continue_final;            /* continue_final_message: the last (assistant) message is left open */
     /* the "weft" extension (weft router <-> weft serve; ordinary clients leave it out) */
     bool ext_ids;                   /* chunks carry their token ids; the effective seed is reported */
     bool cont;                      /* a continuation of an interrupted stream */

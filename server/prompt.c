@@ -7,16 +7,7 @@
 
 #include "core/gguf.h"
 #include "core/kv.h"
-
-void weft_prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
-                            bool template_system)
-{
-    const char *tmpl = NULL;
-    weft_gguf_get_str(g, "tokenizer.chat_template", &tmpl, NULL);
-    r->tok = tok;
-    r->chat_style = weft_chat_detect(tmpl);
-    r->default_system = template_system ? weft_chat_default_system(tmpl) : NULL;
-}
+#include "server/chat_template.h"
 
 static weft_status fail(char *msg, size_t cap, weft_status st, const char *text)
 {
@@ -25,10 +16,11 @@ static weft_status fail(char *msg, size_t cap, weft_status st, const char *text)
 }
 
 weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
-                          char *msg, size_t msg_size)
+                               bool *in_think, char *msg, size_t msg_size)
 {
     *ids = NULL;
     *n = 0;
+    if (in_think) *in_think = false;
     if (p->prompt_ids) {
         int32_t nv = weft_tokenizer_n_vocab(r->tok);
         for (uint32_t i = 0; i < p->n_prompt_ids; i++)
@@ -47,24 +39,16 @@ weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_pa
     }
     weft_status st;
     if (p->chat) {
-        const struct weft_chat_msg *msgs = p->msgs;
-        size_t nm = p->n_msgs;
-        struct weft_chat_msg *with = NULL;
-        if (r->default_system && nm && strcmp(p->msgs[0].role, "system") != 0) {
-            with = malloc(sizeof *with * (nm + 1));
-            if (!with) return fail(msg, msg_size, WEFT_ERR_NOMEM, "out of memory");
-            with[0] = (struct weft_chat_msg){.role = "system", .content = r->default_system};
-            memcpy(with + 1, msgs, sizeof *with * nm);
-            msgs = with;
-            nm++;
-        }
         char *text = NULL;
-        /* tools offered (tool_choice "none" offers none) go where the template puts them */
-        bool tools = p->st.tool_choice != GEN_TOOLS_OFF;
-        st = weft_chat_render_tools(r->chat_style, msgs, nm, tools ? (const char *const *)p->st.tool_defs : NULL,
-                                    tools ? p->st.n_tools : 0, true, &text);
-        free(with);
-        if (st == WEFT_OK) st = weft_tokenize(r->tok, text, strlen(text), true, true, ids, n);
+        size_t len = 0;
+        if (!r->tmpl) return fail(msg, msg_size, WEFT_ERR_INVALID_ARG, "no chat template");
+        st = weft_chat_template_render(r->tmpl, p, &text, &len, in_think, msg, msg_size);
+        if (st != WEFT_OK) return st;
+        /* the template's text has the special tokens it wants; a BOS the
+         * tokenizer adds is added unless the text already begins with it */
+        bool add = true;
+        if (r->tmpl->bos[0] && !strncmp(text, r->tmpl->bos, strlen(r->tmpl->bos))) add = false;
+        st = weft_tokenize(r->tok, text, len, add, true, ids, n);
         free(text);
     } else {
         st = weft_tokenize(r->tok, p->prompt, strlen(p->prompt), true, true, ids, n);

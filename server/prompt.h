@@ -8,33 +8,29 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/chat.h"
 #include "base/status.h"
 #include "core/tokenizer.h"
 #include "server/params.h"
 
 struct weft_gguf;
 
-/* How a model's requests become tokens: its tokenizer, its chat family and
- * (when the template injects one and the server is asked to) the default
- * system prompt. */
+struct chat_template;
+
+/* How a model's requests become tokens: its tokenizer and its chat
+ * template (server/chat_template.h; chats are refused without one). */
 struct prompt_rules {
     const struct weft_tokenizer *tok;
-    enum weft_chat_style chat_style;
-    const char *default_system;    /* NULL: none */
+    const struct chat_template *tmpl;
 };
 
-/* The rules a GGUF's metadata implies (template_system: inject the
- * template's default system prompt, as `weft serve` does unless told not to). */
-void weft_prompt_rules_from_gguf(struct prompt_rules *r, const struct weft_gguf *g, const struct weft_tokenizer *tok,
-                            bool template_system);
-
 /* p's prompt (text, ids or messages) as token ids: *ids malloc'd (caller
- * frees), BOS added as the tokenizer says. Ids outside the vocabulary are
+ * frees), BOS added as the tokenizer says (a chat's rendered text that
+ * begins with the BOS already has it). Ids outside the vocabulary are
  * WEFT_ERR_INVALID_ARG with msg saying which. msg (may be NULL) gets the
- * reason on failure. */
+ * reason on failure. *in_think (may be NULL): a chat prompt that leaves the
+ * model inside a reasoning block. */
 weft_status weft_prompt_tokens(const struct prompt_rules *r, const struct gen_params *p, int32_t **ids, size_t *n,
-                          char *msg, size_t msg_size);
+                               bool *in_think, char *msg, size_t msg_size);
 
 /* The tokens an embeddings request's 'input' costs, counted as weft serve
  * counts them (each string tokenized with BOS as the tokenizer says, token

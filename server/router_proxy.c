@@ -949,7 +949,7 @@ static void tokenize_work(void *arg)
 {
     struct pxy *x = arg;
     if (atomic_load(&x->cancelled)) return;
-    x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, x->tok_msg, sizeof x->tok_msg);
+    x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, NULL, x->tok_msg, sizeof x->tok_msg);
 }
 
 /* A tokenizing job is back (loop): true when x goes on; false when it

@@ -237,15 +237,18 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
                           "MAC under the fleet secret, and a block without one is refused (whoever can write Redis "
                           "must not be able to change answers)");
     }
-    /* like `weft chat` and llama.cpp's built-in templates: no system prompt
-     * unless the request has one, or template_system asks for the one the
-     * model's Jinja template would inject */
-    weft_prompt_rules_from_gguf(&s->rules, weft_model_gguf(m), weft_model_tokenizer(m), cfg->template_system);
+    s->rules.tok = weft_model_tokenizer(m);
+    s->rules.tmpl = &s->tmpl;
     s->max_piece_bytes = longest_piece(weft_model_tokenizer(m));
 
     /* the model's Jinja template: refused here, named, when weft cannot run it */
     weft_status st = weft_chat_template_load(&s->tmpl, weft_model_gguf(m), weft_model_tokenizer(m), cfg->chat_template);
-    if (st == WEFT_OK) st = weft_engine_create(m, &cfg->engine, &s->eng);
+    if (st == WEFT_OK) {
+        char d[160];
+        weft_chat_template_describe(&s->tmpl, d, sizeof d);
+        fprintf(stderr, "weft serve: chat template %s\n", d);
+        st = weft_engine_create(m, &cfg->engine, &s->eng);
+    }
     if (st != WEFT_OK) goto fail_early;
     weft_engine_kv_set_keys(s->eng, &s->kv_keys);
     s->n_ctx = weft_engine_n_ctx(s->eng);

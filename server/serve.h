@@ -36,7 +36,6 @@ struct weft_server_config {
     uint32_t n_model_aliases;
     const char *api_key;             /* --api-key: one shared key (tenants.h, weft_tenants_add_shared_key) */
     struct weft_engine_config engine;
-    bool template_system;            /* chats without a system message get the template's */
     const char *chat_template;       /* --chat-template FILE: this Jinja template instead of the model's */
     size_t max_stream_buffer;        /* unread stream bytes before the client is cut (0: 4 MiB) */
     uint32_t drain_timeout_ms;       /* 0: 30 s */

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "core/grammar.h"
+#include "server/chat_format.h"
 #include "server/json_schema.h"
 
 static bool fail(const char **param, char *msg, size_t n, const char *p, const char *fmt, ...)
@@ -244,18 +245,13 @@ static bool put_lit(struct weft_strbuf *t, const char *s)
     return put(t, "\"");
 }
 
-static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style style, struct weft_strbuf *t,
+static bool tools_grammar(const struct gen_structured *s, const struct chat_call_frame *fr, struct weft_strbuf *t,
                           const char **param, char *msg, size_t n)
 {
-    const char *open, *mid, *end;
-    weft_chat_tool_call_frame(style, &open, &mid, &end);
-    if (!open)
-        return fail(param, msg, n, "tool_choice", "the model's chat template (%s) has no tool-call format",
-                    weft_chat_style_name(style));
     if (!put(t, weft_json_schema_common_rules)) return fail(param, msg, n, "tools", "out of memory");
     bool ok = true;
     struct weft_strbuf call = {0};
-    ok = put(&call, "call ::= ") && put_lit(&call, open) && put(&call, "(");
+    ok = put(&call, "call ::= ") && put_lit(&call, fr->open) && put(&call, "(");
     bool first = true;
     for (uint32_t i = 0; ok && i < s->n_tools; i++) {
         if (s->tool_choice == GEN_TOOLS_NAMED && strcmp(s->tool_names[i], s->tool_choice_name)) continue;
@@ -273,34 +269,46 @@ static bool tools_grammar(const struct gen_structured *s, enum weft_chat_style s
             snprintf(r, sizeof r, "%s ::= j-object\n", root);
             ok = put(t, r);
         }
-        char *name_mid = malloc(strlen(s->tool_names[i]) + strlen(mid) + 1);
+        char *name_mid = malloc(strlen(s->tool_names[i]) + strlen(fr->mid) + 1);
         if (!name_mid) ok = false;
         else {
-            sprintf(name_mid, "%s%s", s->tool_names[i], mid);
+            sprintf(name_mid, "%s%s", s->tool_names[i], fr->mid);
             ok = ok && put(&call, first ? " " : " | ") && put_lit(&call, name_mid) && put(&call, " ") &&
                  put(&call, root);
             free(name_mid);
         }
         first = false;
     }
-    ok = ok && put(&call, " ) ") && put_lit(&call, end) && put(&call, "\n") && put(t, call.p);
+    ok = ok && put(&call, " )");
+    if (ok && fr->after[0]) ok = put(&call, " ") && put_lit(&call, fr->after);
+    ok = ok && put(&call, "\n") && put(t, call.p);
     weft_sb_free(&call);
-    /* several calls, one per line, where the family writes them so (ChatML) */
-    bool many = s->parallel && style == WEFT_CHAT_CHATML;
-    char rootr[96];
-    snprintf(rootr, sizeof rootr, "root ::= call%s\n", many ? " (\"\\n\" call){0,7}" : "");
-    ok = ok && put(t, rootr);
+    /* a named function is called once; "required" calls one or (parallel_tool_calls, where the format can
+     * write several) up to 8 */
+    bool many = s->parallel && fr->many && s->tool_choice != GEN_TOOLS_NAMED;
+    struct weft_strbuf root = {0};
+    ok = ok && put(&root, "root ::= ");
+    if (ok && fr->begin[0]) ok = put_lit(&root, fr->begin) && put(&root, " ");
+    ok = ok && put(&root, "call");
+    if (ok && many) {
+        ok = put(&root, " (");
+        if (ok && fr->sep[0]) ok = put_lit(&root, fr->sep);
+        ok = ok && put(&root, " call){0,7}");
+    }
+    if (ok && fr->end[0]) ok = put(&root, " ") && put_lit(&root, fr->end);
+    ok = ok && put(&root, "\n") && put(t, root.p);
+    weft_sb_free(&root);
     if (!ok) return fail(param, msg, n, "tools", "out of memory");
     return true;
 }
 
-bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
+bool weft_structured_grammar(const struct gen_structured *s, const struct chat_call_frame *fr, char **text,
                         const char **param, char *msg, size_t msg_size)
 {
     *text = NULL;
     if (s->tool_choice == GEN_TOOLS_REQUIRED || s->tool_choice == GEN_TOOLS_NAMED) {
         struct weft_strbuf t = {0};
-        if (!tools_grammar(s, style, &t, param, msg, msg_size)) {
+        if (!tools_grammar(s, fr, &t, param, msg, msg_size)) {
             weft_sb_free(&t);
             return false;
         }
@@ -321,7 +329,7 @@ bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_styl
 
 /* ---- reading calls back ---- */
 
-static void fresh_id(char *out, size_t n)
+void weft_tool_call_fresh_id(char *out, size_t n)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     unsigned char r[24];
@@ -339,104 +347,6 @@ static void fresh_id(char *out, size_t n)
     out[k] = 0;
 }
 
-static bool offered(const struct gen_structured *s, const char *name)
-{
-    for (uint32_t i = 0; i < s->n_tools; i++)
-        if (!strcmp(s->tool_names[i], name)) return true;
-    return false;
-}
-
-/* One call object {"name": ..., "arguments"|"parameters": {...}} -> out. */
-static bool take_call(const struct gen_structured *s, json_t *o, struct tool_call_out *out)
-{
-    json_t *name = json_object_get(o, "name"), *args = json_object_get(o, "arguments");
-    if (!args) args = json_object_get(o, "parameters");
-    if (!json_is_object(o) || !json_is_string(name) || !offered(s, json_string_value(name))) return false;
-    json_t *parsed = NULL;
-    if (json_is_string(args)) args = parsed = json_loads(json_string_value(args), 0, NULL);
-    if (!json_is_object(args)) {
-        json_decref(parsed);
-        return false;
-    }
-    out->name = strdup(json_string_value(name));
-    out->arguments = json_dumps(args, JSON_COMPACT);
-    json_decref(parsed);
-    fresh_id(out->id, sizeof out->id);
-    return out->name && out->arguments;
-}
-
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
-
-static const char *find(const char *h, size_t n, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = 0; i + k <= n; i++)
-        if (!memcmp(h + i, needle, k)) return h + i;
-    return NULL;
-}
-
-uint32_t weft_tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
-                            size_t len, struct tool_call_out **calls, size_t *content_len)
-{
-    *calls = NULL;
-    *content_len = len;
-    if (s->tool_choice == GEN_TOOLS_OFF || !text) return 0;
-    struct tool_call_out *out = calloc(WEFT_MAX_PARALLEL_CALLS * 2, sizeof *out);
-    if (!out) return 0;
-    uint32_t k = 0;
-    bool ok = true;
-    size_t before = 0;
-    if (style == WEFT_CHAT_CHATML) {
-        const char *p = find(text, len, "<tool_call>"), *end = text + len;
-        if (!p) ok = false;
-        else before = (size_t)(p - text);
-        while (ok && p && k < WEFT_MAX_PARALLEL_CALLS * 2) {
-            const char *b = p + strlen("<tool_call>"), *e = find(b, (size_t)(end - b), "</tool_call>");
-            if (!e) {
-                ok = false;
-                break;
-            }
-            json_t *o = json_loadb(b, (size_t)(e - b), 0, NULL);
-            ok = take_call(s, o, &out[k]);
-            json_decref(o);
-            if (!ok) break;
-            k++;
-            p = e + strlen("</tool_call>");
-            while (p < end && is_ws(*p)) p++;
-            if (p == end) break;
-            if ((size_t)(end - p) < strlen("<tool_call>") || memcmp(p, "<tool_call>", strlen("<tool_call>"))) {
-                ok = false;  /* text after the calls: not a call reply */
-                break;
-            }
-        }
-    } else if (style == WEFT_CHAT_LLAMA3) {
-        size_t i = 0;
-        while (i < len && is_ws(text[i])) i++;
-        before = 0;
-        if (i == len || text[i] != '{') ok = false;
-        while (ok && i < len && k < WEFT_MAX_PARALLEL_CALLS * 2) {
-            json_error_t je;
-            json_t *o = json_loadb(text + i, len - i, JSON_DISABLE_EOF_CHECK, &je);
-            ok = o && take_call(s, o, &out[k]);
-            json_decref(o);
-            if (!ok) break;
-            k++;
-            i += je.position;
-            while (i < len && (is_ws(text[i]) || text[i] == ';')) i++;
-        }
-    } else {
-        ok = false;
-    }
-    if (!ok || k == 0) {
-        weft_tool_calls_free(out, WEFT_MAX_PARALLEL_CALLS * 2);  /* a failed take may have left a name */
-        return 0;
-    }
-    while (before > 0 && is_ws(text[before - 1])) before--;
-    *content_len = before;
-    *calls = out;
-    return k;
-}
-
 void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n)
 {
     if (!calls) return;
@@ -447,21 +357,3 @@ void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n)
     free(calls);
 }
 
-size_t weft_tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len)
-{
-    if (s->tool_choice == GEN_TOOLS_OFF) return len;
-    if (style == WEFT_CHAT_LLAMA3) {
-        /* a reply that opens with "{" may be a call: held whole */
-        size_t i = 0;
-        while (i < len && is_ws(text[i])) i++;
-        return i == len || text[i] == '{' ? 0 : len;
-    }
-    const char *tag = "<tool_call>";
-    const char *p = find(text, len, tag);
-    if (p) return (size_t)(p - text);
-    /* hold back a tail that may be the start of the tag */
-    size_t k = strlen(tag) - 1;
-    for (; k > 0; k--)
-        if (len >= k && !memcmp(text + len - k, tag, k)) return len - k;
-    return len;
-}

@@ -57,8 +57,9 @@ bool weft_structured_message_calls(json_t *m, size_t index, struct weft_chat_too
 /* The grammar text that constrains a request's output, malloc'd in *text,
  * or NULL when it is unconstrained. false with *param and msg filled when a
  * schema uses what the grammar cannot enforce (the keyword named), or when
- * the chat family has no call format. */
-bool weft_structured_grammar(const struct gen_structured *s, enum weft_chat_style style, char **text,
+ * the model's call frame (server/chat_format.h) is wanted. */
+struct chat_call_frame;
+bool weft_structured_grammar(const struct gen_structured *s, const struct chat_call_frame *fr, char **text,
                         const char **param, char *msg, size_t msg_size);
 
 /* Tool calls read back out of a reply. */
@@ -67,16 +68,9 @@ struct tool_call_out {
     char *name, *arguments;         /* malloc'd; arguments is compact JSON text */
 };
 
-/* The calls text[0..len) makes (in the family's frame, naming offered
- * tools, with JSON-object arguments), *content_len the length of the text
- * before them (the reply's content). 0 calls (nothing allocated) when the
- * text is not such a reply. *calls malloc'd; free with weft_tool_calls_free. */
-uint32_t weft_tool_calls_extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
-                            size_t len, struct tool_call_out **calls, size_t *content_len);
 void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n);
 
-/* While streaming with tools offered: how much of text[0..len) may go out
- * as content now (text that could still begin a call is held back). */
-size_t weft_tool_stream_limit(const struct gen_structured *s, enum weft_chat_style style, const char *text, size_t len);
+/* A fresh call id: "call_" and 24 random letters and digits. */
+void weft_tool_call_fresh_id(char *out, size_t n);
 
 #endif

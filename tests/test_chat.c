@@ -238,11 +238,11 @@ static void chatml_renders_tools_calls_and_results(void)
     const struct weft_chat_tool_call calls[] = { { "call_1", "get_weather", "{\"city\": \"Oslo\"}" },
                                                  { "call_2", "get_weather", "{\"city\": \"Rome\"}" } };
     const struct weft_chat_msg conv[] = {
-        { "system", "Be brief.", NULL, 0, NULL },
-        { "user", "Weather?", NULL, 0, NULL },
-        { "assistant", NULL, calls, 2, NULL },
-        { "tool", "3 C", NULL, 0, "call_1" },
-        { "tool", "18 C", NULL, 0, "call_2" },
+        { "system", "Be brief.", NULL, 0, NULL, NULL },
+        { "user", "Weather?", NULL, 0, NULL, NULL },
+        { "assistant", NULL, calls, 2, NULL, NULL },
+        { "tool", "3 C", NULL, 0, "call_1", NULL },
+        { "tool", "18 C", NULL, 0, "call_2", NULL },
     };
     char *out = NULL;
     CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_CHATML, conv, 5, defs, 1, true, &out), WEFT_OK);
@@ -279,9 +279,9 @@ static void llama3_renders_tools_in_the_first_user_message(void)
     const char *defs[] = { "{\"type\": \"function\", \"function\": {\"name\": \"f\"}}" };
     const struct weft_chat_tool_call call = { NULL, "f", "{\"x\": 1}" };
     const struct weft_chat_msg conv[] = {
-        { "user", "Go", NULL, 0, NULL },
-        { "assistant", NULL, &call, 1, NULL },
-        { "tool", "done", NULL, 0, NULL },
+        { "user", "Go", NULL, 0, NULL, NULL },
+        { "assistant", NULL, &call, 1, NULL, NULL },
+        { "tool", "done", NULL, 0, NULL, NULL },
     };
     char *out = NULL;
     CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_LLAMA3, conv, 3, defs, 1, true, &out), WEFT_OK);
@@ -300,10 +300,10 @@ static void llama3_renders_tools_in_the_first_user_message(void)
 static void tools_refused_where_the_template_has_no_format(void)
 {
     const char *defs[] = { "{}" };
-    const struct weft_chat_msg conv[] = { { "user", "Go", NULL, 0, NULL } };
-    const struct weft_chat_msg result[] = { { "tool", "x", NULL, 0, NULL } };
+    const struct weft_chat_msg conv[] = { { "user", "Go", NULL, 0, NULL, NULL } };
+    const struct weft_chat_msg result[] = { { "tool", "x", NULL, 0, NULL, NULL } };
     const struct weft_chat_msg no_args[] = { { "assistant", NULL, &(struct weft_chat_tool_call){ NULL, "f", NULL },
-                                               1, NULL } };
+                                               1, NULL, NULL } };
     char *out = (char *)"sentinel";
     CHECK_EQ_INT(weft_chat_render_tools(WEFT_CHAT_LLAMA2, conv, 1, defs, 1, true, &out), WEFT_ERR_INVALID_ARG);
     CHECK(out == NULL && strstr(weft_last_error(), "llama2"));

@@ -136,12 +136,16 @@ static void unknown_options_are_named(void)
 
 /* weft chat reading stdin: end of input (Ctrl-D) ends it quietly; /reset
  * and /exit (nothing after /exit is read). */
+/* stories260K has no chat template: a plain one (tests/data/plain-chat.jinja) */
+#define PLAIN_TEMPLATE WEFT_SOURCE_DIR "/tests/data/plain-chat.jinja"
+
 static void chat_commands(void)
 {
     char args[3200], *out = NULL;
     snprintf(args, sizeof args,
-             "chat -m '%s' -n 4 -t 1 --temp 0 < /dev/null; printf 'hello\\n/reset\\nhello\\n/exit\\nmore\\n' | %s/weft "
-             "chat -m '%s' -n 4 -t 1 --temp 0 2>/dev/null", stories, WEFT_BUILD_DIR, stories);
+             "chat -m '%s' --chat-template %s -n 4 -t 1 --temp 0 < /dev/null; printf "
+             "'hello\\n/reset\\nhello\\n/exit\\nmore\\n' | %s/weft chat -m '%s' --chat-template %s -n 4 -t 1 --temp 0 "
+             "2>/dev/null", stories, PLAIN_TEMPLATE, WEFT_BUILD_DIR, stories, PLAIN_TEMPLATE);
     CHECK_EQ_INT(weft_exec(args, &out), 0);
     /* two replies, the same (after /reset the conversation starts over), then nothing */
     char *nl = out ? strchr(out, '\n') : NULL;

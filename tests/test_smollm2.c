@@ -9,10 +9,10 @@
 
 static char *model;
 
-static void chat_answers_capital_of_france(void)
+static void chat_names_the_capital_of_france(void)
 {
     char args[1024], *out = NULL;
-    snprintf(args, sizeof args, "chat -m '%s' -p 'What is the capital of France?' --temp 0 -n 48 -t 2", model);
+    snprintf(args, sizeof args, "chat -m '%s' -p 'Name the capital of France.' --temp 0 -n 48 -t 2", model);
     int rc = weft_exec(args, &out);
     CHECK_EQ_INT(rc, 0);
     printf("  chat: %s", out ? out : "(none)\n");
@@ -46,7 +46,7 @@ int main(void)
 {
     model = weft_default_model_path();
     if (!model) SKIP_ALL("the default model is not fetched (bash scripts/fetch-model.sh)");
-    RUN(chat_answers_capital_of_france);
+    RUN(chat_names_the_capital_of_france);
     RUN(greedy_ids_are_pinned);
     free(model);
     return check_summary();

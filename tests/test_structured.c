@@ -1,10 +1,12 @@
-/* Tool calls read back out of canned replies, per chat family
- * (server/structured.c), the stream hold-back, and the request parsing:
- * tools, tool_choice, response_format and history tool calls. */
+/* The request parsing of server/structured.c (tools, tool_choice,
+ * response_format, history tool calls) and the schema of a forced call's
+ * arguments held by its grammar. Calls read back, per format, are
+ * tests/test_chat_format.c's. */
 #include <string.h>
 
 #include "check.h"
 #include "core/grammar.h"
+#include "server/chat_format.h"
 #include "server/structured.h"
 
 static const char *BODY =
@@ -28,109 +30,10 @@ static void parse_ok(json_t *j, struct gen_structured *s)
     CHECK_MSG(weft_structured_parse(j, true, s, &param, msg, sizeof msg), "%s", msg);
 }
 
-static uint32_t extract(const struct gen_structured *s, enum weft_chat_style style, const char *text,
-                        struct tool_call_out **calls, size_t *content_len)
-{
-    return weft_tool_calls_extract(s, style, text, strlen(text), calls, content_len);
-}
-
-static void chatml_calls_are_read_back(void)
-{
-    json_t *j = body("");
-    struct gen_structured s;
-    parse_ok(j, &s);
-    CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_AUTO);
-    struct tool_call_out *c = NULL;
-    size_t cl = 0;
-    /* two calls after some words, as Qwen2.5 / Hermes write them */
-    const char *reply = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n"
-                        "</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>";
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML, reply, &c, &cl), 2);
-    CHECK_EQ_INT(cl, strlen("Let me check."));
-    CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}"));
-    CHECK(c && !strcmp(c[1].name, "get_time") && !strcmp(c[1].arguments, "{}"));
-    CHECK(c && !strncmp(c[0].id, "call_", 5) && strlen(c[0].id) == 29 && strcmp(c[0].id, c[1].id));
-    weft_tool_calls_free(c, 2);
-    /* arguments given as a JSON string are taken too */
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML,
-                         "<tool_call>{\"name\":\"get_weather\",\"arguments\":\"{\\\"city\\\":\\\"Rome\\\"}\"}</tool_call>",
-                         &c, &cl), 1);
-    CHECK(c && !strcmp(c[0].arguments, "{\"city\":\"Rome\"}") && cl == 0);
-    weft_tool_calls_free(c, 1);
-    /* not calls: plain text, an unknown function, broken JSON, unterminated, text after */
-    const char *nots[] = {
-        "The weather is fine.",
-        "<tool_call>\n{\"name\": \"launch\", \"arguments\": {}}\n</tool_call>",
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": }\n</tool_call>",
-        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}",
-        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call> and then some words",
-        "<tool_call>\n{\"name\": \"get_time\", \"arguments\": [1]}\n</tool_call>",
-    };
-    for (size_t i = 0; i < sizeof nots / sizeof *nots; i++) {
-        c = (struct tool_call_out *)1;
-        CHECK_EQ_INT(extract(&s, WEFT_CHAT_CHATML, nots[i], &c, &cl), 0);
-        CHECK(c == NULL && cl == strlen(nots[i]));
-    }
-    weft_structured_free(&s);
-    json_decref(j);
-}
-
-static void llama3_calls_are_read_back(void)
-{
-    json_t *j = body("");
-    struct gen_structured s;
-    parse_ok(j, &s);
-    struct tool_call_out *c = NULL;
-    size_t cl = 1;
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}", &c,
-                         &cl), 1);
-    CHECK(c && !strcmp(c[0].name, "get_weather") && !strcmp(c[0].arguments, "{\"city\":\"Oslo\"}") && cl == 0);
-    weft_tool_calls_free(c, 1);
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3,
-                         "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": "
-                         "{\"city\": \"Rome\"}}", &c, &cl), 2);
-    weft_tool_calls_free(c, 2);
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "It is sunny in Oslo.", &c, &cl), 0);
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "{\"answer\": 4}", &c, &cl), 0);
-    /* the ChatML frame is not Llama-3's, and Llama-2 has none */
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA3, "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>", &c,
-                         &cl), 0);
-    CHECK_EQ_INT(extract(&s, WEFT_CHAT_LLAMA2, "{\"name\": \"get_time\", \"parameters\": {}}", &c, &cl), 0);
-    weft_structured_free(&s);
-    json_decref(j);
-}
-
-static void streaming_holds_back_what_may_begin_a_call(void)
-{
-    json_t *j = body("");
-    struct gen_structured s;
-    parse_ok(j, &s);
-    const char *t = "Sure <tool";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
-    t = "Sure <b>";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
-    t = "Sure\n<tool_call>\n{\"na";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), 5);
-    t = "  {\"name\"";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), 0);
-    t = "It is";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_LLAMA3, t, strlen(t)), strlen(t));
-    weft_structured_free(&s);
-    json_decref(j);
-    /* tool_choice none: nothing held */
-    j = body(",\"tool_choice\":\"none\"");
-    parse_ok(j, &s);
-    CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_OFF);
-    t = "Sure <tool";
-    CHECK_EQ_INT(weft_tool_stream_limit(&s, WEFT_CHAT_CHATML, t, strlen(t)), strlen(t));
-    weft_structured_free(&s);
-    json_decref(j);
-}
-
 /* The grammar of a required call matches exactly the calls the frame writes. */
 static void required_and_named_choices_constrain_to_calls(void)
 {
-    const enum weft_chat_style styles[] = {WEFT_CHAT_CHATML, WEFT_CHAT_LLAMA3};
+    const enum chat_calls styles[] = {CHAT_CALLS_HERMES, CHAT_CALLS_LLAMA3};
     const char *good[2][3] = {
         {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>",
          "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"tz\": 1}}\n</tool_call>",
@@ -148,7 +51,9 @@ static void required_and_named_choices_constrain_to_calls(void)
         CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_REQUIRED);
         char *text = NULL, msg[256] = "";
         const char *param = NULL;
-        CHECK_MSG(weft_structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg), "%s", msg);
+        struct chat_call_frame fr;
+        weft_chat_call_frame(styles[k], &fr);
+        CHECK_MSG(weft_structured_grammar(&s, &fr, &text, &param, msg, sizeof msg), "%s", msg);
         struct weft_grammar *g = NULL;
         CHECK_MSG(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK, "%s\n%s", weft_last_error(),
                   text ? text : "");
@@ -166,7 +71,7 @@ static void required_and_named_choices_constrain_to_calls(void)
                  "\"parallel_tool_calls\":false");
         parse_ok(j, &s);
         CHECK_EQ_INT(s.tool_choice, GEN_TOOLS_NAMED);
-        CHECK(weft_structured_grammar(&s, styles[k], &text, &param, msg, sizeof msg));
+        CHECK(weft_structured_grammar(&s, &fr, &text, &param, msg, sizeof msg));
         g = NULL;
         CHECK(text && weft_grammar_parse(text, strlen(text), &g) == WEFT_OK);
         CHECK(!g || weft_grammar_match(g, good[k][0], strlen(good[k][0])));
@@ -177,16 +82,6 @@ static void required_and_named_choices_constrain_to_calls(void)
         weft_structured_free(&s);
         json_decref(j);
     }
-    /* Llama-2 has no call format */
-    json_t *j = body(",\"tool_choice\":\"required\"");
-    struct gen_structured s;
-    parse_ok(j, &s);
-    char *text = NULL, msg[256] = "";
-    const char *param = NULL;
-    CHECK(!weft_structured_grammar(&s, WEFT_CHAT_LLAMA2, &text, &param, msg, sizeof msg));
-    CHECK(strstr(msg, "llama2") != NULL && !strcmp(param, "tool_choice"));
-    weft_structured_free(&s);
-    json_decref(j);
 }
 
 static void refusals_name_the_parameter(void)
@@ -246,9 +141,6 @@ static void history_calls_are_checked(void)
 
 int main(void)
 {
-    RUN(chatml_calls_are_read_back);
-    RUN(llama3_calls_are_read_back);
-    RUN(streaming_holds_back_what_may_begin_a_call);
     RUN(required_and_named_choices_constrain_to_calls);
     RUN(refusals_name_the_parameter);
     RUN(history_calls_are_checked);

@@ -13,6 +13,8 @@
 
 #include "core/chat.h"
 #include "core/stop.h"
+#include "server/chat_template.h"
+#include "server/prompt.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
 #include "tools/generate.h"
@@ -63,7 +65,7 @@ struct chat_state {
     struct weft_model *m;
     struct weft_engine *e;         /* its prefix cache keeps the conversation's KV between turns */
     const struct weft_sampling_params *sp;
-    enum weft_chat_style style;
+    struct prompt_rules rules;     /* the model's chat template (or --chat-template FILE) and tokenizer */
     int n_predict;
     const char *const *stops;
     uint32_t n_stops;
@@ -81,8 +83,18 @@ static int chat_turn(struct chat_state *st, struct conv *c)
     size_t n = 0;
     int rc = 1;
     struct gen_result r = {0};
-    if (weft_chat_render(st->style, c->msgs, c->n, true, &text) != WEFT_OK) { weft_cli_fail("chat template"); goto out; }
-    if (weft_tokenize(weft_model_tokenizer(st->m), text, strlen(text), true, true, &ids, &n) != WEFT_OK) { weft_cli_fail("tokenize"); goto out; }
+    /* the conversation as a chat request renders it (server/prompt.h): the same prompt weft serve computes */
+    struct gen_params p;
+    memset(&p, 0, sizeof p);
+    p.chat = true;
+    p.msgs = c->msgs;
+    p.n_msgs = (uint32_t)c->n;
+    p.add_generation_prompt = true;
+    char why[512];
+    if (weft_prompt_tokens(&st->rules, &p, &ids, &n, NULL, why, sizeof why) != WEFT_OK) {
+        fprintf(stderr, "weft: %s\n", why);
+        goto out;
+    }
     if (n >= weft_engine_n_ctx(st->e)) {
         fprintf(stderr, "weft: conversation is %zu tokens, the context holds %u\n", n, weft_engine_n_ctx(st->e));
         goto out;
@@ -110,11 +122,15 @@ int weft_cmd_chat(int argc, char **argv)
     struct cli_opts o;
     weft_cli_opts_default(&o);
     o.n_predict = 512;
-    const char *system = NULL;
-    bool template_system = false;
+    const char *system = NULL, *tmpl_path = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--system") && i + 1 < argc) { system = argv[++i]; continue; }
-        if (!strcmp(argv[i], "--template-system")) { template_system = true; continue; }
+        if (!strcmp(argv[i], "--chat-template") && i + 1 < argc) { tmpl_path = argv[++i]; continue; }
+        if (!strcmp(argv[i], "--template-system")) {
+            fprintf(stderr, "weft chat: --template-system is gone: the model's own template renders the chat and "
+                            "adds its default system prompt itself\n");
+            return 2;
+        }
         int r = weft_cli_parse_common(&o, argc, argv, &i);
         if (r < 0) return 2;
         if (r == 0) {
@@ -123,11 +139,12 @@ int weft_cmd_chat(int argc, char **argv)
                 weft_cli_unknown_option("chat", argv[i], i + 1 == argc);
                 return 2;
             }
-            printf("usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT | --template-system] [options]\n"
+            printf("usage: weft chat [-m MODEL] [-p MESSAGE] [--system TEXT] [--chat-template FILE] [options]\n"
                    "  with -p: answer that one message and exit; otherwise read messages from stdin:\n"
                    "  Ctrl-C stops the reply being written; Ctrl-C at the prompt, Ctrl-D or /exit quits;\n"
                    "  /reset starts the conversation over\n"
-                   "  --template-system: use the default system prompt the model's template defines\n");
+                   "  the model's own Jinja chat template renders the conversation (a default system prompt\n"
+                   "  included where it has one); --chat-template FILE gives another\n");
             weft_cli_usage_common_to(stdout);
             return 0;
         }
@@ -138,12 +155,21 @@ int weft_cmd_chat(int argc, char **argv)
     int rc = 1;
     struct conv c = {0};
     struct chat_state st = {.m = m, .sp = &o.sp, .n_predict = o.n_predict, .stops = o.stops, .n_stops = o.n_stops};
-    const char *tmpl = NULL;
-    weft_gguf_get_str(weft_model_gguf(m), "tokenizer.chat_template", &tmpl, NULL);
-    st.style = weft_chat_detect(tmpl);
-    /* Like llama.cpp's built-in templates, no system message unless asked:
-     * --template-system adds the one the Jinja template would inject. */
-    if (!system && template_system) system = weft_chat_default_system(tmpl);
+    struct chat_template ct;
+    if (weft_chat_template_load(&ct, weft_model_gguf(m), weft_model_tokenizer(m), tmpl_path) != WEFT_OK) {
+        fprintf(stderr, "weft chat: %s\n", weft_last_error());
+        weft_cli_close(be, m);
+        return 1;
+    }
+    if (!ct.t) {
+        fprintf(stderr, "weft chat: the model has no chat template (tokenizer.chat_template) and its vocabulary is "
+                        "not ChatML's: give one with --chat-template FILE\n");
+        weft_chat_template_free(&ct);
+        weft_cli_close(be, m);
+        return 1;
+    }
+    st.rules.tok = weft_model_tokenizer(m);
+    st.rules.tmpl = &ct;
     if (system && conv_add(&c, "system", system)) goto out;
     struct weft_sampler *probe = NULL;   /* the sampling options checked before any work */
     if (weft_sampler_init(&o.sp, (int32_t)weft_model_hparams(m)->n_vocab, &probe) != WEFT_OK ||
@@ -154,7 +180,11 @@ int weft_cmd_chat(int argc, char **argv)
         goto out;
     }
     weft_sampler_free(probe);
-    if (o.verbose) fprintf(stderr, "weft: chat template style %s\n", weft_chat_style_name(st.style));
+    if (o.verbose) {
+        char d[160];
+        weft_chat_template_describe(&ct, d, sizeof d);
+        fprintf(stderr, "weft: chat template %s\n", d);
+    }
     if (o.prompt) {
         if (conv_add(&c, "user", o.prompt) || chat_turn(&st, &c)) goto out;
         rc = 0;
@@ -196,6 +226,7 @@ int weft_cmd_chat(int argc, char **argv)
     rc = 0;
 out:
     conv_free(&c);
+    weft_chat_template_free(&ct);
     weft_engine_free(st.e);
     weft_cli_close(be, m);
     return rc;

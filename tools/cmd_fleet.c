@@ -325,6 +325,12 @@ static int build_specs(struct fleet_cli *f, const char *exe, struct argbuf *ab, 
         ARG(r, k, "--config");
         ARG(r, k, f->config);
     }
+    /* the instances' chat template: the router renders chats as they do (it hashes their prompts) */
+    for (uint32_t a = 0; a + 1 < f->n_serve_args; a++)
+        if (!strcmp(f->serve_args[a], "--chat-template")) {
+            ARG(r, k, "--chat-template");
+            ARG(r, k, f->serve_args[a + 1]);
+        }
     for (uint32_t a = 0; a < f->n_router_args; a++) ARG(r, k, f->router_args[a]);
     if (f->redis) {
         struct fleet_child_spec *d = &specs[f->n_in + 1];

@@ -12,6 +12,7 @@
 
 #include "core/gguf.h"
 #include "core/tokenizer.h"
+#include "server/chat_template.h"
 #include "server/router.h"
 #include "tools/cli.h"
 #include "tools/cli_common.h"
@@ -24,7 +25,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: weft router [-m MODEL] --instance URL [--instance URL ...] [--instances-dns NAME:PORT]\n"
             "                   [--policy weft|least-load|round-robin] [--host 127.0.0.1] [--port 8000]\n"
-            "                   [--config FILE] [--upstream-key KEY] [--template-system] [--poll-ms 200]\n"
+            "                   [--config FILE] [--upstream-key KEY] [--chat-template FILE] [--poll-ms 200]\n"
             "                   [--dns-interval-ms 5000] [--no-kv-events] [--index-blocks N] [--timeout S]\n"
             "                   [--max-retries N] [--max-migrations N] [--saturate-waiting N]\n"
             "                   [--queue-max N] [--queue-per-tenant N]\n"
@@ -45,7 +46,8 @@ static void usage(FILE *f)
             "                 the router sends it to the instances too (give them the same --api-key)\n"
             "  --cors-origin ORIGIN: as weft serve's: browser pages from ORIGIN (* for any) may call the\n"
             "                 router; it answers preflights itself (repeatable)\n"
-            "  --template-system: as weft serve's flag (must match the instances' for prefix hits on chats)\n"
+            "  --chat-template FILE: as weft serve's flag (the instances' template: the router counts and hashes\n"
+            "      the prompts they compute)\n"
             "  --pd-threshold N: a prompt with more than N tokens its decode instance does not hold is\n"
             "                 computed on a prefill instance (weft serve --role prefill) when that is\n"
             "                 predicted no slower, its KV blocks streamed to the decode instance as they are\n"
@@ -75,7 +77,7 @@ int weft_cmd_router(int argc, char **argv)
     struct weft_router_config rc = {.host = "127.0.0.1", .handle_signals = true};
     const char *model = NULL;
     uint32_t port = 8000, timeout_s = 600, threads = 2;
-    bool template_system = false;
+    const char *chat_template = NULL;
     static const char *origins[ROUTER_MAX_ORIGINS];
     uint32_t n_origins = 0;
     for (int i = 1; i < argc; i++) {
@@ -107,7 +109,12 @@ int weft_cmd_router(int argc, char **argv)
         if (!strcmp(a, "--upstream-key") && v) { rc.upstream_key = argv[++i]; continue; }
         if (!strcmp(a, "--kv-secret") && v) { rc.kv_secret = argv[++i]; continue; }
         if (!strcmp(a, "--instances-dns") && v) { rc.dns = argv[++i]; continue; }
-        if (!strcmp(a, "--template-system")) { template_system = true; continue; }
+        if (!strcmp(a, "--chat-template") && v) { chat_template = argv[++i]; continue; }
+        if (!strcmp(a, "--template-system")) {
+            fprintf(stderr, "weft router: --template-system is gone: chats render with the model's own template, "
+                            "which adds its default system prompt itself\n");
+            return 2;
+        }
         if (!strcmp(a, "--no-kv-events")) { rc.no_kv_events = true; continue; }
         if (!strcmp(a, "--no-pd")) { rc.no_pd = true; continue; }
         if (!strcmp(a, "--pd-slack") && v) {
@@ -184,7 +191,17 @@ int weft_cmd_router(int argc, char **argv)
         free(def);
         return 1;
     }
-    weft_prompt_rules_from_gguf(&rc.rules, g, tok, template_system);
+    /* the instances' template, so that the router counts and hashes the prompts they compute */
+    static struct chat_template tmpl;
+    if ((st = weft_chat_template_load(&tmpl, g, tok, chat_template)) != WEFT_OK) {
+        fprintf(stderr, "weft router: %s\n", weft_last_error());
+        weft_tokenizer_free(tok);
+        weft_gguf_close(g);
+        free(def);
+        return 1;
+    }
+    rc.rules.tok = tok;
+    rc.rules.tmpl = &tmpl;
     rc.port = (int)port;
     rc.timeout_ms = timeout_s * 1000u;
     rc.n_workers = threads;
@@ -193,6 +210,7 @@ int weft_cmd_router(int argc, char **argv)
     st = weft_router_create(&rc, &r);
     if (st != WEFT_OK) {
         fprintf(stderr, "weft: %s\n", weft_last_error());
+        weft_chat_template_free(&tmpl);
         weft_tokenizer_free(tok);
         weft_gguf_close(g);
         free(def);
@@ -203,6 +221,7 @@ int weft_cmd_router(int argc, char **argv)
             rc.dns ? " + DNS " : "", rc.dns ? rc.dns : "");
     weft_router_run(r);
     weft_router_free(r);
+    weft_chat_template_free(&tmpl);
     weft_tokenizer_free(tok);
     weft_gguf_close(g);
     free(def);

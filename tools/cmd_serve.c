@@ -25,7 +25,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
-            "                  [--model-name NAME] [--no-prefix-cache] [--swa-full] [--template-system] [--kv-type f16|q8_0]\n"
+            "                  [--model-name NAME] [--no-prefix-cache] [--swa-full] [--kv-type f16|q8_0]\n"
             "                  [--chat-template FILE]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
@@ -98,7 +98,6 @@ static void usage(FILE *f)
             "                 request counters, queue and KV gauges) dashboards, autoscalers and endpoint pickers read\n"
             "  --port 0 picks a free port; the address is printed on stderr once listening\n"
             "  --max-stream-buffer-kib: a streaming client that lets more than this pile up unread is dropped\n"
-            "  --template-system: chats without a system message get the one the model's template defines\n"
             "  --mock SPEC: for router tests at scale: the real HTTP surface, scheduler, KV blocks, hashes\n"
             "                 and events, with compute replaced by a speed model (prefill tokens/s; decode\n"
             "                 tokens/s per sequence); the model's weights are not loaded. Never token-exact.\n"
@@ -179,7 +178,7 @@ int weft_cmd_serve(int argc, char **argv)
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
              max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0;
     double itl_target_ms = 0;  /* auto */
-    bool no_prefix = false, template_system = false, swa_full = false;
+    bool no_prefix = false, swa_full = false;
     const char *chat_template = NULL;
     const char *mock = NULL, *mock_fail = NULL;
     char mock_vendor[32] = "", mock_device[96] = "";
@@ -274,7 +273,11 @@ int weft_cmd_serve(int argc, char **argv)
         if (!strcmp(a, "--mock-fail") && v) { mock_fail = argv[++i]; continue; }
         if (!strcmp(a, "--no-calibrate")) { sc.no_calibrate = true; continue; }
         if (!strcmp(a, "--test-hooks")) { sc.test_hooks = true; continue; }
-        if (!strcmp(a, "--template-system")) { template_system = true; continue; }
+        if (!strcmp(a, "--template-system")) {
+            fprintf(stderr, "weft serve: --template-system is gone: chats render with the model's own template, "
+                            "which adds its default system prompt itself\n");
+            return 2;
+        }
         if (!strcmp(a, "--kv-type") && v) {
             i++;
             if (!weft_type_from_name(argv[i], &kv_type) || (kv_type != WEFT_TYPE_F16 && kv_type != WEFT_TYPE_Q8_0)) {
@@ -369,7 +372,6 @@ int weft_cmd_serve(int argc, char **argv)
     sc.n_model_aliases = n_aliases;
     sc.http.cors_origins = origins;
     sc.http.n_cors_origins = n_origins;
-    sc.template_system = template_system;
     sc.chat_template = chat_template;
     sc.max_stream_buffer = (size_t)max_stream_kib << 10;
     sc.drain_timeout_ms = drain_s * 1000u;

@@ -106,7 +106,7 @@ int weft_cmd_template(int argc, char **argv)
     json_object_set_new(body, "add_generation_prompt", json_boolean(gen));
     char msg[600];
     size_t n_out = 0;
-    if (weft_chat_template_apply(&ct, body, &out, &n_out, msg, sizeof msg) != WEFT_OK) {
+    if (weft_chat_template_apply_raw(&ct, body, &out, &n_out, msg, sizeof msg) != WEFT_OK) {
         fprintf(stderr, "weft template: %s\n", msg);
         goto done;
     }

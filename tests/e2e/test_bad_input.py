@@ -217,15 +217,30 @@ def test_idle_connections_do_not_block(server):
 
 # vLLM / SGLang / llama-server extensions weft does not honour: each set to
 # a value that would change the answer is a 400 naming it; at its no-op
-# value it is what weft does anyway (200)
+# value it is what weft does anyway (200). chat_template_kwargs,
+# add_generation_prompt and continue_final_message are honoured on chats
+# (test_chat_formats.py); on completions they are refused unless no-ops:
+# test_chat_only_extensions_on_completions.
 EXTENSIONS = [
     ("guided_choice", ["yes", "no"], None), ("guided_regex", "[a-z]+", None), ("guided_json", {"type": "object"}, {}),
     ("guided_grammar", "root ::= \"x\"", None), ("grammar", "root ::= \"x\"", None),
-    ("json_schema", {"type": "object"}, {}), ("chat_template_kwargs", {"enable_thinking": False}, {}),
-    ("stop_token_ids", [2], []), ("min_tokens", 5, 0), ("continue_final_message", True, False),
+    ("json_schema", {"type": "object"}, {}),
+    ("stop_token_ids", [2], []), ("min_tokens", 5, 0),
     ("skip_special_tokens", False, True), ("cache_prompt", False, True), ("typical_p", 0.5, 1),
     ("mirostat", 2, 0), ("use_beam_search", True, False), ("length_penalty", 2.0, 1.0),
 ]
+
+
+@pytest.mark.parametrize("key,bad,noop", [("chat_template_kwargs", {"enable_thinking": False}, {}),
+                                          ("continue_final_message", True, False),
+                                          ("add_generation_prompt", False, True)])
+def test_chat_only_extensions_on_completions(server, key, bad, noop):
+    base = {"prompt": "Hello", "max_tokens": 2}
+    status, resp = exchange(server.port, post("/v1/completions", dict(base, **{key: bad})))
+    err = json.loads(resp).get("error", {})
+    assert status == 400 and key in err.get("message", "") and err.get("param") == key, (key, status, resp[:300])
+    status, resp = exchange(server.port, post("/v1/completions", dict(base, **{key: noop})))
+    assert status == 200, (key, noop, status, resp[:300])
 
 
 @pytest.mark.parametrize("key,bad,noop", EXTENSIONS, ids=[x[0] for x in EXTENSIONS])

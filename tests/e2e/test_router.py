@@ -26,6 +26,8 @@ WORDS = ("the a little girl boy dog cat house tree river forest king queen drago
 # 1,000 requests in all (600 BPE, 400 SPM); fewer under the sanitizers
 N_BPE, N_SPM = (40, 100) if SANITIZED else (600, 400)
 STORIES = os.path.join(ROOT, "..", "shared", "models", "stories260K.gguf")
+# stories260K has no chat template: chats render with a plain one
+PLAIN = os.path.join(ROOT, "tests", "data", "plain-chat.jinja")
 
 
 def text(rng, n_words):
@@ -143,9 +145,9 @@ def test_router_hashes_equal_instance_hashes_bpe(bpe_fleet):
 def test_router_hashes_equal_instance_hashes_spm():
     if not os.path.exists(STORIES):
         pytest.skip("stories260K.gguf is not in ../shared/models")
-    a = Server(model=STORIES, threads=1, cpu=0)
-    b = Server(model=STORIES, threads=1, cpu=1)
-    r = Router([a, b], model=STORIES)
+    a = Server("--chat-template", PLAIN, model=STORIES, threads=1, cpu=0)
+    b = Server("--chat-template", PLAIN, model=STORIES, threads=1, cpu=1)
+    r = Router([a, b], "--chat-template", PLAIN, model=STORIES)
     try:
         r.wait_ready(n_up=2)
         results = run_workload(r, N_SPM, n_groups=N_SPM // 20, doc_words=30, q_words=6, seed=2)

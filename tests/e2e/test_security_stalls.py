@@ -19,6 +19,7 @@ from conftest import ROOT, SANITIZED, Router, Server
 from test_failover import Stream
 
 STORIES = os.path.join(ROOT, "..", "shared", "models", "stories260K.gguf")
+PLAIN = os.path.join(ROOT, "tests", "data", "plain-chat.jinja")  # stories260K has no chat template
 
 
 def need_stories():
@@ -212,9 +213,10 @@ def test_an_instance_answering_garbage_is_not_forwarded(mode):
     a valid answer (the lie is never forwarded, the request moves), and the
     lies count against the liar."""
     need_stories()
-    real = Server(model=STORIES, threads=1)
+    real = Server("--chat-template", PLAIN, model=STORIES, threads=1)
     liar = LyingInstance(real, mode)
-    router = Router([real, liar.base], "--policy", "round-robin", "--no-kv-events", model=STORIES)
+    router = Router([real, liar.base], "--policy", "round-robin", "--no-kv-events", "--chat-template", PLAIN,
+                    model=STORIES)
     try:
         router.wait_ready(n_up=2)
         for i in range(4):
