@@ -56,7 +56,14 @@ weft_status weft_stop_init(struct weft_stop *s, const struct weft_stop_cfg *cfg)
         }
         s->cfg.strings = (const char *const *)s->own_strings;
     }
+    if (cfg->n_render_ids) {
+        if (!(s->own_render = malloc(sizeof(int32_t) * cfg->n_render_ids))) goto nomem;
+        memcpy(s->own_render, cfg->render_ids, sizeof(int32_t) * cfg->n_render_ids);
+        s->cfg.render_ids = s->own_render;
+    }
     weft_detok_init(&s->dt, cfg->tok, false);
+    s->dt.keep = s->own_render;
+    s->dt.n_keep = cfg->n_render_ids;
     s->dt.first = !cfg->continues_prompt;
     weft_status st = append(s, "", 0);
     if (st != WEFT_OK) weft_stop_free(s);
@@ -72,6 +79,7 @@ void weft_stop_free(struct weft_stop *s)
         for (uint32_t i = 0; i < s->cfg.n_strings; i++) free(s->own_strings[i]);
     free(s->own_strings);
     free(s->own_ids);
+    free(s->own_render);
     free(s->text);
     if (s->dt.t) weft_detok_free(&s->dt);
     memset(s, 0, sizeof *s);

@@ -30,6 +30,9 @@ struct weft_stop_cfg {
     uint32_t n_ids;
     const char *const *strings;      /* stop strings, non-empty (copied by init) */
     uint32_t n_strings;
+    const int32_t *render_ids;       /* control tokens that are output as their text (a chat
+                                        format's markers; copied by init) */
+    uint32_t n_render_ids;
     bool continues_prompt;           /* the output continues its prompt (a completion, `weft run`):
                                         its first piece keeps its leading space; a chat answer
                                         starts a message and drops it */
@@ -62,7 +65,7 @@ struct weft_stop {
     size_t max_string;               /* longest stop string */
     enum weft_stop_kind stopped;     /* set once a push stopped; later pushes do nothing */
     uint32_t n_tokens;               /* tokens pushed that became output */
-    int32_t *own_ids;
+    int32_t *own_ids, *own_render;
     char **own_strings;
 };
 

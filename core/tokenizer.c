@@ -649,9 +649,12 @@ weft_status weft_detok_push(struct weft_detok *d, int32_t id, const char **out, 
         n = 3;
     } else {
         switch (t->type[id]) {
-        case TOK_TYPE_CONTROL:
-            if (d->render_special) { p = (const unsigned char *)t->text + t->off[id]; n = t->len[id]; }
+        case TOK_TYPE_CONTROL: {
+            bool keep = d->render_special;
+            for (uint32_t k = 0; !keep && k < d->n_keep; k++) keep = d->keep[k] == id;
+            if (keep) { p = (const unsigned char *)t->text + t->off[id]; n = t->len[id]; }
             break;
+        }
         case TOK_TYPE_UNKNOWN:
             if (d->render_special) { p = (const unsigned char *)t->text + t->off[id]; n = t->len[id]; }
             else if (t->kind == TOK_SPM) { p = (const unsigned char *)"\xe2\x96\x85"; n = 3; } /* ▅ as llama.cpp */

@@ -58,6 +58,10 @@ struct weft_detok {
                                 leading space */
     unsigned char pend[8];   /* bytes of an incomplete UTF-8 character */
     int n_pend;
+    const int32_t *keep;     /* control tokens written as their text all the same (a chat
+                                format's markers: Mistral's [TOOL_CALLS], harmony's
+                                <|channel|>); borrowed, n_keep of them */
+    uint32_t n_keep;
     char *buf;               /* output of the last push/flush */
     size_t len, cap;
 };

@@ -1155,7 +1155,10 @@ static void admit_and_submit(struct gen_ctx *g)
     /* a completion continues its prompt: its first piece keeps its space
      * (as `weft run` prints it); a chat answer starts a message */
     struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(s->m), .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
-                                 .n_strings = g->p.n_stop, .continues_prompt = !g->chat};
+                                 .n_strings = g->p.n_stop, .continues_prompt = !g->chat,
+                                 /* a chat's format markers that are control tokens are read back */
+                                 .render_ids = g->chat ? s->tmpl.markers : NULL,
+                                 .n_render_ids = g->chat ? s->tmpl.n_markers : 0};
     g->streaming = g->p.stream;
     for (uint32_t i = 0; i < g->n_ch; i++) {
         struct gen_choice *c = &g->ch[i];

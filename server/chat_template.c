@@ -23,8 +23,40 @@ static weft_status compile(const char *src, size_t n, const char *what, struct w
     return weft_error(st, "%s cannot be used: %s (give another with --chat-template FILE)", what, why);
 }
 
+static weft_status load(struct chat_template *ct, const struct weft_gguf *g, const struct weft_tokenizer *tok,
+                        const char *path);
+
+/* The format's markers that are control tokens (left out of replies unless kept). */
+static void find_markers(struct chat_template *ct, const struct weft_tokenizer *tok)
+{
+    static const char *const M[] = {
+        "<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]", "[THINK]", "[/THINK]",
+        "<think>", "</think>", "<|channel|>", "<|message|>", "<|start|>", "<|end|>", "<|constrain|>",
+        "<|python_tag|>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "calls\xe2\x96\x81" "end\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "begin\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "call\xe2\x96\x81" "end\xef\xbd\x9c>",
+        "<\xef\xbd\x9ctool\xe2\x96\x81" "sep\xef\xbd\x9c>",
+    };
+    ct->n_markers = 0;
+    if (!ct->t || !tok) return;
+    for (size_t i = 0; i < sizeof M / sizeof *M && ct->n_markers < sizeof ct->markers / sizeof *ct->markers; i++) {
+        int32_t id = weft_tokenizer_find(tok, M[i]);
+        if (id >= 0 && weft_tokenizer_is_control(tok, id)) ct->markers[ct->n_markers++] = id;
+    }
+}
+
 weft_status weft_chat_template_load(struct chat_template *ct, const struct weft_gguf *g,
                                     const struct weft_tokenizer *tok, const char *path)
+{
+    weft_status st = load(ct, g, tok, path);
+    if (st == WEFT_OK) find_markers(ct, tok);
+    return st;
+}
+
+static weft_status load(struct chat_template *ct, const struct weft_gguf *g, const struct weft_tokenizer *tok,
+                        const char *path)
 {
     memset(ct, 0, sizeof *ct);
     int32_t bos = weft_tokenizer_bos(tok), eos = weft_tokenizer_eos(tok);

@@ -21,6 +21,9 @@ struct chat_template {
     char source[16];               /* "gguf", "file", "chatml" (built in), "none" */
     char bos[64], eos[64];         /* the vocabulary's, as the template's bos_token / eos_token */
     struct chat_format fmt;        /* its call and reasoning formats, what it renders itself */
+    int32_t markers[16];           /* the format's markers that are control tokens of the vocabulary:
+                                      replies show them (as llama-server's preserved tokens) */
+    uint32_t n_markers;
 };
 
 weft_status weft_chat_template_load(struct chat_template *ct, const struct weft_gguf *g,

@@ -12,7 +12,10 @@
 
 #include "check.h"
 #include "core/chat.h"
+#include "core/gguf.h"
 #include "core/grammar.h"
+#include "core/stop.h"
+#include "core/tokenizer.h"
 #include "core/jinja.h"
 #include "server/chat_format.h"
 #include "server/chat_template.h"
@@ -486,6 +489,51 @@ static void tools_are_written_into_a_plain_template(void)
     weft_jinja_free(t.t);
 }
 
+/* ---- a format's markers that are control tokens come out as their text ---- */
+
+static void control_markers_are_kept_in_replies(void)
+{
+    /* a vocabulary whose [TOOL_CALLS] is a control token (as Mistral's tekken has it) */
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "[TOOL_CALLS]", "a", "b", "{", "}"};
+    const float scores[8] = {0, 0, 0, 0, -1, -2, -3, -4};
+    const int32_t types[8] = {2, 3, 3, 3, 1, 1, 1, 1};
+    struct weft_gguf_writer *w = NULL;
+    CHECK(weft_gguf_writer_init(&w) == WEFT_OK);
+    weft_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    weft_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, 8);
+    weft_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, 8);
+    weft_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, 8);
+    weft_gguf_writer_set_str(w, "tokenizer.chat_template",
+                             "{% for m in messages %}[INST]{{ m.content }}[/INST]{% if m.tool_calls %}[TOOL_CALLS]"
+                             "{% endif %}{% endfor %}");
+    void *buf = NULL;
+    size_t size = 0;
+    CHECK(weft_gguf_writer_to_memory(w, &buf, &size) == WEFT_OK);
+    weft_gguf_writer_free(w);
+    struct weft_gguf *g = NULL;
+    struct weft_tokenizer *tok = NULL;
+    CHECK(weft_gguf_open_memory(buf, size, &g) == WEFT_OK && weft_tokenizer_load(g, &tok) == WEFT_OK);
+    struct chat_template ct;
+    CHECK(g && tok && weft_chat_template_load(&ct, g, tok, NULL) == WEFT_OK);
+    CHECK(ct.fmt.calls == CHAT_CALLS_MISTRAL && ct.n_markers == 1 && ct.markers[0] == 3);
+    const int32_t reply[] = {3, 6, 4, 7};
+    for (int keep = 0; keep < 2; keep++) {
+        struct weft_stop st;
+        struct weft_stop_cfg cfg = {.tok = tok, .render_ids = keep ? ct.markers : NULL,
+                                    .n_render_ids = keep ? ct.n_markers : 0};
+        CHECK(weft_stop_init(&st, &cfg) == WEFT_OK);
+        struct weft_stop_step step;
+        for (int i = 0; i < 4; i++) weft_stop_push(&st, reply[i], &step);
+        weft_stop_end(&st, &step);
+        CHECK_MSG(!strcmp(st.text, keep ? "[TOOL_CALLS]{a}" : "{a}"), "keep %d: %s", keep, st.text);
+        weft_stop_free(&st);
+    }
+    weft_chat_template_free(&ct);
+    weft_tokenizer_free(tok);
+    weft_gguf_close(g);
+    free(buf);
+}
+
 int main(void)
 {
     RUN(templates_are_read_by_family);
@@ -494,5 +542,6 @@ int main(void)
     RUN(reasoning_is_split_from_content);
     RUN(forced_call_grammars_are_read_back);
     RUN(tools_are_written_into_a_plain_template);
+    RUN(control_markers_are_kept_in_replies);
     return check_summary();
 }
