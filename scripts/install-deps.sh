@@ -82,10 +82,10 @@ if [ -n "$rt" ] && command -v apt-get >/dev/null 2>&1; then
 fi
 # Python packages for the server's end-to-end tests (tests/e2e) and the chat
 # templates' oracle (jinja2: tests/templates/render_ref.py)
-if ! python3 -c 'import pytest, openai, jinja2' >/dev/null 2>&1; then
-    echo "install-deps: pip install pytest openai jinja2"
-    python3 -m pip install -q pytest openai jinja2 2>/dev/null ||
-        python3 -m pip install -q --break-system-packages pytest openai jinja2
+if ! python3 -c 'import pytest, openai, anthropic, jinja2, email_validator' >/dev/null 2>&1; then
+    echo "install-deps: pip install pytest openai anthropic jinja2 pydantic[email]"
+    python3 -m pip install -q pytest openai anthropic jinja2 'pydantic[email]' 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages pytest openai anthropic jinja2 'pydantic[email]'
 fi
 # the deployment tests' Python packages (kubernetes-validate, PyYAML) and the
 # prometheus service the package may have started (the tests run their own)
