@@ -80,12 +80,15 @@ if [ -n "$rt" ] && command -v apt-get >/dev/null 2>&1; then
             echo "install-deps: warning: could not install $rt; the fuzz targets will not build" >&2
     fi
 fi
-# Python packages for the server's end-to-end tests (tests/e2e) and the chat
-# templates' oracle (jinja2: tests/templates/render_ref.py)
-if ! python3 -c 'import pytest, openai, anthropic, jinja2, email_validator' >/dev/null 2>&1; then
-    echo "install-deps: pip install pytest openai anthropic jinja2 pydantic[email]"
-    python3 -m pip install -q pytest openai anthropic jinja2 'pydantic[email]' 2>/dev/null ||
-        python3 -m pip install -q --break-system-packages pytest openai anthropic jinja2 'pydantic[email]'
+# Python packages for the server's end-to-end tests (tests/e2e: the SDKs and
+# client libraries users point at weft) and the chat templates' oracle
+# (jinja2: tests/templates/render_ref.py)
+PY_PKGS=(pytest openai anthropic jinja2 'pydantic[email]' langchain-openai instructor llama-index-llms-openai-like)
+if ! python3 -c 'import pytest, openai, anthropic, jinja2, email_validator, langchain_openai, instructor
+import llama_index.llms.openai_like' >/dev/null 2>&1; then
+    echo "install-deps: pip install ${PY_PKGS[*]}"
+    python3 -m pip install -q "${PY_PKGS[@]}" 2>/dev/null ||
+        python3 -m pip install -q --break-system-packages "${PY_PKGS[@]}"
 fi
 # the deployment tests' Python packages (kubernetes-validate, PyYAML) and the
 # prometheus service the package may have started (the tests run their own)

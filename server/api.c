@@ -72,6 +72,8 @@ struct tok_job {
     char *text;
     size_t len;
     bool add_special;
+    bool chat;                    /* text is a chat request's body ({"messages": ...}): rendered as a chat is */
+    const char *param;            /* the field a failure names */
     int32_t *ids;
     size_t n;
     weft_status st;
@@ -91,6 +93,22 @@ static void tok_job_work(void *arg)
     if (atomic_load(&j->gone)) return;
     if (pthread_equal(pthread_self(), j->s->loop_thread)) atomic_fetch_add(&j->s->tokenized_on_loop, 1);
     else atomic_fetch_add(&j->s->tokenized_on_worker, 1);
+    if (j->chat) {
+        /* the prompt a chat request with these messages (tools, chat_template_kwargs, ...) computes */
+        struct gen_params p;
+        json_t *root = NULL;
+        const char *param = NULL;
+        if (!weft_gen_params_parse(j->text, j->len, true, &p, &root, &param, j->msg, sizeof j->msg)) {
+            j->st = WEFT_ERR_INVALID_ARG;
+            j->param = param ? param : "messages";
+        } else {
+            j->st = weft_prompt_tokens(&j->s->rules, &p, &j->ids, &j->n, NULL, j->msg, sizeof j->msg);
+            j->param = "messages";
+        }
+        weft_gen_params_free(&p);
+        json_decref(root);
+        return;
+    }
     j->st = weft_tokenize(weft_model_tokenizer(j->s->m), j->text, j->len, j->add_special, true, &j->ids, &j->n);
     if (j->st != WEFT_OK) snprintf(j->msg, sizeof j->msg, "%s", weft_last_error());
 }
@@ -101,7 +119,7 @@ static void tok_job_done(void *arg)
     struct weft_server *s = j->s;
     const char *ep = "/tokenize";
     if (j->c && j->st != WEFT_OK) {
-        reply_error(s, j->c, ep, 400, "invalid_request_error", "prompt", j->msg);
+        reply_error(s, j->c, ep, 400, "invalid_request_error", j->param ? j->param : "prompt", j->msg);
     } else if (j->c) {
         json_t *arr = json_array();
         for (size_t i = 0; i < j->n; i++) json_array_append_new(arr, json_integer(j->ids[i]));
@@ -122,14 +140,24 @@ static void do_tokenize(struct weft_server *s, struct http_conn *c, const struct
     json_t *pr = json_object_get(jb, "prompt"), *content = json_object_get(jb, "content");
     json_t *as = json_object_get(jb, "add_special");
     if (!pr) pr = content;
-    if (!json_is_string(pr) || (as && !json_is_boolean(as))) {
+    bool chat = json_object_get(jb, "messages") != NULL;
+    if (chat && (pr || as)) {
+        json_decref(jb);
+        reply_error(s, c, ep, 400, "invalid_request_error", "messages",
+                    "give 'messages' (tokenized as a chat) or 'prompt', not both ('add_special' is the prompt's)");
+        return;
+    }
+    if (chat) {
+        /* the body itself is the chat request */
+        pr = NULL;
+    } else if (!json_is_string(pr) || (as && !json_is_boolean(as))) {
         json_decref(jb);
         reply_error(s, c, ep, 400, "invalid_request_error", "prompt",
                     "'prompt' must be a string ('add_special' a boolean)");
         return;
     }
     struct tok_job *j = calloc(1, sizeof *j);
-    if (j) j->text = malloc(json_string_length(pr) + 1);
+    if (j) j->text = malloc(chat ? req->body_len + 1 : json_string_length(pr) + 1);
     if (!j || !j->text) {
         free(j);
         json_decref(jb);
@@ -138,8 +166,15 @@ static void do_tokenize(struct weft_server *s, struct http_conn *c, const struct
     }
     j->s = s;
     j->c = c;
-    j->len = json_string_length(pr);
-    memcpy(j->text, json_string_value(pr), j->len + 1);
+    j->chat = chat;
+    if (chat) {
+        j->len = req->body_len;
+        memcpy(j->text, req->body, j->len);
+        j->text[j->len] = 0;
+    } else {
+        j->len = json_string_length(pr);
+        memcpy(j->text, json_string_value(pr), j->len + 1);
+    }
     j->add_special = !as || json_is_true(as);
     json_decref(jb);
     if (weft_workers_submit(s->workers, tok_job_work, tok_job_done, j) != WEFT_OK) {
@@ -361,7 +396,7 @@ struct route {
     int id;
 };
 
-enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_APPLY_TEMPLATE, R_COMPLETIONS, R_CHAT, R_EMBEDDINGS, R_TEST_PAUSE };
+enum { R_DASH, R_HEALTH, R_READY, R_METRICS, R_LOAD, R_KV_EVENTS, R_KV_INDEX, R_KV_BLOCKS, R_KV_PUSH, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_APPLY_TEMPLATE, R_COMPLETIONS, R_CHAT, R_RESPONSES, R_MESSAGES, R_EMBEDDINGS, R_TEST_PAUSE };
 
 /* GET /v1/models/{id}: not in the table (its path has a parameter) */
 static const struct route model_route = {"/v1/models/{id}", HTTP_M_GET, R_MODEL};
@@ -376,6 +411,8 @@ static const struct route routes[] = {
     {"/tokenize", HTTP_M_POST, R_TOKENIZE},      {"/detokenize", HTTP_M_POST, R_DETOKENIZE},
     {"/apply-template", HTTP_M_POST, R_APPLY_TEMPLATE},  /* llama-server's name */
     {"/v1/completions", HTTP_M_POST, R_COMPLETIONS}, {"/v1/chat/completions", HTTP_M_POST, R_CHAT},
+    {"/v1/responses", HTTP_M_POST, R_RESPONSES},  /* OpenAI's Responses API, as a chat (server/shape.h) */
+    {"/v1/messages", HTTP_M_POST, R_MESSAGES},    /* Anthropic's Messages API, as a chat */
     {"/v1/embeddings", HTTP_M_POST, R_EMBEDDINGS},  /* server/api_embed.c */
     {"/test/engine-pause", HTTP_M_POST, R_TEST_PAUSE},  /* --test-hooks only */
 };
@@ -469,7 +506,15 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     }
     /* the rest may need an API key */
     bool anon;
-    struct tenant_cfg *t = weft_tenants_auth(&s->tenants, weft_http_header_get(req, "authorization"), &anon);
+    /* Anthropic's SDK sends its key as x-api-key */
+    const char *auth = weft_http_header_get(req, "authorization");
+    char xkey[320];
+    const char *xk = weft_http_header_get(req, "x-api-key");
+    if (!auth && xk && strlen(xk) < sizeof xkey - 8) {
+        snprintf(xkey, sizeof xkey, "Bearer %s", xk);
+        auth = xkey;
+    }
+    struct tenant_cfg *t = weft_tenants_auth(&s->tenants, auth, &anon);
     if (!t && !anon) {
         s->metrics.rejected_auth++;
         weft_metrics_request(&s->metrics, r->path, 401);
@@ -503,6 +548,8 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
     case R_APPLY_TEMPLATE: do_apply_template(s, c, req); return;
     case R_COMPLETIONS:
     case R_CHAT:
+    case R_RESPONSES:
+    case R_MESSAGES:
         if (s->draining) {
             weft_metrics_request(&s->metrics, r->path, 503);
             weft_http_respond(c, 503, "application/json", "Retry-After: 5\r\n",
@@ -512,7 +559,7 @@ static void handle(struct weft_server *s, struct http_conn *c, const struct http
                                 "\"param\":null,\"code\":null}}"));
             return;
         }
-        weft_server_generate(s, c, req, r->id == R_CHAT, t);
+        weft_server_generate(s, c, req, weft_shape_of_path(r->path), r->id == R_CHAT, t);
         return;
     case R_EMBEDDINGS: weft_server_embeddings(s, c, req, t); return;
     case R_TEST_PAUSE: {

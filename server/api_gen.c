@@ -32,6 +32,7 @@
 #include "server/structured.h"
 #include "server/chat_format.h"
 #include "server/chat_template.h"
+#include "server/shape.h"
 #include "server/server.h"
 #include "server/kv_remote.h"
 
@@ -66,6 +67,8 @@ struct gen_ctx {
     int refs;
     bool finished, streaming, chat, submitted;  /* finished: answered (or the client left) */
     bool in_think;                   /* the chat prompt leaves the model inside a reasoning block */
+    enum api_shape shape;            /* /v1/responses or /v1/messages: a translated chat (server/shape.h) */
+    struct shape_ctx *sh;            /* its translation state, or NULL */
     struct gen_choice *ch;           /* p.n of them */
     uint32_t n_ch, n_done;           /* choices; those whose answer is complete */
     uint32_t n_submitted;            /* choices given to the engine (the rest wait: submit_rest) */
@@ -108,6 +111,13 @@ struct gen_ctx {
     bool push_failed;
 };
 
+/* The endpoint the request came to (metrics). */
+static const char *ep_path(const struct gen_ctx *g)
+{
+    if (g->shape != SHAPE_CHAT) return weft_shape_path(g->shape);
+    return g->chat ? "/v1/chat/completions" : "/v1/completions";
+}
+
 static void ctx_unref(struct gen_ctx *g)
 {
     if (--g->refs > 0) return;
@@ -128,6 +138,7 @@ static void ctx_unref(struct gen_ctx *g)
         weft_chat_reply_free(&c->reply);
     }
     free(g->ch);
+    weft_shape_ctx_free(g->sh);
     weft_gen_params_free(&g->p);
     json_decref(g->root);
     free(g->echo);
@@ -191,6 +202,15 @@ static json_t *usage_json(const struct gen_ctx *g)
 
 static bool send_sse(struct gen_ctx *g, json_t *j)
 {
+    if (g->sh) {
+        /* another API's stream: its events for this chat chunk */
+        struct weft_strbuf b = {0};
+        weft_shape_stream_chunk(g->sh, j, &b);
+        json_decref(j);
+        bool ok = g->conn && (!b.len || weft_http_stream_write(g->conn, b.p, b.len));
+        weft_sb_free(&b);
+        return ok;
+    }
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!s || !g->conn) {
@@ -215,6 +235,13 @@ static bool send_sse(struct gen_ctx *g, json_t *j)
 static void send_sse_error(struct gen_ctx *g, const char *type, const char *msg)
 {
     if (!g->conn) return;
+    if (g->sh) {
+        struct weft_strbuf b = {0};
+        weft_shape_stream_error(g->sh, type, msg, &b);
+        if (b.len) weft_http_stream_write(g->conn, b.p, b.len);
+        weft_sb_free(&b);
+        return;
+    }
     char body[600];
     memcpy(body, "data: ", 6);
     size_t n = weft_http_error_body(body + 6, sizeof body - 8, type, NULL, msg);
@@ -508,7 +535,7 @@ static bool respond_final(struct gen_ctx *g)
     if (!g->conn) return false;
     if (g->push_failed && !g->streaming) {
         /* a PD prefill whose blocks did not all reach the decode instance: the caller must know */
-        weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 502);
+        weft_metrics_request(&s->metrics, ep_path(g), 502);
         weft_http_respond_error(g->conn, 502, "server_error", NULL,
                            "the prompt was computed but its KV blocks did not all reach %s", g->pd_push_url);
         g->conn = NULL;
@@ -522,7 +549,14 @@ static bool respond_final(struct gen_ctx *g)
                                   (json_int_t)g->created, "model", g->model, "choices", "usage", usage_json(g));
             send_sse(g, u);
         }
-        if (g->conn) weft_http_stream_write(g->conn, "data: [DONE]\n\n", 14);
+        if (g->sh) {
+            struct weft_strbuf b = {0};
+            weft_shape_stream_end(g->sh, &b);
+            if (g->conn && b.len) weft_http_stream_write(g->conn, b.p, b.len);
+            weft_sb_free(&b);
+        } else if (g->conn) {
+            weft_http_stream_write(g->conn, "data: [DONE]\n\n", 14);
+        }
         if (!g->conn) return false;
         weft_http_stream_end(g->conn);
     } else {
@@ -533,13 +567,18 @@ static bool respond_final(struct gen_ctx *g)
                               "model", g->model, "choices", choices, "usage", usage_json(g));
         char extra[64];
         snprintf(extra, sizeof extra, "x-weft-seed: %lld\r\n", (long long)g->p.sp.seed);
+        if (g->sh && j) {
+            json_t *shaped = weft_shape_response(g->sh, j);
+            json_decref(j);
+            j = shaped;
+        }
         char *body = j ? json_dumps(j, JSON_COMPACT) : NULL;
         json_decref(j);
         if (body) weft_http_respond(g->conn, 200, "application/json", extra, body, strlen(body));
         else weft_http_respond_error(g->conn, 500, "server_error", NULL, "out of memory");
         free(body);
     }
-    weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+    weft_metrics_request(&s->metrics, ep_path(g), 200);
     g->conn = NULL;
     return true;
 }
@@ -640,7 +679,7 @@ static void on_token(struct gen_choice *c, const struct weft_event *ev)
         g->finished = true;
         abort_all(g);
         refund_unused(g, now);
-        weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+        weft_metrics_request(&s->metrics, ep_path(g), 200);
         /* say why the stream ends short (no [DONE]) before ending it */
         send_sse_error(g, "server_error", "the client did not read its stream: more than the stream buffer "
                                           "(--max-stream-buffer-kib) was waiting unsent");
@@ -702,7 +741,7 @@ static void on_event(struct gen_choice *c, const struct weft_event *ev, const ch
                                         message);
             else
                 weft_http_respond_error(g->conn, 500, "server_error", NULL, "generation failed: %s", message);
-            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
+            weft_metrics_request(&g->srv->metrics, ep_path(g), status);
             g->conn = NULL;
             g->finished = true;
             ctx_unref(g);
@@ -883,8 +922,15 @@ static void reject(struct gen_ctx *g, int status, const char *etype, const char 
     g->finished = true;
     atomic_store(&g->cancelled, true);  /* a job still queued for it skips its work */
     refund_unused(g, weft_server_now());
-    weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", status);
-    if (c) {
+    weft_metrics_request(&s->metrics, ep_path(g), status);
+    if (c && g->shape != SHAPE_CHAT) {
+        json_t *e = weft_shape_error(g->shape, status, etype, param, msg);
+        char *body = e ? json_dumps(e, JSON_COMPACT) : NULL;
+        json_decref(e);
+        if (body) weft_http_respond(c, status, "application/json", extra, body, strlen(body));
+        else weft_http_respond_error(c, 500, "server_error", NULL, "out of memory");
+        free(body);
+    } else if (c) {
         char body[1024];
         size_t n = weft_http_error_body(body, sizeof body, etype, param, msg);
         weft_http_respond(c, status, "application/json", extra, body, n);
@@ -1056,7 +1102,7 @@ static void submit_rest(struct gen_ctx *g)
             g->finished = true;
             refund_unused(g, weft_server_now());
             count_finish(g, METRIC_FINISH_ERROR);
-            weft_metrics_request(&g->srv->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+            weft_metrics_request(&g->srv->metrics, ep_path(g), 200);
             send_sse_error(g, etype, msg);
             struct http_conn *conn = g->conn;
             g->conn = NULL;
@@ -1318,8 +1364,8 @@ static bool mock_inject(struct gen_ctx *g)
     return true;
 }
 
-void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
-                     struct tenant_cfg *tenant)
+void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+                          enum api_shape shape, bool chat, struct tenant_cfg *tenant)
 {
     struct gen_ctx *g = calloc(1, sizeof *g);
     if (!g) {
@@ -1327,7 +1373,9 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
         return;
     }
     g->srv = s;
-    g->chat = chat;
+    g->chat = chat || shape != SHAPE_CHAT;
+    chat = g->chat;
+    g->shape = shape;
     g->t0 = weft_server_now();
     g->created = (uint64_t)time(NULL);  /* when it came: every chunk of the answer says so */
     s->n_active++;
@@ -1338,8 +1386,43 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
     s->gens = g;
     const char *param = NULL;
     char msg[512];
-    if (!weft_gen_params_parse(req->body, req->body_len, chat, &g->p, &g->root, &param, msg, sizeof msg)) {
+    const char *body = req->body;
+    size_t body_len = req->body_len;
+    char *translated = NULL;
+    if (shape != SHAPE_CHAT) {
+        /* another API's request: the chat it asks for (server/shape.h) */
+        json_error_t jerr;
+        json_t *orig = weft_json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)
+                           ? NULL
+                           : json_loadb(req->body ? req->body : "", req->body_len, JSON_REJECT_DUPLICATES, &jerr);
+        if (!orig) {
+            reject(g, 400, "invalid_request_error", NULL, "the request body is not valid JSON (or nested too deep)",
+                   NULL);
+            return;
+        }
+        json_t *cb = weft_shape_request(shape, orig, s->shapes, &param, msg, sizeof msg);
+        if (cb) g->sh = weft_shape_ctx_new(shape, orig, cb, s->shapes);
+        json_decref(orig);
+        translated = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+        json_decref(cb);
+        if (!translated || !g->sh) {
+            reject(g, 400, "invalid_request_error", param, cb ? "out of memory" : msg, NULL);
+            free(translated);
+            return;
+        }
+        body = translated;
+        body_len = strlen(translated);
+    }
+    bool parsed = weft_gen_params_parse(body, body_len, chat, &g->p, &g->root, &param, msg, sizeof msg);
+    free(translated);
+    if (!parsed) {
         reject(g, 400, "invalid_request_error", param, msg, NULL);
+        return;
+    }
+    if (g->p.suffix && s->rules.fim_pre < 0) {
+        reject(g, 400, "invalid_request_error", "suffix",
+               "'suffix' needs a model with fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id, "
+               "<|fim_prefix|>, ...): this model has none", NULL);
         return;
     }
     g->n_ch = g->p.n;
@@ -1464,7 +1547,7 @@ void weft_server_cut_all(struct weft_server *s, const char *why)
                 send_sse_error(g, "server_error", why);
                 g->finished = true;
                 refund_unused(g, weft_server_now());
-                weft_metrics_request(&s->metrics, g->chat ? "/v1/chat/completions" : "/v1/completions", 200);
+                weft_metrics_request(&s->metrics, ep_path(g), 200);
                 struct http_conn *c = g->conn;
                 g->conn = NULL;
                 if (c) weft_http_stream_end(c);

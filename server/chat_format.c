@@ -262,6 +262,12 @@ static size_t before_partial_tag(const char *text, size_t len, const char *tag)
     return len;
 }
 
+/* text[0..n) is a proper prefix of tag (a tag cut short) */
+static bool is_prefix(const char *text, size_t n, const char *tag)
+{
+    return n < strlen(tag) && !memcmp(text, tag, n);
+}
+
 static size_t rtrim(const char *t, size_t from, size_t to)
 {
     while (to > from && is_ws(t[to - 1])) to--;
@@ -397,6 +403,10 @@ static int read_calls(const struct chat_format *f, const struct gen_structured *
             p = e + strlen("</tool_call>");
             while (p < end && is_ws(*p)) p++;
             if (p == end) break;
+            if (is_prefix(p, (size_t)(end - p), "<tool_call>")) {
+                r->cut_call = true;  /* the next call's tag, cut */
+                break;
+            }
             if ((size_t)(end - p) < strlen("<tool_call>") || memcmp(p, "<tool_call>", strlen("<tool_call>")))
                 return -1;
         }
@@ -493,6 +503,10 @@ static int read_calls(const struct chat_format *f, const struct gen_structured *
             p = ab + je.position;
             while (p < end && is_ws(*p)) p++;
             if (p == end) break;
+            if (is_prefix(p, (size_t)(end - p), "[TOOL_CALLS]")) {
+                r->cut_call = true;
+                break;
+            }
             if ((size_t)(end - p) < strlen("[TOOL_CALLS]") || memcmp(p, "[TOOL_CALLS]", strlen("[TOOL_CALLS]")))
                 return -1;
         }
@@ -520,6 +534,10 @@ static int read_calls(const struct chat_format *f, const struct gen_structured *
                 break;
             }
             if ((size_t)(end - c) >= strlen(DS_CALLS_END) && !memcmp(c, DS_CALLS_END, strlen(DS_CALLS_END))) break;
+            if (is_prefix(c, (size_t)(end - c), DS_CALL_BEGIN) || is_prefix(c, (size_t)(end - c), DS_CALLS_END)) {
+                r->cut_call = true;
+                break;
+            }
             if ((size_t)(end - c) < strlen(DS_CALL_BEGIN) || memcmp(c, DS_CALL_BEGIN, strlen(DS_CALL_BEGIN)))
                 return -1;
             const char *nb = c + strlen(DS_CALL_BEGIN), *sep = findn(nb, (size_t)(end - nb), DS_SEP);

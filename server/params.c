@@ -433,7 +433,14 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     if (p->echo && p->logprobs)
         return fail(&e, "echo", "'echo' with 'logprobs' (the prompt's logprobs) is not supported");
     json_t *sfx = json_object_get(j, "suffix");
-    if (!is_null_or_absent(sfx)) return fail(&e, "suffix", "'suffix' is not supported");
+    if (!is_null_or_absent(sfx)) {
+        /* fill-in-the-middle: the text between prompt and suffix (server/prompt.c) */
+        if (chat) return fail(&e, "suffix", "'suffix' is for /v1/completions");
+        if (!json_is_string(sfx)) return fail(&e, "suffix", "'suffix' must be a string");
+        if (!p->prompt) return fail(&e, "suffix", "'suffix' needs a text 'prompt'");
+        if (p->echo) return fail(&e, "suffix", "'suffix' cannot be combined with 'echo'");
+        if (json_string_length(sfx)) p->suffix = json_string_value(sfx);
+    }
     json_t *lb = json_object_get(j, "logit_bias");
     if (!is_null_or_absent(lb)) {
         /* OpenAI's: {"token id": bias in -100..100}, added to the logits */

@@ -41,6 +41,7 @@ struct gen_params {
     int32_t top_logprobs;           /* 0..20 */
     bool ignore_eos;
     bool echo;                      /* completions: the prompt's text before each choice's */
+    const char *suffix;             /* completions: fill in between prompt and suffix (NULL: none) */
     int32_t priority;
     bool priority_given;
     struct gen_structured st;       /* response_format, tools (server/structured.h) */

@@ -21,7 +21,15 @@ struct chat_template;
 struct prompt_rules {
     const struct weft_tokenizer *tok;
     const struct chat_template *tmpl;
+    /* fill-in-the-middle tokens (prefix, suffix, middle), -1 when the
+     * vocabulary has none (weft_prompt_rules_fim) */
+    int32_t fim_pre, fim_suf, fim_mid;
 };
+
+/* Find the vocabulary's fill-in-the-middle tokens: the GGUF's
+ * tokenizer.ggml.fim_{pre,suf,mid}_token_id, else the usual spellings
+ * (<|fim_prefix|>, <fim_prefix>, DeepSeek's <｜fim▁begin｜>, CodeLlama's <PRE>). */
+void weft_prompt_rules_fim(struct prompt_rules *r, const struct weft_gguf *g);
 
 /* p's prompt (text, ids or messages) as token ids: *ids malloc'd (caller
  * frees), BOS added as the tokenizer says (a chat's rendered text that

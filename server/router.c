@@ -515,6 +515,11 @@ weft_status weft_router_create(const struct weft_router_config *cfg, struct weft
     }
     for (uint32_t i = 0; !key && i < r->tenants.n; i++)
         if (r->tenants.t[i].trusted && r->tenants.t[i].n_keys) key = r->tenants.t[i].keys[0];
+    /* /v1/responses' stored responses: the latest 1024, at most 64 MiB of conversation */
+    if (!(r->shapes = weft_shape_store_new(1024, (size_t)64 << 20))) {
+        st = weft_error(WEFT_ERR_NOMEM, "router: out of memory");
+        goto fail;
+    }
     if (key) {
         size_t n = strlen(key) + 40;
         r->upstream_auth = malloc(n);
@@ -576,6 +581,7 @@ fail:
     uv_run(r->loop, UV_RUN_DEFAULT);
     weft_fleet_free(&r->fleet);
     weft_tenants_free(&r->tenants);
+    weft_shape_store_free(r->shapes);
     uv_loop_close(r->loop);
     free(r->upstream_auth);
     free(r->dns_host);
@@ -608,6 +614,7 @@ void weft_router_free(struct weft_router *r)
     uv_run(r->loop, UV_RUN_DEFAULT);
     weft_fleet_free(&r->fleet);
     weft_tenants_free(&r->tenants);
+    weft_shape_store_free(r->shapes);
     uv_loop_close(r->loop);
     free(r->upstream_auth);
     free(r->dns_host);

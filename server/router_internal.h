@@ -9,6 +9,7 @@
 
 #include "server/fleet.h"
 #include "server/params.h"
+#include "server/shape.h"
 #include "server/http_client.h"
 #include "server/router.h"
 #include "server/tenants.h"
@@ -78,6 +79,7 @@ struct weft_router {
     struct tenants tenants;
     bool has_tenants;
     char *upstream_auth;           /* "Authorization: Bearer KEY\r\n" or NULL */
+    struct shape_store *shapes;    /* /v1/responses' stored responses (previous_response_id) */
     struct fleet fleet;
     uv_timer_t poll_timer, dns_timer;
     uv_getaddrinfo_t gai;
@@ -127,11 +129,19 @@ struct weft_router {
 #define MAX_TRIED 16
 #define TAIL 48                    /* bytes kept across chunks to find "cached_tokens" and "completion_tokens" */
 
+/* The client's credential: its Authorization header, or "Bearer " + its
+ * x-api-key (Anthropic's SDK) in buf; NULL when it sent neither. */
+const char *weft_router_client_auth(const struct http_request *req, char *buf, size_t n);
+
 struct pxy {
     struct weft_router *r;
     struct http_conn *c;
     const struct http_request *req;   /* valid until the response ends */
     bool chat, routed;
+    /* /v1/responses, /v1/messages: forwarded as the chat they translate to,
+     * its answer translated back (server/shape.h) */
+    enum api_shape shape;
+    struct shape_ctx *sh;
     struct gen_params p;
     json_t *root;
     int32_t *ids;

@@ -104,7 +104,8 @@ void weft_router_pd_start(struct pxy *x, char *hdr, size_t cap)
     const char *tenant_hdr = strstr(x->upstream_hdrs, "x-weft-tenant: ");
     if (r->upstream_auth) len += (size_t)snprintf(hdrs + len, sizeof hdrs - len, "%s", r->upstream_auth);
     else {
-        const char *a = weft_http_header_get(x->req, "authorization");
+        char ab[320];
+        const char *a = weft_router_client_auth(x->req, ab, sizeof ab);
         if (a && strlen(a) < 600) len += (size_t)snprintf(hdrs + len, sizeof hdrs - len, "Authorization: %s\r\n", a);
     }
     if (tenant_hdr && len < sizeof hdrs) {

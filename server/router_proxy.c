@@ -65,11 +65,21 @@ static void pxy_unref(struct pxy *x)
     for (uint32_t i = 0; i < x->n_tried; i++) weft_fleet_instance_unref(x->tried[i]);
     weft_gen_params_free(&x->p);
     json_decref(x->root);
+    weft_shape_ctx_free(x->sh);
     free(x->ids);
     free(x->gen);
     free(x->ev);
     free(x->body);
     free(x);
+}
+
+const char *weft_router_client_auth(const struct http_request *req, char *buf, size_t n)
+{
+    const char *a = weft_http_header_get(req, "authorization");
+    const char *k = weft_http_header_get(req, "x-api-key");  /* Anthropic's SDK */
+    if (a || !k || strlen(k) + 8 > n) return a;
+    snprintf(buf, n, "Bearer %s", k);
+    return buf;
 }
 
 static void status_count(struct weft_router *r, int status)
@@ -187,6 +197,29 @@ static void first_content(struct pxy *x)
 
 static bool client_write(struct pxy *x, const char *d, size_t n);
 
+/* One chat event ("data: {...}\n\n" or "data: [DONE]\n\n") to the client:
+ * as it is, or as the events of the API the client asked in (x->sh). */
+static void deliver(struct pxy *x, const char *e, size_t n)
+{
+    if (!x->sh) {
+        client_write(x, e, n);
+        return;
+    }
+    const char *pl = e + 6;
+    size_t plen = n - 6;
+    while (plen && (pl[plen - 1] == '\n' || pl[plen - 1] == '\r')) plen--;
+    struct weft_strbuf b = {0};
+    if (plen == 6 && !memcmp(pl, "[DONE]", 6)) {
+        weft_shape_stream_end(x->sh, &b);
+    } else {
+        json_t *j = json_loadb(pl, plen, 0, NULL);
+        if (j) weft_shape_stream_chunk(x->sh, j, &b);
+        json_decref(j);
+    }
+    if (b.len) client_write(x, b.p, b.len);
+    weft_sb_free(&b);
+}
+
 /* One whole event ("data: ...\n\n"): the weft member is cut off (its ids
  * kept), [DONE] and usage noted, an error event held back (the stream
  * moves instead); the rest goes to the client unchanged. */
@@ -207,7 +240,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
     while (plen && (pl[plen - 1] == '\n' || pl[plen - 1] == '\r')) plen--;
     if (plen == 6 && !memcmp(pl, "[DONE]", 6)) {
         x->done_seen = true;
-        client_write(x, e, n);
+        deliver(x, e, n);
         return;
     }
     /* every other event is one JSON object: anything else is not forwarded */
@@ -221,7 +254,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
     if (!x->ext) {
         if (x->routed) scan_usage(x, e, n);
         if (x->routed && !x->first_content) first_content(x);
-        client_write(x, e, n);
+        deliver(x, e, n);
         return;
     }
     if (plen > 9 && !memcmp(pl, "{\"error\"", 8)) {
@@ -237,7 +270,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
             break;
         }
     if (at < 0 || pl[plen - 1] != '}') {
-        client_write(x, e, n);
+        deliver(x, e, n);
         return;
     }
     json_t *w = json_loadb(pl + at + 8, plen - (size_t)at - 9, 0, NULL);
@@ -278,7 +311,7 @@ static void stream_event(struct pxy *x, const char *e, size_t n)
     memcpy(out + 6 + at, "}\n\n", 3);
     if (x->routed) scan_usage(x, out, olen);
     if (!x->first_content && x->n_gen > 0) first_content(x);
-    client_write(x, out, olen);
+    deliver(x, out, olen);
     if (out != local) free(out);
 }
 
@@ -460,7 +493,14 @@ static void stream_fail(struct pxy *x, const char *msg)
     char body[480], ev[560];
     weft_http_error_body(body, sizeof body, "server_error", NULL, msg);
     int k = snprintf(ev, sizeof ev, "data: %s\n\n", body);
-    if (x->sse) weft_http_stream_write(x->c, ev, (size_t)k);
+    if (x->sse && x->sh) {
+        struct weft_strbuf b = {0};
+        weft_shape_stream_error(x->sh, "server_error", msg, &b);
+        if (b.len) weft_http_stream_write(x->c, b.p, b.len);
+        weft_sb_free(&b);
+    } else if (x->sse) {
+        weft_http_stream_write(x->c, ev, (size_t)k);
+    }
     finish(x, true);
     weft_http_conn_on_close(x->c, NULL, NULL);
     weft_http_stream_end(x->c);
@@ -532,6 +572,29 @@ static void up_done(void *u, int err)
             x->invalid = true;
             invalid_answer(x);
             return;
+        }
+        if (x->sh) {
+            /* the answer in the client's API: the response object, or the error in its form */
+            json_t *shaped = NULL;
+            if (j) {
+                shaped = weft_shape_response(x->sh, j);
+            } else {
+                json_t *ej = json_loadb(x->body ? x->body : "", x->body_len, 0, NULL), *e = json_object_get(ej, "error");
+                const char *em = json_string_value(json_object_get(e, "message"));
+                const char *et = json_string_value(json_object_get(e, "type"));
+                shaped = weft_shape_error(x->shape, x->up_status, et ? et : "api_error",
+                                          json_string_value(json_object_get(e, "param")),
+                                          em ? em : "the instance's answer was not JSON");
+                json_decref(ej);
+            }
+            char *text = shaped ? json_dumps(shaped, JSON_COMPACT) : NULL;
+            json_decref(shaped);
+            if (text) {
+                free(x->body);
+                x->body = text;
+                x->body_len = x->body_cap = strlen(text);
+                snprintf(x->up_ctype, sizeof x->up_ctype, "application/json");
+            }
         }
         json_decref(j);
         if (x->routed) scan_usage(x, x->body ? x->body : "", x->body_len);
@@ -684,7 +747,7 @@ static void on_client_gone(void *u)
  * seed). NULL: send the client's body as it is. */
 static char *upstream_body(struct pxy *x, size_t *len)
 {
-    if (!x->ext && x->clamp_max <= 0) return NULL;
+    if (!x->ext && x->clamp_max <= 0 && !x->sh) return NULL;
     if (x->clamp_max > 0) json_object_set_new(x->root, "max_tokens", json_integer(x->clamp_max));
     if (!x->ext) {
         char *b = json_dumps(x->root, JSON_COMPACT);
@@ -722,7 +785,8 @@ static void forward(struct pxy *x, struct fleet_instance *in)
     if (r->upstream_auth) {
         len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "%s", r->upstream_auth);
     } else {
-        const char *a = weft_http_header_get(req, "authorization");
+        char ab[320];
+        const char *a = weft_router_client_auth(req, ab, sizeof ab);
         if (a && strlen(a) < 600) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "Authorization: %s\r\n", a);
     }
     /* the end tenant and its priority, as client_tenant decided them from the
@@ -740,7 +804,9 @@ static void forward(struct pxy *x, struct fleet_instance *in)
         if (len + strlen(pd) < sizeof x->upstream_hdrs) len += (size_t)snprintf(x->upstream_hdrs + len, sizeof x->upstream_hdrs - len, "%s", pd);
     }
     char path[600];
-    snprintf(path, sizeof path, "%s%s%s", req->path, req->query[0] ? "?" : "", req->query);
+    /* a translated API goes upstream as the chat it is */
+    snprintf(path, sizeof path, "%s%s%s", x->sh ? "/v1/chat/completions" : req->path, req->query[0] ? "?" : "",
+             req->query);
     size_t blen = 0;
     char *body = upstream_body(x, &blen);
     struct hcl_opts o = {.method = req->method_name, .path = path, .headers = x->upstream_hdrs,
@@ -863,8 +929,9 @@ static struct tenant_cfg *client_tenant(struct pxy *x)
     const char *named = weft_http_header_get(req, "x-weft-tenant");
     if (!named) named = weft_http_header_get(req, "x-gateway-inference-fairness-id");
     bool anon = false;
+    char ab[320];
     struct tenant_cfg *t =
-        r->has_tenants ? weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon) : NULL;
+        r->has_tenants ? weft_tenants_auth(&r->tenants, weft_router_client_auth(req, ab, sizeof ab), &anon) : NULL;
     x->has_tenant = t != NULL;
     x->tenant[0] = x->end_tenant[0] = x->qname[0] = 0;
     if (named && !(t && t->trusted)) {
@@ -1000,23 +1067,72 @@ static struct pxy *pxy_new(struct weft_router *r, struct http_conn *c, const str
     return x;
 }
 
-static void generate(struct weft_router *r, struct http_conn *c, const struct http_request *req, bool chat)
+/* A 400 in the request's API. */
+static void reply_400(struct pxy *x, const char *param, const char *msg)
+{
+    status_count(x->r, 400);
+    if (x->shape == SHAPE_CHAT) {
+        weft_http_respond_error(x->c, 400, NULL, param, "%s", msg);
+        return;
+    }
+    json_t *e = weft_shape_error(x->shape, 400, "invalid_request_error", param, msg);
+    char *b = e ? json_dumps(e, JSON_COMPACT) : NULL;
+    json_decref(e);
+    if (b) weft_http_respond(x->c, 400, "application/json", NULL, b, strlen(b));
+    else weft_http_respond_error(x->c, 500, "server_error", NULL, "out of memory");
+    free(b);
+}
+
+static void generate(struct weft_router *r, struct http_conn *c, const struct http_request *req, bool chat,
+                     enum api_shape shape)
 {
     struct pxy *x = pxy_new(r, c, req);
     if (!x) {
         weft_http_respond_error(c, 503, "server_error", NULL, "out of memory");
         return;
     }
-    x->chat = chat;
+    x->chat = chat || shape != SHAPE_CHAT;
+    chat = x->chat;
+    x->shape = shape;
     x->routed = true;
     const char *param = NULL;
     char msg[300];
-    if (weft_json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH) ||
-        !weft_gen_params_parse(req->body ? req->body : "", req->body_len, chat, &x->p, &x->root, &param, msg, sizeof msg)) {
-        if (weft_json_depth_exceeds(req->body ? req->body : "", req->body_len, WEFT_MAX_JSON_DEPTH))
-            snprintf(msg, sizeof msg, "the JSON body nests deeper than %d", WEFT_MAX_JSON_DEPTH);
-        status_count(r, 400);
-        weft_http_respond_error(c, 400, NULL, param, "%s", msg);
+    const char *body = req->body ? req->body : "";
+    size_t body_len = req->body_len;
+    char *translated = NULL;
+    if (weft_json_depth_exceeds(body, body_len, WEFT_MAX_JSON_DEPTH)) {
+        snprintf(msg, sizeof msg, "the JSON body nests deeper than %d", WEFT_MAX_JSON_DEPTH);
+        reply_400(x, NULL, msg);
+        pxy_unref(x);
+        return;
+    }
+    if (shape != SHAPE_CHAT) {
+        /* another API: routed and forwarded as the chat it asks for */
+        json_t *orig = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, NULL);
+        json_t *cb = orig ? weft_shape_request(shape, orig, r->shapes, &param, msg, sizeof msg) : NULL;
+        if (!orig) snprintf(msg, sizeof msg, "the request body is not valid JSON");
+        if (cb) x->sh = weft_shape_ctx_new(shape, orig, cb, r->shapes);
+        translated = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+        json_decref(cb);
+        json_decref(orig);
+        if (!translated || !x->sh) {
+            reply_400(x, param, cb ? "out of memory" : msg);
+            free(translated);
+            pxy_unref(x);
+            return;
+        }
+        body = translated;
+        body_len = strlen(translated);
+    }
+    bool parsed = weft_gen_params_parse(body, body_len, chat, &x->p, &x->root, &param, msg, sizeof msg);
+    free(translated);
+    if (!parsed || (x->p.suffix && r->cfg.rules.fim_pre < 0)) {
+        if (parsed) {
+            param = "suffix";
+            snprintf(msg, sizeof msg, "'suffix' needs a model with fill-in-the-middle tokens "
+                                      "(tokenizer.ggml.fim_pre_token_id, <|fim_prefix|>, ...): this model has none");
+        }
+        reply_400(x, param, msg);
         pxy_unref(x);
         return;
     }
@@ -1211,7 +1327,8 @@ void weft_router_handle(void *ctx, struct http_conn *c, const struct http_reques
     /* the rest may need an API key (the router checks it; the instance trusts the router) */
     if (r->has_tenants) {
         bool anon;
-        struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_http_header_get(req, "authorization"), &anon);
+        char ab[320];
+        struct tenant_cfg *t = weft_tenants_auth(&r->tenants, weft_router_client_auth(req, ab, sizeof ab), &anon);
         if (!t && !anon) {
             status_count(r, 401);
             weft_http_respond(c, 401, "application/json", "WWW-Authenticate: Bearer\r\n",
@@ -1237,7 +1354,11 @@ void weft_router_handle(void *ctx, struct http_conn *c, const struct http_reques
         return;
     }
     if (post && (!strcmp(p, "/v1/completions") || !strcmp(p, "/v1/chat/completions"))) {
-        generate(r, c, req, p[4] == 'c' && p[5] == 'h');
+        generate(r, c, req, p[4] == 'c' && p[5] == 'h', SHAPE_CHAT);
+        return;
+    }
+    if (post && weft_shape_of_path(p) != SHAPE_CHAT) {
+        generate(r, c, req, true, weft_shape_of_path(p));
         return;
     }
     if (post && !strcmp(p, "/v1/embeddings")) {

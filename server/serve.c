@@ -239,10 +239,14 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     }
     s->rules.tok = weft_model_tokenizer(m);
     s->rules.tmpl = &s->tmpl;
+    weft_prompt_rules_fim(&s->rules, weft_model_gguf(m));
     s->max_piece_bytes = longest_piece(weft_model_tokenizer(m));
 
     /* the model's Jinja template: refused here, named, when weft cannot run it */
     weft_status st = weft_chat_template_load(&s->tmpl, weft_model_gguf(m), weft_model_tokenizer(m), cfg->chat_template);
+    /* /v1/responses' stored responses: the latest 1024, at most 64 MiB of conversation */
+    if (st == WEFT_OK && !(s->shapes = weft_shape_store_new(1024, (size_t)64 << 20)))
+        st = weft_error(WEFT_ERR_NOMEM, "out of memory");
     if (st == WEFT_OK) {
         char d[160];
         weft_chat_template_describe(&s->tmpl, d, sizeof d);
@@ -323,6 +327,7 @@ fail:
 fail_early:
     weft_engine_free(s->eng);
     weft_chat_template_free(&s->tmpl);
+    weft_shape_store_free(s->shapes);
     weft_tenants_free(&s->tenants);
     pthread_mutex_destroy(&s->qmu);
     free(s);
@@ -367,6 +372,7 @@ void weft_server_free(struct weft_server *s)
     uv_loop_close(s->loop);
     weft_server_pd_free(s);
     weft_chat_template_free(&s->tmpl);
+    weft_shape_store_free(s->shapes);
     free(s->q);
     free(s->q2);
     weft_tenants_free(&s->tenants);

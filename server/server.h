@@ -18,6 +18,7 @@
 #include "server/pd.h"
 #include "server/prompt.h"
 #include "server/serve.h"
+#include "server/shape.h"
 #include "server/tenants.h"
 #include "server/workers.h"
 
@@ -79,6 +80,7 @@ struct weft_server {
     uint32_t n_ctx, max_waiting;
     struct prompt_rules rules;       /* tokenizer, chat family, injected default system prompt */
     struct chat_template tmpl;       /* the model's Jinja chat template (server/chat_template.h) */
+    struct shape_store *shapes;      /* /v1/responses' stored responses (previous_response_id) */
     struct tenants tenants;
     struct metrics metrics;
     uint64_t weight_bytes, kv_bytes;
@@ -104,9 +106,10 @@ bool weft_server_fleet_caller(const struct weft_server *s, const struct tenant_c
 void weft_server_handle(void *srv, struct http_conn *c, const struct http_request *req);
 /* The same for the metrics listener: /metrics, /health, /ready only. */
 void weft_server_handle_metrics(void *srv, struct http_conn *c, const struct http_request *req);
-/* POST /v1/completions and /v1/chat/completions (server/api_gen.c). */
-void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req, bool chat,
-                     struct tenant_cfg *tenant);
+/* POST /v1/completions and /v1/chat/completions, and the APIs translated
+ * into chats (/v1/responses, /v1/messages: server/shape.h) (server/api_gen.c). */
+void weft_server_generate(struct weft_server *s, struct http_conn *c, const struct http_request *req,
+                          enum api_shape shape, bool chat, struct tenant_cfg *tenant);
 /* GET /load (server/api_load.c); the device list it reports, from the
  * --device or --split spec. */
 void weft_server_do_load(struct weft_server *s, struct http_conn *c);

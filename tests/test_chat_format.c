@@ -19,6 +19,7 @@
 #include "core/jinja.h"
 #include "server/chat_format.h"
 #include "server/chat_template.h"
+#include "server/prompt.h"
 #include "server/structured.h"
 
 static const char *TOOLS_BODY =
@@ -235,6 +236,7 @@ static const struct canned CANNED[] = {
     {CHAT_CALLS_HERMES,
      "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\","
      " \"arguments\": {\"ci", 1, NULL, true},
+    {CHAT_CALLS_HERMES, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_c", 1, NULL, true},
     {CHAT_CALLS_HERMES, "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n</function>\n"
                         "</tool_call>", 1, NULL, false},
     {CHAT_CALLS_HERMES, "The weather is fine.", -1, "The weather is fine.", false},
@@ -260,6 +262,7 @@ static const struct canned CANNED[] = {
     /* Mistral Small 3.2 / Devstral / Ministral 3 */
     {CHAT_CALLS_MISTRAL_ARGS, "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Oslo\"}[TOOL_CALLS]get_time[ARGS]{}", 2,
      NULL, false},
+    {CHAT_CALLS_MISTRAL_ARGS, "[TOOL_CALLS]get_time[ARGS]{}[TOOL_CA", 1, NULL, true},
     {CHAT_CALLS_MISTRAL_ARGS, "I will look.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Os", 0, "I will look.", true},
     /* gpt-oss harmony */
     {CHAT_CALLS_HARMONY,
@@ -534,6 +537,69 @@ static void control_markers_are_kept_in_replies(void)
     free(buf);
 }
 
+/* ---- fill-in-the-middle: suffix ---- */
+
+static struct weft_tokenizer *mini_vocab(const char *const *toks, const int32_t *types, int n, struct weft_gguf **g,
+                                         void **buf)
+{
+    float scores[16];
+    for (int i = 0; i < n; i++) scores[i] = -(float)i;
+    struct weft_gguf_writer *w = NULL;
+    CHECK(weft_gguf_writer_init(&w) == WEFT_OK);
+    weft_gguf_writer_set_str(w, "tokenizer.ggml.model", "llama");
+    weft_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, (uint64_t)n);
+    weft_gguf_writer_set_arr_f32(w, "tokenizer.ggml.scores", scores, (uint64_t)n);
+    weft_gguf_writer_set_arr_i32(w, "tokenizer.ggml.token_type", types, (uint64_t)n);
+    size_t size = 0;
+    CHECK(weft_gguf_writer_to_memory(w, buf, &size) == WEFT_OK);
+    weft_gguf_writer_free(w);
+    struct weft_tokenizer *tok = NULL;
+    CHECK(weft_gguf_open_memory(*buf, size, g) == WEFT_OK && weft_tokenizer_load(*g, &tok) == WEFT_OK);
+    return tok;
+}
+
+static void suffix_is_prefix_suffix_middle(void)
+{
+    static const char *const toks[] = {"<unk>", "<s>", "</s>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>",
+                                       "\xe2\x96\x81" "a", "b", "a"};
+    const int32_t types[] = {2, 3, 3, 3, 3, 3, 1, 1, 1};
+    struct weft_gguf *g = NULL;
+    void *buf = NULL;
+    struct weft_tokenizer *tok = mini_vocab(toks, types, 9, &g, &buf);
+    struct prompt_rules r = {.tok = tok};
+    weft_prompt_rules_fim(&r, g);
+    CHECK(r.fim_pre == 3 && r.fim_suf == 4 && r.fim_mid == 5);
+    struct gen_params p;
+    memset(&p, 0, sizeof p);
+    p.prompt = "a";
+    p.suffix = "b";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char msg[256] = "";
+    CHECK_MSG(weft_prompt_tokens(&r, &p, &ids, &n, NULL, msg, sizeof msg) == WEFT_OK, "%s", msg);
+    /* BOS, PRE, the prompt, SUF, the suffix, MID: the model writes the middle */
+    CHECK_MSG(n >= 6 && ids[0] == 1 && ids[1] == 3 && ids[n - 1] == 5, "n %zu", n);
+    bool suf = false;
+    for (size_t i = 2; i + 1 < n; i++) suf = suf || ids[i] == 4;
+    CHECK(suf);
+    free(ids);
+    weft_tokenizer_free(tok);
+    weft_gguf_close(g);
+    free(buf);
+    /* a vocabulary without them: refused, naming suffix */
+    static const char *const plain[] = {"<unk>", "<s>", "</s>", "a", "b"};
+    const int32_t pt[] = {2, 3, 3, 1, 1};
+    tok = mini_vocab(plain, pt, 5, &g, &buf);
+    r = (struct prompt_rules){.tok = tok};
+    weft_prompt_rules_fim(&r, g);
+    CHECK(r.fim_pre == -1);
+    CHECK(weft_prompt_tokens(&r, &p, &ids, &n, NULL, msg, sizeof msg) == WEFT_ERR_INVALID_ARG);
+    CHECK_MSG(strstr(msg, "suffix") && strstr(msg, "fill-in-the-middle"), "%s", msg);
+    weft_tokenizer_free(tok);
+    weft_gguf_close(g);
+    free(buf);
+}
+
 int main(void)
 {
     RUN(templates_are_read_by_family);
@@ -543,5 +609,6 @@ int main(void)
     RUN(forced_call_grammars_are_read_back);
     RUN(tools_are_written_into_a_plain_template);
     RUN(control_markers_are_kept_in_replies);
+    RUN(suffix_is_prefix_suffix_middle);
     return check_summary();
 }

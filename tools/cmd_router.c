@@ -202,6 +202,7 @@ int weft_cmd_router(int argc, char **argv)
     }
     rc.rules.tok = tok;
     rc.rules.tmpl = &tmpl;
+    weft_prompt_rules_fim(&rc.rules, g);
     rc.port = (int)port;
     rc.timeout_ms = timeout_s * 1000u;
     rc.n_workers = threads;

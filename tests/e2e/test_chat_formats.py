@@ -175,3 +175,24 @@ def test_named_choice_is_one_call_and_a_cut_reply_keeps_its_finished_calls(serve
     _, content, scalls, finish, _ = stream(server, body)
     assert finish == "length" and [k["function"] for k in scalls] == [k["function"] for k in calls]
     assert "<tool_call>" not in content
+
+
+def test_tokenize_with_messages_counts_the_chat_prompt(server):
+    msgs = [{"role": "user", "content": "Name the capital of France."}]
+    st, t = post(server, "/tokenize", {"messages": msgs})
+    assert st == 200, t
+    _, r = post(server, "/v1/chat/completions", {"messages": msgs, "max_tokens": 1, "temperature": 0})
+    assert t["count"] == len(t["tokens"]) == r["usage"]["prompt_tokens"]
+    _, plain = post(server, "/tokenize", {"prompt": msgs[0]["content"]})
+    assert plain["count"] < t["count"]  # the template's turns (and SmolLM2's system prompt) are in it
+    st, e = post(server, "/tokenize", {"messages": msgs, "prompt": "x"})
+    assert st == 400 and e["error"]["param"] == "messages", e
+
+
+def test_suffix_needs_fill_in_the_middle_tokens(server):
+    # SmolLM2-Instruct's vocabulary has none: a 400 naming suffix (tests/test_chat_format.c builds the
+    # prefix-suffix-middle prompt on a vocabulary that has them)
+    st, e = post(server, "/v1/completions", {"prompt": "def f(x):", "suffix": "    return y", "max_tokens": 4})
+    assert st == 400 and e["error"]["param"] == "suffix" and "fill-in-the-middle" in e["error"]["message"], e
+    st, e = post(server, "/v1/completions", {"prompt": "def f(x):", "suffix": 3, "max_tokens": 4})
+    assert st == 400 and e["error"]["param"] == "suffix", e
