@@ -45,6 +45,15 @@ const char *weft_gen_ep_path(const struct gen_ctx *g)
     return g->chat ? "/v1/chat/completions" : "/v1/completions";
 }
 
+static void free_extra_prompts(struct gen_ctx *g)
+{
+    for (uint32_t i = 0; g->xids && i + 1 < g->p.n_prompts; i++) free(g->xids[i]);
+    free(g->xids);
+    free(g->xn);
+    g->xids = NULL;
+    g->xn = NULL;
+}
+
 static void ctx_unref(struct gen_ctx *g)
 {
     if (--g->refs > 0) return;
@@ -56,6 +65,7 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->push) weft_server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
     free(g->ids);
+    free_extra_prompts(g);
     weft_grammar_unref(g->grammar);
     for (uint32_t i = 0; i < g->n_ch; i++) {
         struct gen_choice *c = &g->ch[i];
@@ -315,7 +325,7 @@ static void on_event(struct gen_choice *c, const struct weft_event *ev, const ch
         g->refs++;  /* the push's */
         weft_server_pd_push_request_done(g->srv, push, on_push_end, g);
     }
-    if (c->index == 0) g->n_cached = ev->n_cached;  /* the prompt is counted once */
+    if (c->index % g->p.n == 0) g->n_cached += ev->n_cached;  /* each prompt counted once */
     if (!c->done && !g->finished) {
         if (ev->finish == WEFT_FINISH_ERROR && g->conn && !g->streaming && total_gen(g) == 0) {
             /* a grammar no token of the vocabulary can continue is the request's
@@ -439,11 +449,47 @@ static void tokenize_work(void *arg)
         snprintf(g->tok_msg, sizeof g->tok_msg, "the client left");
         return;
     }
-    if (!g->p.prompt_ids) {  /* ids given in the request were checked on the loop */
+    if (!g->p.prompt_ids || g->p.n_prompts > 1) {  /* one prompt of ids was checked on the loop */
         if (pthread_equal(pthread_self(), s->loop_thread)) atomic_fetch_add(&s->tokenized_on_loop, 1);
         else atomic_fetch_add(&s->tokenized_on_worker, 1);
         g->tok_status = weft_prompt_tokens(&s->rules, &g->p, &g->ids, &g->n_ids, &g->in_think, g->tok_msg,
                                            sizeof g->tok_msg);
+    }
+    /* a prompt array: the others, each as a request of that one prompt */
+    uint32_t k = g->p.n_prompts;
+    if (g->tok_status == WEFT_OK && k > 1) {
+        g->xids = calloc(k - 1, sizeof *g->xids);
+        g->xn = calloc(k - 1, sizeof *g->xn);
+        if (!g->xids || !g->xn) {
+            g->tok_status = WEFT_ERR_NOMEM;
+            return;
+        }
+        for (uint32_t i = 1; i < k && g->tok_status == WEFT_OK; i++) {
+            struct gen_params q = g->p;
+            json_t *v = json_array_get(g->p.prompt_list, i);
+            int32_t *ids = NULL;
+            q.prompt = json_string_value(v);
+            q.prompt_ids = NULL;
+            q.n_prompt_ids = 0;
+            if (json_is_array(v)) {
+                size_t n = json_array_size(v);
+                if (!(ids = malloc(sizeof(int32_t) * n))) {
+                    g->tok_status = WEFT_ERR_NOMEM;
+                    break;
+                }
+                for (size_t t = 0; t < n; t++) ids[t] = (int32_t)json_integer_value(json_array_get(v, t));
+                q.prompt_ids = ids;
+                q.n_prompt_ids = (uint32_t)n;
+            }
+            g->tok_status = weft_prompt_tokens(&s->rules, &q, &g->xids[i - 1], &g->xn[i - 1], NULL, g->tok_msg,
+                                               sizeof g->tok_msg);
+            free(ids);
+            if (g->tok_status != WEFT_OK) {
+                char m[256];
+                snprintf(m, sizeof m, "prompt %u: %.200s", i, g->tok_msg);
+                snprintf(g->tok_msg, sizeof g->tok_msg, "%s", m);
+            }
+        }
     }
 }
 
@@ -586,7 +632,7 @@ static void fetched(void *user, bool got)
 static void fetch_then_admit(struct gen_ctx *g)
 {
     struct weft_server *s = g->srv;
-    if (s->kv_fetch && !g->finished && g->conn && g->tok_status == WEFT_OK && g->n_ids > 1) {
+    if (s->kv_fetch && !g->finished && g->conn && g->tok_status == WEFT_OK && g->n_ids > 1 && g->p.n_prompts == 1) {
         g->refs++;
         if (weft_kv_fetch_start(s->kv_fetch, g->ids, (uint32_t)g->n_ids, fetched, g)) {
             ctx_unref(g);  /* the caller's reference; the fetch holds its own */
@@ -657,7 +703,11 @@ static int submit_refusal(struct gen_ctx *g, weft_status st, const char *emsg, c
 static weft_status submit_choice(struct gen_ctx *g, uint32_t i)
 {
     struct gen_choice *c = &g->ch[i];
-    struct weft_request rq = {.prompt = g->ids, .n_prompt = g->n_submit_prompt, .max_tokens = g->max_tokens - g->submit_k,
+    /* a prompt array: choice i is prompt i / n's */
+    uint32_t pi = i / g->p.n;
+    struct weft_request rq = {.prompt = pi ? g->xids[pi - 1] : g->ids,
+                              .n_prompt = pi ? (uint32_t)g->xn[pi - 1] : g->n_submit_prompt,
+                              .max_tokens = g->max_tokens - g->submit_k,
                               .sampling = g->p.sp, .ignore_eos = g->p.ignore_eos, .sample_pos = g->submit_k,
                               .priority = g->priority, .tenant = g->end_tenant, .grammar = g->grammar,
                               .cb = weft_server_engine_event, .user = c};
@@ -725,10 +775,22 @@ static void admit_and_submit(struct gen_ctx *g)
         return;
     }
     size_t n_ids = g->n_ids;
+    /* a prompt array: every prompt must fit with max_tokens; the longest decides */
+    size_t n_all = n_ids, n_max = n_ids;
+    for (uint32_t i = 0; i + 1 < g->p.n_prompts; i++) {
+        if (g->xn[i] == 0) n_ids = 0;
+        n_all += g->xn[i];
+        if (g->xn[i] > n_max) n_max = g->xn[i];
+    }
+    if (g->p.n_prompts > 1 && g->pd_id[0]) {
+        reject(g, 400, "invalid_request_error", "prompt", "a prefill/decode hand-off takes one prompt", NULL);
+        return;
+    }
     if (n_ids == 0) {
         reject(g, 400, "invalid_request_error", "prompt", "the prompt is empty after tokenization", NULL);
         return;
     }
+    n_ids = n_max;
     if (n_ids >= s->n_ctx) {
         snprintf(msg, sizeof msg,
                  "This model's maximum context length is %u tokens. However, your prompt has %zu tokens.", s->n_ctx,
@@ -756,11 +818,12 @@ static void admit_and_submit(struct gen_ctx *g)
     if (tenant && tenant->tpm > 0 && !max_given && (double)n_ids + nc <= tenant->tpm &&
         (double)n_ids + (double)g->p.max_tokens * nc > tenant->tpm)  /* the default fits the budget: never refused for it */
         g->p.max_tokens = (int64_t)((tenant->tpm - (double)n_ids) / nc);
-    g->n_prompt = (uint32_t)n_ids;
+    g->n_prompt = (uint32_t)n_all;
     g->max_tokens = (uint32_t)g->p.max_tokens;
+    n_ids = g->n_ids;  /* the first prompt's, from here on */
     if (tenant) {
-        /* the prompt once (the choices share it), max_tokens for each choice */
-        double retry, need = (double)n_ids + (double)g->max_tokens * nc;
+        /* each prompt once (its choices share it), max_tokens for each choice */
+        double retry, need = (double)n_all + (double)g->max_tokens * nc;
         if (!weft_tenant_admit(tenant, weft_server_now(), need, &retry)) {
             s->metrics.rejected_rate++;
             if (isinf(retry)) {
@@ -863,7 +926,8 @@ static void admit_and_submit(struct gen_ctx *g)
      * them instead of computing the prompt again side by side (sequences
      * admitted in one step find nothing cached: blocks are registered when
      * computed). A prompt without a full block has nothing to share. */
-    bool stage = g->n_ch > 1 && g->n_submit_prompt > WEFT_KV_BLOCK_TOKENS && !s->cfg.engine.no_prefix_cache;
+    bool stage = g->n_ch > 1 && g->p.n_prompts == 1 && g->n_submit_prompt > WEFT_KV_BLOCK_TOKENS &&
+                 !s->cfg.engine.no_prefix_cache;
     uint32_t first = stage ? 1 : g->n_ch;
     for (uint32_t i = 0; i < first; i++) {
         weft_status st = submit_choice(g, i);
@@ -880,8 +944,9 @@ static void admit_and_submit(struct gen_ctx *g)
     if (g->n_submitted == g->n_ch) {
         free(g->ids);
         g->ids = NULL;
+        free_extra_prompts(g);
     }
-    s->metrics.prompt_tokens += n_ids;
+    s->metrics.prompt_tokens += n_all;
     if (g->streaming) weft_http_stream_begin(g->conn, 200, "text/event-stream", headers);
 }
 
@@ -1016,7 +1081,7 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
                "<|fim_prefix|>, ...): this model has none", NULL);
         return;
     }
-    g->n_ch = g->p.n;
+    g->n_ch = g->p.n * g->p.n_prompts;
     g->ch = calloc(g->n_ch, sizeof *g->ch);
     if (!g->ch) {
         reject(g, 503, "server_error", NULL, "out of memory", NULL);
@@ -1106,7 +1171,7 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
         }
     }
     weft_http_conn_on_close(c, on_client_gone, g);
-    if (g->p.prompt_ids) {
+    if (g->p.prompt_ids && g->p.n_prompts == 1) {
         copy_prompt_ids(g);
         g->refs++;         /* as a tokenizing job's */
         tokenize_done(g);  /* the remote tier's fetch, then admission */

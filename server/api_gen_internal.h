@@ -68,6 +68,8 @@ struct gen_ctx {
     /* the tokenizing job: in (p) and out */
     int32_t *ids;
     size_t n_ids;
+    int32_t **xids;                  /* a prompt array's other prompts (p.n_prompts - 1 of them), tokenized */
+    size_t *xn;
     weft_status tok_status;
     char tok_msg[256];
     const char *tok_param;           /* the parameter a tok_status failure names (NULL: the prompt's) */

@@ -175,8 +175,25 @@ static bool parse_prompt(json_t *pr, struct gen_params *p, struct perr *e)
     if (n == 0) return fail(e, "prompt", "'prompt' must not be empty");
     json_t *first = json_array_get(pr, 0);
     if (json_is_string(first) || json_is_array(first)) {
-        if (n != 1) return fail(e, "prompt", "only one prompt per request is supported (n = 1)");
-        if (json_is_string(first)) return parse_prompt(first, p, e);
+        /* an array of prompts (strings or arrays of ids): each gets its n choices, indexed prompt * n + j */
+        if (n > WEFT_MAX_PROMPTS) return fail(e, "prompt", "at most %d prompts in one request", WEFT_MAX_PROMPTS);
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_array_get(pr, i);
+            if (json_is_string(v) ? json_string_length(v) == 0 : !json_is_array(v) || !json_array_size(v))
+                return fail(e, "prompt", "prompt %zu must be a non-empty string or array of token ids (all prompts of "
+                            "one kind)", i);
+            if (json_typeof(v) != json_typeof(first))
+                return fail(e, "prompt", "the prompts must be all strings or all arrays of token ids");
+            for (size_t k = 0; json_is_array(v) && k < json_array_size(v); k++) {
+                json_t *t = json_array_get(v, k);
+                if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+                    return fail(e, "prompt", "prompt %zu, token %zu must be a non-negative integer id", i, k);
+            }
+        }
+        if (n > 1) {
+            p->n_prompts = (uint32_t)n;
+            p->prompt_list = pr;
+        }
         return parse_prompt(first, p, e);
     }
     p->prompt_ids = malloc(sizeof(int32_t) * n);
@@ -312,6 +329,7 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     *root = NULL;
     *param = NULL;
     p->chat = chat;
+    p->n_prompts = 1;
     p->max_tokens = -1;
     /* OpenAI's defaults: plain sampling at temperature 1 */
     weft_sampling_params_default(&p->sp);
@@ -478,6 +496,15 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
     /* a router's moving stream follows one sequence's tokens */
     if (p->n > 1 && (p->ext_ids || p->cont))
         return fail(&e, "n", "'n' > 1 cannot be combined with 'weft.ids' or 'weft.continue'");
+    if (chat) p->n_prompts = 1;
+    if (p->n_prompts > 1) {
+        if (p->n * p->n_prompts > WEFT_MAX_PROMPTS)
+            return fail(&e, "n", "%u prompts x n = %u choices: at most %d in one request", p->n_prompts,
+                        p->n * p->n_prompts, WEFT_MAX_PROMPTS);
+        if (p->echo) return fail(&e, "echo", "'echo' takes one prompt, not an array of them");
+        if (p->suffix) return fail(&e, "suffix", "'suffix' takes one prompt, not an array of them");
+        if (p->ext_ids || p->cont) return fail(&e, "weft", "'weft' takes one prompt, not an array of them");
+    }
     return true;
 }
 

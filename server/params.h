@@ -17,6 +17,7 @@
 #define WEFT_MAX_JSON_DEPTH 64
 #define WEFT_MAX_MESSAGES 1024
 #define WEFT_MAX_CHOICES 16          /* n: choices per request */
+#define WEFT_MAX_PROMPTS 64          /* completions: prompts in one request (prompts x n at most this) */
 
 struct gen_params {
     bool chat;
@@ -24,6 +25,10 @@ struct gen_params {
     const char *prompt;             /* points into the JSON (valid while it lives) */
     int32_t *prompt_ids;            /* malloc'd when the prompt is given as ids */
     uint32_t n_prompt_ids;
+    /* completions: a prompt array; prompt / prompt_ids hold the first,
+     * prompt_list (borrowed: the request's array) all n_prompts of them */
+    uint32_t n_prompts;             /* 1 unless an array of several prompts */
+    json_t *prompt_list;
     struct weft_chat_msg *msgs;     /* malloc'd; strings owned by msg_text */
     uint32_t n_msgs;
     char **msg_text;                /* malloc'd joined text-part contents */

@@ -146,6 +146,7 @@ struct pxy {
     json_t *root;
     int32_t *ids;
     size_t n_ids;
+    size_t n_more;                    /* a prompt array's other prompts' tokens (routed by the first) */
     weft_status tok_status;
     char tok_msg[200];
     atomic_bool cancelled;

@@ -861,7 +861,7 @@ static void route_and_forward(struct pxy *x)
         return;
     }
     uint32_t mt = x->p.max_tokens > 0 ? (uint32_t)(x->p.max_tokens < 1000000 ? x->p.max_tokens : 1000000) : 16;
-    mt *= x->p.n ? x->p.n : 1;  /* every choice decodes on the instance it goes to */
+    mt *= (x->p.n ? x->p.n : 1) * x->p.n_prompts;  /* every choice decodes on the instance it goes to */
     weft_status st = weft_fleet_decide_except(&r->fleet, x->ids, x->n_ids, mt, weft_router_now(r), x->tried, x->n_tried, &x->d);
     if (st != WEFT_OK) {
         r->rejected++;
@@ -880,6 +880,8 @@ static void route_and_forward(struct pxy *x)
         return;
     }
     x->decided = true;
+    /* a prompt array is computed where it goes: no hand-off (it takes one prompt) */
+    if (x->p.n_prompts > 1) weft_fleet_pd_finished(&r->fleet, &x->d, false);
     const struct fleet_decision *d = &x->d;
     if (!x->head_sent) {
         int k = snprintf(x->extra, sizeof x->extra,
@@ -994,7 +996,7 @@ static bool admit(struct pxy *x, struct tenant_cfg *t)
 {
     if (!t) return true;
     int64_t mt = x->p.max_tokens;
-    double nc = x->p.n ? x->p.n : 1;  /* choices: the prompt once, max_tokens each */
+    double nc = (x->p.n ? x->p.n : 1) * (double)x->p.n_prompts;  /* choices: each prompt once, max_tokens each */
     if (mt <= 0) {
         uint32_t ctx = fleet_n_ctx(x->r);
         mt = x->chat && ctx > x->n_ids ? (int64_t)(ctx - x->n_ids) : 16;
@@ -1004,9 +1006,9 @@ static bool admit(struct pxy *x, struct tenant_cfg *t)
             x->clamp_max = mt;
         }
     }
-    double need = (double)x->n_ids + (double)mt * nc;
+    double need = (double)(x->n_ids + x->n_more) + (double)mt * nc;
     char why[120];
-    snprintf(why, sizeof why, "%zu in the prompt + max_tokens %lld", x->n_ids, (long long)mt);
+    snprintf(why, sizeof why, "%zu in the prompt + max_tokens %lld", x->n_ids + x->n_more, (long long)mt);
     if (!charge(x, t, need, why, "max_tokens")) return false;
     x->reserved_max = (uint32_t)((double)mt * nc);
     return true;
@@ -1017,6 +1019,22 @@ static void tokenize_work(void *arg)
     struct pxy *x = arg;
     if (atomic_load(&x->cancelled)) return;
     x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &x->p, &x->ids, &x->n_ids, NULL, x->tok_msg, sizeof x->tok_msg);
+    /* a prompt array: routed by its first prompt, charged for all of them */
+    for (uint32_t i = 1; x->tok_status == WEFT_OK && i < x->p.n_prompts; i++) {
+        json_t *v = json_array_get(x->p.prompt_list, i);
+        if (json_is_array(v)) {
+            x->n_more += json_array_size(v);
+            continue;
+        }
+        int32_t *ids = NULL;
+        size_t n = 0;
+        struct gen_params q = x->p;
+        q.prompt = json_string_value(v);
+        q.prompt_ids = NULL;
+        x->tok_status = weft_prompt_tokens(&x->r->cfg.rules, &q, &ids, &n, NULL, x->tok_msg, sizeof x->tok_msg);
+        free(ids);
+        x->n_more += n;
+    }
 }
 
 /* A tokenizing job is back (loop): true when x goes on; false when it
@@ -1137,7 +1155,7 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
         return;
     }
     /* a stream the router can move: unless the client uses the extension itself */
-    x->ext = x->p.stream && !json_object_get(x->root, "weft") && x->p.n <= 1;
+    x->ext = x->p.stream && !json_object_get(x->root, "weft") && x->p.n <= 1 && x->p.n_prompts <= 1;
     weft_http_conn_on_close(c, on_client_gone, x);
     x->refs++;  /* the job's */
     if (weft_workers_submit(r->workers, tokenize_work, tokenize_done, x) != WEFT_OK) {

@@ -51,7 +51,7 @@ static void each_bad_parameter_is_named(void)
     static const struct { const char *body, *param; } bad[] = {
         {"{}", "prompt"},
         {"{\"prompt\": \"\"}", "prompt"},
-        {"{\"prompt\": [\"a\", \"b\"]}", "prompt"},
+        {"{\"prompt\": [\"a\", [1]]}", "prompt"},  /* a prompt array mixes strings and ids */
         {"{\"prompt\": [-1]}", "prompt"},
         {"{\"prompt\": \"x\", \"max_tokens\": 0}", "max_tokens"},
         {"{\"prompt\": \"x\", \"max_tokens\": \"5\"}", "max_tokens"},
