@@ -525,9 +525,17 @@ static void build_grammar(struct gen_ctx *g)
          * request's alone (X-Weft-Fault: request: a router neither retries it
          * nor holds it against the instance) */
         g->tok_status = st;
+        /* a grammar the client wrote (grammar, guided_grammar) is the client's to fix */
+        bool own = g->p.st.format == GEN_FORMAT_GRAMMAR && g->p.st.tool_choice != GEN_TOOLS_REQUIRED &&
+                   g->p.st.tool_choice != GEN_TOOLS_NAMED;
+        if (own && st != WEFT_ERR_NOMEM) st = WEFT_ERR_INVALID_ARG;
+        g->tok_status = st;
         g->grammar_bug = st != WEFT_ERR_NOMEM && st != WEFT_ERR_INVALID_ARG;
-        g->tok_param = g->p.st.format != GEN_FORMAT_TEXT ? "response_format" : "tools";
-        if (st == WEFT_ERR_INVALID_ARG)
+        g->tok_param = g->p.st.format != GEN_FORMAT_TEXT ? g->p.st.format_param : "tools";
+        if (st == WEFT_ERR_INVALID_ARG && own)
+            snprintf(g->tok_msg, sizeof g->tok_msg, "'%s' is not a grammar weft can use: %s", g->tok_param,
+                     weft_last_error());
+        else if (st == WEFT_ERR_INVALID_ARG)
             snprintf(g->tok_msg, sizeof g->tok_msg, "the %s schema cannot be enforced: %s", g->tok_param,
                      weft_last_error());
         else
@@ -854,7 +862,8 @@ static void admit_and_submit(struct gen_ctx *g)
     s->next_rid++;
     /* a completion continues its prompt: its first piece keeps its space
      * (as `weft run` prints it); a chat answer starts a message */
-    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(s->m), .ignore_eos = g->p.ignore_eos, .strings = g->p.stop,
+    struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(s->m), .ignore_eos = g->p.ignore_eos,
+                                 .ids = g->p.stop_ids, .n_ids = g->p.n_stop_ids, .strings = g->p.stop,
                                  .n_strings = g->p.n_stop, .continues_prompt = !g->chat,
                                  /* a chat's format markers that are control tokens are read back */
                                  .render_ids = g->chat ? s->tmpl.markers : NULL,
@@ -1075,6 +1084,13 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
         reject(g, 400, "invalid_request_error", param, msg, NULL);
         return;
     }
+    for (uint32_t i = 0; i < g->p.n_stop_ids; i++)
+        if ((uint32_t)g->p.stop_ids[i] >= weft_model_hparams(s->m)->n_vocab) {
+            snprintf(msg, sizeof msg, "'stop_token_ids' names token %d, outside the vocabulary of %u", g->p.stop_ids[i],
+                     weft_model_hparams(s->m)->n_vocab);
+            reject(g, 400, "invalid_request_error", "stop_token_ids", msg, NULL);
+            return;
+        }
     if (g->p.suffix && s->rules.fim_pre < 0) {
         reject(g, 400, "invalid_request_error", "suffix",
                "'suffix' needs a model with fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id, "

@@ -1,4 +1,5 @@
 #include "server/params.h"
+#include "base/buf.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -283,13 +284,12 @@ static bool parse_ext(json_t *w, struct gen_params *p, struct perr *e)
  * 400 naming it, never a 200 that ignored it. */
 enum ext_noop { NOOP_NULL, NOOP_FALSE, NOOP_TRUE, NOOP_ZERO, NOOP_ONE };
 static const struct { const char *name; enum ext_noop noop; } EXTENSIONS[] = {
-    {"guided_choice", NOOP_NULL},        {"guided_regex", NOOP_NULL},        {"guided_json", NOOP_NULL},
-    {"guided_grammar", NOOP_NULL},       {"guided_decoding_backend", NOOP_NULL},
-    {"guided_whitespace_pattern", NOOP_NULL}, {"structured_outputs", NOOP_NULL}, {"grammar", NOOP_NULL},
-    {"json_schema", NOOP_NULL},          {"regex", NOOP_NULL},               {"ebnf", NOOP_NULL},
+    {"guided_regex", NOOP_NULL},         {"guided_decoding_backend", NOOP_NULL},
+    {"guided_whitespace_pattern", NOOP_NULL}, {"structured_outputs", NOOP_NULL},
+    {"regex", NOOP_NULL},                {"ebnf", NOOP_NULL},
     {"chat_template", NOOP_NULL},        {"documents", NOOP_NULL},
     {"mm_processor_kwargs", NOOP_NULL},  {"bad_words", NOOP_NULL},           {"allowed_token_ids", NOOP_NULL},
-    {"stop_token_ids", NOOP_NULL},       {"logits_processors", NOOP_NULL},   {"samplers", NOOP_NULL},
+    {"logits_processors", NOOP_NULL},   {"samplers", NOOP_NULL},
     {"lora", NOOP_NULL},                 {"truncate_prompt_tokens", NOOP_NULL}, {"prompt_logprobs", NOOP_NULL},
     {"vllm_xargs", NOOP_NULL},           {"use_beam_search", NOOP_FALSE},
     {"include_stop_str_in_output", NOOP_FALSE}, {"return_tokens_as_token_ids", NOOP_FALSE},
@@ -299,6 +299,83 @@ static const struct { const char *name; enum ext_noop noop; } EXTENSIONS[] = {
     {"xtc_probability", NOOP_ZERO},      {"length_penalty", NOOP_ONE},       {"typical_p", NOOP_ONE},
     {"tfs_z", NOOP_ONE},
 };
+
+/* vLLM's guided_json / guided_choice / guided_grammar, llama.cpp's
+ * json_schema / grammar: the constraint held as response_format's is (one
+ * of them, not with response_format or a required call); and
+ * stop_token_ids. */
+static bool parse_guided(json_t *j, struct gen_params *p, struct perr *e)
+{
+    static const char *const KEYS[] = {"guided_json", "json_schema", "guided_choice", "guided_grammar", "grammar"};
+    const char *key = NULL;
+    json_t *v = NULL;
+    for (size_t i = 0; i < sizeof KEYS / sizeof *KEYS; i++) {
+        json_t *x = json_object_get(j, KEYS[i]);
+        if (is_null_or_absent(x)) continue;
+        if ((json_is_object(x) && !json_object_size(x)) || (json_is_array(x) && !json_array_size(x))) continue;
+        if (key) return fail(e, KEYS[i], "'%s' and '%s' cannot both be given", key, KEYS[i]);
+        key = KEYS[i];
+        v = x;
+    }
+    struct gen_structured *s = &p->st;
+    if (key && (s->format != GEN_FORMAT_TEXT || s->tool_choice == GEN_TOOLS_REQUIRED || s->tool_choice == GEN_TOOLS_NAMED))
+        return fail(e, key, "'%s' cannot be combined with 'response_format' or a required tool call", key);
+    if (key && (!strcmp(key, "guided_json") || !strcmp(key, "json_schema"))) {
+        if (!json_is_object(v) && !json_is_boolean(v)) return fail(e, key, "'%s' must be a JSON Schema", key);
+        s->format = GEN_FORMAT_JSON_SCHEMA;
+        s->schema = v;
+        s->format_param = key;
+    } else if (key && !strcmp(key, "guided_choice")) {
+        /* root ::= "a" | "b" | ... */
+        if (!json_is_array(v) || json_array_size(v) > 256)
+            return fail(e, key, "'guided_choice' must be an array of at most 256 strings");
+        struct weft_strbuf b = {0};
+        weft_sb_puts(&b, "root ::=");
+        size_t i;
+        json_t *c;
+        json_array_foreach(v, i, c) {
+            if (!json_is_string(c) || !json_string_length(c) || json_string_length(c) > 4096) {
+                weft_sb_free(&b);
+                return fail(e, key, "'guided_choice' entries must be non-empty strings of at most 4096 bytes");
+            }
+            weft_sb_puts(&b, i ? " | \"" : " \"");
+            const unsigned char *t = (const unsigned char *)json_string_value(c);
+            for (size_t k = 0; k < json_string_length(c); k++) {
+                if (t[k] == '"' || t[k] == '\\') weft_sb_printf(&b, "\\%c", t[k]);
+                else if (t[k] < 0x20 || t[k] == 0x7f) weft_sb_printf(&b, "\\x%02x", t[k]);
+                else weft_sb_putc(&b, (char)t[k]);
+            }
+            weft_sb_puts(&b, "\"");
+        }
+        weft_sb_puts(&b, "\n");
+        if (b.oom) {
+            weft_sb_free(&b);
+            return fail(e, key, "out of memory");
+        }
+        s->format = GEN_FORMAT_GRAMMAR;
+        s->grammar = b.p;
+        s->format_param = key;
+    } else if (key) {
+        /* a grammar in weft's GBNF-like form (core/grammar.h) */
+        if (!json_is_string(v)) return fail(e, key, "'%s' must be a grammar (a string)", key);
+        if (!(s->grammar = strdup(json_string_value(v)))) return fail(e, key, "out of memory");
+        s->format = GEN_FORMAT_GRAMMAR;
+        s->format_param = key;
+    }
+    json_t *st = json_object_get(j, "stop_token_ids");
+    if (!is_null_or_absent(st)) {
+        if (!json_is_array(st) || json_array_size(st) > WEFT_MAX_STOP)
+            return fail(e, "stop_token_ids", "'stop_token_ids' must be an array of at most %d token ids", WEFT_MAX_STOP);
+        size_t i;
+        json_t *t;
+        json_array_foreach(st, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 || json_integer_value(t) > INT32_MAX)
+                return fail(e, "stop_token_ids", "'stop_token_ids' entries must be token ids");
+            p->stop_ids[p->n_stop_ids++] = (int32_t)json_integer_value(t);
+        }
+    }
+    return true;
+}
 
 static bool refuse_extensions(json_t *j, struct perr *e)
 {
@@ -486,6 +563,7 @@ bool weft_gen_params_parse(const char *body, size_t len, bool chat, struct gen_p
         p->sp.n_bias = k;
     }
     if (!weft_structured_parse(j, chat, &p->st, param, msg, msg_size)) return false;
+    if (!parse_guided(j, p, &e)) return false;
     if (!refuse_extensions(j, &e)) return false;
     json_t *user = json_object_get(j, "user");
     if (!is_null_or_absent(user) && !json_is_string(user)) return fail(&e, "user", "'user' must be a string");

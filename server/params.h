@@ -41,6 +41,8 @@ struct gen_params {
     bool seed_given;
     const char *stop[WEFT_MAX_STOP];
     uint32_t n_stop;
+    int32_t stop_ids[WEFT_MAX_STOP];  /* stop_token_ids (vLLM's): tokens that end the output, not part of it */
+    uint32_t n_stop_ids;
     bool stream, include_usage;
     bool logprobs;                  /* chat: logprobs=true; completions: logprobs given */
     int32_t top_logprobs;           /* 0..20 */

@@ -63,6 +63,7 @@ static bool parse_format(json_t *rf, struct gen_structured *s, const char **para
         return fail(param, msg, n, "response_format", "'response_format.json_schema.strict' must be a boolean");
     s->format = GEN_FORMAT_JSON_SCHEMA;
     s->schema = schema;
+    s->format_param = "response_format";
     return true;
 }
 
@@ -168,6 +169,7 @@ bool weft_structured_parse(json_t *body, bool chat, struct gen_structured *s, co
 
 void weft_structured_free(struct gen_structured *s)
 {
+    free(s->grammar);
     for (uint32_t i = 0; i < s->n_tools; i++) free(s->tool_defs[i]);
     free(s->tool_defs);
     free(s->tool_names);
@@ -315,6 +317,10 @@ bool weft_structured_grammar(const struct gen_structured *s, const struct chat_c
         *text = t.p;
         return true;
     }
+    if (s->format == GEN_FORMAT_GRAMMAR) {
+        *text = strdup(s->grammar);
+        return *text ? true : fail(param, msg, msg_size, s->format_param, "out of memory");
+    }
     if (s->format == GEN_FORMAT_JSON_OBJECT) {
         *text = strdup(weft_grammar_json_object);
         return *text ? true : fail(param, msg, msg_size, "response_format", "out of memory");
@@ -322,7 +328,9 @@ bool weft_structured_grammar(const struct gen_structured *s, const struct chat_c
     if (s->format == GEN_FORMAT_JSON_SCHEMA) {
         char err[256];
         if (!weft_json_schema_grammar(s->schema, text, err, sizeof err))
-            return fail(param, msg, msg_size, "response_format", "response_format.json_schema.schema: %s", err);
+            return fail(param, msg, msg_size, s->format_param,
+                        strcmp(s->format_param, "response_format") ? "'%s': %s" : "%s.json_schema.schema: %s",
+                        s->format_param, err);
     }
     return true;
 }

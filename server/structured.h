@@ -25,12 +25,15 @@
 #define WEFT_MAX_TOOLS 128
 #define WEFT_MAX_PARALLEL_CALLS 8  /* calls in one constrained reply */
 
-enum gen_format { GEN_FORMAT_TEXT = 0, GEN_FORMAT_JSON_OBJECT, GEN_FORMAT_JSON_SCHEMA };
+enum gen_format { GEN_FORMAT_TEXT = 0, GEN_FORMAT_JSON_OBJECT, GEN_FORMAT_JSON_SCHEMA, GEN_FORMAT_GRAMMAR };
 enum gen_tool_choice { GEN_TOOLS_OFF = 0, GEN_TOOLS_AUTO, GEN_TOOLS_REQUIRED, GEN_TOOLS_NAMED };
 
 struct gen_structured {
     enum gen_format format;
     json_t *schema;                 /* json_schema's "schema" (borrowed from the request's JSON) */
+    char *grammar;                  /* GEN_FORMAT_GRAMMAR: the grammar text (malloc'd): vLLM's guided_grammar,
+                                       llama.cpp's grammar, guided_choice's alternatives */
+    const char *format_param;       /* the field that asked for the format ("response_format", "guided_json", ...) */
     /* tools (chat only) */
     enum gen_tool_choice tool_choice;  /* OFF: no tools, or "none" */
     const char *tool_choice_name;   /* NAMED: the function (borrowed) */

@@ -1,0 +1,85 @@
+"""vLLM's and llama-server's constraint extensions, honoured on weft serve
+(and through weft router, which passes them on): guided_choice answers one
+of the choices, guided_json / json_schema a JSON document of the schema,
+guided_grammar / grammar a string of the grammar, stop_token_ids end the
+output at the token; conflicting or malformed ones are a 400 naming them."""
+import json
+import re
+import urllib.request
+
+import pytest
+
+from conftest import Router, Server
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 16},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 99}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def post(base, path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+@pytest.fixture(scope="module")
+def bases():
+    srv = Server(threads=2)
+    r = Router([srv])
+    r.wait_ready(n_up=1)
+    yield {"serve": srv.base, "router": r.base}
+    r.stop()
+    srv.stop()
+
+
+def text(r):
+    c = r["choices"][0]
+    return c["message"]["content"] if "message" in c else c["text"]
+
+
+@pytest.mark.parametrize("where", ["serve", "router"])
+def test_constraints_hold(bases, where):
+    base = bases[where]
+    chat = {"messages": [{"role": "user", "content": "Is the sky green?"}], "max_tokens": 24, "temperature": 0}
+    comp = {"prompt": "Is the sky green? Answer:", "max_tokens": 24, "temperature": 0}
+    for path, body in (("/v1/chat/completions", chat), ("/v1/completions", comp)):
+        st, r = post(base, path, {**body, "guided_choice": ["yes", "no", "maybe not"]})
+        assert st == 200 and text(r) in ("yes", "no", "maybe not"), r
+        for key in ("guided_json", "json_schema"):
+            st, r = post(base, path, {**body, "max_tokens": 48, key: SCHEMA})
+            assert st == 200, r
+            doc = json.loads(text(r))
+            assert set(doc) == {"name", "age"} and 0 <= doc["age"] <= 99
+        for key in ("guided_grammar", "grammar"):
+            st, r = post(base, path, {**body, key: 'root ::= "code-" [0-9]{3}'})
+            assert st == 200 and re.fullmatch(r"code-[0-9]{3}", text(r)), r
+
+
+def test_stop_token_ids_end_the_output(bases):
+    base = bases["serve"]
+    body = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}
+    _, full = post(base, "/v1/completions", body)
+    _, toks = post(base, "/tokenize", {"prompt": full["choices"][0]["text"], "add_special": False})
+    stop = toks["tokens"][3]
+    st, r = post(base, "/v1/completions", {**body, "stop_token_ids": [stop]})
+    assert st == 200 and r["choices"][0]["finish_reason"] == "stop", r
+    cut = r["choices"][0]["text"]
+    assert len(cut) < len(full["choices"][0]["text"]) and full["choices"][0]["text"].startswith(cut)
+
+
+def test_conflicts_and_bad_values_are_named(bases):
+    base = bases["serve"]
+    chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
+    for extra, param in [({"guided_choice": ["a"], "guided_json": SCHEMA}, "guided_choice"),
+                         ({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "guided_choice"),
+                         ({"guided_choice": "a"}, "guided_choice"), ({"grammar": 3}, "grammar"),
+                         ({"grammar": "root ::= ("}, "grammar"), ({"stop_token_ids": [10 ** 9]}, "stop_token_ids"),
+                         ({"guided_json": {"type": "object", "properties": {"a": {"type": "string",
+                                                                                  "pattern": "(?=x)"}}}},
+                          "guided_json")]:
+        st, e = post(base, "/v1/chat/completions", {**chat, **extra})
+        assert st == 400 and e["error"]["param"] == param, (extra, e)
