@@ -114,7 +114,7 @@ def bad_params():
             if v is None:
                 continue
             cases.append(("/v1/completions", dict(GOOD, **{key: v}), key))
-    for prompt in [None, 5, [], [-1], ["a", "b"], "", [1.5], {"x": 1}, [10 ** 12]]:
+    for prompt in [None, 5, [], [-1], ["a", [1]], "", [1.5], {"x": 1}, [10 ** 12]]:
         body = dict(GOOD)
         if prompt is None:
             del body["prompt"]
