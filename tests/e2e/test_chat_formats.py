@@ -144,7 +144,17 @@ TOOLS = [{"type": "function", "function": {
                                       "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
 
 
-def test_named_choice_is_one_call_and_a_cut_reply_keeps_its_finished_calls(server):
+@pytest.fixture(scope="module")
+def router(server):
+    r = Router([server])
+    r.wait_ready(n_up=1)
+    yield r
+    r.stop()
+
+
+@pytest.mark.parametrize("where", ["serve", "router"])
+def test_named_choice_is_one_call_and_a_cut_reply_keeps_its_finished_calls(server, router, where):
+    server = server if where == "serve" else router
     msgs = [{"role": "user", "content": "What is the weather in Oslo?"}]
     named = {"type": "function", "function": {"name": "get_weather"}}
     st, r = post(server, "/v1/chat/completions", {"messages": msgs, "tools": TOOLS, "tool_choice": named,
