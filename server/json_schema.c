@@ -198,8 +198,9 @@ static bool get_count(struct conv *c, json_t *s, const char *key, const char *pa
     json_t *v = json_object_get(s, key);
     *out = -1;
     if (!v) return true;
-    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100000)
-        return fail(c, path, "'%s' must be a non-negative integer", key);
+    /* the grammar's repetition bound (core/grammar.h) is the largest count a schema may give */
+    if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 65535)
+        return fail(c, path, "'%s' must be an integer from 0 to 65535", key);
     *out = json_integer_value(v);
     return true;
 }

@@ -142,6 +142,14 @@ static void string_formats_and_lengths(void)
     expect(g, "{\"d\":\"2026-12-03\",\"t\":\"2026-12-03T21:19:32Z\",\"u\":\"123e4567-e89b-12d3-a456-426614174000\","
               "\"s\":\"a\"}", false);
     weft_grammar_unref(g);
+    /* the grammar's largest repetition is the largest length a schema may give: the rest is refused, named
+     * (a count that large still makes more rules than one grammar holds: a 400 from the grammar, tested in
+     * test_grammar) */
+    g = compile("{\"type\":\"string\",\"maxLength\":2000}");
+    expect(g, "\"abc\"", true);
+    weft_grammar_unref(g);
+    refused("{\"type\":\"string\",\"maxLength\":65536}", "maxLength");
+    refused("{\"type\":\"array\",\"maxItems\":100000}", "maxItems");
 }
 
 static void maps_and_free_values(void)
