@@ -200,7 +200,7 @@ static void the_cli_prints_the_reference(void)
         if (tools) json_dump_file(tools, tpath, 0);
         char *kw = json_dumps(v, JSON_COMPACT);
         char cmd[4096];
-        snprintf(cmd, sizeof cmd, "%s/weft template -m %s --chat-template %s/%s --messages %s %s%s --kwargs '%s' %s",
+        snprintf(cmd, sizeof cmd, "%s/weft template --raw -m %s --chat-template %s/%s --messages %s %s%s --kwargs '%s' %s",
                  WEFT_BUILD_DIR, model, tdir, name, mpath, tools ? "--tools " : "", tools ? tpath : "", kw,
                  gen ? "" : "--no-generation-prompt");
         FILE *p = popen(cmd, "r");

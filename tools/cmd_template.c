@@ -1,7 +1,10 @@
 /* `weft template`: a model's own chat template (its GGUF's
  * tokenizer.chat_template, the .tool_use one when tools are given and the
  * file has it, or --chat-template FILE) rendered over a conversation with
- * core/jinja, printed as it is: the prompt weft would tokenize. */
+ * core/jinja, printed as it is: the prompt a chat request with these
+ * messages gets (what POST /apply-template answers), or with --raw the
+ * template over the variables exactly as given (Hugging Face's
+ * apply_chat_template). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +20,12 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: weft template [-m MODEL] [--chat-template FILE] --messages FILE.json [--tools FILE.json]\n"
-            "                     [--kwargs JSON] [--no-generation-prompt]\n"
-            "  Prints the prompt the model's own chat template makes of a conversation (Jinja, as\n"
-            "  Hugging Face's apply_chat_template renders it).\n"
+            "                     [--kwargs JSON] [--no-generation-prompt] [--raw]\n"
+            "  Prints the prompt the model's own chat template makes of a conversation: the prompt\n"
+            "  /v1/chat/completions computes for these messages (POST /apply-template's answer).\n"
+            "  --raw: the template over the variables exactly as given (arguments as written, nothing\n"
+            "      weft writes in for what the template does not render), as Hugging Face's\n"
+            "      apply_chat_template renders them\n"
             "  --messages FILE.json: an array of {\"role\": ..., \"content\": ...} (or an object with \"messages\")\n"
             "  --tools FILE.json: an array of {\"type\": \"function\", \"function\": {...}}\n"
             "  --kwargs JSON: more template variables, e.g. '{\"enable_thinking\": false}'\n"
@@ -38,7 +44,7 @@ static json_t *load_json(const char *path, const char *what)
 int weft_cmd_template(int argc, char **argv)
 {
     const char *model = NULL, *tmpl_path = NULL, *msgs_path = NULL, *tools_path = NULL, *kwargs = NULL;
-    bool gen = true;
+    bool gen = true, raw = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool v = i + 1 < argc;
@@ -48,6 +54,7 @@ int weft_cmd_template(int argc, char **argv)
         else if (!strcmp(a, "--tools") && v) tools_path = argv[++i];
         else if (!strcmp(a, "--kwargs") && v) kwargs = argv[++i];
         else if (!strcmp(a, "--no-generation-prompt")) gen = false;
+        else if (!strcmp(a, "--raw")) raw = true;
         else {
             bool help = !strcmp(a, "-h") || !strcmp(a, "--help");
             if (!help) fprintf(stderr, "weft template: unknown option '%s'\n", a);
@@ -102,11 +109,13 @@ int weft_cmd_template(int argc, char **argv)
     }
     json_object_set(body, "messages", msgs);
     if (tools) json_object_set(body, "tools", tools);
-    json_object_set(body, "chat_template_kwargs", vars);
+    if (json_object_size(vars) || raw) json_object_set(body, "chat_template_kwargs", vars);
     json_object_set_new(body, "add_generation_prompt", json_boolean(gen));
     char msg[600];
     size_t n_out = 0;
-    if (weft_chat_template_apply_raw(&ct, body, &out, &n_out, msg, sizeof msg) != WEFT_OK) {
+    weft_status st = raw ? weft_chat_template_apply_raw(&ct, body, &out, &n_out, msg, sizeof msg)
+                         : weft_chat_template_apply(&ct, body, &out, &n_out, msg, sizeof msg);
+    if (st != WEFT_OK) {
         fprintf(stderr, "weft template: %s\n", msg);
         goto done;
     }

@@ -112,3 +112,20 @@ def test_no_template_and_no_chatml_vocabulary_names_the_flag():
         assert st == 400 and "--chat-template" in got["error"]["message"], got
     finally:
         srv.stop()
+
+
+def test_weft_template_prints_what_apply_template_answers(server, tmp_path):
+    # the default model's template has no tools: weft writes them in, the same in the CLI and on the server
+    msgs = [{"role": "user", "content": "Weather in Oslo?"}]
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "d",
+                                               "parameters": {"type": "object", "properties": {}}}}]
+    (tmp_path / "m.json").write_text(json.dumps(msgs))
+    (tmp_path / "t.json").write_text(json.dumps(tools))
+    cli = subprocess.run([WEFT, "template", "-m", server.model, "--messages", str(tmp_path / "m.json"), "--tools",
+                          str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 0, cli.stderr
+    st, got = post(server, "/apply-template", {"messages": msgs, "tools": tools})
+    assert st == 200 and cli.stdout == got["prompt"] and "<tools>" in got["prompt"]
+    raw = subprocess.run([WEFT, "template", "--raw", "-m", server.model, "--messages", str(tmp_path / "m.json"),
+                          "--tools", str(tmp_path / "t.json")], capture_output=True, text=True, timeout=120)
+    assert raw.returncode == 0 and "<tools>" not in raw.stdout  # the template itself ignores tools
