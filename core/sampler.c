@@ -29,6 +29,7 @@ struct weft_sampler {
     int32_t *count;             /* (n_vocab) occurrences of each id in hist */
     struct weft_cand *cand;     /* (n_vocab) scratch */
     double *w;                  /* (n_vocab) scratch: unnormalised probabilities */
+    int32_t *ban_id;            /* (p.n_ban) a copy of the params' */
     int32_t *bias_id;           /* (p.n_bias) copies of the params' */
     float *bias_val;
 };
@@ -97,6 +98,11 @@ static weft_status check_params(const struct weft_sampling_params *p, int32_t n_
                           WEFT_MAX_LOGPROBS, (int)p->n_logprobs);
     if (p->n_bias && (!p->bias_id || !p->bias_val))
         return weft_error(WEFT_ERR_INVALID_ARG, "sampler: logit bias arrays are NULL");
+    if (p->n_ban && !p->ban_id) return weft_error(WEFT_ERR_INVALID_ARG, "sampler: the min_tokens ban list is NULL");
+    for (uint32_t i = 0; i < p->n_ban; i++)
+        if (p->ban_id[i] < 0 || p->ban_id[i] >= n_vocab)
+            return weft_error(WEFT_ERR_INVALID_ARG, "sampler: min_tokens bans token %d, outside the vocabulary of %d",
+                              (int)p->ban_id[i], (int)n_vocab);
     for (uint32_t i = 0; i < p->n_bias; i++) {
         if (p->bias_id[i] < 0 || p->bias_id[i] >= n_vocab)
             return weft_error(WEFT_ERR_INVALID_ARG, "sampler: logit bias for token %d, outside the vocabulary of %d",
@@ -146,6 +152,12 @@ weft_status weft_sampler_init(const struct weft_sampling_params *p, int32_t n_vo
         s->p.bias_id = s->bias_id;
         s->p.bias_val = s->bias_val;
     }
+    if (p->n_ban) {
+        if (!(s->ban_id = malloc(p->n_ban * sizeof *s->ban_id)))
+            goto nomem;
+        memcpy(s->ban_id, p->ban_id, p->n_ban * sizeof *s->ban_id);
+        s->p.ban_id = s->ban_id;
+    }
     *out = s;
     return WEFT_OK;
 
@@ -163,6 +175,7 @@ void weft_sampler_free(struct weft_sampler *s)
     free(s->cand);
     free(s->w);
     free(s->bias_id);
+    free(s->ban_id);
     free(s->bias_val);
     free(s);
 }
@@ -400,7 +413,8 @@ static weft_status sample_impl(struct weft_sampler *s, const float *logits, cons
     int32_t V = s->n_vocab;
     struct weft_cand *c = s->cand;
 
-    if (p->temperature <= 0.0f && !penalties_active(s) && !p->n_bias) {
+    bool banning = s->pos < p->min_tokens && p->n_ban;
+    if (p->temperature <= 0.0f && !penalties_active(s) && !p->n_bias && !banning) {
         /* greedy with nothing to adjust: one read-only pass (the general
          * path below writes a candidate per id first); the same choice */
         float best = sanitize(logits[first]), raw_max = best;
@@ -430,6 +444,8 @@ static weft_status sample_impl(struct weft_sampler *s, const float *logits, cons
         float *l = &c[p->bias_id[i]].logit;
         *l = sanitize(*l + p->bias_val[i]);
     }
+    if (banning)  /* min_tokens not reached: no end yet */
+        for (uint32_t i = 0; i < p->n_ban; i++) c[p->ban_id[i]].logit = -INFINITY;
     apply_penalties(s);
     if (allowed)
         for (int32_t i = 0; i < V; i++)

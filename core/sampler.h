@@ -38,6 +38,12 @@ struct weft_sampling_params {
     const int32_t *bias_id;
     const float *bias_val;
     uint32_t n_bias;
+    /* vLLM's min_tokens: while fewer than min_tokens tokens have been drawn
+     * (the sampler's position), ban_id[0..n_ban) (the end-of-generation and
+     * stop tokens) cannot be drawn; weft_sampler_init copies them. 0: none */
+    uint32_t min_tokens;
+    const int32_t *ban_id;
+    uint32_t n_ban;
 };
 
 void weft_sampling_params_default(struct weft_sampling_params *p);

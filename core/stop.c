@@ -162,7 +162,7 @@ weft_status weft_stop_push(struct weft_stop *s, int32_t id, struct weft_stop_ste
     if (st == WEFT_OK && n) st = append(s, piece, n);
     if (st != WEFT_OK) return st;
     out->tok_len = s->len - out->tok_from;
-    if (s->cfg.n_strings) {
+    if (s->cfg.n_strings && s->n_tokens >= s->cfg.min_tokens) {
         size_t from = out->tok_from >= s->max_string ? out->tok_from - s->max_string + 1 : 0;
         long at = find_string(s, from);
         if (at >= 0) {

@@ -30,6 +30,7 @@ struct weft_stop_cfg {
     uint32_t n_ids;
     const char *const *strings;      /* stop strings, non-empty (copied by init) */
     uint32_t n_strings;
+    uint32_t min_tokens;             /* vLLM's min_tokens: stop strings end nothing before this many tokens */
     const int32_t *render_ids;       /* control tokens that are output as their text (a chat
                                         format's markers; copied by init) */
     uint32_t n_render_ids;

@@ -64,6 +64,7 @@ static void ctx_unref(struct gen_ctx *g)
     if (g->pd) weft_server_pd_detach(s, g->pd);
     if (g->push) weft_server_pd_push_request_done(s, g->push, NULL, NULL);
     free(g->pd_auth);
+    free(g->ban);
     free(g->ids);
     free_extra_prompts(g);
     weft_grammar_unref(g->grammar);
@@ -864,6 +865,7 @@ static void admit_and_submit(struct gen_ctx *g)
      * (as `weft run` prints it); a chat answer starts a message */
     struct weft_stop_cfg scfg = {.tok = weft_model_tokenizer(s->m), .ignore_eos = g->p.ignore_eos,
                                  .ids = g->p.stop_ids, .n_ids = g->p.n_stop_ids, .strings = g->p.stop,
+                                 .min_tokens = g->p.min_tokens,
                                  .n_strings = g->p.n_stop, .continues_prompt = !g->chat,
                                  /* a chat's format markers that are control tokens are read back */
                                  .render_ids = g->chat ? s->tmpl.markers : NULL,
@@ -1091,6 +1093,21 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
             reject(g, 400, "invalid_request_error", "stop_token_ids", msg, NULL);
             return;
         }
+    if (g->p.min_tokens) {
+        /* until min_tokens: no end-of-generation token, no stop token (core/sampler.h), no stop string */
+        uint32_t nb = (g->p.ignore_eos ? 0 : s->n_eog) + g->p.n_stop_ids;
+        g->ban = malloc(sizeof(int32_t) * (nb ? nb : 1));
+        if (!g->ban) {
+            reject(g, 503, "server_error", NULL, "out of memory", NULL);
+            return;
+        }
+        uint32_t k = 0;
+        for (uint32_t i = 0; !g->p.ignore_eos && i < s->n_eog; i++) g->ban[k++] = s->eog_ids[i];
+        for (uint32_t i = 0; i < g->p.n_stop_ids; i++) g->ban[k++] = g->p.stop_ids[i];
+        g->p.sp.min_tokens = g->p.min_tokens;
+        g->p.sp.ban_id = g->ban;
+        g->p.sp.n_ban = k;
+    }
     if (g->p.suffix && s->rules.fim_pre < 0) {
         reject(g, 400, "invalid_request_error", "suffix",
                "'suffix' needs a model with fill-in-the-middle tokens (tokenizer.ggml.fim_pre_token_id, "

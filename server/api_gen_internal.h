@@ -68,6 +68,7 @@ struct gen_ctx {
     /* the tokenizing job: in (p) and out */
     int32_t *ids;
     size_t n_ids;
+    int32_t *ban;                    /* min_tokens: the tokens banned until then (end of generation, stop ids) */
     int32_t **xids;                  /* a prompt array's other prompts (p.n_prompts - 1 of them), tokenized */
     size_t *xn;
     weft_status tok_status;

@@ -294,7 +294,7 @@ static const struct { const char *name; enum ext_noop noop; } EXTENSIONS[] = {
     {"vllm_xargs", NOOP_NULL},           {"use_beam_search", NOOP_FALSE},
     {"include_stop_str_in_output", NOOP_FALSE}, {"return_tokens_as_token_ids", NOOP_FALSE},
     {"skip_special_tokens", NOOP_TRUE},  {"spaces_between_special_tokens", NOOP_TRUE},
-    {"cache_prompt", NOOP_TRUE},        {"min_tokens", NOOP_ZERO},
+    {"cache_prompt", NOOP_TRUE},
     {"mirostat", NOOP_ZERO},             {"n_probs", NOOP_ZERO},             {"dry_multiplier", NOOP_ZERO},
     {"xtc_probability", NOOP_ZERO},      {"length_penalty", NOOP_ONE},       {"typical_p", NOOP_ONE},
     {"tfs_z", NOOP_ONE},
@@ -362,6 +362,17 @@ static bool parse_guided(json_t *j, struct gen_params *p, struct perr *e)
         s->format = GEN_FORMAT_GRAMMAR;
         s->format_param = key;
     }
+    /* vLLM's min_tokens: no end-of-generation, stop token or stop string before that many tokens */
+    int64_t mt = 0;
+    if (!get_int(j, "min_tokens", 0, 1 << 24, NULL, &mt, e)) return false;
+    if (mt > 0 && p->max_tokens >= 0 && mt > p->max_tokens)
+        return fail(e, "min_tokens", "'min_tokens' (%lld) is above 'max_tokens' (%lld)", (long long)mt,
+                    (long long)p->max_tokens);
+    if (mt > 0 && (s->format != GEN_FORMAT_TEXT || s->tool_choice == GEN_TOOLS_REQUIRED ||
+                   s->tool_choice == GEN_TOOLS_NAMED))
+        return fail(e, "min_tokens", "'min_tokens' cannot be combined with a constrained output (a grammar decides "
+                                     "where it ends)");
+    p->min_tokens = (uint32_t)mt;
     json_t *st = json_object_get(j, "stop_token_ids");
     if (!is_null_or_absent(st)) {
         if (!json_is_array(st) || json_array_size(st) > WEFT_MAX_STOP)

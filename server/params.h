@@ -43,6 +43,7 @@ struct gen_params {
     uint32_t n_stop;
     int32_t stop_ids[WEFT_MAX_STOP];  /* stop_token_ids (vLLM's): tokens that end the output, not part of it */
     uint32_t n_stop_ids;
+    uint32_t min_tokens;            /* vLLM's: nothing ends the output before this many tokens */
     bool stream, include_usage;
     bool logprobs;                  /* chat: logprobs=true; completions: logprobs given */
     int32_t top_logprobs;           /* 0..20 */

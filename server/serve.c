@@ -240,6 +240,18 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
     s->rules.tok = weft_model_tokenizer(m);
     s->rules.tmpl = &s->tmpl;
     weft_prompt_rules_fim(&s->rules, weft_model_gguf(m));
+    /* the end-of-generation tokens, for min_tokens */
+    {
+        const struct weft_tokenizer *tok = weft_model_tokenizer(m);
+        int32_t nv = weft_tokenizer_n_vocab(tok);
+        for (int32_t id = 0; id < nv; id++)
+            if (weft_tokenizer_is_eog(tok, id)) {
+                int32_t *g = realloc(s->eog_ids, sizeof(int32_t) * (s->n_eog + 1));
+                if (!g) break;
+                s->eog_ids = g;
+                s->eog_ids[s->n_eog++] = id;
+            }
+    }
     s->max_piece_bytes = longest_piece(weft_model_tokenizer(m));
 
     /* the model's Jinja template: refused here, named, when weft cannot run it */
@@ -328,6 +340,7 @@ fail_early:
     weft_engine_free(s->eng);
     weft_chat_template_free(&s->tmpl);
     weft_shape_store_free(s->shapes);
+    free(s->eog_ids);
     weft_tenants_free(&s->tenants);
     pthread_mutex_destroy(&s->qmu);
     free(s);
@@ -373,6 +386,7 @@ void weft_server_free(struct weft_server *s)
     weft_server_pd_free(s);
     weft_chat_template_free(&s->tmpl);
     weft_shape_store_free(s->shapes);
+    free(s->eog_ids);
     free(s->q);
     free(s->q2);
     weft_tenants_free(&s->tenants);

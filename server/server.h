@@ -81,6 +81,8 @@ struct weft_server {
     struct prompt_rules rules;       /* tokenizer, chat family, injected default system prompt */
     struct chat_template tmpl;       /* the model's Jinja chat template (server/chat_template.h) */
     struct shape_store *shapes;      /* /v1/responses' stored responses (previous_response_id) */
+    int32_t *eog_ids;                /* the vocabulary's end-of-generation tokens (min_tokens bans them) */
+    uint32_t n_eog;
     struct tenants tenants;
     struct metrics metrics;
     uint64_t weight_bytes, kv_bytes;

@@ -738,6 +738,39 @@ static void logit_bias_moves_the_choice(void)
     CHECK(weft_sampler_init(&p, 8, &bad) == WEFT_ERR_INVALID_ARG && !bad);
 }
 
+/* min_tokens: the banned tokens (end of generation, stop ids) cannot be
+ * drawn before that position, greedy or not; then they can; the ban list
+ * is the sampler's own copy; a ban outside the vocabulary is refused. */
+static void min_tokens_bans_the_end_until_then(void)
+{
+    float l[8] = {0.5f, 1.0f, 2.0f, 0.0f, -1.0f, 3.0f, 0.2f, 0.1f};
+    int32_t ban[2] = {5, 2};
+    for (int t = 0; t < 2; t++) {
+        struct weft_sampling_params p = plain_params(t ? 0.9f : 0.0f);
+        p.min_tokens = 3;
+        p.ban_id = ban;
+        p.n_ban = 2;
+        struct weft_sampler *s = make(&p, 8);
+        ban[0] = 7;  /* a copy: changing the caller's array changes nothing */
+        for (int i = 0; i < 3; i++) {
+            int32_t id = draw(s, l);
+            CHECK_MSG(id != 5 && id != 2, "temp %d draw %d: %d", t, i, id);
+            if (!t) CHECK_EQ_INT(id, 1);   /* greedy: the best one not banned */
+        }
+        if (!t) CHECK_EQ_INT(draw(s, l), 5);  /* the 4th may end */
+        weft_sampler_free(s);
+        ban[0] = 5;
+    }
+    struct weft_sampling_params p = plain_params(0.0f);
+    p.min_tokens = 1;
+    p.ban_id = ban;
+    p.n_ban = 2;
+    ban[1] = 8;
+    struct weft_sampler *bad = NULL;
+    CHECK(weft_sampler_init(&p, 8, &bad) == WEFT_ERR_INVALID_ARG && !bad);
+    ban[1] = 2;
+}
+
 int main(void)
 {
     RUN(greedy_picks_argmax_and_lowest_id_on_ties);
@@ -764,5 +797,6 @@ int main(void)
     RUN(nan_logits_handled);
     RUN(defaults_are_valid_and_sample);
     RUN(logit_bias_moves_the_choice);
+    RUN(min_tokens_bans_the_end_until_then);
     return check_summary();
 }

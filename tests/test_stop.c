@@ -106,6 +106,28 @@ static void a_stop_string_across_tokens_is_held_back_then_cut(void)
     free(ids);
 }
 
+/* min_tokens: a stop string ends nothing before that many tokens ("o w"
+ * ends at token 2: with min_tokens 3 it is passed by; "ag" at token 3 stops) */
+static void stop_strings_wait_for_min_tokens(void)
+{
+    size_t n;
+    int32_t *ids = tok(bpe, "Hello world again", &n);
+    const char *stops[] = {"o w", "ag"};
+    struct weft_stop_cfg cfg = {.tok = bpe, .strings = stops, .n_strings = 2, .min_tokens = 3,
+                                .continues_prompt = true};
+    struct weft_stop s;
+    CHECK_EQ_INT(weft_stop_init(&s, &cfg), WEFT_OK);
+    struct weft_stop_step st;
+    CHECK_EQ_INT(weft_stop_push(&s, ids[0], &st), WEFT_OK);
+    CHECK_EQ_INT(weft_stop_push(&s, ids[1], &st), WEFT_OK);
+    CHECK_EQ_INT(st.stop, WEFT_STOP_NONE);
+    CHECK_EQ_INT(weft_stop_push(&s, ids[2], &st), WEFT_OK);
+    CHECK_EQ_INT(st.stop, WEFT_STOP_STRING);
+    CHECK_MSG(s.len == strlen("Hello world ") && !memcmp(s.text, "Hello world ", s.len), "%.*s", (int)s.len, s.text);
+    weft_stop_free(&s);
+    free(ids);
+}
+
 /* Random texts and stop strings drawn from them: the released text never
  * retracts (every released byte is in the final output), everything
  * released concatenates to the output, the output holds no stop string and
@@ -279,6 +301,7 @@ int main(void)
     if (!bpe || !spm) SKIP_ALL("../shared/models: synth-smollm2-vocab.gguf or stories260K.gguf missing");
     RUN(no_stop_strings_release_everything_at_once);
     RUN(a_stop_string_across_tokens_is_held_back_then_cut);
+    RUN(stop_strings_wait_for_min_tokens);
     RUN(released_text_never_retracts_and_a_replay_reaches_the_same_state);
     RUN(stop_tokens_end_without_output_and_ignore_eos_keeps_going);
     RUN(first_space_and_incomplete_characters);

@@ -221,10 +221,10 @@ def test_idle_connections_do_not_block(server):
 # add_generation_prompt and continue_final_message are honoured on chats
 # (test_chat_formats.py); on completions they are refused unless no-ops:
 # test_chat_only_extensions_on_completions. guided_json, guided_choice,
-# guided_grammar, json_schema, grammar and stop_token_ids are honoured
+# guided_grammar, json_schema, grammar, stop_token_ids and min_tokens are honoured
 # (test_guided.py).
 EXTENSIONS = [
-    ("guided_regex", "[a-z]+", None), ("min_tokens", 5, 0),
+    ("guided_regex", "[a-z]+", None),
     ("skip_special_tokens", False, True), ("cache_prompt", False, True), ("typical_p", 0.5, 1),
     ("mirostat", 2, 0), ("use_beam_search", True, False), ("length_penalty", 2.0, 1.0),
 ]

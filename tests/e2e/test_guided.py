@@ -2,7 +2,8 @@
 (and through weft router, which passes them on): guided_choice answers one
 of the choices, guided_json / json_schema a JSON document of the schema,
 guided_grammar / grammar a string of the grammar, stop_token_ids end the
-output at the token; conflicting or malformed ones are a 400 naming them."""
+output at the token, min_tokens holds the end (and stop strings) back;
+conflicting or malformed ones are a 400 naming them."""
 import json
 import re
 import urllib.request
@@ -71,6 +72,19 @@ def test_stop_token_ids_end_the_output(bases):
     assert len(cut) < len(full["choices"][0]["text"]) and full["choices"][0]["text"].startswith(cut)
 
 
+@pytest.mark.parametrize("where", ["serve", "router"])
+def test_min_tokens_holds_the_end_back(bases, where):
+    base = bases[where]
+    body = {"messages": [{"role": "user", "content": "Name the capital of France."}], "max_tokens": 40,
+            "temperature": 0}
+    _, short = post(base, "/v1/chat/completions", body)
+    k = short["usage"]["completion_tokens"]
+    assert short["choices"][0]["finish_reason"] == "stop" and k < 30, short
+    st, r = post(base, "/v1/chat/completions", {**body, "min_tokens": k + 6, "stop": ["Paris"]})
+    assert st == 200 and r["usage"]["completion_tokens"] >= k + 6, r
+    assert r["choices"][0]["message"]["content"].startswith(short["choices"][0]["message"]["content"][:3])
+
+
 def test_conflicts_and_bad_values_are_named(bases):
     base = bases["serve"]
     chat = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4}
@@ -78,6 +92,8 @@ def test_conflicts_and_bad_values_are_named(bases):
                          ({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "guided_choice"),
                          ({"guided_choice": "a"}, "guided_choice"), ({"grammar": 3}, "grammar"),
                          ({"grammar": "root ::= ("}, "grammar"), ({"stop_token_ids": [10 ** 9]}, "stop_token_ids"),
+                         ({"min_tokens": 8, "max_tokens": 4}, "min_tokens"),
+                         ({"min_tokens": 2, "guided_choice": ["a"]}, "min_tokens"),
                          ({"guided_json": {"type": "object", "properties": {"a": {"type": "string",
                                                                                   "pattern": "(?=x)"}}}},
                           "guided_json")]:
