@@ -1058,23 +1058,9 @@ void weft_server_generate(struct weft_server *s, struct http_conn *c, const stru
     char *translated = NULL;
     if (shape != SHAPE_CHAT) {
         /* another API's request: the chat it asks for (server/shape.h) */
-        json_error_t jerr;
-        json_t *orig = weft_json_depth_exceeds(req->body, req->body_len, WEFT_MAX_JSON_DEPTH)
-                           ? NULL
-                           : json_loadb(req->body ? req->body : "", req->body_len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!orig) {
-            reject(g, 400, "invalid_request_error", NULL, "the request body is not valid JSON (or nested too deep)",
-                   NULL);
-            return;
-        }
-        json_t *cb = weft_shape_request(shape, orig, s->shapes, &param, msg, sizeof msg);
-        if (cb) g->sh = weft_shape_ctx_new(shape, orig, cb, s->shapes);
-        json_decref(orig);
-        translated = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
-        json_decref(cb);
-        if (!translated || !g->sh) {
-            reject(g, 400, "invalid_request_error", param, cb ? "out of memory" : msg, NULL);
-            free(translated);
+        translated = weft_shape_translate(shape, req->body, req->body_len, s->shapes, &g->sh, &param, msg, sizeof msg);
+        if (!translated) {
+            reject(g, 400, "invalid_request_error", param, msg, NULL);
             return;
         }
         body = translated;

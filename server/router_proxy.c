@@ -1126,16 +1126,9 @@ static void generate(struct weft_router *r, struct http_conn *c, const struct ht
     }
     if (shape != SHAPE_CHAT) {
         /* another API: routed and forwarded as the chat it asks for */
-        json_t *orig = json_loadb(body, body_len, JSON_REJECT_DUPLICATES, NULL);
-        json_t *cb = orig ? weft_shape_request(shape, orig, r->shapes, &param, msg, sizeof msg) : NULL;
-        if (!orig) snprintf(msg, sizeof msg, "the request body is not valid JSON");
-        if (cb) x->sh = weft_shape_ctx_new(shape, orig, cb, r->shapes);
-        translated = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
-        json_decref(cb);
-        json_decref(orig);
-        if (!translated || !x->sh) {
-            reply_400(x, param, cb ? "out of memory" : msg);
-            free(translated);
+        translated = weft_shape_translate(shape, body, body_len, r->shapes, &x->sh, &param, msg, sizeof msg);
+        if (!translated) {
+            reply_400(x, param, msg);
             pxy_unref(x);
             return;
         }

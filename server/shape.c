@@ -2,11 +2,13 @@
  * previous_response_id store, and OpenAI's Responses API. */
 #include "server/shape.h"
 
+#include "server/params.h"
+#include "server/structured.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 enum api_shape weft_shape_of_path(const char *path)
@@ -21,19 +23,7 @@ const char *weft_shape_path(enum api_shape sh)
     return sh == SHAPE_RESPONSES ? "/v1/responses" : sh == SHAPE_MESSAGES ? "/v1/messages" : "/v1/chat/completions";
 }
 
-static void fresh_id(char *out, size_t n, const char *prefix)
-{
-    unsigned char r[12];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
-        unsigned long long x = (unsigned long long)time(NULL) ^ (unsigned long long)(uintptr_t)out;
-        for (size_t i = 0; i < sizeof r; i++) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            r[i] = (unsigned char)(x >> 56);
-        }
-    }
-    size_t k = (size_t)snprintf(out, n, "%s", prefix);
-    for (size_t i = 0; i < sizeof r && k + 2 < n; i++) k += (size_t)snprintf(out + k, n - k, "%02x", r[i]);
-}
+static void fresh_id(char *out, size_t n, const char *prefix) { weft_random_id(out, n, prefix, 24); }
 
 /* ---- the store ---- */
 
@@ -734,4 +724,30 @@ void weft_shape_stream_error(struct shape_ctx *c, const char *type, const char *
         return;
     }
     event(c, out, "error", e);
+}
+
+char *weft_shape_translate(enum api_shape sh, const char *body, size_t len, struct shape_store *store,
+                           struct shape_ctx **ctx, const char **param, char *msg, size_t msg_size)
+{
+    *ctx = NULL;
+    *param = NULL;
+    if (weft_json_depth_exceeds(body ? body : "", len, WEFT_MAX_JSON_DEPTH)) {
+        snprintf(msg, msg_size, "the JSON body nests deeper than %d", WEFT_MAX_JSON_DEPTH);
+        return NULL;
+    }
+    json_t *orig = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, NULL);
+    if (!orig) {
+        snprintf(msg, msg_size, "the request body is not valid JSON");
+        return NULL;
+    }
+    json_t *cb = weft_shape_request(sh, orig, store, param, msg, msg_size);
+    char *text = cb ? json_dumps(cb, JSON_COMPACT) : NULL;
+    if (text && !(*ctx = weft_shape_ctx_new(sh, orig, cb, store))) {
+        free(text);
+        text = NULL;
+    }
+    if (cb && !text) snprintf(msg, msg_size, "out of memory");
+    json_decref(cb);
+    json_decref(orig);
+    return text;
 }

@@ -43,9 +43,18 @@ uint32_t weft_shape_store_count(const struct shape_store *st);
 json_t *weft_shape_request(enum api_shape sh, json_t *body, struct shape_store *store, const char **param, char *msg,
                            size_t msg_size);
 
+struct shape_ctx;
+
+/* The whole translation of a request body[0..len) of shape sh, as weft
+ * serve and weft router take it: the chat body's JSON text (malloc'd) and
+ * *ctx, the state its answer is translated back with; NULL (and *ctx NULL)
+ * with *param and msg saying why (invalid JSON, nested too deep, a field
+ * refused). */
+char *weft_shape_translate(enum api_shape sh, const char *body, size_t len, struct shape_store *store,
+                           struct shape_ctx **ctx, const char **param, char *msg, size_t msg_size);
+
 /* A translated request's state: the original body's echoed fields, the
  * stream's progress, what the store keeps when it ends. */
-struct shape_ctx;
 struct shape_ctx *weft_shape_ctx_new(enum api_shape sh, const json_t *body, const json_t *chat_body,
                                      struct shape_store *store);
 void weft_shape_ctx_free(struct shape_ctx *c);

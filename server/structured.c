@@ -337,22 +337,25 @@ bool weft_structured_grammar(const struct gen_structured *s, const struct chat_c
 
 /* ---- reading calls back ---- */
 
-void weft_tool_call_fresh_id(char *out, size_t n)
+void weft_tool_call_fresh_id(char *out, size_t n) { weft_random_id(out, n, "call_", 24); }
+
+void weft_random_id(char *out, size_t n, const char *prefix, size_t n_chars)
 {
     static const char A[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-    unsigned char r[24];
-    if (getrandom(r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r) {
+    unsigned char r[64];
+    if (n_chars > sizeof r) n_chars = sizeof r;
+    if (getrandom(r, n_chars, GRND_NONBLOCK) != (ssize_t)n_chars) {
         /* no entropy yet: time and address bits, an id needs to be unique, not secret */
         unsigned long long x = (unsigned long long)time(NULL) ^ (unsigned long long)(uintptr_t)out;
-        for (size_t i = 0; i < sizeof r; i++) {
+        for (size_t i = 0; i < n_chars; i++) {
             x = x * 6364136223846793005ULL + 1442695040888963407ULL;
             r[i] = (unsigned char)(x >> 56);
         }
     }
-    size_t k = 0;
-    k += (size_t)snprintf(out, n, "call_");
-    for (size_t i = 0; i < sizeof r && k + 1 < n; i++) out[k++] = A[r[i] % (sizeof A - 1)];
-    out[k] = 0;
+    size_t k = (size_t)snprintf(out, n, "%s", prefix);
+    if (k >= n) k = n ? n - 1 : 0;
+    for (size_t i = 0; i < n_chars && k + 1 < n; i++) out[k++] = A[r[i] % (sizeof A - 1)];
+    if (n) out[k] = 0;
 }
 
 void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n)

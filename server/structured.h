@@ -75,5 +75,8 @@ void weft_tool_calls_free(struct tool_call_out *calls, uint32_t n);
 
 /* A fresh call id: "call_" and 24 random letters and digits. */
 void weft_tool_call_fresh_id(char *out, size_t n);
+/* A fresh id: prefix and n_chars (at most 64) random letters and digits
+ * (unique, not secret: without entropy yet, from the time and an address). */
+void weft_random_id(char *out, size_t n, const char *prefix, size_t n_chars);
 
 #endif
