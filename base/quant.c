@@ -149,6 +149,73 @@ static void dequant_q6_k(const struct weft_block_q6_k *b, float *y, int64_t nb)
     }
 }
 
+/* Q2_K: x = (d * (sc & 0xF)) * q - dmin * (sc >> 4), sub-block by sub-block (ggml's order) */
+static void dequant_q2_k(const struct weft_block_q2_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += WEFT_QK_K) {
+        float d = h2f(b[i].d), dmin = h2f(b[i].dmin);
+        for (int e = 0; e < WEFT_QK_K; e++) {
+            uint8_t sc = b[i].scales[e / 16];
+            float dl = d * (sc & 0xF), ml = dmin * (sc >> 4);
+            y[e] = dl * weft_q2_bits(b[i].qs, e) - ml;
+        }
+    }
+}
+
+/* Q3_K: x = (d * (sc - 32)) * (q - 4 * !hbit) */
+static void dequant_q3_k(const struct weft_block_q3_k *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += WEFT_QK_K) {
+        float d = h2f(b[i].d);
+        int8_t sc[16];
+        weft_q3_k_scales(b[i].scales, sc);
+        for (int e = 0; e < WEFT_QK_K; e++) {
+            float dl = d * sc[e / 16];
+            y[e] = dl * (weft_q2_bits(b[i].qs, e) - (weft_q3_hbit(b[i].hmask, e) ? 0 : 4));
+        }
+    }
+}
+
+static const int8_t kvalues_iq4nl[16] = WEFT_KVALUES_IQ4NL;
+static const int8_t kvalues_mxfp4[16] = WEFT_KVALUES_MXFP4;
+
+static void dequant_iq4_nl(const struct weft_block_iq4_nl *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += WEFT_QK4_NL) {
+        float d = h2f(b[i].d);
+        for (int j = 0; j < WEFT_QK4_NL / 2; j++) {
+            y[j] = d * kvalues_iq4nl[b[i].qs[j] & 0xF];
+            y[j + WEFT_QK4_NL / 2] = d * kvalues_iq4nl[b[i].qs[j] >> 4];
+        }
+    }
+}
+
+static void dequant_iq4_xs(const struct weft_block_iq4_xs *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++) {
+        float d = h2f(b[i].d);
+        for (int s = 0; s < WEFT_QK_K / 32; s++, y += 32) {
+            float dl = d * weft_iq4_xs_scale(&b[i], s);
+            const uint8_t *q = b[i].qs + 16 * s;
+            for (int j = 0; j < 16; j++) {
+                y[j] = dl * kvalues_iq4nl[q[j] & 0xF];
+                y[j + 16] = dl * kvalues_iq4nl[q[j] >> 4];
+            }
+        }
+    }
+}
+
+static void dequant_mxfp4(const struct weft_block_mxfp4 *b, float *y, int64_t nb)
+{
+    for (int64_t i = 0; i < nb; i++, y += WEFT_QK_MXFP4) {
+        float d = weft_e8m0_to_f32_half(b[i].e);
+        for (int j = 0; j < WEFT_QK_MXFP4 / 2; j++) {
+            y[j] = kvalues_mxfp4[b[i].qs[j] & 0xF] * d;
+            y[j + WEFT_QK_MXFP4 / 2] = kvalues_mxfp4[b[i].qs[j] >> 4] * d;
+        }
+    }
+}
+
 static void dequant_q8_k(const struct weft_block_q8_k *b, float *y, int64_t nb)
 {
     for (int64_t i = 0; i < nb; i++, y += WEFT_QK_K)
@@ -187,6 +254,11 @@ void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64
     case WEFT_TYPE_Q5_K: dequant_q5_k(src, dst, nb); break;
     case WEFT_TYPE_Q6_K: dequant_q6_k(src, dst, nb); break;
     case WEFT_TYPE_Q8_K: dequant_q8_k(src, dst, nb); break;
+    case WEFT_TYPE_Q2_K: dequant_q2_k(src, dst, nb); break;
+    case WEFT_TYPE_Q3_K: dequant_q3_k(src, dst, nb); break;
+    case WEFT_TYPE_IQ4_NL: dequant_iq4_nl(src, dst, nb); break;
+    case WEFT_TYPE_IQ4_XS: dequant_iq4_xs(src, dst, nb); break;
+    case WEFT_TYPE_MXFP4: dequant_mxfp4(src, dst, nb); break;
     default: assert(!"weft_dequantize_row: unknown type"); break;
     }
 }
@@ -408,9 +480,12 @@ bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t
 enum weft_type weft_vec_dot_type(enum weft_type t)
 {
     switch (t) {
-    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q8_0: return WEFT_TYPE_Q8_0;
+    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q8_0: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_MXFP4:
+        return WEFT_TYPE_Q8_0;
     case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_1: return WEFT_TYPE_Q8_1;
-    case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K: return WEFT_TYPE_Q8_K;
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_IQ4_XS:
+        return WEFT_TYPE_Q8_K;
     default: return t;
     }
 }

@@ -27,7 +27,8 @@ bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t
 bool weft_quantize_row_act(enum weft_type type, const float *src, void *dst, int64_t n);
 
 /* The activation type a weight type is multiplied with, as in ggml:
- * Q4_0/Q5_0/Q8_0 -> Q8_0, Q4_1/Q5_1 -> Q8_1, Q4_K/Q5_K/Q6_K -> Q8_K,
+ * Q4_0/Q5_0/Q8_0/IQ4_NL/MXFP4 -> Q8_0, Q4_1/Q5_1 -> Q8_1,
+ * Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS -> Q8_K,
  * F16 -> F16, BF16 -> BF16, F32 -> F32. */
 enum weft_type weft_vec_dot_type(enum weft_type weight_type);
 

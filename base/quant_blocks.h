@@ -44,4 +44,33 @@ static inline void weft_q6_k_unpack(const struct weft_block_q6_k *b, int8_t a[WE
     }
 }
 
+/* Q3_K: the 16 six-bit scales (minus 32) packed in scales[12]: scale s has its low 4 bits in
+ * nibble s/8 of byte s%8 and its high 2 bits at bits 2(s/4)..2(s/4)+1 of byte 8 + s%4. */
+static inline void weft_q3_k_scales(const uint8_t q[12], int8_t sc[16])
+{
+    for (int s = 0; s < 16; s++) {
+        int lo = (q[s % 8] >> (4 * (s / 8))) & 0xF;
+        int hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+        sc[s] = (int8_t)((lo | hi << 4) - 32);
+    }
+}
+
+/* IQ4_XS: sub-block s's six-bit scale, minus 32 */
+static inline int weft_iq4_xs_scale(const struct weft_block_iq4_xs *b, int s)
+{
+    return (((b->scales_l[s / 2] >> (4 * (s % 2))) & 0xF) | (((b->scales_h >> (2 * s)) & 3) << 4)) - 32;
+}
+
+/* Q2_K/Q3_K low 2 bits of element e (0..255) */
+static inline int weft_q2_bits(const uint8_t qs[64], int e)
+{
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+/* Q3_K's 3rd bit of element e (1: set, the value is q; 0: q - 4) */
+static inline int weft_q3_hbit(const uint8_t hmask[32], int e)
+{
+    return (hmask[e % 32] >> (4 * (e / 128) + (e % 128) / 32)) & 1;
+}
+
 #endif

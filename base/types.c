@@ -17,6 +17,11 @@ static const struct weft_type_info type_info[WEFT_TYPE_COUNT_] = {
     [WEFT_TYPE_Q5_K] = {"Q5_K", WEFT_QK_K, sizeof(struct weft_block_q5_k), true, true},
     [WEFT_TYPE_Q6_K] = {"Q6_K", WEFT_QK_K, sizeof(struct weft_block_q6_k), true, true},
     [WEFT_TYPE_Q8_K] = {"Q8_K", WEFT_QK_K, sizeof(struct weft_block_q8_k), true, false},
+    [WEFT_TYPE_Q2_K] = {"Q2_K", WEFT_QK_K, sizeof(struct weft_block_q2_k), true, true},
+    [WEFT_TYPE_Q3_K] = {"Q3_K", WEFT_QK_K, sizeof(struct weft_block_q3_k), true, true},
+    [WEFT_TYPE_IQ4_NL] = {"IQ4_NL", WEFT_QK4_NL, sizeof(struct weft_block_iq4_nl), true, true},
+    [WEFT_TYPE_IQ4_XS] = {"IQ4_XS", WEFT_QK_K, sizeof(struct weft_block_iq4_xs), true, true},
+    [WEFT_TYPE_MXFP4] = {"MXFP4", WEFT_QK_MXFP4, sizeof(struct weft_block_mxfp4), true, true},
 };
 
 const struct weft_type_info *weft_type_get(uint32_t type)

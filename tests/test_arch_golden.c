@@ -163,8 +163,8 @@ static void family(const char *fam, const char *const *types, int n_types)
 
 static void qwen3_matches_llama_cpp(void)
 {
-    static const char *const types[] = {"F16", "Q8_0", "Q4_K"};
-    family("qwen3", types, 3);
+    static const char *const types[] = {"F16", "Q8_0", "Q4_K", "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"};
+    family("qwen3", types, 7);
 }
 
 static void qwen2_matches_llama_cpp(void)

@@ -4,6 +4,7 @@
  * sit between guard bytes (and at a non-zero view offset) to catch overruns.
  * Prints a support/pass matrix (ops x devices); a GPU backend must pass the
  * `required` rows. Vulkan runs with the validation layer (WEFT_VK_VALIDATE). */
+#include <stddef.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -156,14 +157,25 @@ static void *rand_weights(enum weft_type t, int64_t rows, int64_t k, float *deq)
     for (int64_t r = 0; r < rows; r++) {
         for (int64_t i = 0; i < k; i++) tmp[i] = frand();
         if (!weft_quantize_row(t, tmp, w + r * rs, k)) {
-            /* K-quants have no quantizer: random bytes, sane scales */
+            /* types without a quantizer: random bytes, sane scales */
             for (size_t b = 0; b < rs; b++) w[r * rs + b] = (uint8_t)(frand() * 127 + 128);
             size_t nb = rs / weft_type_get(t)->type_size;
             for (size_t b = 0; b < nb; b++) {
                 uint8_t *blk = w + r * rs + b * weft_type_get(t)->type_size;
                 weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
-                if (t == WEFT_TYPE_Q6_K) memcpy(blk + 208, &d, 2);
-                else { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
+                if (t == WEFT_TYPE_Q6_K) memcpy(blk + offsetof(struct weft_block_q6_k, d), &d, 2);
+                else if (t == WEFT_TYPE_Q3_K) memcpy(blk + offsetof(struct weft_block_q3_k, d), &d, 2);
+                else if (t == WEFT_TYPE_Q2_K) {
+                    memcpy(blk + offsetof(struct weft_block_q2_k, d), &d, 2);
+                    memcpy(blk + offsetof(struct weft_block_q2_k, dmin), &dm, 2);
+                } else if (t == WEFT_TYPE_IQ4_NL) {
+                    memcpy(blk, &d, 2);
+                } else if (t == WEFT_TYPE_IQ4_XS) { /* |x| up to d * 32 * 127 */
+                    weft_half dx = weft_f32_to_half(0.0005f);
+                    memcpy(blk, &dx, 2);
+                } else if (t == WEFT_TYPE_MXFP4) {
+                    blk[0] = (uint8_t)(121 + (int)(frand() * 3)); /* 2^-7 .. 2^-5 times e2m1 */
+                } else { memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); }
             }
         }
         weft_dequantize_row(t, w + r * rs, deq + r * k, k);
@@ -175,6 +187,7 @@ static void *rand_weights(enum weft_type t, int64_t rows, int64_t k, float *deq)
 static const enum weft_type weight_types[] = {
     WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1,
     WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K,
+    WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K, WEFT_TYPE_IQ4_NL, WEFT_TYPE_IQ4_XS, WEFT_TYPE_MXFP4,
 };
 #define N_TYPES (sizeof weight_types / sizeof weight_types[0])
 
@@ -798,6 +811,10 @@ static const char *const required[] = {
     /* api 6's (Gemma 2 and 4's soft-capping) */
     "ATTENTION softcap", "LOGITS softcap F16", "LOGITS softcap Q8_0", "LOGITS softcap Q4_K",
     "ROPE_KV + ATTENTION head_dim_v",
+    /* the types of published GGUFs (Q2_K .. IQ4_XS; MXFP4: gpt-oss's experts) */
+    "MATMUL Q2_K", "MATMUL Q3_K", "MATMUL IQ4_NL", "MATMUL IQ4_XS", "MATMUL MXFP4",
+    "EMBED Q2_K", "EMBED Q3_K", "EMBED IQ4_NL", "EMBED IQ4_XS", "EMBED MXFP4",
+    "LOGITS Q2_K", "LOGITS Q3_K", "LOGITS IQ4_NL", "LOGITS IQ4_XS", "LOGITS MXFP4",
 };
 
 static void print_matrix(void)

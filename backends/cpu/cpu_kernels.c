@@ -36,7 +36,8 @@ static bool have_avx512_vnni(void)
         return weft_vec_dot(WEFT_TYPE_##T, w, x, n);                              \
     }
 REF_DOT(F32) REF_DOT(F16) REF_DOT(BF16) REF_DOT(Q4_0) REF_DOT(Q4_1) REF_DOT(Q5_0) REF_DOT(Q5_1)
-REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K)
+REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K) REF_DOT(Q2_K) REF_DOT(Q3_K) REF_DOT(IQ4_NL)
+REF_DOT(IQ4_XS) REF_DOT(MXFP4)
 
 /* weft_vec_dot_mm with a shape that selects the multi-row order */
 #define REF_DOT_MM(T)                                                             \
@@ -44,7 +45,7 @@ REF_DOT(Q8_0) REF_DOT(Q4_K) REF_DOT(Q5_K) REF_DOT(Q6_K)
     {                                                                             \
         return weft_vec_dot_mm(WEFT_TYPE_##T, w, x, n, 4, 2);                     \
     }
-REF_DOT_MM(F32) REF_DOT_MM(F16) REF_DOT_MM(BF16)
+REF_DOT_MM(F32) REF_DOT_MM(F16) REF_DOT_MM(BF16) REF_DOT_MM(IQ4_NL)
 
 #define REF_QUANT(T)                                                              \
     static void ref_quant_##T(const float *x, void *y, int64_t n)                 \
@@ -82,6 +83,7 @@ static void fill_scalar(struct weft_cpu_kernels *k)
     k->f16_scale = ref_f16_scale;
 #define D(T) k->dot[WEFT_TYPE_##T] = ref_dot_##T;
     D(F32) D(F16) D(BF16) D(Q4_0) D(Q4_1) D(Q5_0) D(Q5_1) D(Q8_0) D(Q4_K) D(Q5_K) D(Q6_K)
+    D(Q2_K) D(Q3_K) D(IQ4_NL) D(IQ4_XS) D(MXFP4)
 #undef D
     k->dot_mm[WEFT_TYPE_F32] = ref_dot_mm_F32;
     k->dot_mm[WEFT_TYPE_F16] = ref_dot_mm_F16;
@@ -89,6 +91,8 @@ static void fill_scalar(struct weft_cpu_kernels *k)
     k->mm_k_multiple[WEFT_TYPE_F32] = 16;
     k->mm_k_multiple[WEFT_TYPE_F16] = 16;
     k->mm_k_multiple[WEFT_TYPE_BF16] = 32;
+    k->dot_mm[WEFT_TYPE_IQ4_NL] = ref_dot_mm_IQ4_NL;  /* tinyBLAS_Q0_AVX: one accumulator */
+    k->mm_k_multiple[WEFT_TYPE_IQ4_NL] = 32;
 #define Q(T) k->quant[WEFT_TYPE_##T] = ref_quant_##T;
     Q(F32) Q(F16) Q(BF16) Q(Q8_0) Q(Q8_1) Q(Q8_K)
 #undef Q

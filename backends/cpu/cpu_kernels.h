@@ -26,18 +26,23 @@
  * repacked weight layout for decode; packx: prefill on that layout; quant:
  * the activation quantizer for the type's vec_dot type.
  * tests/cpu/test_cpu_tables.c rebuilds this from the tables and fails if it differs:
- *   type  dot   dotmm dot4  gemm  gemmm pack  packx quant
- *   F32   s25   s25   -     -     5     -     -     s
- *   F16   s2    s2    -     -     5     -     -     s2
- *   BF16  s25   s25   -     -     5     -     -     s2
- *   Q4_0  s2    -     2     2     -     v     v     s2
- *   Q4_1  s2    -     25v   2v    -     v     v     s2
- *   Q5_0  s2    -     2     v     -     v     -     s2
- *   Q5_1  s2    -     -     -     -     -     -     s2
- *   Q8_0  s2    -     25v   2v    -     v     v     s2
- *   Q4_K  s2    -     -     v     -     v     -     s2
- *   Q5_K  s2    -     -     -     -     -     -     s2
- *   Q6_K  s2    -     -     -     -     v     -     s2
+ *   type   dot   dotmm dot4  gemm  gemmm pack  packx quant
+ *   F32    s25   s25   -     -     5     -     -     s
+ *   F16    s2    s2    -     -     5     -     -     s2
+ *   BF16   s25   s25   -     -     5     -     -     s2
+ *   Q4_0   s2    -     2     2     -     v     v     s2
+ *   Q4_1   s2    -     25v   2v    -     v     v     s2
+ *   Q5_0   s2    -     2     v     -     v     -     s2
+ *   Q5_1   s2    -     -     -     -     -     -     s2
+ *   Q8_0   s2    -     25v   2v    -     v     v     s2
+ *   Q4_K   s2    -     -     v     -     v     -     s2
+ *   Q5_K   s2    -     -     -     -     -     -     s2
+ *   Q6_K   s2    -     -     -     -     v     -     s2
+ *   Q2_K   s     -     -     -     -     -     -     s2
+ *   Q3_K   s     -     -     -     -     -     -     s2
+ *   IQ4_NL s     s     -     -     -     -     -     s2
+ *   IQ4_XS s     -     -     -     -     -     -     s2
+ *   MXFP4  s     -     -     -     -     -     -     s2
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni (WEFT_CPU_ISA for the weft binary)

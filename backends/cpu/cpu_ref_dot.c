@@ -363,6 +363,126 @@ static float dot_q6_k(const struct weft_block_q6_k *w, const struct weft_block_q
     return hsum_float_8(acc);
 }
 
+/* Q2_K x Q8_K: ggml_vec_dot_q2_K_q8_K, AVX2 branch. Per block, first the mins: int32 lane l
+ * is mins[2l] * bsums[2l] + mins[2l+1] * bsums[2l+1] (one madd of the 16 four-bit mins with
+ * the 16 bsums), added as acc[l] = fma(dmin, lane, acc[l]) with dmin = -y.d * x.dmin; then the
+ * quants: lane l sums sc[e/16] * q(e) * q8(e) over the elements e with (e % 32) / 4 == l
+ * (maddubs pairs, madd with the scales), acc[l] = fma(d, lane, acc[l]), d = y.d * x.d. */
+static float dot_q2_k(const struct weft_block_q2_k *w, const struct weft_block_q8_k *x, int64_t nb)
+{
+    float acc[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = x[i].d * h2f(w[i].d), dmin = -x[i].d * h2f(w[i].dmin);
+        int32_t lanes[8] = {0};
+        for (int l = 0; l < 8; l++)
+            lanes[l] = (w[i].scales[2 * l] >> 4) * x[i].bsums[2 * l] + (w[i].scales[2 * l + 1] >> 4) * x[i].bsums[2 * l + 1];
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(dmin, (float)lanes[l], acc[l]);
+        for (int l = 0; l < 8; l++) lanes[l] = 0;
+        for (int e = 0; e < WEFT_QK_K; e++)
+            lanes[(e & 31) >> 2] += (w[i].scales[e / 16] & 0xF) * (weft_q2_bits(w[i].qs, e) * x[i].qs[e]);
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
+    }
+    return hsum_float_8(acc);
+}
+
+/* Q3_K x Q8_K: ggml_vec_dot_q3_K_q8_K, AVX2 branch: lane l sums (sc[e/16] - 32) * (q(e) - 4 *
+ * !hbit(e)) * q8(e) over the elements e with (e % 32) / 4 == l (exact in int), then
+ * acc[l] = fma(d, lane, acc[l]) with d = y.d * x.d, and hsum_float_8. */
+static float dot_q3_k(const struct weft_block_q3_k *w, const struct weft_block_q8_k *x, int64_t nb)
+{
+    float acc[8] = {0};
+    for (int64_t i = 0; i < nb; i++) {
+        const float d = x[i].d * h2f(w[i].d);
+        int8_t sc[16];
+        weft_q3_k_scales(w[i].scales, sc);
+        int32_t lanes[8] = {0};
+        for (int e = 0; e < WEFT_QK_K; e++) {
+            int q = weft_q2_bits(w[i].qs, e) - (weft_q3_hbit(w[i].hmask, e) ? 0 : 4);
+            lanes[(e & 31) >> 2] += sc[e / 16] * (q * x[i].qs[e]);
+        }
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
+    }
+    return hsum_float_8(acc);
+}
+
+static const int8_t kvalues_iq4nl[16] = WEFT_KVALUES_IQ4NL;
+static const int8_t kvalues_mxfp4[16] = WEFT_KVALUES_MXFP4;
+
+/* The 32 code-book values of a nibble block (IQ4_NL, MXFP4): qs[j] low nibble is element j,
+ * high nibble element j + 16 */
+static inline void nl_unpack(const uint8_t qs[16], const int8_t kv[16], int v[32])
+{
+    for (int j = 0; j < 16; j++) {
+        v[j] = kv[qs[j] & 0xF];
+        v[j + 16] = kv[qs[j] >> 4];
+    }
+}
+
+/* IQ4_NL and MXFP4 x Q8_0 (ggml_vec_dot_iq4_nl_q8_0 / ggml_vec_dot_mxfp4_q8_0, AVX2 branch):
+ * blocks in pairs, the even block into accumulator 1 and the odd one into accumulator 2, each
+ * acc[l] = fma(scale, float(lane l: elements 4l..4l+3), acc[l]); the sum is
+ * hsum_float_8(acc1 + acc2, lane by lane); an odd last block is added after it as
+ * sumf += scale * int, which GCC contracts to an fma. scale: IQ4_NL y.d * x.d, MXFP4
+ * y.d * 2^(e-128). tinyBLAS (prefill, weft_vec_dot_mm) keeps one accumulator for IQ4_NL. */
+static float dot_nl_pairs(const uint8_t *w, size_t bsz, const struct weft_block_q8_0 *x, int64_t nb, bool mx,
+                          bool one_chain)
+{
+    float acc1[8] = {0}, acc2[8] = {0};
+    int v[32];
+    int64_t ib = 0;
+    for (; ib + 1 < nb || (one_chain && ib < nb); ib++) {
+        const uint8_t *b = w + (size_t)ib * bsz;
+        float s = mx ? h2f(x[ib].d) * weft_e8m0_to_f32_half(b[0])
+                     : (one_chain ? h2f(((const struct weft_block_iq4_nl *)b)->d) * h2f(x[ib].d)
+                                  : h2f(x[ib].d) * h2f(((const struct weft_block_iq4_nl *)b)->d));
+        nl_unpack(mx ? ((const struct weft_block_mxfp4 *)b)->qs : ((const struct weft_block_iq4_nl *)b)->qs,
+                  mx ? kvalues_mxfp4 : kvalues_iq4nl, v);
+        block32_fma_lanes(one_chain || ib % 2 == 0 ? acc1 : acc2, v, x[ib].qs, s);
+    }
+    float sumf;
+    if (one_chain) {
+        sumf = hsum_float_8(acc1);
+    } else {
+        float a[8];
+        for (int l = 0; l < 8; l++) a[l] = acc1[l] + acc2[l];
+        sumf = hsum_float_8(a);
+    }
+    for (; ib < nb; ib++) {
+        const uint8_t *b = w + (size_t)ib * bsz;
+        float s = mx ? h2f(x[ib].d) * weft_e8m0_to_f32_half(b[0])
+                     : h2f(x[ib].d) * h2f(((const struct weft_block_iq4_nl *)b)->d);
+        nl_unpack(mx ? ((const struct weft_block_mxfp4 *)b)->qs : ((const struct weft_block_iq4_nl *)b)->qs,
+                  mx ? kvalues_mxfp4 : kvalues_iq4nl, v);
+        int sumi = 0;
+        for (int j = 0; j < 32; j++) sumi += v[j] * x[ib].qs[j];
+        sumf = ggml_scalar_madd(s, (float)sumi, sumf);
+    }
+    return sumf;
+}
+
+/* IQ4_XS x Q8_K: ggml_vec_dot_iq4_xs_q8_K, AVX2 branch: int32 lane l of a block sums, over
+ * its 8 sub-blocks s, (sc_s - 32) * (elements 4l..4l+3 of s) (even and odd sub-blocks in two
+ * int accumulators, added: exact); acc[l] = fma(x.d * y.d, float(lane), acc[l]); hsum. */
+static float dot_iq4_xs(const struct weft_block_iq4_xs *w, const struct weft_block_q8_k *x, int64_t nb)
+{
+    float acc[8] = {0};
+    int v[32];
+    for (int64_t i = 0; i < nb; i++) {
+        int32_t lanes[8] = {0};
+        for (int s = 0; s < WEFT_QK_K / 32; s++) {
+            nl_unpack(w[i].qs + 16 * s, kvalues_iq4nl, v);
+            int ls = weft_iq4_xs_scale(&w[i], s);
+            const int8_t *q8 = x[i].qs + 32 * s;
+            for (int l = 0; l < 8; l++)
+                lanes[l] += ls * (v[4 * l] * q8[4 * l] + v[4 * l + 1] * q8[4 * l + 1] + v[4 * l + 2] * q8[4 * l + 2] +
+                                  v[4 * l + 3] * q8[4 * l + 3]);
+        }
+        const float d = h2f(w[i].d) * x[i].d;
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(d, (float)lanes[l], acc[l]);
+    }
+    return hsum_float_8(acc);
+}
+
 float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n)
 {
     int64_t nb = n_blocks(wtype, n);
@@ -378,6 +498,11 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
     case WEFT_TYPE_Q4_K: return dot_q4_k(w, x, nb);
     case WEFT_TYPE_Q5_K: return dot_q5_k(w, x, nb);
     case WEFT_TYPE_Q6_K: return dot_q6_k(w, x, nb);
+    case WEFT_TYPE_Q2_K: return dot_q2_k(w, x, nb);
+    case WEFT_TYPE_Q3_K: return dot_q3_k(w, x, nb);
+    case WEFT_TYPE_IQ4_NL: return dot_nl_pairs(w, sizeof(struct weft_block_iq4_nl), x, nb, false, false);
+    case WEFT_TYPE_IQ4_XS: return dot_iq4_xs(w, x, nb);
+    case WEFT_TYPE_MXFP4: return dot_nl_pairs(w, sizeof(struct weft_block_mxfp4), x, nb, true, false);
     default: assert(!"weft_vec_dot: not a weight type"); return 0.0f;
     }
 }
@@ -398,13 +523,17 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
  *    in lane e%16, _mm512_fmadd_ps over 16-element chunks, then
  *    _mm512_reduce_add_ps (vs. 4 accumulators in the vec_dot);
  *  - BF16: tinyBLAS<32, __m512, __m512bh>: one accumulator, _mm512_dpbf16_ps
- *    over 32-element chunks (lane l: elements 2l+1 then 2l), reduce_add.
+ *    over 32-element chunks (lane l: elements 2l+1 then 2l), reduce_add;
+ *  - IQ4_NL: tinyBLAS_Q0_AVX as Q8_0: one accumulator, fma(x.d * y.d, lanes), hsum
+ *    (the vec_dot alternates two accumulators).
  * tinyBLAS needs n_wrows % 4 == 0 and k a multiple of its chunk, else ggml
  * falls back to vec_dot. (llama.cpp runs the last layer's FFN and the output
  * head on the last token only, i.e. with one row.) */
 float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
                       int64_t n_xrows)
 {
+    if (n_xrows >= 2 && wtype == WEFT_TYPE_IQ4_NL)
+        return dot_nl_pairs(w, sizeof(struct weft_block_iq4_nl), x, k / WEFT_QK4_NL, false, true);
     if (n_xrows >= 2 && n_wrows % 4 == 0) {
         if (wtype == WEFT_TYPE_F32 && k % 16 == 0) {
             const float *a = w, *b = x;

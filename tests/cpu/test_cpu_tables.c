@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels.h"
+#include "base/quant.h"
 #include "tests/check.h"
 
 static const char lv[WEFT_CPU_ISA_COUNT_] = {'s', '2', '5', 'v'};
@@ -33,16 +34,14 @@ static void matrix(char *buf, size_t cap)
 {
     static const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q4_0,
                                            WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q8_0,
-                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
+                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K, WEFT_TYPE_Q2_K,
+                                           WEFT_TYPE_Q3_K, WEFT_TYPE_IQ4_NL, WEFT_TYPE_IQ4_XS, WEFT_TYPE_MXFP4};
     char *p = buf, *end = buf + cap;
-    p += snprintf(p, (size_t)(end - p), " *   type  dot   dotmm dot4  gemm  gemmm pack  packx quant\n");
+    p += snprintf(p, (size_t)(end - p), " *   type   dot   dotmm dot4  gemm  gemmm pack  packx quant\n");
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         enum weft_type t = types[i];
-        enum weft_type a = t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q8_0   ? WEFT_TYPE_Q8_0
-                           : t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_1                         ? WEFT_TYPE_Q8_1
-                           : t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K ? WEFT_TYPE_Q8_K
-                                                                                                : t;
-        p += snprintf(p, (size_t)(end - p), " *   %-5s", weft_type_get((uint32_t)t)->name);
+        enum weft_type a = weft_vec_dot_type(t);
+        p += snprintf(p, (size_t)(end - p), " *   %-6s", weft_type_get((uint32_t)t)->name);
         CELL(k->dot[t]);
         CELL(k->dot_mm[t]);
         CELL(k->dot4[t]);
