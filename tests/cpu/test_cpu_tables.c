@@ -79,7 +79,7 @@ static void header_matrix_is_the_tables(void)
     size_t n = fread(text, 1, sizeof text - 1, f);
     fclose(f);
     text[n] = 0;
-    const char *a = strstr(text, " *   type  dot"), *b = a ? strstr(a, ":") : NULL;
+    const char *a = strstr(text, " *   type   dot"), *b = a ? strstr(a, ":") : NULL;
     b = b ? strchr(b, '\n') : NULL;
     CHECK_MSG(a && b, "no matrix in cpu_kernels.h");
     if (!a || !b) return;
