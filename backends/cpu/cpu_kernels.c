@@ -176,6 +176,7 @@ static const struct {
 } fills[] = {
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_q},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_k},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_low},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_f},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_attn},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_dot4},

@@ -38,11 +38,11 @@
  *   Q4_K   s2    -     -     v     -     v     -     s2
  *   Q5_K   s2    -     -     -     -     -     -     s2
  *   Q6_K   s2    -     -     -     -     v     -     s2
- *   Q2_K   s     -     -     -     -     -     -     s2
- *   Q3_K   s     -     -     -     -     -     -     s2
- *   IQ4_NL s     s     -     -     -     -     -     s2
- *   IQ4_XS s     -     -     -     -     -     -     s2
- *   MXFP4  s     -     -     -     -     -     -     s2
+ *   Q2_K   s2    -     -     -     -     -     -     s2
+ *   Q3_K   s2    -     -     -     -     -     -     s2
+ *   IQ4_NL s2    s2    -     -     -     -     -     s2
+ *   IQ4_XS s2    -     -     -     -     -     -     s2
+ *   MXFP4  s2    -     -     -     -     -     -     s2
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni (WEFT_CPU_ISA for the weft binary)
@@ -207,6 +207,7 @@ const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
  * there too, never into the avx2 table); false: the forms without VNNI. */
 void weft_cpu_kernels_fill_avx2_q(struct weft_cpu_kernels *k, bool vnni);   /* q32/q32_dot_avx2.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0, Q8_0/Q8_1 quant */
 void weft_cpu_kernels_fill_avx2_k(struct weft_cpu_kernels *k, bool vnni);   /* kquant/kq_dot_avx2.c: Q4_K Q5_K Q6_K, Q8_K quant */
+void weft_cpu_kernels_fill_avx2_low(struct weft_cpu_kernels *k, bool vnni); /* kquant/kq_low_avx2.c: Q2_K Q3_K IQ4_XS IQ4_NL MXFP4 */
 void weft_cpu_kernels_fill_avx2_f(struct weft_cpu_kernels *k, bool vnni);   /* float/f_dot_avx2.c: F32 F16 BF16 (dot, dot_mm), F16/BF16 quant */
 void weft_cpu_kernels_fill_avx512(struct weft_cpu_kernels *k, bool vnni);   /* float/f_dot_avx512.c: whatever AVX-512 speeds up */
 void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_dot4_avx512.c: four-row dots, zmm */

@@ -430,7 +430,8 @@ static float dot_nl_pairs(const uint8_t *w, size_t bsz, const struct weft_block_
     float acc1[8] = {0}, acc2[8] = {0};
     int v[32];
     int64_t ib = 0;
-    for (; ib + 1 < nb || (one_chain && ib < nb); ib++) {
+    const int64_t paired = one_chain ? nb : nb & ~(int64_t)1;  /* ggml: for (; ib + 1 < nb; ib += 2) */
+    for (; ib < paired; ib++) {
         const uint8_t *b = w + (size_t)ib * bsz;
         float s = mx ? h2f(x[ib].d) * weft_e8m0_to_f32_half(b[0])
                      : (one_chain ? h2f(((const struct weft_block_iq4_nl *)b)->d) * h2f(x[ib].d)

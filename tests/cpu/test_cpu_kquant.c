@@ -1,7 +1,8 @@
-/* K-quant CPU kernels (backends/cpu/kquant/kq_dot_avx2.c and whatever a table takes
- * from it): every table this machine supports must give bit-identical
- * results to the portable reference in backends/cpu/cpu_ref_dot.c for the Q4_K, Q5_K and
- * Q6_K dot products (table->dot vs weft_vec_dot) and the Q8_K activation
+/* K-quant CPU kernels (backends/cpu/kquant/kq_dot_avx2.c, kq_low_avx2.c and whatever a
+ * table takes from them): every table this machine supports must give bit-identical
+ * results to the portable reference in backends/cpu/cpu_ref_dot.c for the Q2_K .. Q6_K and
+ * IQ4_XS dot products (table->dot vs weft_vec_dot), IQ4_NL and MXFP4 against Q8_0 (and
+ * IQ4_NL's multi-row dot_mm vs weft_vec_dot_mm), and the Q8_K activation
  * quantizer (table->quant vs weft_quantize_row_act). Also times the AVX2 and
  * scalar dots on a 576 x 1536 matrix (printed, not asserted). */
 #include "backends/cpu/cpu_kernels.h"
@@ -57,28 +58,37 @@ static void fill_act(float *x, int64_t n)
     }
 }
 
-/* random bytes for qs/qh/scales, small positive half d (and dmin) */
+/* a block's scale fields: small positive half d (and dmin); MXFP4 an exponent near 2^-6 */
+static void set_scales(enum weft_type t, uint8_t *blk, weft_half d, weft_half dmin)
+{
+    switch (t) {
+    case WEFT_TYPE_Q4_K: ((struct weft_block_q4_k *)blk)->d = d, ((struct weft_block_q4_k *)blk)->dmin = dmin; break;
+    case WEFT_TYPE_Q5_K: ((struct weft_block_q5_k *)blk)->d = d, ((struct weft_block_q5_k *)blk)->dmin = dmin; break;
+    case WEFT_TYPE_Q6_K: ((struct weft_block_q6_k *)blk)->d = d; break;
+    case WEFT_TYPE_Q2_K: ((struct weft_block_q2_k *)blk)->d = d, ((struct weft_block_q2_k *)blk)->dmin = dmin; break;
+    case WEFT_TYPE_Q3_K: ((struct weft_block_q3_k *)blk)->d = d; break;
+    case WEFT_TYPE_IQ4_XS: ((struct weft_block_iq4_xs *)blk)->d = d; break;
+    case WEFT_TYPE_IQ4_NL: ((struct weft_block_iq4_nl *)blk)->d = d; break;
+    case WEFT_TYPE_MXFP4: blk[0] = (uint8_t)(118 + rng_u64() % 8); break;
+    default: break;
+    }
+}
+
+/* random bytes for qs/qh/scales, then set_scales */
 static void fill_weights(enum weft_type t, void *w, int64_t n)
 {
-    int64_t nb = n / WEFT_QK_K;
+    const struct weft_type_info *ti = weft_type_get(t);
+    int64_t nb = n / ti->block_size;
     fill_bytes(w, weft_row_size(t, n));
     for (int64_t i = 0; i < nb; i++) {
         weft_half d = weft_f32_to_half(rng_uniform(1e-4f, 0.05f));
         weft_half dmin = weft_f32_to_half(rng_uniform(1e-4f, 0.05f));
-        if (t == WEFT_TYPE_Q4_K) {
-            struct weft_block_q4_k *b = (struct weft_block_q4_k *)w + i;
-            b->d = d, b->dmin = dmin;
-        } else if (t == WEFT_TYPE_Q5_K) {
-            struct weft_block_q5_k *b = (struct weft_block_q5_k *)w + i;
-            b->d = d, b->dmin = dmin;
-        } else {
-            struct weft_block_q6_k *b = (struct weft_block_q6_k *)w + i;
-            b->d = d;
-        }
+        set_scales(t, (uint8_t *)w + i * ti->type_size, d, dmin);
     }
 }
 
-static const enum weft_type k_types[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
+static const enum weft_type k_types[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K,
+                                         WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K, WEFT_TYPE_IQ4_XS};
 static const int64_t sizes[] = {256, 512, 256 * 3, 256 * 7, 256 * 17};
 #define MAX_N (256 * 17)
 #define TRIALS 40
@@ -160,9 +170,7 @@ static void extreme_dots_of_table(const struct weft_cpu_kernels *t)
             memset(w, pat < 3 ? 0xFF : 0x80, weft_row_size(type, n));
             for (int64_t b = 0; b < 4; b++) {
                 weft_half d = weft_f32_to_half(b == 1 ? 0.0f : 0.03125f);
-                if (type == WEFT_TYPE_Q4_K) ((struct weft_block_q4_k *)w)[b].d = d, ((struct weft_block_q4_k *)w)[b].dmin = d;
-                if (type == WEFT_TYPE_Q5_K) ((struct weft_block_q5_k *)w)[b].d = d, ((struct weft_block_q5_k *)w)[b].dmin = d;
-                if (type == WEFT_TYPE_Q6_K) ((struct weft_block_q6_k *)w)[b].d = d;
+                set_scales(type, w + b * weft_type_get(type)->type_size, d, d);
             }
             float ref = weft_vec_dot(type, w, xq, n), got = t->dot[type](w, xq, n);
             dot_combos++;
@@ -173,6 +181,40 @@ static void extreme_dots_of_table(const struct weft_cpu_kernels *t)
 }
 
 static void extreme_k_quant_dots_match_the_reference(void) { for_each_table(extreme_dots_of_table); }
+
+/* ---- IQ4_NL and MXFP4 against Q8_0 (odd block counts take the scalar tail); IQ4_NL's
+ * multi-row form (dot_mm) too ---- */
+
+static void nl_dots_of_table(const struct weft_cpu_kernels *t)
+{
+    static const enum weft_type types[] = {WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4};
+    static const int64_t ns[] = {32, 64, 96, 256, 32 * 9, 32 * 37};
+    static uint8_t w[32 * 37 / 32 * 18];
+    static struct weft_block_q8_0 xq[37];
+    static float x[32 * 37];
+    for (size_t ti = 0; ti < 2; ti++) {
+        enum weft_type type = types[ti];
+        int bad = 0;
+        for (size_t si = 0; si < sizeof ns / sizeof ns[0]; si++)
+            for (int trial = 0; trial < TRIALS; trial++) {
+                int64_t n = ns[si];
+                fill_weights(type, w, n);
+                fill_act(x, n);
+                weft_quantize_row_act(WEFT_TYPE_Q8_0, x, xq, n);
+                float ref = weft_vec_dot(type, w, xq, n), got = t->dot[type](w, xq, n);
+                bad += memcmp(&ref, &got, sizeof ref) != 0;
+                if (t->dot_mm[type]) {
+                    ref = weft_vec_dot_mm(type, w, xq, n, 4, 2);
+                    got = t->dot_mm[type](w, xq, n);
+                    bad += memcmp(&ref, &got, sizeof ref) != 0;
+                }
+                dot_combos++;
+            }
+        CHECK_MSG(bad == 0, "%s: %d %s dots differ from the reference", t->name, bad, weft_type_get(type)->name);
+    }
+}
+
+static void nl_dots_match_the_reference_bit_for_bit(void) { for_each_table(nl_dots_of_table); }
 
 /* ---- Q8_K quantizer ---- */
 
@@ -300,6 +342,7 @@ static void timing_avx2_vs_scalar(void)
 int main(void)
 {
     RUN(k_quant_dots_match_the_reference_bit_for_bit);
+    RUN(nl_dots_match_the_reference_bit_for_bit);
     RUN(extreme_k_quant_dots_match_the_reference);
     RUN(q8_k_quant_of_random_rows_matches_the_reference);
     RUN(q8_k_quant_edge_cases_match_the_reference);
