@@ -23,13 +23,14 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 6   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+#define WEFT_BACKEND_API_VERSION 7   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
                                       *    behaviour before them;
                                       * 6: ATTENTION softcap, LOGITS softcap, the KV view's
-                                      *    head_dim_v (K and V head dims apart) */
+                                      *    head_dim_v (K and V head dims apart);
+                                      * 7: ops MOE_ROUTE and MATMUL_ID (mixtures of experts) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -53,6 +54,8 @@ enum weft_op_kind {
     WEFT_OP_ADD,        /* out = a + b                                          */
     WEFT_OP_COPY,       /* raw bytes between buffers (KV tiers, devices)       */
     WEFT_OP_LOGITS,     /* logits[i] = rmsnorm(x[rows[i]]) · Wᵀ                */
+    WEFT_OP_MOE_ROUTE,  /* api 7: router logits -> top-k experts and weights    */
+    WEFT_OP_MATMUL_ID,  /* api 7: each row times its chosen experts' matrices   */
     WEFT_OP_COUNT_
 };
 
@@ -61,7 +64,8 @@ static inline const char *weft_op_name(enum weft_op_kind k)
 {
     /* in enum order */
     static const char *const names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
-                                                      "silu_mul", "add", "copy", "logits"};
+                                                      "silu_mul", "add", "copy", "logits", "moe_route",
+                                                      "matmul_id"};
     return (unsigned)k < WEFT_OP_COUNT_ && names[k] ? names[k] : "?";
 }
 
@@ -176,6 +180,52 @@ struct weft_op_logits {
     float softcap;
 };
 
+/* api 7: mixtures of experts (llama.cpp's build_moe_ffn).
+ *
+ * MOE_ROUTE, for each row r of `logits` ([rows, n_expert] F32):
+ *   p = softmax(logits[r]) (SOFTMAX, SOFTMAX_TOPK) or sigmoid(logits[r]) (SIGMOID);
+ *   the k experts of largest p (+ bias, when has_bias: a per-expert F32 vector used for the
+ *   choice only, DeepSeek V3) go to ids[r] ([rows, k] I32), best first (equal values: the
+ *   lower expert first);
+ *   weights[r][j] ([rows, k] F32) = p of ids[r][j]; SOFTMAX_TOPK (gpt-oss): the softmax of the
+ *   chosen k logits instead; then, with norm, divided by their sum (clamped below at
+ *   6.103515625e-5, as llama.cpp); then times scale (0: 1).
+ *   Float order (the CPU's): softmax as ggml's soft_max (max, then libm expf(x - max) summed in
+ *   double, then times (float)(1 / sum)); the sum for norm in double, rounded to float.
+ *
+ * MATMUL_ID: the experts' matrices are one weight view w (ne0 = K, ne1 = n_expert · N: expert
+ * e's N rows from row e · N; a GGUF's 3-D ffn_*_exps tensor as it lies in the file). For row
+ * r (rows = ids.ne1) and slot j < k = ids.ne0, with e = ids[r][j]:
+ *   y[r][j] = x_rj · W_eᵀ (+ bias[e · N ..] when has_bias), x_rj = x[r · k + j] when
+ *   x_per_slot (x has one row per slot: the down projection after the GLU), else x[r];
+ *   without weights: out[r · k + j] = y[r][j]  (out: [rows · k, N]);
+ *   with weights (has_weights, [rows, k] F32): out[r] = ((w_r0 · y_r0 + w_r1 · y_r1) + ...)
+ *   (+ add[r] when has_add), each product rounded, summed in slot order (out: [rows, N]).
+ * A backend reads only the experts some row chose, each once per op for all the rows that
+ * chose it (tests/test_backend_ops.c fills the others with NaN). Activations are converted to
+ * the weight type's vec_dot type once per row; dots in the single-row (vec_dot) order. */
+enum weft_moe_gating { WEFT_MOE_SOFTMAX = 0, WEFT_MOE_SIGMOID = 1, WEFT_MOE_SOFTMAX_TOPK = 2 };
+struct weft_op_moe_route {
+    struct weft_view logits, ids, weights;
+    uint32_t k;
+    enum weft_moe_gating gating;
+    bool norm;
+    float scale;
+    struct weft_view bias;
+    bool has_bias;
+};
+struct weft_op_matmul_id {
+    struct weft_view x, w, ids, out;
+    uint32_t n_expert;
+    bool x_per_slot;
+    struct weft_view weights;
+    bool has_weights;
+    struct weft_view add;
+    bool has_add;
+    struct weft_view bias;      /* F32, n_expert · N values */
+    bool has_bias;
+};
+
 struct weft_op {
     enum weft_op_kind kind;
     union {
@@ -188,6 +238,8 @@ struct weft_op {
         struct weft_op_add add;
         struct weft_op_copy copy;
         struct weft_op_logits logits;
+        struct weft_op_moe_route moe_route;
+        struct weft_op_matmul_id matmul_id;
     } u;
 };
 

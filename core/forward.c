@@ -34,6 +34,7 @@ struct weft_forward {
     struct weft_buffer *act, *logits_buf;   /* act: the current part's */
     float *x_host;                 /* the residual stream crossing devices */
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
+    size_t off_moe_logits, off_moe_ids, off_moe_w;  /* a mixture's router (0 size without experts) */
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
     size_t off_wslot, off_wbt;     /* the window group's slots and block tables (same bt_off) */
     int32_t *meta_host;            /* staging copy of the meta buffer */
@@ -103,9 +104,14 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_k = take(&c, R * ek * f);
     fw->off_v = take(&c, R * ev * f);
     fw->off_att = take(&c, R * hp->n_head * hp->head_dim_v * f);
-    fw->off_gate = take(&c, R * hp->n_ff * f);
-    fw->off_up = take(&c, R * hp->n_ff * f);
-    fw->off_hb = take(&c, R * hp->n_ff * f);
+    /* gate, up, hb: a row per (row, chosen expert) in a mixture */
+    size_t ff = hp->n_ff > (size_t)hp->n_expert_used * hp->n_ff_exp ? hp->n_ff : (size_t)hp->n_expert_used * hp->n_ff_exp;
+    fw->off_gate = take(&c, R * ff * f);
+    fw->off_up = take(&c, R * ff * f);
+    fw->off_hb = take(&c, R * ff * f);
+    fw->off_moe_logits = take(&c, R * hp->n_expert * f);
+    fw->off_moe_ids = take(&c, R * hp->n_expert_used * sizeof(int32_t));
+    fw->off_moe_w = take(&c, R * hp->n_expert_used * f);
     size_t act_bytes = c;
     weft_status st;
     /* meta: int32 arrays, laid out back to back (offsets in bytes) */
@@ -224,6 +230,11 @@ static void set_views(struct weft_forward *fw, uint32_t R)
     b->q = act(fw, fw->off_q, Q, R); b->k = act(fw, fw->off_k, K, R); b->v = act(fw, fw->off_v, V, R);
     b->att = act(fw, fw->off_att, hp->n_head * hp->head_dim_v, R);
     b->gate = act(fw, fw->off_gate, F, R); b->up = act(fw, fw->off_up, F, R); b->hb = act(fw, fw->off_hb, F, R);
+    if (hp->n_expert) {
+        b->moe_logits = act(fw, fw->off_moe_logits, hp->n_expert, R);
+        b->moe_ids = weft_view_2d(fw->act, fw->off_moe_ids, WEFT_TYPE_I32, hp->n_expert_used, R);
+        b->moe_w = act(fw, fw->off_moe_w, hp->n_expert_used, R);
+    }
     b->n_rows = R;
 }
 

@@ -149,6 +149,24 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if (!(hp->rope_freq_base > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.freq_base %g must be > 0", hp->rope_freq_base);
     if ((st = rope_scaling(g, arch, hp))) return st;
     hp->rope_mode = WEFT_ROPE_NORMAL;
+    /* a mixture of experts: the routed FFN (families that have one say so) */
+    if ((st = weft_hp_opt_u32(g, arch, "expert_count", &hp->n_expert)) ||
+        (st = weft_hp_opt_u32(g, arch, "expert_used_count", &hp->n_expert_used)))
+        return st;
+    if (hp->n_expert) {
+        hp->n_ff_exp = hp->n_ff;
+        if ((st = weft_hp_opt_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp))) return st;
+        if (!hp->family->experts)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "model: '%s' with experts (%s.expert_count %u) is not supported", arch,
+                              arch, hp->n_expert);
+        if (hp->n_expert > WEFT_MAX_EXPERTS || hp->n_expert_used < 1 || hp->n_expert_used > hp->n_expert ||
+            hp->n_ff_exp == 0)
+            return weft_error(WEFT_ERR_FORMAT, "model: %s.expert_used_count %u of expert_count %u (at most %u), "
+                              "expert_feed_forward_length %u", arch, hp->n_expert_used, hp->n_expert, WEFT_MAX_EXPERTS,
+                              hp->n_ff_exp);
+    } else if (hp->n_expert_used) {
+        return weft_error(WEFT_ERR_FORMAT, "model: %s.expert_used_count %u without expert_count", arch, hp->n_expert_used);
+    }
     if (hp->family->hparams && (st = hp->family->hparams(g, hp))) return st;
 
     int64_t tok = weft_gguf_find_key(g, "tokenizer.ggml.tokens");
@@ -201,17 +219,18 @@ static weft_status check_tensors(const struct weft_gguf *g, struct weft_hparams 
 }
 
 /* Look up a tensor and check its shape ([ne0, ne1]) and type. */
-static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, bool f32,
+static weft_status find(struct weft_model *m, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool f32,
                         const struct weft_gguf_tensor **out)
 {
     int64_t i = weft_gguf_find_tensor(m->gguf, name);
     if (i < 0) return weft_error(WEFT_ERR_FORMAT, "model: missing tensor '%s'", name);
     const struct weft_gguf_tensor *t = weft_gguf_tensor(m->gguf, i);
-    int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1;
-    if (t->ne[0] != ne0 || n1 != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
-        return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
+    int64_t n1 = t->n_dims >= 2 ? t->ne[1] : 1, n2 = t->n_dims >= 3 ? t->ne[2] : 1;
+    if (ne2 < 1) ne2 = 1;
+    if (t->ne[0] != ne0 || n1 != ne1 || n2 != ne2 || t->ne[3] != 1)
+        return weft_error(WEFT_ERR_FORMAT, "model: tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld%s%.0lld]",
                           name, (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                          (long long)ne0, (long long)ne1);
+                          (long long)ne0, (long long)ne1, ne2 > 1 ? ", " : "", ne2 > 1 ? (long long)ne2 : 0LL);
     if (f32 && t->type != WEFT_TYPE_F32)
         return weft_error(WEFT_ERR_UNSUPPORTED, "model: tensor '%s' is %s, expected F32", name, weft_type_name(t->type));
     *out = t;
@@ -240,11 +259,11 @@ struct placer {
     uint32_t chunk;
 };
 
-static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, bool f32,
+static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool f32,
                          struct weft_view *out)
 {
     const struct weft_gguf_tensor *t = NULL;
-    weft_status st = find(pl->m, name, ne0, ne1, f32, &t);
+    weft_status st = find(pl->m, name, ne0, ne1, ne2, f32, &t);
     if (st != WEFT_OK) return st;
     size_t off = (size_t)((const uint8_t *)t->data - pl->base), need = (t->size + 255) & ~(size_t)255;
     struct weft_buffer *buf = pl->part->weights;
@@ -272,14 +291,15 @@ static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64
         buf = mp->bufs[pl->chunk];
         if (!pl->sizing && (st = mp->be->iface->buffer_write(buf, off, t->data, t->size))) return st;
     }
-    *out = weft_view_2d(buf, off, t->type, ne0, ne1);
+    /* experts: the n_expert matrices one after another, as one view of their rows */
+    *out = weft_view_2d(buf, off, t->type, ne0, ne1 * (ne2 > 1 ? ne2 : 1));
     return WEFT_OK;
 }
 
 /* Place the tensors of spec (those present) for layer l into ws, in table
  * order. */
 static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_tensor_spec *spec,
-                              struct weft_layer_weights *ws, uint32_t skip)
+                              struct weft_layer_weights *ws, uint64_t skip)
 {
     weft_status st;
     for (int id = 0; id < WEFT_T_COUNT_; id++) {
@@ -289,8 +309,9 @@ static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_t
         char name[96];
         weft_tensor_name((enum weft_tensor_id)id, l, name, sizeof name);
         if (spec[id].use == WEFT_USE_OPTIONAL && weft_gguf_find_tensor(pl->m->gguf, name) < 0) continue;
-        bool f32 = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;
-        if ((st = place(pl, name, spec[id].ne0, spec[id].ne1, f32, &ws->t[id]))) return st;
+        enum weft_tensor_kind kind = weft_tensor_info((enum weft_tensor_id)id)->kind;
+        bool f32 = kind != WEFT_TK_MATRIX && kind != WEFT_TK_EXPERTS;
+        if ((st = place(pl, name, spec[id].ne0, spec[id].ne1, spec[id].ne2, f32, &ws->t[id]))) return st;
     }
     return WEFT_OK;
 }
@@ -309,11 +330,11 @@ static weft_status place_part(struct placer *pl, uint32_t p)
     struct weft_layer_weights *G = &m->glob;
     const struct weft_tensor_spec *e = &spec[WEFT_T_TOKEN_EMBD];
     if (first || (last && m->hp.tied_output))
-        if ((st = place(pl, "token_embd.weight", e->ne0, e->ne1, false, first ? &G->t[WEFT_T_TOKEN_EMBD] : &scratch)))
+        if ((st = place(pl, "token_embd.weight", e->ne0, e->ne1, 0, false, first ? &G->t[WEFT_T_TOKEN_EMBD] : &scratch)))
             return st;
     if (last) {
         /* the rest of the model's own tensors: the final norm, the head */
-        if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, 1u << WEFT_T_TOKEN_EMBD))) return st;
+        if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, (uint64_t)1 << WEFT_T_TOKEN_EMBD))) return st;
         if (m->hp.tied_output) G->t[WEFT_T_OUTPUT] = first ? G->t[WEFT_T_TOKEN_EMBD] : scratch;
     }
     struct weft_tensor_spec gspec[WEFT_T_COUNT_] = {0};
@@ -328,7 +349,7 @@ static weft_status place_part(struct placer *pl, uint32_t p)
             char name[96];
             weft_tensor_name((enum weft_tensor_id)id, WEFT_GLOBAL_TENSORS, name, sizeof name);
             if (weft_gguf_find_tensor(m->gguf, name) < 0) continue;
-            if ((st = place(pl, name, gspec[id].ne0, gspec[id].ne1, true, &m->layers[l].t[id]))) return st;
+            if ((st = place(pl, name, gspec[id].ne0, gspec[id].ne1, 0, true, &m->layers[l].t[id]))) return st;
         }
     }
     return WEFT_OK;
@@ -527,6 +548,9 @@ uint64_t weft_model_bytes_per_token(const struct weft_model *m)
         for (int id = 0; id < WEFT_T_COUNT_; id++) {
             const struct weft_view *w = &m->layers[l].t[id];
             if (w->buf && is_matrix(id)) b += (uint64_t)w->ne1 * w->nb1;
+            /* a token reads n_expert_used of the n_expert matrices */
+            if (w->buf && weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_EXPERTS && m->hp.n_expert)
+                b += (uint64_t)w->ne1 / m->hp.n_expert * m->hp.n_expert_used * w->nb1;
         }
     return b;
 }

@@ -35,6 +35,10 @@ struct weft_hparams {
     float rope_beta_fast, rope_beta_slow; /* YaRN: the ramp for another base (a local layer's) */
     uint32_t rope_n_ctx_orig;
     float embd_scale;          /* EMBED's scale of the embedding rows; 0: none */
+    /* a mixture of experts (expert_count; 0: a dense FFN): each token's FFN is the weighted
+     * sum of n_expert_used of n_expert SwiGLU experts of n_ff_exp rows
+     * (expert_feed_forward_length; the families without that key: n_ff) */
+    uint32_t n_expert, n_expert_used, n_ff_exp;
 };
 
 /* Layer l's sliding window (positions it attends), 0 for a global layer. */

@@ -228,6 +228,15 @@ static void a_device_lacking_a_field_is_refused_at_load(void)
     weft_backend_close(be);
 }
 
+/* Mixtures of experts (issue 37): teacher-forced as the F16 goldens; the router's near-ties
+ * are the golden's own caveat (how_to_compare) */
+static void moe_families_match_llama_cpp(void)
+{
+    static const char *const types[] = {"F16", "MXFP4_MOE"};
+    family("qwen3moe", types, 2);
+    family("llama-moe", types, 1);
+}
+
 static void llama_rope_scaling_matches_llama_cpp(void)
 {
     static const char *const types[] = {"F16"};
@@ -297,6 +306,7 @@ int main(void)
     }
     RUN(qwen2_matches_llama_cpp);
     RUN(qwen3_matches_llama_cpp);
+    RUN(moe_families_match_llama_cpp);
     RUN(phi3_matches_llama_cpp);
     RUN(gemma3_matches_llama_cpp);
     RUN(llama_rope_scaling_matches_llama_cpp);

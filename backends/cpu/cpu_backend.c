@@ -58,6 +58,7 @@ static int64_t op_rows(const struct weft_op *op)
     case WEFT_OP_MATMUL: return op->u.matmul.x.ne1;
     case WEFT_OP_LOGITS: return op->u.logits.rows.ne0;
     case WEFT_OP_RMSNORM: return op->u.rmsnorm.x.ne1;
+    case WEFT_OP_MATMUL_ID: return op->u.matmul_id.ids.ne1;
     default: return 0;
     }
 }
@@ -242,6 +243,28 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
         return ti && ti->weight_ok && is_f32(&op->u.logits.x) && is_f32(&op->u.logits.norm_w) &&
                view_ok(&op->u.logits.w) && is_f32(&op->u.logits.out);
     }
+    case WEFT_OP_MOE_ROUTE: {
+        const struct weft_op_moe_route *m = &op->u.moe_route;
+        return is_f32(&m->logits) && is_i32(&m->ids) && is_f32(&m->weights) && m->k >= 1 &&
+               m->logits.ne0 >= m->k && m->logits.ne0 <= WEFT_CPU_MAX_EXPERTS && m->ids.ne0 >= m->k &&
+               m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
+               m->gating <= WEFT_MOE_SOFTMAX_TOPK &&
+               (!m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->logits.ne0));
+    }
+    case WEFT_OP_MATMUL_ID: {
+        const struct weft_op_matmul_id *m = &op->u.matmul_id;
+        const struct weft_type_info *ti = weft_type_get(m->w.type);
+        if (!ti || !ti->weight_ok || !view_ok(&m->w) || !is_i32(&m->ids) || !is_f32(&m->x) || !is_f32(&m->out) ||
+            m->n_expert < 1 || m->n_expert > WEFT_CPU_MAX_EXPERTS || m->w.ne1 % m->n_expert || m->x.ne0 != m->w.ne0)
+            return false;
+        const int64_t N = m->w.ne1 / m->n_expert, slots = m->ids.ne0 * m->ids.ne1;
+        if (m->out.ne0 != N || m->x.ne1 != (m->x_per_slot ? slots : m->ids.ne1)) return false;
+        if (m->has_weights ? (!is_f32(&m->weights) || m->weights.ne0 < m->ids.ne0 || m->weights.ne1 != m->ids.ne1 ||
+                              m->out.ne1 != m->ids.ne1 || (m->has_add && !is_f32(&m->add)))
+                           : (m->has_add || m->out.ne1 != slots))
+            return false;
+        return !m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->w.ne1);
+    }
     default:
         return false;
     }
@@ -272,6 +295,8 @@ static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, si
                                  op->u.copy.src_off, op->u.copy.bytes);
             break;
         case WEFT_OP_LOGITS: st = weft_cpu_logits(be, op); break;
+        case WEFT_OP_MOE_ROUTE: st = weft_cpu_moe_route(be, op); break;
+        case WEFT_OP_MATMUL_ID: st = weft_cpu_matmul_id(be, op); break;
         default: st = weft_error(WEFT_ERR_UNSUPPORTED, "cpu: unknown op kind %d", (int)op->kind);
         }
         if (be->profile && op->kind < WEFT_OP_COUNT_) {

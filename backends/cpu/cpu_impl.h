@@ -46,6 +46,7 @@ struct weft_cpu_backend {
     float rope_base, rope_scale;
     struct weft_rope_ext rope_ext; /* the scaling rope_cs was made with (freq_factors -> rope_ff) */
     float rope_ff[256];            /* the frequency factors' values it was made with */
+    uint64_t expert_passes;    /* MATMUL_ID: experts read (one per op per chosen expert) */
     double prof_s[WEFT_OP_COUNT_];
     uint64_t prof_calls[WEFT_OP_COUNT_], prof_rows[WEFT_OP_COUNT_];
 };
@@ -83,6 +84,14 @@ weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op
 weft_status weft_cpu_silu_mul(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_add(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *op);
+/* ops/ops_moe.c; n_expert at most WEFT_CPU_MAX_EXPERTS */
+#define WEFT_CPU_MAX_EXPERTS 512
+weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op *op);
+weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op *op);
+/* How many expert matrices the CPU backend b's MATMUL_IDs have read (each op counts each
+ * expert some row chose once): what tests check "each expert read once a step" by. 0 for
+ * another backend. */
+uint64_t weft_cpu_expert_passes(struct weft_backend *b);
 
 /* Parts for a job of n independent rows: one per thread, at most n (one row
  * runs inline on the caller, with no synchronisation). */

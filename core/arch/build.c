@@ -164,7 +164,8 @@ bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
     if (b->n_keep == 0) return false;
     const struct weft_view vs[2] = {b->att, b->x};
     pack_rows(b, vs, 2);
-    struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb};
+    struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb,
+                               &b->moe_logits, &b->moe_ids, &b->moe_w};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->ne1 = b->n_keep;
     b->n_rows = b->n_keep;
     return true;
@@ -183,9 +184,42 @@ void weft_b_attn_in(struct weft_build *b)
     }
 }
 
+void weft_b_moe_ffn(struct weft_build *b, enum weft_moe_gating gating, bool norm)
+{
+    const struct weft_view *w = b->w->t;
+    const struct weft_hparams *hp = b->hp;
+    const uint32_t K = hp->n_expert_used, R = b->n_rows;
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
+    /* the router: logits, then the k experts and their weights of each row */
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_INP], b->moe_logits);
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MOE_ROUTE);
+    op->u.moe_route = (struct weft_op_moe_route){.logits = b->moe_logits, .ids = b->moe_ids, .weights = b->moe_w,
+                                                 .k = K, .gating = gating, .norm = norm};
+    /* a row per (row, slot): the experts' gate and up projections, the GLU */
+    const struct weft_view g = weft_view_2d(b->gate.buf, b->gate.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
+    const struct weft_view u = weft_view_2d(b->up.buf, b->up.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
+    const struct weft_view h = weft_view_2d(b->hb.buf, b->hb.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
+    const struct weft_view proj[2][2] = {{w[WEFT_T_FFN_GATE_EXPS], g}, {w[WEFT_T_FFN_UP_EXPS], u}};
+    for (int i = 0; i < 2; i++) {
+        op = weft_b_push(b, WEFT_OP_MATMUL_ID);
+        op->u.matmul_id = (struct weft_op_matmul_id){.x = b->xb, .w = proj[i][0], .ids = b->moe_ids, .out = proj[i][1],
+                                                     .n_expert = hp->n_expert};
+    }
+    weft_b_silu_mul(b, g, u, h);
+    /* x += the slots' down projections, weighted and summed */
+    op = weft_b_push(b, WEFT_OP_MATMUL_ID);
+    op->u.matmul_id = (struct weft_op_matmul_id){.x = h, .w = w[WEFT_T_FFN_DOWN_EXPS], .ids = b->moe_ids, .out = b->x,
+                                                 .n_expert = hp->n_expert, .x_per_slot = true, .weights = b->moe_w,
+                                                 .has_weights = true, .add = b->x, .has_add = true};
+}
+
 void weft_b_ffn_swiglu(struct weft_build *b)
 {
     const struct weft_view *w = b->w->t;
+    if (b->hp->n_expert) {
+        weft_b_moe_ffn(b, WEFT_MOE_SOFTMAX, true);
+        return;
+    }
     weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
     weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
     weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);

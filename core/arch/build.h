@@ -19,6 +19,10 @@ struct weft_build {
     /* x (R, E) the residual stream; xb (R, E) its normed copy; q (R, H·D),
      * k (R, Hkv·D), v (R, Hkv·Dv); att (R, H·Dv); gate, up, hb (R, F) */
     struct weft_view x, xb, q, k, v, att, gate, up, hb;
+    /* a mixture of experts' router logits (R, n_expert) F32, chosen experts (R, k) I32 and
+     * their weights (R, k) F32; gate, up and hb then hold a row per (row, chosen expert):
+     * (R·k, n_ff_exp) */
+    struct weft_view moe_logits, moe_ids, moe_w;
     uint32_t n_rows;
     /* after the last layer's attention only these rows (ascending) go on:
      * the sampled ones and the hidden ones asked for */
@@ -72,8 +76,15 @@ void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint
  * xb = rmsnorm(x) · attn_norm; q, k, v = xb · Wq, Wk, Wvᵀ (+ the layer's Q/K/V
  * biases where it has them)                     (R, E) -> (R, H·D), (R, Hkv·D) ×2 */
 void weft_b_attn_in(struct weft_build *b);
-/* xb = rmsnorm(x) · ffn_norm; x += (silu(xb · Wgateᵀ) · (xb · Wupᵀ)) · Wdownᵀ   (R, E) */
+/* xb = rmsnorm(x) · ffn_norm; x += (silu(xb · Wgateᵀ) · (xb · Wupᵀ)) · Wdownᵀ   (R, E);
+ * with experts (hp->n_expert), the routed mixture weft_b_moe_ffn instead */
 void weft_b_ffn_swiglu(struct weft_build *b);
+/* A routed mixture of SwiGLU experts (llama.cpp's build_moe_ffn with softmax gating):
+ *   xb = rmsnorm(x) · ffn_norm; logits = xb · Wrouterᵀ                      (R, n_expert)
+ *   ids, w = the top k experts of softmax(logits), w renormalised to sum 1  (R, k)
+ *   g, u = xb · W_gate[e]ᵀ, xb · W_up[e]ᵀ for each chosen e                 (R·k, F_exp)
+ *   x += Σ_j w_j · (silu(g_j) · u_j) · W_down[e_j]ᵀ                          (R, E) */
+void weft_b_moe_ffn(struct weft_build *b, enum weft_moe_gating gating, bool norm);
 
 /* Llama's layer (core/arch/llama.c), which Qwen2's is too: weft_b_attn_in
  * adds the Q/K/V biases a layer has, and the RoPE mode is the family's. */

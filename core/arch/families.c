@@ -5,7 +5,7 @@
 #include <string.h>
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
-    weft_family_gemma3;
+    weft_family_gemma3, weft_family_qwen3moe;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -13,6 +13,7 @@ static const struct weft_family *const families[] = {
     &weft_family_qwen3,
     &weft_family_phi3,
     &weft_family_gemma3,
+    &weft_family_qwen3moe,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -24,29 +25,37 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama, qwen2, qwen3, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
 {
-    spec[WEFT_T_TOKEN_EMBD] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, hp->n_vocab};
-    spec[WEFT_T_OUTPUT_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1};
-    spec[WEFT_T_OUTPUT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_embd, hp->n_vocab};
+    spec[WEFT_T_TOKEN_EMBD] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, hp->n_vocab, 0};
+    spec[WEFT_T_OUTPUT_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1, 0};
+    spec[WEFT_T_OUTPUT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_embd, hp->n_vocab, 0};
 }
 
 void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *s)
 {
     uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
     uint32_t O = hp->n_head * hp->head_dim_v, VV = hp->n_head_kv * hp->head_dim_v;
-    s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
-    s[WEFT_T_ATTN_Q] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Q};
-    s[WEFT_T_ATTN_K] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, KV};
-    s[WEFT_T_ATTN_V] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, VV};
-    s[WEFT_T_ATTN_OUT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, O, E};
-    s[WEFT_T_FFN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
-    s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
-    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F};
-    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E};
+    s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
+    s[WEFT_T_ATTN_Q] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Q, 0};
+    s[WEFT_T_ATTN_K] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, KV, 0};
+    s[WEFT_T_ATTN_V] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, VV, 0};
+    s[WEFT_T_ATTN_OUT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, O, E, 0};
+    s[WEFT_T_FFN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
+    if (hp->n_expert) {
+        const uint32_t X = hp->n_expert, FE = hp->n_ff_exp;
+        s[WEFT_T_FFN_GATE_INP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, X, 0};
+        s[WEFT_T_FFN_GATE_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FE, X};
+        s[WEFT_T_FFN_UP_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FE, X};
+        s[WEFT_T_FFN_DOWN_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, FE, E, X};
+        return;
+    }
+    s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
+    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
+    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E, 0};
 }
 
 void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
@@ -67,6 +76,7 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (hp->embd_scale) ADD("embeddings x%g", hp->embd_scale);
     if (hp->rope_freq_scale != 1.0f) ADD("linear rope scaling x%g", 1.0 / hp->rope_freq_scale);
     if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
+    if (hp->n_expert) ADD("%u of %u experts of %u rows per token", hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
 #undef ADD
     if (!out[0]) snprintf(out, cap, "plain");
 }

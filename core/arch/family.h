@@ -19,10 +19,10 @@
 enum weft_tensor_use { WEFT_USE_NONE = 0, WEFT_USE_REQUIRED, WEFT_USE_OPTIONAL };
 
 /* What a family uses of one tensor id: ne0 = row length, ne1 = rows (1 for a
- * vector). */
+ * vector), ne2 = experts (an EXPERTS tensor; 0 elsewhere). */
 struct weft_tensor_spec {
     enum weft_tensor_use use;
-    int64_t ne0, ne1;
+    int64_t ne0, ne1, ne2;
 };
 
 #define WEFT_GLOBAL_TENSORS UINT32_MAX  /* the "layer" of the model's own tensors */
@@ -39,7 +39,13 @@ struct weft_family {
     void (*tensors)(const struct weft_hparams *hp, uint32_t l, struct weft_tensor_spec *spec);
     /* Append layer l's ops (core/arch/build.h). */
     void (*layer)(struct weft_build *b, uint32_t l);
+    /* The family reads expert_count (a routed mixture of SwiGLU experts in place of the
+     * dense FFN: weft_family_dense_tensors, weft_b_ffn_swiglu); false: a file with
+     * experts is refused by name. */
+    bool experts;
 };
+
+#define WEFT_MAX_EXPERTS 512  /* expert_count weft runs (DeepSeek V3: 256) */
 
 /* "<arch>.<suffix>" if present (*out untouched when absent): WEFT_OK, or
  * WEFT_ERR_FORMAT for a key of another type or a non-finite float. */
@@ -61,7 +67,9 @@ void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tenso
 void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap);
 
 /* A pre-norm attention block and a gated FFN with separate matrices:
- * attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down. */
+ * attn_norm, attn_q/k/v/output, ffn_norm, ffn_gate/up/down. With experts
+ * (hp->n_expert), the FFN is a routed mixture instead: ffn_gate_inp (the
+ * router) and ffn_gate/up/down_exps. */
 void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec);
 
 #endif

@@ -63,10 +63,10 @@ static void gemma3_tensors(const struct weft_hparams *hp, uint32_t l, struct wef
         return;
     }
     weft_family_dense_tensors(hp, s);
-    s[WEFT_T_ATTN_Q_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1};
-    s[WEFT_T_ATTN_K_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1};
-    s[WEFT_T_ATTN_POST_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1};
-    s[WEFT_T_FFN_POST_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1};
+    s[WEFT_T_ATTN_Q_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1, 0};
+    s[WEFT_T_ATTN_K_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1, 0};
+    s[WEFT_T_ATTN_POST_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1, 0};
+    s[WEFT_T_FFN_POST_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_embd, 1, 0};
 }
 
 static void gemma3_layer(struct weft_build *b, uint32_t l)

@@ -1,7 +1,8 @@
 /* llama: Llama 1/2/3, SmolLM, Mistral-style dense models (llama.cpp's
  * "llama" architecture), RMSNorm, SwiGLU, RoPE on pairs (2i, 2i+1), with
  * Llama 3.1's frequency factors (rope_freqs.weight) and linear or YaRN
- * scaling where the file has them.
+ * scaling where the file has them; with llama.expert_count, Mixtral's routed
+ * mixture of SwiGLU experts for the FFN (feed_forward_length: an expert's).
  *
  * One layer, R rows, E = n_embd, H·D = n_head · head_dim, Hkv·D for K and V,
  * F = n_ff:
@@ -22,7 +23,7 @@ static void llama_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
     if (l == WEFT_GLOBAL_TENSORS) {
         weft_family_global_tensors(hp, s);
         /* Llama 3.1+: each rotated pair's frequency divided by a factor */
-        s[WEFT_T_ROPE_FREQS] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
+        s[WEFT_T_ROPE_FREQS] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1, 0};
         return;
     }
     weft_family_dense_tensors(hp, s);
@@ -47,4 +48,5 @@ const struct weft_family weft_family_llama = {
     .arch = "llama",
     .tensors = llama_tensors,
     .layer = weft_llama_layer,
+    .experts = true,
 };

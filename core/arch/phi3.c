@@ -30,17 +30,17 @@ static void phi3_tensors(const struct weft_hparams *hp, uint32_t l, struct weft_
         weft_family_global_tensors(hp, s);
         /* LongRoPE (Phi-3 128k, Phi-4 mini): per-pair factors for short and
          * long contexts, cos/sin scaled by rope.scaling.attn_factor */
-        s[WEFT_T_ROPE_LONG] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
-        s[WEFT_T_ROPE_SHORT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1};
+        s[WEFT_T_ROPE_LONG] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1, 0};
+        s[WEFT_T_ROPE_SHORT] = (struct weft_tensor_spec){WEFT_USE_OPTIONAL, hp->n_rot / 2, 1, 0};
         return;
     }
     uint32_t E = hp->n_embd, Q = hp->n_head * hp->head_dim, KV = hp->n_head_kv * hp->head_dim, F = hp->n_ff;
-    s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
-    s[WEFT_T_ATTN_QKV] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Q + 2 * KV};
-    s[WEFT_T_ATTN_OUT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, Q, E};
-    s[WEFT_T_FFN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1};
-    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 2 * F};
-    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E};
+    s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
+    s[WEFT_T_ATTN_QKV] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Q + 2 * KV, 0};
+    s[WEFT_T_ATTN_OUT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, Q, E, 0};
+    s[WEFT_T_FFN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
+    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 2 * F, 0};
+    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E, 0};
 }
 
 static void phi3_layer(struct weft_build *b, uint32_t l)

@@ -26,9 +26,9 @@ static void qwen2_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
         return;
     }
     weft_family_dense_tensors(hp, s);
-    s[WEFT_T_ATTN_Q_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head * hp->head_dim, 1};
-    s[WEFT_T_ATTN_K_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head_kv * hp->head_dim, 1};
-    s[WEFT_T_ATTN_V_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head_kv * hp->head_dim_v, 1};
+    s[WEFT_T_ATTN_Q_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head * hp->head_dim, 1, 0};
+    s[WEFT_T_ATTN_K_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head_kv * hp->head_dim, 1, 0};
+    s[WEFT_T_ATTN_V_B] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->n_head_kv * hp->head_dim_v, 1, 0};
 }
 
 const struct weft_family weft_family_qwen2 = {

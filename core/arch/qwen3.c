@@ -1,4 +1,6 @@
-/* qwen3: Qwen3 dense models. Llama's block with per-head RMS norms on Q and
+/* qwen3: Qwen3 dense models; qwen3moe: the same attention with a routed mixture of
+ * experts for the FFN (Qwen3-30B-A3B, 235B-A22B: weft_b_moe_ffn, softmax gating, the top
+ * k weights renormalised). Llama's block with per-head RMS norms on Q and
  * K before RoPE (QK-norm), NEOX RoPE (pairs (i, i + D/2)), and a head size
  * of its own (attention.key_length: H·D need not be E).
  *
@@ -30,8 +32,8 @@ static void qwen3_tensors(const struct weft_hparams *hp, uint32_t l, struct weft
         return;
     }
     weft_family_dense_tensors(hp, s);
-    s[WEFT_T_ATTN_Q_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1};
-    s[WEFT_T_ATTN_K_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1};
+    s[WEFT_T_ATTN_Q_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1, 0};
+    s[WEFT_T_ATTN_K_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->head_dim, 1, 0};
 }
 
 static void qwen3_layer(struct weft_build *b, uint32_t l)
@@ -58,4 +60,18 @@ const struct weft_family weft_family_qwen3 = {
     .hparams = qwen3_hparams,
     .tensors = qwen3_tensors,
     .layer = qwen3_layer,
+};
+
+static weft_status qwen3moe_hparams(const struct weft_gguf *g, struct weft_hparams *hp)
+{
+    if (!hp->n_expert) return weft_error(WEFT_ERR_FORMAT, "model: qwen3moe without qwen3moe.expert_count");
+    return qwen3_hparams(g, hp);
+}
+
+const struct weft_family weft_family_qwen3moe = {
+    .arch = "qwen3moe",
+    .hparams = qwen3moe_hparams,
+    .tensors = qwen3_tensors,
+    .layer = qwen3_layer,
+    .experts = true,
 };

@@ -6,8 +6,11 @@
  *
  * Kinds: MATRIX — a weight matrix [ne0 = input, ne1 = output rows], any
  * supported type, read once per token (bytes_per_token) and offered to the
- * backend's weight_prepare; NORM — a norm's F32 weight vector; BIAS — an F32
- * vector added to a MATRIX's output; VECTOR — other F32 data. */
+ * backend's weight_prepare; EXPERTS — a mixture's n_expert matrices in one 3-D
+ * tensor [ne0 = input, ne1 = output rows, ne2 = experts] (a token reads
+ * n_expert_used of them; MATMUL_ID's weights); NORM — a norm's F32 weight
+ * vector; BIAS — an F32 vector added to a MATRIX's output; VECTOR — other F32
+ * data. */
 #ifndef WEFT_ARCH_TENSORS_H
 #define WEFT_ARCH_TENSORS_H
 
@@ -38,7 +41,11 @@
     X(ATTN_Q_NORM,    "attn_q_norm.weight",          LAYER,  NORM)     \
     X(ATTN_K_NORM,    "attn_k_norm.weight",          LAYER,  NORM)     \
     X(ATTN_POST_NORM, "post_attention_norm.weight",  LAYER,  NORM)     \
-    X(FFN_POST_NORM,  "post_ffw_norm.weight",        LAYER,  NORM)
+    X(FFN_POST_NORM,  "post_ffw_norm.weight",        LAYER,  NORM)     \
+    X(FFN_GATE_INP,   "ffn_gate_inp.weight",         LAYER,  MATRIX)   \
+    X(FFN_GATE_EXPS,  "ffn_gate_exps.weight",        LAYER,  EXPERTS)  \
+    X(FFN_UP_EXPS,    "ffn_up_exps.weight",          LAYER,  EXPERTS)  \
+    X(FFN_DOWN_EXPS,  "ffn_down_exps.weight",        LAYER,  EXPERTS)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
@@ -48,7 +55,7 @@ enum weft_tensor_id {
 };
 
 enum weft_tensor_scope { WEFT_TS_GLOBAL, WEFT_TS_LAYER };
-enum weft_tensor_kind { WEFT_TK_MATRIX, WEFT_TK_NORM, WEFT_TK_BIAS, WEFT_TK_VECTOR };
+enum weft_tensor_kind { WEFT_TK_MATRIX, WEFT_TK_NORM, WEFT_TK_BIAS, WEFT_TK_VECTOR, WEFT_TK_EXPERTS };
 
 struct weft_tensor_info {
     const char *name;

@@ -1,0 +1,231 @@
+/* MOE_ROUTE and MATMUL_ID on the CPU (the ops are described in backends/backend.h).
+ *
+ * MATMUL_ID converts each activation row once to the weight type's vec_dot
+ * type, sorts the step's (row, slot) pairs by expert, and splits the work as
+ * (expert, tile of 16 weight rows) items over the threads: a tile of an expert
+ * is read once and dotted with every row that chose the expert, and an expert
+ * no row chose is never touched. Dots are the single-row kernels (ggml's
+ * mul_mat_id calls vec_dot for every shape). */
+#include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/cpu_expf.h"
+#include "base/quant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COL_TILE 16
+
+/* _mm512_reduce_add_ps's order (as backends/cpu/cpu_ref_dot.c) */
+static float reduce_add_16(const float x[16])
+{
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+/* ggml's soft_max of n values in place (AVX-512 build): max; y = exp(x - max), 16 at a time
+ * with ggml_v_expf's polynomial (each chunk's sum reduced, then added in double), the rest
+ * with libm's expf added in double; then y *= (float)(1 / sum) */
+static void softmax_ggml(float *y, const float *x, int n)
+{
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int l = 0; l < 16; l++) y[i + l] = weft_cpu_expf(x[i + l] - max);
+        sum += (double)reduce_add_16(y + i);
+    }
+    for (; i < n; i++) {
+        y[i] = expf(x[i] - max);
+        sum += (double)y[i];
+    }
+    const float s = (float)(1.0 / sum);
+    for (i = 0; i < n; i++) y[i] *= s;
+}
+
+weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    (void)be;
+    const struct weft_op_moe_route *m = &op->u.moe_route;
+    const int E = (int)m->logits.ne0, K = (int)m->k;
+    const float *bias = m->has_bias ? (const float *)cpu_ptr(&m->bias) : NULL;
+    float p[WEFT_CPU_MAX_EXPERTS], sel[WEFT_CPU_MAX_EXPERTS], chosen[WEFT_CPU_MAX_EXPERTS];
+    for (int64_t r = 0; r < m->logits.ne1; r++) {
+        const float *l = cpu_row_f32(&m->logits, r);
+        int32_t *ids = (int32_t *)(cpu_ptr(&m->ids) + (size_t)r * m->ids.nb1);
+        float *w = cpu_row_f32(&m->weights, r);
+        if (m->gating == WEFT_MOE_SIGMOID)
+            for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
+        else
+            softmax_ggml(p, l, E);
+        for (int e = 0; e < E; e++) sel[e] = bias ? p[e] + bias[e] : p[e];
+        /* top-k, best first; a NaN never wins; equal values: the lower expert */
+        uint8_t taken[WEFT_CPU_MAX_EXPERTS] = {0};
+        for (int j = 0; j < K; j++) {
+            int best = -1;
+            for (int e = 0; e < E; e++)
+                if (!taken[e] && (best < 0 || sel[e] > sel[best])) best = e;
+            taken[best] = 1;
+            ids[j] = best;
+        }
+        if (m->gating == WEFT_MOE_SOFTMAX_TOPK) {
+            for (int j = 0; j < K; j++) chosen[j] = l[ids[j]];
+            softmax_ggml(w, chosen, K);
+        } else {
+            for (int j = 0; j < K; j++) w[j] = p[ids[j]];
+        }
+        if (m->norm) {
+            double s = 0.0;
+            for (int j = 0; j < K; j++) s += (double)w[j];
+            float sum = (float)s;
+            if (!(sum >= 6.103515625e-5f)) sum = 6.103515625e-5f;
+            for (int j = 0; j < K; j++) w[j] = w[j] / sum;
+        }
+        if (m->scale != 0.0f)
+            for (int j = 0; j < K; j++) w[j] = w[j] * m->scale;
+    }
+    return WEFT_OK;
+}
+
+struct mid_job {
+    const struct weft_op_matmul_id *m;
+    int64_t rows, k, N, K, n_xrows;
+    size_t qrow;
+    uint8_t *xq;               /* [n_xrows][qrow] */
+    int32_t *order;            /* slots sorted by expert */
+    int32_t *start;            /* [n_expert + 1]: expert e's slots are order[start[e] .. start[e+1]) */
+    int32_t *used;             /* the experts some slot chose, ascending */
+    int n_used;
+    float *y;                  /* [rows * k][N] when the slots are summed; else NULL (out directly) */
+    const float *bias;
+    weft_cpu_quant_fn quant;
+    weft_cpu_dot_fn dot;
+    weft_cpu_dot4_fn dot4;
+};
+
+static const float *mid_x_row(const struct mid_job *j, int64_t xr) { return cpu_row_f32(&j->m->x, xr); }
+
+static void mid_quantize(void *ctx, int ith, int nth)
+{
+    struct mid_job *j = ctx;
+    int64_t lo, hi;
+    cpu_split(j->n_xrows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) j->quant(mid_x_row(j, r), j->xq + (size_t)r * j->qrow, j->K);
+}
+
+static float *mid_out_row(const struct mid_job *j, int64_t slot)
+{
+    return j->y ? j->y + (size_t)slot * (size_t)j->N : cpu_row_f32(&j->m->out, slot);
+}
+
+static void mid_dot(void *ctx, int ith, int nth)
+{
+    struct mid_job *j = ctx;
+    const struct weft_view *w = &j->m->w;
+    const int64_t tiles = (j->N + COL_TILE - 1) / COL_TILE;
+    int64_t i0, i1;
+    cpu_split((int64_t)j->n_used * tiles, ith, nth, &i0, &i1);
+    for (int64_t it = i0; it < i1; it++) {
+        const int e = j->used[it / tiles];
+        const int64_t n0 = (it % tiles) * COL_TILE, n1 = n0 + COL_TILE < j->N ? n0 + COL_TILE : j->N;
+        const uint8_t *we = cpu_ptr(w) + (size_t)e * (size_t)j->N * w->nb1;
+        const float *bias = j->bias ? j->bias + (size_t)e * (size_t)j->N : NULL;
+        for (int32_t s = j->start[e]; s < j->start[e + 1]; s++) {
+            const int64_t slot = j->order[s];
+            const int64_t xr = j->m->x_per_slot ? slot : slot / j->k;
+            const uint8_t *xq = j->xq + (size_t)xr * j->qrow;
+            float *out = mid_out_row(j, slot);
+            int64_t n = n0;
+            if (j->dot4)
+                for (; n + 4 <= n1; n += 4) j->dot4(we + (size_t)n * w->nb1, w->nb1, xq, j->K, out + n);
+            for (; n < n1; n++) out[n] = j->dot(we + (size_t)n * w->nb1, xq, j->K);
+            if (bias)
+                for (n = n0; n < n1; n++) out[n] += bias[n];
+        }
+    }
+}
+
+/* out[r] = ((w0 · y0 + w1 · y1) + ...) (+ add[r]) */
+static void mid_sum(void *ctx, int ith, int nth)
+{
+    struct mid_job *j = ctx;
+    const struct weft_op_matmul_id *m = j->m;
+    int64_t lo, hi;
+    cpu_split(j->rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *wt = cpu_row_f32(&m->weights, r);
+        const float *add = m->has_add ? cpu_row_f32(&m->add, r) : NULL;
+        float *out = cpu_row_f32(&m->out, r);
+        for (int64_t n = 0; n < j->N; n++) {
+            float s = wt[0] * j->y[(size_t)(r * j->k) * (size_t)j->N + (size_t)n];
+            for (int64_t q = 1; q < j->k; q++) s = s + wt[q] * j->y[(size_t)(r * j->k + q) * (size_t)j->N + (size_t)n];
+            out[n] = add ? s + add[n] : s;
+        }
+    }
+}
+
+static size_t align64(size_t n) { return (n + 63) & ~(size_t)63; }
+
+weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    const struct weft_op_matmul_id *m = &op->u.matmul_id;
+    struct mid_job j = {.m = m, .rows = m->ids.ne1, .k = m->ids.ne0, .K = m->w.ne0};
+    const int E = (int)m->n_expert;
+    j.N = m->w.ne1 / E;
+    j.n_xrows = m->x_per_slot ? j.rows * j.k : j.rows;
+    const struct weft_cpu_kernels *kt = be->kern;
+    const enum weft_type wt = m->w.type, vdt = weft_vec_dot_type(wt);
+    j.quant = kt->quant[vdt];
+    j.dot = kt->dot[wt];
+    j.dot4 = kt->dot4[wt];
+    j.qrow = align64(weft_row_size(vdt, j.K));
+    j.bias = m->has_bias ? (const float *)cpu_ptr(&m->bias) : NULL;
+    const size_t n_slots = (size_t)(j.rows * j.k);
+    const size_t xq_bytes = (size_t)j.n_xrows * j.qrow, idx_bytes = align64(sizeof(int32_t) * (n_slots + 2 * (size_t)E + 1));
+    const size_t y_bytes = m->has_weights ? sizeof(float) * n_slots * (size_t)j.N : 0;
+    weft_status st = weft_cpu_scratch(be, xq_bytes + idx_bytes + y_bytes);
+    if (st != WEFT_OK) return st;
+    j.xq = be->scratch;
+    j.order = (int32_t *)(be->scratch + xq_bytes);
+    j.start = j.order + n_slots;
+    j.used = j.start + E + 1;
+    j.y = m->has_weights ? (float *)(be->scratch + xq_bytes + idx_bytes) : NULL;
+    /* counting sort of the slots by expert (slot order kept within an expert) */
+    memset(j.start, 0, sizeof(int32_t) * (size_t)(E + 1));
+    for (int64_t r = 0; r < j.rows; r++) {
+        const int32_t *ids = (const int32_t *)(cpu_ptr(&m->ids) + (size_t)r * m->ids.nb1);
+        for (int64_t q = 0; q < j.k; q++) {
+            if (ids[q] < 0 || ids[q] >= E)
+                return weft_error(WEFT_ERR_INVALID_ARG, "cpu: matmul_id: row %lld chose expert %d of %d", (long long)r,
+                                  ids[q], E);
+            j.start[ids[q] + 1]++;
+        }
+    }
+    for (int e = 0; e < E; e++) {
+        if (j.start[e + 1]) j.used[j.n_used++] = e;
+        j.start[e + 1] += j.start[e];
+    }
+    {
+        /* place the slots: start[e] runs as expert e's cursor, ending at e's end */
+        for (int64_t r = 0; r < j.rows; r++) {
+            const int32_t *ids = (const int32_t *)(cpu_ptr(&m->ids) + (size_t)r * m->ids.nb1);
+            for (int64_t q = 0; q < j.k; q++) j.order[j.start[ids[q]]++] = (int32_t)(r * j.k + q);
+        }
+        /* start[e] now holds where e's run ends (e + 1's start): shift back */
+        for (int e = E; e > 0; e--) j.start[e] = j.start[e - 1];
+        j.start[0] = 0;
+    }
+    be->expert_passes += (uint64_t)j.n_used;
+    weft_cpu_pool_run(be->pool, mid_quantize, &j);
+    weft_cpu_pool_run(be->pool, mid_dot, &j);
+    if (m->has_weights) weft_cpu_pool_run(be->pool, mid_sum, &j);
+    return WEFT_OK;
+}
+
+uint64_t weft_cpu_expert_passes(struct weft_backend *b)
+{
+    return b && !strcmp(b->iface->name, "cpu") ? ((struct weft_cpu_backend *)b)->expert_passes : 0;
+}
