@@ -4,10 +4,12 @@
  * sit between guard bytes (and at a non-zero view offset) to catch overruns.
  * Prints a support/pass matrix (ops x devices); a GPU backend must pass the
  * `required` rows. Vulkan runs with the validation layer (WEFT_VK_VALIDATE). */
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_impl.h"  /* weft_cpu_expert_passes */
 #include "base/quant.h"
 #include "base/rope.h"
 #include "tests/check.h"
@@ -799,6 +801,193 @@ static void buffers_reject_out_of_range_access(void)
     bi->buffer_free(b);
 }
 
+/* ---- mixtures of experts (api 7) ---- */
+
+/* MOE_ROUTE in double: p = softmax or sigmoid; the k largest p + bias (ties: lower expert);
+ * weights p (or softmax of the chosen logits), renormalised, scaled. The margin between the
+ * k-th and the next choice comes back (a near-tie may go either way in float). */
+static double route_ref(const float *l, const float *bias, int E, int k, enum weft_moe_gating g, bool norm, float scale,
+                        int32_t *ids, double *w)
+{
+    double p[64], sel[64], mx = -INFINITY, sum = 0;
+    for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+    for (int e = 0; e < E; e++) {
+        p[e] = g == WEFT_MOE_SIGMOID ? 1.0 / (1.0 + exp(-(double)l[e])) : exp((double)l[e] - mx);
+        sum += p[e];
+    }
+    if (g != WEFT_MOE_SIGMOID)
+        for (int e = 0; e < E; e++) p[e] /= sum;
+    bool taken[64] = {0};
+    for (int e = 0; e < E; e++) sel[e] = p[e] + (bias ? bias[e] : 0);
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || sel[e] > sel[best])) best = e;
+        taken[best] = true;
+        ids[j] = best;
+    }
+    double next = -INFINITY;
+    for (int e = 0; e < E; e++)
+        if (!taken[e] && sel[e] > next) next = sel[e];
+    double tot = 0;
+    if (g == WEFT_MOE_SOFTMAX_TOPK) {
+        double m2 = l[ids[0]], s2 = 0;
+        for (int j = 0; j < k; j++) s2 += exp((double)l[ids[j]] - m2);
+        for (int j = 0; j < k; j++) w[j] = exp((double)l[ids[j]] - m2) / s2;
+    } else {
+        for (int j = 0; j < k; j++) w[j] = p[ids[j]];
+    }
+    for (int j = 0; j < k; j++) tot += w[j];
+    for (int j = 0; j < k; j++) w[j] = (norm ? w[j] / tot : w[j]) * (scale != 0 ? scale : 1);
+    return sel[ids[k - 1]] - next;
+}
+
+static void moe_route_matches_reference(void)
+{
+    rng = 0x3456789ull;
+    static const struct {
+        const char *row;
+        int E, k;
+        enum weft_moe_gating g;
+        bool norm, bias;
+        float scale;
+    } cases[] = {{"MOE_ROUTE softmax", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0},
+                 {"MOE_ROUTE softmax", 40, 6, WEFT_MOE_SOFTMAX, false, false, 0},
+                 {"MOE_ROUTE sigmoid bias", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f},
+                 {"MOE_ROUTE softmax_topk", 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, false, 0}};
+    const int R = 9;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int E = cases[c].E, k = cases[c].k;
+        float *l = malloc(sizeof(float) * R * E), bias[64], *w = malloc(sizeof(float) * R * k);
+        int32_t *ids = malloc(sizeof(int32_t) * R * k), rid[64];
+        double rw[64];
+        for (int i = 0; i < R * E; i++) l[i] = 3 * frand();
+        for (int e = 0; e < E; e++) bias[e] = 0.3f * frand();
+        struct weft_buffer *bl = upload(l, sizeof(float) * R * E), *bb = upload(bias, sizeof bias);
+        struct gbuf bi_ = gnew(NULL, sizeof(int32_t) * R * k), bw = gnew(NULL, sizeof(float) * R * k);
+        struct weft_op op = {.kind = WEFT_OP_MOE_ROUTE};
+        op.u.moe_route = (struct weft_op_moe_route){
+            .logits = weft_view_2d(bl, 0, WEFT_TYPE_F32, E, R), .ids = gview(bi_, WEFT_TYPE_I32, k, R),
+            .weights = gview(bw, WEFT_TYPE_F32, k, R), .k = (uint32_t)k, .gating = cases[c].g, .norm = cases[c].norm,
+            .scale = cases[c].scale, .bias = weft_view_2d(bb, 0, WEFT_TYPE_F32, E, 1), .has_bias = cases[c].bias};
+        if (supported(&op, cases[c].row)) {
+            bool ok = run_ops(&op, 1) && gread(bi_, ids, cases[c].row) && gread(bw, w, cases[c].row);
+            float idf[64 * 9];
+            for (int r = 0; r < R; r++) {
+                double margin = route_ref(l + r * E, cases[c].bias ? bias : NULL, E, k, cases[c].g, cases[c].norm,
+                                          cases[c].scale, rid, rw);
+                for (int j = 0; j < k; j++) {
+                    idf[r * k + j] = (float)ids[r * k + j];
+                    if (margin < 1e-5) continue;  /* a near-tie: float order picks */
+                    bool same = ids[r * k + j] == rid[j] && fabs(w[r * k + j] - rw[j]) <= 1e-5 * (1 + fabs(rw[j]));
+                    CHECK_MSG(same, "%s %s E%d row %d slot %d: expert %d weight %.7f, reference %d %.7f", bi->name,
+                              cases[c].row, E, r, j, ids[r * k + j], w[r * k + j], rid[j], rw[j]);
+                    ok = ok && same;
+                }
+            }
+            char key[96];
+            snprintf(key, sizeof key, "%s E%d ids", cases[c].row, E);
+            ok = vs_cpu(key, idf, (size_t)R * k, 1e-30) && ok;
+            snprintf(key, sizeof key, "%s E%d weights", cases[c].row, E);
+            ok = vs_cpu(key, w, (size_t)R * k, 1e-10) && ok;
+            mark(cases[c].row, ok ? PASS : FAIL);
+        }
+        bi->buffer_free(bl); bi->buffer_free(bb); gfree(bi_); gfree(bw);
+        free(l); free(w); free(ids);
+    }
+}
+
+/* MATMUL_ID for every weight type, at batch 1 and 8, both forms: a row's x times each chosen
+ * expert (gate/up), and a slot's x times its expert, weighted, summed and added to the
+ * residual in place (down). The experts no row chose (6 and 7) are all 0xFF bytes (NaN
+ * scales): a backend that reads them gives NaN or inf. On the CPU each op reads each chosen
+ * expert once (weft_cpu_expert_passes). */
+static void matmul_id_matches_reference_and_reads_only_chosen_experts(void)
+{
+    rng = 0x456789aull;
+    const int E = 8, k = 2, N = 48, K = 256;
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        enum weft_type t = weight_types[ti];
+        char row[40];
+        snprintf(row, sizeof row, "MATMUL_ID %s", weft_type_name(t));
+        const size_t rs = weft_row_size(t, K), eb = rs * N;
+        float *wd = malloc(sizeof(float) * E * N * K);
+        uint8_t *w = rand_weights(t, (int64_t)E * N, K, wd);
+        memset(w + 6 * eb, 0xFF, 2 * eb);  /* experts 6, 7: never chosen */
+        float *bias = malloc(sizeof(float) * E * N);
+        for (int i = 0; i < E * N; i++) bias[i] = frand();
+        struct weft_buffer *bw = upload(w, eb * E), *bbias = upload(bias, sizeof(float) * E * N);
+        for (int R = 1; R <= 8; R += 7)
+            for (int form = 0; form < 3; form++) {  /* 0 gate/up, 1 down (weights, add), 2 gate/up with bias */
+                if (form == 2 && t != WEFT_TYPE_F16 && t != WEFT_TYPE_MXFP4) continue;
+                const int xr = form == 1 ? R * k : R, orows = form == 1 ? R : R * k;
+                float *x = malloc(sizeof(float) * xr * K), *wt = malloc(sizeof(float) * R * k);
+                float *add = malloc(sizeof(float) * orows * N), *out = malloc(sizeof(float) * orows * N);
+                double *ref = malloc(sizeof(double) * orows * N);
+                int32_t ids[16];
+                int used[8] = {0}, n_used = 0;
+                for (int r = 0; r < R; r++) {
+                    frand();  /* a fresh rng state */
+                    ids[r * k] = (int32_t)(rng % 6);
+                    ids[r * k + 1] = (ids[r * k] + 1 + (int32_t)((rng >> 20) % 5)) % 6;
+                    for (int j = 0; j < k; j++) wt[r * k + j] = 0.5f + 0.5f * frand();
+                }
+                for (int i = 0; i < R * k; i++)
+                    if (!used[ids[i]]++) n_used++;
+                for (int i = 0; i < xr * K; i++) x[i] = frand();
+                for (int i = 0; i < orows * N; i++) add[i] = frand();
+                for (int i = 0; i < orows * N; i++) ref[i] = form == 1 ? add[i] : 0;
+                for (int r = 0; r < R; r++)
+                    for (int j = 0; j < k; j++) {
+                        const int e = ids[r * k + j];
+                        const float *xv = x + (size_t)(form == 1 ? r * k + j : r) * K;
+                        for (int n = 0; n < N; n++) {
+                            double s = form == 2 ? bias[e * N + n] : 0;
+                            for (int q = 0; q < K; q++) s += (double)xv[q] * wd[((size_t)e * N + n) * K + q];
+                            if (form == 1) ref[r * N + n] += wt[r * k + j] * s;
+                            else ref[(size_t)(r * k + j) * N + n] = s;
+                        }
+                    }
+                struct weft_buffer *bx = upload(x, sizeof(float) * xr * K), *bids = upload(ids, sizeof(int32_t) * R * k);
+                struct weft_buffer *bwt = upload(wt, sizeof(float) * R * k);
+                struct gbuf bo = gnew(form == 1 ? add : NULL, sizeof(float) * orows * N);
+                struct weft_op op = {.kind = WEFT_OP_MATMUL_ID};
+                op.u.matmul_id = (struct weft_op_matmul_id){
+                    .x = weft_view_2d(bx, 0, WEFT_TYPE_F32, K, xr), .w = weft_view_2d(bw, 0, t, K, (int64_t)E * N),
+                    .ids = weft_view_2d(bids, 0, WEFT_TYPE_I32, k, R), .out = gview(bo, WEFT_TYPE_F32, N, orows),
+                    .n_expert = (uint32_t)E, .x_per_slot = form == 1, .weights = weft_view_2d(bwt, 0, WEFT_TYPE_F32, k, R),
+                    .has_weights = form == 1, .has_add = form == 1, .bias = weft_view_2d(bbias, 0, WEFT_TYPE_F32, E * N, 1),
+                    .has_bias = form == 2};
+                op.u.matmul_id.add = op.u.matmul_id.out;
+                const char *rname = form == 2 ? "MATMUL_ID bias" : row;
+                if (supported(&op, rname)) {
+                    const uint64_t passes0 = weft_cpu_expert_passes(be);
+                    bool ok = run_ops(&op, 1) && gread(bo, out, rname);
+                    double e = nmse(out, ref, (size_t)orows * N);
+                    bool finite = true;
+                    for (int i = 0; i < orows * N; i++) finite &= isfinite(out[i]) != 0;
+                    char key[96];
+                    snprintf(key, sizeof key, "%s R%d form %d", row, R, form);
+                    CHECK_MSG(finite && e < mm_tol(t), "%s %s: nmse %.3g%s", bi->name, key, e,
+                              finite ? "" : " (not finite: an unchosen expert was read)");
+                    ok = ok && finite && e < mm_tol(t);
+                    if (is_cpu) {
+                        uint64_t passes = weft_cpu_expert_passes(be) - passes0;
+                        CHECK_MSG(passes == (uint64_t)n_used, "%s: %llu expert passes for %d chosen experts", key,
+                                  (unsigned long long)passes, n_used);
+                        ok = ok && passes == (uint64_t)n_used;
+                    }
+                    ok = vs_cpu(key, out, (size_t)orows * N, 4 * mm_tol(t)) && ok;
+                    mark(rname, ok ? PASS : FAIL);
+                }
+                bi->buffer_free(bx); bi->buffer_free(bids); bi->buffer_free(bwt); gfree(bo);
+                free(x); free(wt); free(add); free(out); free(ref);
+            }
+        bi->buffer_free(bw); bi->buffer_free(bbias);
+        free(w); free(wd); free(bias);
+    }
+}
+
 /* What a GPU backend must run for the models weft serves (the CPU runs all). */
 static const char *const required[] = {
     "EMBED F32", "EMBED F16", "EMBED Q8_0", "EMBED Q4_0", "EMBED Q4_1", "EMBED Q4_K", "EMBED Q6_K",
@@ -815,6 +1004,9 @@ static const char *const required[] = {
     "MATMUL Q2_K", "MATMUL Q3_K", "MATMUL IQ4_NL", "MATMUL IQ4_XS", "MATMUL MXFP4",
     "EMBED Q2_K", "EMBED Q3_K", "EMBED IQ4_NL", "EMBED IQ4_XS", "EMBED MXFP4",
     "LOGITS Q2_K", "LOGITS Q3_K", "LOGITS IQ4_NL", "LOGITS IQ4_XS", "LOGITS MXFP4",
+    /* api 7: mixtures of experts */
+    "MOE_ROUTE softmax", "MOE_ROUTE sigmoid bias", "MOE_ROUTE softmax_topk", "MATMUL_ID F16", "MATMUL_ID Q8_0",
+    "MATMUL_ID Q4_0", "MATMUL_ID Q4_K", "MATMUL_ID Q6_K", "MATMUL_ID MXFP4", "MATMUL_ID bias",
 };
 
 static void print_matrix(void)
@@ -875,6 +1067,8 @@ int main(void)
             RUN(prepared_weights_give_bit_identical_results);
             RUN(elementwise_ops_match_reference);
             RUN(op_fields_match_reference);
+            RUN(moe_route_matches_reference);
+            RUN(matmul_id_matches_reference_and_reads_only_chosen_experts);
             RUN(rope_scaling_matches_formulas);
             RUN(rope_and_paged_attention_match_reference);
             RUN(buffers_reject_out_of_range_access);
