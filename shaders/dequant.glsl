@@ -7,13 +7,14 @@
  *   - #defines DQ_WORD(i): uint word i (32-bit, little-endian) of the
  *     readonly weight buffer,
  *   - #defines exactly one of TYPE_F32 TYPE_F16 TYPE_BF16 TYPE_Q8_0
- *     TYPE_Q4_0 TYPE_Q4_1 TYPE_Q5_0 TYPE_Q5_1 TYPE_Q4_K TYPE_Q5_K TYPE_Q6_K,
- * (DQ_WORD's expansion must not use the short local names below: b, i, j,
- * l, g, h, n, t, u, q, row, sm, sc, lo, hi, hb, hu; a buffer named e.g.
- * `data_w` is safe), and gets
+ *     TYPE_Q4_0 TYPE_Q4_1 TYPE_Q5_0 TYPE_Q5_1 TYPE_Q4_K TYPE_Q5_K TYPE_Q6_K
+ *     TYPE_Q2_K TYPE_Q3_K TYPE_IQ4_NL TYPE_IQ4_XS TYPE_MXFP4,
+ * (DQ_WORD's expansion must not use the short local names below: b, c, d, e,
+ * i, j, k, l, g, h, n, s, t, u, q, row, sm, sc, lo, hi, hb, hu, sh, w0, w1; a
+ * buffer named e.g. `data_w` is safe), and gets
  *   DQ_QK, DQ_QB            elements and bytes per block,
  *   float dq_get(row, i)    element i of a row starting at byte offset `row`
- *                           (any 2-byte-aligned offset),
+ *                           (any 2-byte-aligned offset; MXFP4: any offset),
  *   vec4 dq_get4(row, i)    elements i..i+3, i % 4 == 0 (never crosses a
  *                           block: every block size is a multiple of 4).
  * With DQ_SPLIT_MIN defined, Q4_1 and Q5_1 give d * q only, and
@@ -21,9 +22,13 @@
  *                           the activation block's f16 sum as the CPU's
  *                           Q8_1 dot product does.
  *
- * Every block size in bytes is even, so with a 2-byte-aligned row every
- * field read below (u16 scales, u32 groups of quants) is 2-byte-aligned
- * too; dq_u32 joins two words when it straddles them. */
+ * Every block size in bytes but MXFP4's (17) is even, so with a
+ * 2-byte-aligned row every field read below (u16 scales, u32 groups of
+ * quants) is 2-byte-aligned too; dq_u32 joins two words when it straddles
+ * them. MXFP4 rows start at any byte: its blocks are read with dq_u8 and
+ * dq_u32b (any offset), never a u16 or an aligned u32.
+ * The code books of IQ4_NL/IQ4_XS and MXFP4 come from base/types.h's
+ * WEFT_KVALUES_* (weft_blocks.glsl). */
 #ifndef WEFT_DEQUANT_GLSL
 #define WEFT_DEQUANT_GLSL
 
@@ -43,6 +48,15 @@ uint dq_u32(uint b)
     if ((b & 2u) == 0u) return DQ_WORD(dq_w);
     return (DQ_WORD(dq_w) >> 16) | (DQ_WORD(dq_w + 1u) << 16);
 }
+/* any b: the bytes b..b+3, reading only the words that hold them */
+uint dq_u32b(uint b)
+{
+    uint sh = (b & 3u) * 8u;
+    uint w0 = DQ_WORD(b >> 2);
+    if (sh == 0u) return w0;
+    uint w1 = DQ_WORD((b + 3u) >> 2);
+    return (w0 >> sh) | (w1 << (32u - sh));
+}
 float dq_f16(uint b) { return unpackHalf2x16(dq_u16(b)).x; }
 int dq_i8(uint b) { return bitfieldExtract(int(dq_u8(b)), 0, 8); }
 /* the four bytes of u as signed / unsigned values, byte 0 first */
@@ -58,6 +72,8 @@ vec4 dq_nib4(uint u, uint shift)
     u = (u >> shift) & 0x0f0f0f0fu;
     return vec4(u & 0xffu, (u >> 8) & 0xffu, (u >> 16) & 0xffu, u >> 24);
 }
+/* the four bytes of u as unsigned values, byte 0 first */
+vec4 dq_byte4(uint u) { return vec4(u & 0xffu, (u >> 8) & 0xffu, (u >> 16) & 0xffu, u >> 24); }
 /* bit `bit` of each byte of u */
 vec4 dq_bit4(uint u, uint bit)
 {
@@ -73,6 +89,19 @@ vec2 dq_scale_min_k4(uint b, uint j)
     uint q4 = dq_u8(b + j + 4u);
     return vec2((q4 & 0xfu) | ((dq_u8(b + j - 4u) >> 6) << 4), (q4 >> 4) | ((dq_u8(b + j) >> 6) << 4));
 }
+
+/* the non-linear code books (base/types.h), indexed by a 4-bit code */
+#if defined(TYPE_IQ4_NL) || defined(TYPE_IQ4_XS)
+const float dq_kv[16] = WEFT_KVALUES_IQ4NL;
+#define DQ_HAS_KV 1
+#elif defined(TYPE_MXFP4)
+const float dq_kv[16] = WEFT_KVALUES_MXFP4;
+#define DQ_HAS_KV 1
+#endif
+#ifdef DQ_HAS_KV
+/* the code book's values for the four bytes of u (each 0..15) */
+vec4 dq_kv4(uint u) { return vec4(dq_kv[u & 0xffu], dq_kv[(u >> 8) & 0xffu], dq_kv[(u >> 16) & 0xffu], dq_kv[u >> 24]); }
+#endif
 
 #if defined(TYPE_F32)
 #define DQ_QK 1u
@@ -267,6 +296,121 @@ vec4 dq_get4(uint row, uint i)
     vec4 hi = vec4(hu & 0xffu, (hu >> 8) & 0xffu, (hu >> 16) & 0xffu, hu >> 24);
     float sc = float(dq_i8(b + WEFT_BOFF_Q6_K_SCALES + 8u * n + 2u * t + l / 16u));
     return dq_f16(b + WEFT_BOFF_Q6_K_D) * sc * (lo + 16.0 * hi - 32.0);
+}
+
+#elif defined(TYPE_Q2_K)
+/* scales[16] (sub-block j/16: scale in the low nibble, min in the high),
+ * qs[64], d, dmin: f16. Element j: c = j/128, k = (j%128)/32, l = j%32: bits
+ * 2k..2k+1 of qs[32c + l] (weft_q2_bits); x = (d * sc) * q - dmin * m */
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_Q2_K
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, c = j / 128u, k = (j % 128u) / 32u, l = j % 32u;
+    uint sc = dq_u8(b + WEFT_BOFF_Q2_K_SCALES + j / 16u);
+    uint q = (dq_u8(b + WEFT_BOFF_Q2_K_QS + 32u * c + l) >> (2u * k)) & 3u;
+    return dq_f16(b + WEFT_BOFF_Q2_K_D) * float(sc & 15u) * float(q) - dq_f16(b + WEFT_BOFF_Q2_K_DMIN) * float(sc >> 4);
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, c = j / 128u, k = (j % 128u) / 32u, l = j % 32u;
+    uint sc = dq_u8(b + WEFT_BOFF_Q2_K_SCALES + j / 16u);
+    vec4 q = dq_byte4((dq_u32(b + WEFT_BOFF_Q2_K_QS + 32u * c + l) >> (2u * k)) & 0x03030303u);
+    return dq_f16(b + WEFT_BOFF_Q2_K_D) * float(sc & 15u) * q - dq_f16(b + WEFT_BOFF_Q2_K_DMIN) * float(sc >> 4);
+}
+
+#elif defined(TYPE_Q3_K)
+/* hmask[32], qs[64], scales[12], d: f16. Element j: c, k, l as Q2_K's, its
+ * low 2 bits as Q2_K's, its 3rd bit h: bit 4c + k of hmask[l]
+ * (weft_q3_hbit); x = (d * sc) * (q - 4 * !h) with sub-block j/16's
+ * six-bit scale minus 32 (dq_q3_k_scale) */
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_Q3_K
+/* scale s: low 4 bits in nibble s/8 of scales[s%8], high 2 at bits
+ * 2(s/4)..2(s/4)+1 of scales[8 + s%4]; minus 32 (weft_q3_k_scales) */
+float dq_q3_k_scale(uint b, uint s)
+{
+    uint lo = (dq_u8(b + WEFT_BOFF_Q3_K_SCALES + s % 8u) >> (4u * (s / 8u))) & 15u;
+    uint hi = (dq_u8(b + WEFT_BOFF_Q3_K_SCALES + 8u + s % 4u) >> (2u * (s / 4u))) & 3u;
+    return float(int(lo | (hi << 4)) - 32);
+}
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, c = j / 128u, k = (j % 128u) / 32u, l = j % 32u;
+    uint q = (dq_u8(b + WEFT_BOFF_Q3_K_QS + 32u * c + l) >> (2u * k)) & 3u;
+    uint h = (dq_u8(b + WEFT_BOFF_Q3_K_HMASK + l) >> (4u * c + k)) & 1u;
+    return dq_f16(b + WEFT_BOFF_Q3_K_D) * dq_q3_k_scale(b, j / 16u) * (float(q) - (h != 0u ? 0.0 : 4.0));
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, c = j / 128u, k = (j % 128u) / 32u, l = j % 32u;
+    vec4 q = dq_byte4((dq_u32(b + WEFT_BOFF_Q3_K_QS + 32u * c + l) >> (2u * k)) & 0x03030303u);
+    vec4 h = dq_bit4(dq_u32(b + WEFT_BOFF_Q3_K_HMASK + l), 4u * c + k);
+    return dq_f16(b + WEFT_BOFF_Q3_K_D) * dq_q3_k_scale(b, j / 16u) * (q + 4.0 * h - 4.0);
+}
+
+#elif defined(TYPE_IQ4_NL)
+/* d: f16, qs[16]: 4-bit codes as Q4_0's; x = d * kvalues_iq4nl[q] */
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_IQ4_NL
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = (dq_u8(b + WEFT_BOFF_IQ4_NL_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    return dq_f16(b + WEFT_BOFF_IQ4_NL_D) * dq_kv[q];
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint u = (dq_u32(b + WEFT_BOFF_IQ4_NL_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 0x0f0f0f0fu;
+    return dq_f16(b + WEFT_BOFF_IQ4_NL_D) * dq_kv4(u);
+}
+
+#elif defined(TYPE_IQ4_XS)
+/* d: f16, scales_h: u16, scales_l[4], qs[128]. Sub-block s = j/32 has its
+ * six-bit scale's low 4 bits in nibble s%2 of scales_l[s/2], its high 2 at
+ * bits 2s..2s+1 of scales_h (minus 32: weft_iq4_xs_scale) and its codes in
+ * qs[16s .. 16s+16) as Q4_0's; x = (d * sc) * kvalues_iq4nl[q] */
+#define DQ_QK WEFT_QKK
+#define DQ_QB WEFT_BSZ_IQ4_XS
+float dq_iq4_xs_scale(uint b, uint s)
+{
+    uint lo = (dq_u8(b + WEFT_BOFF_IQ4_XS_SCALES_L + s / 2u) >> (4u * (s % 2u))) & 15u;
+    uint hi = (dq_u16(b + WEFT_BOFF_IQ4_XS_SCALES_H) >> (2u * s)) & 3u;
+    return float(int(lo | (hi << 4)) - 32);
+}
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, s = j / 32u, l = j % 32u;
+    uint q = (dq_u8(b + WEFT_BOFF_IQ4_XS_QS + 16u * s + (l & 15u)) >> ((l & 16u) >> 2)) & 15u;
+    return dq_f16(b + WEFT_BOFF_IQ4_XS_D) * dq_iq4_xs_scale(b, s) * dq_kv[q];
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK, s = j / 32u, l = j % 32u;
+    uint u = (dq_u32(b + WEFT_BOFF_IQ4_XS_QS + 16u * s + (l & 15u)) >> ((l & 16u) >> 2)) & 0x0f0f0f0fu;
+    return dq_f16(b + WEFT_BOFF_IQ4_XS_D) * dq_iq4_xs_scale(b, s) * dq_kv4(u);
+}
+
+#elif defined(TYPE_MXFP4)
+/* e: E8M0 exponent, qs[16]: E2M1 codes as Q4_0's; x = kvalues_mxfp4[q] *
+ * 2^(e - 128) (the code book holds twice the E2M1 values). 17-byte blocks:
+ * bytes only (dq_u8, dq_u32b), any row offset. */
+#define DQ_QK WEFT_QK32
+#define DQ_QB WEFT_BSZ_MXFP4
+/* weft_e8m0_to_f32_half: 2^(e - 128), exact (e < 2: subnormal) */
+float dq_e8m0_half(uint e) { return uintBitsToFloat(e < 2u ? 0x00200000u << e : (e - 1u) << 23); }
+float dq_get(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint q = (dq_u8(b + WEFT_BOFF_MXFP4_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 15u;
+    return dq_kv[q] * dq_e8m0_half(dq_u8(b + WEFT_BOFF_MXFP4_E));
+}
+vec4 dq_get4(uint row, uint i)
+{
+    uint b = row + (i / DQ_QK) * DQ_QB, j = i % DQ_QK;
+    uint u = (dq_u32b(b + WEFT_BOFF_MXFP4_QS + (j & 15u)) >> ((j & 16u) >> 2)) & 0x0f0f0f0fu;
+    return dq_kv4(u) * dq_e8m0_half(dq_u8(b + WEFT_BOFF_MXFP4_E));
 }
 
 #else

@@ -1,8 +1,8 @@
 #version 450
-// variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K
+// variants: f32:-DTYPE_F32 f16:-DTYPE_F16 bf16:-DTYPE_BF16 q8_0:-DTYPE_Q8_0 q4_0:-DTYPE_Q4_0 q4_1:-DTYPE_Q4_1 q5_0:-DTYPE_Q5_0 q5_1:-DTYPE_Q5_1 q4_k:-DTYPE_Q4_K q5_k:-DTYPE_Q5_K q6_k:-DTYPE_Q6_K q2_k:-DTYPE_Q2_K q3_k:-DTYPE_Q3_K iq4_nl:-DTYPE_IQ4_NL iq4_xs:-DTYPE_IQ4_XS mxfp4:-DTYPE_MXFP4
 // EMBED: out[r] = dequant(table[ids[r]]) (* scale when scale != 0: one F32
 // multiply after dequantizing, as the CPU). Table offsets in bytes (rows
-// 2-byte aligned), ids and out in elements. An id outside the table gives a
+// 2-byte aligned; MXFP4: any byte), ids and out in elements. An id outside the table gives a
 // row of zeros (the CPU refuses the op; a shader cannot).
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer T { uint data_t[]; };

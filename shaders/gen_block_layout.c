@@ -3,12 +3,20 @@
  * shaders take them from the structs every backend shares instead of
  * literal numbers. Run at build time (backends/vulkan/CMakeLists.txt). */
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "base/types.h"
 
 #define SZ(T, s) printf("#define WEFT_BSZ_%s %uu\n", T, (unsigned)sizeof(struct s))
 #define OFF(T, s, f, F) printf("#define WEFT_BOFF_%s_%s %uu\n", T, F, (unsigned)offsetof(struct s, f))
+
+static void book(const char *name, const int8_t v[16])
+{
+    printf("#define WEFT_KVALUES_%s float[16](", name);
+    for (int i = 0; i < 16; i++) printf("%s%d.0", i ? ", " : "", v[i]);
+    printf(")\n");
+}
 
 int main(void)
 {
@@ -27,6 +35,22 @@ int main(void)
     OFF("Q5_K", weft_block_q5_k, qs, "QS");
     SZ("Q6_K", weft_block_q6_k); OFF("Q6_K", weft_block_q6_k, ql, "QL"); OFF("Q6_K", weft_block_q6_k, qh, "QH");
     OFF("Q6_K", weft_block_q6_k, scales, "SCALES"); OFF("Q6_K", weft_block_q6_k, d, "D");
+    SZ("Q2_K", weft_block_q2_k); OFF("Q2_K", weft_block_q2_k, scales, "SCALES");
+    OFF("Q2_K", weft_block_q2_k, qs, "QS"); OFF("Q2_K", weft_block_q2_k, d, "D");
+    OFF("Q2_K", weft_block_q2_k, dmin, "DMIN");
+    SZ("Q3_K", weft_block_q3_k); OFF("Q3_K", weft_block_q3_k, hmask, "HMASK");
+    OFF("Q3_K", weft_block_q3_k, qs, "QS"); OFF("Q3_K", weft_block_q3_k, scales, "SCALES");
+    OFF("Q3_K", weft_block_q3_k, d, "D");
+    SZ("IQ4_NL", weft_block_iq4_nl); OFF("IQ4_NL", weft_block_iq4_nl, d, "D");
+    OFF("IQ4_NL", weft_block_iq4_nl, qs, "QS");
+    SZ("IQ4_XS", weft_block_iq4_xs); OFF("IQ4_XS", weft_block_iq4_xs, d, "D");
+    OFF("IQ4_XS", weft_block_iq4_xs, scales_h, "SCALES_H"); OFF("IQ4_XS", weft_block_iq4_xs, scales_l, "SCALES_L");
+    OFF("IQ4_XS", weft_block_iq4_xs, qs, "QS");
+    SZ("MXFP4", weft_block_mxfp4); OFF("MXFP4", weft_block_mxfp4, e, "E"); OFF("MXFP4", weft_block_mxfp4, qs, "QS");
+    /* the code books, as GLSL float[16] constructors */
+    static const int8_t kv_iq4nl[16] = WEFT_KVALUES_IQ4NL, kv_mxfp4[16] = WEFT_KVALUES_MXFP4;
+    book("IQ4NL", kv_iq4nl);
+    book("MXFP4", kv_mxfp4);
     /* ql at offset 0: the shaders index it from the block's start (an added
      * 0u changes glslc's output) and check this instead */
     if (offsetof(struct weft_block_q6_k, ql) == 0) printf("#define WEFT_Q6_K_QL_FIRST 1\n");

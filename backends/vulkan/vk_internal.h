@@ -100,6 +100,10 @@ size_t vk_buffer_size(const struct weft_buffer *buf);
 /* A view lies inside its buffer, rows of whole blocks, nb1 >= row bytes. */
 bool vk_view_ok(const struct weft_view *v);
 
+/* The byte alignment shaders/dequant.glsl needs of a weight row's offset and
+ * stride: 2 (its u16/u32 reads), 1 for MXFP4 (17-byte blocks, read by bytes). */
+static inline size_t vk_weight_align(enum weft_type t) { return t == WEFT_TYPE_MXFP4 ? 1 : 2; }
+
 /* Element-wise and attention ops (vk_ops.c, vk_attention.c). */
 bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op);   /* all but MATMUL/LOGITS/COPY */
 weft_status vk_op_embed(struct vk_backend *vb, const struct weft_op *op);

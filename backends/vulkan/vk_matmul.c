@@ -96,6 +96,11 @@ static const char *type_suffix(enum weft_type t)
     case WEFT_TYPE_Q4_K: return "q4_k";
     case WEFT_TYPE_Q5_K: return "q5_k";
     case WEFT_TYPE_Q6_K: return "q6_k";
+    case WEFT_TYPE_Q2_K: return "q2_k";
+    case WEFT_TYPE_Q3_K: return "q3_k";
+    case WEFT_TYPE_IQ4_NL: return "iq4_nl";
+    case WEFT_TYPE_IQ4_XS: return "iq4_xs";
+    case WEFT_TYPE_MXFP4: return "mxfp4";
     default: return NULL;
     }
 }
@@ -108,9 +113,12 @@ static const char *act_variant(enum weft_type t)
     switch (t) {
     case WEFT_TYPE_F16: return "quant_act_f16";
     case WEFT_TYPE_BF16: return "quant_act_bf16";
-    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0: return "quant_act_q8_0";
+    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q5_0: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_MXFP4:
+        return "quant_act_q8_0";
     case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_1: return "quant_act_q8_1";
-    case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K: return "quant_act_q8_k";
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_IQ4_XS:
+        return "quant_act_q8_k";
     default: return NULL;
     }
 }
@@ -158,10 +166,11 @@ static bool f32_ok(const struct vk_backend *vb, const struct weft_view *v)
 }
 
 /* a weight matrix: a type the shaders read, rows 2-byte aligned (every
- * block size is even), whole blocks per row (vk_view_ok) */
+ * block size but MXFP4's is even; MXFP4 rows may start at any byte:
+ * vk_weight_align), whole blocks per row (vk_view_ok) */
 static bool weight_ok(const struct vk_backend *vb, const struct weft_view *v)
 {
-    return type_suffix(v->type) && addressable(vb, v, 2);
+    return type_suffix(v->type) && addressable(vb, v, vk_weight_align(v->type));
 }
 
 static bool dispatchable(const struct vk_backend *vb, enum weft_type t, int64_t N, int64_t M)

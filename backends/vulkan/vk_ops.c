@@ -54,6 +54,11 @@ static const char *embed_variant(enum weft_type t)
     case WEFT_TYPE_Q4_K: return "embed_q4_k";
     case WEFT_TYPE_Q5_K: return "embed_q5_k";
     case WEFT_TYPE_Q6_K: return "embed_q6_k";
+    case WEFT_TYPE_Q2_K: return "embed_q2_k";
+    case WEFT_TYPE_Q3_K: return "embed_q3_k";
+    case WEFT_TYPE_IQ4_NL: return "embed_iq4_nl";
+    case WEFT_TYPE_IQ4_XS: return "embed_iq4_xs";
+    case WEFT_TYPE_MXFP4: return "embed_mxfp4";
     default: return NULL;
     }
 }
@@ -64,7 +69,8 @@ bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op)
     case WEFT_OP_EMBED: {
         const struct weft_op_embed *o = &op->u.embed;
         const struct weft_view *t = &o->table;
-        return embed_variant(t->type) && vk_view_ok(t) && t->offset % 2 == 0 && t->nb1 % 2 == 0 &&
+        const size_t al = vk_weight_align(t->type);  /* 2, or 1 for MXFP4's 17-byte blocks */
+        return embed_variant(t->type) && vk_view_ok(t) && t->offset % al == 0 && t->nb1 % al == 0 &&
                fits_u32(vb, t, 1) && i32_ok(vb, &o->ids) && f32_ok(vb, &o->out) && o->out.ne0 == t->ne0 &&
                o->out.ne1 >= o->ids.ne0 * o->ids.ne1;
     }
