@@ -35,8 +35,12 @@ static bool weight_ok(const struct weft_view *w)
     case WEFT_TYPE_F32: return f32_ok(w);
     case WEFT_TYPE_F16: case WEFT_TYPE_BF16: case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0:
     case WEFT_TYPE_Q5_1: case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS:
         /* F16 values are read 2-byte aligned (every block layout keeps them so) */
         return view_in(w) && w->ne0 % weft_type_get(w->type)->block_size == 0 && w->offset % 2 == 0 && w->nb1 % 2 == 0;
+    case WEFT_TYPE_MXFP4:
+        /* 17-byte blocks, read byte by byte: rows at any offset */
+        return view_in(w) && w->ne0 % weft_type_get(w->type)->block_size == 0;
     default: return false;
     }
 }
@@ -253,12 +257,13 @@ static weft_status grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t 
 static bool exact_q(enum weft_type t)
 {
     return t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 ||
-           t == WEFT_TYPE_Q8_0;
+           t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_IQ4_NL || t == WEFT_TYPE_MXFP4;
 }
 
 /* The exact forms of the 32-element quants: x quantized as the CPU does
  * (Q8_1 for the types with a min, Q8_0 for the others) into ob->act,
- * then each output in ggml's vec_dot order */
+ * then each output in ggml's vec_dot order (IQ4_NL's tinyBLAS order where
+ * the CPU takes it: several rows, N a multiple of 4) */
 static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
                                   const struct weft_view *out, const struct weft_view *add,
                                   const struct weft_view *bias, int64_t M)
@@ -290,6 +295,7 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     a_i32(&a, w->ne0);
     a_i32(&a, w->ne1);
     a_i32(&a, M);
+    a_i32(&a, w->type == WEFT_TYPE_IQ4_NL && M >= 2 && w->ne1 % 4 == 0);
     ocl_dirty(out->buf);
     const size_t g[2] = {up((size_t)w->ne1, 64), (size_t)(M + rows - 1) / rows}, l[2] = {64, 1};
     return launch(ob, &a, "MATMUL", 2, g, l);

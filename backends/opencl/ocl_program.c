@@ -8,6 +8,7 @@
 #include "base/types.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +33,38 @@ static void build_options(const struct ocl_backend *ob, char *out, size_t cap)
 #define T(name, id) ADD(" -DWEFT_T_%s=%d", name, (int)id)
     T("F32", WEFT_TYPE_F32); T("F16", WEFT_TYPE_F16); T("BF16", WEFT_TYPE_BF16); T("Q4_0", WEFT_TYPE_Q4_0);
     T("Q4_1", WEFT_TYPE_Q4_1); T("Q5_0", WEFT_TYPE_Q5_0); T("Q5_1", WEFT_TYPE_Q5_1); T("Q8_0", WEFT_TYPE_Q8_0);
-    T("Q4_K", WEFT_TYPE_Q4_K); T("Q5_K", WEFT_TYPE_Q5_K); T("Q6_K", WEFT_TYPE_Q6_K);
+    T("Q4_K", WEFT_TYPE_Q4_K); T("Q5_K", WEFT_TYPE_Q5_K); T("Q6_K", WEFT_TYPE_Q6_K); T("Q2_K", WEFT_TYPE_Q2_K);
+    T("Q3_K", WEFT_TYPE_Q3_K); T("IQ4_NL", WEFT_TYPE_IQ4_NL); T("IQ4_XS", WEFT_TYPE_IQ4_XS);
+    T("MXFP4", WEFT_TYPE_MXFP4);
 #undef T
 #define B(name, st, qk) ADD(" -DWEFT_B_%s=%zu -DWEFT_QK_%s=%d", name, sizeof(struct st), name, (int)(qk))
     B("Q4_0", weft_block_q4_0, WEFT_QK4_0); B("Q4_1", weft_block_q4_1, WEFT_QK4_1);
     B("Q5_0", weft_block_q5_0, WEFT_QK5_0); B("Q5_1", weft_block_q5_1, WEFT_QK5_1);
-    B("Q8_0", weft_block_q8_0, WEFT_QK8_0);
+    B("Q8_0", weft_block_q8_0, WEFT_QK8_0); B("IQ4_NL", weft_block_iq4_nl, WEFT_QK4_NL);
+    B("MXFP4", weft_block_mxfp4, WEFT_QK_MXFP4);
 #undef B
     ADD(" -DWEFT_B_Q4_K=%zu -DWEFT_B_Q5_K=%zu -DWEFT_B_Q6_K=%zu", sizeof(struct weft_block_q4_k),
         sizeof(struct weft_block_q5_k), sizeof(struct weft_block_q6_k));
+    ADD(" -DWEFT_B_Q2_K=%zu -DWEFT_B_Q3_K=%zu -DWEFT_B_IQ4_XS=%zu", sizeof(struct weft_block_q2_k),
+        sizeof(struct weft_block_q3_k), sizeof(struct weft_block_iq4_xs));
+    /* the fields of the later types' blocks (WEFT_O_<TYPE>_<FIELD>: byte offsets) */
+#define O(name, st, f, F) ADD(" -DWEFT_O_%s_%s=%zu", name, F, offsetof(struct st, f))
+    O("Q2_K", weft_block_q2_k, scales, "SCALES"); O("Q2_K", weft_block_q2_k, qs, "QS");
+    O("Q2_K", weft_block_q2_k, d, "D"); O("Q2_K", weft_block_q2_k, dmin, "DMIN");
+    O("Q3_K", weft_block_q3_k, hmask, "HMASK"); O("Q3_K", weft_block_q3_k, qs, "QS");
+    O("Q3_K", weft_block_q3_k, scales, "SCALES"); O("Q3_K", weft_block_q3_k, d, "D");
+    O("IQ4_NL", weft_block_iq4_nl, d, "D"); O("IQ4_NL", weft_block_iq4_nl, qs, "QS");
+    O("IQ4_XS", weft_block_iq4_xs, d, "D"); O("IQ4_XS", weft_block_iq4_xs, scales_h, "SCALES_H");
+    O("IQ4_XS", weft_block_iq4_xs, scales_l, "SCALES_L"); O("IQ4_XS", weft_block_iq4_xs, qs, "QS");
+    O("MXFP4", weft_block_mxfp4, e, "E"); O("MXFP4", weft_block_mxfp4, qs, "QS");
+#undef O
+    /* the code books (WEFT_KV_<BOOK>: the 16 values, comma-separated) */
+    static const int8_t kv_iq4nl[16] = WEFT_KVALUES_IQ4NL, kv_mxfp4[16] = WEFT_KVALUES_MXFP4;
+    const struct { const char *name; const int8_t *v; } books[] = {{"IQ4NL", kv_iq4nl}, {"MXFP4", kv_mxfp4}};
+    for (size_t b = 0; b < sizeof books / sizeof books[0]; b++) {
+        ADD(" -DWEFT_KV_%s=%d", books[b].name, books[b].v[0]);
+        for (int i = 1; i < 16; i++) ADD(",%d", books[b].v[i]);
+    }
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(ob->dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ADD(" -cl-fp32-correctly-rounded-divide-sqrt");
@@ -127,7 +151,7 @@ static weft_status build_log(struct ocl_backend *ob, cl_int e)
 
 weft_status ocl_program_build(struct ocl_backend *ob)
 {
-    char opts[1024], path[600];
+    char opts[4096], path[600];
     build_options(ob, opts, sizeof opts);
     cache_path(ob, opts, path, sizeof path);
     cl_int e = CL_SUCCESS;

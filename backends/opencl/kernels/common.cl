@@ -6,10 +6,12 @@
  * The first of the .cl files here (the others follow in file-name order) and built
  * once per device (backends/opencl/ocl_program.c). The host passes the block
  * layouts of base/types.h as -D options (WEFT_T_<TYPE> the type ids,
- * WEFT_B_<TYPE> the block bytes, WEFT_QK_<TYPE> the elements per block), so
- * this file has no layout numbers of its own. Buffers arrive as
- * (global uchar *, byte offset) pairs: a weft view is a buffer and an
- * offset, and sub-allocated buffers are offsets inside one cl_mem.
+ * WEFT_B_<TYPE> the block bytes, WEFT_QK_<TYPE> the elements per block,
+ * WEFT_O_<TYPE>_<FIELD> a field's byte offset in its block, WEFT_KV_<BOOK>
+ * a code book's 16 values), so this file has no layout numbers of its own.
+ * Buffers arrive as (global uchar *, byte offset) pairs: a weft view is a
+ * buffer and an offset, and sub-allocated buffers are offsets inside one
+ * cl_mem.
  *
  * No contraction: the CPU backend is compiled with -ffp-contract=off and
  * spells out each fused multiply-add; OpenCL C contracts by default. */
@@ -64,8 +66,8 @@ inline ushort f2h(float f)
 }
 
 inline ushort ld16(global const uchar *p) { return (ushort)(p[0] | (p[1] << 8)); }
-/* an F16 value at p (2-byte aligned: every block layout and row is): the
- * built-in conversion, exact like h2f */
+/* an F16 value at p (2-byte aligned: every block layout and row is, but
+ * MXFP4's, which has none): the built-in conversion, exact like h2f */
 inline float ldh(global const uchar *p) { return vload_half(0, (global const half *)p); }
 
 /* ggml_v_expf's polynomial for one lane (backends/cpu/cpu_expf.h) */
@@ -137,6 +139,37 @@ inline void k4_scale_min(int j, global const uchar *q, uint *sc, uint *m)
     }
 }
 
+/* The code books of IQ4_NL/IQ4_XS and MXFP4 (base/types.h's, passed as
+ * WEFT_KV_<BOOK>) */
+constant char KV_IQ4NL[16] = {WEFT_KV_IQ4NL};
+constant char KV_MXFP4[16] = {WEFT_KV_MXFP4};
+
+/* MXFP4's E8M0 scale halved, 2^(e - 128), exact (weft_e8m0_to_f32_half) */
+inline float e8m0_half(uint e) { return as_float(e < 2 ? 0x00200000u << e : (e - 1) << 23); }
+
+/* code-book index j of 32 (IQ4_NL's and MXFP4's blocks, IQ4_XS's
+ * sub-blocks), in Q4_0's order: low nibbles 0..15, high 16..31 */
+inline int nl_nibble(global const uchar *qs, int j) { return j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4); }
+
+/* Q2_K/Q3_K: the low 2 bits of element i (weft_q2_bits) */
+inline int q2_bits(global const uchar *qs, int i)
+{
+    return (qs[32 * (i / 128) + i % 32] >> (2 * ((i % 128) / 32))) & 3;
+}
+
+/* Q3_K: sub-block s's six-bit scale minus 32 (weft_q3_k_scales) */
+inline int q3_scale(global const uchar *sc, int s)
+{
+    return (((sc[s % 8] >> (4 * (s / 8))) & 0xF) | (((sc[8 + s % 4] >> (2 * (s / 4))) & 3) << 4)) - 32;
+}
+
+/* IQ4_XS: sub-block s's six-bit scale minus 32 (weft_iq4_xs_scale) */
+inline int iq4xs_scale(global const uchar *b, int s)
+{
+    const uint sh = ld16(b + WEFT_O_IQ4_XS_SCALES_H);
+    return (((b[WEFT_O_IQ4_XS_SCALES_L + s / 2] >> (4 * (s % 2))) & 0xF) | (((sh >> (2 * s)) & 3) << 4)) - 32;
+}
+
 /* Element e of a row of weight type t, as base/quant.c dequantizes it (the
  * same operations in the same order, so the same bits). */
 inline float dq(global const uchar *row, int t, int e)
@@ -192,6 +225,34 @@ inline float dq(global const uchar *row, int t, int e)
         const float d = ldh(b + WEFT_QK_K / 2 + WEFT_QK_K / 4 + WEFT_QK_K / 16);
         return d * (float)(char)b[WEFT_QK_K / 2 + WEFT_QK_K / 4 + i / 16] * (float)q;
     }
+    if (t == WEFT_T_Q2_K) {
+        global const uchar *b = row + (e / WEFT_QK_K) * WEFT_B_Q2_K;
+        const int i = e % WEFT_QK_K;
+        const uint sc = b[WEFT_O_Q2_K_SCALES + i / 16];
+        const float dl = ldh(b + WEFT_O_Q2_K_D) * (float)(sc & 0xF), ml = ldh(b + WEFT_O_Q2_K_DMIN) * (float)(sc >> 4);
+        return dl * (float)q2_bits(b + WEFT_O_Q2_K_QS, i) - ml;
+    }
+    if (t == WEFT_T_Q3_K) {
+        global const uchar *b = row + (e / WEFT_QK_K) * WEFT_B_Q3_K;
+        const int i = e % WEFT_QK_K;
+        const float dl = ldh(b + WEFT_O_Q3_K_D) * (float)q3_scale(b + WEFT_O_Q3_K_SCALES, i / 16);
+        const int hbit = (b[WEFT_O_Q3_K_HMASK + i % 32] >> (4 * (i / 128) + (i % 128) / 32)) & 1;
+        return dl * (float)(q2_bits(b + WEFT_O_Q3_K_QS, i) - (hbit ? 0 : 4));
+    }
+    if (t == WEFT_T_IQ4_NL) {
+        global const uchar *b = row + (e / WEFT_QK_IQ4_NL) * WEFT_B_IQ4_NL;
+        return ldh(b + WEFT_O_IQ4_NL_D) * (float)KV_IQ4NL[nl_nibble(b + WEFT_O_IQ4_NL_QS, e % WEFT_QK_IQ4_NL)];
+    }
+    if (t == WEFT_T_IQ4_XS) {
+        global const uchar *b = row + (e / WEFT_QK_K) * WEFT_B_IQ4_XS;
+        const int i = e % WEFT_QK_K, s = i / 32;
+        const float dl = ldh(b + WEFT_O_IQ4_XS_D) * (float)iq4xs_scale(b, s);
+        return dl * (float)KV_IQ4NL[nl_nibble(b + WEFT_O_IQ4_XS_QS + 16 * s, i % 32)];
+    }
+    if (t == WEFT_T_MXFP4) {  /* 17-byte blocks: byte reads only */
+        global const uchar *b = row + (e / WEFT_QK_MXFP4) * WEFT_B_MXFP4;
+        return (float)KV_MXFP4[nl_nibble(b + WEFT_O_MXFP4_QS, e % WEFT_QK_MXFP4)] * e8m0_half(b[WEFT_O_MXFP4_E]);
+    }
     return 0.0f;
 }
 
@@ -208,5 +269,10 @@ inline ulong row_bytes(int t, long n)
     if (t == WEFT_T_Q4_K) return n / WEFT_QK_K * WEFT_B_Q4_K;
     if (t == WEFT_T_Q5_K) return n / WEFT_QK_K * WEFT_B_Q5_K;
     if (t == WEFT_T_Q6_K) return n / WEFT_QK_K * WEFT_B_Q6_K;
+    if (t == WEFT_T_Q2_K) return n / WEFT_QK_K * WEFT_B_Q2_K;
+    if (t == WEFT_T_Q3_K) return n / WEFT_QK_K * WEFT_B_Q3_K;
+    if (t == WEFT_T_IQ4_NL) return n / WEFT_QK_IQ4_NL * WEFT_B_IQ4_NL;
+    if (t == WEFT_T_IQ4_XS) return n / WEFT_QK_K * WEFT_B_IQ4_XS;
+    if (t == WEFT_T_MXFP4) return n / WEFT_QK_MXFP4 * WEFT_B_MXFP4;
     return 0;
 }

@@ -185,13 +185,19 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
     }
 }
 
-/* Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 weights against quant_act's blocks, one
- * work-item per output (n, r), in the order of backends/cpu/cpu_ref_dot.c:
- * Q4_0 one float sum, sum += float(block's integer dot) * dw * dx; the
- * others ggml's AVX2 vec_dot (block32_fma_lanes): per block the lane l of 8
- * is the integer sum of elements 4l..4l+3, acc[l] = fma(dw * dx, lane,
- * acc[l]); Q4_1/Q5_1 add summs = fma(m, s, summs) per block; the result is
- * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) (+ summs). global (N, M) */
+/* Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL and MXFP4 weights against
+ * quant_act's blocks, one work-item per output (n, r), in the order of
+ * backends/cpu/cpu_ref_dot.c: Q4_0 one float sum, sum += float(block's
+ * integer dot) * dw * dx; the others ggml's AVX2 vec_dot
+ * (block32_fma_lanes): per block the lane l of 8 is the integer sum of
+ * elements 4l..4l+3, acc[l] = fma(dw * dx, lane, acc[l]); Q4_1/Q5_1 add
+ * summs = fma(m, s, summs) per block; the result is
+ * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) (+ summs). IQ4_NL and MXFP4
+ * (dot_nl_pairs; dw: d, or MXFP4's 2^(e-128)) take the blocks in pairs, the
+ * even one into acc, the odd one into acc2, and sum acc + acc2 lane by lane
+ * as above; an odd last block comes after that sum as fma(dx * dw, its
+ * integer dot, sum). mm = 1 (IQ4_NL's prefill, tinyBLAS): every block into
+ * acc, no tail. global (N, M) */
 #define MMQ_ROWS 4  /* at most this many activation rows per work-item */
 
 /* ROWS activation rows per work-item (a constant once inlined): each weight
@@ -199,24 +205,30 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
 inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q,
                       global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
                       int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M,
-                      const int ROWS)
+                      int mm, const int ROWS)
 {
     const int n = get_global_id(0), r0 = get_global_id(1) * ROWS;
     if (n >= N || r0 >= M) return;
     const int nr = min(ROWS, M - r0);
     const bool with_min = type == WEFT_T_Q4_1 || type == WEFT_T_Q5_1;
+    const bool mx = type == WEFT_T_MXFP4, nl = mx || type == WEFT_T_IQ4_NL;
     const int bs = type == WEFT_T_Q4_1 ? WEFT_B_Q4_1 : type == WEFT_T_Q5_0 ? WEFT_B_Q5_0
-                 : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : type == WEFT_T_Q4_0 ? WEFT_B_Q4_0 : WEFT_B_Q8_0;
+                 : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : type == WEFT_T_Q4_0 ? WEFT_B_Q4_0
+                 : type == WEFT_T_IQ4_NL ? WEFT_B_IQ4_NL : mx ? WEFT_B_MXFP4 : WEFT_B_Q8_0;
     const int xbs = with_min ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0, nb = K / 32;
     global const uchar *row = w + w_off + (ulong)n * w_nb1;
     /* integer products as 16-wide vectors (exact in any order); the float
      * steps one lane each, in the CPU's order */
-    float8 acc[MMQ_ROWS];
+    float8 acc[MMQ_ROWS], acc2[MMQ_ROWS];
     float summs[MMQ_ROWS], sumf[MMQ_ROWS];
+    int tail[MMQ_ROWS];  /* IQ4_NL/MXFP4: the odd last block's integer dot (its scale in summs) */
     for (int i = 0; i < ROWS; i++) {
-        acc[i] = (float8)(0.0f);
+        acc[i] = acc2[i] = (float8)(0.0f);
         summs[i] = sumf[i] = 0.0f;
+        tail[i] = 0;
     }
+    mm = mm && type == WEFT_T_IQ4_NL;  /* the one type with a tinyBLAS form here */
+    const bool odd_tail = nl && !mm && (nb & 1);
     const uint16 sh = (uint16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     for (int b = 0; b < nb; b++) {
         global const uchar *wb = row + (ulong)b * bs;
@@ -224,6 +236,11 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
         if (type == WEFT_T_Q8_0) {
             lo = convert_int16(vload16(0, (global const char *)(wb + 2)));
             hi = convert_int16(vload16(1, (global const char *)(wb + 2)));
+        } else if (nl) {  /* code-book values (byte loads: MXFP4's blocks have any alignment) */
+            const uchar16 qv = vload16(0, wb + (mx ? WEFT_O_MXFP4_QS : WEFT_O_IQ4_NL_QS));
+            const char16 book = mx ? (char16)(WEFT_KV_MXFP4) : (char16)(WEFT_KV_IQ4NL);
+            lo = convert_int16(shuffle(book, qv & (uchar)0xF));
+            hi = convert_int16(shuffle(book, qv >> (uchar)4));
         } else if (type == WEFT_T_Q4_0 || type == WEFT_T_Q4_1) {
             const uchar16 qv = vload16(0, wb + (type == WEFT_T_Q4_0 ? 2 : 4));
             lo = convert_int16(qv & (uchar)0xF);
@@ -240,7 +257,8 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
             lo = (convert_int16(qv & (uchar)0xF) | (convert_int16(((uint16)qh >> sh) & 1u) << 4)) - off;
             hi = (convert_int16(qv >> (uchar)4) | (convert_int16(((uint16)qh >> (sh + 16u)) & 1u) << 4)) - off;
         }
-        const float dw = ldh(wb), mw = with_min ? ldh(wb + 2) : 0.0f;
+        const float dw = mx ? e8m0_half(wb[WEFT_O_MXFP4_E]) : nl ? ldh(wb + WEFT_O_IQ4_NL_D) : ldh(wb);
+        const float mw = with_min ? ldh(wb + 2) : 0.0f;
         for (int i = 0; i < ROWS; i++) {  /* a constant trip count: the arrays stay in registers */
             if (i >= nr) break;
             global const uchar *xb = q + ((ulong)(r0 + i) * nb + b) * xbs;
@@ -253,6 +271,19 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
                 sumf[i] += (float)(t.s0 + t.s1 + t.s2 + t.s3) * dw * ldh(xb);
                 continue;
             }
+            if (nl) {
+                const float sc = ldh(xb) * dw;
+                if (odd_tail && b == nb - 1) {
+                    const int4 t = l0 + l1;
+                    tail[i] = t.s0 + t.s1 + t.s2 + t.s3;
+                    summs[i] = sc;
+                } else if (mm || !(b & 1)) {
+                    acc[i] = fma((float8)(sc), convert_float8((int8)(l0, l1)), acc[i]);
+                } else {
+                    acc2[i] = fma((float8)(sc), convert_float8((int8)(l0, l1)), acc2[i]);
+                }
+                continue;
+            }
             if (with_min) summs[i] = fma(mw, ldh(xb + 2), summs[i]);
             acc[i] = fma((float8)(dw * ldh(xb)), convert_float8((int8)(l0, l1)), acc[i]);
         }
@@ -260,9 +291,11 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
     for (int i = 0; i < ROWS; i++) {
         if (i >= nr) break;
         const int r = r0 + i;
+        if (nl && !mm) acc[i] += acc2[i];
         float v = ((acc[i].s0 + acc[i].s4) + (acc[i].s2 + acc[i].s6)) + ((acc[i].s1 + acc[i].s5) + (acc[i].s3 + acc[i].s7));
         if (with_min) v = v + summs[i];
         if (type == WEFT_T_Q4_0) v = sumf[i];
+        if (odd_tail) v = fma(summs[i], (float)tail[i], v);
         if (has_bias) v += F32P(bias_b, bias_off)[n];
         if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
         (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
@@ -272,17 +305,17 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
 kernel void mm_exact_q(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
                        ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
                        ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
-                       int M)
+                       int M, int mm)
 {
     mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, bias_b, bias_off, has_bias, K, N, M,
-              1);
+              mm, 1);
 }
 
 kernel void mm_exact_q4(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q, ulong q_unused,
                         ulong q_unused2, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
                         ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
-                        int M)
+                        int M, int mm)
 {
     mm_q_rows(w, w_off, w_nb1, type, q, o, o_off, o_ld, a, a_off, a_ld, has_add, bias_b, bias_off, has_bias, K, N, M,
-              MMQ_ROWS);
+              mm, MMQ_ROWS);
 }
