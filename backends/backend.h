@@ -30,7 +30,8 @@
                                       *    behaviour before them;
                                       * 6: ATTENTION softcap, LOGITS softcap, the KV view's
                                       *    head_dim_v (K and V head dims apart);
-                                      * 7: ops MOE_ROUTE and MATMUL_ID (mixtures of experts) */
+                                      * 7: ops MOE_ROUTE and MATMUL_ID (mixtures of experts),
+                                      *    ATTENTION sinks, SILU_MUL act SWIGLU_OAI (gpt-oss) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -157,15 +158,25 @@ struct weft_op_attention {
     /* api 6: soft-capped scores (Gemma 2), as ggml's flash attention forms
      * them: s = softcap · tanh(q·k · (scale / softcap)); 0: s = q·k · scale */
     float softcap;
+    /* api 7: attention sinks (gpt-oss): one learned logit per query head (an F32 vector of
+     * n_head values), a position every row attends that has no value row: after the last
+     * position (F16 V accumulated in F32 from there), s = sinks[h]: s > M: ms = expf(M - s),
+     * acc *= ms, M = s; else vs = expf(s - M); S = S·ms + vs (a product, then a sum); as
+     * ggml's flash attention. !has_sinks: none */
+    struct weft_view sinks;
+    bool has_sinks;
 };
 /* GLU activations (api 5). GELU_TANH is ggml's CPU geglu: g(x) = 0 for
  * x <= -10, x for x >= 10, else half(gelu(half(x))) with
  * gelu(x) = 0.5x(1 + tanh(sqrt(2/pi) x (1 + 0.044715x²))) in F32 and half()
  * rounding to F16 (ggml looks it up in a table of F16 values). */
-enum weft_glu_act { WEFT_GLU_SILU = 0, WEFT_GLU_GELU_TANH = 1 };
+/* SWIGLU_OAI (api 7, gpt-oss): x = min(gate, limit), y = clamp(up, -limit, limit),
+ * out = x / (1 + expf(alpha · -x)) · (y + 1) (ggml's swiglu_oai; libm expf). */
+enum weft_glu_act { WEFT_GLU_SILU = 0, WEFT_GLU_GELU_TANH = 1, WEFT_GLU_SWIGLU_OAI = 2 };
 struct weft_op_silu_mul {
     struct weft_view gate, up, out;
     enum weft_glu_act act;          /* api 5: out = act(gate) * up; 0: SiLU */
+    float alpha, limit;             /* api 7: SWIGLU_OAI's (gpt-oss: 1.702, 7) */
 };
 struct weft_op_add { struct weft_view a, b, out; };
 struct weft_op_copy { struct weft_buffer *src, *dst; size_t src_off, dst_off, bytes; };

@@ -480,6 +480,27 @@ static void op_fields_match_reference(void)
     }
     bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
 
+    /* SILU_MUL act SWIGLU_OAI (gpt-oss: alpha 1.702, limit 7), gate and up over [-10, 10) (both clamps) */
+    for (int i = 0; i < R * K; i++) { g[i] = 10 * frand(); u[i] = 10 * frand(); }
+    for (int i = 0; i < R * K; i++) {
+        double x = g[i] < 7 ? g[i] : 7, y = u[i] < -7 ? -7 : u[i] > 7 ? 7 : u[i];
+        ref[i] = x / (1 + exp(-1.702 * x)) * (y + 1);
+    }
+    bg = upload(g, sizeof g), bu = upload(u, sizeof u);
+    bo = gnew(NULL, sizeof out);
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
+                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
+                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_SWIGLU_OAI,
+                                              .alpha = 1.702f, .limit = 7.0f};
+    if (supported(&op, "GLU swiglu_oai")) {
+        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU swiglu_oai");
+        double e = nmse(out, ref, R * K);
+        CHECK_MSG(e < 1e-10, "%s glu swiglu_oai: nmse %.3g", bi->name, e);
+        ok = ok && e < 1e-10 && vs_cpu("GLU swiglu_oai", out, R * K, 1e-10);
+        mark("GLU swiglu_oai", ok ? PASS : FAIL);
+    }
+    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
+
     /* EMBED scale, on an F16 and a Q8_0 table */
     static const enum weft_type et[] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
     for (size_t ti = 0; ti < 2; ti++) {
@@ -601,14 +622,18 @@ static void rope_scaling_matches_formulas(void)
 static void rope_and_paged_attention_match_reference(void)
 {
     rng = 0x456789aull;
-    for (int c = 0; c < 5; c++) {
+    for (int c = 0; c < 6; c++) {
         /* normal rope; neox rope; neox rope and a sliding window of 7 (api 5);
          * neox rope and scores soft-capped at 0.5 (api 6); neox rope with V
-         * heads of 32 beside K's 64 (api 6: head_dim_v) */
+         * heads of 32 beside K's 64 (api 6: head_dim_v); neox rope with a sink
+         * logit per head and a window (api 7, gpt-oss) */
         const int mode = c >= 1;
-        const uint32_t window = c == 2 ? 7 : 0;
+        const uint32_t window = c == 2 || c == 5 ? 7 : 0;
+        float sinks[6];  /* one per head (NH): above, near and below the scores */
+        for (int h = 0; h < 6; h++) sinks[h] = 2.5f * frand();
         const float softcap = c == 3 ? 0.5f : 0.0f;
-        const char *row = c == 4   ? "ROPE_KV + ATTENTION head_dim_v"
+        const char *row = c == 5   ? "ATTENTION sinks"
+                          : c == 4 ? "ROPE_KV + ATTENTION head_dim_v"
                           : c == 3 ? "ATTENTION softcap"
                           : c == 2 ? "ATTENTION window"
                           : mode   ? "ROPE_KV neox + ATTENTION"
@@ -661,6 +686,11 @@ static void rope_and_paged_attention_match_reference(void)
         ops[1].u.attention = (struct weft_op_attention){
             .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .out = gview(bo, WEFT_TYPE_F32, NH * HDV, R),
             .kv = kv, .batch = batch, .n_head = NH, .scale = 0.125f, .window = window, .softcap = softcap};
+        struct weft_buffer *bsk = upload(sinks, sizeof sinks);
+        if (c == 5) {
+            ops[1].u.attention.sinks = weft_view_2d(bsk, 0, WEFT_TYPE_F32, NH, 1);
+            ops[1].u.attention.has_sinks = true;
+        }
         bool ok = false;
         if (supported(&ops[0], row) && supported(&ops[1], row)) ok = run_ops(ops, 2) && gread(bo, out, row);
         else memset(out, 0, sizeof out);
@@ -698,7 +728,9 @@ static void rope_and_paged_attention_match_reference(void)
                     sc[p] = softcap ? softcap * tanh(d * 0.125 / softcap) : d * 0.125;
                     if (sc[p] > mx) mx = sc[p];
                 }
+                if (c == 5 && sinks[h] > mx) mx = sinks[h];
                 for (int p = p_first; p <= pos[r]; p++) { sc[p] = exp(sc[p] - mx); sum += sc[p]; }
+                if (c == 5) sum += exp(sinks[h] - mx);  /* a position with no value */
                 for (int i = 0; i < HDV; i++) {
                     double o = 0;
                     for (int p = p_first; p <= pos[r]; p++) {
@@ -712,7 +744,8 @@ static void rope_and_paged_attention_match_reference(void)
         if (ran) {
             double e = nmse(out, ref, R * NH * HDV);
             printf("  %s attention (%s rope%s): nmse %.3g\n", bi->name, mode ? "neox" : "normal",
-                   window ? ", window 7" : softcap ? ", soft-cap 0.5" : c == 4 ? ", V heads of 32" : "", e);
+                   c == 5 ? ", sinks, window 7" : window ? ", window 7" : softcap ? ", soft-cap 0.5"
+                   : c == 4 ? ", V heads of 32" : "", e);
             CHECK_MSG(e < 1e-5, "%s rope+attention mode %d: nmse %.3g", bi->name, mode, e);
             ok = ok && e < 1e-5;
             ok = vs_cpu(row, out, R * NH * HDV, 1e-5) && ok;
@@ -729,7 +762,7 @@ static void rope_and_paged_attention_match_reference(void)
         }
         free(cache);
         gfree(bo);
-        struct weft_buffer *all[] = {bc, bq, bk, bv, bpos, bseq, bslot, bbo, bbt};
+        struct weft_buffer *all[] = {bc, bq, bk, bv, bsk, bpos, bseq, bslot, bbo, bbt};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bi->buffer_free(all[i]);
 #undef KV_AT
     }
@@ -1007,6 +1040,7 @@ static const char *const required[] = {
     /* api 7: mixtures of experts */
     "MOE_ROUTE softmax", "MOE_ROUTE sigmoid bias", "MOE_ROUTE softmax_topk", "MATMUL_ID F16", "MATMUL_ID Q8_0",
     "MATMUL_ID Q4_0", "MATMUL_ID Q4_K", "MATMUL_ID Q6_K", "MATMUL_ID MXFP4", "MATMUL_ID bias",
+    "ATTENTION sinks", "GLU swiglu_oai",
 };
 
 static void print_matrix(void)

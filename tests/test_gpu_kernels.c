@@ -197,7 +197,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
     }
     (++op)->kind = WEFT_OP_ATTENTION;
     op->u.attention = (struct weft_op_attention){A(oq, E), A(oatt, E), kv, batch, NH, 0.125f, api5 ? 20 : 0,
-                                                 api5 ? 0.5f : 0.0f};  /* api 6's soft-cap with api 5's fields */
+                                                 api5 ? 0.5f : 0.0f, {0}, false};  /* api 6's soft-cap with api 5's fields */
     MM(s->wo, WEFT_TYPE_F16, E, E, A(oatt, E), A(ox, E), true);
     (++op)->kind = WEFT_OP_RMSNORM;
     op->u.rmsnorm = (struct weft_op_rmsnorm){.x = A(ox, E), .w = weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -206,7 +206,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
     MM(s->wu, WEFT_TYPE_Q6_K, E, FF, A(oxb, E), A(ou, FF), false);
     (++op)->kind = WEFT_OP_SILU_MUL;
     op->u.silu_mul = (struct weft_op_silu_mul){A(og, FF), A(ou, FF), A(oh, FF),
-                                               api5 ? WEFT_GLU_GELU_TANH : WEFT_GLU_SILU};
+                                               api5 ? WEFT_GLU_GELU_TANH : WEFT_GLU_SILU, 0, 0};
     MM(s->wd, WEFT_TYPE_Q4_0, FF, E, A(oh, FF), A(ox, E), true);
     (++op)->kind = WEFT_OP_LOGITS;
     op->u.logits = (struct weft_op_logits){A(ox, E), M(7, R), weft_view_2d(s->norm, 0, WEFT_TYPE_F32, E, 1),
@@ -326,7 +326,7 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
-            n_head, 1.0f / sqrtf((float)hd), window, 0.0f};
+            n_head, 1.0f / sqrtf((float)hd), window, 0.0f, {0}, false};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bo, outs[k], sizeof(float) * qn);
@@ -604,7 +604,7 @@ static void geglu_over_every_f16_gate(void)
             struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
             op.u.silu_mul = (struct weft_op_silu_mul){weft_view_2d(bg, 0, WEFT_TYPE_F32, GK, GR),
                                                       weft_view_2d(bu, 0, WEFT_TYPE_F32, GK, GR),
-                                                      weft_view_2d(bo, 0, WEFT_TYPE_F32, GK, GR), WEFT_GLU_GELU_TANH};
+                                                      weft_view_2d(bo, 0, WEFT_TYPE_F32, GK, GR), WEFT_GLU_GELU_TANH, 0, 0};
             CHECK(be->iface->supports(be, &op));
             CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
             down(be, bo, outs[b], bytes);

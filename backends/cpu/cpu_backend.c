@@ -227,12 +227,17 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
         /* fall through */
     case WEFT_OP_ATTENTION: {
         const struct weft_kv_view *kv = op->kind == WEFT_OP_ROPE_KV ? &op->u.rope_kv.kv : &op->u.attention.kv;
+        if (op->kind == WEFT_OP_ATTENTION && op->u.attention.has_sinks &&
+            (!is_f32(&op->u.attention.sinks) || !is_vector(&op->u.attention.sinks) ||
+             op->u.attention.sinks.ne0 * op->u.attention.sinks.ne1 != op->u.attention.n_head))
+            return false;
         return kv->buf && kv->layer < kv->n_layer &&
                (kv->type == WEFT_TYPE_F16 ||
                 (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && weft_kv_head_dim_v(kv) % 32 == 0));
     }
     case WEFT_OP_SILU_MUL:
-        return (op->u.silu_mul.act == WEFT_GLU_SILU || op->u.silu_mul.act == WEFT_GLU_GELU_TANH) &&
+        return (op->u.silu_mul.act == WEFT_GLU_SILU || op->u.silu_mul.act == WEFT_GLU_GELU_TANH ||
+                op->u.silu_mul.act == WEFT_GLU_SWIGLU_OAI) &&
                is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
     case WEFT_OP_ADD:
         return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);

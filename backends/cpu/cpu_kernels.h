@@ -147,6 +147,9 @@ struct weft_cpu_attn_args {
     const uint8_t *v0;
     size_t v_tok_bytes;
     uint32_t hd_v;             /* 0: hd */
+    /* an attention sink's logit (backend.h's ATTENTION sinks; the table forms take none) */
+    bool has_sink;
+    float sink;
 };
 /* Table form: hd % 64 == 0 and hd <= 256 only; bit-identical to
  * weft_cpu_attn_row_generic. */

@@ -219,6 +219,21 @@ weft_status weft_cpu_rope_kv(struct weft_cpu_backend *be, const struct weft_op *
  * logprobs to match llama.cpp: F16 rounding turns a last-bit difference
  * into a visible one. kern->attn_row (where the table has one) computes
  * the very same thing faster. */
+/* The sink: one more position with logit s and no value row, after the last one, on the F32
+ * accumulator (ggml: S = S*ms + vs is a product then a sum here, not contracted) */
+static float attn_sink(float s, float M, float S, float *acc, uint32_t hdv)
+{
+    float ms = 1.0f, vs = 1.0f;
+    if (s > M) {
+        ms = expf(M - s);
+        for (uint32_t d = 0; d < hdv; d++) acc[d] *= ms;
+    } else {
+        vs = expf(s - M);
+    }
+    const float t = S * ms;
+    return t + vs;
+}
+
 void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct weft_cpu_attn_args *a)
 {
     const weft_cpu_dot_fn dot_f16 = kern->dot[WEFT_TYPE_F16];
@@ -244,6 +259,14 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
         }
         kern->f16_mad(acc16, v, vs, hdv);
         S = fmaf(S, ms, vs);
+    }
+    if (a->has_sink) {
+        float acc[512];
+        for (uint32_t d = 0; d < hdv; d++) acc[d] = weft_half_to_f32(acc16[d]);
+        S = attn_sink(a->sink, M, S, acc, hdv);
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (uint32_t d = 0; d < hdv; d++) a->out[d] = acc[d] * inv;
+        return;
     }
     float inv = 1.0f / S;
     for (uint32_t d = 0; d < hdv; d++) a->out[d] = weft_half_to_f32(acc16[d]) * inv;
@@ -281,7 +304,8 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
         for (uint32_t d = 0; d < hdv; d++) acc[d] = fmaf(vr[d], vs, acc[d]);
         S = fmaf(S, ms, vs);
     }
-    float inv = 1.0f / S;
+    if (a->has_sink) S = attn_sink(a->sink, M, S, acc, hdv);
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
     for (uint32_t d = 0; d < hdv; d++) a->out[d] = acc[d] * inv;
 }
 
@@ -299,7 +323,8 @@ static void attention_job(void *ctx, int ith, int nth)
     int64_t n = (int64_t)o->batch.n_rows * o->n_head;
     /* grouped where there are enough (row, KV head) units to share out
      * (a decode step of one row keeps one head per part) */
-    const bool grouped = fast && !o->window && o->softcap == 0.0f && kern->attn_group && group > 1 && group <= 16 &&
+    const float *sinks = o->has_sinks ? (const float *)cpu_ptr(&o->sinks) : NULL;
+    const bool grouped = fast && !o->window && o->softcap == 0.0f && !sinks && kern->attn_group && group > 1 && group <= 16 &&
                          (int64_t)o->batch.n_rows * kv->n_kv_head >= 2 * (int64_t)nth;
     if (grouped) n = (int64_t)o->batch.n_rows * kv->n_kv_head; /* (row, KV head): its `group` heads at once */
     /* (row, head) pairs dealt round-robin: causal rows cost in proportion to
@@ -330,10 +355,12 @@ static void attention_job(void *ctx, int ith, int nth)
                 .scale = o->scale,
                 .p_first = p_first,
                 .softcap = o->softcap,
+                .has_sink = sinks != NULL,
+                .sink = sinks ? sinks[h + g] : 0.0f,
             };
         if (grouped) kern->attn_group(a, (int)group);
         else if (q8) attn_row_q8_0(kern, &a[0]);
-        else if (fast && p_first == 0 && o->softcap == 0.0f) kern->attn_row(&a[0]);
+        else if (fast && p_first == 0 && o->softcap == 0.0f && !sinks) kern->attn_row(&a[0]);
         else weft_cpu_attn_row_generic(kern, &a[0]);
     }
 }

@@ -108,6 +108,17 @@ static void geglu_row(float *y, const float *g, const float *u, int64_t n)
     }
 }
 
+/* gpt-oss's clamped SwiGLU, as ggml's swiglu_oai (libm expf) */
+static void swiglu_oai_row(float *y, const float *g, const float *u, int64_t n, float alpha, float limit)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float v = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        const float glu = x / (1.0f + expf(alpha * -x));
+        y[i] = glu * (v + 1.0f);
+    }
+}
+
 /* SwiGLU: the kernel table's swiglu (ggml_vec_swiglu_f32's exact float
  * order, see weft_cpu_swiglu_ref in cpu_kernels.c), one row at a time;
  * GeGLU: geglu_row. */
@@ -122,6 +133,7 @@ static void silu_mul_job(void *ctx, int ith, int nth)
         const float *g = cpu_row_f32(&o->gate, r), *u = cpu_row_f32(&o->up, r);
         float *y = cpu_row_f32(&o->out, r);
         if (o->act == WEFT_GLU_GELU_TANH) geglu_row(y, g, u, K);
+        else if (o->act == WEFT_GLU_SWIGLU_OAI) swiglu_oai_row(y, g, u, K, o->alpha, o->limit);
         else swiglu(y, g, u, K);
     }
 }
