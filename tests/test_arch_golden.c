@@ -17,12 +17,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "backends/backend.h"
 #include "core/model.h"
 #include "core/session.h"
 #include "core/tokenizer.h"
 #include "tests/check.h"
+#include "tools/cli.h"
 
 static char shared[1024];
 static const char *device = "cpu";
@@ -167,6 +170,111 @@ static void qwen3_matches_llama_cpp(void)
     family("qwen3", types, 7);
 }
 
+/* Teacher-forced along a golden's cases (prompt_ids + generated_ids): the mean
+ * and the worst |logprob - reference| over every step's top-5 ids. */
+static void teacher_forced_error(const struct weft_model *m, json_t *cases, double *mean, double *worst)
+{
+    uint32_t V = weft_model_hparams(m)->n_vocab;
+    double sum = 0;
+    long n = 0;
+    *worst = 0;
+    for (size_t c = 0; c < json_array_size(cases); c++) {
+        json_t *cs = json_array_get(cases, c), *steps = json_object_get(cs, "top5_logprobs_per_step");
+        json_t *pids = json_object_get(cs, "prompt_ids"), *gen = json_object_get(cs, "generated_ids");
+        size_t np = json_array_size(pids), ng = json_array_size(gen);
+        int32_t *all = malloc((np + ng) * sizeof *all);
+        for (size_t i = 0; i < np + ng; i++)
+            all[i] = (int32_t)json_integer_value(i < np ? json_array_get(pids, i) : json_array_get(gen, i - np));
+        struct weft_session *s = NULL;
+        const float *lg = NULL;
+        CHECK(weft_session_init(m, 0, 256, &s) == WEFT_OK);
+        CHECK_MSG(s && weft_session_eval(s, all, np, &lg) == WEFT_OK, "%s", weft_last_error());
+        for (size_t i = 0; s && lg && i < json_array_size(steps); i++) {
+            json_t *top = json_object_get(json_array_get(steps, i), "top");
+            int32_t am;
+            double lse = log_sum_exp(lg, V, &am);
+            for (size_t k = 0; k < json_array_size(top); k++) {
+                json_t *e = json_array_get(top, k);
+                int32_t id = (int32_t)json_integer_value(json_array_get(e, 0));
+                double d = fabs(logprob(lg, V, lse, id) - json_number_value(json_array_get(e, 1)));
+                sum += d;
+                n++;
+                if (d > *worst) *worst = d;
+            }
+            if (i + 1 < json_array_size(steps) && weft_session_eval(s, &all[np + i], 1, &lg) != WEFT_OK) break;
+        }
+        weft_session_free(s);
+        free(all);
+    }
+    *mean = n ? sum / (double)n : INFINITY;
+}
+
+/* A mix written by weft itself (issue 37): `weft quantize` of qwen3-F16 to
+ * Q4_K_M (llama.cpp's recipe: Q4_K, with Q6_K for the tied token_embd and for
+ * attn_v / ffn_down of layer 1, the layer of 2 use_more_bits picks) loads and
+ * carries those types. There is no llama.cpp golden of this mix, and it is
+ * another model than the pure Q4_K file: these random weights amplify the
+ * three tensors' difference to a worst top-5 logprob gap of ~4.9 against the
+ * Q4_K golden (the pure file itself, requantized by weft to the same bytes,
+ * stays within 0.46 of it). What the recipe promises is checked instead:
+ * teacher-forced along the F16 golden, the mix is closer to the F16 model
+ * than the pure Q4_K file is, in the mean and in the worst step. */
+static void qwen3_q4_k_m_from_weft_quantize(void)
+{
+    if (only_types && !strstr(only_types, "Q4_K_M")) return;
+    json_t *g = load_golden("arch-qwen3-greedy.json");
+    if (!g) return;
+    char in[1200], out[1200], pure[1200];
+    snprintf(in, sizeof in, "%s/models/arch/qwen3-F16.gguf", shared);
+    snprintf(pure, sizeof pure, "%s/models/arch/qwen3-Q4_K.gguf", shared);
+    const char *tmp = getenv("TMPDIR");
+    snprintf(out, sizeof out, "%s/weft-test-qwen3-q4km-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    char *argv[] = {"quantize", in, out, "Q4_K_M"};
+    fflush(stdout);
+    int saved = dup(1), null = open("/dev/null", O_WRONLY);
+    if (null >= 0) dup2(null, 1); /* its per-tensor lines */
+    int rc = weft_cmd_quantize(4, argv);
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, 1); close(saved); }
+    if (null >= 0) close(null);
+    CHECK_EQ_INT(rc, 0);
+    struct weft_backend *be = NULL;
+    struct weft_model *m = NULL, *mp = NULL;
+    CHECK_MSG(weft_backend_open(device, 1, &be) == WEFT_OK, "%s: %s", device, weft_last_error());
+    if (be) CHECK_MSG(weft_model_load(out, be, &m) == WEFT_OK, "%s: %s", out, weft_last_error());
+    if (be) CHECK_MSG(weft_model_load(pure, be, &mp) == WEFT_OK, "%s: %s", pure, weft_last_error());
+    if (m && mp) {
+        const struct weft_gguf *gg = weft_model_gguf(m);
+        for (int64_t i = 0; i < weft_gguf_n_tensors(gg); i++) {
+            const struct weft_gguf_tensor *t = weft_gguf_tensor(gg, i);
+            bool more = !strcmp(t->name, "token_embd.weight") || !strcmp(t->name, "blk.1.attn_v.weight") ||
+                        !strcmp(t->name, "blk.1.ffn_down.weight");
+            enum weft_type want = t->n_dims == 1 ? WEFT_TYPE_F32 : more ? WEFT_TYPE_Q6_K : WEFT_TYPE_Q4_K;
+            CHECK_MSG(t->type == want, "%s is %s, want %s", t->name, weft_type_name(t->type), weft_type_name(want));
+        }
+        uint32_t ft = 0;
+        weft_gguf_get_u32(gg, "general.file_type", &ft);
+        CHECK_EQ_INT(ft, 15);
+        json_t *f16 = json_object_get(json_object_get(g, "cases_by_type"), "F16");
+        json_t *q4k = json_object_get(json_object_get(g, "cases_by_type"), "Q4_K");
+        CHECK(json_array_size(f16) > 0 && json_array_size(q4k) > 0);
+        double mean_mix, worst_mix, mean_pure, worst_pure, mean_vs_q4k, worst_vs_q4k;
+        teacher_forced_error(m, f16, &mean_mix, &worst_mix);
+        teacher_forced_error(mp, f16, &mean_pure, &worst_pure);
+        teacher_forced_error(m, q4k, &mean_vs_q4k, &worst_vs_q4k);
+        printf("  qwen3 Q4_K_M (weft quantize) vs the F16 golden: mean %.4f, worst %.4f top-5 logprob error "
+               "(pure Q4_K: mean %.4f, worst %.4f); vs the Q4_K golden: mean %.4f, worst %.4f\n",
+               mean_mix, worst_mix, mean_pure, worst_pure, mean_vs_q4k, worst_vs_q4k);
+        CHECK_MSG(mean_mix < mean_pure, "Q4_K_M mean error %.4f, pure Q4_K %.4f", mean_mix, mean_pure);
+        CHECK_MSG(worst_mix < worst_pure, "Q4_K_M worst error %.4f, pure Q4_K %.4f", worst_mix, worst_pure);
+    }
+    weft_model_free(m);
+    weft_model_free(mp);
+    if (be) weft_backend_close(be);
+    unlink(out);
+    json_decref(g);
+}
+
 static void qwen2_matches_llama_cpp(void)
 {
     static const char *const types[] = {"F16"};
@@ -235,6 +343,7 @@ static void moe_families_match_llama_cpp(void)
     static const char *const types[] = {"F16", "MXFP4_MOE"};
     family("qwen3moe", types, 2);
     family("llama-moe", types, 1);
+    family("gpt-oss", types, 2);
 }
 
 static void llama_rope_scaling_matches_llama_cpp(void)
@@ -306,6 +415,7 @@ int main(void)
     }
     RUN(qwen2_matches_llama_cpp);
     RUN(qwen3_matches_llama_cpp);
+    RUN(qwen3_q4_k_m_from_weft_quantize);
     RUN(moe_families_match_llama_cpp);
     RUN(phi3_matches_llama_cpp);
     RUN(gemma3_matches_llama_cpp);

@@ -121,12 +121,25 @@ void weft_b_rope_kv(struct weft_build *b, uint32_t l)
     weft_b_rope_kv_at(b, l, b->hp->rope_freq_base, b->hp->rope_freq_scale);
 }
 
-void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint32_t window)
+static struct weft_op *attention_op(struct weft_build *b, uint32_t l, float scale, uint32_t window)
 {
     struct weft_op *op = weft_b_push(b, WEFT_OP_ATTENTION);
     op->u.attention = (struct weft_op_attention){
         .q = b->q, .out = b->att, .kv = weft_kv_layer_view(b->kv, l), .batch = layer_batch(b, l),
         .n_head = b->hp->n_head, .scale = scale, .window = window};
+    return op;
+}
+
+void weft_b_attention_window(struct weft_build *b, uint32_t l, float scale, uint32_t window)
+{
+    attention_op(b, l, scale, window);
+}
+
+void weft_b_attention_sinks(struct weft_build *b, uint32_t l, float scale, uint32_t window, struct weft_view sinks)
+{
+    struct weft_op *op = attention_op(b, l, scale, window);
+    op->u.attention.sinks = sinks;
+    op->u.attention.has_sinks = true;
 }
 
 void weft_b_attention(struct weft_build *b, uint32_t l, float scale)
@@ -184,40 +197,59 @@ void weft_b_attn_in(struct weft_build *b)
     }
 }
 
-void weft_b_moe_ffn(struct weft_build *b, enum weft_moe_gating gating, bool norm)
+void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg)
 {
     const struct weft_view *w = b->w->t;
     const struct weft_hparams *hp = b->hp;
     const uint32_t K = hp->n_expert_used, R = b->n_rows;
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
-    /* the router: logits, then the k experts and their weights of each row */
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_INP], b->moe_logits);
+    weft_b_rmsnorm(b, b->x, w[cfg->norm_w], b->xb);
+    /* the router: logits (+ bias), then the k experts and their weights of each row */
+    if (w[WEFT_T_FFN_GATE_INP_B].buf) weft_b_matmul_bias(b, b->xb, w[WEFT_T_FFN_GATE_INP], w[WEFT_T_FFN_GATE_INP_B], b->moe_logits);
+    else weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_INP], b->moe_logits);
     struct weft_op *op = weft_b_push(b, WEFT_OP_MOE_ROUTE);
     op->u.moe_route = (struct weft_op_moe_route){.logits = b->moe_logits, .ids = b->moe_ids, .weights = b->moe_w,
-                                                 .k = K, .gating = gating, .norm = norm};
-    /* a row per (row, slot): the experts' gate and up projections, the GLU */
+                                                 .k = K, .gating = cfg->gating, .norm = cfg->norm, .scale = cfg->scale};
+    /* a row per (row, slot): the experts' gate and up projections (+ biases), the GLU */
     const struct weft_view g = weft_view_2d(b->gate.buf, b->gate.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
     const struct weft_view u = weft_view_2d(b->up.buf, b->up.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
     const struct weft_view h = weft_view_2d(b->hb.buf, b->hb.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
-    const struct weft_view proj[2][2] = {{w[WEFT_T_FFN_GATE_EXPS], g}, {w[WEFT_T_FFN_UP_EXPS], u}};
+    static const enum weft_tensor_id mats[2] = {WEFT_T_FFN_GATE_EXPS, WEFT_T_FFN_UP_EXPS};
+    static const enum weft_tensor_id biases[2] = {WEFT_T_FFN_GATE_EXPS_B, WEFT_T_FFN_UP_EXPS_B};
+    const struct weft_view outs[2] = {g, u};
     for (int i = 0; i < 2; i++) {
         op = weft_b_push(b, WEFT_OP_MATMUL_ID);
-        op->u.matmul_id = (struct weft_op_matmul_id){.x = b->xb, .w = proj[i][0], .ids = b->moe_ids, .out = proj[i][1],
-                                                     .n_expert = hp->n_expert};
+        op->u.matmul_id = (struct weft_op_matmul_id){.x = b->xb, .w = w[mats[i]], .ids = b->moe_ids, .out = outs[i],
+                                                     .n_expert = hp->n_expert, .bias = w[biases[i]],
+                                                     .has_bias = w[biases[i]].buf != NULL};
     }
-    weft_b_silu_mul(b, g, u, h);
-    /* x += the slots' down projections, weighted and summed */
+    op = weft_b_push(b, WEFT_OP_SILU_MUL);
+    op->u.silu_mul = (struct weft_op_silu_mul){.gate = g, .up = u, .out = h, .act = cfg->act, .alpha = cfg->alpha,
+                                               .limit = cfg->limit};
+    /* x += the slots' down projections (+ bias), weighted and summed */
     op = weft_b_push(b, WEFT_OP_MATMUL_ID);
     op->u.matmul_id = (struct weft_op_matmul_id){.x = h, .w = w[WEFT_T_FFN_DOWN_EXPS], .ids = b->moe_ids, .out = b->x,
                                                  .n_expert = hp->n_expert, .x_per_slot = true, .weights = b->moe_w,
-                                                 .has_weights = true, .add = b->x, .has_add = true};
+                                                 .has_weights = true, .add = b->x, .has_add = true,
+                                                 .bias = w[WEFT_T_FFN_DOWN_EXPS_B],
+                                                 .has_bias = w[WEFT_T_FFN_DOWN_EXPS_B].buf != NULL};
+}
+
+void weft_b_matmul_bias_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,
+                            struct weft_view out)
+{
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MATMUL);
+    op->u.matmul = (struct weft_op_matmul){.x = x, .w = w, .out = out, .add = out, .has_add = true, .bias = bias,
+                                           .has_bias = true};
 }
 
 void weft_b_ffn_swiglu(struct weft_build *b)
 {
     const struct weft_view *w = b->w->t;
     if (b->hp->n_expert) {
-        weft_b_moe_ffn(b, WEFT_MOE_SOFTMAX, true);
+        /* Mixtral, Qwen3-MoE: softmax over every expert, the top k renormalised */
+        const struct weft_moe_cfg cfg = {.gating = WEFT_MOE_SOFTMAX, .norm = true, .act = WEFT_GLU_SILU,
+                                         .norm_w = WEFT_T_FFN_NORM};
+        weft_b_moe_ffn(b, &cfg);
         return;
     }
     weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);

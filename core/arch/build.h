@@ -84,7 +84,22 @@ void weft_b_ffn_swiglu(struct weft_build *b);
  *   ids, w = the top k experts of softmax(logits), w renormalised to sum 1  (R, k)
  *   g, u = xb · W_gate[e]ᵀ, xb · W_up[e]ᵀ for each chosen e                 (R·k, F_exp)
  *   x += Σ_j w_j · (silu(g_j) · u_j) · W_down[e_j]ᵀ                          (R, E) */
-void weft_b_moe_ffn(struct weft_build *b, enum weft_moe_gating gating, bool norm);
+struct weft_moe_cfg {
+    enum weft_moe_gating gating;
+    bool norm;                 /* the chosen weights renormalised to sum 1 */
+    float scale;               /* the weights times this (0: 1) */
+    enum weft_glu_act act;     /* the experts' GLU (SiLU; gpt-oss: SWIGLU_OAI with alpha, limit) */
+    float alpha, limit;
+    enum weft_tensor_id norm_w;/* the FFN's input norm (FFN_NORM; gpt-oss: post_attention_norm) */
+};
+/* The router's and the experts' biases are used where the layer has them
+ * (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias). */
+void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg);
+/* out = x · Wᵀ + bias + out (the residual add fused, with a bias) */
+void weft_b_matmul_bias_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,
+                            struct weft_view out);
+/* weft_b_attention_window with an attention sink per head (F32, n_head values) */
+void weft_b_attention_sinks(struct weft_build *b, uint32_t l, float scale, uint32_t window, struct weft_view sinks);
 
 /* Llama's layer (core/arch/llama.c), which Qwen2's is too: weft_b_attn_in
  * adds the Q/K/V biases a layer has, and the RoPE mode is the family's. */

@@ -5,7 +5,7 @@
 #include <string.h>
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
-    weft_family_gemma3, weft_family_qwen3moe;
+    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -14,6 +14,7 @@ static const struct weft_family *const families[] = {
     &weft_family_phi3,
     &weft_family_gemma3,
     &weft_family_qwen3moe,
+    &weft_family_gpt_oss,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -25,7 +26,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama (with or without experts), qwen2, qwen3, qwen3moe, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)

@@ -45,7 +45,13 @@
     X(FFN_GATE_INP,   "ffn_gate_inp.weight",         LAYER,  MATRIX)   \
     X(FFN_GATE_EXPS,  "ffn_gate_exps.weight",        LAYER,  EXPERTS)  \
     X(FFN_UP_EXPS,    "ffn_up_exps.weight",          LAYER,  EXPERTS)  \
-    X(FFN_DOWN_EXPS,  "ffn_down_exps.weight",        LAYER,  EXPERTS)
+    X(FFN_DOWN_EXPS,  "ffn_down_exps.weight",        LAYER,  EXPERTS)  \
+    X(ATTN_OUT_B,     "attn_output.bias",            LAYER,  BIAS)     \
+    X(ATTN_SINKS,     "attn_sinks.weight",           LAYER,  VECTOR)   \
+    X(FFN_GATE_INP_B, "ffn_gate_inp.bias",           LAYER,  BIAS)     \
+    X(FFN_GATE_EXPS_B, "ffn_gate_exps.bias",         LAYER,  BIAS)     \
+    X(FFN_UP_EXPS_B,  "ffn_up_exps.bias",            LAYER,  BIAS)     \
+    X(FFN_DOWN_EXPS_B, "ffn_down_exps.bias",         LAYER,  BIAS)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
