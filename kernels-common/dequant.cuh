@@ -10,7 +10,8 @@
  *                          sums inside, scales applied once, as float.
  *                          (Q8_1: x = d * q; its s field is not used: sums of
  *                          q are recomputed exactly with dp4a.)
- * Rows must be 2-byte aligned; activation blocks 4-byte aligned. */
+ * Rows must be 2-byte aligned (MXFP4's, of 17-byte blocks, may start at any
+ * byte: it loads bytes); activation blocks 4-byte aligned. */
 #ifndef WEFT_KC_DEQUANT_CUH
 #define WEFT_KC_DEQUANT_CUH
 
@@ -289,6 +290,235 @@ template <> struct weft_dq<WEFT_TYPE_Q6_K> {
         const int8_t *sc = (const int8_t *)(b + WEFT_BOFF(q6_k, scales) + 8 * h + 2 * k);
         int part = sc[0] * (sumi[0] - 32 * sumq[0]) + sc[1] * (sumi[1] - 32 * sumq[1]);
         return weft_ld_half(b + WEFT_BOFF(q6_k, d)) * weft_h2f(x->d) * (float)part;
+    }
+};
+
+/* ---- 16-entry int8 code books (IQ4_NL/IQ4_XS, MXFP4), looked up with byte permutes ---- */
+
+/* the 16 entries as 4 little-endian words (entries 4k..4k+3 in word k) */
+struct weft_cb16 {
+    uint32_t w[4];
+};
+
+WEFT_DEV uint32_t weft_pack_i8x4(int a, int b, int c, int d)
+{
+    return (uint32_t)(uint8_t)a | ((uint32_t)(uint8_t)b << 8) | ((uint32_t)(uint8_t)c << 16) |
+           ((uint32_t)(uint8_t)d << 24);
+}
+
+/* from base/types.h's definitions; constant indices, so the words fold to immediates */
+#define WEFT_CB16_FROM_(KV)                                                                        \
+    {                                                                                              \
+        const int8_t v[16] = KV;                                                                   \
+        weft_cb16 cb = {{weft_pack_i8x4(v[0], v[1], v[2], v[3]), weft_pack_i8x4(v[4], v[5], v[6], v[7]), \
+                         weft_pack_i8x4(v[8], v[9], v[10], v[11]),                                 \
+                         weft_pack_i8x4(v[12], v[13], v[14], v[15])}};                             \
+        return cb;                                                                                 \
+    }
+WEFT_DEV weft_cb16 weft_cb_iq4nl() WEFT_CB16_FROM_(WEFT_KVALUES_IQ4NL)
+WEFT_DEV weft_cb16 weft_cb_mxfp4() WEFT_CB16_FROM_(WEFT_KVALUES_MXFP4)
+#undef WEFT_CB16_FROM_
+
+/* entry q (0..15) of the code book */
+WEFT_DEV int weft_cb16_at(const weft_cb16 &cb, int q)
+{
+    const uint32_t a = weft_byte_perm(cb.w[0], cb.w[1], (uint32_t)q), b = weft_byte_perm(cb.w[2], cb.w[3], (uint32_t)q);
+    return (int)(int8_t)(uint8_t)(q & 8 ? b : a);
+}
+
+/* The entries of the 8 nibbles of q4 (byte t: low nibble n_2t, high n_2t+1):
+ * *lo = those of the low nibbles as an int8 word (entry of n_2t in byte t),
+ * *hi = those of the high nibbles. Per half of q4, two permutes pick each
+ * nibble's entry among entries 0..7 and among 8..15 (its low 3 bits), a third
+ * picks between them by the nibble's bit 3; two more deinterleave. */
+WEFT_DEV void weft_cb16_lut8(const weft_cb16 &cb, uint32_t q4, int *lo, int *hi)
+{
+    const uint32_t pick = 0x32103210u | ((q4 & 0x88888888u) >> 1);
+    uint32_t v[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const uint32_t s = q4 >> (16 * h);
+        const uint32_t a = weft_byte_perm(cb.w[0], cb.w[1], s), b = weft_byte_perm(cb.w[2], cb.w[3], s);
+        v[h] = weft_byte_perm(a, b, pick >> (16 * h));
+    }
+    *lo = (int)weft_byte_perm(v[0], v[1], 0x6420);
+    *hi = (int)weft_byte_perm(v[0], v[1], 0x7531);
+}
+
+/* struct weft_block_iq4_nl (18 bytes): d, qs[16]; x = d * kvalues_iq4nl[q]; nibbles as Q4_0 */
+template <> struct weft_dq<WEFT_TYPE_IQ4_NL> {
+    static WEFT_DEV float at(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / WEFT_QK4_NL) * WEFT_BSZ(iq4_nl);
+        int j = (int)(i % WEFT_QK4_NL);
+        int q = j < 16 ? (b[WEFT_BOFF(iq4_nl, qs) + j] & 0xF) : (b[WEFT_BOFF(iq4_nl, qs) + j - 16] >> 4);
+        return weft_ld_half(b) * (float)weft_cb16_at(weft_cb_iq4nl(), q);
+    }
+    static WEFT_DEV float dot32(const uint8_t *row, int s, const struct weft_block_q8_1 *x)
+    {
+        const uint8_t *b = row + (size_t)s * WEFT_BSZ(iq4_nl);
+        const int *xq = weft_q8_words(x);
+        const weft_cb16 cb = weft_cb_iq4nl();
+        int sumi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int lo, hi;
+            weft_cb16_lut8(cb, weft_ld_u32_a2(b + WEFT_BOFF(iq4_nl, qs) + 4 * k), &lo, &hi);
+            sumi = weft_dp4a(lo, xq[k], sumi);
+            sumi = weft_dp4a(hi, xq[k + 4], sumi);
+        }
+        return weft_ld_half(b) * weft_h2f(x->d) * (float)sumi;
+    }
+};
+
+/* IQ4_XS: sub-block s's six-bit scale, minus 32 (base/quant_blocks.h's weft_iq4_xs_scale) */
+WEFT_DEV int weft_iq4_xs_scale(const uint8_t *b, int s)
+{
+    const uint32_t h = (uint32_t)b[WEFT_BOFF(iq4_xs, scales_h)] | ((uint32_t)b[WEFT_BOFF(iq4_xs, scales_h) + 1] << 8);
+    const int lo = (b[WEFT_BOFF(iq4_xs, scales_l) + s / 2] >> (4 * (s % 2))) & 0xF;
+    return (lo | (int)((h >> (2 * s)) & 3) << 4) - 32;
+}
+
+/* struct weft_block_iq4_xs (136 bytes): d, scales_h, scales_l[4], qs[128]; sub-block s of 32:
+ * x = (d * sc) * kvalues_iq4nl[q], its nibbles in qs[16s .. 16s+16) as Q4_0's */
+template <> struct weft_dq<WEFT_TYPE_IQ4_XS> {
+    static WEFT_DEV float at(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / WEFT_QK_K) * WEFT_BSZ(iq4_xs);
+        int e = (int)(i % WEFT_QK_K), s = e / 32, j = e % 32;
+        const uint8_t *qs = b + WEFT_BOFF(iq4_xs, qs) + 16 * s;
+        int q = j < 16 ? (qs[j] & 0xF) : (qs[j - 16] >> 4);
+        float dl = weft_ld_half(b) * (float)weft_iq4_xs_scale(b, s);
+        return dl * (float)weft_cb16_at(weft_cb_iq4nl(), q);
+    }
+    static WEFT_DEV float dot32(const uint8_t *row, int s32, const struct weft_block_q8_1 *x)
+    {
+        const uint8_t *b = row + (size_t)(s32 / 8) * WEFT_BSZ(iq4_xs);
+        const int s = s32 % 8;
+        const int *xq = weft_q8_words(x);
+        const weft_cb16 cb = weft_cb_iq4nl();
+        int sumi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int lo, hi;
+            weft_cb16_lut8(cb, weft_ld_u32_a2(b + WEFT_BOFF(iq4_xs, qs) + 16 * s + 4 * k), &lo, &hi);
+            sumi = weft_dp4a(lo, xq[k], sumi);
+            sumi = weft_dp4a(hi, xq[k + 4], sumi);
+        }
+        return weft_ld_half(b) * (float)weft_iq4_xs_scale(b, s) * weft_h2f(x->d) * (float)sumi;
+    }
+};
+
+/* MXFP4's E8M0 scale halved, 2^(e - 128) (base/types.h's weft_e8m0_to_f32_half) */
+WEFT_DEV float weft_e8m0_half(uint8_t e)
+{
+    return __uint_as_float(e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23);
+}
+
+/* struct weft_block_mxfp4 (17 bytes, so any alignment: byte loads): e, qs[16];
+ * x = kvalues_mxfp4[q] * 2^(e - 128); nibbles as Q4_0 */
+template <> struct weft_dq<WEFT_TYPE_MXFP4> {
+    static WEFT_DEV float at(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / WEFT_QK_MXFP4) * WEFT_BSZ(mxfp4);
+        int j = (int)(i % WEFT_QK_MXFP4);
+        int q = j < 16 ? (b[WEFT_BOFF(mxfp4, qs) + j] & 0xF) : (b[WEFT_BOFF(mxfp4, qs) + j - 16] >> 4);
+        return (float)weft_cb16_at(weft_cb_mxfp4(), q) * weft_e8m0_half(b[WEFT_BOFF(mxfp4, e)]);
+    }
+    static WEFT_DEV float dot32(const uint8_t *row, int s, const struct weft_block_q8_1 *x)
+    {
+        const uint8_t *b = row + (size_t)s * WEFT_BSZ(mxfp4);
+        const int *xq = weft_q8_words(x);
+        const weft_cb16 cb = weft_cb_mxfp4();
+        int sumi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int lo, hi;
+            weft_cb16_lut8(cb, weft_ld_u32_a1(b + WEFT_BOFF(mxfp4, qs) + 4 * k), &lo, &hi);
+            sumi = weft_dp4a(lo, xq[k], sumi);
+            sumi = weft_dp4a(hi, xq[k + 4], sumi);
+        }
+        /* the power of two last: d8 * sumi is a normal float, and a small 2^(e - 128) scales it
+         * into the subnormals without first rounding d8 there */
+        return weft_h2f(x->d) * (float)sumi * weft_e8m0_half(b[WEFT_BOFF(mxfp4, e)]);
+    }
+};
+
+/* struct weft_block_q2_k (84 bytes): scales[16], qs[64], d, dmin; 16 sub-blocks of 16.
+ * Element 128c + 32k + l: q = bits 2k..2k+1 of qs[32c + l];
+ * x = (d * (sc & 0xF)) * q - dmin * (sc >> 4), sc = scales[e / 16] */
+template <> struct weft_dq<WEFT_TYPE_Q2_K> {
+    static WEFT_DEV float at(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / WEFT_QK_K) * WEFT_BSZ(q2_k);
+        int e = (int)(i % WEFT_QK_K), c = e / 128, k = (e % 128) / 32, l = e % 32;
+        int sc = b[WEFT_BOFF(q2_k, scales) + e / 16];
+        int q = (b[WEFT_BOFF(q2_k, qs) + 32 * c + l] >> (2 * k)) & 3;
+        float dl = weft_ld_half(b + WEFT_BOFF(q2_k, d)) * (float)(sc & 0xF);
+        float ml = weft_ld_half(b + WEFT_BOFF(q2_k, dmin)) * (float)(sc >> 4);
+        return dl * (float)q - ml;
+    }
+    /* sub-block s of 32 = 16-element sub-blocks 2s, 2s+1, each with its scale and min */
+    static WEFT_DEV float dot32(const uint8_t *row, int s32, const struct weft_block_q8_1 *x)
+    {
+        const uint8_t *b = row + (size_t)(s32 / 8) * WEFT_BSZ(q2_k);
+        const int s = s32 % 8, c = s / 4, k = s % 4;
+        const int *xq = weft_q8_words(x);
+        int sumi[2] = {0, 0}, sumq[2] = {0, 0};
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            uint32_t q = (weft_ld_u32_a2(b + WEFT_BOFF(q2_k, qs) + 32 * c + 4 * t) >> (2 * k)) & 0x03030303u;
+            sumi[t / 4] = weft_dp4a((int)q, xq[t], sumi[t / 4]);
+            sumq[t / 4] = weft_dp4a(0x01010101, xq[t], sumq[t / 4]);
+        }
+        const uint8_t *sc = b + WEFT_BOFF(q2_k, scales) + 2 * s;
+        int part = (sc[0] & 0xF) * sumi[0] + (sc[1] & 0xF) * sumi[1];
+        int mins = (sc[0] >> 4) * sumq[0] + (sc[1] >> 4) * sumq[1];
+        float d8 = weft_h2f(x->d);
+        return weft_ld_half(b + WEFT_BOFF(q2_k, d)) * d8 * (float)part -
+               weft_ld_half(b + WEFT_BOFF(q2_k, dmin)) * d8 * (float)mins;
+    }
+};
+
+/* Q3_K: the six-bit scale of sub-block s (0..15), minus 32 (base/quant_blocks.h's weft_q3_k_scales) */
+WEFT_DEV int weft_q3_k_scale(const uint8_t *q, int s)
+{
+    int lo = (q[s % 8] >> (4 * (s / 8))) & 0xF;
+    int hi = (q[8 + s % 4] >> (2 * (s / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* struct weft_block_q3_k (110 bytes): hmask[32], qs[64], scales[12], d; 16 sub-blocks of 16.
+ * Element 128c + 32k + l: low 2 bits as Q2_K's, 3rd bit = bit 4c + k of hmask[l];
+ * x = (d * sc) * (q - 4 * !hbit) */
+template <> struct weft_dq<WEFT_TYPE_Q3_K> {
+    static WEFT_DEV float at(const uint8_t *row, int64_t i)
+    {
+        const uint8_t *b = row + (i / WEFT_QK_K) * WEFT_BSZ(q3_k);
+        int e = (int)(i % WEFT_QK_K), c = e / 128, k = (e % 128) / 32, l = e % 32;
+        int q = (b[WEFT_BOFF(q3_k, qs) + 32 * c + l] >> (2 * k)) & 3;
+        int h = (b[WEFT_BOFF(q3_k, hmask) + l] >> (4 * c + k)) & 1;
+        float dl = weft_ld_half(b + WEFT_BOFF(q3_k, d)) * (float)weft_q3_k_scale(b + WEFT_BOFF(q3_k, scales), e / 16);
+        return dl * (float)(q - (h ? 0 : 4));
+    }
+    /* bytes q | hbit << 2 (0..7) in the dp4a, minus 4 * the sum of x per 16-element sub-block */
+    static WEFT_DEV float dot32(const uint8_t *row, int s32, const struct weft_block_q8_1 *x)
+    {
+        const uint8_t *b = row + (size_t)(s32 / 8) * WEFT_BSZ(q3_k);
+        const int s = s32 % 8, c = s / 4, k = s % 4;
+        const int *xq = weft_q8_words(x);
+        int sumi[2] = {0, 0}, sumq[2] = {0, 0};
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            uint32_t lo = (weft_ld_u32_a2(b + WEFT_BOFF(q3_k, qs) + 32 * c + 4 * t) >> (2 * k)) & 0x03030303u;
+            uint32_t hi = (weft_ld_u32_a2(b + WEFT_BOFF(q3_k, hmask) + 4 * t) >> (4 * c + k)) & 0x01010101u;
+            sumi[t / 4] = weft_dp4a((int)(lo | (hi << 2)), xq[t], sumi[t / 4]);
+            sumq[t / 4] = weft_dp4a(0x01010101, xq[t], sumq[t / 4]);
+        }
+        const uint8_t *scales = b + WEFT_BOFF(q3_k, scales);
+        int part = weft_q3_k_scale(scales, 2 * s) * (sumi[0] - 4 * sumq[0]) +
+                   weft_q3_k_scale(scales, 2 * s + 1) * (sumi[1] - 4 * sumq[1]);
+        return weft_ld_half(b + WEFT_BOFF(q3_k, d)) * weft_h2f(x->d) * (float)part;
     }
 };
 

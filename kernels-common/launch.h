@@ -41,7 +41,8 @@ extern "C" {
 /* out[R][N] = x[R][K] · W[N][K]ᵀ (+ bias[N]) (+ add, which may alias out):
  * the bias is added to each dot product before the residual, as the CPU.
  * wt: any weight type of base/types.h (F32 F16 BF16 Q4_0 Q4_1 Q5_0 Q5_1
- * Q8_0 Q4_K Q5_K Q6_K). Paths (kernels-common/launch_matmul.cuh):
+ * Q8_0 Q4_K Q5_K Q6_K Q2_K Q3_K IQ4_NL IQ4_XS MXFP4; MXFP4's rows may start
+ * at any byte, every other type's at an even one). Paths (kernels-common/launch_matmul.cuh):
  * R <= WEFT_GK_MMVQ_MAX_ROWS and a quantized type: x quantized to Q8_1 blocks
  * in scratch, integer-dot (dp4a) matrix-vector kernel; more rows and a
  * quantized type or F16: the backend's weft_gk_gemm; F32/BF16 and few-row

@@ -15,6 +15,7 @@ extern "C" int weft_gk_gemm(const struct weft_gk_mm *m, void *stream)
     switch (m->wt) {
 #define G_(T) case WEFT_TYPE_##T: gemm_launch<WEFT_TYPE_##T>(m, st); break;
         G_(F16) G_(Q4_0) G_(Q4_1) G_(Q5_0) G_(Q5_1) G_(Q8_0) G_(Q4_K) G_(Q5_K) G_(Q6_K)
+        G_(Q2_K) G_(Q3_K) G_(IQ4_NL) G_(IQ4_XS) G_(MXFP4)
 #undef G_
     default: return WEFT_LAUNCH_EINVAL;
     }

@@ -17,6 +17,8 @@ static bool is_quant(int wt)
     switch (wt) {
     case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
     case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS:
+    case WEFT_TYPE_MXFP4:
         return true;
     default:
         return false;
@@ -84,6 +86,7 @@ extern "C" int weft_gk_matmul(const struct weft_gk_mm *m, void *scratch, void *s
         launch_mmvq<WEFT_TYPE_##T>(m, scratch, st);          \
         break;
         Q_(Q4_0) Q_(Q4_1) Q_(Q5_0) Q_(Q5_1) Q_(Q8_0) Q_(Q4_K) Q_(Q5_K) Q_(Q6_K)
+        Q_(Q2_K) Q_(Q3_K) Q_(IQ4_NL) Q_(IQ4_XS) Q_(MXFP4)
 #undef Q_
     default: return WEFT_LAUNCH_EINVAL;
     }

@@ -32,6 +32,7 @@ extern "C" int weft_gk_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, 
         break;
     switch (wt) {
         E_(F32) E_(F16) E_(BF16) E_(Q4_0) E_(Q4_1) E_(Q5_0) E_(Q5_1) E_(Q8_0) E_(Q4_K) E_(Q5_K) E_(Q6_K)
+        E_(Q2_K) E_(Q3_K) E_(IQ4_NL) E_(IQ4_XS) E_(MXFP4)
     default: return WEFT_LAUNCH_EINVAL;
     }
 #undef E_

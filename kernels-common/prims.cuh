@@ -14,6 +14,10 @@
  *   int      weft_dp4a(int a, int b, int c)   c + dot of the 4 signed bytes
  *   float    weft_shfl_xor(float v, int mask, int width)  butterfly exchange
  *   int      weft_shfl_xor_i(int v, int mask, int width)
+ *   uint32_t weft_byte_perm(uint32_t x, uint32_t y, uint32_t s)   CUDA's __byte_perm:
+ *                                     byte n (0..3) of the result is byte (s >> 4n) & 7 of
+ *                                     the 8 bytes y:x (x's bytes are 0..3); other bits of s
+ *                                     are ignored (the code-book lookups of dequant.cuh)
  *   WEFT_WARP_SIZE                    the hardware warp/wavefront size
  * and for the shared launchers (kernels-common/launch_*.cuh), the runtime:
  *   weft_stream_t                     its stream type (cudaStream_t, hipStream_t)
@@ -77,5 +81,11 @@ WEFT_DEV uint32_t weft_ld_u32_a2(const uint8_t *p)
 }
 
 WEFT_DEV float weft_ld_half(const uint8_t *p) { return weft_h2f(*(const uint16_t *)p); }
+
+/* any alignment: MXFP4's 17-byte blocks start at every byte offset */
+WEFT_DEV uint32_t weft_ld_u32_a1(const uint8_t *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
 
 #endif

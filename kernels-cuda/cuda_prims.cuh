@@ -15,6 +15,7 @@ WEFT_DEV uint16_t weft_f2h(float f) { return __half_as_ushort(__float2half_rn(f)
 WEFT_DEV int weft_dp4a(int a, int b, int c) { return __dp4a(a, b, c); }
 WEFT_DEV float weft_shfl_xor(float v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
 WEFT_DEV int weft_shfl_xor_i(int v, int mask, int width) { return __shfl_xor_sync(0xffffffffu, v, mask, width); }
+WEFT_DEV uint32_t weft_byte_perm(uint32_t x, uint32_t y, uint32_t s) { return __byte_perm(x, y, s); }
 
 /* the runtime, for kernels-common/launch_*.cuh */
 typedef cudaStream_t weft_stream_t;

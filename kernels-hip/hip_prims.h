@@ -54,6 +54,22 @@ WEFT_DEV int weft_dp4a(int a, int b, int c)
 WEFT_DEV float weft_shfl_xor(float v, int mask, int width) { return __shfl_xor(v, mask, width); }
 WEFT_DEV int weft_shfl_xor_i(int v, int mask, int width) { return __shfl_xor(v, mask, width); }
 
+/* CUDA's __byte_perm (kernels-common/prims.cuh). HIP's own __byte_perm
+ * indexes a byte array, which may go through scratch memory; shifts of the
+ * 64-bit y:x stay in registers. */
+WEFT_DEV uint32_t weft_byte_perm(uint32_t x, uint32_t y, uint32_t s)
+{
+#if defined(WEFT_HIP_ON_CUDA)
+    return __byte_perm(x, y, s);
+#else
+    const uint64_t v = ((uint64_t)y << 32) | x;
+    uint32_t r = 0;
+#pragma unroll
+    for (int n = 0; n < 4; n++) r |= (uint32_t)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFFu) << (8 * n);
+    return r;
+#endif
+}
+
 /* the runtime, for kernels-common/launch_*.cuh (CUDA's through
  * hip_to_cuda.h in the nvcc build) */
 typedef hipStream_t weft_stream_t;

@@ -46,14 +46,15 @@ weft_status weft_gpu_take_input_error(struct weft_gpu *g)
 /* ---- supports ---- */
 
 /* A view's rows lie inside its buffer and are aligned for the kernels
- * (4 bytes for F32/I32 rows, 2 for every weight block format). */
+ * (4 bytes for F32/I32 rows, 2 for every weight block format but MXFP4's
+ * 17-byte blocks, which the kernels read byte by byte). */
 static bool view_ok(const struct weft_view *v)
 {
     if (!v->buf || v->ne0 <= 0 || v->ne1 <= 0) return false;
     const struct weft_type_info *ti = weft_type_get(v->type);
     if (!ti || v->ne0 % ti->block_size) return false;
     size_t row = weft_row_size(v->type, v->ne0);
-    size_t align = v->type == WEFT_TYPE_F32 || v->type == WEFT_TYPE_I32 ? 4 : 2;
+    size_t align = v->type == WEFT_TYPE_F32 || v->type == WEFT_TYPE_I32 ? 4 : v->type == WEFT_TYPE_MXFP4 ? 1 : 2;
     if (v->offset % align || v->nb1 % align) return false;
     size_t end = v->offset + (size_t)(v->ne1 - 1) * v->nb1 + row;
     return end <= v->buf->size && v->nb1 >= row;
