@@ -7,6 +7,7 @@
  * order, are the CPU backend's (backends/cpu/cpu_ref_dot.c). */
 #include "base/quant.h"
 #include "base/quant_blocks.h"
+#include "base/quant_k.h"
 
 #include <assert.h>
 #include <float.h>
@@ -264,7 +265,8 @@ void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64
 }
 
 /* ---------------------------------------------------------------------------
- * Quantization (ggml's *_ref quantizers). */
+ * Quantization (ggml's *_ref quantizers; the K-quants, IQ4 and MXFP4 are
+ * base/quant_k.c's). */
 
 /* Symmetric formats take the signed value of largest magnitude (first one on
  * ties) so that it maps exactly onto the extreme code -8 / -16. */
@@ -446,6 +448,8 @@ bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t
     case WEFT_TYPE_F32: case WEFT_TYPE_F16: case WEFT_TYPE_BF16:
     case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
     case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q8_1: case WEFT_TYPE_Q8_K:
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS: case WEFT_TYPE_MXFP4:
         break;
     default:
         return false;
@@ -470,6 +474,14 @@ bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t
     case WEFT_TYPE_Q8_0: quant_q8_0(src, dst, nb, false); break;
     case WEFT_TYPE_Q8_1: quant_q8_1(src, dst, nb, false); break;
     case WEFT_TYPE_Q8_K: quant_q8_k(src, dst, nb); break;
+    case WEFT_TYPE_Q2_K: weft_quant_q2_k(src, dst, nb); break;
+    case WEFT_TYPE_Q3_K: weft_quant_q3_k(src, dst, nb); break;
+    case WEFT_TYPE_Q4_K: weft_quant_q4_k(src, dst, nb); break;
+    case WEFT_TYPE_Q5_K: weft_quant_q5_k(src, dst, nb); break;
+    case WEFT_TYPE_Q6_K: weft_quant_q6_k(src, dst, nb); break;
+    case WEFT_TYPE_IQ4_NL: weft_quant_iq4_nl(src, dst, nb); break;
+    case WEFT_TYPE_IQ4_XS: weft_quant_iq4_xs(src, dst, nb); break;
+    case WEFT_TYPE_MXFP4: weft_quant_mxfp4(src, dst, nb); break;
     default: break;
     }
     return true;

@@ -17,7 +17,9 @@ void weft_dequantize_row(enum weft_type type, const void *src, float *dst, int64
 
 /* Quantize n floats into dst (weft_row_size(type, n) bytes), rounding the way
  * ggml's reference quantizers do (so results are bit-identical to ggml's).
- * Supported: F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q8_K.
+ * Supported: F32, F16, BF16, Q8_0, Q8_1, Q4_0, Q4_1, Q5_0, Q5_1, Q8_K, and
+ * (base/quant_k.c) Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, MXFP4 as
+ * llama-quantize writes them without an importance matrix.
  * Returns false (and writes nothing) for types without a quantizer. */
 bool weft_quantize_row(enum weft_type type, const float *src, void *dst, int64_t n);
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,7 +47,7 @@ static struct weft_gen_params small_params(enum weft_type type)
 {
     struct weft_gen_params p;
     weft_gen_preset(&p, "tiny");
-    bool k = type == WEFT_TYPE_Q4_K || type == WEFT_TYPE_Q5_K || type == WEFT_TYPE_Q6_K;
+    bool k = weft_type_get(type) && weft_type_get(type)->block_size == WEFT_QK_K;
     p.n_embd = k ? 256 : 64;
     p.n_ff = k ? 512 : 128;
     p.n_layer = 2;
@@ -303,7 +304,8 @@ static void gen_every_type_loads_with_intended_std(void)
 {
     const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q8_0,
                                     WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1,
-                                    WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
+                                    WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K, WEFT_TYPE_Q2_K,
+                                    WEFT_TYPE_Q3_K, WEFT_TYPE_IQ4_NL, WEFT_TYPE_IQ4_XS, WEFT_TYPE_MXFP4};
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         enum weft_type ty = types[k];
         struct weft_gen_params p = small_params(ty);
@@ -438,6 +440,172 @@ static void k_quant_rows_that_do_not_fit_fall_back(void)
     CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q5_K, 64), WEFT_TYPE_Q5_1);
     CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q6_K, 64), WEFT_TYPE_Q8_0);
     CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q4_0, 64), WEFT_TYPE_Q4_0);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q2_K, 64), WEFT_TYPE_Q4_0);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_Q3_K, 576), WEFT_TYPE_Q4_0);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_IQ4_XS, 96), WEFT_TYPE_IQ4_NL);
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_IQ4_NL, 48), WEFT_TYPE_IQ4_NL); /* no fallback: does not fit */
+    CHECK_EQ_INT(weft_gen_row_type(WEFT_TYPE_MXFP4, 64), WEFT_TYPE_MXFP4);
+}
+
+/* The tensor -> type map of `weft gen` / `weft quantize` with llama.cpp's
+ * mixes (llama_tensor_get_type): Q4_K_M / Q5_K_M give the output head
+ * (token_embd when tied) Q6_K, and attn_v and ffn_down Q6_K in the layers
+ * use_more_bits picks (of 8: 0, 3, 6, 7); MXFP4_MOE gives a model without
+ * experts Q8_0 throughout. Generated and requantized files agree. */
+static void gen_and_quantize_follow_llama_cpp_mixes(void)
+{
+    static const struct { const char *target; int ftype; enum weft_type base, more; } mixes[] = {
+        {"Q4_K_M", 15, WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K},
+        {"Q5_K_M", 17, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K},
+        {"MXFP4_MOE", 38, WEFT_TYPE_Q8_0, WEFT_TYPE_Q8_0},
+    };
+    for (size_t k = 0; k < sizeof mixes / sizeof mixes[0]; k++) {
+        for (int tied = 0; tied < 2; tied++) {
+            struct weft_gen_params p = small_params(WEFT_TYPE_Q4_K);
+            struct weft_qtarget q = {0};
+            CHECK(weft_qtarget_parse(mixes[k].target, &q) && q.mixed);
+            CHECK(strcmp(weft_qtarget_name(q), mixes[k].target) == 0);
+            p.type = q.type;
+            p.mixed = true;
+            p.n_layer = 8;
+            p.tied_output = tied;
+            const char *path = tmp_path(mixes[k].target);
+            CHECK_MSG(weft_gen_model(&p, path) == WEFT_OK, "%s: %s", mixes[k].target, weft_last_error());
+            /* the same model in F16, requantized: the same map */
+            struct weft_gen_params pf = p;
+            pf.type = WEFT_TYPE_F16;
+            pf.mixed = false;
+            const char *src = tmp_path("mix-src"), *req = tmp_path("mix-req");
+            CHECK_EQ_INT(weft_gen_model(&pf, src), WEFT_OK);
+            char *argv[] = {"quantize", (char *)src, (char *)req, (char *)mixes[k].target};
+            CHECK_EQ_INT(weft_cmd_quantize(4, argv), 0);
+            struct weft_gguf *g = NULL, *r = NULL;
+            CHECK_EQ_INT(weft_gguf_open(path, &g), WEFT_OK);
+            CHECK_EQ_INT(weft_gguf_open(req, &r), WEFT_OK);
+            if (!g || !r) goto next;
+            CHECK_EQ_INT(get_u32(g, "general.file_type"), mixes[k].ftype);
+            CHECK_EQ_INT(get_u32(r, "general.file_type"), mixes[k].ftype);
+            for (int64_t i = 0; i < weft_gguf_n_tensors(g); i++) {
+                const struct weft_gguf_tensor *t = weft_gguf_tensor(g, i);
+                int layer = -1;
+                sscanf(t->name, "blk.%d.", &layer);
+                bool more = layer == 0 || layer == 3 || layer == 6 || layer == 7;
+                enum weft_type want = mixes[k].base;
+                if (t->n_dims == 1) want = WEFT_TYPE_F32;
+                else if (!strcmp(t->name, "output.weight") || (tied && !strcmp(t->name, "token_embd.weight")))
+                    want = mixes[k].more;
+                else if (more && (strstr(t->name, "attn_v.weight") || strstr(t->name, "ffn_down.weight")))
+                    want = mixes[k].more;
+                CHECK_MSG(t->type == want, "%s%s: %s is %s, want %s", mixes[k].target, tied ? " tied" : "", t->name,
+                          weft_type_name(t->type), weft_type_name(want));
+                const struct weft_gguf_tensor *u = tensor(r, t->name);
+                if (u) CHECK_MSG(u->type == t->type, "%s: requantized %s is %s", mixes[k].target, t->name,
+                                 weft_type_name(u->type));
+            }
+        next:
+            if (g) weft_gguf_close(g);
+            if (r) weft_gguf_close(r);
+        }
+    }
+    /* names the parser takes and rejects */
+    struct weft_qtarget q;
+    CHECK(weft_qtarget_parse("q5_k_m", &q) && q.mixed && q.type == WEFT_TYPE_Q5_K);
+    CHECK(weft_qtarget_parse("Q4_K", &q) && !q.mixed && q.type == WEFT_TYPE_Q4_K);
+    CHECK(!weft_qtarget_parse("Q4_K_L", &q));
+    CHECK(weft_qtarget_parse("Q8_K", &q) && !weft_qtarget_writable(q));
+    /* and the CLI takes a mix for --type */
+    const char *out = tmp_path("cli-mix");
+    char *argv[] = {"gen", "-o", (char *)out, "--type", "q4_k_m", "--embd", "256", "--ff", "512", "--vocab", "300"};
+    CHECK_EQ_INT(weft_cmd_gen((int)(sizeof argv / sizeof argv[0]), argv), 0);
+    struct weft_gguf *g = NULL;
+    CHECK_EQ_INT(weft_gguf_open(out, &g), WEFT_OK);
+    if (g) {
+        CHECK_EQ_INT(get_u32(g, "general.file_type"), 15);
+        const struct weft_gguf_tensor *t = tensor(g, "blk.1.ffn_down.weight"); /* 2 layers: layer 1 gets more bits */
+        if (t) CHECK(t->type == WEFT_TYPE_Q6_K);
+        if ((t = tensor(g, "blk.0.ffn_down.weight"))) CHECK(t->type == WEFT_TYPE_Q4_K);
+        weft_gguf_close(g);
+    }
+}
+
+/* `weft info --tensors` lists each tensor's type: a Q4_K_M model's mix shows. */
+static void info_lists_per_tensor_types(void)
+{
+    struct weft_gen_params p = small_params(WEFT_TYPE_Q4_K);
+    p.mixed = true; /* Q4_K_M */
+    const char *model = tmp_path("info-q4km"), *txt = tmp_path("info-out");
+    CHECK_EQ_INT(weft_gen_model(&p, model), WEFT_OK);
+    char *argv[] = {"info", (char *)model, "--tensors"};
+    fflush(stdout);
+    int saved = dup(1), fd = open(txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1);
+    int rc = weft_cmd_info(3, argv);
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, 1); close(saved); }
+    if (fd >= 0) close(fd);
+    CHECK_EQ_INT(rc, 0);
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    CHECK(read_file(txt, &buf, &len));
+    if (!buf) return;
+    buf[len] = 0;
+    const char *s = (const char *)buf;
+    /* the summary line, then one line per tensor (2 layers: layer 1 gets the more bits) */
+    CHECK_MSG(strstr(s, "types:       Q4_K 13, F32 5, Q6_K 3") != NULL, "%s", s);
+    const char *want[][2] = {{"blk.0.ffn_down.weight", "Q4_K"}, {"blk.1.ffn_down.weight", "Q6_K"},
+                             {"blk.1.attn_v.weight", "Q6_K"}, {"output.weight", "Q6_K"},
+                             {"token_embd.weight", "Q4_K"}, {"blk.0.attn_norm.weight", "F32"}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        char key[80], name[64], type[16];
+        snprintf(key, sizeof key, " %s ", want[i][0]); /* not attn_output.weight for output.weight */
+        const char *line = strstr(s, key);
+        CHECK_MSG(line && sscanf(line, "%63s %15s", name, type) == 2 && !strcmp(type, want[i][1]),
+                  "%s: want %s in\n%s", want[i][0], want[i][1], s);
+    }
+    free(buf);
+}
+
+/* weft quantize with K/IQ targets: rows that do not fit 256 take llama-quantize's
+ * fallback (Q4_K -> Q5_0, Q2_K -> Q4_0, IQ4_XS -> IQ4_NL; Q6_K -> Q8_0 in a mix);
+ * a type without one (IQ4_NL on rows of 48) keeps the tensor's type. */
+static void quantize_k_rows_fall_back_as_llama_quantize(void)
+{
+    struct weft_gen_params p = small_params(WEFT_TYPE_F16); /* rows of 64 and 128 */
+    const char *src = tmp_path("fb-src");
+    CHECK_EQ_INT(weft_gen_model(&p, src), WEFT_OK);
+    static const struct { const char *target; enum weft_type want, head; } cases[] = {
+        {"Q4_K", WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_0}, {"Q2_K", WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_0},
+        {"IQ4_XS", WEFT_TYPE_IQ4_NL, WEFT_TYPE_IQ4_NL}, {"Q5_K_M", WEFT_TYPE_Q5_1, WEFT_TYPE_Q8_0},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        const char *dst = tmp_path(cases[k].target);
+        char *argv[] = {"quantize", (char *)src, (char *)dst, (char *)cases[k].target};
+        CHECK_EQ_INT(weft_cmd_quantize(4, argv), 0);
+        struct weft_gguf *g = NULL;
+        CHECK_EQ_INT(weft_gguf_open(dst, &g), WEFT_OK);
+        if (!g) continue;
+        const struct weft_gguf_tensor *t;
+        if ((t = tensor(g, "blk.0.attn_q.weight")))
+            CHECK_MSG(t->type == cases[k].want, "%s: attn_q %s", cases[k].target, weft_type_name(t->type));
+        /* the output head: Q6_K in the mix, whose row of 64 falls back to Q8_0 */
+        if ((t = tensor(g, "output.weight")))
+            CHECK_MSG(t->type == cases[k].head, "%s: output %s", cases[k].target, weft_type_name(t->type));
+        weft_gguf_close(g);
+    }
+    /* no fallback: rows of 48 keep F16 under IQ4_NL (llama-quantize would stop) */
+    p.n_embd = 48; p.n_head = 4; p.n_head_kv = 2; p.n_ff = 128;
+    const char *odd = tmp_path("fb-odd"), *dst = tmp_path("fb-odd-iq4nl");
+    CHECK_EQ_INT(weft_gen_model(&p, odd), WEFT_OK);
+    char *argv[] = {"quantize", (char *)odd, (char *)dst, "IQ4_NL"};
+    CHECK_EQ_INT(weft_cmd_quantize(4, argv), 0);
+    struct weft_gguf *g = NULL;
+    CHECK_EQ_INT(weft_gguf_open(dst, &g), WEFT_OK);
+    if (!g) return;
+    const struct weft_gguf_tensor *t;
+    if ((t = tensor(g, "blk.0.attn_q.weight"))) CHECK(t->type == WEFT_TYPE_F16);
+    if ((t = tensor(g, "blk.0.ffn_down.weight"))) CHECK(t->type == WEFT_TYPE_IQ4_NL);
+    CHECK_EQ_INT(get_u32(g, "general.file_type"), 25);
+    weft_gguf_close(g);
 }
 
 static void gen_rejects_bad_params(void)
@@ -611,8 +779,8 @@ static void quantize_rejects_bad_input(void)
     CHECK_EQ_INT(weft_cmd_quantize(3, usage), 2);
     char *unknown[] = {"quantize", (char *)src, (char *)dst, "Q3_X"};
     CHECK_EQ_INT(weft_cmd_quantize(4, unknown), 2);
-    char *kquant[] = {"quantize", (char *)src, (char *)dst, "Q4_K"};
-    CHECK_EQ_INT(weft_cmd_quantize(4, kquant), 1);
+    char *not_weight[] = {"quantize", (char *)src, (char *)dst, "I32"};
+    CHECK_EQ_INT(weft_cmd_quantize(4, not_weight), 1);
     char *act[] = {"quantize", (char *)src, (char *)dst, "Q8_K"};
     CHECK_EQ_INT(weft_cmd_quantize(4, act), 1);
     char *missing[] = {"quantize", "/nonexistent/in.gguf", (char *)dst, "Q8_0"};
@@ -691,12 +859,15 @@ int main(void)
     RUN(gen_is_deterministic_in_seed);
     RUN(gen_vocab_from_copies_tokenizer_keys);
     RUN(k_quant_rows_that_do_not_fit_fall_back);
+    RUN(gen_and_quantize_follow_llama_cpp_mixes);
+    RUN(info_lists_per_tensor_types);
     RUN(gen_rejects_bad_params);
     RUN(gen_cli_parses_flags);
     RUN(quantize_f16_to_q8_0_is_close);
     RUN(quantize_f16_to_q4_0_is_close);
     RUN(quantize_f16_to_bf16_is_close);
     RUN(quantize_keeps_unblockable_rows);
+    RUN(quantize_k_rows_fall_back_as_llama_quantize);
     RUN(quantize_rejects_bad_input);
     RUN(default_model_path_follows_env);
     rm_tree();

@@ -436,11 +436,14 @@ static void quantize_q8_k_rounds_to_even_and_sums(void)
     for (int g = 0; g < 16; g++) CHECK_EQ_INT(b.bsums[g], 0);
 }
 
+/* Every weight type has a quantizer now (the K-quants, IQ4 and MXFP4 are
+ * tests/test_quantizers.c's, against llama-quantize's bytes); what is left is
+ * I32 and ids that are no type. */
 static void quantize_rejects_types_without_quantizer(void)
 {
     float x[256] = {0};
     uint8_t dst[256 * 4];
-    const enum weft_type no[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
+    const enum weft_type no[] = {WEFT_TYPE_I32, (enum weft_type)4, (enum weft_type)WEFT_TYPE_COUNT_};
     for (size_t t = 0; t < sizeof no / sizeof no[0]; t++) {
         memset(dst, 0xab, sizeof dst);
         CHECK(!weft_quantize_row(no[t], x, dst, 256));

@@ -48,18 +48,52 @@ static void print_kv(const struct weft_gguf *g, int64_t i)
     }
 }
 
+/* "Q4_K 10, Q6_K 3, F32 7": how many tensors of each type, most common first */
+static void print_type_counts(const struct weft_gguf *g)
+{
+    int64_t count[WEFT_TYPE_COUNT_] = {0};
+    for (int64_t i = 0; i < weft_gguf_n_tensors(g); i++) count[weft_gguf_tensor(g, i)->type]++;
+    printf("types:      ");
+    for (const char *sep = " ";; sep = ", ") {
+        int best = -1;
+        for (int t = 0; t < WEFT_TYPE_COUNT_; t++)
+            if (count[t] && (best < 0 || count[t] > count[best])) best = t;
+        if (best < 0) break;
+        printf("%s%s %lld", sep, weft_type_name((enum weft_type)best), (long long)count[best]);
+        count[best] = 0;
+    }
+    printf("\n");
+}
+
+/* one line per tensor: index, name, type, shape, bytes */
+static void print_tensors(const struct weft_gguf *g)
+{
+    for (int64_t i = 0; i < weft_gguf_n_tensors(g); i++) {
+        const struct weft_gguf_tensor *t = weft_gguf_tensor(g, i);
+        char shape[96];
+        int len = snprintf(shape, sizeof shape, "[%lld", (long long)t->ne[0]);
+        for (uint32_t d = 1; d < t->n_dims && len > 0 && len < (int)sizeof shape; d++)
+            len += snprintf(shape + len, sizeof shape - (size_t)len, ", %lld", (long long)t->ne[d]);
+        if (len > 0 && len < (int)sizeof shape) snprintf(shape + len, sizeof shape - (size_t)len, "]");
+        printf("  %4lld %-40s %-6s %-22s %12zu bytes\n", (long long)i, t->name, weft_type_name(t->type), shape,
+               t->size);
+    }
+}
+
 int weft_cmd_info(int argc, char **argv)
 {
     const char *path = NULL;
-    bool all = false;
+    bool all = false, tensors = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: weft info [MODEL | -m MODEL] [--kv]\n"
+            printf("usage: weft info [MODEL | -m MODEL] [--kv] [--tensors]\n"
                    "  validates a GGUF file and describes the model (default: SmolLM2-135M-Instruct Q4_1);\n"
-                   "  --kv lists every metadata key\n");
+                   "  --kv lists every metadata key, --tensors every tensor with its type and shape (also\n"
+                   "  for a file weft cannot run)\n");
             return 0;
         }
         if (!strcmp(argv[i], "--kv")) all = true;
+        else if (!strcmp(argv[i], "--tensors")) tensors = true;
         else if (!strcmp(argv[i], "-m") && i + 1 < argc) path = argv[++i];
         else if (argv[i][0] != '-' && !path) path = argv[i];
         else {
@@ -75,6 +109,14 @@ int weft_cmd_info(int argc, char **argv)
     if (weft_backend_open("cpu", 1, &be) != WEFT_OK) { weft_cli_fail("cpu backend"); free(def); return 1; }
     if (weft_model_load(path, be, &m) != WEFT_OK) {
         fprintf(stderr, "weft: %s\n", weft_last_error());
+        /* the tensors of a file the model loader refuses (an architecture weft does not run)
+         * are still worth listing when asked for */
+        struct weft_gguf *g = NULL;
+        if (tensors && weft_gguf_open(path, &g) == WEFT_OK) {
+            print_type_counts(g);
+            print_tensors(g);
+            weft_gguf_close(g);
+        }
         weft_backend_close(be);
         free(def);
         return 1;
@@ -98,11 +140,13 @@ int weft_cmd_info(int argc, char **argv)
     printf("tokenizer:   %s, bos %d, eos %d, add_bos %s\n", tm, weft_tokenizer_bos(weft_model_tokenizer(m)), weft_tokenizer_eos(weft_model_tokenizer(m)),
            weft_tokenizer_add_bos(weft_model_tokenizer(m)) ? "yes" : "no");
     printf("tensors:     %lld, metadata keys: %lld\n", (long long)weft_gguf_n_tensors(weft_model_gguf(m)), (long long)weft_gguf_n_kv(weft_model_gguf(m)));
+    print_type_counts(weft_model_gguf(m));
     char fp[WEFT_FINGERPRINT_STR];
     weft_fingerprint_str(weft_model_fingerprint(m), fp);
     printf("fingerprint: %s\n", fp);
     if (all)
         for (int64_t i = 0; i < weft_gguf_n_kv(weft_model_gguf(m)); i++) print_kv(weft_model_gguf(m), i);
+    if (tensors) print_tensors(weft_model_gguf(m));
     weft_model_free(m);
     weft_backend_close(be);
     free(def);

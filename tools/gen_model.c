@@ -136,18 +136,6 @@ static bool is_k_quant(enum weft_type t)
     return t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K;
 }
 
-static bool gen_type_ok(enum weft_type t)
-{
-    switch (t) {
-    case WEFT_TYPE_F32: case WEFT_TYPE_F16: case WEFT_TYPE_BF16: case WEFT_TYPE_Q8_0:
-    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
-    case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
-        return true;
-    default:
-        return false;
-    }
-}
-
 int weft_gen_ftype(enum weft_type t)
 {
     switch (t) {
@@ -158,10 +146,15 @@ int weft_gen_ftype(enum weft_type t)
     case WEFT_TYPE_Q8_0: return 7;
     case WEFT_TYPE_Q5_0: return 8;
     case WEFT_TYPE_Q5_1: return 9;
-    case WEFT_TYPE_Q4_K: return 14;
-    case WEFT_TYPE_Q5_K: return 16;
+    case WEFT_TYPE_Q2_K: return 10;
+    case WEFT_TYPE_Q3_K: return 12;
+    case WEFT_TYPE_Q4_K: return 15;
+    case WEFT_TYPE_Q5_K: return 17;
     case WEFT_TYPE_Q6_K: return 18;
+    case WEFT_TYPE_IQ4_NL: return 25;
+    case WEFT_TYPE_IQ4_XS: return 30;
     case WEFT_TYPE_BF16: return 32;
+    case WEFT_TYPE_MXFP4: return 38;
     default: return -1;
     }
 }
@@ -270,6 +263,8 @@ enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row)
 {
     if (row % weft_type_get(t)->block_size == 0) return t;
     switch (t) {  /* llama.cpp's llama-quantize fallbacks */
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: return WEFT_TYPE_Q4_0;
+    case WEFT_TYPE_IQ4_XS: return WEFT_TYPE_IQ4_NL;
     case WEFT_TYPE_Q4_K: return WEFT_TYPE_Q5_0;
     case WEFT_TYPE_Q5_K: return WEFT_TYPE_Q5_1;
     case WEFT_TYPE_Q6_K: return WEFT_TYPE_Q8_0;
@@ -309,12 +304,15 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
         weft_status st = check_n_vocab(p->n_vocab, true);
         if (st) return st;
     }
-    if (!gen_type_ok(p->type))
-        return weft_error(WEFT_ERR_INVALID_ARG, "cannot generate weights of type %s "
-                          "(use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K)",
-                          weft_type_name(p->type));
+    struct weft_qtarget q = {p->type, p->mixed};
+    if (!weft_type_get(p->type) || !weft_qtarget_writable(q))
+        return weft_error(WEFT_ERR_INVALID_ARG, "cannot generate weights of type %s%s "
+                          "(use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
+                          "IQ4_NL, IQ4_XS, MXFP4, Q4_K_M, Q5_K_M or MXFP4_MOE)",
+                          weft_type_name(p->type), p->mixed ? " (mixed)" : "");
     /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
-     * but every row must fit the fallback */
+     * but every row must fit the fallback (a mix's other types, Q5_K/Q6_K/Q8_0/
+     * MXFP4, then fit as well: they need rows of 32) */
     uint32_t rows[4] = {p->n_embd, p->n_ff, gen_head_dim(p) * p->n_head, gen_head_dim_v(p) * p->n_head};
     for (int i = 0; i < 4; i++) {
         enum weft_type t = weft_gen_row_type(p->type, rows[i]);
@@ -430,6 +428,26 @@ static void add_desc(struct gen_tensor *t, size_t *n, const char *name, enum wef
     d->size = weft_row_size(d->type, ne0) * (size_t)d->ne[1];
 }
 
+/* Every matrix's type as `weft quantize` would choose it for an F16 model of
+ * this shape (the target type, the row-size fallback, a mix's choices). */
+static weft_status choose_types(const struct weft_gen_params *p, struct gen_tensor *t, size_t n)
+{
+    struct weft_qtensor *q = calloc(n ? n : 1, sizeof *q);
+    if (!q) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        q[i] = (struct weft_qtensor){.name = t[i].name, .type = t[i].type, .n_dims = t[i].n_dims,
+                                     .ne = {t[i].ne[0], t[i].ne[1], 1, 1}};
+    struct weft_qmodel m = {.arch = gen_arch(p), .n_layer = p->n_layer, .n_head = p->n_head,
+                            .n_head_kv = p->n_head_kv};
+    weft_status st = weft_qtarget_choose((struct weft_qtarget){p->type, p->mixed}, &m, q, n);
+    for (size_t i = 0; i < n && !st; i++) {
+        t[i].type = q[i].out;
+        t[i].size = weft_row_size(t[i].type, t[i].ne[0]) * (size_t)t[i].ne[1];
+    }
+    free(q);
+    return st;
+}
+
 /* Fill t->data. Weights: std = scale/sqrt(row length) (the matmul fan-in);
  * norms: 1 + 0.02 N(0,1). */
 static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, float *row)
@@ -541,7 +559,8 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
 #define KEY(suffix) (snprintf(k, sizeof k, "%s." suffix, a), k)
     SET(weft_gguf_writer_set_str(w, "general.architecture", a));
     SET(weft_gguf_writer_set_str(w, "general.name", p->name ? p->name : "weft-gen"));
-    SET(weft_gguf_writer_set_u32(w, "general.file_type", (uint32_t)weft_gen_ftype(p->type)));
+    struct weft_qtarget q = {p->type, p->mixed};
+    SET(weft_gguf_writer_set_u32(w, "general.file_type", (uint32_t)weft_qtarget_ftype(q)));
     if (weft_type_get(p->type)->is_quantized)
         SET(weft_gguf_writer_set_u32(w, "general.quantization_version", 2));
     SET(weft_gguf_writer_set_u32(w, KEY("context_length"), p->n_ctx));
@@ -643,10 +662,10 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
             char nm[96];
             weft_tensor_name((enum weft_tensor_id)id, at, nm, sizeof nm);
             bool vec = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;
-            add_desc(tensors, &n, nm, vec ? p->type : weft_gen_row_type(p->type, spec[id].ne0), spec[id].ne0,
-                     spec[id].ne1, vec);
+            add_desc(tensors, &n, nm, WEFT_TYPE_F16, spec[id].ne0, spec[id].ne1, vec);
         }
     }
+    if ((st = choose_types(p, tensors, n))) goto out;
 
     size_t total = 0;
     for (size_t i = 0; i < n; i++) total += (tensors[i].size + 63) & ~(size_t)63;
@@ -684,7 +703,9 @@ static void gen_usage(FILE *f)
             "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
             "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
             "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\nEvery 2-D tensor is in\n"
-            "--type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K); norms are F32.\n"
+            "--type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS\n"
+            "MXFP4), or llama.cpp's mix Q4_K_M, Q5_K_M or MXFP4_MOE (per-tensor types as weft quantize\n"
+            "chooses them); norms are F32.\n"
             "--vocab-from copies the tokenizer.* keys (and vocab size) of another GGUF.\n");
 }
 
@@ -741,7 +762,11 @@ int weft_cmd_gen(int argc, char **argv)
         bool ok = true, takes = true;
         if (strcmp(a, "-o") == 0 || strcmp(a, "--out") == 0) { out = v; ok = v != NULL; }
         else if (strcmp(a, "--preset") == 0) ok = v != NULL;
-        else if (strcmp(a, "--type") == 0) ok = v && weft_type_from_name(v, &p.type);
+        else if (strcmp(a, "--type") == 0) {
+            struct weft_qtarget q;
+            ok = v && weft_qtarget_parse(v, &q);
+            if (ok) { p.type = q.type; p.mixed = q.mixed; }
+        }
         else if (strcmp(a, "--embd") == 0) ok = parse_u32(v, &p.n_embd);
         else if (strcmp(a, "--layers") == 0) ok = parse_u32(v, &p.n_layer);
         else if (strcmp(a, "--heads") == 0) ok = parse_u32(v, &p.n_head);
@@ -790,7 +815,8 @@ int weft_cmd_gen(int argc, char **argv)
     }
     printf("wrote %s: %s, n_embd %" PRIu32 ", %" PRIu32 " layers, %" PRIu32 "/%" PRIu32 " heads, n_ff %" PRIu32
            ", %s, seed %" PRIu64 "%s\n",
-           out, gen_arch(&p), p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff, weft_type_name(p.type), p.seed,
+           out, gen_arch(&p), p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff,
+           weft_qtarget_name((struct weft_qtarget){p.type, p.mixed}), p.seed,
            p.tied_output ? ", tied output" : "");
     return 0;
 }

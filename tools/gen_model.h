@@ -32,6 +32,9 @@ struct weft_gen_params {
                                 K's written too */
     uint32_t n_swa, swa_pattern;  /* gemma3: attention.sliding_window (0: 1024) and
                                      sliding_window_pattern (0: 6) */
+    bool mixed;              /* type is the default of llama.cpp's mix (Q4_K: Q4_K_M,
+                                Q5_K: Q5_K_M, MXFP4: MXFP4_MOE): per-tensor types as
+                                llama-quantize chooses them (weft_qtarget_choose) */
 };
 
 /* Fill *p with a preset: "tiny" (n_embd 256, 2 layers, vocab 512: small enough
@@ -50,9 +53,11 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset);
 weft_status weft_gen_validate(const struct weft_gen_params *p);
 
 /* The type a row of `row` elements gets when the model type is t: t itself
- * if the row fits t's blocks, else llama-quantize's fallback (Q4_K -> Q5_0,
- * Q5_K -> Q5_1, Q6_K -> Q8_0), so e.g. SmolLM2's 576-wide rows work in a
- * "Q4_K" model with only n_ff-wide rows in Q4_K, as llama.cpp would. */
+ * if the row fits t's blocks, else llama-quantize's fallback (Q2_K, Q3_K ->
+ * Q4_0, Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, IQ4_XS -> IQ4_NL), so e.g.
+ * SmolLM2's 576-wide rows work in a "Q4_K" model with only n_ff-wide rows in
+ * Q4_K, as llama.cpp would. Types without a fallback give t (which the row
+ * then does not fit); the fallback itself may not fit either. */
 enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row);
 
 /* Generate and write the model to out_path. On failure returns the error
@@ -62,10 +67,75 @@ enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row);
  * so its pages are file-backed and the kernel can evict them under pressure. */
 weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path);
 
-/* llama.cpp's LLAMA_FTYPE for a model whose weights are all `t`
- * (F32 0, F16 1, Q4_0 2, Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q4_K 14 (_S),
- * Q5_K 16 (_S), Q6_K 18, BF16 32); -1 for types that are not weight types. */
+/* llama.cpp's LLAMA_FTYPE for a model whose weights are all `t`, the number
+ * llama-quantize --pure writes for that type name (F32 0, F16 1, Q4_0 2,
+ * Q4_1 3, Q8_0 7, Q5_0 8, Q5_1 9, Q2_K 10, Q3_K 12 and Q4_K 15 and Q5_K 17
+ * (llama-quantize's "Q3_K"/"Q4_K"/"Q5_K" are aliases of the _M mixes),
+ * Q6_K 18, IQ4_NL 25, IQ4_XS 30, BF16 32, MXFP4 38 (MXFP4_MOE)); -1 for types
+ * that are not weight types. */
 int weft_gen_ftype(enum weft_type t);
+
+/* ---- quantization targets (tools/quantize.c): `weft quantize` and `weft gen --type` ---- */
+
+/* A TYPE argument: one weight type for every matrix, as llama-quantize --pure
+ * writes it, or one of llama.cpp's mixes (mixed: Q4_K_M, Q5_K_M, MXFP4_MOE,
+ * `type` then being the mix's default type), whose per-tensor types follow
+ * llama-quantize's llama_tensor_get_type. */
+struct weft_qtarget {
+    enum weft_type type;
+    bool mixed;
+};
+
+/* Parse a type name ("Q4_K", "q8_0", ...) or a mix ("Q4_K_M", "Q5_K_M",
+ * "MXFP4_MOE"), case-insensitive. Only the name is checked: whether `type`
+ * has a quantizer is weft_qtarget_writable's. Returns false if unknown. */
+bool weft_qtarget_parse(const char *name, struct weft_qtarget *out);
+/* "Q4_K_M", "Q4_K", ...: static storage. */
+const char *weft_qtarget_name(struct weft_qtarget q);
+/* A weight type weft can write (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K
+ * Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS MXFP4, or a mix). */
+bool weft_qtarget_writable(struct weft_qtarget q);
+/* general.file_type: the mix's LLAMA_FTYPE (15, 17, 38) or weft_gen_ftype(type). */
+int weft_qtarget_ftype(struct weft_qtarget q);
+
+/* Why a tensor got the type it got. */
+enum weft_qwhy {
+    WEFT_QWHY_TARGET,    /* the target type (or the mix's default) */
+    WEFT_QWHY_MIX,       /* the mix chose another type for this tensor */
+    WEFT_QWHY_FALLBACK,  /* its rows do not fit the chosen type: llama-quantize's
+                            fallback (weft_gen_row_type), F16 if that does not fit either */
+    WEFT_QWHY_KEPT,      /* its rows fit neither, and the type has no fallback: keeps its type */
+    WEFT_QWHY_VECTOR,    /* 1-D (norms, biases): F32 */
+    WEFT_QWHY_NOT_QUANTIZED, /* a tensor llama-quantize never quantizes (routers,
+                                conv1d, position embeddings, ...): keeps its type */
+};
+
+/* A tensor as the choice sees it; `out` and `why` are the answer. */
+struct weft_qtensor {
+    const char *name;
+    enum weft_type type;    /* its type now (weft gen: F16, as llama-quantize would see it) */
+    uint32_t n_dims;
+    int64_t ne[4];          /* ne[0] = row length; ne[2] > 1 for expert tensors */
+    enum weft_type out;     /* the answer */
+    enum weft_type wanted;  /* the type before the row-size fallback (== out unless FALLBACK/KEPT) */
+    enum weft_qwhy why;
+};
+
+/* The model facts the mixes look at ({arch}.block_count, expert_count, head
+ * counts; 0 where absent). */
+struct weft_qmodel {
+    const char *arch;
+    uint32_t n_layer, n_expert, n_head, n_head_kv;
+};
+
+/* Choose every tensor's type under q, as llama-quantize does: its tensor
+ * filter, then (mixes) llama_tensor_get_type's rules for the mix, counting
+ * attn_v / ffn_down in llama.cpp's tensor order (layer number, then name;
+ * the input order does not matter), then the row-size fallback. Sets t[i].out
+ * and t[i].why for all n. Returns WEFT_ERR_NOMEM, or WEFT_ERR_FORMAT for an
+ * expert model's ffn tensor with no layer number in its name (llama.cpp's
+ * error too); t is then partly filled. */
+weft_status weft_qtarget_choose(struct weft_qtarget q, const struct weft_qmodel *m, struct weft_qtensor *t, size_t n);
 
 /* A bump allocator for tensor data that must outlive a GGUF write: malloc'd
  * when small, an unlinked file mapping in `dir` when over 1 GiB. */
