@@ -84,7 +84,7 @@ enum weft_rope_mode {
  *                     V: offset (b * n_layer + l) * (KB + VB) + KB
  *   (with head_dim_v = head_dim: ((b * n_layer + l) * 2 + 0 or 1) * KB)
  *   `type`: F16, or Q8_0 (each head a whole number of 34-byte blocks of 32;
- *   head_dim and head_dim_v % 32 == 0).
+ *   head_dim and head_dim_v % 32 == 0). A latent cache (v_in_k) has VB = 0.
  * A token's slot is block * WEFT_KV_BLOCK_TOKENS + (pos % WEFT_KV_BLOCK_TOKENS)
  * (WEFT_KV_BLOCK_TOKENS: base/kv_block.h, the layout every tier shares). */
 struct weft_kv_view {
@@ -94,6 +94,11 @@ struct weft_kv_view {
     uint32_t n_kv_head, head_dim;
     uint32_t head_dim_v;       /* api 6: V's head dim (ROPE_KV's v and ATTENTION's out are
                                 * n_kv_head / n_head heads of it); 0: head_dim */
+    /* api 7: a latent cache (DeepSeek's MLA): the cache holds no V. A layer's part of a block
+     * is its K only (KB bytes, VB = 0), and a position's V row is the last head_dim_v values
+     * of its K row (n_kv_head 1; for Q8_0, head_dim - head_dim_v % 32 == 0). ROPE_KV writes k
+     * only (v is not read). */
+    bool v_in_k;
 };
 
 /* V's head dim of a KV view. */

@@ -82,7 +82,8 @@ static uint32_t run_v(const struct weft_kvb_layout *l) { return l->c ? l->c : l-
 
 static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
-    /* ATTN and WINDOW alike: K, then V */
+    /* ATTN and WINDOW alike: K, then V; LATENT: K only */
+    if (l->kind == WEFT_KVB_LATENT) return weft_kv_block_layer_bytes(type, l->a, l->b);
     return weft_kv_block_layer_bytes(type, l->a, l->b) + weft_kv_block_layer_bytes(type, l->a, run_v(l));
 }
 
@@ -92,6 +93,14 @@ void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32
     h->n_layout = 1;
     h->layout[0] = (struct weft_kvb_layout){.kind = WEFT_KVB_ATTN, .type = (uint8_t)type, .n_layers = n_layers,
                                             .a = n_kv_head, .b = head_dim};
+}
+
+void weft_kvb_layout_latent(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t width,
+                            uint32_t v_width)
+{
+    h->n_layout = 1;
+    h->layout[0] = (struct weft_kvb_layout){.kind = WEFT_KVB_LATENT, .type = (uint8_t)type, .n_layers = n_layers,
+                                            .a = 1, .b = width, .c = v_width};
 }
 
 bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
@@ -125,9 +134,13 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload,
     uint64_t layers = 0, pb = 0, wb = 0;
     for (uint32_t i = 0; i < h->n_layout; i++) {
         const struct weft_kvb_layout *l = &h->layout[i];
-        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW)
+        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW && l->kind != WEFT_KVB_LATENT)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u is of kind %u, this reader knows attention "
-                              "K/V (1) and sliding-window K/V (2)", i, l->kind);
+                              "K/V (1), sliding-window K/V (2) and latent (3)", i, l->kind);
+        if (l->kind == WEFT_KVB_LATENT && (l->a != 1 || !l->c || l->c >= l->b ||
+                                           (l->type == WEFT_TYPE_Q8_0 && (l->b - l->c) % 32)))
+            return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: a latent cache of %u heads of %u (V the last "
+                              "%u) is not one", i, l->a, l->b, l->c);
         if (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: KV type %u is not F16 or Q8_0", i, l->type);
         if (!l->n_layers || !l->a || !l->b || l->a > 4096 || l->b > 4096 || l->c > 4096)
@@ -391,7 +404,7 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
         float *tmp = malloc(sizeof(float) * (size_t)widest);
         if (!tmp) return weft_error(WEFT_ERR_NOMEM, "kv block: out of memory");
         for (uint32_t layer = 0; layer < l->n_layers; layer++)
-            for (int kv = 0; kv < 2; kv++) {
+            for (int kv = 0; kv < (l->kind == WEFT_KVB_LATENT ? 1 : 2); kv++) {
                 int64_t row = (int64_t)l->a * (kv ? run_v(l) : l->b);
                 size_t in_row = weft_row_size(from, row), out_row = weft_row_size(to, row);
                 for (int r = 0; r < WEFT_KVB_TOKENS; r++) {

@@ -1,11 +1,11 @@
-/* KV block format v3: the one way KV blocks leave a device, whatever
+/* KV block format v4: the one way KV blocks leave a device, whatever
  * backend made them: on the wire between instances, in pushes of a
  * prefill/decode hand-off and in Redis.
  *
  * A stream is a header, then blocks. All integers little-endian.
  *
  *   header (76 + 16 x n_layout bytes)
- *     0  magic "WEFTKVB\0"            8  version (3)          12 header bytes
+ *     0  magic "WEFTKVB\0"            8  version (4)          12 header bytes
  *     16 fingerprint hi, lo (u64 x2)  32 block tokens (16)    36 n_layer (the model's)
  *     40 layer0, 44 n_layers (the layer range the payloads hold)
  *     48 n_blocks (that follow; 0 = until the stream ends)
@@ -36,7 +36,9 @@
  *     block without them: its flag bit 0 says whether they came. A reader
  *     takes the rest of such a block, and a prefix hit needs the window
  *     part only for the blocks a window before its boundary overlaps.
- * A reader refuses a kind it does not know.
+ *   WEFT_KVB_LATENT (3, v4): a latent cache (DeepSeek's MLA): K only,
+ *     [16][a = 1][b = its width], whose last c values are the V (c < b).
+ * A reader refuses a kind it does not know (v3 streams: by version).
  *
  * The MAC binds a block's bytes to its model and layout: HMAC-SHA256 under
  * a key derived from the fleet secret (weft_kvb_keys_derive) over
@@ -77,7 +79,7 @@ size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32
 /* Chained hash of one full block (never 0): a block is named by its content. */
 uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 
-#define WEFT_KVB_VERSION 3
+#define WEFT_KVB_VERSION 4
 #define WEFT_KVB_TOKENS WEFT_KV_BLOCK_TOKENS
 #define WEFT_KVB_BLOCK_META 88 /* parent, hash, tokens, flags: before the payload */
 #define WEFT_KVB_BLOCK_WINDOW 1u /* block flag: the WINDOW runs' K/V are in the payload */
@@ -88,6 +90,7 @@ uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 enum weft_kvb_kind {
     WEFT_KVB_ATTN = 1,   /* K then V, each [16][a KV heads][b head dim] */
     WEFT_KVB_WINDOW = 2, /* the same, of a sliding-window layer: may be absent from a block */
+    WEFT_KVB_LATENT = 3, /* K only [16][1][b], V = its last c values (MLA) */
 };
 
 /* n_layers consecutive layers whose slot of a block holds the same thing. */
@@ -143,6 +146,10 @@ void weft_kvb_layout_attn(struct weft_kvb_header *h, enum weft_type type, uint32
  * more runs than a header holds. */
 bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t n_kv_head,
                             uint32_t head_dim, uint32_t head_dim_v, const uint8_t *window);
+/* A latent cache's layout: every layer one K row of `width` per token, whose last v_width
+ * values are the V (one LATENT run). */
+void weft_kvb_layout_latent(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t width,
+                            uint32_t v_width);
 /* Bytes of one block record. */
 static inline size_t weft_kvb_record_bytes(const struct weft_kvb_header *h)
 {

@@ -175,13 +175,14 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
                                 .head_dim_v = hp->head_dim_v, .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks,
                                 .window = window, .window_layer = n_win ? win_layer : NULL,
-                                .n_window_blocks = n_wblocks};
+                                .n_window_blocks = n_wblocks, .latent = hp->kv_latent};
     if (mock) {
         /* the real block count, a token payload: one layer of one 8-wide head */
         kc.n_layer = 1;
         kc.n_kv_head = 1;
         kc.head_dim = 8;
         kc.head_dim_v = 0;
+        kc.latent = false;
         if (!(c.mock_decode_tps > 0)) c.mock_decode_tps = 50;
     } else {
         weft_forward_kv_parts(m, &kc);

@@ -45,7 +45,10 @@ static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
     h->mac = e->kv_keys.n > 0;
     uint8_t win[4096] = {0};
     for (uint32_t l = 0; l < e->kv.n_layer && l < 4096; l++) win[l] = window_layer(e, l);
-    if (!weft_kvb_layout_window(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim, e->kv.head_dim_v, win))
+    if (e->kv.latent)
+        weft_kvb_layout_latent(h, e->kv.type, e->kv.n_layer, e->kv.head_dim, e->kv.head_dim_v);
+    else if (!weft_kvb_layout_window(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim, e->kv.head_dim_v,
+                                     win))
         h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
 }
 

@@ -35,6 +35,7 @@ struct weft_forward {
     float *x_host;                 /* the residual stream crossing devices */
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
     size_t off_moe_logits, off_moe_ids, off_moe_w;  /* a mixture's router (0 size without experts) */
+    size_t off_mla_iota, off_mla_eye;  /* MLA's constants (written once): ids 0..H-1 per row, I(n_rot) */
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
     size_t off_wslot, off_wbt;     /* the window group's slots and block tables (same bt_off) */
     int32_t *meta_host;            /* staging copy of the meta buffer */
@@ -68,6 +69,29 @@ static size_t take(size_t *cursor, size_t bytes)
     size_t off = *cursor;
     *cursor += (bytes + 255) & ~(size_t)255;
     return off;
+}
+
+/* MLA's constants in an activation buffer, written once (no op writes there): the head
+ * index of every (row, head) slot, MATMUL_ID's ids for the per-head matrices, and the
+ * n_rot x n_rot identity whose MATMUL moves the roped parts of Q and K into place */
+static weft_status mla_constants(struct weft_forward *fw, struct weft_buffer *act)
+{
+    const struct weft_hparams *hp = &fw->m->hp;
+    const size_t n_ids = (size_t)fw->max_rows * hp->n_head, n_eye = (size_t)hp->n_rot * hp->n_rot;
+    int32_t *ids = malloc(n_ids * sizeof *ids);
+    float *eye = calloc(n_eye, sizeof *eye);
+    weft_status st = WEFT_OK;
+    if (!ids || !eye) st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+    for (size_t i = 0; st == WEFT_OK && i < n_ids; i++) ids[i] = (int32_t)(i % hp->n_head);
+    for (uint32_t i = 0; st == WEFT_OK && i < hp->n_rot; i++) eye[(size_t)i * hp->n_rot + i] = 1.0f;
+    const struct weft_backend_iface *ai = NULL;
+    for (uint32_t p = 0; p < fw->n_parts; p++)
+        if (fw->parts[p].act == act) ai = fw->parts[p].be->iface;
+    if (st == WEFT_OK && ai) st = ai->buffer_write(act, fw->off_mla_iota, ids, n_ids * sizeof *ids);
+    if (st == WEFT_OK && ai) st = ai->buffer_write(act, fw->off_mla_eye, eye, n_eye * sizeof *eye);
+    free(ids);
+    free(eye);
+    return st;
 }
 
 weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *kv, uint32_t max_rows,
@@ -104,14 +128,21 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_k = take(&c, R * ek * f);
     fw->off_v = take(&c, R * ev * f);
     fw->off_att = take(&c, R * hp->n_head * hp->head_dim_v * f);
-    /* gate, up, hb: a row per (row, chosen expert) in a mixture */
+    /* gate, up, hb: a row per (row, chosen expert) in a mixture; MLA's full-width Q and its
+     * heads' V up-projections, its latent kv_a and q_a */
     size_t ff = hp->n_ff > (size_t)hp->n_expert_used * hp->n_ff_exp ? hp->n_ff : (size_t)hp->n_expert_used * hp->n_ff_exp;
+    const size_t mla[] = {(size_t)hp->n_head * hp->mla_qk, (size_t)hp->n_head * hp->mla_v,
+                          (size_t)hp->kv_lora_rank + hp->n_rot, hp->q_lora_rank,
+                          (size_t)hp->n_expert_shared * hp->n_ff_exp};
+    for (size_t i = 0; hp->kv_latent && i < sizeof mla / sizeof mla[0]; i++) ff = mla[i] > ff ? mla[i] : ff;
     fw->off_gate = take(&c, R * ff * f);
     fw->off_up = take(&c, R * ff * f);
     fw->off_hb = take(&c, R * ff * f);
     fw->off_moe_logits = take(&c, R * hp->n_expert * f);
     fw->off_moe_ids = take(&c, R * hp->n_expert_used * sizeof(int32_t));
     fw->off_moe_w = take(&c, R * hp->n_expert_used * f);
+    fw->off_mla_iota = take(&c, hp->kv_latent ? R * hp->n_head * sizeof(int32_t) : 0);
+    fw->off_mla_eye = take(&c, hp->kv_latent ? (size_t)hp->n_rot * hp->n_rot * f : 0);
     size_t act_bytes = c;
     weft_status st;
     /* meta: int32 arrays, laid out back to back (offsets in bytes) */
@@ -152,6 +183,7 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
         const struct weft_backend_iface *bi = fp->be->iface;
         if ((st = bi->buffer_alloc(fp->be, act_bytes, &fp->act)) != WEFT_OK) goto err;
         if ((st = bi->buffer_alloc(fp->be, mc, &fp->meta)) != WEFT_OK) goto err;
+        if (hp->kv_latent && (st = mla_constants(fw, fp->act)) != WEFT_OK) goto err;
     }
     st = fw->be->iface->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf);
     if (st != WEFT_OK) goto err;
@@ -230,6 +262,10 @@ static void set_views(struct weft_forward *fw, uint32_t R)
     b->q = act(fw, fw->off_q, Q, R); b->k = act(fw, fw->off_k, K, R); b->v = act(fw, fw->off_v, V, R);
     b->att = act(fw, fw->off_att, hp->n_head * hp->head_dim_v, R);
     b->gate = act(fw, fw->off_gate, F, R); b->up = act(fw, fw->off_up, F, R); b->hb = act(fw, fw->off_hb, F, R);
+    if (hp->kv_latent) {
+        b->mla_ids = weft_view_2d(fw->act, fw->off_mla_iota, WEFT_TYPE_I32, hp->n_head, R);
+        b->mla_eye = act(fw, fw->off_mla_eye, hp->n_rot, hp->n_rot);
+    }
     if (hp->n_expert) {
         b->moe_logits = act(fw, fw->off_moe_logits, hp->n_expert, R);
         b->moe_ids = weft_view_2d(fw->act, fw->off_moe_ids, WEFT_TYPE_I32, hp->n_expert_used, R);

@@ -243,16 +243,19 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: pool needs 1..2^30 blocks, got %u", cfg->n_blocks);
     const uint32_t hd_v = cfg->head_dim_v ? cfg->head_dim_v : cfg->head_dim;
     if (!cfg->n_layer || !cfg->n_kv_head || !cfg->head_dim || cfg->head_dim % weft_type_get(type)->block_size ||
-        hd_v % weft_type_get(type)->block_size)
+        hd_v % weft_type_get(type)->block_size ||
+        (cfg->latent && (cfg->n_kv_head != 1 || hd_v >= cfg->head_dim)))
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: bad shape (%u layers, %u heads of %u, V %u) for %s", cfg->n_layer,
                           cfg->n_kv_head, cfg->head_dim, hd_v, weft_type_name(type));
     if (cfg->n_parts > WEFT_KV_MAX_PARTS)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
     struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .head_dim_v = hd_v, .type = type,
-                             .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1};
+                             .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1,
+                             .latent = cfg->latent};
+    /* a layer's K, then its V (a latent cache: K only) */
     size_t layer_bytes = weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim) +
-                         weft_kv_block_layer_bytes(type, cfg->n_kv_head, hd_v);
+                         (cfg->latent ? 0 : weft_kv_block_layer_bytes(type, cfg->n_kv_head, hd_v));
     k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
     /* the groups: window layers to group 1 when the pool drops window blocks */
     k.lgroup = calloc(cfg->n_layer, 1);
@@ -889,7 +892,7 @@ struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t l
     while (p + 1 < n && i >= parts[p].layer0 + parts[p].n_layer) p++;
     const struct weft_kv_part *kp = &parts[p];
     struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, i - kp->layer0, kv->n_kv_head, kv->head_dim,
-                             kv->head_dim_v != kv->head_dim ? kv->head_dim_v : 0};
+                             kv->head_dim_v != kv->head_dim ? kv->head_dim_v : 0, kv->latent};
     return v;
 }
 

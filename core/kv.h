@@ -79,6 +79,9 @@ struct weft_kv_config {
     uint32_t window;
     const bool *window_layer;
     uint32_t n_window_blocks;
+    /* a latent cache (MLA): no V stored; V is the last head_dim_v values of each K row
+     * (n_kv_head 1; backends/backend.h's v_in_k) */
+    bool latent;
 };
 
 struct weft_kv_stats {
@@ -115,6 +118,7 @@ struct weft_kv_pool {
     uint32_t n_parts;              /* buffers, in layer order */
     uint32_t n_blocks, n_layer, n_kv_head, head_dim;
     uint32_t head_dim_v;           /* = head_dim unless the model's V heads differ */
+    bool latent;                   /* V inside K (weft_kv_config's latent) */
     enum weft_type type;
     bool prefix_cache;
     size_t block_bytes;            /* all layers (every part, both groups), K and V */

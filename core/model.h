@@ -39,6 +39,20 @@ struct weft_hparams {
      * sum of n_expert_used of n_expert SwiGLU experts of n_ff_exp rows
      * (expert_feed_forward_length; the families without that key: n_ff) */
     uint32_t n_expert, n_expert_used, n_ff_exp;
+    /* the mixture's details where a family has them (DeepSeek): shared experts (their FFN
+     * n_expert_shared · n_ff_exp wide), the first n_dense_lead layers dense, the gating, the
+     * chosen weights renormalised and scaled (0: 1) */
+    uint32_t n_expert_shared, n_dense_lead;
+    enum weft_moe_gating expert_gating;
+    bool expert_weights_norm;
+    float expert_weights_scale;
+    /* multi-head latent attention (DeepSeek's MLA; 0s elsewhere): Q through a rank-q_lora
+     * bottleneck (0: a plain attn_q), K and V from a rank-kv_lora latent; per head
+     * mla_qk = nope + n_rot wide for Q·K and mla_v for V. The cache then holds the latent:
+     * head_dim = n_rot + kv_lora (K: the roped part, then the latent), head_dim_v = kv_lora
+     * (V: the latent, inside K), one KV head (kv_latent) */
+    uint32_t q_lora_rank, kv_lora_rank, mla_qk, mla_v;
+    bool kv_latent;
 };
 
 /* Layer l's sliding window (positions it attends), 0 for a global layer. */

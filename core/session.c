@@ -26,7 +26,7 @@ weft_status weft_session_init(const struct weft_model *m, uint32_t n_ctx, uint32
     uint32_t n_blocks = (n_ctx + WEFT_KV_BLOCK_TOKENS - 1) / WEFT_KV_BLOCK_TOKENS;
     struct weft_kv_config kc = {.n_kv_head = m->hp.n_head_kv, .head_dim = m->hp.head_dim,
                                 .head_dim_v = m->hp.head_dim_v, .n_blocks = n_blocks,
-                                .type = WEFT_TYPE_F16};
+                                .type = WEFT_TYPE_F16, .latent = m->hp.kv_latent};
     weft_forward_kv_parts(m, &kc);
     weft_status st = weft_kv_pool_create(&s->kv, m->be, &kc);
     if (st == WEFT_OK) st = weft_forward_init(m, &s->kv, max_batch, 1, n_blocks, &s->fw);

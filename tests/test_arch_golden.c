@@ -344,6 +344,7 @@ static void moe_families_match_llama_cpp(void)
     family("qwen3moe", types, 2);
     family("llama-moe", types, 1);
     family("gpt-oss", types, 2);
+    family("deepseek2", types, 1);
 }
 
 static void llama_rope_scaling_matches_llama_cpp(void)

@@ -583,7 +583,7 @@ static void rope_scaling_matches_formulas(void)
         struct weft_buffer *bv = upload(v, sizeof v), *bff = upload(ff, sizeof ff);
         struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
         struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
-        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, 0, 1, HD, 0};
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, 0, 1, HD, 0, false};
         struct weft_batch_view batch = {R, 1, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
                                         weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 1, 1),
                                         weft_view_2d(bbt, 0, WEFT_TYPE_I32, 1, 1)};
@@ -674,7 +674,7 @@ static void rope_and_paged_attention_match_reference(void)
         struct gbuf bo = gnew(NULL, sizeof out);
         struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
         struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
-        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, LAYER, NKV, HD, c == 4 ? (uint32_t)HDV : 0};
+        struct weft_kv_view kv = {bc, WEFT_TYPE_F16, NL, LAYER, NKV, HD, c == 4 ? (uint32_t)HDV : 0, false};
         struct weft_batch_view batch = {R, 2, weft_view_2d(bpos, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bseq, 0, WEFT_TYPE_I32, R, 1),
                                         weft_view_2d(bslot, 0, WEFT_TYPE_I32, R, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, 2, 1),
                                         weft_view_2d(bbt, 0, WEFT_TYPE_I32, 4, 1)};

@@ -292,7 +292,7 @@ static void rope_attention(enum weft_type kvt, bool big_meta)
             CHECK(cpu->iface->buffer_write(up[i]->c, 0, src[i], n[i]) == WEFT_OK);
             CHECK(vk->iface->buffer_write(up[i]->v, 0, src[i], n[i]) == WEFT_OK);
         }
-        struct weft_kv_view kv = {pc.c, kvt, NL, 0, NKV, HD, 0};
+        struct weft_kv_view kv = {pc.c, kvt, NL, 0, NKV, HD, 0, false};
         struct weft_batch_view batch = {(uint32_t)R, 2, vc(&ppos, 0, WEFT_TYPE_I32, R, 1), vc(&pseq, 0, WEFT_TYPE_I32, R, 1),
                                         vc(&pslot, 0, WEFT_TYPE_I32, R, 1), vc(&pbo, 0, WEFT_TYPE_I32, 2, 1),
                                         vc(&pbt, 0, WEFT_TYPE_I32, NBLK, 1)};

@@ -181,7 +181,7 @@ static struct weft_op rope_op(void)
     o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 128, 2);
     o->k = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 64, 2);
     o->v = weft_view_2d(&buf, 1536, WEFT_TYPE_F32, 64, 2);
-    o->kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32, 0};
+    o->kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32, 0, false};
     o->batch = batch2();
     o->n_head = 4;
     o->n_rot = 32;
@@ -196,7 +196,7 @@ static struct weft_op attention_op(void)
     struct weft_op op = {.kind = WEFT_OP_ATTENTION};
     op.u.attention.q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 128, 2);
     op.u.attention.out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 128, 2);
-    op.u.attention.kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32, 0};
+    op.u.attention.kv = (struct weft_kv_view){&buf, WEFT_TYPE_F16, 2, 1, 2, 32, 0, false};
     op.u.attention.batch = batch2();
     op.u.attention.n_head = 4;
     op.u.attention.scale = 0.125f;

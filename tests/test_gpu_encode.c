@@ -304,7 +304,7 @@ static void rope_theta_as_the_cpu_and_kv_description(void)
     o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 64, 2);
     o->k = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 32, 2);
     o->v = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 32, 2);
-    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_Q8_0, 6, 4, 1, 32, 0};
+    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_Q8_0, 6, 4, 1, 32, 0, false};
     o->batch = batch(2);
     o->n_head = 2;
     o->n_rot = 32;
@@ -355,7 +355,7 @@ static void rope_scaling_fields_reach_the_launcher(void)
     o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 64, 2);
     o->k = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 32, 2);
     o->v = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 32, 2);
-    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32, 0};
+    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32, 0, false};
     o->batch = batch(2);
     o->n_head = 2;
     o->n_rot = 16;   /* a partial rotation: 8 pairs */
@@ -407,7 +407,7 @@ static void attention_splits_from_the_hooks(void)
     struct weft_op_attention *o = &op.u.attention;
     o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 64, 3);
     o->out = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 64, 3);
-    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32, 0};
+    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32, 0, false};
     o->batch = batch(3);
     o->n_head = 2;
     o->scale = 0.25f;

@@ -231,6 +231,9 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
             (!is_f32(&op->u.attention.sinks) || !is_vector(&op->u.attention.sinks) ||
              op->u.attention.sinks.ne0 * op->u.attention.sinks.ne1 != op->u.attention.n_head))
             return false;
+        if (kv->v_in_k && (kv->n_kv_head != 1 || weft_kv_head_dim_v(kv) >= kv->head_dim ||
+                           (kv->type == WEFT_TYPE_Q8_0 && (kv->head_dim - weft_kv_head_dim_v(kv)) % 32)))
+            return false;
         return kv->buf && kv->layer < kv->n_layer &&
                (kv->type == WEFT_TYPE_F16 ||
                 (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && weft_kv_head_dim_v(kv) % 32 == 0));

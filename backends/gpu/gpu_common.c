@@ -86,7 +86,8 @@ static bool freq_factors_ok(const struct weft_view *f, uint32_t n_rot)
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
     const uint32_t hdv = weft_kv_head_dim_v(kv);
-    return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
+    /* api 7's latent cache (v_in_k) is not in these kernels yet: refused, not misread */
+    return kv->buf && !kv->v_in_k && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
            hdv <= 256 && n_head % kv->n_kv_head == 0 &&
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0));
 }
@@ -127,7 +128,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
         /* every window is honoured (the kernel's first attended position) */
-        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->out);
+        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->out) &&
+               !o->has_sinks;  /* api 7's sinks: not in these kernels yet */
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;

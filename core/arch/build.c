@@ -178,7 +178,7 @@ bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
     const struct weft_view vs[2] = {b->att, b->x};
     pack_rows(b, vs, 2);
     struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb,
-                               &b->moe_logits, &b->moe_ids, &b->moe_w};
+                               &b->moe_logits, &b->moe_ids, &b->moe_w, &b->mla_ids};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->ne1 = b->n_keep;
     b->n_rows = b->n_keep;
     return true;
@@ -202,13 +202,14 @@ void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg)
     const struct weft_view *w = b->w->t;
     const struct weft_hparams *hp = b->hp;
     const uint32_t K = hp->n_expert_used, R = b->n_rows;
-    weft_b_rmsnorm(b, b->x, w[cfg->norm_w], b->xb);
+    if (!cfg->xb_ready) weft_b_rmsnorm(b, b->x, w[cfg->norm_w], b->xb);
     /* the router: logits (+ bias), then the k experts and their weights of each row */
     if (w[WEFT_T_FFN_GATE_INP_B].buf) weft_b_matmul_bias(b, b->xb, w[WEFT_T_FFN_GATE_INP], w[WEFT_T_FFN_GATE_INP_B], b->moe_logits);
     else weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_INP], b->moe_logits);
     struct weft_op *op = weft_b_push(b, WEFT_OP_MOE_ROUTE);
     op->u.moe_route = (struct weft_op_moe_route){.logits = b->moe_logits, .ids = b->moe_ids, .weights = b->moe_w,
-                                                 .k = K, .gating = cfg->gating, .norm = cfg->norm, .scale = cfg->scale};
+                                                 .k = K, .gating = cfg->gating, .norm = cfg->norm, .scale = cfg->scale,
+                                                 .bias = w[WEFT_T_EXP_PROBS_B], .has_bias = w[WEFT_T_EXP_PROBS_B].buf != NULL};
     /* a row per (row, slot): the experts' gate and up projections (+ biases), the GLU */
     const struct weft_view g = weft_view_2d(b->gate.buf, b->gate.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
     const struct weft_view u = weft_view_2d(b->up.buf, b->up.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
@@ -242,9 +243,18 @@ void weft_b_matmul_bias_add(struct weft_build *b, struct weft_view x, struct wef
                                            .has_bias = true};
 }
 
-void weft_b_ffn_swiglu(struct weft_build *b)
+void weft_b_ffn_dense(struct weft_build *b)
 {
     const struct weft_view *w = b->w->t;
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
+    weft_b_silu_mul(b, b->gate, b->up, b->hb);
+    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+}
+
+void weft_b_ffn_swiglu(struct weft_build *b)
+{
     if (b->hp->n_expert) {
         /* Mixtral, Qwen3-MoE: softmax over every expert, the top k renormalised */
         const struct weft_moe_cfg cfg = {.gating = WEFT_MOE_SOFTMAX, .norm = true, .act = WEFT_GLU_SILU,
@@ -252,9 +262,5 @@ void weft_b_ffn_swiglu(struct weft_build *b)
         weft_b_moe_ffn(b, &cfg);
         return;
     }
-    weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
-    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP], b->up);
-    weft_b_silu_mul(b, b->gate, b->up, b->hb);
-    weft_b_matmul_add(b, b->hb, w[WEFT_T_FFN_DOWN], b->x);
+    weft_b_ffn_dense(b);
 }

@@ -23,6 +23,9 @@ struct weft_build {
      * their weights (R, k) F32; gate, up and hb then hold a row per (row, chosen expert):
      * (R·k, n_ff_exp) */
     struct weft_view moe_logits, moe_ids, moe_w;
+    /* MLA (kv_latent): the head index of each (row, head) slot (R, H) I32, and the n_rot
+     * identity (F32) */
+    struct weft_view mla_ids, mla_eye;
     uint32_t n_rows;
     /* after the last layer's attention only these rows (ascending) go on:
      * the sampled ones and the hidden ones asked for */
@@ -91,10 +94,14 @@ struct weft_moe_cfg {
     enum weft_glu_act act;     /* the experts' GLU (SiLU; gpt-oss: SWIGLU_OAI with alpha, limit) */
     float alpha, limit;
     enum weft_tensor_id norm_w;/* the FFN's input norm (FFN_NORM; gpt-oss: post_attention_norm) */
+    bool xb_ready;             /* b->xb already holds the normed input (a shared expert used it) */
 };
 /* The router's and the experts' biases are used where the layer has them
  * (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias). */
 void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg);
+/* xb = rmsnorm(x) · ffn_norm; x += (silu(xb · Wgateᵀ) · (xb · Wupᵀ)) · Wdownᵀ over the
+ * layer's dense ffn_gate/up/down, even in a model with experts (DeepSeek's leading layers) */
+void weft_b_ffn_dense(struct weft_build *b);
 /* out = x · Wᵀ + bias + out (the residual add fused, with a bias) */
 void weft_b_matmul_bias_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,
                             struct weft_view out);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
-    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss;
+    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -15,6 +15,7 @@ static const struct weft_family *const families[] = {
     &weft_family_gemma3,
     &weft_family_qwen3moe,
     &weft_family_gpt_oss,
+    &weft_family_deepseek2,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -26,7 +27,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama (with or without experts), qwen2, qwen3, qwen3moe, gpt-oss, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, gpt-oss, deepseek2, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
@@ -78,6 +79,8 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (hp->rope_freq_scale != 1.0f) ADD("linear rope scaling x%g", 1.0 / hp->rope_freq_scale);
     if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
     if (hp->n_expert) ADD("%u of %u experts of %u rows per token", hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
+    if (hp->n_expert_shared) ADD("%u shared", hp->n_expert_shared);
+    if (hp->kv_latent) ADD("latent KV cache (MLA: %u + %u per token)", hp->n_rot, hp->kv_lora_rank);
 #undef ADD
     if (!out[0]) snprintf(out, cap, "plain");
 }

@@ -6,7 +6,8 @@
  *
  * Kinds: MATRIX — a weight matrix [ne0 = input, ne1 = output rows], any
  * supported type, read once per token (bytes_per_token) and offered to the
- * backend's weight_prepare; EXPERTS — a mixture's n_expert matrices in one 3-D
+ * backend's weight_prepare (MLA's per-head attn_k_b / attn_v_b are 3-D:
+ * ne2 = heads, each token reads them all); EXPERTS — a mixture's n_expert matrices in one 3-D
  * tensor [ne0 = input, ne1 = output rows, ne2 = experts] (a token reads
  * n_expert_used of them; MATMUL_ID's weights); NORM — a norm's F32 weight
  * vector; BIAS — an F32 vector added to a MATRIX's output; VECTOR — other F32
@@ -51,7 +52,18 @@
     X(FFN_GATE_INP_B, "ffn_gate_inp.bias",           LAYER,  BIAS)     \
     X(FFN_GATE_EXPS_B, "ffn_gate_exps.bias",         LAYER,  BIAS)     \
     X(FFN_UP_EXPS_B,  "ffn_up_exps.bias",            LAYER,  BIAS)     \
-    X(FFN_DOWN_EXPS_B, "ffn_down_exps.bias",         LAYER,  BIAS)
+    X(FFN_DOWN_EXPS_B, "ffn_down_exps.bias",         LAYER,  BIAS)     \
+    X(EXP_PROBS_B,    "exp_probs_b.bias",            LAYER,  BIAS)     \
+    X(FFN_GATE_SHEXP, "ffn_gate_shexp.weight",       LAYER,  MATRIX)   \
+    X(FFN_UP_SHEXP,   "ffn_up_shexp.weight",         LAYER,  MATRIX)   \
+    X(FFN_DOWN_SHEXP, "ffn_down_shexp.weight",       LAYER,  MATRIX)   \
+    X(ATTN_Q_A,       "attn_q_a.weight",             LAYER,  MATRIX)   \
+    X(ATTN_Q_A_NORM,  "attn_q_a_norm.weight",        LAYER,  NORM)     \
+    X(ATTN_Q_UP,      "attn_q_b.weight",             LAYER,  MATRIX)   \
+    X(ATTN_KV_A_MQA,  "attn_kv_a_mqa.weight",        LAYER,  MATRIX)   \
+    X(ATTN_KV_A_NORM, "attn_kv_a_norm.weight",       LAYER,  NORM)     \
+    X(ATTN_K_UP,      "attn_k_b.weight",             LAYER,  MATRIX)   \
+    X(ATTN_V_UP,      "attn_v_b.weight",             LAYER,  MATRIX)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,

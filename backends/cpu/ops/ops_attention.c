@@ -13,21 +13,27 @@
  * of head_dim (head_dim_v) in the cache type (F16, or Q8_0 blocks of 32). */
 static inline size_t kv_tok_bytes(const struct weft_kv_view *kv, int which)
 {
+    /* a latent cache's V rows are inside the K rows: K's stride */
+    if (which && kv->v_in_k) which = 0;
     return weft_row_size(kv->type, (int64_t)kv->n_kv_head * (which ? weft_kv_head_dim_v(kv) : kv->head_dim));
 }
 
-/* Bytes of one layer's K and V in a block (backend.h's layout). */
+/* Bytes of one layer's K and V in a block (backend.h's layout; a latent cache: K only). */
 static inline size_t kv_layer_bytes(const struct weft_kv_view *kv)
 {
-    return (size_t)WEFT_KV_BLOCK_TOKENS * (kv_tok_bytes(kv, 0) + kv_tok_bytes(kv, 1));
+    return (size_t)WEFT_KV_BLOCK_TOKENS * (kv_tok_bytes(kv, 0) + (kv->v_in_k ? 0 : kv_tok_bytes(kv, 1)));
 }
 
-/* Address of token `slot`'s K (which = 0) or V (which = 1) row of kv->layer. */
+/* Address of token `slot`'s K (which = 0) or V (which = 1) row of kv->layer (a latent
+ * cache's V: the tail of the K row). */
 static inline uint8_t *kv_row(const struct weft_kv_view *kv, int64_t slot, int which)
 {
     int64_t block = slot / WEFT_KV_BLOCK_TOKENS, off = slot % WEFT_KV_BLOCK_TOKENS;
-    size_t base = ((size_t)block * kv->n_layer + kv->layer) * kv_layer_bytes(kv) +
-                  (which ? (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv, 0) : 0);
+    size_t base = ((size_t)block * kv->n_layer + kv->layer) * kv_layer_bytes(kv);
+    if (which && kv->v_in_k)
+        return kv->buf->data + base + (size_t)off * kv_tok_bytes(kv, 0) +
+               weft_row_size(kv->type, (int64_t)(kv->head_dim - weft_kv_head_dim_v(kv)));
+    if (which) base += (size_t)WEFT_KV_BLOCK_TOKENS * kv_tok_bytes(kv, 0);
     return kv->buf->data + base + (size_t)off * kv_tok_bytes(kv, which);
 }
 
@@ -115,19 +121,19 @@ static void rope_kv_job(void *ctx, int ith, int nth)
     const weft_cpu_quant_fn to_f16 = j->kern->quant[WEFT_TYPE_F16];
     for (int64_t r = lo; r < hi; r++) {
         float *q = cpu_row_f32(&o->q, r), *k = cpu_row_f32(&o->k, r);
-        const float *v = cpu_row_f32(&o->v, r);
+        const float *v = kv->v_in_k ? NULL : cpu_row_f32(&o->v, r);
         const float *cs = j->cs + (size_t)r * o->n_rot;
         rope(q, o->n_head, hd, o->n_rot, cs, o->mode);
         rope(k, nkv, hd, o->n_rot, cs, o->mode);
         if (kv->type == WEFT_TYPE_Q8_0) {
             /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */
             weft_quantize_row(WEFT_TYPE_Q8_0, k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
-            weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
+            if (!kv->v_in_k) weft_quantize_row(WEFT_TYPE_Q8_0, v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
             continue;
         }
         /* the table's F16 conversion: round to nearest even, as weft_f32_to_half */
         to_f16(k, kv_row(kv, slot[r], 0), (int64_t)nkv * hd);
-        to_f16(v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
+        if (!kv->v_in_k) to_f16(v, kv_row(kv, slot[r], 1), (int64_t)nkv * hdv);
     }
 }
 
@@ -333,7 +339,7 @@ static void attention_job(void *ctx, int ith, int nth)
         const int64_t r = grouped ? i / kv->n_kv_head : i / o->n_head;
         const uint32_t h = grouped ? (uint32_t)(i % kv->n_kv_head) * group : (uint32_t)(i % o->n_head);
         const uint8_t *k0 = kv_row(kv, 0, 0) + (size_t)(h / group) * head_bytes;
-        const uint8_t *v0 = hdv != hd ? kv_row(kv, 0, 1) + (size_t)(h / group) * head_bytes_v : NULL;
+        const uint8_t *v0 = hdv != hd || kv->v_in_k ? kv_row(kv, 0, 1) + (size_t)(h / group) * head_bytes_v : NULL;
         /* a sliding window: positions pos - window + 1 .. pos (ggml skips
          * the masked ones, -inf, in the same single pass) */
         const int64_t p_first = o->window && (int64_t)pos[r] >= (int64_t)o->window ? (int64_t)pos[r] - o->window + 1 : 0;
