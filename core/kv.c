@@ -392,7 +392,8 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .window = kv->window, .n_window_blocks = kv->n_wblocks,
         .window_used = kv->n_wblocks - kv->n_wfree - kv->n_wcached, .window_cached = kv->n_wcached,
         .window_free = kv->n_wfree, .window_dropped = kv->wdropped, .window_evictions = kv->wevictions,
-        .window_peak = kv->wpeak};
+        .window_peak = kv->wpeak,
+        .bytes_per_token = kv->block_bytes / WEFT_KV_BLOCK_TOKENS};
 }
 
 uint32_t weft_kv_available(const struct weft_kv_pool *kv) { return kv->n_free + kv->n_cached; }

@@ -86,6 +86,7 @@ struct weft_kv_config {
 
 struct weft_kv_stats {
     uint32_t n_blocks, used, cached, free;   /* used: ref > 0; cached: ref 0, reusable */
+    uint64_t bytes_per_token;                /* one token's K/V over every layer (block bytes / 16) */
     uint32_t n_host_blocks, host_used;
     uint64_t hit_blocks;                     /* blocks taken from the prefix cache */
     uint64_t evictions;

@@ -148,6 +148,9 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
     one(&o, "weft_kv_blocks_free", "gauge", "KV blocks never used or released unregistered.", es->kv.free);
     one(&o, "weft_kv_blocks_cached", "gauge", "Free KV blocks kept for prefix reuse.", es->kv.cached);
     one(&o, "weft_kv_blocks", "gauge", "KV blocks in the device pool.", es->kv.n_blocks);
+    one(&o, "weft_kv_bytes_per_token", "gauge",
+        "Bytes of K/V cache one token takes over every layer (a latent cache: its latent and rope parts).",
+        (double)es->kv.bytes_per_token);
     double usage = es->kv.n_blocks ? (double)es->kv.used / es->kv.n_blocks : 0;
     one(&o, "weft_kv_cache_usage_ratio", "gauge", "Share of the device KV pool held by sequences (0..1).", usage);
     if (es->kv.n_window_blocks) {

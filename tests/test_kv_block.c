@@ -1,4 +1,4 @@
-/* KV block format v3 (base/kv_block.h) without a model: a stream written
+/* KV block format v4 (base/kv_block.h) without a model: a stream written
  * and read back; every single-bit flip, every truncation, a foreign model,
  * layout or KV type, a partial layer range and a block under a wrong name
  * are refused; MACs: made under the fleet secret, checked under it or the

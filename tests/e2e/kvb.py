@@ -1,4 +1,4 @@
-"""The KV block stream format v3 (base/kv_block.h), read and written in
+"""The KV block stream format v4 (base/kv_block.h), read and written in
 Python for the tests that play a peer, honest or hostile: reframe a real
 stream, forge a header or a block, make MACs under a fleet secret (or
 none), recompute CRCs so that only the check under test can refuse it."""

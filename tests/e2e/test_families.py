@@ -116,3 +116,43 @@ def test_gemma3_window_blocks_dropped_through_pd_and_redis():
         for s in (r, p, d, o, b, redis):
             if s is not None:
                 s.stop()
+
+
+DEEPSEEK2 = os.path.join(os.path.dirname(ROOT), "shared", "models", "arch", "deepseek2-F16.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(DEEPSEEK2), reason=f"no {DEEPSEEK2}")
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (scripts/install-deps.sh)")
+def test_deepseek2_latent_cache_through_pd_and_redis():
+    """DeepSeek's MLA keeps one latent row per token and layer: (kv_lora_rank 64 + rope 32)
+    x 2 layers x 2 bytes (F16) = 384 bytes a token, not K and V per head. A PD hand-off and a
+    Redis reuse of its blocks (KV block format v4, a LATENT layout run) give what one
+    instance gives, with the whole prefix hit."""
+    redis = Redis()
+    url = "unix://" + redis.sock
+    p = Server("--role", "prefill", "-c", "2048", "--kv-remote", url, model=DEEPSEEK2, threads=1, cpu=0)
+    d = Server("--role", "decode", "-c", "2048", "--pd-idle-ms", "30000", model=DEEPSEEK2, threads=1, cpu=1)
+    o = Server("-c", "2048", model=DEEPSEEK2, threads=1, cpu=1)
+    r = Router([p, d], "--pd-threshold", "64", "--pd-slack", "8")
+    b = None
+    try:
+        r.wait_ready(n_up=2)
+        assert o.metric("weft_kv_bytes_per_token") == (64 + 32) * 2 * 2
+        text = prompt_of(5, 60)
+        ref = complete(o, text, max_tokens=40)
+        n = ref["usage"]["prompt_tokens"]
+        assert n >= 4 * 16
+        got = complete(r, text, max_tokens=40)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == n - tail_tokens(n)
+        assert r.metric("weft_router_pd_handoffs_total", {"result": "ok"}) == 1
+        assert wait_metric(p, "weft_kv_remote_written_blocks_total", lambda v: v >= n // 16), "write-behind"
+        b = Server("--kv-remote", url, model=DEEPSEEK2, threads=1, cpu=0)
+        got = complete(b, text, max_tokens=40)
+        assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert b.metric("weft_kv_remote_hit_blocks_total") == (n - 1) // 16
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16
+    finally:
+        for s in (r, p, d, o, b, redis):
+            if s is not None:
+                s.stop()

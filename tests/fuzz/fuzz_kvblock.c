@@ -1,4 +1,4 @@
-/* libFuzzer target: the KV block reader (base/kv_block.c, format v3), the
+/* libFuzzer target: the KV block reader (base/kv_block.c, format v4), the
  * door every block from another instance, a prefill/decode push or Redis
  * comes in by, and the import behind it (core/engine_kv.c into a real
  * engine's pool, stories260K on the CPU): every stream, whatever it
