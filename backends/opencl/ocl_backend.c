@@ -124,6 +124,8 @@ static void ocl_close(struct weft_backend *b)
     if (ob->err) clReleaseMemObject(ob->err);
     if (ob->scratch) clReleaseMemObject(ob->scratch);
     if (ob->act) clReleaseMemObject(ob->act);
+    if (ob->moe_idx) clReleaseMemObject(ob->moe_idx);
+    if (ob->moe_y) clReleaseMemObject(ob->moe_y);
     if (ob->rope_tab) clReleaseMemObject(ob->rope_tab);
     free(ob->rope_ff);
     for (uint32_t i = 0; i < ob->ff_len; i++) free(ob->ff[i].vals);
@@ -225,8 +227,9 @@ static weft_status ocl_sync(struct weft_backend *b)
     static const cl_int zero = 0;
     clEnqueueWriteBuffer(ob->q, ob->err, CL_TRUE, 0, sizeof zero, &zero, 0, NULL, NULL);
     static const char *const what[] = {"", "a token id outside the embedding table", "a logits row outside the batch",
-                                       "a KV slot outside the cache", "a sequence or KV block outside its table"};
-    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 5 ? what[code] : "bad input");
+                                       "a KV slot outside the cache", "a sequence or KV block outside its table",
+                                       "an expert id outside MATMUL_ID's experts"};
+    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 6 ? what[code] : "bad input");
 }
 
 static uint64_t ocl_max_buffer(struct weft_backend *b) { return ((struct ocl_backend *)b)->max_alloc & ~(cl_ulong)3; }

@@ -34,15 +34,20 @@
 
 enum ocl_kernel {
     OK_EMBED, OK_RMSNORM, OK_LOGITS_NORM, OK_SILU_MUL, OK_ADD, OK_MM_VEC, OK_MM_TILE, OK_ROPE_KV, OK_ATTENTION,
-    OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_MM_EXACT_Q4, OK_SOFTCAP, OK_COUNT_
+    OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_MM_EXACT_Q4, OK_SOFTCAP,
+    OK_MOE_ROUTE, OK_MOE_SORT, OK_MM_ID_VEC, OK_MM_ID_TILE, OK_MM_ID_EXACT_F, OK_MM_ID_EXACT_Q, OK_MOE_SUM, OK_COUNT_
 };
 
 /* the work-group size (items) each kernel is launched with (ocl_ops.c) */
 static const int ocl_kernel_wg[OK_COUNT_] = {
     [OK_EMBED] = 64, [OK_RMSNORM] = 64, [OK_LOGITS_NORM] = 64, [OK_SILU_MUL] = 64, [OK_ADD] = 64, [OK_MM_VEC] = 64,
     [OK_MM_TILE] = 256, [OK_ROPE_KV] = 64, [OK_ATTENTION] = 64, [OK_MM_EXACT_F] = 64, [OK_QUANT_ACT] = 64,
-    [OK_MM_EXACT_Q] = 64, [OK_MM_EXACT_Q4] = 64, [OK_SOFTCAP] = 64,
+    [OK_MM_EXACT_Q] = 64, [OK_MM_EXACT_Q4] = 64, [OK_SOFTCAP] = 64, [OK_MOE_ROUTE] = 64, [OK_MOE_SORT] = 256,
+    [OK_MM_ID_VEC] = 64, [OK_MM_ID_TILE] = 256, [OK_MM_ID_EXACT_F] = 64, [OK_MM_ID_EXACT_Q] = 64, [OK_MOE_SUM] = 64,
 };
+
+#define OCL_MAX_EXPERTS 512          /* MOE_ROUTE's and MATMUL_ID's n_expert at most (moe.cl's MOE_MAX_E:
+                                      * the sort's local counts, the route's taken bits) */
 
 struct ocl_arena {
     cl_mem mem;
@@ -91,6 +96,17 @@ struct ocl_backend {
     size_t scratch_size;
     cl_mem act;              /* the exact forms' quantized activations */
     size_t act_size;
+    /* MATMUL_ID: the step's slots sorted by expert (moe.cl's moe_sort layout) and the ids
+     * they were sorted from (buffer id, gen, offset, stride, rows, k, n_expert: the three
+     * MATMUL_IDs after one MOE_ROUTE sort once); the weighted form's per-slot outputs */
+    cl_mem moe_idx;
+    size_t moe_idx_size;
+    uint64_t moe_key_id, moe_key_gen;
+    size_t moe_key_off, moe_key_nb1;
+    int64_t moe_key_rows, moe_key_k, moe_key_e;
+    bool moe_key_ok;
+    cl_mem moe_y;
+    size_t moe_y_size;
     /* the RoPE table (cos/sin per position from base/rope.h's
      * weft_rope_cos_sin_ext) and every ROPE_KV field it was made with:
      * its key */
@@ -125,6 +141,67 @@ weft_status ocl_program_build(struct ocl_backend *ob);
 /* ops (ocl_ops.c) */
 bool ocl_supports(struct weft_backend *b, const struct weft_op *op);
 weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n);
+
+/* kernel arguments, set in order; the first failure is kept in e */
+struct args {
+    cl_kernel k;
+    cl_uint i;
+    cl_int e;
+};
+
+static inline void a_set(struct args *a, size_t n, const void *v)
+{
+    if (a->e == CL_SUCCESS) a->e = clSetKernelArg(a->k, a->i, n, v);
+    a->i++;
+}
+static inline void a_mem(struct args *a, cl_mem m) { a_set(a, sizeof m, &m); }
+static inline void a_u64(struct args *a, uint64_t v) { cl_ulong x = v; a_set(a, sizeof x, &x); }
+static inline void a_i32(struct args *a, int64_t v) { cl_int x = (cl_int)v; a_set(a, sizeof x, &x); }
+static inline void a_f32(struct args *a, float v) { a_set(a, sizeof v, &v); }
+/* a view: its buffer, its byte offset in that buffer's cl_mem */
+static inline void a_buf(struct args *a, const struct weft_view *v)
+{
+    a_mem(a, v->buf->mem);
+    a_u64(a, v->buf->off + v->offset);
+}
+/* an F32 view with its row stride in floats */
+static inline void a_f32v(struct args *a, const struct weft_view *v)
+{
+    a_buf(a, v);
+    a_u64(a, v->nb1 / 4);
+}
+/* MATMUL's bias (NULL: none; out stands in as an unread argument) */
+static inline void a_bias(struct args *a, const struct weft_view *bias, const struct weft_view *out)
+{
+    a_buf(a, bias ? bias : out);
+    a_i32(a, bias != NULL);
+}
+static inline size_t ocl_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+
+/* Queue a's kernel over gsz (lsz per group; nothing when a size is 0). */
+weft_status ocl_launch(struct ocl_backend *ob, struct args *a, const char *what, cl_uint dims, const size_t *gsz,
+                       const size_t *lsz);
+/* *m holds at least need bytes (a new cl_mem when it grows: one released
+ * stays alive for the queued ops that use it) */
+weft_status ocl_grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t need, const char *what);
+/* The 32-element quants the exact forms dot against quantized activations */
+static inline bool ocl_exact_q(enum weft_type t)
+{
+    return t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 ||
+           t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_IQ4_NL || t == WEFT_TYPE_MXFP4;
+}
+/* x's rows quantized into ob->act as the exact forms take them (Q8_1 for
+ * the types with a min, Q8_0 for the others) */
+weft_status ocl_quant_act(struct ocl_backend *ob, enum weft_type wt, const struct weft_view *x, int64_t M);
+/* The I32 values of v when the buffer's host copy is current, else NULL */
+static inline const int32_t *ocl_host_i32(const struct weft_view *v)
+{
+    return v->buf->shadow && v->buf->shadow_ok ? (const int32_t *)(v->buf->shadow + v->offset) : NULL;
+}
+
+/* mixtures of experts (ocl_moe.c) */
+weft_status ocl_moe_route(struct ocl_backend *ob, const struct weft_op_moe_route *o);
+weft_status ocl_matmul_id(struct ocl_backend *ob, const struct weft_op_matmul_id *o);
 
 /* buffers (ocl_mem.c) */
 weft_status ocl_buffer_alloc(struct weft_backend *b, size_t size, struct weft_buffer **out);

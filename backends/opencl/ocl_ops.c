@@ -1,6 +1,6 @@
 /* Which ops the OpenCL kernels take (supports) and how each is queued
- * (run): one or two kernel launches per op on the device's in-order queue,
- * no host round trip inside a step. */
+ * (run): a few kernel launches per op on the device's in-order queue, no
+ * host round trip inside a step (MOE_ROUTE and MATMUL_ID: ocl_moe.c). */
 #include "backends/opencl/ocl_internal.h"
 #include "base/rope.h"
 
@@ -27,6 +27,12 @@ static bool i32_ok(const struct weft_view *v, int64_t n)
 {
     return v->type == WEFT_TYPE_I32 && v->buf && v->offset % 4 == 0 && v->ne0 * v->ne1 >= n &&
            v->offset <= v->buf->size && (uint64_t)n * 4 <= v->buf->size - v->offset;
+}
+
+/* an I32 matrix read row by row (MoE's ids) */
+static bool i32v_ok(const struct weft_view *v)
+{
+    return v->type == WEFT_TYPE_I32 && view_in(v) && v->offset % 4 == 0 && v->nb1 % 4 == 0;
 }
 
 static bool weight_ok(const struct weft_view *w)
@@ -59,7 +65,7 @@ static uint64_t kv_blocks(const struct weft_kv_view *kv)
 {
     const uint64_t per = (uint64_t)kv->n_layer * WEFT_KV_BLOCK_TOKENS *
                          (weft_row_size(kv->type, (int64_t)kv->n_kv_head * kv->head_dim) +
-                          weft_row_size(kv->type, (int64_t)kv->n_kv_head * weft_kv_head_dim_v(kv)));
+                          (kv->v_in_k ? 0 : weft_row_size(kv->type, (int64_t)kv->n_kv_head * weft_kv_head_dim_v(kv))));
     return per ? kv->buf->size / per : 0;
 }
 
@@ -68,6 +74,10 @@ static uint64_t kv_blocks(const struct weft_kv_view *kv)
 static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
 {
     const uint32_t hdv = weft_kv_head_dim_v(kv);
+    /* api 7's latent cache: one KV head whose K row ends with the V */
+    if (kv->v_in_k && (kv->n_kv_head != 1 || hdv >= kv->head_dim ||
+                       (kv->type == WEFT_TYPE_Q8_0 && (kv->head_dim - hdv) % 32)))
+        return false;
     return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && hdv <= 256 &&
            kv->n_kv_head > 0 &&
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0)) &&
@@ -100,10 +110,13 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         const uint32_t hd = o->kv.head_dim, hdv = weft_kv_head_dim_v(&o->kv);
-        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && f32_ok(&o->v) && o->n_rot <= hd &&
+        /* v: not read with a latent cache (v_in_k) */
+        const bool v_ok = o->kv.v_in_k || (f32_ok(&o->v) && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hdv &&
+                                           o->v.ne1 >= o->batch.n_rows);
+        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && v_ok && o->n_rot <= hd &&
                o->n_rot % 2 == 0 && o->n_head % o->kv.n_kv_head == 0 && o->q.ne0 >= (int64_t)o->n_head * hd &&
-               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hdv &&
-               o->q.ne1 >= o->batch.n_rows && o->k.ne1 >= o->batch.n_rows && o->v.ne1 >= o->batch.n_rows &&
+               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->q.ne1 >= o->batch.n_rows &&
+               o->k.ne1 >= o->batch.n_rows &&
                /* freq_factors: n_rot/2 F32 values one after another (the
                 * table reads them back, the kernel indexes them) */
                (!o->has_freq_factors || (o->n_rot > 0 && bias_ok(&o->freq_factors, o->n_rot / 2)));
@@ -114,11 +127,15 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->out) && o->n_head % o->kv.n_kv_head == 0 &&
                o->q.ne0 >= (int64_t)o->n_head * hd && o->out.ne0 >= (int64_t)o->n_head * hdv &&
                o->q.ne1 >= o->batch.n_rows && o->out.ne1 >= o->batch.n_rows && o->batch.bt.buf &&
-               i32_ok(&o->batch.bt_off, o->batch.n_seq) && i32_ok(&o->batch.bt, 1);
+               i32_ok(&o->batch.bt_off, o->batch.n_seq) && i32_ok(&o->batch.bt, 1) &&
+               /* api 7: a sink logit per head, n_head F32 values one after another */
+               (!o->has_sinks || (f32_ok(&o->sinks) && o->sinks.ne0 * o->sinks.ne1 >= o->n_head &&
+                                  (o->sinks.ne1 == 1 || o->sinks.nb1 == (size_t)o->sinks.ne0 * 4)));
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH) && f32_ok(&o->gate) && f32_ok(&o->up) &&
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI) &&
+               f32_ok(&o->gate) && f32_ok(&o->up) &&
                f32_ok(&o->out) && same_rows(&o->gate, &o->out) && same_rows(&o->up, &o->out);
     }
     case WEFT_OP_ADD: {
@@ -135,52 +152,36 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
                o->w.ne0 == o->x.ne0 && o->norm_w.ne0 >= o->x.ne0 && i32_ok(&o->rows, n_out) &&
                o->out.ne0 == o->w.ne1 && o->out.ne1 >= n_out;
     }
+    case WEFT_OP_MOE_ROUTE: {
+        const struct weft_op_moe_route *m = &op->u.moe_route;
+        return f32_ok(&m->logits) && i32v_ok(&m->ids) && f32_ok(&m->weights) && m->k >= 1 &&
+               m->logits.ne0 >= m->k && m->logits.ne0 <= OCL_MAX_EXPERTS && m->ids.ne0 >= m->k &&
+               m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
+               m->gating <= WEFT_MOE_SOFTMAX_TOPK && (!m->has_bias || bias_ok(&m->bias, m->logits.ne0));
+    }
+    case WEFT_OP_MATMUL_ID: {
+        const struct weft_op_matmul_id *m = &op->u.matmul_id;
+        if (!weight_ok(&m->w) || !i32v_ok(&m->ids) || !f32_ok(&m->x) || !f32_ok(&m->out) || m->n_expert < 1 ||
+            m->n_expert > OCL_MAX_EXPERTS || m->w.ne1 % m->n_expert || m->x.ne0 != m->w.ne0)
+            return false;
+        const int64_t N = m->w.ne1 / m->n_expert, slots = m->ids.ne0 * m->ids.ne1;
+        if (slots > INT32_MAX / 2 || m->out.ne0 != N || m->x.ne1 != (m->x_per_slot ? slots : m->ids.ne1)) return false;
+        if (m->has_weights ? (!f32_ok(&m->weights) || m->weights.ne0 < m->ids.ne0 || m->weights.ne1 != m->ids.ne1 ||
+                              m->out.ne1 != m->ids.ne1 ||
+                              (m->has_add && (!f32_ok(&m->add) || !same_rows(&m->add, &m->out))))
+                           : (m->has_add || m->out.ne1 != slots))
+            return false;
+        return !m->has_bias || bias_ok(&m->bias, m->w.ne1);
+    }
     default:
         return false;
     }
 }
 
-/* ---- kernel arguments ---- */
+/* ---- kernel launches ---- */
 
-struct args {
-    cl_kernel k;
-    cl_uint i;
-    cl_int e;
-};
-
-static void a_set(struct args *a, size_t n, const void *v)
-{
-    if (a->e == CL_SUCCESS) a->e = clSetKernelArg(a->k, a->i, n, v);
-    a->i++;
-}
-static void a_mem(struct args *a, cl_mem m) { a_set(a, sizeof m, &m); }
-static void a_u64(struct args *a, uint64_t v) { cl_ulong x = v; a_set(a, sizeof x, &x); }
-static void a_i32(struct args *a, int64_t v) { cl_int x = (cl_int)v; a_set(a, sizeof x, &x); }
-static void a_f32(struct args *a, float v) { a_set(a, sizeof v, &v); }
-/* a view: its buffer, its byte offset in that buffer's cl_mem */
-static void a_buf(struct args *a, const struct weft_view *v)
-{
-    a_mem(a, v->buf->mem);
-    a_u64(a, v->buf->off + v->offset);
-}
-/* an F32 view with its row stride in floats */
-static void a_f32v(struct args *a, const struct weft_view *v)
-{
-    a_buf(a, v);
-    a_u64(a, v->nb1 / 4);
-}
-
-/* MATMUL's bias (NULL: none; out stands in as an unread argument) */
-static void a_bias(struct args *a, const struct weft_view *bias, const struct weft_view *out)
-{
-    a_buf(a, bias ? bias : out);
-    a_i32(a, bias != NULL);
-}
-
-static size_t up(size_t n, size_t m) { return (n + m - 1) / m * m; }
-
-static weft_status launch(struct ocl_backend *ob, struct args *a, const char *what, cl_uint dims, const size_t *gsz,
-                          const size_t *lsz)
+weft_status ocl_launch(struct ocl_backend *ob, struct args *a, const char *what, cl_uint dims, const size_t *gsz,
+                       const size_t *lsz)
 {
     if (a->e != CL_SUCCESS) return ocl_err(a->e, what);
     for (cl_uint d = 0; d < dims; d++)
@@ -191,19 +192,12 @@ static weft_status launch(struct ocl_backend *ob, struct args *a, const char *wh
 
 /* ---- ops ---- */
 
-/* The I32 values of v (n of them) when the buffer's host copy is current,
- * else NULL (the kernels then check them and flag the error word). */
-static const int32_t *host_i32(const struct weft_view *v)
-{
-    return v->buf->shadow && v->buf->shadow_ok ? (const int32_t *)(v->buf->shadow + v->offset) : NULL;
-}
-
 static weft_status op_embed(struct ocl_backend *ob, const struct weft_op_embed *o)
 {
     struct args a = {ob->k[OK_EMBED], 0, CL_SUCCESS};
     const int64_t n = o->ids.ne0 * o->ids.ne1;
     /* ids known on the host are checked before anything runs, as the CPU does */
-    const int32_t *id = host_i32(&o->ids);
+    const int32_t *id = ocl_host_i32(&o->ids);
     for (int64_t r = 0; id && r < n; r++)
         if (id[r] < 0 || id[r] >= o->table.ne1)
             return weft_error(WEFT_ERR_INVALID_ARG, "opencl: token id %d outside the embedding table (%lld rows)", id[r],
@@ -218,8 +212,8 @@ static weft_status op_embed(struct ocl_backend *ob, const struct weft_op_embed *
     a_f32(&a, o->scale);
     a_mem(&a, ob->err);
     ocl_dirty(o->out.buf);
-    const size_t g[2] = {up((size_t)o->table.ne0, 64), (size_t)n}, l[2] = {64, 1};
-    return launch(ob, &a, "EMBED", 2, g, l);
+    const size_t g[2] = {ocl_up((size_t)o->table.ne0, 64), (size_t)n}, l[2] = {64, 1};
+    return ocl_launch(ob, &a, "EMBED", 2, g, l);
 }
 
 static weft_status op_rmsnorm(struct ocl_backend *ob, const struct weft_op_rmsnorm *o)
@@ -237,12 +231,10 @@ static weft_status op_rmsnorm(struct ocl_backend *ob, const struct weft_op_rmsno
     if (o->has_add) ocl_dirty(o->sum.buf);
     ocl_dirty(o->out.buf);
     const size_t g[1] = {64 * (size_t)o->x.ne1}, l[1] = {64};
-    return launch(ob, &a, "RMSNORM", 1, g, l);
+    return ocl_launch(ob, &a, "RMSNORM", 1, g, l);
 }
 
-/* *m holds at least need bytes (a new cl_mem when it grows: one released
- * stays alive for the queued ops that use it) */
-static weft_status grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t need, const char *what)
+weft_status ocl_grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t need, const char *what)
 {
     if (need <= *size) return WEFT_OK;
     cl_int e;
@@ -254,32 +246,31 @@ static weft_status grow(struct ocl_backend *ob, cl_mem *m, size_t *size, size_t 
     return WEFT_OK;
 }
 
-static bool exact_q(enum weft_type t)
+weft_status ocl_quant_act(struct ocl_backend *ob, enum weft_type wt, const struct weft_view *x, int64_t M)
 {
-    return t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 ||
-           t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_IQ4_NL || t == WEFT_TYPE_MXFP4;
-}
-
-/* The exact forms of the 32-element quants: x quantized as the CPU does
- * (Q8_1 for the types with a min, Q8_0 for the others) into ob->act,
- * then each output in ggml's vec_dot order (IQ4_NL's tinyBLAS order where
- * the CPU takes it: several rows, N a multiple of 4) */
-static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
-                                  const struct weft_view *out, const struct weft_view *add,
-                                  const struct weft_view *bias, int64_t M)
-{
-    const bool with_sum = w->type == WEFT_TYPE_Q4_1 || w->type == WEFT_TYPE_Q5_1;
-    const size_t xbs = sizeof(struct weft_block_q8_0) + (with_sum ? 2 : 0), nb = (size_t)w->ne0 / 32;
-    weft_status st = grow(ob, &ob->act, &ob->act_size, (size_t)M * nb * xbs, "allocating the activations' blocks");
+    const bool with_sum = wt == WEFT_TYPE_Q4_1 || wt == WEFT_TYPE_Q5_1;
+    const size_t xbs = sizeof(struct weft_block_q8_0) + (with_sum ? 2 : 0), nb = (size_t)x->ne0 / 32;
+    weft_status st = ocl_grow(ob, &ob->act, &ob->act_size, (size_t)M * nb * xbs, "allocating the activations' blocks");
     if (st != WEFT_OK) return st;
     struct args q = {ob->k[OK_QUANT_ACT], 0, CL_SUCCESS};
     a_f32v(&q, x);
     a_mem(&q, ob->act);
-    a_i32(&q, w->ne0);
+    a_i32(&q, x->ne0);
     a_i32(&q, M);
     a_i32(&q, with_sum);
-    const size_t gq[2] = {up(nb, 16), up((size_t)M, 4)}, lq[2] = {16, 4};
-    if ((st = launch(ob, &q, "MATMUL", 2, gq, lq)) != WEFT_OK) return st;
+    const size_t gq[2] = {ocl_up(nb, 16), ocl_up((size_t)M, 4)}, lq[2] = {16, 4};
+    return ocl_launch(ob, &q, "quantizing activations", 2, gq, lq);
+}
+
+/* The exact forms of the 32-element quants: x quantized as the CPU does
+ * (ocl_quant_act), then each output in ggml's vec_dot order (IQ4_NL's
+ * tinyBLAS order where the CPU takes it: several rows, N a multiple of 4) */
+static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view *w, const struct weft_view *x,
+                                  const struct weft_view *out, const struct weft_view *add,
+                                  const struct weft_view *bias, int64_t M)
+{
+    weft_status st = ocl_quant_act(ob, w->type, x, M);
+    if (st != WEFT_OK) return st;
     const int rows = M >= 4 ? 4 : 1;  /* per work-item: mm_exact_q4 shares each weight block's unpacking */
     struct args a = {ob->k[rows == 4 ? OK_MM_EXACT_Q4 : OK_MM_EXACT_Q], 0, CL_SUCCESS};
     a_buf(&a, w);
@@ -297,8 +288,8 @@ static weft_status matmul_exact_q(struct ocl_backend *ob, const struct weft_view
     a_i32(&a, M);
     a_i32(&a, w->type == WEFT_TYPE_IQ4_NL && M >= 2 && w->ne1 % 4 == 0);
     ocl_dirty(out->buf);
-    const size_t g[2] = {up((size_t)w->ne1, 64), (size_t)(M + rows - 1) / rows}, l[2] = {64, 1};
-    return launch(ob, &a, "MATMUL", 2, g, l);
+    const size_t g[2] = {ocl_up((size_t)w->ne1, 64), (size_t)(M + rows - 1) / rows}, l[2] = {64, 1};
+    return ocl_launch(ob, &a, "MATMUL", 2, g, l);
 }
 
 /* out = (x · Wᵀ (+ bias)) (+ add): the vector form for up to 8 rows per
@@ -307,7 +298,7 @@ static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, con
                           const struct weft_view *out, const struct weft_view *add, const struct weft_view *bias,
                           int64_t M)
 {
-    if (ob->exact && exact_q(w->type)) return matmul_exact_q(ob, w, x, out, add, bias, M);
+    if (ob->exact && ocl_exact_q(w->type)) return matmul_exact_q(ob, w, x, out, add, bias, M);
     const bool vec = M <= 8;
     /* exact: F32/F16 in the CPU's order, tinyBLAS's (mm) where ggml takes it */
     const bool exact = ob->exact && (w->type == WEFT_TYPE_F32 || w->type == WEFT_TYPE_F16);
@@ -326,26 +317,26 @@ static weft_status matmul(struct ocl_backend *ob, const struct weft_view *w, con
     ocl_dirty(out->buf);
     if (exact) {
         a_i32(&a, M >= 2 && w->ne1 % 4 == 0 && w->ne0 % 16 == 0);
-        const size_t g[2] = {up((size_t)w->ne1, 64), (size_t)M}, l[2] = {64, 1};
-        return launch(ob, &a, "MATMUL", 2, g, l);
+        const size_t g[2] = {ocl_up((size_t)w->ne1, 64), (size_t)M}, l[2] = {64, 1};
+        return ocl_launch(ob, &a, "MATMUL", 2, g, l);
     }
     if (vec) {
         const size_t g[2] = {64 * (size_t)w->ne1, (size_t)(M + 7) / 8}, l[2] = {64, 1};
-        return launch(ob, &a, "MATMUL", 2, g, l);
+        return ocl_launch(ob, &a, "MATMUL", 2, g, l);
     }
-    const size_t g[2] = {up((size_t)w->ne1, 16), up((size_t)M, 16)}, l[2] = {16, 16};
-    return launch(ob, &a, "MATMUL", 2, g, l);
+    const size_t g[2] = {ocl_up((size_t)w->ne1, 16), ocl_up((size_t)M, 16)}, l[2] = {16, 16};
+    return ocl_launch(ob, &a, "MATMUL", 2, g, l);
 }
 
 static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits *o)
 {
     const int64_t n_out = o->rows.ne0, K = o->x.ne0;
     if (n_out == 0) return WEFT_OK;
-    const int32_t *idx = host_i32(&o->rows);
+    const int32_t *idx = ocl_host_i32(&o->rows);
     for (int64_t i = 0; idx && i < n_out; i++)
         if (idx[i] < 0 || idx[i] >= o->x.ne1)
             return weft_error(WEFT_ERR_INVALID_ARG, "opencl: logits row %d outside [0, %lld)", idx[i], (long long)o->x.ne1);
-    weft_status st = grow(ob, &ob->scratch, &ob->scratch_size, (size_t)n_out * (size_t)K * sizeof(float),
+    weft_status st = ocl_grow(ob, &ob->scratch, &ob->scratch_size, (size_t)n_out * (size_t)K * sizeof(float),
                           "allocating LOGITS' scratch");
     if (st != WEFT_OK) return st;
     struct args a = {ob->k[OK_LOGITS_NORM], 0, CL_SUCCESS};
@@ -359,7 +350,7 @@ static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits
     a_f32(&a, o->eps);
     a_mem(&a, ob->err);
     const size_t g[1] = {64 * (size_t)n_out}, l[1] = {64};
-    st = launch(ob, &a, "LOGITS", 1, g, l);
+    st = ocl_launch(ob, &a, "LOGITS", 1, g, l);
     if (st != WEFT_OK) return st;
     /* the normalised rows as a view of the scratch cl_mem */
     struct weft_buffer sb = {.ob = ob, .mem = ob->scratch, .off = 0, .size = ob->scratch_size};
@@ -373,8 +364,8 @@ static weft_status op_logits(struct ocl_backend *ob, const struct weft_op_logits
     a_f32(&c, o->softcap);
     a_f32(&c, 1.0f / o->softcap);
     ocl_dirty(o->out.buf);
-    const size_t gc[2] = {up(o->out.ne0, 64), (size_t)n_out}, lc[2] = {64, 1};
-    return launch(ob, &c, "LOGITS", 2, gc, lc);
+    const size_t gc[2] = {ocl_up(o->out.ne0, 64), (size_t)n_out}, lc[2] = {64, 1};
+    return ocl_launch(ob, &c, "LOGITS", 2, gc, lc);
 }
 
 /* GeGLU's table (made once per device): every F16 value's GeLU-tanh in
@@ -416,12 +407,14 @@ static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
     a_f32v(&a, out);
     a_i32(&a, out->ne0);
     if (silu) {
-        a_i32(&a, gelu);
-        a_mem(&a, gelu ? ob->gelu_tab : ob->err);  /* unread for SwiGLU */
+        a_i32(&a, op->u.silu_mul.act);
+        a_mem(&a, gelu ? ob->gelu_tab : ob->err);  /* unread but for GeGLU */
+        a_f32(&a, op->u.silu_mul.alpha);           /* SWIGLU_OAI's (api 7) */
+        a_f32(&a, op->u.silu_mul.limit);
     }
     ocl_dirty(out->buf);
-    const size_t g[2] = {up((size_t)out->ne0, 64), (size_t)out->ne1}, l[2] = {64, 1};
-    return launch(ob, &a, silu ? "SILU_MUL" : "ADD", 2, g, l);
+    const size_t g[2] = {ocl_up((size_t)out->ne0, 64), (size_t)out->ne1}, l[2] = {64, 1};
+    return ocl_launch(ob, &a, silu ? "SILU_MUL" : "ADD", 2, g, l);
 }
 
 /* The largest of the batch's positions: from the buffer's host copy when
@@ -572,6 +565,7 @@ static void a_kv(struct args *a, const struct weft_kv_view *kv)
     a_i32(a, kv->n_kv_head);
     a_i32(a, kv->head_dim);
     a_i32(a, weft_kv_head_dim_v(kv));
+    a_i32(a, kv->v_in_k);
 }
 
 static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_kv *o)
@@ -583,7 +577,7 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     struct args a = {ob->k[OK_ROPE_KV], 0, CL_SUCCESS};
     a_f32v(&a, &o->q);
     a_f32v(&a, &o->k);
-    a_f32v(&a, &o->v);
+    a_f32v(&a, o->kv.v_in_k ? &o->k : &o->v);  /* k: an unread stand-in */
     a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
     a_i32(&a, o->n_rot);
@@ -612,8 +606,8 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     ocl_dirty(o->q.buf);
     ocl_dirty(o->k.buf);
     ocl_dirty(o->kv.buf);
-    const size_t g[1] = {up(o->batch.n_rows, 64)}, l[1] = {64};
-    return launch(ob, &a, "ROPE_KV", 1, g, l);
+    const size_t g[1] = {ocl_up(o->batch.n_rows, 64)}, l[1] = {64};
+    return ocl_launch(ob, &a, "ROPE_KV", 1, g, l);
 }
 
 static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_attention *o)
@@ -636,9 +630,11 @@ static weft_status op_attention(struct ocl_backend *ob, const struct weft_op_att
     a_i32(&a, (int64_t)((o->batch.bt.buf->size - o->batch.bt.offset) / 4));
     a_i32(&a, (int64_t)(kv_blocks(&o->kv) < INT32_MAX ? kv_blocks(&o->kv) : INT32_MAX));
     a_mem(&a, ob->err);
+    a_buf(&a, o->has_sinks ? &o->sinks : &o->q);  /* q: an unread stand-in */
+    a_i32(&a, o->has_sinks);
     ocl_dirty(o->out.buf);
-    const size_t g[2] = {up(o->n_head, 8), up(o->batch.n_rows, 8)}, l[2] = {8, 8};
-    return launch(ob, &a, "ATTENTION", 2, g, l);
+    const size_t g[2] = {ocl_up(o->n_head, 8), ocl_up(o->batch.n_rows, 8)}, l[2] = {8, 8};
+    return ocl_launch(ob, &a, "ATTENTION", 2, g, l);
 }
 
 weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
@@ -667,6 +663,8 @@ weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
             break;
         }
         case WEFT_OP_LOGITS: st = op_logits(ob, &op->u.logits); break;
+        case WEFT_OP_MOE_ROUTE: st = ocl_moe_route(ob, &op->u.moe_route); break;
+        case WEFT_OP_MATMUL_ID: st = ocl_matmul_id(ob, &op->u.matmul_id); break;
         default: st = weft_error(WEFT_ERR_UNSUPPORTED, "opencl: op kind %d", (int)op->kind);
         }
         if (st != WEFT_OK) return st;

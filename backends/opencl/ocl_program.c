@@ -20,7 +20,9 @@ static const char *const kernel_names[OK_COUNT_] = {
     [OK_SILU_MUL] = "silu_mul", [OK_ADD] = "add",         [OK_MM_VEC] = "mm_vec",
     [OK_MM_TILE] = "mm_tile", [OK_ROPE_KV] = "rope_kv",   [OK_ATTENTION] = "attention",
     [OK_MM_EXACT_F] = "mm_exact_f", [OK_QUANT_ACT] = "quant_act", [OK_MM_EXACT_Q] = "mm_exact_q",
-    [OK_MM_EXACT_Q4] = "mm_exact_q4", [OK_SOFTCAP] = "softcap",
+    [OK_MM_EXACT_Q4] = "mm_exact_q4", [OK_SOFTCAP] = "softcap", [OK_MOE_ROUTE] = "moe_route",
+    [OK_MOE_SORT] = "moe_sort", [OK_MM_ID_VEC] = "mm_id_vec", [OK_MM_ID_TILE] = "mm_id_tile",
+    [OK_MM_ID_EXACT_F] = "mm_id_exact_f", [OK_MM_ID_EXACT_Q] = "mm_id_exact_q", [OK_MOE_SUM] = "moe_sum",
 };
 
 /* The block layouts of base/types.h as -D options: the kernels hold no
@@ -29,7 +31,8 @@ static void build_options(const struct ocl_backend *ob, char *out, size_t cap)
 {
     size_t l = 0;
 #define ADD(...) l += (size_t)snprintf(out + l, l < cap ? cap - l : 0, __VA_ARGS__)
-    ADD("-cl-std=CL1.2 -DWEFT_KV_BLOCK_TOKENS=%d -DWEFT_QK_K=%d", WEFT_KV_BLOCK_TOKENS, WEFT_QK_K);
+    ADD("-cl-std=CL1.2 -DWEFT_KV_BLOCK_TOKENS=%d -DWEFT_QK_K=%d -DMOE_MAX_E=%d", WEFT_KV_BLOCK_TOKENS, WEFT_QK_K,
+        OCL_MAX_EXPERTS);
 #define T(name, id) ADD(" -DWEFT_T_%s=%d", name, (int)id)
     T("F32", WEFT_TYPE_F32); T("F16", WEFT_TYPE_F16); T("BF16", WEFT_TYPE_BF16); T("Q4_0", WEFT_TYPE_Q4_0);
     T("Q4_1", WEFT_TYPE_Q4_1); T("Q5_0", WEFT_TYPE_Q5_0); T("Q5_1", WEFT_TYPE_Q5_1); T("Q8_0", WEFT_TYPE_Q8_0);

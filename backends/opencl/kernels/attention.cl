@@ -11,13 +11,23 @@ inline ulong kv_tok(int n_kv, int hd, int q8)
 
 /* The byte offset of token `slot`'s K (which = 0) or V (1) row of `layer`,
  * with k_tok / v_tok the bytes of a token's K / V row: a layer's K then V in
- * a block, KB = KV_BLOCK * k_tok, VB = KV_BLOCK * v_tok. */
+ * a block, KB = KV_BLOCK * k_tok, VB = KV_BLOCK * v_tok. A latent cache
+ * (v_in_k, api 7) has no V rows (v_tok 0 here): a position's V is the tail of
+ * its K row (kv_v_row). */
 inline ulong kv_row(long slot, int which, int n_layer, int layer, ulong k_tok, ulong v_tok)
 {
     const long block = slot / KV_BLOCK, off = slot % KV_BLOCK;
     const ulong layer_bytes = (ulong)KV_BLOCK * (k_tok + v_tok);
     return ((ulong)block * n_layer + layer) * layer_bytes + (which ? (ulong)KV_BLOCK * k_tok : 0) +
            (ulong)off * (which ? v_tok : k_tok);
+}
+
+/* Token `slot`'s V row: its own, or (v_in_k) the last hdv values of its K
+ * row (one KV head of hd) */
+inline ulong kv_v_row(long slot, int n_layer, int layer, ulong k_tok, ulong v_tok, int v_in_k, int hd, int hdv, int q8)
+{
+    return v_in_k ? kv_row(slot, 0, n_layer, layer, k_tok, 0) + kv_tok(1, hd - hdv, q8)
+                  : kv_row(slot, 1, n_layer, layer, k_tok, v_tok);
 }
 
 /* x[a], x[b] rotated by (c, s): the CPU's fused forms */
@@ -63,7 +73,7 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
  * corr1, cos and sin times mscale (formed on the host). */
 kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
                     global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
-                    int layer, int n_kv, int hd, int hdv, int n_head, int n_rot, int neox, float freq_scale,
+                    int layer, int n_kv, int hd, int hdv, int v_in_k, int n_head, int n_rot, int neox, float freq_scale,
                     float theta_scale, global const uchar *ff_b, ulong ff_off, int has_ff, float ext_factor,
                     float mscale, float corr0, float corr1, global const uchar *pos_b, ulong pos_off,
                     global const uchar *slot_b, ulong slot_off, global const float *tab, int has_tab, int tab_rows,
@@ -107,9 +117,10 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
         FLAG_ERROR(err, 3);
         return;
     }
-    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = kv_tok(n_kv, hdv, kv_q8);
+    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = v_in_k ? 0 : kv_tok(n_kv, hdv, kv_q8);
     kv_store(kr, kv + kv_row(slot, 0, n_layer, layer, k_tok, v_tok), n_kv * hd, kv_q8);
-    kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok), n_kv * hdv, kv_q8);
+    if (!v_in_k)  /* a latent cache's V is inside its K */
+        kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok), n_kv * hdv, kv_q8);
 }
 
 #define ATT_MAX_HD 256
@@ -170,12 +181,18 @@ inline float dot_q8(global const uchar *k, const char *qq, const float *qd, int 
  * (F16 cache: q rounded to F16, an F16 accumulator) and attn_row_q8_0 (Q8_0
  * cache: q quantized to Q8_0, an F32 accumulator); soft-capped scores
  * (softcap != 0) as the CPU's. Scores over K heads of hd, the output from V
- * heads of hdv (head h's at column h * hdv of o). global (n_head, rows) */
+ * heads of hdv (head h's at column h * hdv of o). With has_sinks (api 7,
+ * gpt-oss) one more position after the last, its score sinks[h] and no
+ * value row, on an F32 accumulator (the F16 one widened first) as the
+ * CPU's attn_sink: S = S * ms + vs a product, then a sum. global (n_head,
+ * rows) */
 kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uchar *o, ulong o_off, ulong o_ld,
                       global const uchar *kv_b, ulong kv_base, int kv_q8, int n_layer, int layer, int n_kv, int hd,
-                      int hdv, int n_head, float scale, int window, float softcap, global const uchar *pos_b, ulong pos_off,
-                      global const uchar *seq_b, ulong seq_off, global const uchar *bto_b, ulong bto_off,
-                      global const uchar *bt_b, ulong bt_off, int n_rows, int n_seq, int bt_len, int n_blocks, global int *err)
+                      int hdv, int v_in_k, int n_head, float scale, int window, float softcap,
+                      global const uchar *pos_b, ulong pos_off, global const uchar *seq_b, ulong seq_off,
+                      global const uchar *bto_b, ulong bto_off, global const uchar *bt_b, ulong bt_off, int n_rows,
+                      int n_seq, int bt_len, int n_blocks, global int *err, global const uchar *sk_b, ulong sk_off,
+                      int has_sinks)
 {
     const int h = get_global_id(0), r = get_global_id(1);
     if (h >= n_head || r >= n_rows) return;
@@ -195,7 +212,7 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
         return;
     }
     global const float *qv = F32P(q, q_off) + (ulong)r * q_ld + (ulong)h * hd;
-    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = kv_tok(n_kv, hdv, kv_q8);
+    const ulong k_tok = kv_tok(n_kv, hd, kv_q8), v_tok = v_in_k ? 0 : kv_tok(n_kv, hdv, kv_q8);
     const ulong head_off = (ulong)(h / group) * kv_tok(1, hd, kv_q8), head_off_v = (ulong)(h / group) * kv_tok(1, hdv, kv_q8);
     ushort q16[ATT_MAX_HD], acc16[ATT_MAX_HD];
     char qq[ATT_MAX_HD];
@@ -218,7 +235,7 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
     for (int p = p_first; p <= pos; p++) {
         const long slot = (long)bt[p / KV_BLOCK] * KV_BLOCK + p % KV_BLOCK;
         global const uchar *kr = kv + kv_row(slot, 0, n_layer, layer, k_tok, v_tok) + head_off;
-        global const uchar *vr = kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok) + head_off_v;
+        global const uchar *vr = kv + kv_v_row(slot, n_layer, layer, k_tok, v_tok, v_in_k, hd, hdv, kv_q8) + head_off_v;
         float s = (kv_q8 ? dot_q8(kr, qq, qd, hd) : dot_f16(kr, q16, hd)) * scale;
         if (softcap != 0.0f) s = softcap * tanh(s);  /* scale came divided by it (api 6, ggml's form) */
         float ms = 1.0f, vs = 1.0f;
@@ -239,6 +256,23 @@ kernel void attention(global const uchar *q, ulong q_off, ulong q_ld, global uch
             for (int d = 0; d < hdv; d++)
                 vstore_half_rte(fma(ldh(vr + 2 * d), vs, vload_half(d, PH(acc16))), d, PH(acc16));
         S = fma(S, ms, vs);
+    }
+    if (has_sinks) {
+        if (!kv_q8)
+            for (int d = 0; d < hdv; d++) acc[d] = vload_half(d, PH(acc16));
+        const float sk = F32P(sk_b, sk_off)[h];
+        float ms = 1.0f, vs = 1.0f;
+        if (sk > M) {
+            ms = expf_libm(M - sk);
+            for (int d = 0; d < hdv; d++) acc[d] *= ms;
+        } else {
+            vs = expf_libm(sk - M);
+        }
+        const float t = S * ms;
+        S = t + vs;
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        for (int d = 0; d < hdv; d++) out[d] = acc[d] * inv;
+        return;
     }
     const float inv = 1.0f / S;
     for (int d = 0; d < hdv; d++) out[d] = (kv_q8 ? acc[d] : vload_half(d, PH(acc16))) * inv;

@@ -99,16 +99,8 @@ inline float reduce16(const float *x)
  * order (4 x 16 lanes over 64-element chunks, then the tail: for F32 in
  * float, 4 products at a time rounded and added in order and the last
  * K % 4 fused; for F16 in double). global (N, M) */
-kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
-                       ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
-                       ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
-                       int M, int mm)
+inline float dot_exact_f(global const uchar *row, const bool f16, global const float *xr, int K, int mm)
 {
-    const int n = get_global_id(0), r = get_global_id(1);
-    if (n >= N || r >= M) return;
-    const bool f16 = type == WEFT_T_F16;
-    global const uchar *row = w + w_off + (ulong)n * w_nb1;
-    global const float *xr = F32P(x, x_off) + (ulong)r * x_ld;
     float v;
     if (mm) {
         float acc[16];
@@ -147,6 +139,19 @@ kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type
             v = s;
         }
     }
+    return v;
+}
+
+kernel void mm_exact_f(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *x, ulong x_off,
+                       ulong x_ld, global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off,
+                       ulong a_ld, int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N,
+                       int M, int mm)
+{
+    const int n = get_global_id(0), r = get_global_id(1);
+    if (n >= N || r >= M) return;
+    global const uchar *row = w + w_off + (ulong)n * w_nb1;
+    global const float *xr = F32P(x, x_off) + (ulong)r * x_ld;
+    float v = dot_exact_f(row, type == WEFT_T_F16, xr, K, mm);
     if (has_bias) v += F32P(bias_b, bias_off)[n];
     if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
     (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;
@@ -200,23 +205,18 @@ kernel void quant_act(global const uchar *x, ulong x_off, ulong x_ld, global uch
  * acc, no tail. global (N, M) */
 #define MMQ_ROWS 4  /* at most this many activation rows per work-item */
 
-/* ROWS activation rows per work-item (a constant once inlined): each weight
- * block is unpacked once for them */
-inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q,
-                      global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
-                      int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M,
-                      int mm, const int ROWS)
+/* The dots of one weight row with nr <= ROWS activation rows (ROWS a
+ * constant once inlined: each weight block is unpacked once for them), the
+ * i-th quant_act's row xrow[i], into res[i] */
+inline void q_dots(global const uchar *row, int type, global const uchar *q, const int *xrow, int nr, int K, int mm,
+                   float *res, const int ROWS)
 {
-    const int n = get_global_id(0), r0 = get_global_id(1) * ROWS;
-    if (n >= N || r0 >= M) return;
-    const int nr = min(ROWS, M - r0);
     const bool with_min = type == WEFT_T_Q4_1 || type == WEFT_T_Q5_1;
     const bool mx = type == WEFT_T_MXFP4, nl = mx || type == WEFT_T_IQ4_NL;
     const int bs = type == WEFT_T_Q4_1 ? WEFT_B_Q4_1 : type == WEFT_T_Q5_0 ? WEFT_B_Q5_0
                  : type == WEFT_T_Q5_1 ? WEFT_B_Q5_1 : type == WEFT_T_Q4_0 ? WEFT_B_Q4_0
                  : type == WEFT_T_IQ4_NL ? WEFT_B_IQ4_NL : mx ? WEFT_B_MXFP4 : WEFT_B_Q8_0;
     const int xbs = with_min ? WEFT_B_Q8_0 + 2 : WEFT_B_Q8_0, nb = K / 32;
-    global const uchar *row = w + w_off + (ulong)n * w_nb1;
     /* integer products as 16-wide vectors (exact in any order); the float
      * steps one lane each, in the CPU's order */
     float8 acc[MMQ_ROWS], acc2[MMQ_ROWS];
@@ -261,7 +261,7 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
         const float mw = with_min ? ldh(wb + 2) : 0.0f;
         for (int i = 0; i < ROWS; i++) {  /* a constant trip count: the arrays stay in registers */
             if (i >= nr) break;
-            global const uchar *xb = q + ((ulong)(r0 + i) * nb + b) * xbs;
+            global const uchar *xb = q + ((ulong)xrow[i] * nb + b) * xbs;
             global const char *xq = (global const char *)(xb + (with_min ? 4 : 2));
             const int16 p0 = lo * convert_int16(vload16(0, xq)), p1 = hi * convert_int16(vload16(1, xq));
             /* lane l: elements 4l..4l+3 */
@@ -290,12 +290,32 @@ inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type,
     }
     for (int i = 0; i < ROWS; i++) {
         if (i >= nr) break;
-        const int r = r0 + i;
         if (nl && !mm) acc[i] += acc2[i];
         float v = ((acc[i].s0 + acc[i].s4) + (acc[i].s2 + acc[i].s6)) + ((acc[i].s1 + acc[i].s5) + (acc[i].s3 + acc[i].s7));
         if (with_min) v = v + summs[i];
         if (type == WEFT_T_Q4_0) v = sumf[i];
         if (odd_tail) v = fma(summs[i], (float)tail[i], v);
+        res[i] = v;
+    }
+}
+
+/* ROWS activation rows per work-item: q_dots, then the bias and the residual */
+inline void mm_q_rows(global const uchar *w, ulong w_off, ulong w_nb1, int type, global const uchar *q,
+                      global uchar *o, ulong o_off, ulong o_ld, global const uchar *a, ulong a_off, ulong a_ld,
+                      int has_add, global const uchar *bias_b, ulong bias_off, int has_bias, int K, int N, int M,
+                      int mm, const int ROWS)
+{
+    const int n = get_global_id(0), r0 = get_global_id(1) * ROWS;
+    if (n >= N || r0 >= M) return;
+    const int nr = min(ROWS, M - r0);
+    int xrow[MMQ_ROWS];
+    float res[MMQ_ROWS];
+    for (int i = 0; i < ROWS; i++) xrow[i] = r0 + i;
+    q_dots(w + w_off + (ulong)n * w_nb1, type, q, xrow, nr, K, mm, res, ROWS);
+    for (int i = 0; i < ROWS; i++) {
+        if (i >= nr) break;
+        const int r = r0 + i;
+        float v = res[i];
         if (has_bias) v += F32P(bias_b, bias_off)[n];
         if (has_add) v += (F32P(a, a_off) + (ulong)r * a_ld)[n];
         (F32P(o, o_off) + (ulong)r * o_ld)[n] = v;

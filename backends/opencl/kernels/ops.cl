@@ -88,15 +88,26 @@ kernel void logits_norm(global const uchar *x, ulong x_off, ulong x_ld, int n_x,
  * the row's first K & ~15 elements with ggml's polynomial expf, the rest
  * with libm's. act 1, GeLU-tanh as the CPU's geglu_row: 0 at or below -10,
  * x at or above 10, else gtab[F16(x)] (the host's table of every F16
- * value's GeLU, rounded to F16: the CPU's own libm tanhf bits). global
+ * value's GeLU, rounded to F16: the CPU's own libm tanhf bits). act 2
+ * (api 7, gpt-oss), SWIGLU_OAI as the CPU's swiglu_oai_row: x = min(gate,
+ * limit), y = clamp(up, -limit, limit) (NaN as the CPU's comparisons take
+ * it), x / (1 + expf(alpha * -x)) * (y + 1) with libm's expf. global
  * (K, rows) */
 kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global const uchar *u, ulong u_off, ulong u_ld,
-                     global uchar *o, ulong o_off, ulong o_ld, int K, int act, global const ushort *gtab)
+                     global uchar *o, ulong o_off, ulong o_ld, int K, int act, global const ushort *gtab, float alpha,
+                     float limit)
 {
     const int k = get_global_id(0), r = get_global_id(1);
     if (k >= K) return;
     const float x = (F32P(g, g_off) + r * g_ld)[k], m = (F32P(u, u_off) + r * u_ld)[k];
     global float *y = F32P(o, o_off) + r * o_ld + k;
+    if (act == 2) {
+        const float xc = x < limit ? x : limit;
+        const float v = m < -limit ? -limit : m > limit ? limit : m;
+        const float glu = xc / (1.0f + expf_libm(alpha * -xc));
+        *y = glu * (v + 1.0f);
+        return;
+    }
     if (act) {
         *y = x <= -10.0f ? 0.0f : x >= 10.0f ? x * m : h2f(gtab[f2h(x)]) * m;
         return;
