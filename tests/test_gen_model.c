@@ -1,6 +1,7 @@
 /* tools/gen_model (weft gen), tools/quantize (weft quantize) and the default
  * model path: generated files load, have llama.cpp's names/shapes/keys, are
- * deterministic, and survive a requantization with bounded error. */
+ * deterministic, and survive a requantization with bounded error; the
+ * families with experts (qwen3moe, llama, gpt-oss, deepseek2) load and run. */
 #define _GNU_SOURCE
 #include <inttypes.h>
 #include <stdint.h>
@@ -11,8 +12,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/backend.h"
 #include "core/gguf.h"
 #include "base/quant.h"
+#include "core/model.h"
+#include "core/session.h"
 #include "core/tokenizer.h"
 #include "tests/weft_exec.h"
 #include "tests/check.h"
@@ -150,6 +154,223 @@ static void gen_writes_other_families(void)
     }
     p.arch = "gemma9";
     CHECK(weft_gen_validate(&p) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "gemma9"));
+}
+
+/* stdout of `weft info ARGS...` (malloc'd), or NULL */
+static char *info_output(int argc, char **argv)
+{
+    const char *txt = tmp_path("info-txt");
+    fflush(stdout);
+    int saved = dup(1), fd = open(txt, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) dup2(fd, 1);
+    int rc = weft_cmd_info(argc, argv);
+    fflush(stdout);
+    if (saved >= 0) { dup2(saved, 1); close(saved); }
+    if (fd >= 0) close(fd);
+    CHECK_EQ_INT(rc, 0);
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    if (!read_file(txt, &buf, &len)) { free(buf); return NULL; }
+    buf[len] = 0;
+    return (char *)buf;
+}
+
+/* weft_model_load on the CPU, a prompt, then a few greedy tokens: every logit finite, not all equal. */
+static void load_and_generate(const char *path, const char *what)
+{
+    struct weft_backend *be = NULL;
+    struct weft_model *m = NULL;
+    struct weft_session *s = NULL;
+    CHECK_MSG(weft_backend_open("cpu", 1, &be) == WEFT_OK, "cpu: %s", weft_last_error());
+    if (be) CHECK_MSG(weft_model_load(path, be, &m) == WEFT_OK, "%s: %s", what, weft_last_error());
+    if (m) CHECK_MSG(weft_session_init(m, 64, 16, &s) == WEFT_OK, "%s: %s", what, weft_last_error());
+    if (s) {
+        const char *text = "hello there, how are you today?";
+        int32_t *ids = NULL;
+        size_t n = 0;
+        CHECK(weft_tokenize(weft_model_tokenizer(m), text, strlen(text), true, false, &ids, &n) == WEFT_OK);
+        const uint32_t V = weft_model_hparams(m)->n_vocab;
+        const float *lg = NULL;
+        weft_status st = ids ? weft_session_eval(s, ids, n, &lg) : WEFT_ERR_INVALID_ARG;
+        int steps = 0;
+        for (; steps < 4 && st == WEFT_OK && lg; steps++) {
+            int32_t best = 0;
+            int bad = 0;
+            float lo = lg[0];
+            for (uint32_t i = 0; i < V; i++) {
+                bad += !isfinite(lg[i]);
+                if (lg[i] > lg[best]) best = (int32_t)i;
+                if (lg[i] < lo) lo = lg[i];
+            }
+            CHECK_MSG(bad == 0 && lg[best] > lo, "%s: step %d: %d non-finite logits, range [%g, %g]", what, steps, bad,
+                      lo, lg[best]);
+            st = weft_session_eval(s, &best, 1, &lg);
+        }
+        CHECK_MSG(st == WEFT_OK && steps == 4, "%s: %s", what, weft_last_error());
+        free(ids);
+    }
+    weft_session_free(s);
+    weft_model_free(m);
+    weft_backend_close(be);
+}
+
+static void check_dims(const struct weft_gguf *g, const char *name, enum weft_type type, uint32_t n_dims,
+                       int64_t ne0, int64_t ne1, int64_t ne2)
+{
+    const struct weft_gguf_tensor *t = tensor(g, name);
+    if (!t) return;
+    CHECK_MSG(t->type == type, "%s: type %s, want %s", name, weft_type_name(t->type), weft_type_name(type));
+    CHECK_MSG(t->n_dims == n_dims && t->ne[0] == ne0 && t->ne[1] == ne1 && t->ne[2] == ne2,
+              "%s: %u dims [%" PRId64 ", %" PRId64 ", %" PRId64 "], want %u [%" PRId64 ", %" PRId64 ", %" PRId64 "]",
+              name, t->n_dims, t->ne[0], t->ne[1], t->ne[2], n_dims, ne0, ne1, ne2);
+}
+
+/* `weft gen --preset tiny --arch X --experts 8` for each family with experts
+ * (qwen3moe, llama in Mixtral's layout, gpt-oss, deepseek2), in F16 and
+ * quantized: llama.cpp's keys; experts 3-D [row, rows, experts] and quantized
+ * like the matrices (MXFP4_MOE: MXFP4), the router, biases and sinks F32; each
+ * file loads with weft_model_load and generates, and weft info lists its experts. */
+static void gen_writes_moe_families(void)
+{
+    static const struct {
+        const char *arch, *types[3], *flags[14];
+    } fams[] = {
+        {"qwen3moe", {"F16", "Q4_K_M"}, {"--expert-ff", "256"}},
+        {"llama", {"F16", "Q4_K_M"}, {"--expert-ff", "256", "--experts-used", "3"}},
+        {"gpt-oss", {"F16", "Q4_K_M", "MXFP4_MOE"}, {"--expert-ff", "256", "--swa", "4"}},
+        {"deepseek2", {"F16", "Q4_K_M"}, {"--expert-ff", "256", "--q-lora", "128", "--dense-lead", "1",
+                                          "--shared-experts", "1", "--gating", "sigmoid", "--weights-scale",
+                                          "2.5", "--weights-norm"}},
+    };
+    for (size_t f = 0; f < sizeof fams / sizeof fams[0]; f++) {
+        const char *a = fams[f].arch;
+        for (int k = 0; k < 3 && fams[f].types[k]; k++) {
+            const char *ty = fams[f].types[k], *path = tmp_path(a);
+            char *argv[32] = {"gen", "--preset", "tiny", "--arch", (char *)a, "--experts", "8", "--vocab", "300",
+                              "--type", (char *)ty, "-o", (char *)path};
+            int argc = 13;
+            for (int j = 0; fams[f].flags[j]; j++) argv[argc++] = (char *)fams[f].flags[j];
+            CHECK_MSG(weft_cmd_gen(argc, argv) == 0, "%s %s: %s", a, ty, weft_last_error());
+            struct weft_gguf *g = NULL;
+            CHECK_MSG(weft_gguf_open(path, &g) == WEFT_OK, "%s %s: %s", a, ty, weft_last_error());
+            if (!g) continue;
+            char key[96];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, a), key)
+            CHECK_EQ_INT(get_u32(g, KEY("expert_count")), 8);
+            CHECK_EQ_INT(get_u32(g, KEY("expert_used_count")), strcmp(a, "llama") ? 2 : 3);
+            /* Mixtral's layout: feed_forward_length is the expert's, no expert key */
+            if (!strcmp(a, "llama")) {
+                CHECK_EQ_INT(get_u32(g, KEY("feed_forward_length")), 256);
+                CHECK_EQ_INT(weft_gguf_find_key(g, KEY("expert_feed_forward_length")), -1);
+            } else {
+                CHECK_EQ_INT(get_u32(g, KEY("expert_feed_forward_length")), 256);
+                CHECK_EQ_INT(get_u32(g, KEY("feed_forward_length")), 512);
+            }
+            bool f16 = !strcmp(ty, "F16"), mxfp4 = !strcmp(ty, "MXFP4_MOE");
+            /* per llama-quantize's mixes: experts Q4_K (the last layer's down Q6_K) or MXFP4 */
+            enum weft_type ex = f16 ? WEFT_TYPE_F16 : mxfp4 ? WEFT_TYPE_MXFP4 : WEFT_TYPE_Q4_K;
+            enum weft_type down1 = f16 || mxfp4 ? ex : WEFT_TYPE_Q6_K;
+            const uint32_t el = strcmp(a, "deepseek2") ? 0 : 1; /* deepseek2's layer 0 is dense */
+            char nm[96];
+#define T(fmt) (snprintf(nm, sizeof nm, "blk.%u." fmt, el), nm)
+            check_dims(g, T("ffn_gate_inp.weight"), WEFT_TYPE_F32, 2, 256, 8, 1);
+            check_dims(g, T("ffn_gate_exps.weight"), ex, 3, 256, 256, 8);
+            check_dims(g, T("ffn_up_exps.weight"), ex, 3, 256, 256, 8);
+            check_dims(g, "blk.1.ffn_down_exps.weight", down1, 3, 256, 256, 8);
+            if (strcmp(a, "deepseek2"))
+                check_dims(g, "blk.0.ffn_down_exps.weight", ex, 3, 256, 256, 8);
+            if (!strcmp(a, "qwen3moe")) {
+                CHECK_EQ_INT(get_u32(g, KEY("attention.key_length")), 64);
+                check_dims(g, "blk.0.attn_k_norm.weight", WEFT_TYPE_F32, 1, 64, 1, 1);
+                /* 8 experts: llama.cpp's mixes give attn_v and attn_k Q8_0 */
+                check_dims(g, "blk.0.attn_v.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q8_0, 2, 256, 128, 1);
+            } else if (!strcmp(a, "gpt-oss")) {
+                CHECK_EQ_INT(get_u32(g, KEY("attention.sliding_window")), 4);
+                CHECK_EQ_INT(get_u32(g, KEY("rope.scaling.original_context_length")), 4096);
+                check_dims(g, "blk.0.attn_sinks.weight", WEFT_TYPE_F32, 1, 4, 1, 1);
+                check_dims(g, "blk.0.attn_q.bias", WEFT_TYPE_F32, 1, 256, 1, 1);
+                check_dims(g, "blk.1.attn_output.bias", WEFT_TYPE_F32, 1, 256, 1, 1);
+                check_dims(g, "blk.0.post_attention_norm.weight", WEFT_TYPE_F32, 1, 256, 1, 1);
+                check_dims(g, "blk.0.ffn_gate_inp.bias", WEFT_TYPE_F32, 1, 8, 1, 1);
+                check_dims(g, "blk.0.ffn_gate_exps.bias", WEFT_TYPE_F32, 2, 256, 8, 1);
+                check_dims(g, "blk.1.ffn_down_exps.bias", WEFT_TYPE_F32, 2, 256, 8, 1);
+                if (mxfp4) check_dims(g, "blk.0.attn_q.weight", WEFT_TYPE_Q8_0, 2, 256, 256, 1);
+                CHECK_EQ_INT(weft_gguf_find_tensor(g, "blk.0.ffn_norm.weight"), -1);
+            } else if (!strcmp(a, "deepseek2")) {
+                /* MLA: one KV head of [rope 32 | latent 256], per head b = 64 */
+                CHECK_EQ_INT(get_u32(g, KEY("attention.head_count_kv")), 1);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.key_length")), 32 + 256);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.value_length")), 256);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.key_length_mla")), 96);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.value_length_mla")), 64);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.kv_lora_rank")), 256);
+                CHECK_EQ_INT(get_u32(g, KEY("attention.q_lora_rank")), 128);
+                CHECK_EQ_INT(get_u32(g, KEY("rope.dimension_count")), 32);
+                CHECK_EQ_INT(get_u32(g, KEY("leading_dense_block_count")), 1);
+                CHECK_EQ_INT(get_u32(g, KEY("expert_shared_count")), 1);
+                CHECK_EQ_INT(get_u32(g, KEY("expert_gating_func")), 2);
+                float sc = 0;
+                bool norm = false;
+                CHECK(weft_gguf_get_f32(g, KEY("expert_weights_scale"), &sc) == WEFT_OK && sc == 2.5f);
+                CHECK(weft_gguf_get_bool(g, KEY("expert_weights_norm"), &norm) == WEFT_OK && norm);
+                /* the per-head up-projections, 3-D over the 4 heads (rows of 64 fall back to Q5_0 under Q4_K) */
+                check_dims(g, "blk.0.attn_k_b.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q5_0, 3, 64, 256, 4);
+                check_dims(g, "blk.1.attn_v_b.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q4_K, 3, 256, 64, 4);
+                check_dims(g, "blk.0.attn_kv_a_mqa.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q4_K, 2, 256, 288, 1);
+                check_dims(g, "blk.0.attn_q_a_norm.weight", WEFT_TYPE_F32, 1, 128, 1, 1);
+                check_dims(g, "blk.0.ffn_gate.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q4_K, 2, 256, 512, 1);
+                check_dims(g, "blk.1.exp_probs_b.bias", WEFT_TYPE_F32, 1, 8, 1, 1);
+                check_dims(g, "blk.1.ffn_up_shexp.weight", f16 ? WEFT_TYPE_F16 : WEFT_TYPE_Q4_K, 2, 256, 256, 1);
+                CHECK_EQ_INT(weft_gguf_find_tensor(g, "blk.0.ffn_gate_exps.weight"), -1);
+                CHECK_EQ_INT(weft_gguf_find_tensor(g, "blk.1.ffn_gate.weight"), -1);
+            }
+#undef T
+#undef KEY
+            weft_gguf_close(g);
+            char what[64];
+            snprintf(what, sizeof what, "%s %s", a, ty);
+            load_and_generate(path, what);
+            char *iargv[] = {"info", (char *)path};
+            char *s = info_output(2, iargv);
+            char want[64];
+            snprintf(want, sizeof want, "%d of 8 experts of 256 rows", strcmp(a, "llama") ? 2 : 3);
+            CHECK_MSG(s && strstr(s, want), "%s: no '%s' in\n%s", what, want, s ? s : "");
+            if (!strcmp(a, "deepseek2")) CHECK_MSG(s && strstr(s, "1 shared") && strstr(s, "latent KV"), "%s", s);
+            free(s);
+        }
+    }
+    /* params the families refuse */
+    struct weft_gen_params base, p;
+    weft_gen_preset(&base, "tiny-moe");
+    base.n_vocab = 300;
+    base.type = WEFT_TYPE_Q4_0; /* rows of 32 */
+    const char *path = tmp_path("bad-moe");
+    int n = 0;
+#define BAD(stmt) do { p = base; stmt; n++; weft_clear_error(); \
+        CHECK_MSG(weft_gen_model(&p, path) == WEFT_ERR_INVALID_ARG, "accepted: %s", #stmt); \
+        CHECK_MSG(*weft_last_error() != '\0', "no message for: %s", #stmt); \
+        CHECK_MSG(access(path, F_OK) != 0, "file written for: %s", #stmt); } while (0)
+    BAD(p.n_expert_used = 9);                          /* more than the experts */
+    BAD(p.n_expert = 1000);                            /* past WEFT_MAX_EXPERTS */
+    BAD(p.arch = "qwen3");                             /* a dense family */
+    BAD(p.arch = "llama"; p.n_expert = 0);             /* expert ff without experts */
+    BAD(p.n_ff_exp = 100);                             /* down_exps rows fit no block */
+    BAD(p.n_expert_shared = 1);                        /* deepseek2's */
+    BAD(p.arch = "deepseek2"; p.mla_qk = 32);          /* not past the rope dims (32) */
+    BAD(p.arch = "deepseek2"; p.head_dim = 64);        /* not rope + kv_lora */
+    BAD(p.arch = "deepseek2"; p.expert_gating = 3);
+#undef BAD
+    CHECK(n == 9);
+    /* the presets: the MoE ones resolve and validate (not written: they are big) */
+    static const char *const presets[] = {"tiny-moe", "mixtral-8x7b", "olmoe-1b-7b", "qwen3-30b-a3b",
+                                          "qwen3-30b-a3b-l8", "gpt-oss-20b", "deepseek-v2-lite"};
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++) {
+        CHECK_EQ_INT(weft_gen_preset(&p, presets[i]), WEFT_OK);
+        CHECK_MSG(p.n_expert >= 8, "%s", presets[i]);
+        p.type = WEFT_TYPE_Q4_K;
+        p.mixed = true;
+        CHECK_MSG(weft_gen_validate(&p) == WEFT_OK, "%s: %s", presets[i], weft_last_error());
+    }
 }
 
 static void gen_has_llama_names_shapes_and_keys(void)
@@ -853,6 +1074,7 @@ int main(void)
     }
     RUN(gen_has_llama_names_shapes_and_keys);
     RUN(gen_writes_other_families);
+    RUN(gen_writes_moe_families);
     RUN(gen_vocab_is_spm_with_byte_tokens);
     RUN(gen_vocab_loads_and_round_trips);
     RUN(gen_every_type_loads_with_intended_std);

@@ -1,4 +1,4 @@
-/* Random-weight Llama GGUF generator. See tools/gen_model.h.
+/* Random-weight GGUF generator of weft's families. See tools/gen_model.h.
  *
  * Every tensor gets its own RNG stream seeded from (seed, tensor name), so a
  * tensor's values do not depend on the order or number of the others. Values
@@ -210,15 +210,22 @@ void weft_scratch_free(struct weft_scratch *s)
 
 /* ---- params ---- */
 
+#define GEN_PRESETS "tiny, tiny-moe, smollm2-135m, llama3-8b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, phi4-mini, " \
+                    "gemma3-4b, mixtral-8x7b, olmoe-1b-7b, qwen3-30b-a3b, qwen3-30b-a3b-l8, gpt-oss-20b, "     \
+                    "deepseek-v2-lite"
+
 weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
 {
     struct weft_gen_params q = {
         .rope_freq_base = 10000.0f, .rms_eps = 1e-5f, .type = WEFT_TYPE_F16,
         .seed = 1, .scale = 1.0f,
     };
-    if (strcmp(preset, "tiny") == 0) {
+    if (strcmp(preset, "tiny") == 0 || strcmp(preset, "tiny-moe") == 0) {
         q.n_embd = 256; q.n_layer = 2; q.n_head = 4; q.n_head_kv = 2; q.n_ff = 512;
         q.n_vocab = 512; q.n_ctx = 512;
+        if (preset[4]) {
+            q.arch = "qwen3moe"; q.n_expert = 8; q.n_expert_used = 2; q.n_ff_exp = 256;
+        }
     } else if (strcmp(preset, "smollm2-135m") == 0) {
         q.n_embd = 576; q.n_layer = 30; q.n_head = 9; q.n_head_kv = 3; q.n_ff = 1536;
         q.n_vocab = 49152; q.n_ctx = 2048; q.rope_freq_base = 100000.0f; q.tied_output = true;
@@ -241,9 +248,32 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
         q.rope_freq_base = 1000000.0f; q.rms_eps = 1e-6f;
         q.n_embd = big ? 4096 : 1024; q.n_layer = big ? 36 : 28; q.n_head = big ? 32 : 16; q.n_head_kv = 8;
         q.n_ff = big ? 12288 : 3072; q.tied_output = !big;
+    } else if (strcmp(preset, "mixtral-8x7b") == 0) {
+        /* llama with experts: feed_forward_length is an expert's */
+        q.n_embd = 4096; q.n_layer = 32; q.n_head = 32; q.n_head_kv = 8; q.n_ff = 14336;
+        q.n_expert = 8; q.n_expert_used = 2; q.n_ff_exp = 14336;
+        q.n_vocab = 32000; q.n_ctx = 32768; q.rope_freq_base = 1000000.0f;
+    } else if (strcmp(preset, "olmoe-1b-7b") == 0) {
+        /* OLMoE-1B-7B's sizes in qwen3moe's layout (QK-norm per head, softmax top-k) */
+        q.arch = "qwen3moe"; q.n_embd = 2048; q.n_layer = 16; q.n_head = 16; q.n_head_kv = 16; q.head_dim = 128;
+        q.n_ff = 1024; q.n_expert = 64; q.n_expert_used = 8; q.n_ff_exp = 1024;
+        q.n_vocab = 50304; q.n_ctx = 4096;
+    } else if (strcmp(preset, "qwen3-30b-a3b") == 0 || strcmp(preset, "qwen3-30b-a3b-l8") == 0) {
+        q.arch = "qwen3moe"; q.n_embd = 2048; q.n_layer = preset[13] ? 8 : 48; q.n_head = 32; q.n_head_kv = 4;
+        q.head_dim = 128; q.n_ff = 6144; q.n_expert = 128; q.n_expert_used = 8; q.n_ff_exp = 768;
+        q.n_vocab = 151936; q.n_ctx = 40960; q.rope_freq_base = 1000000.0f; q.rms_eps = 1e-6f;
+    } else if (strcmp(preset, "gpt-oss-20b") == 0) {
+        q.arch = "gpt-oss"; q.n_embd = 2880; q.n_layer = 24; q.n_head = 64; q.n_head_kv = 8; q.head_dim = 64;
+        q.n_ff = 2880; q.n_expert = 32; q.n_expert_used = 4; q.n_ff_exp = 2880; q.n_swa = 128;
+        q.n_vocab = 201088; q.n_ctx = 131072; q.rope_freq_base = 150000.0f;
+    } else if (strcmp(preset, "deepseek-v2-lite") == 0) {
+        q.arch = "deepseek2"; q.n_embd = 2048; q.n_layer = 27; q.n_head = 16; q.n_head_kv = 1; q.n_ff = 10944;
+        q.kv_lora_rank = 512; q.n_rot = 64; q.mla_qk = 192; q.mla_v = 128;
+        q.n_expert = 64; q.n_expert_used = 6; q.n_ff_exp = 1408; q.n_expert_shared = 2; q.n_dense_lead = 1;
+        q.expert_gating = 1; q.expert_weights_scale = 1.0f;
+        q.n_vocab = 102400; q.n_ctx = 163840; q.rms_eps = 1e-6f;
     } else {
-        return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: tiny, smollm2-135m, llama3-8b, "
-                          "qwen2.5-7b, qwen3-0.6b, qwen3-8b, phi4-mini, gemma3-4b)", preset);
+        return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: " GEN_PRESETS ")", preset);
     }
     *p = q;
     return WEFT_OK;
@@ -275,9 +305,144 @@ enum weft_type weft_gen_row_type(enum weft_type t, uint32_t row)
 static uint32_t gen_head_dim(const struct weft_gen_params *p) { return p->head_dim ? p->head_dim : p->n_embd / p->n_head; }
 static uint32_t gen_head_dim_v(const struct weft_gen_params *p) { return p->head_dim_v ? p->head_dim_v : gen_head_dim(p); }
 static const char *gen_arch(const struct weft_gen_params *p) { return p->arch ? p->arch : "llama"; }
-
-weft_status weft_gen_validate(const struct weft_gen_params *p)
+static bool gen_arch_is(const struct weft_gen_params *p, const char *a) { return strcmp(gen_arch(p), a) == 0; }
+/* the families that are mixtures of experts whatever their params say */
+static bool gen_moe_family(const struct weft_gen_params *p)
 {
+    return gen_arch_is(p, "qwen3moe") || gen_arch_is(p, "gpt-oss") || gen_arch_is(p, "deepseek2");
+}
+/* Mixtral's layout: llama's feed_forward_length is an expert's, there is no expert key */
+static uint32_t gen_ff_key(const struct weft_gen_params *r)
+{
+    return gen_arch_is(r, "llama") && r->n_expert ? r->n_ff_exp : r->n_ff;
+}
+
+/* p with the family's defaults filled in (weft_gen_params' comments): what
+ * gets written. The caller's params stay as given. */
+static void gen_resolve(const struct weft_gen_params *p, struct weft_gen_params *r)
+{
+    *r = *p;
+    if (!r->n_expert && gen_moe_family(r)) r->n_expert = 8;
+    if (r->n_expert) {
+        if (!r->n_expert_used) r->n_expert_used = r->n_expert < 2 ? r->n_expert : 2;
+        if (!r->n_ff_exp) r->n_ff_exp = r->n_ff;
+    }
+    if (gen_arch_is(r, "gpt-oss") && !r->n_swa) r->n_swa = 128;
+    if (gen_arch_is(r, "deepseek2")) {
+        /* the latent cache: one KV head of [roped part | latent], the latent as V */
+        uint32_t b = r->n_head ? r->n_embd / r->n_head : 0;
+        if (!r->n_rot) r->n_rot = (b / 2) & ~1u;
+        if (!r->kv_lora_rank) r->kv_lora_rank = 4 * b;
+        if (!r->mla_qk) r->mla_qk = b + r->n_rot;
+        if (!r->mla_v) r->mla_v = b;
+        if (!r->head_dim) r->head_dim = r->n_rot + r->kv_lora_rank;
+        if (!r->head_dim_v) r->head_dim_v = r->kv_lora_rank;
+        r->n_head_kv = 1;
+        if (!r->expert_gating) r->expert_gating = 1;
+        if (r->n_dense_lead > r->n_layer) r->n_dense_lead = r->n_layer;
+    }
+    if (!r->n_rot && r->n_head) r->n_rot = gen_head_dim(r);
+}
+
+/* What the family reads of resolved params (core/model.c's weft_hparams_load would
+ * give the same from the file), for its tensors(). */
+static void gen_hparams(const struct weft_gen_params *r, uint32_t n_vocab, struct weft_hparams *hp)
+{
+    memset(hp, 0, sizeof *hp);
+    snprintf(hp->arch, sizeof hp->arch, "%s", gen_arch(r));
+    hp->family = weft_family_find(gen_arch(r));
+    hp->n_vocab = n_vocab;
+    hp->n_ctx_train = r->n_ctx;
+    hp->n_embd = r->n_embd;
+    hp->n_layer = r->n_layer;
+    hp->n_head = r->n_head;
+    hp->n_head_kv = r->n_head_kv;
+    hp->n_ff = gen_ff_key(r);
+    hp->head_dim = gen_head_dim(r);
+    hp->head_dim_v = gen_head_dim_v(r);
+    hp->n_rot = r->n_rot;
+    hp->n_swa = r->n_swa;
+    hp->n_expert = r->n_expert;
+    hp->n_expert_used = r->n_expert_used;
+    hp->n_ff_exp = r->n_ff_exp;
+    if (gen_arch_is(r, "deepseek2")) {
+        hp->n_expert_shared = r->n_expert_shared;
+        hp->n_dense_lead = r->n_dense_lead;
+        hp->q_lora_rank = r->q_lora_rank;
+        hp->kv_lora_rank = r->kv_lora_rank;
+        hp->mla_qk = r->mla_qk;
+        hp->mla_v = r->mla_v;
+    }
+}
+
+/* A tensor to write. */
+enum gen_kind { GEN_WEIGHT, GEN_NORM, GEN_BIAS };
+struct gen_tensor {
+    char name[96];
+    enum weft_type type;   /* before choose_types: F16 for a quantizable weight, else F32 */
+    uint32_t n_dims;
+    int64_t ne[3];         /* ne[2]: experts (EXPERTS) or heads (MLA's attn_k_b / attn_v_b); 1 if 2-D */
+    enum gen_kind kind;    /* how it is drawn: weights N(0, scale^2/ne0), norms ~1, biases ~0 */
+    size_t size;
+    void *data;
+};
+
+static size_t gen_size(const struct gen_tensor *t)
+{
+    return weft_row_size(t->type, t->ne[0]) * (size_t)t->ne[1] * (size_t)t->ne[2];
+}
+
+/* The model's tensors in llama.cpp's order (token_embd first, the layers, then
+ * the rest of the model's own), names and shapes from the family's tensor
+ * table (core/arch/): matrices and experts F16 (the router F32, as llama.cpp
+ * writes it), norms, biases and other vectors F32. Of the optional tensors
+ * only the output head (untied) and exp_probs_b (deepseek2's sigmoid gating)
+ * are written. *out is malloc'd. */
+static weft_status gen_list(const struct weft_gen_params *r, uint32_t n_vocab, struct gen_tensor **out, size_t *n_out)
+{
+    struct weft_hparams hp;
+    gen_hparams(r, n_vocab, &hp);
+    size_t n_max = 3 + WEFT_T_COUNT_ * (size_t)(r->n_layer + 1), n = 0;
+    struct gen_tensor *t = calloc(n_max, sizeof *t);
+    if (!t) return weft_error(WEFT_ERR_NOMEM, "out of memory");
+    struct weft_tensor_spec spec[WEFT_T_COUNT_];
+    for (uint32_t l = 0; l <= r->n_layer + 1; l++) {
+        uint32_t at = l == 0 || l == r->n_layer + 1 ? WEFT_GLOBAL_TENSORS : l - 1;
+        memset(spec, 0, sizeof spec);
+        hp.family->tensors(&hp, at, spec);
+        for (int id = 0; id < WEFT_T_COUNT_; id++) {
+            const struct weft_tensor_spec *s = &spec[id];
+            if (s->use == WEFT_USE_NONE || (at == WEFT_GLOBAL_TENSORS && (id == WEFT_T_TOKEN_EMBD) != (l == 0)))
+                continue;
+            if (id == WEFT_T_OUTPUT && r->tied_output) continue;
+            /* the optional extras (RoPE factors, ...) are not generated */
+            if (s->use == WEFT_USE_OPTIONAL && id != WEFT_T_OUTPUT &&
+                !(id == WEFT_T_EXP_PROBS_B && r->expert_gating == 2))
+                continue;
+            struct gen_tensor *d = &t[n++];
+            weft_tensor_name((enum weft_tensor_id)id, at, d->name, sizeof d->name);
+            enum weft_tensor_kind k = weft_tensor_info((enum weft_tensor_id)id)->kind;
+            bool matrix = k == WEFT_TK_MATRIX || k == WEFT_TK_EXPERTS;
+            d->kind = matrix ? GEN_WEIGHT : k == WEFT_TK_NORM ? GEN_NORM : GEN_BIAS;
+            d->type = matrix && id != WEFT_T_FFN_GATE_INP ? WEFT_TYPE_F16 : WEFT_TYPE_F32;
+            d->ne[0] = s->ne0;
+            d->ne[1] = s->ne1 > 0 ? s->ne1 : 1;
+            d->ne[2] = s->ne2 > 0 ? s->ne2 : 1;
+            d->n_dims = s->ne2 > 0 ? 3 : matrix || d->ne[1] > 1 ? 2 : 1;
+            d->size = gen_size(d);
+        }
+    }
+    *out = t;
+    *n_out = n;
+    return WEFT_OK;
+}
+
+weft_status weft_gen_validate(const struct weft_gen_params *given)
+{
+    struct weft_gen_params rp;
+    const struct weft_gen_params *p = &rp;
+    gen_resolve(given, &rp);
+    const bool mla = gen_arch_is(p, "deepseek2");
     const struct { const char *name; uint32_t v; } dims[] = {
         {"n_embd", p->n_embd}, {"n_layer", p->n_layer}, {"n_head", p->n_head},
         {"n_head_kv", p->n_head_kv}, {"n_ff", p->n_ff}, {"n_ctx", p->n_ctx},
@@ -292,7 +457,8 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
     if (!p->head_dim && p->n_embd % p->n_head)
         return weft_error(WEFT_ERR_INVALID_ARG, "n_head %" PRIu32 " does not divide n_embd %" PRIu32,
                           p->n_head, p->n_embd);
-    if (p->head_dim > 512) return weft_error(WEFT_ERR_INVALID_ARG, "head_dim %" PRIu32 " > 512", p->head_dim);
+    /* deepseek2's key_length is the latent cache's row, not a head's */
+    if (p->head_dim > 512 && !mla) return weft_error(WEFT_ERR_INVALID_ARG, "head_dim %" PRIu32 " > 512", p->head_dim);
     if (p->head_dim_v > 512 || p->head_dim_v % 2)
         return weft_error(WEFT_ERR_INVALID_ARG, "head_dim_v %" PRIu32 " is not an even number up to 512", p->head_dim_v);
     if (p->n_head % p->n_head_kv)
@@ -300,6 +466,44 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
                           p->n_head_kv, p->n_head);
     uint32_t hd = gen_head_dim(p);
     if (hd % 2) return weft_error(WEFT_ERR_INVALID_ARG, "head dim %" PRIu32 " is odd (RoPE rotates pairs)", hd);
+    if (p->n_rot == 0 || p->n_rot % 2 || p->n_rot > hd)
+        return weft_error(WEFT_ERR_INVALID_ARG, "rope dims %" PRIu32 " must be even and in [2, head dim %" PRIu32 "]",
+                          p->n_rot, hd);
+    /* experts */
+    if (p->n_expert) {
+        if (!weft_family_find(gen_arch(p))->experts)
+            return weft_error(WEFT_ERR_INVALID_ARG, "family '%s' has no experts (llama, qwen3moe, gpt-oss and "
+                              "deepseek2 do)", gen_arch(p));
+        if (p->n_expert > WEFT_MAX_EXPERTS || p->n_expert_used < 1 || p->n_expert_used > p->n_expert)
+            return weft_error(WEFT_ERR_INVALID_ARG, "%" PRIu32 " experts, %" PRIu32 " used: need 1 <= used <= "
+                              "experts <= %d", p->n_expert, p->n_expert_used, WEFT_MAX_EXPERTS);
+        if (p->n_ff_exp > GEN_MAX_DIM)
+            return weft_error(WEFT_ERR_INVALID_ARG, "expert ff %" PRIu32 " > %u", p->n_ff_exp, GEN_MAX_DIM);
+    } else if (p->n_expert_used || p->n_ff_exp || p->n_expert_shared) {
+        return weft_error(WEFT_ERR_INVALID_ARG, "experts used / expert ff / shared experts without experts");
+    }
+    if (!mla && (p->n_expert_shared || p->n_dense_lead || p->expert_gating || p->expert_weights_scale != 0.0f ||
+                 p->expert_weights_norm || p->q_lora_rank || p->kv_lora_rank || p->mla_qk || p->mla_v))
+        return weft_error(WEFT_ERR_INVALID_ARG, "shared experts, dense leading layers, gating, expert weights "
+                          "and MLA ranks are deepseek2's (arch %s)", gen_arch(p));
+    if (mla) {
+        if (p->kv_lora_rank == 0 || p->kv_lora_rank > GEN_MAX_DIM || p->q_lora_rank > GEN_MAX_DIM ||
+            p->mla_v == 0 || p->mla_v > GEN_MAX_DIM || p->mla_qk <= p->n_rot || p->mla_qk > GEN_MAX_DIM)
+            return weft_error(WEFT_ERR_INVALID_ARG, "MLA: kv_lora_rank %" PRIu32 ", q_lora_rank %" PRIu32
+                              ", key_length_mla %" PRIu32 " (> rope dims %" PRIu32 "), value_length_mla %" PRIu32
+                              " out of range", p->kv_lora_rank, p->q_lora_rank, p->mla_qk, p->n_rot, p->mla_v);
+        if (p->head_dim != p->n_rot + p->kv_lora_rank || p->head_dim_v != p->kv_lora_rank)
+            return weft_error(WEFT_ERR_INVALID_ARG, "deepseek2: head dims %" PRIu32 "/%" PRIu32 " must be rope dims + "
+                              "kv_lora_rank (%" PRIu32 ") / kv_lora_rank (%" PRIu32 ")", p->head_dim, p->head_dim_v,
+                              p->n_rot + p->kv_lora_rank, p->kv_lora_rank);
+        if (p->expert_gating > 2)
+            return weft_error(WEFT_ERR_INVALID_ARG, "expert gating %" PRIu32 " (1 softmax, 2 sigmoid)", p->expert_gating);
+        if (!(p->expert_weights_scale >= 0.0f && p->expert_weights_scale < 1e4f))
+            return weft_error(WEFT_ERR_INVALID_ARG, "expert weights scale %g must be in [0, 1e4)",
+                              (double)p->expert_weights_scale);
+    }
+    if (gen_arch_is(p, "gpt-oss") && p->n_swa > GEN_MAX_DIM)
+        return weft_error(WEFT_ERR_INVALID_ARG, "sliding window %" PRIu32 " > %u", p->n_swa, GEN_MAX_DIM);
     if (!p->vocab_from) {
         weft_status st = check_n_vocab(p->n_vocab, true);
         if (st) return st;
@@ -310,25 +514,28 @@ weft_status weft_gen_validate(const struct weft_gen_params *p)
                           "(use F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, "
                           "IQ4_NL, IQ4_XS, MXFP4, Q4_K_M, Q5_K_M or MXFP4_MOE)",
                           weft_type_name(p->type), p->mixed ? " (mixed)" : "");
-    /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
-     * but every row must fit the fallback (a mix's other types, Q5_K/Q6_K/Q8_0/
-     * MXFP4, then fit as well: they need rows of 32) */
-    uint32_t rows[4] = {p->n_embd, p->n_ff, gen_head_dim(p) * p->n_head, gen_head_dim_v(p) * p->n_head};
-    for (int i = 0; i < 4; i++) {
-        enum weft_type t = weft_gen_row_type(p->type, rows[i]);
-        uint32_t bs = weft_type_get(t)->block_size;
-        if (rows[i] % bs)
-            return weft_error(WEFT_ERR_INVALID_ARG, "%s %" PRIu32 " is not a multiple of %s's block size %" PRIu32,
-                              i == 3 ? "n_head x head_dim_v" : i == 2 ? "n_head x head_dim" : i ? "n_ff" : "n_embd",
-                              rows[i], weft_type_name(t), bs);
-    }
     if (!(p->rope_freq_base > 0.0f) || !isfinite(p->rope_freq_base))
         return weft_error(WEFT_ERR_INVALID_ARG, "rope freq base %g must be positive", (double)p->rope_freq_base);
     if (!(p->rms_eps > 0.0f) || !(p->rms_eps < 1.0f))
         return weft_error(WEFT_ERR_INVALID_ARG, "rms eps %g must be in (0, 1)", (double)p->rms_eps);
     if (!(p->scale > 0.0f) || !(p->scale < 1e4f))
         return weft_error(WEFT_ERR_INVALID_ARG, "scale %g must be in (0, 1e4)", (double)p->scale);
-    return WEFT_OK;
+    /* rows that do not fit a K-quant's 256-block fall back (weft_gen_row_type),
+     * but every quantized tensor's rows must fit the fallback (a mix's other
+     * types, Q5_K/Q6_K/Q8_0/MXFP4, then fit as well: they need rows of 32) */
+    struct gen_tensor *t = NULL;
+    size_t n = 0;
+    weft_status st = gen_list(p, p->n_vocab ? p->n_vocab : 1, &t, &n);
+    for (size_t i = 0; i < n && !st; i++) {
+        if (t[i].type != WEFT_TYPE_F16) continue; /* F32: not quantized */
+        enum weft_type ty = weft_gen_row_type(p->type, (uint32_t)t[i].ne[0]);
+        uint32_t bs = weft_type_get(ty)->block_size;
+        if (t[i].ne[0] % bs)
+            st = weft_error(WEFT_ERR_INVALID_ARG, "%s: rows of %" PRId64 " are not a multiple of %s's block size %"
+                            PRIu32, t[i].name, t[i].ne[0], weft_type_name(ty), bs);
+    }
+    free(t);
+    return st;
 }
 
 /* ---- vocabulary ---- */
@@ -405,69 +612,45 @@ static weft_status gen_vocab_build(struct gen_vocab *v, uint32_t n)
 
 /* ---- the model ---- */
 
-struct gen_tensor {
-    char name[96];
-    enum weft_type type;
-    uint32_t n_dims;
-    int64_t ne[2];
-    bool is_norm;
-    size_t size;
-    void *data;
-};
-
-static void add_desc(struct gen_tensor *t, size_t *n, const char *name, enum weft_type type,
-                     int64_t ne0, int64_t ne1, bool is_norm)
-{
-    struct gen_tensor *d = &t[(*n)++];
-    snprintf(d->name, sizeof d->name, "%s", name);
-    d->type = is_norm ? WEFT_TYPE_F32 : type;
-    d->n_dims = is_norm ? 1 : 2;
-    d->ne[0] = ne0;
-    d->ne[1] = is_norm ? 1 : ne1;
-    d->is_norm = is_norm;
-    d->size = weft_row_size(d->type, ne0) * (size_t)d->ne[1];
-}
-
 /* Every matrix's type as `weft quantize` would choose it for an F16 model of
  * this shape (the target type, the row-size fallback, a mix's choices). */
-static weft_status choose_types(const struct weft_gen_params *p, struct gen_tensor *t, size_t n)
+static weft_status choose_types(const struct weft_gen_params *r, struct gen_tensor *t, size_t n)
 {
     struct weft_qtensor *q = calloc(n ? n : 1, sizeof *q);
     if (!q) return weft_error(WEFT_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         q[i] = (struct weft_qtensor){.name = t[i].name, .type = t[i].type, .n_dims = t[i].n_dims,
-                                     .ne = {t[i].ne[0], t[i].ne[1], 1, 1}};
-    struct weft_qmodel m = {.arch = gen_arch(p), .n_layer = p->n_layer, .n_head = p->n_head,
-                            .n_head_kv = p->n_head_kv};
-    weft_status st = weft_qtarget_choose((struct weft_qtarget){p->type, p->mixed}, &m, q, n);
+                                     .ne = {t[i].ne[0], t[i].ne[1], t[i].ne[2], 1}};
+    struct weft_qmodel m = {.arch = gen_arch(r), .n_layer = r->n_layer, .n_expert = r->n_expert,
+                            .n_head = r->n_head, .n_head_kv = r->n_head_kv};
+    weft_status st = weft_qtarget_choose((struct weft_qtarget){r->type, r->mixed}, &m, q, n);
     for (size_t i = 0; i < n && !st; i++) {
         t[i].type = q[i].out;
-        t[i].size = weft_row_size(t[i].type, t[i].ne[0]) * (size_t)t[i].ne[1];
+        t[i].size = gen_size(&t[i]);
     }
     free(q);
     return st;
 }
 
 /* Fill t->data. Weights: std = scale/sqrt(row length) (the matmul fan-in);
- * norms: 1 + 0.02 N(0,1). */
+ * norms: 1 + 0.02 N(0,1); biases, sinks and the other vectors: 0.1 N(0,1). */
 static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, float *row)
 {
     uint64_t rng = stream_seed(seed, t->name);
-    int64_t n = t->ne[0];
-    if (t->is_norm) {
-        /* norms near 1; biases (".bias") near 0 */
-        bool bias = strstr(t->name, ".bias") != NULL;
+    int64_t n = t->ne[0], rows = t->ne[1] * t->ne[2];
+    if (t->kind != GEN_WEIGHT) {
+        bool norm = t->kind == GEN_NORM;
         float *dst = t->data;
-        for (int64_t i = 0; i < n; i++) dst[i] = (bias ? 0.0f : 1.0f) + (bias ? 0.1f : 0.02f) * rand_normal(&rng);
+        for (int64_t i = 0; i < n * rows; i++) dst[i] = (norm ? 1.0f : 0.0f) + (norm ? 0.02f : 0.1f) * rand_normal(&rng);
         return WEFT_OK;
     }
     float std = scale / sqrtf((float)n);
     if (is_k_quant(t->type)) {
-        gen_k_blocks(t->type, t->data, n / WEFT_QK_K * t->ne[1], std, &rng);
+        gen_k_blocks(t->type, t->data, n / WEFT_QK_K * rows, std, &rng);
         return WEFT_OK;
     }
     size_t rs = weft_row_size(t->type, n);
-    for (int64_t r = 0; r < t->ne[1]; r++) {
+    for (int64_t r = 0; r < rows; r++) {
         for (int64_t i = 0; i < n; i++) row[i] = std * rand_normal(&rng);
         if (!weft_quantize_row(t->type, row, (unsigned char *)t->data + (size_t)r * rs, n))
             return weft_error(WEFT_ERR_UNSUPPORTED, "no quantizer for %s", weft_type_name(t->type));
@@ -566,20 +749,48 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
     SET(weft_gguf_writer_set_u32(w, KEY("context_length"), p->n_ctx));
     SET(weft_gguf_writer_set_u32(w, KEY("embedding_length"), p->n_embd));
     SET(weft_gguf_writer_set_u32(w, KEY("block_count"), p->n_layer));
-    SET(weft_gguf_writer_set_u32(w, KEY("feed_forward_length"), p->n_ff));
+    SET(weft_gguf_writer_set_u32(w, KEY("feed_forward_length"), gen_ff_key(p)));
     SET(weft_gguf_writer_set_u32(w, KEY("attention.head_count"), p->n_head));
     SET(weft_gguf_writer_set_u32(w, KEY("attention.head_count_kv"), p->n_head_kv));
     SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base));
     SET(weft_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
-    if (p->head_dim || p->head_dim_v) {
+    /* the MoE families' converters write the head sizes whatever they are */
+    if (p->head_dim || p->head_dim_v || gen_moe_family(p)) {
         SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length"), gen_head_dim(p)));
         SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), gen_head_dim_v(p)));
     }
-    SET(weft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), gen_head_dim(p)));
+    SET(weft_gguf_writer_set_u32(w, KEY("rope.dimension_count"), p->n_rot));
     if (!strcmp(a, "gemma3")) {
         SET(weft_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->n_swa ? p->n_swa : 1024));
         SET(weft_gguf_writer_set_u32(w, KEY("attention.sliding_window_pattern"), p->swa_pattern ? p->swa_pattern : 6));
         SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base_swa"), 10000.0f));
+    }
+    if (!strcmp(a, "gpt-oss")) {
+        /* gpt-oss's window (even layers) and its YaRN: x32 over 4096 positions */
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.sliding_window"), p->n_swa));
+        SET(weft_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn"));
+        SET(weft_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), 32.0f));
+        SET(weft_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), 4096));
+    }
+    if (!strcmp(a, "deepseek2")) {
+        SET(weft_gguf_writer_set_u32(w, KEY("leading_dense_block_count"), p->n_dense_lead));
+        if (p->q_lora_rank) SET(weft_gguf_writer_set_u32(w, KEY("attention.q_lora_rank"), p->q_lora_rank));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), p->kv_lora_rank));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), p->mla_qk));
+        SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), p->mla_v));
+    }
+    if (p->n_expert) {
+        if (strcmp(a, "llama") != 0)  /* Mixtral: feed_forward_length is the expert's */
+            SET(weft_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), p->n_ff_exp));
+        SET(weft_gguf_writer_set_u32(w, KEY("expert_count"), p->n_expert));
+        SET(weft_gguf_writer_set_u32(w, KEY("expert_used_count"), p->n_expert_used));
+        if (!strcmp(a, "deepseek2")) {
+            SET(weft_gguf_writer_set_u32(w, KEY("expert_shared_count"), p->n_expert_shared));
+            SET(weft_gguf_writer_set_f32(w, KEY("expert_weights_scale"),
+                                         p->expert_weights_scale > 0.0f ? p->expert_weights_scale : 1.0f));
+            SET(weft_gguf_writer_set_bool(w, KEY("expert_weights_norm"), p->expert_weights_norm));
+            SET(weft_gguf_writer_set_u32(w, KEY("expert_gating_func"), p->expert_gating));
+        }
     }
     SET(weft_gguf_writer_set_u32(w, KEY("vocab_size"), n_vocab));
 #undef KEY
@@ -615,15 +826,19 @@ static void dir_of(const char *path, char *dir, size_t cap)
     else snprintf(dir, cap, "%.*s", (int)(slash - path), path);
 }
 
-weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path)
+weft_status weft_gen_model(const struct weft_gen_params *given, const char *out_path)
 {
-    weft_status st = weft_gen_validate(p);
+    weft_status st = weft_gen_validate(given);
     if (st) return st;
+    struct weft_gen_params rp;
+    const struct weft_gen_params *p = &rp;
+    gen_resolve(given, &rp);
 
     struct weft_gguf_writer *w = NULL;
     struct gen_tensor *tensors = NULL;
     struct weft_scratch scratch = {0};
     uint32_t n_vocab = p->n_vocab;
+    size_t n = 0;
 
     if ((st = weft_gguf_writer_init(&w))) goto out;
     /* general.* and llama.* first (llama.cpp's order), then the vocab */
@@ -638,44 +853,20 @@ weft_status weft_gen_model(const struct weft_gen_params *p, const char *out_path
         goto out;
     }
 
-    /* shapes: ne[0] is the row (input) length, as in llama.cpp; names and
-     * shapes from the family's tensor table (core/arch/) */
-    const struct weft_family *fam = weft_family_find(gen_arch(p));
-    struct weft_hparams hp = {.n_vocab = n_vocab, .n_embd = p->n_embd, .n_layer = p->n_layer, .n_head = p->n_head,
-                              .n_head_kv = p->n_head_kv, .n_ff = p->n_ff, .head_dim = gen_head_dim(p)};
-    hp.head_dim_v = gen_head_dim_v(p);
-    size_t n_max = 3 + WEFT_T_COUNT_ * (size_t)(p->n_layer + 1), n = 0;
-    tensors = calloc(n_max, sizeof *tensors);
-    if (!tensors) { st = weft_error(WEFT_ERR_NOMEM, "out of memory"); goto out; }
-    struct weft_tensor_spec spec[WEFT_T_COUNT_];
-    /* token_embd first, the layers, then the rest of the model's own (llama.cpp's order) */
-    for (uint32_t l = 0; l <= p->n_layer + 1; l++) {
-        uint32_t at = l == 0 || l == p->n_layer + 1 ? WEFT_GLOBAL_TENSORS : l - 1;
-        memset(spec, 0, sizeof spec);
-        fam->tensors(&hp, at, spec);
-        for (int id = 0; id < WEFT_T_COUNT_; id++) {
-            if (spec[id].use == WEFT_USE_NONE || (at == WEFT_GLOBAL_TENSORS && (id == WEFT_T_TOKEN_EMBD) != (l == 0)))
-                continue;
-            if (id == WEFT_T_OUTPUT && p->tied_output) continue;
-            /* the optional extras (RoPE factors, ...) are not generated */
-            if (spec[id].use == WEFT_USE_OPTIONAL && id != WEFT_T_OUTPUT) continue;
-            char nm[96];
-            weft_tensor_name((enum weft_tensor_id)id, at, nm, sizeof nm);
-            bool vec = weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_MATRIX;
-            add_desc(tensors, &n, nm, WEFT_TYPE_F16, spec[id].ne0, spec[id].ne1, vec);
-        }
-    }
+    /* shapes: ne[0] is the row (input) length, as in llama.cpp */
+    if ((st = gen_list(p, n_vocab, &tensors, &n))) goto out;
     if ((st = choose_types(p, tensors, n))) goto out;
 
     size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += (tensors[i].size + 63) & ~(size_t)63;
+    uint32_t widest = 1;
+    for (size_t i = 0; i < n; i++) {
+        total += (tensors[i].size + 63) & ~(size_t)63;
+        if (tensors[i].ne[0] > widest) widest = (uint32_t)tensors[i].ne[0];
+    }
     char dir[4096];
     dir_of(out_path, dir, sizeof dir);
     if ((st = weft_scratch_init(&scratch, total, dir))) goto out;
     for (size_t i = 0; i < n; i++) tensors[i].data = weft_scratch_take(&scratch, tensors[i].size);
-    uint32_t widest = p->n_embd > p->n_ff ? p->n_embd : p->n_ff;
-    if (gen_head_dim(p) * p->n_head > widest) widest = gen_head_dim(p) * p->n_head;
-    if (gen_head_dim_v(p) * p->n_head > widest) widest = gen_head_dim_v(p) * p->n_head;
     if ((st = fill_parallel(tensors, n, p, widest))) goto out;
     for (size_t i = 0; i < n; i++) {
         struct gen_tensor *t = &tensors[i];
@@ -695,18 +886,37 @@ out:
 static void gen_usage(FILE *f)
 {
     fprintf(f,
-            "usage: weft gen -o OUT [--preset tiny|smollm2-135m|llama3-8b|qwen2.5-7b|qwen3-0.6b|\n"
-            "                qwen3-8b|phi4-mini|gemma3-4b]\n"
-            "                [--arch llama|qwen2|qwen3|phi3|gemma3] [--head-dim N] [--head-dim-v N] [--swa N]\n"
-            "                [--swa-pattern N] [--type F16]\n"
+            "usage: weft gen -o OUT [--preset NAME] [--arch FAMILY] [--type F16]\n"
             "                [--embd N] [--layers N] [--heads N] [--kv-heads N] [--ff N]\n"
             "                [--vocab N] [--ctx N] [--rope-base F] [--rms-eps F] [--tied|--untied]\n"
+            "                [--head-dim N] [--head-dim-v N] [--rope-dims N] [--swa N] [--swa-pattern N]\n"
+            "                [--experts N] [--experts-used K] [--expert-ff F] [--shared-experts N]\n"
+            "                [--dense-lead N] [--gating softmax|sigmoid] [--weights-scale F] [--weights-norm]\n"
+            "                [--q-lora N] [--kv-lora N] [--mla-qk N] [--mla-v N]\n"
             "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
-            "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\nEvery 2-D tensor is in\n"
-            "--type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS\n"
-            "MXFP4), or llama.cpp's mix Q4_K_M, Q5_K_M or MXFP4_MOE (per-tensor types as weft quantize\n"
-            "chooses them); norms are F32.\n"
-            "--vocab-from copies the tokenizer.* keys (and vocab size) of another GGUF.\n");
+            "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\n"
+            "--arch: llama qwen2 qwen3 qwen3moe gpt-oss deepseek2 phi3 gemma3.\n"
+            "--preset: tiny (n_embd 256, 2 layers, vocab 512; with --arch any family: a tiny one of it),\n"
+            "  smollm2-135m llama3-8b qwen2.5-7b qwen3-0.6b qwen3-8b phi4-mini gemma3-4b (those shapes), and\n"
+            "  mixtures of experts:\n"
+            "  tiny-moe          qwen3moe, tiny's shape, 8 experts top 2 of 256 rows\n"
+            "  mixtral-8x7b      llama with experts: 4096/32 layers/32 heads/8 kv, 8 experts top 2 of 14336\n"
+            "  olmoe-1b-7b       (as qwen3moe) 2048/16/16/16, head_dim 128, 64 experts top 8 of 1024, vocab 50304\n"
+            "  qwen3-30b-a3b     qwen3moe 2048/48/32/4, head_dim 128, 128 experts top 8 of 768, vocab 151936\n"
+            "  qwen3-30b-a3b-l8  the same with 8 layers (Q4_K_M: 3.2 GiB, for benchmarks)\n"
+            "  gpt-oss-20b       gpt-oss 2880/24/64/8, head_dim 64, 32 experts top 4 of 2880, window 128\n"
+            "  deepseek-v2-lite  deepseek2 2048/27/16 heads, MLA kv_lora 512, rope 64, qk_nope 128, v 128,\n"
+            "                    1 dense layer (ff 10944), 64 experts top 6 of 1408 + 2 shared, vocab 102400\n"
+            "Experts: --experts N (qwen3moe, gpt-oss, deepseek2: 8 unless given; llama: Mixtral's layout),\n"
+            "--experts-used K (default 2), --expert-ff F (an expert's rows; default --ff). deepseek2 also:\n"
+            "--shared-experts, --dense-lead (leading dense layers, --ff wide), --gating (sigmoid adds\n"
+            "exp_probs_b), --weights-scale, --weights-norm, and MLA's --q-lora (0: plain attn_q), --kv-lora,\n"
+            "--rope-dims, --mla-qk (key_length_mla), --mla-v (value_length_mla); by default, per head\n"
+            "b = embd/heads: kv-lora 4b, rope b/2, mla-qk b + rope, mla-v b. gpt-oss: --swa (default 128).\n"
+            "Every matrix is in --type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
+            "IQ4_NL IQ4_XS MXFP4), or llama.cpp's mix Q4_K_M, Q5_K_M or MXFP4_MOE (per-tensor types as weft\n"
+            "quantize chooses them; MXFP4_MOE: experts MXFP4, the rest Q8_0); norms, biases, sinks and\n"
+            "routers are F32. --vocab-from copies the tokenizer.* keys (and vocab size) of another GGUF.\n");
 }
 
 static bool parse_u32(const char *s, uint32_t *out)
@@ -784,6 +994,22 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--head-dim-v") == 0) ok = parse_u32(v, &p.head_dim_v);
         else if (strcmp(a, "--swa") == 0) ok = parse_u32(v, &p.n_swa);
         else if (strcmp(a, "--swa-pattern") == 0) ok = parse_u32(v, &p.swa_pattern);
+        else if (strcmp(a, "--rope-dims") == 0) ok = parse_u32(v, &p.n_rot);
+        else if (strcmp(a, "--experts") == 0) ok = parse_u32(v, &p.n_expert);
+        else if (strcmp(a, "--experts-used") == 0) ok = parse_u32(v, &p.n_expert_used);
+        else if (strcmp(a, "--expert-ff") == 0) ok = parse_u32(v, &p.n_ff_exp);
+        else if (strcmp(a, "--shared-experts") == 0) ok = parse_u32(v, &p.n_expert_shared);
+        else if (strcmp(a, "--dense-lead") == 0) ok = parse_u32(v, &p.n_dense_lead);
+        else if (strcmp(a, "--gating") == 0) {
+            ok = v && (!strcmp(v, "softmax") || !strcmp(v, "sigmoid"));
+            if (ok) p.expert_gating = !strcmp(v, "softmax") ? 1 : 2;
+        }
+        else if (strcmp(a, "--weights-scale") == 0) ok = parse_f32(v, &p.expert_weights_scale);
+        else if (strcmp(a, "--weights-norm") == 0) { p.expert_weights_norm = true; takes = false; }
+        else if (strcmp(a, "--q-lora") == 0) ok = parse_u32(v, &p.q_lora_rank);
+        else if (strcmp(a, "--kv-lora") == 0) ok = parse_u32(v, &p.kv_lora_rank);
+        else if (strcmp(a, "--mla-qk") == 0) ok = parse_u32(v, &p.mla_qk);
+        else if (strcmp(a, "--mla-v") == 0) ok = parse_u32(v, &p.mla_v);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
         else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
         else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }
@@ -813,10 +1039,15 @@ int weft_cmd_gen(int argc, char **argv)
         fprintf(stderr, "weft: gen: %s\n", *weft_last_error() ? weft_last_error() : weft_status_str(st));
         return 1;
     }
+    struct weft_gen_params r; /* with the family's defaults, as written */
+    gen_resolve(&p, &r);
     printf("wrote %s: %s, n_embd %" PRIu32 ", %" PRIu32 " layers, %" PRIu32 "/%" PRIu32 " heads, n_ff %" PRIu32
            ", %s, seed %" PRIu64 "%s\n",
-           out, gen_arch(&p), p.n_embd, p.n_layer, p.n_head, p.n_head_kv, p.n_ff,
-           weft_qtarget_name((struct weft_qtarget){p.type, p.mixed}), p.seed,
-           p.tied_output ? ", tied output" : "");
+           out, gen_arch(&r), r.n_embd, r.n_layer, r.n_head, r.n_head_kv, gen_ff_key(&r),
+           weft_qtarget_name((struct weft_qtarget){r.type, r.mixed}), r.seed,
+           r.tied_output ? ", tied output" : "");
+    if (r.n_expert)
+        printf("  experts: %" PRIu32 " of %" PRIu32 " per token, %" PRIu32 " rows each, %" PRIu32 " shared\n",
+               r.n_expert_used, r.n_expert, r.n_ff_exp, r.n_expert_shared);
     return 0;
 }

@@ -1,7 +1,9 @@
-/* Random-weight Llama GGUF generator (`weft gen`).
+/* Random-weight GGUF generator (`weft gen`).
  *
- * Writes a model llama.cpp's "llama" architecture would load: the same tensor
- * names, shapes and hyperparameter keys, weights drawn deterministically from
+ * Writes a model of a family weft runs (core/arch/: llama, with or without
+ * experts, qwen2, qwen3, qwen3moe, gpt-oss, deepseek2, phi3, gemma3) as
+ * llama.cpp's converter would: the same tensor names, shapes (experts and
+ * MLA's per-head matrices 3-D) and hyperparameter keys, weights drawn deterministically from
  * `seed`, and either a generated SentencePiece-style vocabulary or the
  * tokenizer.* keys copied from another GGUF. Used by tests to make models of
  * any shape and type without shipping files. */
@@ -17,7 +19,8 @@
 struct weft_gen_params {
     uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_vocab, n_ctx;
     float rope_freq_base, rms_eps;
-    enum weft_type type;     /* every 2-D tensor; norms are always F32 */
+    enum weft_type type;     /* every matrix and expert tensor; norms, biases, sinks and
+                                routers are always F32 */
     bool tied_output;        /* no output.weight: token_embd doubles as lm_head */
     uint64_t seed;
     const char *vocab_from;  /* GGUF to copy tokenizer.* keys from (n_vocab then
@@ -31,23 +34,62 @@ struct weft_gen_params {
     uint32_t head_dim_v;     /* 0: head_dim; else V's head dim (attention.value_length),
                                 K's written too */
     uint32_t n_swa, swa_pattern;  /* gemma3: attention.sliding_window (0: 1024) and
-                                     sliding_window_pattern (0: 6) */
+                                     sliding_window_pattern (0: 6); gpt-oss: its
+                                     sliding_window (0: 128; the pattern is fixed, 2) */
     bool mixed;              /* type is the default of llama.cpp's mix (Q4_K: Q4_K_M,
                                 Q5_K: Q5_K_M, MXFP4: MXFP4_MOE): per-tensor types as
                                 llama-quantize chooses them (weft_qtarget_choose) */
+    /* A mixture of experts in place of the dense FFN: the router ffn_gate_inp
+     * (F32, as llama.cpp writes it) and ffn_{gate,up,down}_exps, 3-D tensors
+     * [row, rows, n_expert] quantized like the matrices (MXFP4_MOE: MXFP4). */
+    uint32_t n_expert;       /* expert_count; 0: dense (llama), 8 (qwen3moe, gpt-oss, deepseek2) */
+    uint32_t n_expert_used;  /* expert_used_count; 0: min(2, n_expert) */
+    uint32_t n_ff_exp;       /* an expert's rows (expert_feed_forward_length); 0: n_ff. llama
+                                (Mixtral) has no such key: its feed_forward_length is written */
+    uint32_t n_expert_shared;   /* deepseek2: expert_shared_count (ffn_*_shexp, n_ff_exp each) */
+    uint32_t n_dense_lead;      /* deepseek2: leading_dense_block_count (their FFN: n_ff) */
+    uint32_t expert_gating;     /* deepseek2: expert_gating_func, 1 softmax (0 too), 2 sigmoid
+                                   (then with exp_probs_b, as DeepSeek V3) */
+    float expert_weights_scale; /* deepseek2: expert_weights_scale; 0: 1 */
+    bool expert_weights_norm;   /* deepseek2: expert_weights_norm */
+    /* deepseek2's multi-head latent attention, per head b = n_embd / n_head
+     * (0s: the default in brackets): q_lora_rank (0: a plain attn_q),
+     * kv_lora_rank [4b], n_rot (rope.dimension_count) [b/2, even], mla_qk
+     * (key_length_mla) [b + n_rot], mla_v (value_length_mla) [b]. The file's
+     * key_length is then n_rot + kv_lora_rank, value_length kv_lora_rank and
+     * head_count_kv 1 (the latent cache; n_head_kv is not used, head_dim and
+     * head_dim_v must be 0 or those). Other families: n_rot is rope.dimension_count (0: the
+     * head dim). */
+    uint32_t q_lora_rank, kv_lora_rank, n_rot, mla_qk, mla_v;
 };
 
 /* Fill *p with a preset: "tiny" (n_embd 256, 2 layers, vocab 512: small enough
- * for tests, valid for every type incl. K-quants), "smollm2-135m" (the
+ * for tests, valid for every type incl. K-quants; with arch set to any family,
+ * and n_expert for llama, a tiny model of it), "smollm2-135m" (the
  * SmolLM2-135M shape: 576/30/9/3/1536/49152, tied), "llama3-8b", "qwen2.5-7b",
  * "qwen3-0.6b", "qwen3-8b", "phi4-mini", "gemma3-4b" (those models' shapes,
- * family and rope bases). Type F16, seed 1, scale 1.
+ * family and rope bases), and mixtures of experts:
+ *   "tiny-moe"          qwen3moe, tiny's shape, 8 experts top 2 of 256 rows
+ *   "mixtral-8x7b"      llama with experts: 4096/32/32/8, 8 experts top 2 of 14336, vocab 32000
+ *   "olmoe-1b-7b"       OLMoE's shape as a qwen3moe: 2048/16/16/16, head_dim 128,
+ *                       64 experts top 8 of 1024, vocab 50304
+ *   "qwen3-30b-a3b"     qwen3moe: 2048/48/32/4, head_dim 128, 128 experts top 8 of 768,
+ *                       vocab 151936; "qwen3-30b-a3b-l8" the same with 8 layers
+ *                       (Q4_K_M: 3.2 GiB, for benchmarks)
+ *   "gpt-oss-20b"       gpt-oss: 2880/24/64/8, head_dim 64, 32 experts top 4 of 2880,
+ *                       sliding window 128, YaRN x32, vocab 201088
+ *   "deepseek-v2-lite"  deepseek2: 2048/27/16 heads, MLA (q_lora 0, kv_lora 512, rope 64,
+ *                       qk_nope 128, v 128), 1 dense layer of 10944, then 64 experts top 6
+ *                       of 1408 + 2 shared, softmax gating, vocab 102400
+ * Type F16, seed 1, scale 1.
  * Returns WEFT_ERR_INVALID_ARG for an unknown name (p is then untouched). */
 weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset);
 
 /* Check params without writing anything: positive sizes, n_head | n_embd,
- * n_head_kv | n_head, even head dim, a weight type we can generate, n_embd and
- * n_ff multiples of its block size, room for the generated vocab, sane floats.
+ * n_head_kv | n_head, even head dim, a weight type we can generate, every
+ * quantized tensor's rows a multiple of its type's block size (after the
+ * fallback), room for the generated vocab, sane floats, the experts (at most
+ * 512, 1 <= used <= count) and MLA's sizes.
  * WEFT_ERR_INVALID_ARG with a message naming the problem. vocab_from is not
  * opened here. */
 weft_status weft_gen_validate(const struct weft_gen_params *p);
