@@ -15,12 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One device's share of a step: its buffers and its run of the op list. With
- * a split model, part p runs ops [op_begin, op_end) after part p-1 handed it
- * the residual stream x. */
+/* One device's buffers. A step's op list is a sequence of segments, each run
+ * on one part's device after the segment before handed it the residual stream
+ * x: with a split model the parts' layers one after another; with experts
+ * placed apart (the model's xpart, the last fw part) each mixture layer's FFN
+ * a segment of its own. */
 struct fw_part {
     struct weft_backend *be;
     struct weft_buffer *act, *meta;
+};
+struct fw_seg {
+    uint32_t part;
     size_t op_begin, op_end;
 };
 
@@ -29,8 +34,12 @@ struct weft_forward {
     struct weft_kv_pool *kv;
     struct weft_backend *be;       /* the last part's: it computes the logits */
     uint32_t max_rows, max_seqs, max_blocks;
-    struct fw_part parts[WEFT_MAX_PARTS];
+    struct fw_part parts[WEFT_MAX_PARTS + 1];
     uint32_t n_parts, cur;         /* cur: the part ops are being added for */
+    uint32_t xpart;                /* the experts' part (n_parts - 1) when placed apart, else UINT32_MAX */
+    struct fw_seg *segs;
+    uint32_t n_segs, cap_segs, cur_layer;
+    uint32_t cur_nseq, cur_btn;    /* the step's batch shape, for begin_seg */
     struct weft_buffer *act, *logits_buf;   /* act: the current part's */
     float *x_host;                 /* the residual stream crossing devices */
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
@@ -104,8 +113,11 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     if (!fw) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
     const struct weft_hparams *hp = &m->hp;
     fw->m = m; fw->kv = kv;
-    fw->n_parts = m->n_parts;
+    fw->n_parts = m->n_parts + (m->has_xpart ? 1 : 0);
+    fw->xpart = m->has_xpart ? m->n_parts : UINT32_MAX;
     fw->be = m->parts[m->n_parts - 1].be;
+    fw->cap_segs = 2 * hp->n_layer + 4;
+    fw->segs = calloc(fw->cap_segs, sizeof *fw->segs);
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
         if (weft_kv_layer_view(kv, l).buf == NULL || kv->n_layer != m->hp.n_layer) {
             free(fw);
@@ -173,13 +185,13 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
         st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
         goto err;
     }
-    if (m->n_parts > 1 && !(fw->x_host = malloc(R * hp->n_embd * f))) {
+    if (!fw->segs || (fw->n_parts > 1 && !(fw->x_host = malloc(R * hp->n_embd * f)))) {
         st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
         goto err;
     }
-    for (uint32_t p = 0; p < m->n_parts; p++) {
+    for (uint32_t p = 0; p < fw->n_parts; p++) {
         struct fw_part *fp = &fw->parts[p];
-        fp->be = m->parts[p].be;
+        fp->be = p == fw->xpart ? m->xpart.be : m->parts[p].be;
         const struct weft_backend_iface *bi = fp->be->iface;
         if ((st = bi->buffer_alloc(fp->be, act_bytes, &fp->act)) != WEFT_OK) goto err;
         if ((st = bi->buffer_alloc(fp->be, mc, &fp->meta)) != WEFT_OK) goto err;
@@ -232,6 +244,7 @@ void weft_forward_free(struct weft_forward *fw)
     }
     if (fw->logits_buf) fw->be->iface->buffer_free(fw->logits_buf);
     free(fw->x_host);
+    free(fw->segs);
     free(fw->meta_host);
     free(fw->logits_host);
     free(fw->keep);
@@ -274,14 +287,20 @@ static void set_views(struct weft_forward *fw, uint32_t R)
     b->n_rows = R;
 }
 
-/* Start adding ops for part p (the ops so far belong to part p-1): the same
- * views, on its buffers. */
-static void begin_part(struct weft_forward *fw, uint32_t p, uint32_t R, uint32_t n_seq, uint32_t bt_n)
+/* Start a segment of ops on part p (closing the one before): the same views, on its
+ * buffers, of the step's current rows (fewer after the last layer kept some) */
+static void begin_seg(struct weft_forward *fw, uint32_t p)
 {
-    if (p > 0) fw->parts[p - 1].op_end = fw->b.n_ops;
+    struct weft_build *b = &fw->b;
+    if (fw->n_segs) fw->segs[fw->n_segs - 1].op_end = b->n_ops;
+    if (fw->n_segs == fw->cap_segs) {
+        /* cannot happen: at most two segments a layer and one a part; the last one grows */
+        fw->n_segs--;
+    }
+    fw->segs[fw->n_segs++] = (struct fw_seg){p, b->n_ops, b->n_ops};
     fw->cur = p;
-    fw->parts[p].op_begin = fw->b.n_ops;
     fw->act = fw->parts[p].act;
+    const uint32_t R = b->n_rows, n_seq = fw->cur_nseq, bt_n = fw->cur_btn;
     set_views(fw, R);
     struct weft_batch_view *bv = &fw->b.batch;
     bv->pos = meta(fw, fw->off_pos, R); bv->seq = meta(fw, fw->off_seq, R);
@@ -292,6 +311,22 @@ static void begin_part(struct weft_forward *fw, uint32_t p, uint32_t R, uint32_t
         fw->b.batch_w.slot = meta(fw, fw->off_wslot, R);
         fw->b.batch_w.bt = meta(fw, fw->off_wbt, bt_n);
     }
+}
+
+/* The build's hooks around a mixture layer's FFN when the experts are placed apart: its
+ * ops go to the experts' part with that part's views of the layer's tensors */
+static void experts_begin(struct weft_build *b)
+{
+    struct weft_forward *fw = b->owner;
+    begin_seg(fw, fw->xpart);
+    b->w = &fw->m->xlayers[fw->cur_layer];
+}
+
+static void experts_end(struct weft_build *b)
+{
+    struct weft_forward *fw = b->owner;
+    begin_seg(fw, fw->m->layer_part[fw->cur_layer]);
+    b->w = &fw->m->layers[fw->cur_layer];
 }
 
 /* Sequence sq's window-group block table at wbt and its rows' slots at
@@ -413,13 +448,21 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     b->n_keep = n_keep;
     b->last_layer = hp->n_layer - 1;
     b->batch = (struct weft_batch_view){.n_rows = R, .n_seq = n_seq};
-    begin_part(fw, 0, R, n_seq, bt_n);
+    b->n_rows = R;
+    b->owner = fw;
+    b->experts_begin = fw->xpart != UINT32_MAX ? experts_begin : NULL;
+    b->experts_end = fw->xpart != UINT32_MAX ? experts_end : NULL;
+    fw->n_segs = 0;
+    fw->cur_nseq = n_seq;
+    fw->cur_btn = bt_n;
+    begin_seg(fw, 0);
 
     struct weft_op *op = weft_b_push(b, WEFT_OP_EMBED);
     op->u.embed = (struct weft_op_embed){.table = m->glob.t[WEFT_T_TOKEN_EMBD], .ids = meta(fw, fw->off_ids, R),
                                          .out = b->x, .scale = hp->embd_scale};
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (m->layer_part[l] != fw->cur) begin_part(fw, m->layer_part[l], R, n_seq, bt_n);  /* a new device */
+        if (m->layer_part[l] != fw->cur) begin_seg(fw, m->layer_part[l]);  /* a new device */
+        fw->cur_layer = l;
         b->w = &m->layers[l];
         hp->family->layer(b, l);
         if (l == b->last_layer && n_keep == 0) break;  /* a prefill chunk that samples nothing */
@@ -436,23 +479,27 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
             .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
     }
     if (b->nomem) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory for the op list");
-    fw->parts[fw->cur].op_end = b->n_ops;
-    uint32_t last = fw->cur;   /* a prefill chunk sampling nothing may stop early */
+    fw->segs[fw->n_segs - 1].op_end = b->n_ops;
+    const uint32_t last = fw->cur;   /* the part of the last segment: the final norm's */
     weft_status st;
-    for (uint32_t p = 0; p <= last; p++) {
-        struct fw_part *fp = &fw->parts[p];
+    uint64_t meta_done = 0;          /* parts whose meta buffer holds this step's */
+    for (uint32_t si = 0; si < fw->n_segs; si++) {
+        const struct fw_seg *sg = &fw->segs[si];
+        struct fw_part *fp = &fw->parts[sg->part];
         const struct weft_backend_iface *bi = fp->be->iface;
-        if (p > 0 && !fw->plan_only) {
+        if (si > 0 && fw->segs[si - 1].part != sg->part && !fw->plan_only) {
             /* hand the residual stream over: previous device -> host -> this one */
-            struct fw_part *prev = &fw->parts[p - 1];
+            struct fw_part *prev = &fw->parts[fw->segs[si - 1].part];
             size_t xb_bytes = (size_t)R * E * sizeof(float);
             if ((st = prev->be->iface->sync(prev->be)) != WEFT_OK) return st;
             if ((st = prev->be->iface->buffer_read(prev->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
             if ((st = bi->buffer_write(fp->act, fw->off_x, fw->x_host, xb_bytes)) != WEFT_OK) return st;
         }
-        if (!fw->plan_only && (st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK)
-            return st;
-        for (size_t i = fp->op_begin; i < fp->op_end; i++)
+        if (!fw->plan_only && !((meta_done >> sg->part) & 1)) {
+            if ((st = bi->buffer_write(fp->meta, 0, fw->meta_host, fw->meta_bytes)) != WEFT_OK) return st;
+            meta_done |= (uint64_t)1 << sg->part;
+        }
+        for (size_t i = sg->op_begin; i < sg->op_end; i++)
             if (!bi->supports(fp->be, &b->ops[i])) {
                 char fields[128];
                 op_fields(&b->ops[i], fields, sizeof fields);
@@ -461,8 +508,7 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
                                   bi->name, hp->arch, i, weft_op_name(b->ops[i].kind), fields);
             }
         if (fw->plan_only) continue;
-        if (fp->op_end > fp->op_begin &&
-            (st = bi->run(fp->be, b->ops + fp->op_begin, fp->op_end - fp->op_begin)) != WEFT_OK)
+        if (sg->op_end > sg->op_begin && (st = bi->run(fp->be, b->ops + sg->op_begin, sg->op_end - sg->op_begin)) != WEFT_OK)
             return st;
     }
     if (fw->plan_only) return WEFT_OK;

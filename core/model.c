@@ -143,7 +143,9 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if (hp->n_rot == 0 || hp->n_rot > hp->head_dim || hp->n_rot % 2)
         return weft_error(WEFT_ERR_FORMAT, "model: rope.dimension_count %u must be even and in [2, head_dim %u]",
                           hp->n_rot, hp->head_dim);
-    if (hp->head_dim > 512) return weft_error(WEFT_ERR_UNSUPPORTED, "model: head_dim %u > 512", hp->head_dim);
+    /* 1024: DeepSeek's latent cache is 64 + 512 wide; a device with a lower limit refuses
+     * the model at load (its supports()) */
+    if (hp->head_dim > 1024) return weft_error(WEFT_ERR_UNSUPPORTED, "model: head_dim %u > 1024", hp->head_dim);
     if (!(hp->rms_eps > 0 && hp->rms_eps < 1))
         return weft_error(WEFT_ERR_FORMAT, "model: rms epsilon %g out of range", hp->rms_eps);
     if (!(hp->rope_freq_base > 0)) return weft_error(WEFT_ERR_FORMAT, "model: rope.freq_base %g must be > 0", hp->rope_freq_base);
@@ -257,7 +259,18 @@ struct placer {
     bool packed, sizing;
     size_t cursor, chunk_max;
     uint32_t chunk;
+    int experts;               /* a mixture layer's tensors: 0 all; 1 its FFN's only (the experts
+                                * part); -1 all but its FFN's (a layer part, experts apart) */
 };
+
+/* Whether a mixture layer's tensor belongs to its FFN (placed with the experts when they are
+ * apart): the ffn_* tensors and exp_probs_b; the norms go to both parts */
+static bool ffn_side(int id, bool *both)
+{
+    const char *nm = weft_tensor_info((enum weft_tensor_id)id)->name;
+    *both = weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_NORM;
+    return !strncmp(nm, "ffn_", 4) || !strncmp(nm, "exp_probs_b", 11);
+}
 
 static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64_t ne1, int64_t ne2, bool f32,
                          struct weft_view *out)
@@ -302,8 +315,12 @@ static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_t
                               struct weft_layer_weights *ws, uint64_t skip)
 {
     weft_status st;
+    const bool moe_layer = l != WEFT_GLOBAL_TENSORS && spec[WEFT_T_FFN_GATE_EXPS].use;
     for (int id = 0; id < WEFT_T_COUNT_; id++) {
         if (spec[id].use == WEFT_USE_NONE || ((skip >> id) & 1)) continue;
+        bool both = false, ffn = moe_layer && ffn_side(id, &both);
+        if (pl->experts && moe_layer && !both && ffn != (pl->experts > 0)) continue;
+        if (pl->experts > 0 && !moe_layer) continue;
         /* a global vector (RoPE factors) goes to every layer instead */
         if (l == WEFT_GLOBAL_TENSORS && weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_VECTOR) continue;
         char name[96];
@@ -355,6 +372,21 @@ static weft_status place_part(struct placer *pl, uint32_t p)
     return WEFT_OK;
 }
 
+/* The experts' part: every mixture layer's FFN tensors (and norms), into xlayers */
+static weft_status place_xpart(struct placer *pl)
+{
+    struct weft_model *m = pl->m;
+    const struct weft_hparams *hp = &m->hp;
+    struct weft_tensor_spec spec[WEFT_T_COUNT_];
+    weft_status st;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        memset(spec, 0, sizeof spec);
+        hp->family->tensors(hp, l, spec);
+        if ((st = place_spec(pl, l, spec, &m->xlayers[l], 0))) return st;
+    }
+    return WEFT_OK;
+}
+
 static bool is_matrix(int id) { return weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_MATRIX; }
 
 static weft_status prepare_part(struct weft_model *m, uint32_t p)
@@ -374,6 +406,12 @@ static weft_status prepare_part(struct weft_model *m, uint32_t p)
 
 weft_status weft_model_load_split(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
                                   struct weft_model **out)
+{
+    return weft_model_load_placed(path, parts, n_parts, NULL, out);
+}
+
+weft_status weft_model_load_placed(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
+                                   struct weft_backend *experts_be, struct weft_model **out)
 {
     *out = NULL;
     if (n_parts == 0 || n_parts > WEFT_MAX_PARTS)
@@ -442,18 +480,33 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
     m->layer_part = calloc(hp->n_layer, sizeof *m->layer_part);
     if (!m->layers || !m->layer_part) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
     m->n_parts = n_parts;
-    for (uint32_t p = 0, l0 = 0; p < n_parts; l0 += parts[p].n_layer, p++) {
-        struct weft_model_part *mp = &m->parts[p];
-        *mp = (struct weft_model_part){.be = parts[p].be, .layer0 = l0, .n_layer = parts[p].n_layer};
-        for (uint32_t l = l0; l < l0 + mp->n_layer; l++) m->layer_part[l] = p;
-        struct placer pl = {.m = m, .part = mp, .base = base, .chunk_max = weight_chunk()};
+    if (experts_be && !hp->n_expert) {
+        st = weft_error(WEFT_ERR_INVALID_ARG, "model: experts placed apart, but the model has no experts");
+        goto err;
+    }
+    for (uint32_t p = 0, l0 = 0; p <= n_parts; p++) {
+        const bool xp = p == n_parts;  /* the experts' part, after the layers' */
+        if (xp && !experts_be) break;
+        struct weft_model_part *mp = xp ? &m->xpart : &m->parts[p];
+        *mp = (struct weft_model_part){.be = xp ? experts_be : parts[p].be, .layer0 = xp ? 0 : l0,
+                                       .n_layer = xp ? hp->n_layer : parts[p].n_layer};
+        if (!xp) {
+            for (uint32_t l = l0; l < l0 + mp->n_layer; l++) m->layer_part[l] = p;
+            l0 += parts[p].n_layer;
+        } else if (!(m->xlayers = calloc(hp->n_layer, sizeof *m->xlayers))) {
+            st = weft_error(WEFT_ERR_NOMEM, "model: out of memory");
+            goto err;
+        }
+        m->has_xpart = xp;
+        struct placer pl = {.m = m, .part = mp, .base = base, .chunk_max = weight_chunk(),
+                            .experts = xp ? 1 : experts_be ? -1 : 0};
         if (weft_backend_max_buffer(mp->be) < pl.chunk_max) pl.chunk_max = (size_t)weft_backend_max_buffer(mp->be);
         const struct weft_backend_iface *bi = mp->be->iface;
         if (bi->buffer_wrap_host) {
             if ((st = bi->buffer_wrap_host(mp->be, base, span, &mp->weights))) goto err;
         } else {
             pl.packed = pl.sizing = true;
-            if ((st = place_part(&pl, p))) goto err;
+            if ((st = xp ? place_xpart(&pl) : place_part(&pl, p))) goto err;
             for (uint32_t c = 0; c < mp->n_bufs; c++)
                 if ((st = bi->buffer_alloc(mp->be, mp->buf_sizes[c], &mp->bufs[c]))) goto err;
             mp->weights = mp->n_bufs ? mp->bufs[0] : NULL;
@@ -461,7 +514,7 @@ weft_status weft_model_load_split(const char *path, const struct weft_split_part
             pl.cursor = 0;
             pl.chunk = 0;
         }
-        if ((st = place_part(&pl, p))) goto err;
+        if ((st = xp ? place_xpart(&pl) : place_part(&pl, p))) goto err;
     }
     m->weights = m->parts[0].weights;
     for (uint32_t p = 0; p < n_parts; p++)
@@ -512,8 +565,9 @@ weft_status weft_model_load(const char *path, struct weft_backend *be, struct we
 void weft_model_free(struct weft_model *m)
 {
     if (!m) return;
-    for (uint32_t p = 0; p < m->n_parts; p++) {
-        struct weft_model_part *mp = &m->parts[p];
+    for (uint32_t p = 0; p <= m->n_parts; p++) {
+        if (p == m->n_parts && !m->has_xpart) break;
+        struct weft_model_part *mp = p == m->n_parts ? &m->xpart : &m->parts[p];
         if (mp->n_bufs) {
             for (uint32_t c = 0; c < mp->n_bufs; c++)
                 if (mp->bufs[c]) mp->be->iface->buffer_free(mp->bufs[c]);
@@ -524,6 +578,7 @@ void weft_model_free(struct weft_model *m)
         free(mp->buf_sizes);
     }
     free(m->layers);
+    free(m->xlayers);
     free(m->layer_part);
     weft_tokenizer_free(m->tok);
     weft_gguf_close(m->gguf);

@@ -94,6 +94,12 @@ size_t weft_model_weight_bytes(const struct weft_model *m);      /* bytes of wei
  * output matrix (not the norms, nor the embedding row) */
 uint64_t weft_model_bytes_per_token(const struct weft_model *m);
 
+/* The same with the mixture layers' FFN (router, experts, shared experts) on experts_be
+ * (llama.cpp's --cpu-moe: experts in host memory on the CPU, the rest on a GPU);
+ * experts_be NULL: as weft_model_load_split. A model without experts is refused. */
+weft_status weft_model_load_placed(const char *path, const struct weft_split_part *parts, uint32_t n_parts,
+                                   struct weft_backend *experts_be, struct weft_model **out);
+
 /* Read and validate the hyperparameters of an open GGUF (no weights).
  * WEFT_ERR_FORMAT with a one-line message naming the key on failure. */
 weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp);

@@ -24,6 +24,13 @@ struct weft_model {
     struct weft_model_part parts[WEFT_MAX_PARTS];
     uint32_t n_parts;
     uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
+    /* experts placed apart (--experts-on DEV): the mixture layers' FFN (its ffn_* tensors:
+     * norm, router, experts, shared experts; and the norms, small, on both) live on this
+     * part and run there, the rest of each layer on its own part; xlayers[l] are its views.
+     * n_layer of this part is 0 */
+    struct weft_model_part xpart;
+    bool has_xpart;
+    struct weft_layer_weights *xlayers;
     struct weft_layer_weights glob;     /* token_embd, output_norm, output (token_embd's when tied) */
     struct weft_layer_weights *layers;
     struct weft_fingerprint fingerprint; /* core/fingerprint.h: computed at load */

@@ -31,6 +31,9 @@ static char shared[1024];
 static const char *device = "cpu";
 static double tol_override = 0;
 static const char *only_types;   /* WEFT_TEST_TYPES=F16,...: on a device, the types to run */
+/* WEFT_TEST_EXPERTS_ON=cpu: a mixture's FFN on that device, the rest on `device` (--experts-on);
+ * the families without experts are skipped then */
+static const char *experts_on;
 
 static json_t *load_golden(const char *name)
 {
@@ -144,8 +147,19 @@ static void family(const char *fam, const char *const *types, int n_types)
         /* "shared/models/arch/x.gguf" */
         snprintf(path, sizeof path, "%s/%s", shared, json_string_value(file) + strlen("shared/"));
         struct weft_model *m = NULL;
-        CHECK_MSG(weft_model_load(path, be, &m) == WEFT_OK, "%s: %s", path, weft_last_error());
-        if (!m) continue;
+        struct weft_backend *xbe = NULL;
+        if (experts_on) {
+            struct weft_model *meta = NULL;
+            bool moe = weft_model_load_meta(path, be, &meta) == WEFT_OK && weft_model_hparams(meta)->n_expert;
+            weft_model_free(meta);
+            if (!moe) continue;
+            CHECK_MSG(weft_backend_open(experts_on, 1, &xbe) == WEFT_OK, "%s: %s", experts_on, weft_last_error());
+            struct weft_split_part whole = {be, 0};
+            CHECK_MSG(weft_model_load_placed(path, &whole, 1, xbe, &m) == WEFT_OK, "%s: %s", path, weft_last_error());
+        } else {
+            CHECK_MSG(weft_model_load(path, be, &m) == WEFT_OK, "%s: %s", path, weft_last_error());
+        }
+        if (!m) { weft_backend_close(xbe); continue; }
         /* how_to_compare's bounds: F16 files 0.1; quantized files "about
          * 1.0" (measured here: Q8_0 0.16, Q4_K 0.46 on qwen3, growing along
          * the sequence while the greedy ids stay equal: the CPU's activation
@@ -156,9 +170,11 @@ static void family(const char *fam, const char *const *types, int n_types)
         char what[160];
         snprintf(what, sizeof what, "%s %s", fam, types[t]);
         for (size_t c = 0; c < json_array_size(cases); c++) run_case(m, json_array_get(cases, c), tol, what, &stt);
-        printf("  %-14s %-5s %zu cases, %d steps: worst top-5 logprob error %.4f, %d greedy ids checked\n", fam,
-               types[t], json_array_size(cases), stt.steps, stt.worst, stt.ids_checked);
+        printf("  %-14s %-5s %zu cases, %d steps: worst top-5 logprob error %.4f, %d greedy ids checked%s\n", fam,
+               types[t], json_array_size(cases), stt.steps, stt.worst, stt.ids_checked,
+               xbe ? " (experts on the CPU)" : "");
         weft_model_free(m);
+        weft_backend_close(xbe);
     }
     weft_backend_close(be);
     json_decref(g);
@@ -405,6 +421,7 @@ int main(void)
     fclose(f);
     if (getenv("WEFT_TEST_DEVICE")) device = getenv("WEFT_TEST_DEVICE");
     only_types = getenv("WEFT_TEST_TYPES");
+    experts_on = getenv("WEFT_TEST_EXPERTS_ON");
     if (getenv("WEFT_TEST_LOGPROB_TOL")) tol_override = atof(getenv("WEFT_TEST_LOGPROB_TOL"));
     if (strcmp(device, "cpu")) {
         struct weft_backend *be = NULL;

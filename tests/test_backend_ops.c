@@ -45,7 +45,7 @@ static void download(struct weft_buffer *b, void *dst, size_t n) { CHECK(bi->buf
 
 /* ---- the support/pass matrix: one row per op (and type), one column per device ---- */
 enum { NOT_RUN = 0, PASS, FAIL, UNSUP };
-#define MAX_ROWS 96
+#define MAX_ROWS 192
 #define MAX_DEVS 8
 static char row_names[MAX_ROWS][40];
 static unsigned char cells[MAX_ROWS][MAX_DEVS];

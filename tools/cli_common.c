@@ -56,6 +56,7 @@ int weft_cli_parse_common(struct cli_opts *o, int argc, char **argv, int *i)
     if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { VAL(); o->prompt = val; return 1; }
     if (!strcmp(a, "--device") || !strcmp(a, "-d")) { VAL(); o->device = val; return 1; }
     if (!strcmp(a, "--split")) { VAL(); o->split = val; return 1; }
+    if (!strcmp(a, "--experts-on")) { VAL(); o->experts_on = val; return 1; }
     if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) { VAL(); return parse_int(a, val, 0, 1 << 24, &o->n_predict); }
     if (!strcmp(a, "-t") || !strcmp(a, "--threads")) { VAL(); return parse_int(a, val, 1, 1024, &o->n_threads); }
     if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) { VAL(); return parse_int(a, val, 1, 1 << 24, &o->n_ctx); }
@@ -105,6 +106,8 @@ void weft_cli_usage_common_to(FILE *f)
             "  --device SPEC           cpu (default), vulkan:N, cuda:N, hip:N (see weft devices)\n"
             "  --split DEV=N,...       layers over several devices, in order, e.g. cpu=10,vulkan:0=20;\n"
             "                          a last DEV without =N takes the remaining layers (cpu=10,vulkan:0)\n"
+            "  --experts-on DEV        a mixture of experts' FFN (router, experts, shared experts) on DEV,\n"
+            "                          the rest where --device / --split put it (llama.cpp's --cpu-moe: cpu)\n"
             "  -t, --threads N         CPU threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
             "  --temp T --top-k K --top-p P --min-p P --seed S\n"
@@ -121,8 +124,10 @@ void weft_cli_fail(const char *what)
     fprintf(stderr, "weft: %s%s%s\n", what, *e ? ": " : "", e);
 }
 
-/* The split's backends, closed by weft_cli_close (one model per process). */
+/* The split's backends and the experts' one, closed by weft_cli_close (one model per
+ * process). */
 static struct weft_split split;
+static struct weft_backend *experts_be;
 
 int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct weft_model **m)
 {
@@ -136,6 +141,11 @@ int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct wef
         path = def;
     }
     weft_status st;
+    if (o->experts_on && weft_backend_open(o->experts_on, o->n_threads, &experts_be) != WEFT_OK) {
+        weft_cli_fail("cannot open the --experts-on device");
+        free(def);
+        return 1;
+    }
     if (o->split) {
         if (weft_split_open(o->split, o->n_threads, &split) != WEFT_OK) {
             if (!strncmp(weft_last_error(), "--split", 7)) fprintf(stderr, "weft: %s\n", weft_last_error());
@@ -144,19 +154,22 @@ int weft_cli_open(const struct cli_opts *o, struct weft_backend **be, struct wef
             return 1;
         }
         *be = split.parts[0].be;
-        st = weft_model_load_split(path, split.parts, split.n_parts, m);
+        st = weft_model_load_placed(path, split.parts, split.n_parts, experts_be, m);
     } else {
         if (weft_backend_open(o->device, o->n_threads, be) != WEFT_OK) {
             weft_cli_fail("cannot open device");
             free(def);
             return 1;
         }
-        st = weft_model_load(path, *be, m);
+        struct weft_split_part whole = {*be, 0};
+        st = weft_model_load_placed(path, &whole, 1, experts_be, m);
     }
     if (st != WEFT_OK) {
         fprintf(stderr, "weft: cannot load model: %s\n", weft_last_error());
         if (o->split) weft_split_close(&split);
         else weft_backend_close(*be);
+        weft_backend_close(experts_be);
+        experts_be = NULL;
         *be = NULL;
         free(def);
         return 1;
@@ -170,6 +183,8 @@ void weft_cli_close(struct weft_backend *be, struct weft_model *m)
     weft_model_free(m);
     if (split.n_owned) weft_split_close(&split);
     else weft_backend_close(be);
+    weft_backend_close(experts_be);
+    experts_be = NULL;
 }
 
 double weft_cli_now_ms(void)

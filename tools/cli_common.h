@@ -14,6 +14,7 @@
 struct cli_opts {
     const char *model, *prompt, *device;
     const char *split;             /* --split cpu=2,vulkan:0=3, or NULL */
+    const char *experts_on;        /* --experts-on cpu: a mixture's FFN (router, experts) on that device */
     int n_predict, n_threads, n_ctx, batch;
     bool json, no_bos, parse_special, verbose;
     struct weft_sampling_params sp;

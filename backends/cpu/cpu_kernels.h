@@ -125,6 +125,9 @@ struct weft_cpu_packed {
     weft_cpu_gemmp_fn gemmp;
 };
 
+/* head dims the CPU's attention takes (DeepSeek's latent cache: 64 + 512 = 576) */
+#define WEFT_CPU_MAX_HEAD_DIM 1024
+
 /* One (row, head) of the CPU flash attention (ops/ops_attention.c describes the
  * float order it mirrors) over positions 0..n_pos-1 of a paged cache:
  * position p's K row (hd halves) is at k0 + bt[p / 16] * block_bytes +
@@ -136,14 +139,14 @@ struct weft_cpu_attn_args {
     size_t v_off, block_bytes, tok_bytes;
     const int32_t *bt;         /* the sequence's physical blocks */
     int64_t n_pos;
-    uint32_t hd;               /* <= 512 */
+    uint32_t hd;               /* <= WEFT_CPU_MAX_HEAD_DIM */
     float scale;
     int64_t p_first;           /* the first position attended (a sliding window); the
                                 * table forms (attn_row, attn_group) take 0 only */
     float softcap;             /* scores soft-capped (backend.h); the table forms take 0 only */
     /* V rows unlike K's (head_dim_v != head_dim; the table forms take none):
      * v0 the head's V row of token 0 of physical block 0, v_tok_bytes a
-     * token's V row, hd_v its head dim (<= 512). v0 NULL: V is v_off after K */
+     * token's V row, hd_v its head dim (<= WEFT_CPU_MAX_HEAD_DIM). v0 NULL: V is v_off after K */
     const uint8_t *v0;
     size_t v_tok_bytes;
     uint32_t hd_v;             /* 0: hd */

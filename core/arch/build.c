@@ -201,6 +201,8 @@ void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg)
 {
     const struct weft_view *w = b->w->t;
     const struct weft_hparams *hp = b->hp;
+    if (!cfg->xb_ready) weft_b_experts_begin(b);
+    w = b->w->t;  /* the experts' device's views when they are apart */
     const uint32_t K = hp->n_expert_used, R = b->n_rows;
     if (!cfg->xb_ready) weft_b_rmsnorm(b, b->x, w[cfg->norm_w], b->xb);
     /* the router: logits (+ bias), then the k experts and their weights of each row */
@@ -233,6 +235,17 @@ void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg)
                                                  .has_weights = true, .add = b->x, .has_add = true,
                                                  .bias = w[WEFT_T_FFN_DOWN_EXPS_B],
                                                  .has_bias = w[WEFT_T_FFN_DOWN_EXPS_B].buf != NULL};
+    if (!cfg->xb_ready) weft_b_experts_end(b);
+}
+
+void weft_b_experts_begin(struct weft_build *b)
+{
+    if (b->experts_begin) b->experts_begin(b);
+}
+
+void weft_b_experts_end(struct weft_build *b)
+{
+    if (b->experts_end) b->experts_end(b);
 }
 
 void weft_b_matmul_bias_add(struct weft_build *b, struct weft_view x, struct weft_view w, struct weft_view bias,

@@ -35,6 +35,11 @@ struct weft_build {
     struct weft_op *ops;
     size_t n_ops, cap_ops;
     bool nomem;                /* an op could not be appended */
+    /* experts placed apart: a mixture layer's FFN ops go between these (forward.c switches
+     * the device and b->w); NULL: one device */
+    void (*experts_begin)(struct weft_build *b);
+    void (*experts_end)(struct weft_build *b);
+    void *owner;
     bool rope_long;            /* LongRoPE: a sequence may pass the original context */
 };
 
@@ -97,7 +102,11 @@ struct weft_moe_cfg {
     bool xb_ready;             /* b->xb already holds the normed input (a shared expert used it) */
 };
 /* The router's and the experts' biases are used where the layer has them
- * (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias). */
+ * (ffn_gate_inp.bias, ffn_{gate,up,down}_exps.bias). Without xb_ready the FFN runs on the
+ * experts' device when they are placed apart (weft_b_experts_begin / end); a family that
+ * adds ops before it (a shared expert) calls those itself. */
+void weft_b_experts_begin(struct weft_build *b);
+void weft_b_experts_end(struct weft_build *b);
 void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg);
 /* xb = rmsnorm(x) · ffn_norm; x += (silu(xb · Wgateᵀ) · (xb · Wupᵀ)) · Wdownᵀ over the
  * layer's dense ffn_gate/up/down, even in a model with experts (DeepSeek's leading layers) */

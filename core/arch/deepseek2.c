@@ -165,6 +165,9 @@ static void deepseek2_layer(struct weft_build *b, uint32_t l)
         weft_b_ffn_dense(b);
         return;
     }
+    /* the FFN, on the experts' device when they are placed apart */
+    weft_b_experts_begin(b);
+    w = b->w->t;
     weft_b_rmsnorm(b, b->x, w[WEFT_T_FFN_NORM], b->xb);
     if (hp->n_expert_shared) {
         /* the shared experts' SwiGLU of xb, added first (llama.cpp adds it to the routed sum) */
@@ -181,6 +184,7 @@ static void deepseek2_layer(struct weft_build *b, uint32_t l)
                                      .scale = hp->expert_weights_scale, .act = WEFT_GLU_SILU,
                                      .norm_w = WEFT_T_FFN_NORM, .xb_ready = true};
     weft_b_moe_ffn(b, &cfg);
+    weft_b_experts_end(b);
 }
 
 const struct weft_family weft_family_deepseek2 = {

@@ -246,7 +246,7 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
     const uint32_t hd = a->hd;
     const uint32_t hdv = a->hd_v ? a->hd_v : hd;
     const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
-    weft_half qh16[512], acc16[512];
+    weft_half qh16[WEFT_CPU_MAX_HEAD_DIM], acc16[WEFT_CPU_MAX_HEAD_DIM];
     for (uint32_t d = 0; d < hd; d++) qh16[d] = weft_f32_to_half(a->q[d]);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hdv; d++) acc16[d] = 0;
@@ -267,7 +267,7 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *kern, const struct
         S = fmaf(S, ms, vs);
     }
     if (a->has_sink) {
-        float acc[512];
+        float acc[WEFT_CPU_MAX_HEAD_DIM];
         for (uint32_t d = 0; d < hdv; d++) acc[d] = weft_half_to_f32(acc16[d]);
         S = attn_sink(a->sink, M, S, acc, hdv);
         const float inv = S == 0.0f ? 0.0f : 1.0f / S;
@@ -288,8 +288,8 @@ static void attn_row_q8_0(const struct weft_cpu_kernels *kern, const struct weft
     const uint32_t hd = a->hd;
     const uint32_t hdv = a->hd_v ? a->hd_v : hd;
     const float cap = a->softcap, scale = cap != 0.0f ? a->scale / cap : a->scale;
-    struct weft_block_q8_0 qq[512 / 32];
-    float acc[512], vr[512];
+    struct weft_block_q8_0 qq[WEFT_CPU_MAX_HEAD_DIM / 32];
+    float acc[WEFT_CPU_MAX_HEAD_DIM], vr[WEFT_CPU_MAX_HEAD_DIM];
     weft_quantize_row_act(WEFT_TYPE_Q8_0, a->q, qq, hd);
     float M = -INFINITY, S = 0.0f;
     for (uint32_t d = 0; d < hdv; d++) acc[d] = 0;
@@ -373,9 +373,9 @@ static void attention_job(void *ctx, int ith, int nth)
 
 weft_status weft_cpu_attention(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    if (op->u.attention.kv.head_dim > 512 || weft_kv_head_dim_v(&op->u.attention.kv) > 512)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u (V %u) > 512", op->u.attention.kv.head_dim,
-                          weft_kv_head_dim_v(&op->u.attention.kv));
+    if (op->u.attention.kv.head_dim > WEFT_CPU_MAX_HEAD_DIM || weft_kv_head_dim_v(&op->u.attention.kv) > WEFT_CPU_MAX_HEAD_DIM)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "cpu: head_dim %u (V %u) > %d", op->u.attention.kv.head_dim,
+                          weft_kv_head_dim_v(&op->u.attention.kv), WEFT_CPU_MAX_HEAD_DIM);
     struct attn_job j = {op, be->kern, NULL};
     /* parts: as many as there are (row, head) pairs or threads; a part with
      * no grouped unit left simply returns */
