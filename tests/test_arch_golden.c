@@ -34,6 +34,7 @@ static const char *only_types;   /* WEFT_TEST_TYPES=F16,...: on a device, the ty
 /* WEFT_TEST_EXPERTS_ON=cpu: a mixture's FFN on that device, the rest on `device` (--experts-on);
  * the families without experts are skipped then */
 static const char *experts_on;
+static const char *only_families; /* WEFT_TEST_FAMILIES=qwen3moe,...: only these (NULL: all) */
 
 static json_t *load_golden(const char *name)
 {
@@ -132,6 +133,12 @@ static void family(const char *fam, const char *const *types, int n_types)
 {
     char gname[128];
     snprintf(gname, sizeof gname, "arch-%s-greedy.json", fam);
+    if (only_families) {
+        char key[64], list[256];
+        snprintf(key, sizeof key, ",%s,", fam);
+        snprintf(list, sizeof list, ",%s,", only_families);
+        if (!strstr(list, key)) return;
+    }
     json_t *g = load_golden(gname);
     if (!g) return;
     struct weft_backend *be = NULL;
@@ -422,6 +429,7 @@ int main(void)
     if (getenv("WEFT_TEST_DEVICE")) device = getenv("WEFT_TEST_DEVICE");
     only_types = getenv("WEFT_TEST_TYPES");
     experts_on = getenv("WEFT_TEST_EXPERTS_ON");
+    only_families = getenv("WEFT_TEST_FAMILIES");
     if (getenv("WEFT_TEST_LOGPROB_TOL")) tol_override = atof(getenv("WEFT_TEST_LOGPROB_TOL"));
     if (strcmp(device, "cpu")) {
         struct weft_backend *be = NULL;
