@@ -23,18 +23,11 @@
 
 #if defined(__x86_64__)
 
+#include "backends/cpu/q32/q32_avx2.h"  /* hsum_float_8 */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-/* hsum_float_8 of backends/cpu/cpu_ref_dot.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
-static inline WEFT_AVX2 float hsum_ps8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 static inline WEFT_AVX2 int hsum_epi32_8(__m256i v)
 {
@@ -152,7 +145,7 @@ static WEFT_AVX2 float dot_q5_k_avx2(const void *vw, const void *vx, int64_t n)
         summs = fmaf(dmin, (float)summ, summs);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps8(acc) + summs;
+    return hsum_float_8(acc) + summs;
 }
 
 /* ---- Q6_K: mirrors dot_q6_k ----
@@ -200,7 +193,7 @@ static WEFT_AVX2 float dot_q6_k_avx2(const void *vw, const void *vx, int64_t n)
         const float d = x[i].d * weft_half_to_f32(w[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps8(acc);
+    return hsum_float_8(acc);
 }
 
 /* ---- Q8_K activations: mirrors quant_q8_k ----

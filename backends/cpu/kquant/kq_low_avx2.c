@@ -21,20 +21,8 @@
 
 #if defined(__x86_64__)
 
-#include <immintrin.h>
-#include <math.h>
-#include <string.h>
-
+#include "backends/cpu/q32/q32_avx2.h"  /* hsum_float_8, ggml_scalar_madd */
 #include "base/quant_blocks.h"
-
-/* hsum_float_8 of backends/cpu/cpu_ref_dot.c: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
-static inline WEFT_AVX2 float hsum_ps8(__m256 x)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
 
 /* int16 scales for one 32-element chunk: sc[a] for its elements 0..15, sc[a+1] for 16..31 */
 static inline WEFT_AVX2 __m256i scales16_pair(__m128i sc8, int a)
@@ -70,7 +58,7 @@ static WEFT_AVX2 float dot_q2_k_avx2(const void *vw, const void *vx, int64_t n)
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps8(acc);
+    return hsum_float_8(acc);
 }
 
 /* Q3_K: the low 2 bits through maddubs, minus 4 * q8 where the 3rd bit is clear */
@@ -102,7 +90,7 @@ static WEFT_AVX2 float dot_q3_k_avx2(const void *vw, const void *vx, int64_t n)
         const float d = x[i].d * weft_half_to_f32(w[i].d);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps8(acc);
+    return hsum_float_8(acc);
 }
 
 /* the 32 code-book values of 16 nibble bytes: low nibbles (elements 0..15), then high */
@@ -139,7 +127,7 @@ static WEFT_AVX2 float dot_iq4_xs_avx2(const void *vw, const void *vx, int64_t n
         const float d = weft_half_to_f32(w[i].d) * x[i].d;
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return hsum_ps8(acc);
+    return hsum_float_8(acc);
 }
 
 /* IQ4_NL / MXFP4: the block's lanes (elements 4l..4l+3) and its scale, as dot_nl_pairs */
@@ -169,7 +157,7 @@ static inline WEFT_AVX2 float dot_nl_avx2(const void *vw, const void *vx, int64_
             __m256 p = nl_block(w + (size_t)ib * bsz, mx, &x[ib], book, &s);
             acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s), p, acc1);
         }
-        return hsum_ps8(acc1);
+        return hsum_float_8(acc1);
     }
     for (; ib + 1 < nb; ib += 2) {
         float s2;
@@ -178,7 +166,7 @@ static inline WEFT_AVX2 float dot_nl_avx2(const void *vw, const void *vx, int64_
         acc1 = _mm256_fmadd_ps(_mm256_set1_ps(s), p1, acc1);
         acc2 = _mm256_fmadd_ps(_mm256_set1_ps(s2), p2, acc2);
     }
-    float sumf = hsum_ps8(_mm256_add_ps(acc1, acc2));
+    float sumf = hsum_float_8(_mm256_add_ps(acc1, acc2));
     if (ib < nb) {
         /* the odd last block: an int sum, then sumf = fma(scale, sum, sumf) (the reference's
          * contracted scalar step) */
@@ -187,7 +175,7 @@ static inline WEFT_AVX2 float dot_nl_avx2(const void *vw, const void *vx, int64_
         _mm256_storeu_ps(lanes, p);
         int sumi = 0;
         for (int l = 0; l < 8; l++) sumi += (int)lanes[l];
-        sumf = fmaf(s, (float)sumi, sumf);
+        sumf = ggml_scalar_madd(s, (float)sumi, sumf);
     }
     return sumf;
 }
