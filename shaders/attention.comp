@@ -10,7 +10,8 @@
 // (subgroup ops when the device has them, else shared memory), and each
 // invocation accumulates its own pairs of output dims over the tile's V rows.
 // K heads are hd wide, V heads (and the output's) hdv (backend.h's layout: a
-// block's layer is 16 K rows of n_kv*hd then 16 V rows of n_kv*hdv).
+// block's layer is 16 K rows of n_kv*hd then 16 V rows of n_kv*hdv; a latent
+// cache, v_in_k, has only the K rows, each position's V the tail of its K row).
 // Q8_0 cache (as the CPU, after ggml): q quantized to Q8_0 (round half to
 // even), K·q as per-block integer dots times both scales, V dequantized.
 // EXACT (F16 cache, lavapipe: bit for bit as the CPU's
@@ -20,6 +21,12 @@
 // 16 -> 8 -> 4 -> 2 -> 1; a tail past a multiple of 64 added in double),
 // exp as glibc's expf, which the CPU calls (expf_libm.glsl), every fma by
 // fma_x (exact.glsl).
+// Sinks (api 7, gpt-oss; has_sinks): one more position after the last, with
+// logit sinks[h] (binding 7) and no value row, on the accumulator in F32 (the
+// F16 cache's F16-rounded values, no rounding from there): s > M: acc *= ms =
+// exp(M - s), M = s; else vs = exp(s - M); S = S*ms + vs (a product, then a
+// sum) and 1/S taken as 0 where S is 0, as the CPU's attn_sink; EXACT with
+// glibc's expf, so the CPU's bits there too.
 #extension GL_GOOGLE_include_directive : require
 #ifdef USE_SUBGROUP
 #extension GL_KHR_shader_subgroup_basic : require
@@ -35,6 +42,7 @@ layout(std430, binding = 3) readonly buffer POS { int pos[]; };
 layout(std430, binding = 4) readonly buffer SEQ { int seq[]; };
 layout(std430, binding = 5) readonly buffer BTO { int bt_off[]; };
 layout(std430, binding = 6) readonly buffer BT { int bt[]; };
+layout(std430, binding = 7) readonly buffer SK { float sinks[]; };  /* bound, unread, without has_sinks */
 layout(push_constant) uniform P {
     uint q_off, q_rs, o_off, o_rs;
     uint pos_off, seq_off, bto_off, bt_off0, n_rows;
@@ -44,6 +52,9 @@ layout(push_constant) uniform P {
     float softcap; /* soft-capped scores: s = softcap * tanh(dot * scale), scale already
                     * divided by it (ggml's flash attention form); 0: none */
     uint hdv;      /* V's head dim: out is [rows, n_head*hdv] */
+    uint sinks_off, has_sinks;  /* a sink logit per head (floats), or none */
+    uint v_in_k;   /* a latent cache (DeepSeek's MLA): no V rows, a position's V is the last hdv
+                    * values of its K row (n_kv 1) */
 } p;
 
 shared float qs[512];
@@ -151,9 +162,11 @@ uint k_word(uint blocks, uint pp, uint kvh, uint tok_words, uint layer_words)
     return (blk * p.n_layer + p.layer) * layer_words + (pp % 16u) * tok_words + kvh * head_units(p.hd);
 }
 
-// and its V row (tok_words_v: a token's V row), past the layer's 16 K rows
+// and its V row (tok_words_v: a token's V row), past the layer's 16 K rows;
+// in a latent cache (v_in_k) the tail of its K row
 uint v_word(uint blocks, uint pp, uint kvh, uint tok_words, uint tok_words_v, uint layer_words)
 {
+    if (p.v_in_k != 0u) return k_word(blocks, pp, kvh, tok_words, layer_words) + head_units(p.hd - p.hdv);
     const uint blk = uint(bt[blocks + pp / 16u]);
     return (blk * p.n_layer + p.layer) * layer_words + 16u * tok_words + (pp % 16u) * tok_words_v +
            kvh * head_units(p.hdv);
@@ -166,7 +179,7 @@ void main()
     const uint kvh = h / (p.n_head / p.n_kv);
     const uint hw = p.hd / 2u, hwv = p.hdv / 2u;  // K's and V's pairs
     // F16 words, Q8_0 bytes
-    const uint tok_words = p.n_kv * head_units(p.hd), tok_words_v = p.n_kv * head_units(p.hdv);
+    const uint tok_words = p.n_kv * head_units(p.hd), tok_words_v = p.v_in_k != 0u ? 0u : p.n_kv * head_units(p.hdv);
     const uint layer_words = 16u * (tok_words + tok_words_v);
     for (uint r = gl_WorkGroupID.y; r < p.n_rows; r += gl_NumWorkGroups.y) {
         const uint qb = p.q_off + r * p.q_rs + h * p.hd;
@@ -322,7 +335,35 @@ void main()
 #endif
             barrier();  // es is rewritten by the next tile
         }
-        precise float inv = 1.0 / S;
+        if (p.has_sinks != 0u) {
+            const float sk = sinks[p.sinks_off + h];
+            float ms = 1.0, vs = 1.0;
+            if (sk > M) {
+                precise float dm = M - sk;
+#ifdef EXACT
+                ms = expf_libm(dm);
+#else
+                ms = exp(dm);
+#endif
+                for (uint j = 0u; j < MAX_PAIRS; j++) {
+                    if (t + j * WG >= hwv) break;
+                    precise vec2 am = acc[j] * ms;
+                    acc[j] = am;
+                }
+                M = sk;
+            } else {
+                precise float dm = sk - M;
+#ifdef EXACT
+                vs = expf_libm(dm);
+#else
+                vs = exp(dm);
+#endif
+            }
+            precise float sm = S * ms;
+            precise float sn = sm + vs;
+            S = sn;
+        }
+        precise float inv = p.has_sinks != 0u && S == 0.0 ? 0.0 : 1.0 / S;
         const uint ob = p.o_off + r * p.o_rs + h * p.hdv;
         for (uint j = 0u; j < MAX_PAIRS; j++) {
             const uint pi = t + j * WG;

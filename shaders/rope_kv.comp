@@ -13,7 +13,8 @@
 //     fused, as the CPU does;
 //  2. write k and v into the row's KV slot (backend.h's paged layout: a
 //     block's layer is 16 K rows of n_kv*hd values then 16 V rows of
-//     n_kv*hdv, hdv V's head dim): F16, two halves per uint word; or Q8_0, 34-byte
+//     n_kv*hdv, hdv V's head dim; a latent cache, v_in_k: K rows only, v not
+//     read): F16, two halves per uint word; or Q8_0, 34-byte
 //     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
 //     round-half-away(x/d)), stored 16 bits at a time with atomics since
 //     blocks share words with neighbouring blocks and token rows.
@@ -74,6 +75,7 @@ layout(push_constant) uniform P {
     float ext_factor, corr0, corr1, mscale;   /* YaRN's mix and ramp; the cos/sin magnitude */
     uint ff_off, has_ff;
     uint hdv;   /* V's head dim (v rows are n_kv*hdv); hd for K */
+    uint v_in_k;   /* a latent cache: K rows only (v is not read; a position's V is its K row's tail) */
 } p;
 
 #ifdef KV_Q8_0
@@ -157,7 +159,7 @@ void main()
         const uint sl = uint(slot[p.slot_off + r]);
         const uint kb = p.k_off + r * p.k_rs, vb = p.v_off + r * p.v_rs;
 #ifdef KV_Q8_0
-        const uint nb = p.n_kv * p.hd / WEFT_QK32, nbv = p.n_kv * p.hdv / WEFT_QK32;
+        const uint nb = p.n_kv * p.hd / WEFT_QK32, nbv = p.v_in_k != 0u ? 0u : p.n_kv * p.hdv / WEFT_QK32;
         const uint tok_bytes = nb * WEFT_BSZ_Q8_0, tok_bytes_v = nbv * WEFT_BSZ_Q8_0;
         const uint lbase = (sl / 16u * p.n_layer + p.layer) * (16u * (tok_bytes + tok_bytes_v));
         const uint kbyte = lbase + (sl % 16u) * tok_bytes;
@@ -180,7 +182,7 @@ void main()
             }
         }
 #else
-        const uint tok_words = p.n_kv * p.hd / 2u, tok_words_v = p.n_kv * p.hdv / 2u;
+        const uint tok_words = p.n_kv * p.hd / 2u, tok_words_v = p.v_in_k != 0u ? 0u : p.n_kv * p.hdv / 2u;
         const uint lbase = (sl / 16u * p.n_layer + p.layer) * (16u * (tok_words + tok_words_v));
         const uint kw = lbase + (sl % 16u) * tok_words, vw = lbase + 16u * tok_words + (sl % 16u) * tok_words_v;
         for (uint w = t; w < max(tok_words, tok_words_v); w += 64u) {

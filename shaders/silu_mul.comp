@@ -11,7 +11,12 @@
 // value's tanh-GeLU computed on the host with libm and rounded to F16
 // (vk_ops.c), binding 3 — then one F32 multiply by up: the CPU's bits on any
 // device.
-// variants: std:-DSTD exact:-DEXACT gelu:-DGELU
+// SwiGLU-OAI (oai, oai_x; act SWIGLU_OAI, gpt-oss): x = min(gate, limit),
+// y = clamp(up, -limit, limit), out = x / (1 + exp(alpha * -x)) * (y + 1), the
+// CPU's float order (ggml's swiglu_oai); oai_x (lavapipe) with glibc's expf
+// (expf_libm.glsl), as the CPU calls it: its bits. alpha and limit follow
+// the 8 push words.
+// variants: std:-DSTD exact:-DEXACT gelu:-DGELU oai:-DOAI oai_x:-DOAI,-DOAI_EXACT
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer G { float g[]; };
@@ -20,7 +25,14 @@ layout(std430, binding = 2) writeonly buffer O { float o[]; };
 #ifdef GELU
 layout(std430, binding = 3) readonly buffer T { uint gelu_tab[]; };  /* 65536 F16, two per word */
 #endif
+#ifdef OAI
+layout(push_constant) uniform P { uint g_off, g_rs, u_off, u_rs, o_off, o_rs, ne0, ne1; float alpha, limit; } p;
+#else
 layout(push_constant) uniform P { uint g_off, g_rs, u_off, u_rs, o_off, o_rs, ne0, ne1; } p;
+#endif
+#ifdef OAI_EXACT
+#include "expf_libm.glsl"
+#endif
 #ifdef EXACT
 #include "expv.glsl"
 #include "expf_libm.glsl"
@@ -79,6 +91,20 @@ void main()
             precise float gy = gl * u[p.u_off + r * p.u_rs + k];
             y = gy;
         }
+        o[p.o_off + r * p.o_rs + k] = y;
+#elif defined(OAI)
+        const float xc = x < p.limit ? x : p.limit;
+        const float uv = u[p.u_off + r * p.u_rs + k];
+        const float yc = uv < -p.limit ? -p.limit : uv > p.limit ? p.limit : uv;
+        precise float t = p.alpha * -xc;
+#ifdef OAI_EXACT
+        precise float den = 1.0 + expf_libm(t);
+#else
+        precise float den = 1.0 + exp(t);
+#endif
+        precise float glu = xc / den;
+        precise float y1 = yc + 1.0;
+        precise float y = glu * y1;
         o[p.o_off + r * p.o_rs + k] = y;
 #else
 #ifdef EXACT

@@ -6,7 +6,10 @@
  * corr_dims) goes into the exact table (weft_rope_cos_sin_ext) or the
  * shader's own angles; ATTENTION's sliding window starts each row's pass at
  * its window's first position, in every variant.
- * api 6: V heads of head_dim_v (push constant hdv), K's staying head_dim. */
+ * api 6: V heads of head_dim_v (push constant hdv), K's staying head_dim.
+ * api 7: attention sinks (binding 7, a logit per head) after the last
+ * position, in every variant (the exact one too: the CPU's bits); the
+ * latent cache (v_in_k: K rows only, V the tail of each, n_kv_head 1). */
 #include "backends/vulkan/vk_priv.h"  /* the rope tables live in the backend */
 #include "base/rope.h"
 
@@ -48,6 +51,10 @@ static bool kv_ok(const struct vk_backend *vb, const struct weft_kv_view *kv)
     if (!kv->buf || kv->layer >= kv->n_layer || kv->n_kv_head == 0 || kv->head_dim == 0 || kv->head_dim % 2 ||
         kv->head_dim > MAX_HEAD_DIM || hdv % 2 || hdv > MAX_HEAD_DIM)
         return false;
+    /* api 7's latent cache: one K head whose tail (whole Q8_0 blocks) is the V */
+    if (kv->v_in_k && (kv->n_kv_head != 1 || hdv >= kv->head_dim ||
+                       (kv->type == WEFT_TYPE_Q8_0 && (kv->head_dim - hdv) % 32)))
+        return false;
     size_t sz = vk_buffer_size(kv->buf);
     if (sz > vk_get_caps(vb)->max_storage_range) return false;
     if (kv->type == WEFT_TYPE_F16) return sz / 4 <= UINT32_MAX;
@@ -79,13 +86,19 @@ bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
         return kv_ok(vb, kv) && o->n_head > 0 && o->n_rot % 2 == 0 && o->n_rot <= kv->head_dim && R > 0 &&
                act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
                act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
-               act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * weft_kv_head_dim_v(kv)) && ids_ok(vb, &o->batch.pos, R) &&
+               (kv->v_in_k || act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * weft_kv_head_dim_v(kv))) &&
+               ids_ok(vb, &o->batch.pos, R) &&
                ids_ok(vb, &o->batch.slot, R);
     }
     if (op->kind == WEFT_OP_ATTENTION) {
         const struct weft_op_attention *o = &op->u.attention;
         const struct weft_kv_view *kv = &o->kv;
         const uint32_t R = o->batch.n_rows;
+        /* api 7: the sinks, n_head contiguous floats (a vector view, or rows back to back) */
+        const struct weft_view *sk = &o->sinks;
+        if (o->has_sinks && (sk->ne0 * sk->ne1 != (int64_t)o->n_head || (sk->ne1 != 1 && sk->nb1 != (size_t)sk->ne0 * 4) ||
+                             !act_ok(vb, sk, (uint32_t)sk->ne1, (uint64_t)sk->ne0)))
+            return false;
         return kv_ok(vb, kv) && o->n_head > 0 && o->n_head % kv->n_kv_head == 0 && o->n_head <= MAX_GROUPS &&
                R > 0 && act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
                act_ok(vb, &o->out, R, (uint64_t)o->n_head * weft_kv_head_dim_v(kv)) && ids_ok(vb, &o->batch.pos, R) &&
@@ -194,17 +207,18 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
         float ext_factor, corr0, corr1, mscale;   /* api 5 scaling */
         uint32_t ff_off, has_ff;                   /* freq_factors (binding 6 without a table) */
         uint32_t hdv;                              /* api 6: V's head dim */
+        uint32_t v_in_k;                           /* api 7: a latent cache (v not read) */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->k), stride(&o->k), elems(&o->v), stride(&o->v),
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
             powf(o->freq_base, -2.0f / (float)o->n_rot), o->ext_factor, o->corr_dims[0], o->corr_dims[1], mscale,
-            has_ff ? elems(&ffv) : 0, has_ff, weft_kv_head_dim_v(kv)};
+            has_ff ? elems(&ffv) : 0, has_ff, weft_kv_head_dim_v(kv), kv->v_in_k};
     struct weft_buffer *tab = rope_table(vb, o);
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
     const char *name = tab ? (q8 ? "rope_kv_q8_0x" : "rope_kv_f16x") : (q8 ? "rope_kv_q8_0" : "rope_kv_f16");
     struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
-    struct weft_view q = o->q, k = o->k, v = o->v;
+    struct weft_view q = o->q, k = o->k, v = kv->v_in_k ? o->k : o->v;  /* a latent cache reads no v */
     q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
     /* binding 6: the table, else the freq_factors (else a stand-in, unread) */
     const struct vk_bind b6 = tab ? (struct vk_bind){tab, 0, vk_buffer_size(tab), false}
@@ -232,26 +246,30 @@ weft_status vk_op_attention(struct vk_backend *vb, const struct weft_op *op)
         uint32_t window;   /* api 5: positions pos - window + 1 .. pos; 0: all */
         float softcap;     /* api 6: s = softcap · tanh(q·k · scale / softcap); 0: none */
         uint32_t hdv;      /* api 6: V's head dim (out is [rows, n_head*hdv]) */
+        uint32_t sinks_off, has_sinks; /* api 7: a sink logit per head (binding 7) */
+        uint32_t v_in_k;   /* api 7: a latent cache, V the tail of the K row */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->out), stride(&o->out), elems(&o->batch.pos),
             elems(&o->batch.seq), elems(&o->batch.bt_off), elems(&o->batch.bt), o->batch.n_rows, o->n_head,
             kv->n_kv_head, kv->head_dim, kv->n_layer, kv->layer, o->softcap != 0.0f ? o->scale / o->softcap : o->scale,
-            o->window, o->softcap, weft_kv_head_dim_v(kv)};
+            o->window, o->softcap, weft_kv_head_dim_v(kv), o->has_sinks ? elems(&o->sinks) : 0, o->has_sinks,
+            kv->v_in_k};
     const struct vk_caps *c = vk_get_caps(vb);
     const bool sg = c->subgroup_arith && c->subgroup_size >= 4;
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
     const char *name = q8 ? (sg ? "attention_q8_0_sg" : "attention_q8_0")
                           : vk_exact_ops(vb) ? "attention_f16x" : (sg ? "attention_f16_sg" : "attention_f16");
-    struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, 8, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     struct weft_view q = o->q, out = o->out;
     q.ne1 = out.ne1 = o->batch.n_rows;
-    const struct vk_bind b[7] = {bind_view(&q, false),
+    const struct vk_bind b[8] = {bind_view(&q, false),
                                  bind_view(&out, true),
                                  {kv->buf, 0, vk_buffer_size(kv->buf), false},
                                  bind_view(&o->batch.pos, false),
                                  bind_view(&o->batch.seq, false),
                                  bind_view(&o->batch.bt_off, false),
-                                 bind_view(&o->batch.bt, false)};
+                                 bind_view(&o->batch.bt, false),
+                                 o->has_sinks ? bind_view(&o->sinks, false) : bind_view(&q, false)};
     uint32_t gy = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
-    return vk_dispatch(vb, p, b, 7, &pc, sizeof pc, o->n_head, gy, 1);
+    return vk_dispatch(vb, p, b, 8, &pc, sizeof pc, o->n_head, gy, 1);
 }

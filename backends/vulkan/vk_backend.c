@@ -1,7 +1,7 @@
 /* Vulkan backend: instance (with optional validation), devices, open/close,
  * supports/run/sync, and the module entry point. Memory is vk_mem.c,
  * pipelines vk_pipeline.c, command recording vk_cmd.c, ops vk_ops.c,
- * vk_attention.c and vk_matmul.c. */
+ * vk_attention.c, vk_matmul.c and vk_moe.c. */
 #if defined(__SANITIZE_ADDRESS__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NODELETE */
 #endif
@@ -431,6 +431,8 @@ static bool vk_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_LOGITS: return vk_matmul_supports(vb, op);
     case WEFT_OP_ROPE_KV:
     case WEFT_OP_ATTENTION: return vk_attention_supports(vb, op);
+    case WEFT_OP_MOE_ROUTE:
+    case WEFT_OP_MATMUL_ID: return vk_moe_supports(vb, op);
     case WEFT_OP_COPY: {
         const struct weft_op_copy *c = &op->u.copy;
         return c->src && c->dst && c->src_off <= c->src->size && c->bytes <= c->src->size - c->src_off &&
@@ -454,6 +456,8 @@ static weft_status run_one(struct vk_backend *vb, const struct weft_op *op)
         return vk_record_copy(vb, op->u.copy.dst, op->u.copy.dst_off, op->u.copy.src, op->u.copy.src_off,
                               op->u.copy.bytes);
     case WEFT_OP_LOGITS: return vk_op_logits(vb, op);
+    case WEFT_OP_MOE_ROUTE: return vk_op_moe_route(vb, op);
+    case WEFT_OP_MATMUL_ID: return vk_op_matmul_id(vb, op);
     default: return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan: unknown op kind %d", (int)op->kind);
     }
 }

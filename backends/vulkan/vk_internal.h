@@ -104,6 +104,28 @@ bool vk_view_ok(const struct weft_view *v);
  * stride: 2 (its u16/u32 reads), 1 for MXFP4 (17-byte blocks, read by bytes). */
 static inline size_t vk_weight_align(enum weft_type t) { return t == WEFT_TYPE_MXFP4 ? 1 : 2; }
 
+/* vk_matmul.c's pieces that vk_moe.c's MATMUL_ID shares: the weight-type
+ * suffix of the matmul shaders' variants (NULL: none reads the type), the
+ * view checks, and the activations' rounding (quant_act) into scratch, as
+ * MATMUL's non-exact paths do it: M rows of K floats (then, for Q4_1/Q5_1,
+ * their f16 block sums at *s_off floats) at xq_off; *xv becomes that view;
+ * nothing for F32 weights. vk_mm_act_bytes: its scratch bytes. */
+const char *vk_mm_type_suffix(enum weft_type t);
+bool vk_mm_weight_ok(const struct vk_backend *vb, const struct weft_view *w);
+bool vk_mm_addressable(const struct vk_backend *vb, const struct weft_view *v, size_t align);
+bool vk_mm_has_block_sums(enum weft_type t);
+size_t vk_mm_act_bytes(enum weft_type t, int64_t M, int64_t K);
+weft_status vk_mm_round_activations(struct vk_backend *vb, const struct weft_view *w, struct weft_view *xv, int64_t M,
+                                    struct weft_buffer *scratch, size_t xq_off, uint32_t *s_off);
+uint32_t vk_mm_mv_nr(const struct vk_backend *vb);                        /* mul_mat_vec's weight rows per group */
+uint32_t vk_mm_matvec_threads(const struct vk_backend *vb, int64_t K);    /* and its threads */
+bool vk_mm_subgroup_reduce(const struct vk_backend *vb);                   /* its _sg variants */
+
+/* Mixtures of experts (vk_moe.c, api 7): MOE_ROUTE, MATMUL_ID. */
+bool vk_moe_supports(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_moe_route(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_matmul_id(struct vk_backend *vb, const struct weft_op *op);
+
 /* Element-wise and attention ops (vk_ops.c, vk_attention.c). */
 bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op);   /* all but MATMUL/LOGITS/COPY */
 weft_status vk_op_embed(struct vk_backend *vb, const struct weft_op *op);

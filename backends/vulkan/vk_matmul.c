@@ -452,3 +452,30 @@ weft_status vk_op_logits(struct vk_backend *vb, const struct weft_op *op)
     uint32_t gy = (uint32_t)(n_out < 65535 ? n_out : 65535);
     return vk_dispatch(vb, ps, ob, 1, &pc, sizeof pc, (uint32_t)((out.ne0 + 255) / 256), gy, 1);
 }
+
+/* ---- shared with vk_moe.c's MATMUL_ID (vk_internal.h) ---- */
+
+const char *vk_mm_type_suffix(enum weft_type t) { return type_suffix(t); }
+bool vk_mm_weight_ok(const struct vk_backend *vb, const struct weft_view *w) { return weight_ok(vb, w); }
+bool vk_mm_addressable(const struct vk_backend *vb, const struct weft_view *v, size_t align)
+{
+    return addressable(vb, v, align);
+}
+bool vk_mm_has_block_sums(enum weft_type t) { return has_block_sums(t); }
+
+size_t vk_mm_act_bytes(enum weft_type t, int64_t M, int64_t K)
+{
+    if (!act_variant(t)) return 0;
+    size_t sums = has_block_sums(t) ? align_up((size_t)M * (size_t)(K / 32) * sizeof(float)) : 0;
+    return align_up((size_t)M * (size_t)K * sizeof(float)) + sums;
+}
+
+weft_status vk_mm_round_activations(struct vk_backend *vb, const struct weft_view *w, struct weft_view *xv, int64_t M,
+                                    struct weft_buffer *scratch, size_t xq_off, uint32_t *s_off)
+{
+    return round_activations(vb, w, xv, M, scratch, xq_off, s_off);
+}
+
+uint32_t vk_mm_mv_nr(const struct vk_backend *vb) { return mv_nr(vb); }
+uint32_t vk_mm_matvec_threads(const struct vk_backend *vb, int64_t K) { return matvec_threads(vb, K); }
+bool vk_mm_subgroup_reduce(const struct vk_backend *vb) { return subgroup_reduce(vb); }

@@ -1,6 +1,6 @@
 /* Vulkan element-wise ops: EMBED (with its api-5 scale), RMSNORM, SILU_MUL
- * (SwiGLU, or GeGLU by act), ADD (shaders/embed.comp, rmsnorm.comp,
- * silu_mul.comp, add.comp).
+ * (SwiGLU, GeGLU, or api 7's SwiGLU-OAI of gpt-oss by act), ADD
+ * (shaders/embed.comp, rmsnorm.comp, silu_mul.comp, add.comp).
  * F32 views travel as float offsets and row strides in push constants, so
  * supports() wants them 4-byte aligned and within 2^32 floats. */
 #include "backends/vulkan/vk_priv.h"  /* the GeLU table lives in the backend */
@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ROWS_PER_DISPATCH 65535u /* y groups; shaders walk further rows */
 
@@ -83,8 +84,9 @@ bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH) && f32_ok(vb, &o->gate) &&
-               f32_ok(vb, &o->up) && f32_ok(vb, &o->out) && same_rows(&o->gate, &o->out) && same_rows(&o->up, &o->out);
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI) &&
+               f32_ok(vb, &o->gate) && f32_ok(vb, &o->up) && f32_ok(vb, &o->out) && same_rows(&o->gate, &o->out) &&
+               same_rows(&o->up, &o->out);
     }
     case WEFT_OP_ADD: {
         const struct weft_op_add *o = &op->u.add;
@@ -149,20 +151,31 @@ weft_status vk_op_rmsnorm(struct vk_backend *vb, const struct weft_op *op)
     return vk_dispatch(vb, p, b, nb, &pc, sizeof pc, row_groups(o->x.ne1), 1, 1);
 }
 
-/* out = f(x, y) row-wise, 8 push words (add.comp and silu_mul.comp); `tab`
+/* out = f(x, y) row-wise, 8 push words (add.comp and silu_mul.comp) and
+ * n_extra floats after them (silu_mul_oai's alpha, limit); `tab`
  * (silu_mul_gelu's table), when not NULL, is binding 3 */
-static weft_status binary(struct vk_backend *vb, const char *name, const struct weft_view *x,
-                          const struct weft_view *y, const struct weft_view *out, struct weft_buffer *tab)
+static weft_status binary_ext(struct vk_backend *vb, const char *name, const struct weft_view *x,
+                              const struct weft_view *y, const struct weft_view *out, struct weft_buffer *tab,
+                              const float *extra, uint32_t n_extra)
 {
-    const uint32_t pc[8] = {(uint32_t)(x->offset / 4), (uint32_t)(x->nb1 / 4), (uint32_t)(y->offset / 4),
-                            (uint32_t)(y->nb1 / 4),    (uint32_t)(out->offset / 4), (uint32_t)(out->nb1 / 4),
-                            (uint32_t)out->ne0,        (uint32_t)out->ne1};
+    uint32_t pc[10] = {(uint32_t)(x->offset / 4), (uint32_t)(x->nb1 / 4), (uint32_t)(y->offset / 4),
+                       (uint32_t)(y->nb1 / 4),    (uint32_t)(out->offset / 4), (uint32_t)(out->nb1 / 4),
+                       (uint32_t)out->ne0,        (uint32_t)out->ne1};
+    if (n_extra > 2) n_extra = 2;
+    if (n_extra) memcpy(pc + 8, extra, n_extra * sizeof(float));
+    const uint32_t pc_bytes = (8 + n_extra) * sizeof(uint32_t);
     const uint32_t nb = tab ? 4 : 3;
-    struct vk_pipeline *p = vk_pipeline_get(vb, name, nb, sizeof pc, NULL, 0);
+    struct vk_pipeline *p = vk_pipeline_get(vb, name, nb, pc_bytes, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
     const struct vk_bind b[4] = {bind_view(x, false), bind_view(y, false), bind_view(out, true),
                                  {tab, 0, tab ? vk_buffer_size(tab) : 0, false}};
-    return vk_dispatch(vb, p, b, nb, pc, sizeof pc, groups(out->ne0, 256), row_groups(out->ne1), 1);
+    return vk_dispatch(vb, p, b, nb, pc, pc_bytes, groups(out->ne0, 256), row_groups(out->ne1), 1);
+}
+
+static weft_status binary(struct vk_backend *vb, const char *name, const struct weft_view *x,
+                          const struct weft_view *y, const struct weft_view *out, struct weft_buffer *tab)
+{
+    return binary_ext(vb, name, x, y, out, tab, NULL, 0);
 }
 
 #define GELU_TAB_BYTES ((size_t)65536 * sizeof(weft_half))
@@ -200,6 +213,11 @@ weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op)
         if (!vb->gelu_tab)  /* vk_run makes it before recording */
             return weft_error(WEFT_ERR_INVALID_ARG, "vulkan SILU_MUL: the GeLU table was not made");
         return binary(vb, "silu_mul_gelu", &o->gate, &o->up, &o->out, vb->gelu_tab);
+    }
+    if (o->act == WEFT_GLU_SWIGLU_OAI) {
+        const float ext[2] = {o->alpha, o->limit};
+        return binary_ext(vb, vk_exact_ops(vb) ? "silu_mul_oai_x" : "silu_mul_oai", &o->gate, &o->up, &o->out, NULL,
+                          ext, 2);
     }
     if (o->act != WEFT_GLU_SILU) return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan SILU_MUL: activation %d", (int)o->act);
     return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &o->gate, &o->up, &o->out, NULL);
