@@ -930,7 +930,7 @@ static void moe_route_matches_reference(void)
     }
 }
 
-/* MATMUL_ID for every weight type, at batch 1 and 8, both forms: a row's x times each chosen
+/* MATMUL_ID for every weight type, at batch 1, 8 and 40, both forms: a row's x times each chosen
  * expert (gate/up), and a slot's x times its expert, weighted, summed and added to the
  * residual in place (down). The experts no row chose (6 and 7) are all 0xFF bytes (NaN
  * scales): a backend that reads them gives NaN or inf. On the CPU each op reads each chosen
@@ -950,14 +950,15 @@ static void matmul_id_matches_reference_and_reads_only_chosen_experts(void)
         float *bias = malloc(sizeof(float) * E * N);
         for (int i = 0; i < E * N; i++) bias[i] = frand();
         struct weft_buffer *bw = upload(w, eb * E), *bbias = upload(bias, sizeof(float) * E * N);
-        for (int R = 1; R <= 8; R += 7)
-            for (int form = 0; form < 3; form++) {  /* 0 gate/up, 1 down (weights, add), 2 gate/up with bias */
+        static const int Rs[] = {1, 8, 40};  /* decode, a small batch, a prefill chunk (the tiled forms) */
+        for (size_t ri = 0; ri < 3; ri++)
+            for (int form = 0, R = Rs[ri]; form < 3; form++) {  /* 0 gate/up, 1 down (weights, add), 2 gate/up with bias */
                 if (form == 2 && t != WEFT_TYPE_F16 && t != WEFT_TYPE_MXFP4) continue;
                 const int xr = form == 1 ? R * k : R, orows = form == 1 ? R : R * k;
                 float *x = malloc(sizeof(float) * xr * K), *wt = malloc(sizeof(float) * R * k);
                 float *add = malloc(sizeof(float) * orows * N), *out = malloc(sizeof(float) * orows * N);
                 double *ref = malloc(sizeof(double) * orows * N);
-                int32_t ids[16];
+                int32_t ids[80];
                 int used[8] = {0}, n_used = 0;
                 for (int r = 0; r < R; r++) {
                     frand();  /* a fresh rng state */
