@@ -399,7 +399,9 @@ static weft_status prepare_part(struct weft_model *m, uint32_t p)
     for (uint32_t l = m->parts[p].layer0; l < m->parts[p].layer0 + m->parts[p].n_layer; l++)
         for (int id = 0; id < WEFT_T_COUNT_; id++) {
             const struct weft_view *v = &m->layers[l].t[id];
-            if (v->buf && is_matrix(id) && (st = be->iface->weight_prepare(be, v))) return st;
+            /* the experts too (a CPU keeps their decode layout; the others may) */
+            const bool xp = weft_tensor_info((enum weft_tensor_id)id)->kind == WEFT_TK_EXPERTS;
+            if (v->buf && (is_matrix(id) || xp) && (st = be->iface->weight_prepare(be, v))) return st;
         }
     return WEFT_OK;
 }

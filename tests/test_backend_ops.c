@@ -953,6 +953,12 @@ static void matmul_id_matches_reference_and_reads_only_chosen_experts(void)
         static const int Rs[] = {1, 8, 40};  /* decode, a small batch, a prefill chunk (the tiled forms) */
         for (size_t ri = 0; ri < 3; ri++)
             for (int form = 0, R = Rs[ri]; form < 3; form++) {  /* 0 gate/up, 1 down (weights, add), 2 gate/up with bias */
+                /* after batch 1 on the plain layout, the backend's own (weight_prepare), as a
+                 * model's experts get it */
+                if (ri == 1 && form == 0 && bi->weight_prepare) {
+                    struct weft_view wv = weft_view_2d(bw, 0, t, K, (int64_t)E * N);
+                    CHECK(bi->weight_prepare(be, &wv) == WEFT_OK);
+                }
                 if (form == 2 && t != WEFT_TYPE_F16 && t != WEFT_TYPE_MXFP4) continue;
                 const int xr = form == 1 ? R * k : R, orows = form == 1 ? R : R * k;
                 float *x = malloc(sizeof(float) * xr * K), *wt = malloc(sizeof(float) * R * k);

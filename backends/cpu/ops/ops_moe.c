@@ -15,6 +15,7 @@
 #include <string.h>
 
 #define COL_TILE 16
+#define GEMM_MIN_SLOTS 8   /* an expert chosen by this many rows takes the gemm tiles (as MATMUL) */
 
 /* _mm512_reduce_add_ps's order (as backends/cpu/cpu_ref_dot.c) */
 static float reduce_add_16(const float x[16])
@@ -104,6 +105,10 @@ struct mid_job {
     weft_cpu_quant_fn quant;
     weft_cpu_dot_fn dot;
     weft_cpu_dot4_fn dot4;
+    weft_cpu_gemm_fn gemm;     /* the register-blocked form of dot (NULL: none) */
+    const struct weft_cpu_packed_w *wp; /* the experts' repacked decode copy (weight_prepare), or NULL */
+    size_t auxoff, qrow_w;     /* where a converted row's aux bytes start (wp's); a weight row's bytes */
+    uint8_t *xg;               /* with gemm: the slots' converted rows in expert order ([n_slots][qrow]) */
 };
 
 static const float *mid_x_row(const struct mid_job *j, int64_t xr) { return cpu_row_f32(&j->m->x, xr); }
@@ -113,7 +118,23 @@ static void mid_quantize(void *ctx, int ith, int nth)
     struct mid_job *j = ctx;
     int64_t lo, hi;
     cpu_split(j->n_xrows, ith, nth, &lo, &hi);
-    for (int64_t r = lo; r < hi; r++) j->quant(mid_x_row(j, r), j->xq + (size_t)r * j->qrow, j->K);
+    for (int64_t r = lo; r < hi; r++) {
+        uint8_t *dst = j->xq + (size_t)r * j->qrow;
+        j->quant(mid_x_row(j, r), dst, j->K);
+        if (j->wp && j->wp->pk->aux) j->wp->pk->aux(dst, j->K, dst + j->auxoff);
+    }
+}
+
+/* with gemm: each slot's converted row, copied in expert order (an expert's slots one run) */
+static void mid_gather(void *ctx, int ith, int nth)
+{
+    struct mid_job *j = ctx;
+    int64_t lo, hi;
+    cpu_split(j->rows * j->k, ith, nth, &lo, &hi);
+    for (int64_t s = lo; s < hi; s++) {
+        const int64_t slot = j->order[s], xr = j->m->x_per_slot ? slot : slot / j->k;
+        memcpy(j->xg + (size_t)s * j->qrow, j->xq + (size_t)xr * j->qrow, j->qrow);
+    }
 }
 
 static float *mid_out_row(const struct mid_job *j, int64_t slot)
@@ -133,12 +154,39 @@ static void mid_dot(void *ctx, int ith, int nth)
         const int64_t n0 = (it % tiles) * COL_TILE, n1 = n0 + COL_TILE < j->N ? n0 + COL_TILE : j->N;
         const uint8_t *we = cpu_ptr(w) + (size_t)e * (size_t)j->N * w->nb1;
         const float *bias = j->bias ? j->bias + (size_t)e * (size_t)j->N : NULL;
-        for (int32_t s = j->start[e]; s < j->start[e + 1]; s++) {
+        int32_t s = j->start[e];
+        if (j->gemm && j->start[e + 1] - s >= GEMM_MIN_SLOTS) {
+            /* many slots: register-blocked tiles over the expert's run of rows (bit for bit
+             * the dot's), out through a small buffer */
+            enum { RC = 64 };
+            float tmp[RC * COL_TILE];
+            const int nw = (int)(n1 - n0);
+            for (; s < j->start[e + 1]; s += RC) {
+                const int nx = j->start[e + 1] - s < RC ? j->start[e + 1] - s : RC;
+                j->gemm(we + (size_t)n0 * w->nb1, w->nb1, nw, j->xg + (size_t)s * j->qrow, j->qrow, nx, j->K, tmp,
+                        COL_TILE);
+                for (int x = 0; x < nx; x++) {
+                    float *out = mid_out_row(j, j->order[s + x]);
+                    for (int i = 0; i < nw; i++)
+                        out[n0 + i] = bias ? tmp[x * COL_TILE + i] + bias[n0 + i] : tmp[x * COL_TILE + i];
+                }
+            }
+            continue;
+        }
+        for (; s < j->start[e + 1]; s++) {
             const int64_t slot = j->order[s];
             const int64_t xr = j->m->x_per_slot ? slot : slot / j->k;
             const uint8_t *xq = j->xq + (size_t)xr * j->qrow;
             float *out = mid_out_row(j, slot);
             int64_t n = n0;
+            if (j->wp) {
+                /* the repacked groups of this expert's rows (a tile is whole groups) */
+                const int G = j->wp->pk->rows;
+                const int64_t row0 = (int64_t)e * j->N;
+                for (; n + G <= n1 && row0 + n + G <= j->wp->rows; n += G)
+                    j->wp->pk->dot(j->wp->data + (size_t)((row0 + n) / G) * G * j->qrow_w, xq, xq + j->auxoff, j->K,
+                                   out + n);
+            }
             if (j->dot4)
                 for (; n + 4 <= n1; n += 4) j->dot4(we + (size_t)n * w->nb1, w->nb1, xq, j->K, out + n);
             for (; n < n1; n++) out[n] = j->dot(we + (size_t)n * w->nb1, xq, j->K);
@@ -181,18 +229,32 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     j.quant = kt->quant[vdt];
     j.dot = kt->dot[wt];
     j.dot4 = kt->dot4[wt];
+    j.gemm = kt->gemm[wt];
     j.qrow = align64(weft_row_size(vdt, j.K));
+    j.qrow_w = weft_row_size(wt, j.K);
+    /* decode: the experts' repacked copy where the table has one and groups fit the tiles
+     * and the experts' boundaries */
+    j.wp = weft_cpu_packed_find(&m->w);
+    if (j.wp && (COL_TILE % j.wp->pk->rows || j.N % j.wp->pk->rows || j.wp->pk != &kt->packed[wt])) j.wp = NULL;
+    if (j.wp && j.wp->pk->aux_size) {
+        j.auxoff = j.qrow;
+        j.qrow = align64(j.auxoff + j.wp->pk->aux_size(j.K));
+    }
     j.bias = m->has_bias ? (const float *)cpu_ptr(&m->bias) : NULL;
     const size_t n_slots = (size_t)(j.rows * j.k);
     const size_t xq_bytes = (size_t)j.n_xrows * j.qrow, idx_bytes = align64(sizeof(int32_t) * (n_slots + 2 * (size_t)E + 1));
     const size_t y_bytes = m->has_weights ? sizeof(float) * n_slots * (size_t)j.N : 0;
-    weft_status st = weft_cpu_scratch(be, xq_bytes + idx_bytes + y_bytes);
+    /* the gemm tiles pay where experts have several rows each (prefill) */
+    if (n_slots < (size_t)GEMM_MIN_SLOTS * 2) j.gemm = NULL;
+    const size_t xg_bytes = j.gemm ? n_slots * j.qrow : 0;
+    weft_status st = weft_cpu_scratch(be, xq_bytes + idx_bytes + y_bytes + xg_bytes);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch;
     j.order = (int32_t *)(be->scratch + xq_bytes);
     j.start = j.order + n_slots;
     j.used = j.start + E + 1;
     j.y = m->has_weights ? (float *)(be->scratch + xq_bytes + idx_bytes) : NULL;
+    j.xg = j.gemm ? be->scratch + xq_bytes + idx_bytes + y_bytes : NULL;
     /* counting sort of the slots by expert (slot order kept within an expert) */
     memset(j.start, 0, sizeof(int32_t) * (size_t)(E + 1));
     for (int64_t r = 0; r < j.rows; r++) {
@@ -220,6 +282,7 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     }
     be->expert_passes += (uint64_t)j.n_used;
     weft_cpu_pool_run(be->pool, mid_quantize, &j);
+    if (j.gemm) weft_cpu_pool_run(be->pool, mid_gather, &j);
     weft_cpu_pool_run(be->pool, mid_dot, &j);
     if (m->has_weights) weft_cpu_pool_run(be->pool, mid_sum, &j);
     return WEFT_OK;
