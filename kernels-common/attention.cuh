@@ -5,22 +5,30 @@
  * h / group: first = 0, or with a sliding window (window > 0)
  * max(0, pos[r] - window + 1). One 32-lane group per (unit, split): lanes
  * own dims lane, lane+32, ... of the head (head_dim and V's head_dim_v
- * <= 32 * WEFT_ATTN_MAXJ), each position's score is a group sum over K's
- * hd dims, and an online softmax keeps (max M, sum S, acc[hd_v]) in
- * registers; head h's output is at column h * hd_v.
+ * <= 32 * MAXJ: WEFT_ATTN_MAXJ, or WEFT_ATTN_MAXJ_WIDE for DeepSeek's
+ * latent rows), each position's score is a group sum over K's hd dims, and
+ * an online softmax keeps (max M, sum S, acc[hd_v]) in registers; head h's
+ * output is at column h * hd_v. A latent cache (v_in_k) reads each V row
+ * from the tail of its K row (kv.cuh).
  *
  * n_split == 1 writes out = acc / S directly (prefill: the many rows fill
  * the machine). n_split > 1 gives split s the positions first + [s*chunk,
  * (s+1)*chunk), chunk = max(ceil(n_pos / n_split), min_chunk) with n_pos
  * the count attended, writes its (M, S, acc) to part[unit][s][hd_v + 2], and
  * weft_k_attn_combine merges them. The grid depends only on shapes, never
- * on positions, so a step can be replayed as a graph while contexts grow. */
+ * on positions, so a step can be replayed as a graph while contexts grow.
+ *
+ * Sinks (api 7, gpt-oss): head h's sink logit counts once, as one more
+ * position with no value row after the last one, on the F32 accumulator
+ * (weft_attn_sink, the CPU's attn_sink): in the one pass after its loop, in
+ * the merge after the splits are combined. */
 #ifndef WEFT_KC_ATTENTION_CUH
 #define WEFT_KC_ATTENTION_CUH
 
 #include "kernels-common/kv.cuh"
 
-#define WEFT_ATTN_MAXJ 8   /* head_dim, head_dim_v <= 256 */
+#define WEFT_ATTN_MAXJ 8        /* head_dim, head_dim_v <= 256 */
+#define WEFT_ATTN_MAXJ_WIDE 18  /* <= 576 (launch.h's WEFT_GK_ATTN_MAX_HD) */
 
 struct weft_kc_attn {
     const float *q;
@@ -36,7 +44,21 @@ struct weft_kc_attn {
     float *part;
     int64_t window;   /* 0: none */
     float softcap;    /* 0: none; else scale came divided by it (ggml's flash attention form) */
+    const float *sinks;   /* n_head logits; NULL: none */
 };
+
+/* The sink s after the last position (backends/cpu/ops/ops_attention.c's attn_sink): a position
+ * with logit s and no value row. Returns the new S; *ms is what the accumulators are to be
+ * multiplied by (1 when s <= M). S·ms + vs is a product then a sum (no fma), as ggml. */
+WEFT_DEV float weft_attn_sink(float s, float M, float S, float *ms)
+{
+    float vs = 1.0f;
+    *ms = 1.0f;
+    if (s > M) *ms = expf(M - s);
+    else vs = expf(s - M);
+    const float t = S * *ms;
+    return t + vs;
+}
 
 /* element d of a cached head row: F16, or Q8_0 blocks of 32 (34 bytes) */
 template <int KVT> WEFT_DEV float weft_kv_elem(const uint8_t *head, int d);
@@ -51,7 +73,7 @@ template <> WEFT_DEV float weft_kv_elem<WEFT_TYPE_Q8_0>(const uint8_t *head, int
 }
 
 /* grid (ceil(units / blockDim.y), n_split), blockDim (32, groups per block) */
-template <int KVT>
+template <int KVT, int MAXJ>
 static __global__ void weft_k_attention(struct weft_kc_attn a)
 {
     const int lane = threadIdx.x % 32;
@@ -69,9 +91,9 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
     const int64_t p0 = first + (int64_t)split * chunk;
     const int64_t p1 = p0 + chunk < end ? p0 + chunk : end;
 
-    float qv[WEFT_ATTN_MAXJ], acc[WEFT_ATTN_MAXJ];
+    float qv[MAXJ], acc[MAXJ];
 #pragma unroll
-    for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+    for (int j = 0; j < MAXJ; j++) {
         const int d = lane + 32 * j;
         qv[j] = d < hd ? a.q[r * a.q_ld + (size_t)h * hd + d] : 0.0f;
         acc[j] = 0.0f;
@@ -83,7 +105,7 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
         const uint8_t *vr = weft_kv_row(a.kv, slot, 1) + (size_t)kh * a.kv.v_head_bytes;
         float s = 0.0f;
 #pragma unroll
-        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             const int d = lane + 32 * j;
             if (d < hd) s = fmaf(qv[j], weft_kv_elem<KVT>(kr, d), s);
         }
@@ -98,15 +120,21 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
         }
         S = fmaf(S, ms, vs);
 #pragma unroll
-        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             const int d = lane + 32 * j;
             if (d < hdv) acc[j] = fmaf(weft_kv_elem<KVT>(vr, d), vs, acc[j] * ms);
         }
     }
     if (a.n_split == 1) {
+        if (a.sinks) {
+            float ms;
+            S = weft_attn_sink(a.sinks[h], M, S, &ms);
+#pragma unroll
+            for (int j = 0; j < MAXJ; j++) acc[j] *= ms;
+        }
         const float inv = S > 0.0f ? 1.0f / S : 0.0f;
 #pragma unroll
-        for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+        for (int j = 0; j < MAXJ; j++) {
             const int d = lane + 32 * j;
             if (d < hdv) a.out[r * a.out_ld + (size_t)h * hdv + d] = acc[j] * inv;
         }
@@ -118,14 +146,15 @@ static __global__ void weft_k_attention(struct weft_kc_attn a)
         pp[1] = S;
     }
 #pragma unroll
-    for (int j = 0; j < WEFT_ATTN_MAXJ; j++) {
+    for (int j = 0; j < MAXJ; j++) {
         const int d = lane + 32 * j;
         if (d < hdv) pp[2 + d] = acc[j];
     }
 }
 
 /* Merge the splits of each unit: one 32-lane group per unit. Splits that
- * saw no position have S == 0 and are skipped. */
+ * saw no position have S == 0 and are skipped. A sink joins after the
+ * merge: den = den·ms + vs, each output num·ms / den. */
 static __global__ void weft_k_attn_combine(struct weft_kc_attn a)
 {
     const int lane = threadIdx.x % 32;
@@ -143,6 +172,8 @@ static __global__ void weft_k_attn_combine(struct weft_kc_attn a)
         const float *ps = pp + (size_t)s * (hdv + 2);
         if (ps[1] > 0.0f) den = fmaf(ps[1], expf(ps[0] - M), den);
     }
+    float ms = 1.0f;
+    if (a.sinks) den = weft_attn_sink(a.sinks[h], M, den, &ms);
     const float inv = den > 0.0f ? 1.0f / den : 0.0f;
     for (int d = lane; d < hdv; d += 32) {
         float num = 0.0f;
@@ -150,6 +181,7 @@ static __global__ void weft_k_attn_combine(struct weft_kc_attn a)
             const float *ps = pp + (size_t)s * (hdv + 2);
             if (ps[1] > 0.0f) num = fmaf(ps[2 + d], expf(ps[0] - M), num);
         }
+        if (a.sinks) num = num * ms;
         a.out[r * a.out_ld + (size_t)h * hdv + d] = num * inv;
     }
 }

@@ -2,7 +2,8 @@
  * and HIP backends. kernels-cuda/ and kernels-hip/ each define every
  * function below (each into its own module, libweft-cuda.so or
  * libweft-hip.so, with hidden visibility, so the names never meet); the
- * shared host code calls them (backends/gpu/gpu_encode.c).
+ * shared host code calls them (backends/gpu/gpu_encode.c; api 5's and 7's
+ * launchers through the runtime hooks of backends/gpu/gpu_common.h).
  *
  * Most launcher bodies are themselves shared (kernels-common/launch_*.cuh,
  * compiled once per backend with its primitives); a backend writes its own
@@ -15,7 +16,8 @@
  * hipSuccess), or e.g. the invalid-value or invalid-configuration code. It
  * never synchronizes, allocates or aborts, so it may be captured into a
  * graph. Device-side input errors (a token id outside the table, a LOGITS
- * row outside x) write zeros and set *err to nonzero. */
+ * row outside x, a MATMUL_ID expert id outside [0, E)) write zeros and set
+ * *err to nonzero. */
 #ifndef WEFT_KC_LAUNCH_H
 #define WEFT_KC_LAUNCH_H
 
@@ -89,6 +91,11 @@ int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, f
  * GeGLU, bit for bit); another act is the invalid-value code */
 int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
                 int64_t R, int64_t K, void *stream);
+/* api 7: gpt-oss's clamped SwiGLU (WEFT_GLU_SWIGLU_OAI, backends/backend.h): x = min(g, limit),
+ * y = clamp(u, -limit, limit), out = x / (1 + expf(alpha * -x)) * (y + 1), in the CPU's order
+ * (the device's expf, the one step not the CPU's libm) */
+int weft_gk_swiglu_oai(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                       int64_t R, int64_t K, float alpha, float limit, void *stream);
 int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
                 int64_t K, void *stream);
 /* api 6: LOGITS' soft-cap, in place: x = tanh(x · (1 / cap)) · cap over R
@@ -103,7 +110,14 @@ struct weft_gk_kv {
     int type;                     /* WEFT_TYPE_F16 or WEFT_TYPE_Q8_0 (hd, hd_v % 32 == 0) */
     int n_layer, layer, n_kv, hd;
     int hd_v;                     /* api 6: V's head dim; 0: hd */
+    int v_in_k;                   /* api 7: a latent cache: no V stored (a layer's block part is
+                                   * K only), a position's V row is the last hd_v values of its
+                                   * K row (n_kv 1; Q8_0: (hd - hd_v) % 32 == 0); ROPE_KV
+                                   * writes k only */
 };
+
+/* the widest K and V heads the attention kernels take (DeepSeek's latent K rows: 576) */
+#define WEFT_GK_ATTN_MAX_HD 576
 
 /* api 5: RoPE scaling (ROPE_KV's fields, base/rope.h's weft_rope_cos_sin_ext).
  * Pair i's angle: theta_e = (pos * theta_scale^i, the powers by repeated
@@ -139,6 +153,9 @@ struct weft_gk_attn_args {
     float scale;
     uint32_t window;              /* api 5: a row at position p attends p - window < j <= p; 0: 0..p */
     float softcap;                /* api 6: s = softcap · tanh(q·k · scale / softcap); 0: none */
+    const float *sinks;           /* api 7: n_head logits, contiguous: each head's sink, counted
+                                   * once after the last position (in the split merge when
+                                   * split); NULL: none */
 };
 /* How many splits of the context for n_rows x n_head units on n_mp
  * multiprocessors (SMs, compute units); shapes only, so a graph of the
@@ -146,8 +163,65 @@ struct weft_gk_attn_args {
 int weft_gk_attn_splits(int64_t n_rows, int n_head, int n_mp);
 /* hd: V's head dim (the split partials are V-wide) */
 size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, int n_split);
-/* head_dim and V's <= 256; n_head a multiple of kv.n_kv */
+/* head_dim and V's <= WEFT_GK_ATTN_MAX_HD; n_head a multiple of kv.n_kv */
 int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split, void *scratch, void *stream);
+
+/* ---- api 7: mixtures of experts (backends/backend.h: MOE_ROUTE, MATMUL_ID) ---- */
+
+/* the most experts MOE_ROUTE and MATMUL_ID take */
+#define WEFT_GK_MOE_MAX_EXPERTS 1024
+
+/* MOE_ROUTE over R rows of E logits (one 32-lane group per row): ids[r][0..k) best first,
+ * weights[r][0..k), as the CPU's (backends/cpu/ops/ops_moe.c) float order; the device's expf. */
+struct weft_gk_moe_route {
+    const float *logits;
+    size_t l_ld;
+    int32_t *ids;
+    size_t ids_ld;
+    float *w;
+    size_t w_ld;
+    int64_t R;
+    int E, k;                     /* 1 <= k <= E <= WEFT_GK_MOE_MAX_EXPERTS */
+    int gating;                   /* enum weft_moe_gating */
+    int norm;
+    float scale;                  /* 0: 1 */
+    const float *bias;            /* E floats, contiguous, for the choice only; NULL: none */
+};
+int weft_gk_moe_route(const struct weft_gk_moe_route *a, void *stream);
+
+/* MATMUL_ID: W holds E experts of N rows of K (expert e's from row e * N); slot (r, j), j < k,
+ * chose expert ids[r * ids_ld + j]; its activation is x row r * k + j (x_per_slot) or r.
+ * Without wts: out row r * k + j = x_rj · W_eᵀ (+ bias[e * N ..]); with wts (R rows of k):
+ * out row r = ((wts[r][0] · y_r0 + wts[r][1] · y_r1) + ...) (+ add row r, which may alias out).
+ * The slots are grouped by expert on the device (no host synchronisation): each chosen
+ * expert's rows are read once per op for all its slots, an unchosen expert's never; the dots
+ * are MATMUL's matrix-vector ones (Q8_1 activations and dp4a for quantized weights, float
+ * for F32/F16/BF16). An id outside [0, E) zeroes its slot's row and sets *err to 3. */
+struct weft_gk_mmid {
+    int wt;                       /* enum weft_type: any of weft_gk_matmul_type_ok's */
+    const uint8_t *w;
+    size_t w_nb1;
+    int64_t K, N;                 /* each expert's matrix: N rows of K */
+    int E;                        /* experts, <= WEFT_GK_MOE_MAX_EXPERTS */
+    const int32_t *ids;
+    size_t ids_ld;
+    int64_t R;
+    int k;
+    int x_per_slot;
+    const float *x;
+    size_t x_ld;
+    float *out;
+    size_t out_ld;
+    const float *wts;             /* NULL: one output row per slot */
+    size_t wts_ld;
+    const float *add;             /* with wts only; NULL: none */
+    size_t add_ld;
+    const float *bias;            /* E * N floats, contiguous; NULL: none */
+    int *err;
+};
+size_t weft_gk_matmul_id_scratch(int wt, int64_t K, int64_t N, int E, int64_t R, int k, int x_per_slot,
+                                 int weighted);
+int weft_gk_matmul_id(const struct weft_gk_mmid *m, void *scratch, void *stream);
 
 #ifdef __cplusplus
 }

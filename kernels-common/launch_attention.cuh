@@ -10,6 +10,8 @@
 #include "kernels-common/attention.cuh"
 #include "kernels-common/launch.h"
 
+static_assert(32 * WEFT_ATTN_MAXJ_WIDE >= WEFT_GK_ATTN_MAX_HD, "the wide kernel covers every head dim taken");
+
 /* units per 128-thread block; splits aim at 16 units per multiprocessor */
 enum { ATTN_GROUPS = 4, ATTN_MAX_SPLIT = 64, ATTN_MIN_CHUNK = 64 };
 
@@ -30,8 +32,9 @@ extern "C" size_t weft_gk_attention_scratch(int64_t n_rows, int n_head, int hd, 
 extern "C" int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split, void *scratch, void *stream)
 {
     if (a->n_rows <= 0) return 0;
-    if (a->kv.hd > 32 * WEFT_ATTN_MAXJ || a->kv.hd_v > 32 * WEFT_ATTN_MAXJ || a->kv.n_kv <= 0 ||
-        a->n_head % a->kv.n_kv)
+    const int hd_v = a->kv.hd_v > 0 ? a->kv.hd_v : a->kv.hd;
+    if (a->kv.hd > WEFT_GK_ATTN_MAX_HD || hd_v > WEFT_GK_ATTN_MAX_HD || a->kv.n_kv <= 0 || a->n_head % a->kv.n_kv ||
+        (a->kv.v_in_k && (a->kv.n_kv != 1 || hd_v >= a->kv.hd)))
         return WEFT_LAUNCH_EINVAL;
     const weft_stream_t st = (weft_stream_t)stream;
     struct weft_kc_attn k;
@@ -53,10 +56,18 @@ extern "C" int weft_gk_attention(const struct weft_gk_attn_args *a, int n_split,
     k.min_chunk = ATTN_MIN_CHUNK;
     k.part = (float *)scratch;
     k.window = (int64_t)a->window;
+    k.sinks = a->sinks;
     const int64_t units = a->n_rows * a->n_head;
     dim3 block(32, ATTN_GROUPS), grid((unsigned)((units + ATTN_GROUPS - 1) / ATTN_GROUPS), (unsigned)k.n_split);
-    if (a->kv.type == WEFT_TYPE_Q8_0) weft_k_attention<WEFT_TYPE_Q8_0><<<grid, block, 0, st>>>(k);
-    else weft_k_attention<WEFT_TYPE_F16><<<grid, block, 0, st>>>(k);
+    /* the registers a lane keeps (qv, acc) sized for the widest head */
+    const bool wide = a->kv.hd > 32 * WEFT_ATTN_MAXJ || hd_v > 32 * WEFT_ATTN_MAXJ;
+    if (a->kv.type == WEFT_TYPE_Q8_0) {
+        if (wide) weft_k_attention<WEFT_TYPE_Q8_0, WEFT_ATTN_MAXJ_WIDE><<<grid, block, 0, st>>>(k);
+        else weft_k_attention<WEFT_TYPE_Q8_0, WEFT_ATTN_MAXJ><<<grid, block, 0, st>>>(k);
+    } else {
+        if (wide) weft_k_attention<WEFT_TYPE_F16, WEFT_ATTN_MAXJ_WIDE><<<grid, block, 0, st>>>(k);
+        else weft_k_attention<WEFT_TYPE_F16, WEFT_ATTN_MAXJ><<<grid, block, 0, st>>>(k);
+    }
     if (k.n_split > 1)
         weft_k_attn_combine<<<(unsigned)((units + ATTN_GROUPS - 1) / ATTN_GROUPS), block, 0, st>>>(k);
     return weft_launch_error();

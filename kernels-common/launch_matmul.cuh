@@ -12,18 +12,7 @@
 #include "kernels-common/matmul.cuh"
 #include "kernels-common/launch.h"
 
-static bool is_quant(int wt)
-{
-    switch (wt) {
-    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
-    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
-    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS:
-    case WEFT_TYPE_MXFP4:
-        return true;
-    default:
-        return false;
-    }
-}
+static bool is_quant(int wt) { return weft_kc_is_quant(wt); }
 
 extern "C" int weft_gk_matmul_type_ok(int wt)
 {

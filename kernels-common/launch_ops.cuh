@@ -1,5 +1,6 @@
 /* The launchers of EMBED (+ scale), RMSNORM (and the LOGITS gather),
- * SILU_MUL (the GLUs), ADD and ROPE_KV (+ RoPE scaling)
+ * SILU_MUL (the GLUs, api 7's clamped SwiGLU), ADD and ROPE_KV (+ RoPE
+ * scaling; a latent cache's K only)
  * (kernels-common/launch.h) over kernels-common/ops.cuh, shared by the
  * backends: a backend's kernels file includes its primitives
  * (kernels-common/prims.cuh lists them, including the runtime's stream
@@ -64,9 +65,19 @@ extern "C" int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u,
     const weft_stream_t st = (weft_stream_t)stream;
     dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
     if (act == WEFT_GLU_GELU_TANH)
-        weft_k_glu<WEFT_GLU_GELU_TANH><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K);
+        weft_k_glu<WEFT_GLU_GELU_TANH><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K, 0.0f, 0.0f);
     else
-        weft_k_glu<WEFT_GLU_SILU><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K);
+        weft_k_glu<WEFT_GLU_SILU><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K, 0.0f, 0.0f);
+    return weft_launch_error();
+}
+
+extern "C" int weft_gk_swiglu_oai(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
+                                  size_t out_ld, int64_t R, int64_t K, float alpha, float limit, void *stream)
+{
+    if (R <= 0) return 0;
+    dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
+    weft_k_glu<WEFT_GLU_SWIGLU_OAI><<<grid, 256, 0, (weft_stream_t)stream>>>(g, g_ld, u, u_ld, out, out_ld, K, alpha,
+                                                                            limit);
     return weft_launch_error();
 }
 
@@ -107,11 +118,12 @@ extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, con
         weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd,
                                                                   n_rot, theta_scale, freq_scale, neox, e);
     const struct weft_kc_kv d = weft_kc_kv_of(*kv);
+    const int hd_v = d.v_in_k ? 0 : d.hd_v;   /* a latent cache: K only */
     if (kv->type == WEFT_TYPE_Q8_0) {
-        const int64_t groups = R * ((int64_t)d.n_kv * d.hd / 32 + (int64_t)d.n_kv * d.hd_v / 32);
+        const int64_t groups = R * ((int64_t)d.n_kv * d.hd / 32 + (int64_t)d.n_kv * hd_v / 32);
         weft_k_kv_write_q8_0<<<(unsigned)((groups + 7) / 8), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
     } else {
-        const int64_t n = R * (int64_t)d.n_kv * (d.hd > d.hd_v ? d.hd : d.hd_v);
+        const int64_t n = R * (int64_t)d.n_kv * (d.hd > hd_v ? d.hd : hd_v);
         weft_k_kv_write_f16<<<(unsigned)((n + 255) / 256), 256, 0, st>>>(k, k_ld, v, v_ld, slot, R, d);
     }
     return weft_launch_error();

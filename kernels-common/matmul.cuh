@@ -12,6 +12,21 @@
 
 #include "kernels-common/dequant.cuh"
 
+/* the weight types with a dot32 (Q8_1 activations, integer dots); the others (F32, F16, BF16)
+ * take the float kernels */
+static inline bool weft_kc_is_quant(int wt)
+{
+    switch (wt) {
+    case WEFT_TYPE_Q4_0: case WEFT_TYPE_Q4_1: case WEFT_TYPE_Q5_0: case WEFT_TYPE_Q5_1:
+    case WEFT_TYPE_Q8_0: case WEFT_TYPE_Q4_K: case WEFT_TYPE_Q5_K: case WEFT_TYPE_Q6_K:
+    case WEFT_TYPE_Q2_K: case WEFT_TYPE_Q3_K: case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS:
+    case WEFT_TYPE_MXFP4:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* x [R][K] -> xq [R][K/32] Q8_1 blocks. Block (blockDim.x = 256): 8 groups
  * of 32 lanes, one Q8_1 block per group; grid.x covers R * K/32 blocks. */
 static __global__ void weft_k_quantize_q8_1(const float *x, size_t x_ld, int64_t R, int64_t nb32,

@@ -1,5 +1,6 @@
 /* Element-wise and per-row kernels: EMBED (+ scale), RMSNORM (+ residual
- * add), the LOGITS row gather + norm, SILU_MUL (SiLU or GeLU-tanh), ADD,
+ * add), the LOGITS row gather + norm, SILU_MUL (SiLU, GeLU-tanh or the
+ * clamped SwiGLU), ADD,
  * and ROPE_KV (rotation, with RoPE scaling: freq factors, YaRN, attn_factor;
  * then the K/V rows written into their paged-cache slots, F16 or Q8_0).
  * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
@@ -101,10 +102,21 @@ WEFT_DEV float weft_gelu_tanh_f16(float x)
     return weft_h2f(weft_f2h(0.5f * h * (1.0f + t)));
 }
 
-/* out = act(gate) * up; grid (ceil(K/bd), R) */
+/* gpt-oss's clamped SwiGLU (api 7), the CPU's swiglu_oai_row: the gate clamped above (a NaN
+ * gate becomes limit, as the CPU's comparison), up clamped both ways, then
+ * x / (1 + expf(alpha · -x)) · (up + 1) (the device's expf, the CPU's libm) */
+WEFT_DEV float weft_swiglu_oai(float g, float u, float alpha, float limit)
+{
+    const float x = g < limit ? g : limit;
+    const float v = u < -limit ? -limit : u > limit ? limit : u;
+    const float glu = x / (1.0f + expf(alpha * -x));
+    return glu * (v + 1.0f);
+}
+
+/* out = act(gate) * up; grid (ceil(K/bd), R); alpha, limit: SWIGLU_OAI's */
 template <int ACT>
 static __global__ void weft_k_glu(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
-                                  size_t out_ld, int64_t K)
+                                  size_t out_ld, int64_t K, float alpha, float limit)
 {
     const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
@@ -112,6 +124,8 @@ static __global__ void weft_k_glu(const float *g, size_t g_ld, const float *u, s
     float y;
     if (ACT == WEFT_GLU_GELU_TANH)   /* +0 below -10 whatever up is, as the CPU */
         y = x <= -10.0f ? 0.0f : x >= 10.0f ? x * up : weft_gelu_tanh_f16(x) * up;
+    else if (ACT == WEFT_GLU_SWIGLU_OAI)
+        y = weft_swiglu_oai(x, up, alpha, limit);
     else
         y = weft_silu(x) * up;
     out[r * out_ld + k] = y;
@@ -188,11 +202,12 @@ static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld,
 
 /* F16 cache: one thread per (row, element of the wider of the n_kv*hd K
  * row and the n_kv*hd_v V row), writing K and V where the element is in
- * each. */
+ * each; a latent cache (v_in_k): K only (v is not read). */
 static __global__ void weft_k_kv_write_f16(const float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *slot,
                                     int64_t R, struct weft_kc_kv kv)
 {
-    const int64_t EK = (int64_t)kv.n_kv * kv.hd, EV = (int64_t)kv.n_kv * kv.hd_v, E = EK > EV ? EK : EV;
+    const int64_t EK = (int64_t)kv.n_kv * kv.hd, EV = kv.v_in_k ? 0 : (int64_t)kv.n_kv * kv.hd_v;
+    const int64_t E = EK > EV ? EK : EV;
     const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= R * E) return;
     const int64_t r = t / E, e = t % E;
@@ -202,13 +217,14 @@ static __global__ void weft_k_kv_write_f16(const float *k, size_t k_ld, const fl
 
 /* Q8_0 cache (hd, hd_v % 32 == 0): one 32-lane group per (row, 32-element
  * block of K or of V: the K row's n_kv*hd/32 blocks, then the V row's
- * n_kv*hd_v/32), rounding as the reference quantizer: d = amax/127, q =
- * roundf(x * (1/d)) (half away from zero). */
+ * n_kv*hd_v/32; none of V's for a latent cache), rounding as the reference
+ * quantizer: d = amax/127, q = roundf(x * (1/d)) (half away from zero). */
 static __global__ void weft_k_kv_write_q8_0(const float *k, size_t k_ld, const float *v, size_t v_ld,
                                      const int32_t *slot, int64_t R, struct weft_kc_kv kv)
 {
     const int lane = threadIdx.x % 32;
-    const int64_t nbk = (int64_t)kv.n_kv * kv.hd / 32, nb = nbk + (int64_t)kv.n_kv * kv.hd_v / 32;
+    const int64_t nbk = (int64_t)kv.n_kv * kv.hd / 32;
+    const int64_t nb = nbk + (kv.v_in_k ? 0 : (int64_t)kv.n_kv * kv.hd_v / 32);
     const int64_t g = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (g >= R * nb) return;
     const int64_t r = g / nb, j = g % nb;

@@ -25,7 +25,8 @@
  *   WEFT_LAUNCH_EINVAL                its invalid-value error code, as int
  * and, under the same names on both vendors: __uint_as_float,
  * __float2int_rn, expf/sqrtf/cosf/sinf/roundf/fmaf, threadIdx/blockIdx,
- * __syncthreads, __shared__, __global__.
+ * __syncthreads, __shared__ (and extern __shared__ arrays sized at launch),
+ * atomicAdd on shared-memory ints, __global__.
  *
  * Sub-group width: every kernel here works in groups of 32 threads (one
  * 32-element quant block per group); reductions take the group width as a

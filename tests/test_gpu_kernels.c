@@ -23,7 +23,19 @@
  *    at long contexts (split-K and one pass); GeGLU over every F16 gate (bit
  *    for bit); a scaled EMBED (bit for bit); ROPE_KV with freq factors, YaRN
  *    and attn_factor, linear scaling in the CPU's order, partial rotations,
- *    F16 and Q8_0 caches.
+ *    F16 and Q8_0 caches;
+ *  - api 7's against the CPU backend: attention sinks (split-K, where the
+ *    sink joins in the merge, and one pass; with a window) and latent caches
+ *    (v_in_k: V the tail of each K row; head dims past 256) against a double
+ *    reference too; ROPE_KV into a latent cache (K rows only, nothing else
+ *    written); the clamped SwiGLU (specials and both clamps, to a few ulps);
+ *    MOE_ROUTE's gatings (softmax, sigmoid with a choice bias and scale,
+ *    softmax over the chosen k); MATMUL_ID for every weight type at batch 1
+ *    and 8 in both forms (the unchosen experts' bytes all 0xFF, so reading
+ *    one shows), strided x and out, many slots per expert, DeepSeek's
+ *    per-head form; and a MoE FFN (route, gate/up, SwiGLU, weighted down)
+ *    replayed from a graph bit for bit as eager runs while the routes
+ *    change.
  * Skipped (77) when the module is absent or sees no device. */
 #include <math.h>
 #include <stdlib.h>
@@ -159,7 +171,7 @@ static void step_init(struct step *s, struct weft_backend *be, uint64_t seed, bo
 #define A(off, cols) weft_view_2d(s->act, off, WEFT_TYPE_F32, cols, R)
 #define M(idx, n) weft_view_2d(s->meta, (idx) * 16, WEFT_TYPE_I32, n, 1)
     /* meta (int32): ids@0, pos@16, seq@32, slot@48, bt_off@64, bt@80 (6), rows@112 bytes */
-    struct weft_kv_view kv = {s->cache, WEFT_TYPE_F16, NL, 0, NKV, HD, 0};
+    struct weft_kv_view kv = {s->cache, WEFT_TYPE_F16, NL, 0, NKV, HD, 0, false};
     struct weft_batch_view batch = {R, 2, M(1, R), M(2, R), M(3, R), M(4, 2), weft_view_2d(s->meta, 80, WEFT_TYPE_I32, 6, 1)};
     struct weft_op *op = s->ops;
     op->kind = WEFT_OP_EMBED;
@@ -279,11 +291,15 @@ static void graph_replay_with_api5_fields(void) { steps_graph_eager_cpu(true); }
 
 /* ATTENTION alone over a cache filled with random K/V: rows of three
  * sequences (long decodes and a prefill chunk), the GPU against the CPU.
- * window > 0: a row at position p attends p - window < j <= p only. */
-static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type kvt, int n_head, int n_kv,
-                           int hd, const int *seq_len, int n_seq, int prefill_rows, uint32_t window, double tol)
+ * window > 0: a row at position p attends p - window < j <= p only.
+ * api 7 (attention_case_x): sinks, a logit per head (one more position with
+ * no value row); latent_hdv > 0: a latent cache (v_in_k, one KV head), K
+ * rows only, each position's V the last latent_hdv values of its K row. */
+static void attention_case_x(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type kvt, int n_head,
+                             int n_kv, int hd, int latent_hdv, bool sinks, const int *seq_len, int n_seq,
+                             int prefill_rows, uint32_t window, double tol)
 {
-    const int nl = 2, layer = 1;
+    const int nl = 2, layer = 1, hdv = latent_hdv ? latent_hdv : hd;
     int n_blocks_total = 0, bt_n = 0;
     int32_t *bt_off = calloc(n_seq, 4);
     for (int s = 0; s < n_seq; s++) n_blocks_total += (seq_len[s] + 15) / 16;
@@ -299,8 +315,9 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
         pos[r] = r < n_seq ? seq_len[r] - 1 : seq_len[0] - prefill_rows + (r - n_seq) - 1;
         slot[r] = bt[bt_off[seq[r]] + pos[r] / 16] * 16 + pos[r] % 16;
     }
-    size_t tok = weft_row_size(kvt, (int64_t)n_kv * hd), layer_bytes = tok * 16;
-    size_t cache_bytes = (size_t)n_blocks_total * nl * 2 * layer_bytes;
+    /* a block's layer part: 16 K rows, then (not latent) 16 V rows, each tok bytes */
+    size_t tok = weft_row_size(kvt, (int64_t)n_kv * hd), layer_bytes = tok * 16 * (latent_hdv ? 1 : 2);
+    size_t cache_bytes = (size_t)n_blocks_total * nl * layer_bytes;
     uint8_t *cache = malloc(cache_bytes);
     float *tmp = malloc(sizeof(float) * n_kv * hd);
     for (size_t t = 0; t < cache_bytes / tok; t++) {
@@ -308,71 +325,88 @@ static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, en
         weft_quantize_row(kvt, tmp, cache + t * tok, (int64_t)n_kv * hd);
     }
     free(tmp);
-    size_t qn = (size_t)nrows * n_head * hd;
-    float *q = malloc(sizeof(float) * qn), *oc = malloc(sizeof(float) * qn), *og = malloc(sizeof(float) * qn);
+    size_t qn = (size_t)nrows * n_head * hd, on = (size_t)nrows * n_head * hdv;
+    float *q = malloc(sizeof(float) * qn), *oc = malloc(sizeof(float) * on), *og = malloc(sizeof(float) * on);
+    float *snk = malloc(sizeof(float) * (n_head + 3));
     for (size_t i = 0; i < qn; i++) q[i] = frand() * 2;
+    for (int i = 0; i < n_head + 3; i++) snk[i] = i < 3 ? 1e30f : frand() * 8;   /* the sinks at float 3 */
     struct weft_backend *bes[2] = {hb, cpu};
     float *outs[2] = {og, oc};
     for (int k = 0; k < 2; k++) {
         struct weft_backend *be = bes[k];
         struct weft_buffer *bc = up(be, cache, cache_bytes), *bq = up(be, q, sizeof(float) * qn);
-        struct weft_buffer *bo = up(be, NULL, sizeof(float) * qn), *bp = up(be, pos, 4 * nrows);
+        struct weft_buffer *bo = up(be, NULL, sizeof(float) * on), *bp = up(be, pos, 4 * nrows);
         struct weft_buffer *bs = up(be, seq, 4 * nrows), *bsl = up(be, slot, 4 * nrows);
         struct weft_buffer *bbo = up(be, bt_off, 4 * n_seq), *bbt = up(be, bt, 4 * n_blocks_total);
+        struct weft_buffer *bsk = up(be, snk, sizeof(float) * (n_head + 3));
         struct weft_op op = {.kind = WEFT_OP_ATTENTION};
         op.u.attention = (struct weft_op_attention){
-            weft_view_2d(bq, 0, WEFT_TYPE_F32, n_head * hd, nrows), weft_view_2d(bo, 0, WEFT_TYPE_F32, n_head * hd, nrows),
-            {bc, kvt, nl, layer, n_kv, hd, 0},
+            weft_view_2d(bq, 0, WEFT_TYPE_F32, n_head * hd, nrows), weft_view_2d(bo, 0, WEFT_TYPE_F32, n_head * hdv, nrows),
+            {bc, kvt, nl, layer, n_kv, hd, latent_hdv, latent_hdv > 0},
             {nrows, n_seq, weft_view_2d(bp, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bs, 0, WEFT_TYPE_I32, nrows, 1),
              weft_view_2d(bsl, 0, WEFT_TYPE_I32, nrows, 1), weft_view_2d(bbo, 0, WEFT_TYPE_I32, n_seq, 1),
              weft_view_2d(bbt, 0, WEFT_TYPE_I32, n_blocks_total, 1)},
-            n_head, 1.0f / sqrtf((float)hd), window, 0.0f, {0}, false};
+            n_head, 1.0f / sqrtf((float)hd), window, 0.0f,
+            weft_view_2d(bsk, 3 * sizeof(float), WEFT_TYPE_F32, n_head, 1), sinks};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
-        down(be, bo, outs[k], sizeof(float) * qn);
-        struct weft_buffer *all[] = {bc, bq, bo, bp, bs, bsl, bbo, bbt};
-        for (int i = 0; i < 8; i++) be->iface->buffer_free(all[i]);
+        down(be, bo, outs[k], sizeof(float) * on);
+        struct weft_buffer *all[] = {bc, bq, bo, bp, bs, bsl, bbo, bbt, bsk};
+        for (int i = 0; i < 9; i++) be->iface->buffer_free(all[i]);
     }
     /* double-precision reference over the dequantized cache */
-    float *ref = malloc(sizeof(float) * qn), *kr = malloc(sizeof(float) * hd), *vr = malloc(sizeof(float) * hd);
-    double *sc = malloc(sizeof(double) * seq_len[0] * 2), *acc = malloc(sizeof(double) * hd);
+    float *ref = malloc(sizeof(float) * on), *kr = malloc(sizeof(float) * hd), *vr = malloc(sizeof(float) * hd);
+    double *sc = malloc(sizeof(double) * seq_len[0] * 2), *acc = malloc(sizeof(double) * hdv);
     const int group = n_head / n_kv;
-    const size_t head_bytes = weft_row_size(kvt, hd);
+    const size_t head_bytes = weft_row_size(kvt, hd), head_bytes_v = weft_row_size(kvt, hdv);
     for (int r = 0; r < nrows; r++)
         for (int h = 0; h < n_head; h++) {
             const float *qh = q + ((size_t)r * n_head + h) * hd;
-            double mx = -1e300, sum = 0;
+            const double sink = snk[3 + h];
+            double mx = sinks ? sink : -1e300, sum = 0;
             const int p0 = window && (uint32_t)pos[r] >= window ? pos[r] - (int)window + 1 : 0;
             for (int p = p0; p <= pos[r]; p++) {
                 size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
-                size_t off = (((sl / 16) * nl + layer) * 2) * layer_bytes + (sl % 16) * tok + (size_t)(h / group) * head_bytes;
+                size_t off = ((sl / 16) * nl + layer) * layer_bytes + (sl % 16) * tok + (size_t)(h / group) * head_bytes;
                 weft_dequantize_row(kvt, cache + off, kr, hd);
                 double d = 0;
                 for (int i = 0; i < hd; i++) d += (double)qh[i] * kr[i];
                 sc[p] = d / sqrt((double)hd);
                 if (sc[p] > mx) mx = sc[p];
             }
-            for (int i = 0; i < hd; i++) acc[i] = 0;
+            for (int i = 0; i < hdv; i++) acc[i] = 0;
+            if (sinks) sum = exp(sink - mx);
             for (int p = p0; p <= pos[r]; p++) {
                 size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
-                size_t off = (((sl / 16) * nl + layer) * 2 + 1) * layer_bytes + (sl % 16) * tok + (size_t)(h / group) * head_bytes;
-                weft_dequantize_row(kvt, cache + off, vr, hd);
+                size_t row = ((sl / 16) * nl + layer) * layer_bytes + (sl % 16) * tok;
+                size_t off = latent_hdv ? row + weft_row_size(kvt, hd - hdv)   /* the K row's tail */
+                                        : row + 16 * tok + (size_t)(h / group) * head_bytes_v;
+                weft_dequantize_row(kvt, cache + off, vr, hdv);
                 double w = exp(sc[p] - mx);
                 sum += w;
-                for (int i = 0; i < hd; i++) acc[i] += w * vr[i];
+                for (int i = 0; i < hdv; i++) acc[i] += w * vr[i];
             }
-            for (int i = 0; i < hd; i++) ref[((size_t)r * n_head + h) * hd + i] = (float)(acc[i] / sum);
+            for (int i = 0; i < hdv; i++) ref[((size_t)r * n_head + h) * hdv + i] = (float)(acc[i] / sum);
         }
-    double e = nmse_f(og, ref, qn), ec = nmse_f(oc, ref, qn);
-    printf("  attention %s heads %d/%d hd %d, %d seqs (longest %d), %d prefill rows, window %u: "
-           "nmse %s %.3g, cpu %.3g\n", weft_type_name(kvt), n_head, n_kv, hd, n_seq, seq_len[0], prefill_rows, window, gpu, e, ec);
+    double e = nmse_f(og, ref, on), ec = nmse_f(oc, ref, on);
+    printf("  attention %s heads %d/%d hd %d", weft_type_name(kvt), n_head, n_kv, hd);
+    if (latent_hdv) printf(" (latent: V the K rows' last %d)", hdv);
+    if (sinks) printf(" + sinks");
+    printf(", %d seqs (longest %d), %d prefill rows, window %u: nmse %s %.3g, cpu %.3g\n", n_seq, seq_len[0],
+           prefill_rows, window, gpu, e, ec);
     if (!strncmp(spec, "cpu", 3)) tol = 1e-3;   /* harness check: the CPU accumulates in F16 */
     CHECK_MSG(e < tol, "%s attention nmse %.3g >= %.3g", gpu, e, tol);
     /* the CPU rounds q (and, for F16 caches, its accumulator) to F16 as
      * ggml does, so it is only close; the two must still agree */
-    CHECK_MSG(nmse_f(og, oc, qn) < 1e-3, "%s vs cpu attention nmse %.3g", gpu, nmse_f(og, oc, qn));
-    free(ref); free(kr); free(vr); free(sc); free(acc);
+    CHECK_MSG(nmse_f(og, oc, on) < 1e-3, "%s vs cpu attention nmse %.3g", gpu, nmse_f(og, oc, on));
+    free(ref); free(kr); free(vr); free(sc); free(acc); free(snk);
     free(bt_off); free(bt); free(pos); free(seq); free(slot); free(cache); free(q); free(oc); free(og);
+}
+
+static void attention_case(struct weft_backend *hb, struct weft_backend *cpu, enum weft_type kvt, int n_head, int n_kv,
+                           int hd, const int *seq_len, int n_seq, int prefill_rows, uint32_t window, double tol)
+{
+    attention_case_x(hb, cpu, kvt, n_head, n_kv, hd, 0, false, seq_len, n_seq, prefill_rows, window, tol);
 }
 
 static void split_k_attention_matches_cpu_at_long_contexts(void)
@@ -719,7 +753,7 @@ static void rope_run(struct weft_backend *be, const struct rope_case *c, const f
     o->q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NHR * HDR, RR);
     o->k = weft_view_2d(bk, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
     o->v = weft_view_2d(bv, 0, WEFT_TYPE_F32, NKVR * HDR, RR);
-    o->kv = (struct weft_kv_view){bc, c->kvt, NLR, 1, NKVR, HDR, 0};
+    o->kv = (struct weft_kv_view){bc, c->kvt, NLR, 1, NKVR, HDR, 0, false};
     o->batch = (struct weft_batch_view){RR, 1, weft_view_2d(bm, 0, WEFT_TYPE_I32, RR, 1),
                                         weft_view_2d(bm, 4 * RR, WEFT_TYPE_I32, RR, 1),
                                         weft_view_2d(bm, 8 * RR, WEFT_TYPE_I32, RR, 1),
@@ -831,6 +865,428 @@ static void rope_scaling_matches_cpu(void)
     weft_backend_close(cpu);
 }
 
+/* ---- api 7: sinks, latent caches, mixtures of experts, gpt-oss's GLU ---- */
+
+/* ATTENTION sinks (gpt-oss: a logit per head; with a window, as its even layers) and a latent
+ * cache (DeepSeek's MLA: v_in_k, one KV head, V the tail of each K row; 96/64 is the tiny
+ * deepseek2's, past 256 the kernels' wide form) on the split-K decode (the sink counts once,
+ * in the merge) and the one-pass prefill, F16 and Q8_0 */
+static void sinks_and_latent_caches(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    const int lens1[] = {4000}, lens3[] = {3001, 700, 17}, lensp[] = {600, 40};
+    attention_case_x(hb, cpu, WEFT_TYPE_F16, 8, 2, 64, 0, true, lens3, 3, 0, 0, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_Q8_0, 8, 2, 64, 0, true, lens1, 1, 0, 128, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_F16, 16, 4, 64, 0, true, lensp, 2, 320, 0, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_F16, 8, 1, 96, 64, false, lens3, 3, 0, 0, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_Q8_0, 8, 1, 96, 64, false, lensp, 2, 320, 0, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_F16, 4, 1, 320, 256, true, lens3, 3, 0, 0, 1e-8);
+    attention_case_x(hb, cpu, WEFT_TYPE_Q8_0, 16, 1, 512, 448, false, lensp, 2, 320, 0, 1e-8);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* ROPE_KV into a latent cache (v_in_k): k rotated and written as K rows, no V read or
+ * written, the layer's part of a block K rows only: every byte but the rows' K rows stays 0 */
+static void rope_into_latent_caches(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    enum { RR = 5, NHR = 4, HDL = 96, HDV = 64, NLR = 3, NBR = 7 };
+    const int32_t meta[3 * RR + 1 + NBR] = {0, 5, 17, 40, 95,  0, 0, 0, 0, 0,  3, 21, 33, 70, 111,  0,
+                                             0, 1, 2, 3, 4, 5, 6};   /* pos, seq, slot, bt_off, bt */
+    const enum weft_type types[2] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
+    float *q = malloc(sizeof(float) * RR * NHR * HDL), *k = malloc(sizeof(float) * RR * HDL);
+    float *rg = malloc(sizeof(float) * HDL), *rc = malloc(sizeof(float) * HDL);
+    for (int ti = 0; ti < 2; ti++) {
+        const size_t tok = weft_row_size(types[ti], HDL), bytes = (size_t)NBR * NLR * 16 * tok;
+        uint8_t *caches[2] = {malloc(bytes), malloc(bytes)};
+        float *qs[2] = {malloc(sizeof(float) * RR * NHR * HDL), malloc(sizeof(float) * RR * NHR * HDL)};
+        for (int i = 0; i < RR * NHR * HDL; i++) q[i] = frand() * 3;
+        for (int i = 0; i < RR * HDL; i++) k[i] = frand() * 3;
+        struct weft_backend *bes[2] = {hb, cpu};
+        for (int b = 0; b < 2; b++) {
+            struct weft_backend *be = bes[b];
+            struct weft_buffer *bq = up(be, q, sizeof(float) * RR * NHR * HDL), *bk = up(be, k, sizeof(float) * RR * HDL);
+            struct weft_buffer *bm = up(be, meta, sizeof meta), *bc = up(be, NULL, bytes);
+            struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+            struct weft_op_rope_kv *o = &op.u.rope_kv;
+            o->q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NHR * HDL, RR);
+            o->k = weft_view_2d(bk, 0, WEFT_TYPE_F32, HDL, RR);   /* v: none (not read) */
+            o->kv = (struct weft_kv_view){bc, types[ti], NLR, 2, 1, HDL, HDV, true};
+            o->batch = (struct weft_batch_view){RR, 1, weft_view_2d(bm, 0, WEFT_TYPE_I32, RR, 1),
+                                                weft_view_2d(bm, 4 * RR, WEFT_TYPE_I32, RR, 1),
+                                                weft_view_2d(bm, 8 * RR, WEFT_TYPE_I32, RR, 1),
+                                                weft_view_2d(bm, 12 * RR, WEFT_TYPE_I32, 1, 1),
+                                                weft_view_2d(bm, 12 * RR + 4, WEFT_TYPE_I32, NBR, 1)};
+            o->n_head = NHR;
+            o->n_rot = 32;   /* DeepSeek rotates the K row's k_pe part */
+            o->freq_base = 10000.0f;
+            o->freq_scale = 1.0f;
+            CHECK_MSG(be->iface->supports(be, &op), "rope latent %s: refused", weft_type_name(types[ti]));
+            CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+            down(be, bq, qs[b], sizeof(float) * RR * NHR * HDL);
+            down(be, bc, caches[b], bytes);
+            struct weft_buffer *all[] = {bq, bk, bm, bc};
+            for (int i = 0; i < 4; i++) be->iface->buffer_free(all[i]);
+        }
+        /* the K rows (layer 2 of the slots' blocks, K only per layer) against the CPU's; the rest 0 */
+        double ek = 0;
+        for (int r = 0; r < RR; r++) {
+            const size_t sl = (size_t)meta[2 * RR + r], off = ((sl / 16) * NLR + 2) * 16 * tok + (sl % 16) * tok;
+            weft_dequantize_row(types[ti], caches[0] + off, rg, HDL);
+            weft_dequantize_row(types[ti], caches[1] + off, rc, HDL);
+            const double e = nmse_f(rg, rc, HDL);
+            if (e > ek) ek = e;
+            memset(caches[0] + off, 0, tok);
+        }
+        size_t stray = 0;
+        for (size_t i = 0; i < bytes; i++) stray += caches[0][i] != 0;
+        const double eq = nmse_f(qs[0], qs[1], (size_t)RR * NHR * HDL);
+        printf("  rope latent %s: nmse vs cpu q %.3g K rows %.3g, %zu bytes written elsewhere\n",
+               weft_type_name(types[ti]), eq, ek, stray);
+        CHECK_MSG(eq < 1e-10 && ek < (ti ? 1e-4 : 1e-6) && stray == 0, "rope latent %s: q %.3g K %.3g stray %zu",
+                  weft_type_name(types[ti]), eq, ek, stray);
+        for (int b = 0; b < 2; b++) { free(caches[b]); free(qs[b]); }
+    }
+    free(q); free(k); free(rg); free(rc);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* SILU_MUL's clamped SwiGLU (gpt-oss: alpha 1.702, limit 7): gates and ups across and past the
+ * clamps, infinities and NaNs, against the CPU to a few ulps (the device's expf, libm's) */
+static void swiglu_oai_matches_cpu(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    enum { SR = 6, SK = 1000 };
+    const size_t n = (size_t)SR * SK, bytes = sizeof(float) * n;
+    float *g = malloc(bytes), *u = malloc(bytes), *og = malloc(bytes), *oc = malloc(bytes);
+    const float specials[] = {NAN, INFINITY, -INFINITY, 7.0f, -7.0f, 7.0001f, -7.0001f, 0.0f, -0.0f, 1e-30f};
+    for (size_t i = 0; i < n; i++) {
+        g[i] = i % 97 < 10 ? specials[i % 97] : frand() * 20;
+        u[i] = i % 89 < 10 ? specials[i % 89] : frand() * 20;
+    }
+    struct weft_backend *bes[2] = {hb, cpu};
+    float *outs[2] = {og, oc};
+    for (int b = 0; b < 2; b++) {
+        struct weft_backend *be = bes[b];
+        struct weft_buffer *bg = up(be, g, bytes), *bu = up(be, u, bytes), *bo = up(be, NULL, bytes);
+        struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+        op.u.silu_mul = (struct weft_op_silu_mul){weft_view_2d(bg, 0, WEFT_TYPE_F32, SK, SR),
+                                                  weft_view_2d(bu, 0, WEFT_TYPE_F32, SK, SR),
+                                                  weft_view_2d(bo, 0, WEFT_TYPE_F32, SK, SR), WEFT_GLU_SWIGLU_OAI,
+                                                  1.702f, 7.0f};
+        CHECK(be->iface->supports(be, &op));
+        CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+        down(be, bo, outs[b], bytes);
+        be->iface->buffer_free(bg); be->iface->buffer_free(bu); be->iface->buffer_free(bo);
+    }
+    size_t bad = 0, first = n;
+    for (size_t i = 0; i < n; i++)
+        if (!same_bits(og[i], oc[i]) && !(fabsf(og[i] - oc[i]) <= 1e-6f * fabsf(oc[i]))) {
+            bad++;
+            if (first == n) first = i;
+        }
+    CHECK_MSG(bad == 0, "swiglu_oai: %zu of %zu differ (first: gate %a up %a: %s %a, cpu %a)", bad, n,
+              first < n ? g[first] : 0.0f, first < n ? u[first] : 0.0f, gpu, first < n ? og[first] : 0.0f,
+              first < n ? oc[first] : 0.0f);
+    free(g); free(u); free(og); free(oc);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* the softmax or sigmoid probabilities of a row, in double (the test's own, to judge ties) */
+static void route_probs(const float *l, int E, enum weft_moe_gating gating, double *p)
+{
+    double mx = -1e300, sum = 0;
+    for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+    for (int e = 0; e < E; e++) {
+        p[e] = gating == WEFT_MOE_SIGMOID ? 1 / (1 + exp(-(double)l[e])) : exp(l[e] - mx);
+        sum += p[e];
+    }
+    if (gating != WEFT_MOE_SIGMOID)
+        for (int e = 0; e < E; e++) p[e] /= sum;
+}
+
+/* MOE_ROUTE over RR rows, the GPU against the CPU: the same experts in the same order (but
+ * where the choice values are within 1e-5 of a tie), the same weights to 1e-5 */
+static void moe_route_case(struct weft_backend *hb, struct weft_backend *cpu, int RR, int E, int K,
+                           enum weft_moe_gating gating, bool norm, float scale, bool bias)
+{
+    float *l = malloc(sizeof(float) * RR * E), *bv = malloc(sizeof(float) * (E + 5));
+    int32_t *ids[2] = {malloc(4 * RR * K), malloc(4 * RR * K)};
+    float *w[2] = {malloc(sizeof(float) * RR * K), malloc(sizeof(float) * RR * K)};
+    double *p = malloc(sizeof(double) * E);
+    for (int i = 0; i < RR * E; i++) l[i] = frand() * 4;
+    for (int i = 0; i < E + 5; i++) bv[i] = i < 5 ? 1e30f : frand() * 0.3f;   /* the bias at float 5 */
+    struct weft_backend *bes[2] = {hb, cpu};
+    for (int b = 0; b < 2; b++) {
+        struct weft_backend *be = bes[b];
+        struct weft_buffer *bl = up(be, l, sizeof(float) * RR * E), *bb = up(be, bv, sizeof(float) * (E + 5));
+        struct weft_buffer *bi = up(be, NULL, 4 * RR * K), *bw = up(be, NULL, sizeof(float) * RR * K);
+        struct weft_op op = {.kind = WEFT_OP_MOE_ROUTE};
+        op.u.moe_route = (struct weft_op_moe_route){weft_view_2d(bl, 0, WEFT_TYPE_F32, E, RR),
+                                                    weft_view_2d(bi, 0, WEFT_TYPE_I32, K, RR),
+                                                    weft_view_2d(bw, 0, WEFT_TYPE_F32, K, RR), (uint32_t)K, gating, norm,
+                                                    scale, weft_view_2d(bb, 5 * sizeof(float), WEFT_TYPE_F32, E, 1),
+                                                    bias};
+        CHECK(be->iface->supports(be, &op));
+        CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+        down(be, bi, ids[b], 4 * RR * K);
+        down(be, bw, w[b], sizeof(float) * RR * K);
+        be->iface->buffer_free(bl); be->iface->buffer_free(bb); be->iface->buffer_free(bi); be->iface->buffer_free(bw);
+    }
+    int swapped = 0, bad = 0;
+    for (int r = 0; r < RR; r++) {
+        route_probs(l + (size_t)r * E, E, gating, p);
+        for (int j = 0; j < K; j++) {
+            const int ig = ids[0][r * K + j], ic = ids[1][r * K + j];
+            if (ig != ic) {
+                const bool ok = ig >= 0 && ig < E && fabs((p[ig] + (bias ? bv[5 + ig] : 0)) - (p[ic] + (bias ? bv[5 + ic] : 0))) < 1e-5;
+                swapped++;
+                bad += !ok;
+                continue;
+            }
+            const float a = w[0][r * K + j], c = w[1][r * K + j];
+            bad += !(fabsf(a - c) <= 1e-5f * fabsf(c) + 1e-30f);
+        }
+    }
+    printf("  moe_route %s E %d k %d%s%s scale %g, %d rows: %d near-tie swaps\n",
+           gating == WEFT_MOE_SIGMOID ? "sigmoid" : gating == WEFT_MOE_SOFTMAX ? "softmax" : "softmax over the top k",
+           E, K, norm ? " norm" : "", bias ? " bias" : "", scale, RR, swapped);
+    CHECK_MSG(bad == 0, "moe_route gating %d E %d k %d: %d slots differ from the cpu", gating, E, K, bad);
+    free(l); free(bv); free(p);
+    for (int b = 0; b < 2; b++) { free(ids[b]); free(w[b]); }
+}
+
+/* MOE_ROUTE's gatings (Mixtral and qwen3moe: softmax, renormalised; DeepSeek V3: sigmoid with
+ * a choice bias, renormalised and scaled; gpt-oss: softmax over the chosen k), experts off the
+ * 32-lane and 16-chunk sizes, batch 1 and a prefill chunk */
+static void moe_route_matches_cpu(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    moe_route_case(hb, cpu, 1, 8, 2, WEFT_MOE_SOFTMAX, true, 0.0f, false);
+    moe_route_case(hb, cpu, 100, 128, 8, WEFT_MOE_SOFTMAX, true, 0.0f, false);
+    moe_route_case(hb, cpu, 1, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true);
+    moe_route_case(hb, cpu, 77, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true);
+    moe_route_case(hb, cpu, 9, 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, false);
+    moe_route_case(hb, cpu, 33, 37, 5, WEFT_MOE_SOFTMAX, false, 0.5f, true);
+    moe_route_case(hb, cpu, 5, 500, 20, WEFT_MOE_SOFTMAX_TOPK, true, 0.0f, false);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* one MATMUL_ID: E experts of N x K (type t, expert e's rows from e * N), RR rows x KS slots,
+ * x and out strided views; form 0: gate/up (x per row, one output row per slot, a per-expert
+ * bias); 1: down (x per slot, the slots weighted and summed into out += ...); 2: DeepSeek's
+ * per-head matrices (x per slot, one output row per slot) */
+struct mid_case {
+    enum weft_type t;
+    int64_t K, N;
+    int E, RR, KS, form;
+    bool heads;   /* DeepSeek's per-head MATMUL_IDs: row r's slot j chose expert j (KS = E) */
+};
+
+static void matmul_id_run(struct weft_backend *be, const struct mid_case *c, const uint8_t *w, const int32_t *ids,
+                          const float *x, size_t x_ld, const float *bias, const float *wts, float *out, size_t out_ld)
+{
+    const int64_t slots = (int64_t)c->RR * c->KS, xr = c->form ? slots : c->RR, orows = c->form == 1 ? c->RR : slots;
+    const size_t rs = weft_row_size(c->t, c->K);
+    struct weft_buffer *bw = up(be, w, rs * c->N * c->E), *bi = up(be, ids, 4 * slots);
+    struct weft_buffer *bx = up(be, x, sizeof(float) * x_ld * xr), *bb = up(be, bias, sizeof(float) * c->E * c->N);
+    struct weft_buffer *bt = up(be, wts, sizeof(float) * slots), *bo = up(be, out, sizeof(float) * out_ld * orows);
+    struct weft_op op = {.kind = WEFT_OP_MATMUL_ID};
+    struct weft_op_matmul_id *o = &op.u.matmul_id;
+    o->x = weft_view_2d(bx, 0, WEFT_TYPE_F32, c->K, xr);
+    o->x.nb1 = x_ld * sizeof(float);   /* strided rows, as DeepSeek's per-head views */
+    o->w = weft_view_2d(bw, 0, c->t, c->K, c->N * c->E);
+    o->ids = weft_view_2d(bi, 0, WEFT_TYPE_I32, c->KS, c->RR);
+    o->out = weft_view_2d(bo, 0, WEFT_TYPE_F32, c->N, orows);
+    o->out.nb1 = out_ld * sizeof(float);
+    o->n_expert = (uint32_t)c->E;
+    o->x_per_slot = c->form != 0;
+    o->has_weights = o->has_add = c->form == 1;
+    o->weights = weft_view_2d(bt, 0, WEFT_TYPE_F32, c->KS, c->RR);
+    o->add = o->out;
+    o->has_bias = c->form == 0;
+    o->bias = weft_view_2d(bb, 0, WEFT_TYPE_F32, c->E * c->N, 1);
+    CHECK_MSG(be->iface->supports(be, &op), "matmul_id %s form %d refused", weft_type_name(c->t), c->form);
+    CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
+    down(be, bo, out, sizeof(float) * out_ld * orows);
+    struct weft_buffer *all[] = {bw, bi, bx, bb, bt, bo};
+    for (int i = 0; i < 6; i++) be->iface->buffer_free(all[i]);
+}
+
+/* The GPU against the CPU on the same op; the experts no row chose are bytes 0xFF (NaN
+ * scales), so reading one shows as a NaN in the output */
+static void matmul_id_case(struct weft_backend *hb, struct weft_backend *cpu, const struct mid_case *c)
+{
+    const size_t rs = weft_row_size(c->t, c->K);
+    const int64_t slots = (int64_t)c->RR * c->KS, xr = c->form ? slots : c->RR, orows = c->form == 1 ? c->RR : slots;
+    const size_t x_ld = (size_t)c->K + 3, out_ld = (size_t)c->N + 5;
+    uint8_t *w = malloc(rs * c->N * c->E);
+    memset(w, 0xFF, rs * c->N * c->E);
+    int32_t *ids = malloc(4 * slots);
+    float *tmp = malloc(sizeof(float) * c->K), *x = malloc(sizeof(float) * x_ld * xr);
+    float *bias = malloc(sizeof(float) * c->E * c->N), *wts = malloc(sizeof(float) * slots);
+    float *out[2] = {malloc(sizeof(float) * out_ld * orows), malloc(sizeof(float) * out_ld * orows)};
+    /* each row's k distinct experts among those with e % 3 != 2; the others are never chosen */
+    bool *chosen = calloc(c->E, 1);
+    for (int r = 0; r < c->RR; r++)
+        for (int j = 0; j < c->KS; j++) {
+            int e = j;
+            bool dup = false;
+            while (!c->heads) {
+                e = (int)((frand() * 0.5f + 0.5f) * c->E) % c->E;
+                dup = e % 3 == 2;
+                for (int q = 0; q < j; q++) dup = dup || ids[r * c->KS + q] == e;
+                if (!dup) break;
+            }
+            ids[r * c->KS + j] = e;
+            chosen[e] = true;
+        }
+    for (int e = 0; e < c->E; e++)
+        for (int64_t n = 0; chosen[e] && n < c->N; n++) {
+            for (int64_t k = 0; k < c->K; k++) tmp[k] = frand();
+            CHECK(weft_quantize_row(c->t, tmp, w + ((size_t)e * c->N + n) * rs, c->K));
+        }
+    for (size_t i = 0; i < x_ld * xr; i++) x[i] = frand();
+    for (int i = 0; i < c->E * c->N; i++) bias[i] = frand();
+    for (int64_t i = 0; i < slots; i++) wts[i] = frand();
+    for (size_t i = 0; i < out_ld * orows; i++) out[0][i] = out[1][i] = frand();
+    matmul_id_run(hb, c, w, ids, x, x_ld, bias, wts, out[0], out_ld);
+    matmul_id_run(cpu, c, w, ids, x, x_ld, bias, wts, out[1], out_ld);
+    size_t nan = 0;
+    for (size_t i = 0; i < out_ld * orows; i++) nan += out[0][i] != out[0][i];
+    const double e = nmse_f(out[0], out[1], out_ld * orows);
+    /* the CPU multiplies quantized weights with Q8 activations, F16 ones with F16 (as ggml) */
+    const double tol = c->t == WEFT_TYPE_F32 ? 1e-10 : c->t == WEFT_TYPE_F16 || c->t == WEFT_TYPE_BF16 ? 4e-5 : 8e-4;
+    CHECK_MSG(nan == 0 && e < tol, "matmul_id %s K%lld N%lld E%d rows %d k %d form %d: %s vs cpu nmse %.3g, %zu NaN",
+              weft_type_name(c->t), (long long)c->K, (long long)c->N, c->E, c->RR, c->KS, c->form, gpu, e, nan);
+    if (c->form == 1 || c->KS != 3) printf("  matmul_id %-6s rows %d k %d form %d: nmse vs cpu %.3g\n",
+                                     weft_type_name(c->t), c->RR, c->KS, c->form, e);
+    free(w); free(ids); free(tmp); free(x); free(bias); free(wts); free(out[0]); free(out[1]); free(chosen);
+}
+
+/* MATMUL_ID for every weight type at batch 1 and 8, both forms, unchosen experts NaN; then
+ * slots past the kernels' 8 per pass over an expert, and DeepSeek's per-head shape (every row
+ * chooses every head, x per slot) */
+static void matmul_id_matches_cpu(void)
+{
+    struct weft_backend *hb = open_gpu(true), *cpu = NULL;
+    CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
+    if (!hb || !cpu) return;
+    static const enum weft_type types[] = {WEFT_TYPE_F32, WEFT_TYPE_F16, WEFT_TYPE_BF16, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1,
+                                           WEFT_TYPE_Q5_0, WEFT_TYPE_Q5_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K,
+                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K, WEFT_TYPE_IQ4_NL,
+                                           WEFT_TYPE_IQ4_XS, WEFT_TYPE_MXFP4};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        for (int rr = 1; rr <= 8; rr += 7)
+            for (int form = 0; form < 2; form++) {
+                const struct mid_case c = {types[i], 256, 37, 9, rr, 3, form, false};
+                matmul_id_case(hb, cpu, &c);
+            }
+    const struct mid_case more[] = {
+        {WEFT_TYPE_Q4_0, 512, 70, 4, 40, 2, 0, false},     /* ~27 slots per chosen expert */
+        {WEFT_TYPE_MXFP4, 512, 33, 32, 64, 4, 1, false},   /* gpt-oss-like: many experts, a prefill chunk */
+        {WEFT_TYPE_F16, 128, 64, 16, 8, 16, 2, true},      /* W_kb's shape: 16 heads of 128 -> 64 */
+        {WEFT_TYPE_Q8_0, 64, 96, 16, 3, 16, 2, true},
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) matmul_id_case(hb, cpu, &more[i]);
+    weft_backend_close(hb);
+    weft_backend_close(cpu);
+}
+
+/* A gpt-oss-style MoE FFN as one op list: MOE_ROUTE (softmax over the top k) of logits that
+ * change every step, MATMUL_IDs gate and up (+ expert biases), the clamped SwiGLU, MATMUL_ID
+ * down weighted and summed into x (+ bias). Replayed from a graph it gives the same bits as
+ * eager runs while the routes change underneath (the ids never reach the host), and matches
+ * the CPU. */
+static void moe_ffn_graph_replay_follows_routes(void)
+{
+    struct weft_backend *bes[3] = {open_gpu(true), open_gpu(false), NULL};
+    CHECK(weft_backend_open("cpu", 2, &bes[2]) == WEFT_OK);
+    if (!bes[0] || !bes[1] || !bes[2]) return;
+    enum { XR = 8, NE = 128, NF = 64, EX = 16, KU = 4 };
+    const enum weft_type wt = WEFT_TYPE_MXFP4;
+    const size_t rs_e = weft_row_size(wt, NE), rs_f = weft_row_size(wt, NF);
+    uint8_t *wg = malloc(rs_e * NF * EX), *wu = malloc(rs_e * NF * EX), *wd = malloc(rs_f * NE * EX);
+    float *tmp = malloc(sizeof(float) * NE), *bias = malloc(sizeof(float) * EX * (2 * NF + NE));
+    for (int i = 0; i < NF * EX; i++) {
+        for (int k = 0; k < NE; k++) tmp[k] = frand() * 0.3f;
+        weft_quantize_row(wt, tmp, wg + i * rs_e, NE);
+        for (int k = 0; k < NE; k++) tmp[k] = frand() * 0.3f;
+        weft_quantize_row(wt, tmp, wu + i * rs_e, NE);
+    }
+    for (int i = 0; i < NE * EX; i++) {
+        for (int k = 0; k < NF; k++) tmp[k] = frand() * 0.3f;
+        weft_quantize_row(wt, tmp, wd + i * rs_f, NF);
+    }
+    for (int i = 0; i < EX * (2 * NF + NE); i++) bias[i] = frand() * 0.1f;
+    /* per backend: weights, biases, and act = x [XR][NE] | logits [XR][EX] | ids | wts | g, u, h [XR*KU][NF] */
+    const size_t f = sizeof(float), o_l = XR * NE * f, o_i = o_l + XR * EX * f, o_w = o_i + XR * KU * 4;
+    const size_t o_g = o_w + XR * KU * f, o_u = o_g + XR * KU * NF * f, o_h = o_u + XR * KU * NF * f;
+    const size_t act_bytes = o_h + XR * KU * NF * f;
+    struct weft_buffer *bufs[3][5];
+    struct weft_op ops[3][5];
+    for (int b = 0; b < 3; b++) {
+        struct weft_buffer **B = bufs[b];
+        B[0] = up(bes[b], wg, rs_e * NF * EX); B[1] = up(bes[b], wu, rs_e * NF * EX); B[2] = up(bes[b], wd, rs_f * NE * EX);
+        B[3] = up(bes[b], bias, f * EX * (2 * NF + NE)); B[4] = up(bes[b], NULL, act_bytes);
+        const struct weft_view x = weft_view_2d(B[4], 0, WEFT_TYPE_F32, NE, XR);
+        const struct weft_view ids = weft_view_2d(B[4], o_i, WEFT_TYPE_I32, KU, XR);
+        const struct weft_view wts = weft_view_2d(B[4], o_w, WEFT_TYPE_F32, KU, XR);
+        const struct weft_view g = weft_view_2d(B[4], o_g, WEFT_TYPE_F32, NF, XR * KU);
+        const struct weft_view u = weft_view_2d(B[4], o_u, WEFT_TYPE_F32, NF, XR * KU);
+        const struct weft_view h = weft_view_2d(B[4], o_h, WEFT_TYPE_F32, NF, XR * KU);
+        struct weft_op *op = ops[b];
+        op[0] = (struct weft_op){.kind = WEFT_OP_MOE_ROUTE};
+        op[0].u.moe_route = (struct weft_op_moe_route){weft_view_2d(B[4], o_l, WEFT_TYPE_F32, EX, XR), ids, wts, KU,
+                                                       WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, {0}, false};
+        for (int i = 0; i < 2; i++) {
+            op[1 + i] = (struct weft_op){.kind = WEFT_OP_MATMUL_ID};
+            op[1 + i].u.matmul_id = (struct weft_op_matmul_id){
+                .x = x, .w = weft_view_2d(B[i], 0, wt, NE, NF * EX), .ids = ids, .out = i ? u : g, .n_expert = EX,
+                .bias = weft_view_2d(B[3], f * EX * NF * i, WEFT_TYPE_F32, EX * NF, 1), .has_bias = true};
+        }
+        op[3] = (struct weft_op){.kind = WEFT_OP_SILU_MUL};
+        op[3].u.silu_mul = (struct weft_op_silu_mul){g, u, h, WEFT_GLU_SWIGLU_OAI, 1.702f, 7.0f};
+        op[4] = (struct weft_op){.kind = WEFT_OP_MATMUL_ID};
+        op[4].u.matmul_id = (struct weft_op_matmul_id){
+            .x = h, .w = weft_view_2d(B[2], 0, wt, NF, NE * EX), .ids = ids, .out = x, .n_expert = EX,
+            .x_per_slot = true, .weights = wts, .has_weights = true, .add = x, .has_add = true,
+            .bias = weft_view_2d(B[3], f * EX * NF * 2, WEFT_TYPE_F32, EX * NE, 1), .has_bias = true};
+        for (int i = 0; i < 5; i++) CHECK_MSG(bes[b]->iface->supports(bes[b], &ops[b][i]), "moe op %d refused", i);
+    }
+    float *in = malloc(o_i), *res[3] = {malloc(o_l), malloc(o_l), malloc(o_l)};
+    for (int t = 0; t < 5; t++) {   /* step 0 runs eagerly, 1 is captured, 2.. replayed */
+        for (size_t i = 0; i < o_i / f; i++) in[i] = frand() * (i < XR * NE ? 1.0f : 3.0f);
+        for (int b = 0; b < 3; b++) {
+            CHECK(bes[b]->iface->buffer_write(bufs[b][4], 0, in, o_i) == WEFT_OK);
+            CHECK(bes[b]->iface->run(bes[b], ops[b], 5) == WEFT_OK);
+            down(bes[b], bufs[b][4], res[b], o_l);
+        }
+        CHECK_MSG(memcmp(res[0], res[1], o_l) == 0, "moe step %d: graph replay differs from eager run", t);
+        const double d = nmse_f(res[0], res[2], XR * NE);
+        CHECK_MSG(d < 1e-3, "moe step %d: %s vs cpu nmse %.3g", t, gpu, d);
+        if (t == 0 || t == 4) printf("  moe ffn step %d: %s vs cpu nmse %.3g\n", t, gpu, d);
+    }
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < 5; i++) bes[b]->iface->buffer_free(bufs[b][i]);
+        weft_backend_close(bes[b]);
+        free(res[b]);
+    }
+    free(wg); free(wu); free(wd); free(tmp); free(bias); free(in);
+}
+
 static void out_of_memory_is_reported_not_fatal(void)
 {
     struct weft_backend *hb = open_gpu(true);
@@ -877,5 +1333,11 @@ int main(void)
     RUN(sliding_windows_at_long_contexts);
     RUN(graph_replay_equals_eager_steps);
     RUN(graph_replay_with_api5_fields);
+    RUN(sinks_and_latent_caches);
+    RUN(rope_into_latent_caches);
+    RUN(swiglu_oai_matches_cpu);
+    RUN(moe_route_matches_cpu);
+    RUN(matmul_id_matches_cpu);
+    RUN(moe_ffn_graph_replay_follows_routes);
     return check_summary();
 }

@@ -234,7 +234,7 @@ static bool kv_run(const char *spec, const struct kv_case *c, int mode, float *o
         if (ok && src[i]) ok &= f->buffer_write(bufs[i], 0, src[i], n[i]) == WEFT_OK;
     }
     CHECK(ok);
-    struct weft_kv_view kv = {bufs[0], c->type, KV_NL, KV_LAYER, KV_NKV, KV_HD, 0};
+    struct weft_kv_view kv = {bufs[0], c->type, KV_NL, KV_LAYER, KV_NKV, KV_HD, 0, false};
     struct weft_batch_view batch = {KV_ROWS, KV_SEQ, weft_view_2d(bufs[5], 0, WEFT_TYPE_I32, KV_ROWS, 1),
                                     weft_view_2d(bufs[6], 0, WEFT_TYPE_I32, KV_ROWS, 1),
                                     weft_view_2d(bufs[7], 0, WEFT_TYPE_I32, KV_ROWS, 1),

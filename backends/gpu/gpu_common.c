@@ -2,15 +2,17 @@
  * validation, scratch, and running an op list through the vendor's hooks.
  *
  * Step graphs: a step's launches are described by a key (every view's
- * buffer id, offset and shape, every scalar and flag, api 5's fields
- * included; not the data). The first time a key is seen the ops run
+ * buffer id, offset and shape, every scalar and flag, api 5's and 7's
+ * fields included; not the data). The first time a key is seen the ops run
  * eagerly; the second time they are captured into a graph and launched;
  * from then on the graph is replayed, so a decode step costs one launch
  * instead of dozens. Data that changes between steps
- * (token ids, positions, block tables) lives in device buffers the kernels
- * read, and launch shapes never depend on it: a graph stays valid while
- * contexts grow. Scratch growth drops every graph (they hold its address). */
+ * (token ids, positions, block tables, the experts MOE_ROUTE chose) lives in
+ * device buffers the kernels read, and launch shapes never depend on it: a
+ * graph stays valid while contexts grow and routes change. Scratch growth
+ * drops every graph (they hold its address). */
 #include "backends/gpu/gpu_common.h"
+#include "kernels-common/launch.h"   /* the kernels' limits: WEFT_GK_ATTN_MAX_HD, WEFT_GK_MOE_MAX_EXPERTS */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,7 +42,8 @@ weft_status weft_gpu_take_input_error(struct weft_gpu *g)
     if (!err) return WEFT_OK;
     *(volatile int *)g->err_host = 0;
     return weft_error(WEFT_ERR_INVALID_ARG, "%s: %s outside its table in the last op list (zeros were used)",
-                      g->hooks->name, err == 1 ? "a token id" : "a LOGITS row index");
+                      g->hooks->name,
+                      err == 1 ? "a token id" : err == 3 ? "a MATMUL_ID expert id" : "a LOGITS row index");
 }
 
 /* ---- supports ---- */
@@ -69,7 +72,8 @@ static bool weight_ok(const struct weft_gpu_hooks *h, const struct weft_view *w)
 }
 
 /* MATMUL's bias: N contiguous F32 values (a vector view, or rows packed
- * without gaps, as the kernels index bias[n]) */
+ * without gaps, as the kernels index bias[n]); also ATTENTION's sinks, MOE_ROUTE's choice
+ * bias and MATMUL_ID's per-expert bias */
 static bool bias_ok(const struct weft_view *b, int64_t N)
 {
     return is_f32(b) && b->ne0 * b->ne1 == N && (b->ne1 == 1 || b->nb1 == (size_t)b->ne0 * sizeof(float));
@@ -86,10 +90,31 @@ static bool freq_factors_ok(const struct weft_view *f, uint32_t n_rot)
 static bool kv_ok(const struct weft_kv_view *kv, uint32_t n_head)
 {
     const uint32_t hdv = weft_kv_head_dim_v(kv);
-    /* api 7's latent cache (v_in_k) is not in these kernels yet: refused, not misread */
-    return kv->buf && !kv->v_in_k && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 && kv->head_dim <= 256 &&
-           hdv <= 256 && n_head % kv->n_kv_head == 0 &&
+    /* api 7's latent cache: one KV head, V the tail of each K row (whole Q8_0 blocks in) */
+    if (kv->v_in_k && (kv->n_kv_head != 1 || hdv >= kv->head_dim ||
+                       (kv->type == WEFT_TYPE_Q8_0 && (kv->head_dim - hdv) % 32)))
+        return false;
+    return kv->buf && kv->layer < kv->n_layer && kv->n_kv_head > 0 && kv->head_dim > 0 &&
+           kv->head_dim <= WEFT_GK_ATTN_MAX_HD && hdv <= WEFT_GK_ATTN_MAX_HD && n_head % kv->n_kv_head == 0 &&
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0));
+}
+
+/* MATMUL_ID (api 7): the shapes backend.h gives it, as the CPU checks them; the kernels' bounds
+ * (experts, the weighted sum's grid of rows) */
+static bool matmul_id_ok(const struct weft_gpu_hooks *h, const struct weft_op_matmul_id *o)
+{
+    if (!h->matmul_id || !h->matmul_id_scratch || !weight_ok(h, &o->w) || !is_i32(&o->ids) || !is_f32(&o->x) ||
+        !is_f32(&o->out) || o->n_expert < 1 || o->n_expert > WEFT_GK_MOE_MAX_EXPERTS || o->w.ne1 % o->n_expert ||
+        o->x.ne0 != o->w.ne0 || o->ids.ne1 > 65535 || o->ids.ne0 * o->ids.ne1 > INT32_MAX)
+        return false;
+    const int64_t N = o->w.ne1 / o->n_expert, rows = o->ids.ne1, slots = o->ids.ne0 * rows;
+    if (o->out.ne0 != N || o->x.ne1 != (o->x_per_slot ? slots : rows)) return false;
+    if (o->has_weights ? (!is_f32(&o->weights) || o->weights.ne0 < o->ids.ne0 || o->weights.ne1 != rows ||
+                          o->out.ne1 != rows ||
+                          (o->has_add && (!is_f32(&o->add) || o->add.ne0 != N || o->add.ne1 != rows)))
+                       : (o->has_add || o->out.ne1 != slots))
+        return false;
+    return !o->has_bias || bias_ok(&o->bias, o->w.ne1);
 }
 
 static bool batch_ok(const struct weft_batch_view *bv)
@@ -121,20 +146,22 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
+        /* a latent cache's ROPE_KV does not read v */
         return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->k) &&
-               is_f32(&o->v) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim &&
+               (o->kv.v_in_k || is_f32(&o->v)) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim &&
                (!o->has_freq_factors || freq_factors_ok(&o->freq_factors, o->n_rot));
     }
     case WEFT_OP_ATTENTION: {
         const struct weft_op_attention *o = &op->u.attention;
         /* every window is honoured (the kernel's first attended position) */
         return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->out) &&
-               !o->has_sinks;  /* api 7's sinks: not in these kernels yet */
+               (!o->has_sinks || bias_ok(&o->sinks, o->n_head));   /* api 7: a sink per head */
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || (o->act == WEFT_GLU_GELU_TANH && h->glu)) && is_f32(&o->gate) &&
-               is_f32(&o->up) && is_f32(&o->out);
+        return (o->act == WEFT_GLU_SILU || (o->act == WEFT_GLU_GELU_TANH && h->glu) ||
+                (o->act == WEFT_GLU_SWIGLU_OAI && h->swiglu_oai)) &&
+               is_f32(&o->gate) && is_f32(&o->up) && is_f32(&o->out);
     }
     case WEFT_OP_ADD:
         return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
@@ -148,6 +175,15 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
         return weight_ok(h, &o->w) && is_f32(&o->x) && is_f32(&o->norm_w) && is_i32(&o->rows) && is_f32(&o->out) &&
                o->x.ne0 == o->w.ne0 && o->out.ne0 == o->w.ne1 && o->out.ne1 >= o->rows.ne0;
     }
+    case WEFT_OP_MOE_ROUTE: {
+        const struct weft_op_moe_route *o = &op->u.moe_route;
+        return h->moe_route && is_f32(&o->logits) && is_i32(&o->ids) && is_f32(&o->weights) && o->k >= 1 &&
+               o->logits.ne0 >= o->k && o->logits.ne0 <= WEFT_GK_MOE_MAX_EXPERTS && o->ids.ne0 >= o->k &&
+               o->weights.ne0 >= o->k && o->ids.ne1 == o->logits.ne1 && o->weights.ne1 == o->logits.ne1 &&
+               (unsigned)o->gating <= WEFT_MOE_SOFTMAX_TOPK && (!o->has_bias || bias_ok(&o->bias, o->logits.ne0));
+    }
+    case WEFT_OP_MATMUL_ID:
+        return matmul_id_ok(h, &op->u.matmul_id);
     default:
         return false;
     }
@@ -181,6 +217,12 @@ static size_t op_scratch(const struct weft_gpu *g, const struct weft_op *op)
         /* the split partials hold V's head dim (the output's) */
         return h->attention_scratch(o->batch.n_rows, (int)o->n_head, (int)weft_kv_head_dim_v(&o->kv),
                                     weft_gpu_attn_splits(g, o));
+    }
+    case WEFT_OP_MATMUL_ID: {
+        const struct weft_op_matmul_id *o = &op->u.matmul_id;
+        if (!h->matmul_id_scratch || o->n_expert < 1) return 0;
+        return h->matmul_id_scratch((int)o->w.type, o->w.ne0, o->w.ne1 / o->n_expert, (int)o->n_expert, o->ids.ne1,
+                                    (int)o->ids.ne0, o->x_per_slot, o->has_weights);
     }
     default:
         return 0;
@@ -269,6 +311,7 @@ static void put_kv(struct keyb *k, const struct weft_kv_view *kv)
     put(k, kv->n_kv_head);
     put(k, kv->head_dim);
     put(k, weft_kv_head_dim_v(kv));
+    put(k, kv->v_in_k);
 }
 
 static void put_batch(struct keyb *k, const struct weft_batch_view *b)
@@ -319,11 +362,14 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         const struct weft_op_attention *o = &op->u.attention;
         put_view(k, &o->q); put_view(k, &o->out); put_kv(k, &o->kv); put_batch(k, &o->batch);
         put(k, o->n_head); put_f(k, o->scale); put(k, o->window); put_f(k, o->softcap);
+        put(k, o->has_sinks);
+        if (o->has_sinks) put_view(k, &o->sinks);
         break;
     }
     case WEFT_OP_SILU_MUL:
         put_view(k, &op->u.silu_mul.gate); put_view(k, &op->u.silu_mul.up); put_view(k, &op->u.silu_mul.out);
         put(k, (uint64_t)op->u.silu_mul.act);
+        put_f(k, op->u.silu_mul.alpha); put_f(k, op->u.silu_mul.limit);
         break;
     case WEFT_OP_ADD:
         put_view(k, &op->u.add.a); put_view(k, &op->u.add.b); put_view(k, &op->u.add.out);
@@ -336,6 +382,22 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         const struct weft_op_logits *o = &op->u.logits;
         put_view(k, &o->x); put_view(k, &o->rows); put_view(k, &o->norm_w); put_view(k, &o->w); put_view(k, &o->out);
         put_f(k, o->eps); put_f(k, o->softcap);
+        break;
+    }
+    case WEFT_OP_MOE_ROUTE: {
+        const struct weft_op_moe_route *o = &op->u.moe_route;
+        put_view(k, &o->logits); put_view(k, &o->ids); put_view(k, &o->weights);
+        put(k, o->k); put(k, (uint64_t)o->gating); put(k, o->norm); put_f(k, o->scale); put(k, o->has_bias);
+        if (o->has_bias) put_view(k, &o->bias);
+        break;
+    }
+    case WEFT_OP_MATMUL_ID: {
+        const struct weft_op_matmul_id *o = &op->u.matmul_id;
+        put_view(k, &o->x); put_view(k, &o->w); put_view(k, &o->ids); put_view(k, &o->out);
+        put(k, o->n_expert); put(k, o->x_per_slot); put(k, o->has_weights); put(k, o->has_add); put(k, o->has_bias);
+        if (o->has_weights) put_view(k, &o->weights);
+        if (o->has_add) put_view(k, &o->add);
+        if (o->has_bias) put_view(k, &o->bias);
         break;
     }
     default:

@@ -20,6 +20,8 @@
 #include "backends/backend.h"
 
 struct weft_gpu;
+struct weft_gk_moe_route;   /* kernels-common/launch.h */
+struct weft_gk_mmid;
 
 /* Device memory from the runtime's malloc (never managed memory). id is
  * unique for the process: a graph keyed on ids can never replay against a
@@ -31,7 +33,8 @@ struct weft_buffer {
     uint64_t id;
 };
 
-/* The vendor's side. Every slot is required but glu and embed_scaled. */
+/* The vendor's side. Every slot is required but glu and embed_scaled (api 5) and
+ * swiglu_oai, moe_route, matmul_id_scratch and matmul_id (api 7). */
 struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
     int err_oom;             /* the runtime's out-of-memory code */
@@ -70,6 +73,17 @@ struct weft_gpu_hooks {
                int64_t R, int64_t K, void *stream);
     int (*embed_scaled)(int wt, const uint8_t *table, size_t t_nb1, int64_t V, int64_t E, const int32_t *ids,
                         int64_t R, float scale, float *out, size_t out_ld, int *err, void *stream);
+
+    /* api 7's launchers, reached the same way: SILU_MUL with act SWIGLU_OAI
+     * (weft_gk_swiglu_oai), MOE_ROUTE (weft_gk_moe_route), MATMUL_ID
+     * (weft_gk_matmul_id, its scratch from weft_gk_matmul_id_scratch). NULL: the
+     * runtime has none, and weft_gpu_supports refuses those ops. */
+    int (*swiglu_oai)(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
+                      int64_t R, int64_t K, float alpha, float limit, void *stream);
+    int (*moe_route)(const struct weft_gk_moe_route *a, void *stream);
+    size_t (*matmul_id_scratch)(int wt, int64_t K, int64_t N, int E, int64_t R, int k, int x_per_slot,
+                                int weighted);
+    int (*matmul_id)(const struct weft_gk_mmid *m, void *scratch, void *stream);
 
     /* Graphs: start capturing the stream; end the capture and, when the
      * launches in it succeeded (launched_ok) and so did the capture,

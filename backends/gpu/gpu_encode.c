@@ -3,7 +3,10 @@
  * api 5's fields: MATMUL's bias, ATTENTION's window and ROPE_KV's scaling
  * (freq_factors, YaRN, attn_factor) travel in the launchers' arguments;
  * SILU_MUL with another activation and EMBED with a scale go to the
- * launchers the hooks name (glu, embed_scaled).
+ * launchers the hooks name (glu, embed_scaled). api 7: ATTENTION's sinks and
+ * the KV view's v_in_k travel in the launchers' arguments; SILU_MUL's
+ * SWIGLU_OAI, MOE_ROUTE and MATMUL_ID go to the hooks' swiglu_oai, moe_route
+ * and matmul_id.
  * Compiled into each GPU module next to gpu_common.c; the launchers it
  * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
  * call an op needs beyond a launch, COPY's device-to-device copy, is the
@@ -16,7 +19,7 @@
 static struct weft_gk_kv kv_desc(const struct weft_kv_view *kv)
 {
     struct weft_gk_kv d = {kv->buf->dev, (int)kv->type, (int)kv->n_layer, (int)kv->layer, (int)kv->n_kv_head,
-                           (int)kv->head_dim, (int)weft_kv_head_dim_v(kv)};
+                           (int)kv->head_dim, (int)weft_kv_head_dim_v(kv), kv->v_in_k};
     return d;
 }
 
@@ -62,8 +65,10 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                        {o->corr_dims[0], o->corr_dims[1]},
                                        o->attn_factor != 0.0f ? o->attn_factor : 1.0f};
         if (o->ext_factor != 0.0f) ext.mscale *= 1.0f + 0.1f * logf(1.0f / o->freq_scale);
+        /* a latent cache has no V to write: v is not looked at */
+        const bool v = !o->kv.v_in_k;
         return weft_gk_rope_kv(weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->k), weft_gpu_ld(&o->k),
-                               weft_gpu_f32(&o->v), weft_gpu_ld(&o->v), weft_gpu_i32(&o->batch.pos),
+                               v ? weft_gpu_f32(&o->v) : NULL, v ? weft_gpu_ld(&o->v) : 0, weft_gpu_i32(&o->batch.pos),
                                weft_gpu_i32(&o->batch.slot), o->batch.n_rows, (int)o->n_head, (int)o->n_rot,
                                theta_scale, o->freq_scale, o->mode == WEFT_ROPE_NEOX, &ext, &kv, st);
     }
@@ -73,11 +78,17 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                       weft_gpu_ld(&o->out), kv_desc(&o->kv), weft_gpu_i32(&o->batch.pos),
                                       weft_gpu_i32(&o->batch.seq), weft_gpu_i32(&o->batch.bt_off),
                                       weft_gpu_i32(&o->batch.bt), o->batch.n_rows, (int)o->n_head, o->scale,
-                                      o->window, o->softcap};
+                                      o->window, o->softcap, o->has_sinks ? weft_gpu_f32(&o->sinks) : NULL};
         return weft_gk_attention(&a, weft_gpu_attn_splits(g, o), g->scratch, st);
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
+        if (o->act == WEFT_GLU_SWIGLU_OAI) {
+            if (!g->hooks->swiglu_oai) return g->hooks->err_invalid;
+            return g->hooks->swiglu_oai(weft_gpu_f32(&o->gate), weft_gpu_ld(&o->gate), weft_gpu_f32(&o->up),
+                                        weft_gpu_ld(&o->up), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1,
+                                        o->out.ne0, o->alpha, o->limit, st);
+        }
         if (o->act != WEFT_GLU_SILU) {
             if (!g->hooks->glu) return g->hooks->err_invalid;
             return g->hooks->glu((int)o->act, weft_gpu_f32(&o->gate), weft_gpu_ld(&o->gate), weft_gpu_f32(&o->up),
@@ -112,6 +123,31 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
         e = weft_gk_matmul(&m, g->scratch + weft_gpu_logits_norm_bytes(o), st);
         if (e || o->softcap == 0.0f) return e;
         return weft_gk_softcap(weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), n_out, o->out.ne0, o->softcap, st);
+    }
+    case WEFT_OP_MOE_ROUTE: {
+        const struct weft_op_moe_route *o = &op->u.moe_route;
+        if (!g->hooks->moe_route) return g->hooks->err_invalid;
+        struct weft_gk_moe_route a = {weft_gpu_f32(&o->logits), weft_gpu_ld(&o->logits),
+                                      (int32_t *)weft_gpu_ptr(&o->ids), o->ids.nb1 / sizeof(int32_t),
+                                      weft_gpu_f32(&o->weights), weft_gpu_ld(&o->weights), o->logits.ne1,
+                                      (int)o->logits.ne0, (int)o->k, (int)o->gating, o->norm, o->scale,
+                                      o->has_bias ? weft_gpu_f32(&o->bias) : NULL};
+        return g->hooks->moe_route(&a, st);
+    }
+    case WEFT_OP_MATMUL_ID: {
+        /* out, add and x may be strided views (DeepSeek's per-head MATMUL_IDs) */
+        const struct weft_op_matmul_id *o = &op->u.matmul_id;
+        if (!g->hooks->matmul_id) return g->hooks->err_invalid;
+        struct weft_gk_mmid m = {(int)o->w.type, weft_gpu_ptr(&o->w), o->w.nb1, o->w.ne0,
+                                 o->w.ne1 / (int64_t)o->n_expert, (int)o->n_expert, weft_gpu_i32(&o->ids),
+                                 o->ids.nb1 / sizeof(int32_t), o->ids.ne1, (int)o->ids.ne0, o->x_per_slot,
+                                 weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
+                                 o->has_weights ? weft_gpu_f32(&o->weights) : NULL,
+                                 o->has_weights ? weft_gpu_ld(&o->weights) : 0,
+                                 o->has_weights && o->has_add ? weft_gpu_f32(&o->add) : NULL,
+                                 o->has_weights && o->has_add ? weft_gpu_ld(&o->add) : 0,
+                                 o->has_bias ? weft_gpu_f32(&o->bias) : NULL, g->err_dev};
+        return g->hooks->matmul_id(&m, g->scratch, st);
     }
     default:
         return g->hooks->err_invalid;

@@ -1,0 +1,380 @@
+/* Host check of api 7's CUDA/HIP device code (tests/gpu/emu/run.sh: kernels-common and its
+ * launchers over emu.h): MOE_ROUTE vs the CPU's algorithm (backends/cpu/ops/ops_moe.c with the
+ * same expf: ids and weights bit for bit, ties and NaNs included), MATMUL_ID vs MATMUL (R = 1)
+ * on each slot's expert (bit for bit; unchosen experts all 0xFF bytes; a bad id), attention
+ * sinks and latent caches (split and not, the wide kernel) vs a double reference, ROPE_KV's
+ * latent writes vs the CPU's layout, SWIGLU_OAI vs the CPU's formula. */
+#include "emu.h"
+#include "kernels-common/launch_ops.cuh"
+#include "kernels-common/launch_attention.cuh"
+#include "kernels-common/launch_matmul.cuh"
+#include "kernels-common/launch_moe.cuh"
+extern "C" {
+#include "base/quant.h"
+}
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" int weft_gk_gemm(const struct weft_gk_mm *, void *) { abort(); }
+
+static int fails;
+#define EXPECT(c, ...) do { if (!(c)) { fails++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd() { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return (uint32_t)rng; }
+static float frand() { return (rnd() >> 8) / 16777216.0f * 2 - 1; }
+static bool same(float a, float b) { return !memcmp(&a, &b, 4) || (a != a && b != b); }
+
+/* ---- MOE_ROUTE: the CPU's weft_cpu_moe_route with libm expf everywhere ---- */
+static float ref_reduce16(const float *x)
+{
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+static void ref_softmax(float *y, const float *x, int n)
+{
+    float max = -INFINITY;
+    for (int i = 0; i < n; i++) max = max > x[i] ? max : x[i];
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (int l = 0; l < 16; l++) y[i + l] = expf(x[i + l] - max);
+        sum += (double)ref_reduce16(y + i);
+    }
+    for (; i < n; i++) { y[i] = expf(x[i] - max); sum += (double)y[i]; }
+    const float s = (float)(1.0 / sum);
+    for (i = 0; i < n; i++) y[i] *= s;
+}
+static void ref_route(const float *l, int E, int K, int gating, bool norm, float scale, const float *bias, int32_t *ids,
+                      float *w)
+{
+    std::vector<float> p(E), sel(E), chosen(K);
+    if (gating == WEFT_MOE_SIGMOID) for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
+    else ref_softmax(p.data(), l, E);
+    for (int e = 0; e < E; e++) sel[e] = bias ? p[e] + bias[e] : p[e];
+    std::vector<uint8_t> taken(E, 0);
+    for (int j = 0; j < K; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && (best < 0 || sel[e] > sel[best])) best = e;
+        taken[best] = 1;
+        ids[j] = best;
+    }
+    if (gating == WEFT_MOE_SOFTMAX_TOPK) {
+        for (int j = 0; j < K; j++) chosen[j] = l[ids[j]];
+        ref_softmax(w, chosen.data(), K);
+    } else {
+        for (int j = 0; j < K; j++) w[j] = p[ids[j]];
+    }
+    if (norm) {
+        double s = 0.0;
+        for (int j = 0; j < K; j++) s += (double)w[j];
+        float sum = (float)s;
+        if (!(sum >= 6.103515625e-5f)) sum = 6.103515625e-5f;
+        for (int j = 0; j < K; j++) w[j] = w[j] / sum;
+    }
+    if (scale != 0.0f) for (int j = 0; j < K; j++) w[j] = w[j] * scale;
+}
+
+static void route_case(int R, int E, int K, int gating, bool norm, float scale, bool with_bias, int special)
+{
+    const int lld = E + 3, ild = K + 1, wld = K + 2;
+    std::vector<float> l((size_t)R * lld), bias(E), w((size_t)R * wld, -7), wr(K);
+    std::vector<int32_t> ids((size_t)R * ild, -9), ir(K);
+    for (auto &v : l) v = frand() * 4;
+    for (auto &v : bias) v = frand() * 0.2f;
+    if (special == 1)   /* ties: every logit one of 4 values */
+        for (auto &v : l) v = (float)(rnd() % 4) * 0.5f;
+    if (special == 2)   /* a NaN logit in each row (sigmoid: a NaN probability) */
+        for (int r = 0; r < R; r++) l[(size_t)r * lld + (r * 7) % E] = NAN;
+    struct weft_gk_moe_route a = {l.data(), (size_t)lld, ids.data(), (size_t)ild, w.data(), (size_t)wld, R, E, K,
+                                  gating, norm, scale, with_bias ? bias.data() : NULL};
+    EXPECT(weft_gk_moe_route(&a, NULL) == 0, "route launch");
+    int bad = 0;
+    for (int r = 0; r < R; r++) {
+        ref_route(&l[(size_t)r * lld], E, K, gating, norm, scale, with_bias ? bias.data() : NULL, ir.data(), wr.data());
+        for (int j = 0; j < K; j++)
+            if (ids[(size_t)r * ild + j] != ir[j] || !same(w[(size_t)r * wld + j], wr[j])) {
+                if (bad++ < 3)
+                    printf("  route E%d k%d g%d row %d slot %d: id %d w %a, ref %d %a\n", E, K, gating, r, j,
+                           ids[(size_t)r * ild + j], w[(size_t)r * wld + j], ir[j], wr[j]);
+            }
+        EXPECT(ids[(size_t)r * ild + K] == -9 && same(w[(size_t)r * wld + K], -7), "route wrote past k");
+    }
+    EXPECT(bad == 0, "route R%d E%d k%d gating %d norm %d scale %g bias %d special %d: %d differ", R, E, K, gating,
+           norm, scale, with_bias, special, bad);
+}
+
+/* ---- MATMUL_ID vs MATMUL on each slot's expert ---- */
+static void fill_rows(int t, uint8_t *w, int64_t rows, int64_t K)
+{
+    const size_t rs = weft_row_size((weft_type)t, K);
+    std::vector<float> tmp(K);
+    for (int64_t n = 0; n < rows; n++) {
+        for (auto &v : tmp) v = frand();
+        if (!weft_quantize_row((weft_type)t, tmp.data(), w + n * rs, K)) {
+            for (size_t b = 0; b < rs; b++) w[n * rs + b] = (uint8_t)rnd();
+            const size_t bs = weft_type_get((weft_type)t)->type_size;
+            for (size_t b = 0; b < rs / bs; b++) {
+                uint8_t *blk = w + n * rs + b * bs;
+                weft_half d = weft_f32_to_half(0.01f), dm = weft_f32_to_half(0.005f);
+                switch (t) {
+                case WEFT_TYPE_Q6_K: memcpy(blk + offsetof(weft_block_q6_k, d), &d, 2); break;
+                case WEFT_TYPE_Q2_K: memcpy(blk + offsetof(weft_block_q2_k, d), &d, 2);
+                    memcpy(blk + offsetof(weft_block_q2_k, dmin), &dm, 2); break;
+                case WEFT_TYPE_Q3_K: memcpy(blk + offsetof(weft_block_q3_k, d), &d, 2); break;
+                case WEFT_TYPE_MXFP4: blk[0] = (uint8_t)(120 + rnd() % 10); break;
+                case WEFT_TYPE_IQ4_NL: case WEFT_TYPE_IQ4_XS: memcpy(blk, &d, 2); break;
+                default: memcpy(blk, &d, 2); memcpy(blk + 2, &dm, 2); break;
+                }
+            }
+        }
+    }
+}
+
+static void mmid_case(int t, int64_t K, int64_t N, int E, int64_t R, int k, bool x_per_slot, bool weighted,
+                      bool with_add, bool with_bias, bool bad_id)
+{
+    const size_t rs = weft_row_size((weft_type)t, K);
+    std::vector<uint8_t> w(rs * N * E, 0xFF);   /* unchosen experts: NaN everywhere */
+    const int64_t S = R * k, nx = x_per_slot ? S : R;
+    const size_t ild = k + 2;
+    std::vector<int32_t> ids(R * ild, 12345);
+    std::vector<bool> chosen(E, false);
+    for (int64_t r = 0; r < R; r++)
+        for (int j = 0; j < k; j++) {
+            /* experts 1 .. E-2 only (0 and E-1 stay NaN), distinct within a row */
+            int e;
+            bool dup;
+            do {
+                e = 1 + (int)(rnd() % (E - 2));
+                dup = false;
+                for (int q = 0; q < j; q++) dup = dup || ids[r * ild + q] == e;
+            } while (dup);
+            ids[r * ild + j] = e;
+            chosen[e] = true;
+        }
+    if (bad_id) ids[0 * ild + (k - 1)] = E;   /* slot k-1: out of range */
+    for (int e = 0; e < E; e++)
+        if (chosen[e]) fill_rows(t, w.data() + (size_t)e * N * rs, N, K);
+    const size_t xld = K + 5, old_ = N + 3, wld = k + 1;
+    std::vector<float> x(nx * xld), bias(E * N), wts(R * wld), add;
+    for (auto &v : x) v = frand();
+    for (auto &v : bias) v = frand();
+    for (auto &v : wts) v = frand();
+    const int64_t orows = weighted ? R : S;
+    std::vector<float> out(orows * old_, 0.25f), ref(orows * old_, 0.25f);
+    if (with_add) for (auto &v : out) v = frand();
+    ref = out;
+    std::vector<uint8_t> scratch(weft_gk_matmul_id_scratch(t, K, N, E, R, k, x_per_slot, weighted) + 64);
+    int err = 0;
+    struct weft_gk_mmid m = {t, w.data(), rs, K, N, E, ids.data(), ild, R, k, x_per_slot, x.data(), xld, out.data(),
+                             old_, weighted ? wts.data() : NULL, wld, with_add ? out.data() : NULL, old_,
+                             with_bias ? bias.data() : NULL, &err};
+    EXPECT(weft_gk_matmul_id(&m, scratch.data(), NULL) == 0, "launch");
+    /* the reference: MATMUL (R = 1) of each slot's x row with its expert */
+    std::vector<float> y(S * N);
+    std::vector<uint8_t> mscratch(weft_gk_matmul_scratch(t, K, 1) + 64);
+    for (int64_t s = 0; s < S; s++) {
+        const int e = ids[(s / k) * ild + s % k];
+        if (e < 0 || e >= E) { for (int64_t n = 0; n < N; n++) y[s * N + n] = 0.0f; continue; }
+        struct weft_gk_mm mm = {t, w.data() + (size_t)e * N * rs, rs, K, N, 1, x.data() + (x_per_slot ? s : s / k) * xld,
+                                xld, &y[s * N], (size_t)N, NULL, 0, with_bias ? bias.data() + (size_t)e * N : NULL};
+        EXPECT(weft_gk_matmul(&mm, mscratch.data(), NULL) == 0, "matmul");
+    }
+    if (!weighted) {
+        for (int64_t s = 0; s < S; s++) for (int64_t n = 0; n < N; n++) ref[s * old_ + n] = y[s * N + n];
+    } else {
+        for (int64_t r = 0; r < R; r++)
+            for (int64_t n = 0; n < N; n++) {
+                float a = wts[r * wld] * y[(r * k) * N + n];
+                for (int q = 1; q < k; q++) a = a + wts[r * wld + q] * y[(r * k + q) * N + n];
+                ref[r * old_ + n] = with_add ? a + ref[r * old_ + n] : a;
+            }
+    }
+    int bad = 0, nan = 0;
+    for (int64_t i = 0; i < orows; i++)
+        for (int64_t n = 0; n < (int64_t)old_; n++) {
+            if (!same(out[i * old_ + n], ref[i * old_ + n]) && bad++ < 3)
+                printf("  mmid %s row %lld col %lld: %a vs %a\n", weft_type_name((weft_type)t), (long long)i,
+                       (long long)n, out[i * old_ + n], ref[i * old_ + n]);
+            nan += n < N && out[i * old_ + n] != out[i * old_ + n];
+        }
+    EXPECT(bad == 0 && nan == 0, "mmid %s K%lld N%lld E%d R%lld k%d per_slot %d weighted %d add %d bias %d bad %d: %d differ, %d NaN",
+           weft_type_name((weft_type)t), (long long)K, (long long)N, E, (long long)R, k, x_per_slot, weighted,
+           with_add, with_bias, bad_id, bad, nan);
+    EXPECT(err == (bad_id ? 3 : 0), "err %d", err);
+}
+
+/* ---- attention: sinks, latent caches, vs double ---- */
+static void attn_case(int kvt, int n_head, int n_kv, int hd, int hdv, bool latent, bool sinks, int n_split,
+                      const std::vector<int> &lens, uint32_t window)
+{
+    const int nl = 3, layer = 1, n_seq = (int)lens.size();
+    int nblk = 0;
+    std::vector<int32_t> bt_off(n_seq), bt, pos, seq;
+    for (int s = 0; s < n_seq; s++) { bt_off[s] = nblk; nblk += (lens[s] + 15) / 16; }
+    for (int i = 0; i < nblk; i++) bt.push_back((i * 5 + 3) % nblk);
+    for (int s = 0; s < n_seq; s++) { pos.push_back(lens[s] - 1); seq.push_back(s); }
+    pos.push_back(lens[0] / 2); seq.push_back(0);   /* a row mid-sequence */
+    const int R = (int)pos.size();
+    const size_t ktok = weft_row_size((weft_type)kvt, (int64_t)n_kv * hd), vtok = latent ? 0 : weft_row_size((weft_type)kvt, (int64_t)n_kv * hdv);
+    const size_t layer_bytes = 16 * (ktok + vtok), cache_bytes = (size_t)nblk * nl * layer_bytes;
+    std::vector<uint8_t> cache(cache_bytes);
+    std::vector<float> tmp(std::max(n_kv * hd, n_kv * hdv));
+    for (size_t o = 0; o + ktok <= cache_bytes;) {   /* rows of K then V per layer block */
+        for (auto &v : tmp) v = frand();
+        const size_t in_layer = o % layer_bytes;
+        const bool is_k = in_layer < 16 * ktok;
+        weft_quantize_row((weft_type)kvt, tmp.data(), &cache[o], is_k ? (int64_t)n_kv * hd : (int64_t)n_kv * hdv);
+        o += is_k ? ktok : vtok;
+    }
+    std::vector<float> q((size_t)R * n_head * hd), out((size_t)R * n_head * hdv + 7, -3), snk(n_head);
+    for (auto &v : q) v = frand() * 2;
+    for (auto &v : snk) v = frand() * 6;
+    std::vector<uint8_t> scratch(weft_gk_attention_scratch(R, n_head, hdv, n_split) + 64);
+    struct weft_gk_attn_args a = {q.data(), (size_t)n_head * hd, out.data(), (size_t)n_head * hdv,
+                                  {cache.data(), kvt, nl, layer, n_kv, hd, hdv, latent}, pos.data(), seq.data(),
+                                  bt_off.data(), bt.data(), R, n_head, 1.0f / sqrtf((float)hd), window, 0.0f,
+                                  sinks ? snk.data() : NULL};
+    EXPECT(weft_gk_attention(&a, n_split, scratch.data(), NULL) == 0, "attention launch");
+    /* reference */
+    const size_t kh_bytes = weft_row_size((weft_type)kvt, hd), vh_bytes = weft_row_size((weft_type)kvt, hdv);
+    std::vector<float> kr(hd), vr(hd);
+    double e2 = 0, s2 = 0;
+    const int group = n_head / n_kv;
+    for (int r = 0; r < R; r++)
+        for (int h = 0; h < n_head; h++) {
+            const int p0 = window && (uint32_t)pos[r] >= window ? pos[r] - (int)window + 1 : 0;
+            std::vector<double> sc, acc(hdv, 0.0);
+            double mx = sinks ? snk[h] : -1e300;
+            for (int p = p0; p <= pos[r]; p++) {
+                const size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
+                const size_t base = ((sl / 16) * nl + layer) * layer_bytes;
+                weft_dequantize_row((weft_type)kvt, &cache[base + (sl % 16) * ktok + (h / group) * kh_bytes], kr.data(), hd);
+                double d = 0;
+                for (int i = 0; i < hd; i++) d += (double)q[((size_t)r * n_head + h) * hd + i] * kr[i];
+                sc.push_back(d / sqrt((double)hd));
+                mx = std::max(mx, sc.back());
+            }
+            double sum = sinks ? exp(snk[h] - mx) : 0;
+            for (int p = p0; p <= pos[r]; p++) {
+                const size_t sl = (size_t)bt[bt_off[seq[r]] + p / 16] * 16 + p % 16;
+                const size_t base = ((sl / 16) * nl + layer) * layer_bytes;
+                const uint8_t *vrow = latent ? &cache[base + (sl % 16) * ktok] + weft_row_size((weft_type)kvt, hd - hdv)
+                                             : &cache[base + 16 * ktok + (sl % 16) * vtok + (h / group) * vh_bytes];
+                weft_dequantize_row((weft_type)kvt, vrow, vr.data(), hdv);
+                const double wgt = exp(sc[p - p0] - mx);
+                sum += wgt;
+                for (int i = 0; i < hdv; i++) acc[i] += wgt * vr[i];
+            }
+            for (int i = 0; i < hdv; i++) {
+                const double want = acc[i] / sum, got = out[((size_t)r * n_head + h) * hdv + i];
+                e2 += (got - want) * (got - want);
+                s2 += want * want;
+            }
+        }
+    const double nmse = e2 / s2;
+    printf("  attention %s heads %d/%d hd %d/%d latent %d sinks %d split %d window %u: nmse %.3g\n",
+           kvt == WEFT_TYPE_F16 ? "F16" : "Q8_0", n_head, n_kv, hd, hdv, latent, sinks, n_split, window, nmse);
+    EXPECT(nmse < 1e-10, "attention nmse %.3g", nmse);
+    EXPECT(same(out[(size_t)R * n_head * hdv], -3), "attention wrote past out");
+}
+
+/* ---- ROPE_KV into a latent cache: K rows only, at the CPU's addresses ---- */
+static void rope_latent_case(int kvt, int hd, int hdv)
+{
+    const int R = 5, n_head = 4, nl = 3, layer = 2, n_rot = 32, nblk = 6;
+    const size_t ktok = weft_row_size((weft_type)kvt, hd), layer_bytes = 16 * ktok;
+    std::vector<uint8_t> cache((size_t)nblk * nl * layer_bytes, 0xCD), want = cache;
+    std::vector<float> q((size_t)R * n_head * hd), k((size_t)R * hd);
+    for (auto &v : q) v = frand();
+    for (auto &v : k) v = frand();
+    std::vector<int32_t> pos = {0, 5, 17, 40, 95}, slot = {3, 21, 33, 70, 95};
+    struct weft_gk_kv kv = {cache.data(), kvt, nl, layer, 1, hd, hdv, 1};
+    EXPECT(weft_gk_rope_kv(q.data(), (size_t)n_head * hd, k.data(), (size_t)hd, NULL, 0, pos.data(), slot.data(), R,
+                           n_head, n_rot, powf(10000.0f, -2.0f / n_rot), 1.0f, 0, NULL, &kv, NULL) == 0, "rope launch");
+    for (int r = 0; r < R; r++) {
+        const size_t sl = slot[r], off = ((sl / 16) * nl + layer) * layer_bytes + (sl % 16) * ktok;
+        weft_quantize_row((weft_type)kvt, &k[(size_t)r * hd], &want[off], hd);   /* k rotated in place by the op */
+    }
+    EXPECT(cache == want, "rope latent %s hd %d/%d: the cache differs from K rows at the CPU's addresses",
+           kvt == WEFT_TYPE_F16 ? "F16" : "Q8_0", hd, hdv);
+}
+
+/* ---- SWIGLU_OAI vs the CPU's swiglu_oai_row ---- */
+static void swiglu_case()
+{
+    const int R = 3, K = 700;
+    std::vector<float> g(R * K), u(R * K), o(R * K), ref(R * K);
+    for (int i = 0; i < R * K; i++) { g[i] = frand() * 12; u[i] = frand() * 12; }
+    g[0] = NAN; u[1] = NAN; g[2] = INFINITY; g[3] = -INFINITY; u[4] = INFINITY; u[5] = -INFINITY; g[6] = 7.0f; u[7] = -7.0f;
+    const float alpha = 1.702f, limit = 7.0f;
+    EXPECT(weft_gk_swiglu_oai(g.data(), K, u.data(), K, o.data(), K, R, K, alpha, limit, NULL) == 0, "swiglu launch");
+    int bad = 0;
+    for (int i = 0; i < R * K; i++) {
+        const float x = g[i] < limit ? g[i] : limit;
+        const float v = u[i] < -limit ? -limit : u[i] > limit ? limit : u[i];
+        const float glu = x / (1.0f + expf(alpha * -x));
+        ref[i] = glu * (v + 1.0f);
+        bad += !same(o[i], ref[i]);
+    }
+    EXPECT(bad == 0, "swiglu_oai: %d differ", bad);
+}
+
+int main(int argc, char **argv)
+{
+    const char *only = argc > 1 ? argv[1] : "";
+    if (!*only || strstr(only, "route")) {
+    /* MOE_ROUTE */
+    const int gatings[3] = {WEFT_MOE_SOFTMAX, WEFT_MOE_SIGMOID, WEFT_MOE_SOFTMAX_TOPK};
+    for (int gi = 0; gi < 3; gi++) {
+        route_case(5, 8, 2, gatings[gi], false, 0.0f, false, 0);
+        route_case(3, 128, 8, gatings[gi], true, 0.0f, false, 0);
+        route_case(2, 37, 4, gatings[gi], gi != 2, 2.5f, gi == 1, 0);
+        route_case(2, 256, 8, gatings[gi], gi == 1, 2.5f, true, 0);
+        route_case(2, 60, 20, gatings[gi], true, 0.0f, false, 1);    /* ties */
+        route_case(2, 33, 3, gatings[gi], false, 0.0f, gi == 1, 2);  /* NaN */
+    }
+    route_case(1, 1024, 16, WEFT_MOE_SOFTMAX, true, 0.0f, false, 0);
+    route_case(9, 32, 32, WEFT_MOE_SOFTMAX_TOPK, true, 0.0f, false, 0);   /* k = E, a chunk in the chosen softmax */
+    printf("route done (%d fails)\n", fails);
+    }
+    if (!*only || strstr(only, "mmid")) {
+    /* MATMUL_ID */
+    const int types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K, WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K,
+                         WEFT_TYPE_IQ4_XS, WEFT_TYPE_MXFP4, WEFT_TYPE_Q5_1, WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
+    for (int t : types) {
+        mmid_case(t, 256, 10, 6, 1, 2, false, false, false, false, false);
+        mmid_case(t, 256, 10, 6, 3, 3, true, true, true, true, false);
+    }
+    mmid_case(WEFT_TYPE_Q4_0, 512, 13, 5, 9, 2, false, false, false, true, false);   /* > 8 slots per expert */
+    mmid_case(WEFT_TYPE_Q8_0, 256, 7, 7, 8, 4, true, true, false, false, false);
+    mmid_case(WEFT_TYPE_F16, 96, 9, 5, 8, 3, true, true, true, true, false);
+    mmid_case(WEFT_TYPE_Q4_K, 256, 6, 6, 2, 2, false, false, false, false, true);    /* a bad id */
+    mmid_case(WEFT_TYPE_MXFP4, 256, 6, 6, 2, 2, true, true, true, false, true);
+    printf("matmul_id done (%d fails)\n", fails);
+    }
+    if (!*only || strstr(only, "attn")) {
+    /* attention */
+    attn_case(WEFT_TYPE_F16, 4, 2, 64, 64, false, true, 1, {300, 40}, 0);
+    attn_case(WEFT_TYPE_F16, 4, 2, 64, 64, false, true, 5, {300, 40}, 0);
+    attn_case(WEFT_TYPE_Q8_0, 4, 2, 64, 64, false, true, 3, {300, 40}, 100);
+    attn_case(WEFT_TYPE_F16, 4, 1, 96, 64, true, false, 1, {200, 17}, 0);
+    attn_case(WEFT_TYPE_F16, 4, 1, 96, 64, true, false, 4, {200, 17}, 0);
+    attn_case(WEFT_TYPE_Q8_0, 4, 1, 96, 64, true, true, 4, {200, 17}, 0);
+    attn_case(WEFT_TYPE_F16, 2, 1, 320, 256, true, true, 3, {150}, 0);    /* the wide kernel */
+    attn_case(WEFT_TYPE_Q8_0, 2, 1, 576, 512, true, false, 2, {70}, 0);
+    printf("attention done (%d fails)\n", fails);
+    }
+    if (!*only || strstr(only, "rope")) {
+    rope_latent_case(WEFT_TYPE_F16, 96, 64);
+    rope_latent_case(WEFT_TYPE_Q8_0, 96, 64);
+    rope_latent_case(WEFT_TYPE_F16, 576, 512);
+    swiglu_case();
+    }
+    printf("%s: %d fails, %ld launches\n", fails ? "FAILED" : "ok", fails, emu_launches);
+    return fails != 0;
+}

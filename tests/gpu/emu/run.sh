@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# A host check of kernels-common's api 7 device code without a GPU: the kernels compiled by
+# g++ over emu.h (each block's threads as std::threads, shuffles and __syncthreads as
+# barriers), their launchers included as they are (launch syntax rewritten by transform.py).
+# check.cc compares MOE_ROUTE with the CPU backend's algorithm (the same expf: bit for bit),
+# MATMUL_ID with MATMUL on each slot's expert (bit for bit; unchosen experts NaN), attention
+# sinks and latent caches with a double reference, ROPE_KV's latent writes with the CPU's
+# layout, SWIGLU_OAI with the CPU's formula (bit for bit). Slow (a thread per GPU thread):
+# about a minute and a half; an argument (route, mmid, attn, rope) runs one part.
+#   tests/gpu/emu/run.sh [part]
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../../.." && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+python3 "$here/transform.py" "$repo" "$work"
+for f in types quant quant_k; do gcc -O2 -std=gnu11 -I"$repo" -c "$repo/base/$f.c" -o "$work/$f.o"; done
+g++ -std=c++20 -O1 -Wall -Wno-unknown-pragmas -I"$work" -I"$repo" -I"$here" "$here/check.cc" \
+    "$work/types.o" "$work/quant.o" "$work/quant_k.o" -o "$work/check" -lpthread
+"$work/check" "$@"
