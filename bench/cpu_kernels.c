@@ -10,6 +10,9 @@
  *           activation converters on 64 x 576 floats, against the scalar table
  *   swiglu  every table's SwiGLU over one prefill at SmolLM2-135M's n_ff
  *           (1536 x 512 rows)
+ *   packed  the repacked decode kernels against the plain dot, weight GB/s
+ *           (one thread; 64 rows in L2 and 16384 rows from memory, K 2048;
+ *           WEFT_CPU_PREFETCH sets the prefetch distance as cpu.prefetch does)
  * Best of several repetitions each; single thread. Was three print-only cases
  * in tests/test_cpu_kernels_{gemm,f,swiglu}.c. */
 #include <stdint.h>
@@ -231,16 +234,79 @@ static void bench_swiglu(void)
     free(y);
 }
 
+/* the repacked decode kernels (packed[t].dot) against the plain dot, one
+ * thread, in weight GB/s: a matrix that stays in L2 (64 rows) and one streamed
+ * from memory (16384 rows), K = 2048 */
+static void bench_packed(void)
+{
+    char opts[64];
+    snprintf(opts, sizeof opts, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
+    const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select(opts));
+    const int64_t K = 2048;
+    if (getenv("WEFT_CPU_PREFETCH") && *getenv("WEFT_CPU_PREFETCH"))  /* as cpu.prefetch, unchecked */
+        weft_cpu_prefetch = atoi(getenv("WEFT_CPU_PREFETCH"));
+    printf("packed decode against dot, table %s, K = %lld, prefetch %d bytes ahead, weight GB/s:\n", k->name,
+           (long long)K, weft_cpu_prefetch);
+    for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
+        const enum weft_type t = (enum weft_type)ti, vt = weft_vec_dot_type(t);
+        const struct weft_cpu_packed *pk = &k->packed[t];
+        if (!pk->rows || !k->dot[t]) continue;
+        const size_t wrow = weft_row_size(t, K), xrow = weft_row_size(vt, K);
+        float *f = xmalloc((size_t)K * sizeof(float)), out[64];
+        uint8_t *x = xmalloc(xrow), *aux = xmalloc(pk->aux_size ? pk->aux_size(K) : 1);
+        for (int64_t i = 0; i < K; i++) f[i] = uniform(-2.0f, 2.0f);
+        weft_quantize_row_act(vt, f, x, K);
+        if (pk->aux_size) pk->aux(x, K, aux);
+        for (int big = 0; big < 2; big++) {
+            const int64_t N = big ? 16384 : 64;
+            uint8_t *w = xmalloc((size_t)N * wrow), *wp = xmalloc((size_t)N * wrow);
+            bool made = true;
+            for (int64_t i = 0; i < N && made; i++) made = weight_row(t, w + i * wrow, K);
+            if (!made) {
+                free(w); free(wp);
+                break;
+            }
+            pk->pack(wp, w, wrow, N, K);
+            const int reps = big ? 3 : 2000;
+            double best_p = 1e30, best_d = 1e30;
+            volatile float sink = 0;
+            for (int trial = 0; trial < 5; trial++) {
+                double t0 = now_s();
+                for (int rep = 0; rep < reps; rep++)
+                    for (int64_t g = 0; g < N; g += pk->rows) {
+                        pk->dot(wp + (size_t)g * wrow, x, aux, K, out);
+                        sink += out[0];
+                    }
+                double t1 = now_s();
+                for (int rep = 0; rep < reps; rep++)
+                    for (int64_t r = 0; r < N; r++) sink += k->dot[t](w + (size_t)r * wrow, x, K);
+                double t2 = now_s();
+                if ((t1 - t0) / reps < best_p) best_p = (t1 - t0) / reps;
+                if ((t2 - t1) / reps < best_d) best_d = (t2 - t1) / reps;
+            }
+            (void)sink;
+            const double bytes = (double)N * (double)wrow;
+            printf("  %-6s %5lld rows (%s): packed %6.1f GB/s   dot %6.1f GB/s\n", weft_type_name(t), (long long)N,
+                   big ? "memory" : "L2", bytes / best_p * 1e-9, bytes / best_d * 1e-9);
+            free(w);
+            free(wp);
+        }
+        free(f);
+        free(x);
+        free(aux);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } parts[] = {
-        {"gemm", bench_gemm}, {"float", bench_float}, {"swiglu", bench_swiglu}};
+        {"gemm", bench_gemm}, {"float", bench_float}, {"swiglu", bench_swiglu}, {"packed", bench_packed}};
     const int n_parts = (int)(sizeof parts / sizeof *parts);
     for (int i = 1; i < argc; i++) {
         bool known = false;
         for (int p = 0; p < n_parts; p++) known |= strcmp(argv[i], parts[p].name) == 0;
         if (!known) {
-            fprintf(stderr, "bench_cpu_kernels: unknown part '%s' (gemm, float, swiglu)\n", argv[i]);
+            fprintf(stderr, "bench_cpu_kernels: unknown part '%s' (gemm, float, swiglu, packed)\n", argv[i]);
             return 2;
         }
     }

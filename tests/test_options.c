@@ -68,6 +68,22 @@ static void process_options_are_checked_and_reach_the_backends(void)
     CHECK(weft_backend_open_opts("cpu", 1, "cpu.bogus=1", &be) == WEFT_ERR_INVALID_ARG && !be);
     CHECK(strstr(weft_last_error(), "cpu.bogus") != NULL);
     CHECK(weft_backend_open_opts("cpu", 1, "cpu.nopack=1,", &be) == WEFT_ERR_INVALID_ARG && !be);
+    /* cpu.prefetch: a byte distance (a multiple of 64) or off; anything else refused by name */
+    CHECK(weft_backend_open_opts("cpu", 1, "cpu.prefetch=1024", &be) == WEFT_OK && be);
+    CHECK_EQ_INT(weft_cpu_prefetch, 1024);
+    weft_backend_close(be);
+    CHECK(weft_backend_open_opts("cpu", 1, "cpu.prefetch=off", &be) == WEFT_OK && be);
+    CHECK_EQ_INT(weft_cpu_prefetch, -1);
+    weft_backend_close(be);
+    static const char *const bad_pf[] = {"cpu.prefetch=100", "cpu.prefetch=-64", "cpu.prefetch=131072",
+                                         "cpu.prefetch=far"};
+    for (size_t i = 0; i < sizeof bad_pf / sizeof *bad_pf; i++) {
+        CHECK(weft_backend_open_opts("cpu", 1, bad_pf[i], &be) == WEFT_ERR_INVALID_ARG && !be);
+        CHECK(strstr(weft_last_error(), "cpu.prefetch") != NULL);
+    }
+    CHECK(weft_backend_open("cpu", 1, &be) == WEFT_OK && be);   /* without the option: this CPU's default */
+    CHECK_EQ_INT(weft_cpu_prefetch, weft_cpu_prefetch_default());
+    weft_backend_close(be);
     CHECK(weft_cpu_isa_select("cpu.isa=scalar") == WEFT_CPU_ISA_SCALAR);
     for (int i = 0; i < WEFT_CPU_ISA_COUNT_; i++) {   /* each table this CPU runs, asked for by name */
         char o[64];

@@ -11,6 +11,7 @@
 const struct weft_knob weft_knobs[] = {
     {"WEFT_CPU_ISA", "cpu.isa", "the CPU kernel table: scalar, avx2, avx512 or avx512vnni (default: the best this CPU runs)"},
     {"WEFT_CPU_NOPACK", "cpu.nopack", "1: no repacked weight layouts (the plain GGUF rows)"},
+    {"WEFT_CPU_PREFETCH", "cpu.prefetch", "bytes ahead the packed kernels prefetch, or off (default 0 on AMD: the column being read; 2560 elsewhere)"},
     {"WEFT_CPU_PROFILE", "cpu.profile", "1: per-op CPU time on stderr when the backend closes"},
     {"WEFT_PROFILE", "vulkan.profile", "1: per-op GPU time (timestamp queries) on stderr when Vulkan closes"},
     {"WEFT_VK_VALIDATE", "vulkan.validate", "1: the Khronos validation layer; a validation error fails the step"},

@@ -81,15 +81,25 @@ static weft_status cpu_open(const struct weft_backend_params *p, struct weft_bac
 {
     *out = NULL;
     if (p->device != 0) return weft_error(WEFT_ERR_NO_DEVICE, "cpu: no device %d (only cpu:0)", p->device);
-    static const char *const known[] = {"cpu.isa", "cpu.nopack", "cpu.profile"};
+    static const char *const known[] = {"cpu.isa", "cpu.nopack", "cpu.profile", "cpu.prefetch"};
     char bad[64];
     if (weft_opt_unknown(p->options, "cpu.", known, sizeof known / sizeof known[0], bad, sizeof bad))
-        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: unknown option '%s' (known: cpu.isa, cpu.nopack, cpu.profile)",
+        return weft_error(WEFT_ERR_INVALID_ARG, "cpu: unknown option '%s' (known: cpu.isa, cpu.nopack, cpu.profile, cpu.prefetch)",
                           bad);
+    char pf[32];
+    long prefetch = weft_cpu_prefetch_default();
+    if (weft_opt_get(p->options, "cpu.prefetch", pf, sizeof pf) && pf[0]) {
+        prefetch = strcmp(pf, "off") == 0 ? -1 : weft_opt_long(p->options, "cpu.prefetch", 0, 65536, -2);
+        if (prefetch == -2 || (prefetch > 0 && prefetch % 64))
+            return weft_error(WEFT_ERR_INVALID_ARG,
+                              "cpu: cpu.prefetch=%s is neither off nor a byte distance (a multiple of 64, 0 to 65536)",
+                              pf);
+    }
     struct weft_cpu_backend *be = calloc(1, sizeof *be);
     if (!be) return weft_error(WEFT_ERR_NOMEM, "cpu: out of memory");
     be->base.iface = &cpu_iface;
     be->kern = weft_cpu_kernels_get(weft_cpu_isa_select(p->options));
+    __atomic_store_n(&weft_cpu_prefetch, (int)prefetch, __ATOMIC_RELAXED);
     be->no_pack = weft_opt_flag(p->options, "cpu.nopack", false);
     be->profile = weft_opt_flag(p->options, "cpu.profile", false);
     be->rope_rows = -1;

@@ -208,6 +208,14 @@ enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
  * lower one, ending at the scalar reference); NULL if unsupported. */
 const struct weft_cpu_kernels *weft_cpu_kernels_get(enum weft_cpu_isa isa);
 
+/* The packed kernels' software prefetch distance in bytes ahead of the block
+ * column being read (-1: none), process wide: weft_cpu_prefetch_default()
+ * for this CPU until a CPU backend opens with cpu.prefetch=BYTES (a multiple
+ * of 64, at most 65536; "off": none) or without it (the default again). Read
+ * with relaxed atomics by the kernels. */
+extern int weft_cpu_prefetch;
+int weft_cpu_prefetch_default(void);
+
 /* ---- SIMD kernels, one file per family; each fills the entries it has ----
  * vnni: filling the avx512vnni level (the AVX2 gemm file's VNNI tiles go
  * there too, never into the avx2 table); false: the forms without VNNI. */

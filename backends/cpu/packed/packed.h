@@ -10,20 +10,21 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Software prefetch distance in bytes on the packed stream (0: none), one
- * prefetch per cache line of a block column. The hardware prefetchers alone
- * leave these kernels waiting on the stream: SmolLM2 Q4_1 tg64 with 2
- * threads on the shared 2-core machine went from 112 to 174 t/s (medians of
- * 5 paired runs) with 2560 bytes, 164 with 5120. */
-#ifndef WEFT_PACKED_PREFETCH
-#define WEFT_PACKED_PREFETCH 2560
-#endif
-#if WEFT_PACKED_PREFETCH > 0
-#define PREFETCH_COLUMN(p, bytes) \
-    for (int l_ = 0; l_ < (bytes); l_ += 64) _mm_prefetch((const char *)(p) + WEFT_PACKED_PREFETCH + l_, _MM_HINT_T0)
-#else
-#define PREFETCH_COLUMN(p, bytes) ((void)0)
-#endif
+/* Software prefetch on the packed stream: one prefetch per cache line of a
+ * block column, weft_cpu_prefetch bytes ahead of the column being read (-1:
+ * none; cpu_kernels.c chooses it per CPU, the cpu.prefetch option
+ * overrides). On the shared machine of December 1 (SmolLM2 Q4_1 tg64, 2
+ * threads) 2560 bytes took 112 to 174 t/s. On this AMD EPYC (Zen 4) the
+ * current column itself (0) is best, one thread from memory
+ * (bench_cpu_kernels packed): Q6_K 20.8 GB/s at 0, 7.7 with none (its
+ * planes are read out of order), 10.9 at 2560; Q4_K 25-29 at 0 or none,
+ * 20 at 2560. */
+#define PREFETCH_COLUMN(p, bytes)                                                                               \
+    do {                                                                                                        \
+        const int d_ = __atomic_load_n(&weft_cpu_prefetch, __ATOMIC_RELAXED);                                                                     \
+        if (d_ >= 0)                                                                                              \
+            for (int l_ = 0; l_ < (bytes); l_ += 64) _mm_prefetch((const char *)(p) + d_ + l_, _MM_HINT_T0);    \
+    } while (0)
 
 #define AI static inline __attribute__((always_inline))
 
