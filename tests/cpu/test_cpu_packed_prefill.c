@@ -10,8 +10,8 @@
  * with a partial last group or tile (those rows fall back to the plain
  * kernels), a view of the leading rows, 2..70 activation rows (past one
  * 64-row chunk), two matmuls sharing x as one group, a fused residual. Also
- * times gemmp against the table's plain gemm on a 1536 x 576 block times 64
- * rows (printed). */
+ * times gemmp against the table's plain gemm on a 1536 x 576 block (x 2048
+ * for the K-quants) times 64 rows (printed). */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "base/quant.h"
@@ -168,7 +168,8 @@ static void matmul_on_packed_weights_matches_the_one_row_dot(void)
         weft_backend_close(be);
         return;
     }
-    static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0};
+    static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0,
+                                           WEFT_TYPE_Q4_K};
     /* N1, N2: the two matrices (tails of 3 rows past a group, a tile of 8
      * rows, 13 past a tile); R: activation rows */
     static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {2, 3, 4, 5, 8, 9, 13, 64, 70};
@@ -178,7 +179,9 @@ static void matmul_on_packed_weights_matches_the_one_row_dot(void)
         for (size_t ki = 0; ki < sizeof Ks / sizeof Ks[0]; ki++)
             for (size_t ni = 0; ni < sizeof Ns / sizeof Ns[0]; ni++) {
                 const enum weft_type t = types[ti], vdt = weft_vec_dot_type(t);
-                const int64_t K = Ks[ki], N1 = Ns[ni][0], N2 = Ns[ni][1];
+                /* the K-quants' 256-element blocks: K 256 and 768 */
+                const int64_t K = weft_type_get(t)->block_size == 256 ? 256 * (1 + 2 * (int64_t)ki) : Ks[ki],
+                              N1 = Ns[ni][0], N2 = Ns[ni][1];
                 const size_t rb = weft_row_size(t, K), xb = weft_row_size(vdt, K);
                 uint8_t *w1 = malloc(rb * N1), *w2 = malloc(rb * N2), *xq = malloc(xb * RMAX);
                 float *x = malloc(sizeof(float) * K * RMAX), *add = malloc(sizeof(float) * RMAX * N1),
@@ -244,7 +247,7 @@ static double now_s(void)
 
 static void timing_gemmp_vs_gemm(void)
 {
-    const int64_t K = 576, N = 1536;
+    const int64_t N = 1536;
     const int NX = 64;
     for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
         const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
@@ -253,6 +256,7 @@ static void timing_gemmp_vs_gemm(void)
             const enum weft_type t = (enum weft_type)ti;
             const struct weft_cpu_packed *pk = &k->packed[t];
             if (!pk->gemmp || !k->gemm[t]) continue;
+            const int64_t K = weft_type_get(t)->block_size == 256 ? 2048 : 576;
             const enum weft_type vdt = weft_vec_dot_type(t);
             const size_t rb = weft_row_size(t, K), xs = weft_row_size(vdt, K);
             uint8_t *w = malloc(rb * N), *wp = aligned_alloc(64, (rb * N + 63) & ~(size_t)63), *x = malloc(xs * NX);

@@ -109,6 +109,9 @@ struct mid_job {
     const struct weft_cpu_packed_w *wp; /* the experts' repacked decode copy (weight_prepare), or NULL */
     size_t auxoff, qrow_w;     /* where a converted row's aux bytes start (wp's); a weight row's bytes */
     uint8_t *xg;               /* with gemm: the slots' converted rows in expert order ([n_slots][qrow]) */
+    bool gemmp;                /* with gemm: the packed copy's prefill (wp->pk->gemmp, one row per unit): xg
+                                * holds the slots' units ([n_slots][xp_bytes]) instead */
+    size_t xp_bytes;
 };
 
 static const float *mid_x_row(const struct mid_job *j, int64_t xr) { return cpu_row_f32(&j->m->x, xr); }
@@ -133,7 +136,10 @@ static void mid_gather(void *ctx, int ith, int nth)
     cpu_split(j->rows * j->k, ith, nth, &lo, &hi);
     for (int64_t s = lo; s < hi; s++) {
         const int64_t slot = j->order[s], xr = j->m->x_per_slot ? slot : slot / j->k;
-        memcpy(j->xg + (size_t)s * j->qrow, j->xq + (size_t)xr * j->qrow, j->qrow);
+        if (j->gemmp)
+            j->wp->pk->xpack(j->xq + (size_t)xr * j->qrow, j->qrow, 1, j->K, j->xg + (size_t)s * j->xp_bytes);
+        else
+            memcpy(j->xg + (size_t)s * j->qrow, j->xq + (size_t)xr * j->qrow, j->qrow);
     }
 }
 
@@ -161,10 +167,23 @@ static void mid_dot(void *ctx, int ith, int nth)
             enum { RC = 64 };
             float tmp[RC * COL_TILE];
             const int nw = (int)(n1 - n0);
+            const int64_t row0 = (int64_t)e * j->N + n0;
+            const bool packed = j->gemmp && nw == COL_TILE && row0 + nw <= j->wp->rows;
             for (; s < j->start[e + 1]; s += RC) {
                 const int nx = j->start[e + 1] - s < RC ? j->start[e + 1] - s : RC;
-                j->gemm(we + (size_t)n0 * w->nb1, w->nb1, nw, j->xg + (size_t)s * j->qrow, j->qrow, nx, j->K, tmp,
-                        COL_TILE);
+                if (packed)  /* the tile's groups of the packed copy */
+                    j->wp->pk->gemmp(j->wp->data + (size_t)row0 * j->qrow_w, COL_TILE / j->wp->pk->rows,
+                                     j->xg + (size_t)s * j->xp_bytes, nx, j->K, tmp, COL_TILE);
+                else if (j->gemmp)  /* a partial tile: one dot per output */
+                    for (int x = 0; x < nx; x++) {
+                        const int64_t slot = j->order[s + x], xr = j->m->x_per_slot ? slot : slot / j->k;
+                        for (int i = 0; i < nw; i++)
+                            tmp[x * COL_TILE + i] =
+                                j->dot(we + (size_t)(n0 + i) * w->nb1, j->xq + (size_t)xr * j->qrow, j->K);
+                    }
+                else
+                    j->gemm(we + (size_t)n0 * w->nb1, w->nb1, nw, j->xg + (size_t)s * j->qrow, j->qrow, nx, j->K, tmp,
+                            COL_TILE);
                 for (int x = 0; x < nx; x++) {
                     float *out = mid_out_row(j, j->order[s + x]);
                     for (int i = 0; i < nw; i++)
@@ -246,7 +265,13 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     const size_t y_bytes = m->has_weights ? sizeof(float) * n_slots * (size_t)j.N : 0;
     /* the gemm tiles pay where experts have several rows each (prefill) */
     if (n_slots < (size_t)GEMM_MIN_SLOTS * 2) j.gemm = NULL;
-    const size_t xg_bytes = j.gemm ? n_slots * j.qrow : 0;
+    /* the packed copy's own prefill where it has one of single-row units (it reads the copy decode
+     * streams, in fewer instructions: Q4_K 2x the plain tile) */
+    if (j.gemm && j.wp && j.wp->pk->gemmp && j.wp->pk->xrows == 1) {
+        j.gemmp = true;
+        j.xp_bytes = j.wp->pk->xp_size(j.K);  /* units back to back, as gemmp reads them */
+    }
+    const size_t xg_bytes = j.gemm ? n_slots * (j.gemmp ? j.xp_bytes : j.qrow) : 0;
     weft_status st = weft_cpu_scratch(be, xq_bytes + idx_bytes + y_bytes + xg_bytes);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch;

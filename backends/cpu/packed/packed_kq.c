@@ -179,6 +179,111 @@ static WEFT_AVX512_VNNI void dotp_q4_kx16(const void *wp, const void *vx, const 
     _mm512_storeu_ps(out, sumf);
 }
 
+/* ---- Q4_K x 16 prefill (xpack + gemmp): up to 4 activation rows against
+ * one group, the weights' nibbles unpacked once per chunk for all of them.
+ * A unit is one activation row's aux (above). Every float step is the decode
+ * kernel's in the same order, per activation row; int lane l is summed over
+ * the 4 chunks 8c + l before its float step (exact). ---- */
+static void xpack_q4_k(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    (void)xstride, (void)nx; /* one row per unit */
+    aux_q4_k(x, n, dst);
+}
+
+AI WEFT_AVX512_VNNI void q4kp_tile(const uint8_t *p, const uint8_t *x, size_t ubytes, int64_t nb, float *out,
+                                   size_t ldo, const int NR)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f),
+                  km3 = _mm512_set1_epi32(0x03030303);
+    const __m512i mlo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
+    const __m512i mhi =
+        _mm512_broadcast_i32x4(_mm_setr_epi8(2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1));
+    __m512 f[4][8], sumf[4];
+    for (int j = 0; j < NR; j++) {
+        sumf[j] = _mm512_setzero_ps();
+        for (int l = 0; l < 8; l++) f[j][l] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < nb; i++, p += Q4K_COL) {
+        PREFETCH_COLUMN(p, Q4K_COL);
+        const __m512i s0 = _mm512_loadu_si512((const void *)(p + 64));
+        const __m512i s1 = _mm512_loadu_si512((const void *)(p + 128));
+        const __m512i s2 = _mm512_loadu_si512((const void *)(p + 192));
+        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), km2),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 6), km3), 4));
+        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(s2, km2),
+                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 6), km3), 4));
+        const __m512i u2 = _mm512_and_si512(s1, km1);
+        const __m512i u0 = _mm512_and_si512(s0, km1);
+        __m512i sc[8]; /* 2c: sub-block 2c's scale, 2c + 1: 2c + 1's, as int16 pairs per lane */
+        for (int c = 0; c < 4; c++) {
+            const __m512i uc = c < 2 ? u0 : u1;
+            sc[2 * c] = _mm512_shuffle_epi8(uc, pair_idx(2 * (c & 1)));
+            sc[2 * c + 1] = _mm512_shuffle_epi8(uc, pair_idx(2 * (c & 1) + 1));
+        }
+        const __m512i m2l = _mm512_shuffle_epi8(u2, mlo), m2h = _mm512_shuffle_epi8(u2, mhi),
+                      m3l = _mm512_shuffle_epi8(u3, mlo), m3h = _mm512_shuffle_epi8(u3, mhi);
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p + 32)));
+        const uint8_t *a[4];
+        __m512 d[4];
+        for (int j = 0; j < NR; j++) {
+            a[j] = x + (size_t)j * ubytes + (size_t)i * Q4K_AUX;
+            float dx;
+            memcpy(&dx, a[j] + 272, 4);
+            const __m512 vdx = _mm512_set1_ps(dx);
+            d[j] = _mm512_mul_ps(dw, vdx);
+            __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), m2l, bcast32(a[j] + 256));
+            summ = _mm512_dpwssd_epi32(summ, m2h, bcast32(a[j] + 260));
+            summ = _mm512_dpwssd_epi32(summ, m3l, bcast32(a[j] + 264));
+            summ = _mm512_dpwssd_epi32(summ, m3h, bcast32(a[j] + 268));
+            sumf[j] = _mm512_sub_ps(sumf[j], _mm512_mul_ps(_mm512_mul_ps(dmin, vdx), _mm512_cvtepi32_ps(summ)));
+        }
+        const uint8_t *q = p + Q4K_QS;
+        for (int l = 0; l < 8; l++) {
+            __m512i acc[4];
+            for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_si512();
+            for (int c = 0; c < 4; c++) {
+                const __m512i qv = _mm512_loadu_si512((const void *)(q + 512 * c + 64 * l));
+                const __m512i lo = _mm512_and_si512(qv, m4), hi = _mm512_and_si512(_mm512_srli_epi16(qv, 4), m4);
+                for (int j = 0; j < NR; j++) {
+                    acc[j] = _mm512_dpwssd_epi32(acc[j], _mm512_maddubs_epi16(lo, bcast32(a[j] + 64 * c + 4 * l)),
+                                                 sc[2 * c]);
+                    acc[j] = _mm512_dpwssd_epi32(
+                        acc[j], _mm512_maddubs_epi16(hi, bcast32(a[j] + 64 * c + 32 + 4 * l)), sc[2 * c + 1]);
+                }
+            }
+            for (int j = 0; j < NR; j++) f[j][l] = _mm512_add_ps(f[j][l], _mm512_mul_ps(d[j], _mm512_cvtepi32_ps(acc[j])));
+        }
+    }
+    for (int j = 0; j < NR; j++) {
+        __m512 s = sumf[j];
+        for (int l = 0; l < 8; l++) s = _mm512_add_ps(s, f[j][l]);
+        _mm512_storeu_ps(out + (size_t)j * ldo, s);
+    }
+}
+
+static WEFT_AVX512_VNNI void gemmp_q4_k(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
+                                        size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    const size_t gbytes = (size_t)nb * Q4K_COL, ubytes = (size_t)nb * Q4K_AUX;
+    for (int j = 0; j < nx; j += 4) {
+        const int nr = nx - j < 4 ? nx - j : 4;
+        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
+            float *o = out + (size_t)j * ldo + 16 * g;
+            switch (nr) {
+            case 1: q4kp_tile(w, x, ubytes, nb, o, ldo, 1); break;
+            case 2: q4kp_tile(w, x, ubytes, nb, o, ldo, 2); break;
+            case 3: q4kp_tile(w, x, ubytes, nb, o, ldo, 3); break;
+            default: q4kp_tile(w, x, ubytes, nb, o, ldo, 4); break;
+            }
+        }
+    }
+}
+
 /* ---- Q6_K x 16 layout ---- */
 #define Q6K_COL 3360 /* 16 * sizeof(struct weft_block_q6_k) */
 #define Q6K_QL 288   /* 32 ql planes */
@@ -286,8 +391,10 @@ static WEFT_AVX512_VNNI void dotp_q6_kx16(const void *wp, const void *vx, const 
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
     if (!vnni) return;
-    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
-        .rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size, .aux = aux_q4_k, .dot = dotp_q4_kx16};
+    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size,
+                                                         .aux = aux_q4_k, .dot = dotp_q4_kx16, .xrows = 1,
+                                                         .xp_size = aux_q4_k_size, .xpack = xpack_q4_k,
+                                                         .gemmp = gemmp_q4_k};
     k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16};
 }
 
