@@ -5,7 +5,11 @@
 # with the weight bytes a decoded token reads (only its 8 experts: weft bench's
 # "read/token") and the machine's measured read bandwidth. With LLAMA_BENCH set to a
 # llama.cpp llama-bench binary (built from its public source outside this repository),
-# its pp and tg on the same file run interleaved with weft's, round by round.
+# its pp and tg on the same file run interleaved with weft's, round by round; with
+# LLAMA_BATCHED_BENCH set to its llama-batched-bench, its parallel generation at the same
+# levels (128-token prompts) runs after weft's (S_TG: decode tokens/s of all sequences,
+# S: prompt and generated tokens/s; weft's table gives generated tokens/s end to end and
+# decode tokens/s).
 #   bench/moe_cpu.sh [-t THREADS] [-r REPS] [-p PP] [-n TG] [-c LEVELS] [--type T] [--rounds N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,3 +45,8 @@ done
 echo
 echo "== weft, concurrent generation (levels $levels)"
 $weft bench --concurrency "$levels" -m "$m" -p 128 -n "$tg" -r 1 -t "$threads"
+if [ -n "${LLAMA_BATCHED_BENCH:-}" ]; then
+    echo "== llama.cpp, parallel generation ($LLAMA_BATCHED_BENCH)"
+    "$LLAMA_BATCHED_BENCH" -m "$m" -c 8192 -b 2048 -ub 512 -npp 128 -ntg "$tg" -npl "$levels" -t "$threads" 2>/dev/null |
+        grep '^|'
+fi

@@ -37,7 +37,7 @@
  *   Q8_0   s2    -     25v   2v    -     v     v     s2
  *   Q4_K   s2    -     -     v     -     v     v     s2
  *   Q5_K   s2    -     -     -     -     -     -     s2
- *   Q6_K   s2    -     -     -     -     v     -     s2
+ *   Q6_K   s2    -     -     -     -     v     v     s2
  *   Q2_K   s2    -     -     -     -     -     -     s2
  *   Q3_K   s2    -     -     -     -     -     -     s2
  *   IQ4_NL s2    s2    -     -     -     -     -     s2

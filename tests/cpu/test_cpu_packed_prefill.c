@@ -10,8 +10,9 @@
  * with a partial last group or tile (those rows fall back to the plain
  * kernels), a view of the leading rows, 2..70 activation rows (past one
  * 64-row chunk), two matmuls sharing x as one group, a fused residual. Also
- * times gemmp against the table's plain gemm on a 1536 x 576 block (x 2048
- * for the K-quants) times 64 rows (printed). */
+ * times gemmp against the table's plain gemm (or its dot, where it has no
+ * gemm) on a 1536 x 576 block (x 2048 for the K-quants) times 64 rows
+ * (printed). */
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "base/quant.h"
@@ -169,7 +170,7 @@ static void matmul_on_packed_weights_matches_the_one_row_dot(void)
         return;
     }
     static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0,
-                                           WEFT_TYPE_Q4_K};
+                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K};
     /* N1, N2: the two matrices (tails of 3 rows past a group, a tile of 8
      * rows, 13 past a tile); R: activation rows */
     static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {2, 3, 4, 5, 8, 9, 13, 64, 70};
@@ -255,7 +256,7 @@ static void timing_gemmp_vs_gemm(void)
         for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
             const enum weft_type t = (enum weft_type)ti;
             const struct weft_cpu_packed *pk = &k->packed[t];
-            if (!pk->gemmp || !k->gemm[t]) continue;
+            if (!pk->gemmp) continue;
             const int64_t K = weft_type_get(t)->block_size == 256 ? 2048 : 576;
             const enum weft_type vdt = weft_vec_dot_type(t);
             const size_t rb = weft_row_size(t, K), xs = weft_row_size(vdt, K);
@@ -268,7 +269,13 @@ static void timing_gemmp_vs_gemm(void)
             double b1 = 1e9, b2 = 1e9;
             for (int round = 0; round < 5; round++) {
                 double t0 = now_s();
-                for (int64_t i = 0; i < N; i += 16) k->gemm[t](w + (size_t)i * rb, rb, 16, x, xs, NX, K, o1 + i, N);
+                for (int64_t i = 0; i < N; i += 16)
+                    if (k->gemm[t])
+                        k->gemm[t](w + (size_t)i * rb, rb, 16, x, xs, NX, K, o1 + i, N);
+                    else  /* no plain tile: one dot per output */
+                        for (int jx = 0; jx < NX; jx++)
+                            for (int64_t r = i; r < i + 16; r++)
+                                o1[(size_t)jx * N + r] = k->dot[t](w + (size_t)r * rb, x + (size_t)jx * xs, K);
                 double t1 = now_s();
                 uint8_t *xp = pack_acts(pk, x, xs, NX, K);  /* the xpack cost counts */
                 for (int64_t i = 0; i < N; i += 16)
@@ -279,8 +286,8 @@ static void timing_gemmp_vs_gemm(void)
                 if (t2 - t1 < b2) b2 = t2 - t1;
             }
             CHECK(memcmp(o1, o2, sizeof(float) * N * NX) == 0);
-            printf("  %s %s %lldx%lld x %d rows: gemm %.2f ms, gemmp %.2f ms\n", k->name, weft_type_name(t),
-                   (long long)N, (long long)K, NX, b1 * 1e3, b2 * 1e3);
+            printf("  %s %s %lldx%lld x %d rows: %s %.2f ms, gemmp %.2f ms\n", k->name, weft_type_name(t),
+                   (long long)N, (long long)K, NX, k->gemm[t] ? "gemm" : "dot", b1 * 1e3, b2 * 1e3);
             free(w), free(wp), free(x), free(tmp), free(o1), free(o2);
         }
     }

@@ -161,7 +161,7 @@ static void mid_dot(void *ctx, int ith, int nth)
         const uint8_t *we = cpu_ptr(w) + (size_t)e * (size_t)j->N * w->nb1;
         const float *bias = j->bias ? j->bias + (size_t)e * (size_t)j->N : NULL;
         int32_t s = j->start[e];
-        if (j->gemm && j->start[e + 1] - s >= GEMM_MIN_SLOTS) {
+        if ((j->gemm || j->gemmp) && j->start[e + 1] - s >= GEMM_MIN_SLOTS) {
             /* many slots: register-blocked tiles over the expert's run of rows (bit for bit
              * the dot's), out through a small buffer */
             enum { RC = 64 };
@@ -264,14 +264,15 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     const size_t xq_bytes = (size_t)j.n_xrows * j.qrow, idx_bytes = align64(sizeof(int32_t) * (n_slots + 2 * (size_t)E + 1));
     const size_t y_bytes = m->has_weights ? sizeof(float) * n_slots * (size_t)j.N : 0;
     /* the gemm tiles pay where experts have several rows each (prefill) */
-    if (n_slots < (size_t)GEMM_MIN_SLOTS * 2) j.gemm = NULL;
+    const bool tiles = n_slots >= (size_t)GEMM_MIN_SLOTS * 2;
+    if (!tiles) j.gemm = NULL;
     /* the packed copy's own prefill where it has one of single-row units (it reads the copy decode
-     * streams, in fewer instructions: Q4_K 2x the plain tile) */
-    if (j.gemm && j.wp && j.wp->pk->gemmp && j.wp->pk->xrows == 1) {
+     * streams, in fewer instructions: Q4_K 2x the plain tile; Q6_K has no plain tile) */
+    if (tiles && j.wp && j.wp->pk->gemmp && j.wp->pk->xrows == 1) {
         j.gemmp = true;
         j.xp_bytes = j.wp->pk->xp_size(j.K);  /* units back to back, as gemmp reads them */
     }
-    const size_t xg_bytes = j.gemm ? n_slots * (j.gemmp ? j.xp_bytes : j.qrow) : 0;
+    const size_t xg_bytes = j.gemm || j.gemmp ? n_slots * (j.gemmp ? j.xp_bytes : j.qrow) : 0;
     weft_status st = weft_cpu_scratch(be, xq_bytes + idx_bytes + y_bytes + xg_bytes);
     if (st != WEFT_OK) return st;
     j.xq = be->scratch;
@@ -279,7 +280,7 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     j.start = j.order + n_slots;
     j.used = j.start + E + 1;
     j.y = m->has_weights ? (float *)(be->scratch + xq_bytes + idx_bytes) : NULL;
-    j.xg = j.gemm ? be->scratch + xq_bytes + idx_bytes + y_bytes : NULL;
+    j.xg = j.gemm || j.gemmp ? be->scratch + xq_bytes + idx_bytes + y_bytes : NULL;
     /* counting sort of the slots by expert (slot order kept within an expert) */
     memset(j.start, 0, sizeof(int32_t) * (size_t)(E + 1));
     for (int64_t r = 0; r < j.rows; r++) {
@@ -307,7 +308,7 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     }
     be->expert_passes += (uint64_t)j.n_used;
     weft_cpu_pool_run(be->pool, mid_quantize, &j);
-    if (j.gemm) weft_cpu_pool_run(be->pool, mid_gather, &j);
+    if (j.gemm || j.gemmp) weft_cpu_pool_run(be->pool, mid_gather, &j);
     weft_cpu_pool_run(be->pool, mid_dot, &j);
     if (m->has_weights) weft_cpu_pool_run(be->pool, mid_sum, &j);
     return WEFT_OK;

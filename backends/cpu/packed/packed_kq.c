@@ -388,6 +388,89 @@ static WEFT_AVX512_VNNI void dotp_q6_kx16(const void *wp, const void *vx, const 
     _mm512_storeu_ps(out, h);
 }
 
+/* ---- Q6_K x 16 prefill (xpack + gemmp): up to 4 activation rows against
+ * one group, each 6-bit chunk assembled once for all of them. A unit is the
+ * activation row itself (its Q8_K blocks). Per activation row every step is
+ * the decode kernel's: int lane l summed over k (exact, in any order), minus
+ * the offset term, then the fma and at the end hsum_float_8. ---- */
+static size_t xp_size_q6_k(int64_t n) { return weft_row_size(WEFT_TYPE_Q8_K, n); }
+
+static void xpack_q6_k(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    (void)xstride, (void)nx; /* one row per unit */
+    memcpy(dst, x, xp_size_q6_k(n));
+}
+
+AI WEFT_AVX512_VNNI void q6kp_tile(const uint8_t *p, const uint8_t *x, size_t ubytes, int64_t nb, float *out,
+                                   size_t ldo, const int NR)
+{
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 f[4][8];
+    for (int j = 0; j < NR; j++)
+        for (int l = 0; l < 8; l++) f[j][l] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p += Q6K_COL) {
+        PREFETCH_COLUMN(p, Q6K_COL);
+        const __m512i sp[4] = {_mm512_loadu_si512((const void *)(p + 32)), _mm512_loadu_si512((const void *)(p + 96)),
+                               _mm512_loadu_si512((const void *)(p + 160)), _mm512_loadu_si512((const void *)(p + 224))};
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+        const struct weft_block_q8_k *xb[4];
+        for (int j = 0; j < NR; j++) xb[j] = (const struct weft_block_q8_k *)(x + (size_t)j * ubytes) + i;
+        for (int l = 0; l < 8; l++) {
+            __m512i acc[4];
+            for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                const int nh = k >> 2, jj = k & 3;
+                const __m512i sc = sx_pair(sp[k >> 1], 2 * (k & 1) + (l >= 4), 2 * (k & 1) + (l >= 4));
+                const uint8_t *ql = p + Q6K_QL + 64 * 8 * (2 * nh + (jj & 1)), *qh = p + Q6K_QH + 64 * 8 * nh;
+                __m512i lo = _mm512_loadu_si512((const void *)(ql + 64 * l));
+                __m512i hb = _mm512_loadu_si512((const void *)(qh + 64 * l));
+                lo = jj & 2 ? _mm512_srli_epi16(lo, 4) : lo;
+                hb = jj == 0 ? _mm512_slli_epi16(hb, 4) : jj == 1 ? _mm512_slli_epi16(hb, 2)
+                                                        : jj == 3 ? _mm512_srli_epi16(hb, 2) : hb;
+                const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m4), hb, m30, 0xF8);
+                for (int j = 0; j < NR; j++)
+                    acc[j] = _mm512_dpwssd_epi32(acc[j], _mm512_maddubs_epi16(u, bcast32(xb[j]->qs + 32 * k + 4 * l)),
+                                                 sc);
+            }
+            const __m512i off = sx_pair(sp[l >> 1], 2 * (l & 1), 2 * (l & 1) + 1), z = _mm512_setzero_si512();
+            for (int j = 0; j < NR; j++) {
+                acc[j] = _mm512_sub_epi32(
+                    acc[j], _mm512_slli_epi32(_mm512_dpwssd_epi32(z, off, bcast32(xb[j]->bsums + 2 * l)), 5));
+                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(xb[j]->d), dw);
+                f[j][l] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(acc[j]), f[j][l]);
+            }
+        }
+    }
+    for (int j = 0; j < NR; j++) {
+        /* hsum_float_8: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
+        const __m512 h = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(f[j][0], f[j][4]), _mm512_add_ps(f[j][2], f[j][6])),
+                                       _mm512_add_ps(_mm512_add_ps(f[j][1], f[j][5]), _mm512_add_ps(f[j][3], f[j][7])));
+        _mm512_storeu_ps(out + (size_t)j * ldo, h);
+    }
+}
+
+static WEFT_AVX512_VNNI void gemmp_q6_k(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
+                                        size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    const size_t gbytes = (size_t)nb * Q6K_COL, ubytes = xp_size_q6_k(n);
+    for (int j = 0; j < nx; j += 4) {
+        const int nr = nx - j < 4 ? nx - j : 4;
+        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
+        for (int g = 0; g < groups; g++) {
+            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
+            float *o = out + (size_t)j * ldo + 16 * g;
+            switch (nr) {
+            case 1: q6kp_tile(w, x, ubytes, nb, o, ldo, 1); break;
+            case 2: q6kp_tile(w, x, ubytes, nb, o, ldo, 2); break;
+            case 3: q6kp_tile(w, x, ubytes, nb, o, ldo, 3); break;
+            default: q6kp_tile(w, x, ubytes, nb, o, ldo, 4); break;
+            }
+        }
+    }
+}
+
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
     if (!vnni) return;
@@ -395,7 +478,9 @@ void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
                                                          .aux = aux_q4_k, .dot = dotp_q4_kx16, .xrows = 1,
                                                          .xp_size = aux_q4_k_size, .xpack = xpack_q4_k,
                                                          .gemmp = gemmp_q4_k};
-    k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16};
+    k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16,
+                                                         .xrows = 1, .xp_size = xp_size_q6_k, .xpack = xpack_q6_k,
+                                                         .gemmp = gemmp_q6_k};
 }
 
 #else
