@@ -95,14 +95,29 @@ AI WEFT_AVX512_VNNI __m512i pair_idx(int b)
 }
 
 /* ---- Q4_K x Q8_K, 16 rows ---- */
+/* k4_unpack_scales lane-wise on a block column's three scale planes: u0, u1
+ * the scales of sub-blocks 0..3, 4..7; u2, u3 the mins (a byte each) */
+AI WEFT_AVX512_VNNI void q4k_scales(const uint8_t *p, __m512i *u0, __m512i *u1, __m512i *u2, __m512i *u3)
+{
+    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f),
+                  km3 = _mm512_set1_epi32(0x03030303);
+    const __m512i s0 = _mm512_loadu_si512((const void *)(p + 64));
+    const __m512i s1 = _mm512_loadu_si512((const void *)(p + 128));
+    const __m512i s2 = _mm512_loadu_si512((const void *)(p + 192));
+    *u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), km2),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 6), km3), 4));
+    *u1 = _mm512_or_si512(_mm512_and_si512(s2, km2),
+                          _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 6), km3), 4));
+    *u2 = _mm512_and_si512(s1, km1);
+    *u0 = _mm512_and_si512(s0, km1);
+}
+
 static WEFT_AVX512_VNNI void dotp_q4_kx16(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
 {
     (void)vx;
     const uint8_t *p = wp, *a = vaux;
     const int64_t nb = n / WEFT_QK_K;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f),
-                  km3 = _mm512_set1_epi32(0x03030303);
     const __m512i b0 = pair_idx(0), b1 = pair_idx(1), b2 = pair_idx(2), b3 = pair_idx(3);
     /* per dword: bytes (0, 1) / (2, 3) as int16s */
     const __m512i mlo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
@@ -111,16 +126,8 @@ static WEFT_AVX512_VNNI void dotp_q4_kx16(const void *wp, const void *vx, const 
     __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0, f4 = f0, f5 = f0, f6 = f0, f7 = f0, sumf = f0;
     for (int64_t i = 0; i < nb; i++, p += Q4K_COL, a += Q4K_AUX) {
         PREFETCH_COLUMN(p, Q4K_COL);
-        const __m512i s0 = _mm512_loadu_si512((const void *)(p + 64));
-        const __m512i s1 = _mm512_loadu_si512((const void *)(p + 128));
-        const __m512i s2 = _mm512_loadu_si512((const void *)(p + 192));
-        /* k4_unpack_scales, lane-wise: u0, u1 scales 0..3, 4..7; u2, u3 mins */
-        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), km2),
-                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 6), km3), 4));
-        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(s2, km2),
-                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 6), km3), 4));
-        const __m512i u2 = _mm512_and_si512(s1, km1);
-        const __m512i u0 = _mm512_and_si512(s0, km1);
+        __m512i u0, u1, u2, u3;
+        q4k_scales(p, &u0, &u1, &u2, &u3);
         /* summ = sum_j m_j * B_j, exact */
         __m512i summ = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_shuffle_epi8(u2, mlo), bcast32(a + 256));
         summ = _mm512_dpwssd_epi32(summ, _mm512_shuffle_epi8(u2, mhi), bcast32(a + 260));
@@ -194,8 +201,6 @@ AI WEFT_AVX512_VNNI void q4kp_tile(const uint8_t *p, const uint8_t *x, size_t ub
                                    size_t ldo, const int NR)
 {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512i km1 = _mm512_set1_epi32(0x3f3f3f3f), km2 = _mm512_set1_epi32(0x0f0f0f0f),
-                  km3 = _mm512_set1_epi32(0x03030303);
     const __m512i mlo = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -1, 1, -1, 4, -1, 5, -1, 8, -1, 9, -1, 12, -1, 13, -1));
     const __m512i mhi =
         _mm512_broadcast_i32x4(_mm_setr_epi8(2, -1, 3, -1, 6, -1, 7, -1, 10, -1, 11, -1, 14, -1, 15, -1));
@@ -206,15 +211,8 @@ AI WEFT_AVX512_VNNI void q4kp_tile(const uint8_t *p, const uint8_t *x, size_t ub
     }
     for (int64_t i = 0; i < nb; i++, p += Q4K_COL) {
         PREFETCH_COLUMN(p, Q4K_COL);
-        const __m512i s0 = _mm512_loadu_si512((const void *)(p + 64));
-        const __m512i s1 = _mm512_loadu_si512((const void *)(p + 128));
-        const __m512i s2 = _mm512_loadu_si512((const void *)(p + 192));
-        const __m512i u3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(s2, 4), km2),
-                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s1, 6), km3), 4));
-        const __m512i u1 = _mm512_or_si512(_mm512_and_si512(s2, km2),
-                                           _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(s0, 6), km3), 4));
-        const __m512i u2 = _mm512_and_si512(s1, km1);
-        const __m512i u0 = _mm512_and_si512(s0, km1);
+        __m512i u0, u1, u2, u3;
+        q4k_scales(p, &u0, &u1, &u2, &u3);
         __m512i sc[8]; /* 2c: sub-block 2c's scale, 2c + 1: 2c + 1's, as int16 pairs per lane */
         for (int c = 0; c < 4; c++) {
             const __m512i uc = c < 2 ? u0 : u1;
@@ -314,6 +312,19 @@ AI WEFT_AVX512_VNNI __m512i sx_pair(__m512i v, int b0, int b1)
     return _mm512_srai_epi16(_mm512_shuffle_epi8(v, _mm512_broadcast_i32x4(i)), 8);
 }
 
+/* 32-element group k (0..7) of a block column, int lane l (0..7): the 6-bit
+ * values (0..63) of its 4 elements in each row's dword */
+AI WEFT_AVX512_VNNI __m512i q6k_chunk(const uint8_t *p, int k, int l)
+{
+    const int nh = k >> 2, j = k & 3;
+    const uint8_t *ql = p + Q6K_QL + 64 * 8 * (2 * nh + (j & 1)), *qh = p + Q6K_QH + 64 * 8 * nh;
+    __m512i lo = _mm512_loadu_si512((const void *)(ql + 64 * l));
+    __m512i hb = _mm512_loadu_si512((const void *)(qh + 64 * l));
+    lo = j & 2 ? _mm512_srli_epi16(lo, 4) : lo;
+    hb = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 3 ? _mm512_srli_epi16(hb, 2) : hb;
+    return _mm512_ternarylogic_epi32(_mm512_and_si512(lo, _mm512_set1_epi8(0x0F)), hb, _mm512_set1_epi8(0x30), 0xF8);
+}
+
 /* ---- Q6_K x Q8_K, 16 rows: int lane l = the elements 32k + 4l..4l+3 (all
  * k) times their 16-element scale, minus 32 * (bsums[2l] sc[2l] +
  * bsums[2l+1] sc[2l+1]); acc = fma(d, float(lane), acc); hsum_float_8 ---- */
@@ -323,7 +334,6 @@ static WEFT_AVX512_VNNI void dotp_q6_kx16(const void *wp, const void *vx, const 
     const uint8_t *p = wp;
     const struct weft_block_q8_k *x = vx;
     const int64_t nb = n / WEFT_QK_K;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 f0 = _mm512_setzero_ps(), f1 = f0, f2 = f0, f3 = f0, f4 = f0, f5 = f0, f6 = f0, f7 = f0;
     for (int64_t i = 0; i < nb; i++, p += Q6K_COL) {
         PREFETCH_COLUMN(p, Q6K_COL);
@@ -333,20 +343,10 @@ static WEFT_AVX512_VNNI void dotp_q6_kx16(const void *wp, const void *vx, const 
         __m512i l0 = _mm512_setzero_si512(), l1 = l0, l2 = l0, l3 = l0, l4 = l0, l5 = l0, l6 = l0, l7 = l0;
 #pragma GCC unroll 8
         for (int k = 0; k < 8; k++) {
-            const int nh = k >> 2, j = k & 3;
             const __m512i sclo = sx_pair(sp[k >> 1], 2 * (k & 1), 2 * (k & 1));
             const __m512i schi = sx_pair(sp[k >> 1], 2 * (k & 1) + 1, 2 * (k & 1) + 1);
-            const uint8_t *ql = p + Q6K_QL + 64 * 8 * (2 * nh + (j & 1)), *qh = p + Q6K_QH + 64 * 8 * nh;
-#define Q6K_STEP(acc, l, sc)                                                                                    \
-            do {                                                                                                \
-                __m512i lo = _mm512_loadu_si512((const void *)(ql + 64 * (l)));                                 \
-                __m512i hb = _mm512_loadu_si512((const void *)(qh + 64 * (l)));                                 \
-                lo = j & 2 ? _mm512_srli_epi16(lo, 4) : lo;                                                     \
-                hb = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2)                      \
-                                                     : j == 3 ? _mm512_srli_epi16(hb, 2) : hb;                  \
-                const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m4), hb, m30, 0xF8);           \
-                acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(u, bcast32(xq + 32 * k + 4 * (l))), sc);    \
-            } while (0)
+#define Q6K_STEP(acc, l, sc) \
+            acc = _mm512_dpwssd_epi32(acc, _mm512_maddubs_epi16(q6k_chunk(p, k, l), bcast32(xq + 32 * k + 4 * (l))), sc)
             Q6K_STEP(l0, 0, sclo);
             Q6K_STEP(l1, 1, sclo);
             Q6K_STEP(l2, 2, sclo);
@@ -404,7 +404,6 @@ static void xpack_q6_k(const void *x, size_t xstride, int nx, int64_t n, void *d
 AI WEFT_AVX512_VNNI void q6kp_tile(const uint8_t *p, const uint8_t *x, size_t ubytes, int64_t nb, float *out,
                                    size_t ldo, const int NR)
 {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512 f[4][8];
     for (int j = 0; j < NR; j++)
         for (int l = 0; l < 8; l++) f[j][l] = _mm512_setzero_ps();
@@ -420,15 +419,8 @@ AI WEFT_AVX512_VNNI void q6kp_tile(const uint8_t *p, const uint8_t *x, size_t ub
             for (int j = 0; j < NR; j++) acc[j] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int k = 0; k < 8; k++) {
-                const int nh = k >> 2, jj = k & 3;
                 const __m512i sc = sx_pair(sp[k >> 1], 2 * (k & 1) + (l >= 4), 2 * (k & 1) + (l >= 4));
-                const uint8_t *ql = p + Q6K_QL + 64 * 8 * (2 * nh + (jj & 1)), *qh = p + Q6K_QH + 64 * 8 * nh;
-                __m512i lo = _mm512_loadu_si512((const void *)(ql + 64 * l));
-                __m512i hb = _mm512_loadu_si512((const void *)(qh + 64 * l));
-                lo = jj & 2 ? _mm512_srli_epi16(lo, 4) : lo;
-                hb = jj == 0 ? _mm512_slli_epi16(hb, 4) : jj == 1 ? _mm512_slli_epi16(hb, 2)
-                                                        : jj == 3 ? _mm512_srli_epi16(hb, 2) : hb;
-                const __m512i u = _mm512_ternarylogic_epi32(_mm512_and_si512(lo, m4), hb, m30, 0xF8);
+                const __m512i u = q6k_chunk(p, k, l);
                 for (int j = 0; j < NR; j++)
                     acc[j] = _mm512_dpwssd_epi32(acc[j], _mm512_maddubs_epi16(u, bcast32(xb[j]->qs + 32 * k + 4 * l)),
                                                  sc);
