@@ -23,7 +23,7 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 7   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+#define WEFT_BACKEND_API_VERSION 8   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
@@ -31,7 +31,8 @@
                                       * 6: ATTENTION softcap, LOGITS softcap, the KV view's
                                       *    head_dim_v (K and V head dims apart);
                                       * 7: ops MOE_ROUTE and MATMUL_ID (mixtures of experts),
-                                      *    ATTENTION sinks, SILU_MUL act SWIGLU_OAI (gpt-oss) */
+                                      *    ATTENTION sinks, SILU_MUL act SWIGLU_OAI (gpt-oss);
+                                      * 8: MOE_ROUTE's expert groups (DeepSeek V3) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -208,6 +209,12 @@ struct weft_op_logits {
  *   6.103515625e-5, as llama.cpp); then times scale (0: 1).
  *   Float order (the CPU's): softmax as ggml's soft_max (max, then libm expf(x - max) summed in
  *   double, then times (float)(1 / sum)); the sum for norm in double, rounded to float.
+ *   api 8, expert groups (DeepSeek V3's group-limited routing; n_group 0 or 1: none): the
+ *   n_expert experts are n_group groups of G = n_expert / n_group consecutive experts (G >= 2);
+ *   a group's score is a + b, a and b its two largest choice values (p + bias; a NaN is never
+ *   one of them; one float add); the group_used groups of largest score are kept (equal: the
+ *   lower group first; 1 <= group_used < n_group) and the k experts are chosen among theirs
+ *   only (k <= group_used · G), as llama.cpp's build_moe_ffn masks the others to -inf.
  *
  * MATMUL_ID: the experts' matrices are one weight view w (ne0 = K, ne1 = n_expert · N: expert
  * e's N rows from row e · N; a GGUF's 3-D ffn_*_exps tensor as it lies in the file). For row
@@ -229,6 +236,7 @@ struct weft_op_moe_route {
     float scale;
     struct weft_view bias;
     bool has_bias;
+    uint32_t n_group, group_used;  /* api 8: expert groups (0: none) */
 };
 struct weft_op_matmul_id {
     struct weft_view x, w, ids, out;
@@ -241,6 +249,17 @@ struct weft_op_matmul_id {
     struct weft_view bias;      /* F32, n_expert · N values */
     bool has_bias;
 };
+
+/* MOE_ROUTE's expert groups are well formed (backend.h above; at most
+ * WEFT_MOE_MAX_GROUPS groups): every backend's supports() asks this */
+#define WEFT_MOE_MAX_GROUPS 64
+static inline bool weft_moe_groups_ok(const struct weft_op_moe_route *m)
+{
+    if (m->n_group <= 1) return true;
+    const int64_t E = m->logits.ne0, G = E / m->n_group;
+    return m->n_group <= WEFT_MOE_MAX_GROUPS && E % m->n_group == 0 && G >= 2 && m->group_used >= 1 &&
+           m->group_used < m->n_group && (int64_t)m->k <= (int64_t)m->group_used * G;
+}
 
 struct weft_op {
     enum weft_op_kind kind;

@@ -186,6 +186,9 @@ struct weft_gk_moe_route {
     int norm;
     float scale;                  /* 0: 1 */
     const float *bias;            /* E floats, contiguous, for the choice only; NULL: none */
+    int n_group, group_used;      /* api 8, expert groups (backend.h): n_group <= 1 none; else
+                                   * E % n_group == 0, E / n_group >= 2, n_group <= 64,
+                                   * 1 <= group_used < n_group, k <= group_used * E / n_group */
 };
 int weft_gk_moe_route(const struct weft_gk_moe_route *a, void *stream);
 

@@ -20,8 +20,12 @@ extern "C" int weft_gk_moe_route(const struct weft_gk_moe_route *a, void *stream
     if (a->E < 1 || a->E > WEFT_GK_MOE_MAX_EXPERTS || a->k < 1 || a->k > a->E || a->gating < WEFT_MOE_SOFTMAX ||
         a->gating > WEFT_MOE_SOFTMAX_TOPK)
         return WEFT_LAUNCH_EINVAL;
+    if (a->n_group > 1 && (a->n_group > WEFT_KC_MOE_MAX_GROUPS || a->E % a->n_group || a->E / a->n_group < 2 ||
+                           a->group_used < 1 || a->group_used >= a->n_group || a->k > a->group_used * (a->E / a->n_group)))
+        return WEFT_LAUNCH_EINVAL;
     struct weft_kc_moe_route k = {a->logits, a->l_ld, a->ids, a->ids_ld, a->w, a->w_ld, a->R, a->E, a->k,
-                                  a->gating, a->norm, a->scale, a->bias};
+                                  a->gating, a->norm, a->scale, a->bias, a->n_group > 1 ? a->n_group : 0,
+                                  a->group_used};
     dim3 block(32, MOE_ROUTE_GROUPS);
     const unsigned grid = (unsigned)((a->R + MOE_ROUTE_GROUPS - 1) / MOE_ROUTE_GROUPS);
     const size_t smem = sizeof(float) * MOE_ROUTE_GROUPS * (size_t)a->E;

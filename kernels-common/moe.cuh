@@ -34,6 +34,7 @@
 
 #define WEFT_KC_MOE_MAX_E 1024   /* launch.h's WEFT_GK_MOE_MAX_EXPERTS: a lane's experts fit a 32-bit mask */
 #define WEFT_MOE_NONE 0x7fffffff /* no candidate */
+#define WEFT_KC_MOE_MAX_GROUPS 64   /* backend.h's WEFT_MOE_MAX_GROUPS */
 
 /* _mm512_reduce_add_ps's order over 16 values (the CPU's reduce_add_16) */
 WEFT_DEV float weft_reduce_add_16(const float *x)
@@ -87,6 +88,7 @@ struct weft_kc_moe_route {
     int E, k, gating, norm;
     float scale;
     const float *bias;   /* E floats or NULL */
+    int n_group, group_used;   /* expert groups (n_group <= 1: none) */
 };
 
 /* One 32-lane group per row: grid ceil(R / blockDim.y), blockDim (32, groups), dynamic shared
@@ -128,6 +130,43 @@ static __global__ void weft_k_moe_route(struct weft_kc_moe_route a)
     }
     int32_t *ids = a.ids + r * a.ids_ld;
     float *w = a.w + r * a.w_ld;
+    /* expert groups: each lane's two best choice values of a group, merged over the lanes (the
+     * top two of a union, exact and symmetric, so every lane holds the group's), added; every
+     * lane then keeps the same group_used best groups (equal: the lower group) */
+    const int G = a.n_group > 1 ? E / a.n_group : E;
+    uint64_t keep = 1;   /* bit g: group g kept */
+    if (a.n_group > 1) {
+        float score[WEFT_KC_MOE_MAX_GROUPS];
+        for (int g = 0; g < a.n_group; g++) {
+            float ta = -INFINITY, tb = -INFINITY;
+            for (int c = 0; c < ncol; c++) {
+                const int e = lane + 32 * c;
+                if (e < g * G || e >= (g + 1) * G) continue;
+                const float v = a.bias ? p[e] + a.bias[e] : p[e];
+                if (v > ta) {
+                    tb = ta;
+                    ta = v;
+                } else if (v > tb) {
+                    tb = v;
+                }
+            }
+#pragma unroll
+            for (int m = 16; m > 0; m >>= 1) {
+                const float oa = weft_shfl_xor(ta, m, 32), ob = weft_shfl_xor(tb, m, 32);
+                const float lo = ta < oa ? ta : oa, hi2 = tb > ob ? tb : ob;
+                ta = ta > oa ? ta : oa;
+                tb = lo > hi2 ? lo : hi2;
+            }
+            score[g] = ta + tb;
+        }
+        keep = 0;
+        for (int j = 0; j < a.group_used; j++) {
+            int best = -1;
+            for (int g = 0; g < a.n_group; g++)
+                if (!(keep >> g & 1u) && (best < 0 || score[g] > score[best])) best = g;
+            keep |= (uint64_t)1 << best;
+        }
+    }
     uint32_t taken = 0;   /* bit c: expert lane + 32c chosen */
     for (int j = 0; j < a.k; j++) {
         /* the CPU's scan: the first expert not taken, replaced by any strictly larger value
@@ -136,7 +175,7 @@ static __global__ void weft_k_moe_route(struct weft_kc_moe_route a)
         float bv = -INFINITY;
         for (int c = 0; c < ncol; c++) {
             const int e = lane + 32 * c;
-            if (e >= E || (taken >> c & 1u)) continue;
+            if (e >= E || (taken >> c & 1u) || !(keep >> (e / G) & 1u)) continue;
             const float v = a.bias ? p[e] + a.bias[e] : p[e];
             if (first == WEFT_MOE_NONE) first = 2 * e + (v != v);
             if (v == v) weft_moe_better(bv, bi, v, e);

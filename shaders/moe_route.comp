@@ -15,6 +15,9 @@
 // (expv.glsl) for whole 16-element chunks, glibc's expf (expf_libm.glsl) for
 // the rest and for the sigmoid, every step `precise`.
 // std: the GPU's exp, the sums in float (a tree for the softmax's).
+// Expert groups (api 8, n_group > 1): thread g < n_group scores group g (its
+// two largest choice values added), thread 0 keeps the group_used best (equal:
+// the lower group), and the other groups' experts are marked taken.
 // Bindings: 0 logits, 1 ids (I32, written), 2 weights (written), 3 bias (bound,
 // unread, without has_bias). Offsets and row strides in elements.
 // variants: std:-DSTD exact:-DEXACT
@@ -31,6 +34,7 @@ layout(push_constant) uniform P {
     uint l_off, l_rs, i_off, i_rs, w_off, w_rs;
     uint E, k, rows, gating, norm, has_bias, b_off;
     float scale;
+    uint n_group, group_used;
 } p;
 #ifdef EXACT
 #include "expv.glsl"
@@ -46,6 +50,8 @@ shared uint taken[MAX_E];
 shared float rv[WG];
 shared uint ri[WG];
 shared int chosen[MAX_K];
+shared float gsc[64];     /* expert groups: a group's score */
+shared uint gkept[64];
 shared float cw[MAX_K];
 shared float s_max, s_inv;
 
@@ -189,6 +195,33 @@ void main()
             taken[e] = 0u;
         }
         barrier();
+        if (p.n_group > 1u) {
+            const uint G = E / p.n_group;
+            if (t < p.n_group) {
+                float a = uintBitsToFloat(0xff800000u), b = a;
+                for (uint e = t * G; e < (t + 1u) * G; e++) {
+                    const float v = ss[e];
+                    if (v > a) { b = a; a = v; }
+                    else if (v > b) b = v;
+                }
+                precise float sc = a + b;
+                gsc[t] = sc;
+            }
+            barrier();
+            if (t == 0u) {
+                for (uint g = 0u; g < p.n_group; g++) gkept[g] = 0u;
+                for (uint j = 0u; j < p.group_used; j++) {
+                    uint best = 0xffffffffu;
+                    for (uint g = 0u; g < p.n_group; g++)
+                        if (gkept[g] == 0u && (best == 0xffffffffu || gsc[g] > gsc[best])) best = g;
+                    gkept[best] = 1u;
+                }
+            }
+            barrier();
+            for (uint e = t; e < E; e += WG)
+                if (gkept[e / G] == 0u) taken[e] = 1u;
+            barrier();
+        }
         /* top k, best first */
         for (uint j = 0u; j < K; j++) {
             float bv = 0.0;

@@ -840,7 +840,7 @@ static void buffers_reject_out_of_range_access(void)
  * weights p (or softmax of the chosen logits), renormalised, scaled. The margin between the
  * k-th and the next choice comes back (a near-tie may go either way in float). */
 static double route_ref(const float *l, const float *bias, int E, int k, enum weft_moe_gating g, bool norm, float scale,
-                        int32_t *ids, double *w)
+                        int n_group, int group_used, int32_t *ids, double *w)
 {
     double p[64], sel[64], mx = -INFINITY, sum = 0;
     for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
@@ -852,6 +852,31 @@ static double route_ref(const float *l, const float *bias, int E, int k, enum we
         for (int e = 0; e < E; e++) p[e] /= sum;
     bool taken[64] = {0};
     for (int e = 0; e < E; e++) sel[e] = p[e] + (bias ? bias[e] : 0);
+    double gmargin = INFINITY;
+    if (n_group > 1) {  /* expert groups: the sum of a group's two best, the best group_used kept */
+        const int G = E / n_group;
+        double score[64];
+        bool kept[64] = {0};
+        for (int q = 0; q < n_group; q++) {
+            double a = -INFINITY, b = -INFINITY;
+            for (int e = q * G; e < (q + 1) * G; e++) {
+                if (sel[e] > a) { b = a; a = sel[e]; }
+                else if (sel[e] > b) b = sel[e];
+            }
+            score[q] = a + b;
+        }
+        double last = 0;
+        for (int j = 0; j < group_used; j++) {
+            int best = -1;
+            for (int q = 0; q < n_group; q++)
+                if (!kept[q] && (best < 0 || score[q] > score[best])) best = q;
+            kept[best] = true;
+            last = score[best];
+        }
+        for (int q = 0; q < n_group; q++)
+            if (!kept[q] && last - score[q] < gmargin) gmargin = last - score[q];
+        for (int e = 0; e < E; e++) taken[e] = !kept[e / G];
+    }
     for (int j = 0; j < k; j++) {
         int best = -1;
         for (int e = 0; e < E; e++)
@@ -872,7 +897,7 @@ static double route_ref(const float *l, const float *bias, int E, int k, enum we
     }
     for (int j = 0; j < k; j++) tot += w[j];
     for (int j = 0; j < k; j++) w[j] = (norm ? w[j] / tot : w[j]) * (scale != 0 ? scale : 1);
-    return sel[ids[k - 1]] - next;
+    return sel[ids[k - 1]] - next < gmargin ? sel[ids[k - 1]] - next : gmargin;
 }
 
 static void moe_route_matches_reference(void)
@@ -884,10 +909,14 @@ static void moe_route_matches_reference(void)
         enum weft_moe_gating g;
         bool norm, bias;
         float scale;
-    } cases[] = {{"MOE_ROUTE softmax", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0},
-                 {"MOE_ROUTE softmax", 40, 6, WEFT_MOE_SOFTMAX, false, false, 0},
-                 {"MOE_ROUTE sigmoid bias", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f},
-                 {"MOE_ROUTE softmax_topk", 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, false, 0}};
+        int n_group, group_used;
+    } cases[] = {{"MOE_ROUTE softmax", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0, 0, 0},
+                 {"MOE_ROUTE softmax", 40, 6, WEFT_MOE_SOFTMAX, false, false, 0, 0, 0},
+                 {"MOE_ROUTE sigmoid bias", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f, 0, 0},
+                 {"MOE_ROUTE softmax_topk", 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, false, 0, 0, 0},
+                 /* DeepSeek V3's expert groups (api 8): 8 groups of 8, the best 3 kept; 32 of 2 */
+                 {"MOE_ROUTE groups", 64, 6, WEFT_MOE_SIGMOID, true, true, 2.5f, 8, 3},
+                 {"MOE_ROUTE groups", 64, 4, WEFT_MOE_SOFTMAX, false, false, 0, 32, 5}};
     const int R = 9;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int E = cases[c].E, k = cases[c].k;
@@ -902,13 +931,14 @@ static void moe_route_matches_reference(void)
         op.u.moe_route = (struct weft_op_moe_route){
             .logits = weft_view_2d(bl, 0, WEFT_TYPE_F32, E, R), .ids = gview(bi_, WEFT_TYPE_I32, k, R),
             .weights = gview(bw, WEFT_TYPE_F32, k, R), .k = (uint32_t)k, .gating = cases[c].g, .norm = cases[c].norm,
-            .scale = cases[c].scale, .bias = weft_view_2d(bb, 0, WEFT_TYPE_F32, E, 1), .has_bias = cases[c].bias};
+            .scale = cases[c].scale, .bias = weft_view_2d(bb, 0, WEFT_TYPE_F32, E, 1), .has_bias = cases[c].bias,
+            .n_group = (uint32_t)cases[c].n_group, .group_used = (uint32_t)cases[c].group_used};
         if (supported(&op, cases[c].row)) {
             bool ok = run_ops(&op, 1) && gread(bi_, ids, cases[c].row) && gread(bw, w, cases[c].row);
             float idf[64 * 9];
             for (int r = 0; r < R; r++) {
                 double margin = route_ref(l + r * E, cases[c].bias ? bias : NULL, E, k, cases[c].g, cases[c].norm,
-                                          cases[c].scale, rid, rw);
+                                          cases[c].scale, cases[c].n_group, cases[c].group_used, rid, rw);
                 for (int j = 0; j < k; j++) {
                     idf[r * k + j] = (float)ids[r * k + j];
                     if (margin < 1e-5) continue;  /* a near-tie: float order picks */
@@ -1048,6 +1078,8 @@ static const char *const required[] = {
     "MOE_ROUTE softmax", "MOE_ROUTE sigmoid bias", "MOE_ROUTE softmax_topk", "MATMUL_ID F16", "MATMUL_ID Q8_0",
     "MATMUL_ID Q4_0", "MATMUL_ID Q4_K", "MATMUL_ID Q6_K", "MATMUL_ID MXFP4", "MATMUL_ID bias",
     "ATTENTION sinks", "GLU swiglu_oai",
+    /* api 8: DeepSeek V3's expert groups */
+    "MOE_ROUTE groups",
 };
 
 static void print_matrix(void)

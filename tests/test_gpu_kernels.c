@@ -1017,7 +1017,8 @@ static void route_probs(const float *l, int E, enum weft_moe_gating gating, doub
 /* MOE_ROUTE over RR rows, the GPU against the CPU: the same experts in the same order (but
  * where the choice values are within 1e-5 of a tie), the same weights to 1e-5 */
 static void moe_route_case(struct weft_backend *hb, struct weft_backend *cpu, int RR, int E, int K,
-                           enum weft_moe_gating gating, bool norm, float scale, bool bias)
+                           enum weft_moe_gating gating, bool norm, float scale, bool bias, uint32_t n_group,
+                           uint32_t group_used)
 {
     float *l = malloc(sizeof(float) * RR * E), *bv = malloc(sizeof(float) * (E + 5));
     int32_t *ids[2] = {malloc(4 * RR * K), malloc(4 * RR * K)};
@@ -1035,7 +1036,7 @@ static void moe_route_case(struct weft_backend *hb, struct weft_backend *cpu, in
                                                     weft_view_2d(bi, 0, WEFT_TYPE_I32, K, RR),
                                                     weft_view_2d(bw, 0, WEFT_TYPE_F32, K, RR), (uint32_t)K, gating, norm,
                                                     scale, weft_view_2d(bb, 5 * sizeof(float), WEFT_TYPE_F32, E, 1),
-                                                    bias};
+                                                    bias, n_group, group_used};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bi, ids[b], 4 * RR * K);
@@ -1057,29 +1058,32 @@ static void moe_route_case(struct weft_backend *hb, struct weft_backend *cpu, in
             bad += !(fabsf(a - c) <= 1e-5f * fabsf(c) + 1e-30f);
         }
     }
-    printf("  moe_route %s E %d k %d%s%s scale %g, %d rows: %d near-tie swaps\n",
+    printf("  moe_route %s E %d k %d%s%s scale %g groups %u/%u, %d rows: %d near-tie swaps\n",
            gating == WEFT_MOE_SIGMOID ? "sigmoid" : gating == WEFT_MOE_SOFTMAX ? "softmax" : "softmax over the top k",
-           E, K, norm ? " norm" : "", bias ? " bias" : "", scale, RR, swapped);
+           E, K, norm ? " norm" : "", bias ? " bias" : "", scale, group_used, n_group, RR, swapped);
     CHECK_MSG(bad == 0, "moe_route gating %d E %d k %d: %d slots differ from the cpu", gating, E, K, bad);
     free(l); free(bv); free(p);
     for (int b = 0; b < 2; b++) { free(ids[b]); free(w[b]); }
 }
 
 /* MOE_ROUTE's gatings (Mixtral and qwen3moe: softmax, renormalised; DeepSeek V3: sigmoid with
- * a choice bias, renormalised and scaled; gpt-oss: softmax over the chosen k), experts off the
- * 32-lane and 16-chunk sizes, batch 1 and a prefill chunk */
+ * a choice bias, renormalised and scaled, in expert groups; gpt-oss: softmax over the chosen
+ * k), experts off the 32-lane and 16-chunk sizes, batch 1 and a prefill chunk */
 static void moe_route_matches_cpu(void)
 {
     struct weft_backend *hb = open_gpu(true), *cpu = NULL;
     CHECK(weft_backend_open("cpu", 2, &cpu) == WEFT_OK);
     if (!hb || !cpu) return;
-    moe_route_case(hb, cpu, 1, 8, 2, WEFT_MOE_SOFTMAX, true, 0.0f, false);
-    moe_route_case(hb, cpu, 100, 128, 8, WEFT_MOE_SOFTMAX, true, 0.0f, false);
-    moe_route_case(hb, cpu, 1, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true);
-    moe_route_case(hb, cpu, 77, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true);
-    moe_route_case(hb, cpu, 9, 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, false);
-    moe_route_case(hb, cpu, 33, 37, 5, WEFT_MOE_SOFTMAX, false, 0.5f, true);
-    moe_route_case(hb, cpu, 5, 500, 20, WEFT_MOE_SOFTMAX_TOPK, true, 0.0f, false);
+    moe_route_case(hb, cpu, 1, 8, 2, WEFT_MOE_SOFTMAX, true, 0.0f, false, 0, 0);
+    moe_route_case(hb, cpu, 100, 128, 8, WEFT_MOE_SOFTMAX, true, 0.0f, false, 0, 0);
+    moe_route_case(hb, cpu, 1, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true, 0, 0);
+    moe_route_case(hb, cpu, 77, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true, 0, 0);
+    moe_route_case(hb, cpu, 9, 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, false, 0, 0);
+    moe_route_case(hb, cpu, 33, 37, 5, WEFT_MOE_SOFTMAX, false, 0.5f, true, 0, 0);
+    moe_route_case(hb, cpu, 5, 500, 20, WEFT_MOE_SOFTMAX_TOPK, true, 0.0f, false, 0, 0);
+    /* DeepSeek V3: 8 groups of 32, the best 4 kept; groups of 2 experts, 64 groups */
+    moe_route_case(hb, cpu, 77, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true, 8, 4);
+    moe_route_case(hb, cpu, 9, 128, 6, WEFT_MOE_SOFTMAX, false, 0.0f, true, 64, 3);
     weft_backend_close(hb);
     weft_backend_close(cpu);
 }
@@ -1250,7 +1254,7 @@ static void moe_ffn_graph_replay_follows_routes(void)
         struct weft_op *op = ops[b];
         op[0] = (struct weft_op){.kind = WEFT_OP_MOE_ROUTE};
         op[0].u.moe_route = (struct weft_op_moe_route){weft_view_2d(B[4], o_l, WEFT_TYPE_F32, EX, XR), ids, wts, KU,
-                                                       WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, {0}, false};
+                                                       WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, {0}, false, 0, 0};
         for (int i = 0; i < 2; i++) {
             op[1 + i] = (struct weft_op){.kind = WEFT_OP_MATMUL_ID};
             op[1 + i].u.matmul_id = (struct weft_op_matmul_id){

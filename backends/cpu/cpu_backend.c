@@ -266,7 +266,7 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
         return is_f32(&m->logits) && is_i32(&m->ids) && is_f32(&m->weights) && m->k >= 1 &&
                m->logits.ne0 >= m->k && m->logits.ne0 <= WEFT_CPU_MAX_EXPERTS && m->ids.ne0 >= m->k &&
                m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
-               m->gating <= WEFT_MOE_SOFTMAX_TOPK &&
+               m->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(m) &&
                (!m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->logits.ne0));
     }
     case WEFT_OP_MATMUL_ID: {

@@ -180,7 +180,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
         return h->moe_route && is_f32(&o->logits) && is_i32(&o->ids) && is_f32(&o->weights) && o->k >= 1 &&
                o->logits.ne0 >= o->k && o->logits.ne0 <= WEFT_GK_MOE_MAX_EXPERTS && o->ids.ne0 >= o->k &&
                o->weights.ne0 >= o->k && o->ids.ne1 == o->logits.ne1 && o->weights.ne1 == o->logits.ne1 &&
-               (unsigned)o->gating <= WEFT_MOE_SOFTMAX_TOPK && (!o->has_bias || bias_ok(&o->bias, o->logits.ne0));
+               (unsigned)o->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(o) &&
+               (!o->has_bias || bias_ok(&o->bias, o->logits.ne0));
     }
     case WEFT_OP_MATMUL_ID:
         return matmul_id_ok(h, &op->u.matmul_id);
@@ -389,6 +390,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         put_view(k, &o->logits); put_view(k, &o->ids); put_view(k, &o->weights);
         put(k, o->k); put(k, (uint64_t)o->gating); put(k, o->norm); put_f(k, o->scale); put(k, o->has_bias);
         if (o->has_bias) put_view(k, &o->bias);
+        put(k, o->n_group > 1 ? o->n_group : 0); put(k, o->group_used);
         break;
     }
     case WEFT_OP_MATMUL_ID: {

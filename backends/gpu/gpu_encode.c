@@ -131,7 +131,8 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                       (int32_t *)weft_gpu_ptr(&o->ids), o->ids.nb1 / sizeof(int32_t),
                                       weft_gpu_f32(&o->weights), weft_gpu_ld(&o->weights), o->logits.ne1,
                                       (int)o->logits.ne0, (int)o->k, (int)o->gating, o->norm, o->scale,
-                                      o->has_bias ? weft_gpu_f32(&o->bias) : NULL};
+                                      o->has_bias ? weft_gpu_f32(&o->bias) : NULL,
+                                      o->n_group > 1 ? (int)o->n_group : 0, (int)o->group_used};
         return g->hooks->moe_route(&a, st);
     }
     case WEFT_OP_MATMUL_ID: {

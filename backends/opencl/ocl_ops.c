@@ -157,7 +157,8 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
         return f32_ok(&m->logits) && i32v_ok(&m->ids) && f32_ok(&m->weights) && m->k >= 1 &&
                m->logits.ne0 >= m->k && m->logits.ne0 <= OCL_MAX_EXPERTS && m->ids.ne0 >= m->k &&
                m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
-               m->gating <= WEFT_MOE_SOFTMAX_TOPK && (!m->has_bias || bias_ok(&m->bias, m->logits.ne0));
+               m->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(m) &&
+               (!m->has_bias || bias_ok(&m->bias, m->logits.ne0));
     }
     case WEFT_OP_MATMUL_ID: {
         const struct weft_op_matmul_id *m = &op->u.matmul_id;

@@ -93,7 +93,8 @@ static bool route_ok(struct vk_backend *vb, const struct weft_op_moe_route *m)
     const int64_t E = m->logits.ne0, R = m->logits.ne1;
     if (!f32_ok(vb, &m->logits) || !i32_ok(vb, &m->ids) || !f32_ok(vb, &m->weights)) return false;
     if (m->k < 1 || m->k > MAX_K || E < (int64_t)m->k || E > MAX_EXPERTS || m->ids.ne0 < (int64_t)m->k ||
-        m->weights.ne0 < (int64_t)m->k || m->ids.ne1 != R || m->weights.ne1 != R || m->gating > WEFT_MOE_SOFTMAX_TOPK)
+        m->weights.ne0 < (int64_t)m->k || m->ids.ne1 != R || m->weights.ne1 != R || m->gating > WEFT_MOE_SOFTMAX_TOPK ||
+        !weft_moe_groups_ok(m))
         return false;
     return !m->has_bias || f32_vec_ok(vb, &m->bias, E);
 }
@@ -137,10 +138,11 @@ weft_status vk_op_moe_route(struct vk_backend *vb, const struct weft_op *op)
         uint32_t l_off, l_rs, i_off, i_rs, w_off, w_rs;
         uint32_t E, k, rows, gating, norm, has_bias, b_off;
         float scale;
+        uint32_t n_group, group_used;
     } pc = {(uint32_t)(m->logits.offset / 4), (uint32_t)(m->logits.nb1 / 4), (uint32_t)(m->ids.offset / 4),
             (uint32_t)(m->ids.nb1 / 4), (uint32_t)(m->weights.offset / 4), (uint32_t)(m->weights.nb1 / 4),
             (uint32_t)m->logits.ne0, m->k, (uint32_t)m->logits.ne1, (uint32_t)m->gating, m->norm, m->has_bias,
-            (uint32_t)(bias.offset / 4), m->scale};
+            (uint32_t)(bias.offset / 4), m->scale, m->n_group > 1 ? m->n_group : 0, m->group_used};
     struct vk_pipeline *p = vk_pipeline_get(vb, vk_exact_ops(vb) ? "moe_route_exact" : "moe_route_std", 4, sizeof pc,
                                             NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;

@@ -47,6 +47,35 @@ static void softmax_ggml(float *y, const float *x, int n)
     for (i = 0; i < n; i++) y[i] *= s;
 }
 
+/* expert groups (backend.h, api 8): a group's score is the sum of its two largest choice
+ * values (a NaN never one of them); the experts of all but the group_used best groups (equal:
+ * the lower group) are marked taken, so the top k never picks them */
+static void moe_mask_groups(const float *sel, int E, uint32_t n_group, uint32_t used, uint8_t *taken)
+{
+    const int G = E / (int)n_group;
+    float score[WEFT_MOE_MAX_GROUPS];
+    uint8_t kept[WEFT_MOE_MAX_GROUPS] = {0};
+    for (uint32_t g = 0; g < n_group; g++) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int e = (int)g * G; e < (int)(g + 1) * G; e++) {
+            if (sel[e] > a) {
+                b = a;
+                a = sel[e];
+            } else if (sel[e] > b) {
+                b = sel[e];
+            }
+        }
+        score[g] = a + b;
+    }
+    for (uint32_t j = 0; j < used; j++) {
+        int best = -1;
+        for (uint32_t g = 0; g < n_group; g++)
+            if (!kept[g] && (best < 0 || score[g] > score[best])) best = (int)g;
+        kept[best] = 1;
+    }
+    for (int e = 0; e < E; e++) taken[e] = !kept[e / G];
+}
+
 weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     (void)be;
@@ -65,6 +94,7 @@ weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op
         for (int e = 0; e < E; e++) sel[e] = bias ? p[e] + bias[e] : p[e];
         /* top-k, best first; a NaN never wins; equal values: the lower expert */
         uint8_t taken[WEFT_CPU_MAX_EXPERTS] = {0};
+        if (m->n_group > 1) moe_mask_groups(sel, E, m->n_group, m->group_used, taken);
         for (int j = 0; j < K; j++) {
             int best = -1;
             for (int e = 0; e < E; e++)

@@ -81,7 +81,7 @@ inline void sm_inplace(global float *y, int n)
 /* global (rows): ids[r][0..k) and weights[r][0..k) from logits[r][0..E) */
 kernel void moe_route(global const uchar *lb, ulong l_off, ulong l_ld, global uchar *ib, ulong i_off, ulong i_ld,
                       global uchar *wb, ulong w_off, ulong w_ld, global const uchar *bb, ulong b_off, int has_bias,
-                      int E, int k, int gating, int norm, float scale, int rows)
+                      int E, int k, int gating, int norm, float scale, int rows, int n_group, int group_used)
 {
     const int r = get_global_id(0);
     if (r >= rows) return;
@@ -93,6 +93,33 @@ kernel void moe_route(global const uchar *lb, ulong l_off, ulong l_ld, global uc
     if (gating != 1) sm_stats(l, E, &max, &s);
     uint taken[MOE_MAX_E / 32];
     for (int i = 0; i < MOE_MAX_E / 32; i++) taken[i] = 0;
+    if (n_group > 1) {  /* expert groups: the sum of a group's two best choice values; the best group_used kept */
+        const int G = E / n_group;
+        float gsc[64];
+        ulong kept = 0;
+        for (int q = 0; q < n_group; q++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = q * G; e < (q + 1) * G; e++) {
+                float v = route_p(l, e, E, gating, max, s);
+                if (has_bias) v = v + bias[e];
+                if (v > a) {
+                    b = a;
+                    a = v;
+                } else if (v > b) {
+                    b = v;
+                }
+            }
+            gsc[q] = a + b;
+        }
+        for (int j = 0; j < group_used; j++) {
+            int best = -1;
+            for (int q = 0; q < n_group; q++)
+                if (!((kept >> q) & 1) && (best < 0 || gsc[q] > gsc[best])) best = q;
+            kept |= (ulong)1 << best;
+        }
+        for (int e = 0; e < E; e++)
+            if (!((kept >> (e / G)) & 1)) taken[e >> 5] |= 1u << (e & 31);
+    }
     for (int j = 0; j < k; j++) {
         int best = -1;
         float bv = 0.0f;

@@ -47,14 +47,34 @@ static void ref_softmax(float *y, const float *x, int n)
     const float s = (float)(1.0 / sum);
     for (i = 0; i < n; i++) y[i] *= s;
 }
-static void ref_route(const float *l, int E, int K, int gating, bool norm, float scale, const float *bias, int32_t *ids,
-                      float *w)
+static void ref_route(const float *l, int E, int K, int gating, bool norm, float scale, const float *bias, int n_group,
+                      int group_used, int32_t *ids, float *w)
 {
     std::vector<float> p(E), sel(E), chosen(K);
     if (gating == WEFT_MOE_SIGMOID) for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
     else ref_softmax(p.data(), l, E);
     for (int e = 0; e < E; e++) sel[e] = bias ? p[e] + bias[e] : p[e];
     std::vector<uint8_t> taken(E, 0);
+    if (n_group > 1) {   /* expert groups: ops_moe.c's moe_mask_groups */
+        const int G = E / n_group;
+        std::vector<float> score(n_group);
+        std::vector<uint8_t> kept(n_group, 0);
+        for (int g = 0; g < n_group; g++) {
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * G; e < (g + 1) * G; e++) {
+                if (sel[e] > a) { b = a; a = sel[e]; }
+                else if (sel[e] > b) b = sel[e];
+            }
+            score[g] = a + b;
+        }
+        for (int j = 0; j < group_used; j++) {
+            int best = -1;
+            for (int g = 0; g < n_group; g++)
+                if (!kept[g] && (best < 0 || score[g] > score[best])) best = g;
+            kept[best] = 1;
+        }
+        for (int e = 0; e < E; e++) taken[e] = !kept[e / G];
+    }
     for (int j = 0; j < K; j++) {
         int best = -1;
         for (int e = 0; e < E; e++)
@@ -78,7 +98,8 @@ static void ref_route(const float *l, int E, int K, int gating, bool norm, float
     if (scale != 0.0f) for (int j = 0; j < K; j++) w[j] = w[j] * scale;
 }
 
-static void route_case(int R, int E, int K, int gating, bool norm, float scale, bool with_bias, int special)
+static void route_case(int R, int E, int K, int gating, bool norm, float scale, bool with_bias, int special,
+                       int n_group = 0, int group_used = 0)
 {
     const int lld = E + 3, ild = K + 1, wld = K + 2;
     std::vector<float> l((size_t)R * lld), bias(E), w((size_t)R * wld, -7), wr(K);
@@ -90,11 +111,12 @@ static void route_case(int R, int E, int K, int gating, bool norm, float scale, 
     if (special == 2)   /* a NaN logit in each row (sigmoid: a NaN probability) */
         for (int r = 0; r < R; r++) l[(size_t)r * lld + (r * 7) % E] = NAN;
     struct weft_gk_moe_route a = {l.data(), (size_t)lld, ids.data(), (size_t)ild, w.data(), (size_t)wld, R, E, K,
-                                  gating, norm, scale, with_bias ? bias.data() : NULL};
+                                  gating, norm, scale, with_bias ? bias.data() : NULL, n_group, group_used};
     EXPECT(weft_gk_moe_route(&a, NULL) == 0, "route launch");
     int bad = 0;
     for (int r = 0; r < R; r++) {
-        ref_route(&l[(size_t)r * lld], E, K, gating, norm, scale, with_bias ? bias.data() : NULL, ir.data(), wr.data());
+        ref_route(&l[(size_t)r * lld], E, K, gating, norm, scale, with_bias ? bias.data() : NULL, n_group, group_used,
+                  ir.data(), wr.data());
         for (int j = 0; j < K; j++)
             if (ids[(size_t)r * ild + j] != ir[j] || !same(w[(size_t)r * wld + j], wr[j])) {
                 if (bad++ < 3)
@@ -103,8 +125,8 @@ static void route_case(int R, int E, int K, int gating, bool norm, float scale, 
             }
         EXPECT(ids[(size_t)r * ild + K] == -9 && same(w[(size_t)r * wld + K], -7), "route wrote past k");
     }
-    EXPECT(bad == 0, "route R%d E%d k%d gating %d norm %d scale %g bias %d special %d: %d differ", R, E, K, gating,
-           norm, scale, with_bias, special, bad);
+    EXPECT(bad == 0, "route R%d E%d k%d gating %d norm %d scale %g bias %d special %d groups %d/%d: %d differ", R, E,
+           K, gating, norm, scale, with_bias, special, group_used, n_group, bad);
 }
 
 /* ---- MATMUL_ID vs MATMUL on each slot's expert ---- */
@@ -340,6 +362,11 @@ int main(int argc, char **argv)
     }
     route_case(1, 1024, 16, WEFT_MOE_SOFTMAX, true, 0.0f, false, 0);
     route_case(9, 32, 32, WEFT_MOE_SOFTMAX_TOPK, true, 0.0f, false, 0);   /* k = E, a chunk in the chosen softmax */
+    /* expert groups (api 8): DeepSeek V3's 8 of 32 (4 kept), groups of 2, ties, a NaN */
+    route_case(3, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true, 0, 8, 4);
+    route_case(2, 128, 6, WEFT_MOE_SOFTMAX, false, 0.0f, true, 0, 64, 3);
+    route_case(2, 96, 4, WEFT_MOE_SIGMOID, true, 0.0f, false, 1, 6, 2);
+    route_case(2, 64, 4, WEFT_MOE_SIGMOID, true, 0.0f, true, 2, 8, 2);
     printf("route done (%d fails)\n", fails);
     }
     if (!*only || strstr(only, "mmid")) {
