@@ -78,12 +78,11 @@ static weft_status rope_scaling(const struct weft_gguf *g, const char *arch, str
             (st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_beta_slow", &beta_slow)))
             return st;
         if (attn != 0) hp->rope_attn_factor = attn;
-        /* DeepSeek's magnitude correction (the MoE issue's): refused, not ignored */
-        float log_mul = 0;
-        if ((st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", &log_mul))) return st;
-        if (log_mul != 0)
-            return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.rope.scaling.yarn_log_multiplier %g is not supported",
-                              arch, log_mul);
+        /* DeepSeek's magnitude correction: the families that use it say so */
+        if ((st = weft_hp_opt_f32(g, arch, "rope.scaling.yarn_log_multiplier", &hp->rope_yarn_log_mul))) return st;
+        if (hp->rope_yarn_log_mul != 0 && !hp->family->yarn_log_mul)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.rope.scaling.yarn_log_multiplier %g is not supported "
+                              "for %s", arch, hp->rope_yarn_log_mul, arch);
         hp->rope_beta_fast = beta_fast;
         hp->rope_beta_slow = beta_slow;
         if (!(beta_fast > 0 && beta_slow > 0))
@@ -168,6 +167,22 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
                               hp->n_ff_exp);
     } else if (hp->n_expert_used) {
         return weft_error(WEFT_ERR_FORMAT, "model: %s.expert_used_count %u without expert_count", arch, hp->n_expert_used);
+    }
+    /* group-limited routing: llama.cpp's conditions, and MOE_ROUTE's (backend.h) */
+    if ((st = weft_hp_opt_u32(g, arch, "expert_group_count", &hp->expert_groups)) ||
+        (st = weft_hp_opt_u32(g, arch, "expert_group_used_count", &hp->expert_group_used)))
+        return st;
+    if (hp->expert_groups > 1) {
+        const uint32_t G = hp->n_expert ? hp->n_expert / hp->expert_groups : 0;
+        if (!hp->n_expert || hp->n_expert % hp->expert_groups || G < 2 || hp->expert_groups > WEFT_MOE_MAX_GROUPS ||
+            hp->expert_group_used < 1 || hp->expert_group_used >= hp->expert_groups ||
+            hp->n_expert_used > hp->expert_group_used * G)
+            return weft_error(WEFT_ERR_FORMAT, "model: %s.expert_group_count %u / expert_group_used_count %u do not fit "
+                              "expert_count %u, expert_used_count %u (groups of 2 or more experts, at most %d groups, "
+                              "fewer used than there are, enough experts in them)", arch, hp->expert_groups,
+                              hp->expert_group_used, hp->n_expert, hp->n_expert_used, WEFT_MOE_MAX_GROUPS);
+    } else {
+        hp->expert_groups = hp->expert_group_used = 0;  /* one group (DeepSeek V2-Lite's 1 / 1): none */
     }
     if (hp->family->hparams && (st = hp->family->hparams(g, hp))) return st;
 

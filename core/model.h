@@ -34,11 +34,17 @@ struct weft_hparams {
     float rope_corr_dims[2];           /* YaRN's ramp for rope_freq_base */
     float rope_beta_fast, rope_beta_slow; /* YaRN: the ramp for another base (a local layer's) */
     uint32_t rope_n_ctx_orig;
+    float rope_yarn_log_mul;   /* rope.scaling.yarn_log_multiplier as the file has it (0: none); read
+                                * only by families that say so (weft_family.yarn_log_mul) */
     float embd_scale;          /* EMBED's scale of the embedding rows; 0: none */
     /* a mixture of experts (expert_count; 0: a dense FFN): each token's FFN is the weighted
      * sum of n_expert_used of n_expert SwiGLU experts of n_ff_exp rows
      * (expert_feed_forward_length; the families without that key: n_ff) */
     uint32_t n_expert, n_expert_used, n_ff_exp;
+    /* group-limited routing (expert_group_count / expert_group_used_count, DeepSeek V3):
+     * the experts in expert_groups groups, only the expert_group_used best searched (MOE_ROUTE's
+     * n_group / group_used); 0: none (a file's 1 / 1 too) */
+    uint32_t expert_groups, expert_group_used;
     /* the mixture's details where a family has them (DeepSeek): shared experts (their FFN
      * n_expert_shared · n_ff_exp wide), the first n_dense_lead layers dense, the gating, the
      * chosen weights renormalised and scaled (0: 1) */

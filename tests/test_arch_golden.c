@@ -26,6 +26,8 @@
 #include "core/tokenizer.h"
 #include "tests/check.h"
 #include "tools/cli.h"
+#include "tools/gen_model.h"
+#include "backends/cpu/cpu_impl.h"  /* weft_cpu_route_margin */
 
 static char shared[1024];
 static const char *device = "cpu";
@@ -311,6 +313,155 @@ static void qwen3_q4_k_m_from_weft_quantize(void)
     json_decref(g);
 }
 
+/* DeepSeek V3's routing and attention scale, which the shared deepseek2 golden (V2-style) does
+ * not have: a `weft gen` deepseek2 with sigmoid gating and exp_probs_b, 8 expert groups of which
+ * the best 3 are searched, YaRN x40 over 64 positions with yarn_log_multiplier 0.1, against
+ * llama.cpp's greedy golden of that file (tests/data/deepseek-v3-tiny-greedy.json, written by
+ * tests/data/llamacpp_greedy.c): teacher-forced top-5 logprobs within 0.1 (0.12 for the
+ * 150-id prompt, as run_case). The same weights without the groups, and without the log
+ * multiplier, must be farther than that from it: the golden tells both apart. */
+/* The router margins a step saw (weft_cpu_route_margin): read from the model's own backend
+ * when it is the CPU, else from a CPU twin of the model run alongside (loaded once per path). */
+static struct weft_model *twin_model;
+static struct weft_backend *twin_be;
+static void twin_free(void)
+{
+    weft_model_free(twin_model);
+    weft_backend_close(twin_be);
+    twin_model = NULL, twin_be = NULL;
+}
+static struct weft_model *cpu_twin(struct weft_model *m, struct weft_backend *be, const char *path)
+{
+    if (!strcmp(be->iface->name, "cpu") && !experts_on) return m;
+    if (!twin_model) {
+        CHECK(weft_backend_open("cpu", 1, &twin_be) == WEFT_OK);
+        if (twin_be) CHECK_MSG(weft_model_load(path, twin_be, &twin_model) == WEFT_OK, "%s", weft_last_error());
+    }
+    return twin_model;
+}
+
+/* One golden case teacher-forced on m (and the same tokens on tm, m or its CPU twin, for the
+ * router's margins): a step past the bound (0.1; 0.12 after a prompt of 64 ids or more, as
+ * run_case) is excused only when `strict` and the routing of the rows that step evaluated had
+ * a margin under ROUTER_TIE (a near-tie: llama.cpp may choose otherwise); it is named and
+ * counted. Without `strict` (a variant meant to differ) nothing is checked. */
+#define ROUTER_TIE 2e-3f
+static void tf_case_margins(struct weft_model *m, struct weft_model *tm, json_t *cs, const char *what,
+                            double *worst_all, double *worst_kept, int *ties, bool strict)
+{
+    const uint32_t V = weft_model_hparams(m)->n_vocab;
+    json_t *steps = json_object_get(cs, "top5_logprobs_per_step");
+    json_t *pids = json_object_get(cs, "prompt_ids"), *gen = json_object_get(cs, "generated_ids");
+    const size_t np = json_array_size(pids), ng = json_array_size(gen);
+    const double tol = np >= 64 ? 0.12 : 0.1;
+    int32_t *all = malloc((np + ng) * sizeof *all);
+    for (size_t i = 0; i < np + ng; i++)
+        all[i] = (int32_t)json_integer_value(i < np ? json_array_get(pids, i) : json_array_get(gen, i - np));
+    struct weft_session *s = NULL, *ts = NULL;
+    const float *lg = NULL, *tlg = NULL;
+    CHECK(weft_session_init(m, 0, 256, &s) == WEFT_OK);
+    if (tm && tm != m) CHECK(weft_session_init(tm, 0, 256, &ts) == WEFT_OK);
+    struct weft_backend *mb = weft_model_backend(tm ? tm : m);
+    weft_cpu_route_margin(mb);
+    CHECK_MSG(s && weft_session_eval(s, all, np, &lg) == WEFT_OK, "%s", weft_last_error());
+    if (ts) CHECK(weft_session_eval(ts, all, np, &tlg) == WEFT_OK);
+    for (size_t i = 0; s && lg && i < json_array_size(steps); i++) {
+        const float margin = weft_cpu_route_margin(mb);
+        json_t *top = json_object_get(json_array_get(steps, i), "top");
+        int32_t am;
+        const double lse = log_sum_exp(lg, V, &am);
+        double worst = 0;
+        for (size_t k = 0; k < json_array_size(top); k++) {
+            json_t *e = json_array_get(top, k);
+            const double d = fabs(logprob(lg, V, lse, (int32_t)json_integer_value(json_array_get(e, 0))) -
+                                  json_number_value(json_array_get(e, 1)));
+            worst = d > worst ? d : worst;
+        }
+        if (getenv("WEFT_TEST_VERBOSE"))
+            printf("      %zu-id prompt, step %zu: error %.4f, router margin %.2e\n", np, i, worst, (double)margin);
+        if (worst > *worst_all) *worst_all = worst;
+        if (strict && worst > tol && margin < ROUTER_TIE) {
+            printf("    %s, %zu-id prompt, step %zu: error %.4f at a router near-tie (margin %.2e < %.0e): counted\n",
+                   what, np, i, worst, (double)margin, (double)ROUTER_TIE);
+            (*ties)++;
+        } else {
+            if (worst > *worst_kept) *worst_kept = worst;
+            if (strict)
+                CHECK_MSG(worst <= tol, "%s, %zu-id prompt, step %zu: top-5 logprob error %.4f > %.2f (router margin "
+                          "%.2e)", what, np, i, worst, tol, (double)margin);
+        }
+        if (i + 1 < json_array_size(steps)) {
+            if (weft_session_eval(s, &all[np + i], 1, &lg) != WEFT_OK) break;
+            if (ts && weft_session_eval(ts, &all[np + i], 1, &tlg) != WEFT_OK) break;
+        }
+    }
+    weft_session_free(s);
+    weft_session_free(ts);
+    free(all);
+}
+
+static void gen_deepseek_v3_tiny(struct weft_gen_params *p, bool groups, bool log_mul)
+{
+    CHECK(weft_gen_preset(p, "tiny") == WEFT_OK);
+    p->arch = "deepseek2";
+    p->n_layer = 3;
+    p->n_expert = 64, p->n_expert_used = 6, p->n_ff_exp = 128, p->n_expert_shared = 1, p->n_dense_lead = 1;
+    p->expert_gating = 2, p->expert_weights_norm = true, p->expert_weights_scale = 2.5f, p->q_lora_rank = 128;
+    p->expert_groups = groups ? 8 : 0, p->expert_group_used = groups ? 3 : 0;
+    p->yarn_factor = 40.0f, p->yarn_orig_ctx = 64, p->yarn_log_mul = log_mul ? 0.1f : 0.0f;
+    p->seed = 2;  /* seed 1's greedy cases hit router near-ties (a flip in a prompt row moves every later step) */
+}
+
+static void deepseek_v3_routing_matches_llama_cpp(void)
+{
+    if (only_types && !strstr(only_types, "F16")) return;
+    if (only_families && !strstr(only_families, "deepseek2")) return;
+    json_error_t err;
+    json_t *g = json_load_file(WEFT_SOURCE_DIR "/tests/data/deepseek-v3-tiny-greedy.json", 0, &err);
+    CHECK_MSG(g != NULL, "tests/data/deepseek-v3-tiny-greedy.json: %s", err.text);
+    json_t *cases = json_object_get(json_object_get(g, "cases_by_type"), "F16");
+    CHECK(json_array_size(cases) == 5);
+    struct weft_backend *be = NULL, *xbe = NULL;
+    CHECK_MSG(weft_backend_open(device, 1, &be) == WEFT_OK, "%s: %s", device, weft_last_error());
+    if (be && experts_on) CHECK_MSG(weft_backend_open(experts_on, 1, &xbe) == WEFT_OK, "%s", weft_last_error());
+    const char *tmp = getenv("TMPDIR");
+    char path[1200];
+    snprintf(path, sizeof path, "%s/weft-test-dsv3-%d.gguf", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+    static const struct { bool groups, log_mul; const char *what; } variants[] = {
+        {true, true, "as written"}, {false, true, "without the expert groups"},
+        {true, false, "without the YaRN log multiplier"}};
+    for (size_t v = 0; be && v < 3; v++) {
+        struct weft_gen_params p;
+        gen_deepseek_v3_tiny(&p, variants[v].groups, variants[v].log_mul);
+        CHECK_MSG(weft_gen_model(&p, path) == WEFT_OK, "weft gen: %s", weft_last_error());
+        struct weft_model *m = NULL;
+        if (xbe) {
+            struct weft_split_part whole = {be, 0};
+            CHECK_MSG(weft_model_load_placed(path, &whole, 1, xbe, &m) == WEFT_OK, "%s", weft_last_error());
+        } else {
+            CHECK_MSG(weft_model_load(path, be, &m) == WEFT_OK, "%s", weft_last_error());
+        }
+        if (!m) break;
+        double worst_all = 0, worst_kept = 0;  /* over every step; over the steps not excused */
+        int ties = 0;
+        for (size_t c = 0; c < json_array_size(cases); c++)
+            tf_case_margins(m, cpu_twin(m, be, path), json_array_get(cases, c), variants[v].what, &worst_all,
+                            &worst_kept, &ties, v == 0);
+        printf("  deepseek2, DeepSeek V3's routing and YaRN (weft gen), %s: worst top-5 logprob error %.4f against "
+               "llama.cpp, %.4f but for %d router near-tie steps%s\n", variants[v].what, worst_all, worst_kept, ties,
+               xbe ? " (experts apart)" : "");
+        if (v != 0)
+            CHECK_MSG(worst_all > 0.5, "%s, the model is still within %.4f of the golden: it does not test that",
+                      variants[v].what, worst_all);
+        twin_free();
+        weft_model_free(m);
+    }
+    unlink(path);
+    weft_backend_close(xbe);
+    weft_backend_close(be);
+    json_decref(g);
+}
+
 static void qwen2_matches_llama_cpp(void)
 {
     static const char *const types[] = {"F16"};
@@ -456,6 +607,7 @@ int main(void)
     RUN(qwen3_matches_llama_cpp);
     RUN(qwen3_q4_k_m_from_weft_quantize);
     RUN(moe_families_match_llama_cpp);
+    RUN(deepseek_v3_routing_matches_llama_cpp);
     RUN(phi3_matches_llama_cpp);
     RUN(gemma3_matches_llama_cpp);
     RUN(llama_rope_scaling_matches_llama_cpp);

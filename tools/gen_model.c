@@ -502,6 +502,25 @@ weft_status weft_gen_validate(const struct weft_gen_params *given)
             return weft_error(WEFT_ERR_INVALID_ARG, "expert weights scale %g must be in [0, 1e4)",
                               (double)p->expert_weights_scale);
     }
+    if (p->expert_groups || p->expert_group_used) {
+        const uint32_t E = p->n_expert, G = p->expert_groups ? E / p->expert_groups : 0;
+        const uint32_t k = p->n_expert_used ? p->n_expert_used : (E < 2 ? E : 2);
+        if (p->expert_groups < 2 || p->expert_groups > 64 || !E || E % p->expert_groups || G < 2 ||
+            p->expert_group_used < 1 || p->expert_group_used >= p->expert_groups || k > p->expert_group_used * G)
+            return weft_error(WEFT_ERR_INVALID_ARG, "expert groups %" PRIu32 " (used %" PRIu32 ") must split %" PRIu32
+                              " experts into groups of 2 or more (at most 64 groups), fewer used than there are, "
+                              "holding the %" PRIu32 " chosen", p->expert_groups, p->expert_group_used, E, k);
+    }
+    if (p->yarn_factor != 0.0f || p->yarn_log_mul != 0.0f || p->yarn_orig_ctx) {
+        if (gen_arch_is(p, "gpt-oss"))
+            return weft_error(WEFT_ERR_INVALID_ARG, "gpt-oss has its own YaRN (x32 over 4096)");
+        if (!(p->yarn_factor > 1.0f && p->yarn_factor <= 1024.0f) || p->yarn_orig_ctx > (1u << 24))
+            return weft_error(WEFT_ERR_INVALID_ARG, "YaRN factor %g must be in (1, 1024] (original context %" PRIu32
+                              ")", (double)p->yarn_factor, p->yarn_orig_ctx);
+        if (p->yarn_log_mul != 0.0f && (!mla || !(p->yarn_log_mul > 0.0f && p->yarn_log_mul < 10.0f)))
+            return weft_error(WEFT_ERR_INVALID_ARG, "a YaRN log multiplier (%g) is deepseek2's, in (0, 10)",
+                              (double)p->yarn_log_mul);
+    }
     if (gen_arch_is(p, "gpt-oss") && p->n_swa > GEN_MAX_DIM)
         return weft_error(WEFT_ERR_INVALID_ARG, "sliding window %" PRIu32 " > %u", p->n_swa, GEN_MAX_DIM);
     if (!p->vocab_from) {
@@ -772,6 +791,14 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
         SET(weft_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), 32.0f));
         SET(weft_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"), 4096));
     }
+    if (p->yarn_factor != 0.0f) {
+        SET(weft_gguf_writer_set_str(w, KEY("rope.scaling.type"), "yarn"));
+        SET(weft_gguf_writer_set_f32(w, KEY("rope.scaling.factor"), p->yarn_factor));
+        SET(weft_gguf_writer_set_u32(w, KEY("rope.scaling.original_context_length"),
+                                     p->yarn_orig_ctx ? p->yarn_orig_ctx : 4096));
+        if (p->yarn_log_mul != 0.0f)
+            SET(weft_gguf_writer_set_f32(w, KEY("rope.scaling.yarn_log_multiplier"), p->yarn_log_mul));
+    }
     if (!strcmp(a, "deepseek2")) {
         SET(weft_gguf_writer_set_u32(w, KEY("leading_dense_block_count"), p->n_dense_lead));
         if (p->q_lora_rank) SET(weft_gguf_writer_set_u32(w, KEY("attention.q_lora_rank"), p->q_lora_rank));
@@ -784,6 +811,10 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
             SET(weft_gguf_writer_set_u32(w, KEY("expert_feed_forward_length"), p->n_ff_exp));
         SET(weft_gguf_writer_set_u32(w, KEY("expert_count"), p->n_expert));
         SET(weft_gguf_writer_set_u32(w, KEY("expert_used_count"), p->n_expert_used));
+        if (p->expert_groups) {
+            SET(weft_gguf_writer_set_u32(w, KEY("expert_group_count"), p->expert_groups));
+            SET(weft_gguf_writer_set_u32(w, KEY("expert_group_used_count"), p->expert_group_used));
+        }
         if (!strcmp(a, "deepseek2")) {
             SET(weft_gguf_writer_set_u32(w, KEY("expert_shared_count"), p->n_expert_shared));
             SET(weft_gguf_writer_set_f32(w, KEY("expert_weights_scale"),
@@ -893,6 +924,7 @@ static void gen_usage(FILE *f)
             "                [--experts N] [--experts-used K] [--expert-ff F] [--shared-experts N]\n"
             "                [--dense-lead N] [--gating softmax|sigmoid] [--weights-scale F] [--weights-norm]\n"
             "                [--q-lora N] [--kv-lora N] [--mla-qk N] [--mla-v N]\n"
+            "                [--expert-groups N --groups-used M] [--yarn F [--yarn-orig-ctx N] [--yarn-log-mul M]]\n"
             "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
             "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\n"
             "--arch: llama qwen2 qwen3 qwen3moe gpt-oss deepseek2 phi3 gemma3.\n"
@@ -913,6 +945,9 @@ static void gen_usage(FILE *f)
             "exp_probs_b), --weights-scale, --weights-norm, and MLA's --q-lora (0: plain attn_q), --kv-lora,\n"
             "--rope-dims, --mla-qk (key_length_mla), --mla-v (value_length_mla); by default, per head\n"
             "b = embd/heads: kv-lora 4b, rope b/2, mla-qk b + rope, mla-v b. gpt-oss: --swa (default 128).\n"
+            "--expert-groups N --groups-used M: group-limited routing (DeepSeek V3: 8 and 4), any family\n"
+            "with experts. --yarn F: YaRN rope scaling by F over --yarn-orig-ctx positions (4096), any\n"
+            "family but gpt-oss (its own x32); deepseek2 also --yarn-log-mul (DeepSeek V3's 0.1).\n"
             "Every matrix is in --type (F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q2_K Q3_K Q4_K Q5_K Q6_K\n"
             "IQ4_NL IQ4_XS MXFP4), or llama.cpp's mix Q4_K_M, Q5_K_M or MXFP4_MOE (per-tensor types as weft\n"
             "quantize chooses them; MXFP4_MOE: experts MXFP4, the rest Q8_0); norms, biases, sinks and\n"
@@ -1010,6 +1045,11 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--kv-lora") == 0) ok = parse_u32(v, &p.kv_lora_rank);
         else if (strcmp(a, "--mla-qk") == 0) ok = parse_u32(v, &p.mla_qk);
         else if (strcmp(a, "--mla-v") == 0) ok = parse_u32(v, &p.mla_v);
+        else if (strcmp(a, "--expert-groups") == 0) ok = parse_u32(v, &p.expert_groups);
+        else if (strcmp(a, "--groups-used") == 0) ok = parse_u32(v, &p.expert_group_used);
+        else if (strcmp(a, "--yarn") == 0) ok = parse_f32(v, &p.yarn_factor);
+        else if (strcmp(a, "--yarn-orig-ctx") == 0) ok = parse_u32(v, &p.yarn_orig_ctx);
+        else if (strcmp(a, "--yarn-log-mul") == 0) ok = parse_f32(v, &p.yarn_log_mul);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
         else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
         else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }

@@ -61,6 +61,14 @@ struct weft_gen_params {
      * head_dim_v must be 0 or those). Other families: n_rot is rope.dimension_count (0: the
      * head dim). */
     uint32_t q_lora_rank, kv_lora_rank, n_rot, mla_qk, mla_v;
+    /* group-limited routing (any family with experts; DeepSeek V3: 8 groups, 4 used):
+     * expert_group_count / expert_group_used_count; 0: none */
+    uint32_t expert_groups, expert_group_used;
+    /* YaRN (any family but gpt-oss, which has its own): rope.scaling.type yarn, factor
+     * yarn_factor (0: none), original_context_length yarn_orig_ctx (0: 4096), and deepseek2's
+     * rope.scaling.yarn_log_multiplier yarn_log_mul (0: none; DeepSeek V3 writes 0.1) */
+    float yarn_factor, yarn_log_mul;
+    uint32_t yarn_orig_ctx;
 };
 
 /* Fill *p with a preset: "tiny" (n_embd 256, 2 layers, vocab 512: small enough

@@ -47,6 +47,8 @@ struct weft_cpu_backend {
     struct weft_rope_ext rope_ext; /* the scaling rope_cs was made with (freq_factors -> rope_ff) */
     float rope_ff[256];            /* the frequency factors' values it was made with */
     uint64_t expert_passes;    /* MATMUL_ID: experts read (one per op per chosen expert) */
+    float route_margin;        /* MOE_ROUTE: the smallest choice margin since last read (0: none seen) */
+    bool route_seen;
     double prof_s[WEFT_OP_COUNT_];
     uint64_t prof_calls[WEFT_OP_COUNT_], prof_rows[WEFT_OP_COUNT_];
 };
@@ -92,6 +94,12 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
  * expert some row chose once): what tests check "each expert read once a step" by. 0 for
  * another backend. */
 uint64_t weft_cpu_expert_passes(struct weft_backend *b);
+/* The smallest margin by which the CPU backend b's MOE_ROUTEs chose since the last call (then
+ * forgotten): per row, the k-th chosen expert's choice value less the best one not chosen, and
+ * with expert groups the last kept group's score less the best dropped one. A golden test
+ * reads it to tell a router near-tie (another engine may choose otherwise) from an error.
+ * INFINITY when no MOE_ROUTE ran (or for another backend). */
+float weft_cpu_route_margin(struct weft_backend *b);
 
 /* Parts for a job of n independent rows: one per thread, at most n (one row
  * runs inline on the caller, with no synchronisation). */

@@ -70,7 +70,7 @@ static uint64_t kv_blocks(const struct weft_kv_view *kv)
 }
 
 /* K heads of head_dim and V heads of head_dim_v: each at most the
- * attention kernel's ATT_MAX_HD (256), whole Q8_0 blocks in a Q8_0 cache */
+ * attention kernel's ATT_MAX_HD (576, DeepSeek's latent), whole Q8_0 blocks in a Q8_0 cache */
 static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *bv)
 {
     const uint32_t hdv = weft_kv_head_dim_v(kv);
@@ -78,7 +78,7 @@ static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *b
     if (kv->v_in_k && (kv->n_kv_head != 1 || hdv >= kv->head_dim ||
                        (kv->type == WEFT_TYPE_Q8_0 && (kv->head_dim - hdv) % 32)))
         return false;
-    return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 256 && hdv <= 256 &&
+    return kv->buf && kv->layer < kv->n_layer && kv->head_dim > 0 && kv->head_dim <= 576 && hdv <= 576 &&
            kv->n_kv_head > 0 &&
            (kv->type == WEFT_TYPE_F16 || (kv->type == WEFT_TYPE_Q8_0 && kv->head_dim % 32 == 0 && hdv % 32 == 0)) &&
            i32_ok(&bv->pos, bv->n_rows) && i32_ok(&bv->slot, bv->n_rows) && i32_ok(&bv->seq, bv->n_rows);

@@ -211,7 +211,8 @@ void weft_b_moe_ffn(struct weft_build *b, const struct weft_moe_cfg *cfg)
     struct weft_op *op = weft_b_push(b, WEFT_OP_MOE_ROUTE);
     op->u.moe_route = (struct weft_op_moe_route){.logits = b->moe_logits, .ids = b->moe_ids, .weights = b->moe_w,
                                                  .k = K, .gating = cfg->gating, .norm = cfg->norm, .scale = cfg->scale,
-                                                 .bias = w[WEFT_T_EXP_PROBS_B], .has_bias = w[WEFT_T_EXP_PROBS_B].buf != NULL};
+                                                 .bias = w[WEFT_T_EXP_PROBS_B], .has_bias = w[WEFT_T_EXP_PROBS_B].buf != NULL,
+                                                 .n_group = hp->expert_groups, .group_used = hp->expert_group_used};
     /* a row per (row, slot): the experts' gate and up projections (+ biases), the GLU */
     const struct weft_view g = weft_view_2d(b->gate.buf, b->gate.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);
     const struct weft_view u = weft_view_2d(b->up.buf, b->up.offset, WEFT_TYPE_F32, hp->n_ff_exp, (int64_t)R * K);

@@ -28,7 +28,7 @@ static weft_status deepseek2_hparams(const struct weft_gguf *g, struct weft_hpar
 {
     const char *a = hp->arch;
     weft_status st;
-    uint32_t gating = 0, n_group = 0, group_used = 0;
+    uint32_t gating = 0;
     bool norm = false;
     hp->expert_weights_scale = 0;
     if ((st = weft_hp_opt_u32(g, a, "attention.q_lora_rank", &hp->q_lora_rank)) ||
@@ -38,9 +38,7 @@ static weft_status deepseek2_hparams(const struct weft_gguf *g, struct weft_hpar
         (st = weft_hp_opt_u32(g, a, "leading_dense_block_count", &hp->n_dense_lead)) ||
         (st = weft_hp_opt_u32(g, a, "expert_shared_count", &hp->n_expert_shared)) ||
         (st = weft_hp_opt_u32(g, a, "expert_gating_func", &gating)) ||
-        (st = weft_hp_opt_f32(g, a, "expert_weights_scale", &hp->expert_weights_scale)) ||
-        (st = weft_hp_opt_u32(g, a, "expert_group_count", &n_group)) ||
-        (st = weft_hp_opt_u32(g, a, "expert_group_used_count", &group_used)))
+        (st = weft_hp_opt_f32(g, a, "expert_weights_scale", &hp->expert_weights_scale)))
         return st;
     char key[96];
     snprintf(key, sizeof key, "%s.expert_weights_norm", a);
@@ -57,9 +55,22 @@ static weft_status deepseek2_hparams(const struct weft_gguf *g, struct weft_hpar
                           hp->head_dim, hp->head_dim_v, hp->n_rot, hp->kv_lora_rank, hp->mla_qk);
     if (hp->n_expert && (gating > 2))
         return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.expert_gating_func %u (1 softmax, 2 sigmoid)", a, gating);
-    if (n_group > 1 || group_used > 1)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.expert_group_count %u / expert_group_used_count %u (grouped "
-                          "routing) is not supported", a, n_group, group_used);
+    /* Under YaRN (f = 1 / freq_scale), llama.cpp's (llama-context.cpp, models/deepseek2.cpp),
+     * in its float order: the rope's attn_factor is A = y / (1 + 0.1 ln f) · rope_attn_factor,
+     * y = get_mscale(f, 1) = 1 + 0.1 ln f (f > 1; else 1) without a yarn_log_multiplier m and
+     * get_mscale's ratio 1 with one (m read as m / 0.1, DeepSeek's special case); Q·K's scale
+     * is mscale² / √mla_qk, mscale = A (1 + 0.1 ln f) (1 + 0.1 (m / 0.1) ln f). Without YaRN:
+     * 1 / √mla_qk. */
+    if (hp->rope_ext_factor != 0) {
+        const float f = 1.0f / hp->rope_freq_scale, log_mul = hp->rope_yarn_log_mul / 0.1f;
+        float A = log_mul != 0 ? 1.0f : f <= 1.0f ? 1.0f : 0.1f * 1.0f * logf(f) + 1.0f;
+        A *= 1.0f / (1.0f + 0.1f * logf(f));
+        A *= hp->rope_attn_factor != 0 ? hp->rope_attn_factor : 1.0f;
+        hp->rope_attn_factor = A;
+        const float org = A * (1.0f + 0.1f * logf(1.0f / hp->rope_freq_scale));
+        const float mscale = org * (1.0f + 0.1f * log_mul * logf(1.0f / hp->rope_freq_scale));
+        hp->attn_scale = 1.0f * mscale * mscale / sqrtf((float)hp->mla_qk);
+    }
     if (hp->n_dense_lead > hp->n_layer) hp->n_dense_lead = hp->n_layer;
     hp->expert_gating = gating == 2 ? WEFT_MOE_SIGMOID : WEFT_MOE_SOFTMAX;
     hp->kv_latent = true;
@@ -150,7 +161,7 @@ static void deepseek2_layer(struct weft_build *b, uint32_t l)
     /* rotate the first P of each head; K into the latent cache */
     weft_b_rope_kv(b, l);
     /* o_h = softmax(Q_h Kᵀ / √(N+P)) · C                                 (R, H·L) */
-    weft_b_attention(b, l, 1.0f / sqrtf((float)hp->mla_qk));
+    weft_b_attention(b, l, hp->attn_scale != 0 ? hp->attn_scale : 1.0f / sqrtf((float)hp->mla_qk));
     if (!weft_b_keep_rows(b, l)) return;
     /* x += [o_h · W_vbᵀ]_h · Woᵀ: the heads' V in gate (R·H rows of V) */
     const uint32_t Rk = b->n_rows;
@@ -193,4 +204,5 @@ const struct weft_family weft_family_deepseek2 = {
     .tensors = deepseek2_tensors,
     .layer = deepseek2_layer,
     .experts = true,
+    .yarn_log_mul = true,
 };

@@ -76,10 +76,13 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (hp->swa_pattern) ADD("sliding window %u on %u of every %u layers (local rope base %g)", hp->n_swa,
                              hp->swa_pattern - 1, hp->swa_pattern, hp->rope_freq_base_swa);
     if (hp->embd_scale) ADD("embeddings x%g", hp->embd_scale);
-    if (hp->rope_freq_scale != 1.0f) ADD("linear rope scaling x%g", 1.0 / hp->rope_freq_scale);
+    if (hp->rope_freq_scale != 1.0f)
+        ADD("%s rope scaling x%g%s", hp->rope_ext_factor != 0 ? "YaRN" : "linear", 1.0 / hp->rope_freq_scale,
+            hp->rope_yarn_log_mul != 0 ? " (with DeepSeek's log multiplier)" : "");
     if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
     if (hp->n_expert) ADD("%u of %u experts of %u rows per token", hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
     if (hp->n_expert_shared) ADD("%u shared", hp->n_expert_shared);
+    if (hp->expert_groups) ADD("experts in %u groups, %u searched", hp->expert_groups, hp->expert_group_used);
     if (hp->kv_latent) ADD("latent KV cache (MLA: %u + %u per token)", hp->n_rot, hp->kv_lora_rank);
 #undef ADD
     if (!out[0]) snprintf(out, cap, "plain");

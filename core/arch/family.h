@@ -43,6 +43,10 @@ struct weft_family {
      * dense FFN: weft_family_dense_tensors, weft_b_ffn_swiglu); false: a file with
      * experts is refused by name. */
     bool experts;
+    /* The family's hparams hook reads rope.scaling.yarn_log_multiplier (DeepSeek's
+     * attention magnitude under YaRN, hp->rope_yarn_log_mul); false: a file with one is
+     * refused by name. */
+    bool yarn_log_mul;
 };
 
 #define WEFT_MAX_EXPERTS 512  /* expert_count weft runs (DeepSeek V3: 256) */

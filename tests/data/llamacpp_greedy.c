@@ -9,7 +9,7 @@
  * PROMPTS: one line per prompt, "n id1 .. idn". STEPS: one line per step,
  * "case step id1 lp1 .. id5 lp5" (id1 is the greedy choice). The context is the
  * goldens' (n_ctx 2048, n_batch 2048, n_ubatch 512, 2 threads); a fresh context
- * per prompt. tests/data/make_golden_q4km.py turns STEPS into the JSON. */
+ * per prompt. tests/data/make_golden.py turns STEPS into the JSON. */
 #include "llama.h"
 
 #include <math.h>

@@ -50,7 +50,7 @@ static void softmax_ggml(float *y, const float *x, int n)
 /* expert groups (backend.h, api 8): a group's score is the sum of its two largest choice
  * values (a NaN never one of them); the experts of all but the group_used best groups (equal:
  * the lower group) are marked taken, so the top k never picks them */
-static void moe_mask_groups(const float *sel, int E, uint32_t n_group, uint32_t used, uint8_t *taken)
+static float moe_mask_groups(const float *sel, int E, uint32_t n_group, uint32_t used, uint8_t *taken)
 {
     const int G = E / (int)n_group;
     float score[WEFT_MOE_MAX_GROUPS];
@@ -67,18 +67,23 @@ static void moe_mask_groups(const float *sel, int E, uint32_t n_group, uint32_t 
         }
         score[g] = a + b;
     }
+    float last = 0;
     for (uint32_t j = 0; j < used; j++) {
         int best = -1;
         for (uint32_t g = 0; g < n_group; g++)
             if (!kept[g] && (best < 0 || score[g] > score[best])) best = (int)g;
         kept[best] = 1;
+        last = score[best];
     }
     for (int e = 0; e < E; e++) taken[e] = !kept[e / G];
+    float margin = INFINITY;  /* the choice's margin (weft_cpu_route_margin) */
+    for (uint32_t g = 0; g < n_group; g++)
+        if (!kept[g] && last - score[g] < margin) margin = last - score[g];
+    return margin;
 }
 
 weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op *op)
 {
-    (void)be;
     const struct weft_op_moe_route *m = &op->u.moe_route;
     const int E = (int)m->logits.ne0, K = (int)m->k;
     const float *bias = m->has_bias ? (const float *)cpu_ptr(&m->bias) : NULL;
@@ -94,7 +99,8 @@ weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op
         for (int e = 0; e < E; e++) sel[e] = bias ? p[e] + bias[e] : p[e];
         /* top-k, best first; a NaN never wins; equal values: the lower expert */
         uint8_t taken[WEFT_CPU_MAX_EXPERTS] = {0};
-        if (m->n_group > 1) moe_mask_groups(sel, E, m->n_group, m->group_used, taken);
+        float margin = INFINITY;
+        if (m->n_group > 1) margin = moe_mask_groups(sel, E, m->n_group, m->group_used, taken);
         for (int j = 0; j < K; j++) {
             int best = -1;
             for (int e = 0; e < E; e++)
@@ -102,6 +108,10 @@ weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op
             taken[best] = 1;
             ids[j] = best;
         }
+        for (int e = 0; e < E; e++)
+            if (!taken[e] && sel[ids[K - 1]] - sel[e] < margin) margin = sel[ids[K - 1]] - sel[e];
+        if (!be->route_seen || margin < be->route_margin) be->route_margin = margin;
+        be->route_seen = true;
         if (m->gating == WEFT_MOE_SOFTMAX_TOPK) {
             for (int j = 0; j < K; j++) chosen[j] = l[ids[j]];
             softmax_ggml(w, chosen, K);
@@ -342,6 +352,15 @@ weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op
     weft_cpu_pool_run(be->pool, mid_dot, &j);
     if (m->has_weights) weft_cpu_pool_run(be->pool, mid_sum, &j);
     return WEFT_OK;
+}
+
+float weft_cpu_route_margin(struct weft_backend *b)
+{
+    if (!b || strcmp(b->iface->name, "cpu")) return INFINITY;
+    struct weft_cpu_backend *be = (struct weft_cpu_backend *)b;
+    const float m = be->route_seen ? be->route_margin : INFINITY;
+    be->route_seen = false;
+    return m;
 }
 
 uint64_t weft_cpu_expert_passes(struct weft_backend *b)

@@ -123,7 +123,7 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
         kv_store(F32P(v, v_off) + (ulong)r * v_ld, kv + kv_row(slot, 1, n_layer, layer, k_tok, v_tok), n_kv * hdv, kv_q8);
 }
 
-#define ATT_MAX_HD 256
+#define ATT_MAX_HD 576  /* DeepSeek's latent cache (64 + 512); ocl_ops.c's kv_ok */
 
 /* ggml_vec_dot_f16's order (backends/cpu/cpu_ref_dot.c dot_f16): 4 x 16
  * lanes of fma over 64-element chunks, (s0+s2)+(s1+s3), the 16 lanes
