@@ -261,26 +261,31 @@ AI WEFT_AVX512_VNNI void q4kp_tile(const uint8_t *p, const uint8_t *x, size_t ub
     }
 }
 
-static WEFT_AVX512_VNNI void gemmp_q4_k(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
-                                        size_t ldo)
-{
-    const int64_t nb = n / WEFT_QK_K;
-    const size_t gbytes = (size_t)nb * Q4K_COL, ubytes = (size_t)nb * Q4K_AUX;
-    for (int j = 0; j < nx; j += 4) {
-        const int nr = nx - j < 4 ? nx - j : 4;
-        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
-        for (int g = 0; g < groups; g++) {
-            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
-            float *o = out + (size_t)j * ldo + 16 * g;
-            switch (nr) {
-            case 1: q4kp_tile(w, x, ubytes, nb, o, ldo, 1); break;
-            case 2: q4kp_tile(w, x, ubytes, nb, o, ldo, 2); break;
-            case 3: q4kp_tile(w, x, ubytes, nb, o, ldo, 3); break;
-            default: q4kp_tile(w, x, ubytes, nb, o, ldo, 4); break;
-            }
-        }
+/* A packed prefill over `groups` 16-row groups and nx activation rows, 4 rows at a time
+ * (the tile's NR a constant in each case); unit_bytes: one activation row's unit */
+#define GEMMP_16(name, tile, col_bytes, unit_bytes)                                                           \
+    static WEFT_AVX512_VNNI void name(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out, \
+                                      size_t ldo)                                                             \
+    {                                                                                                         \
+        const int64_t nb = n / WEFT_QK_K;                                                                     \
+        const size_t gbytes = (size_t)nb * (col_bytes), ubytes = (unit_bytes);                                \
+        for (int j = 0; j < nx; j += 4) {                                                                     \
+            const int nr = nx - j < 4 ? nx - j : 4;                                                           \
+            const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;                                      \
+            for (int g = 0; g < groups; g++) {                                                                \
+                const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;                                  \
+                float *o = out + (size_t)j * ldo + 16 * g;                                                    \
+                switch (nr) {                                                                                 \
+                case 1: tile(w, x, ubytes, nb, o, ldo, 1); break;                                             \
+                case 2: tile(w, x, ubytes, nb, o, ldo, 2); break;                                             \
+                case 3: tile(w, x, ubytes, nb, o, ldo, 3); break;                                             \
+                default: tile(w, x, ubytes, nb, o, ldo, 4); break;                                            \
+                }                                                                                             \
+            }                                                                                                 \
+        }                                                                                                     \
     }
-}
+
+GEMMP_16(gemmp_q4_k, q4kp_tile, Q4K_COL, (size_t)nb * Q4K_AUX)
 
 /* ---- Q6_K x 16 layout ---- */
 #define Q6K_COL 3360 /* 16 * sizeof(struct weft_block_q6_k) */
@@ -442,26 +447,7 @@ AI WEFT_AVX512_VNNI void q6kp_tile(const uint8_t *p, const uint8_t *x, size_t ub
     }
 }
 
-static WEFT_AVX512_VNNI void gemmp_q6_k(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
-                                        size_t ldo)
-{
-    const int64_t nb = n / WEFT_QK_K;
-    const size_t gbytes = (size_t)nb * Q6K_COL, ubytes = xp_size_q6_k(n);
-    for (int j = 0; j < nx; j += 4) {
-        const int nr = nx - j < 4 ? nx - j : 4;
-        const uint8_t *x = (const uint8_t *)xp + (size_t)j * ubytes;
-        for (int g = 0; g < groups; g++) {
-            const uint8_t *w = (const uint8_t *)wp + (size_t)g * gbytes;
-            float *o = out + (size_t)j * ldo + 16 * g;
-            switch (nr) {
-            case 1: q6kp_tile(w, x, ubytes, nb, o, ldo, 1); break;
-            case 2: q6kp_tile(w, x, ubytes, nb, o, ldo, 2); break;
-            case 3: q6kp_tile(w, x, ubytes, nb, o, ldo, 3); break;
-            default: q6kp_tile(w, x, ubytes, nb, o, ldo, 4); break;
-            }
-        }
-    }
-}
+GEMMP_16(gemmp_q6_k, q6kp_tile, Q6K_COL, xp_size_q6_k(n))
 
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
