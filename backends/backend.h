@@ -23,7 +23,7 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 8   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+#define WEFT_BACKEND_API_VERSION 9   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
@@ -32,7 +32,10 @@
                                       *    head_dim_v (K and V head dims apart);
                                       * 7: ops MOE_ROUTE and MATMUL_ID (mixtures of experts),
                                       *    ATTENTION sinks, SILU_MUL act SWIGLU_OAI (gpt-oss);
-                                      * 8: MOE_ROUTE's expert groups (DeepSeek V3) */
+                                      * 8: MOE_ROUTE's expert groups (DeepSeek V3);
+                                      * 9: ops SSM_CONV and DELTA_NET over per-sequence state
+                                      *    (hybrid linear-attention models), SILU_MUL act
+                                      *    SIGMOID */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -58,6 +61,8 @@ enum weft_op_kind {
     WEFT_OP_LOGITS,     /* logits[i] = rmsnorm(x[rows[i]]) · Wᵀ                */
     WEFT_OP_MOE_ROUTE,  /* api 7: router logits -> top-k experts and weights    */
     WEFT_OP_MATMUL_ID,  /* api 7: each row times its chosen experts' matrices   */
+    WEFT_OP_SSM_CONV,   /* api 9: causal depthwise conv over a per-sequence state */
+    WEFT_OP_DELTA_NET,  /* api 9: the gated delta rule over a per-sequence state  */
     WEFT_OP_COUNT_
 };
 
@@ -67,7 +72,7 @@ static inline const char *weft_op_name(enum weft_op_kind k)
     /* in enum order */
     static const char *const names[WEFT_OP_COUNT_] = {"embed", "rmsnorm", "matmul", "rope_kv", "attention",
                                                       "silu_mul", "add", "copy", "logits", "moe_route",
-                                                      "matmul_id"};
+                                                      "matmul_id", "ssm_conv", "delta_net"};
     return (unsigned)k < WEFT_OP_COUNT_ && names[k] ? names[k] : "?";
 }
 
@@ -178,7 +183,9 @@ struct weft_op_attention {
  * rounding to F16 (ggml looks it up in a table of F16 values). */
 /* SWIGLU_OAI (api 7, gpt-oss): x = min(gate, limit), y = clamp(up, -limit, limit),
  * out = x / (1 + expf(alpha · -x)) · (y + 1) (ggml's swiglu_oai; libm expf). */
-enum weft_glu_act { WEFT_GLU_SILU = 0, WEFT_GLU_GELU_TANH = 1, WEFT_GLU_SWIGLU_OAI = 2 };
+/* SIGMOID (api 9, Qwen3.5 / Qwen3-Next's gated attention output): out = (1 / (1 + expf(-gate)))
+ * · up (ggml's sigmoid, libm expf). */
+enum weft_glu_act { WEFT_GLU_SILU = 0, WEFT_GLU_GELU_TANH = 1, WEFT_GLU_SWIGLU_OAI = 2, WEFT_GLU_SIGMOID = 3 };
 struct weft_op_silu_mul {
     struct weft_view gate, up, out;
     enum weft_glu_act act;          /* api 5: out = act(gate) * up; 0: SiLU */
@@ -250,6 +257,44 @@ struct weft_op_matmul_id {
     bool has_bias;
 };
 
+/* api 9: the recurrent layers of hybrid models (Qwen3.5 / Qwen3-Next's Gated DeltaNet) keep a
+ * fixed-size state per sequence in a state buffer apart from the paged KV. Row r of an op
+ * belongs to the sequence whose state is slot slots[r] (I32, ne0 >= rows); a sequence's rows
+ * come in position order and run one after another, each seeing the state the previous one
+ * left. Slot s is the ne0 F32 values at state.offset + s · state.nb1 (ne1 = the slots).
+ *
+ * SSM_CONV, the causal depthwise convolution of K taps over C channels; the state keeps the
+ * K - 1 previous inputs of each channel (ne0 = (K - 1) · C; input j back at (K - 1 - j) · C: the
+ * oldest first). With win[0..K-1] the K - 1 kept inputs then x[r]:
+ *   y[c] = win[0][c] · w[c][0], then y = fmaf(win[i][c], w[c][i], y) for i = 1 .. K-1
+ *   out[r][c] = silu ? y / (1 + e(0 - y)) : y  (e: ggml's polynomial expf on whole 16-element
+ *   chunks of a row, libm on the rest, as SILU_MUL's SiLU); the state then keeps win[1..K-1].
+ *   x, out: [rows, C] F32; w: [C, K] F32 (channel c's taps, the last for the current input).
+ *
+ * DELTA_NET, the gated delta rule with l2-normalised q and k. Row r of `in` ([rows, (2·Hk +
+ * Hv)·S] F32) holds Hk q heads, Hk k heads and Hv v heads of S values (Hk = n_k_head, Hv =
+ * n_v_head, S = head_dim, Hv a multiple of Hk; v head h reads q and k head h % Hk). beta and
+ * alpha ([rows, Hv] F32) are the raw gates, dt_bias and a ([Hv] F32) per v head. Per row:
+ *   q, k = x · (1 / fmaxf(sqrtf((float)Σ x² (in double)), eps)) per head (ggml's l2_norm)
+ *   b = 1 / (1 + expf(-beta)); g = softplus(alpha + dt_bias) · a, softplus(x) = x > 20 ? x :
+ *   logf(1 + expf(x)); then per v head, state M (S × S, M[j][i], j the value index) at
+ *   (h · S + j) · S + i of the slot:
+ *     M *= expf(g);  d[j] = (v[j] - dot(M[j], k)) · b;  M[j][i] = fmaf(k[i], d[j], M[j][i]);
+ *     out[r][h · S + j] = dot(M[j], q) · (1 / sqrtf(S))
+ *   dot(x, y): 4 × 8 lanes of fmaf over 32-element chunks (lane l of accumulator a: element
+ *   32c + 8a + l), a_l = (acc0 + acc2) + (acc1 + acc3), t_m = a_m + a_{m+4}, (t0 + t1) + (t2 +
+ *   t3), then the n % 32 tail products added in double (ggml's AVX ggml_vec_dot_f32).
+ *   The state slot holds Hv · S · S values. */
+struct weft_op_ssm_conv {
+    struct weft_view x, w, out, state, slots;
+    bool silu;
+};
+struct weft_op_delta_net {
+    struct weft_view in, beta, alpha, dt_bias, a, out, state, slots;
+    uint32_t n_k_head, n_v_head, head_dim;
+    float eps;
+};
+
 /* MOE_ROUTE's expert groups are well formed (backend.h above; at most
  * WEFT_MOE_MAX_GROUPS groups): every backend's supports() asks this */
 #define WEFT_MOE_MAX_GROUPS 64
@@ -275,6 +320,8 @@ struct weft_op {
         struct weft_op_logits logits;
         struct weft_op_moe_route moe_route;
         struct weft_op_matmul_id matmul_id;
+        struct weft_op_ssm_conv ssm_conv;
+        struct weft_op_delta_net delta_net;
     } u;
 };
 

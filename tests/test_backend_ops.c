@@ -501,6 +501,23 @@ static void op_fields_match_reference(void)
     }
     bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
 
+    /* SILU_MUL act SIGMOID (api 9: Qwen3.5's gated attention output): up · sigmoid(gate) */
+    for (int i = 0; i < R * K; i++) { g[i] = 8 * frand(); u[i] = 3 * frand(); }
+    for (int i = 0; i < R * K; i++) ref[i] = u[i] / (1 + exp(-(double)g[i]));
+    bg = upload(g, sizeof g), bu = upload(u, sizeof u);
+    bo = gnew(NULL, sizeof out);
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
+                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
+                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_SIGMOID};
+    if (supported(&op, "GLU sigmoid")) {
+        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU sigmoid");
+        double e = nmse(out, ref, R * K);
+        CHECK_MSG(e < 1e-12, "%s glu sigmoid: nmse %.3g", bi->name, e);
+        ok = ok && e < 1e-12 && vs_cpu("GLU sigmoid", out, R * K, 1e-12);
+        mark("GLU sigmoid", ok ? PASS : FAIL);
+    }
+    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
+
     /* EMBED scale, on an F16 and a Q8_0 table */
     static const enum weft_type et[] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
     for (size_t ti = 0; ti < 2; ti++) {
@@ -834,6 +851,184 @@ static void buffers_reject_out_of_range_access(void)
     bi->buffer_free(b);
 }
 
+/* ---- the recurrent layers' ops (api 9) ----
+ * Rows of 3 (SSM_CONV) or 2 (DELTA_NET) sequences interleaved in one batch, each sequence's
+ * state in its own slot of a state buffer (slots past them untouched), against a double
+ * reference run sequence by sequence; the same rows as two ops, the second after the first,
+ * must give the same outputs and states bit for bit (a prefill in chunks, then decode); a row
+ * naming a slot outside the buffer is refused. */
+static const int rec_seq[12] = {0, 1, 0, 2, 0, 1, 1, 2, 0, 2, 1, 0};
+
+static double dsilu(double y) { return y / (1 + exp(-y)); }
+
+/* *op over rows [r0, r1) only: its per-row views (and slots) narrowed to them */
+static bool rec_run(struct weft_op *op, struct weft_view *rows_views[], int n_views, struct weft_view *slots, int r0,
+                    int r1)
+{
+    for (int i = 0; i < n_views; i++) {
+        rows_views[i]->offset += (size_t)r0 * rows_views[i]->nb1;
+        rows_views[i]->ne1 = r1 - r0;
+    }
+    slots->offset += (size_t)r0 * sizeof(int32_t);
+    slots->ne0 = r1 - r0;
+    return run_ops(op, 1);
+}
+
+static void recurrent_ops_match_reference(void)
+{
+    rng = 0x5eed0009ull;
+    /* SSM_CONV: C 40 (a 16-chunk tail), K 4, 3 sequences over 12 rows, slots 1..3 of 5 */
+    {
+        enum { R = 12, C = 40, K = 4, NS = 5 };
+        float x[R * C], w[C * K], st0[NS * (K - 1) * C], out[2][R * C], stout[2][NS * (K - 1) * C];
+        double ref[R * C], win[3][K][C];
+        int32_t slots[R], bad[R];
+        for (int i = 0; i < R * C; i++) x[i] = 2 * frand();
+        for (int i = 0; i < C * K; i++) w[i] = frand();
+        for (int i = 0; i < NS * (K - 1) * C; i++) st0[i] = frand();
+        for (int r = 0; r < R; r++) slots[r] = 1 + rec_seq[r], bad[r] = r == 5 ? NS : slots[r];
+        for (int q = 0; q < 3; q++)
+            for (int j = 0; j < K - 1; j++)
+                for (int c = 0; c < C; c++) win[q][j][c] = st0[(1 + q) * (K - 1) * C + j * C + c];
+        for (int r = 0; r < R; r++) {
+            const int q = rec_seq[r];
+            for (int c = 0; c < C; c++) {
+                win[q][K - 1][c] = x[r * C + c];
+                double y = 0;
+                for (int i = 0; i < K; i++) y += win[q][i][c] * w[c * K + i];
+                ref[r * C + c] = dsilu(y);
+                for (int i = 0; i < K - 1; i++) win[q][i][c] = win[q][i + 1][c];
+            }
+        }
+        bool ok = true;
+        for (int pass = 0; pass < 2; pass++) {   /* 0: one op; 1: rows 0..6, then 7..11 */
+            struct weft_buffer *bx = upload(x, sizeof x), *bw = upload(w, sizeof w), *bs = upload(st0, sizeof st0),
+                               *bsl = upload(slots, sizeof slots), *bo = upload(NULL, sizeof out[0]);
+            struct weft_op op = {.kind = WEFT_OP_SSM_CONV};
+            op.u.ssm_conv = (struct weft_op_ssm_conv){
+                .x = weft_view_2d(bx, 0, WEFT_TYPE_F32, C, R), .w = weft_view_2d(bw, 0, WEFT_TYPE_F32, K, C),
+                .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, C, R),
+                .state = weft_view_2d(bs, 0, WEFT_TYPE_F32, (K - 1) * C, NS),
+                .slots = weft_view_2d(bsl, 0, WEFT_TYPE_I32, R, 1), .silu = true};
+            if (!supported(&op, "SSM_CONV")) { ok = false; pass = 2; }
+            else if (pass == 0) {
+                ok = run_ops(&op, 1) && ok;
+            } else {
+                struct weft_op a = op, b2 = op;
+                struct weft_view *va[2] = {&a.u.ssm_conv.x, &a.u.ssm_conv.out}, *vb[2] = {&b2.u.ssm_conv.x, &b2.u.ssm_conv.out};
+                ok = rec_run(&a, va, 2, &a.u.ssm_conv.slots, 0, 7) && rec_run(&b2, vb, 2, &b2.u.ssm_conv.slots, 7, R) &&
+                     ok;
+            }
+            if (pass < 2) {
+                download(bo, out[pass], sizeof out[0]);
+                download(bs, stout[pass], sizeof stout[0]);
+            }
+            if (pass == 1) {   /* a slot past the buffer: an error, not a write */
+                struct weft_buffer *bb = upload(bad, sizeof bad);
+                op.u.ssm_conv.slots = weft_view_2d(bb, 0, WEFT_TYPE_I32, R, 1);
+                CHECK_MSG(bi->run(be, &op, 1) != WEFT_OK, "%s SSM_CONV: slot %d of %d accepted", bi->name, NS, NS);
+                bi->sync(be);
+                bi->buffer_free(bb);
+            }
+            struct weft_buffer *all[] = {bx, bw, bs, bsl, bo};
+            for (int i = 0; i < 5; i++) bi->buffer_free(all[i]);
+        }
+        if (ok) {
+            const double e = nmse(out[0], ref, R * C);
+            CHECK_MSG(e < 1e-12, "%s SSM_CONV: nmse %.3g", bi->name, e);
+            CHECK_MSG(!memcmp(out[0], out[1], sizeof out[0]) && !memcmp(stout[0], stout[1], sizeof stout[0]),
+                      "%s SSM_CONV: two ops in a row differ from one", bi->name);
+            CHECK_MSG(!memcmp(stout[0], st0, (K - 1) * C * sizeof(float)) &&
+                      !memcmp(stout[0] + 4 * (K - 1) * C, st0 + 4 * (K - 1) * C, (K - 1) * C * sizeof(float)),
+                      "%s SSM_CONV: a slot no row named was written", bi->name);
+            ok = e < 1e-12 && vs_cpu("SSM_CONV out", out[0], R * C, 1e-12) &&
+                 vs_cpu("SSM_CONV state", stout[0], NS * (K - 1) * C, 1e-12);
+            mark("SSM_CONV", ok ? PASS : FAIL);
+        }
+    }
+    /* DELTA_NET: 2 k heads, 4 v heads of 40 (a 32-chunk tail), 2 sequences over 12 rows */
+    {
+        enum { R = 12, HK = 2, HV = 4, S = 40, NS = 3, W = (2 * HK + HV) * S };
+        static float in[R * W], st0[NS * HV * S * S], out[2][R * HV * S], stout[2][NS * HV * S * S];
+        static double ref[R * HV * S], M[2][HV][S][S];
+        float beta[R * HV], alpha[R * HV], dtb[HV], A[HV];
+        int32_t slots[R];
+        for (int i = 0; i < R * W; i++) in[i] = frand();
+        for (int i = 0; i < NS * HV * S * S; i++) st0[i] = 0.1f * frand();
+        for (int i = 0; i < R * HV; i++) beta[i] = 3 * frand(), alpha[i] = 3 * frand();
+        for (int h = 0; h < HV; h++) dtb[h] = frand(), A[h] = -0.5f + 0.4f * frand();
+        for (int r = 0; r < R; r++) slots[r] = 2 * (rec_seq[r] & 1);   /* slots 0 and 2 */
+        for (int q = 0; q < 2; q++)
+            for (int h = 0; h < HV; h++)
+                for (int j = 0; j < S; j++)
+                    for (int i = 0; i < S; i++) M[q][h][j][i] = st0[((2 * q) * HV + h) * S * S + j * S + i];
+        for (int r = 0; r < R; r++) {
+            const int q = rec_seq[r] & 1;
+            for (int h = 0; h < HV; h++) {
+                const int kh = h % HK;
+                double qn[S], kn[S], sq = 0, sk = 0;
+                for (int i = 0; i < S; i++) sq += (double)in[r * W + kh * S + i] * in[r * W + kh * S + i],
+                                            sk += (double)in[r * W + (HK + kh) * S + i] * in[r * W + (HK + kh) * S + i];
+                for (int i = 0; i < S; i++) qn[i] = in[r * W + kh * S + i] / sqrt(sq),
+                                            kn[i] = in[r * W + (HK + kh) * S + i] / sqrt(sk);
+                const double b = 1 / (1 + exp(-(double)beta[r * HV + h]));
+                const double x = (double)alpha[r * HV + h] + dtb[h], g = (x > 20 ? x : log1p(exp(x))) * A[h];
+                for (int j = 0; j < S; j++) {
+                    double sdot = 0;
+                    for (int i = 0; i < S; i++) M[q][h][j][i] *= exp(g), sdot += M[q][h][j][i] * kn[i];
+                    const double d = (in[r * W + (2 * HK + h) * S + j] - sdot) * b, odot = 0;
+                    double o = odot;
+                    for (int i = 0; i < S; i++) M[q][h][j][i] += kn[i] * d, o += M[q][h][j][i] * qn[i];
+                    ref[(r * HV + h) * S + j] = o / sqrt((double)S);
+                }
+            }
+        }
+        bool ok = true;
+        for (int pass = 0; pass < 2; pass++) {
+            struct weft_buffer *bin = upload(in, sizeof in), *bb = upload(beta, sizeof beta),
+                               *ba = upload(alpha, sizeof alpha), *bd = upload(dtb, sizeof dtb), *bA = upload(A, sizeof A),
+                               *bs = upload(st0, sizeof st0), *bsl = upload(slots, sizeof slots),
+                               *bo = upload(NULL, sizeof out[0]);
+            struct weft_op op = {.kind = WEFT_OP_DELTA_NET};
+            op.u.delta_net = (struct weft_op_delta_net){
+                .in = weft_view_2d(bin, 0, WEFT_TYPE_F32, W, R), .beta = weft_view_2d(bb, 0, WEFT_TYPE_F32, HV, R),
+                .alpha = weft_view_2d(ba, 0, WEFT_TYPE_F32, HV, R), .dt_bias = weft_view_2d(bd, 0, WEFT_TYPE_F32, HV, 1),
+                .a = weft_view_2d(bA, 0, WEFT_TYPE_F32, HV, 1), .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, HV * S, R),
+                .state = weft_view_2d(bs, 0, WEFT_TYPE_F32, HV * S * S, NS),
+                .slots = weft_view_2d(bsl, 0, WEFT_TYPE_I32, R, 1), .n_k_head = HK, .n_v_head = HV, .head_dim = S,
+                .eps = 1e-6f};
+            if (!supported(&op, "DELTA_NET")) { ok = false; pass = 2; }
+            else if (pass == 0) {
+                ok = run_ops(&op, 1) && ok;
+            } else {
+                struct weft_op a = op, b2 = op;
+                struct weft_view *va[4] = {&a.u.delta_net.in, &a.u.delta_net.beta, &a.u.delta_net.alpha, &a.u.delta_net.out},
+                                 *vb[4] = {&b2.u.delta_net.in, &b2.u.delta_net.beta, &b2.u.delta_net.alpha,
+                                           &b2.u.delta_net.out};
+                ok = rec_run(&a, va, 4, &a.u.delta_net.slots, 0, 5) && rec_run(&b2, vb, 4, &b2.u.delta_net.slots, 5, R) &&
+                     ok;
+            }
+            if (pass < 2) {
+                download(bo, out[pass], sizeof out[0]);
+                download(bs, stout[pass], sizeof stout[0]);
+            }
+            struct weft_buffer *all[] = {bin, bb, ba, bd, bA, bs, bsl, bo};
+            for (int i = 0; i < 8; i++) bi->buffer_free(all[i]);
+        }
+        if (ok) {
+            const double e = nmse(out[0], ref, R * HV * S);
+            CHECK_MSG(e < 1e-10, "%s DELTA_NET: nmse %.3g", bi->name, e);
+            CHECK_MSG(!memcmp(out[0], out[1], sizeof out[0]) && !memcmp(stout[0], stout[1], sizeof stout[0]),
+                      "%s DELTA_NET: two ops in a row differ from one", bi->name);
+            CHECK_MSG(!memcmp(stout[0] + HV * S * S, st0 + HV * S * S, HV * S * S * sizeof(float)),
+                      "%s DELTA_NET: a slot no row named was written", bi->name);
+            ok = e < 1e-10 && vs_cpu("DELTA_NET out", out[0], R * HV * S, 1e-12) &&
+                 vs_cpu("DELTA_NET state", stout[0], NS * HV * S * S, 1e-12);
+            mark("DELTA_NET", ok ? PASS : FAIL);
+        }
+    }
+}
+
 /* ---- mixtures of experts (api 7) ---- */
 
 /* MOE_ROUTE in double: p = softmax or sigmoid; the k largest p + bias (ties: lower expert);
@@ -1140,6 +1335,7 @@ int main(void)
             RUN(prepared_weights_give_bit_identical_results);
             RUN(elementwise_ops_match_reference);
             RUN(op_fields_match_reference);
+            RUN(recurrent_ops_match_reference);
             RUN(moe_route_matches_reference);
             RUN(matmul_id_matches_reference_and_reads_only_chosen_experts);
             RUN(rope_scaling_matches_formulas);

@@ -59,6 +59,8 @@ static int64_t op_rows(const struct weft_op *op)
     case WEFT_OP_LOGITS: return op->u.logits.rows.ne0;
     case WEFT_OP_RMSNORM: return op->u.rmsnorm.x.ne1;
     case WEFT_OP_MATMUL_ID: return op->u.matmul_id.ids.ne1;
+    case WEFT_OP_SSM_CONV: return op->u.ssm_conv.x.ne1;
+    case WEFT_OP_DELTA_NET: return op->u.delta_net.in.ne1;
     default: return 0;
     }
 }
@@ -250,7 +252,7 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL:
         return (op->u.silu_mul.act == WEFT_GLU_SILU || op->u.silu_mul.act == WEFT_GLU_GELU_TANH ||
-                op->u.silu_mul.act == WEFT_GLU_SWIGLU_OAI) &&
+                op->u.silu_mul.act == WEFT_GLU_SWIGLU_OAI || op->u.silu_mul.act == WEFT_GLU_SIGMOID) &&
                is_f32(&op->u.silu_mul.gate) && is_f32(&op->u.silu_mul.up) && is_f32(&op->u.silu_mul.out);
     case WEFT_OP_ADD:
         return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
@@ -268,6 +270,24 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
                m->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(m) &&
                (!m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->logits.ne0));
+    }
+    case WEFT_OP_SSM_CONV: {
+        const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
+        const int64_t rows = o->x.ne1, C = o->x.ne0, K = o->w.ne0;
+        return is_f32(&o->x) && is_f32(&o->w) && is_f32(&o->out) && is_f32(&o->state) && is_i32(&o->slots) &&
+               K >= 2 && o->w.ne1 == C && o->out.ne0 == C && o->out.ne1 == rows && o->state.ne0 == (K - 1) * C &&
+               o->state.ne1 >= 1 && o->slots.ne0 * o->slots.ne1 >= rows;
+    }
+    case WEFT_OP_DELTA_NET: {
+        const struct weft_op_delta_net *o = &op->u.delta_net;
+        const int64_t rows = o->in.ne1, S = o->head_dim, Hk = o->n_k_head, Hv = o->n_v_head;
+        return is_f32(&o->in) && is_f32(&o->beta) && is_f32(&o->alpha) && is_f32(&o->dt_bias) && is_f32(&o->a) &&
+               is_f32(&o->out) && is_f32(&o->state) && is_i32(&o->slots) && S >= 1 && S <= WEFT_CPU_MAX_DN_HEAD &&
+               Hk >= 1 && Hv >= Hk && Hv % Hk == 0 && o->eps > 0.0f && o->in.ne0 == (2 * Hk + Hv) * S &&
+               o->beta.ne0 >= Hv && o->alpha.ne0 >= Hv && o->beta.ne1 == rows && o->alpha.ne1 == rows &&
+               is_vector(&o->dt_bias) && o->dt_bias.ne0 * o->dt_bias.ne1 >= Hv && is_vector(&o->a) &&
+               o->a.ne0 * o->a.ne1 >= Hv && o->out.ne0 == Hv * S && o->out.ne1 == rows &&
+               o->state.ne0 == Hv * S * S && o->state.ne1 >= 1 && o->slots.ne0 * o->slots.ne1 >= rows;
     }
     case WEFT_OP_MATMUL_ID: {
         const struct weft_op_matmul_id *m = &op->u.matmul_id;
@@ -315,6 +335,8 @@ static weft_status cpu_run(struct weft_backend *b, const struct weft_op *ops, si
         case WEFT_OP_LOGITS: st = weft_cpu_logits(be, op); break;
         case WEFT_OP_MOE_ROUTE: st = weft_cpu_moe_route(be, op); break;
         case WEFT_OP_MATMUL_ID: st = weft_cpu_matmul_id(be, op); break;
+        case WEFT_OP_SSM_CONV: st = weft_cpu_ssm_conv(be, op); break;
+        case WEFT_OP_DELTA_NET: st = weft_cpu_delta_net(be, op); break;
         default: st = weft_error(WEFT_ERR_UNSUPPORTED, "cpu: unknown op kind %d", (int)op->kind);
         }
         if (be->profile && op->kind < WEFT_OP_COUNT_) {

@@ -90,6 +90,10 @@ weft_status weft_cpu_logits(struct weft_cpu_backend *be, const struct weft_op *o
 #define WEFT_CPU_MAX_EXPERTS 512
 weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op *op);
 weft_status weft_cpu_matmul_id(struct weft_cpu_backend *be, const struct weft_op *op);
+/* ops/ops_recurrent.c (api 9); DELTA_NET's head_dim at most WEFT_CPU_MAX_DN_HEAD */
+#define WEFT_CPU_MAX_DN_HEAD 256
+weft_status weft_cpu_ssm_conv(struct weft_cpu_backend *be, const struct weft_op *op);
+weft_status weft_cpu_delta_net(struct weft_cpu_backend *be, const struct weft_op *op);
 /* How many expert matrices the CPU backend b's MATMUL_IDs have read (each op counts each
  * expert some row chose once): what tests check "each expert read once a step" by. 0 for
  * another backend. */

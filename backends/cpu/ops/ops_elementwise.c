@@ -121,7 +121,7 @@ static void swiglu_oai_row(float *y, const float *g, const float *u, int64_t n, 
 
 /* SwiGLU: the kernel table's swiglu (ggml_vec_swiglu_f32's exact float
  * order, see weft_cpu_swiglu_ref in cpu_kernels.c), one row at a time;
- * GeGLU: geglu_row. */
+ * GeGLU: geglu_row; SIGMOID: up · sigmoid(gate) (a gated attention output). */
 static void silu_mul_job(void *ctx, int ith, int nth)
 {
     struct rows_job *j = ctx;
@@ -134,6 +134,8 @@ static void silu_mul_job(void *ctx, int ith, int nth)
         float *y = cpu_row_f32(&o->out, r);
         if (o->act == WEFT_GLU_GELU_TANH) geglu_row(y, g, u, K);
         else if (o->act == WEFT_GLU_SWIGLU_OAI) swiglu_oai_row(y, g, u, K, o->alpha, o->limit);
+        else if (o->act == WEFT_GLU_SIGMOID)  /* ggml's sigmoid (libm expf), then the product */
+            for (int64_t i = 0; i < K; i++) y[i] = u[i] * (1.0f / (1.0f + expf(-g[i])));
         else swiglu(y, g, u, K);
     }
 }

@@ -1,0 +1,166 @@
+/* SSM_CONV and DELTA_NET on the CPU (api 9; backends/backend.h gives the math and the float
+ * order, which is llama.cpp's CPU build's: ggml's ssm_conv as its GCC build contracts the tap
+ * sum into an FMA chain, and ggml_gated_delta_net's per-token recurrence with ggml's AVX
+ * ggml_vec_dot_f32, the l2_norm, sigmoid and softplus of ggml's unary ops).
+ *
+ * A sequence's rows run in order; sequences and (for SSM_CONV) channels or (for DELTA_NET)
+ * v heads are independent, so the threads split over those, never along a reduction, and the
+ * result does not depend on the thread count. */
+#include "backends/cpu/cpu_impl.h"
+#include "backends/cpu/cpu_expf.h"
+
+#include <math.h>
+#include <string.h>
+
+#define DN_MAX_HEAD WEFT_CPU_MAX_DN_HEAD   /* Qwen3.5 / Qwen3-Next: 128 */
+
+static int32_t row_slot(const struct weft_view *slots, int64_t r) { return ((const int32_t *)cpu_ptr(slots))[r]; }
+
+/* every row's slot inside the state buffer */
+static weft_status check_slots(const struct weft_view *slots, const struct weft_view *state, int64_t rows,
+                               const char *op)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t s = row_slot(slots, r);
+        if (s < 0 || s >= state->ne1)
+            return weft_error(WEFT_ERR_INVALID_ARG, "cpu: %s: row %lld's state slot %d is not one of the %lld",
+                              op, (long long)r, s, (long long)state->ne1);
+    }
+    return WEFT_OK;
+}
+
+/* ---- SSM_CONV ---- */
+
+struct conv_job {
+    const struct weft_op_ssm_conv *o;
+    int64_t rows, C, K;
+};
+
+static void conv_part(void *ctx, int ith, int nth)
+{
+    const struct conv_job *j = ctx;
+    const struct weft_op_ssm_conv *o = j->o;
+    const int64_t C = j->C, K = j->K, C16 = C & ~(int64_t)15;
+    int64_t c0, c1;
+    cpu_split(C, ith, nth, &c0, &c1);
+    const float *w = (const float *)cpu_ptr(&o->w);
+    for (int64_t r = 0; r < j->rows; r++) {
+        float *st = cpu_row_f32(&o->state, row_slot(&o->slots, r));
+        const float *x = cpu_row_f32(&o->x, r);
+        float *out = cpu_row_f32(&o->out, r);
+        for (int64_t c = c0; c < c1; c++) {
+            const float *wc = (const float *)((const uint8_t *)w + (size_t)c * o->w.nb1);
+            const float xv = x[c];
+            float y = st[c] * wc[0];
+            for (int64_t i = 1; i < K - 1; i++) y = fmaf(st[i * C + c], wc[i], y);
+            y = fmaf(xv, wc[K - 1], y);
+            for (int64_t i = 0; i + 1 < K - 1; i++) st[i * C + c] = st[(i + 1) * C + c];
+            st[(K - 2) * C + c] = xv;
+            if (o->silu) y = y / (1.0f + (c < C16 ? weft_cpu_expf(0.0f - y) : expf(0.0f - y)));
+            out[c] = y;
+        }
+    }
+}
+
+weft_status weft_cpu_ssm_conv(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
+    struct conv_job j = {.o = o, .rows = o->x.ne1, .C = o->x.ne0, .K = o->w.ne0};
+    weft_status st = check_slots(&o->slots, &o->state, j.rows, "ssm_conv");
+    if (st) return st;
+    weft_cpu_pool_run(be->pool, conv_part, &j);
+    return WEFT_OK;
+}
+
+/* ---- DELTA_NET ---- */
+
+/* ggml's AVX ggml_vec_dot_f32: 4 accumulators of 8 lanes over 32-element chunks (fmaf), reduced
+ * (acc0 + acc2) + (acc1 + acc3) per lane, then lanes m + (m + 4), then (t0 + t1) + (t2 + t3);
+ * the tail's products added in double */
+static float dot_ggml_f32(const float *x, const float *y, int64_t n)
+{
+    const int64_t n32 = n & ~(int64_t)31;
+    float acc[4][8] = {{0}};
+    for (int64_t c = 0; c < n32; c += 32)
+        for (int a = 0; a < 4; a++)
+            for (int l = 0; l < 8; l++) acc[a][l] = fmaf(x[c + 8 * a + l], y[c + 8 * a + l], acc[a][l]);
+    float t[8];
+    for (int l = 0; l < 8; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    float u[4];
+    for (int m = 0; m < 4; m++) u[m] = t[m] + t[m + 4];
+    double s = (double)((u[0] + u[1]) + (u[2] + u[3]));
+    for (int64_t i = n32; i < n; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
+/* ggml's l2_norm of one head */
+static void l2norm(const float *x, float *y, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+struct dn_job {
+    const struct weft_op_delta_net *o;
+    int64_t rows;
+    const int32_t *uniq;   /* the distinct slots, in order of first use */
+    int64_t n_uniq;
+};
+
+static void dn_part(void *ctx, int ith, int nth)
+{
+    const struct dn_job *j = ctx;
+    const struct weft_op_delta_net *o = j->o;
+    const int64_t S = o->head_dim, Hk = o->n_k_head, Hv = o->n_v_head;
+    const float qscale = 1.0f / sqrtf((float)S);
+    const float *dt_bias = (const float *)cpu_ptr(&o->dt_bias), *A = (const float *)cpu_ptr(&o->a);
+    int64_t i0, i1;
+    cpu_split(j->n_uniq * Hv, ith, nth, &i0, &i1);
+    float q[DN_MAX_HEAD], k[DN_MAX_HEAD];
+    for (int64_t it = i0; it < i1; it++) {
+        const int32_t slot = j->uniq[it / Hv];
+        const int64_t h = it % Hv, kh = h % Hk;
+        float *M = cpu_row_f32(&o->state, slot) + h * S * S;
+        for (int64_t r = 0; r < j->rows; r++) {
+            if (row_slot(&o->slots, r) != slot) continue;
+            const float *in = cpu_row_f32(&o->in, r);
+            l2norm(in + kh * S, q, S, o->eps);
+            l2norm(in + (Hk + kh) * S, k, S, o->eps);
+            const float *v = in + (2 * Hk + h) * S;
+            const float b = 1.0f / (1.0f + expf(-cpu_row_f32(&o->beta, r)[h]));
+            const float x = cpu_row_f32(&o->alpha, r)[h] + dt_bias[h];
+            const float g = (x > 20.0f ? x : logf(1.0f + expf(x))) * A[h];
+            const float decay = expf(g);
+            float *out = cpu_row_f32(&o->out, r) + h * S;
+            for (int64_t e = 0; e < S * S; e++) M[e] *= decay;
+            for (int64_t jj = 0; jj < S; jj++) {
+                float *m = M + jj * S;
+                const float d = (v[jj] - dot_ggml_f32(m, k, S)) * b;
+                for (int64_t i = 0; i < S; i++) m[i] = fmaf(k[i], d, m[i]);
+                out[jj] = dot_ggml_f32(m, q, S) * qscale;
+            }
+        }
+    }
+}
+
+weft_status weft_cpu_delta_net(struct weft_cpu_backend *be, const struct weft_op *op)
+{
+    const struct weft_op_delta_net *o = &op->u.delta_net;
+    const int64_t rows = o->in.ne1;
+    weft_status st = check_slots(&o->slots, &o->state, rows, "delta_net");
+    if (st) return st;
+    if ((st = weft_cpu_scratch(be, sizeof(int32_t) * (size_t)(rows > 0 ? rows : 1)))) return st;
+    int32_t *uniq = (int32_t *)be->scratch;
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        const int32_t s = row_slot(&o->slots, r);
+        bool seen = false;
+        for (int64_t u = n - 1; u >= 0 && !seen; u--) seen = uniq[u] == s;
+        if (!seen) uniq[n++] = s;
+    }
+    struct dn_job j = {.o = o, .rows = rows, .uniq = uniq, .n_uniq = n};
+    weft_cpu_pool_run(be->pool, dn_part, &j);
+    return WEFT_OK;
+}
