@@ -25,4 +25,13 @@ float weft_vec_dot(enum weft_type wtype, const void *w, const void *x, int64_t n
 float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_t k, int64_t n_wrows,
                       int64_t n_xrows);
 
+/* _mm512_reduce_add_ps's order (GCC and clang): halves 512->256->128->64->32 */
+static inline float weft_cpu_reduce_add_16(const float x[16])
+{
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
+    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
 #endif

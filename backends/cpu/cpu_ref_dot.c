@@ -74,14 +74,6 @@ static inline float hsum_float_8(const float x[8])
     return ((x[0] + x[4]) + (x[2] + x[6])) + ((x[1] + x[5]) + (x[3] + x[7]));
 }
 
-/* _mm512_reduce_add_ps (GCC and clang): halves 512->256->128->64->32. */
-static inline float reduce_add_16(const float x[16])
-{
-    float t[8], u[4];
-    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
-    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
 
 /* acc[l] = fma(d, float(sum of v[j]*q[j] for j in 4l..4l+3), acc[l]) */
 static inline void block32_fma_lanes(float acc[8], const int v[32], const int8_t q[32], float d)
@@ -175,7 +167,7 @@ static float dot_f16(const weft_half *a, const weft_half *b, int64_t n)
         }
     float r[16];
     for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
-    double s = reduce_add_16(r);
+    double s = weft_cpu_reduce_add_16(r);
     for (int64_t i = np; i < n; i++) s += (double)(h2f(a[i]) * h2f(b[i]));
     return (float)s;
 }
@@ -205,7 +197,7 @@ static float dot_f32(const float *a, const float *b, int64_t n)
         }
     float r[16];
     for (int l = 0; l < 16; l++) r[l] = (sum[0][l] + sum[2][l]) + (sum[1][l] + sum[3][l]);
-    float s = reduce_add_16(r);
+    float s = weft_cpu_reduce_add_16(r);
     const int64_t vec_end = np + ((n - np) & ~(int64_t)3);
     for (int64_t i = np; i < vec_end; i++) s += a[i] * b[i];
     for (int64_t i = vec_end; i < n; i++) s = ggml_scalar_madd(a[i], b[i], s);
@@ -243,8 +235,8 @@ static float dot_bf16(const weft_bf16 *a, const weft_bf16 *b, int64_t n)
     }
     i = np;
     double s = 0;
-    s += (double)reduce_add_16(c1);
-    s += (double)reduce_add_16(c2);
+    s += (double)weft_cpu_reduce_add_16(c1);
+    s += (double)weft_cpu_reduce_add_16(c2);
     for (; i < n; i++) s += (double)(weft_bf16_to_f32(a[i]) * weft_bf16_to_f32(b[i]));
     return (float)s;
 }
@@ -544,7 +536,7 @@ float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_
                 for (int64_t i = l; i < k; i += 16) c = fmaf(a[i], b[i], c);
                 acc[l] = c;
             }
-            return reduce_add_16(acc);
+            return weft_cpu_reduce_add_16(acc);
         }
         if (wtype == WEFT_TYPE_F16 && k % 16 == 0) {
             const weft_half *a = w, *b = x;
@@ -554,7 +546,7 @@ float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_
                 for (int64_t i = l; i < k; i += 16) c = fmaf(h2f(a[i]), h2f(b[i]), c);
                 acc[l] = c;
             }
-            return reduce_add_16(acc);
+            return weft_cpu_reduce_add_16(acc);
         }
         if (wtype == WEFT_TYPE_BF16 && k % 32 == 0) {
             const weft_bf16 *a = w, *b = x;
@@ -564,7 +556,7 @@ float weft_vec_dot_mm(enum weft_type wtype, const void *w, const void *x, int64_
                 for (int64_t i = 2 * l; i < k; i += 32) c = dpbf16_step(c, a + i, b + i);
                 acc[l] = c;
             }
-            return reduce_add_16(acc);
+            return weft_cpu_reduce_add_16(acc);
         }
     }
     return weft_vec_dot(wtype, w, x, k);

@@ -8,6 +8,7 @@
  * mul_mat_id calls vec_dot for every shape). */
 #include "backends/cpu/cpu_impl.h"
 #include "backends/cpu/cpu_expf.h"
+#include "backends/cpu/cpu_ref.h"
 #include "base/quant.h"
 
 #include <math.h>
@@ -17,14 +18,6 @@
 #define COL_TILE 16
 #define GEMM_MIN_SLOTS 8   /* an expert chosen by this many rows takes the gemm tiles (as MATMUL) */
 
-/* _mm512_reduce_add_ps's order (as backends/cpu/cpu_ref_dot.c) */
-static float reduce_add_16(const float x[16])
-{
-    float t[8], u[4];
-    for (int i = 0; i < 8; i++) t[i] = x[i] + x[i + 8];
-    for (int i = 0; i < 4; i++) u[i] = t[i] + t[i + 4];
-    return (u[0] + u[2]) + (u[1] + u[3]);
-}
 
 /* ggml's soft_max of n values in place (AVX-512 build): max; y = exp(x - max), 16 at a time
  * with ggml_v_expf's polynomial (each chunk's sum reduced, then added in double), the rest
@@ -37,7 +30,7 @@ static void softmax_ggml(float *y, const float *x, int n)
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         for (int l = 0; l < 16; l++) y[i + l] = weft_cpu_expf(x[i + l] - max);
-        sum += (double)reduce_add_16(y + i);
+        sum += (double)weft_cpu_reduce_add_16(y + i);
     }
     for (; i < n; i++) {
         y[i] = expf(x[i] - max);
