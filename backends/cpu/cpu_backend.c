@@ -276,7 +276,7 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
         const int64_t rows = o->x.ne1, C = o->x.ne0, K = o->w.ne0;
         return is_f32(&o->x) && is_f32(&o->w) && is_f32(&o->out) && is_f32(&o->state) && is_i32(&o->slots) &&
                K >= 2 && o->w.ne1 == C && o->out.ne0 == C && o->out.ne1 == rows && o->state.ne0 == (K - 1) * C &&
-               o->state.ne1 >= 1 && o->slots.ne0 * o->slots.ne1 >= rows;
+               o->state.ne1 >= 1 && is_vector(&o->slots) && o->slots.ne0 * o->slots.ne1 >= rows;
     }
     case WEFT_OP_DELTA_NET: {
         const struct weft_op_delta_net *o = &op->u.delta_net;
@@ -287,7 +287,8 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                o->beta.ne0 >= Hv && o->alpha.ne0 >= Hv && o->beta.ne1 == rows && o->alpha.ne1 == rows &&
                is_vector(&o->dt_bias) && o->dt_bias.ne0 * o->dt_bias.ne1 >= Hv && is_vector(&o->a) &&
                o->a.ne0 * o->a.ne1 >= Hv && o->out.ne0 == Hv * S && o->out.ne1 == rows &&
-               o->state.ne0 == Hv * S * S && o->state.ne1 >= 1 && o->slots.ne0 * o->slots.ne1 >= rows;
+               o->state.ne0 == Hv * S * S && o->state.ne1 >= 1 && is_vector(&o->slots) &&
+               o->slots.ne0 * o->slots.ne1 >= rows;
     }
     case WEFT_OP_MATMUL_ID: {
         const struct weft_op_matmul_id *m = &op->u.matmul_id;
