@@ -430,7 +430,9 @@ static void deepseek_v3_routing_matches_llama_cpp(void)
     static const struct { bool groups, log_mul; const char *what; } variants[] = {
         {true, true, "as written"}, {false, true, "without the expert groups"},
         {true, false, "without the YaRN log multiplier"}};
-    for (size_t v = 0; be && v < 3; v++) {
+    /* the variants judge the golden, not the device: on the CPU only */
+    const size_t n_var = strcmp(device, "cpu") || experts_on ? 1 : 3;
+    for (size_t v = 0; be && v < n_var; v++) {
         struct weft_gen_params p;
         gen_deepseek_v3_tiny(&p, variants[v].groups, variants[v].log_mul);
         CHECK_MSG(weft_gen_model(&p, path) == WEFT_OK, "weft gen: %s", weft_last_error());
