@@ -403,6 +403,31 @@ static void elementwise_ops_match_reference(void)
  * MATMUL bias (with and without the fused residual), SILU_MUL's GeLU-tanh
  * (ggml's F16-table GeGLU), EMBED scale. ATTENTION window is in
  * rope_and_paged_attention_match_reference. */
+/* one SILU_MUL of act over R rows of K (gate g, up u) against ref: nmse under tol, and the
+ * other backends within cpu_tol of the CPU */
+static void glu_case(const char *row, enum weft_glu_act act, float alpha, float limit, const float *g, const float *u,
+                     const double *ref, int R, int K, double tol, double cpu_tol)
+{
+    const size_t n = (size_t)R * K;
+    float *out = malloc(sizeof(float) * n);
+    struct weft_buffer *bg = upload(g, sizeof(float) * n), *bu = upload(u, sizeof(float) * n);
+    struct gbuf bo = gnew(NULL, sizeof(float) * n);
+    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
+                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
+                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = act, .alpha = alpha,
+                                              .limit = limit};
+    if (supported(&op, row)) {
+        bool ok = run_ops(&op, 1) && gread(bo, out, row);
+        double e = nmse(out, ref, n);
+        CHECK_MSG(e < tol, "%s %s: nmse %.3g", bi->name, row, e);
+        ok = ok && e < tol && vs_cpu(row, out, n, cpu_tol);
+        mark(row, ok ? PASS : FAIL);
+    }
+    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
+    free(out);
+}
+
 static void op_fields_match_reference(void)
 {
     rng = 0x56789abull;
@@ -455,68 +480,29 @@ static void op_fields_match_reference(void)
         }
     }
 
-    /* SILU_MUL act GELU_TANH, gate values over [-12, 12) (both clamps) */
+    /* SILU_MUL's activations against double references (glu_case) */
     enum { R = 5, K = 200 };
-    static float g[R * K], u[R * K], out[R * K];
+    static float g[R * K], u[R * K];
     static double ref[R * K];
+    /* GELU_TANH, gate values over [-12, 12) (both clamps); the F16 rounding of x and of
+     * gelu(x): about 2^-11 relative */
     for (int i = 0; i < R * K; i++) { g[i] = 12 * frand(); u[i] = frand(); }
     for (int i = 0; i < R * K; i++) {
         double xg = g[i], gl = xg <= -10 ? 0 : xg >= 10 ? xg : 0.5 * xg * (1 + tanh(sqrt(2 / M_PI) * xg * (1 + 0.044715 * xg * xg)));
         ref[i] = gl * u[i];
     }
-    struct weft_buffer *bg = upload(g, sizeof g), *bu = upload(u, sizeof u);
-    struct gbuf bo = gnew(NULL, sizeof out);
-    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
-    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
-                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
-                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_GELU_TANH};
-    if (supported(&op, "GLU gelu_tanh")) {
-        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU gelu_tanh");
-        double e = nmse(out, ref, R * K);
-        /* the F16 rounding of x and of gelu(x): about 2^-11 relative */
-        CHECK_MSG(e < 1e-6, "%s glu gelu_tanh: nmse %.3g", bi->name, e);
-        ok = ok && e < 1e-6 && vs_cpu("GLU gelu_tanh", out, R * K, 1e-9);
-        mark("GLU gelu_tanh", ok ? PASS : FAIL);
-    }
-    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
-
-    /* SILU_MUL act SWIGLU_OAI (gpt-oss: alpha 1.702, limit 7), gate and up over [-10, 10) (both clamps) */
+    glu_case("GLU gelu_tanh", WEFT_GLU_GELU_TANH, 0, 0, g, u, ref, R, K, 1e-6, 1e-9);
+    /* SWIGLU_OAI (gpt-oss: alpha 1.702, limit 7), gate and up over [-10, 10) (both clamps) */
     for (int i = 0; i < R * K; i++) { g[i] = 10 * frand(); u[i] = 10 * frand(); }
     for (int i = 0; i < R * K; i++) {
         double x = g[i] < 7 ? g[i] : 7, y = u[i] < -7 ? -7 : u[i] > 7 ? 7 : u[i];
         ref[i] = x / (1 + exp(-1.702 * x)) * (y + 1);
     }
-    bg = upload(g, sizeof g), bu = upload(u, sizeof u);
-    bo = gnew(NULL, sizeof out);
-    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
-                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
-                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_SWIGLU_OAI,
-                                              .alpha = 1.702f, .limit = 7.0f};
-    if (supported(&op, "GLU swiglu_oai")) {
-        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU swiglu_oai");
-        double e = nmse(out, ref, R * K);
-        CHECK_MSG(e < 1e-10, "%s glu swiglu_oai: nmse %.3g", bi->name, e);
-        ok = ok && e < 1e-10 && vs_cpu("GLU swiglu_oai", out, R * K, 1e-10);
-        mark("GLU swiglu_oai", ok ? PASS : FAIL);
-    }
-    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
-
-    /* SILU_MUL act SIGMOID (api 9: Qwen3.5's gated attention output): up · sigmoid(gate) */
+    glu_case("GLU swiglu_oai", WEFT_GLU_SWIGLU_OAI, 1.702f, 7.0f, g, u, ref, R, K, 1e-10, 1e-10);
+    /* SIGMOID (api 9: Qwen3.5's gated attention output): up · sigmoid(gate) */
     for (int i = 0; i < R * K; i++) { g[i] = 8 * frand(); u[i] = 3 * frand(); }
     for (int i = 0; i < R * K; i++) ref[i] = u[i] / (1 + exp(-(double)g[i]));
-    bg = upload(g, sizeof g), bu = upload(u, sizeof u);
-    bo = gnew(NULL, sizeof out);
-    op.u.silu_mul = (struct weft_op_silu_mul){.gate = weft_view_2d(bg, 0, WEFT_TYPE_F32, K, R),
-                                              .up = weft_view_2d(bu, 0, WEFT_TYPE_F32, K, R),
-                                              .out = gview(bo, WEFT_TYPE_F32, K, R), .act = WEFT_GLU_SIGMOID};
-    if (supported(&op, "GLU sigmoid")) {
-        bool ok = run_ops(&op, 1) && gread(bo, out, "GLU sigmoid");
-        double e = nmse(out, ref, R * K);
-        CHECK_MSG(e < 1e-12, "%s glu sigmoid: nmse %.3g", bi->name, e);
-        ok = ok && e < 1e-12 && vs_cpu("GLU sigmoid", out, R * K, 1e-12);
-        mark("GLU sigmoid", ok ? PASS : FAIL);
-    }
-    bi->buffer_free(bg); bi->buffer_free(bu); gfree(bo);
+    glu_case("GLU sigmoid", WEFT_GLU_SIGMOID, 0, 0, g, u, ref, R, K, 1e-12, 1e-12);
 
     /* EMBED scale, on an F16 and a Q8_0 table */
     static const enum weft_type et[] = {WEFT_TYPE_F16, WEFT_TYPE_Q8_0};
