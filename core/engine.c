@@ -115,7 +115,19 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     /* the model's block (every layer, K and V): device and host tiers are sized in it */
     size_t lb = weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim) +
                 weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim_v);
-    size_t bb = (size_t)hp->n_layer * lb;
+    size_t bb = (size_t)weft_hp_kv_layers(hp) * lb;  /* a hybrid's recurrent layers keep none */
+    /* a hybrid's recurrent state: a slot per running sequence, within half of kv_mib (the
+     * running sequences are bounded by the slots) */
+    uint32_t n_slots = 0;
+    if (hp->full_attn_interval && !c.mock_prefill_tps) {
+        const uint64_t slot = (uint64_t)weft_hp_state_layer_bytes(hp) * (hp->n_layer - weft_hp_kv_layers(hp));
+        const uint64_t budget = ((uint64_t)c.kv_mib << 20) / 2, fit = slot ? budget / slot : c.max_seqs;
+        n_slots = fit < c.max_seqs ? (uint32_t)(fit ? fit : 1) : c.max_seqs;
+        if (n_slots < c.max_seqs) c.max_seqs = n_slots;  /* the state slots (metrics) bound it */
+        bb = bb ? bb : 1;
+    }
+    size_t state_take = (size_t)n_slots * (hp->full_attn_interval ? weft_hp_state_layer_bytes(hp) *
+                                                                     (hp->n_layer - weft_hp_kv_layers(hp)) : 0);
     /* sliding-window layers in their own group: its blocks first (what
      * max_seqs windows and a step's new blocks take, twice over so that the
      * prefix cache keeps windows too; at least one sequence's), then the
@@ -143,7 +155,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
         n_win = window = 0;  /* a window as long as the context: nothing to drop */
     }
     if (!c.kv_blocks) {
-        size_t total = (size_t)c.kv_mib << 20, wtake = (size_t)n_wblocks * wbytes;
+        size_t total = ((size_t)c.kv_mib << 20) - state_take, wtake = (size_t)n_wblocks * wbytes;
         size_t budget = wtake < total / 2 ? total - wtake : total / 2;
         size_t n = budget / (bb ? bb : 1);
         size_t all = (size_t)c.max_seqs * ctx_blocks;  /* every sequence at full length */
@@ -175,7 +187,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
                                 .head_dim_v = hp->head_dim_v, .n_blocks = c.kv_blocks, .n_host_blocks = c.host_blocks, .type = c.kv_type,
                                 .prefix_cache = !c.no_prefix_cache, .n_host_cache_blocks = host_cache_blocks,
                                 .window = window, .window_layer = n_win ? win_layer : NULL,
-                                .n_window_blocks = n_wblocks, .latent = hp->kv_latent};
+                                .n_window_blocks = n_wblocks, .latent = hp->kv_latent, .n_state_slots = n_slots};
     if (mock) {
         /* the real block count, a token payload: one layer of one 8-wide head */
         kc.n_layer = 1;

@@ -48,7 +48,9 @@ struct weft_engine_config {
     double itl_target_ms;
     uint32_t kv_blocks;          /* device KV blocks; 0 = kv_mib's worth, at most what
                                     max_seqs full-context sequences need, at least one's */
-    uint32_t kv_mib;             /* 0 = 1024 */
+    uint32_t kv_mib;             /* 0 = 1024; a hybrid model's recurrent state slots (one a
+                                    running sequence) take up to half of it, and max_seqs
+                                    becomes the slots that fit when fewer than it */
     uint32_t host_blocks;        /* host swap tier; 0 = as many as device blocks, see no_swap */
     uint32_t host_cache_mib;     /* host prefix tier (core/kv.h), in MiB of the model's blocks; 0 = none */
     bool no_swap;                /* preempt by recompute only */

@@ -45,6 +45,8 @@ struct weft_forward {
     size_t off_x, off_xb, off_q, off_k, off_v, off_att, off_gate, off_up, off_hb;
     size_t off_moe_logits, off_moe_ids, off_moe_w;  /* a mixture's router (0 size without experts) */
     size_t off_mla_iota, off_mla_eye;  /* MLA's constants (written once): ids 0..H-1 per row, I(n_rot) */
+    size_t off_ssm_qkv, off_ssm_conv, off_ssm_z, off_ssm_o, off_ssm_beta, off_ssm_alpha, off_qgate;  /* hybrids */
+    size_t off_sslot;              /* meta: each row's recurrent state slot */
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
     size_t off_wslot, off_wbt;     /* the window group's slots and block tables (same bt_off) */
     int32_t *meta_host;            /* staging copy of the meta buffer */
@@ -66,6 +68,11 @@ _Static_assert(WEFT_MAX_PARTS <= WEFT_KV_MAX_PARTS, "a KV pool holds as many par
 void weft_forward_kv_parts(const struct weft_model *m, struct weft_kv_config *kc)
 {
     kc->n_layer = m->hp.n_layer;
+    if (m->hp.full_attn_interval) {
+        kc->state_layer = m->recurrent;
+        kc->state_layer_bytes = weft_hp_state_layer_bytes(&m->hp);
+        if (!kc->n_state_slots) kc->n_state_slots = 1;
+    }
     kc->n_parts = m->n_parts > 1 ? m->n_parts : 0;
     for (uint32_t p = 0; p < m->n_parts && m->n_parts > 1; p++) {
         kc->part_be[p] = m->parts[p].be;
@@ -119,10 +126,11 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->cap_segs = 2 * hp->n_layer + 4;
     fw->segs = calloc(fw->cap_segs, sizeof *fw->segs);
     for (uint32_t l = 0; l < m->hp.n_layer; l++)
-        if (weft_kv_layer_view(kv, l).buf == NULL || kv->n_layer != m->hp.n_layer) {
+        if ((m->recurrent[l] ? weft_kv_state_view(kv, l).buf : weft_kv_layer_view(kv, l).buf) == NULL ||
+            kv->n_layer != m->hp.n_layer) {
             free(fw);
-            return weft_error(WEFT_ERR_INVALID_ARG, "forward: the KV pool does not hold the model's %u layers",
-                              m->hp.n_layer);
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: the KV pool does not hold the model's %u layers%s",
+                              m->hp.n_layer, m->hp.full_attn_interval ? " and their recurrent state" : "");
         }
     fw->max_rows = max_rows; fw->max_seqs = max_seqs; fw->max_blocks = max_blocks;
     /* LongRoPE: the long factors for a model whose context passes the
@@ -155,6 +163,19 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_moe_w = take(&c, R * hp->n_expert_used * f);
     fw->off_mla_iota = take(&c, hp->kv_latent ? R * hp->n_head * sizeof(int32_t) : 0);
     fw->off_mla_eye = take(&c, hp->kv_latent ? (size_t)hp->n_rot * hp->n_rot * f : 0);
+    {
+        /* a hybrid's recurrent layers: qkv and its conv, z and o, beta and alpha; the attention
+         * layers' q with its gates */
+        const bool hy = hp->full_attn_interval != 0;
+        const size_t C = hy ? weft_hp_ssm_channels(hp) : 0, V = hy ? hp->ssm_inner : 0, Hv = hy ? hp->ssm_dt_rank : 0;
+        fw->off_ssm_qkv = take(&c, R * C * f);
+        fw->off_ssm_conv = take(&c, R * C * f);
+        fw->off_ssm_z = take(&c, R * V * f);
+        fw->off_ssm_o = take(&c, R * V * f);
+        fw->off_ssm_beta = take(&c, R * Hv * f);
+        fw->off_ssm_alpha = take(&c, R * Hv * f);
+        fw->off_qgate = take(&c, hy ? R * 2 * hp->n_head * hp->head_dim * f : 0);
+    }
     size_t act_bytes = c;
     weft_status st;
     /* meta: int32 arrays, laid out back to back (offsets in bytes) */
@@ -166,6 +187,7 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
     fw->off_btoff = take(&mc, max_seqs * i4);
     fw->off_bt = take(&mc, (size_t)max_seqs * max_blocks * i4);
     fw->off_rows = take(&mc, max_seqs * i4);
+    fw->off_sslot = take(&mc, hp->full_attn_interval ? R * i4 : 0);
     if (weft_kv_has_window(kv)) {
         fw->off_wslot = take(&mc, R * i4);
         fw->off_wbt = take(&mc, (size_t)max_seqs * max_blocks * i4);
@@ -278,6 +300,17 @@ static void set_views(struct weft_forward *fw, uint32_t R)
     if (hp->kv_latent) {
         b->mla_ids = weft_view_2d(fw->act, fw->off_mla_iota, WEFT_TYPE_I32, hp->n_head, R);
         b->mla_eye = act(fw, fw->off_mla_eye, hp->n_rot, hp->n_rot);
+    }
+    if (hp->full_attn_interval) {
+        const uint32_t C = (uint32_t)weft_hp_ssm_channels(hp), V = hp->ssm_inner, Hv = hp->ssm_dt_rank;
+        b->ssm_qkv = act(fw, fw->off_ssm_qkv, C, R);
+        b->ssm_conv = act(fw, fw->off_ssm_conv, C, R);
+        b->ssm_z = act(fw, fw->off_ssm_z, V, R);
+        b->ssm_o = act(fw, fw->off_ssm_o, V, R);
+        b->ssm_beta = act(fw, fw->off_ssm_beta, Hv, R);
+        b->ssm_alpha = act(fw, fw->off_ssm_alpha, Hv, R);
+        b->qgate = act(fw, fw->off_qgate, 2 * hp->n_head * hp->head_dim, R);
+        b->state_slots = meta(fw, fw->off_sslot, R);
     }
     if (hp->n_expert) {
         b->moe_logits = act(fw, fw->off_moe_logits, hp->n_expert, R);
@@ -400,7 +433,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
     int32_t *mh = fw->meta_host;
     int32_t *ids = mh + fw->off_ids / 4, *pos = mh + fw->off_pos / 4, *seq = mh + fw->off_seq / 4;
     int32_t *slot = mh + fw->off_slot / 4, *btoff = mh + fw->off_btoff / 4, *bt = mh + fw->off_bt / 4;
-    int32_t *rows = mh + fw->off_rows / 4;
+    int32_t *rows = mh + fw->off_rows / 4, *sslot = mh + fw->off_sslot / 4;
+    const bool state = weft_kv_has_state(fw->kv);
     bool win = weft_kv_has_window(fw->kv);
     int32_t *wslot = mh + fw->off_wslot / 4, *wbt = mh + fw->off_wbt / 4;
     uint32_t R = 0, n_out = 0, bt_n = 0, n_keep = 0, n_hid = 0;
@@ -418,6 +452,9 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         memcpy(bt + bt_n, sq->kv->blocks, sizeof(int32_t) * sq->kv->n_blocks);
         weft_status wst = win ? stage_window(fw, sq, s, wbt + bt_n, wslot + R) : WEFT_OK;
         if (wst != WEFT_OK) return wst;
+        if (state && !sq->kv->state && !fw->plan_only)
+            return weft_error(WEFT_ERR_INVALID_ARG, "forward: sequence %u holds no recurrent state slot", s);
+        for (uint32_t i = 0; state && i < sq->n_tokens; i++) sslot[R + i] = sq->kv->state ? sq->kv->state - 1 : 0;
         bt_n += sq->kv->n_blocks;
         for (uint32_t i = 0; i < sq->n_tokens; i++, R++) {
             int32_t id = sq->tokens[i];

@@ -249,6 +249,9 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
                           cfg->n_kv_head, cfg->head_dim, hd_v, weft_type_name(type));
     if (cfg->n_parts > WEFT_KV_MAX_PARTS)
         return weft_error(WEFT_ERR_INVALID_ARG, "kv: %u parts (at most %d)", cfg->n_parts, WEFT_KV_MAX_PARTS);
+    if (cfg->state_layer && (!cfg->n_state_slots || !cfg->state_layer_bytes || cfg->n_state_slots > (1u << 20)))
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: recurrent state needs 1..2^20 slots of > 0 bytes (%u of %zu)",
+                          cfg->n_state_slots, cfg->state_layer_bytes);
     struct weft_kv_pool k = {.be = be, .n_blocks = cfg->n_blocks, .n_layer = cfg->n_layer,
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .head_dim_v = hd_v, .type = type,
                              .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1,
@@ -256,7 +259,6 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     /* a layer's K, then its V (a latent cache: K only) */
     size_t layer_bytes = weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim) +
                          (cfg->latent ? 0 : weft_kv_block_layer_bytes(type, cfg->n_kv_head, hd_v));
-    k.block_bytes = (size_t)cfg->n_layer * layer_bytes;
     /* the groups: window layers to group 1 when the pool drops window blocks */
     k.lgroup = calloc(cfg->n_layer, 1);
     k.lidx = calloc(cfg->n_layer, sizeof *k.lidx);
@@ -264,17 +266,32 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         weft_kv_pool_free(&k);
         return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
     }
-    uint32_t n_in[2] = {0, 0};
+    uint32_t n_in[3] = {0, 0, 0};
     for (uint32_t l = 0; l < cfg->n_layer; l++) {
-        k.lgroup[l] = cfg->window && cfg->window_layer && cfg->window_layer[l];
+        k.lgroup[l] = cfg->state_layer && cfg->state_layer[l] ? 2 : cfg->window && cfg->window_layer && cfg->window_layer[l];
         k.lidx[l] = n_in[k.lgroup[l]]++;
     }
+    if (!n_in[0]) {
+        weft_kv_pool_free(&k);
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: no layer of the %u keeps K/V in the main group", cfg->n_layer);
+    }
     k.n_wlayer = n_in[1];
+    k.n_slayer = n_in[2];
     k.main_bytes = (size_t)n_in[0] * layer_bytes;
+    k.block_bytes = (size_t)(n_in[0] + n_in[1]) * layer_bytes;
+    if (k.n_slayer) {
+        /* no prefix cache until the state is checkpointed with the blocks (core/kv.h) */
+        k.prefix_cache = false;
+        k.n_slots = cfg->n_state_slots;
+        k.state_layer_bytes = cfg->state_layer_bytes;
+        k.slot_bytes = (size_t)k.n_slayer * cfg->state_layer_bytes;
+    }
     weft_status st = group_parts(cfg, be, k.lgroup, 0, cfg->n_blocks, layer_bytes, k.parts, &k.n_parts);
     if (st == WEFT_OK && k.n_wlayer) st = window_alloc(&k, cfg, layer_bytes);
     if (st == WEFT_OK && k.n_wlayer)
         st = group_parts(cfg, be, k.lgroup, 1, k.n_wblocks, layer_bytes, k.wparts, &k.n_wparts);
+    if (st == WEFT_OK && k.n_slayer)
+        st = group_parts(cfg, be, k.lgroup, 2, k.n_slots, k.state_layer_bytes, k.sparts, &k.n_sparts);
     if (st != WEFT_OK) {
         weft_kv_pool_free(&k);
         return st;
@@ -296,7 +313,16 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     if (!k.ref || !k.hash || !k.parent || !k.toks || !k.lru_prev || !k.lru_next || !k.free_ids || !k.ht_key || !k.ht_val ||
         !k.imported)
         st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u blocks' bookkeeping", n);
-    if (st == WEFT_OK && cfg->n_host_cache_blocks && cfg->prefix_cache) {
+    if (st == WEFT_OK && k.n_slayer) {
+        size_t most = 0;
+        for (uint32_t p = 0; p < k.n_sparts; p++) most = k.sparts[p].block_bytes > most ? k.sparts[p].block_bytes : most;
+        k.sfree = malloc(k.n_slots * sizeof *k.sfree);
+        k.szero = calloc(1, most);
+        if (!k.sfree || !k.szero) st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u state slots", k.n_slots);
+        for (uint32_t i = 0; st == WEFT_OK && i < k.n_slots; i++) k.sfree[i] = (int32_t)(k.n_slots - 1 - i);
+        k.n_sfree = k.n_slots;
+    }
+    if (st == WEFT_OK && cfg->n_host_cache_blocks && k.prefix_cache) {
         uint32_t nh = cfg->n_host_cache_blocks, hcap = ht_cap_for(nh);
         k.n_hc = nh;
         k.hc = malloc(k.block_bytes * nh);
@@ -337,6 +363,11 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         st = kp->be->iface->buffer_alloc(kp->be, kp->block_bytes * k.n_wblocks, &kp->buf);
         if (st != WEFT_OK) kp->buf = NULL;
     }
+    for (uint32_t p = 0; p < k.n_sparts && st == WEFT_OK; p++) {
+        struct weft_kv_part *kp = &k.sparts[p];
+        st = kp->be->iface->buffer_alloc(kp->be, kp->block_bytes * k.n_slots, &kp->buf);
+        if (st != WEFT_OK) kp->buf = NULL;
+    }
     k.buf = k.n_parts ? k.parts[0].buf : k.wparts[0].buf;
     if (st != WEFT_OK) {
         weft_kv_pool_free(&k);
@@ -367,6 +398,10 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
         if (kv->parts[p].buf) kv->parts[p].be->iface->buffer_free(kv->parts[p].buf);
     for (uint32_t p = 0; p < kv->n_wparts; p++)
         if (kv->wparts[p].buf) kv->wparts[p].be->iface->buffer_free(kv->wparts[p].buf);
+    for (uint32_t p = 0; p < kv->n_sparts; p++)
+        if (kv->sparts[p].buf) kv->sparts[p].be->iface->buffer_free(kv->sparts[p].buf);
+    free(kv->sfree);
+    free(kv->szero);
     kv->buf = NULL;
     free(kv->lgroup); free(kv->lidx);
     free(kv->wof); free(kv->wowner); free(kv->wlru_prev); free(kv->wlru_next); free(kv->wfree); free(kv->wref);
@@ -393,6 +428,8 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .window_used = kv->n_wblocks - kv->n_wfree - kv->n_wcached, .window_cached = kv->n_wcached,
         .window_free = kv->n_wfree, .window_dropped = kv->wdropped, .window_evictions = kv->wevictions,
         .window_peak = kv->wpeak,
+        .n_state_slots = kv->n_slots, .state_used = kv->n_slots - kv->n_sfree, .state_bytes_per_seq = kv->slot_bytes,
+        .state_swaps = kv->state_swaps,
         .bytes_per_token = kv->block_bytes / WEFT_KV_BLOCK_TOKENS};
 }
 
@@ -547,6 +584,52 @@ static void unref_block(struct weft_kv_pool *kv, int32_t b)
 
 static void commit_hashes(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n_computed);
 
+/* ---- recurrent state slots ---- */
+
+/* Slot i's bytes in every state part <-> host (slot_bytes, the parts' back to back); host
+ * NULL: write zeros. */
+static weft_status slot_io(struct weft_kv_pool *kv, int32_t i, unsigned char *host, bool to_device)
+{
+    for (uint32_t p = 0; p < kv->n_sparts; p++) {
+        const struct weft_kv_part *kp = &kv->sparts[p];
+        size_t off = (size_t)i * kp->block_bytes;
+        weft_status st = to_device ? kp->be->iface->buffer_write(kp->buf, off, host ? host : kv->szero, kp->block_bytes)
+                                   : kp->be->iface->buffer_read(kp->buf, off, host, kp->block_bytes);
+        if (st != WEFT_OK) return st;
+        if (host) host += kp->block_bytes;
+    }
+    return WEFT_OK;
+}
+
+/* A free slot holding host's bytes (NULL: zeroed) for seq: WEFT_ERR_NO_ROOM when none is
+ * free; nothing taken on failure. */
+static weft_status slot_take(struct weft_kv_pool *kv, struct weft_kv_seq *seq, unsigned char *host)
+{
+    if (!kv->n_sfree) return weft_error(WEFT_ERR_NO_ROOM, "kv: all %u recurrent state slots are held", kv->n_slots);
+    int32_t i = kv->sfree[kv->n_sfree - 1];
+    weft_status st = slot_io(kv, i, host, true);
+    if (st != WEFT_OK) return st;
+    kv->n_sfree--;
+    seq->state = i + 1;
+    return WEFT_OK;
+}
+
+static void slot_give(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
+{
+    if (seq->state) kv->sfree[kv->n_sfree++] = seq->state - 1;
+    seq->state = 0;
+}
+
+struct weft_kv_state_view weft_kv_state_view(const struct weft_kv_pool *kv, uint32_t l)
+{
+    if (!weft_kv_layer_state(kv, l)) return (struct weft_kv_state_view){0};
+    uint32_t i = kv->lidx[l], p = 0;
+    while (p + 1 < kv->n_sparts && i >= kv->sparts[p].layer0 + kv->sparts[p].n_layer) p++;
+    const struct weft_kv_part *kp = &kv->sparts[p];
+    return (struct weft_kv_state_view){kp->buf, (size_t)(i - kp->layer0) * kv->state_layer_bytes, kp->block_bytes,
+                                       kv->n_slots};
+}
+
 static weft_status seq_grow(struct weft_kv_seq *seq, uint32_t need)
 {
     if (need <= seq->cap) return WEFT_OK;
@@ -617,6 +700,7 @@ weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (seq->swapped) return weft_error(WEFT_ERR_INVALID_ARG, "kv: sequence is swapped out");
     uint32_t more = weft_kv_seq_blocks_needed(seq, n_tokens);
     if (more == 0) return WEFT_OK;
+    const bool new_state = kv->n_slots && !seq->state;
     if (more > weft_kv_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more blocks, %u available", more, weft_kv_available(kv));
     /* each new block is inside the window: it takes a window block too (a
@@ -624,7 +708,10 @@ weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (kv->n_wblocks && more > weft_kv_window_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u more window blocks, %u available", more,
                           weft_kv_window_available(kv));
+    if (new_state && !kv->n_sfree)
+        return weft_error(WEFT_ERR_NO_ROOM, "kv: all %u recurrent state slots are held", kv->n_slots);
     weft_status st = seq_grow(seq, seq->n_blocks + more);
+    if (st == WEFT_OK && new_state) st = slot_take(kv, seq, NULL);
     if (st != WEFT_OK) return st;
     while (more--) {
         int32_t b = take_block(kv);
@@ -684,8 +771,10 @@ void weft_kv_seq_release(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
             unref_block(kv, seq->blocks[i]);
         }
     }
+    slot_give(kv, seq);
     free(seq->blocks);
     free(seq->host);
+    free(seq->state_host);
     memset(seq, 0, sizeof *seq);
 }
 
@@ -725,6 +814,9 @@ bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash)
 
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
 {
+    if (kv->n_slots)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: a hybrid model's blocks do not carry its recurrent state "
+                          "(state checkpoints are not built yet): no block export");
     if (b < 0 || (uint32_t)b >= kv->n_blocks) return weft_error(WEFT_ERR_INVALID_ARG, "kv: no block %d", b);
     weft_status st = pool_sync(kv);
     return st == WEFT_OK ? block_io(kv, b, host, false) : st;
@@ -734,6 +826,9 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
                            const void *payload, size_t payload_bytes, bool *added)
 {
     *added = false;
+    if (kv->n_slots)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: a hybrid model's blocks do not carry its recurrent state "
+                          "(state checkpoints are not built yet): no block import");
     if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
     bool win = kv->n_wblocks && payload_bytes == kv->block_bytes;
     if (payload_bytes != kv->block_bytes && !(kv->n_wblocks && payload_bytes == kv->main_bytes))
@@ -819,8 +914,14 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
     if (seq->n_blocks > kv->n_host_free)
         return weft_error(WEFT_ERR_NO_ROOM, "kv: host tier has %u free blocks, %u needed", kv->n_host_free, seq->n_blocks);
     int32_t *slots = malloc(sizeof(int32_t) * (seq->n_blocks ? seq->n_blocks : 1));
-    if (!slots) return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
+    unsigned char *sh = seq->state ? malloc(kv->slot_bytes) : NULL;
+    if (!slots || (seq->state && !sh)) {
+        free(slots);
+        free(sh);
+        return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
+    }
     weft_status st = pool_sync(kv);
+    if (st == WEFT_OK && sh) st = slot_io(kv, seq->state - 1, sh, false);
     /* blocks before wfirst carry no window part (their window block, if it
      * is still cached, is not this sequence's) */
     for (uint32_t i = 0; i < seq->n_blocks && st == WEFT_OK; i++) {
@@ -833,7 +934,14 @@ weft_status weft_kv_seq_swap_out(struct weft_kv_pool *kv, struct weft_kv_seq *se
     }
     if (st != WEFT_OK) {
         free(slots);
+        free(sh);
         return st;
+    }
+    if (sh) {
+        slot_give(kv, seq);
+        free(seq->state_host);
+        seq->state_host = sh;
+        kv->state_swaps++;
     }
     kv->n_host_free -= seq->n_blocks;
     for (uint32_t i = seq->n_blocks; i-- > 0;) {
@@ -856,7 +964,9 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
     if (nw > weft_kv_window_available(kv))
         return weft_error(WEFT_ERR_NO_ROOM, "kv: need %u window blocks to swap in, %u available", nw,
                           weft_kv_window_available(kv));
-    weft_status st = WEFT_OK;
+    /* the state first (a free slot, else nothing is taken) */
+    weft_status st = seq->state_host ? slot_take(kv, seq, seq->state_host) : WEFT_OK;
+    if (st != WEFT_OK) return st;
     uint32_t i = 0;
     for (; i < seq->n_blocks; i++) {
         int32_t b = take_block(kv);
@@ -875,8 +985,11 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
             wdrop(kv, seq->blocks[i]);
             unref_block(kv, seq->blocks[i]);
         }
+        if (seq->state_host) slot_give(kv, seq);
         return st;
     }
+    free(seq->state_host);
+    seq->state_host = NULL;
     for (i = 0; i < seq->n_blocks; i++) kv->host_free[kv->n_host_free++] = seq->host[i];
     free(seq->host);
     seq->host = NULL;
@@ -886,7 +999,7 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer)
 {
-    if (!kv->lgroup || layer >= kv->n_layer) return (struct weft_kv_view){0};
+    if (!kv->lgroup || layer >= kv->n_layer || kv->lgroup[layer] == 2) return (struct weft_kv_view){0};
     bool win = kv->lgroup[layer] == 1;
     const struct weft_kv_part *parts = win ? kv->wparts : kv->parts;
     uint32_t n = win ? kv->n_wparts : kv->n_parts, i = kv->lidx[layer], p = 0;
@@ -948,6 +1061,18 @@ weft_status weft_kv_check(const struct weft_kv_pool *kv)
         if (n_wl != kv->n_wcached || n_wlinked - n_wheld != n_wl || n_wlinked + kv->n_wfree != kv->n_wblocks)
             return weft_error(WEFT_ERR_INVALID_ARG, "kv check: window group: %u cached, %u in LRU, %u linked, %u held, "
                               "%u free of %u", kv->n_wcached, n_wl, n_wlinked, n_wheld, kv->n_wfree, kv->n_wblocks);
+    }
+    if (kv->n_slots) {
+        /* the free slots are distinct slots of the pool */
+        if (kv->n_sfree > kv->n_slots)
+            return weft_error(WEFT_ERR_INVALID_ARG, "kv check: %u free state slots of %u", kv->n_sfree, kv->n_slots);
+        for (uint32_t i = 0; i < kv->n_sfree; i++) {
+            if (kv->sfree[i] < 0 || (uint32_t)kv->sfree[i] >= kv->n_slots)
+                return weft_error(WEFT_ERR_INVALID_ARG, "kv check: free state slot %d out of range", kv->sfree[i]);
+            for (uint32_t j = 0; j < i; j++)
+                if (kv->sfree[j] == kv->sfree[i])
+                    return weft_error(WEFT_ERR_INVALID_ARG, "kv check: state slot %d free twice", kv->sfree[i]);
+        }
     }
     uint32_t n_hashed = 0;
     for (uint32_t b = 0; b < kv->n_blocks; b++) n_hashed += kv->hash[b] != 0;

@@ -36,6 +36,14 @@
  * promotes it back into a device block instead of recomputing it. A block's
  * hash is in one tier at a time (the device's wins).
  *
+ * Hybrid models (Qwen3.5's Gated DeltaNet layers) have recurrent layers that keep no KV but a
+ * fixed-size state per sequence: the pool holds them in state slots beside the blocks (vLLM's
+ * and SGLang's separate state cache for such models), one per live sequence, taken with its
+ * first blocks and zeroed then, given back at release; swapped to host memory and back with
+ * its blocks. A slot's bytes are the same whatever the sequence's length. Until checkpoints of
+ * the state exist such a pool has no prefix cache (a block alone cannot resume a sequence),
+ * and its blocks are neither exported nor imported.
+ *
  * "No room" (WEFT_ERR_NO_ROOM) is an ordinary answer: the scheduler preempts
  * or waits. Functions that fail leave the pool and the sequence unchanged.
  * Not thread-safe: one owner (the engine thread) drives a pool. */
@@ -82,6 +90,11 @@ struct weft_kv_config {
     /* a latent cache (MLA): no V stored; V is the last head_dim_v values of each K row
      * (n_kv_head 1; backends/backend.h's v_in_k) */
     bool latent;
+    /* a hybrid model: state_layer[l] (n_layer flags) marks the recurrent layers, which keep no
+     * KV but state_layer_bytes per sequence in one of n_state_slots slots (>= 1) */
+    const bool *state_layer;
+    size_t state_layer_bytes;
+    uint32_t n_state_slots;
 };
 
 struct weft_kv_stats {
@@ -102,6 +115,10 @@ struct weft_kv_stats {
     uint64_t window_dropped;                 /* window blocks sequences let go of (out of their window) */
     uint64_t window_evictions;               /* cached window blocks taken for others */
     uint32_t window_peak;                    /* the most window blocks one sequence held after a step */
+    /* recurrent state (0s without): slots, those held, one sequence's bytes (every state layer) */
+    uint32_t n_state_slots, state_used;
+    uint64_t state_bytes_per_seq;
+    uint64_t state_swaps;                    /* slots copied to the host with a swapped-out sequence */
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -176,6 +193,15 @@ struct weft_kv_pool {
     uint32_t hc_mask;
     uint64_t host_hit_blocks, host_demotions, host_evictions;
     uint32_t pinned;               /* weft_kv_pin references outstanding */
+    /* recurrent state: state layers in lgroup 2, their slots in sparts (slot s of a part at
+     * s · its block_bytes: its layers' state_layer_bytes each); a stack of free slots; a zeroed
+     * host copy of the largest part's slot (a new sequence's state) */
+    uint32_t n_slots, n_slayer, n_sparts, n_sfree;
+    struct weft_kv_part sparts[WEFT_KV_MAX_BUFS];
+    size_t state_layer_bytes, slot_bytes;
+    int32_t *sfree;
+    unsigned char *szero;
+    uint64_t state_swaps;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };
@@ -194,6 +220,10 @@ struct weft_kv_seq {
     /* when swapped out: host slots, one per block (n_blocks of them) */
     int32_t *host;
     bool swapped;
+    /* a pool with recurrent state: the sequence's slot + 1 (0: none yet); swapped out, the
+     * slot's bytes (slot_bytes) on the host */
+    int32_t state;
+    unsigned char *state_host;
 };
 
 weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg);
@@ -227,8 +257,8 @@ static inline int32_t weft_kv_window_block(const struct weft_kv_pool *kv, int32_
 uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const int32_t *tokens, uint32_t n);
 
 /* Make seq able to hold n_tokens positions, taking fresh blocks (evicting
- * cached ones when needed). WEFT_ERR_NO_ROOM when the pool is short; then
- * seq is unchanged. */
+ * cached ones when needed) and, with recurrent state, a zeroed slot when it has none.
+ * WEFT_ERR_NO_ROOM when the pool is short (blocks or slots); then seq is unchanged. */
 weft_status weft_kv_seq_reserve(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n_tokens);
 /* Blocks seq would need to take to hold n_tokens positions. */
 uint32_t weft_kv_seq_blocks_needed(const struct weft_kv_seq *seq, uint32_t n_tokens);
@@ -300,8 +330,25 @@ bool weft_kv_pin(struct weft_kv_pool *kv, uint64_t hash);
 /* Drop one weft_kv_pin reference to hash (no-op when it holds none). */
 void weft_kv_unpin(struct weft_kv_pool *kv, uint64_t hash);
 
-/* View of one layer of the pool for ROPE_KV / ATTENTION ops. */
+/* View of one layer of the pool for ROPE_KV / ATTENTION ops (no buffer for a recurrent layer). */
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer);
+
+/* The pool keeps recurrent state; layer l is one of its state layers. */
+static inline bool weft_kv_has_state(const struct weft_kv_pool *kv) { return kv->n_slots > 0; }
+static inline bool weft_kv_layer_state(const struct weft_kv_pool *kv, uint32_t l)
+{
+    return kv->lgroup && l < kv->n_layer && kv->lgroup[l] == 2;
+}
+/* Recurrent layer l's state: slot s's state_layer_bytes at offset + s · stride of buf, for
+ * n_slots slots (a zero view when l keeps none). */
+struct weft_kv_state_view {
+    struct weft_buffer *buf;
+    size_t offset, stride;
+    uint32_t n_slots;
+};
+struct weft_kv_state_view weft_kv_state_view(const struct weft_kv_pool *kv, uint32_t l);
+/* Free state slots (0 without state). */
+static inline uint32_t weft_kv_state_available(const struct weft_kv_pool *kv) { return kv->n_sfree; }
 
 /* Internal consistency check (ref counts vs free/cached lists vs hash
  * table) for tests; WEFT_OK or WEFT_ERR_INVALID_ARG naming the problem. */

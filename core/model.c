@@ -326,6 +326,7 @@ static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64
 
 /* Place the tensors of spec (those present) for layer l into ws, in table
  * order. */
+_Static_assert(WEFT_T_COUNT_ <= 64, "place_spec's skip is a 64-bit mask of tensor ids");
 static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_tensor_spec *spec,
                               struct weft_layer_weights *ws, uint64_t skip)
 {
@@ -495,7 +496,9 @@ weft_status weft_model_load_placed(const char *path, const struct weft_split_par
     const struct weft_hparams *hp = &m->hp;
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     m->layer_part = calloc(hp->n_layer, sizeof *m->layer_part);
-    if (!m->layers || !m->layer_part) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
+    m->recurrent = calloc(hp->n_layer, sizeof *m->recurrent);
+    if (!m->layers || !m->layer_part || !m->recurrent) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
+    for (uint32_t l = 0; l < hp->n_layer; l++) m->recurrent[l] = weft_hp_recurrent(hp, l);
     m->n_parts = n_parts;
     if (experts_be && !hp->n_expert) {
         st = weft_error(WEFT_ERR_INVALID_ARG, "model: experts placed apart, but the model has no experts");
@@ -597,6 +600,7 @@ void weft_model_free(struct weft_model *m)
     free(m->layers);
     free(m->xlayers);
     free(m->layer_part);
+    free(m->recurrent);
     weft_tokenizer_free(m->tok);
     weft_gguf_close(m->gguf);
     free(m);

@@ -59,7 +59,52 @@ struct weft_hparams {
      * (V: the latent, inside K), one KV head (kv_latent) */
     uint32_t q_lora_rank, kv_lora_rank, mla_qk, mla_v;
     bool kv_latent;
+    /* hybrid linear attention (Qwen3.5 / Qwen3-Next's Gated DeltaNet; 0s elsewhere): layer l
+     * is recurrent (weft_hp_recurrent) unless (l + 1) % full_attn_interval == 0. A recurrent
+     * layer keeps no KV; its state per sequence is a causal conv window of ssm_conv_kernel - 1
+     * inputs of (2 · ssm_groups + ssm_dt_rank) · ssm_state channels and the delta rule's
+     * ssm_dt_rank matrices of ssm_state² (ssm.conv_kernel, ssm.state_size, ssm.group_count:
+     * q/k heads, ssm.time_step_rank: v heads, ssm.inner_size = ssm_dt_rank · ssm_state) */
+    uint32_t full_attn_interval;
+    uint32_t ssm_conv_kernel, ssm_state, ssm_groups, ssm_dt_rank, ssm_inner;
 };
+
+/* Layer l keeps a recurrent state instead of KV (a hybrid model's linear-attention layer). */
+static inline bool weft_hp_recurrent(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->full_attn_interval && (l + 1) % hp->full_attn_interval != 0;
+}
+/* A recurrent layer's conv channels; its state per sequence (the KV pool's state slot for the
+ * layer): the conv window's floats (backends/backend.h's SSM_CONV state), then, from
+ * weft_hp_state_delta_off bytes, the delta rule's ssm_dt_rank matrices of ssm_state² floats
+ * (DELTA_NET's), weft_hp_state_layer_bytes in all (both parts 256-byte aligned). */
+static inline uint64_t weft_hp_ssm_channels(const struct weft_hparams *hp)
+{
+    return (uint64_t)(2 * hp->ssm_groups + hp->ssm_dt_rank) * hp->ssm_state;
+}
+static inline uint64_t weft_hp_conv_floats(const struct weft_hparams *hp)
+{
+    return (uint64_t)(hp->ssm_conv_kernel - 1) * weft_hp_ssm_channels(hp);
+}
+static inline uint64_t weft_hp_delta_floats(const struct weft_hparams *hp)
+{
+    return (uint64_t)hp->ssm_dt_rank * hp->ssm_state * hp->ssm_state;
+}
+static inline size_t weft_hp_state_delta_off(const struct weft_hparams *hp)
+{
+    return (size_t)((weft_hp_conv_floats(hp) * 4 + 255) & ~(uint64_t)255);
+}
+static inline size_t weft_hp_state_layer_bytes(const struct weft_hparams *hp)
+{
+    return (size_t)((weft_hp_state_delta_off(hp) + weft_hp_delta_floats(hp) * 4 + 255) & ~(uint64_t)255);
+}
+/* Layers that keep KV (all but the recurrent ones). */
+static inline uint32_t weft_hp_kv_layers(const struct weft_hparams *hp)
+{
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) n += !weft_hp_recurrent(hp, l);
+    return n;
+}
 
 /* Layer l's sliding window (positions it attends), 0 for a global layer. */
 static inline uint32_t weft_hp_window(const struct weft_hparams *hp, uint32_t l)

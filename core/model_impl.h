@@ -24,6 +24,7 @@ struct weft_model {
     struct weft_model_part parts[WEFT_MAX_PARTS];
     uint32_t n_parts;
     uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
+    bool *recurrent;               /* [n_layer]: weft_hp_recurrent (the KV pool's state_layer) */
     /* experts placed apart (--experts-on DEV): the mixture layers' FFN (its ffn_* tensors:
      * norm, router, experts, shared experts; and the norms, small, on both) live on this
      * part and run there, the rest of each layer on its own part; xlayers[l] are its views.

@@ -71,5 +71,21 @@ weft_status weft_session_eval(struct weft_session *s, const int32_t *tokens, siz
 
 uint32_t weft_session_pos(const struct weft_session *s) { return s->pos; }
 uint32_t weft_session_n_ctx(const struct weft_session *s) { return s->n_ctx; }
-void weft_session_reset(struct weft_session *s) { s->pos = 0; }
-void weft_session_truncate(struct weft_session *s, uint32_t n) { if (n < s->pos) s->pos = n; }
+void weft_session_reset(struct weft_session *s)
+{
+    s->pos = 0;
+    /* the blocks are overwritten as positions come again; a recurrent state is not: a new
+     * slot, zeroed, comes with the next eval's reserve */
+    if (weft_kv_has_state(&s->kv)) weft_kv_seq_release(&s->kv, &s->seq);
+}
+
+weft_status weft_session_truncate(struct weft_session *s, uint32_t n)
+{
+    if (n >= s->pos) return WEFT_OK;
+    if (weft_kv_has_state(&s->kv) && n > 0)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "session: a hybrid model's recurrent state cannot go back from "
+                          "position %u to %u", s->pos, n);
+    if (n == 0) weft_session_reset(s);
+    s->pos = n;
+    return WEFT_OK;
+}

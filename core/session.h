@@ -22,10 +22,12 @@ weft_status weft_session_eval(struct weft_session *s, const int32_t *tokens, siz
 
 uint32_t weft_session_pos(const struct weft_session *s);
 uint32_t weft_session_n_ctx(const struct weft_session *s);
-/* Forget everything (positions restart at 0); keeps the memory. */
+/* Forget everything (positions restart at 0; a hybrid model's recurrent state starts from
+ * zero again); keeps the memory. */
 void weft_session_reset(struct weft_session *s);
 /* Keep only the first n positions (no-op if n >= pos); later evals overwrite
- * the rest. Used to reuse a shared prefix between turns. */
-void weft_session_truncate(struct weft_session *s, uint32_t n);
+ * the rest. Used to reuse a shared prefix between turns. WEFT_ERR_UNSUPPORTED for a hybrid
+ * model going back (its recurrent state holds every position so far and cannot be undone). */
+weft_status weft_session_truncate(struct weft_session *s, uint32_t n);
 
 #endif

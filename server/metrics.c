@@ -153,6 +153,17 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         (double)es->kv.bytes_per_token);
     double usage = es->kv.n_blocks ? (double)es->kv.used / es->kv.n_blocks : 0;
     one(&o, "weft_kv_cache_usage_ratio", "gauge", "Share of the device KV pool held by sequences (0..1).", usage);
+    if (es->kv.n_state_slots) {
+        /* a hybrid model's recurrent state (core/kv.h's state slots) */
+        one(&o, "weft_state_slots", "gauge", "Recurrent state slots of a hybrid model (one per running sequence).",
+            es->kv.n_state_slots);
+        one(&o, "weft_state_slots_used", "gauge", "Recurrent state slots held by sequences.", es->kv.state_used);
+        one(&o, "weft_state_bytes_per_seq", "gauge",
+            "Bytes of recurrent state one sequence holds over every recurrent layer (the same at any length).",
+            (double)es->kv.state_bytes_per_seq);
+        one(&o, "weft_state_swaps_total", "counter", "Recurrent states copied to host memory with a preempted sequence.",
+            (double)es->kv.state_swaps);
+    }
     if (es->kv.n_window_blocks) {
         /* sliding-window layers' blocks (core/kv.h's window group) */
         one(&o, "weft_kv_window_blocks", "gauge", "KV blocks of the sliding-window layers' group.",

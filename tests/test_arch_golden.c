@@ -543,6 +543,32 @@ static void llama_rope_scaling_matches_llama_cpp(void)
     family("llama-yarn", types, 1);
 }
 
+/* Hybrid linear-attention models (issue 38): Qwen3.5's Gated DeltaNet layers with their
+ * recurrent state in the KV pool's slots. On a device without the recurrent ops (stage b), the
+ * model is refused when its forward pass is set up, naming the op. */
+static void hybrid_families_match_llama_cpp(void)
+{
+    static const char *const types[] = {"F16"};
+    if (!strcmp(device, "cpu")) {
+        family("qwen35", types, 1);
+        return;
+    }
+    struct weft_backend *be = NULL;
+    CHECK(weft_backend_open(device, 1, &be) == WEFT_OK);
+    char path[1400];
+    snprintf(path, sizeof path, "%s/models/arch/qwen35-F16.gguf", shared);
+    struct weft_model *m = NULL;
+    CHECK_MSG(be && weft_model_load(path, be, &m) == WEFT_OK, "%s: %s", path, weft_last_error());
+    struct weft_session *s = NULL;
+    weft_status st = m ? weft_session_init(m, 64, 16, &s) : WEFT_ERR_INVALID_ARG;
+    CHECK_MSG(st == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "ssm_conv"), "qwen35 on %s: status %d, '%s'",
+              device, (int)st, weft_last_error());
+    printf("  qwen35 on %s: refused (%s)\n", device, weft_last_error());
+    weft_session_free(s);
+    weft_model_free(m);
+    weft_backend_close(be);
+}
+
 /* ---- pre-tokenizers ---- */
 
 static void pretokenizers_match_llama_cpp(void)
@@ -613,5 +639,6 @@ int main(void)
     RUN(phi3_matches_llama_cpp);
     RUN(gemma3_matches_llama_cpp);
     RUN(llama_rope_scaling_matches_llama_cpp);
+    RUN(hybrid_families_match_llama_cpp);
     return check_summary();
 }

@@ -171,17 +171,23 @@ static void pack_rows(struct weft_build *b, const struct weft_view *vs, int n_vs
     }
 }
 
-bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
+bool weft_b_keep_rows_of(struct weft_build *b, uint32_t l, struct weft_view out)
 {
     if (l != b->last_layer || b->n_keep == b->n_rows) return true;
     if (b->n_keep == 0) return false;
-    const struct weft_view vs[2] = {b->att, b->x};
+    const struct weft_view vs[2] = {out, b->x};
     pack_rows(b, vs, 2);
     struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb,
-                               &b->moe_logits, &b->moe_ids, &b->moe_w, &b->mla_ids};
+                               &b->moe_logits, &b->moe_ids, &b->moe_w, &b->mla_ids, &b->ssm_qkv, &b->ssm_conv,
+                               &b->ssm_z, &b->ssm_o, &b->ssm_beta, &b->ssm_alpha, &b->qgate};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->ne1 = b->n_keep;
     b->n_rows = b->n_keep;
     return true;
+}
+
+bool weft_b_keep_rows(struct weft_build *b, uint32_t l)
+{
+    return weft_b_keep_rows_of(b, l, b->att);
 }
 
 void weft_b_attn_in(struct weft_build *b)

@@ -26,6 +26,10 @@ struct weft_build {
     /* MLA (kv_latent): the head index of each (row, head) slot (R, H) I32, and the n_rot
      * identity (F32) */
     struct weft_view mla_ids, mla_eye;
+    /* a hybrid model's recurrent layers (hp->full_attn_interval): qkv and its conv (R, C), z
+     * and the heads' output o (R, Hv·S), beta and alpha (R, Hv), each row's state slot (R) I32
+     * (core/kv.h); its attention layers' q with each head's output gate after it (R, H·2D) */
+    struct weft_view ssm_qkv, ssm_conv, ssm_z, ssm_o, ssm_beta, ssm_alpha, state_slots, qgate;
     uint32_t n_rows;
     /* after the last layer's attention only these rows (ascending) go on:
      * the sampled ones and the hidden ones asked for */
@@ -126,5 +130,8 @@ void weft_llama_layer(struct weft_build *b, uint32_t l);
  * the layer runs only for rows whose output is read). False when no row is
  * kept: the layer ends there (a prefill chunk that samples nothing). */
 bool weft_b_keep_rows(struct weft_build *b, uint32_t l);
+/* The same for a layer whose mixer wrote its rows to `out` instead of b->att (a recurrent
+ * layer's o): out and b->x are packed. */
+bool weft_b_keep_rows_of(struct weft_build *b, uint32_t l, struct weft_view out);
 
 #endif

@@ -5,7 +5,7 @@
 #include <string.h>
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
-    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2;
+    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2, weft_family_qwen35;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -16,6 +16,7 @@ static const struct weft_family *const families[] = {
     &weft_family_qwen3moe,
     &weft_family_gpt_oss,
     &weft_family_deepseek2,
+    &weft_family_qwen35,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -27,7 +28,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama (with or without experts), qwen2, qwen3, qwen3moe, gpt-oss, deepseek2, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, qwen35, gpt-oss, deepseek2, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
@@ -63,7 +64,9 @@ void weft_family_dense_tensors(const struct weft_hparams *hp, struct weft_tensor
 void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
 {
     struct weft_tensor_spec spec[WEFT_T_COUNT_] = {0};
-    hp->family->tensors(hp, 0, spec);
+    uint32_t l0 = 0;  /* the first attention layer's tensors (a hybrid's recurrent ones are described apart) */
+    while (l0 + 1 < hp->n_layer && weft_hp_recurrent(hp, l0)) l0++;
+    hp->family->tensors(hp, l0, spec);
     size_t n = 0;
     out[0] = 0;
 #define ADD(...) do { if (n < cap) n += (size_t)snprintf(out + n, cap - n, "%s", n ? ", " : ""); \
@@ -83,6 +86,10 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (hp->n_expert) ADD("%u of %u experts of %u rows per token", hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
     if (hp->n_expert_shared) ADD("%u shared", hp->n_expert_shared);
     if (hp->expert_groups) ADD("experts in %u groups, %u searched", hp->expert_groups, hp->expert_group_used);
+    if (hp->full_attn_interval)
+        ADD("Gated DeltaNet on %u of %u layers (%u q/k and %u v heads of %u, conv %u), gated attention on the rest",
+            hp->n_layer - weft_hp_kv_layers(hp), hp->n_layer, hp->ssm_groups, hp->ssm_dt_rank, hp->ssm_state,
+            hp->ssm_conv_kernel);
     if (hp->kv_latent) ADD("latent KV cache (MLA: %u + %u per token)", hp->n_rot, hp->kv_lora_rank);
 #undef ADD
     if (!out[0]) snprintf(out, cap, "plain");

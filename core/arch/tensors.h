@@ -63,7 +63,15 @@
     X(ATTN_KV_A_MQA,  "attn_kv_a_mqa.weight",        LAYER,  MATRIX)   \
     X(ATTN_KV_A_NORM, "attn_kv_a_norm.weight",       LAYER,  NORM)     \
     X(ATTN_K_UP,      "attn_k_b.weight",             LAYER,  MATRIX)   \
-    X(ATTN_V_UP,      "attn_v_b.weight",             LAYER,  MATRIX)
+    X(ATTN_V_UP,      "attn_v_b.weight",             LAYER,  MATRIX)   \
+    X(ATTN_GATE,      "attn_gate.weight",            LAYER,  MATRIX)   \
+    X(SSM_CONV1D,     "ssm_conv1d.weight",           LAYER,  VECTOR)   \
+    X(SSM_DT,         "ssm_dt.bias",                 LAYER,  VECTOR)   \
+    X(SSM_A,          "ssm_a",                       LAYER,  VECTOR)   \
+    X(SSM_BETA,       "ssm_beta.weight",             LAYER,  MATRIX)   \
+    X(SSM_ALPHA,      "ssm_alpha.weight",            LAYER,  MATRIX)   \
+    X(SSM_NORM,       "ssm_norm.weight",             LAYER,  NORM)     \
+    X(SSM_OUT,        "ssm_out.weight",              LAYER,  MATRIX)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
