@@ -409,6 +409,10 @@ static void op_fields(const struct weft_op *op, char *out, size_t cap)
         if (op->u.attention.softcap != 0) snprintf(out, cap, " with a soft-cap of %g", op->u.attention.softcap);
         else if (op->u.attention.window) snprintf(out, cap, " with a sliding window of %u", op->u.attention.window);
         break;
+    case WEFT_OP_SSM_CONV:
+    case WEFT_OP_DELTA_NET:
+        snprintf(out, cap, " (a recurrent layer's op, over its state slots)");
+        break;
     case WEFT_OP_LOGITS:
         if (op->u.logits.softcap != 0) snprintf(out, cap, " with a soft-cap of %g", op->u.logits.softcap);
         break;

@@ -156,6 +156,52 @@ static void gen_writes_other_families(void)
     CHECK(weft_gen_validate(&p) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "gemma9"));
 }
 
+/* --arch qwen35: the hybrid's keys and its two kinds of layers' tensors, a negative decay
+ * rate, the 0.8B preset's shape; weft loads and runs it; DeltaNet sizes on another family and
+ * v heads that are no multiple of the q/k heads are refused */
+static void gen_writes_hybrid_qwen35(void)
+{
+    struct weft_gen_params p = small_params(WEFT_TYPE_Q8_0);
+    p.arch = "qwen35";
+    p.n_embd = 128; p.n_layer = 4; p.head_dim = 32; p.n_ff = 256;
+    const char *path = tmp_path("qwen35");
+    CHECK_MSG(weft_gen_model(&p, path) == WEFT_OK, "%s", weft_last_error());
+    struct weft_gguf *g = NULL;
+    CHECK_EQ_INT(weft_gguf_open(path, &g), WEFT_OK);
+    if (!g) return;
+    CHECK_EQ_INT(get_u32(g, "qwen35.full_attention_interval"), 4);
+    CHECK_EQ_INT(get_u32(g, "qwen35.ssm.conv_kernel"), 4);
+    CHECK_EQ_INT(get_u32(g, "qwen35.ssm.state_size"), 32);
+    CHECK_EQ_INT(get_u32(g, "qwen35.ssm.group_count"), 2);
+    CHECK_EQ_INT(get_u32(g, "qwen35.ssm.time_step_rank"), 4);
+    CHECK_EQ_INT(get_u32(g, "qwen35.ssm.inner_size"), 128);
+    CHECK_EQ_INT(get_u32(g, "qwen35.rope.dimension_count"), 8);  /* a quarter of the head */
+    /* layers 0-2 recurrent: qkv (2·2 + 4)·32 = 256 wide; layer 3 attention: q with its gate */
+    check_shape(g, "blk.0.attn_qkv.weight", WEFT_TYPE_Q8_0, 128, 256);
+    check_shape(g, "blk.2.ssm_out.weight", WEFT_TYPE_Q8_0, 128, 128);
+    check_shape(g, "blk.3.attn_q.weight", WEFT_TYPE_Q8_0, 128, 2 * 4 * 32);
+    CHECK(weft_gguf_find_tensor(g, "blk.3.attn_qkv.weight") < 0 && weft_gguf_find_tensor(g, "blk.0.attn_q.weight") < 0);
+    const struct weft_gguf_tensor *a = tensor(g, "blk.1.ssm_a"), *c = tensor(g, "blk.1.ssm_conv1d.weight");
+    for (int i = 0; a && i < 4; i++) CHECK(((const float *)a->data)[i] < 0);
+    CHECK(c && c->type == WEFT_TYPE_F32 && c->ne[0] == 4 && c->ne[1] == 256);
+    weft_gguf_close(g);
+    char args[512], *out = NULL;
+    snprintf(args, sizeof args, "run -m '%s' -p 'hello there, how are you' -n 12 --temp 0 -t 1 2>&1", path);
+    CHECK_MSG(weft_exec(args, &out) == 0, "%s", out ? out : "");
+    free(out);
+    struct weft_gen_params q = p;
+    q.ssm_v_heads = 3;
+    CHECK(weft_gen_validate(&q) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "v heads"));
+    q = p;
+    q.arch = "qwen3";
+    q.ssm_state = 64;
+    CHECK(weft_gen_validate(&q) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "qwen35's"));
+    CHECK_EQ_INT(weft_gen_preset(&q, "qwen35-0.8b"), WEFT_OK);
+    q.type = WEFT_TYPE_Q4_K;
+    q.mixed = true;
+    CHECK_MSG(weft_gen_validate(&q) == WEFT_OK, "%s", weft_last_error());
+}
+
 /* stdout of `weft info ARGS...` (malloc'd), or NULL */
 static char *info_output(int argc, char **argv)
 {
@@ -1074,6 +1120,7 @@ int main(void)
     }
     RUN(gen_has_llama_names_shapes_and_keys);
     RUN(gen_writes_other_families);
+    RUN(gen_writes_hybrid_qwen35);
     RUN(gen_writes_moe_families);
     RUN(gen_vocab_is_spm_with_byte_tokens);
     RUN(gen_vocab_loads_and_round_trips);

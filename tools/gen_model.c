@@ -212,7 +212,7 @@ void weft_scratch_free(struct weft_scratch *s)
 
 #define GEN_PRESETS "tiny, tiny-moe, smollm2-135m, llama3-8b, qwen2.5-7b, qwen3-0.6b, qwen3-8b, phi4-mini, " \
                     "gemma3-4b, mixtral-8x7b, olmoe-1b-7b, qwen3-30b-a3b, qwen3-30b-a3b-l8, gpt-oss-20b, "     \
-                    "deepseek-v2-lite"
+                    "deepseek-v2-lite, qwen35-0.8b"
 
 weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
 {
@@ -272,6 +272,11 @@ weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset)
         q.n_expert = 64; q.n_expert_used = 6; q.n_ff_exp = 1408; q.n_expert_shared = 2; q.n_dense_lead = 1;
         q.expert_gating = 1; q.expert_weights_scale = 1.0f;
         q.n_vocab = 102400; q.n_ctx = 163840; q.rms_eps = 1e-6f;
+    } else if (strcmp(preset, "qwen35-0.8b") == 0) {
+        q.arch = "qwen35"; q.n_embd = 1024; q.n_layer = 24; q.n_head = 8; q.n_head_kv = 2; q.head_dim = 256;
+        q.n_rot = 64; q.n_ff = 3584; q.n_vocab = 248320; q.n_ctx = 262144; q.rope_freq_base = 10000000.0f;
+        q.rms_eps = 1e-6f; q.tied_output = true;
+        q.full_attn_interval = 4; q.ssm_conv = 4; q.ssm_state = 128; q.ssm_groups = 16; q.ssm_v_heads = 16;
     } else {
         return weft_error(WEFT_ERR_INVALID_ARG, "unknown preset '%s' (known: " GEN_PRESETS ")", preset);
     }
@@ -341,6 +346,14 @@ static void gen_resolve(const struct weft_gen_params *p, struct weft_gen_params 
         if (!r->expert_gating) r->expert_gating = 1;
         if (r->n_dense_lead > r->n_layer) r->n_dense_lead = r->n_layer;
     }
+    if (gen_arch_is(r, "qwen35")) {
+        if (!r->full_attn_interval) r->full_attn_interval = r->n_layer < 4 ? r->n_layer : 4;
+        if (!r->ssm_conv) r->ssm_conv = 4;
+        if (!r->ssm_state) r->ssm_state = r->n_embd >= 1024 ? 128 : 32;
+        if (!r->ssm_groups) r->ssm_groups = r->n_head_kv;
+        if (!r->ssm_v_heads) r->ssm_v_heads = r->n_head;
+        if (!r->n_rot && r->n_head) r->n_rot = (gen_head_dim(r) / 4) & ~1u;
+    }
     if (!r->n_rot && r->n_head) r->n_rot = gen_head_dim(r);
 }
 
@@ -365,6 +378,14 @@ static void gen_hparams(const struct weft_gen_params *r, uint32_t n_vocab, struc
     hp->n_expert = r->n_expert;
     hp->n_expert_used = r->n_expert_used;
     hp->n_ff_exp = r->n_ff_exp;
+    if (gen_arch_is(r, "qwen35")) {
+        hp->full_attn_interval = r->full_attn_interval;
+        hp->ssm_conv_kernel = r->ssm_conv;
+        hp->ssm_state = r->ssm_state;
+        hp->ssm_groups = r->ssm_groups;
+        hp->ssm_dt_rank = r->ssm_v_heads;
+        hp->ssm_inner = r->ssm_v_heads * r->ssm_state;
+    }
     if (gen_arch_is(r, "deepseek2")) {
         hp->n_expert_shared = r->n_expert_shared;
         hp->n_dense_lead = r->n_dense_lead;
@@ -521,6 +542,17 @@ weft_status weft_gen_validate(const struct weft_gen_params *given)
             return weft_error(WEFT_ERR_INVALID_ARG, "a YaRN log multiplier (%g) is deepseek2's, in (0, 10)",
                               (double)p->yarn_log_mul);
     }
+    if (gen_arch_is(p, "qwen35")) {
+        if (p->full_attn_interval < 1 || p->full_attn_interval > p->n_layer || p->ssm_conv < 2 || p->ssm_conv > 64 ||
+            p->ssm_state < 2 || p->ssm_state > 256 || p->ssm_state % 2 || p->ssm_groups < 1 ||
+            p->ssm_v_heads > 1024 || p->ssm_v_heads % p->ssm_groups)
+            return weft_error(WEFT_ERR_INVALID_ARG, "qwen35: full-attention interval %" PRIu32 " (1..layers), conv %"
+                              PRIu32 " (2..64), state %" PRIu32 " (even, 2..256), %" PRIu32 " v heads (a multiple of "
+                              "the %" PRIu32 " q/k heads)", p->full_attn_interval, p->ssm_conv, p->ssm_state,
+                              p->ssm_v_heads, p->ssm_groups);
+    } else if (p->full_attn_interval || p->ssm_conv || p->ssm_state || p->ssm_groups || p->ssm_v_heads) {
+        return weft_error(WEFT_ERR_INVALID_ARG, "the Gated DeltaNet sizes are qwen35's (arch %s)", gen_arch(p));
+    }
     if (gen_arch_is(p, "gpt-oss") && p->n_swa > GEN_MAX_DIM)
         return weft_error(WEFT_ERR_INVALID_ARG, "sliding window %" PRIu32 " > %u", p->n_swa, GEN_MAX_DIM);
     if (!p->vocab_from) {
@@ -660,6 +692,12 @@ static weft_status gen_fill(struct gen_tensor *t, uint64_t seed, float scale, fl
     if (t->kind != GEN_WEIGHT) {
         bool norm = t->kind == GEN_NORM;
         float *dst = t->data;
+        const size_t nl = strlen(t->name);
+        if (nl >= 6 && !strcmp(t->name + nl - 6, ".ssm_a")) {
+            /* a DeltaNet decay rate: -exp(A_log), negative (a positive one grows the state without bound) */
+            for (int64_t i = 0; i < n * rows; i++) dst[i] = -expf(0.5f * rand_normal(&rng));
+            return WEFT_OK;
+        }
         for (int64_t i = 0; i < n * rows; i++) dst[i] = (norm ? 1.0f : 0.0f) + (norm ? 0.02f : 0.1f) * rand_normal(&rng);
         return WEFT_OK;
     }
@@ -774,7 +812,7 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
     SET(weft_gguf_writer_set_f32(w, KEY("rope.freq_base"), p->rope_freq_base));
     SET(weft_gguf_writer_set_f32(w, KEY("attention.layer_norm_rms_epsilon"), p->rms_eps));
     /* the MoE families' converters write the head sizes whatever they are */
-    if (p->head_dim || p->head_dim_v || gen_moe_family(p)) {
+    if (p->head_dim || p->head_dim_v || gen_moe_family(p) || !strcmp(a, "qwen35")) {
         SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length"), gen_head_dim(p)));
         SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length"), gen_head_dim_v(p)));
     }
@@ -805,6 +843,19 @@ static weft_status set_hparams(struct weft_gguf_writer *w, const struct weft_gen
         SET(weft_gguf_writer_set_u32(w, KEY("attention.kv_lora_rank"), p->kv_lora_rank));
         SET(weft_gguf_writer_set_u32(w, KEY("attention.key_length_mla"), p->mla_qk));
         SET(weft_gguf_writer_set_u32(w, KEY("attention.value_length_mla"), p->mla_v));
+    }
+    if (!strcmp(a, "qwen35")) {
+        /* the text positions of Qwen3.5's multi-section rope: every section one stream (pairs
+         * split 11:11:10 as the real files do) */
+        const int32_t pairs = (int32_t)p->n_rot / 2, sec = (pairs * 11 + 16) / 32;
+        const int32_t sections[4] = {sec, sec, pairs - 2 * sec, 0};
+        SET(weft_gguf_writer_set_u32(w, KEY("full_attention_interval"), p->full_attn_interval));
+        SET(weft_gguf_writer_set_u32(w, KEY("ssm.conv_kernel"), p->ssm_conv));
+        SET(weft_gguf_writer_set_u32(w, KEY("ssm.state_size"), p->ssm_state));
+        SET(weft_gguf_writer_set_u32(w, KEY("ssm.group_count"), p->ssm_groups));
+        SET(weft_gguf_writer_set_u32(w, KEY("ssm.time_step_rank"), p->ssm_v_heads));
+        SET(weft_gguf_writer_set_u32(w, KEY("ssm.inner_size"), p->ssm_v_heads * p->ssm_state));
+        SET(weft_gguf_writer_set_arr_i32(w, KEY("rope.dimension_sections"), sections, 4));
     }
     if (p->n_expert) {
         if (strcmp(a, "llama") != 0)  /* Mixtral: feed_forward_length is the expert's */
@@ -925,9 +976,10 @@ static void gen_usage(FILE *f)
             "                [--dense-lead N] [--gating softmax|sigmoid] [--weights-scale F] [--weights-norm]\n"
             "                [--q-lora N] [--kv-lora N] [--mla-qk N] [--mla-v N]\n"
             "                [--expert-groups N --groups-used M] [--yarn F [--yarn-orig-ctx N] [--yarn-log-mul M]]\n"
-            "                [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
+            "                [--full-attn-interval N] [--ssm-conv N] [--ssm-state N] [--ssm-groups N]\n"
+            "                [--ssm-v-heads N] [--seed N] [--scale F] [--name S] [--vocab-from FILE]\n"
             "Writes a random-weight GGUF of a family weft runs (default preset: tiny, a llama).\n"
-            "--arch: llama qwen2 qwen3 qwen3moe gpt-oss deepseek2 phi3 gemma3.\n"
+            "--arch: llama qwen2 qwen3 qwen3moe qwen35 gpt-oss deepseek2 phi3 gemma3.\n"
             "--preset: tiny (n_embd 256, 2 layers, vocab 512; with --arch any family: a tiny one of it),\n"
             "  smollm2-135m llama3-8b qwen2.5-7b qwen3-0.6b qwen3-8b phi4-mini gemma3-4b (those shapes), and\n"
             "  mixtures of experts:\n"
@@ -939,6 +991,10 @@ static void gen_usage(FILE *f)
             "  gpt-oss-20b       gpt-oss 2880/24/64/8, head_dim 64, 32 experts top 4 of 2880, window 128\n"
             "  deepseek-v2-lite  deepseek2 2048/27/16 heads, MLA kv_lora 512, rope 64, qk_nope 128, v 128,\n"
             "                    1 dense layer (ff 10944), 64 experts top 6 of 1408 + 2 shared, vocab 102400\n"
+            "  and the hybrid qwen35-0.8b (Qwen3.5-0.8B: 1024/24 layers, attention on 1 in 4: 8 heads/2 kv of\n"
+            "  256, rope 64; Gated DeltaNet 16 q/k and 16 v heads of 128, conv 4; ff 3584, vocab 248320).\n"
+            "qwen35: --full-attn-interval (4, or the layers when fewer: layers 3, 7, ... attend), --ssm-conv (4), --ssm-state (128;\n"
+            "32 under 1024 wide), --ssm-groups (q/k heads: --kv-heads), --ssm-v-heads (--heads).\n"
             "Experts: --experts N (qwen3moe, gpt-oss, deepseek2: 8 unless given; llama: Mixtral's layout),\n"
             "--experts-used K (default 2), --expert-ff F (an expert's rows; default --ff). deepseek2 also:\n"
             "--shared-experts, --dense-lead (leading dense layers, --ff wide), --gating (sigmoid adds\n"
@@ -1050,6 +1106,11 @@ int weft_cmd_gen(int argc, char **argv)
         else if (strcmp(a, "--yarn") == 0) ok = parse_f32(v, &p.yarn_factor);
         else if (strcmp(a, "--yarn-orig-ctx") == 0) ok = parse_u32(v, &p.yarn_orig_ctx);
         else if (strcmp(a, "--yarn-log-mul") == 0) ok = parse_f32(v, &p.yarn_log_mul);
+        else if (strcmp(a, "--full-attn-interval") == 0) ok = parse_u32(v, &p.full_attn_interval);
+        else if (strcmp(a, "--ssm-conv") == 0) ok = parse_u32(v, &p.ssm_conv);
+        else if (strcmp(a, "--ssm-state") == 0) ok = parse_u32(v, &p.ssm_state);
+        else if (strcmp(a, "--ssm-groups") == 0) ok = parse_u32(v, &p.ssm_groups);
+        else if (strcmp(a, "--ssm-v-heads") == 0) ok = parse_u32(v, &p.ssm_v_heads);
         else if (strcmp(a, "--vocab-from") == 0) { p.vocab_from = v; ok = v != NULL; }
         else if (strcmp(a, "--tied") == 0) { p.tied_output = true; takes = false; }
         else if (strcmp(a, "--untied") == 0) { p.tied_output = false; takes = false; }

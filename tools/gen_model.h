@@ -1,7 +1,7 @@
 /* Random-weight GGUF generator (`weft gen`).
  *
  * Writes a model of a family weft runs (core/arch/: llama, with or without
- * experts, qwen2, qwen3, qwen3moe, gpt-oss, deepseek2, phi3, gemma3) as
+ * experts, qwen2, qwen3, qwen3moe, qwen35, gpt-oss, deepseek2, phi3, gemma3) as
  * llama.cpp's converter would: the same tensor names, shapes (experts and
  * MLA's per-head matrices 3-D) and hyperparameter keys, weights drawn deterministically from
  * `seed`, and either a generated SentencePiece-style vocabulary or the
@@ -69,6 +69,11 @@ struct weft_gen_params {
      * rope.scaling.yarn_log_multiplier yarn_log_mul (0: none; DeepSeek V3 writes 0.1) */
     float yarn_factor, yarn_log_mul;
     uint32_t yarn_orig_ctx;
+    /* qwen35's Gated DeltaNet layers (0s: the default in brackets): every full_attn_interval-th
+     * layer [4] has attention, the others the delta rule over ssm_v_heads [n_head] v heads and
+     * ssm_groups [n_head_kv] q/k heads of ssm_state [128, 32 under n_embd 1024] with a causal
+     * conv of ssm_conv [4] taps; attn_q carries each head's output gate; n_rot [head dim / 4] */
+    uint32_t full_attn_interval, ssm_conv, ssm_state, ssm_groups, ssm_v_heads;
 };
 
 /* Fill *p with a preset: "tiny" (n_embd 256, 2 layers, vocab 512: small enough
@@ -89,6 +94,9 @@ struct weft_gen_params {
  *   "deepseek-v2-lite"  deepseek2: 2048/27/16 heads, MLA (q_lora 0, kv_lora 512, rope 64,
  *                       qk_nope 128, v 128), 1 dense layer of 10944, then 64 experts top 6
  *                       of 1408 + 2 shared, softmax gating, vocab 102400
+ * and the hybrid "qwen35-0.8b" (Qwen3.5-0.8B's published shape: 1024/24 layers, one in four
+ * with attention of 8 heads / 2 KV of 256, rope 64; Gated DeltaNet 16 q/k and 16 v heads of
+ * 128, conv 4; ff 3584, vocab 248320, tied).
  * Type F16, seed 1, scale 1.
  * Returns WEFT_ERR_INVALID_ARG for an unknown name (p is then untouched). */
 weft_status weft_gen_preset(struct weft_gen_params *p, const char *preset);

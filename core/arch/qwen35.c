@@ -50,6 +50,11 @@ static weft_status qwen35_hparams(const struct weft_gguf *g, struct weft_hparams
         return weft_error(WEFT_ERR_FORMAT, "model: %s.ssm.inner_size %u is not time_step_rank %u x state_size %u", a,
                           hp->ssm_inner, hp->ssm_dt_rank, hp->ssm_state);
     hp->ssm_inner = hp->ssm_dt_rank * hp->ssm_state;
+    uint32_t nextn = 0;
+    if ((st = weft_hp_opt_u32(g, a, "nextn_predict_layers", &nextn))) return st;
+    if (nextn)
+        return weft_error(WEFT_ERR_UNSUPPORTED, "model: %s.nextn_predict_layers %u: multi-token prediction layers are "
+                          "not supported (a file converted without them runs)", a, nextn);
     if (weft_hp_kv_layers(hp) == 0)
         return weft_error(WEFT_ERR_FORMAT, "model: %s.full_attention_interval %u leaves none of the %u layers "
                           "with attention", a, hp->full_attn_interval, hp->n_layer);
