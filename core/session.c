@@ -70,6 +70,14 @@ weft_status weft_session_eval(struct weft_session *s, const int32_t *tokens, siz
 }
 
 uint32_t weft_session_pos(const struct weft_session *s) { return s->pos; }
+
+void weft_session_memory(const struct weft_session *s, uint64_t *kv_bytes_per_token, uint64_t *state_bytes)
+{
+    struct weft_kv_stats st;
+    weft_kv_stats(&s->kv, &st);
+    *kv_bytes_per_token = st.bytes_per_token;
+    *state_bytes = st.state_bytes_per_seq;
+}
 uint32_t weft_session_n_ctx(const struct weft_session *s) { return s->n_ctx; }
 void weft_session_reset(struct weft_session *s)
 {

@@ -21,6 +21,9 @@ void weft_session_free(struct weft_session *s);
 weft_status weft_session_eval(struct weft_session *s, const int32_t *tokens, size_t n, const float **logits);
 
 uint32_t weft_session_pos(const struct weft_session *s);
+/* The session's cache per sequence: K/V bytes one token takes (every layer that keeps K/V) and a
+ * hybrid model's recurrent state (0 for others), the same at any length. */
+void weft_session_memory(const struct weft_session *s, uint64_t *kv_bytes_per_token, uint64_t *state_bytes);
 uint32_t weft_session_n_ctx(const struct weft_session *s);
 /* Forget everything (positions restart at 0; a hybrid model's recurrent state starts from
  * zero again); keeps the memory. */

@@ -32,7 +32,8 @@ int weft_cmd_bench(int argc, char **argv)
     struct cli_opts o;
     weft_cli_opts_default(&o);
     int pp[16] = {128, 512}, n_pp = 2, tg[16] = {64}, n_tg = 1, reps = 5;
-    int conc[16], n_conc = 0;
+    int conc[16], n_conc = 0, depth[16] = {0}, n_depth = 1;
+    bool depth_set = false;
     int levels[16] = {1, 8, 32}, n_levels = 3;
     bool membw_only = false, pp_set = false, tg_set = false, reps_set = false, levels_set = false;
     const char *devices = NULL, *out_prefix = NULL;
@@ -60,6 +61,13 @@ int weft_cmd_bench(int argc, char **argv)
             }
             continue;
         }
+        if (!strcmp(a, "-d") && i + 1 < argc) {
+            const char *v = argv[++i];
+            n_depth = weft_bench_parse_list(v, depth, 16);
+            if (n_depth < 1) { fprintf(stderr, "weft bench: bad value for -d: '%s'\n", v); return 2; }
+            depth_set = true;
+            continue;
+        }
         if ((!strcmp(a, "-p") || !strcmp(a, "-n") || !strcmp(a, "-r")) && i + 1 < argc) {
             const char *v = argv[++i];
             int r = !strcmp(a, "-p")   ? (n_pp = weft_bench_parse_list(v, pp, 16))
@@ -79,11 +87,13 @@ int weft_cmd_bench(int argc, char **argv)
                 weft_cli_unknown_option("bench", a, i + 1 == argc);
                 return 2;
             }
-            printf("usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
+            printf("usage: weft bench [-m MODEL] [-p 128,512] [-n 64] [-d 0,2048] [-r 5] [-t THREADS] [-b BATCH] [--json]\n"
                    "       weft bench --membw [-t THREADS]\n"
                    "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n"
                    "       weft bench --devices all|DEV,... [-m MODEL] [-p 128] [-n 32] [-r 3] [--levels 1,8,32]\n"
                    "                  [--split SPEC] [--out weft-devices] [-t THREADS] [--json]\n"
+                   "  -d: each test after a context of that many tokens (computed first, untimed; llama-bench's\n"
+                   "  -d), with the cache a sequence holds then (K/V, and a hybrid model's recurrent state)\n"
                    "  result lines are printed (and flushed) as each test ends; on a terminal a status line\n"
                    "  on stderr shows the test and run in progress\n"
                    "  --devices: the same model and workload on each device (all: every device of every\n"
@@ -106,6 +116,10 @@ int weft_cmd_bench(int argc, char **argv)
     }
     if ((levels_set || out_prefix) && !devices) {
         fprintf(stderr, "weft bench: --levels and --out go with --devices\n");
+        return 2;
+    }
+    if (depth_set && (devices || n_conc || membw_only)) {
+        fprintf(stderr, "weft bench: -d goes with the plain pp/tg tests\n");
         return 2;
     }
     if (devices) {
@@ -143,6 +157,9 @@ int weft_cmd_bench(int argc, char **argv)
     int max_n = 0;
     for (int i = 0; i < n_pp; i++) if (pp[i] > max_n) max_n = pp[i];
     for (int i = 0; i < n_tg; i++) if (tg[i] > max_n) max_n = tg[i];
+    int max_d = 0;
+    for (int i = 0; i < n_depth; i++) if (depth[i] > max_d) max_d = depth[i];
+    max_n += max_d;
     int rc = 1;
     json_t *results = NULL;
     struct weft_session *s = NULL;
@@ -184,23 +201,31 @@ int weft_cmd_bench(int argc, char **argv)
             printf("memory bandwidth: n/a for a split over several devices\n\n");
         else
             printf("memory bandwidth of %s: unknown (set WEFT_<BACKEND>_BW_GBS)\n\n", dev_name);
-        printf("| %-6s | %12s | %15s | %9s | %14s |\n", "test", "t/s median", "t/s mean ± sd", "GB/s", "of membw");
-        printf("|--------|--------------|-----------------|-----------|----------------|\n");
+        printf("| %-*s | %12s | %15s | %9s | %14s |\n", depth_set ? 14 : 6, "test", "t/s median", "t/s mean ± sd",
+               "GB/s", "of membw");
+        printf("|%s|--------------|-----------------|-----------|----------------|\n",
+               depth_set ? "----------------" : "--------");
         fflush(stdout);
     }
+    const int tw = depth_set ? 14 : 6;  /* the test column */
+    for (int di = 0; di < n_depth; di++)
     for (int pass = 0; pass < 2; pass++) {
         int cnt = pass ? n_tg : n_pp;
         for (int i = 0; i < cnt; i++) {
             int n = pass ? tg[i] : pp[i];
             if (n == 0) continue;
             struct bench_stats st;
-            if (weft_bench_run_test(s, toks, n, pass, reps, NULL, &st)) { weft_cli_fail("benchmark run failed"); goto out; }
-            char test[32];
-            snprintf(test, sizeof test, "%s%d", pass ? "tg" : "pp", n);
+            if (weft_bench_run_test_at(s, toks, n, pass, depth[di], reps, NULL, &st)) {
+                weft_cli_fail("benchmark run failed");
+                goto out;
+            }
+            char test[48];
+            if (depth_set) snprintf(test, sizeof test, "%s%d @ d%d", pass ? "tg" : "pp", n, depth[di]);
+            else snprintf(test, sizeof test, "%s%d", pass ? "tg" : "pp", n);
             double gbs = pass ? wbytes * st.median / 1e9 : 0;
             if (o.json) {
-                json_t *e = json_pack("{s:s,s:i,s:f,s:f,s:f}", "test", test, "n", n, "tps_median", st.median,
-                                      "tps_mean", st.mean, "tps_sd", st.sd);
+                json_t *e = json_pack("{s:s,s:i,s:i,s:f,s:f,s:f}", "test", test, "n", n, "depth", depth[di],
+                                      "tps_median", st.median, "tps_mean", st.mean, "tps_sd", st.sd);
                 if (pass) {
                     json_object_set_new(e, "weight_gbs", json_real(gbs));
                     json_object_set_new(e, "membw_ratio", json_real(dev_bw > 0 ? gbs / dev_bw : 0));
@@ -208,21 +233,31 @@ int weft_cmd_bench(int argc, char **argv)
                 json_array_append_new(results, e);
             } else if (pass) {
                 if (dev_bw > 0)
-                    printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9.1f | %13.0f%% |\n", test, st.median, st.mean, st.sd, gbs,
-                           100 * gbs / dev_bw);
+                    printf("| %-*s | %12.1f | %7.1f ± %5.1f | %9.1f | %13.0f%% |\n", tw, test, st.median, st.mean, st.sd,
+                           gbs, 100 * gbs / dev_bw);
                 else
-                    printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9.1f | %14s |\n", test, st.median, st.mean, st.sd, gbs,
-                           "n/a");
+                    printf("| %-*s | %12.1f | %7.1f ± %5.1f | %9.1f | %14s |\n", tw, test, st.median, st.mean, st.sd,
+                           gbs, "n/a");
             } else {
-                printf("| %-6s | %12.1f | %7.1f ± %5.1f | %9s | %14s |\n", test, st.median, st.mean, st.sd, "", "");
+                printf("| %-*s | %12.1f | %7.1f ± %5.1f | %9s | %14s |\n", tw, test, st.median, st.mean, st.sd, "", "");
             }
             fflush(stdout);
         }
     }
+    /* the cache a sequence holds: K/V per token, a hybrid's recurrent state per sequence */
+    uint64_t kv_tok = 0, state = 0;
+    weft_session_memory(s, &kv_tok, &state);
+    if (!o.json && depth_set) {
+        printf("\ncache per sequence: K/V %.1f KiB a token (F16), recurrent state %.2f MiB\n", kv_tok / 1024.0,
+               state / 1048576.0);
+        for (int di = 0; di < n_depth; di++)
+            printf("  at %d tokens: %.1f MiB\n", depth[di], ((double)kv_tok * depth[di] + state) / 1048576.0);
+    }
     if (o.json) {
-        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:f,s:o}", "model", name, "type",
+        json_t *root = json_pack("{s:s,s:s,s:f,s:i,s:f,s:f,s:I,s:I,s:o}", "model", name, "type",
                                  weft_type_name(weft_model_ftype(m)), "weight_bytes_per_token", wbytes, "threads",
-                                 threads, "membw_gbs", bw, "device_bw_gbs", dev_bw, "results", results);
+                                 threads, "membw_gbs", bw, "device_bw_gbs", dev_bw, "kv_bytes_per_token",
+                                 (json_int_t)kv_tok, "state_bytes_per_seq", (json_int_t)state, "results", results);
         results = NULL;
         char *str = json_dumps(root, JSON_REAL_PRECISION(6));
         if (str) puts(str);

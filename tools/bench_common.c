@@ -141,8 +141,16 @@ int weft_bench_session_open(const struct weft_model *m, int max_n, int batch, st
 
 int weft_bench_run_once(struct weft_session *s, const int32_t *toks, int n, bool tg, double *tps)
 {
+    return weft_bench_run_once_at(s, toks, n, tg, 0, tps);
+}
+
+int weft_bench_run_once_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, double *tps)
+{
     const float *lg;
     weft_session_reset(s);
+    /* the context before the test, untimed */
+    if (depth > 0 && weft_session_eval(s, toks, (size_t)depth, &lg) != WEFT_OK) return -1;
+    toks += depth;
     double t0 = weft_cli_now_ms();
     if (tg) {
         for (int i = 0; i < n; i++)
@@ -157,15 +165,23 @@ int weft_bench_run_once(struct weft_session *s, const int32_t *toks, int n, bool
 int weft_bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, int reps, const char *tag,
                    struct bench_stats *out)
 {
+    return weft_bench_run_test_at(s, toks, n, tg, 0, reps, tag, out);
+}
+
+int weft_bench_run_test_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, int reps,
+                           const char *tag, struct bench_stats *out)
+{
     double v[100], warm;
     const char *sep = tag ? ": " : "", *what = tg ? "tg" : "pp";
     if (reps > 100) reps = 100;
     if (!tag) tag = "";
     weft_cli_progress("%s%s%s%d: warm-up", tag, sep, what, n);
-    if (weft_bench_run_once(s, toks, n, tg, &warm)) { weft_cli_progress_clear(); return -1; }
+    /* at a depth, each run's own untimed context warms what a warm-up would */
+    if (!depth && weft_bench_run_once_at(s, toks, n, tg, depth, &warm)) { weft_cli_progress_clear(); return -1; }
+    if (depth) warm = 0;
     for (int r = 0; r < reps; r++) {
         weft_cli_progress("%s%s%s%d: run %d/%d (last %.1f t/s)", tag, sep, what, n, r + 1, reps, r ? v[r - 1] : warm);
-        if (weft_bench_run_once(s, toks, n, tg, &v[r])) { weft_cli_progress_clear(); return -1; }
+        if (weft_bench_run_once_at(s, toks, n, tg, depth, &v[r])) { weft_cli_progress_clear(); return -1; }
     }
     weft_cli_progress_clear();
     *out = weft_bench_summarize(v, reps);

@@ -33,11 +33,17 @@ int weft_bench_session_open(const struct weft_model *m, int max_n, int batch, st
 
 /* tokens/s of one test: pp (n tokens at once) or tg (n tokens one by one). */
 int weft_bench_run_once(struct weft_session *s, const int32_t *toks, int n, bool tg, double *tps);
+/* The same after a context of `depth` tokens (toks[0..depth), computed untimed first; the test's
+ * tokens follow them): llama-bench's -d. */
+int weft_bench_run_once_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, double *tps);
 
 /* One test, a warm-up then `reps` runs (reps <= 100), with a status line on
  * stderr ("[TAG: ]pp128: run 2/5"; TAG may be NULL). Returns 0, or -1 when a
  * run failed (weft_last_error says why). */
 int weft_bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, int reps, const char *tag,
                    struct bench_stats *out);
+/* The same at a depth (weft_bench_run_once_at) */
+int weft_bench_run_test_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, int reps,
+                           const char *tag, struct bench_stats *out);
 
 #endif
