@@ -155,6 +155,7 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
                           (size_t)hp->kv_lora_rank + hp->n_rot, hp->q_lora_rank,
                           (size_t)hp->n_expert_shared * hp->n_ff_exp};
     for (size_t i = 0; hp->kv_latent && i < sizeof mla / sizeof mla[0]; i++) ff = mla[i] > ff ? mla[i] : ff;
+    if (hp->n_ff_shexp > ff) ff = hp->n_ff_shexp;  /* a gated shared expert's rows */
     fw->off_gate = take(&c, R * ff * f);
     fw->off_up = take(&c, R * ff * f);
     fw->off_hb = take(&c, R * ff * f);

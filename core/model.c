@@ -108,9 +108,13 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
                           weft_family_names());
     snprintf(hp->arch, sizeof hp->arch, "%s", arch);
 
+    /* feed_forward_length: a model whose every FFN is a mixture may have none (Qwen3.5-MoE) */
+    uint32_t n_exp_key = 0;
+    if ((st = weft_hp_opt_u32(g, arch, "expert_count", &n_exp_key))) return st;
     if ((st = get_u32_req(g, arch, "embedding_length", &hp->n_embd)) ||
         (st = get_u32_req(g, arch, "block_count", &hp->n_layer)) ||
-        (st = get_u32_req(g, arch, "feed_forward_length", &hp->n_ff)) ||
+        (n_exp_key ? (st = weft_hp_opt_u32(g, arch, "feed_forward_length", &hp->n_ff))
+                   : (st = get_u32_req(g, arch, "feed_forward_length", &hp->n_ff))) ||
         (st = get_u32_req(g, arch, "attention.head_count", &hp->n_head)))
         return st;
     hp->n_ctx_train = 2048;
@@ -156,7 +160,9 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
         return st;
     if (hp->n_expert) {
         hp->n_ff_exp = hp->n_ff;
-        if ((st = weft_hp_opt_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp))) return st;
+        if ((st = weft_hp_opt_u32(g, arch, "expert_feed_forward_length", &hp->n_ff_exp)) ||
+            (st = weft_hp_opt_u32(g, arch, "expert_shared_feed_forward_length", &hp->n_ff_shexp)))
+            return st;
         if (!hp->family->experts)
             return weft_error(WEFT_ERR_UNSUPPORTED, "model: '%s' with experts (%s.expert_count %u) is not supported", arch,
                               arch, hp->n_expert);

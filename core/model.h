@@ -49,6 +49,8 @@ struct weft_hparams {
      * n_expert_shared · n_ff_exp wide), the first n_dense_lead layers dense, the gating, the
      * chosen weights renormalised and scaled (0: 1) */
     uint32_t n_expert_shared, n_dense_lead;
+    uint32_t n_ff_shexp;       /* expert_shared_feed_forward_length: one gated shared expert's rows
+                                * (Qwen3.5-MoE, Qwen3-Next); 0: none, or DeepSeek's n_expert_shared */
     enum weft_moe_gating expert_gating;
     bool expert_weights_norm;
     float expert_weights_scale;

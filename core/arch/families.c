@@ -5,7 +5,8 @@
 #include <string.h>
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
-    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2, weft_family_qwen35;
+    weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2, weft_family_qwen35,
+    weft_family_qwen35moe;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -17,6 +18,7 @@ static const struct weft_family *const families[] = {
     &weft_family_gpt_oss,
     &weft_family_deepseek2,
     &weft_family_qwen35,
+    &weft_family_qwen35moe,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -28,7 +30,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama (with or without experts), qwen2, qwen3, qwen3moe, qwen35, gpt-oss, deepseek2, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, qwen35, qwen35moe, gpt-oss, deepseek2, phi3, gemma3";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)
@@ -85,6 +87,7 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
     if (hp->head_dim * hp->n_head != hp->n_embd) ADD("head_dim %u (q width %u)", hp->head_dim, hp->head_dim * hp->n_head);
     if (hp->n_expert) ADD("%u of %u experts of %u rows per token", hp->n_expert_used, hp->n_expert, hp->n_ff_exp);
     if (hp->n_expert_shared) ADD("%u shared", hp->n_expert_shared);
+    if (hp->n_ff_shexp) ADD("a gated shared expert of %u rows", hp->n_ff_shexp);
     if (hp->expert_groups) ADD("experts in %u groups, %u searched", hp->expert_groups, hp->expert_group_used);
     if (hp->full_attn_interval)
         ADD("Gated DeltaNet on %u of %u layers (%u q/k and %u v heads of %u, conv %u), gated attention on the rest",

@@ -20,6 +20,12 @@
  * Then, every layer, a SwiGLU FFN on rmsnorm(x) · post_attention_norm; the output head is
  * token_embd (tied) unless the file has one.
  *
+ * qwen35moe (Qwen3.5 / 3.6 MoE): the same layers with, for the FFN, a routed mixture (softmax over
+ * the experts, the top k renormalised) plus one shared expert scaled by a sigmoid gate:
+ *   x += Σ_j w_j · SwiGLU_e_j(xb);  x += sigmoid(xb · g_shexp) · SwiGLU_shexp(xb)
+ * the gate's sigmoid as a MOE_ROUTE of one "expert" (sigmoid gating, k 1) and the shared
+ * expert's down projection as a MATMUL_ID of one expert weighted by it.
+ *
  * rope.dimension_sections (Qwen3.5's multi-section rope) gives each section of the rotated
  * dims its own position stream (time, height, width) for images and video; weft runs text,
  * where every stream is the token's position, which makes it NEOX rope on those dims. */
@@ -41,6 +47,8 @@ static weft_status qwen35_hparams(const struct weft_gguf *g, struct weft_hparams
     if (!hp->full_attn_interval || !hp->ssm_conv_kernel || !hp->ssm_state || !hp->ssm_groups || !hp->ssm_dt_rank)
         return weft_error(WEFT_ERR_FORMAT, "model: %s needs %s.full_attention_interval and %s.ssm.conv_kernel, "
                           "state_size, group_count and time_step_rank (all > 0)", a, a, a);
+    if (hp->family->experts && (!hp->n_expert || !hp->n_ff_shexp))
+        return weft_error(WEFT_ERR_FORMAT, "model: %s needs %s.expert_count and expert_shared_feed_forward_length", a, a);
     if (hp->ssm_conv_kernel < 2 || hp->ssm_conv_kernel > 64)
         return weft_error(WEFT_ERR_FORMAT, "model: %s.ssm.conv_kernel %u (2..64)", a, hp->ssm_conv_kernel);
     if (hp->ssm_dt_rank % hp->ssm_groups)
@@ -71,9 +79,21 @@ static void qwen35_tensors(const struct weft_hparams *hp, uint32_t l, struct wef
     const uint32_t E = hp->n_embd, F = hp->n_ff;
     s[WEFT_T_ATTN_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
     s[WEFT_T_ATTN_POST_NORM] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
-    s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
-    s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
-    s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E, 0};
+    if (hp->n_expert) {
+        const uint32_t X = hp->n_expert, FE = hp->n_ff_exp, FS = hp->n_ff_shexp;
+        s[WEFT_T_FFN_GATE_INP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, X, 0};
+        s[WEFT_T_FFN_GATE_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FE, X};
+        s[WEFT_T_FFN_UP_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FE, X};
+        s[WEFT_T_FFN_DOWN_EXPS] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, FE, E, X};
+        s[WEFT_T_FFN_GATE_INP_SHEXP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 1, 0};
+        s[WEFT_T_FFN_GATE_SHEXP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FS, 0};
+        s[WEFT_T_FFN_UP_SHEXP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, FS, 0};
+        s[WEFT_T_FFN_DOWN_SHEXP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, FS, E, 0};
+    } else {
+        s[WEFT_T_FFN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
+        s[WEFT_T_FFN_UP] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, F, 0};
+        s[WEFT_T_FFN_DOWN] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, F, E, 0};
+    }
     if (weft_hp_recurrent(hp, l)) {
         const uint32_t C = (uint32_t)weft_hp_ssm_channels(hp), Hv = hp->ssm_dt_rank, V = hp->ssm_inner;
         s[WEFT_T_ATTN_QKV] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, C, 0};
@@ -161,9 +181,47 @@ static void qwen35_deltanet(struct weft_build *b, uint32_t l)
     weft_b_silu_mul(b, b->ssm_z, b->ssm_o, b->ssm_o);
 }
 
+/* the mixture's FFN: routed experts, then the gated shared expert (on the experts' device when
+ * they are placed apart) */
+static void qwen35moe_ffn(struct weft_build *b)
+{
+    const struct weft_hparams *hp = b->hp;
+    weft_b_experts_begin(b);
+    const struct weft_view *w = b->w->t;
+    weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_POST_NORM], b->xb);
+    const struct weft_moe_cfg cfg = {.gating = WEFT_MOE_SOFTMAX, .norm = true, .act = WEFT_GLU_SILU,
+                                     .norm_w = WEFT_T_ATTN_POST_NORM, .xb_ready = true};
+    weft_b_moe_ffn(b, &cfg);
+    w = b->w->t;
+    const int64_t R = b->n_rows, FS = hp->n_ff_shexp;
+    const struct weft_view g = weft_view_2d(b->gate.buf, b->gate.offset, WEFT_TYPE_F32, FS, R);
+    const struct weft_view u = weft_view_2d(b->up.buf, b->up.offset, WEFT_TYPE_F32, FS, R);
+    const struct weft_view h = weft_view_2d(b->hb.buf, b->hb.offset, WEFT_TYPE_F32, FS, R);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_SHEXP], g);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_UP_SHEXP], u);
+    weft_b_silu_mul(b, g, u, h);
+    /* its gate: sigmoid(xb · g_shexp) per row, as the weight of a one-expert route */
+    const struct weft_view gl = weft_view_2d(b->moe_logits.buf, b->moe_logits.offset, WEFT_TYPE_F32, 1, R);
+    const struct weft_view gid = weft_view_2d(b->moe_ids.buf, b->moe_ids.offset, WEFT_TYPE_I32, 1, R);
+    const struct weft_view gw = weft_view_2d(b->moe_w.buf, b->moe_w.offset, WEFT_TYPE_F32, 1, R);
+    weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE_INP_SHEXP], gl);
+    struct weft_op *op = weft_b_push(b, WEFT_OP_MOE_ROUTE);
+    op->u.moe_route = (struct weft_op_moe_route){.logits = gl, .ids = gid, .weights = gw, .k = 1,
+                                                 .gating = WEFT_MOE_SIGMOID};
+    op = weft_b_push(b, WEFT_OP_MATMUL_ID);
+    op->u.matmul_id = (struct weft_op_matmul_id){.x = h, .w = w[WEFT_T_FFN_DOWN_SHEXP], .ids = gid, .out = b->x,
+                                                 .n_expert = 1, .x_per_slot = true, .weights = gw,
+                                                 .has_weights = true, .add = b->x, .has_add = true};
+    weft_b_experts_end(b);
+}
+
 /* x += SwiGLU FFN of rmsnorm(x) · post_attention_norm */
 static void qwen35_ffn(struct weft_build *b)
 {
+    if (b->hp->n_expert) {
+        qwen35moe_ffn(b);
+        return;
+    }
     const struct weft_view *w = b->w->t;
     weft_b_rmsnorm(b, b->x, w[WEFT_T_ATTN_POST_NORM], b->xb);
     weft_b_matmul(b, b->xb, w[WEFT_T_FFN_GATE], b->gate);
@@ -194,4 +252,12 @@ const struct weft_family weft_family_qwen35 = {
     .hparams = qwen35_hparams,
     .tensors = qwen35_tensors,
     .layer = qwen35_layer,
+};
+
+const struct weft_family weft_family_qwen35moe = {
+    .arch = "qwen35moe",
+    .hparams = qwen35_hparams,
+    .tensors = qwen35_tensors,
+    .layer = qwen35_layer,
+    .experts = true,
 };

@@ -71,7 +71,9 @@
     X(SSM_BETA,       "ssm_beta.weight",             LAYER,  MATRIX)   \
     X(SSM_ALPHA,      "ssm_alpha.weight",            LAYER,  MATRIX)   \
     X(SSM_NORM,       "ssm_norm.weight",             LAYER,  NORM)     \
-    X(SSM_OUT,        "ssm_out.weight",              LAYER,  MATRIX)
+    X(SSM_OUT,        "ssm_out.weight",              LAYER,  MATRIX)   \
+    X(FFN_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", LAYER, VECTOR)   \
+    X(SSM_BA,         "ssm_ba.weight",               LAYER,  MATRIX)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
