@@ -273,7 +273,8 @@ struct weft_op_matmul_id {
  *
  * DELTA_NET, the gated delta rule with l2-normalised q and k. Row r of `in` ([rows, (2·Hk +
  * Hv)·S] F32) holds Hk q heads, Hk k heads and Hv v heads of S values (Hk = n_k_head, Hv =
- * n_v_head, S = head_dim, Hv a multiple of Hk; v head h reads q and k head h % Hk). beta and
+ * n_v_head, S = head_dim, Hv a multiple of Hk; v head h reads q and k head h % Hk, or with
+ * k_grouped h / (Hv / Hk): Qwen3.5 tiles its v heads over the k heads, Qwen3-Next groups them). beta and
  * alpha ([rows, Hv] F32) are the raw gates, dt_bias and a ([Hv] F32) per v head. Per row:
  *   q, k = x · (1 / fmaxf(sqrtf((float)Σ x² (in double)), eps)) per head (ggml's l2_norm)
  *   b = 1 / (1 + expf(-beta)); g = softplus(alpha + dt_bias) · a, softplus(x) = x > 20 ? x :
@@ -293,6 +294,7 @@ struct weft_op_delta_net {
     struct weft_view in, beta, alpha, dt_bias, a, out, state, slots;
     uint32_t n_k_head, n_v_head, head_dim;
     float eps;
+    bool k_grouped;
 };
 
 /* MOE_ROUTE's expert groups are well formed (backend.h above; at most

@@ -549,13 +549,14 @@ static void hybrid_families_match_llama_cpp(void)
 {
     static const char *const types[] = {"F16"};
     family("qwen35", types, 1);
-    if (only_families && !strstr(only_families, "qwen35moe")) return;
+    if (only_families && !strstr(only_families, "qwen35moe") && !strstr(only_families, "qwen3next")) return;
     /* the MoE hybrids: teacher-forced with the router's near-ties counted (how_to_compare's
      * caveat for MoE files), as DeepSeek V3's below */
-    static const char *const moe[] = {"qwen35moe"};
+    static const char *const moe[] = {"qwen35moe", "qwen3next"};
     for (size_t f = 0; f < sizeof moe / sizeof moe[0]; f++) {
         char gname[128], path[1400];
         snprintf(gname, sizeof gname, "arch-%s-greedy.json", moe[f]);
+        if (only_families && !strstr(only_families, moe[f])) continue;
         json_t *g = load_golden(gname);
         if (!g) continue;
         snprintf(path, sizeof path, "%s/models/arch/%s-F16.gguf", shared, moe[f]);

@@ -932,8 +932,10 @@ static void recurrent_ops_match_reference(void)
             mark("SSM_CONV", ok ? PASS : FAIL);
         }
     }
-    /* DELTA_NET: 2 k heads, 4 v heads of 40 (a 32-chunk tail), 2 sequences over 12 rows */
-    {
+    /* DELTA_NET: 2 k heads, 4 v heads of 40 (a 32-chunk tail), 2 sequences over 12 rows; the v
+     * heads tiled over the k heads (Qwen3.5), then grouped (Qwen3-Next) */
+    for (int grouped = 0; grouped < 2; grouped++) {
+        const char *row = grouped ? "DELTA_NET k grouped" : "DELTA_NET";
         enum { R = 12, HK = 2, HV = 4, S = 40, NS = 3, W = (2 * HK + HV) * S };
         static float in[R * W], st0[NS * HV * S * S], out[2][R * HV * S], stout[2][NS * HV * S * S];
         static double ref[R * HV * S], M[2][HV][S][S];
@@ -951,7 +953,7 @@ static void recurrent_ops_match_reference(void)
         for (int r = 0; r < R; r++) {
             const int q = rec_seq[r] & 1;
             for (int h = 0; h < HV; h++) {
-                const int kh = h % HK;
+                const int kh = grouped ? h / (HV / HK) : h % HK;
                 double qn[S], kn[S], sq = 0, sk = 0;
                 for (int i = 0; i < S; i++) sq += (double)in[r * W + kh * S + i] * in[r * W + kh * S + i],
                                             sk += (double)in[r * W + (HK + kh) * S + i] * in[r * W + (HK + kh) * S + i];
@@ -982,8 +984,8 @@ static void recurrent_ops_match_reference(void)
                 .a = weft_view_2d(bA, 0, WEFT_TYPE_F32, HV, 1), .out = weft_view_2d(bo, 0, WEFT_TYPE_F32, HV * S, R),
                 .state = weft_view_2d(bs, 0, WEFT_TYPE_F32, HV * S * S, NS),
                 .slots = weft_view_2d(bsl, 0, WEFT_TYPE_I32, R, 1), .n_k_head = HK, .n_v_head = HV, .head_dim = S,
-                .eps = 1e-6f};
-            if (!supported(&op, "DELTA_NET")) { ok = false; pass = 2; }
+                .eps = 1e-6f, .k_grouped = grouped};
+            if (!supported(&op, row)) { ok = false; pass = 2; }
             else if (pass == 0) {
                 ok = run_ops(&op, 1) && ok;
             } else {
@@ -1003,14 +1005,16 @@ static void recurrent_ops_match_reference(void)
         }
         if (ok) {
             const double e = nmse(out[0], ref, R * HV * S);
-            CHECK_MSG(e < 1e-10, "%s DELTA_NET: nmse %.3g", bi->name, e);
+            CHECK_MSG(e < 1e-10, "%s %s: nmse %.3g", bi->name, row, e);
             CHECK_MSG(!memcmp(out[0], out[1], sizeof out[0]) && !memcmp(stout[0], stout[1], sizeof stout[0]),
                       "%s DELTA_NET: two ops in a row differ from one", bi->name);
             CHECK_MSG(!memcmp(stout[0] + HV * S * S, st0 + HV * S * S, HV * S * S * sizeof(float)),
                       "%s DELTA_NET: a slot no row named was written", bi->name);
-            ok = e < 1e-10 && vs_cpu("DELTA_NET out", out[0], R * HV * S, 1e-12) &&
-                 vs_cpu("DELTA_NET state", stout[0], NS * HV * S * S, 1e-12);
-            mark("DELTA_NET", ok ? PASS : FAIL);
+            char ko[64], ks[64];
+            snprintf(ko, sizeof ko, "%s out", row);
+            snprintf(ks, sizeof ks, "%s state", row);
+            ok = e < 1e-10 && vs_cpu(ko, out[0], R * HV * S, 1e-12) && vs_cpu(ks, stout[0], NS * HV * S * S, 1e-12);
+            mark(row, ok ? PASS : FAIL);
         }
     }
 }

@@ -26,12 +26,21 @@
  * the gate's sigmoid as a MOE_ROUTE of one "expert" (sigmoid gating, k 1) and the shared
  * expert's down projection as a MATMUL_ID of one expert weighted by it.
  *
+ * qwen3next (Qwen3-Next): qwen35moe's layers but for three things: beta and alpha come from one
+ * matrix, ssm_ba, whose rows are grouped per k head as [beta of its Hv/Hk v heads | their
+ * alpha] (per-group MATMULs into beta's and alpha's columns); the v heads of a k head are
+ * consecutive (v head h reads k head h / (Hv/Hk): DELTA_NET's k_grouped); plain NEOX rope.
+ *
  * rope.dimension_sections (Qwen3.5's multi-section rope) gives each section of the rotated
  * dims its own position stream (time, height, width) for images and video; weft runs text,
  * where every stream is the token's position, which makes it NEOX rope on those dims. */
 #include "core/arch/build.h"
 
 #include <math.h>
+
+extern const struct weft_family weft_family_qwen3next;
+/* Qwen3-Next's fused ssm_ba and grouped v heads */
+static bool is_next(const struct weft_hparams *hp) { return hp->family == &weft_family_qwen3next; }
 
 static weft_status qwen35_hparams(const struct weft_gguf *g, struct weft_hparams *hp)
 {
@@ -98,8 +107,12 @@ static void qwen35_tensors(const struct weft_hparams *hp, uint32_t l, struct wef
         const uint32_t C = (uint32_t)weft_hp_ssm_channels(hp), Hv = hp->ssm_dt_rank, V = hp->ssm_inner;
         s[WEFT_T_ATTN_QKV] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, C, 0};
         s[WEFT_T_ATTN_GATE] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, V, 0};
-        s[WEFT_T_SSM_BETA] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Hv, 0};
-        s[WEFT_T_SSM_ALPHA] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Hv, 0};
+        if (is_next(hp)) {
+            s[WEFT_T_SSM_BA] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, 2 * Hv, 0};
+        } else {
+            s[WEFT_T_SSM_BETA] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Hv, 0};
+            s[WEFT_T_SSM_ALPHA] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, E, Hv, 0};
+        }
         s[WEFT_T_SSM_CONV1D] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, hp->ssm_conv_kernel, C, 0};
         s[WEFT_T_SSM_DT] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, Hv, 1, 0};
         s[WEFT_T_SSM_A] = (struct weft_tensor_spec){WEFT_USE_REQUIRED, Hv, 1, 0};
@@ -164,8 +177,21 @@ static void qwen35_deltanet(struct weft_build *b, uint32_t l)
     const struct weft_view *w = b->w->t;
     weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_QKV], b->ssm_qkv);
     weft_b_matmul(b, b->xb, w[WEFT_T_ATTN_GATE], b->ssm_z);
-    weft_b_matmul(b, b->xb, w[WEFT_T_SSM_BETA], b->ssm_beta);
-    weft_b_matmul(b, b->xb, w[WEFT_T_SSM_ALPHA], b->ssm_alpha);
+    if (is_next(hp)) {
+        /* k head g's rows of ssm_ba: [beta of v heads g·r .. g·r + r - 1 | their alpha] */
+        const int64_t Hk = hp->ssm_groups, r = hp->ssm_dt_rank / Hk, R = b->n_rows;
+        for (int64_t g = 0; g < Hk; g++)
+            for (int part = 0; part < 2; part++) {
+                const struct weft_view dst = part ? b->ssm_alpha : b->ssm_beta;
+                struct weft_view out = weft_view_2d(dst.buf, dst.offset + (size_t)(g * r) * sizeof(float), WEFT_TYPE_F32,
+                                                    r, R);
+                out.nb1 = dst.nb1;
+                weft_b_matmul(b, b->xb, weft_b_rows(w[WEFT_T_SSM_BA], (2 * g + part) * r, r), out);
+            }
+    } else {
+        weft_b_matmul(b, b->xb, w[WEFT_T_SSM_BETA], b->ssm_beta);
+        weft_b_matmul(b, b->xb, w[WEFT_T_SSM_ALPHA], b->ssm_alpha);
+    }
     struct weft_view conv_state, delta_state;
     state_views(b, l, &conv_state, &delta_state);
     struct weft_op *op = weft_b_push(b, WEFT_OP_SSM_CONV);
@@ -175,7 +201,7 @@ static void qwen35_deltanet(struct weft_build *b, uint32_t l)
     op->u.delta_net = (struct weft_op_delta_net){
         .in = b->ssm_conv, .beta = b->ssm_beta, .alpha = b->ssm_alpha, .dt_bias = w[WEFT_T_SSM_DT], .a = w[WEFT_T_SSM_A],
         .out = b->ssm_o, .state = delta_state, .slots = b->state_slots, .n_k_head = hp->ssm_groups,
-        .n_v_head = hp->ssm_dt_rank, .head_dim = hp->ssm_state, .eps = hp->rms_eps};
+        .n_v_head = hp->ssm_dt_rank, .head_dim = hp->ssm_state, .eps = hp->rms_eps, .k_grouped = is_next(hp)};
     /* o = rmsnorm(o per head) · ssm_norm, then · silu(z) */
     weft_b_head_rmsnorm(b, b->ssm_o, w[WEFT_T_SSM_NORM]);
     weft_b_silu_mul(b, b->ssm_z, b->ssm_o, b->ssm_o);
@@ -256,6 +282,14 @@ const struct weft_family weft_family_qwen35 = {
 
 const struct weft_family weft_family_qwen35moe = {
     .arch = "qwen35moe",
+    .hparams = qwen35_hparams,
+    .tensors = qwen35_tensors,
+    .layer = qwen35_layer,
+    .experts = true,
+};
+
+const struct weft_family weft_family_qwen3next = {
+    .arch = "qwen3next",
     .hparams = qwen35_hparams,
     .tensors = qwen35_tensors,
     .layer = qwen35_layer,

@@ -121,7 +121,7 @@ static void dn_part(void *ctx, int ith, int nth)
     float q[DN_MAX_HEAD], k[DN_MAX_HEAD];
     for (int64_t it = i0; it < i1; it++) {
         const int32_t slot = j->uniq[it / Hv];
-        const int64_t h = it % Hv, kh = h % Hk;
+        const int64_t h = it % Hv, kh = o->k_grouped ? h / (Hv / Hk) : h % Hk;
         float *M = cpu_row_f32(&o->state, slot) + h * S * S;
         for (int64_t r = 0; r < j->rows; r++) {
             if (row_slot(&o->slots, r) != slot) continue;
