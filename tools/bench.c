@@ -92,8 +92,9 @@ int weft_cmd_bench(int argc, char **argv)
                    "       weft bench --concurrency 1,8,32 [-m MODEL] [-p 128] [-n 64] [-r 5] [-t THREADS] [--json]\n"
                    "       weft bench --devices all|DEV,... [-m MODEL] [-p 128] [-n 32] [-r 3] [--levels 1,8,32]\n"
                    "                  [--split SPEC] [--out weft-devices] [-t THREADS] [--json]\n"
-                   "  -d: each test after a context of that many tokens (computed first, untimed; llama-bench's\n"
-                   "  -d), with the cache a sequence holds then (K/V, and a hybrid model's recurrent state)\n"
+                   "  -d: each test after a context of that many tokens (computed once, untimed; the runs then\n"
+                   "  continue it, as llama-bench's -d), with the cache a sequence holds then (K/V, and a\n"
+                   "  hybrid model's recurrent state)\n"
                    "  result lines are printed (and flushed) as each test ends; on a terminal a status line\n"
                    "  on stderr shows the test and run in progress\n"
                    "  --devices: the same model and workload on each device (all: every device of every\n"
@@ -159,7 +160,7 @@ int weft_cmd_bench(int argc, char **argv)
     for (int i = 0; i < n_tg; i++) if (tg[i] > max_n) max_n = tg[i];
     int max_d = 0;
     for (int i = 0; i < n_depth; i++) if (depth[i] > max_d) max_d = depth[i];
-    max_n += max_d;
+    if (max_d) max_n = max_n * (reps > 100 ? 100 : reps) + max_d;  /* the runs continue the context */
     int rc = 1;
     json_t *results = NULL;
     struct weft_session *s = NULL;

@@ -171,17 +171,41 @@ int weft_bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool
 int weft_bench_run_test_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, int reps,
                            const char *tag, struct bench_stats *out)
 {
-    double v[100], warm;
+    double v[100], warm = 0;
     const char *sep = tag ? ": " : "", *what = tg ? "tg" : "pp";
     if (reps > 100) reps = 100;
     if (!tag) tag = "";
+    if (depth > 0) {
+        /* the context once (untimed; it warms what a warm-up would), then each run continues
+         * from where the last one ended: the depth grows by n a run (a context of 16k tokens
+         * takes minutes to prefill on a CPU, and a hybrid's state cannot be rolled back) */
+        weft_cli_progress("%s%s%s%d @ d%d: the context", tag, sep, what, n, depth);
+        const float *lg;
+        weft_session_reset(s);
+        if (weft_session_eval(s, toks, (size_t)depth, &lg) != WEFT_OK) { weft_cli_progress_clear(); return -1; }
+        const int32_t *t = toks + depth;
+        for (int r = 0; r < reps; r++, t += n) {
+            weft_cli_progress("%s%s%s%d @ d%d: run %d/%d (last %.1f t/s)", tag, sep, what, n, depth, r + 1, reps,
+                              r ? v[r - 1] : 0.0);
+            double t0 = weft_cli_now_ms();
+            if (tg) {
+                for (int i = 0; i < n; i++)
+                    if (weft_session_eval(s, &t[i], 1, &lg) != WEFT_OK) { weft_cli_progress_clear(); return -1; }
+            } else if (weft_session_eval(s, t, (size_t)n, &lg) != WEFT_OK) {
+                weft_cli_progress_clear();
+                return -1;
+            }
+            v[r] = n * 1e3 / (weft_cli_now_ms() - t0);
+        }
+        weft_cli_progress_clear();
+        *out = weft_bench_summarize(v, reps);
+        return 0;
+    }
     weft_cli_progress("%s%s%s%d: warm-up", tag, sep, what, n);
-    /* at a depth, each run's own untimed context warms what a warm-up would */
-    if (!depth && weft_bench_run_once_at(s, toks, n, tg, depth, &warm)) { weft_cli_progress_clear(); return -1; }
-    if (depth) warm = 0;
+    if (weft_bench_run_once(s, toks, n, tg, &warm)) { weft_cli_progress_clear(); return -1; }
     for (int r = 0; r < reps; r++) {
         weft_cli_progress("%s%s%s%d: run %d/%d (last %.1f t/s)", tag, sep, what, n, r + 1, reps, r ? v[r - 1] : warm);
-        if (weft_bench_run_once_at(s, toks, n, tg, depth, &v[r])) { weft_cli_progress_clear(); return -1; }
+        if (weft_bench_run_once(s, toks, n, tg, &v[r])) { weft_cli_progress_clear(); return -1; }
     }
     weft_cli_progress_clear();
     *out = weft_bench_summarize(v, reps);

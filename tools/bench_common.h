@@ -42,7 +42,8 @@ int weft_bench_run_once_at(struct weft_session *s, const int32_t *toks, int n, b
  * run failed (weft_last_error says why). */
 int weft_bench_run_test(struct weft_session *s, const int32_t *toks, int n, bool tg, int reps, const char *tag,
                    struct bench_stats *out);
-/* The same at a depth (weft_bench_run_once_at) */
+/* The same at a depth: the context of `depth` tokens computed once (untimed), then the runs one
+ * after another continuing it (toks must hold depth + reps · n ids) */
 int weft_bench_run_test_at(struct weft_session *s, const int32_t *toks, int n, bool tg, int depth, int reps,
                            const char *tag, struct bench_stats *out);
 
