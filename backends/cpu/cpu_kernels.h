@@ -90,6 +90,9 @@ typedef void (*weft_cpu_f16_scale_fn)(weft_half *acc, float s, int64_t n);
  * branch: 16-element chunks use ggml_v_expf's polynomial, the n % 16
  * leftovers libm expf (weft_cpu_swiglu_ref is the reference for both). */
 typedef void (*weft_cpu_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
+/* DELTA_NET for one (row, v head): recurrent/dn_row.c (weft_cpu_dn_row_ref is the reference) */
+typedef void (*weft_cpu_dn_row_fn)(float *M, const float *q, const float *k, const float *v, float b, float decay,
+                                   float qscale, float *out, int64_t S);
 
 /* A repacked weight layout and its decode kernel. pack() stores rows
  * [0, n_rows) of a matrix (n_rows % rows == 0, row i at w + i * stride, n
@@ -185,6 +188,7 @@ struct weft_cpu_kernels {
     weft_cpu_f16_mad_fn f16_mad;
     weft_cpu_f16_scale_fn f16_scale;
     weft_cpu_swiglu_fn swiglu;
+    weft_cpu_dn_row_fn dn_row;
     weft_cpu_attn_row_fn attn_row;  /* optional (NULL: the generic row) */
     weft_cpu_attn_group_fn attn_group; /* optional, where attn_row applies (NULL: attn_row per head) */
 };
@@ -196,6 +200,8 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *k, const struct we
 /* The portable SwiGLU (the scalar table's entry); SIMD kernels call it for
  * the n % 16 leftovers so those stay on the very same libm expf code. */
 void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
+void weft_cpu_dn_row_ref(float *M, const float *q, const float *k, const float *v, float b, float decay, float qscale,
+                         float *out, int64_t S);
 
 /* Whether this CPU (and this build) can run the table. */
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
@@ -236,6 +242,7 @@ void weft_cpu_kernels_fill_avx512_gemmf(struct weft_cpu_kernels *k, bool vnni); 
 void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni);  /* packed/packed_prefill.c: prefill on packed weights */
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni);   /* attn/attn_avx512.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);   /* swiglu/swiglu.c: swiglu (8-lane halves) */
+void weft_cpu_kernels_fill_avx2_dn(struct weft_cpu_kernels *k, bool vnni);       /* recurrent/dn_row.c: dn_row */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* swiglu/swiglu.c: swiglu */
 
 #endif

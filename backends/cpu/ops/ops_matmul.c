@@ -276,6 +276,10 @@ int weft_cpu_matmul_groupable(const struct weft_op *ops, size_t n)
     while ((size_t)g < n && g < MAX_GROUP && ops[g].kind == WEFT_OP_MATMUL) {
         const struct weft_op_matmul *m = &ops[g].u.matmul;
         if (!same_view(&m->x, &m0->x) || m->w.type != m0->w.type || m->w.ne0 != m0->w.ne0) break;
+        /* ggml decides tinyBLAS's order per matmul (its rows a multiple of 4): a group shares one
+         * decision (matmul_group's all_div4), so a matrix that would decide otherwise starts
+         * another (Qwen3-Next's 2-row ssm_ba parts after its qkv and z) */
+        if ((m->w.ne1 % 4 == 0) != (m0->w.ne1 % 4 == 0)) break;
         /* no earlier output of the group may feed (or alias) this one */
         bool dep = false;
         for (int i = 0; i <= g; i++) {

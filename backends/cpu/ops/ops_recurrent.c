@@ -74,25 +74,6 @@ weft_status weft_cpu_ssm_conv(struct weft_cpu_backend *be, const struct weft_op 
 
 /* ---- DELTA_NET ---- */
 
-/* ggml's AVX ggml_vec_dot_f32: 4 accumulators of 8 lanes over 32-element chunks (fmaf), reduced
- * (acc0 + acc2) + (acc1 + acc3) per lane, then lanes m + (m + 4), then (t0 + t1) + (t2 + t3);
- * the tail's products added in double */
-static float dot_ggml_f32(const float *x, const float *y, int64_t n)
-{
-    const int64_t n32 = n & ~(int64_t)31;
-    float acc[4][8] = {{0}};
-    for (int64_t c = 0; c < n32; c += 32)
-        for (int a = 0; a < 4; a++)
-            for (int l = 0; l < 8; l++) acc[a][l] = fmaf(x[c + 8 * a + l], y[c + 8 * a + l], acc[a][l]);
-    float t[8];
-    for (int l = 0; l < 8; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
-    float u[4];
-    for (int m = 0; m < 4; m++) u[m] = t[m] + t[m + 4];
-    double s = (double)((u[0] + u[1]) + (u[2] + u[3]));
-    for (int64_t i = n32; i < n; i++) s += (double)(x[i] * y[i]);
-    return (float)s;
-}
-
 /* ggml's l2_norm of one head */
 static void l2norm(const float *x, float *y, int64_t n, float eps)
 {
@@ -106,6 +87,7 @@ struct dn_job {
     const struct weft_op_delta_net *o;
     int64_t rows;
     const int32_t *uniq;   /* the distinct slots, in order of first use */
+    weft_cpu_dn_row_fn dn_row;
     int64_t n_uniq;
 };
 
@@ -113,6 +95,7 @@ static void dn_part(void *ctx, int ith, int nth)
 {
     const struct dn_job *j = ctx;
     const struct weft_op_delta_net *o = j->o;
+    const weft_cpu_dn_row_fn dn_row = j->dn_row;
     const int64_t S = o->head_dim, Hk = o->n_k_head, Hv = o->n_v_head;
     const float qscale = 1.0f / sqrtf((float)S);
     const float *dt_bias = (const float *)cpu_ptr(&o->dt_bias), *A = (const float *)cpu_ptr(&o->a);
@@ -133,14 +116,7 @@ static void dn_part(void *ctx, int ith, int nth)
             const float x = cpu_row_f32(&o->alpha, r)[h] + dt_bias[h];
             const float g = (x > 20.0f ? x : logf(1.0f + expf(x))) * A[h];
             const float decay = expf(g);
-            float *out = cpu_row_f32(&o->out, r) + h * S;
-            for (int64_t e = 0; e < S * S; e++) M[e] *= decay;
-            for (int64_t jj = 0; jj < S; jj++) {
-                float *m = M + jj * S;
-                const float d = (v[jj] - dot_ggml_f32(m, k, S)) * b;
-                for (int64_t i = 0; i < S; i++) m[i] = fmaf(k[i], d, m[i]);
-                out[jj] = dot_ggml_f32(m, q, S) * qscale;
-            }
+            dn_row(M, q, k, v, b, decay, qscale, cpu_row_f32(&o->out, r) + h * S, S);
         }
     }
 }
@@ -160,7 +136,7 @@ weft_status weft_cpu_delta_net(struct weft_cpu_backend *be, const struct weft_op
         for (int64_t u = n - 1; u >= 0 && !seen; u--) seen = uniq[u] == s;
         if (!seen) uniq[n++] = s;
     }
-    struct dn_job j = {.o = o, .rows = rows, .uniq = uniq, .n_uniq = n};
+    struct dn_job j = {.o = o, .rows = rows, .uniq = uniq, .n_uniq = n, .dn_row = be->kern->dn_row};
     weft_cpu_pool_run(be->pool, dn_part, &j);
     return WEFT_OK;
 }
