@@ -80,6 +80,7 @@ static void fill_scalar(struct weft_cpu_kernels *k)
 {
     k->swiglu = weft_cpu_swiglu_ref;
     k->dn_row = weft_cpu_dn_row_ref;
+    k->conv_row = weft_cpu_conv_row_ref;
     k->f16_mad = ref_f16_mad;
     k->f16_scale = ref_f16_scale;
 #define D(T) k->dot[WEFT_TYPE_##T] = ref_dot_##T;
@@ -164,6 +165,7 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
     if (!k->f16_scale) k->f16_scale = lower->f16_scale;
     if (!k->swiglu) k->swiglu = lower->swiglu;
     if (!k->dn_row) k->dn_row = lower->dn_row;
+    if (!k->conv_row) k->conv_row = lower->conv_row;
 }
 
 /* Every SIMD fill, in the order it runs, with the layer it fills: the avx2
@@ -185,6 +187,7 @@ static const struct {
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_gemm},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_swiglu},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_dn},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_conv},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_dot4},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_swiglu},

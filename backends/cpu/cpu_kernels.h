@@ -90,6 +90,9 @@ typedef void (*weft_cpu_f16_scale_fn)(weft_half *acc, float s, int64_t n);
  * branch: 16-element chunks use ggml_v_expf's polynomial, the n % 16
  * leftovers libm expf (weft_cpu_swiglu_ref is the reference for both). */
 typedef void (*weft_cpu_swiglu_fn)(float *out, const float *gate, const float *up, int64_t n);
+/* SSM_CONV's taps for channels [c0, c1) of a row, y[0 .. c1 - c0): recurrent/conv_row.c */
+typedef void (*weft_cpu_conv_row_fn)(float *y, float *st, const float *x, const float *w, size_t w_nb1, int64_t C,
+                                     int64_t K, int64_t c0, int64_t c1);
 /* DELTA_NET for one (row, v head): recurrent/dn_row.c (weft_cpu_dn_row_ref is the reference) */
 typedef void (*weft_cpu_dn_row_fn)(float *M, const float *q, const float *k, const float *v, float b, float decay,
                                    float qscale, float *out, int64_t S);
@@ -189,6 +192,7 @@ struct weft_cpu_kernels {
     weft_cpu_f16_scale_fn f16_scale;
     weft_cpu_swiglu_fn swiglu;
     weft_cpu_dn_row_fn dn_row;
+    weft_cpu_conv_row_fn conv_row;
     weft_cpu_attn_row_fn attn_row;  /* optional (NULL: the generic row) */
     weft_cpu_attn_group_fn attn_group; /* optional, where attn_row applies (NULL: attn_row per head) */
 };
@@ -200,6 +204,8 @@ void weft_cpu_attn_row_generic(const struct weft_cpu_kernels *k, const struct we
 /* The portable SwiGLU (the scalar table's entry); SIMD kernels call it for
  * the n % 16 leftovers so those stay on the very same libm expf code. */
 void weft_cpu_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
+void weft_cpu_conv_row_ref(float *y, float *st, const float *x, const float *w, size_t w_nb1, int64_t C, int64_t K,
+                           int64_t c0, int64_t c1);
 void weft_cpu_dn_row_ref(float *M, const float *q, const float *k, const float *v, float b, float decay, float qscale,
                          float *out, int64_t S);
 
@@ -243,6 +249,7 @@ void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni); 
 void weft_cpu_kernels_fill_avx512_attn(struct weft_cpu_kernels *k, bool vnni);   /* attn/attn_avx512.c: attn_row */
 void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);   /* swiglu/swiglu.c: swiglu (8-lane halves) */
 void weft_cpu_kernels_fill_avx2_dn(struct weft_cpu_kernels *k, bool vnni);       /* recurrent/dn_row.c: dn_row */
+void weft_cpu_kernels_fill_avx2_conv(struct weft_cpu_kernels *k, bool vnni);     /* recurrent/conv_row.c: conv_row */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* swiglu/swiglu.c: swiglu */
 
 #endif

@@ -7,7 +7,6 @@
  * v heads are independent, so the threads split over those, never along a reduction, and the
  * result does not depend on the thread count. */
 #include "backends/cpu/cpu_impl.h"
-#include "backends/cpu/cpu_expf.h"
 
 #include <math.h>
 #include <string.h>
@@ -33,31 +32,34 @@ static weft_status check_slots(const struct weft_view *slots, const struct weft_
 
 struct conv_job {
     const struct weft_op_ssm_conv *o;
+    const struct weft_cpu_kernels *k;
     int64_t rows, C, K;
 };
 
+/* Threads split the channels in whole 16-channel chunks (the last one takes the n % 16 tail), so
+ * the SiLU, the table's swiglu with up = 1 (x / (1 + e(0 - x)) · 1: the polynomial on whole
+ * chunks of the row, libm on its tail, exactly backend.h's), sees the row's own chunks. */
 static void conv_part(void *ctx, int ith, int nth)
 {
     const struct conv_job *j = ctx;
     const struct weft_op_ssm_conv *o = j->o;
-    const int64_t C = j->C, K = j->K, C16 = C & ~(int64_t)15;
-    int64_t c0, c1;
-    cpu_split(C, ith, nth, &c0, &c1);
+    const int64_t C = j->C, K = j->K, n16 = (C + 15) / 16;
+    int64_t b0, b1;
+    cpu_split(n16, ith, nth, &b0, &b1);
+    const int64_t c0 = b0 * 16, c1 = b1 * 16 < C ? b1 * 16 : C;
+    if (c0 >= c1) return;
+    enum { CHUNK = 1024 };  /* channels a pass: y and the ones on the stack */
+    float y[CHUNK], one[CHUNK];
+    for (int i = 0; i < CHUNK; i++) one[i] = 1.0f;
     const float *w = (const float *)cpu_ptr(&o->w);
     for (int64_t r = 0; r < j->rows; r++) {
         float *st = cpu_row_f32(&o->state, row_slot(&o->slots, r));
         const float *x = cpu_row_f32(&o->x, r);
         float *out = cpu_row_f32(&o->out, r);
-        for (int64_t c = c0; c < c1; c++) {
-            const float *wc = (const float *)((const uint8_t *)w + (size_t)c * o->w.nb1);
-            const float xv = x[c];
-            float y = st[c] * wc[0];
-            for (int64_t i = 1; i < K - 1; i++) y = fmaf(st[i * C + c], wc[i], y);
-            y = fmaf(xv, wc[K - 1], y);
-            for (int64_t i = 0; i + 1 < K - 1; i++) st[i * C + c] = st[(i + 1) * C + c];
-            st[(K - 2) * C + c] = xv;
-            if (o->silu) y = y / (1.0f + (c < C16 ? weft_cpu_expf(0.0f - y) : expf(0.0f - y)));
-            out[c] = y;
+        for (int64_t a = c0; a < c1; a += CHUNK) {
+            const int64_t b = c1 - a < CHUNK ? c1 : a + CHUNK;   /* CHUNK is a multiple of 16 */
+            j->k->conv_row(o->silu ? y : out + a, st, x, w, o->w.nb1, C, K, a, b);
+            if (o->silu) j->k->swiglu(out + a, y, one, b - a);
         }
     }
 }
@@ -65,7 +67,7 @@ static void conv_part(void *ctx, int ith, int nth)
 weft_status weft_cpu_ssm_conv(struct weft_cpu_backend *be, const struct weft_op *op)
 {
     const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
-    struct conv_job j = {.o = o, .rows = o->x.ne1, .C = o->x.ne0, .K = o->w.ne0};
+    struct conv_job j = {.o = o, .k = be->kern, .rows = o->x.ne1, .C = o->x.ne0, .K = o->w.ne0};
     weft_status st = check_slots(&o->slots, &o->state, j.rows, "ssm_conv");
     if (st) return st;
     weft_cpu_pool_run(be->pool, conv_part, &j);
