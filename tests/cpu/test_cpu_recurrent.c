@@ -1,7 +1,9 @@
-/* The dn_row entry (DELTA_NET's work for one row and v head, backends/cpu/recurrent/dn_row.c)
- * of every kernel table equals the scalar reference bit for bit: head sizes around the
- * 32-element chunks and the 8-lane steps (1 .. 130, 128), states of several magnitudes,
- * decays from 0 to 1, several rows in a row on the same state (a prefill chunk). */
+/* The recurrent ops' entries of every kernel table equal the scalar reference bit for bit:
+ * dn_row (DELTA_NET's work for one row and v head, backends/cpu/recurrent/dn_row.c) over head
+ * sizes around the 32-element chunks and the 8-lane steps (1 .. 130, 128), states of several
+ * magnitudes, decays from 0 to 1, several rows in a row on the same state (a prefill chunk);
+ * conv_row (SSM_CONV's taps, recurrent/conv_row.c) over channel ranges that start and end off
+ * the 8-lane steps, 2 to 6 taps, padded tap rows, several rows on one state. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,8 +53,40 @@ static void dn_row_matches_scalar(void)
     printf("  %d tables (and the scalar reference): %d outputs bit for bit\n", tables, checked);
 }
 
+static void conv_row_matches_scalar(void)
+{
+    const struct weft_cpu_kernels *ref = weft_cpu_kernels_get(WEFT_CPU_ISA_SCALAR);
+    enum { C = 100 };
+    int checked = 0;
+    for (int isa = 1; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+        const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+        if (!k) continue;
+        for (int64_t K = 2; K <= 6; K++)
+            for (int pad = 0; pad < 2; pad++) {
+                const size_t nb1 = (size_t)(K + pad * 3) * sizeof(float);
+                float w[C * 9], sa[5 * C], sb[5 * C], x[C], ya[C], yb[C];
+                for (int i = 0; i < C * 9; i++) w[i] = uniform(-1, 1);
+                for (int i = 0; i < 5 * C; i++) sa[i] = sb[i] = uniform(-3, 3);
+                static const int64_t ranges[][2] = {{0, 100}, {3, 97}, {16, 32}, {5, 12}, {96, 100}};
+                for (int row = 0; row < 3; row++)
+                    for (size_t ri = 0; ri < sizeof ranges / sizeof ranges[0]; ri++) {
+                        const int64_t c0 = ranges[ri][0], c1 = ranges[ri][1];
+                        for (int i = 0; i < C; i++) x[i] = uniform(-4, 4);
+                        ref->conv_row(ya, sa, x, w, nb1, C, K, c0, c1);
+                        k->conv_row(yb, sb, x, w, nb1, C, K, c0, c1);
+                        CHECK_MSG(!memcmp(ya, yb, (size_t)(c1 - c0) * 4) && !memcmp(sa, sb, sizeof sa),
+                                  "%s K=%lld pad %d [%lld, %lld): differ", k->name, (long long)K, pad, (long long)c0,
+                                  (long long)c1);
+                        checked += (int)(c1 - c0);
+                    }
+            }
+    }
+    printf("  conv_row: %d channels bit for bit\n", checked);
+}
+
 int main(void)
 {
     RUN(dn_row_matches_scalar);
+    RUN(conv_row_matches_scalar);
     return check_summary();
 }
