@@ -16,7 +16,11 @@
 // CPU's float order (ggml's swiglu_oai); oai_x (lavapipe) with glibc's expf
 // (expf_libm.glsl), as the CPU calls it: its bits. alpha and limit follow
 // the 8 push words.
-// variants: std:-DSTD exact:-DEXACT gelu:-DGELU oai:-DOAI oai_x:-DOAI,-DOAI_EXACT
+// Sigmoid (sig, sig_x; act SIGMOID, Qwen3.5's gated attention output):
+// out = up * (1 / (1 + exp(-gate))), the CPU's float order (ggml's sigmoid,
+// then the product); sig_x (lavapipe) with glibc's expf (expf_libm.glsl):
+// the CPU's bits.
+// variants: std:-DSTD exact:-DEXACT gelu:-DGELU oai:-DOAI oai_x:-DOAI,-DOAI_EXACT sig:-DSIG sig_x:-DSIG,-DSIG_EXACT
 #extension GL_GOOGLE_include_directive : require
 layout(local_size_x = 256) in;
 layout(std430, binding = 0) readonly buffer G { float g[]; };
@@ -30,7 +34,7 @@ layout(push_constant) uniform P { uint g_off, g_rs, u_off, u_rs, o_off, o_rs, ne
 #else
 layout(push_constant) uniform P { uint g_off, g_rs, u_off, u_rs, o_off, o_rs, ne0, ne1; } p;
 #endif
-#ifdef OAI_EXACT
+#if defined(OAI_EXACT) || defined(SIG_EXACT)
 #include "expf_libm.glsl"
 #endif
 #ifdef EXACT
@@ -105,6 +109,16 @@ void main()
         precise float glu = xc / den;
         precise float y1 = yc + 1.0;
         precise float y = glu * y1;
+        o[p.o_off + r * p.o_rs + k] = y;
+#elif defined(SIG)
+        precise float nx = -x;
+#ifdef SIG_EXACT
+        precise float den = 1.0 + expf_libm(nx);
+#else
+        precise float den = 1.0 + exp(nx);
+#endif
+        precise float sg = 1.0 / den;
+        precise float y = u[p.u_off + r * p.u_rs + k] * sg;
         o[p.o_off + r * p.o_rs + k] = y;
 #else
 #ifdef EXACT

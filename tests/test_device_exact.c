@@ -3,7 +3,10 @@
  * n_ff 1536, 9 heads / 3 KV heads of 64, Q4_1 weights, Q8_0 output head,
  * F16 KV cache): MATMUL (decode and prefill rows, with and without the fused
  * residual), LOGITS, RMSNORM (plain and fused), SILU_MUL, ROPE_KV (q, k and
- * the cache bytes) and ATTENTION over a long context. On OpenCL also the
+ * the cache bytes) and ATTENTION over a long context; and on Qwen3.5's
+ * (api 9) the recurrent layer's SSM_CONV and DELTA_NET over state slots and
+ * the gated attention output's sigmoid SILU_MUL (a device that refuses those
+ * ops is noted and skipped on OpenCL, a failure on Vulkan). On OpenCL also the
  * forms its exact kernels cover beyond those: F32 and F16 weights in both of
  * the CPU's orders (stories260K's shapes), Q4_0/Q5_0/Q5_1, a Q8_0 KV cache.
  * Prints one line per op: outputs that differ in any bit, and the largest
@@ -62,6 +65,17 @@ static struct weft_op twin(const struct weft_op *o)
     case WEFT_OP_LOGITS: swap_view(&t.u.logits.x); swap_view(&t.u.logits.rows); swap_view(&t.u.logits.norm_w); swap_view(&t.u.logits.w); swap_view(&t.u.logits.out); break;
     case WEFT_OP_RMSNORM: swap_view(&t.u.rmsnorm.x); swap_view(&t.u.rmsnorm.add); swap_view(&t.u.rmsnorm.sum); swap_view(&t.u.rmsnorm.w); swap_view(&t.u.rmsnorm.out); break;
     case WEFT_OP_SILU_MUL: swap_view(&t.u.silu_mul.gate); swap_view(&t.u.silu_mul.up); swap_view(&t.u.silu_mul.out); break;
+    case WEFT_OP_SSM_CONV: {
+        struct weft_op_ssm_conv *c = &t.u.ssm_conv;
+        swap_view(&c->x); swap_view(&c->w); swap_view(&c->out); swap_view(&c->state); swap_view(&c->slots);
+        break;
+    }
+    case WEFT_OP_DELTA_NET: {
+        struct weft_op_delta_net *d = &t.u.delta_net;
+        swap_view(&d->in); swap_view(&d->beta); swap_view(&d->alpha); swap_view(&d->dt_bias); swap_view(&d->a);
+        swap_view(&d->out); swap_view(&d->state); swap_view(&d->slots);
+        break;
+    }
     case WEFT_OP_ROPE_KV: {
         struct weft_op_rope_kv *r = &t.u.rope_kv;
         swap_view(&r->q); swap_view(&r->k); swap_view(&r->v); swap_buf(&r->kv.buf);
@@ -99,6 +113,20 @@ static bool run_both(const struct weft_op *oc, size_t n)
     if (st == WEFT_OK) st = vk->iface->sync(vk);
     CHECK_MSG(st == WEFT_OK, "%s run: %s", dev_spec, weft_last_error());
     return st == WEFT_OK;
+}
+
+/* run_both for the api-9 ops, which a device may not run yet: on OpenCL a
+ * refusal skips the case with a note; on Vulkan it fails as in run_both */
+static bool run_both_api9(const struct weft_op *oc, size_t n, const char *what)
+{
+    for (size_t i = 0; i < n && is_ocl; i++) {
+        const struct weft_op t = twin(&oc[i]);
+        if (!vk->iface->supports(vk, &t)) {
+            printf("  %-40s skipped: %s does not support %s\n", what, dev_spec, weft_op_name(t.kind));
+            return false;
+        }
+    }
+    return run_both(oc, n);
 }
 
 static int64_t ord(float f)
@@ -328,6 +356,103 @@ static void rope_and_attention_are_bit_exact(void)
     rope_attention(WEFT_TYPE_F16, true);
 }
 
+/* Qwen3.5's recurrent layer: SSM_CONV (K taps over C = (2 Hk + Hv) S
+ * channels, SiLU) then DELTA_NET, one run per step, over 4 state slots of
+ * one buffer laid as core/kv.h lays them (a slot's conv window, then its
+ * delta matrices 256-aligned after it, slots a 256-aligned stride apart;
+ * slot 1 never named). Three sequences (slots 2, 0, 3): a prefill chunk of
+ * one beside decode rows of the others, a decode step of all three, a chunk
+ * of another, then 72 rows of all three (chunks of 40, 30 and 2: more rows
+ * than a dispatch has workgroup rows). x and the outputs have padded
+ * (strided) rows as the model's activations may; one alpha is large
+ * (softplus's x > 20 branch).
+ * k_grouped: v heads grouped over the k heads (Qwen3-Next) */
+static void recurrent_case(int64_t Hk, int64_t Hv, int64_t S, int64_t K, bool k_grouped)
+{
+    const int64_t C = (2 * Hk + Hv) * S, xs = C + 16, os = Hv * S + 8, gs = 2 * Hv, NSLOT = 4;
+    const size_t conv_b = (size_t)((K - 1) * C) * 4, delta_off = (conv_b + 255) & ~(size_t)255;
+    const size_t stride = (delta_off + (size_t)(Hv * S * S) * 4 + 255) & ~(size_t)255, st_off = 256;
+    enum { RMAX = 72, NSTEP = 4 };
+    int32_t steps[NSTEP][RMAX] = {{2, 2, 2, 2, 2, 0, 3}, {0, 2, 3}, {3, 3, 3, 2}};
+    const int step_rows[NSTEP] = {7, 3, 4, RMAX};
+    for (int r = 0; r < RMAX; r++) steps[3][r] = r < 40 ? 0 : r < 70 ? 2 : 3;
+    float *x = rand_f32((size_t)(RMAX * xs), 2.0f), *w = rand_f32((size_t)(C * K), 0.5f);
+    float *st0 = rand_f32((st_off + stride * NSLOT) / 4, 0.1f);
+    float *ba = rand_f32((size_t)(RMAX * gs), 3.0f), *dtb = rand_f32((size_t)Hv, 1.0f), *A = malloc(Hv * 4);
+    for (int64_t h = 0; h < Hv; h++) A[h] = -(0.05f + (float)rng_unit() * 2.0f);
+    ba[3 * gs + Hv + 1] = 25.0f;  /* row 3's alpha of v head 1 */
+    struct pair px = reg(pair_new(x, (size_t)(RMAX * xs) * 4)), pw = reg(pair_new(w, (size_t)(C * K) * 4));
+    struct pair ps = reg(pair_new(st0, st_off + stride * NSLOT)), pc = reg(pair_new(NULL, (size_t)(RMAX * C) * 4));
+    struct pair pb = reg(pair_new(ba, (size_t)(RMAX * gs) * 4)), pd = reg(pair_new(dtb, (size_t)Hv * 4));
+    struct pair pa = reg(pair_new(A, (size_t)Hv * 4)), po = reg(pair_new(NULL, (size_t)(RMAX * os) * 4));
+    struct pair psl = reg(pair_new(NULL, RMAX * 4));
+    bool ok = true;
+    for (int step = 0; step < NSTEP && ok; step++) {
+        const int R = step_rows[step];
+        CHECK(cpu->iface->buffer_write(psl.c, 0, steps[step], (size_t)R * 4) == WEFT_OK);
+        CHECK(vk->iface->buffer_write(psl.v, 0, steps[step], (size_t)R * 4) == WEFT_OK);
+        if (step) {  /* fresh inputs */
+            float *nx = rand_f32((size_t)(RMAX * xs), 2.0f), *nb = rand_f32((size_t)(RMAX * gs), 3.0f);
+            CHECK(cpu->iface->buffer_write(px.c, 0, nx, (size_t)(RMAX * xs) * 4) == WEFT_OK);
+            CHECK(vk->iface->buffer_write(px.v, 0, nx, (size_t)(RMAX * xs) * 4) == WEFT_OK);
+            CHECK(cpu->iface->buffer_write(pb.c, 0, nb, (size_t)(RMAX * gs) * 4) == WEFT_OK);
+            CHECK(vk->iface->buffer_write(pb.v, 0, nb, (size_t)(RMAX * gs) * 4) == WEFT_OK);
+            free(nx); free(nb);
+        }
+        struct weft_view xv = vc(&px, 0, WEFT_TYPE_F32, C, R), ov = vc(&po, 0, WEFT_TYPE_F32, Hv * S, R);
+        struct weft_view bv = vc(&pb, 0, WEFT_TYPE_F32, Hv, R), av = vc(&pb, (size_t)Hv * 4, WEFT_TYPE_F32, Hv, R);
+        struct weft_view cs = vc(&ps, st_off, WEFT_TYPE_F32, (K - 1) * C, NSLOT);
+        struct weft_view ds = vc(&ps, st_off + delta_off, WEFT_TYPE_F32, Hv * S * S, NSLOT);
+        xv.nb1 = (size_t)xs * 4; ov.nb1 = (size_t)os * 4; bv.nb1 = av.nb1 = (size_t)gs * 4;
+        cs.nb1 = ds.nb1 = stride;
+        struct weft_op ops[2] = {{.kind = WEFT_OP_SSM_CONV}, {.kind = WEFT_OP_DELTA_NET}};
+        ops[0].u.ssm_conv = (struct weft_op_ssm_conv){.x = xv, .w = vc(&pw, 0, WEFT_TYPE_F32, K, C),
+                                                      .out = vc(&pc, 0, WEFT_TYPE_F32, C, R), .state = cs,
+                                                      .slots = vc(&psl, 0, WEFT_TYPE_I32, R, 1), .silu = true};
+        ops[1].u.delta_net = (struct weft_op_delta_net){
+            .in = vc(&pc, 0, WEFT_TYPE_F32, C, R), .beta = bv, .alpha = av, .dt_bias = vc(&pd, 0, WEFT_TYPE_F32, Hv, 1),
+            .a = vc(&pa, 0, WEFT_TYPE_F32, Hv, 1), .out = ov, .state = ds, .slots = vc(&psl, 0, WEFT_TYPE_I32, R, 1),
+            .n_k_head = (uint32_t)Hk, .n_v_head = (uint32_t)Hv, .head_dim = (uint32_t)S, .eps = 1e-6f,
+            .k_grouped = k_grouped};
+        char what[80];
+        snprintf(what, sizeof what, "SSM_CONV+DELTA_NET Hk=%lld Hv=%lld S=%lld", (long long)Hk, (long long)Hv,
+                 (long long)S);
+        if (!(ok = run_both_api9(ops, 2, what))) break;
+        snprintf(what, sizeof what, "SSM_CONV C=%lld K=%lld, step %d (%d rows)", (long long)C, (long long)K, step, R);
+        compare(what, &pc, 0, (size_t)(R * C));
+        snprintf(what, sizeof what, "DELTA_NET Hv=%lld S=%lld, step %d", (long long)Hv, (long long)S, step);
+        compare(what, &po, 0, (size_t)(R * os));
+    }
+    if (ok) compare("the state slots after 4 steps", &ps, 0, (st_off + stride * NSLOT) / 4);
+    free_pairs();
+    free(x); free(w); free(st0); free(ba); free(dtb); free(A);
+}
+
+/* Qwen3.5's gated attention output: att = att * sigmoid(gate) in place, the
+ * gate every other half head of the q projection (strided rows) */
+static void sigmoid_gate_case(void)
+{
+    enum { R = 5, H = 8, D = 256 };
+    float *qg = rand_f32(R * H * 2 * D, 8.0f), *att = rand_f32(R * H * D, 2.0f);
+    struct pair pq = reg(pair_new(qg, R * H * 2 * D * 4)), pa = reg(pair_new(att, R * H * D * 4));
+    struct weft_op op = {.kind = WEFT_OP_SILU_MUL};
+    struct weft_view g = vc(&pq, D * 4, WEFT_TYPE_F32, D, R * H);
+    g.nb1 = 2 * D * 4;
+    op.u.silu_mul = (struct weft_op_silu_mul){.gate = g, .up = vc(&pa, 0, WEFT_TYPE_F32, D, R * H),
+                                              .out = vc(&pa, 0, WEFT_TYPE_F32, D, R * H), .act = WEFT_GLU_SIGMOID};
+    if (run_both_api9(&op, 1, "SILU_MUL sigmoid")) compare("SILU_MUL sigmoid 256 x 40, strided gate, in place", &pa, 0, R * H * D);
+    free_pairs();
+    free(qg); free(att);
+}
+
+static void recurrent_ops_are_bit_exact(void)
+{
+    recurrent_case(16, 16, 128, 4, false);  /* Qwen3.5-0.8B's layer: C = 6144 */
+    recurrent_case(2, 4, 40, 4, true);      /* S % 32 = 8 (the dot's tail), v heads grouped */
+    recurrent_case(1, 2, 21, 3, false);     /* S < 32 (all tail), C = 84 (C % 16: libm's expf) */
+    sigmoid_gate_case();
+}
+
 int main(void)
 {
     setenv("WEFT_VK_VALIDATE", "1", 0);
@@ -359,6 +484,7 @@ int main(void)
     RUN(logits_are_bit_exact);
     RUN(norms_and_silu_are_bit_exact);
     RUN(rope_and_attention_are_bit_exact);
+    RUN(recurrent_ops_are_bit_exact);
     weft_backend_close(vk);
     weft_backend_close(cpu);
     return check_summary();

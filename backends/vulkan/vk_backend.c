@@ -1,7 +1,7 @@
 /* Vulkan backend: instance (with optional validation), devices, open/close,
  * supports/run/sync, and the module entry point. Memory is vk_mem.c,
  * pipelines vk_pipeline.c, command recording vk_cmd.c, ops vk_ops.c,
- * vk_attention.c, vk_matmul.c and vk_moe.c. */
+ * vk_attention.c, vk_matmul.c, vk_moe.c and vk_recurrent.c. */
 #if defined(__SANITIZE_ADDRESS__) && !defined(_GNU_SOURCE)
 #define _GNU_SOURCE /* dl_iterate_phdr, RTLD_NODELETE */
 #endif
@@ -433,6 +433,8 @@ static bool vk_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ATTENTION: return vk_attention_supports(vb, op);
     case WEFT_OP_MOE_ROUTE:
     case WEFT_OP_MATMUL_ID: return vk_moe_supports(vb, op);
+    case WEFT_OP_SSM_CONV:
+    case WEFT_OP_DELTA_NET: return vk_recurrent_supports(vb, op);
     case WEFT_OP_COPY: {
         const struct weft_op_copy *c = &op->u.copy;
         return c->src && c->dst && c->src_off <= c->src->size && c->bytes <= c->src->size - c->src_off &&
@@ -458,6 +460,8 @@ static weft_status run_one(struct vk_backend *vb, const struct weft_op *op)
     case WEFT_OP_LOGITS: return vk_op_logits(vb, op);
     case WEFT_OP_MOE_ROUTE: return vk_op_moe_route(vb, op);
     case WEFT_OP_MATMUL_ID: return vk_op_matmul_id(vb, op);
+    case WEFT_OP_SSM_CONV: return vk_op_ssm_conv(vb, op);
+    case WEFT_OP_DELTA_NET: return vk_op_delta_net(vb, op);
     default: return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan: unknown op kind %d", (int)op->kind);
     }
 }
@@ -481,6 +485,8 @@ static weft_status vk_run(struct weft_backend *b, const struct weft_op *ops, siz
         if (ops[i].kind == WEFT_OP_SILU_MUL && ops[i].u.silu_mul.act == WEFT_GLU_GELU_TANH &&
             (st = vk_gelu_table(vb)) != WEFT_OK)
             return st;
+    /* recurrent ops' slots inside their state, or nothing runs (the CPU's check) */
+    if ((st = vk_recurrent_check_slots(vb, ops, n)) != WEFT_OK) return st;
     if ((st = vk_step_begin(vb)) != WEFT_OK) return st;
     for (size_t i = 0; i < n && st == WEFT_OK; i++) {
         vk_op_begin(vb, (int)ops[i].kind);

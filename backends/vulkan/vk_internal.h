@@ -126,6 +126,15 @@ bool vk_moe_supports(struct vk_backend *vb, const struct weft_op *op);
 weft_status vk_op_moe_route(struct vk_backend *vb, const struct weft_op *op);
 weft_status vk_op_matmul_id(struct vk_backend *vb, const struct weft_op *op);
 
+/* The recurrent layers of hybrid models (vk_recurrent.c, api 9): SSM_CONV,
+ * DELTA_NET. vk_recurrent_check_slots: every row of those ops in ops[0..n)
+ * names a slot inside its state (WEFT_ERR_INVALID_ARG naming the op and row
+ * if not); it reads the slots back, so run() calls it before recording. */
+bool vk_recurrent_supports(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_recurrent_check_slots(struct vk_backend *vb, const struct weft_op *ops, size_t n);
+weft_status vk_op_ssm_conv(struct vk_backend *vb, const struct weft_op *op);
+weft_status vk_op_delta_net(struct vk_backend *vb, const struct weft_op *op);
+
 /* Element-wise and attention ops (vk_ops.c, vk_attention.c). */
 bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op);   /* all but MATMUL/LOGITS/COPY */
 weft_status vk_op_embed(struct vk_backend *vb, const struct weft_op *op);

@@ -1,5 +1,5 @@
 /* Vulkan element-wise ops: EMBED (with its api-5 scale), RMSNORM, SILU_MUL
- * (SwiGLU, GeGLU, or api 7's SwiGLU-OAI of gpt-oss by act), ADD
+ * (SwiGLU, GeGLU, api 7's SwiGLU-OAI of gpt-oss or api 9's sigmoid gate by act), ADD
  * (shaders/embed.comp, rmsnorm.comp, silu_mul.comp, add.comp).
  * F32 views travel as float offsets and row strides in push constants, so
  * supports() wants them 4-byte aligned and within 2^32 floats. */
@@ -84,7 +84,8 @@ bool vk_ops_supports(struct vk_backend *vb, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI) &&
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI ||
+                o->act == WEFT_GLU_SIGMOID) &&
                f32_ok(vb, &o->gate) && f32_ok(vb, &o->up) && f32_ok(vb, &o->out) && same_rows(&o->gate, &o->out) &&
                same_rows(&o->up, &o->out);
     }
@@ -219,6 +220,8 @@ weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op)
         return binary_ext(vb, vk_exact_ops(vb) ? "silu_mul_oai_x" : "silu_mul_oai", &o->gate, &o->up, &o->out, NULL,
                           ext, 2);
     }
+    if (o->act == WEFT_GLU_SIGMOID)
+        return binary(vb, vk_exact_ops(vb) ? "silu_mul_sig_x" : "silu_mul_sig", &o->gate, &o->up, &o->out, NULL);
     if (o->act != WEFT_GLU_SILU) return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan SILU_MUL: activation %d", (int)o->act);
     return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &o->gate, &o->up, &o->out, NULL);
 }

@@ -1,7 +1,8 @@
 /* Vulkan runtime state shared by the runtime's own files (vk_backend.c,
  * vk_mem.c, vk_pipeline.c, vk_cmd.c). Op files use vk_internal.h only, but
  * for vk_attention.c's exact RoPE tables (rope_tabs below, and a buffer's
- * mapped pointer) and vk_ops.c's GeLU table (gelu_tab). */
+ * mapped pointer), vk_ops.c's GeLU table (gelu_tab) and vk_recurrent.c's
+ * slots check (vk_buffer_read). */
 #ifndef WEFT_VK_PRIV_H
 #define WEFT_VK_PRIV_H
 
