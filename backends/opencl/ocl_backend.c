@@ -126,6 +126,7 @@ static void ocl_close(struct weft_backend *b)
     if (ob->act) clReleaseMemObject(ob->act);
     if (ob->moe_idx) clReleaseMemObject(ob->moe_idx);
     if (ob->moe_y) clReleaseMemObject(ob->moe_y);
+    if (ob->rec_idx) clReleaseMemObject(ob->rec_idx);
     if (ob->rope_tab) clReleaseMemObject(ob->rope_tab);
     free(ob->rope_ff);
     for (uint32_t i = 0; i < ob->ff_len; i++) free(ob->ff[i].vals);
@@ -228,8 +229,9 @@ static weft_status ocl_sync(struct weft_backend *b)
     clEnqueueWriteBuffer(ob->q, ob->err, CL_TRUE, 0, sizeof zero, &zero, 0, NULL, NULL);
     static const char *const what[] = {"", "a token id outside the embedding table", "a logits row outside the batch",
                                        "a KV slot outside the cache", "a sequence or KV block outside its table",
-                                       "an expert id outside MATMUL_ID's experts"};
-    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 6 ? what[code] : "bad input");
+                                       "an expert id outside MATMUL_ID's experts",
+                                       "a recurrent state slot outside the state buffer"};
+    return weft_error(WEFT_ERR_INVALID_ARG, "opencl: the step met %s", code > 0 && code < 7 ? what[code] : "bad input");
 }
 
 static uint64_t ocl_max_buffer(struct weft_backend *b) { return ((struct ocl_backend *)b)->max_alloc & ~(cl_ulong)3; }

@@ -35,19 +35,24 @@
 enum ocl_kernel {
     OK_EMBED, OK_RMSNORM, OK_LOGITS_NORM, OK_SILU_MUL, OK_ADD, OK_MM_VEC, OK_MM_TILE, OK_ROPE_KV, OK_ATTENTION,
     OK_MM_EXACT_F, OK_QUANT_ACT, OK_MM_EXACT_Q, OK_MM_EXACT_Q4, OK_SOFTCAP,
-    OK_MOE_ROUTE, OK_MOE_SORT, OK_MM_ID_VEC, OK_MM_ID_TILE, OK_MM_ID_EXACT_F, OK_MM_ID_EXACT_Q, OK_MOE_SUM, OK_COUNT_
+    OK_MOE_ROUTE, OK_MOE_SORT, OK_MM_ID_VEC, OK_MM_ID_TILE, OK_MM_ID_EXACT_F, OK_MM_ID_EXACT_Q, OK_MOE_SUM,
+    OK_REC_INDEX, OK_SSM_CONV, OK_DELTA_NET, OK_COUNT_
 };
 
-/* the work-group size (items) each kernel is launched with (ocl_ops.c) */
+/* the work-group size (items) each kernel is launched with (ocl_ops.c); DELTA_NET's is its
+ * head_dim, which supports() holds to the kernel's own limit (ocl_backend.dn_wg) */
 static const int ocl_kernel_wg[OK_COUNT_] = {
     [OK_EMBED] = 64, [OK_RMSNORM] = 64, [OK_LOGITS_NORM] = 64, [OK_SILU_MUL] = 64, [OK_ADD] = 64, [OK_MM_VEC] = 64,
     [OK_MM_TILE] = 256, [OK_ROPE_KV] = 64, [OK_ATTENTION] = 64, [OK_MM_EXACT_F] = 64, [OK_QUANT_ACT] = 64,
     [OK_MM_EXACT_Q] = 64, [OK_MM_EXACT_Q4] = 64, [OK_SOFTCAP] = 64, [OK_MOE_ROUTE] = 64, [OK_MOE_SORT] = 256,
     [OK_MM_ID_VEC] = 64, [OK_MM_ID_TILE] = 256, [OK_MM_ID_EXACT_F] = 64, [OK_MM_ID_EXACT_Q] = 64, [OK_MOE_SUM] = 64,
+    [OK_REC_INDEX] = 256, [OK_SSM_CONV] = 64, [OK_DELTA_NET] = 1,
 };
 
 #define OCL_MAX_EXPERTS 512          /* MOE_ROUTE's and MATMUL_ID's n_expert at most (moe.cl's MOE_MAX_E:
                                       * the sort's local counts, the route's taken bits) */
+#define OCL_REC_MAX_K 64             /* SSM_CONV's taps at most (recurrent.cl's REC_MAX_K) */
+#define OCL_DN_MAX_S 256             /* DELTA_NET's head_dim at most (recurrent.cl's DN_MAX_S) */
 
 struct ocl_arena {
     cl_mem mem;
@@ -107,6 +112,16 @@ struct ocl_backend {
     bool moe_key_ok;
     cl_mem moe_y;
     size_t moe_y_size;
+    /* SSM_CONV and DELTA_NET: the sequences of a slots vector (recurrent.cl's rec_index layout)
+     * and what they were found from (buffer id, gen, offset, rows, slots in the state: a
+     * layer's two ops, and every recurrent layer of a step, share one list) */
+    cl_mem rec_idx;
+    size_t rec_idx_size;
+    uint64_t rec_key_id, rec_key_gen;
+    size_t rec_key_off;
+    int64_t rec_key_rows, rec_key_slots;
+    bool rec_key_ok;
+    size_t dn_wg;            /* the delta_net kernel's most work-items per group (its head_dim at most) */
     /* the RoPE table (cos/sin per position from base/rope.h's
      * weft_rope_cos_sin_ext) and every ROPE_KV field it was made with:
      * its key */
@@ -198,6 +213,10 @@ static inline const int32_t *ocl_host_i32(const struct weft_view *v)
 {
     return v->buf->shadow && v->buf->shadow_ok ? (const int32_t *)(v->buf->shadow + v->offset) : NULL;
 }
+
+/* the recurrent layers' ops, api 9 (ocl_recurrent.c) */
+weft_status ocl_ssm_conv(struct ocl_backend *ob, const struct weft_op_ssm_conv *o);
+weft_status ocl_delta_net(struct ocl_backend *ob, const struct weft_op_delta_net *o);
 
 /* mixtures of experts (ocl_moe.c) */
 weft_status ocl_moe_route(struct ocl_backend *ob, const struct weft_op_moe_route *o);

@@ -84,9 +84,21 @@ static bool kv_ok(const struct weft_kv_view *kv, const struct weft_batch_view *b
            i32_ok(&bv->pos, bv->n_rows) && i32_ok(&bv->slot, bv->n_rows) && i32_ok(&bv->seq, bv->n_rows);
 }
 
+/* an I32 vector of at least n values (the recurrent ops' slots) */
+static bool i32vec_ok(const struct weft_view *v, int64_t n)
+{
+    return i32_ok(v, n) && (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * 4);
+}
+
+/* a per-v-head F32 vector (DELTA_NET's dt_bias and a): n values one after another */
+static bool head_vec_ok(const struct weft_view *v, int64_t n)
+{
+    return f32_ok(v) && v->ne0 * v->ne1 >= n && (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * 4);
+}
+
 bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
 {
-    (void)b;
+    const struct ocl_backend *ob = (const struct ocl_backend *)b;
     switch (op->kind) {
     case WEFT_OP_EMBED: {
         const struct weft_op_embed *o = &op->u.embed;
@@ -134,7 +146,8 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI) &&
+        return (o->act == WEFT_GLU_SILU || o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SWIGLU_OAI ||
+                o->act == WEFT_GLU_SIGMOID) &&
                f32_ok(&o->gate) && f32_ok(&o->up) &&
                f32_ok(&o->out) && same_rows(&o->gate, &o->out) && same_rows(&o->up, &o->out);
     }
@@ -173,6 +186,23 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
                            : (m->has_add || m->out.ne1 != slots))
             return false;
         return !m->has_bias || bias_ok(&m->bias, m->w.ne1);
+    }
+    case WEFT_OP_SSM_CONV: {
+        const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
+        const int64_t rows = o->x.ne1, C = o->x.ne0, K = o->w.ne0;
+        return f32_ok(&o->x) && f32_ok(&o->w) && f32_ok(&o->out) && f32_ok(&o->state) && K >= 2 &&
+               K <= OCL_REC_MAX_K && o->w.ne1 == C && same_rows(&o->x, &o->out) && o->state.ne0 == (K - 1) * C &&
+               i32vec_ok(&o->slots, rows);
+    }
+    case WEFT_OP_DELTA_NET: {
+        const struct weft_op_delta_net *o = &op->u.delta_net;
+        const int64_t rows = o->in.ne1, S = o->head_dim, Hk = o->n_k_head, Hv = o->n_v_head;
+        /* a work-group of S items per v head and sequence */
+        return f32_ok(&o->in) && f32_ok(&o->beta) && f32_ok(&o->alpha) && f32_ok(&o->out) && f32_ok(&o->state) &&
+               S >= 1 && S <= OCL_DN_MAX_S && (size_t)S <= ob->dn_wg && Hk >= 1 && Hv >= Hk && Hv % Hk == 0 &&
+               o->eps > 0.0f && o->in.ne0 == (2 * Hk + Hv) * S && o->beta.ne0 >= Hv && o->alpha.ne0 >= Hv &&
+               o->beta.ne1 == rows && o->alpha.ne1 == rows && head_vec_ok(&o->dt_bias, Hv) && head_vec_ok(&o->a, Hv) &&
+               o->out.ne0 == Hv * S && o->out.ne1 == rows && o->state.ne0 == Hv * S * S && i32vec_ok(&o->slots, rows);
     }
     default:
         return false;
@@ -666,6 +696,8 @@ weft_status ocl_run(struct weft_backend *b, const struct weft_op *ops, size_t n)
         case WEFT_OP_LOGITS: st = op_logits(ob, &op->u.logits); break;
         case WEFT_OP_MOE_ROUTE: st = ocl_moe_route(ob, &op->u.moe_route); break;
         case WEFT_OP_MATMUL_ID: st = ocl_matmul_id(ob, &op->u.matmul_id); break;
+        case WEFT_OP_SSM_CONV: st = ocl_ssm_conv(ob, &op->u.ssm_conv); break;
+        case WEFT_OP_DELTA_NET: st = ocl_delta_net(ob, &op->u.delta_net); break;
         default: st = weft_error(WEFT_ERR_UNSUPPORTED, "opencl: op kind %d", (int)op->kind);
         }
         if (st != WEFT_OK) return st;

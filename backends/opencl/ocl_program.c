@@ -8,6 +8,7 @@
 #include "base/types.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@ static const char *const kernel_names[OK_COUNT_] = {
     [OK_MM_EXACT_Q4] = "mm_exact_q4", [OK_SOFTCAP] = "softcap", [OK_MOE_ROUTE] = "moe_route",
     [OK_MOE_SORT] = "moe_sort", [OK_MM_ID_VEC] = "mm_id_vec", [OK_MM_ID_TILE] = "mm_id_tile",
     [OK_MM_ID_EXACT_F] = "mm_id_exact_f", [OK_MM_ID_EXACT_Q] = "mm_id_exact_q", [OK_MOE_SUM] = "moe_sum",
+    [OK_REC_INDEX] = "rec_index", [OK_SSM_CONV] = "ssm_conv", [OK_DELTA_NET] = "delta_net",
 };
 
 /* The block layouts of base/types.h as -D options: the kernels hold no
@@ -71,6 +73,10 @@ static void build_options(const struct ocl_backend *ob, char *out, size_t cap)
     cl_device_fp_config fp = 0;
     clGetDeviceInfo(ob->dev, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp, &fp, NULL);
     if (fp & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT) ADD(" -cl-fp32-correctly-rounded-divide-sqrt");
+    /* the host's libm expf without FMA (it rounds x·N/ln2 first: 0x1.f93e36p+46 here, the fused
+     * form 0x1.f93e38p+46): common.cl's expf_libm in that form too */
+    volatile float probe = 0x1.04845ep+5f;
+    if (expf(probe) == 0x1.f93e36p+46f) ADD(" -DWEFT_EXPF_PLAIN");
 #undef ADD
 }
 
@@ -189,8 +195,17 @@ weft_status ocl_program_build(struct ocl_backend *ob)
          * limit than the device's: one under the work-group ocl_ops.c
          * launches it with cannot run here */
         size_t wg = 0;
-        if (clGetKernelWorkGroupInfo(ob->k[i], ob->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg, NULL) == CL_SUCCESS &&
-            wg < (size_t)ocl_kernel_wg[i])
+        const bool known = clGetKernelWorkGroupInfo(ob->k[i], ob->dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg, &wg,
+                                                    NULL) == CL_SUCCESS;
+        if (i == OK_DELTA_NET) {
+            /* DELTA_NET's group is its head_dim along dimension 0 */
+            size_t dims[16] = {0};
+            ob->dn_wg = known ? wg : 64;
+            if (clGetDeviceInfo(ob->dev, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof dims, dims, NULL) == CL_SUCCESS &&
+                dims[0] < ob->dn_wg)
+                ob->dn_wg = dims[0];
+        }
+        if (known && wg < (size_t)ocl_kernel_wg[i])
             return weft_error(WEFT_ERR_UNSUPPORTED, "opencl:%d: kernel '%s' runs at most %zu work-items per group here "
                               "(it needs %d)", ob->index, kernel_names[i], wg, ocl_kernel_wg[i]);
     }

@@ -1,7 +1,7 @@
 /* What every kernel of the OpenCL backend shares: float rules, the numeric
  * helpers written bit for bit as the CPU backend's C (half conversion,
- * glibc's expf, ggml's SiLU polynomial), and the element reader of every
- * weight type.
+ * glibc's expf and logf, ggml's SiLU polynomial), and the element reader
+ * of every weight type.
  *
  * The first of the .cl files here (the others follow in file-name order) and built
  * once per device (backends/opencl/ocl_program.c). The host passes the block
@@ -86,7 +86,13 @@ inline float expf_poly(float x)
 
 #ifdef WEFT_F64
 /* glibc's expf (shaders/expf_libm.glsl says how): what the CPU's softmax
- * and SiLU tail get from libm */
+ * and SiLU tail get from libm. As glibc's FMA build (x86-64 with FMA, and
+ * every AArch64 build) contracts it: k = x·N/ln2 + shift and r = x·N/ln2 - k
+ * from the unrounded product, the polynomial's three steps fused; equal to
+ * Debian 12's glibc 2.36 expf on all 2^32 floats (the plain-double form
+ * differs at x = 0x1.04845ep+5 and -0x1.f8cbb2p+5). WEFT_EXPF_PLAIN (the
+ * host passes it when its libm gives the plain form's value there): that
+ * form. */
 constant ulong EXPF_TAB[32] = {
     0x3ff0000000000000ul, 0x3fefd9b0d3158574ul, 0x3fefb5586cf9890ful, 0x3fef9301d0125b51ul,
     0x3fef72b83c7d517bul, 0x3fef54873168b9aaul, 0x3fef387a6e756238ul, 0x3fef1e9df51fdee1ul,
@@ -111,20 +117,64 @@ inline float expf_libm(float x)
     const double c0 = as_double(0x3ebc6af84b912394ul);
     const double c1 = as_double(0x3f2ebfce50fac4f3ul);
     const double c2 = as_double(0x3f962e42ff0c52d6ul);
-    double z = inv_ln2_n * (double)x;
-    double kd0 = z + shift;
+    const double xd = (double)x;
+#ifdef WEFT_EXPF_PLAIN
+    const double z = inv_ln2_n * xd;
+    const double kd0 = z + shift;
+    const double kd = kd0 - shift;
+    const double r = z - kd;
+    const double y = (c0 * r + c1) * (r * r) + (c2 * r + 1.0);
+#else
+    const double kd0 = fma(inv_ln2_n, xd, shift);
+    const double kd = kd0 - shift;
+    const double r = fma(inv_ln2_n, xd, -kd);
+    const double y = fma(fma(c0, r, c1), r * r, fma(c2, r, 1.0));
+#endif
     const ulong ki = as_ulong(kd0);
-    double kd = kd0 - shift;
-    double r = z - kd;
     const double s = as_double(EXPF_TAB[ki & 31] + (ki << 47));
-    double p = c0 * r + c1;
-    double r2 = r * r;
-    double q = c2 * r + 1.0;
-    double y = p * r2 + q;
     return (float)(y * s);
+}
+
+/* glibc's logf (2.28 and later: ARM optimized-routines' logf; DELTA_NET's
+ * softplus). x = 2^k z with z in [OFF, 2 OFF) (OFF = 0x3f330000's value),
+ * i = z's subinterval of 16, invc ~ 1/c and logc = log(c) for c its centre
+ * (glibc's e_logf_data.c); r = z invc - 1, y0 = logc + k ln2, log(x) =
+ * (A0 r^2 + (A1 r + A2)) r^2 + (y0 + r) in double, rounded once. Equal to
+ * Debian 12's glibc 2.36 logf on every non-negative float, fused or not (the
+ * FMA build's contraction changes no result: the plain form stands in). */
+constant double LOGF_TAB[16][2] = {
+    {0x1.661ec79f8f3bep+0, -0x1.57bf7808caadep-2}, {0x1.571ed4aaf883dp+0, -0x1.2bef0a7c06ddbp-2},
+    {0x1.49539f0f010bp+0, -0x1.01eae7f513a67p-2},  {0x1.3c995b0b80385p+0, -0x1.b31d8a68224e9p-3},
+    {0x1.30d190c8864a5p+0, -0x1.6574f0ac07758p-3}, {0x1.25e227b0b8eap+0, -0x1.1aa2bc79c81p-3},
+    {0x1.1bb4a4a1a343fp+0, -0x1.a4e76ce8c0e5ep-4}, {0x1.12358f08ae5bap+0, -0x1.1973c5a611cccp-4},
+    {0x1.0953f419900a7p+0, -0x1.252f438e10c1ep-5}, {0x1p+0, 0x0p+0},
+    {0x1.e608cfd9a47acp-1, 0x1.aa5aa5df25984p-5},  {0x1.ca4b31f026aap-1, 0x1.c5e53aa362eb4p-4},
+    {0x1.b2036576afce6p-1, 0x1.526e57720db08p-3},  {0x1.9c2d163a1aa2dp-1, 0x1.bc2860d224770p-3},
+    {0x1.886e6037841edp-1, 0x1.1058bc8a07ee1p-2},  {0x1.767dcf5534862p-1, 0x1.4043057b6ee09p-2}};
+
+inline float logf_libm(float x)
+{
+    uint ix = as_uint(x);
+    if (ix == 0x3f800000u) return 0.0f;
+    if (ix - 0x00800000u >= 0x7f800000u - 0x00800000u) {  /* below 2^-126, negative, inf, NaN */
+        if (ix * 2 == 0) return -INFINITY;
+        if (ix == 0x7f800000u) return x;
+        if ((ix & 0x80000000u) || ix * 2 >= 0xff000000u) return NAN;
+        /* subnormal: x * 2^23's bits in integers (a device may flush the product), less 23 << 23 */
+        const uint p = 31 - clz(ix);
+        ix = ((p + 1) << 23) + ((ix << (23 - p)) & 0x7fffffu) - (23u << 23);
+    }
+    const uint tmp = ix - 0x3f330000u;
+    const int i = (tmp >> 19) & 15, k = (int)tmp >> 23;
+    const double z = (double)as_float(ix - (tmp & 0xff800000u));
+    const double r = z * LOGF_TAB[i][0] - 1.0, y0 = LOGF_TAB[i][1] + (double)k * 0x1.62e42fefa39efp-1;
+    const double r2 = r * r;
+    const double y = (-0x1.00ea348b88334p-2 * r2 + (0x1.5575b0be00b6ap-2 * r + -0x1.ffffef20a4123p-2)) * r2 + (y0 + r);
+    return (float)y;
 }
 #else
 inline float expf_libm(float x) { return exp(x); }
+inline float logf_libm(float x) { return log(x); }
 #endif
 
 /* Q4_K / Q5_K: sub-block j's 6-bit scale and min (base/quant_blocks.h) */

@@ -1,5 +1,6 @@
 /* The element-wise ops: EMBED, RMSNORM (and LOGITS' row normalisation),
- * SILU_MUL (SwiGLU, GeGLU), ADD. Row strides (ld) are in floats, offsets in bytes. */
+ * SILU_MUL (SwiGLU, GeGLU, SWIGLU_OAI, SIGMOID), ADD. Row strides (ld) are
+ * in floats, offsets in bytes. */
 
 /* out[r] = dequant(table[ids[r]]) (* scale, one float multiply, when
  * scale is not 0): global (ne0, n_ids) */
@@ -91,8 +92,9 @@ kernel void logits_norm(global const uchar *x, ulong x_off, ulong x_ld, int n_x,
  * value's GeLU, rounded to F16: the CPU's own libm tanhf bits). act 2
  * (api 7, gpt-oss), SWIGLU_OAI as the CPU's swiglu_oai_row: x = min(gate,
  * limit), y = clamp(up, -limit, limit) (NaN as the CPU's comparisons take
- * it), x / (1 + expf(alpha * -x)) * (y + 1) with libm's expf. global
- * (K, rows) */
+ * it), x / (1 + expf(alpha * -x)) * (y + 1) with libm's expf. act 3 (api 9,
+ * Qwen3.5's gated attention output), SIGMOID as the CPU's: up * (1 / (1 +
+ * expf(-gate))), libm's expf. global (K, rows) */
 kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global const uchar *u, ulong u_off, ulong u_ld,
                      global uchar *o, ulong o_off, ulong o_ld, int K, int act, global const ushort *gtab, float alpha,
                      float limit)
@@ -106,6 +108,10 @@ kernel void silu_mul(global const uchar *g, ulong g_off, ulong g_ld, global cons
         const float v = m < -limit ? -limit : m > limit ? limit : m;
         const float glu = xc / (1.0f + expf_libm(alpha * -xc));
         *y = glu * (v + 1.0f);
+        return;
+    }
+    if (act == 3) {
+        *y = m * (1.0f / (1.0f + expf_libm(-x)));
         return;
     }
     if (act) {
