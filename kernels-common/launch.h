@@ -16,8 +16,8 @@
  * hipSuccess), or e.g. the invalid-value or invalid-configuration code. It
  * never synchronizes, allocates or aborts, so it may be captured into a
  * graph. Device-side input errors (a token id outside the table, a LOGITS
- * row outside x, a MATMUL_ID expert id outside [0, E)) write zeros and set
- * *err to nonzero. */
+ * row outside x, a MATMUL_ID expert id outside [0, E), a recurrent state slot
+ * outside the state) write zeros and set *err to nonzero. */
 #ifndef WEFT_KC_LAUNCH_H
 #define WEFT_KC_LAUNCH_H
 
@@ -87,8 +87,9 @@ int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows, int64_t n_
 int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld, int64_t R,
                      int64_t K, void *stream);
 /* api 5: out = act(g) * u, act an enum weft_glu_act (backends/backend.h):
- * WEFT_GLU_SILU (as weft_gk_silu_mul) or WEFT_GLU_GELU_TANH (ggml's F16-table
- * GeGLU, bit for bit); another act is the invalid-value code */
+ * WEFT_GLU_SILU (as weft_gk_silu_mul), WEFT_GLU_GELU_TANH (ggml's F16-table
+ * GeGLU, bit for bit) or api 9's WEFT_GLU_SIGMOID (u * (1 / (1 + expf(-g))),
+ * the CPU's order, the device's expf); another act is the invalid-value code */
 int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out, size_t out_ld,
                 int64_t R, int64_t K, void *stream);
 /* api 7: gpt-oss's clamped SwiGLU (WEFT_GLU_SWIGLU_OAI, backends/backend.h): x = min(g, limit),
@@ -225,6 +226,63 @@ struct weft_gk_mmid {
 size_t weft_gk_matmul_id_scratch(int wt, int64_t K, int64_t N, int E, int64_t R, int k, int x_per_slot,
                                  int weighted);
 int weft_gk_matmul_id(const struct weft_gk_mmid *m, void *scratch, void *stream);
+
+/* ---- api 9: the recurrent state of hybrid models (backends/backend.h: SSM_CONV, DELTA_NET) ----
+ * Both read and update a per-sequence state in place: slot s's values start at
+ * state + s * state_ld (floats), row r's slot is slots[r] (R of them, I32). A sequence's rows
+ * run in row order, each seeing the state the previous one left; the sequences are found on
+ * the device, with no host read (kernels-common/recurrent_geom.h says how), so a launch never
+ * depends on the slots' values. A slot outside [0, n_slots) zeroes its rows' outputs, touches
+ * no state and sets *err to 4. Float order as the CPU's (backends/cpu/ops/ops_recurrent.c);
+ * the device's expf and logf where the CPU calls libm's. */
+
+/* SSM_CONV: C channels, K taps (2 <= K <= WEFT_GK_CONV_MAX_K); w: C rows of K floats (w_ld
+ * apart), state: (K - 1) * C floats per slot, the oldest input first; out = the fmaf chain of
+ * the window and the taps, SiLU'd when silu (ggml's polynomial expf on the rows' whole
+ * 16-channel chunks, bit for bit the CPU's; the device's expf on the rest). out must not
+ * overlap x or the state (a row reads the x rows before it). */
+struct weft_gk_ssm_conv {
+    const float *x;
+    size_t x_ld;
+    const float *w;
+    size_t w_ld;
+    float *out;
+    size_t out_ld;
+    float *state;
+    size_t state_ld;
+    const int32_t *slots;
+    int64_t n_slots, R, C;
+    int K, silu;
+    int *err;
+};
+int weft_gk_ssm_conv(const struct weft_gk_ssm_conv *a, void *stream);
+
+/* DELTA_NET: in rows hold Hk q heads, Hk k heads, Hv v heads of S (S <= WEFT_GK_DN_MAX_HEAD);
+ * v head h reads q/k head h % Hk (k_grouped: h / (Hv / Hk)); beta, alpha: R rows of Hv;
+ * dt_bias, a: Hv floats; out: R rows of Hv * S; the state: Hv * S * S floats per slot (v head
+ * h's matrix row j at (h * S + j) * S). The dots in ggml's AVX order (4 x 8 lanes of fmaf, its
+ * reduction, the tail in double), the l2 norms' sums in double one element after another, as
+ * the CPU. n_mp (the device's multiprocessors) picks the geometry, from shapes only. */
+struct weft_gk_delta_net {
+    const float *in;
+    size_t in_ld;
+    const float *beta;
+    size_t beta_ld;
+    const float *alpha;
+    size_t alpha_ld;
+    const float *dt_bias, *a;
+    float *out;
+    size_t out_ld;
+    float *state;
+    size_t state_ld;
+    const int32_t *slots;
+    int64_t n_slots, R;
+    int n_k_head, n_v_head, head_dim, k_grouped;
+    float eps;
+    int n_mp;
+    int *err;
+};
+int weft_gk_delta_net(const struct weft_gk_delta_net *a, void *stream);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* The launchers of EMBED (+ scale), RMSNORM (and the LOGITS gather),
- * SILU_MUL (the GLUs, api 7's clamped SwiGLU), ADD and ROPE_KV (+ RoPE
+ * SILU_MUL (the GLUs, api 7's clamped SwiGLU, api 9's sigmoid gate), ADD and ROPE_KV (+ RoPE
  * scaling; a latent cache's K only)
  * (kernels-common/launch.h) over kernels-common/ops.cuh, shared by the
  * backends: a backend's kernels file includes its primitives
@@ -60,12 +60,14 @@ extern "C" int weft_gk_rmsnorm(const float *x, size_t x_ld, const int32_t *rows,
 extern "C" int weft_gk_glu(int act, const float *g, size_t g_ld, const float *u, size_t u_ld, float *out,
                            size_t out_ld, int64_t R, int64_t K, void *stream)
 {
-    if (act != WEFT_GLU_SILU && act != WEFT_GLU_GELU_TANH) return WEFT_LAUNCH_EINVAL;
+    if (act != WEFT_GLU_SILU && act != WEFT_GLU_GELU_TANH && act != WEFT_GLU_SIGMOID) return WEFT_LAUNCH_EINVAL;
     if (R <= 0) return 0;
     const weft_stream_t st = (weft_stream_t)stream;
     dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
     if (act == WEFT_GLU_GELU_TANH)
         weft_k_glu<WEFT_GLU_GELU_TANH><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K, 0.0f, 0.0f);
+    else if (act == WEFT_GLU_SIGMOID)
+        weft_k_glu<WEFT_GLU_SIGMOID><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K, 0.0f, 0.0f);
     else
         weft_k_glu<WEFT_GLU_SILU><<<grid, 256, 0, st>>>(g, g_ld, u, u_ld, out, out_ld, K, 0.0f, 0.0f);
     return weft_launch_error();

@@ -1,6 +1,6 @@
 /* Element-wise and per-row kernels: EMBED (+ scale), RMSNORM (+ residual
- * add), the LOGITS row gather + norm, SILU_MUL (SiLU, GeLU-tanh or the
- * clamped SwiGLU), ADD,
+ * add), the LOGITS row gather + norm, SILU_MUL (SiLU, GeLU-tanh, the
+ * clamped SwiGLU or the sigmoid gate), ADD,
  * and ROPE_KV (rotation, with RoPE scaling: freq factors, YaRN, attn_factor;
  * then the K/V rows written into their paged-cache slots, F16 or Q8_0).
  * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
@@ -126,6 +126,8 @@ static __global__ void weft_k_glu(const float *g, size_t g_ld, const float *u, s
         y = x <= -10.0f ? 0.0f : x >= 10.0f ? x * up : weft_gelu_tanh_f16(x) * up;
     else if (ACT == WEFT_GLU_SWIGLU_OAI)
         y = weft_swiglu_oai(x, up, alpha, limit);
+    else if (ACT == WEFT_GLU_SIGMOID)   /* api 9's gated attention output, the CPU's order */
+        y = up * (1.0f / (1.0f + expf(-x)));
     else
         y = weft_silu(x) * up;
     out[r * out_ld + k] = y;

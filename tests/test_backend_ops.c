@@ -909,11 +909,12 @@ static void recurrent_ops_match_reference(void)
                 download(bo, out[pass], sizeof out[0]);
                 download(bs, stout[pass], sizeof stout[0]);
             }
-            if (pass == 1) {   /* a slot past the buffer: an error, not a write */
+            if (pass == 1) {   /* a slot past the buffer: an error from run() or the sync after it (a GPU
+                                * reads the slots on the device), not a write */
                 struct weft_buffer *bb = upload(bad, sizeof bad);
                 op.u.ssm_conv.slots = weft_view_2d(bb, 0, WEFT_TYPE_I32, R, 1);
-                CHECK_MSG(bi->run(be, &op, 1) != WEFT_OK, "%s SSM_CONV: slot %d of %d accepted", bi->name, NS, NS);
-                bi->sync(be);
+                const weft_status rs = bi->run(be, &op, 1), ss = bi->sync(be);
+                CHECK_MSG(rs != WEFT_OK || ss != WEFT_OK, "%s SSM_CONV: slot %d of %d accepted", bi->name, NS, NS);
                 bi->buffer_free(bb);
             }
             struct weft_buffer *all[] = {bx, bw, bs, bsl, bo};

@@ -2,17 +2,19 @@
  * validation, scratch, and running an op list through the vendor's hooks.
  *
  * Step graphs: a step's launches are described by a key (every view's
- * buffer id, offset and shape, every scalar and flag, api 5's and 7's
+ * buffer id, offset and shape, every scalar and flag, api 5's, 7's and 9's
  * fields included; not the data). The first time a key is seen the ops run
  * eagerly; the second time they are captured into a graph and launched;
  * from then on the graph is replayed, so a decode step costs one launch
  * instead of dozens. Data that changes between steps
- * (token ids, positions, block tables, the experts MOE_ROUTE chose) lives in
+ * (token ids, positions, block tables, the experts MOE_ROUTE chose, the
+ * recurrent state slots and their states) lives in
  * device buffers the kernels read, and launch shapes never depend on it: a
  * graph stays valid while contexts grow and routes change. Scratch growth
  * drops every graph (they hold its address). */
 #include "backends/gpu/gpu_common.h"
 #include "kernels-common/launch.h"   /* the kernels' limits: WEFT_GK_ATTN_MAX_HD, WEFT_GK_MOE_MAX_EXPERTS */
+#include "kernels-common/recurrent_geom.h"   /* the recurrent kernels' shapes (api 9) */
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +45,10 @@ weft_status weft_gpu_take_input_error(struct weft_gpu *g)
     *(volatile int *)g->err_host = 0;
     return weft_error(WEFT_ERR_INVALID_ARG, "%s: %s outside its table in the last op list (zeros were used)",
                       g->hooks->name,
-                      err == 1 ? "a token id" : err == 3 ? "a MATMUL_ID expert id" : "a LOGITS row index");
+                      err == 1   ? "a token id"
+                      : err == 3 ? "a MATMUL_ID expert id"
+                      : err == 4 ? "a recurrent state slot (SSM_CONV, DELTA_NET)"
+                                 : "a LOGITS row index");
 }
 
 /* ---- supports ---- */
@@ -117,6 +122,50 @@ static bool matmul_id_ok(const struct weft_gpu_hooks *h, const struct weft_op_ma
     return !o->has_bias || bias_ok(&o->bias, o->w.ne1);
 }
 
+/* n or more F32 (or I32) values laid end to end (read as one array) */
+static bool vector_ok(const struct weft_view *v, enum weft_type t, int64_t n)
+{
+    return v->type == t && view_ok(v) && (v->ne1 == 1 || v->nb1 == (size_t)v->ne0 * sizeof(float)) &&
+           v->ne0 * v->ne1 >= n;
+}
+
+/* whether two views' byte ranges meet */
+static bool overlap(const struct weft_view *a, const struct weft_view *b)
+{
+    if (a->buf != b->buf) return false;
+    const size_t ea = a->offset + (size_t)(a->ne1 - 1) * a->nb1 + weft_row_size(a->type, a->ne0);
+    const size_t eb = b->offset + (size_t)(b->ne1 - 1) * b->nb1 + weft_row_size(b->type, b->ne0);
+    return a->offset < eb && b->offset < ea;
+}
+
+/* SSM_CONV and DELTA_NET (api 9): the shapes backend.h gives them, as the CPU checks them; the
+ * kernels' bounds (recurrent_geom.h); outputs apart from the inputs and the state (a row's
+ * SSM_CONV reads the x rows before it while others are written) */
+static bool ssm_conv_ok(const struct weft_gpu_hooks *h, const struct weft_op_ssm_conv *o)
+{
+    const int64_t rows = o->x.ne1, C = o->x.ne0, K = o->w.ne0;
+    struct weft_gk_conv_geom geo;
+    return h->ssm_conv && is_f32(&o->x) && is_f32(&o->w) && is_f32(&o->out) && is_f32(&o->state) &&
+           K >= 2 && K <= WEFT_GK_CONV_MAX_K && o->w.ne1 == C && o->out.ne0 == C && o->out.ne1 == rows &&
+           o->state.ne0 == (K - 1) * C && vector_ok(&o->slots, WEFT_TYPE_I32, rows) &&
+           !weft_gk_conv_geom(rows, C, (int)K, &geo) && !overlap(&o->out, &o->x) && !overlap(&o->out, &o->state) &&
+           !overlap(&o->x, &o->state);
+}
+
+static bool delta_net_ok(const struct weft_gpu *g, const struct weft_op_delta_net *o)
+{
+    const int64_t rows = o->in.ne1, S = o->head_dim, Hk = o->n_k_head, Hv = o->n_v_head;
+    struct weft_gk_dn_geom geo;
+    return g->hooks->delta_net && is_f32(&o->in) && is_f32(&o->beta) && is_f32(&o->alpha) && is_f32(&o->out) &&
+           is_f32(&o->state) && Hk >= 1 && Hv >= Hk && Hv % Hk == 0 && o->eps > 0.0f &&
+           !weft_gk_dn_geom(rows, o->state.ne1, (int)Hv, (int)S, g->n_mp, &geo) &&
+           o->in.ne0 == (2 * Hk + Hv) * S && o->beta.ne0 >= Hv && o->alpha.ne0 >= Hv && o->beta.ne1 == rows &&
+           o->alpha.ne1 == rows && vector_ok(&o->dt_bias, WEFT_TYPE_F32, Hv) && vector_ok(&o->a, WEFT_TYPE_F32, Hv) &&
+           o->out.ne0 == Hv * S && o->out.ne1 == rows && o->state.ne0 == Hv * S * S &&
+           vector_ok(&o->slots, WEFT_TYPE_I32, rows) && !overlap(&o->out, &o->in) && !overlap(&o->out, &o->state) &&
+           !overlap(&o->in, &o->state);
+}
+
 static bool batch_ok(const struct weft_batch_view *bv)
 {
     return bv->n_rows > 0 && is_i32(&bv->pos) && is_i32(&bv->seq) && is_i32(&bv->slot) && is_i32(&bv->bt_off) &&
@@ -125,7 +174,8 @@ static bool batch_ok(const struct weft_batch_view *bv)
 
 bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
 {
-    const struct weft_gpu_hooks *h = ((struct weft_gpu *)b)->hooks;
+    const struct weft_gpu *g = (const struct weft_gpu *)b;
+    const struct weft_gpu_hooks *h = g->hooks;
     switch (op->kind) {
     case WEFT_OP_EMBED: {
         const struct weft_op_embed *o = &op->u.embed;
@@ -159,7 +209,7 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_SILU_MUL: {
         const struct weft_op_silu_mul *o = &op->u.silu_mul;
-        return (o->act == WEFT_GLU_SILU || (o->act == WEFT_GLU_GELU_TANH && h->glu) ||
+        return (o->act == WEFT_GLU_SILU || ((o->act == WEFT_GLU_GELU_TANH || o->act == WEFT_GLU_SIGMOID) && h->glu) ||
                 (o->act == WEFT_GLU_SWIGLU_OAI && h->swiglu_oai)) &&
                is_f32(&o->gate) && is_f32(&o->up) && is_f32(&o->out);
     }
@@ -185,6 +235,10 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_MATMUL_ID:
         return matmul_id_ok(h, &op->u.matmul_id);
+    case WEFT_OP_SSM_CONV:
+        return ssm_conv_ok(h, &op->u.ssm_conv);
+    case WEFT_OP_DELTA_NET:
+        return delta_net_ok(g, &op->u.delta_net);
     default:
         return false;
     }
@@ -400,6 +454,19 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         if (o->has_weights) put_view(k, &o->weights);
         if (o->has_add) put_view(k, &o->add);
         if (o->has_bias) put_view(k, &o->bias);
+        break;
+    }
+    case WEFT_OP_SSM_CONV: {
+        const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
+        put_view(k, &o->x); put_view(k, &o->w); put_view(k, &o->out); put_view(k, &o->state);
+        put_view(k, &o->slots); put(k, o->silu);
+        break;
+    }
+    case WEFT_OP_DELTA_NET: {
+        const struct weft_op_delta_net *o = &op->u.delta_net;
+        put_view(k, &o->in); put_view(k, &o->beta); put_view(k, &o->alpha); put_view(k, &o->dt_bias);
+        put_view(k, &o->a); put_view(k, &o->out); put_view(k, &o->state); put_view(k, &o->slots);
+        put(k, o->n_k_head); put(k, o->n_v_head); put(k, o->head_dim); put_f(k, o->eps); put(k, o->k_grouped);
         break;
     }
     default:

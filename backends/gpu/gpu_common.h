@@ -22,6 +22,8 @@
 struct weft_gpu;
 struct weft_gk_moe_route;   /* kernels-common/launch.h */
 struct weft_gk_mmid;
+struct weft_gk_ssm_conv;
+struct weft_gk_delta_net;
 
 /* Device memory from the runtime's malloc (never managed memory). id is
  * unique for the process: a graph keyed on ids can never replay against a
@@ -33,8 +35,9 @@ struct weft_buffer {
     uint64_t id;
 };
 
-/* The vendor's side. Every slot is required but glu and embed_scaled (api 5) and
- * swiglu_oai, moe_route, matmul_id_scratch and matmul_id (api 7). */
+/* The vendor's side. Every slot is required but glu and embed_scaled (api 5),
+ * swiglu_oai, moe_route, matmul_id_scratch and matmul_id (api 7), and ssm_conv and
+ * delta_net (api 9). */
 struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
     int err_oom;             /* the runtime's out-of-memory code */
@@ -84,6 +87,12 @@ struct weft_gpu_hooks {
     size_t (*matmul_id_scratch)(int wt, int64_t K, int64_t N, int E, int64_t R, int k, int x_per_slot,
                                 int weighted);
     int (*matmul_id)(const struct weft_gk_mmid *m, void *scratch, void *stream);
+
+    /* api 9's launchers, reached the same way: SSM_CONV (weft_gk_ssm_conv) and DELTA_NET
+     * (weft_gk_delta_net); SILU_MUL's SIGMOID goes to glu. NULL: the runtime has none, and
+     * weft_gpu_supports refuses those ops. */
+    int (*ssm_conv)(const struct weft_gk_ssm_conv *a, void *stream);
+    int (*delta_net)(const struct weft_gk_delta_net *a, void *stream);
 
     /* Graphs: start capturing the stream; end the capture and, when the
      * launches in it succeeded (launched_ok) and so did the capture,

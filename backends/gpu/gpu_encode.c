@@ -6,7 +6,9 @@
  * launchers the hooks name (glu, embed_scaled). api 7: ATTENTION's sinks and
  * the KV view's v_in_k travel in the launchers' arguments; SILU_MUL's
  * SWIGLU_OAI, MOE_ROUTE and MATMUL_ID go to the hooks' swiglu_oai, moe_route
- * and matmul_id.
+ * and matmul_id. api 9: SILU_MUL's SIGMOID goes to glu, SSM_CONV and DELTA_NET
+ * (one launch each, the state views' slot stride in elements) to ssm_conv and
+ * delta_net.
  * Compiled into each GPU module next to gpu_common.c; the launchers it
  * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
  * call an op needs beyond a launch, COPY's device-to-device copy, is the
@@ -149,6 +151,26 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                  o->has_weights && o->has_add ? weft_gpu_ld(&o->add) : 0,
                                  o->has_bias ? weft_gpu_f32(&o->bias) : NULL, g->err_dev};
         return g->hooks->matmul_id(&m, g->scratch, st);
+    }
+    case WEFT_OP_SSM_CONV: {
+        const struct weft_op_ssm_conv *o = &op->u.ssm_conv;
+        if (!g->hooks->ssm_conv) return g->hooks->err_invalid;
+        struct weft_gk_ssm_conv a = {weft_gpu_f32(&o->x), weft_gpu_ld(&o->x), weft_gpu_f32(&o->w),
+                                     weft_gpu_ld(&o->w), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out),
+                                     weft_gpu_f32(&o->state), weft_gpu_ld(&o->state), weft_gpu_i32(&o->slots),
+                                     o->state.ne1, o->x.ne1, o->x.ne0, (int)o->w.ne0, o->silu, g->err_dev};
+        return g->hooks->ssm_conv(&a, st);
+    }
+    case WEFT_OP_DELTA_NET: {
+        const struct weft_op_delta_net *o = &op->u.delta_net;
+        if (!g->hooks->delta_net) return g->hooks->err_invalid;
+        struct weft_gk_delta_net a = {weft_gpu_f32(&o->in), weft_gpu_ld(&o->in), weft_gpu_f32(&o->beta),
+                                      weft_gpu_ld(&o->beta), weft_gpu_f32(&o->alpha), weft_gpu_ld(&o->alpha),
+                                      weft_gpu_f32(&o->dt_bias), weft_gpu_f32(&o->a), weft_gpu_f32(&o->out),
+                                      weft_gpu_ld(&o->out), weft_gpu_f32(&o->state), weft_gpu_ld(&o->state),
+                                      weft_gpu_i32(&o->slots), o->state.ne1, o->in.ne1, (int)o->n_k_head,
+                                      (int)o->n_v_head, (int)o->head_dim, o->k_grouped, o->eps, g->n_mp, g->err_dev};
+        return g->hooks->delta_net(&a, st);
     }
     default:
         return g->hooks->err_invalid;

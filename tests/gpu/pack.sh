@@ -25,7 +25,7 @@ root=$(pwd)
 dir=${1:-.gpu}
 arch=${CUDA_ARCH:-90}
 shared=${WEFT_SHARED_DIR:-$(cd "$root/../shared" && pwd)}
-tests="test_backend_ops test_gpu_kernels test_golden test_devices test_embed"
+tests="test_backend_ops test_gpu_kernels test_gpu_recurrent test_golden test_arch_golden test_devices test_embed"
 vk_tests="test_vulkan_runtime test_vulkan_matmul test_device_exact test_opencl"
 
 build() { # DIR TARGETS CMAKE_ARGS...

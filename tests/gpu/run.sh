@@ -4,10 +4,11 @@
 # HIP kernels through nvcc and the HIP-to-CUDA mapping header), then on every
 # GPU device found:
 #   - the backend-ops test (every op x type x shape vs the CPU, support matrix),
-#   - backend-specific tests (test_gpu_kernels for CUDA and HIP, test_vulkan_*,
-#     test_opencl, test_device_exact on Vulkan and OpenCL),
+#   - backend-specific tests (test_gpu_kernels and test_gpu_recurrent for CUDA and
+#     HIP, test_vulkan_*, test_opencl, test_device_exact on Vulkan and OpenCL),
 #   - the stories260K golden (llama.cpp's ids) on the device and split cpu+device,
 #   - every model family's golden (test_arch_golden, the F16 files) on the device,
+#     the hybrid qwen35 (SSM_CONV, DELTA_NET, the sigmoid gate) among them,
 #   - greedy equality with the CPU, alone and 8 at once, and with a layer split,
 #   - weft bench: SmolLM2-shape Q4_1, and Llama-3-8B-shape Q4_0 and Q8_0
 #     (random weights from `weft gen`), decode tokens/s at batch 1, the fraction
@@ -147,6 +148,18 @@ step() {
     return "$rc"
 }
 
+# step_if_built NAME DEVICE LIMIT BIN ARGS...: step, or a SKIP row when BIN is not
+# there (a prebuilt folder packed before BIN existed)
+step_if_built() {
+    if [ -x "$4" ]; then
+        step "$@"
+        return
+    fi
+    last_log=$(logname "$1" "$2")
+    echo "SKIP: $4 not built (a prebuilt folder without it)" >"$last_log"
+    record "$1" "$2" 77 0 "$last_log"
+}
+
 # bg_start VAR NAME DEVICE LIMIT CMD...: as step, in the background; the
 # pid goes into VAR, then bg_finish VAR NAME DEVICE waits and records it
 declare -A bg_t0 bg_log
@@ -252,7 +265,7 @@ build_tree() {
 export -f build_tree
 export root shared jobs
 if [ $dry = 1 ]; then cuda_req=AUTO; else cuda_req=ON; fi
-tests="test_backend_ops test_gpu_kernels test_golden test_arch_golden test_devices test_embed"
+tests="test_backend_ops test_gpu_kernels test_gpu_recurrent test_golden test_arch_golden test_devices test_embed"
 # prebuilt NAME DIR: a row saying the step's build was done elsewhere; fails
 # when DIR holds no weft
 prebuilt_row() {
@@ -379,7 +392,8 @@ correct() {
     local d=$1
     step "golden" "$d" 300 env WEFT_TEST_DEVICE="$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
     step "golden split" "cpu=1,$d" 300 env WEFT_TEST_DEVICE="cpu=1,$d" WEFT_TEST_LOGPROB_TOL=2e-2 "$B/test_golden"
-    # every model family (the F16 files: llama.cpp's bounds, 0.1)
+    # every model family (the F16 files: llama.cpp's bounds, 0.1); no WEFT_TEST_FAMILIES, so
+    # the hybrid qwen35 (its recurrent ops on the device) runs too, after the others
     step "arch goldens (every family)" "$d" 300 env WEFT_TEST_DEVICE="$d" WEFT_TEST_TYPES=F16 "$B/test_arch_golden"
     step "equality + split + batch" "$d" 400 env "${nocache[@]}" WEFT_TEST_DEVICES="$d" "$B/test_devices"
     step "embeddings vs cpu" "$d" 200 env WEFT_TEST_DEVICE="$d" "$B/test_embed"
@@ -392,9 +406,12 @@ step "backend-ops (cpu, cuda)" all 300 env WEFT_TEST_BACKENDS=cuda "$B/test_back
 sed -n '/support\/pass matrix/,$p' "$last_log" >"$out/matrix.txt" 2>/dev/null
 if check_device "$W" cuda:0; then
     step "test_gpu_kernels" cuda:0 300 env WEFT_TEST_GPU=cuda "$B/test_gpu_kernels"
+    step_if_built "test_gpu_recurrent" cuda:0 200 "$B/test_gpu_recurrent"
 elif [ $dry = 1 ]; then
     # no GPU: at least the test's harness, against the CPU backend
     step "test_gpu_kernels (cpu harness)" cpu 300 env WEFT_TEST_GPU=cuda WEFT_TEST_GPU_SPEC=cpu "$B/test_gpu_kernels"
+    # the launch geometry and the shared host code over a fake runtime (device cases skip)
+    step_if_built "test_gpu_recurrent (no device)" cpu 100 "$B/test_gpu_recurrent"
 fi
 for d in $devices; do
     case $d in vulkan:* | opencl:*) ;; *) correct "$d" ;; esac
@@ -403,6 +420,7 @@ if [ $hip_ok = 1 ]; then
     step "backend-ops (hip via nvcc)" hip:0 300 "$BH/test_backend_ops"
     if check_device "$BH/weft" hip:0; then
         step "test_gpu_kernels" hip:0 300 env WEFT_TEST_GPU=hip "$BH/test_gpu_kernels"
+        step_if_built "test_gpu_recurrent" hip:0 200 "$BH/test_gpu_recurrent"
         step "golden" hip:0 300 env WEFT_TEST_DEVICE=hip:0 WEFT_TEST_LOGPROB_TOL=2e-2 "$BH/test_golden"
         step "arch goldens (every family)" hip:0 300 env WEFT_TEST_DEVICE=hip:0 WEFT_TEST_TYPES=F16 "$BH/test_arch_golden"
         step "equality + split + batch" hip:0 400 env "${nocache[@]}" WEFT_TEST_DEVICES=hip:0 "$BH/test_devices"

@@ -9,6 +9,8 @@
 #include "kernels-common/launch_attention.cuh"
 #include "kernels-common/launch_matmul.cuh"
 #include "kernels-common/launch_moe.cuh"
+#include "kernels-common/launch_recurrent.cuh"
+#include "backends/cpu/cpu_expf.h"
 extern "C" {
 #include "base/quant.h"
 }
@@ -346,6 +348,230 @@ static void swiglu_case()
     EXPECT(bad == 0, "swiglu_oai: %d differ", bad);
 }
 
+/* ---- api 9: SSM_CONV, DELTA_NET (backends/cpu/ops/ops_recurrent.c's algorithm with the
+ * host's libm: bit for bit) and SILU_MUL's SIGMOID ---- */
+static int rec_runs;   /* op runs (one op, or two cut) whose outputs and states matched bit for bit */
+
+static int cmp_bits(const float *a, const float *b, size_t n, const char *what)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!same(a[i], b[i]) && bad++ < 3) printf("  %s [%zu]: %a vs %a\n", what, i, a[i], b[i]);
+    return bad;
+}
+
+/* the CPU's conv_part, one thread; rows whose slot is outside [0, n_slots) skipped */
+static void ref_ssm_conv(const float *x, const float *w, float *out, float *state, size_t st_ld,
+                         const int32_t *slots, int64_t n_slots, int64_t R, int64_t C, int K, bool silu)
+{
+    const int64_t C16 = C & ~(int64_t)15;
+    for (int64_t r = 0; r < R; r++) {
+        if (slots[r] < 0 || slots[r] >= n_slots) continue;
+        float *st = state + slots[r] * st_ld;
+        for (int64_t c = 0; c < C; c++) {
+            const float *wc = w + c * K, xv = x[r * C + c];
+            float y = st[c] * wc[0];
+            for (int64_t i = 1; i < K - 1; i++) y = fmaf(st[i * C + c], wc[i], y);
+            y = fmaf(xv, wc[K - 1], y);
+            for (int64_t i = 0; i + 1 < K - 1; i++) st[i * C + c] = st[(i + 1) * C + c];
+            st[(K - 2) * C + c] = xv;
+            if (silu) y = y / (1.0f + (c < C16 ? weft_cpu_expf(0.0f - y) : expf(0.0f - y)));
+            out[r * C + c] = y;
+        }
+    }
+}
+
+/* SSM_CONV over R rows (slots[r]) of C channels, K taps, n_slots slots of (K - 1)·C values pad
+ * floats apart: one op, and the same rows as two ops split at `split` (0: not), vs the CPU's
+ * algorithm; a bad slot zeroes its rows and sets err 4 */
+static void conv_case(int64_t C, int K, int64_t n_slots, const std::vector<int32_t> &slots, bool silu, int64_t split,
+                      int pad)
+{
+    const int64_t R = (int64_t)slots.size(), sld = (K - 1) * C + pad;
+    bool bad_slot = false;
+    for (int32_t v : slots) bad_slot = bad_slot || v < 0 || v >= n_slots;
+    std::vector<float> x(R * C), w(C * K), st0(n_slots * sld), ref(R * C, -5), sref;
+    for (auto &v : x) v = frand() * 4;
+    for (auto &v : w) v = frand();
+    for (auto &v : st0) v = frand() * 2;
+    x[3] = 0.0f;   /* a zero input, whose SiLU is +0 */
+    sref = st0;
+    ref_ssm_conv(x.data(), w.data(), ref.data(), sref.data(), sld, slots.data(), n_slots, R, C, K, silu);
+    for (int64_t r = 0; r < R; r++)
+        if (slots[r] < 0 || slots[r] >= n_slots) for (int64_t c = 0; c < C; c++) ref[r * C + c] = 0.0f;
+    for (int pass = 0; pass < (split ? 2 : 1); pass++) {
+        std::vector<float> out(R * C, -5), st = st0;
+        int err = 0;
+        const int64_t cuts[3] = {0, pass ? split : R, R};
+        for (int part = 0; part < 2 && cuts[part] < R; part++) {
+            const int64_t r0 = cuts[part], n = cuts[part + 1] - r0;
+            struct weft_gk_ssm_conv a = {x.data() + r0 * C, (size_t)C, w.data(), (size_t)K, out.data() + r0 * C,
+                                         (size_t)C, st.data(), (size_t)sld, slots.data() + r0, n_slots, n, C, K, silu,
+                                         &err};
+            EXPECT(weft_gk_ssm_conv(&a, NULL) == 0, "ssm_conv launch");
+        }
+        const int bo = cmp_bits(out.data(), ref.data(), R * C, "ssm_conv out"),
+                  bs = cmp_bits(st.data(), sref.data(), n_slots * sld, "ssm_conv state");
+        rec_runs += bo == 0 && bs == 0;
+        EXPECT(bo == 0 && bs == 0 && err == (bad_slot ? 4 : 0),
+               "ssm_conv R%lld C%lld K%d slots %lld silu %d pad %d split %lld: %d outputs, %d state values differ, "
+               "err %d",
+               (long long)R, (long long)C, K, (long long)n_slots, silu, pad, (long long)(pass ? split : 0), bo, bs,
+               err);
+    }
+}
+
+/* ggml's AVX ggml_vec_dot_f32, the CPU's (backends/cpu/recurrent/dn_row.c's dot_ref) */
+static float ref_dot(const float *x, const float *y, int64_t n)
+{
+    const int64_t n32 = n & ~(int64_t)31;
+    float acc[4][8] = {{0}};
+    for (int64_t c = 0; c < n32; c += 32)
+        for (int a = 0; a < 4; a++)
+            for (int l = 0; l < 8; l++) acc[a][l] = fmaf(x[c + 8 * a + l], y[c + 8 * a + l], acc[a][l]);
+    float t[8], u[4];
+    for (int l = 0; l < 8; l++) t[l] = (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]);
+    for (int m = 0; m < 4; m++) u[m] = t[m] + t[m + 4];
+    double s = (double)((u[0] + u[1]) + (u[2] + u[3]));
+    for (int64_t i = n32; i < n; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
+static void ref_l2(const float *x, float *y, int64_t n, float eps)
+{
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float scale = 1.0f / fmaxf(sqrtf((float)sum), eps);
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* the CPU's dn_part and weft_cpu_dn_row_ref, one thread, row after row (slots are independent);
+ * bad slots skipped */
+static void ref_delta_net(const float *in, const float *beta, const float *alpha, const float *dtb, const float *A,
+                          float *out, float *state, size_t st_ld, const int32_t *slots, int64_t n_slots, int64_t R,
+                          int Hk, int Hv, int S, bool grouped, float eps)
+{
+    const int64_t W = (2 * Hk + Hv) * S;
+    const float qscale = 1.0f / sqrtf((float)S);
+    std::vector<float> q(S), k(S);
+    for (int64_t r = 0; r < R; r++) {
+        if (slots[r] < 0 || slots[r] >= n_slots) continue;
+        for (int h = 0; h < Hv; h++) {
+            const int kh = grouped ? h / (Hv / Hk) : h % Hk;
+            float *M = state + slots[r] * st_ld + (int64_t)h * S * S;
+            ref_l2(in + r * W + kh * S, q.data(), S, eps);
+            ref_l2(in + r * W + (Hk + kh) * S, k.data(), S, eps);
+            const float *v = in + r * W + (2 * Hk + h) * S;
+            const float b = 1.0f / (1.0f + expf(-beta[r * Hv + h]));
+            const float xa = alpha[r * Hv + h] + dtb[h];
+            const float g = (xa > 20.0f ? xa : logf(1.0f + expf(xa))) * A[h];
+            const float decay = expf(g);
+            for (int64_t e = 0; e < (int64_t)S * S; e++) M[e] *= decay;
+            for (int j = 0; j < S; j++) {
+                float *m = M + (int64_t)j * S;
+                const float d = (v[j] - ref_dot(m, k.data(), S)) * b;
+                for (int i = 0; i < S; i++) m[i] = fmaf(k[i], d, m[i]);
+                out[r * Hv * S + (int64_t)h * S + j] = ref_dot(m, q.data(), S) * qscale;
+            }
+        }
+    }
+}
+
+/* DELTA_NET over R rows (slots[r]): one op, and two ops split at `split` (0: not), vs the CPU's
+ * algorithm, on a device of n_mp multiprocessors (which picks the rows per group) */
+static void dn_case(int Hk, int Hv, int S, int64_t n_slots, const std::vector<int32_t> &slots, bool grouped,
+                    int64_t split, int n_mp, int pad)
+{
+    const int64_t R = (int64_t)slots.size(), W = (2 * Hk + Hv) * S, sld = (int64_t)Hv * S * S + pad;
+    bool bad_slot = false;
+    for (int32_t v : slots) bad_slot = bad_slot || v < 0 || v >= n_slots;
+    std::vector<float> in(R * W), beta(R * Hv), alpha(R * Hv), dtb(Hv), A(Hv), st0(n_slots * sld);
+    for (auto &v : in) v = frand();
+    for (auto &v : beta) v = 3 * frand();
+    for (auto &v : alpha) v = 3 * frand();
+    for (auto &v : dtb) v = frand();
+    for (auto &v : A) v = -0.5f + 0.4f * frand();
+    for (auto &v : st0) v = 0.1f * frand();
+    alpha[0] = 25.0f;                                  /* softplus past 20: x itself */
+    for (int i = 0; i < S; i++) in[Hk * S + i] = 0.0f; /* row 0's k head 0 all zero: the eps clamp */
+    std::vector<float> ref(R * Hv * S, -5), sref = st0;
+    ref_delta_net(in.data(), beta.data(), alpha.data(), dtb.data(), A.data(), ref.data(), sref.data(), sld,
+                  slots.data(), n_slots, R, Hk, Hv, S, grouped, 1e-6f);
+    for (int64_t r = 0; r < R; r++)
+        if (slots[r] < 0 || slots[r] >= n_slots) for (int64_t i = 0; i < Hv * S; i++) ref[r * Hv * S + i] = 0.0f;
+    struct weft_gk_dn_geom geo = {};
+    weft_gk_dn_geom(split ? split : R, n_slots, Hv, S, n_mp, &geo);
+    for (int pass = 0; pass < (split ? 2 : 1); pass++) {
+        std::vector<float> out(R * Hv * S, -5), st = st0;
+        int err = 0;
+        const int64_t cuts[3] = {0, pass ? split : R, R};
+        for (int part = 0; part < 2 && cuts[part] < R; part++) {
+            const int64_t r0 = cuts[part], n = cuts[part + 1] - r0;
+            struct weft_gk_delta_net a = {in.data() + r0 * W, (size_t)W, beta.data() + r0 * Hv, (size_t)Hv,
+                                          alpha.data() + r0 * Hv, (size_t)Hv, dtb.data(), A.data(),
+                                          out.data() + r0 * Hv * S, (size_t)Hv * S, st.data(), (size_t)sld,
+                                          slots.data() + r0, n_slots, n, Hk, Hv, S, grouped, 1e-6f, n_mp, &err};
+            EXPECT(weft_gk_delta_net(&a, NULL) == 0, "delta_net launch");
+        }
+        const int bo = cmp_bits(out.data(), ref.data(), R * Hv * S, "delta_net out"),
+                  bs = cmp_bits(st.data(), sref.data(), n_slots * sld, "delta_net state");
+        rec_runs += bo == 0 && bs == 0;
+        EXPECT(bo == 0 && bs == 0 && err == (bad_slot ? 4 : 0),
+               "delta_net R%lld heads %d/%d S%d grouped %d slots %lld n_mp %d (jw %d nc %d) pad %d split %lld: %d "
+               "outputs, %d state values differ, err %d",
+               (long long)R, Hk, Hv, S, grouped, (long long)n_slots, n_mp, geo.jw, geo.nc, pad,
+               (long long)(pass ? split : 0), bo, bs, err);
+    }
+}
+
+/* SILU_MUL's SIGMOID vs the CPU's formula, specials included */
+static void sigmoid_case()
+{
+    const int R = 3, K = 300;
+    std::vector<float> g(R * K), u(R * K), o(R * K), ref(R * K);
+    for (int i = 0; i < R * K; i++) { g[i] = frand() * 30; u[i] = frand() * 4; }
+    g[0] = NAN; u[1] = NAN; g[2] = INFINITY; g[3] = -INFINITY; g[4] = 100.0f; g[5] = -100.0f; g[6] = 0.0f; g[7] = -0.0f;
+    EXPECT(weft_gk_glu(WEFT_GLU_SIGMOID, g.data(), K, u.data(), K, o.data(), K, R, K, NULL) == 0, "sigmoid launch");
+    for (int i = 0; i < R * K; i++) ref[i] = u[i] * (1.0f / (1.0f + expf(-g[i])));
+    EXPECT(cmp_bits(o.data(), ref.data(), R * K, "sigmoid") == 0, "glu sigmoid differs from the CPU's");
+}
+
+static void recurrent_checks()
+{
+    /* SSM_CONV: interleaved sequences (slots 1..3 of 5: test_backend_ops' pattern), C 40 (a
+     * 16-channel tail: libm's expf), then a prefill run beside decode rows (the parallel rows),
+     * a run cut at every point, K 2 and 5, no SiLU, a padded state stride, bad slots */
+    const std::vector<int32_t> inter = {1, 2, 1, 3, 1, 2, 2, 3, 1, 3, 2, 1};
+    conv_case(40, 4, 5, inter, true, 7, 0);
+    const std::vector<int32_t> mixed = {2, 2, 2, 2, 2, 2, 2, 2, 2, 0, 4, 3, 1, 1, 1, 1, 1, 3, 3};
+    conv_case(40, 4, 5, mixed, true, 0, 3);
+    for (int64_t cut = 1; cut < 9; cut += 3) conv_case(33, 4, 5, mixed, true, cut, 0);
+    conv_case(150, 2, 5, mixed, true, 10, 0);
+    conv_case(64, 5, 5, inter, false, 4, 1);
+    conv_case(20, 5, 6, {5, 5, 5, 5, 5, 5, 5, 5}, true, 2, 0);   /* fewer rows than taps in the first part */
+    conv_case(40, 4, 5, {1, 5, 2, 2, 2, 2, -1, 2, 0}, true, 0, 0);   /* slots 5 and -1: outside */
+    printf("ssm_conv done (%d fails; %d runs bit for bit with the CPU's algorithm)\n", fails, rec_runs);
+    rec_runs = 0;
+    /* DELTA_NET: S 40 (a 32-column tail) interleaved and cut; tiled then grouped k heads; S 128 (Qwen3.5)
+     * in a prefill chunk beside decode rows, cut; S 8 (tail only); S 256 (8 chunks a lane);
+     * every rows-per-group choice (n_mp); many decode rows in permuted slots; bad slots */
+    const std::vector<int32_t> two = {0, 2, 0, 0, 2, 2, 2, 0, 0, 2, 2, 0};
+    dn_case(1, 2, 40, 3, two, false, 5, 1, 0);
+    dn_case(2, 4, 32, 3, two, false, 0, 1, 0);
+    dn_case(2, 4, 32, 3, two, true, 0, 1, 7);
+    dn_case(1, 2, 128, 4, {3, 3, 3, 3, 3, 3, 3, 0, 1}, false, 4, 1, 0);
+    dn_case(2, 2, 8, 3, {1, 0, 1, 1, 2}, true, 2, 1, 0);
+    dn_case(1, 1, 256, 2, {1, 1, 0}, false, 0, 1, 0);
+    for (int n_mp : {1, 4, 8, 64}) dn_case(1, 2, 64, 3, {2, 2, 0, 2, 1}, false, 0, n_mp, 0);   /* jw 8, 4, 2, 1 */
+    dn_case(1, 1, 32, 40, {7, 3, 39, 0, 12, 25, 1, 30, 19, 8, 33, 2, 5, 36, 21, 14, 28, 10, 4, 17, 38, 23, 31, 6, 11,
+                          26, 35, 9, 16, 37, 13, 29, 20, 34, 15, 24, 27, 18, 22, 32},
+            false, 0, 1, 0);
+    dn_case(1, 2, 32, 3, {1, 3, 1, -2, 0, 0}, false, 0, 1, 0);
+    printf("delta_net done (%d fails; %d runs bit for bit with the CPU's algorithm)\n", fails, rec_runs);
+    sigmoid_case();
+    printf("sigmoid done (%d fails)\n", fails);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -402,6 +628,7 @@ int main(int argc, char **argv)
     rope_latent_case(WEFT_TYPE_F16, 576, 512);
     swiglu_case();
     }
+    if (!*only || strstr(only, "rec")) recurrent_checks();
     printf("%s: %d fails, %ld launches\n", fails ? "FAILED" : "ok", fails, emu_launches);
     return fails != 0;
 }

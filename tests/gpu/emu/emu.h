@@ -95,6 +95,7 @@ static void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()>
     blockDim = block;
     emu_dyn_smem.assign(smem + 16, 0xA5);
     const unsigned nt = block.x * block.y;
+    for (unsigned bz = 0; bz < grid.z; bz++)
     for (unsigned by = 0; by < grid.y; by++)
         for (unsigned bx = 0; bx < grid.x; bx++) {
             std::barrier<> bbar((ptrdiff_t)nt);
@@ -102,9 +103,9 @@ static void emu_launch(dim3 grid, dim3 block, size_t smem, std::function<void()>
             for (auto &g : groups) g = std::make_unique<emu_group>();
             std::vector<std::thread> th;
             for (unsigned t = 0; t < nt; t++)
-                th.emplace_back([&, t, bx, by] {
+                th.emplace_back([&, t, bx, by, bz] {
                     threadIdx = dim3(t % block.x, t / block.x);
-                    blockIdx = dim3(bx, by);
+                    blockIdx = dim3(bx, by, bz);
                     emu_my_group = groups[t / 32].get();
                     emu_block_bar = &bbar;
                     emu_lane = (int)(t % 32);

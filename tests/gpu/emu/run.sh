@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A host check of kernels-common's api 7 device code without a GPU: the kernels compiled by
+# A host check of kernels-common's api 7 and 9 device code without a GPU: the kernels compiled by
 # g++ over emu.h (each block's threads as std::threads, shuffles and __syncthreads as
 # barriers), their launchers included as they are (launch syntax rewritten by transform.py).
 # check.cc compares MOE_ROUTE with the CPU backend's algorithm (the same expf: bit for bit),
 # MATMUL_ID with MATMUL on each slot's expert (bit for bit; unchosen experts NaN), attention
 # sinks and latent caches with a double reference, ROPE_KV's latent writes with the CPU's
-# layout, SWIGLU_OAI with the CPU's formula (bit for bit). Slow (a thread per GPU thread):
-# about a minute and a half; an argument (route, mmid, attn, rope) runs one part.
+# layout, SWIGLU_OAI with the CPU's formula (bit for bit); api 9's SSM_CONV and DELTA_NET with
+# the CPU's algorithm (backends/cpu/ops/ops_recurrent.c, the same libm: outputs and states bit
+# for bit; interleaved sequences, prefill runs beside decode rows, ops cut in two, every
+# geometry the launcher picks, bad slots) and SILU_MUL's SIGMOID. Slow (a thread per GPU
+# thread): a few minutes; an argument (route, mmid, attn, rope, rec) runs one part.
 #   tests/gpu/emu/run.sh [part]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
