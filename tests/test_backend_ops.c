@@ -1266,6 +1266,8 @@ static const char *const required[] = {
     "ATTENTION sinks", "GLU swiglu_oai",
     /* api 8: DeepSeek V3's expert groups */
     "MOE_ROUTE groups",
+    /* api 9: hybrid models' recurrent layers and gated attention */
+    "SSM_CONV", "DELTA_NET", "DELTA_NET k grouped", "GLU sigmoid",
 };
 
 static void print_matrix(void)
