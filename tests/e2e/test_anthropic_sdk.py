@@ -66,8 +66,8 @@ def test_create_plain(target):
     assert m.usage.input_tokens > 0 and 0 < m.usage.output_tokens <= 16
 
 
-def test_forced_tool_call_then_its_result(instance):
-    c, model = sdk(instance), model_of(instance)
+def test_forced_tool_call_then_its_result(target):
+    c, model = sdk(target), model_of(target)
     m = c.messages.create(model=model, max_tokens=48, tools=[WEATHER], messages=ASK, extra_body=GREEDY,
                           tool_choice={"type": "tool", "name": "get_weather"})
     assert m.stop_reason == "tool_use", m

@@ -1,6 +1,12 @@
 """Client libraries as users run them against weft (SmolLM2, directly and
 through weft router): LangChain's bind_tools, instructor's TOOLS mode and
-llama-index's structured_predict each get a tool call they can use."""
+llama-index's structured_predict each get a tool call they can use; the
+openai SDK's chat.completions gets exactly one call for a named tool_choice,
+and a reply cut by max_tokens keeps its finished calls and says "length"
+(test_chat_formats.py has the same over raw HTTP)."""
+import json
+import urllib.request
+
 import pytest
 from pydantic import BaseModel, Field
 
@@ -72,3 +78,51 @@ def test_llama_index_structured_predict(target):
                      is_function_calling_model=True, temperature=0, max_tokens=64, max_retries=0)
     u = llm.structured_predict(User, PromptTemplate("Extract the user: {text}"), text="John is 30 years old.")
     assert isinstance(u, User) and 0 <= u.age <= 120
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12}},
+                   "required": ["city"]}}},
+    {"type": "function", "function": {"name": "get_time", "description": "Time of a city",
+                                      "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+
+
+def test_openai_sdk_named_tool_choice_and_a_cut_reply(target):
+    openai = pytest.importorskip("openai")
+    base, mid = target
+    c = openai.OpenAI(base_url=base + "/v1", api_key="none", max_retries=0, timeout=120)
+    kw = dict(model=mid, messages=[{"role": "user", "content": "What is the weather in Oslo?"}], tools=TOOLS,
+              temperature=0)
+    r = c.chat.completions.create(**kw, tool_choice={"type": "function", "function": {"name": "get_weather"}},
+                                  max_tokens=60)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls" and len(ch.message.tool_calls) == 1, ch
+    assert ch.message.tool_calls[0].function.name == "get_weather" and ch.message.tool_calls[0].id
+    assert isinstance(json.loads(ch.message.tool_calls[0].function.arguments)["city"], str)
+    # one call's length, then the end-of-text tokens banned: "required" leaves the model only a next call,
+    # which max_tokens cuts
+    one = c.chat.completions.create(**kw, tool_choice="required", parallel_tool_calls=False,
+                                    max_tokens=60).usage.completion_tokens
+    req = urllib.request.Request(base + "/tokenize", headers={"Content-Type": "application/json"},
+                                 data=json.dumps({"content": "<|im_end|><|endoftext|>", "add_special": False}).encode())
+    with urllib.request.urlopen(req, timeout=30) as t:
+        ban = {str(i): -100 for i in json.loads(t.read())["tokens"]}
+    cut = dict(kw, tool_choice="required", max_tokens=one + 6, logit_bias=ban)
+    ch = c.chat.completions.create(**cut).choices[0]
+    assert ch.finish_reason == "length" and ch.message.tool_calls, ch
+    assert all(json.loads(k.function.arguments) is not None for k in ch.message.tool_calls), ch
+    assert "<tool_call>" not in (ch.message.content or "")
+    # streamed: the SDK's chunks add up to the same finished calls and the same finish
+    calls, finish = {}, None
+    for chunk in c.chat.completions.create(**cut, stream=True):
+        if not chunk.choices:
+            continue
+        for d in chunk.choices[0].delta.tool_calls or []:
+            k = calls.setdefault(d.index, {"name": "", "arguments": ""})
+            k["name"] += (d.function and d.function.name) or ""
+            k["arguments"] += (d.function and d.function.arguments) or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "length"
+    assert [calls[i] for i in sorted(calls)] == [{"name": k.function.name, "arguments": k.function.arguments}
+                                                 for k in ch.message.tool_calls]

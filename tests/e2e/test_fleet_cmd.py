@@ -355,12 +355,24 @@ def test_fleet_start_up_answers_every_request_never_503():
     """weft fleet's router listens while its instances still load: a client
     retrying its connect from the moment the process starts gets its answer
     (the router holds the request, --hold-startup-s), never a 503; /ready
-    answers 503 "starting" until an instance is up."""
+    answers 503 "starting" until an instance is up. The instance's port is
+    held here until the client's first /ready has its answer, so that answer
+    comes before any instance can be up (an instance binding meanwhile fails
+    and fleet restarts it)."""
     import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
+    while True:  # a free port for the router and one after it (the instance's), held
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        blocker = socket.socket()
+        try:
+            blocker.bind(("127.0.0.1", port + 1))
+        except OSError:
+            blocker.close()
+            continue
+        blocker.listen(64)
+        break
     base = f"http://127.0.0.1:{port}"
     seen = {"ready": None, "answer": None}
     stop = threading.Event()
@@ -369,7 +381,9 @@ def test_fleet_start_up_answers_every_request_never_503():
         data = json.dumps({"prompt": "Hello", "max_tokens": 4, "temperature": 0}).encode()
         while not stop.is_set():
             try:
-                seen["ready"] = http_get(base + "/ready")
+                if seen["ready"] is None:
+                    seen["ready"] = http_get(base + "/ready")
+                    blocker.close()  # the instance may come up now
                 rq = urllib.request.Request(base + "/v1/completions", data=data,
                                             headers={"Content-Type": "application/json"})
                 with urllib.request.urlopen(rq, timeout=300) as r:
@@ -387,15 +401,17 @@ def test_fleet_start_up_answers_every_request_never_503():
     try:
         fleet = Fleet("--instance", "device=cpu,threads=1", port=port)
         t.join(timeout=300)
+        status, body = seen["ready"]
+        assert status == 503 and json.loads(body)["status"] == "starting", seen
         assert seen["answer"] and seen["answer"][0] == 200, seen
         assert json.loads(seen["answer"][1])["usage"]["completion_tokens"] == 4
-        status, body = seen["ready"]
-        assert status == 200 or (status == 503 and "starting" in body), seen
-        print("first /ready:", status, body.strip())
+        status, body = http_get(base + "/ready")
+        assert status == 200 and json.loads(body)["status"] == "ready", body
         m = fleet.metrics()
         assert metric_in(m, "weft_router_shed_total", {"reason": "no_instance"}) == 0
     finally:
         stop.set()
+        blocker.close()
         t.join(timeout=10)
         if fleet:
             fleet.stop()

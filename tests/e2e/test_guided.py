@@ -3,7 +3,10 @@
 of the choices, guided_json / json_schema a JSON document of the schema,
 guided_grammar / grammar a string of the grammar, stop_token_ids end the
 output at the token, min_tokens holds the end (and stop strings) back;
-conflicting or malformed ones are a 400 naming them."""
+conflicting or malformed ones are a 400 naming them. The samplers' knobs
+sent over HTTP are honoured too: top_k 1 and min_p 1 leave a seeded
+temperature-1 draw only the greedy token, repetition_penalty breaks a greedy
+loop."""
 import json
 import re
 import urllib.request
@@ -83,6 +86,28 @@ def test_min_tokens_holds_the_end_back(bases, where):
     st, r = post(base, "/v1/chat/completions", {**body, "min_tokens": k + 6, "stop": ["Paris"]})
     assert st == 200 and r["usage"]["completion_tokens"] >= k + 6, r
     assert r["choices"][0]["message"]["content"].startswith(short["choices"][0]["message"]["content"][:3])
+
+
+@pytest.mark.parametrize("where", ["serve", "router"])
+def test_top_k_min_p_and_repetition_penalty_are_honoured(bases, where):
+    base = bases[where]
+    body = {"prompt": "Once upon a time", "max_tokens": 16}
+    _, greedy = post(base, "/v1/completions", {**body, "temperature": 0})
+    seeded = {**body, "temperature": 1.0, "seed": 1}
+    _, drawn = post(base, "/v1/completions", seeded)
+    assert text(drawn) != text(greedy), (drawn, greedy)  # the seed draws off the greedy path
+    # the same draw with only the most likely token left: the greedy completion
+    for knob in ({"top_k": 1}, {"min_p": 1.0}):
+        st, r = post(base, "/v1/completions", {**seeded, **knob})
+        assert st == 200 and text(r) == text(greedy), (knob, r, greedy)
+    # SmolLM2 greedy on this prompt loops on one phrase; the penalty steers it away
+    loop = {"prompt": "I like apples. I like apples. I like", "max_tokens": 24, "temperature": 0}
+    _, plain = post(base, "/v1/completions", loop)
+    assert text(plain).count("big apple") >= 3, plain
+    _, same = post(base, "/v1/completions", {**loop, "repetition_penalty": 1.0})
+    assert text(same) == text(plain)
+    st, r = post(base, "/v1/completions", {**loop, "repetition_penalty": 1.5})
+    assert st == 200 and text(r) != text(plain) and text(r).count("big apple") < 2, (r, plain)
 
 
 def test_conflicts_and_bad_values_are_named(bases):

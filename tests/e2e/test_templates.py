@@ -3,8 +3,9 @@ weft serve: the model's Jinja chat template, or --chat-template FILE, rendered
 as Python's jinja2 renders it (tests/templates/render_ref.py's environment is
 the oracle); a template's raise_exception is a 400 with its message; a
 template weft cannot run stops the server at start, naming the construct; a
-model without a template whose vocabulary is not ChatML's gets a 400 naming
---chat-template."""
+model without a template gets ChatML when its vocabulary has ChatML's tokens,
+and otherwise a 400 naming --chat-template (on /apply-template and on
+/v1/chat/completions)."""
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "templates"))
 SHARED = os.path.join(os.path.dirname(ROOT), "shared")
 TEMPLATES = os.path.join(SHARED, "templates")
 STORIES = os.path.join(SHARED, "models", "stories260K.gguf")
+SYNTH_VOCAB = os.path.join(SHARED, "models", "synth-smollm2-vocab.gguf")  # SmolLM2's vocabulary, no template
 
 
 def post(srv, path, body):
@@ -110,6 +112,32 @@ def test_no_template_and_no_chatml_vocabulary_names_the_flag():
         assert models["data"][0]["chat_template"] == "none"
         st, got = post(srv, "/apply-template", {"messages": MSGS[1:2]})
         assert st == 400 and "--chat-template" in got["error"]["message"], got
+        # a chat completion, streamed or not, is refused the same way before anything is generated
+        for stream in (False, True):
+            st, got = post(srv, "/v1/chat/completions", {"messages": MSGS[1:2], "max_tokens": 4, "stream": stream})
+            assert st == 400 and "--chat-template" in got["error"]["message"], (stream, got)
+            assert got["error"]["type"] == "invalid_request_error", got
+    finally:
+        srv.stop()
+
+
+@pytest.mark.skipif(not os.path.exists(SYNTH_VOCAB), reason=f"no {SYNTH_VOCAB}")
+def test_no_template_but_a_chatml_vocabulary_gets_chatml():
+    srv = Server(model=SYNTH_VOCAB, threads=1)
+    try:
+        models = json.loads(urllib.request.urlopen(srv.base + "/v1/models", timeout=30).read())
+        assert models["data"][0]["chat_template"] == "chatml", models
+        msgs = [{"role": "user", "content": "Hi"}]
+        chatml = "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+        st, got = post(srv, "/apply-template", {"messages": msgs})
+        assert st == 200 and got["prompt"] == chatml, got
+        # ChatML's markers are the vocabulary's own tokens, one each: what the chat's prompt counts
+        _, toks = post(srv, "/tokenize", {"content": chatml, "add_special": False})
+        _, marks = post(srv, "/tokenize", {"content": "<|im_start|><|im_end|>", "add_special": False})
+        assert len(marks["tokens"]) == 2, marks
+        st, r = post(srv, "/v1/chat/completions", {"messages": msgs, "max_tokens": 4, "temperature": 0})
+        assert st == 200 and r["choices"][0]["message"]["role"] == "assistant", r
+        assert r["usage"]["prompt_tokens"] == toks["count"] and r["usage"]["completion_tokens"] > 0, (r, toks)
     finally:
         srv.stop()
 
