@@ -23,7 +23,7 @@
 #include "base/status.h"
 #include "base/types.h"
 
-#define WEFT_BACKEND_API_VERSION 9   /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
+#define WEFT_BACKEND_API_VERSION 10  /* 2: weight_prepare; 3: max_buffer; 4: params.options, cache_dir;
                                       * 5: op fields MATMUL bias, SILU_MUL act, EMBED scale,
                                       *    ATTENTION window, ROPE_KV scaling (freq_factors,
                                       *    ext_factor, attn_factor, corr_dims); zero: the
@@ -35,7 +35,9 @@
                                       * 8: MOE_ROUTE's expert groups (DeepSeek V3);
                                       * 9: ops SSM_CONV and DELTA_NET over per-sequence state
                                       *    (hybrid linear-attention models), SILU_MUL act
-                                      *    SIGMOID */
+                                      *    SIGMOID;
+                                      * 10: ADD scale, ROPE_KV q_only, MOE_ROUTE expert_scale
+                                      *    (Gemma 4) */
 
 struct weft_buffer;  /* opaque, backend-owned */
 
@@ -156,6 +158,9 @@ struct weft_op_rope_kv {
     bool has_freq_factors;
     float ext_factor, attn_factor;
     float corr_dims[2];
+    /* api 10: rotate q only; k, v and the cache are not touched (kv still gives the head dim:
+     * a layer that attends to another layer's cache, Gemma 4's KV-shared layers) */
+    bool q_only;
 };
 struct weft_op_attention {
     struct weft_view q, out;        /* [rows, n_head*hd], [rows, n_head*hd_v] F32 */
@@ -191,7 +196,12 @@ struct weft_op_silu_mul {
     enum weft_glu_act act;          /* api 5: out = act(gate) * up; 0: SiLU */
     float alpha, limit;             /* api 7: SWIGLU_OAI's (gpt-oss: 1.702, 7) */
 };
-struct weft_op_add { struct weft_view a, b, out; };
+struct weft_op_add {
+    struct weft_view a, b, out;
+    /* api 10: out = (a + b) · scale, the sum rounded to F32 before the product (ggml's ADD
+     * then MUL: Gemma 4's layer_output_scale); 0: out = a + b */
+    float scale;
+};
 struct weft_op_copy { struct weft_buffer *src, *dst; size_t src_off, dst_off, bytes; };
 struct weft_op_logits {
     struct weft_view x;             /* [rows, n_embd] F32 */
@@ -244,6 +254,10 @@ struct weft_op_moe_route {
     struct weft_view bias;
     bool has_bias;
     uint32_t n_group, group_used;  /* api 8: expert groups (0: none) */
+    /* api 10: then each chosen weight times expert_scale[its id] (F32, n_expert values;
+     * Gemma 4's ffn_down_exps.scale), one F32 product */
+    struct weft_view expert_scale;
+    bool has_expert_scale;
 };
 struct weft_op_matmul_id {
     struct weft_view x, w, ids, out;

@@ -99,6 +99,10 @@ int weft_gk_swiglu_oai(const float *g, size_t g_ld, const float *u, size_t u_ld,
                        int64_t R, int64_t K, float alpha, float limit, void *stream);
 int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld, int64_t R,
                 int64_t K, void *stream);
+/* api 10: weft_gk_add with out = (a + b) * scale, the sum rounded to F32 before the product
+ * (the CPU's two roundings, never an fma); scale 0: no multiply, as weft_gk_add */
+int weft_gk_add_scaled(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                       int64_t R, int64_t K, float scale, void *stream);
 /* api 6: LOGITS' soft-cap, in place: x = tanh(x · (1 / cap)) · cap over R
  * rows of K (ld apart) */
 int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream);
@@ -141,6 +145,10 @@ struct weft_gk_rope_ext {
 int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld, const int32_t *pos,
                     const int32_t *slot, int64_t R, int n_head, int n_rot, float theta_scale, float freq_scale,
                     int neox, const struct weft_gk_rope_ext *ext, const struct weft_gk_kv *kv, void *stream);
+/* api 10: ROPE_KV's q_only: rotate q's n_head heads (hd apart) as weft_gk_rope_kv does, and
+ * nothing else (no k, v or cache to touch); n_rot even and <= hd, else the invalid-value code */
+int weft_gk_rope_q(float *q, size_t q_ld, const int32_t *pos, int64_t R, int n_head, int hd, int n_rot,
+                   float theta_scale, float freq_scale, int neox, const struct weft_gk_rope_ext *ext, void *stream);
 
 struct weft_gk_attn_args {
     const float *q;
@@ -190,6 +198,9 @@ struct weft_gk_moe_route {
     int n_group, group_used;      /* api 8, expert groups (backend.h): n_group <= 1 none; else
                                    * E % n_group == 0, E / n_group >= 2, n_group <= 64,
                                    * 1 <= group_used < n_group, k <= group_used * E / n_group */
+    const float *expert_scale;    /* api 10: E floats, contiguous: after norm and scale, each
+                                   * chosen weight w[j] = w[j] * expert_scale[ids[j]] (one F32
+                                   * product); NULL: none */
 };
 int weft_gk_moe_route(const struct weft_gk_moe_route *a, void *stream);
 

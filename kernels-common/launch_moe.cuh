@@ -25,7 +25,7 @@ extern "C" int weft_gk_moe_route(const struct weft_gk_moe_route *a, void *stream
         return WEFT_LAUNCH_EINVAL;
     struct weft_kc_moe_route k = {a->logits, a->l_ld, a->ids, a->ids_ld, a->w, a->w_ld, a->R, a->E, a->k,
                                   a->gating, a->norm, a->scale, a->bias, a->n_group > 1 ? a->n_group : 0,
-                                  a->group_used};
+                                  a->group_used, a->expert_scale};
     dim3 block(32, MOE_ROUTE_GROUPS);
     const unsigned grid = (unsigned)((a->R + MOE_ROUTE_GROUPS - 1) / MOE_ROUTE_GROUPS);
     const size_t smem = sizeof(float) * MOE_ROUTE_GROUPS * (size_t)a->E;

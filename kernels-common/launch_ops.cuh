@@ -1,6 +1,6 @@
 /* The launchers of EMBED (+ scale), RMSNORM (and the LOGITS gather),
- * SILU_MUL (the GLUs, api 7's clamped SwiGLU, api 9's sigmoid gate), ADD and ROPE_KV (+ RoPE
- * scaling; a latent cache's K only)
+ * SILU_MUL (the GLUs, api 7's clamped SwiGLU, api 9's sigmoid gate), ADD (+ api 10's scale)
+ * and ROPE_KV (+ RoPE scaling; a latent cache's K only; api 10's q only)
  * (kernels-common/launch.h) over kernels-common/ops.cuh, shared by the
  * backends: a backend's kernels file includes its primitives
  * (kernels-common/prims.cuh lists them, including the runtime's stream
@@ -89,13 +89,19 @@ extern "C" int weft_gk_silu_mul(const float *g, size_t g_ld, const float *u, siz
     return weft_gk_glu(WEFT_GLU_SILU, g, g_ld, u, u_ld, out, out_ld, R, K, stream);
 }
 
-extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
-                           int64_t R, int64_t K, void *stream)
+extern "C" int weft_gk_add_scaled(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out,
+                                  size_t out_ld, int64_t R, int64_t K, float scale, void *stream)
 {
     if (R <= 0) return 0;
     dim3 grid((unsigned)((K + 255) / 256), (unsigned)R);
-    weft_k_add<<<grid, 256, 0, (weft_stream_t)stream>>>(a, a_ld, b, b_ld, out, out_ld, K);
+    weft_k_add<<<grid, 256, 0, (weft_stream_t)stream>>>(a, a_ld, b, b_ld, out, out_ld, K, scale);
     return weft_launch_error();
+}
+
+extern "C" int weft_gk_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                           int64_t R, int64_t K, void *stream)
+{
+    return weft_gk_add_scaled(a, a_ld, b, b_ld, out, out_ld, R, K, 0.0f, stream);
 }
 
 extern "C" int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float cap, void *stream)
@@ -106,6 +112,30 @@ extern "C" int weft_gk_softcap(float *x, size_t ld, int64_t R, int64_t K, float 
     return weft_launch_error();
 }
 
+/* the rotation of q's n_head heads and k's n_kv (0: q only, k not read), heads hd apart */
+static void rope_launch(float *q, size_t q_ld, float *k, size_t k_ld, const int32_t *pos, int64_t R, int n_head,
+                        int n_kv, int hd, int n_rot, float theta_scale, float freq_scale, int neox,
+                        const struct weft_gk_rope_ext *ext, weft_stream_t st)
+{
+    struct weft_kc_rope_ext e = {NULL, 0.0f, 0.0f, 0.0f, 1.0f};
+    if (ext) e = {ext->freq_factors, ext->ext_factor, ext->corr_dims[0], ext->corr_dims[1], ext->mscale};
+    const int64_t nt = R * (n_head + n_kv) * (n_rot / 2);
+    if (nt > 0)
+        weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, n_kv, hd, n_rot,
+                                                                  theta_scale, freq_scale, neox, e);
+}
+
+extern "C" int weft_gk_rope_q(float *q, size_t q_ld, const int32_t *pos, int64_t R, int n_head, int hd, int n_rot,
+                              float theta_scale, float freq_scale, int neox, const struct weft_gk_rope_ext *ext,
+                              void *stream)
+{
+    if (R <= 0) return 0;
+    if (n_head < 0 || n_rot < 0 || n_rot % 2 || n_rot > hd) return WEFT_LAUNCH_EINVAL;
+    rope_launch(q, q_ld, NULL, 0, pos, R, n_head, 0, hd, n_rot, theta_scale, freq_scale, neox, ext,
+                (weft_stream_t)stream);
+    return weft_launch_error();
+}
+
 extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, const float *v, size_t v_ld,
                                const int32_t *pos, const int32_t *slot, int64_t R, int n_head, int n_rot,
                                float theta_scale, float freq_scale, int neox,
@@ -113,12 +143,7 @@ extern "C" int weft_gk_rope_kv(float *q, size_t q_ld, float *k, size_t k_ld, con
 {
     if (R <= 0) return 0;
     const weft_stream_t st = (weft_stream_t)stream;
-    struct weft_kc_rope_ext e = {NULL, 0.0f, 0.0f, 0.0f, 1.0f};
-    if (ext) e = {ext->freq_factors, ext->ext_factor, ext->corr_dims[0], ext->corr_dims[1], ext->mscale};
-    const int64_t nt = R * (n_head + kv->n_kv) * (n_rot / 2);
-    if (nt > 0)
-        weft_k_rope<<<(unsigned)((nt + 255) / 256), 256, 0, st>>>(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd,
-                                                                  n_rot, theta_scale, freq_scale, neox, e);
+    rope_launch(q, q_ld, k, k_ld, pos, R, n_head, kv->n_kv, kv->hd, n_rot, theta_scale, freq_scale, neox, ext, st);
     const struct weft_kc_kv d = weft_kc_kv_of(*kv);
     const int hd_v = d.v_in_k ? 0 : d.hd_v;   /* a latent cache: K only */
     if (kv->type == WEFT_TYPE_Q8_0) {

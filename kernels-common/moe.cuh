@@ -7,7 +7,8 @@
  * y = expf(x - max); chunks of 16 summed in reduce_add_16's tree, each added to a double, then
  * the rest one by one in double; y *= (float)(1 / sum)), sigmoid 1 / (1 + expf(-x)), the top k
  * as the CPU's scan (best first, equal values: the lower expert; a NaN never wins unless it is
- * the first expert not yet taken), the renormalising sum in double. The device's expf stands
+ * the first expert not yet taken), the renormalising sum in double, then the scale, then
+ * api 10's per-expert scale (w[j] * expert_scale[ids[j]]). The device's expf stands
  * for the CPU's (ggml's polynomial in the chunks, libm's elsewhere): probabilities agree to an
  * ulp or two, not bit for bit.
  *
@@ -89,6 +90,7 @@ struct weft_kc_moe_route {
     float scale;
     const float *bias;   /* E floats or NULL */
     int n_group, group_used;   /* expert groups (n_group <= 1: none) */
+    const float *escale;   /* api 10: E floats, each chosen weight's last factor; NULL: none */
 };
 
 /* One 32-lane group per row: grid ceil(R / blockDim.y), blockDim (32, groups), dynamic shared
@@ -212,6 +214,8 @@ static __global__ void weft_k_moe_route(struct weft_kc_moe_route a)
     }
     if (a.scale != 0.0f)
         for (int j = 0; j < a.k; j++) w[j] = w[j] * a.scale;
+    if (a.escale)   /* api 10: the chosen expert's own scale, one product (ids[j] is this lane's) */
+        for (int j = 0; j < a.k; j++) w[j] = w[j] * a.escale[ids[j]];
 }
 
 /* ---- MATMUL_ID ---- */

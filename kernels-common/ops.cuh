@@ -1,8 +1,9 @@
 /* Element-wise and per-row kernels: EMBED (+ scale), RMSNORM (+ residual
  * add), the LOGITS row gather + norm, SILU_MUL (SiLU, GeLU-tanh, the
- * clamped SwiGLU or the sigmoid gate), ADD,
+ * clamped SwiGLU or the sigmoid gate), ADD (api 10: times a scale),
  * and ROPE_KV (rotation, with RoPE scaling: freq factors, YaRN, attn_factor;
- * then the K/V rows written into their paged-cache slots, F16 or Q8_0).
+ * then the K/V rows written into their paged-cache slots, F16 or Q8_0; api 10:
+ * q rotated alone).
  * Float operations follow the CPU backend's order (backends/cpu/ops/ops_elementwise.c,
  * backends/cpu/ops/ops_attention.c); compile without fma contraction. */
 #ifndef WEFT_KC_OPS_CUH
@@ -141,12 +142,15 @@ static __global__ void weft_k_softcap(float *x, size_t ld, int64_t K, float cap,
     *p = tanhf(*p * inv) * cap;
 }
 
+/* out = a + b; api 10: scale != 0: out = (a + b) * scale, the sum rounded to F32 before the
+ * product, as the CPU (two roundings: no fma can join them) */
 static __global__ void weft_k_add(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
-                           int64_t K)
+                           int64_t K, float scale)
 {
     const int64_t r = blockIdx.y, k = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (k >= K) return;
-    out[r * out_ld + k] = a[r * a_ld + k] + b[r * b_ld + k];
+    const float t = a[r * a_ld + k] + b[r * b_ld + k];
+    out[r * out_ld + k] = scale != 0.0f ? t * scale : t;
 }
 
 /* RoPE scaling as the kernel sees it (launch.h's weft_gk_rope_ext; the
@@ -182,7 +186,7 @@ WEFT_DEV void weft_rope_cs(int32_t p, int i, float theta_scale, float freq_scale
 /* Rotate q (n_head heads) and k (n_kv heads) of every row in place. One
  * thread per (row, head, pair i < n_rot/2), the angle from weft_rope_cs
  * (theta_scale = freq_base^(-2/n_rot) computed on the host); the products
- * with x0 fused, as the CPU. */
+ * with x0 fused, as the CPU. n_kv 0: q only, k is not read (api 10's q_only). */
 static __global__ void weft_k_rope(float *q, size_t q_ld, float *k, size_t k_ld, const int32_t *pos, int64_t R,
                             int n_head, int n_kv, int hd, int n_rot, float theta_scale, float freq_scale,
                             int neox, struct weft_kc_rope_ext e)

@@ -4,7 +4,8 @@
 // expert, and their weights:
 //   p = softmax(logits) (SOFTMAX, SOFTMAX_TOPK) or sigmoid(logits) (SIGMOID);
 //   w[j] = p[ids[j]], or for SOFTMAX_TOPK the softmax of the k chosen logits;
-//   norm: w /= max(sum w, 6.103515625e-5); scale (0: 1): w *= scale.
+//   norm: w /= max(sum w, 6.103515625e-5); scale (0: 1): w *= scale;
+//   has_es (api 10): w[j] *= expert_scale[ids[j]] (one F32 product).
 // One workgroup of 64 per row (rows walked by the group count in x):
 // the exps are element-wise over the threads, the sums single-threaded in
 // the CPU's order (ggml's soft_max: 16-wide chunks each reduced as
@@ -19,7 +20,8 @@
 // two largest choice values added), thread 0 keeps the group_used best (equal:
 // the lower group), and the other groups' experts are marked taken.
 // Bindings: 0 logits, 1 ids (I32, written), 2 weights (written), 3 bias (bound,
-// unread, without has_bias). Offsets and row strides in elements.
+// unread, without has_bias), 4 expert_scale (bound, unread, without has_es).
+// Offsets and row strides in elements.
 // variants: std:-DSTD exact:-DEXACT
 #extension GL_GOOGLE_include_directive : require
 #define WG 64u
@@ -30,11 +32,13 @@ layout(std430, binding = 0) readonly buffer L { float lg[]; };
 layout(std430, binding = 1) writeonly buffer I { int ids[]; };
 layout(std430, binding = 2) writeonly buffer W { float wt[]; };
 layout(std430, binding = 3) readonly buffer B { float bias[]; };
+layout(std430, binding = 4) readonly buffer S { float escale[]; };
 layout(push_constant) uniform P {
     uint l_off, l_rs, i_off, i_rs, w_off, w_rs;
     uint E, k, rows, gating, norm, has_bias, b_off;
     float scale;
     uint n_group, group_used;
+    uint has_es, es_off;   /* api 10: the per-expert scale */
 } p;
 #ifdef EXACT
 #include "expv.glsl"
@@ -263,6 +267,11 @@ void main()
             }
             if (p.scale != 0.0)
                 for (uint j = 0u; j < K; j++) { precise float v = cw[j] * p.scale; cw[j] = v; }
+            if (p.has_es != 0u)
+                for (uint j = 0u; j < K; j++) {
+                    precise float v = cw[j] * escale[p.es_off + uint(chosen[j])];
+                    cw[j] = v;
+                }
             for (uint j = 0u; j < K; j++) {
                 ids[p.i_off + r * p.i_rs + j] = chosen[j];
                 wt[p.w_off + r * p.w_rs + j] = cw[j];

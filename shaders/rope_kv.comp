@@ -18,6 +18,8 @@
 //     blocks quantized as the CPU's weft_quantize_row (d = amax/127, q =
 //     round-half-away(x/d)), stored 16 bits at a time with atomics since
 //     blocks share words with neighbouring blocks and token rows.
+// q_only (api 10): step 1 for q alone; k, v, the slots and the cache are
+// neither read nor written (their bindings may be stand-ins).
 // Binding 6: the freq_factors (f32, n_rot/2 at ff_off) without ROPE_TABLE.
 // ROPE_TABLE (lavapipe, bit for bit as the CPU): cos/sin from binding 6,
 // [pos][n_rot/2][2] floats made on the host by the CPU's own
@@ -76,6 +78,7 @@ layout(push_constant) uniform P {
     uint ff_off, has_ff;
     uint hdv;   /* V's head dim (v rows are n_kv*hdv); hd for K */
     uint v_in_k;   /* a latent cache: K rows only (v is not read; a position's V is its K row's tail) */
+    uint q_only;   /* api 10: rotate q only (k, v and the cache untouched) */
 } p;
 
 #ifdef KV_Q8_0
@@ -111,7 +114,8 @@ void main()
     const uint half_rot = p.n_rot / 2u;
     for (uint r = gl_WorkGroupID.x; r < p.n_rows; r += gl_NumWorkGroups.x) {
         const float fpos = float(pos[p.pos_off + r]);
-        for (uint idx = t; idx < (p.n_head + p.n_kv) * half_rot; idx += 64u) {
+        const uint n_rot_heads = p.q_only != 0u ? p.n_head : p.n_head + p.n_kv;
+        for (uint idx = t; idx < n_rot_heads * half_rot; idx += 64u) {
             const uint h = idx / half_rot, i = idx % half_rot;
 #ifdef ROPE_TABLE
             const uint tb = uint(pos[p.pos_off + r]) * p.n_rot + 2u * i;
@@ -154,6 +158,7 @@ void main()
                 k[base + b] = y1;
             }
         }
+        if (p.q_only != 0u) continue;  /* uniform: no k, no cache */
         memoryBarrierBuffer();
         barrier();
         const uint sl = uint(slot[p.slot_off + r]);

@@ -382,6 +382,15 @@ static void elementwise_ops_match_reference(void)
         CHECK_MSG(nmse(out, ref, R * K) < 1e-14, "%s add", bi->name);
         mark("ADD", ok && nmse(out, ref, R * K) < 1e-14 ? PASS : FAIL);
     }
+    /* ADD scale (api 10): the F32 sum, then the product; bit for bit the CPU */
+    for (int i = 0; i < R * K; i++) ref[i] = (double)(x[i] + a[i]) * 0.8125;
+    op.u.add.scale = 0.8125f;
+    if (supported(&op, "ADD scale")) {
+        bool ok = run_ops(&op, 1) && gread(bo, out, "ADD scale");
+        CHECK_MSG(nmse(out, ref, R * K) < 1e-14, "%s add scale", bi->name);
+        ok = ok && nmse(out, ref, R * K) < 1e-14 && vs_cpu("ADD scale", out, R * K, 1e-30);
+        mark("ADD scale", ok ? PASS : FAIL);
+    }
     /* COPY: an odd-sized slice of x into the middle of out */
     op = (struct weft_op){.kind = WEFT_OP_COPY};
     op.u.copy = (struct weft_op_copy){.src = bx, .dst = bo.b, .src_off = 40, .dst_off = GUARD + 400, .bytes = 1001};
@@ -559,8 +568,12 @@ static void rope_scaling_matches_formulas(void)
     for (int i = 0; i < R * NH * HD; i++) q[i] = frand();
     for (int i = 0; i < R * HD; i++) { kq[i] = frand(); v[i] = frand(); }
     size_t layer_bytes = (size_t)WEFT_KV_BLOCK_TOKENS * HD * 2;
-    for (int c = 0; c < 3; c++) {
-        const char *row = c == 0 ? "ROPE_KV linear" : c == 1 ? "ROPE_KV freq_factors (LongRoPE)" : "ROPE_KV yarn";
+    for (int c = 0; c < 4; c++) {
+        /* c 3 (api 10): q only, as c 1 (freq factors); k, v and the cache left as they were */
+        const char *row = c == 0 ? "ROPE_KV linear" : c == 1 ? "ROPE_KV freq_factors (LongRoPE)" : c == 2 ? "ROPE_KV yarn"
+                          : "ROPE_KV q_only";
+        const bool q_only = c == 3;
+        if (q_only) c = 1;
         const float s = c == 0 ? 4.0f : c == 1 ? 16.0f : 8.0f;
         const uint32_t n_orig = 512;
         float dims[2] = {0, 0};
@@ -582,7 +595,11 @@ static void rope_scaling_matches_formulas(void)
                     ref[(r * NH + h) * HD + i] = x0 * cs - x1 * sn;
                     ref[(r * NH + h) * HD + i + HD / 2] = x0 * sn + x1 * cs;
                 }
-        struct weft_buffer *bc = upload(NULL, layer_bytes * 2 * NL), *bq = upload(q, sizeof q), *bk = upload(kq, sizeof kq);
+        static unsigned char cache0[WEFT_KV_BLOCK_TOKENS * HD * 2 * 2 * NL], cache1[sizeof cache0];
+        static float k1[R * HD];
+        for (size_t i = 0; i < sizeof cache0; i++) cache0[i] = (unsigned char)(i * 7 + 3);
+        struct weft_buffer *bc = upload(q_only ? cache0 : NULL, layer_bytes * 2 * NL), *bq = upload(q, sizeof q),
+                           *bk = upload(kq, sizeof kq);
         struct weft_buffer *bv = upload(v, sizeof v), *bff = upload(ff, sizeof ff);
         struct weft_buffer *bpos = upload(pos, sizeof pos), *bseq = upload(seq, sizeof seq), *bslot = upload(slot, sizeof slot);
         struct weft_buffer *bbo = upload(bt_off, sizeof bt_off), *bbt = upload(bt, sizeof bt);
@@ -594,7 +611,7 @@ static void rope_scaling_matches_formulas(void)
         op.u.rope_kv = (struct weft_op_rope_kv){
             .q = weft_view_2d(bq, 0, WEFT_TYPE_F32, NH * HD, R), .k = weft_view_2d(bk, 0, WEFT_TYPE_F32, HD, R),
             .v = weft_view_2d(bv, 0, WEFT_TYPE_F32, HD, R), .kv = kv, .batch = batch, .n_head = NH, .n_rot = HD,
-            .freq_base = base, .freq_scale = c == 1 ? 1.0f : 1.0f / s, .mode = WEFT_ROPE_NEOX};
+            .freq_base = base, .freq_scale = c == 1 ? 1.0f : 1.0f / s, .mode = WEFT_ROPE_NEOX, .q_only = q_only};
         if (c == 1) {
             op.u.rope_kv.freq_factors = weft_view_2d(bff, 0, WEFT_TYPE_F32, HD / 2, 1);
             op.u.rope_kv.has_freq_factors = true;
@@ -612,10 +629,18 @@ static void rope_scaling_matches_formulas(void)
             printf("  %s %s: nmse %.3g\n", bi->name, row, e);
             CHECK_MSG(e < 1e-9, "%s %s: nmse %.3g", bi->name, row, e);
             ok = ok && e < 1e-9 && vs_cpu(row, out, R * NH * HD, 1e-12);
+            if (q_only) {
+                download(bc, cache1, sizeof cache1);
+                download(bk, k1, sizeof k1);
+                bool kept = !memcmp(cache0, cache1, sizeof cache0) && !memcmp(kq, k1, sizeof k1);
+                CHECK_MSG(kept, "%s %s: k or the cache changed", bi->name, row);
+                ok = ok && kept;
+            }
             mark(row, ok ? PASS : FAIL);
         }
         struct weft_buffer *all[] = {bc, bq, bk, bv, bff, bpos, bseq, bslot, bbo, bbt};
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) bi->buffer_free(all[i]);
+        if (q_only) break;
     }
 }
 
@@ -1026,7 +1051,7 @@ static void recurrent_ops_match_reference(void)
  * weights p (or softmax of the chosen logits), renormalised, scaled. The margin between the
  * k-th and the next choice comes back (a near-tie may go either way in float). */
 static double route_ref(const float *l, const float *bias, int E, int k, enum weft_moe_gating g, bool norm, float scale,
-                        int n_group, int group_used, int32_t *ids, double *w)
+                        int n_group, int group_used, const float *escale, int32_t *ids, double *w)
 {
     double p[64], sel[64], mx = -INFINITY, sum = 0;
     for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
@@ -1082,7 +1107,7 @@ static double route_ref(const float *l, const float *bias, int E, int k, enum we
         for (int j = 0; j < k; j++) w[j] = p[ids[j]];
     }
     for (int j = 0; j < k; j++) tot += w[j];
-    for (int j = 0; j < k; j++) w[j] = (norm ? w[j] / tot : w[j]) * (scale != 0 ? scale : 1);
+    for (int j = 0; j < k; j++) w[j] = (norm ? w[j] / tot : w[j]) * (scale != 0 ? scale : 1) * (escale ? escale[ids[j]] : 1);
     return sel[ids[k - 1]] - next < gmargin ? sel[ids[k - 1]] - next : gmargin;
 }
 
@@ -1096,35 +1121,43 @@ static void moe_route_matches_reference(void)
         bool norm, bias;
         float scale;
         int n_group, group_used;
-    } cases[] = {{"MOE_ROUTE softmax", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0, 0, 0},
-                 {"MOE_ROUTE softmax", 40, 6, WEFT_MOE_SOFTMAX, false, false, 0, 0, 0},
-                 {"MOE_ROUTE sigmoid bias", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f, 0, 0},
-                 {"MOE_ROUTE softmax_topk", 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, false, 0, 0, 0},
+        bool escale;
+    } cases[] = {{"MOE_ROUTE softmax", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0, 0, 0, false},
+                 {"MOE_ROUTE softmax", 40, 6, WEFT_MOE_SOFTMAX, false, false, 0, 0, 0, false},
+                 {"MOE_ROUTE sigmoid bias", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f, 0, 0, false},
+                 {"MOE_ROUTE softmax_topk", 32, 4, WEFT_MOE_SOFTMAX_TOPK, false, false, 0, 0, 0, false},
                  /* DeepSeek V3's expert groups (api 8): 8 groups of 8, the best 3 kept; 32 of 2 */
-                 {"MOE_ROUTE groups", 64, 6, WEFT_MOE_SIGMOID, true, true, 2.5f, 8, 3},
-                 {"MOE_ROUTE groups", 64, 4, WEFT_MOE_SOFTMAX, false, false, 0, 32, 5}};
+                 {"MOE_ROUTE groups", 64, 6, WEFT_MOE_SIGMOID, true, true, 2.5f, 8, 3, false},
+                 {"MOE_ROUTE groups", 64, 4, WEFT_MOE_SOFTMAX, false, false, 0, 32, 5, false},
+                 /* api 10: a scale per expert after the weights (Gemma 4's ffn_down_exps.scale) */
+                 {"MOE_ROUTE expert_scale", 8, 2, WEFT_MOE_SOFTMAX, true, false, 0, 0, 0, true},
+                 {"MOE_ROUTE expert_scale", 16, 4, WEFT_MOE_SIGMOID, true, true, 2.5f, 0, 0, true}};
     const int R = 9;
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int E = cases[c].E, k = cases[c].k;
-        float *l = malloc(sizeof(float) * R * E), bias[64], *w = malloc(sizeof(float) * R * k);
+        float *l = malloc(sizeof(float) * R * E), bias[64], esc[64], *w = malloc(sizeof(float) * R * k);
         int32_t *ids = malloc(sizeof(int32_t) * R * k), rid[64];
         double rw[64];
         for (int i = 0; i < R * E; i++) l[i] = 3 * frand();
         for (int e = 0; e < E; e++) bias[e] = 0.3f * frand();
+        for (int e = 0; e < E; e++) esc[e] = 0.5f + 1.5f * (frand() + 1);
         struct weft_buffer *bl = upload(l, sizeof(float) * R * E), *bb = upload(bias, sizeof bias);
+        struct weft_buffer *bes = upload(esc, sizeof esc);
         struct gbuf bi_ = gnew(NULL, sizeof(int32_t) * R * k), bw = gnew(NULL, sizeof(float) * R * k);
         struct weft_op op = {.kind = WEFT_OP_MOE_ROUTE};
         op.u.moe_route = (struct weft_op_moe_route){
             .logits = weft_view_2d(bl, 0, WEFT_TYPE_F32, E, R), .ids = gview(bi_, WEFT_TYPE_I32, k, R),
             .weights = gview(bw, WEFT_TYPE_F32, k, R), .k = (uint32_t)k, .gating = cases[c].g, .norm = cases[c].norm,
             .scale = cases[c].scale, .bias = weft_view_2d(bb, 0, WEFT_TYPE_F32, E, 1), .has_bias = cases[c].bias,
-            .n_group = (uint32_t)cases[c].n_group, .group_used = (uint32_t)cases[c].group_used};
+            .n_group = (uint32_t)cases[c].n_group, .group_used = (uint32_t)cases[c].group_used,
+            .expert_scale = weft_view_2d(bes, 0, WEFT_TYPE_F32, E, 1), .has_expert_scale = cases[c].escale};
         if (supported(&op, cases[c].row)) {
             bool ok = run_ops(&op, 1) && gread(bi_, ids, cases[c].row) && gread(bw, w, cases[c].row);
             float idf[64 * 9];
             for (int r = 0; r < R; r++) {
                 double margin = route_ref(l + r * E, cases[c].bias ? bias : NULL, E, k, cases[c].g, cases[c].norm,
-                                          cases[c].scale, cases[c].n_group, cases[c].group_used, rid, rw);
+                                          cases[c].scale, cases[c].n_group, cases[c].group_used,
+                                          cases[c].escale ? esc : NULL, rid, rw);
                 for (int j = 0; j < k; j++) {
                     idf[r * k + j] = (float)ids[r * k + j];
                     if (margin < 1e-5) continue;  /* a near-tie: float order picks */
@@ -1141,7 +1174,7 @@ static void moe_route_matches_reference(void)
             ok = vs_cpu(key, w, (size_t)R * k, 1e-10) && ok;
             mark(cases[c].row, ok ? PASS : FAIL);
         }
-        bi->buffer_free(bl); bi->buffer_free(bb); gfree(bi_); gfree(bw);
+        bi->buffer_free(bl); bi->buffer_free(bb); bi->buffer_free(bes); gfree(bi_); gfree(bw);
         free(l); free(w); free(ids);
     }
 }
@@ -1268,6 +1301,8 @@ static const char *const required[] = {
     "MOE_ROUTE groups",
     /* api 9: hybrid models' recurrent layers and gated attention */
     "SSM_CONV", "DELTA_NET", "DELTA_NET k grouped", "GLU sigmoid",
+    /* api 10: Gemma 4 */
+    "ADD scale", "ROPE_KV q_only", "MOE_ROUTE expert_scale",
 };
 
 static void print_matrix(void)

@@ -13,6 +13,9 @@
  *  - a failed capture turns graphs off and runs the ops eagerly; an
  *    out-of-memory capture is an error;
  *  - scratch grows to 1.5x what an op needs (256-aligned) and drops graphs;
+ *  - api 10's fields: ADD's scale only with the add_scaled hook, ROPE_KV's
+ *    q_only only with rope_q (k and v not looked at), MOE_ROUTE's expert_scale
+ *    of n_expert contiguous aligned F32 values; each field keys the graphs;
  *  - the LRU table keeps WEFT_GPU_GRAPHS keys;
  *  - a failing launch names the op. */
 #include <math.h>
@@ -84,7 +87,19 @@ static int f_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V,
 {
     return 0;
 }
-/* fake with api 5's optional launchers (made from fake in reset) */
+static int f_moe_route(const struct weft_gk_moe_route *a, void *stream) { return 0; }
+static int f_add_scaled(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                        int64_t R, int64_t K, float scale, void *stream)
+{
+    return 0;
+}
+static int f_rope_q(float *q, size_t q_ld, const int32_t *pos, int64_t R, int n_head, int hd, int n_rot,
+                    float theta_scale, float freq_scale, int neox, const struct weft_gk_rope_ext *ext, void *stream)
+{
+    return 0;
+}
+/* fake with api 5's optional launchers (made from fake in reset), and api 7's moe_route and
+ * api 10's add_scaled and rope_q */
 static struct weft_gpu_hooks fake5;
 
 static struct weft_gpu gpu;
@@ -98,6 +113,9 @@ static void reset(bool graphs)
     fake5 = fake;
     fake5.glu = f_glu;
     fake5.embed_scaled = f_embed_scaled;
+    fake5.moe_route = f_moe_route;
+    fake5.add_scaled = f_add_scaled;
+    fake5.rope_q = f_rope_q;
     gpu.hooks = &fake;
     gpu.graphs = graphs;
     buf = (struct weft_buffer){&gpu, mem, sizeof mem, weft_gpu_next_buffer_id()};
@@ -401,6 +419,127 @@ static void api5_fields_key_the_step_graphs(void)
     same_graph(a, b, "rope freq_factors view without has_freq_factors");
 }
 
+/* ---- api 10's fields ---- */
+
+static struct weft_op route_op(void)
+{
+    struct weft_op op = {.kind = WEFT_OP_MOE_ROUTE};
+    struct weft_op_moe_route *o = &op.u.moe_route;
+    o->logits = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 16, 2);
+    o->ids = weft_view_2d(&buf, 256, WEFT_TYPE_I32, 4, 2);
+    o->weights = weft_view_2d(&buf, 512, WEFT_TYPE_F32, 4, 2);
+    o->k = 4;
+    o->gating = WEFT_MOE_SIGMOID;
+    o->norm = true;
+    o->expert_scale = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 16, 1);
+    return op;
+}
+
+static void supports_api10_fields(void)
+{
+    reset(false);
+    /* ADD's scale: only with the add_scaled hook (never run as a plain add) */
+    struct weft_op a = add_op(0);
+    a.u.add.scale = 0.5f;
+    CHECK(!weft_gpu_supports(&gpu.base, &a));
+    a.u.add.scale = -0.0f;   /* zero: the plain add */
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+    gpu.hooks = &fake5;
+    a.u.add.scale = 0.5f;
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+    a.u.add.scale = -1e-30f;
+    CHECK(weft_gpu_supports(&gpu.base, &a));
+    a = add_op(2);   /* the views' checks as before */
+    a.u.add.scale = 0.5f;
+    CHECK(!weft_gpu_supports(&gpu.base, &a));
+
+    /* ROPE_KV's q_only: only with the rope_q hook; k and v not looked at, q, kv and the batch are */
+    gpu.hooks = &fake;
+    struct weft_op r = rope_op();
+    r.u.rope_kv.q_only = true;
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    gpu.hooks = &fake5;
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.k = (struct weft_view){0};
+    r.u.rope_kv.v = (struct weft_view){0};
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.q_only = false;
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r = rope_op();
+    r.u.rope_kv.q_only = true;
+    r.u.rope_kv.q = weft_view_2d(&buf, 2, WEFT_TYPE_F32, 128, 2);   /* misaligned q */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r = rope_op();
+    r.u.rope_kv.q_only = true;
+    r.u.rope_kv.kv.buf = NULL;   /* the kv view still gives the head dim */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r = rope_op();
+    r.u.rope_kv.q_only = true;
+    r.u.rope_kv.n_rot = 48;   /* past the head dim */
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+    r = rope_op();
+    r.u.rope_kv.q_only = true;
+    r.u.rope_kv.has_freq_factors = true;
+    CHECK(weft_gpu_supports(&gpu.base, &r));
+    r.u.rope_kv.freq_factors = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 15, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &r));
+
+    /* MOE_ROUTE's expert_scale: n_expert contiguous aligned F32 values in the buffer */
+    struct weft_op m = route_op();
+    CHECK(weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = (struct weft_view){0};   /* not looked at without has_expert_scale */
+    CHECK(weft_gpu_supports(&gpu.base, &m));
+    m = route_op();
+    m.u.moe_route.has_expert_scale = true;
+    CHECK(weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 4, 4);   /* 4 x 4 packed */
+    CHECK(weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale.nb1 = 20;   /* with gaps */
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 15, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 17, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, 1026, WEFT_TYPE_F32, 16, 1);   /* misaligned */
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, 1024, WEFT_TYPE_F16, 16, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(&buf, sizeof mem - 60, WEFT_TYPE_F32, 16, 1);   /* past the end */
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    m.u.moe_route.expert_scale = weft_view_2d(NULL, 0, WEFT_TYPE_F32, 16, 1);
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+    gpu.hooks = &fake;   /* no moe_route hook: no MOE_ROUTE at all */
+    m = route_op();
+    CHECK(!weft_gpu_supports(&gpu.base, &m));
+}
+
+static void api10_fields_key_the_step_graphs(void)
+{
+    /* ADD scale: the second op of the list (another_graph's first op is not an ADD) */
+    struct weft_op a = glu_op(), b;
+    struct weft_op s0[2] = {a, add_op(0)}, s1[2] = {a, add_op(0)}, s2[2] = {a, add_op(0)};
+    s1[1].u.add.scale = 0.5f;
+    s2[1].u.add.scale = nextafterf(0.5f, 1.0f);
+    reset(true);
+    gpu.hooks = &fake5;
+    bool ok = run_expect(s0, 2, "op add ") && run_expect(s0, 2, "begin op add end launch ") &&
+              run_expect(s1, 2, "op add ") && run_expect(s0, 2, "launch ") &&
+              run_expect(s1, 2, "begin op add end launch ") && run_expect(s2, 2, "op add ");
+    CHECK_MSG(ok, "add scale 0 / 0.5 / 0.5 + ulp");
+
+    a = rope_op(); b = a; b.u.rope_kv.q_only = true;
+    another_graph(a, b, "rope q_only");
+
+    a = route_op(); b = a; b.u.moe_route.has_expert_scale = true;
+    another_graph(a, b, "route without / with expert_scale");
+    a.u.moe_route.has_expert_scale = true; b = a; b.u.moe_route.expert_scale.offset += 4;
+    another_graph(a, b, "route expert_scale offset");
+    b = a; b.u.moe_route.expert_scale.buf = &buf2;
+    another_graph(a, b, "route expert_scale buffer");
+    a.u.moe_route.has_expert_scale = false; b = a; b.u.moe_route.expert_scale.offset += 4;
+    same_graph(a, b, "route expert_scale view without has_expert_scale");
+}
+
 static void graphs_eager_then_captured_then_replayed(void)
 {
     reset(true);
@@ -503,6 +642,8 @@ int main(void)
     RUN(supports_glu_act_and_embed_scale);
     RUN(supports_rope_freq_factors);
     RUN(api5_fields_key_the_step_graphs);
+    RUN(supports_api10_fields);
+    RUN(api10_fields_key_the_step_graphs);
     RUN(graphs_eager_then_captured_then_replayed);
     RUN(failed_capture_runs_eagerly_without_graphs);
     RUN(scratch_grows_and_drops_graphs);

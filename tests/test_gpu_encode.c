@@ -10,7 +10,10 @@
  * freq_factors address only with has_freq_factors, YaRN's mix and ramp, the
  * magnitude as base/rope.h forms it), and SILU_MUL's act / EMBED's scale
  * through the glu / embed_scaled hooks (the plain launchers at zero; the
- * invalid-value code when a runtime has no such hook). */
+ * invalid-value code when a runtime has no such hook). api 10's: ADD's scale
+ * through add_scaled, ROPE_KV's q_only through rope_q (q, the head dim and the
+ * full op's angles; k and v not looked at), MOE_ROUTE's expert_scale address
+ * (NULL without has_expert_scale); the invalid-value code without the hooks. */
 #include <math.h>
 #include <string.h>
 
@@ -175,11 +178,57 @@ static int f_embed_scaled(int wt, const uint8_t *table, size_t t_nb1, int64_t V,
     return called("embed_scaled", stream);
 }
 
+/* the hooks of api 10's launchers (gpu_common.h: add_scaled, rope_q; MOE_ROUTE through moe_route) */
+static const float *last_a, *last_b;
+static size_t last_a_ld, last_b_ld;
+static int f_add_scaled(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                        int64_t R, int64_t K, float scale, void *stream)
+{
+    last_a = a;
+    last_a_ld = a_ld;
+    last_b = b;
+    last_b_ld = b_ld;
+    last_out = out;
+    last_out_ld = out_ld;
+    last_R = R;
+    last_K = K;
+    last_scale = scale;
+    return called("add_scaled", stream);
+}
+static float *last_q;
+static size_t last_q_ld;
+static const int32_t *last_pos;
+static int last_n_head, last_hd, last_n_rot;
+static int f_rope_q(float *q, size_t q_ld, const int32_t *pos, int64_t R, int n_head, int hd, int n_rot,
+                    float theta_scale, float freq_scale, int neox, const struct weft_gk_rope_ext *ext, void *stream)
+{
+    last_q = q;
+    last_q_ld = q_ld;
+    last_pos = pos;
+    last_R = R;
+    last_n_head = n_head;
+    last_hd = hd;
+    last_n_rot = n_rot;
+    last_theta = theta_scale;
+    last_freq_scale = freq_scale;
+    last_neox = neox;
+    last_ext_null = ext == NULL;
+    if (ext) last_ext = *ext;
+    return called("rope_q", stream);
+}
+static struct weft_gk_moe_route last_route;
+static int f_moe_route(const struct weft_gk_moe_route *a, void *stream)
+{
+    last_route = *a;
+    return called("moe_route", stream);
+}
+
 static const struct weft_gpu_hooks hooks = {
     .name = "fake", .err_invalid = 11, .attn_splits = weft_gk_attn_splits, .copy = f_copy,
-    .glu = f_glu, .embed_scaled = f_embed_scaled,
+    .glu = f_glu, .embed_scaled = f_embed_scaled, .moe_route = f_moe_route,
+    .add_scaled = f_add_scaled, .rope_q = f_rope_q,
 };
-/* a runtime without api 5's optional launchers */
+/* a runtime without api 5's (and 7's, 10's) optional launchers */
 static const struct weft_gpu_hooks bare_hooks = {
     .name = "bare", .err_invalid = 12, .attn_splits = weft_gk_attn_splits, .copy = f_copy,
 };
@@ -567,6 +616,129 @@ static void embed_scale_through_the_hook(void)
     CHECK(!strcmp(last, "embed"));
 }
 
+/* ---- api 10 ---- */
+
+static void add_scale_through_the_hook(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_ADD};
+    struct weft_op_add *o = &op.u.add;
+    o->a = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 48, 3);
+    o->a.nb1 = 256;   /* rows 64 floats apart */
+    o->b = weft_view_2d(&buf, 1024, WEFT_TYPE_F32, 48, 3);
+    o->out = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 48, 3);
+    /* scale 0 (and -0): the plain launcher */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "add"));
+    o->scale = -0.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "add"));
+    CHECK(last_scale == -1.0f);
+    /* a scale: the add_scaled hook, with it and the same arguments */
+    o->scale = 0.8125f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "add_scaled"));
+    CHECK(last_stream == STREAM);
+    CHECK(last_scale == 0.8125f);
+    CHECK(last_a == (const float *)mem && last_a_ld == 64);
+    CHECK(last_b == (const float *)(mem + 1024) && last_b_ld == 48);
+    CHECK(last_out == (float *)(mem + 2048) && last_out_ld == 48);
+    CHECK_EQ_INT(last_R, 3);
+    CHECK_EQ_INT(last_K, 48);
+    o->scale = -3.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "add_scaled") && last_scale == -3.0f);
+    /* a runtime without the hook: the invalid-value code, nothing launched (never a plain add) */
+    gpu.hooks = &bare_hooks;
+    n_calls = 0;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 12);
+    CHECK_EQ_INT(n_calls, 0);
+    o->scale = 0.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "add"));
+}
+
+static void rope_q_only_through_the_hook(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_ROPE_KV};
+    struct weft_op_rope_kv *o = &op.u.rope_kv;
+    o->q = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 128, 2);
+    o->q.nb1 = 640;   /* rows 160 floats apart */
+    o->k = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 32, 2);
+    o->v = weft_view_2d(&buf, 3072, WEFT_TYPE_F32, 32, 2);
+    o->kv = (struct weft_kv_view){&kvbuf, WEFT_TYPE_F16, 2, 1, 1, 32, 0, false};
+    o->batch = batch(2);
+    o->n_head = 4;
+    o->n_rot = 16;
+    o->freq_base = 500000.0f;
+    o->freq_scale = 0.25f;
+    o->mode = WEFT_ROPE_NEOX;
+    o->freq_factors = weft_view_2d(&buf, 6144, WEFT_TYPE_F32, 8, 1);
+    o->has_freq_factors = true;
+    o->ext_factor = 1.0f;
+    o->attn_factor = 0.5f;
+    o->corr_dims[0] = 1.0f;
+    o->corr_dims[1] = 6.0f;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "rope_kv"));
+    const struct weft_gk_rope_ext full = last_ext;
+    const float full_theta = last_theta;
+    /* q only: the rope_q hook, q's address and stride, the head dim from the kv view, the
+     * same angles (theta scale, freq_scale, the scaling) as the full op's */
+    o->q_only = true;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "rope_q"));
+    CHECK_EQ_INT(n_calls, 2);
+    CHECK(last_stream == STREAM);
+    CHECK(last_q == (float *)mem && last_q_ld == 160);
+    CHECK(last_pos == (const int32_t *)(mem + 20000));
+    CHECK_EQ_INT(last_R, 2);
+    CHECK_EQ_INT(last_n_head, 4);
+    CHECK_EQ_INT(last_hd, 32);
+    CHECK_EQ_INT(last_n_rot, 16);
+    CHECK(last_theta == full_theta && last_theta == powf(500000.0f, -2.0f / 16.0f));
+    CHECK(last_freq_scale == 0.25f);
+    CHECK_EQ_INT(last_neox, 1);
+    CHECK(!last_ext_null);
+    CHECK(!memcmp(&last_ext, &full, sizeof full));
+    CHECK(last_ext.freq_factors == (const float *)(mem + 6144));
+    /* k and v are not looked at */
+    o->k = (struct weft_view){0};
+    o->v = (struct weft_view){0};
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "rope_q"));
+    /* a runtime without the hook: the invalid-value code, nothing launched (never the full op) */
+    gpu.hooks = &bare_hooks;
+    n_calls = 0;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 12);
+    CHECK_EQ_INT(n_calls, 0);
+}
+
+static void moe_route_expert_scale_address(void)
+{
+    reset();
+    struct weft_op op = {.kind = WEFT_OP_MOE_ROUTE};
+    struct weft_op_moe_route *o = &op.u.moe_route;
+    o->logits = weft_view_2d(&buf, 0, WEFT_TYPE_F32, 16, 3);
+    o->ids = weft_view_2d(&buf, 1024, WEFT_TYPE_I32, 4, 3);
+    o->weights = weft_view_2d(&buf, 2048, WEFT_TYPE_F32, 4, 3);
+    o->k = 4;
+    o->gating = WEFT_MOE_SIGMOID;
+    o->norm = true;
+    o->scale = 2.5f;
+    o->expert_scale = weft_view_2d(&buf, 4096, WEFT_TYPE_F32, 16, 1);   /* set, has_expert_scale false */
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(!strcmp(last, "moe_route"));
+    CHECK(last_route.expert_scale == NULL);
+    CHECK(last_route.bias == NULL && last_route.scale == 2.5f && last_route.E == 16 && last_route.k == 4);
+    o->has_expert_scale = true;
+    CHECK_EQ_INT(weft_gpu_encode(&gpu, &op), 0);
+    CHECK(last_route.expert_scale == (const float *)(mem + 4096));
+    CHECK(last_route.w == (float *)(mem + 2048) && last_route.ids == (int32_t *)(mem + 1024));
+    CHECK_EQ_INT(last_route.R, 3);
+}
+
 int main(void)
 {
     RUN(matmul_views_become_addresses_and_element_strides);
@@ -579,5 +751,8 @@ int main(void)
     RUN(attention_splits_from_the_hooks);
     RUN(copy_through_the_hook_and_unknown_ops);
     RUN(embed_and_rmsnorm_fused_add);
+    RUN(add_scale_through_the_hook);
+    RUN(rope_q_only_through_the_hook);
+    RUN(moe_route_expert_scale_address);
     return check_summary();
 }

@@ -35,7 +35,11 @@
  *    one shows), strided x and out, many slots per expert, DeepSeek's
  *    per-head form; and a MoE FFN (route, gate/up, SwiGLU, weighted down)
  *    replayed from a graph bit for bit as eager runs while the routes
- *    change.
+ *    change;
+ *  - api 10's: ADD's scale, ROPE_KV's q_only and MOE_ROUTE's expert_scale in
+ *    one op list replayed from a graph bit for bit as eager runs; ADD bit for
+ *    bit as the CPU, q and the weights close to it, k, v and the cache
+ *    untouched.
  * Skipped (77) when the module is absent or sees no device. */
 #include <math.h>
 #include <stdlib.h>
@@ -1036,7 +1040,7 @@ static void moe_route_case(struct weft_backend *hb, struct weft_backend *cpu, in
                                                     weft_view_2d(bi, 0, WEFT_TYPE_I32, K, RR),
                                                     weft_view_2d(bw, 0, WEFT_TYPE_F32, K, RR), (uint32_t)K, gating, norm,
                                                     scale, weft_view_2d(bb, 5 * sizeof(float), WEFT_TYPE_F32, E, 1),
-                                                    bias, n_group, group_used};
+                                                    bias, n_group, group_used, {0}, false};
         CHECK(be->iface->supports(be, &op));
         CHECK(be->iface->run(be, &op, 1) == WEFT_OK);
         down(be, bi, ids[b], 4 * RR * K);
@@ -1254,7 +1258,8 @@ static void moe_ffn_graph_replay_follows_routes(void)
         struct weft_op *op = ops[b];
         op[0] = (struct weft_op){.kind = WEFT_OP_MOE_ROUTE};
         op[0].u.moe_route = (struct weft_op_moe_route){weft_view_2d(B[4], o_l, WEFT_TYPE_F32, EX, XR), ids, wts, KU,
-                                                       WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, {0}, false, 0, 0};
+                                                       WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, {0}, false, 0, 0,
+                                                       {0}, false};
         for (int i = 0; i < 2; i++) {
             op[1 + i] = (struct weft_op){.kind = WEFT_OP_MATMUL_ID};
             op[1 + i].u.matmul_id = (struct weft_op_matmul_id){
@@ -1289,6 +1294,98 @@ static void moe_ffn_graph_replay_follows_routes(void)
         free(res[b]);
     }
     free(wg); free(wu); free(wd); free(tmp); free(bias); free(in);
+}
+
+/* api 10 (Gemma 4) in one op list replayed from a graph while the data change: ADD with a
+ * scale (in place on a residual), ROPE_KV q_only over a KV layer it must not touch, MOE_ROUTE
+ * with expert_scale; the graph's runs bit for bit as eager ones; ADD bit for bit as the CPU, q
+ * and the weights to the device's cosf/sinf/expf; k, v and the whole cache as they were on
+ * every backend. */
+static void api10_fields_replayed_from_a_graph(void)
+{
+    struct weft_backend *bes[3] = {open_gpu(true), open_gpu(false), NULL};
+    CHECK(weft_backend_open("cpu", 2, &bes[2]) == WEFT_OK);
+    if (!bes[0] || !bes[1] || !bes[2]) return;
+    enum { AR = 3, AE = 96, ANH = 4, ANKV = 2, AHD = 64, ANL = 2, ANB = 4, AX = 16, AK = 4 };
+    const size_t f = sizeof(float);
+    /* act: x [AR][AE] | y | q [AR][ANH*AHD] | k [AR][ANKV*AHD] | v | logits [AR][AX] | ids | w | escale [AX] | meta */
+    const size_t o_y = AR * AE * f, o_q = o_y + AR * AE * f, o_k = o_q + AR * ANH * AHD * f;
+    const size_t o_v = o_k + AR * ANKV * AHD * f, o_l = o_v + AR * ANKV * AHD * f, o_i = o_l + AR * AX * f;
+    const size_t o_w = o_i + AR * AK * 4, o_e = o_w + AR * AK * f, o_m = o_e + AX * f, act_bytes = o_m + 64 * 4;
+    const size_t cache_bytes = (size_t)ANB * ANL * WEFT_KV_BLOCK_TOKENS * 2 * weft_row_size(WEFT_TYPE_F16, ANKV * AHD);
+    uint8_t *act = malloc(act_bytes), *cache0 = malloc(cache_bytes), *cache1 = malloc(cache_bytes);
+    for (size_t i = 0; i < o_m / f; i++) ((float *)act)[i] = frand();
+    for (int e = 0; e < AX; e++) ((float *)(act + o_e))[e] = 0.5f + (frand() + 1);
+    for (size_t i = 0; i < cache_bytes; i++) cache0[i] = (uint8_t)(i * 7 + 3);
+    struct weft_buffer *B[3][2];
+    struct weft_op ops[3][3];
+    for (int b = 0; b < 3; b++) {
+        B[b][0] = up(bes[b], act, act_bytes);
+        B[b][1] = up(bes[b], cache0, cache_bytes);
+        struct weft_buffer *a = B[b][0];
+        const struct weft_view x = weft_view_2d(a, 0, WEFT_TYPE_F32, AE, AR);
+        struct weft_op *op = ops[b];
+        op[0] = (struct weft_op){.kind = WEFT_OP_ADD};
+        op[0].u.add = (struct weft_op_add){x, weft_view_2d(a, o_y, WEFT_TYPE_F32, AE, AR), x, 0.8125f};
+        op[1] = (struct weft_op){.kind = WEFT_OP_ROPE_KV};
+        struct weft_op_rope_kv *r = &op[1].u.rope_kv;
+        r->q = weft_view_2d(a, o_q, WEFT_TYPE_F32, ANH * AHD, AR);
+        r->k = weft_view_2d(a, o_k, WEFT_TYPE_F32, ANKV * AHD, AR);
+        r->v = weft_view_2d(a, o_v, WEFT_TYPE_F32, ANKV * AHD, AR);
+        r->kv = (struct weft_kv_view){B[b][1], WEFT_TYPE_F16, ANL, 1, ANKV, AHD, 0, false};
+        r->batch = (struct weft_batch_view){AR, 1, weft_view_2d(a, o_m, WEFT_TYPE_I32, AR, 1),
+                                            weft_view_2d(a, o_m + 16, WEFT_TYPE_I32, AR, 1),
+                                            weft_view_2d(a, o_m + 32, WEFT_TYPE_I32, AR, 1),
+                                            weft_view_2d(a, o_m + 48, WEFT_TYPE_I32, 2, 1),
+                                            weft_view_2d(a, o_m + 64, WEFT_TYPE_I32, ANB, 1)};
+        r->n_head = ANH;
+        r->n_rot = AHD;
+        r->freq_base = 10000.0f;
+        r->freq_scale = 1.0f;
+        r->mode = WEFT_ROPE_NEOX;
+        r->q_only = true;
+        op[2] = (struct weft_op){.kind = WEFT_OP_MOE_ROUTE};
+        op[2].u.moe_route = (struct weft_op_moe_route){
+            .logits = weft_view_2d(a, o_l, WEFT_TYPE_F32, AX, AR), .ids = weft_view_2d(a, o_i, WEFT_TYPE_I32, AK, AR),
+            .weights = weft_view_2d(a, o_w, WEFT_TYPE_F32, AK, AR), .k = AK, .gating = WEFT_MOE_SIGMOID, .norm = true,
+            .scale = 2.5f, .expert_scale = weft_view_2d(a, o_e, WEFT_TYPE_F32, AX, 1), .has_expert_scale = true};
+        for (int i = 0; i < 3; i++) CHECK_MSG(bes[b]->iface->supports(bes[b], &op[i]), "api 10 op %d refused", i);
+    }
+    uint8_t *res[3] = {malloc(act_bytes), malloc(act_bytes), malloc(act_bytes)};
+    for (int t = 0; t < 5; t++) {   /* step 0 runs eagerly, 1 is captured, 2.. replayed */
+        float *in = (float *)act;
+        for (size_t i = o_q / f; i < o_k / f; i++) in[i] = frand();   /* fresh q */
+        for (size_t i = o_l / f; i < o_i / f; i++) in[i] = 3 * frand();   /* fresh logits */
+        int32_t *meta = (int32_t *)(act + o_m);
+        for (int r = 0; r < AR; r++) { meta[r] = 100 * t + 37 * r; meta[4 + r] = 0; meta[8 + r] = 5 * r + t; }
+        meta[12] = 0; meta[13] = ANB;
+        for (int i = 0; i < ANB; i++) meta[16 + i] = i;
+        for (int b = 0; b < 3; b++) {
+            /* x carries over (the residual scaled in place each step); the rest is rewritten */
+            CHECK(bes[b]->iface->buffer_write(B[b][0], o_q, act + o_q, act_bytes - o_q) == WEFT_OK);
+            CHECK(bes[b]->iface->run(bes[b], ops[b], 3) == WEFT_OK);
+            down(bes[b], B[b][0], res[b], act_bytes);
+            down(bes[b], B[b][1], cache1, cache_bytes);
+            CHECK_MSG(memcmp(cache1, cache0, cache_bytes) == 0, "api 10 step %d: backend %d wrote the cache", t, b);
+            CHECK_MSG(memcmp(res[b] + o_k, act + o_k, o_l - o_k) == 0, "api 10 step %d: backend %d changed k or v", t,
+                      b);
+        }
+        CHECK_MSG(memcmp(res[0], res[1], act_bytes) == 0, "api 10 step %d: graph replay differs from eager run", t);
+        CHECK_MSG(memcmp(res[0], res[2], o_q) == 0, "api 10 step %d: %s's ADD scale differs from the cpu", t, gpu);
+        const double dq = nmse_f((float *)(res[0] + o_q), (float *)(res[2] + o_q), AR * ANH * AHD);
+        CHECK_MSG(dq < 1e-10, "api 10 step %d: q_only q vs cpu nmse %.3g", t, dq);
+        CHECK_MSG(memcmp(res[0] + o_i, res[2] + o_i, AR * AK * 4) == 0, "api 10 step %d: route ids differ", t);
+        const double dw = nmse_f((float *)(res[0] + o_w), (float *)(res[2] + o_w), AR * AK);
+        CHECK_MSG(dw < 1e-10, "api 10 step %d: expert_scale weights vs cpu nmse %.3g", t, dw);
+        if (t == 4) printf("  api 10 step %d: q nmse %.3g, weights nmse %.3g\n", t, dq, dw);
+    }
+    for (int b = 0; b < 3; b++) {
+        bes[b]->iface->buffer_free(B[b][0]);
+        bes[b]->iface->buffer_free(B[b][1]);
+        weft_backend_close(bes[b]);
+        free(res[b]);
+    }
+    free(act); free(cache0); free(cache1);
 }
 
 static void out_of_memory_is_reported_not_fatal(void)
@@ -1343,5 +1440,6 @@ int main(void)
     RUN(moe_route_matches_cpu);
     RUN(matmul_id_matches_cpu);
     RUN(moe_ffn_graph_replay_follows_routes);
+    RUN(api10_fields_replayed_from_a_graph);
     return check_summary();
 }

@@ -98,7 +98,7 @@ static void out_of_range_access_is_refused(void)
     /* an op whose view reaches past its buffer is not supported, and run refuses it */
     struct weft_op op = {.kind = WEFT_OP_ADD};
     op.u.add = (struct weft_op_add){weft_view_2d(b, 0, WEFT_TYPE_F32, 25, 1), weft_view_2d(c, 0, WEFT_TYPE_F32, 25, 1),
-                                    weft_view_2d(b, 0, WEFT_TYPE_F32, 25, 1)};
+                                    weft_view_2d(b, 0, WEFT_TYPE_F32, 25, 1), 0};
     CHECK(!bi->supports(be, &op));
     CHECK(bi->run(be, &op, 1) == WEFT_ERR_UNSUPPORTED);
     bi->buffer_free(b);
@@ -109,7 +109,7 @@ static struct weft_op add_op(struct weft_buffer *a, struct weft_buffer *b, struc
 {
     struct weft_op op = {.kind = WEFT_OP_ADD};
     op.u.add = (struct weft_op_add){weft_view_2d(a, 0, WEFT_TYPE_F32, n, 1), weft_view_2d(b, 0, WEFT_TYPE_F32, n, 1),
-                                    weft_view_2d(o, 0, WEFT_TYPE_F32, n, 1)};
+                                    weft_view_2d(o, 0, WEFT_TYPE_F32, n, 1), 0};
     return op;
 }
 

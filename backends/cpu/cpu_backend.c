@@ -269,7 +269,9 @@ static bool cpu_supports(struct weft_backend *b, const struct weft_op *op)
                m->logits.ne0 >= m->k && m->logits.ne0 <= WEFT_CPU_MAX_EXPERTS && m->ids.ne0 >= m->k &&
                m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
                m->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(m) &&
-               (!m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->logits.ne0));
+               (!m->has_bias || (is_f32(&m->bias) && is_vector(&m->bias) && m->bias.ne0 * m->bias.ne1 == m->logits.ne0)) &&
+               (!m->has_expert_scale || (is_f32(&m->expert_scale) && is_vector(&m->expert_scale) &&
+                                         m->expert_scale.ne0 * m->expert_scale.ne1 == m->logits.ne0));
     }
     case WEFT_OP_SSM_CONV: {
         const struct weft_op_ssm_conv *o = &op->u.ssm_conv;

@@ -2,8 +2,8 @@
  * validation, scratch, and running an op list through the vendor's hooks.
  *
  * Step graphs: a step's launches are described by a key (every view's
- * buffer id, offset and shape, every scalar and flag, api 5's, 7's and 9's
- * fields included; not the data). The first time a key is seen the ops run
+ * buffer id, offset and shape, every scalar and flag, api 5's, 7's, 9's and
+ * 10's fields included; not the data). The first time a key is seen the ops run
  * eagerly; the second time they are captured into a graph and launched;
  * from then on the graph is replayed, so a decode step costs one launch
  * instead of dozens. Data that changes between steps
@@ -78,7 +78,7 @@ static bool weight_ok(const struct weft_gpu_hooks *h, const struct weft_view *w)
 
 /* MATMUL's bias: N contiguous F32 values (a vector view, or rows packed
  * without gaps, as the kernels index bias[n]); also ATTENTION's sinks, MOE_ROUTE's choice
- * bias and MATMUL_ID's per-expert bias */
+ * bias and api 10's expert_scale, and MATMUL_ID's per-expert bias */
 static bool bias_ok(const struct weft_view *b, int64_t N)
 {
     return is_f32(b) && b->ne0 * b->ne1 == N && (b->ne1 == 1 || b->nb1 == (size_t)b->ne0 * sizeof(float));
@@ -196,9 +196,11 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
     }
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
-        /* a latent cache's ROPE_KV does not read v */
-        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) && is_f32(&o->k) &&
-               (o->kv.v_in_k || is_f32(&o->v)) && o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim &&
+        /* a latent cache's ROPE_KV does not read v; api 10's q_only reads neither k nor v (the
+         * kv view gives the head dim; the cache is not touched) and needs the rope_q hook */
+        return kv_ok(&o->kv, o->n_head) && batch_ok(&o->batch) && is_f32(&o->q) &&
+               (o->q_only ? h->rope_q != NULL : is_f32(&o->k) && (o->kv.v_in_k || is_f32(&o->v))) &&
+               o->n_rot % 2 == 0 && o->n_rot <= o->kv.head_dim &&
                (!o->has_freq_factors || freq_factors_ok(&o->freq_factors, o->n_rot));
     }
     case WEFT_OP_ATTENTION: {
@@ -213,8 +215,9 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
                 (o->act == WEFT_GLU_SWIGLU_OAI && h->swiglu_oai)) &&
                is_f32(&o->gate) && is_f32(&o->up) && is_f32(&o->out);
     }
-    case WEFT_OP_ADD:
-        return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out);
+    case WEFT_OP_ADD:   /* api 10: a scale only with the add_scaled hook */
+        return is_f32(&op->u.add.a) && is_f32(&op->u.add.b) && is_f32(&op->u.add.out) &&
+               (op->u.add.scale == 0.0f || h->add_scaled);
     case WEFT_OP_COPY: {
         const struct weft_op_copy *o = &op->u.copy;
         return o->src && o->dst && weft_gpu_in_range(o->src, o->src_off, o->bytes) &&
@@ -231,7 +234,8 @@ bool weft_gpu_supports(struct weft_backend *b, const struct weft_op *op)
                o->logits.ne0 >= o->k && o->logits.ne0 <= WEFT_GK_MOE_MAX_EXPERTS && o->ids.ne0 >= o->k &&
                o->weights.ne0 >= o->k && o->ids.ne1 == o->logits.ne1 && o->weights.ne1 == o->logits.ne1 &&
                (unsigned)o->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(o) &&
-               (!o->has_bias || bias_ok(&o->bias, o->logits.ne0));
+               (!o->has_bias || bias_ok(&o->bias, o->logits.ne0)) &&
+               (!o->has_expert_scale || bias_ok(&o->expert_scale, o->logits.ne0));   /* api 10 */
     }
     case WEFT_OP_MATMUL_ID:
         return matmul_id_ok(h, &op->u.matmul_id);
@@ -411,6 +415,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         put(k, o->has_freq_factors);
         if (o->has_freq_factors) put_view(k, &o->freq_factors);
         put_f(k, o->ext_factor); put_f(k, o->attn_factor); put_f(k, o->corr_dims[0]); put_f(k, o->corr_dims[1]);
+        put(k, o->q_only);
         break;
     }
     case WEFT_OP_ATTENTION: {
@@ -428,6 +433,7 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         break;
     case WEFT_OP_ADD:
         put_view(k, &op->u.add.a); put_view(k, &op->u.add.b); put_view(k, &op->u.add.out);
+        put_f(k, op->u.add.scale);
         break;
     case WEFT_OP_COPY:
         put(k, op->u.copy.src->id); put(k, op->u.copy.dst->id);
@@ -445,6 +451,8 @@ static void put_op(struct keyb *k, const struct weft_op *op)
         put(k, o->k); put(k, (uint64_t)o->gating); put(k, o->norm); put_f(k, o->scale); put(k, o->has_bias);
         if (o->has_bias) put_view(k, &o->bias);
         put(k, o->n_group > 1 ? o->n_group : 0); put(k, o->group_used);
+        put(k, o->has_expert_scale);
+        if (o->has_expert_scale) put_view(k, &o->expert_scale);
         break;
     }
     case WEFT_OP_MATMUL_ID: {

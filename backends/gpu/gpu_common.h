@@ -24,6 +24,7 @@ struct weft_gk_moe_route;   /* kernels-common/launch.h */
 struct weft_gk_mmid;
 struct weft_gk_ssm_conv;
 struct weft_gk_delta_net;
+struct weft_gk_rope_ext;
 
 /* Device memory from the runtime's malloc (never managed memory). id is
  * unique for the process: a graph keyed on ids can never replay against a
@@ -36,8 +37,8 @@ struct weft_buffer {
 };
 
 /* The vendor's side. Every slot is required but glu and embed_scaled (api 5),
- * swiglu_oai, moe_route, matmul_id_scratch and matmul_id (api 7), and ssm_conv and
- * delta_net (api 9). */
+ * swiglu_oai, moe_route, matmul_id_scratch and matmul_id (api 7), ssm_conv and
+ * delta_net (api 9), and add_scaled and rope_q (api 10). */
 struct weft_gpu_hooks {
     const char *name;        /* "cuda": starts error messages */
     int err_oom;             /* the runtime's out-of-memory code */
@@ -93,6 +94,16 @@ struct weft_gpu_hooks {
      * weft_gpu_supports refuses those ops. */
     int (*ssm_conv)(const struct weft_gk_ssm_conv *a, void *stream);
     int (*delta_net)(const struct weft_gk_delta_net *a, void *stream);
+
+    /* api 10's launchers, reached the same way (the ops at the fields' zero values take the
+     * plain launchers): ADD with scale != 0 (weft_gk_add_scaled) and ROPE_KV with q_only
+     * (weft_gk_rope_q: q rotated, k, v and the cache never handed on). MOE_ROUTE's
+     * expert_scale travels in struct weft_gk_moe_route (the moe_route hook). NULL: the
+     * runtime has none, and weft_gpu_supports refuses those ops. */
+    int (*add_scaled)(const float *a, size_t a_ld, const float *b, size_t b_ld, float *out, size_t out_ld,
+                      int64_t R, int64_t K, float scale, void *stream);
+    int (*rope_q)(float *q, size_t q_ld, const int32_t *pos, int64_t R, int n_head, int hd, int n_rot,
+                  float theta_scale, float freq_scale, int neox, const struct weft_gk_rope_ext *ext, void *stream);
 
     /* Graphs: start capturing the stream; end the capture and, when the
      * launches in it succeeded (launched_ok) and so did the capture,

@@ -8,7 +8,9 @@
  * SWIGLU_OAI, MOE_ROUTE and MATMUL_ID go to the hooks' swiglu_oai, moe_route
  * and matmul_id. api 9: SILU_MUL's SIGMOID goes to glu, SSM_CONV and DELTA_NET
  * (one launch each, the state views' slot stride in elements) to ssm_conv and
- * delta_net.
+ * delta_net. api 10: ADD with a scale goes to add_scaled, ROPE_KV's q_only to
+ * rope_q (q alone: k, v and the cache are not handed on), MOE_ROUTE's
+ * expert_scale travels in the moe_route hook's arguments.
  * Compiled into each GPU module next to gpu_common.c; the launchers it
  * calls are that module's (kernels-cuda/ or kernels-hip/). The one runtime
  * call an op needs beyond a launch, COPY's device-to-device copy, is the
@@ -67,6 +69,12 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                        {o->corr_dims[0], o->corr_dims[1]},
                                        o->attn_factor != 0.0f ? o->attn_factor : 1.0f};
         if (o->ext_factor != 0.0f) ext.mscale *= 1.0f + 0.1f * logf(1.0f / o->freq_scale);
+        if (o->q_only) {   /* api 10: q alone; k, v and the cache are not handed on */
+            if (!g->hooks->rope_q) return g->hooks->err_invalid;
+            return g->hooks->rope_q(weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_i32(&o->batch.pos),
+                                    o->batch.n_rows, (int)o->n_head, kv.hd, (int)o->n_rot, theta_scale,
+                                    o->freq_scale, o->mode == WEFT_ROPE_NEOX, &ext, st);
+        }
         /* a latent cache has no V to write: v is not looked at */
         const bool v = !o->kv.v_in_k;
         return weft_gk_rope_kv(weft_gpu_f32(&o->q), weft_gpu_ld(&o->q), weft_gpu_f32(&o->k), weft_gpu_ld(&o->k),
@@ -103,6 +111,12 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
     }
     case WEFT_OP_ADD: {
         const struct weft_op_add *o = &op->u.add;
+        if (o->scale != 0.0f) {   /* api 10 */
+            if (!g->hooks->add_scaled) return g->hooks->err_invalid;
+            return g->hooks->add_scaled(weft_gpu_f32(&o->a), weft_gpu_ld(&o->a), weft_gpu_f32(&o->b),
+                                        weft_gpu_ld(&o->b), weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1,
+                                        o->out.ne0, o->scale, st);
+        }
         return weft_gk_add(weft_gpu_f32(&o->a), weft_gpu_ld(&o->a), weft_gpu_f32(&o->b), weft_gpu_ld(&o->b),
                            weft_gpu_f32(&o->out), weft_gpu_ld(&o->out), o->out.ne1, o->out.ne0, st);
     }
@@ -134,7 +148,8 @@ int weft_gpu_encode(struct weft_gpu *g, const struct weft_op *op)
                                       weft_gpu_f32(&o->weights), weft_gpu_ld(&o->weights), o->logits.ne1,
                                       (int)o->logits.ne0, (int)o->k, (int)o->gating, o->norm, o->scale,
                                       o->has_bias ? weft_gpu_f32(&o->bias) : NULL,
-                                      o->n_group > 1 ? (int)o->n_group : 0, (int)o->group_used};
+                                      o->n_group > 1 ? (int)o->n_group : 0, (int)o->group_used,
+                                      o->has_expert_scale ? weft_gpu_f32(&o->expert_scale) : NULL};
         return g->hooks->moe_route(&a, st);
     }
     case WEFT_OP_MATMUL_ID: {

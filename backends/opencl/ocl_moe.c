@@ -21,6 +21,8 @@ weft_status ocl_moe_route(struct ocl_backend *ob, const struct weft_op_moe_route
     a_i32(&a, o->logits.ne1);
     a_i32(&a, o->n_group > 1 ? (int)o->n_group : 0);
     a_i32(&a, (int)o->group_used);
+    a_buf(&a, o->has_expert_scale ? &o->expert_scale : &o->logits);  /* api 10; logits: an unread stand-in */
+    a_i32(&a, o->has_expert_scale);
     ocl_dirty(o->ids.buf);
     ocl_dirty(o->weights.buf);
     const size_t g[1] = {ocl_up((size_t)o->logits.ne1, 64)}, l[1] = {64};

@@ -122,13 +122,14 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
     case WEFT_OP_ROPE_KV: {
         const struct weft_op_rope_kv *o = &op->u.rope_kv;
         const uint32_t hd = o->kv.head_dim, hdv = weft_kv_head_dim_v(&o->kv);
-        /* v: not read with a latent cache (v_in_k) */
-        const bool v_ok = o->kv.v_in_k || (f32_ok(&o->v) && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hdv &&
-                                           o->v.ne1 >= o->batch.n_rows);
-        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && f32_ok(&o->k) && v_ok && o->n_rot <= hd &&
+        /* v: not read with a latent cache (v_in_k); k and v not with q_only (api 10) */
+        const bool v_ok = o->q_only || o->kv.v_in_k ||
+                          (f32_ok(&o->v) && o->v.ne0 >= (int64_t)o->kv.n_kv_head * hdv && o->v.ne1 >= o->batch.n_rows);
+        const bool k_ok = o->q_only || (f32_ok(&o->k) && o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd &&
+                                        o->k.ne1 >= o->batch.n_rows);
+        return kv_ok(&o->kv, &o->batch) && f32_ok(&o->q) && k_ok && v_ok && o->n_rot <= hd &&
                o->n_rot % 2 == 0 && o->n_head % o->kv.n_kv_head == 0 && o->q.ne0 >= (int64_t)o->n_head * hd &&
-               o->k.ne0 >= (int64_t)o->kv.n_kv_head * hd && o->q.ne1 >= o->batch.n_rows &&
-               o->k.ne1 >= o->batch.n_rows &&
+               o->q.ne1 >= o->batch.n_rows &&
                /* freq_factors: n_rot/2 F32 values one after another (the
                 * table reads them back, the kernel indexes them) */
                (!o->has_freq_factors || (o->n_rot > 0 && bias_ok(&o->freq_factors, o->n_rot / 2)));
@@ -171,7 +172,8 @@ bool ocl_supports(struct weft_backend *b, const struct weft_op *op)
                m->logits.ne0 >= m->k && m->logits.ne0 <= OCL_MAX_EXPERTS && m->ids.ne0 >= m->k &&
                m->weights.ne0 >= m->k && m->ids.ne1 == m->logits.ne1 && m->weights.ne1 == m->logits.ne1 &&
                m->gating <= WEFT_MOE_SOFTMAX_TOPK && weft_moe_groups_ok(m) &&
-               (!m->has_bias || bias_ok(&m->bias, m->logits.ne0));
+               (!m->has_bias || bias_ok(&m->bias, m->logits.ne0)) &&
+               (!m->has_expert_scale || bias_ok(&m->expert_scale, m->logits.ne0));  /* api 10 */
     }
     case WEFT_OP_MATMUL_ID: {
         const struct weft_op_matmul_id *m = &op->u.matmul_id;
@@ -442,6 +444,8 @@ static weft_status op_silu_add(struct ocl_backend *ob, const struct weft_op *op)
         a_mem(&a, gelu ? ob->gelu_tab : ob->err);  /* unread but for GeGLU */
         a_f32(&a, op->u.silu_mul.alpha);           /* SWIGLU_OAI's (api 7) */
         a_f32(&a, op->u.silu_mul.limit);
+    } else {
+        a_f32(&a, op->u.add.scale);                /* api 10: (a + b) * scale; 0: a + b */
     }
     ocl_dirty(out->buf);
     const size_t g[2] = {ocl_up((size_t)out->ne0, 64), (size_t)out->ne1}, l[2] = {64, 1};
@@ -606,9 +610,11 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
         return weft_error(WEFT_ERR_INVALID_ARG, "opencl: ROPE_KV: no table of RoPE's angles for these positions (a "
                           "negative one, freq_factors that could not be read back, or out of memory): the exact forms take the CPU's angles only");
     struct args a = {ob->k[OK_ROPE_KV], 0, CL_SUCCESS};
+    /* api 10's q_only reads no k or v: q stands in (unread) */
+    const struct weft_view *k = o->q_only ? &o->q : &o->k;
     a_f32v(&a, &o->q);
-    a_f32v(&a, &o->k);
-    a_f32v(&a, o->kv.v_in_k ? &o->k : &o->v);  /* k: an unread stand-in */
+    a_f32v(&a, k);
+    a_f32v(&a, o->q_only || o->kv.v_in_k ? k : &o->v);  /* k: an unread stand-in */
     a_kv(&a, &o->kv);
     a_i32(&a, o->n_head);
     a_i32(&a, o->n_rot);
@@ -634,9 +640,12 @@ static weft_status op_rope_kv(struct ocl_backend *ob, const struct weft_op_rope_
     const cl_long n_slots = (cl_long)kv_blocks(&o->kv) * WEFT_KV_BLOCK_TOKENS;
     a_set(&a, sizeof n_slots, &n_slots);
     a_mem(&a, ob->err);
+    a_i32(&a, o->q_only);
     ocl_dirty(o->q.buf);
-    ocl_dirty(o->k.buf);
-    ocl_dirty(o->kv.buf);
+    if (!o->q_only) {  /* q_only leaves k and the cache as they were */
+        ocl_dirty(o->k.buf);
+        ocl_dirty(o->kv.buf);
+    }
     const size_t g[1] = {ocl_up(o->batch.n_rows, 64)}, l[1] = {64};
     return ocl_launch(ob, &a, "ROPE_KV", 1, g, l);
 }

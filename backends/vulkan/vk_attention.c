@@ -9,7 +9,10 @@
  * api 6: V heads of head_dim_v (push constant hdv), K's staying head_dim.
  * api 7: attention sinks (binding 7, a logit per head) after the last
  * position, in every variant (the exact one too: the CPU's bits); the
- * latent cache (v_in_k: K rows only, V the tail of each, n_kv_head 1). */
+ * latent cache (v_in_k: K rows only, V the tail of each, n_kv_head 1).
+ * api 10: ROPE_KV's q_only rotates q alone (push constant q_only): k, v,
+ * the slots and the cache are not touched, their bindings stand-ins (q,
+ * pos; the cache bound as read, so no write hazard is recorded). */
 #include "backends/vulkan/vk_priv.h"  /* the rope tables live in the backend */
 #include "base/rope.h"
 
@@ -83,12 +86,13 @@ bool vk_attention_supports(struct vk_backend *vb, const struct weft_op *op)
         const uint32_t R = o->batch.n_rows;
         struct weft_view ffv;
         if (o->has_freq_factors && (!ff_view(o, &ffv) || !act_ok(vb, &ffv, 1, o->n_rot / 2))) return false;
-        return kv_ok(vb, kv) && o->n_head > 0 && o->n_rot % 2 == 0 && o->n_rot <= kv->head_dim && R > 0 &&
-               act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) &&
-               act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
-               (kv->v_in_k || act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * weft_kv_head_dim_v(kv))) &&
-               ids_ok(vb, &o->batch.pos, R) &&
-               ids_ok(vb, &o->batch.slot, R);
+        if (!kv_ok(vb, kv) || o->n_head == 0 || o->n_rot % 2 || o->n_rot > kv->head_dim || R == 0 ||
+            !act_ok(vb, &o->q, R, (uint64_t)o->n_head * kv->head_dim) || !ids_ok(vb, &o->batch.pos, R))
+            return false;
+        /* api 10's q_only: k, v and the slots are not read */
+        return o->q_only || (act_ok(vb, &o->k, R, (uint64_t)kv->n_kv_head * kv->head_dim) &&
+                             (kv->v_in_k || act_ok(vb, &o->v, R, (uint64_t)kv->n_kv_head * weft_kv_head_dim_v(kv))) &&
+                             ids_ok(vb, &o->batch.slot, R));
     }
     if (op->kind == WEFT_OP_ATTENTION) {
         const struct weft_op_attention *o = &op->u.attention;
@@ -208,28 +212,31 @@ weft_status vk_op_rope_kv(struct vk_backend *vb, const struct weft_op *op)
         uint32_t ff_off, has_ff;                   /* freq_factors (binding 6 without a table) */
         uint32_t hdv;                              /* api 6: V's head dim */
         uint32_t v_in_k;                           /* api 7: a latent cache (v not read) */
+        uint32_t q_only;                           /* api 10: q rotated, nothing else touched */
     } pc = {elems(&o->q), stride(&o->q), elems(&o->k), stride(&o->k), elems(&o->v), stride(&o->v),
             elems(&o->batch.pos), elems(&o->batch.slot), o->batch.n_rows, o->n_head, kv->n_kv_head, kv->head_dim,
             o->n_rot, o->mode == WEFT_ROPE_NEOX, kv->n_layer, kv->layer, o->freq_scale,
             powf(o->freq_base, -2.0f / (float)o->n_rot), o->ext_factor, o->corr_dims[0], o->corr_dims[1], mscale,
-            has_ff ? elems(&ffv) : 0, has_ff, weft_kv_head_dim_v(kv), kv->v_in_k};
+            has_ff ? elems(&ffv) : 0, has_ff, weft_kv_head_dim_v(kv), kv->v_in_k, o->q_only};
     struct weft_buffer *tab = rope_table(vb, o);
     const bool q8 = kv->type == WEFT_TYPE_Q8_0;
     const char *name = tab ? (q8 ? "rope_kv_q8_0x" : "rope_kv_f16x") : (q8 ? "rope_kv_q8_0" : "rope_kv_f16");
     struct vk_pipeline *p = vk_pipeline_get(vb, name, 7, sizeof pc, NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
-    struct weft_view q = o->q, k = o->k, v = kv->v_in_k ? o->k : o->v;  /* a latent cache reads no v */
+    /* a latent cache reads no v; q_only reads neither (nor the slots: pos stands in) */
+    struct weft_view q = o->q, k = o->q_only ? o->q : o->k, v = o->q_only || kv->v_in_k ? k : o->v;
     q.ne1 = k.ne1 = v.ne1 = o->batch.n_rows;
+    if (o->q_only) pc.k_off = pc.k_rs = pc.v_off = pc.v_rs = pc.slot_off = 0;
     /* binding 6: the table, else the freq_factors (else a stand-in, unread) */
     const struct vk_bind b6 = tab ? (struct vk_bind){tab, 0, vk_buffer_size(tab), false}
                                   : has_ff ? bind_view(&ffv, false) : bind_view(&o->batch.pos, false);
     /* the slots written are only known on the device: the whole cache is declared written */
     const struct vk_bind b[7] = {bind_view(&q, true),
-                                 bind_view(&k, true),
+                                 bind_view(&k, !o->q_only),
                                  bind_view(&v, false),
-                                 {kv->buf, 0, vk_buffer_size(kv->buf), true},
+                                 {kv->buf, 0, vk_buffer_size(kv->buf), !o->q_only},
                                  bind_view(&o->batch.pos, false),
-                                 bind_view(&o->batch.slot, false),
+                                 bind_view(o->q_only ? &o->batch.pos : &o->batch.slot, false),
                                  b6};
     uint32_t g = o->batch.n_rows < MAX_GROUPS ? o->batch.n_rows : MAX_GROUPS;
     return vk_dispatch(vb, p, b, 7, &pc, sizeof pc, g, 1, 1);

@@ -5,6 +5,7 @@
  * MOE_ROUTE: one workgroup per row; on CPU-type devices (vk_exact_ops) the
  * exact variant gives the CPU's bits (its exp polynomial and libm expf, its
  * sums in double in its order), elsewhere the GPU's exp and float sums.
+ * api 10's expert_scale (binding 4) multiplies each chosen weight last.
  *
  * MATMUL_ID never reads the ids back: they come from MOE_ROUTE in the same
  * command buffer. The activations are first rounded to the weight type's
@@ -96,7 +97,8 @@ static bool route_ok(struct vk_backend *vb, const struct weft_op_moe_route *m)
         m->weights.ne0 < (int64_t)m->k || m->ids.ne1 != R || m->weights.ne1 != R || m->gating > WEFT_MOE_SOFTMAX_TOPK ||
         !weft_moe_groups_ok(m))
         return false;
-    return !m->has_bias || f32_vec_ok(vb, &m->bias, E);
+    return (!m->has_bias || f32_vec_ok(vb, &m->bias, E)) &&
+           (!m->has_expert_scale || f32_vec_ok(vb, &m->expert_scale, E));
 }
 
 static bool matmul_id_ok(struct vk_backend *vb, const struct weft_op_matmul_id *m)
@@ -134,23 +136,26 @@ weft_status vk_op_moe_route(struct vk_backend *vb, const struct weft_op *op)
     const struct weft_op_moe_route *m = &op->u.moe_route;
     if (!route_ok(vb, m)) return weft_error(WEFT_ERR_UNSUPPORTED, "vulkan MOE_ROUTE: view shapes not supported");
     struct weft_view bias = m->has_bias ? flat(&m->bias) : m->logits;
+    struct weft_view es = m->has_expert_scale ? flat(&m->expert_scale) : m->logits;  /* logits: unread */
     struct {
         uint32_t l_off, l_rs, i_off, i_rs, w_off, w_rs;
         uint32_t E, k, rows, gating, norm, has_bias, b_off;
         float scale;
         uint32_t n_group, group_used;
+        uint32_t has_es, es_off;
     } pc = {(uint32_t)(m->logits.offset / 4), (uint32_t)(m->logits.nb1 / 4), (uint32_t)(m->ids.offset / 4),
             (uint32_t)(m->ids.nb1 / 4), (uint32_t)(m->weights.offset / 4), (uint32_t)(m->weights.nb1 / 4),
             (uint32_t)m->logits.ne0, m->k, (uint32_t)m->logits.ne1, (uint32_t)m->gating, m->norm, m->has_bias,
-            (uint32_t)(bias.offset / 4), m->scale, m->n_group > 1 ? m->n_group : 0, m->group_used};
-    struct vk_pipeline *p = vk_pipeline_get(vb, vk_exact_ops(vb) ? "moe_route_exact" : "moe_route_std", 4, sizeof pc,
+            (uint32_t)(bias.offset / 4), m->scale, m->n_group > 1 ? m->n_group : 0, m->group_used,
+            m->has_expert_scale, (uint32_t)(es.offset / 4)};
+    struct vk_pipeline *p = vk_pipeline_get(vb, vk_exact_ops(vb) ? "moe_route_exact" : "moe_route_std", 5, sizeof pc,
                                             NULL, 0);
     if (!p) return WEFT_ERR_DEVICE;
-    const struct vk_bind b[4] = {bind_of(&m->logits, false), bind_of(&m->ids, true), bind_of(&m->weights, true),
-                                 bind_of(&bias, false)};
+    const struct vk_bind b[5] = {bind_of(&m->logits, false), bind_of(&m->ids, true), bind_of(&m->weights, true),
+                                 bind_of(&bias, false), bind_of(&es, false)};
     const uint32_t mx = vk_get_caps(vb)->max_workgroup_count[0];
     const uint32_t gx = m->logits.ne1 < (int64_t)mx ? (uint32_t)m->logits.ne1 : mx;
-    return vk_dispatch(vb, p, b, 4, &pc, sizeof pc, gx, 1, 1);
+    return vk_dispatch(vb, p, b, 5, &pc, sizeof pc, gx, 1, 1);
 }
 
 struct mid_push {

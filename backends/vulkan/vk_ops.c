@@ -1,6 +1,7 @@
 /* Vulkan element-wise ops: EMBED (with its api-5 scale), RMSNORM, SILU_MUL
  * (SwiGLU, GeGLU, api 7's SwiGLU-OAI of gpt-oss or api 9's sigmoid gate by act), ADD
- * (shaders/embed.comp, rmsnorm.comp, silu_mul.comp, add.comp).
+ * (api 10: times its scale when not 0, after the sum) (shaders/embed.comp, rmsnorm.comp,
+ * silu_mul.comp, add.comp).
  * F32 views travel as float offsets and row strides in push constants, so
  * supports() wants them 4-byte aligned and within 2^32 floats. */
 #include "backends/vulkan/vk_priv.h"  /* the GeLU table lives in the backend */
@@ -226,7 +227,9 @@ weft_status vk_op_silu_mul(struct vk_backend *vb, const struct weft_op *op)
     return binary(vb, vk_exact_ops(vb) ? "silu_mul_exact" : "silu_mul_std", &o->gate, &o->up, &o->out, NULL);
 }
 
+/* api 10's scale follows the 8 push words (0: a plain sum) */
 weft_status vk_op_add(struct vk_backend *vb, const struct weft_op *op)
 {
-    return binary(vb, "add", &op->u.add.a, &op->u.add.b, &op->u.add.out, NULL);
+    const float scale = op->u.add.scale;
+    return binary_ext(vb, "add", &op->u.add.a, &op->u.add.b, &op->u.add.out, NULL, &scale, 1);
 }

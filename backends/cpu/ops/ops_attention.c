@@ -120,10 +120,12 @@ static void rope_kv_job(void *ctx, int ith, int nth)
 #endif
     const weft_cpu_quant_fn to_f16 = j->kern->quant[WEFT_TYPE_F16];
     for (int64_t r = lo; r < hi; r++) {
-        float *q = cpu_row_f32(&o->q, r), *k = cpu_row_f32(&o->k, r);
-        const float *v = kv->v_in_k ? NULL : cpu_row_f32(&o->v, r);
+        float *q = cpu_row_f32(&o->q, r);
         const float *cs = j->cs + (size_t)r * o->n_rot;
         rope(q, o->n_head, hd, o->n_rot, cs, o->mode);
+        if (o->q_only) continue; /* k, v and the cache untouched (api 10) */
+        float *k = cpu_row_f32(&o->k, r);
+        const float *v = kv->v_in_k ? NULL : cpu_row_f32(&o->v, r);
         rope(k, nkv, hd, o->n_rot, cs, o->mode);
         if (kv->type == WEFT_TYPE_Q8_0) {
             /* head_dim % 32 == 0, so each head is whole Q8_0 blocks */

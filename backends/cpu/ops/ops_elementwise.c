@@ -157,7 +157,15 @@ static void add_job(void *ctx, int ith, int nth)
     for (int64_t r = lo; r < hi; r++) {
         const float *a = cpu_row_f32(&o->a, r), *b = cpu_row_f32(&o->b, r);
         float *y = cpu_row_f32(&o->out, r);
-        for (int64_t k = 0; k < K; k++) y[k] = a[k] + b[k];
+        if (o->scale != 0.0f) {
+            /* the sum rounded to F32, then the product (ggml's ADD, then MUL) */
+            for (int64_t k = 0; k < K; k++) {
+                const float t = a[k] + b[k];
+                y[k] = t * o->scale;
+            }
+        } else {
+            for (int64_t k = 0; k < K; k++) y[k] = a[k] + b[k];
+        }
     }
 }
 

@@ -80,6 +80,7 @@ weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op
     const struct weft_op_moe_route *m = &op->u.moe_route;
     const int E = (int)m->logits.ne0, K = (int)m->k;
     const float *bias = m->has_bias ? (const float *)cpu_ptr(&m->bias) : NULL;
+    const float *escale = m->has_expert_scale ? (const float *)cpu_ptr(&m->expert_scale) : NULL;
     float p[WEFT_CPU_MAX_EXPERTS], sel[WEFT_CPU_MAX_EXPERTS], chosen[WEFT_CPU_MAX_EXPERTS];
     for (int64_t r = 0; r < m->logits.ne1; r++) {
         const float *l = cpu_row_f32(&m->logits, r);
@@ -120,6 +121,8 @@ weft_status weft_cpu_moe_route(struct weft_cpu_backend *be, const struct weft_op
         }
         if (m->scale != 0.0f)
             for (int j = 0; j < K; j++) w[j] = w[j] * m->scale;
+        if (escale)
+            for (int j = 0; j < K; j++) w[j] = w[j] * escale[ids[j]];
     }
     return WEFT_OK;
 }

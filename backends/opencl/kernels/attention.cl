@@ -70,14 +70,16 @@ inline void kv_store(global const float *v, global uchar *dst, int n, int q8)
  * powers by repeated multiplication, theta_scale = the host's
  * powf(freq_base, -2/n_rot)), theta = freq_scale * theta_e, with YaRN
  * (ext_factor != 0) mixed with theta_e along the ramp between corr0 and
- * corr1, cos and sin times mscale (formed on the host). */
+ * corr1, cos and sin times mscale (formed on the host).
+ * q_only (api 10): q rotated, nothing else: k, v, the slot and the cache are
+ * neither read nor written (k and v may be stand-ins). */
 kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, ulong k_off, ulong k_ld,
                     global const uchar *v, ulong v_off, ulong v_ld, global uchar *kv_b, ulong kv_base, int kv_q8, int n_layer,
                     int layer, int n_kv, int hd, int hdv, int v_in_k, int n_head, int n_rot, int neox, float freq_scale,
                     float theta_scale, global const uchar *ff_b, ulong ff_off, int has_ff, float ext_factor,
                     float mscale, float corr0, float corr1, global const uchar *pos_b, ulong pos_off,
                     global const uchar *slot_b, ulong slot_off, global const float *tab, int has_tab, int tab_rows,
-                    int n_rows, long n_slots, global int *err)
+                    int n_rows, long n_slots, global int *err, int q_only)
 {
     const int r = get_global_id(0);
     /* after bad input earlier in the step the cache is left as it was */
@@ -110,8 +112,10 @@ kernel void rope_kv(global uchar *q, ulong q_off, ulong q_ld, global uchar *k, u
         }
         const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
         for (int h = 0; h < n_head; h++) rot(qr + h * hd, a, b, c, s);
-        for (int h = 0; h < n_kv; h++) rot(kr + h * hd, a, b, c, s);
+        if (!q_only)
+            for (int h = 0; h < n_kv; h++) rot(kr + h * hd, a, b, c, s);
     }
+    if (q_only) return;
     const int slot = I32P(slot_b, slot_off)[r];
     if (slot < 0 || slot >= n_slots) {
         FLAG_ERROR(err, 3);

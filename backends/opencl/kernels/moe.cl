@@ -3,7 +3,8 @@
  * MOE_ROUTE: one work-item per row, in the CPU's float order
  * (backends/cpu/ops/ops_moe.c): softmax_ggml's max, exps and sum, the top k
  * by repeated scans (equal values: the lower expert; a NaN as the CPU's
- * comparisons take it), the weights renormalised and scaled. The softmax's
+ * comparisons take it), the weights renormalised and scaled (then, api 10,
+ * each times its expert's expert_scale when has_es). The softmax's
  * values are formed again where needed instead of kept (n_expert up to
  * MOE_MAX_E, too many for private memory): the same operations give the
  * same bits.
@@ -81,7 +82,8 @@ inline void sm_inplace(global float *y, int n)
 /* global (rows): ids[r][0..k) and weights[r][0..k) from logits[r][0..E) */
 kernel void moe_route(global const uchar *lb, ulong l_off, ulong l_ld, global uchar *ib, ulong i_off, ulong i_ld,
                       global uchar *wb, ulong w_off, ulong w_ld, global const uchar *bb, ulong b_off, int has_bias,
-                      int E, int k, int gating, int norm, float scale, int rows, int n_group, int group_used)
+                      int E, int k, int gating, int norm, float scale, int rows, int n_group, int group_used,
+                      global const uchar *esb, ulong es_off, int has_es)
 {
     const int r = get_global_id(0);
     if (r >= rows) return;
@@ -150,6 +152,10 @@ kernel void moe_route(global const uchar *lb, ulong l_off, ulong l_ld, global uc
     }
     if (scale != 0.0f)
         for (int j = 0; j < k; j++) w[j] = w[j] * scale;
+    if (has_es) {
+        global const float *es = F32P(esb, es_off);
+        for (int j = 0; j < k; j++) w[j] = w[j] * es[ids[j]];
+    }
 }
 
 /* The index buffer from ids ([rows, k], row stride i_ld ints): one

@@ -132,10 +132,13 @@ kernel void softcap(global uchar *o, ulong o_off, ulong o_ld, int K, float cap, 
     *x = tanh(*x * inv) * cap;
 }
 
+/* out = a + b; api 10's scale (not 0): out = (a + b) * scale, the sum
+ * rounded to float first (two roundings, as the CPU). global (K, rows) */
 kernel void add(global const uchar *a, ulong a_off, ulong a_ld, global const uchar *b, ulong b_off, ulong b_ld,
-                global uchar *o, ulong o_off, ulong o_ld, int K)
+                global uchar *o, ulong o_off, ulong o_ld, int K, float scale)
 {
     const int k = get_global_id(0), r = get_global_id(1);
     if (k >= K) return;
-    (F32P(o, o_off) + r * o_ld)[k] = (F32P(a, a_off) + r * a_ld)[k] + (F32P(b, b_off) + r * b_ld)[k];
+    const float s = (F32P(a, a_off) + r * a_ld)[k] + (F32P(b, b_off) + r * b_ld)[k];
+    (F32P(o, o_off) + r * o_ld)[k] = scale != 0.0f ? s * scale : s;
 }

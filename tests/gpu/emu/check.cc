@@ -3,7 +3,9 @@
  * same expf: ids and weights bit for bit, ties and NaNs included), MATMUL_ID vs MATMUL (R = 1)
  * on each slot's expert (bit for bit; unchosen experts all 0xFF bytes; a bad id), attention
  * sinks and latent caches (split and not, the wide kernel) vs a double reference, ROPE_KV's
- * latent writes vs the CPU's layout, SWIGLU_OAI vs the CPU's formula. */
+ * latent writes vs the CPU's layout, SWIGLU_OAI vs the CPU's formula; api 9's recurrent ops;
+ * api 10's ADD scale, ROPE_KV q_only and MOE_ROUTE expert_scale through the shared host code
+ * (backends/gpu/gpu_common.c's supports, gpu_encode.c) vs the CPU's algorithm, bit for bit. */
 #include "emu.h"
 #include "kernels-common/launch_ops.cuh"
 #include "kernels-common/launch_attention.cuh"
@@ -11,8 +13,10 @@
 #include "kernels-common/launch_moe.cuh"
 #include "kernels-common/launch_recurrent.cuh"
 #include "backends/cpu/cpu_expf.h"
+#include "base/rope.h"
 extern "C" {
 #include "base/quant.h"
+#include "backends/gpu/gpu_common.h"   /* api 10's checks: supports and encode, over host memory */
 }
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,7 +54,7 @@ static void ref_softmax(float *y, const float *x, int n)
     for (i = 0; i < n; i++) y[i] *= s;
 }
 static void ref_route(const float *l, int E, int K, int gating, bool norm, float scale, const float *bias, int n_group,
-                      int group_used, int32_t *ids, float *w)
+                      int group_used, int32_t *ids, float *w, const float *escale = NULL)
 {
     std::vector<float> p(E), sel(E), chosen(K);
     if (gating == WEFT_MOE_SIGMOID) for (int e = 0; e < E; e++) p[e] = 1.0f / (1.0f + expf(-l[e]));
@@ -98,27 +102,33 @@ static void ref_route(const float *l, int E, int K, int gating, bool norm, float
         for (int j = 0; j < K; j++) w[j] = w[j] / sum;
     }
     if (scale != 0.0f) for (int j = 0; j < K; j++) w[j] = w[j] * scale;
+    if (escale) for (int j = 0; j < K; j++) w[j] = w[j] * escale[ids[j]];   /* api 10 */
 }
 
 static void route_case(int R, int E, int K, int gating, bool norm, float scale, bool with_bias, int special,
-                       int n_group = 0, int group_used = 0)
+                       int n_group = 0, int group_used = 0, bool with_escale = false)
 {
     const int lld = E + 3, ild = K + 1, wld = K + 2;
-    std::vector<float> l((size_t)R * lld), bias(E), w((size_t)R * wld, -7), wr(K);
+    std::vector<float> l((size_t)R * lld), bias(E), w((size_t)R * wld, -7), wr(K), escale(E);
     std::vector<int32_t> ids((size_t)R * ild, -9), ir(K);
     for (auto &v : l) v = frand() * 4;
     for (auto &v : bias) v = frand() * 0.2f;
+    if (with_escale) {   /* api 10: Gemma 4's per-expert scales (drawn only here: the other cases' data stay) */
+        for (auto &v : escale) v = 0.25f + (frand() + 1);
+        if (E > 3) { escale[1] = -1.5f; escale[2] = 0.0f; escale[3] = NAN; }
+    }
     if (special == 1)   /* ties: every logit one of 4 values */
         for (auto &v : l) v = (float)(rnd() % 4) * 0.5f;
     if (special == 2)   /* a NaN logit in each row (sigmoid: a NaN probability) */
         for (int r = 0; r < R; r++) l[(size_t)r * lld + (r * 7) % E] = NAN;
     struct weft_gk_moe_route a = {l.data(), (size_t)lld, ids.data(), (size_t)ild, w.data(), (size_t)wld, R, E, K,
-                                  gating, norm, scale, with_bias ? bias.data() : NULL, n_group, group_used};
+                                  gating, norm, scale, with_bias ? bias.data() : NULL, n_group, group_used,
+                                  with_escale ? escale.data() : NULL};
     EXPECT(weft_gk_moe_route(&a, NULL) == 0, "route launch");
     int bad = 0;
     for (int r = 0; r < R; r++) {
         ref_route(&l[(size_t)r * lld], E, K, gating, norm, scale, with_bias ? bias.data() : NULL, n_group, group_used,
-                  ir.data(), wr.data());
+                  ir.data(), wr.data(), with_escale ? escale.data() : NULL);
         for (int j = 0; j < K; j++)
             if (ids[(size_t)r * ild + j] != ir[j] || !same(w[(size_t)r * wld + j], wr[j])) {
                 if (bad++ < 3)
@@ -127,8 +137,9 @@ static void route_case(int R, int E, int K, int gating, bool norm, float scale, 
             }
         EXPECT(ids[(size_t)r * ild + K] == -9 && same(w[(size_t)r * wld + K], -7), "route wrote past k");
     }
-    EXPECT(bad == 0, "route R%d E%d k%d gating %d norm %d scale %g bias %d special %d groups %d/%d: %d differ", R, E,
-           K, gating, norm, scale, with_bias, special, group_used, n_group, bad);
+    EXPECT(bad == 0,
+           "route R%d E%d k%d gating %d norm %d scale %g bias %d special %d groups %d/%d escale %d: %d differ", R, E, K,
+           gating, norm, scale, with_bias, special, group_used, n_group, with_escale, bad);
 }
 
 /* ---- MATMUL_ID vs MATMUL on each slot's expert ---- */
@@ -572,6 +583,265 @@ static void recurrent_checks()
     printf("sigmoid done (%d fails)\n", fails);
 }
 
+/* ---- api 10 (Gemma 4): ADD's scale, ROPE_KV's q_only, MOE_ROUTE's expert_scale, through the
+ * shared host code (backends/gpu/gpu_common.c's supports and graph-free dispatch,
+ * gpu_encode.c) onto the launchers above, over host memory as the device's: vs the CPU's
+ * algorithm (backends/cpu/ops/ops_elementwise.c add_job, ops_attention.c rope_kv_job with
+ * base/rope.h's angles, ops_moe.c weft_cpu_moe_route) bit for bit; a field whose hook a
+ * runtime lacks is refused, never run as the plain op ---- */
+enum { EMU_NO_HOOK = 77 };   /* the hooks' invalid-value code: a missing launcher */
+static struct weft_gpu emu_gpu;
+static const struct weft_gpu_hooks emu_hooks10 = {
+    .name = "emu", .err_oom = 2, .err_invalid = EMU_NO_HOOK, .encode = weft_gpu_encode,
+    .moe_route = weft_gk_moe_route, .add_scaled = weft_gk_add_scaled, .rope_q = weft_gk_rope_q,
+};
+/* a runtime of api 9: no add_scaled, no rope_q */
+static const struct weft_gpu_hooks emu_hooks9 = {
+    .name = "emu9", .err_oom = 2, .err_invalid = EMU_NO_HOOK, .encode = weft_gpu_encode,
+    .moe_route = weft_gk_moe_route,
+};
+static uint64_t emu_buf_id = 100;
+
+/* a "device" buffer in host memory */
+struct hbuf {
+    std::vector<uint8_t> mem;
+    struct weft_buffer b;
+    explicit hbuf(size_t n, uint8_t fill = 0) : mem(n, fill) { b = {&emu_gpu, mem.data(), n, emu_buf_id++}; }
+    float *f(size_t off) { return (float *)(mem.data() + off); }
+    int32_t *i(size_t off) { return (int32_t *)(mem.data() + off); }
+};
+
+static void emu_gpu_use(const struct weft_gpu_hooks *h)
+{
+    emu_gpu.hooks = h;
+    emu_gpu.n_mp = 4;
+    emu_gpu.graphs = false;
+}
+
+/* ADD (+ scale) over strided rows, and in place (out = a, the residual's form) */
+static void api10_add_case(float scale, bool in_place)
+{
+    const int R = 5, K = 300;
+    const size_t a_ld = K + 4, b_ld = K, o_ld = K + 8, A = 0, B = 8192, O = in_place ? A : 20000;
+    hbuf m(1 << 16);
+    for (size_t i = 0; i < m.mem.size() / 4; i++) *m.f(4 * i) = -9.0f;   /* gaps: a sentinel */
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++) { m.f(A)[r * a_ld + k] = 4 * frand(); m.f(B)[r * b_ld + k] = 4 * frand(); }
+    /* specials: inf, NaN, a sum that overflows (inf · 0.5 is inf; a·0.5 + b·0.5 would be finite),
+     * a sum that cancels to +0, and one whose rounding the product keeps */
+    m.f(A)[0] = INFINITY; m.f(B)[1] = NAN; m.f(A)[2] = 3e38f; m.f(B)[2] = 3e38f;
+    m.f(A)[3] = 1.5f; m.f(B)[3] = -1.5f; m.f(A)[4] = 1.0f; m.f(B)[4] = 0x1p-24f * 3;
+    struct weft_op op = {};
+    op.kind = WEFT_OP_ADD;
+    op.u.add.a = weft_view_2d(&m.b, A, WEFT_TYPE_F32, K, R);
+    op.u.add.a.nb1 = a_ld * 4;
+    op.u.add.b = weft_view_2d(&m.b, B, WEFT_TYPE_F32, K, R);
+    op.u.add.out = weft_view_2d(&m.b, O, WEFT_TYPE_F32, K, R);
+    op.u.add.out.nb1 = (in_place ? a_ld : o_ld) * 4;
+    op.u.add.scale = scale;
+    std::vector<uint8_t> want = m.mem;
+    const size_t ol = in_place ? a_ld : o_ld;
+    for (int r = 0; r < R; r++)
+        for (int k = 0; k < K; k++) {
+            const float t = m.f(A)[r * a_ld + k] + m.f(B)[r * b_ld + k];   /* the CPU's add_job */
+            ((float *)(want.data() + O))[r * ol + k] = scale != 0.0f ? t * scale : t;
+        }
+    const std::vector<uint8_t> before = m.mem;
+    emu_gpu_use(&emu_hooks9);   /* no add_scaled: a scale is refused, not dropped */
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op) == (scale == 0.0f), "add scale %g: api 9 hooks' supports", scale);
+    if (scale != 0.0f)
+        EXPECT(weft_gpu_encode(&emu_gpu, &op) == EMU_NO_HOOK && m.mem == before, "add scale %g without the hook ran",
+               scale);
+    emu_gpu_use(&emu_hooks10);
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "add scale %g: supports", scale);
+    EXPECT(weft_gpu_encode(&emu_gpu, &op) == 0, "add scale %g: encode", scale);
+    int bad = 0;
+    for (size_t i = 0; i < m.mem.size() / 4; i++)
+        if (!same(*m.f(4 * i), *(const float *)(want.data() + 4 * i)) && bad++ < 3)
+            printf("  add scale %g float %zu: %a, want %a\n", scale, i, *m.f(4 * i),
+                   *(const float *)(want.data() + 4 * i));
+    EXPECT(bad == 0, "add scale %g in place %d: %d floats differ from the CPU's (a + b) * scale", scale, in_place, bad);
+    if (scale == 0.5f) EXPECT(isinf(((float *)(m.mem.data() + O))[2]), "add: the sum was not rounded before the scale");
+}
+
+/* ROPE_KV q_only: q as the CPU rotates it (base/rope.h's angles, its fmaf), the same bits as
+ * the full op's q; k, v and the cache (every other byte) untouched, k and v not even looked
+ * at; without the rope_q hook refused */
+static void api10_rope_q_case(int kvt, int n_rot, bool neox, bool scaled)
+{
+    const int R = 4, NH = 4, NKV = 2, HD = 64, NL = 2, LAYER = 1, NBLK = 4;
+    const size_t q_ld = NH * HD + 8, Q = 0, KO = 8192, VO = 12288, POS = 16384, SEQ = 16448, SLOT = 16512,
+                 BTO = 16576, BT = 16640, FF = 16768;
+    const size_t tok = weft_row_size((weft_type)kvt, NKV * HD), layer_bytes = 16 * 2 * tok;
+    hbuf m(1 << 15), cache((size_t)NBLK * NL * layer_bytes);
+    for (size_t i = 0; i < cache.mem.size(); i++) cache.mem[i] = (uint8_t)(i * 7 + 3);
+    for (int i = 0; i < R * (int)q_ld; i++) m.f(Q)[i] = frand();
+    for (int i = 0; i < R * NKV * HD; i++) { m.f(KO)[i] = frand(); m.f(VO)[i] = frand(); }
+    const int32_t pos[R] = {0, 7, 300, 4095}, slot[R] = {3, 17, 40, 63};
+    for (int r = 0; r < R; r++) { m.i(POS)[r] = pos[r]; m.i(SEQ)[r] = r % 2; m.i(SLOT)[r] = slot[r]; }
+    m.i(BTO)[0] = 0;
+    for (int b = 0; b < NBLK; b++) m.i(BT)[b] = b;
+    for (int i = 0; i < n_rot / 2; i++) m.f(FF)[i] = 1.0f + 0.25f * i;
+    struct weft_op op = {};
+    op.kind = WEFT_OP_ROPE_KV;
+    struct weft_op_rope_kv *o = &op.u.rope_kv;
+    o->q = weft_view_2d(&m.b, Q, WEFT_TYPE_F32, NH * HD, R);
+    o->q.nb1 = q_ld * 4;
+    o->k = weft_view_2d(&m.b, KO, WEFT_TYPE_F32, NKV * HD, R);
+    o->v = weft_view_2d(&m.b, VO, WEFT_TYPE_F32, NKV * HD, R);
+    o->kv = {&cache.b, (weft_type)kvt, NL, LAYER, NKV, HD, 0, false};
+    o->batch.n_rows = R;
+    o->batch.n_seq = 2;
+    o->batch.pos = weft_view_2d(&m.b, POS, WEFT_TYPE_I32, R, 1);
+    o->batch.seq = weft_view_2d(&m.b, SEQ, WEFT_TYPE_I32, R, 1);
+    o->batch.slot = weft_view_2d(&m.b, SLOT, WEFT_TYPE_I32, R, 1);
+    o->batch.bt_off = weft_view_2d(&m.b, BTO, WEFT_TYPE_I32, 3, 1);
+    o->batch.bt = weft_view_2d(&m.b, BT, WEFT_TYPE_I32, NBLK, 1);
+    o->n_head = NH;
+    o->n_rot = n_rot;
+    o->freq_base = 10000.0f;
+    o->freq_scale = scaled ? 0.25f : 1.0f;
+    o->mode = neox ? WEFT_ROPE_NEOX : WEFT_ROPE_NORMAL;
+    if (scaled) {   /* every scaling field: freq factors, YaRN, attn_factor */
+        o->freq_factors = weft_view_2d(&m.b, FF, WEFT_TYPE_F32, n_rot / 2, 1);
+        o->has_freq_factors = true;
+        o->ext_factor = 1.0f;
+        o->attn_factor = 0.75f;
+        o->corr_dims[0] = 2.0f;
+        o->corr_dims[1] = 11.0f;
+    }
+    o->q_only = true;
+    /* the CPU: cos/sin from base/rope.h, then each of q's heads as rope_heads */
+    std::vector<uint8_t> want = m.mem;
+    const struct weft_rope_ext ext = {scaled ? m.f(FF) : NULL, o->ext_factor, o->attn_factor,
+                                      {o->corr_dims[0], o->corr_dims[1]}};
+    std::vector<float> cs(n_rot);
+    for (int r = 0; r < R; r++) {
+        weft_rope_cos_sin_ext(pos[r], n_rot, o->freq_base, o->freq_scale, &ext, cs.data());
+        for (int h = 0; h < NH; h++) {
+            float *v = (float *)(want.data() + Q) + r * q_ld + h * HD;
+            for (int i = 0; i < n_rot / 2; i++) {
+                const float c = cs[2 * i], s = cs[2 * i + 1];
+                const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                const float x0 = v[a], x1 = v[b];
+                v[a] = fmaf(x0, c, -(x1 * s));
+                v[b] = fmaf(x0, s, x1 * c);
+            }
+        }
+    }
+    const std::vector<uint8_t> m0 = m.mem, c0 = cache.mem;
+    emu_gpu_use(&emu_hooks9);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "rope q_only: supported without the rope_q hook");
+    EXPECT(weft_gpu_encode(&emu_gpu, &op) == EMU_NO_HOOK && m.mem == m0 && cache.mem == c0,
+           "rope q_only without the hook ran");
+    emu_gpu_use(&emu_hooks10);
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "rope q_only: supports");
+    EXPECT(weft_gpu_encode(&emu_gpu, &op) == 0, "rope q_only: encode");
+    int bad = 0;
+    for (size_t i = 0; i < m.mem.size() / 4; i++)
+        if (!same(*m.f(4 * i), *(const float *)(want.data() + 4 * i)) && bad++ < 3)
+            printf("  rope q_only float %zu: %a, want %a\n", i, *m.f(4 * i), *(const float *)(want.data() + 4 * i));
+    EXPECT(bad == 0 && m.mem == want, "rope q_only %s n_rot %d neox %d scaled %d: %d floats differ from the CPU's",
+           kvt == WEFT_TYPE_F16 ? "F16" : "Q8_0", n_rot, neox, scaled, bad);
+    EXPECT(cache.mem == c0, "rope q_only: the cache was written");
+    /* k and v are not looked at: no views at all, the same result */
+    const std::vector<uint8_t> q1 = m.mem;
+    m.mem = m0;
+    o->k = {};
+    o->v = {};
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "rope q_only without k, v views: supports");
+    EXPECT(weft_gpu_encode(&emu_gpu, &op) == 0 && m.mem == q1 && cache.mem == c0, "rope q_only without k, v views");
+    o->q_only = false;   /* the full op refuses missing views */
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "rope without k, v views supported");
+    /* the full op rotates q to the same bits, and writes the cache */
+    o->k = weft_view_2d(&m.b, KO, WEFT_TYPE_F32, NKV * HD, R);
+    o->v = weft_view_2d(&m.b, VO, WEFT_TYPE_F32, NKV * HD, R);
+    m.mem = m0;
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op) && weft_gpu_encode(&emu_gpu, &op) == 0, "rope full: encode");
+    EXPECT(!memcmp(m.mem.data() + Q, q1.data() + Q, (size_t)R * q_ld * 4),
+           "rope: q_only's q differs from the full op's");
+    EXPECT(cache.mem != c0 && memcmp(m.mem.data() + KO, m0.data() + KO, (size_t)R * NKV * HD * 4),
+           "rope full: k and the cache not written");
+}
+
+/* MOE_ROUTE's expert_scale: the view's checks, then the weights as the CPU's */
+static void api10_route_case(int E, int K, int gating, bool norm, float scale, bool with_bias)
+{
+    const int R = 6;
+    const size_t l_ld = E + 2, L = 0, IDS = 16384, W = 20480, BIAS = 24576, ES = 28672;
+    hbuf m(1 << 15);
+    for (int i = 0; i < R * (int)l_ld; i++) m.f(L)[i] = 4 * frand();
+    for (int e = 0; e < E; e++) { m.f(BIAS)[e] = 0.2f * frand(); m.f(ES)[e] = 0.5f + (frand() + 1); }
+    m.f(ES)[E - 1] = -0.75f;
+    struct weft_op op = {};
+    op.kind = WEFT_OP_MOE_ROUTE;
+    struct weft_op_moe_route *o = &op.u.moe_route;
+    o->logits = weft_view_2d(&m.b, L, WEFT_TYPE_F32, E, R);
+    o->logits.nb1 = l_ld * 4;
+    o->ids = weft_view_2d(&m.b, IDS, WEFT_TYPE_I32, K, R);
+    o->weights = weft_view_2d(&m.b, W, WEFT_TYPE_F32, K, R);
+    o->k = K;
+    o->gating = (enum weft_moe_gating)gating;
+    o->norm = norm;
+    o->scale = scale;
+    o->bias = weft_view_2d(&m.b, BIAS, WEFT_TYPE_F32, E, 1);
+    o->has_bias = with_bias;
+    o->expert_scale = weft_view_2d(&m.b, ES + 4, WEFT_TYPE_F32, E, 1);   /* set, has_expert_scale false */
+    emu_gpu_use(&emu_hooks10);
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "route: supports without expert_scale");
+    o->has_expert_scale = true;
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "route: expert_scale at an aligned offset");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F32, E - 1, 1);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: expert_scale of E - 1 values supported");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F32, E + 1, 1);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: expert_scale of E + 1 values supported");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F16, E, 1);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: an F16 expert_scale supported");
+    o->expert_scale = weft_view_2d(&m.b, ES + 2, WEFT_TYPE_F32, E, 1);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: a misaligned expert_scale supported");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F32, E / 2, 2);
+    o->expert_scale.nb1 = E * 4;   /* two rows with a gap */
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: an expert_scale with gaps supported");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F32, E / 2, 2);   /* packed: fine */
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "route: a packed 2-row expert_scale");
+    o->expert_scale = weft_view_2d(NULL, 0, WEFT_TYPE_F32, E, 1);
+    EXPECT(!weft_gpu_supports(&emu_gpu.base, &op), "route: an expert_scale without a buffer supported");
+    o->expert_scale = weft_view_2d(&m.b, ES, WEFT_TYPE_F32, E, 1);
+    EXPECT(weft_gpu_supports(&emu_gpu.base, &op), "route: supports");
+    EXPECT(weft_gpu_encode(&emu_gpu, &op) == 0, "route: encode");
+    std::vector<int32_t> ir(K);
+    std::vector<float> wr(K);
+    int bad = 0, scaled = 0;
+    for (int r = 0; r < R; r++) {
+        ref_route(m.f(L) + r * l_ld, E, K, gating, norm, scale, with_bias ? m.f(BIAS) : NULL, 0, 0, ir.data(),
+                  wr.data(), m.f(ES));
+        for (int j = 0; j < K; j++) {
+            bad += m.i(IDS)[r * K + j] != ir[j] || !same(m.f(W)[r * K + j], wr[j]);
+            scaled += m.f(ES)[ir[j]] != 1.0f;
+        }
+    }
+    EXPECT(bad == 0 && scaled > 0, "route expert_scale E%d k%d gating %d norm %d scale %g bias %d: %d differ", E, K,
+           gating, norm, scale, with_bias, bad);
+}
+
+static void api10_checks()
+{
+    for (float s : {0.8125f, 1.0f / 3.0f, -2.5f, 0.5f, 1e-30f, NAN, 0.0f, -0.0f}) api10_add_case(s, false);
+    api10_add_case(0.8125f, true);
+    printf("add scale done (%d fails)\n", fails);
+    for (int kvt : {WEFT_TYPE_F16, WEFT_TYPE_Q8_0})
+        for (int scaled = 0; scaled < 2; scaled++) {
+            api10_rope_q_case(kvt, 64, true, scaled);
+            api10_rope_q_case(kvt, 32, false, scaled);   /* a partial rotation, pairs (2i, 2i+1) */
+        }
+    printf("rope q_only done (%d fails)\n", fails);
+    api10_route_case(8, 2, WEFT_MOE_SOFTMAX, true, 0.0f, false);
+    api10_route_case(16, 4, WEFT_MOE_SIGMOID, true, 2.5f, true);
+    api10_route_case(32, 4, WEFT_MOE_SOFTMAX_TOPK, false, 0.0f, false);
+    api10_route_case(128, 8, WEFT_MOE_SOFTMAX, false, 1.5f, false);
+    printf("route expert_scale done (%d fails)\n", fails);
+}
+
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
@@ -593,6 +863,15 @@ int main(int argc, char **argv)
     route_case(2, 128, 6, WEFT_MOE_SOFTMAX, false, 0.0f, true, 0, 64, 3);
     route_case(2, 96, 4, WEFT_MOE_SIGMOID, true, 0.0f, false, 1, 6, 2);
     route_case(2, 64, 4, WEFT_MOE_SIGMOID, true, 0.0f, true, 2, 8, 2);
+    /* api 10's expert_scale (a negative, a zero and a NaN scale among them): every gating, with
+     * norm and scale, groups, ties, a NaN logit */
+    for (int gi = 0; gi < 3; gi++) {
+        route_case(5, 8, 2, gatings[gi], true, 0.0f, false, 0, 0, 0, true);
+        route_case(3, 128, 8, gatings[gi], gi != 2, 2.5f, gi == 1, 0, 0, 0, true);
+        route_case(2, 60, 20, gatings[gi], true, 0.0f, false, 1, 0, 0, true);
+        route_case(2, 33, 3, gatings[gi], false, 0.0f, gi == 1, 2, 0, 0, true);
+    }
+    route_case(3, 256, 8, WEFT_MOE_SIGMOID, true, 2.5f, true, 0, 8, 4, true);
     printf("route done (%d fails)\n", fails);
     }
     if (!*only || strstr(only, "mmid")) {
@@ -629,6 +908,7 @@ int main(int argc, char **argv)
     swiglu_case();
     }
     if (!*only || strstr(only, "rec")) recurrent_checks();
+    if (!*only || strstr(only, "api10")) api10_checks();
     printf("%s: %d fails, %ld launches\n", fails ? "FAILED" : "ok", fails, emu_launches);
     return fails != 0;
 }
