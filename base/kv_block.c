@@ -82,7 +82,8 @@ static uint32_t run_v(const struct weft_kvb_layout *l) { return l->c ? l->c : l-
 
 static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
-    /* ATTN and WINDOW alike: K, then V; LATENT: K only */
+    /* ATTN and WINDOW alike: K, then V; LATENT: K only; SHARED: nothing */
+    if (l->kind == WEFT_KVB_SHARED) return 0;
     if (l->kind == WEFT_KVB_LATENT) return weft_kv_block_layer_bytes(type, l->a, l->b);
     return weft_kv_block_layer_bytes(type, l->a, l->b) + weft_kv_block_layer_bytes(type, l->a, run_v(l));
 }
@@ -134,9 +135,17 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload,
     uint64_t layers = 0, pb = 0, wb = 0;
     for (uint32_t i = 0; i < h->n_layout; i++) {
         const struct weft_kvb_layout *l = &h->layout[i];
-        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW && l->kind != WEFT_KVB_LATENT)
+        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW && l->kind != WEFT_KVB_LATENT &&
+            l->kind != WEFT_KVB_SHARED)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u is of kind %u, this reader knows attention "
-                              "K/V (1), sliding-window K/V (2) and latent (3)", i, l->kind);
+                              "K/V (1), sliding-window K/V (2), latent (3) and shared (4)", i, l->kind);
+        if (l->kind == WEFT_KVB_SHARED) {
+            if (!l->n_layers || l->a || l->b || l->c || (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0))
+                return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: a shared run of %u layers has no shape "
+                                  "(%u, %u, %u) and the cache's type", i, l->n_layers, l->a, l->b, l->c);
+            layers += l->n_layers;
+            continue;
+        }
         if (l->kind == WEFT_KVB_LATENT && (l->a != 1 || !l->c || l->c >= l->b ||
                                            (l->type == WEFT_TYPE_Q8_0 && (l->b - l->c) % 32)))
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: a latent cache of %u heads of %u (V the last "
@@ -248,7 +257,7 @@ weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft
         h.layout[i] = (struct weft_kvb_layout){.kind = e[0], .type = e[1], .n_layers = get32(e + 4),
                                                .a = get32(e + 8), .b = get32(e + 12),
                                                .c = (uint32_t)e[2] | (uint32_t)e[3] << 8};
-        if (h.layout[i].c == h.layout[i].b)
+        if (h.layout[i].c == h.layout[i].b && h.layout[i].kind != WEFT_KVB_SHARED)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: V's head dim %u written as differing", i,
                               h.layout[i].c);
     }
@@ -388,7 +397,7 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
     /* the payload's order: the ATTN runs' layers, then the WINDOW runs' */
     for (uint32_t k = 0; k < 2 * h->n_layout; k++) {
         const struct weft_kvb_layout *l = &h->layout[k % h->n_layout];
-        if ((l->kind == WEFT_KVB_WINDOW) != (k >= h->n_layout)) continue;
+        if ((l->kind == WEFT_KVB_WINDOW) != (k >= h->n_layout) || l->kind == WEFT_KVB_SHARED) continue;
         enum weft_type from = (enum weft_type)l->type;
         size_t in_bytes = (size_t)l->n_layers * run_layer_bytes(l, from);
         if (from == to) {

@@ -38,6 +38,9 @@
  *     part only for the blocks a window before its boundary overlaps.
  *   WEFT_KVB_LATENT (3, v4): a latent cache (DeepSeek's MLA): K only,
  *     [16][a = 1][b = its width], whose last c values are the V (c < b).
+ *   WEFT_KVB_SHARED (4): layers that keep no K/V: each attends to an
+ *     earlier layer's (Gemma 4's shared KV; which one is the model's, fixed
+ *     by its fingerprint); nothing in the payload (a, b, c 0).
  * A reader refuses a kind it does not know (v3 streams: by version).
  *
  * The MAC binds a block's bytes to its model and layout: HMAC-SHA256 under
@@ -91,6 +94,7 @@ enum weft_kvb_kind {
     WEFT_KVB_ATTN = 1,   /* K then V, each [16][a KV heads][b head dim] */
     WEFT_KVB_WINDOW = 2, /* the same, of a sliding-window layer: may be absent from a block */
     WEFT_KVB_LATENT = 3, /* K only [16][1][b], V = its last c values (MLA) */
+    WEFT_KVB_SHARED = 4, /* no K/V: the layer reads an earlier layer's (nothing in the payload) */
 };
 
 /* n_layers consecutive layers whose slot of a block holds the same thing. */

@@ -115,7 +115,22 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     /* the model's block (every layer, K and V): device and host tiers are sized in it */
     size_t lb = weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim) +
                 weft_kv_block_layer_bytes(c.kv_type, hp->n_head_kv, hp->head_dim_v);
-    size_t bb = (size_t)weft_hp_kv_layers(hp) * lb;  /* a hybrid's recurrent layers keep none */
+    /* a sliding layer's, when its shape is its own (Gemma 4) */
+    const bool wshape = hp->head_dim_swa || hp->n_head_kv_swa;
+    size_t wlb = lb;
+    uint32_t n_kv_win = 0;  /* sliding layers that keep K/V */
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        n_kv_win += weft_hp_window(hp, l) && !weft_hp_recurrent(hp, l) && weft_hp_kv_source(hp, l) == l;
+    if (wshape) {
+        for (uint32_t l = 0; l < hp->n_layer; l++)
+            if (weft_hp_window(hp, l)) {
+                wlb = weft_kv_block_layer_bytes(c.kv_type, weft_hp_n_head_kv(hp, l), weft_hp_head_dim(hp, l)) +
+                      weft_kv_block_layer_bytes(c.kv_type, weft_hp_n_head_kv(hp, l), weft_hp_head_dim_v(hp, l));
+                break;
+            }
+    }
+    /* every layer's K/V (a hybrid's recurrent layers keep none, nor do layers reading another's) */
+    size_t bb = (size_t)(weft_hp_kv_layers(hp) - n_kv_win) * lb + (size_t)n_kv_win * wlb;
     /* a hybrid's recurrent state: a slot per running sequence, within half of kv_mib (the
      * running sequences are bounded by the slots) */
     uint32_t n_slots = 0;
@@ -136,7 +151,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     bool *win_layer = calloc(hp->n_layer ? hp->n_layer : 1, sizeof *win_layer);
     if (!win_layer) return weft_error(WEFT_ERR_NOMEM, "engine: out of memory");
     uint32_t n_win = 0, window = 0, n_wblocks = 0;
-    for (uint32_t l = 0; !mock && !c.swa_full && l < hp->n_layer; l++) {
+    for (uint32_t l = 0; !mock && (!c.swa_full || wshape) && l < hp->n_layer; l++) {
         uint32_t w = weft_hp_window(hp, l);
         if (!w) continue;
         win_layer[l] = true;
@@ -144,13 +159,17 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
         window = w;
     }
     size_t wbytes = 0;
-    if (n_win && window < c.n_ctx) {
+    if (n_win && window < c.n_ctx && !c.swa_full) {
         uint32_t per_seq = (window + BT - 2) / BT + 1, step = (c.max_step_tokens + BT - 1) / BT + 1;
         uint64_t want = 2 * ((uint64_t)c.max_seqs * per_seq + step), least = per_seq + step;
-        wbytes = (size_t)n_win * lb;
-        uint64_t fit = ((uint64_t)c.kv_mib << 20) / 2 / wbytes;
+        wbytes = (size_t)n_kv_win * wlb;
+        uint64_t fit = ((uint64_t)c.kv_mib << 20) / 2 / (wbytes ? wbytes : 1);
         n_wblocks = (uint32_t)(want < fit ? want : fit > least ? fit : least);
         bb -= wbytes;
+    } else if (n_win && wshape) {
+        /* sliding layers of their own shape keep their group, every block of it (a window
+         * that drops nothing): one window block per block */
+        window = UINT32_MAX;
     } else {
         n_win = window = 0;  /* a window as long as the context: nothing to drop */
     }

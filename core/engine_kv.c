@@ -33,6 +33,31 @@ static bool window_layer(const struct weft_engine *e, uint32_t l)
     return e->kv.n_layer == e->m->hp.n_layer && weft_hp_window(&e->m->hp, l) > 0;
 }
 
+/* Split the header's runs where layers read another layer's K/V (a SHARED run each) */
+static void shared_runs(const struct weft_engine *e, struct weft_kvb_header *h)
+{
+    struct weft_kvb_layout out[WEFT_KVB_MAX_LAYOUT];
+    uint32_t n = 0, l = 0;
+    for (uint32_t i = 0; i < h->n_layout; i++)
+        for (uint32_t j = 0; j < h->layout[i].n_layers; j++, l++) {
+            struct weft_kvb_layout one = h->layout[i];
+            one.n_layers = 1;
+            if (e->kv.lgroup[l] == 3) one = (struct weft_kvb_layout){.kind = WEFT_KVB_SHARED, .type = one.type, .n_layers = 1};
+            if (n && out[n - 1].kind == one.kind && out[n - 1].a == one.a && out[n - 1].b == one.b &&
+                out[n - 1].c == one.c) {
+                out[n - 1].n_layers++;
+                continue;
+            }
+            if (n == WEFT_KVB_MAX_LAYOUT) {
+                h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
+                return;
+            }
+            out[n++] = one;
+        }
+    memcpy(h->layout, out, n * sizeof *out);
+    h->n_layout = n;
+}
+
 /* The header of this engine's blocks (n_blocks 0): every layer, attention
  * K/V of one shape, the window layers' as WINDOW runs. */
 static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
@@ -50,6 +75,14 @@ static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
     else if (!weft_kvb_layout_window(h, e->kv.type, e->kv.n_layer, e->kv.n_kv_head, e->kv.head_dim, e->kv.head_dim_v,
                                      win))
         h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
+    /* window layers of their own shape, layers reading another's K/V (Gemma 4) */
+    for (uint32_t i = 0; i < h->n_layout; i++)
+        if (h->layout[i].kind == WEFT_KVB_WINDOW) {
+            h->layout[i].a = e->kv.wn_kv_head;
+            h->layout[i].b = e->kv.whead_dim;
+            h->layout[i].c = e->kv.whead_dim_v != e->kv.whead_dim ? e->kv.whead_dim_v : 0;
+        }
+    if (e->kv.n_kshared && !e->kv.latent) shared_runs(e, h);
 }
 
 /* A pool that keeps every block holds its window layers in layer order with
@@ -60,14 +93,14 @@ static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
 static void reorder(const struct weft_engine *e, const unsigned char *src, unsigned char *dst, bool to_stream)
 {
     const struct weft_kv_pool *kv = &e->kv;
-    size_t lb = kv->block_bytes / kv->n_layer, at = 0;
     if (weft_kv_has_window(kv)) {
         memcpy(dst, src, kv->block_bytes);
         return;
     }
+    size_t lb = kv->block_bytes / (kv->n_layer - kv->n_kshared), at = 0;
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t l = 0; l < kv->n_layer; l++) {
-            if (window_layer(e, l) != (pass == 1)) continue;
+            if (window_layer(e, l) != (pass == 1) || kv->lgroup[l] == 3) continue;
             if (to_stream) memcpy(dst + at, src + (size_t)l * lb, lb);
             else memcpy(dst + (size_t)l * lb, src + at, lb);
             at += lb;

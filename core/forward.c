@@ -47,6 +47,10 @@ struct weft_forward {
     size_t off_mla_iota, off_mla_eye;  /* MLA's constants (written once): ids 0..H-1 per row, I(n_rot) */
     size_t off_ssm_qkv, off_ssm_conv, off_ssm_z, off_ssm_o, off_ssm_beta, off_ssm_alpha, off_qgate;  /* hybrids */
     size_t off_sslot;              /* meta: each row's recurrent state slot */
+    size_t off_ple, off_ple_tmp, off_ones, off_route_w;  /* Gemma 4 (0 size elsewhere) */
+    uint32_t n_ones;
+    size_t n_ple_tmp;              /* its width */
+    float *layer_scale;            /* each layer's output scale (NULL: none) */
     size_t off_ids, off_pos, off_seq, off_slot, off_btoff, off_bt, off_rows;
     size_t off_wslot, off_wbt;     /* the window group's slots and block tables (same bt_off) */
     int32_t *meta_host;            /* staging copy of the meta buffer */
@@ -68,6 +72,12 @@ _Static_assert(WEFT_MAX_PARTS <= WEFT_KV_MAX_PARTS, "a KV pool holds as many par
 void weft_forward_kv_parts(const struct weft_model *m, struct weft_kv_config *kc)
 {
     kc->n_layer = m->hp.n_layer;
+    if (m->hp.n_kv_shared) kc->kv_source = m->kv_source;
+    if (m->hp.head_dim_swa || m->hp.n_head_kv_swa) {  /* the sliding layers' own shape */
+        kc->window_n_kv_head = m->hp.n_head_kv_swa;
+        kc->window_head_dim = m->hp.head_dim_swa;
+        kc->window_head_dim_v = m->hp.head_dim_v_swa;
+    }
     if (m->hp.full_attn_interval) {
         kc->state_layer = m->recurrent;
         kc->state_layer_bytes = weft_hp_state_layer_bytes(&m->hp);
@@ -110,6 +120,40 @@ static weft_status mla_constants(struct weft_forward *fw, struct weft_buffer *ac
     return st;
 }
 
+/* An F32 vector of the model's file on the host (a layer's, l < n_layer), NULL if absent. */
+static const float *file_f32(const struct weft_model *m, enum weft_tensor_id id, uint32_t l, int64_t n)
+{
+    char name[96];
+    weft_tensor_name(id, l, name, sizeof name);
+    int64_t i = weft_gguf_find_tensor(m->gguf, name);
+    if (i < 0) return NULL;
+    const struct weft_gguf_tensor *t = weft_gguf_tensor(m->gguf, i);
+    return t->type == WEFT_TYPE_F32 && t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3] == n ? (const float *)t->data : NULL;
+}
+
+/* Gemma 4's constants in an activation buffer (written once): ones (a weightless RMS norm's
+ * weight) and each layer's router input scale over sqrt(n_embd); and the layers' output
+ * scales on the host */
+static weft_status gemma4_constants(struct weft_forward *fw, struct weft_buffer *act, const struct weft_backend_iface *ai)
+{
+    const struct weft_model *m = fw->m;
+    const struct weft_hparams *hp = &m->hp;
+    const size_t n_ones = (size_t)fw->n_ones, E = hp->n_embd, L = hp->n_layer;
+    float *ones = malloc(n_ones * sizeof *ones), *rw = fw->off_route_w ? calloc(E * L, sizeof *rw) : NULL;
+    weft_status st = WEFT_OK;
+    if (!ones || (fw->off_route_w && !rw)) st = weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+    for (size_t i = 0; st == WEFT_OK && i < n_ones; i++) ones[i] = 1.0f;
+    for (uint32_t l = 0; st == WEFT_OK && rw && l < L; l++) {
+        const float *sc = file_f32(m, WEFT_T_FFN_GATE_INP_S, l, (int64_t)E);
+        for (size_t k = 0; k < E; k++) rw[l * E + k] = sc ? sc[k] / sqrtf((float)E) : 1.0f / sqrtf((float)E);
+    }
+    if (st == WEFT_OK) st = ai->buffer_write(act, fw->off_ones, ones, n_ones * sizeof *ones);
+    if (st == WEFT_OK && rw) st = ai->buffer_write(act, fw->off_route_w, rw, E * L * sizeof *rw);
+    free(ones);
+    free(rw);
+    return st;
+}
+
 weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *kv, uint32_t max_rows,
                               uint32_t max_seqs, uint32_t max_blocks, struct weft_forward **out)
 {
@@ -140,14 +184,23 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
      * compare only the model's fingerprint. */
     fw->b.rope_long = hp->rope_n_ctx_orig && hp->n_ctx_train > hp->rope_n_ctx_orig;
     size_t R = max_rows, f = sizeof(float);
-    size_t ek = (size_t)hp->head_dim * hp->n_head_kv, ev = (size_t)hp->head_dim_v * hp->n_head_kv;
+    /* the widest layer's (Gemma 4's sliding and global layers differ) */
+    size_t hd = hp->head_dim, hdv = hp->head_dim_v, ek = (size_t)hp->head_dim * hp->n_head_kv,
+           ev = (size_t)hp->head_dim_v * hp->n_head_kv;
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        const size_t lk = (size_t)weft_hp_head_dim(hp, l), lv = weft_hp_head_dim_v(hp, l), nk = weft_hp_n_head_kv(hp, l);
+        hd = lk > hd ? lk : hd;
+        hdv = lv > hdv ? lv : hdv;
+        ek = lk * nk > ek ? lk * nk : ek;
+        ev = lv * nk > ev ? lv * nk : ev;
+    }
     size_t c = 0;
     fw->off_x = take(&c, R * hp->n_embd * f);
     fw->off_xb = take(&c, R * hp->n_embd * f);
-    fw->off_q = take(&c, R * hp->n_head * hp->head_dim * f);
+    fw->off_q = take(&c, R * hp->n_head * hd * f);
     fw->off_k = take(&c, R * ek * f);
     fw->off_v = take(&c, R * ev * f);
-    fw->off_att = take(&c, R * hp->n_head * hp->head_dim_v * f);
+    fw->off_att = take(&c, R * hp->n_head * hdv * f);
     /* gate, up, hb: a row per (row, chosen expert) in a mixture; MLA's full-width Q and its
      * heads' V up-projections, its latent kv_a and q_a */
     size_t ff = hp->n_ff > (size_t)hp->n_expert_used * hp->n_ff_exp ? hp->n_ff : (size_t)hp->n_expert_used * hp->n_ff_exp;
@@ -156,6 +209,9 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
                           (size_t)hp->n_expert_shared * hp->n_ff_exp};
     for (size_t i = 0; hp->kv_latent && i < sizeof mla / sizeof mla[0]; i++) ff = mla[i] > ff ? mla[i] : ff;
     if (hp->n_ff_shexp > ff) ff = hp->n_ff_shexp;  /* a gated shared expert's rows */
+    if (hp->n_ff_kv_shared > ff) ff = hp->n_ff_kv_shared;
+    if (hp->expert_gate_up && 2 * (size_t)hp->n_expert_used * hp->n_ff_exp > ff)
+        ff = 2 * (size_t)hp->n_expert_used * hp->n_ff_exp;  /* fused gate|up rows */
     fw->off_gate = take(&c, R * ff * f);
     fw->off_up = take(&c, R * ff * f);
     fw->off_hb = take(&c, R * ff * f);
@@ -176,6 +232,42 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
         fw->off_ssm_beta = take(&c, R * Hv * f);
         fw->off_ssm_alpha = take(&c, R * Hv * f);
         fw->off_qgate = take(&c, hy ? R * 2 * hp->n_head * hp->head_dim * f : 0);
+    }
+    {
+        /* Gemma 4: per-layer inputs, a scratch as wide; ones; the routers' input scales */
+        const size_t PL = (size_t)hp->n_layer * hp->n_embd_per_layer;
+        const bool g4 = hp->n_embd_per_layer || hp->head_dim_swa || hp->expert_gate_up;
+        fw->off_ple = take(&c, R * PL * f);
+        /* also the mixture layers' three (R, E) scratch rows */
+        const size_t tmpw = hp->expert_gate_up && 3 * (size_t)hp->n_embd > PL ? 3 * (size_t)hp->n_embd : PL;
+        fw->n_ple_tmp = tmpw;
+        fw->off_ple_tmp = take(&c, R * tmpw * f);
+        fw->n_ones = g4 ? (uint32_t)(hd > hdv ? hd : hdv) : 0;
+        if (fw->n_ones < hp->n_embd && g4) fw->n_ones = hp->n_embd;
+        fw->off_ones = take(&c, (size_t)fw->n_ones * f);
+        fw->off_route_w = hp->expert_gate_up ? take(&c, (size_t)hp->n_layer * hp->n_embd * f) : 0;
+        if (g4 && !(fw->layer_scale = malloc(hp->n_layer * sizeof *fw->layer_scale))) {
+            free(fw->segs);
+            free(fw);
+            return weft_error(WEFT_ERR_NOMEM, "forward: out of memory");
+        }
+        for (uint32_t l = 0; g4 && l < hp->n_layer; l++) {
+            const float *sc = file_f32(m, WEFT_T_LAYER_OUT_SCALE, l, 1);
+            fw->layer_scale[l] = sc ? sc[0] : 0.0f;
+            if (sc && !(sc[0] != 0.0f && isfinite(sc[0]))) {  /* 0 is ADD's "no scale" */
+                free(fw->layer_scale);
+                free(fw->segs);
+                free(fw);
+                return weft_error(WEFT_ERR_FORMAT, "forward: blk.%u.layer_output_scale %g is not a scale", l, sc[0]);
+            }
+        }
+        if (hp->n_embd_per_layer && fw->n_parts > 1) {
+            free(fw->layer_scale);
+            free(fw->segs);
+            free(fw);
+            return weft_error(WEFT_ERR_UNSUPPORTED, "forward: %s's per-layer embeddings run on one device: layers "
+                              "split over devices (or experts placed apart) are not supported for it", hp->arch);
+        }
     }
     size_t act_bytes = c;
     weft_status st;
@@ -219,6 +311,7 @@ weft_status weft_forward_init(const struct weft_model *m, struct weft_kv_pool *k
         if ((st = bi->buffer_alloc(fp->be, act_bytes, &fp->act)) != WEFT_OK) goto err;
         if ((st = bi->buffer_alloc(fp->be, mc, &fp->meta)) != WEFT_OK) goto err;
         if (hp->kv_latent && (st = mla_constants(fw, fp->act)) != WEFT_OK) goto err;
+        if (fw->n_ones && (st = gemma4_constants(fw, fp->act, bi)) != WEFT_OK) goto err;
     }
     st = fw->be->iface->buffer_alloc(fw->be, (size_t)max_seqs * hp->n_vocab * f, &fw->logits_buf);
     if (st != WEFT_OK) goto err;
@@ -273,6 +366,7 @@ void weft_forward_free(struct weft_forward *fw)
     free(fw->keep);
     free(fw->hid_at);
     free(fw->hidden_host);
+    free(fw->layer_scale);
     free(fw->b.ops);
     free(fw);
 }
@@ -313,6 +407,15 @@ static void set_views(struct weft_forward *fw, uint32_t R)
         b->qgate = act(fw, fw->off_qgate, 2 * hp->n_head * hp->head_dim, R);
         b->state_slots = meta(fw, fw->off_sslot, R);
     }
+    b->ids = meta(fw, fw->off_ids, R);
+    b->glob = &fw->m->glob;
+    b->layer_scale = fw->layer_scale;
+    if (hp->n_embd_per_layer) {
+        b->ple = act(fw, fw->off_ple, (int64_t)hp->n_layer * hp->n_embd_per_layer, R);
+    }
+    if (fw->n_ple_tmp) b->ple_tmp = act(fw, fw->off_ple_tmp, (int64_t)fw->n_ple_tmp, R);
+    if (fw->n_ones) b->ones = act(fw, fw->off_ones, fw->n_ones, 1);
+    if (fw->off_route_w) b->route_w = act(fw, fw->off_route_w, hp->n_embd, hp->n_layer);
     if (hp->n_expert) {
         b->moe_logits = act(fw, fw->off_moe_logits, hp->n_expert, R);
         b->moe_ids = weft_view_2d(fw->act, fw->off_moe_ids, WEFT_TYPE_I32, hp->n_expert_used, R);
@@ -518,7 +621,8 @@ weft_status weft_forward_step(struct weft_forward *fw, const struct weft_fwd_seq
         op->u.logits = (struct weft_op_logits){
             .x = b->x, .rows = meta(fw, fw->off_rows, n_out), .norm_w = m->glob.t[WEFT_T_OUTPUT_NORM],
             .w = m->glob.t[WEFT_T_OUTPUT],
-            .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps};
+            .out = weft_view_2d(fw->logits_buf, 0, WEFT_TYPE_F32, hp->n_vocab, n_out), .eps = hp->rms_eps,
+            .softcap = hp->final_softcap};
     }
     if (b->nomem) return weft_error(WEFT_ERR_NOMEM, "forward: out of memory for the op list");
     fw->segs[fw->n_segs - 1].op_end = b->n_ops;

@@ -234,6 +234,31 @@ static weft_status window_alloc(struct weft_kv_pool *k, const struct weft_kv_con
     return WEFT_OK;
 }
 
+/* The device (split part) layer l is on: its index in the config's parts (0 without). */
+static uint32_t layer_device(const struct weft_kv_config *cfg, uint32_t l)
+{
+    uint32_t d = 0, l0 = 0;
+    while (cfg->n_parts && d + 1 < cfg->n_parts && l >= l0 + cfg->part_layers[d]) l0 += cfg->part_layers[d++];
+    return d;
+}
+
+/* Layer l keeps no K/V: it reads an earlier layer's, on its device (lgroup 3). */
+static weft_status kv_shared_layer(struct weft_kv_pool *k, const struct weft_kv_config *cfg, uint32_t l)
+{
+    const uint32_t src = cfg->kv_source[l];
+    if (src >= l || k->lgroup[src] > 1 || (cfg->state_layer && cfg->state_layer[l]))
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: layer %u cannot read layer %u's K/V", l, src);
+    if (layer_device(cfg, l) != layer_device(cfg, src))
+        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: layer %u reads layer %u's K/V, which a split puts on another "
+                          "device; split the layers so that they share one", l, src);
+    if (!k->ksrc && !(k->ksrc = calloc(cfg->n_layer, sizeof *k->ksrc)))
+        return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
+    k->lgroup[l] = 3;
+    k->ksrc[l] = src;
+    k->n_kshared++;
+    return WEFT_OK;
+}
+
 weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg)
 {
     enum weft_type type = cfg->type == WEFT_TYPE_F32 ? WEFT_TYPE_F16 : cfg->type;
@@ -256,9 +281,20 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
                              .n_kv_head = cfg->n_kv_head, .head_dim = cfg->head_dim, .head_dim_v = hd_v, .type = type,
                              .prefix_cache = cfg->prefix_cache, .lru_head = -1, .lru_tail = -1, .hc_head = -1, .hc_tail = -1,
                              .latent = cfg->latent};
-    /* a layer's K, then its V (a latent cache: K only) */
+    /* a layer's K, then its V (a latent cache: K only); the window group's may be of another
+     * shape */
     size_t layer_bytes = weft_kv_block_layer_bytes(type, cfg->n_kv_head, cfg->head_dim) +
                          (cfg->latent ? 0 : weft_kv_block_layer_bytes(type, cfg->n_kv_head, hd_v));
+    k.wn_kv_head = cfg->window_n_kv_head ? cfg->window_n_kv_head : cfg->n_kv_head;
+    k.whead_dim = cfg->window_head_dim ? cfg->window_head_dim : cfg->head_dim;
+    k.whead_dim_v = cfg->window_head_dim_v ? cfg->window_head_dim_v : cfg->window_head_dim ? k.whead_dim : hd_v;
+    const bool wshape = k.wn_kv_head != cfg->n_kv_head || k.whead_dim != cfg->head_dim || k.whead_dim_v != hd_v;
+    if (wshape && (cfg->latent || k.whead_dim % weft_type_get(type)->block_size ||
+                   k.whead_dim_v % weft_type_get(type)->block_size))
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: bad window shape (%u heads of %u, V %u) for %s", k.wn_kv_head,
+                          k.whead_dim, k.whead_dim_v, weft_type_name(type));
+    size_t wlayer_bytes = weft_kv_block_layer_bytes(type, k.wn_kv_head, k.whead_dim) +
+                          (cfg->latent ? 0 : weft_kv_block_layer_bytes(type, k.wn_kv_head, k.whead_dim_v));
     /* the groups: window layers to group 1 when the pool drops window blocks */
     k.lgroup = calloc(cfg->n_layer, 1);
     k.lidx = calloc(cfg->n_layer, sizeof *k.lidx);
@@ -267,9 +303,22 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         return weft_error(WEFT_ERR_NOMEM, "kv: out of memory");
     }
     uint32_t n_in[3] = {0, 0, 0};
-    for (uint32_t l = 0; l < cfg->n_layer; l++) {
+    weft_status st = WEFT_OK;
+    for (uint32_t l = 0; l < cfg->n_layer && st == WEFT_OK; l++) {
         k.lgroup[l] = cfg->state_layer && cfg->state_layer[l] ? 2 : cfg->window && cfg->window_layer && cfg->window_layer[l];
+        if (wshape && cfg->window_layer && cfg->window_layer[l] && k.lgroup[l] != 1)
+            st = weft_error(WEFT_ERR_UNSUPPORTED, "kv: the sliding-window layers' K/V (%u heads of %u) differ from "
+                            "the other layers' (%u of %u): they need the window group (--swa-full is not supported "
+                            "for this model)", k.wn_kv_head, k.whead_dim, cfg->n_kv_head, cfg->head_dim);
+        if (cfg->kv_source && cfg->kv_source[l] != l) {
+            st = kv_shared_layer(&k, cfg, l);
+            continue;
+        }
         k.lidx[l] = n_in[k.lgroup[l]]++;
+    }
+    if (st != WEFT_OK) {
+        weft_kv_pool_free(&k);
+        return st;
     }
     if (!n_in[0]) {
         weft_kv_pool_free(&k);
@@ -278,7 +327,7 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     k.n_wlayer = n_in[1];
     k.n_slayer = n_in[2];
     k.main_bytes = (size_t)n_in[0] * layer_bytes;
-    k.block_bytes = (size_t)(n_in[0] + n_in[1]) * layer_bytes;
+    k.block_bytes = k.main_bytes + (size_t)n_in[1] * wlayer_bytes;
     if (k.n_slayer) {
         /* no prefix cache until the state is checkpointed with the blocks (core/kv.h) */
         k.prefix_cache = false;
@@ -286,10 +335,10 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         k.state_layer_bytes = cfg->state_layer_bytes;
         k.slot_bytes = (size_t)k.n_slayer * cfg->state_layer_bytes;
     }
-    weft_status st = group_parts(cfg, be, k.lgroup, 0, cfg->n_blocks, layer_bytes, k.parts, &k.n_parts);
-    if (st == WEFT_OK && k.n_wlayer) st = window_alloc(&k, cfg, layer_bytes);
+    st = group_parts(cfg, be, k.lgroup, 0, cfg->n_blocks, layer_bytes, k.parts, &k.n_parts);
+    if (st == WEFT_OK && k.n_wlayer) st = window_alloc(&k, cfg, wlayer_bytes);
     if (st == WEFT_OK && k.n_wlayer)
-        st = group_parts(cfg, be, k.lgroup, 1, k.n_wblocks, layer_bytes, k.wparts, &k.n_wparts);
+        st = group_parts(cfg, be, k.lgroup, 1, k.n_wblocks, wlayer_bytes, k.wparts, &k.n_wparts);
     if (st == WEFT_OK && k.n_slayer)
         st = group_parts(cfg, be, k.lgroup, 2, k.n_slots, k.state_layer_bytes, k.sparts, &k.n_sparts);
     if (st != WEFT_OK) {
@@ -403,7 +452,7 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
     free(kv->sfree);
     free(kv->szero);
     kv->buf = NULL;
-    free(kv->lgroup); free(kv->lidx);
+    free(kv->lgroup); free(kv->lidx); free(kv->ksrc);
     free(kv->wof); free(kv->wowner); free(kv->wlru_prev); free(kv->wlru_next); free(kv->wfree); free(kv->wref);
     free(kv->hc_win);
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
@@ -1000,6 +1049,7 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t layer)
 {
     if (!kv->lgroup || layer >= kv->n_layer || kv->lgroup[layer] == 2) return (struct weft_kv_view){0};
+    if (kv->lgroup[layer] == 3) layer = kv->ksrc[layer];
     bool win = kv->lgroup[layer] == 1;
     const struct weft_kv_part *parts = win ? kv->wparts : kv->parts;
     uint32_t n = win ? kv->n_wparts : kv->n_parts, i = kv->lidx[layer], p = 0;
@@ -1007,6 +1057,11 @@ struct weft_kv_view weft_kv_layer_view(const struct weft_kv_pool *kv, uint32_t l
     const struct weft_kv_part *kp = &parts[p];
     struct weft_kv_view v = {kp->buf, kv->type, kp->n_layer, i - kp->layer0, kv->n_kv_head, kv->head_dim,
                              kv->head_dim_v != kv->head_dim ? kv->head_dim_v : 0, kv->latent};
+    if (win) {
+        v.n_kv_head = kv->wn_kv_head;
+        v.head_dim = kv->whead_dim;
+        v.head_dim_v = kv->whead_dim_v != kv->whead_dim ? kv->whead_dim_v : 0;
+    }
     return v;
 }
 

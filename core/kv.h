@@ -95,6 +95,12 @@ struct weft_kv_config {
     const bool *state_layer;
     size_t state_layer_bytes;
     uint32_t n_state_slots;
+    /* layers of two shapes (Gemma 4): the window group's K/V heads and head dims (0s: the
+     * main group's); window layers of another shape need the window group. kv_source (NULL:
+     * every layer its own): layer l keeps no K/V and attends to layer kv_source[l]'s (< l, on
+     * the same device) */
+    uint32_t window_n_kv_head, window_head_dim, window_head_dim_v;
+    const uint32_t *kv_source;
 };
 
 struct weft_kv_stats {
@@ -141,7 +147,8 @@ struct weft_kv_pool {
     bool prefix_cache;
     size_t block_bytes;            /* all layers (every part, both groups), K and V */
     size_t main_bytes;             /* the main group's layers: a block without its window part */
-    /* layer l is index lidx[l] of group lgroup[l] (0 main, 1 window) */
+    /* layer l is index lidx[l] of group lgroup[l] (0 main, 1 window, 2 recurrent state, 3 none:
+     * it reads layer ksrc[l]'s K/V) */
     uint8_t *lgroup;
     uint32_t *lidx;
     /* the window group: its buffers, blocks and bookkeeping (n_wblocks 0:
@@ -202,6 +209,11 @@ struct weft_kv_pool {
     int32_t *sfree;
     unsigned char *szero;
     uint64_t state_swaps;
+    /* the window group's K/V shape (= the main group's unless the config gave one); layers
+     * reading another's cache (lgroup 3): ksrc[l], n_kshared of them */
+    uint32_t wn_kv_head, whead_dim, whead_dim_v;
+    uint32_t *ksrc;
+    uint32_t n_kshared;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };
@@ -241,6 +253,7 @@ static inline bool weft_kv_has_window(const struct weft_kv_pool *kv) { return kv
 /* Layer l's K/V live in the window group. */
 static inline bool weft_kv_layer_in_window(const struct weft_kv_pool *kv, uint32_t l)
 {
+    if (kv->lgroup && kv->lgroup[l] == 3) l = kv->ksrc[l];
     return kv->lgroup && kv->lgroup[l] == 1;
 }
 /* Main block b's window block (-1: none: no window group, or dropped). */

@@ -40,6 +40,56 @@ weft_status weft_hp_opt_f32(const struct weft_gguf *g, const char *arch, const c
     return WEFT_OK;
 }
 
+weft_status weft_hp_layer_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t n,
+                              uint32_t *out, bool *present)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, suffix);
+    *present = false;
+    int64_t i = weft_gguf_find_key(g, key);
+    if (i < 0) return WEFT_OK;
+    if (weft_gguf_kv_type(g, i) != WEFT_GGUF_ARRAY) {
+        uint32_t v = 0;
+        weft_status st = weft_gguf_get_u32(g, key, &v);
+        if (st != WEFT_OK) return st;
+        for (uint32_t l = 0; l < n; l++) out[l] = v;
+        *present = true;
+        return WEFT_OK;
+    }
+    const enum weft_gguf_type t = weft_gguf_arr_type(g, i);
+    if (t == WEFT_GGUF_STRING || t == WEFT_GGUF_ARRAY || weft_gguf_arr_len(g, i) != n)
+        return weft_error(WEFT_ERR_FORMAT, "model: '%s' must be %u numbers, one per layer", key, n);
+    for (uint32_t l = 0; l < n; l++) {
+        const int64_t v = weft_gguf_arr_i64(g, i, l);
+        if (v < 0 || v > UINT32_MAX) return weft_error(WEFT_ERR_FORMAT, "model: '%s'[%u] = %lld is out of range", key, l, (long long)v);
+        out[l] = (uint32_t)v;
+    }
+    *present = true;
+    return WEFT_OK;
+}
+
+/* A per-layer key the generic code reads as one value: a family that reads per-layer arrays
+ * gets the first element of an array (its hparams hook reads the rest) */
+static weft_status opt_u32_first(const struct weft_gguf *g, const struct weft_hparams *hp, const char *suffix,
+                                 uint32_t *out)
+{
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", hp->arch, suffix);
+    int64_t i = weft_gguf_find_key(g, key);
+    if (i >= 0 && weft_gguf_kv_type(g, i) == WEFT_GGUF_ARRAY) {
+        if (!hp->family->layer_arrays)
+            return weft_error(WEFT_ERR_UNSUPPORTED, "model: '%s' per layer (an array) is not supported for %s", key,
+                              hp->arch);
+        if (weft_gguf_arr_len(g, i) == 0 || weft_gguf_arr_type(g, i) == WEFT_GGUF_STRING)
+            return weft_error(WEFT_ERR_FORMAT, "model: '%s' is an empty or non-numeric array", key);
+        const int64_t v = weft_gguf_arr_i64(g, i, 0);
+        if (v < 0 || v > UINT32_MAX) return weft_error(WEFT_ERR_FORMAT, "model: '%s'[0] is out of range", key);
+        *out = (uint32_t)v;
+        return WEFT_OK;
+    }
+    return weft_hp_opt_u32(g, hp->arch, suffix, out);
+}
+
 static weft_status get_opt_str(const struct weft_gguf *g, const char *arch, const char *suffix, const char **out)
 {
     char key[128];
@@ -113,16 +163,21 @@ weft_status weft_hparams_load(const struct weft_gguf *g, struct weft_hparams *hp
     if ((st = weft_hp_opt_u32(g, arch, "expert_count", &n_exp_key))) return st;
     if ((st = get_u32_req(g, arch, "embedding_length", &hp->n_embd)) ||
         (st = get_u32_req(g, arch, "block_count", &hp->n_layer)) ||
-        (n_exp_key ? (st = weft_hp_opt_u32(g, arch, "feed_forward_length", &hp->n_ff))
-                   : (st = get_u32_req(g, arch, "feed_forward_length", &hp->n_ff))) ||
+        (st = opt_u32_first(g, hp, "feed_forward_length", &hp->n_ff)) ||
         (st = get_u32_req(g, arch, "attention.head_count", &hp->n_head)))
         return st;
+    if (!n_exp_key && !hp->n_ff) {
+        char key[128];
+        snprintf(key, sizeof key, "%s.feed_forward_length", arch);
+        return weft_error(WEFT_ERR_FORMAT, weft_gguf_find_key(g, key) < 0 ? "model: missing key '%s'" : "model: '%s' is 0",
+                          key);
+    }
     hp->n_ctx_train = 2048;
     hp->n_head_kv = hp->n_head;
     hp->rms_eps = 1e-5f;
     hp->rope_freq_base = 10000.0f;
     if ((st = weft_hp_opt_u32(g, arch, "context_length", &hp->n_ctx_train)) ||
-        (st = weft_hp_opt_u32(g, arch, "attention.head_count_kv", &hp->n_head_kv)) ||
+        (st = opt_u32_first(g, hp, "attention.head_count_kv", &hp->n_head_kv)) ||
         (st = weft_hp_opt_u32(g, arch, "attention.key_length", &hp->head_dim)) ||
         (st = weft_hp_opt_u32(g, arch, "attention.value_length", &hp->head_dim_v)) ||
         (st = weft_hp_opt_f32(g, arch, "attention.layer_norm_rms_epsilon", &hp->rms_eps)) ||
@@ -332,14 +387,13 @@ static weft_status place(struct placer *pl, const char *name, int64_t ne0, int64
 
 /* Place the tensors of spec (those present) for layer l into ws, in table
  * order. */
-_Static_assert(WEFT_T_COUNT_ <= 64, "place_spec's skip is a 64-bit mask of tensor ids");
 static weft_status place_spec(struct placer *pl, uint32_t l, const struct weft_tensor_spec *spec,
-                              struct weft_layer_weights *ws, uint64_t skip)
+                              struct weft_layer_weights *ws, int skip)
 {
     weft_status st;
     const bool moe_layer = l != WEFT_GLOBAL_TENSORS && spec[WEFT_T_FFN_GATE_EXPS].use;
     for (int id = 0; id < WEFT_T_COUNT_; id++) {
-        if (spec[id].use == WEFT_USE_NONE || ((skip >> id) & 1)) continue;
+        if (spec[id].use == WEFT_USE_NONE || id == skip) continue;
         bool both = false, ffn = moe_layer && ffn_side(id, &both);
         if (pl->experts && moe_layer && !both && ffn != (pl->experts > 0)) continue;
         if (pl->experts > 0 && !moe_layer) continue;
@@ -373,7 +427,7 @@ static weft_status place_part(struct placer *pl, uint32_t p)
             return st;
     if (last) {
         /* the rest of the model's own tensors: the final norm, the head */
-        if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, (uint64_t)1 << WEFT_T_TOKEN_EMBD))) return st;
+        if ((st = place_spec(pl, WEFT_GLOBAL_TENSORS, spec, G, WEFT_T_TOKEN_EMBD))) return st;
         if (m->hp.tied_output) G->t[WEFT_T_OUTPUT] = first ? G->t[WEFT_T_TOKEN_EMBD] : scratch;
     }
     struct weft_tensor_spec gspec[WEFT_T_COUNT_] = {0};
@@ -381,7 +435,7 @@ static weft_status place_part(struct placer *pl, uint32_t p)
     for (uint32_t l = pl->part->layer0; l < pl->part->layer0 + pl->part->n_layer; l++) {
         memset(spec, 0, sizeof spec);
         hp->family->tensors(hp, l, spec);
-        if ((st = place_spec(pl, l, spec, &m->layers[l], 0))) return st;
+        if ((st = place_spec(pl, l, spec, &m->layers[l], -1))) return st;
         /* the model's vectors every layer reads (RoPE factors), on this part */
         for (int id = 0; id < WEFT_T_COUNT_; id++) {
             if (!gspec[id].use || weft_tensor_info((enum weft_tensor_id)id)->kind != WEFT_TK_VECTOR) continue;
@@ -404,7 +458,7 @@ static weft_status place_xpart(struct placer *pl)
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         memset(spec, 0, sizeof spec);
         hp->family->tensors(hp, l, spec);
-        if ((st = place_spec(pl, l, spec, &m->xlayers[l], 0))) return st;
+        if ((st = place_spec(pl, l, spec, &m->xlayers[l], -1))) return st;
     }
     return WEFT_OK;
 }
@@ -503,11 +557,22 @@ weft_status weft_model_load_placed(const char *path, const struct weft_split_par
     m->layers = calloc(hp->n_layer, sizeof *m->layers);
     m->layer_part = calloc(hp->n_layer, sizeof *m->layer_part);
     m->recurrent = calloc(hp->n_layer, sizeof *m->recurrent);
-    if (!m->layers || !m->layer_part || !m->recurrent) { st = weft_error(WEFT_ERR_NOMEM, "model: out of memory"); goto err; }
-    for (uint32_t l = 0; l < hp->n_layer; l++) m->recurrent[l] = weft_hp_recurrent(hp, l);
+    m->kv_source = calloc(hp->n_layer, sizeof *m->kv_source);
+    if (!m->layers || !m->layer_part || !m->recurrent || !m->kv_source) {
+        st = weft_error(WEFT_ERR_NOMEM, "model: out of memory");
+        goto err;
+    }
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        m->recurrent[l] = weft_hp_recurrent(hp, l);
+        m->kv_source[l] = weft_hp_kv_source(hp, l);
+    }
     m->n_parts = n_parts;
-    if (experts_be && !hp->n_expert) {
-        st = weft_error(WEFT_ERR_INVALID_ARG, "model: experts placed apart, but the model has no experts");
+    if (experts_be && (!hp->n_expert || hp->expert_gate_up)) {
+        st = weft_error(hp->n_expert ? WEFT_ERR_UNSUPPORTED : WEFT_ERR_INVALID_ARG,
+                        hp->n_expert ? "model: experts placed apart are not supported for %s (its dense FFN runs "
+                                       "beside the experts in every layer)"
+                                     : "model: experts placed apart, but the model has no experts%s",
+                        hp->n_expert ? hp->arch : "");
         goto err;
     }
     for (uint32_t p = 0, l0 = 0; p <= n_parts; p++) {
@@ -607,6 +672,7 @@ void weft_model_free(struct weft_model *m)
     free(m->xlayers);
     free(m->layer_part);
     free(m->recurrent);
+    free(m->kv_source);
     weft_tokenizer_free(m->tok);
     weft_gguf_close(m->gguf);
     free(m);

@@ -69,6 +69,17 @@ struct weft_hparams {
      * q/k heads, ssm.time_step_rank: v heads, ssm.inner_size = ssm_dt_rank · ssm_state) */
     uint32_t full_attn_interval;
     uint32_t ssm_conv_kernel, ssm_state, ssm_groups, ssm_dt_rank, ssm_inner;
+    /* layers of two shapes (Gemma 4; 0s elsewhere): a sliding-window layer's head dims, KV
+     * heads and rotated dims (attention.key_length_swa, value_length_swa, the head_count_kv
+     * array, rope.dimension_count_swa; 0: as the global layers'). The last n_kv_shared
+     * layers keep no KV: each attends to the cache of the last earlier layer of its kind
+     * (weft_hp_kv_source), and its FFN is n_ff_kv_shared wide (0: n_ff). Per-layer embeddings
+     * n_embd_per_layer wide (0: none); the output's soft-cap (final_logit_softcapping; 0:
+     * none); experts whose gate and up projections are one tensor (ffn_gate_up_exps) */
+    uint32_t head_dim_swa, head_dim_v_swa, n_head_kv_swa, n_rot_swa;
+    uint32_t n_kv_shared, n_ff_kv_shared, n_embd_per_layer;
+    float final_softcap;
+    bool expert_gate_up;
 };
 
 /* Layer l keeps a recurrent state instead of KV (a hybrid model's linear-attention layer). */
@@ -100,18 +111,50 @@ static inline size_t weft_hp_state_layer_bytes(const struct weft_hparams *hp)
 {
     return (size_t)((weft_hp_state_delta_off(hp) + weft_hp_delta_floats(hp) * 4 + 255) & ~(uint64_t)255);
 }
-/* Layers that keep KV (all but the recurrent ones). */
-static inline uint32_t weft_hp_kv_layers(const struct weft_hparams *hp)
-{
-    uint32_t n = 0;
-    for (uint32_t l = 0; l < hp->n_layer; l++) n += !weft_hp_recurrent(hp, l);
-    return n;
-}
-
 /* Layer l's sliding window (positions it attends), 0 for a global layer. */
 static inline uint32_t weft_hp_window(const struct weft_hparams *hp, uint32_t l)
 {
     return hp->swa_pattern && l % hp->swa_pattern < hp->swa_pattern - 1 ? hp->n_swa : 0;
+}
+
+/* Layer l's attention shape: K's and V's head dims, KV heads, rotated dims. */
+static inline uint32_t weft_hp_head_dim(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->head_dim_swa && weft_hp_window(hp, l) ? hp->head_dim_swa : hp->head_dim;
+}
+static inline uint32_t weft_hp_head_dim_v(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->head_dim_v_swa && weft_hp_window(hp, l) ? hp->head_dim_v_swa : hp->head_dim_v;
+}
+static inline uint32_t weft_hp_n_head_kv(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->n_head_kv_swa && weft_hp_window(hp, l) ? hp->n_head_kv_swa : hp->n_head_kv;
+}
+static inline uint32_t weft_hp_n_rot(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->n_rot_swa && weft_hp_window(hp, l) ? hp->n_rot_swa : hp->n_rot;
+}
+/* The layer whose KV cache layer l attends to: l itself, or for the last n_kv_shared layers
+ * the last earlier layer of its kind (sliding or global). */
+static inline uint32_t weft_hp_kv_source(const struct weft_hparams *hp, uint32_t l)
+{
+    const uint32_t first = hp->n_layer - hp->n_kv_shared;
+    if (!hp->n_kv_shared || l < first) return l;
+    for (uint32_t j = first; j-- > 0;)
+        if ((weft_hp_window(hp, j) > 0) == (weft_hp_window(hp, l) > 0)) return j;
+    return l;
+}
+/* Layer l's FFN width (the dense one). */
+static inline uint32_t weft_hp_n_ff(const struct weft_hparams *hp, uint32_t l)
+{
+    return hp->n_ff_kv_shared && weft_hp_kv_source(hp, l) != l ? hp->n_ff_kv_shared : hp->n_ff;
+}
+/* Layers that keep KV (all but the recurrent ones and those reading another's). */
+static inline uint32_t weft_hp_kv_layers(const struct weft_hparams *hp)
+{
+    uint32_t n = 0;
+    for (uint32_t l = 0; l < hp->n_layer; l++) n += !weft_hp_recurrent(hp, l) && weft_hp_kv_source(hp, l) == l;
+    return n;
 }
 
 /* One layer's tensors (or the model's own ones), by id of core/arch/tensors.h;

@@ -25,6 +25,7 @@ struct weft_model {
     uint32_t n_parts;
     uint32_t *layer_part;          /* [n_layer]: which part runs layer l */
     bool *recurrent;               /* [n_layer]: weft_hp_recurrent (the KV pool's state_layer) */
+    uint32_t *kv_source;           /* [n_layer]: weft_hp_kv_source (the KV pool's kv_source) */
     /* experts placed apart (--experts-on DEV): the mixture layers' FFN (its ffn_* tensors:
      * norm, router, experts, shared experts; and the norms, small, on both) live on this
      * part and run there, the rest of each layer on its own part; xlayers[l] are its views.

@@ -28,7 +28,20 @@ weft_status weft_session_init(const struct weft_model *m, uint32_t n_ctx, uint32
                                 .head_dim_v = m->hp.head_dim_v, .n_blocks = n_blocks,
                                 .type = WEFT_TYPE_F16, .latent = m->hp.kv_latent};
     weft_forward_kv_parts(m, &kc);
+    /* sliding layers of their own shape (Gemma 4) in their own group, every block of it (a
+     * session keeps the whole context) */
+    bool *win = NULL;
+    if (kc.window_head_dim || kc.window_n_kv_head) {
+        if (!(win = calloc(m->hp.n_layer, sizeof *win))) {
+            free(s);
+            return weft_error(WEFT_ERR_NOMEM, "session: out of memory");
+        }
+        for (uint32_t l = 0; l < m->hp.n_layer; l++) win[l] = weft_hp_window(&m->hp, l) > 0;
+        kc.window = UINT32_MAX;
+        kc.window_layer = win;
+    }
     weft_status st = weft_kv_pool_create(&s->kv, m->be, &kc);
+    free(win);
     if (st == WEFT_OK) st = weft_forward_init(m, &s->kv, max_batch, 1, n_blocks, &s->fw);
     if (st != WEFT_OK) {
         weft_session_free(s);

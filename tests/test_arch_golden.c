@@ -543,6 +543,32 @@ static void llama_rope_scaling_matches_llama_cpp(void)
     family("llama-yarn", types, 1);
 }
 
+/* Gemma 4 (issue 38 (e)): layers of two shapes in the KV pool's two groups, KV shared across
+ * layers, per-layer embeddings, proportional RoPE, the output soft-capped; the MoE file's
+ * dense FFN beside the experts (which is why its experts cannot be placed apart: refused by
+ * name) */
+static void gemma4_matches_llama_cpp(void)
+{
+    static const char *const types[] = {"F16"};
+    family("gemma4", types, 1);
+    if (!experts_on) {
+        family("gemma4-moe", types, 1);
+        return;
+    }
+    if (only_families && !strstr(only_families, "gemma4-moe")) return;
+    char path[1400];
+    snprintf(path, sizeof path, "%s/models/arch/gemma4-moe-F16.gguf", shared);
+    struct weft_backend *be = NULL, *xbe = NULL;
+    struct weft_model *m = NULL;
+    CHECK(weft_backend_open(device, 1, &be) == WEFT_OK && weft_backend_open(experts_on, 1, &xbe) == WEFT_OK);
+    struct weft_split_part whole = {be, 0};
+    CHECK(weft_model_load_placed(path, &whole, 1, xbe, &m) == WEFT_ERR_UNSUPPORTED);
+    CHECK_MSG(strstr(weft_last_error(), "not supported for gemma4"), "%s", weft_last_error());
+    weft_model_free(m);
+    weft_backend_close(xbe);
+    weft_backend_close(be);
+}
+
 /* Hybrid linear-attention models (issue 38): Qwen3.5's Gated DeltaNet layers with their
  * recurrent state in the KV pool's slots */
 static void hybrid_families_match_llama_cpp(void)
@@ -657,5 +683,6 @@ int main(void)
     RUN(gemma3_matches_llama_cpp);
     RUN(llama_rope_scaling_matches_llama_cpp);
     RUN(hybrid_families_match_llama_cpp);
+    RUN(gemma4_matches_llama_cpp);
     return check_summary();
 }

@@ -331,6 +331,14 @@ static void a_layout_of_several_runs_round_trips(void)
     weft_kvb_write_header(&h, hb);
     CHECK(weft_kvb_read_header(hb, h.header_bytes, &got) == WEFT_ERR_FORMAT);
     CHECK(strstr(weft_last_error(), "kind 9") != NULL);
+    /* SHARED runs (layers reading another's K/V, Gemma 4): no payload, no shape */
+    h.layout[1] = (struct weft_kvb_layout){.kind = WEFT_KVB_SHARED, .type = WEFT_TYPE_F16, .n_layers = 2};
+    CHECK(weft_kvb_header_init(&h) == WEFT_OK);
+    CHECK_EQ_INT(h.payload_bytes, 3 * 2 * weft_kv_block_layer_bytes(WEFT_TYPE_F16, 2, 32));
+    weft_kvb_write_header(&h, hb);
+    CHECK(weft_kvb_read_header(hb, h.header_bytes, &got) == WEFT_OK && got.layout[1].kind == WEFT_KVB_SHARED);
+    h.layout[1].a = 1;  /* a shape: not a SHARED run */
+    CHECK(weft_kvb_header_init(&h) == WEFT_ERR_INVALID_ARG);
     free(buf);
     free(payload);
 }

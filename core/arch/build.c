@@ -95,7 +95,7 @@ void weft_b_rope_kv_at(struct weft_build *b, uint32_t l, float freq_base, float 
     struct weft_op *op = weft_b_push(b, WEFT_OP_ROPE_KV);
     op->u.rope_kv = (struct weft_op_rope_kv){
         .q = b->q, .k = b->k, .v = b->v, .kv = weft_kv_layer_view(b->kv, l), .batch = layer_batch(b, l),
-        .n_head = hp->n_head, .n_rot = hp->n_rot, .freq_base = freq_base, .freq_scale = freq_scale,
+        .n_head = hp->n_head, .n_rot = weft_hp_n_rot(hp, l), .freq_base = freq_base, .freq_scale = freq_scale,
         .mode = hp->rope_mode, .ext_factor = hp->rope_ext_factor, .attn_factor = hp->rope_attn_factor,
         .corr_dims = {hp->rope_corr_dims[0], hp->rope_corr_dims[1]}};
     /* YaRN's ramp follows the base (ggml forms it per op): a layer with its own
@@ -175,11 +175,11 @@ bool weft_b_keep_rows_of(struct weft_build *b, uint32_t l, struct weft_view out)
 {
     if (l != b->last_layer || b->n_keep == b->n_rows) return true;
     if (b->n_keep == 0) return false;
-    const struct weft_view vs[2] = {out, b->x};
-    pack_rows(b, vs, 2);
+    const struct weft_view vs[3] = {out, b->x, b->ple};
+    pack_rows(b, vs, b->ple.buf ? 3 : 2);
     struct weft_view *all[] = {&b->x, &b->xb, &b->q, &b->k, &b->v, &b->att, &b->gate, &b->up, &b->hb,
                                &b->moe_logits, &b->moe_ids, &b->moe_w, &b->mla_ids, &b->ssm_qkv, &b->ssm_conv,
-                               &b->ssm_z, &b->ssm_o, &b->ssm_beta, &b->ssm_alpha, &b->qgate};
+                               &b->ssm_z, &b->ssm_o, &b->ssm_beta, &b->ssm_alpha, &b->qgate, &b->ple, &b->ple_tmp};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) all[i]->ne1 = b->n_keep;
     b->n_rows = b->n_keep;
     return true;

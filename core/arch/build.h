@@ -30,6 +30,14 @@ struct weft_build {
      * and the heads' output o (R, Hv·S), beta and alpha (R, Hv), each row's state slot (R) I32
      * (core/kv.h); its attention layers' q with each head's output gate after it (R, H·2D) */
     struct weft_view ssm_qkv, ssm_conv, ssm_z, ssm_o, ssm_beta, ssm_alpha, state_slots, qgate;
+    /* Gemma 4: the step's token ids (R) I32 and the model's own tensors (the per-layer
+     * embeddings'); the per-layer inputs (R, n_layer · P) and a scratch as wide, P =
+     * n_embd_per_layer; constants: ones (a weightless RMS norm's weight, as wide as the
+     * widest head or the embedding) and each layer's router input scale (n_embd, n_layer) over
+     * sqrt(n_embd); each layer's output scale on the host (NULL: none) */
+    struct weft_view ids, ple, ple_tmp, ones, route_w;
+    const struct weft_layer_weights *glob;
+    const float *layer_scale;
     uint32_t n_rows;
     /* after the last layer's attention only these rows (ascending) go on:
      * the sampled ones and the hidden ones asked for */

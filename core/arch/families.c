@@ -6,7 +6,7 @@
 
 extern const struct weft_family weft_family_llama, weft_family_qwen2, weft_family_qwen3, weft_family_phi3,
     weft_family_gemma3, weft_family_qwen3moe, weft_family_gpt_oss, weft_family_deepseek2, weft_family_qwen35,
-    weft_family_qwen35moe, weft_family_qwen3next;
+    weft_family_qwen35moe, weft_family_qwen3next, weft_family_gemma4;
 
 static const struct weft_family *const families[] = {
     &weft_family_llama,
@@ -20,6 +20,7 @@ static const struct weft_family *const families[] = {
     &weft_family_qwen35,
     &weft_family_qwen35moe,
     &weft_family_qwen3next,
+    &weft_family_gemma4,
 };
 
 const struct weft_family *weft_family_find(const char *arch)
@@ -31,7 +32,7 @@ const struct weft_family *weft_family_find(const char *arch)
 
 const char *weft_family_names(void)
 {
-    return "llama (with or without experts), qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, gpt-oss, deepseek2, phi3, gemma3";
+    return "llama (with or without experts), qwen2, qwen3, qwen3moe, qwen35, qwen35moe, qwen3next, gpt-oss, deepseek2, phi3, gemma3, gemma4";
 }
 
 void weft_family_global_tensors(const struct weft_hparams *hp, struct weft_tensor_spec *spec)

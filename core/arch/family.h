@@ -47,6 +47,10 @@ struct weft_family {
      * attention magnitude under YaRN, hp->rope_yarn_log_mul); false: a file with one is
      * refused by name. */
     bool yarn_log_mul;
+    /* The family reads per-layer arrays of attention.head_count_kv and feed_forward_length
+     * (model.c takes their first value; the hparams hook the rest); false: an array is
+     * refused by name. */
+    bool layer_arrays;
 };
 
 #define WEFT_MAX_EXPERTS 512  /* expert_count weft runs (DeepSeek V3: 256) */
@@ -55,6 +59,10 @@ struct weft_family {
  * WEFT_ERR_FORMAT for a key of another type or a non-finite float. */
 weft_status weft_hp_opt_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t *out);
 weft_status weft_hp_opt_f32(const struct weft_gguf *g, const char *arch, const char *suffix, float *out);
+/* "<arch>.<suffix>" as n per-layer values: a scalar repeated, or an array of exactly n
+ * numbers (bools as 0/1) that fit in a u32; *present false (out untouched) when absent. */
+weft_status weft_hp_layer_u32(const struct weft_gguf *g, const char *arch, const char *suffix, uint32_t n,
+                              uint32_t *out, bool *present);
 
 /* The family of general.architecture `arch`, or NULL. */
 const struct weft_family *weft_family_find(const char *arch);

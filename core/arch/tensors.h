@@ -73,7 +73,20 @@
     X(SSM_NORM,       "ssm_norm.weight",             LAYER,  NORM)     \
     X(SSM_OUT,        "ssm_out.weight",              LAYER,  MATRIX)   \
     X(FFN_GATE_INP_SHEXP, "ffn_gate_inp_shexp.weight", LAYER, VECTOR)   \
-    X(SSM_BA,         "ssm_ba.weight",               LAYER,  MATRIX)
+    X(SSM_BA,         "ssm_ba.weight",               LAYER,  MATRIX)   \
+    X(PLE_TOKEN_EMBD, "per_layer_token_embd.weight", GLOBAL, MATRIX)   \
+    X(PLE_MODEL_PROJ, "per_layer_model_proj.weight", GLOBAL, MATRIX)   \
+    X(PLE_PROJ_NORM,  "per_layer_proj_norm.weight",  GLOBAL, NORM)     \
+    X(PLE_INP_GATE,   "inp_gate.weight",             LAYER,  MATRIX)   \
+    X(PLE_PROJ,       "proj.weight",                 LAYER,  MATRIX)   \
+    X(PLE_POST_NORM,  "post_norm.weight",            LAYER,  NORM)     \
+    X(LAYER_OUT_SCALE, "layer_output_scale.weight",  LAYER,  VECTOR)   \
+    X(FFN_GATE_INP_S, "ffn_gate_inp.scale",          LAYER,  VECTOR)   \
+    X(FFN_PRE_NORM_2, "pre_ffw_norm_2.weight",       LAYER,  NORM)     \
+    X(FFN_POST_NORM_1, "post_ffw_norm_1.weight",     LAYER,  NORM)     \
+    X(FFN_POST_NORM_2, "post_ffw_norm_2.weight",     LAYER,  NORM)     \
+    X(FFN_GATE_UP_EXPS, "ffn_gate_up_exps.weight",   LAYER,  EXPERTS)  \
+    X(FFN_DOWN_EXPS_S, "ffn_down_exps.scale",        LAYER,  VECTOR)
 
 enum weft_tensor_id {
 #define WEFT_T_ENUM_(id, name, scope, kind) WEFT_T_##id,
