@@ -110,6 +110,9 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     if (!c.max_waiting) c.max_waiting = 1024;
     if (!c.kv_mib) c.kv_mib = 1024;
     if (c.kv_type == WEFT_TYPE_F32) c.kv_type = WEFT_TYPE_F16;
+    if (c.state_ckpt_tokens % BT)
+        return weft_error(WEFT_ERR_INVALID_ARG, "engine: state checkpoints every %u tokens: a multiple of %d (the block "
+                          "size) is needed", c.state_ckpt_tokens, BT);
     const struct weft_hparams *hp = &m->hp;
     uint32_t ctx_blocks = (c.n_ctx + BT - 1) / BT;
     /* the model's block (every layer, K and V): device and host tiers are sized in it */
@@ -218,10 +221,19 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
     } else {
         weft_forward_kv_parts(m, &kc);
     }
+    if (!mock && hp->full_attn_interval && !c.no_prefix_cache) {
+        /* a hybrid's prefix cache: state checkpoints every state_ckpt_tokens */
+        const uint32_t every = c.state_ckpt_tokens ? c.state_ckpt_tokens : 256, mib = c.state_ckpt_mib ? c.state_ckpt_mib : 256;
+        const size_t slot = weft_hp_state_layer_bytes(hp) * (hp->n_layer - weft_hp_kv_layers(hp));
+        const uint64_t n = slot ? ((uint64_t)mib << 20) / slot : 0;
+        kc.state_ckpt_every = every;
+        kc.n_state_ckpts = n > 65536 ? 65536 : (uint32_t)n;
+    }
     struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
                                    .max_running = c.max_seqs, .max_waiting = c.max_waiting,
                                    .max_prefill_chunk = c.max_prefill_chunk,
-                                   .low_prefill_tokens = c.low_prefill_ms ? LOW_PREFILL_MIN : 0};
+                                   .low_prefill_tokens = c.low_prefill_ms ? LOW_PREFILL_MIN : 0,
+                                   .align_chunks = kc.n_state_ckpts ? kc.state_ckpt_every : 0};
     weft_status st = weft_kv_pool_create(&e->kv, m->be, &kc);
     free(win_layer);
     if (st == WEFT_OK) st = weft_sched_create(&sc, &e->kv, &e->sched);

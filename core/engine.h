@@ -60,6 +60,11 @@ struct weft_engine_config {
      * (core/kv.h's window group, sized to max_seqs windows and a step's
      * tokens, twice over for the prefix cache, within kv_mib). */
     bool swa_full;
+    /* A hybrid model's prefix cache (core/kv.h's state checkpoints): its recurrent state
+     * copied to the host every state_ckpt_tokens computed tokens (0 = 256; a multiple of 16),
+     * in at most state_ckpt_mib MiB of checkpoints (0 = 256), prompt chunks ending at those
+     * boundaries; without a prefix cache, none */
+    uint32_t state_ckpt_tokens, state_ckpt_mib;
     bool kv_import_convert;      /* imported KV blocks of the other KV type are converted (counted) */
     enum weft_type kv_type;      /* 0 (F32) means F16 */
     /* A mock engine (weft serve --mock) when mock_prefill_tps > 0: no model

@@ -329,8 +329,8 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
     k.main_bytes = (size_t)n_in[0] * layer_bytes;
     k.block_bytes = k.main_bytes + (size_t)n_in[1] * wlayer_bytes;
     if (k.n_slayer) {
-        /* no prefix cache until the state is checkpointed with the blocks (core/kv.h) */
-        k.prefix_cache = false;
+        /* a prefix cache only with state checkpoints to restore (core/kv.h) */
+        if (!cfg->state_ckpt_every || !cfg->n_state_ckpts || cfg->state_ckpt_every % BT) k.prefix_cache = false;
         k.n_slots = cfg->n_state_slots;
         k.state_layer_bytes = cfg->state_layer_bytes;
         k.slot_bytes = (size_t)k.n_slayer * cfg->state_layer_bytes;
@@ -370,6 +370,16 @@ weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be
         if (!k.sfree || !k.szero) st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u state slots", k.n_slots);
         for (uint32_t i = 0; st == WEFT_OK && i < k.n_slots; i++) k.sfree[i] = (int32_t)(k.n_slots - 1 - i);
         k.n_sfree = k.n_slots;
+    }
+    if (st == WEFT_OK && k.n_slayer && k.prefix_cache) {
+        k.ck_every = cfg->state_ckpt_every;
+        k.n_ck = cfg->n_state_ckpts;
+        k.ck_hash = calloc(k.n_ck, sizeof *k.ck_hash);
+        k.ck_used = calloc(k.n_ck, sizeof *k.ck_used);
+        k.ck_data = malloc(k.slot_bytes * k.n_ck);
+        if (!k.ck_hash || !k.ck_used || !k.ck_data)
+            st = weft_error(WEFT_ERR_NOMEM, "kv: out of memory for %u state checkpoints of %zu bytes", k.n_ck,
+                            k.slot_bytes);
     }
     if (st == WEFT_OK && cfg->n_host_cache_blocks && k.prefix_cache) {
         uint32_t nh = cfg->n_host_cache_blocks, hcap = ht_cap_for(nh);
@@ -453,6 +463,7 @@ void weft_kv_pool_free(struct weft_kv_pool *kv)
     free(kv->szero);
     kv->buf = NULL;
     free(kv->lgroup); free(kv->lidx); free(kv->ksrc);
+    free(kv->ck_hash); free(kv->ck_used); free(kv->ck_data);
     free(kv->wof); free(kv->wowner); free(kv->wlru_prev); free(kv->wlru_next); free(kv->wfree); free(kv->wref);
     free(kv->hc_win);
     free(kv->ref); free(kv->hash); free(kv->parent); free(kv->toks);
@@ -478,7 +489,9 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .window_free = kv->n_wfree, .window_dropped = kv->wdropped, .window_evictions = kv->wevictions,
         .window_peak = kv->wpeak,
         .n_state_slots = kv->n_slots, .state_used = kv->n_slots - kv->n_sfree, .state_bytes_per_seq = kv->slot_bytes,
-        .state_swaps = kv->state_swaps,
+        .state_swaps = kv->state_swaps, .ckpt_every = kv->ck_every, .n_ckpts = kv->n_ck, .ckpts_used = kv->ck_held,
+        .ckpt_bytes = kv->n_ck ? kv->slot_bytes : 0, .ckpts_stored = kv->ck_stored, .ckpt_hits = kv->ck_hits,
+        .ckpts_replaced = kv->ck_replaced,
         .bytes_per_token = kv->block_bytes / WEFT_KV_BLOCK_TOKENS};
 }
 
@@ -669,6 +682,57 @@ static void slot_give(struct weft_kv_pool *kv, struct weft_kv_seq *seq)
     seq->state = 0;
 }
 
+/* ---- state checkpoints ---- */
+
+/* The checkpoint named hash, or -1. */
+static int32_t ck_find(const struct weft_kv_pool *kv, uint64_t hash)
+{
+    for (uint32_t i = 0; hash && i < kv->n_ck; i++)
+        if (kv->ck_hash[i] == hash) return (int32_t)i;
+    return -1;
+}
+
+/* seq has computed n tokens, the last block registered (its hash seq->last_hash): copy its
+ * state to a checkpoint under that name (a free one, else the least recently used). A
+ * failed read stores nothing (a prefix cache only misses what it lacks). */
+static void ck_store(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n)
+{
+    if (!kv->n_ck || !seq->state || n == 0 || n % kv->ck_every || seq->n_hashed * BT != n || !seq->last_hash ||
+        ck_find(kv, seq->last_hash) >= 0)
+        return;
+    uint32_t at = 0;
+    for (uint32_t i = 1; i < kv->n_ck; i++)
+        if (kv->ck_used[i] < kv->ck_used[at]) at = i;  /* a free one has 0 */
+    const bool replacing = kv->ck_hash[at] != 0;
+    kv->ck_hash[at] = 0;
+    if (pool_sync(kv) != WEFT_OK || slot_io(kv, seq->state - 1, kv->ck_data + (size_t)at * kv->slot_bytes, false) != WEFT_OK) {
+        kv->ck_used[at] = 0;
+        kv->ck_held -= replacing;
+        return;
+    }
+    kv->ck_hash[at] = seq->last_hash;
+    kv->ck_used[at] = ++kv->ck_tick;
+    kv->ck_held += !replacing;
+    kv->ck_replaced += replacing;
+    kv->ck_stored++;
+}
+
+/* A prefix hit of got blocks on a hybrid: the longest k <= got ending at a checkpoint, its
+ * state restored into a slot for seq; 0 (nothing taken) when none is, or no slot is free. */
+static uint32_t ck_hit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t got)
+{
+    for (uint32_t k = got; k > 0; k--) {
+        if ((k * BT) % kv->ck_every) continue;
+        int32_t i = ck_find(kv, kv->hash[seq->blocks[k - 1]]);
+        if (i < 0) continue;
+        if (slot_take(kv, seq, kv->ck_data + (size_t)i * kv->slot_bytes) != WEFT_OK) return 0;
+        kv->ck_used[i] = ++kv->ck_tick;
+        kv->ck_hits++;
+        return k;
+    }
+    return 0;
+}
+
 struct weft_kv_state_view weft_kv_state_view(const struct weft_kv_pool *kv, uint32_t l)
 {
     if (!weft_kv_layer_state(kv, l)) return (struct weft_kv_state_view){0};
@@ -720,6 +784,13 @@ uint32_t weft_kv_seq_match_prefix(struct weft_kv_pool *kv, struct weft_kv_seq *s
         }
         seq->blocks[seq->n_blocks++] = b;
         h = hn;
+    }
+    if (kv->n_slots) {
+        /* a hybrid: only as far as a state checkpoint, restored; the rest goes back */
+        uint32_t k = ck_hit(kv, seq, got);
+        while (seq->n_blocks > k) unref_block(kv, seq->blocks[--seq->n_blocks]);
+        if (k < got) h = k ? kv->hash[seq->blocks[k - 1]] : 0;
+        got = k;
     }
     if (kv->n_wblocks) {
         /* only as far as the window before the boundary is held: the rest
@@ -785,6 +856,7 @@ void weft_kv_seq_commit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, const 
 {
     if (seq->swapped) return;
     commit_hashes(kv, seq, tokens, n_computed);
+    if (kv->n_ck) ck_store(kv, seq, n_computed);
     if (!kv->n_wblocks) return;
     seq_slide(kv, seq, n_computed);
     if (seq->n_blocks - seq->wfirst > kv->wpeak) kv->wpeak = seq->n_blocks - seq->wfirst;

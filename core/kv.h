@@ -95,6 +95,13 @@ struct weft_kv_config {
     const bool *state_layer;
     size_t state_layer_bytes;
     uint32_t n_state_slots;
+    /* prefix caching with recurrent state: with a prefix cache, a sequence's state is copied
+     * to a host checkpoint whenever it has computed a multiple of state_ckpt_every tokens
+     * (a multiple of 16), named by the hash of the block ending there, in at most
+     * n_state_ckpts checkpoints (the least recently used replaced); a prefix hit then takes
+     * the longest prefix ending at a checkpoint, the state restored. 0: no prefix cache for
+     * a hybrid model */
+    uint32_t state_ckpt_every, n_state_ckpts;
     /* layers of two shapes (Gemma 4): the window group's K/V heads and head dims (0s: the
      * main group's); window layers of another shape need the window group. kv_source (NULL:
      * every layer its own): layer l keeps no K/V and attends to layer kv_source[l]'s (< l, on
@@ -125,6 +132,10 @@ struct weft_kv_stats {
     uint32_t n_state_slots, state_used;
     uint64_t state_bytes_per_seq;
     uint64_t state_swaps;                    /* slots copied to the host with a swapped-out sequence */
+    /* state checkpoints (0s without): every how many tokens, capacity, held, bytes each; taken,
+     * restored by a prefix hit, replaced when full */
+    uint32_t ckpt_every, n_ckpts, ckpts_used;
+    uint64_t ckpt_bytes, ckpts_stored, ckpt_hits, ckpts_replaced;
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
@@ -214,6 +225,12 @@ struct weft_kv_pool {
     uint32_t wn_kv_head, whead_dim, whead_dim_v;
     uint32_t *ksrc;
     uint32_t n_kshared;
+    /* state checkpoints on the host: ck_hash[i] (0: free) names checkpoint i's slot_bytes at
+     * ck_data + i · slot_bytes; ck_used[i]: its last use (LRU by tick) */
+    uint32_t ck_every, n_ck, ck_held;
+    uint64_t *ck_hash, *ck_used, ck_tick;
+    unsigned char *ck_data;
+    uint64_t ck_stored, ck_hits, ck_replaced;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };

@@ -263,7 +263,14 @@ static uint32_t chunk_for(const struct weft_sched *s, const struct weft_sched_re
     if (left > 1 && left > s->cfg.max_prefill_chunk) left = s->cfg.max_prefill_chunk;
     if (low_prefill(s, r) && left > s->low_left) left = s->low_left;
     if (left > 1 && left > s->prefill_left) left = s->prefill_left;
-    return left < budget ? left : budget;
+    if (left > budget) left = budget;
+    const uint32_t a = s->cfg.align_chunks;
+    if (a && left > 1) {
+        /* end at the first checkpoint boundary the chunk would pass */
+        const uint32_t next = (r->n_computed / a + 1) * a;
+        if (r->n_computed + left > next) left = next - r->n_computed;
+    }
+    return left;
 }
 
 /* prompt work: more than one token to compute */

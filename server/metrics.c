@@ -164,6 +164,22 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         one(&o, "weft_state_swaps_total", "counter", "Recurrent states copied to host memory with a preempted sequence.",
             (double)es->kv.state_swaps);
     }
+    if (es->kv.n_ckpts) {
+        /* its prefix cache: the state checkpointed at block boundaries */
+        one(&o, "weft_state_checkpoint_tokens", "gauge", "A hybrid's recurrent state is checkpointed every this many tokens.",
+            es->kv.ckpt_every);
+        one(&o, "weft_state_checkpoints", "gauge", "Recurrent state checkpoints the host holds at most.", es->kv.n_ckpts);
+        one(&o, "weft_state_checkpoints_used", "gauge", "Recurrent state checkpoints held.", es->kv.ckpts_used);
+        one(&o, "weft_state_checkpoint_bytes", "gauge", "Bytes of one recurrent state checkpoint.",
+            (double)es->kv.ckpt_bytes);
+        one(&o, "weft_state_checkpoints_stored_total", "counter", "Recurrent state checkpoints taken.",
+            (double)es->kv.ckpts_stored);
+        one(&o, "weft_state_checkpoint_hits_total", "counter",
+            "Prefix hits that restored a recurrent state checkpoint.", (double)es->kv.ckpt_hits);
+        one(&o, "weft_state_checkpoints_replaced_total", "counter",
+            "Recurrent state checkpoints replaced by newer ones (the least recently used).",
+            (double)es->kv.ckpts_replaced);
+    }
     if (es->kv.n_window_blocks) {
         /* sliding-window layers' blocks (core/kv.h's window group) */
         one(&o, "weft_kv_window_blocks", "gauge", "KV blocks of the sliding-window layers' group.",

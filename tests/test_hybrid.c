@@ -2,8 +2,8 @@
  * DeltaNet layers, one attention layer):
  *   - the pool's state slots alone: taken zeroed with a sequence's first blocks, given back,
  *     refused when all are held (nothing taken), swapped out and into another slot with their
- *     bytes, the bytes per sequence the same at any length, no prefix cache and no block
- *     export or import (refused by name);
+ *     bytes, the bytes per sequence the same at any length, no prefix cache without state
+ *     checkpoints, and no block export or import (refused by name);
  *   - the forward pass, teacher-forced: eight sequences at once, prefilled in block-aligned
  *     chunks mixed with the others' decode rows, and one swapped out and back in mid-way while
  *     its slot served another, each give the logprobs of the sequence run alone: within the
@@ -12,7 +12,8 @@
  *     weft (forward.h: a row's result is then batch-independent);
  *   - the engine (the Q8_0 model): more requests than state slots, and requests preempted
  *     (swapped, recomputed) give each one's outputs and logprobs alone, bit for bit, and leave
- *     every slot free. */
+ *     every slot free;
+ *   - prefix hits restore state checkpoints and continue as cold runs do, bit for bit. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -300,7 +301,7 @@ static void concurrent_sequences_match_alone(void)
 struct out {
     int32_t ids[NGEN];
     float lp[NGEN];
-    uint32_t n;
+    uint32_t n, n_cached;
     bool done;
 };
 
@@ -313,6 +314,7 @@ static void on_event(void *user, const struct weft_event *ev)
     }
     if (ev->finish != WEFT_FINISH_NONE) {
         CHECK_MSG(ev->finish != WEFT_FINISH_ERROR, "request failed: %s", ev->message ? ev->message : "?");
+        o->n_cached = ev->n_cached;
         o->done = true;
     }
 }
@@ -395,6 +397,91 @@ static void engine_requests_match_alone(void)
     }
 }
 
+/* Prefix caching with state checkpoints (every 32 tokens here): a prompt's state is
+ * checkpointed at each 32-token boundary its chunks end at (the scheduler cuts them there); a
+ * later prompt sharing its first 100 tokens restores the checkpoint at 96 (the hit stops at
+ * the last checkpoint, not the last full block), one sharing 40 the one at 32, and each
+ * continues as it does cold (a fresh engine without a prefix cache): the same ids, the same
+ * logprobs (Q8_0: bit for bit). A bound of a few checkpoints replaces the oldest. */
+static void prefix_hits_restore_state_checkpoints(void)
+{
+    m = m8;
+    if (!m) return;
+    static struct tseq a, b, c;
+    a.n_prompt = 100;
+    a.toks[0] = 1;
+    for (uint32_t k = 1; k < a.n_prompt; k++) a.toks[k] = 3 + (int32_t)draw(m->hp.n_vocab - 3);
+    b = a;
+    b.n_prompt = 104;
+    for (uint32_t k = 100; k < b.n_prompt; k++) b.toks[k] = 3 + (int32_t)draw(m->hp.n_vocab - 3);
+    c = a;
+    for (uint32_t k = 40; k < c.n_prompt; k++) c.toks[k] = 3 + (int32_t)draw(m->hp.n_vocab - 3);
+    const struct tseq *ts[3] = {&a, &b, &c};
+    static struct out cold[3], warm[3];
+    struct weft_engine_config cc = {.n_ctx = 256, .max_step_tokens = 64, .max_seqs = 4, .no_prefix_cache = true};
+    struct weft_engine *e = NULL;
+    CHECK_MSG(weft_engine_create(m, &cc, &e) == WEFT_OK, "%s", weft_last_error());
+    if (!e) return;
+    struct weft_engine_stats st;
+    weft_engine_stats(e, &st);
+    CHECK_EQ_INT(st.kv.n_ckpts, 0);  /* no prefix cache: no checkpoints */
+    for (int i = 0; i < 3; i++) {
+        submit(e, ts[i], &cold[i]);
+        CHECK(weft_engine_run_all(e) == WEFT_OK && cold[i].done);
+    }
+    weft_engine_free(e);
+    cc.no_prefix_cache = false;
+    cc.state_ckpt_tokens = 32;
+    cc.state_ckpt_tokens = 32;
+    CHECK_MSG(weft_engine_create(m, &cc, &e) == WEFT_OK, "%s", weft_last_error());
+    if (!e) return;
+    const uint32_t want_cached[3] = {0, 96, 32};
+    for (int i = 0; i < 3; i++) {
+        submit(e, ts[i], &warm[i]);
+        CHECK(weft_engine_run_all(e) == WEFT_OK && warm[i].done);
+        weft_engine_stats(e, &st);
+        CHECK_MSG(warm[i].n_cached == want_cached[i], "request %d: %u cached, not %u", i, warm[i].n_cached,
+                  want_cached[i]);
+        CHECK_MSG(!memcmp(warm[i].ids, cold[i].ids, sizeof warm[i].ids) && !memcmp(warm[i].lp, cold[i].lp, sizeof warm[i].lp),
+                  "request %d: not the cold run's ids and logprobs", i);
+    }
+    /* a: 32, 64, 96 (its chunks cut there); b: none of its own (it ends at 124); c: 64, 96 */
+    printf("  checkpoints every %u tokens: %llu stored, %llu restored, %u held of %u (%llu bytes each)\n",
+           st.kv.ckpt_every, (unsigned long long)st.kv.ckpts_stored, (unsigned long long)st.kv.ckpt_hits,
+           st.kv.ckpts_used, st.kv.n_ckpts, (unsigned long long)st.kv.ckpt_bytes);
+    CHECK_EQ_INT(st.kv.ckpt_hits, 2);
+    CHECK_EQ_INT(st.kv.ckpts_stored, 5);
+    CHECK_EQ_INT(st.kv.ckpt_bytes, st.kv.state_bytes_per_seq);
+    CHECK(st.kv.state_used == 0 && st.kv.used == 0 && weft_kv_check(weft_engine_kv(e)) == WEFT_OK);
+    weft_engine_free(e);
+    /* a bound of 1 MiB: 18 of this model's checkpoints; more prompts replace the oldest */
+    cc.state_ckpt_tokens = 16;
+    cc.state_ckpt_mib = 1;
+    CHECK_MSG(weft_engine_create(m, &cc, &e) == WEFT_OK, "%s", weft_last_error());
+    if (!e) return;
+    for (int i = 0; i < 3; i++) {
+        submit(e, ts[i], &warm[i]);
+        CHECK(weft_engine_run_all(e) == WEFT_OK && warm[i].done);
+        CHECK(!memcmp(warm[i].ids, cold[i].ids, sizeof warm[i].ids));
+    }
+    for (int i = 0; i < 2; i++) {  /* two more prompts of their own: 7 checkpoints each */
+        static struct tseq d;
+        static struct out od;
+        d = a;
+        for (uint32_t k = 1; k < d.n_prompt; k++) d.toks[k] = 3 + (int32_t)draw(m->hp.n_vocab - 3);
+        submit(e, &d, &od);
+        CHECK(weft_engine_run_all(e) == WEFT_OK && od.done);
+    }
+    weft_engine_stats(e, &st);
+    printf("  a bound of %u checkpoints: %llu stored, %llu replaced\n", st.kv.n_ckpts,
+           (unsigned long long)st.kv.ckpts_stored, (unsigned long long)st.kv.ckpts_replaced);
+    CHECK(st.kv.ckpts_used == st.kv.n_ckpts && st.kv.ckpts_replaced > 0);
+    weft_engine_free(e);
+    /* not a multiple of the block: refused by name */
+    cc.state_ckpt_tokens = 40;
+    CHECK(weft_engine_create(m, &cc, &e) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "multiple of 16"));
+}
+
 int main(void)
 {
     char path[1200];
@@ -423,6 +510,7 @@ int main(void)
     RUN(state_slots_in_the_pool);
     RUN(concurrent_sequences_match_alone);
     RUN(engine_requests_match_alone);
+    RUN(prefix_hits_restore_state_checkpoints);
     weft_model_free(m8);
     weft_model_free(m16);
     weft_backend_close(be);

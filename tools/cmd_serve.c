@@ -26,6 +26,7 @@ static void usage(FILE *f)
             "usage: weft serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [--device cpu] [--config FILE]\n"
             "                  [-t THREADS] [-c N_CTX] [--max-seqs 64] [--max-waiting 256] [--kv-mib 1024] [--kv-host-mib 0]\n"
             "                  [--model-name NAME] [--no-prefix-cache] [--swa-full] [--kv-type f16|q8_0]\n"
+            "                  [--state-checkpoint 256] [--state-checkpoint-mib 256]\n"
             "                  [--chat-template FILE]\n"
             "                  [--max-stream-buffer-kib 4096] [--drain-timeout 30] [--max-conns-per-client 64]\n"
             "                  [--max-output-kib 1024] [--metrics-port PORT] [--metrics-key KEY]\n"
@@ -44,6 +45,9 @@ static void usage(FILE *f)
             "  --swa-full: keep every KV block of sliding-window layers (Gemma 3's local ones) instead of\n"
             "                 dropping those out of each sequence's window (more KV memory a sequence; its KV blocks\n"
             "                 always carry the window layers)\n"
+            "  --state-checkpoint N, --state-checkpoint-mib M: a hybrid model's prefix cache copies its\n"
+            "                 recurrent state to host memory every N computed tokens (default 256, a multiple\n"
+            "                 of 16), in at most M MiB (default 256); a prefix hit resumes from the last one\n"
             "  --watchdog-ms MS: an engine with work queued that has not stepped for MS is stalled: /health\n"
             "                 and /load answer 503 (a router moves its streams elsewhere)\n"
             "  --test-hooks: POST /test/engine-pause {\"paused\": true} holds the engine still (tests only)\n"
@@ -176,7 +180,8 @@ int weft_cmd_serve(int argc, char **argv)
     const char *config = NULL, *name = NULL;
     uint32_t port = 8080, max_seqs = 64, max_waiting = 256, kv_mib = 0, max_stream_kib = 4096;
     uint32_t drain_s = 30, per_client = 64, max_output_kib = 1024, metrics_port = 0, tok_threads = 2,
-             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0;
+             max_tokenizing = 64, low_prefill_ms = 40, host_mib = 0, kv_push_mib = 64, kv_push_total_mib = 0,
+             ckpt_tokens = 0, ckpt_mib = 0;
     double itl_target_ms = 0;  /* auto */
     bool no_prefix = false, swa_full = false;
     const char *chat_template = NULL;
@@ -301,6 +306,8 @@ int weft_cmd_serve(int argc, char **argv)
             {"--mock-seed", 1, 0xffffffffu, &mock_seed},
             {"--low-priority-step-ms", 0, 60000, &low_prefill_ms},
             {"--kv-host-mib", 0, 1 << 24, &host_mib},
+            {"--state-checkpoint", 16, 1 << 24, &ckpt_tokens},
+            {"--state-checkpoint-mib", 1, 1 << 24, &ckpt_mib},
             {"--max-kv-push-mib", 1, 1 << 16, &kv_push_mib},
             {"--max-kv-push-total-mib", 1, 1 << 20, &kv_push_total_mib},
             {"--watchdog-ms", 100, 86400000, &sc.watchdog_ms},
@@ -388,6 +395,7 @@ int weft_cmd_serve(int argc, char **argv)
                                             .max_waiting = max_waiting, .kv_mib = kv_mib,
                                             .max_step_tokens = o.batch > 0 ? (uint32_t)o.batch : 0,
                                             .low_prefill_ms = low_prefill_ms, .itl_target_ms = itl_target_ms, .host_cache_mib = host_mib,
+                                            .state_ckpt_tokens = ckpt_tokens, .state_ckpt_mib = ckpt_mib,
                                             .no_prefix_cache = no_prefix, .swa_full = swa_full, .kv_type = kv_type,
                                             .mock_prefill_tps = mock_p, .mock_decode_tps = mock_d};
     struct weft_server *s;

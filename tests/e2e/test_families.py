@@ -167,3 +167,32 @@ def test_deepseek2_latent_cache_through_pd_and_redis():
         for s in (r, p, d, o, b, redis):
             if s is not None:
                 s.stop()
+
+
+QWEN35 = os.path.join(os.path.dirname(ROOT), "shared", "models", "arch", "qwen35-F16.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(QWEN35), reason=f"no {QWEN35}")
+def test_a_hybrid_prefix_hit_resumes_from_a_state_checkpoint():
+    """Qwen3.5 (recurrent layers): a repeated prompt resumes from the state checkpoint at its
+    last 32-token boundary (counted) and answers as an instance without a prefix cache."""
+    w = Server("-c", "512", "--state-checkpoint", "32", "--state-checkpoint-mib", "4", model=QWEN35, threads=1, cpu=0)
+    o = Server("-c", "512", "--no-prefix-cache", model=QWEN35, threads=1, cpu=1)
+    try:
+        text = prompt_of(5, 20)
+        ref = complete(o, text, max_tokens=24)
+        n = ref["usage"]["prompt_tokens"]
+        assert n > 64
+        first = complete(w, text, max_tokens=24)
+        again = complete(w, text, max_tokens=24)
+        assert first["choices"][0]["text"] == again["choices"][0]["text"] == ref["choices"][0]["text"]
+        assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 32 * 32
+        assert w.metric("weft_state_checkpoint_hits_total") == 1
+        assert w.metric("weft_state_checkpoint_tokens") == 32
+        assert w.metric("weft_state_checkpoints_stored_total") >= (n - 1) // 32
+        with pytest.raises(KeyError):
+            o.metric("weft_state_checkpoints")  # no prefix cache: no checkpoints
+    finally:
+        for s in (w, o):
+            s.stop()
