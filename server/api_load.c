@@ -107,6 +107,9 @@ void weft_server_do_load(struct weft_server *s, struct http_conn *c)
         json_object_set_new(j, "device_class", json_string(cls));
         json_object_set_new(j, "generated_tokens", json_integer((json_int_t)es.generated_tokens));  /* cumulative */
         json_object_set_new(j, "stalled_seconds", json_real(es.stalled_s));
+        /* a hybrid's prefix hits end at its state checkpoints (core/kv.h): the router's index
+         * counts a checkpoint as the block it can resume from */
+        if (kv->n_ckpts) json_object_set_new(json_object_get(j, "kv"), "state_checkpoint_tokens", json_integer(kv->ckpt_every));
         if (stalled) json_object_set_new(j, "status", json_string("stalled"));
     }
     char *b = j ? json_dumps(j, JSON_COMPACT) : NULL;

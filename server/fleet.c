@@ -52,6 +52,7 @@ bool weft_fleet_parse_load(const char *text, size_t len, struct fleet_load *out,
     json_t *dr = json_object_get(j, "decode_row_tokens_per_s");
     out->decode_row_tps = json_is_number(dr) ? json_number_value(dr) : 0;
     out->block_tokens = u32_of(json_object_get(kv, "block_tokens"));
+    out->ckpt_tokens = u32_of(json_object_get(kv, "state_checkpoint_tokens"));
     json_t *dev = json_object_get(kv, "device"), *host = json_object_get(kv, "host");
     out->kv_used = u32_of(json_object_get(dev, "used"));
     out->kv_cached = u32_of(json_object_get(dev, "cached"));
@@ -292,6 +293,13 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         r->max_waiting = l->max_waiting;
         r->queued_prefill_tokens = l->queued_prefill_tokens > in->own_queued ? l->queued_prefill_tokens : in->own_queued;
         r->matched_blocks = n_hashes ? weft_prefix_index_match(&in->ix, hashes, n_hashes) : 0;
+        if (l->ckpt_tokens >= 16 && l->ckpt_tokens % 16 == 0 && r->matched_blocks) {
+            /* a hybrid resumes from a state checkpoint: its hit is the prefix's last full block
+             * before the last prompt token, down to a checkpoint boundary (core/kv.h) */
+            const uint32_t per = l->ckpt_tokens / 16, most = n_prompt ? (n_prompt - 1) / 16 : 0;
+            uint32_t mb = r->matched_blocks < most ? r->matched_blocks : most;
+            r->matched_blocks = mb / per * per;
+        }
         /* free blocks as reported, less what the router dispatched since (its uncached prompts) */
         uint64_t pending = in->own_queued / 16;
         r->kv_known = l->kv_total > 0;

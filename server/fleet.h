@@ -29,6 +29,8 @@ struct fleet_load {
     uint32_t running, waiting, tokenizing;
     uint64_t queued_prefill_tokens;
     uint32_t block_tokens;
+    uint32_t ckpt_tokens;          /* a hybrid's state checkpoint interval: its prefix hits end at a
+                                      multiple of it (0: any block) */
     uint32_t kv_used, kv_cached, kv_free, kv_total, host_used, host_total;
     double prefill_tps, decode_tps;
     uint32_t decode_rows;          /* rows in the steps decode_tps was measured on */

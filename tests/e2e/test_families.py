@@ -6,6 +6,7 @@ greedy answers equal its answers; a prefix computed on one instance is served
 on another from Redis (counted); embeddings of a batch equal each alone."""
 import json
 import os
+import time
 import urllib.request
 
 import pytest
@@ -195,4 +196,45 @@ def test_a_hybrid_prefix_hit_resumes_from_a_state_checkpoint():
             o.metric("weft_state_checkpoints")  # no prefix cache: no checkpoints
     finally:
         for s in (w, o):
+            s.stop()
+
+
+@pytest.mark.skipif(not os.path.exists(QWEN35), reason=f"no {QWEN35}")
+def test_the_router_sends_a_hybrid_prefix_to_its_checkpoint():
+    """Two Qwen3.5 instances behind weft router: a prompt's second sending goes to the
+    instance holding its state checkpoint (route header: reason prefix), the predicted match
+    the checkpoint's boundary (not the last full block), equal to what the instance reports
+    cached, the answer the same."""
+    import http.client
+    from test_router import post, route_field
+    a = Server("-c", "512", "--state-checkpoint", "32", model=QWEN35, threads=1, cpu=0)
+    b = Server("-c", "512", "--state-checkpoint", "32", model=QWEN35, threads=1, cpu=1)
+    r = Router([a, b], model=QWEN35)
+    try:
+        r.wait_ready(n_up=2)
+        assert json.loads(a.get("/load")[1])["kv"]["state_checkpoint_tokens"] == 32
+        conn = http.client.HTTPConnection("127.0.0.1", r.port, timeout=120)
+        body = {"prompt": prompt_of(5, 20), "max_tokens": 8, "temperature": 0}
+        st, h1, d1 = post(conn, "/v1/completions", body)
+        assert st == 200
+        first = json.loads(d1)
+        n = first["usage"]["prompt_tokens"]
+        assert (n - 1) // 16 % 2 == 1  # the last full block is past the last checkpoint
+        holder = h1["x-weft-instance"]
+        srv = a if holder.endswith(f":{a.port}") else b
+        assert wait_metric(srv, "weft_state_checkpoints_stored_total", lambda v: v >= (n - 1) // 32)
+        # the router's index hears of the blocks through the instance's KV events
+        deadline = time.time() + 60
+        while r.metric("weft_router_instance_index_blocks", {"instance": holder}) < (n - 1) // 16:
+            assert time.time() < deadline, "the router's index did not follow the instance's KV events"
+            time.sleep(0.05)
+        st, h2, d2 = post(conn, "/v1/completions", body)
+        second = json.loads(d2)
+        assert h2["x-weft-instance"] == holder and route_field(h2["x-weft-route"], "reason") == "prefix", h2["x-weft-route"]
+        assert int(route_field(h2["x-weft-route"], "matched")) == (n - 1) // 32 * 32
+        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 32 * 32
+        assert second["choices"][0]["text"] == first["choices"][0]["text"]
+        assert srv.metric("weft_state_checkpoint_hits_total") >= 1
+    finally:
+        for s in (r, a, b):
             s.stop()
