@@ -128,7 +128,7 @@ int weft_cmd_info(int argc, char **argv)
     printf("name:        %s\n", name);
     printf("arch:        %s, %.1fM params, weights mostly %s (%.1f MiB)\n", hp->arch, weft_model_n_params(m) / 1e6,
            weft_type_name(weft_model_ftype(m)), weft_model_weight_bytes(m) / 1048576.0);
-    char uses[256];
+    char uses[640];
     weft_family_describe(hp, uses, sizeof uses);
     printf("family:      %s: %s\n", hp->arch, uses);
     printf("layers %u, embd %u, heads %u (kv %u, head_dim %u), ff %u, vocab %u, ctx %u\n", hp->n_layer, hp->n_embd,

@@ -96,6 +96,13 @@ void weft_family_describe(const struct weft_hparams *hp, char *out, size_t cap)
             hp->n_layer - weft_hp_kv_layers(hp), hp->n_layer, hp->ssm_groups, hp->ssm_dt_rank, hp->ssm_state,
             hp->ssm_conv_kernel);
     if (hp->kv_latent) ADD("latent KV cache (MLA: %u + %u per token)", hp->n_rot, hp->kv_lora_rank);
+    if (hp->head_dim_swa || hp->n_head_kv_swa)
+        ADD("sliding layers %u KV heads of %u, %u rotated", weft_hp_n_head_kv(hp, 0), weft_hp_head_dim(hp, 0),
+            weft_hp_n_rot(hp, 0));
+    if (hp->n_kv_shared) ADD("the last %u layers read earlier layers' KV", hp->n_kv_shared);
+    if (hp->n_ff_kv_shared) ADD("their FFN %u rows", hp->n_ff_kv_shared);
+    if (hp->n_embd_per_layer) ADD("per-layer embeddings of %u", hp->n_embd_per_layer);
+    if (hp->final_softcap != 0) ADD("logits soft-capped at %g", hp->final_softcap);
 #undef ADD
     if (!out[0]) snprintf(out, cap, "plain");
 }
