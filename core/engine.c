@@ -227,7 +227,7 @@ weft_status weft_engine_create(const struct weft_model *m, const struct weft_eng
         const size_t slot = weft_hp_state_layer_bytes(hp) * (hp->n_layer - weft_hp_kv_layers(hp));
         const uint64_t n = slot ? ((uint64_t)mib << 20) / slot : 0;
         kc.state_ckpt_every = every;
-        kc.n_state_ckpts = n > 65536 ? 65536 : (uint32_t)n;
+        kc.n_state_ckpts = n > 4096 ? 4096 : (uint32_t)n;  /* kv.c finds them by a scan */
     }
     struct weft_sched_config sc = {.n_ctx = c.n_ctx, .max_step_tokens = c.max_step_tokens,
                                    .max_running = c.max_seqs, .max_waiting = c.max_waiting,
