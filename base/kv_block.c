@@ -83,7 +83,7 @@ static uint32_t run_v(const struct weft_kvb_layout *l) { return l->c ? l->c : l-
 static size_t run_layer_bytes(const struct weft_kvb_layout *l, enum weft_type type)
 {
     /* ATTN and WINDOW alike: K, then V; LATENT: K only; SHARED: nothing */
-    if (l->kind == WEFT_KVB_SHARED) return 0;
+    if (l->kind == WEFT_KVB_SHARED || l->kind == WEFT_KVB_STATE) return 0;
     if (l->kind == WEFT_KVB_LATENT) return weft_kv_block_layer_bytes(type, l->a, l->b);
     return weft_kv_block_layer_bytes(type, l->a, l->b) + weft_kv_block_layer_bytes(type, l->a, run_v(l));
 }
@@ -122,8 +122,33 @@ bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint
     return true;
 }
 
+bool weft_kvb_layout_replace(struct weft_kvb_header *h, const bool *which, const struct weft_kvb_layout *with)
+{
+    struct weft_kvb_layout out[WEFT_KVB_MAX_LAYOUT];
+    uint32_t n = 0;
+    for (uint32_t i = 0, l = 0; i < h->n_layout; i++)
+        for (uint32_t j = 0; j < h->layout[i].n_layers; j++, l++) {
+            struct weft_kvb_layout one = h->layout[i];
+            one.n_layers = 1;
+            if (which[l]) {
+                one = *with;
+                one.n_layers = 1;
+            }
+            if (n && out[n - 1].kind == one.kind && out[n - 1].type == one.type && out[n - 1].a == one.a &&
+                out[n - 1].b == one.b && out[n - 1].c == one.c) {
+                out[n - 1].n_layers++;
+                continue;
+            }
+            if (n == WEFT_KVB_MAX_LAYOUT) return false;
+            out[n++] = one;
+        }
+    memcpy(h->layout, out, n * sizeof *out);
+    h->n_layout = n;
+    return true;
+}
+
 /* The layout is one the format holds, covering the range; *payload set. */
-static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload, size_t *window)
+static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload, size_t *window, size_t *state)
 {
     if (!h->n_layer || h->n_layer > 4096)
         return weft_error(WEFT_ERR_FORMAT, "kv block: %u layers is not a model's", h->n_layer);
@@ -132,13 +157,24 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload,
                           h->n_layers, h->n_layer);
     if (!h->n_layout || h->n_layout > WEFT_KVB_MAX_LAYOUT)
         return weft_error(WEFT_ERR_FORMAT, "kv block: %u layout runs (1 to %d)", h->n_layout, WEFT_KVB_MAX_LAYOUT);
-    uint64_t layers = 0, pb = 0, wb = 0;
+    uint64_t layers = 0, pb = 0, wb = 0, sb = 0;
     for (uint32_t i = 0; i < h->n_layout; i++) {
         const struct weft_kvb_layout *l = &h->layout[i];
-        if (l->kind != WEFT_KVB_ATTN && l->kind != WEFT_KVB_WINDOW && l->kind != WEFT_KVB_LATENT &&
-            l->kind != WEFT_KVB_SHARED)
+        if (l->kind < WEFT_KVB_ATTN || l->kind > WEFT_KVB_STATE)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u is of kind %u, this reader knows attention "
-                              "K/V (1), sliding-window K/V (2), latent (3) and shared (4)", i, l->kind);
+                              "K/V (1), sliding-window K/V (2), latent (3), shared (4) and recurrent state (5)", i,
+                              l->kind);
+        if (l->kind == WEFT_KVB_STATE) {
+            if (!l->n_layers || !l->a || l->a % 4 || l->b || l->c || l->type != WEFT_TYPE_F32)
+                return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: a recurrent state run of %u layers is "
+                                  "F32 of a bytes a layer (a multiple of 4), b and c 0 (%u, %u, %u, type %u)", i,
+                                  l->n_layers, l->a, l->b, l->c, l->type);
+            layers += l->n_layers;
+            sb += (uint64_t)l->n_layers * l->a;
+            if (sb > WEFT_KVB_MAX_STATE)
+                return weft_error(WEFT_ERR_FORMAT, "kv block: more than %zu state bytes a block", WEFT_KVB_MAX_STATE);
+            continue;
+        }
         if (l->kind == WEFT_KVB_SHARED) {
             if (!l->n_layers || l->a || l->b || l->c || (l->type != WEFT_TYPE_F16 && l->type != WEFT_TYPE_Q8_0))
                 return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: a shared run of %u layers has no shape "
@@ -169,16 +205,18 @@ static weft_status check_shape(const struct weft_kvb_header *h, size_t *payload,
                           (unsigned long long)layers, h->n_layers);
     *payload = (size_t)pb;
     *window = (size_t)wb;
+    *state = (size_t)sb;
     return WEFT_OK;
 }
 
 weft_status weft_kvb_header_init(struct weft_kvb_header *h)
 {
-    size_t pb, wb;
-    weft_status st = check_shape(h, &pb, &wb);
+    size_t pb, wb, sb;
+    weft_status st = check_shape(h, &pb, &wb, &sb);
     if (st != WEFT_OK) return weft_error(WEFT_ERR_INVALID_ARG, "%s", weft_last_error());
     h->payload_bytes = (uint32_t)pb;
     h->window_bytes = (uint32_t)wb;
+    h->state_bytes = (uint32_t)sb;
     h->header_bytes = FIXED + 16 * h->n_layout + 4;
     return WEFT_OK;
 }
@@ -257,14 +295,15 @@ weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft
         h.layout[i] = (struct weft_kvb_layout){.kind = e[0], .type = e[1], .n_layers = get32(e + 4),
                                                .a = get32(e + 8), .b = get32(e + 12),
                                                .c = (uint32_t)e[2] | (uint32_t)e[3] << 8};
-        if (h.layout[i].c == h.layout[i].b && h.layout[i].kind != WEFT_KVB_SHARED)
+        if (h.layout[i].c == h.layout[i].b && h.layout[i].kind != WEFT_KVB_SHARED && h.layout[i].kind != WEFT_KVB_STATE)
             return weft_error(WEFT_ERR_FORMAT, "kv block: layout run %u: V's head dim %u written as differing", i,
                               h.layout[i].c);
     }
-    size_t pb, wb;
-    weft_status st = check_shape(&h, &pb, &wb);
+    size_t pb, wb, sb;
+    weft_status st = check_shape(&h, &pb, &wb, &sb);
     if (st != WEFT_OK) return st;
     h.window_bytes = (uint32_t)wb;
+    h.state_bytes = (uint32_t)sb;
     if (h.payload_bytes != pb)
         return weft_error(WEFT_ERR_FORMAT, "kv block: header says %u payload bytes a block, its layout needs %zu",
                           h.payload_bytes, pb);
@@ -292,7 +331,7 @@ weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct w
     for (uint32_t i = 0; same && i < h->n_layout; i++) {
         const struct weft_kvb_layout *a = &h->layout[i], *b = &want->layout[i];
         same = a->kind == b->kind && a->n_layers == b->n_layers && a->a == b->a && a->b == b->b && a->c == b->c;
-        other_type |= a->type != b->type;
+        other_type |= a->type != b->type;  /* a STATE run's is always F32 */
     }
     if (!same) {
         const struct weft_kvb_layout *a = &h->layout[0], *b = &want->layout[0];
@@ -300,10 +339,13 @@ weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct w
                           "is %u runs (first: %u layers x %u x %u)", h->n_layout, a->n_layers, a->a, a->b,
                           want->n_layout, b->n_layers, b->a, b->b);
     }
-    if (other_type && !want->allow_convert)
+    if (other_type && !want->allow_convert) {
+        uint32_t i = 0;
+        while (i + 1 < h->n_layout && h->layout[i].type == want->layout[i].type) i++;
         return weft_error(WEFT_ERR_MISMATCH, "kv block: KV type %s, this cache holds %s (conversion not enabled)",
-                          weft_type_name((enum weft_type)h->layout[0].type),
-                          weft_type_name((enum weft_type)want->layout[0].type));
+                          weft_type_name((enum weft_type)h->layout[i].type),
+                          weft_type_name((enum weft_type)want->layout[i].type));
+    }
     if (want->keys && want->keys->n && !h->mac)
         return weft_error(WEFT_ERR_AUTH, "kv block: the blocks carry no MAC and this instance takes only blocks made "
                           "under the fleet secret");
@@ -312,35 +354,42 @@ weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct w
 
 /* ---- blocks --------------------------------------------------------------- */
 
-/* HMAC-SHA256 of one record's body (meta + payload) under key, bound to h. */
+/* HMAC-SHA256 of one record's body (meta + payload [+ state]: body bytes) under key, bound
+ * to h. */
 static weft_status block_mac(const struct weft_kvb_header *h, const unsigned char *key, const unsigned char *rec,
-                             unsigned char out[WEFT_KVB_MAC_BYTES])
+                             size_t body, unsigned char out[WEFT_KVB_MAC_BYTES])
 {
     unsigned char hb[WEFT_KVB_HEADER_MAX], hd[32];
     header_body(h, 0, hb);
     weft_status st = weft_sha256(hb, h->header_bytes - 4, hd);
     if (st != WEFT_OK) return st;
-    return weft_hmac_sha256(key, 32, hd, sizeof hd, rec, WEFT_KVB_BLOCK_META + (size_t)h->payload_bytes, out);
+    return weft_hmac_sha256(key, 32, hd, sizeof hd, rec, body, out);
 }
 
 void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
                           uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], uint32_t flags, const void *payload,
-                          unsigned char *out)
+                          const void *state, unsigned char *out)
 {
     if (!h->window_bytes) flags &= ~WEFT_KVB_BLOCK_WINDOW;
+    if (!h->state_bytes || !state) flags &= ~WEFT_KVB_BLOCK_STATE;
+    flags &= WEFT_KVB_BLOCK_WINDOW | WEFT_KVB_BLOCK_STATE;
     put64(out, parent);
     put64(out + 8, hash);
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) put32(out + 16 + 4 * i, (uint32_t)tokens[i]);
-    put32(out + 80, flags & WEFT_KVB_BLOCK_WINDOW);
+    put32(out + 80, flags);
     put32(out + 84, 0);
     size_t keep = h->window_bytes && !(flags & WEFT_KVB_BLOCK_WINDOW) ? h->payload_bytes - h->window_bytes
                                                                       : h->payload_bytes;
     memcpy(out + WEFT_KVB_BLOCK_META, payload, keep);
     memset(out + WEFT_KVB_BLOCK_META + keep, 0, h->payload_bytes - keep);
     size_t body = WEFT_KVB_BLOCK_META + (size_t)h->payload_bytes;
+    if (flags & WEFT_KVB_BLOCK_STATE) {
+        memcpy(out + body, state, h->state_bytes);
+        body += h->state_bytes;
+    }
     if (h->mac) {
         /* a write without a key (a caller's bug) leaves a MAC no reader takes */
-        if (!keys || !keys->n || block_mac(h, keys->key[0], out, out + body) != WEFT_OK)
+        if (!keys || !keys->n || block_mac(h, keys->key[0], out, body, out + body) != WEFT_OK)
             memset(out + body, 0, WEFT_KVB_MAC_BYTES);
         body += WEFT_KVB_MAC_BYTES;
     }
@@ -350,20 +399,24 @@ void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb
 weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys,
                                 const unsigned char *buf, size_t n, struct weft_kvb_block *out)
 {
-    size_t need = weft_kvb_record_bytes(h), body = need - 4;
+    if (n < weft_kvb_record_bytes(h))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: truncated (%zu of %zu bytes)", n, weft_kvb_record_bytes(h));
+    const uint32_t flags = get32(buf + 80);
+    size_t need = weft_kvb_record_bytes_flags(h, flags), body = need - 4;
     if (n < need) return weft_error(WEFT_ERR_FORMAT, "kv block: truncated (%zu of %zu bytes)", n, need);
     if (get32(buf + body) != weft_crc32c(0, buf, body)) return weft_error(WEFT_ERR_FORMAT, "kv block: CRC mismatch");
-    struct weft_kvb_block b = {.parent = get64(buf), .hash = get64(buf + 8), .flags = get32(buf + 80),
+    struct weft_kvb_block b = {.parent = get64(buf), .hash = get64(buf + 8), .flags = flags,
                                .payload = buf + WEFT_KVB_BLOCK_META};
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) b.tokens[i] = (int32_t)get32(buf + 16 + 4 * i);
+    if (h->mac) body -= WEFT_KVB_MAC_BYTES;
     if (keys && keys->n) {
         if (!h->mac)
             return weft_error(WEFT_ERR_AUTH, "kv block: the block carries no MAC");
-        const unsigned char *tag = buf + WEFT_KVB_BLOCK_META + h->payload_bytes;
+        const unsigned char *tag = buf + body;
         bool ok = false;
         for (uint32_t k = 0; k < keys->n && !ok; k++) {
             unsigned char want[WEFT_KVB_MAC_BYTES];
-            weft_status st = block_mac(h, keys->key[k], buf, want);
+            weft_status st = block_mac(h, keys->key[k], buf, body, want);
             if (st != WEFT_OK) return st;
             ok = weft_digest_eq(want, tag);
         }
@@ -371,12 +424,14 @@ weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct we
             return weft_error(WEFT_ERR_AUTH, "kv block: block %016llx's MAC is not one made under the fleet secret",
                               (unsigned long long)b.hash);
     }
-    if ((b.flags & ~WEFT_KVB_BLOCK_WINDOW) || get32(buf + 84) || ((b.flags & WEFT_KVB_BLOCK_WINDOW) && !h->window_bytes))
+    if ((b.flags & ~(WEFT_KVB_BLOCK_WINDOW | WEFT_KVB_BLOCK_STATE)) || get32(buf + 84) ||
+        ((b.flags & WEFT_KVB_BLOCK_WINDOW) && !h->window_bytes) || ((b.flags & WEFT_KVB_BLOCK_STATE) && !h->state_bytes))
         return weft_error(WEFT_ERR_FORMAT, "kv block: block flags %#x (reserved %#x) are not ones this layout has",
                           b.flags, get32(buf + 84));
     if (b.hash != weft_kv_block_hash(b.parent, b.tokens))
         return weft_error(WEFT_ERR_FORMAT, "kv block: hash %016llx is not its parent's and tokens' hash",
                           (unsigned long long)b.hash);
+    if (b.flags & WEFT_KVB_BLOCK_STATE) b.state = buf + WEFT_KVB_BLOCK_META + h->payload_bytes;
     *out = b;
     return WEFT_OK;
 }
@@ -397,7 +452,9 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
     /* the payload's order: the ATTN runs' layers, then the WINDOW runs' */
     for (uint32_t k = 0; k < 2 * h->n_layout; k++) {
         const struct weft_kvb_layout *l = &h->layout[k % h->n_layout];
-        if ((l->kind == WEFT_KVB_WINDOW) != (k >= h->n_layout) || l->kind == WEFT_KVB_SHARED) continue;
+        if ((l->kind == WEFT_KVB_WINDOW) != (k >= h->n_layout) || l->kind == WEFT_KVB_SHARED ||
+            l->kind == WEFT_KVB_STATE)
+            continue;
         enum weft_type from = (enum weft_type)l->type;
         size_t in_bytes = (size_t)l->n_layers * run_layer_bytes(l, from);
         if (from == to) {
@@ -428,11 +485,27 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
     return WEFT_OK;
 }
 
-bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, size_t n)
+/* The records of buf's n bytes after the header, each as long as its flags say (a flag
+ * the layout lacks counts nothing: its reader refuses it); false when they are not whole. */
+static bool count_records(const struct weft_kvb_header *h, const unsigned char *buf, size_t n, size_t *count)
 {
-    size_t rec = weft_kvb_record_bytes(h);
-    if (n < h->header_bytes || (n - h->header_bytes) % rec) return false;
-    size_t count = (n - h->header_bytes) / rec;
+    size_t off = h->header_bytes, k = 0, rec = weft_kvb_record_bytes(h);
+    if (n < off) return false;
+    while (off < n) {
+        if (n - off < rec) return false;
+        size_t len = weft_kvb_record_bytes_flags(h, get32(buf + off + 80));
+        if (n - off < len) return false;
+        off += len;
+        k++;
+    }
+    *count = k;
+    return true;
+}
+
+bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, const unsigned char *buf, size_t n)
+{
+    size_t count = 0;
+    if (!count_records(h, buf, n, &count)) return false;
     return count <= UINT32_MAX && (!h->n_blocks || count == h->n_blocks);
 }
 
@@ -443,20 +516,20 @@ weft_status weft_kvb_read_stream(const unsigned char *buf, size_t n, const struc
     weft_status st = weft_kvb_read_header(buf, n, h);
     if (st == WEFT_OK && want) st = weft_kvb_check_model(h, want);
     if (st != WEFT_OK) return st;
-    size_t rec = weft_kvb_record_bytes(h), off = h->header_bytes;
-    if (!weft_kvb_sizes_ok(h, n)) {
-        if (h->n_blocks)
-            return weft_error(WEFT_ERR_FORMAT, "kv block: the header names %u blocks of %zu bytes, the stream has %zu "
-                              "bytes after it", h->n_blocks, rec, n - off);
-        return weft_error(WEFT_ERR_FORMAT, "kv block: %zu bytes after the header are not whole %zu-byte blocks",
-                          n - off, rec);
-    }
-    uint32_t count = (uint32_t)((n - off) / rec);
+    size_t off = h->header_bytes, count = 0;
+    if (!count_records(h, buf, n, &count))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: %zu bytes after the header are not whole blocks of %zu bytes "
+                          "(%zu more with a state checkpoint)", n - off, weft_kvb_record_bytes(h),
+                          (size_t)h->state_bytes);
+    if (count > UINT32_MAX || (h->n_blocks && count != h->n_blocks))
+        return weft_error(WEFT_ERR_FORMAT, "kv block: the header names %u blocks, the stream has %zu after it",
+                          h->n_blocks, count);
     const struct weft_kvb_keys *keys = want ? want->keys : NULL;
-    for (uint32_t i = 0; i < count; i++, off += rec) {
+    for (size_t i = 0; i < count; i++) {
         struct weft_kvb_block b;
         if ((st = weft_kvb_read_block(h, keys, buf + off, n - off, &b)) != WEFT_OK) return st;
         if (fn && (st = fn(user, h, &b)) != WEFT_OK) return st;
+        off += weft_kvb_record_bytes_flags(h, b.flags);
         (*n_good)++;
     }
     return WEFT_OK;

@@ -1,4 +1,4 @@
-/* KV block format v4: the one way KV blocks leave a device, whatever
+/* KV block format v5: the one way KV blocks leave a device, whatever
  * backend made them: on the wire between instances, in pushes of a
  * prefill/decode hand-off and in Redis.
  *
@@ -15,15 +15,20 @@
  *        range: 0 kind (u8), 1 KV type (u8, weft_type), 2 c (u16),
  *        4 layers in the run (u32), 8 a (u32), 12 b (u32)
  *     72 + 16 n_layout: CRC-32C of every byte before it
- *   block (88 + payload [+ 32] + 4 bytes)
+ *   block (88 + payload [+ state] [+ 32] + 4 bytes)
  *     0  parent hash (u64)            8  block hash (u64)
  *     16 token ids (i32 x 16)         80 block flags (u32; bit 0: its window
- *        layers' K/V are in the payload)        84 reserved (0)
+ *        layers' K/V are in the payload; bit 1 (v5): a state checkpoint
+ *        follows the payload)                   84 reserved (0)
  *     88 payload: the layers of the ATTN runs, in layer order, each as its
  *        run says; then those of the WINDOW runs, in layer order (all zero,
  *        and not to be used, when flag bit 0 is clear: a block whose window
- *        part its writer had dropped); 88 + payload: with the MAC flag,
+ *        part its writer had dropped); with flag bit 1, then the STATE runs'
+ *        recurrent state after the block's last token, their layers in layer
+ *        order (state bytes: the runs' a each); then, with the MAC flag,
  *        HMAC-SHA256 (32 bytes, below); last: CRC-32C of every byte before it
+ *   A record's size is the header's fixed one, plus the state bytes when its
+ *   flag bit 1 is set: a reader reads the flags to find the next record.
  *
  * A layout run says what one layer's slot of a block holds, so a family
  * whose layers cache differently (a sliding window, a latent cache, a
@@ -41,7 +46,16 @@
  *   WEFT_KVB_SHARED (4): layers that keep no K/V: each attends to an
  *     earlier layer's (Gemma 4's shared KV; which one is the model's, fixed
  *     by its fingerprint); nothing in the payload (a, b, c 0).
- * A reader refuses a kind it does not know (v3 streams: by version).
+ *   WEFT_KVB_STATE (5, v5): recurrent layers (Qwen3.5's Gated DeltaNet): no
+ *     K/V but a fixed-size state per sequence, of type F32, a = its bytes per
+ *     layer (the short convolution's window, then the delta rule's matrix,
+ *     each at a 256-byte boundary: the state layout of backends/backend.h);
+ *     nothing in the payload. A block that ends where its writer had a state
+ *     checkpoint (core/kv.h) carries it (flag bit 1): a reader resumes a
+ *     sequence from it, and a block without one only after a later block
+ *     that has one (a, b, c 0 but a).
+ * A reader refuses a kind it does not know (v4 and older streams: by
+ * version).
  *
  * The MAC binds a block's bytes to its model and layout: HMAC-SHA256 under
  * a key derived from the fleet secret (weft_kvb_keys_derive) over
@@ -82,10 +96,12 @@ size_t weft_kv_block_layer_bytes(enum weft_type type, uint32_t n_kv_head, uint32
 /* Chained hash of one full block (never 0): a block is named by its content. */
 uint64_t weft_kv_block_hash(uint64_t parent, const int32_t *tokens);
 
-#define WEFT_KVB_VERSION 4
+#define WEFT_KVB_VERSION 5
 #define WEFT_KVB_TOKENS WEFT_KV_BLOCK_TOKENS
 #define WEFT_KVB_BLOCK_META 88 /* parent, hash, tokens, flags: before the payload */
 #define WEFT_KVB_BLOCK_WINDOW 1u /* block flag: the WINDOW runs' K/V are in the payload */
+#define WEFT_KVB_BLOCK_STATE 2u  /* block flag: the STATE runs' state checkpoint follows the payload */
+#define WEFT_KVB_MAX_STATE ((size_t)1 << 30) /* state bytes of one record, at most */
 #define WEFT_KVB_MAC_BYTES 32
 #define WEFT_KVB_MAX_LAYOUT 64 /* runs in one header */
 #define WEFT_KVB_HEADER_MAX (76 + 16 * WEFT_KVB_MAX_LAYOUT)
@@ -95,6 +111,7 @@ enum weft_kvb_kind {
     WEFT_KVB_WINDOW = 2, /* the same, of a sliding-window layer: may be absent from a block */
     WEFT_KVB_LATENT = 3, /* K only [16][1][b], V = its last c values (MLA) */
     WEFT_KVB_SHARED = 4, /* no K/V: the layer reads an earlier layer's (nothing in the payload) */
+    WEFT_KVB_STATE = 5,  /* no K/V: recurrent state, a bytes per layer, in records that carry one */
 };
 
 /* n_layers consecutive layers whose slot of a block holds the same thing. */
@@ -102,7 +119,7 @@ struct weft_kvb_layout {
     uint8_t kind;          /* enum weft_kvb_kind */
     uint8_t type;          /* enum weft_type of the cache */
     uint32_t n_layers;
-    uint32_t a, b;         /* WEFT_KVB_ATTN, _WINDOW: KV heads, head dim */
+    uint32_t a, b;         /* WEFT_KVB_ATTN, _WINDOW: KV heads, head dim; _STATE: a = bytes a layer */
     uint32_t c;            /* their V's head dim when it differs from b (0: b; < 65536) */
 };
 
@@ -116,14 +133,16 @@ struct weft_kvb_header {
     struct weft_kvb_layout layout[WEFT_KVB_MAX_LAYOUT];
     uint32_t payload_bytes;    /* set by weft_kvb_header_init / checked on read */
     uint32_t window_bytes;     /* likewise: the WINDOW runs' part of it (at its end) */
+    uint32_t state_bytes;      /* likewise: a state checkpoint's bytes (the STATE runs'; 0: none) */
     uint32_t header_bytes;     /* likewise */
 };
 
 struct weft_kvb_block {
     uint64_t parent, hash;
     int32_t tokens[WEFT_KVB_TOKENS];
-    uint32_t flags;                /* WEFT_KVB_BLOCK_WINDOW */
+    uint32_t flags;                /* WEFT_KVB_BLOCK_WINDOW, _STATE */
     const unsigned char *payload;  /* payload_bytes; into the buffer read from */
+    const unsigned char *state;    /* state_bytes when flags has WEFT_KVB_BLOCK_STATE, else NULL */
 };
 
 /* MAC keys derived from the fleet secret (--kv-secret) and the one it
@@ -154,10 +173,19 @@ bool weft_kvb_layout_window(struct weft_kvb_header *h, enum weft_type type, uint
  * values are the V (one LATENT run). */
 void weft_kvb_layout_latent(struct weft_kvb_header *h, enum weft_type type, uint32_t n_layers, uint32_t width,
                             uint32_t v_width);
-/* Bytes of one block record. */
+/* The layers which[l] marks (n_layers flags) become runs like `with` (its n_layers
+ * aside: a SHARED run, a STATE run), the other runs split around them and equal
+ * neighbours merged; false when it takes more runs than a header holds. */
+bool weft_kvb_layout_replace(struct weft_kvb_header *h, const bool *which, const struct weft_kvb_layout *with);
+/* Bytes of one block record without a state checkpoint. */
 static inline size_t weft_kvb_record_bytes(const struct weft_kvb_header *h)
 {
     return WEFT_KVB_BLOCK_META + h->payload_bytes + (h->mac ? WEFT_KVB_MAC_BYTES : 0) + 4;
+}
+/* ... of one with these block flags (WEFT_KVB_BLOCK_STATE: with the checkpoint). */
+static inline size_t weft_kvb_record_bytes_flags(const struct weft_kvb_header *h, uint32_t flags)
+{
+    return weft_kvb_record_bytes(h) + (flags & WEFT_KVB_BLOCK_STATE ? h->state_bytes : 0);
 }
 
 /* Fill payload_bytes and header_bytes from the rest; WEFT_ERR_INVALID_ARG
@@ -168,14 +196,15 @@ weft_status weft_kvb_header_init(struct weft_kvb_header *h);
 
 /* Write the header's h->header_bytes bytes. */
 void weft_kvb_write_header(const struct weft_kvb_header *h, unsigned char *out);
-/* Write one block record (weft_kvb_record_bytes(h) bytes), with its MAC
+/* Write one block record (weft_kvb_record_bytes_flags(h, flags) bytes), with its MAC
  * under keys->key[0] when h->mac (keys must then hold a key). flags:
  * WEFT_KVB_BLOCK_WINDOW when payload holds the window part (the header has
  * WINDOW runs); without it only payload_bytes - window_bytes are read from
- * payload and the rest is written as zeros. */
+ * payload and the rest is written as zeros. WEFT_KVB_BLOCK_STATE (the header
+ * has STATE runs): state's state_bytes follow the payload. */
 void weft_kvb_write_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys, uint64_t parent,
                           uint64_t hash, const int32_t tokens[WEFT_KVB_TOKENS], uint32_t flags, const void *payload,
-                          unsigned char *out);
+                          const void *state, unsigned char *out);
 
 /* Parse and check a header from n bytes. */
 weft_status weft_kvb_read_header(const unsigned char *buf, size_t n, struct weft_kvb_header *out);
@@ -194,8 +223,8 @@ struct weft_kvb_expect {
     const struct weft_kvb_keys *keys;
 };
 weft_status weft_kvb_check_model(const struct weft_kvb_header *h, const struct weft_kvb_expect *want);
-/* Parse and check one block record (weft_kvb_record_bytes(h) bytes from buf,
- * n the bytes available); its MAC against keys (NULL or none: not checked). */
+/* Parse and check one block record (weft_kvb_record_bytes_flags(h, its flags) bytes from
+ * buf, n the bytes available); its MAC against keys (NULL or none: not checked). */
 weft_status weft_kvb_read_block(const struct weft_kvb_header *h, const struct weft_kvb_keys *keys,
                                 const unsigned char *buf, size_t n, struct weft_kvb_block *out);
 
@@ -206,9 +235,9 @@ weft_status weft_kvb_convert(const struct weft_kvb_header *h, const void *src, e
 /* Bytes of one block's payload with every run's type replaced by to. */
 size_t weft_kvb_payload_bytes_as(const struct weft_kvb_header *h, enum weft_type to);
 
-/* n bytes (header included) are whole block records, as many as the header
- * names (any number when it names 0). */
-bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, size_t n);
+/* buf's n bytes (header included) are whole block records, as many as the header names
+ * (any number when it names 0), each of the size its flags say. */
+bool weft_kvb_sizes_ok(const struct weft_kvb_header *h, const unsigned char *buf, size_t n);
 
 /* A whole stream in memory (header + blocks): checks the header (against
  * want unless NULL) and every block (its MAC under want->keys); calls fn for

@@ -256,6 +256,7 @@ struct weft_engine_kv_stats {
     uint64_t no_room;            /* blocks dropped: no free or evictable block */
     uint64_t hit_imported;       /* prompt blocks served from imported blocks */
     uint64_t bytes_in, bytes_out;
+    uint64_t ckpts_out, ckpts_in; /* a hybrid's state checkpoints written with their blocks, taken */
 };
 void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *out);
 

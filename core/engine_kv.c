@@ -1,4 +1,4 @@
-/* KV blocks in and out of an engine's prefix cache, in format v3
+/* KV blocks in and out of an engine's prefix cache, in format v5
  * (base/kv_block.h): what the host tier, Redis, instance-to-instance
  * transfers and prefill/decode disaggregation are built on. */
 #include <stdlib.h>
@@ -33,29 +33,21 @@ static bool window_layer(const struct weft_engine *e, uint32_t l)
     return e->kv.n_layer == e->m->hp.n_layer && weft_hp_window(&e->m->hp, l) > 0;
 }
 
-/* Split the header's runs where layers read another layer's K/V (a SHARED run each) */
-static void shared_runs(const struct weft_engine *e, struct weft_kvb_header *h)
+/* The header's runs split where layers keep no K/V: layers that read another layer's (a
+ * SHARED run each, Gemma 4) and recurrent layers (STATE runs, Qwen3.5). */
+static void special_runs(const struct weft_engine *e, struct weft_kvb_header *h)
 {
-    struct weft_kvb_layout out[WEFT_KVB_MAX_LAYOUT];
-    uint32_t n = 0, l = 0;
-    for (uint32_t i = 0; i < h->n_layout; i++)
-        for (uint32_t j = 0; j < h->layout[i].n_layers; j++, l++) {
-            struct weft_kvb_layout one = h->layout[i];
-            one.n_layers = 1;
-            if (e->kv.lgroup[l] == 3) one = (struct weft_kvb_layout){.kind = WEFT_KVB_SHARED, .type = one.type, .n_layers = 1};
-            if (n && out[n - 1].kind == one.kind && out[n - 1].a == one.a && out[n - 1].b == one.b &&
-                out[n - 1].c == one.c) {
-                out[n - 1].n_layers++;
-                continue;
-            }
-            if (n == WEFT_KVB_MAX_LAYOUT) {
-                h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
-                return;
-            }
-            out[n++] = one;
-        }
-    memcpy(h->layout, out, n * sizeof *out);
-    h->n_layout = n;
+    const struct weft_kv_pool *kv = &e->kv;
+    bool which[4096] = {0};
+    const struct weft_kvb_layout shared = {.kind = WEFT_KVB_SHARED, .type = (uint8_t)kv->type},
+                                 state = {.kind = WEFT_KVB_STATE, .type = WEFT_TYPE_F32,
+                                          .a = (uint32_t)kv->state_layer_bytes};
+    for (int g = 3; g >= 2; g--) {
+        if (!h->n_layout || (g == 3 ? !kv->n_kshared || kv->latent : !weft_kv_has_state(kv))) continue;
+        for (uint32_t l = 0; l < kv->n_layer && l < 4096; l++) which[l] = kv->lgroup[l] == g;
+        if (!weft_kvb_layout_replace(h, which, g == 3 ? &shared : &state))
+            h->n_layout = 0;  /* more runs than a header holds: refused by weft_kvb_header_init */
+    }
 }
 
 /* The header of this engine's blocks (n_blocks 0): every layer, attention
@@ -82,7 +74,7 @@ static void own_header(const struct weft_engine *e, struct weft_kvb_header *h)
             h->layout[i].b = e->kv.whead_dim;
             h->layout[i].c = e->kv.whead_dim_v != e->kv.whead_dim ? e->kv.whead_dim_v : 0;
         }
-    if (e->kv.n_kshared && !e->kv.latent) shared_runs(e, h);
+    special_runs(e, h);
 }
 
 /* A pool that keeps every block holds its window layers in layer order with
@@ -97,12 +89,14 @@ static void reorder(const struct weft_engine *e, const unsigned char *src, unsig
         memcpy(dst, src, kv->block_bytes);
         return;
     }
-    size_t lb = kv->block_bytes / (kv->n_layer - kv->n_kshared), at = 0;
+    size_t lb = kv->block_bytes / (kv->n_layer - kv->n_kshared - kv->n_slayer), at = 0;
     for (int pass = 0; pass < 2; pass++)
         for (uint32_t l = 0; l < kv->n_layer; l++) {
-            if (window_layer(e, l) != (pass == 1) || kv->lgroup[l] == 3) continue;
-            if (to_stream) memcpy(dst + at, src + (size_t)l * lb, lb);
-            else memcpy(dst + (size_t)l * lb, src + at, lb);
+            if (window_layer(e, l) != (pass == 1) || kv->lgroup[l] >= 2) continue;
+            /* the pool's layer: its index in the main group (recurrent layers have none) */
+            const size_t p = (size_t)kv->lidx[l] * lb;
+            if (to_stream) memcpy(dst + at, src + p, lb);
+            else memcpy(dst + p, src + at, lb);
             at += lb;
         }
 }
@@ -176,7 +170,18 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         free(names);
         return st;
     }
-    size_t rec = weft_kvb_record_bytes(&h), total = h.header_bytes + (size_t)held * rec;
+    if (st == WEFT_OK && h.state_bytes != (weft_kv_has_state(kv) ? kv->slot_bytes : 0))
+        st = weft_error(WEFT_ERR_INVALID_ARG, "kv export: state checkpoints of %zu bytes, the format's %u",
+                        kv->slot_bytes, h.state_bytes);
+    if (st != WEFT_OK) {
+        free(ids);
+        free(names);
+        return st;
+    }
+    /* a block that ends at a state checkpoint carries it */
+    size_t total = h.header_bytes;
+    for (uint32_t i = 0; i < held; i++)
+        total += weft_kvb_record_bytes_flags(&h, weft_kv_checkpoint(kv, names[i]) ? WEFT_KVB_BLOCK_STATE : 0);
     unsigned char *buf = malloc(total);
     unsigned char *payload = malloc(kv->block_bytes), *ordered = malloc(kv->block_bytes);
     if (!buf || !payload || !ordered) {
@@ -188,9 +193,11 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory for %u blocks", held);
     }
     weft_kvb_write_header(&h, buf);
+    unsigned char *at = buf + h.header_bytes;
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
-        unsigned char *at = buf + h.header_bytes + (size_t)i * rec;
+        const void *ck = weft_kv_checkpoint(kv, names[i]);
+        const uint32_t with_ck = ck ? WEFT_KVB_BLOCK_STATE : 0;
         /* a pool without a window group has every block's window part */
         bool win = !weft_kv_has_window(kv);
         if (b < 0) {
@@ -200,16 +207,19 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
             bool hwin;
             weft_kv_host_block(kv, names[i], &hp, &hpar, &htok, &hwin);
             reorder(e, hp, ordered, true);
-            weft_kvb_write_block(&h, &e->kv_keys, hpar, names[i], htok, win || hwin ? WEFT_KVB_BLOCK_WINDOW : 0,
-                                 ordered, at);
-            continue;
+            weft_kvb_write_block(&h, &e->kv_keys, hpar, names[i], htok,
+                                 (win || hwin ? WEFT_KVB_BLOCK_WINDOW : 0) | with_ck, ordered, ck, at);
+        } else {
+            win |= weft_kv_window_block(kv, b) >= 0;
+            st = weft_kv_block_read(kv, b, payload);
+            reorder(e, payload, ordered, true);
+            if (st == WEFT_OK)
+                weft_kvb_write_block(&h, &e->kv_keys, kv->parent[b], names[i],
+                                     kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS,
+                                     (win ? WEFT_KVB_BLOCK_WINDOW : 0) | with_ck, ordered, ck, at);
         }
-        win |= weft_kv_window_block(kv, b) >= 0;
-        st = weft_kv_block_read(kv, b, payload);
-        reorder(e, payload, ordered, true);
-        if (st == WEFT_OK)
-            weft_kvb_write_block(&h, &e->kv_keys, kv->parent[b], names[i], kv->toks + (size_t)b * WEFT_KV_BLOCK_TOKENS,
-                                 win ? WEFT_KVB_BLOCK_WINDOW : 0, ordered, at);
+        at += weft_kvb_record_bytes_flags(&h, with_ck);
+        e->kvio.ckpts_out += ck != NULL;
     }
     free(payload);
     free(ordered);
@@ -293,7 +303,8 @@ static weft_status import_one(void *user, const struct weft_kvb_header *h, const
     const void *payload = b->payload;
     size_t bytes = h->payload_bytes;
     bool convert = false;
-    for (uint32_t i = 0; i < h->n_layout; i++) convert |= h->layout[i].type != e->kv.type;
+    for (uint32_t i = 0; i < h->n_layout; i++)
+        convert |= h->layout[i].kind != WEFT_KVB_STATE && h->layout[i].type != e->kv.type;
     if (convert) {
         /* the checked header's layout is the pool's: its payload converts to one block */
         bytes = weft_kvb_payload_bytes_as(h, e->kv.type);
@@ -330,6 +341,14 @@ static weft_status import_one(void *user, const struct weft_kvb_header *h, const
     } else {
         e->kvio.already++;
     }
+    if (b->state) {
+        /* the state after this block: a hybrid resumes here (checked block first: only a
+         * block this pool holds names a checkpoint) */
+        bool ck_added = false;
+        st = weft_kv_checkpoint_put(&e->kv, b->hash, b->state, h->state_bytes, &ck_added);
+        if (st != WEFT_OK) return c->fail = st;
+        e->kvio.ckpts_in += ck_added;
+    }
     return c->pin ? pin_one(c, b->hash) : WEFT_OK;
 }
 
@@ -360,7 +379,7 @@ static weft_status import(struct weft_engine *e, const unsigned char *buf, size_
         if (st != WEFT_OK && c.fail == WEFT_OK) {
             /* a block's fault, or a size that does not match the header (then none was read) */
             if (st == WEFT_ERR_AUTH) e->kvio.rejected_mac++;
-            else if (good == 0 && !weft_kvb_sizes_ok(&h, n)) e->kvio.rejected_streams++;
+            else if (good == 0 && !weft_kvb_sizes_ok(&h, buf, n)) e->kvio.rejected_streams++;
             else e->kvio.rejected++;
         }
     } else if (st == WEFT_ERR_AUTH) {

@@ -491,7 +491,7 @@ void weft_kv_stats(const struct weft_kv_pool *kv, struct weft_kv_stats *out)
         .n_state_slots = kv->n_slots, .state_used = kv->n_slots - kv->n_sfree, .state_bytes_per_seq = kv->slot_bytes,
         .state_swaps = kv->state_swaps, .ckpt_every = kv->ck_every, .n_ckpts = kv->n_ck, .ckpts_used = kv->ck_held,
         .ckpt_bytes = kv->n_ck ? kv->slot_bytes : 0, .ckpts_stored = kv->ck_stored, .ckpt_hits = kv->ck_hits,
-        .ckpts_replaced = kv->ck_replaced,
+        .ckpts_replaced = kv->ck_replaced, .ckpts_imported = kv->ck_imported,
         .bytes_per_token = kv->block_bytes / WEFT_KV_BLOCK_TOKENS};
 }
 
@@ -692,29 +692,68 @@ static int32_t ck_find(const struct weft_kv_pool *kv, uint64_t hash)
     return -1;
 }
 
-/* seq has computed n tokens, the last block registered (its hash seq->last_hash): copy its
- * state to a checkpoint under that name (a free one, else the least recently used). A
- * failed read stores nothing (a prefix cache only misses what it lacks). */
-static void ck_store(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n)
+/* A checkpoint to write over: a free one, else the least recently used (its name dropped,
+ * told). */
+static uint32_t ck_slot(struct weft_kv_pool *kv)
 {
-    if (!kv->n_ck || !seq->state || n == 0 || n % kv->ck_every || seq->n_hashed * BT != n || !seq->last_hash ||
-        ck_find(kv, seq->last_hash) >= 0)
-        return;
     uint32_t at = 0;
     for (uint32_t i = 1; i < kv->n_ck; i++)
         if (kv->ck_used[i] < kv->ck_used[at]) at = i;  /* a free one has 0 */
-    const bool replacing = kv->ck_hash[at] != 0;
-    kv->ck_hash[at] = 0;
-    if (pool_sync(kv) != WEFT_OK || slot_io(kv, seq->state - 1, kv->ck_data + (size_t)at * kv->slot_bytes, false) != WEFT_OK) {
+    if (kv->ck_hash[at]) {
+        if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_CKPT_REMOVED, kv->ck_hash[at], 0);
+        kv->ck_hash[at] = 0;
         kv->ck_used[at] = 0;
-        kv->ck_held -= replacing;
-        return;
+        kv->ck_held--;
+        kv->ck_replaced++;
     }
-    kv->ck_hash[at] = seq->last_hash;
+    return at;
+}
+
+static void ck_name(struct weft_kv_pool *kv, uint32_t at, uint64_t hash)
+{
+    kv->ck_hash[at] = hash;
     kv->ck_used[at] = ++kv->ck_tick;
-    kv->ck_held += !replacing;
-    kv->ck_replaced += replacing;
+    kv->ck_held++;
+    if (kv->on_event) kv->on_event(kv->on_event_user, WEFT_KV_EVENT_CKPT_STORED, hash, 0);
+}
+
+/* seq has computed n tokens, the last block registered (its hash seq->last_hash): copy its
+ * state to a checkpoint under that name at a checkpoint boundary or seq->ck_at. A failed
+ * read stores nothing (a prefix cache only misses what it lacks). */
+static void ck_store(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t n)
+{
+    if (!kv->n_ck || !seq->state || n == 0 || (n % kv->ck_every && n != seq->ck_at) || seq->n_hashed * BT != n ||
+        !seq->last_hash || ck_find(kv, seq->last_hash) >= 0)
+        return;
+    uint32_t at = ck_slot(kv);
+    if (pool_sync(kv) != WEFT_OK || slot_io(kv, seq->state - 1, kv->ck_data + (size_t)at * kv->slot_bytes, false) != WEFT_OK)
+        return;
+    ck_name(kv, at, seq->last_hash);
     kv->ck_stored++;
+}
+
+const void *weft_kv_checkpoint(const struct weft_kv_pool *kv, uint64_t hash)
+{
+    int32_t i = kv->n_ck ? ck_find(kv, hash) : -1;
+    return i < 0 ? NULL : kv->ck_data + (size_t)i * kv->slot_bytes;
+}
+
+weft_status weft_kv_checkpoint_put(struct weft_kv_pool *kv, uint64_t hash, const void *state, size_t bytes,
+                                   bool *added)
+{
+    *added = false;
+    if (!kv->n_ck) return weft_error(WEFT_ERR_UNSUPPORTED, "kv: this pool keeps no state checkpoints");
+    if (bytes != kv->slot_bytes)
+        return weft_error(WEFT_ERR_INVALID_ARG, "kv: a state checkpoint of %zu bytes, this pool's hold %zu", bytes,
+                          kv->slot_bytes);
+    if (!hash) return weft_error(WEFT_ERR_INVALID_ARG, "kv: a state checkpoint needs its block's name");
+    if (ck_find(kv, hash) >= 0) return WEFT_OK;
+    uint32_t at = ck_slot(kv);
+    memcpy(kv->ck_data + (size_t)at * kv->slot_bytes, state, bytes);
+    ck_name(kv, at, hash);
+    kv->ck_imported++;
+    *added = true;
+    return WEFT_OK;
 }
 
 /* A prefix hit of got blocks on a hybrid: the longest k <= got ending at a checkpoint, its
@@ -722,7 +761,7 @@ static void ck_store(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t 
 static uint32_t ck_hit(struct weft_kv_pool *kv, struct weft_kv_seq *seq, uint32_t got)
 {
     for (uint32_t k = got; k > 0; k--) {
-        if ((k * BT) % kv->ck_every) continue;
+        /* at a multiple of ck_every, or where a prompt's blocks ended (any block) */
         int32_t i = ck_find(kv, kv->hash[seq->blocks[k - 1]]);
         if (i < 0) continue;
         if (slot_take(kv, seq, kv->ck_data + (size_t)i * kv->slot_bytes) != WEFT_OK) return 0;
@@ -935,9 +974,6 @@ bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash)
 
 weft_status weft_kv_block_read(struct weft_kv_pool *kv, int32_t b, void *host)
 {
-    if (kv->n_slots)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: a hybrid model's blocks do not carry its recurrent state "
-                          "(state checkpoints are not built yet): no block export");
     if (b < 0 || (uint32_t)b >= kv->n_blocks) return weft_error(WEFT_ERR_INVALID_ARG, "kv: no block %d", b);
     weft_status st = pool_sync(kv);
     return st == WEFT_OK ? block_io(kv, b, host, false) : st;
@@ -947,9 +983,6 @@ weft_status weft_kv_import(struct weft_kv_pool *kv, uint64_t parent, uint64_t ha
                            const void *payload, size_t payload_bytes, bool *added)
 {
     *added = false;
-    if (kv->n_slots)
-        return weft_error(WEFT_ERR_UNSUPPORTED, "kv: a hybrid model's blocks do not carry its recurrent state "
-                          "(state checkpoints are not built yet): no block import");
     if (!kv->prefix_cache) return weft_error(WEFT_ERR_INVALID_ARG, "kv: import needs the prefix cache");
     bool win = kv->n_wblocks && payload_bytes == kv->block_bytes;
     if (payload_bytes != kv->block_bytes && !(kv->n_wblocks && payload_bytes == kv->main_bytes))

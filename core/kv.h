@@ -40,9 +40,9 @@
  * fixed-size state per sequence: the pool holds them in state slots beside the blocks (vLLM's
  * and SGLang's separate state cache for such models), one per live sequence, taken with its
  * first blocks and zeroed then, given back at release; swapped to host memory and back with
- * its blocks. A slot's bytes are the same whatever the sequence's length. Until checkpoints of
- * the state exist such a pool has no prefix cache (a block alone cannot resume a sequence),
- * and its blocks are neither exported nor imported.
+ * its blocks. A slot's bytes are the same whatever the sequence's length. A block alone cannot
+ * resume such a sequence: its prefix cache needs state checkpoints (below), which travel with
+ * the blocks they end (base/kv_block.h's STATE runs).
  *
  * "No room" (WEFT_ERR_NO_ROOM) is an ordinary answer: the scheduler preempts
  * or waits. Functions that fail leave the pool and the sequence unchanged.
@@ -97,7 +97,7 @@ struct weft_kv_config {
     uint32_t n_state_slots;
     /* prefix caching with recurrent state: with a prefix cache, a sequence's state is copied
      * to a host checkpoint whenever it has computed a multiple of state_ckpt_every tokens
-     * (a multiple of 16), named by the hash of the block ending there, in at most
+     * (a multiple of 16) or its ck_at, named by the hash of the block ending there, in at most
      * n_state_ckpts checkpoints (the least recently used replaced); a prefix hit then takes
      * the longest prefix ending at a checkpoint, the state restored. 0: no prefix cache for
      * a hybrid model */
@@ -136,14 +136,21 @@ struct weft_kv_stats {
      * restored by a prefix hit, replaced when full */
     uint32_t ckpt_every, n_ckpts, ckpts_used;
     uint64_t ckpt_bytes, ckpts_stored, ckpt_hits, ckpts_replaced;
+    uint64_t ckpts_imported;                 /* put in by weft_kv_checkpoint_put */
 };
 
 /* What the prefix cache tells a listener (e.g. a router, through weft
  * serve's /v1/kv/events): a full block was registered under its chained
- * hash, or a registered block was evicted. Called from inside the pool's
- * operations (the engine thread, under its lock): must be quick and must
- * not call back into the pool. */
-enum weft_kv_event_kind { WEFT_KV_EVENT_STORED = 1, WEFT_KV_EVENT_REMOVED = 2 };
+ * hash, or a registered block was evicted; a hybrid's state checkpoint was
+ * taken (or imported) under the hash of the block it ends, or replaced
+ * (parent 0). Called from inside the pool's operations (the engine thread,
+ * under its lock): must be quick and must not call back into the pool. */
+enum weft_kv_event_kind {
+    WEFT_KV_EVENT_STORED = 1,
+    WEFT_KV_EVENT_REMOVED = 2,
+    WEFT_KV_EVENT_CKPT_STORED = 3,
+    WEFT_KV_EVENT_CKPT_REMOVED = 4,
+};
 typedef void (*weft_kv_event_fn)(void *user, enum weft_kv_event_kind kind, uint64_t hash, uint64_t parent);
 
 struct weft_kv_pool {
@@ -230,7 +237,7 @@ struct weft_kv_pool {
     uint32_t ck_every, n_ck, ck_held;
     uint64_t *ck_hash, *ck_used, ck_tick;
     unsigned char *ck_data;
-    uint64_t ck_stored, ck_hits, ck_replaced;
+    uint64_t ck_stored, ck_hits, ck_replaced, ck_imported;
     weft_kv_event_fn on_event;     /* NULL: none */
     void *on_event_user;
 };
@@ -253,6 +260,10 @@ struct weft_kv_seq {
      * slot's bytes (slot_bytes) on the host */
     int32_t state;
     unsigned char *state_host;
+    /* a checkpoint is also taken when the sequence has computed ck_at tokens (a multiple of 16;
+     * 0: none): the scheduler sets it to a prompt's last full block before its last token, so
+     * that the prompt's prefix resumes where its blocks end (a repeat, a hand-off) */
+    uint32_t ck_at;
 };
 
 weft_status weft_kv_pool_create(struct weft_kv_pool *kv, struct weft_backend *be, const struct weft_kv_config *cfg);
@@ -327,6 +338,14 @@ weft_status weft_kv_seq_swap_in(struct weft_kv_pool *kv, struct weft_kv_seq *seq
 /* The registered block named hash (its parent and tokens are in parent[]
  * and toks[]), or -1. */
 int32_t weft_kv_lookup(const struct weft_kv_pool *kv, uint64_t hash);
+/* The state checkpoint named hash (the recurrent state after the block of that hash:
+ * slot_bytes on the host, valid until the pool next changes), or NULL. */
+const void *weft_kv_checkpoint(const struct weft_kv_pool *kv, uint64_t hash);
+/* Hold a checkpoint made elsewhere (an import) under hash: bytes must be slot_bytes; one
+ * already held under that name stays (*added false). WEFT_ERR_UNSUPPORTED without
+ * checkpoints. */
+weft_status weft_kv_checkpoint_put(struct weft_kv_pool *kv, uint64_t hash, const void *state, size_t bytes,
+                                   bool *added);
 /* The pool holds a block named hash, on the device or in the host tier. */
 bool weft_kv_holds(const struct weft_kv_pool *kv, uint64_t hash);
 /* The host prefix tier's copy of the block named hash: its payload

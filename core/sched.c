@@ -266,8 +266,10 @@ static uint32_t chunk_for(const struct weft_sched *s, const struct weft_sched_re
     if (left > budget) left = budget;
     const uint32_t a = s->cfg.align_chunks;
     if (a && left > 1) {
-        /* end at the first checkpoint boundary the chunk would pass */
-        const uint32_t next = (r->n_computed / a + 1) * a;
+        /* end at the first checkpoint boundary the chunk would pass: a multiple of a, or
+         * the prompt's last full block before its last token (kv.ck_at) */
+        uint32_t next = (r->n_computed / a + 1) * a;
+        if (r->kv.ck_at > r->n_computed && r->kv.ck_at < next) next = r->kv.ck_at;
         if (r->n_computed + left > next) left = next - r->n_computed;
     }
     return left;
@@ -438,6 +440,8 @@ static enum admit_result admit(struct weft_sched *s, struct weft_sched_req *r, u
     struct weft_kv_pool *kv = s->kv;
     bool matched = false;
     enum admit_result res = ADMIT_NO_ROOM;
+    if (!r->kv.swapped && r->kv.n_blocks == 0 && s->cfg.align_chunks)
+        r->kv.ck_at = (r->n_prompt - 1) / WEFT_KV_BLOCK_TOKENS * WEFT_KV_BLOCK_TOKENS;
     if (!r->kv.swapped && r->kv.n_blocks == 0 && !r->no_prefix_hits) {
         r->n_computed = weft_kv_seq_match_prefix(kv, &r->kv, r->tokens, r->n_tokens);
         r->n_cached = r->n_computed;

@@ -62,8 +62,9 @@ struct weft_sched_config {
      * Bounds how long a step of low-priority prefill runs, which is what a
      * higher-priority arrival waits for before its own prefill starts. */
     uint32_t low_prefill_tokens;
-    /* A prompt chunk that would pass a multiple of this many positions ends there (a hybrid's
-     * state checkpoints are taken at them, core/kv.h); 0 = anywhere. */
+    /* A prompt chunk that would pass a multiple of this many positions, or the prompt's last
+     * full block before its last token, ends there (a hybrid's state checkpoints are taken at
+     * them, core/kv.h); 0 = anywhere. */
     uint32_t align_chunks;
 };
 

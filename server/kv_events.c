@@ -1,8 +1,11 @@
 /* The prefix cache as seen from outside (FLEET.md, "What an instance
  * publishes"): GET /v1/kv/events streams "stored" / "removed" events of
  * core/kv's chained block hashes as server-sent events, each with a
- * sequence number; GET /v1/kv/index is a snapshot of every registered block
- * at one sequence number, for a router that saw a gap (or just connected).
+ * sequence number (and, for a hybrid model, "checkpoint" /
+ * "checkpoint_removed" events of its state checkpoints, named by the block
+ * they end); GET /v1/kv/index is a snapshot of every registered block (and
+ * checkpoint) at one sequence number, for a router that saw a gap (or just
+ * connected).
  *
  * The engine thread reports events (core/kv.h's hook) into a queue; the
  * loop thread numbers them, applies them to its copy of the index (bounded:
@@ -25,6 +28,12 @@ struct kv_ev {
     uint64_t hash, parent;
 };
 
+/* open addressing, 0 = empty (hashes are never 0); sized for twice its most entries */
+struct hidx {
+    uint64_t *keys, *parents;
+    uint32_t mask, count;
+};
+
 struct kv_sub {
     struct weft_server *s;
     struct http_conn *c;
@@ -39,8 +48,8 @@ struct kv_events {
     bool closing;
     uv_async_t async;
     uint64_t seq;
-    uint64_t *keys, *parents;     /* open addressing, 0 = empty (hashes are never 0) */
-    uint32_t mask, count;
+    struct hidx blocks;           /* registered blocks (and their parents) */
+    struct hidx ckpts;            /* a hybrid's state checkpoints (parents 0) */
     struct kv_sub *subs;
     uint32_t n_subs;
     uint64_t dropped_subs;
@@ -50,38 +59,58 @@ struct kv_events {
 
 /* ---- the index ---- */
 
-static uint32_t slot_of(const struct kv_events *k, uint64_t h)
+static uint32_t slot_of(const struct hidx *x, uint64_t h)
 {
-    uint32_t i = (uint32_t)(h ^ (h >> 29)) & k->mask;
-    while (k->keys[i] && k->keys[i] != h) i = (i + 1) & k->mask;
+    uint32_t i = (uint32_t)(h ^ (h >> 29)) & x->mask;
+    while (x->keys[i] && x->keys[i] != h) i = (i + 1) & x->mask;
     return i;
 }
 
-static void index_put(struct kv_events *k, uint64_t h, uint64_t parent)
+static void index_put(struct hidx *x, uint64_t h, uint64_t parent)
 {
-    uint32_t i = slot_of(k, h);
-    if (!k->keys[i]) {
-        if (k->count + 1 > k->mask / 2) return;  /* cannot happen: sized for twice the pool */
-        k->count++;
+    if (!x->keys) return;
+    uint32_t i = slot_of(x, h);
+    if (!x->keys[i]) {
+        if (x->count + 1 > x->mask / 2) return;  /* cannot happen: sized for twice the pool */
+        x->count++;
     }
-    k->keys[i] = h;
-    k->parents[i] = parent;
+    x->keys[i] = h;
+    x->parents[i] = parent;
 }
 
-static void index_del(struct kv_events *k, uint64_t h)
+static void index_del(struct hidx *x, uint64_t h)
 {
-    uint32_t i = slot_of(k, h);
-    if (!k->keys[i]) return;
-    k->keys[i] = 0;
-    k->count--;
+    if (!x->keys) return;
+    uint32_t i = slot_of(x, h);
+    if (!x->keys[i]) return;
+    x->keys[i] = 0;
+    x->count--;
     /* re-place the rest of the cluster (linear probing deletion) */
-    for (uint32_t j = (i + 1) & k->mask; k->keys[j]; j = (j + 1) & k->mask) {
-        uint64_t key = k->keys[j], par = k->parents[j];
-        k->keys[j] = 0;
-        uint32_t t = slot_of(k, key);
-        k->keys[t] = key;
-        k->parents[t] = par;
+    for (uint32_t j = (i + 1) & x->mask; x->keys[j]; j = (j + 1) & x->mask) {
+        uint64_t key = x->keys[j], par = x->parents[j];
+        x->keys[j] = 0;
+        uint32_t t = slot_of(x, key);
+        x->keys[t] = key;
+        x->parents[t] = par;
     }
+}
+
+/* room for n entries (none: an empty index that takes nothing) */
+static bool index_init(struct hidx *x, uint32_t n)
+{
+    if (!n) return true;
+    uint32_t cap = 16;
+    while (cap < 2 * n + 2) cap *= 2;
+    x->keys = calloc(cap, sizeof *x->keys);
+    x->parents = calloc(cap, sizeof *x->parents);
+    x->mask = cap - 1;
+    return x->keys && x->parents;
+}
+
+static void index_free(struct hidx *x)
+{
+    free(x->keys);
+    free(x->parents);
 }
 
 /* ---- subscribers ---- */
@@ -143,7 +172,9 @@ static void on_kv_event(void *user, enum weft_kv_event_kind kind, uint64_t hash,
         k->q = q;
     }
     k->q[k->n_q++] = (struct kv_ev){(uint8_t)kind, hash, parent};
-    if (k->remote && kind == WEFT_KV_EVENT_STORED) weft_kv_remote_stored(k->remote, hash);
+    /* a block, or a state checkpoint its block (in Redis already) now carries */
+    if (k->remote && (kind == WEFT_KV_EVENT_STORED || kind == WEFT_KV_EVENT_CKPT_STORED))
+        weft_kv_remote_stored(k->remote, hash);
     bool closing = k->closing;
     pthread_mutex_unlock(&k->mu);
     if (!closing) uv_async_send(&k->async);
@@ -170,13 +201,17 @@ static void deliver(uv_async_t *a)
     char *buf = k->subs ? malloc(per * n) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         uint64_t seq = ++k->seq;
-        bool stored = q[i].kind == WEFT_KV_EVENT_STORED;
-        if (stored) index_put(k, q[i].hash, q[i].parent);
-        else index_del(k, q[i].hash);
+        static const char *const type[] = {"", "stored", "removed", "checkpoint", "checkpoint_removed"};
+        switch (q[i].kind) {
+        case WEFT_KV_EVENT_STORED: index_put(&k->blocks, q[i].hash, q[i].parent); break;
+        case WEFT_KV_EVENT_REMOVED: index_del(&k->blocks, q[i].hash); break;
+        case WEFT_KV_EVENT_CKPT_STORED: index_put(&k->ckpts, q[i].hash, 0); break;
+        default: index_del(&k->ckpts, q[i].hash); break;
+        }
         if (buf)
             len += (size_t)snprintf(buf + len, per, "id: %llu\ndata: {\"seq\":%llu,\"type\":\"%s\",\"hash\":\"%016llx\","
                                                   "\"parent\":\"%016llx\"}\n\n",
-                                    (unsigned long long)seq, (unsigned long long)seq, stored ? "stored" : "removed",
+                                    (unsigned long long)seq, (unsigned long long)seq, type[q[i].kind <= 4 ? q[i].kind : 4],
                                     (unsigned long long)q[i].hash, (unsigned long long)q[i].parent);
     }
     if (buf && len) broadcast(k, buf, len);
@@ -185,21 +220,14 @@ static void deliver(uv_async_t *a)
 
 /* ---- lifecycle and endpoints ---- */
 
-weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks)
+weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks, uint32_t n_ckpts)
 {
     struct kv_events *k = calloc(1, sizeof *k);
-    uint32_t cap = 16;
-    while (cap < 2 * n_blocks + 2) cap *= 2;
-    if (k) {
-        k->keys = calloc(cap, sizeof *k->keys);
-        k->parents = calloc(cap, sizeof *k->parents);
-    }
-    if (!k || !k->keys || !k->parents) {
-        if (k) free(k->keys), free(k->parents);
+    if (!k || !index_init(&k->blocks, n_blocks ? n_blocks : 1) || !index_init(&k->ckpts, n_ckpts)) {
+        if (k) index_free(&k->blocks), index_free(&k->ckpts);
         free(k);
         return weft_error(WEFT_ERR_NOMEM, "server: out of memory for the KV index");
     }
-    k->mask = cap - 1;
     pthread_mutex_init(&k->mu, NULL);
     uv_async_init(s->loop, &k->async, deliver);
     k->async.data = k;
@@ -232,8 +260,8 @@ static void on_async_closed(uv_handle_t *h)
     pthread_mutex_destroy(&k->mu);
     free(k->q);
     free(k->q2);
-    free(k->keys);
-    free(k->parents);
+    index_free(&k->blocks);
+    index_free(&k->ckpts);
     free(k);
 }
 
@@ -283,7 +311,7 @@ void weft_server_do_kv_events(struct weft_server *s, struct http_conn *c)
 void weft_server_do_kv_index(struct weft_server *s, struct http_conn *c)
 {
     struct kv_events *k = s->kv_events;
-    size_t cap = 256 + (size_t)(k ? k->count : 0) * 40, len = 0;
+    size_t cap = 256 + (size_t)(k ? k->blocks.count + k->ckpts.count : 0) * 40, len = 0;
     char *b = malloc(cap);
     if (!b || !k) {
         free(b);
@@ -294,13 +322,24 @@ void weft_server_do_kv_index(struct weft_server *s, struct http_conn *c)
     char fp[WEFT_FINGERPRINT_STR];
     weft_fingerprint_str(weft_model_fingerprint(s->m), fp);
     len += (size_t)snprintf(b, cap, "{\"seq\":%llu,\"block_tokens\":%d,\"fingerprint\":\"%s\",\"count\":%u,\"blocks\":[",
-                            (unsigned long long)k->seq, WEFT_KV_BLOCK_TOKENS, fp, k->count);
+                            (unsigned long long)k->seq, WEFT_KV_BLOCK_TOKENS, fp, k->blocks.count);
     bool first = true;
-    for (uint32_t i = 0; i <= k->mask; i++) {
-        if (!k->keys[i]) continue;
+    for (uint32_t i = 0; i <= k->blocks.mask; i++) {
+        if (!k->blocks.keys[i]) continue;
         len += (size_t)snprintf(b + len, cap - len, "%s[\"%016llx\",\"%016llx\"]", first ? "" : ",",
-                                (unsigned long long)k->keys[i], (unsigned long long)k->parents[i]);
+                                (unsigned long long)k->blocks.keys[i], (unsigned long long)k->blocks.parents[i]);
         first = false;
+    }
+    if (k->ckpts.keys) {
+        /* a hybrid's: the blocks a prefix hit can resume after */
+        len += (size_t)snprintf(b + len, cap - len, "],\"checkpoints\":[");
+        first = true;
+        for (uint32_t i = 0; i <= k->ckpts.mask; i++) {
+            if (!k->ckpts.keys[i]) continue;
+            len += (size_t)snprintf(b + len, cap - len, "%s\"%016llx\"", first ? "" : ",",
+                                    (unsigned long long)k->ckpts.keys[i]);
+            first = false;
+        }
     }
     len += (size_t)snprintf(b + len, cap - len, "]}");
     weft_metrics_request(&s->metrics, "/v1/kv/index", 200);

@@ -121,8 +121,8 @@ static void write_batch(struct kv_remote *r, const uint64_t *hashes, uint32_t n)
         free(buf);
         return;
     }
-    size_t rec = weft_kvb_record_bytes(&h);
-    unsigned char *val = malloc(h.header_bytes + rec);
+    size_t most = weft_kvb_record_bytes_flags(&h, WEFT_KVB_BLOCK_STATE);
+    unsigned char *val = malloc(h.header_bytes + most);
     if (!val) {
         free(buf);
         count(r, &r->st.write_dropped, nb);
@@ -134,16 +134,23 @@ static void write_batch(struct kv_remote *r, const uint64_t *hashes, uint32_t n)
     char ttl[24];
     snprintf(ttl, sizeof ttl, "%u", r->ttl_ms);
     uint32_t sent = 0;
+    const unsigned char *b = buf + h.header_bytes;
     for (uint32_t i = 0; i < nb; i++) {
-        const unsigned char *b = buf + h.header_bytes + (size_t)i * rec;
+        uint32_t flags = 0;
+        for (int k = 0; k < 4; k++) flags |= (uint32_t)b[80 + k] << (8 * k);
+        const size_t rec = weft_kvb_record_bytes_flags(&h, flags);
         memcpy(val + h.header_bytes, b, rec);
         uint64_t hash = 0;
         for (int k = 0; k < 8; k++) hash |= (uint64_t)b[8 + k] << (8 * k);
+        b += rec;
         char key[96];
         key_for(r, hash, key);
-        const char *argv[6] = {"SET", key, (const char *)val, "NX", "PX", ttl};
-        size_t argl[6] = {3, strlen(key), h.header_bytes + rec, 2, 2, strlen(ttl)};
-        if (redisAppendCommandArgv(c, 6, argv, argl) != REDIS_OK) break;
+        /* a block with a hybrid's state checkpoint replaces one written without it (the same
+         * K/V: blocks are named by their content); others go only where none is yet */
+        const bool ck = flags & WEFT_KVB_BLOCK_STATE;
+        const char *argv[6] = {"SET", key, (const char *)val, "PX", ttl, "NX"};
+        size_t argl[6] = {3, strlen(key), h.header_bytes + rec, 2, strlen(ttl), 2};
+        if (redisAppendCommandArgv(c, ck ? 5 : 6, argv, argl) != REDIS_OK) break;
         sent++;
     }
     free(val);

@@ -319,7 +319,7 @@ weft_status weft_server_create(const struct weft_model *m, const struct weft_ser
         if ((st = weft_kv_remote_create(&rc, s->eng, weft_model_fingerprint(m), &s->kv_remote)) != WEFT_OK) goto fail;
         if ((st = weft_kv_fetch_create(s->loop, s->kv_remote, s->eng, &s->kv_fetch)) != WEFT_OK) goto fail;
     }
-    if ((st = weft_server_kv_events_init(s, kv->n_blocks)) != WEFT_OK) goto fail;
+    if ((st = weft_server_kv_events_init(s, kv->n_blocks, kv->n_ck)) != WEFT_OK) goto fail;
     /* measured rates for /load from the first poll on */
     if (!cfg->no_calibrate && (st = weft_engine_calibrate(s->eng, 0)) != WEFT_OK) goto fail;
     if ((st = weft_engine_start(s->eng)) != WEFT_OK) goto fail;

@@ -122,7 +122,7 @@ void weft_server_describe_devices(struct weft_server *s, const char *spec);
 /* GET /v1/kv/events and /v1/kv/index (server/kv_events.c). init hooks
  * the engine's KV events (before calibration); end_all ends every
  * subscription (drain); close releases it all after the engine stopped. */
-weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks);
+weft_status weft_server_kv_events_init(struct weft_server *s, uint32_t n_blocks, uint32_t n_ckpts);
 void weft_server_kv_events_end_all(struct weft_server *s, const char *why);
 void weft_server_kv_events_close(struct weft_server *s);
 void weft_server_do_kv_events(struct weft_server *s, struct http_conn *c);

@@ -115,12 +115,16 @@ static void state_slots_in_the_pool(void)
     CHECK(holds(&kv, &a, 0x5c) && holds(&kv, &x, 0x11));
     weft_kv_stats(&kv, &st);
     CHECK_EQ_INT(st.state_swaps, 1);
-    /* blocks alone cannot resume a hybrid sequence: no export, no import, by name */
-    unsigned char *blk = malloc(kv.block_bytes);
+    /* blocks alone cannot resume a hybrid sequence: without checkpoints (no prefix cache)
+     * a block reads out, but neither it nor a checkpoint goes in, by name */
+    unsigned char *blk = malloc(kv.block_bytes), st_bytes[3 * 512] = {0};
     bool added = false;
-    CHECK(weft_kv_block_read(&kv, a.blocks[0], blk) == WEFT_ERR_UNSUPPORTED && strstr(weft_last_error(), "recurrent"));
+    CHECK(weft_kv_block_read(&kv, a.blocks[0], blk) == WEFT_OK);
     CHECK(weft_kv_import(&kv, 0, weft_kv_block_hash(0, toks), toks, blk, kv.block_bytes, &added) ==
-              WEFT_ERR_UNSUPPORTED && !added && strstr(weft_last_error(), "recurrent"));
+              WEFT_ERR_INVALID_ARG && !added && strstr(weft_last_error(), "prefix cache"));
+    CHECK(weft_kv_checkpoint_put(&kv, weft_kv_block_hash(0, toks), st_bytes, sizeof st_bytes, &added) ==
+              WEFT_ERR_UNSUPPORTED && !added && strstr(weft_last_error(), "checkpoints"));
+    CHECK(weft_kv_checkpoint(&kv, weft_kv_block_hash(0, toks)) == NULL);
     free(blk);
     weft_kv_seq_release(&kv, &a);
     weft_kv_seq_release(&kv, &x);
@@ -482,6 +486,120 @@ static void prefix_hits_restore_state_checkpoints(void)
     CHECK(weft_engine_create(m, &cc, &e) == WEFT_ERR_INVALID_ARG && strstr(weft_last_error(), "multiple of 16"));
 }
 
+/* The blocks of an exported prefix: each block's flags, in order (n at most 64). */
+static uint32_t stream_flags(const unsigned char *buf, size_t n, uint32_t *flags)
+{
+    struct weft_kvb_header h;
+    if (weft_kvb_read_header(buf, n, &h) != WEFT_OK) return 0;
+    size_t off = h.header_bytes;
+    uint32_t k = 0;
+    while (off < n && k < 64) {
+        struct weft_kvb_block b;
+        if (weft_kvb_read_block(&h, NULL, buf + off, n - off, &b) != WEFT_OK) return 0;
+        flags[k++] = b.flags;
+        off += weft_kvb_record_bytes_flags(&h, b.flags);
+    }
+    return k;
+}
+
+/* A stream with every state checkpoint left out (its blocks as they were). */
+static size_t strip_checkpoints(const unsigned char *buf, size_t n, unsigned char *out)
+{
+    struct weft_kvb_header h;
+    if (weft_kvb_read_header(buf, n, &h) != WEFT_OK) return 0;
+    memcpy(out, buf, h.header_bytes);
+    size_t off = h.header_bytes, o = h.header_bytes;
+    while (off < n) {
+        struct weft_kvb_block b;
+        if (weft_kvb_read_block(&h, NULL, buf + off, n - off, &b) != WEFT_OK) return 0;
+        weft_kvb_write_block(&h, NULL, b.parent, b.hash, b.tokens, b.flags & ~WEFT_KVB_BLOCK_STATE, b.payload, NULL,
+                             out + o);
+        off += weft_kvb_record_bytes_flags(&h, b.flags);
+        o += weft_kvb_record_bytes(&h);
+    }
+    return o;
+}
+
+/* Stage (c): a prefix exported from one engine carries its state checkpoints (every 32
+ * tokens and at the prompt's last full block, 80 of 90); another engine that imports it
+ * resumes from the last one and answers as a cold run, to the bit. Without the checkpoints
+ * the blocks alone are no hit; a checkpoint's corrupted byte is refused. */
+static void checkpoints_travel_with_their_blocks(void)
+{
+    m = m8;
+    if (!m) return;
+    static struct tseq a;
+    a.n_prompt = 90;
+    a.toks[0] = 1;
+    for (uint32_t k = 1; k < a.n_prompt; k++) a.toks[k] = 3 + (int32_t)draw(m->hp.n_vocab - 3);
+    static struct out cold, src, warm;
+    struct weft_engine_config cc = {.n_ctx = 256, .max_step_tokens = 64, .max_seqs = 4, .no_prefix_cache = true};
+    struct weft_engine *e = NULL, *f = NULL;
+    CHECK_MSG(weft_engine_create(m, &cc, &e) == WEFT_OK, "%s", weft_last_error());
+    if (!e) return;
+    submit(e, &a, &cold);
+    CHECK(weft_engine_run_all(e) == WEFT_OK && cold.done);
+    weft_engine_free(e);
+    cc.no_prefix_cache = false;
+    cc.state_ckpt_tokens = 32;
+    CHECK(weft_engine_create(m, &cc, &e) == WEFT_OK && weft_engine_create(m, &cc, &f) == WEFT_OK);
+    if (!e || !f) goto out;
+    submit(e, &a, &src);
+    CHECK(weft_engine_run_all(e) == WEFT_OK && src.done && !memcmp(src.ids, cold.ids, sizeof src.ids));
+    unsigned char *buf = NULL, *bare = NULL;
+    size_t n = 0;
+    uint32_t nb = 0, flags[64], added = 0;
+    CHECK_MSG(weft_engine_kv_export_prefix(e, a.toks, a.n_prompt, &buf, &n, &nb) == WEFT_OK, "%s", weft_last_error());
+    CHECK_EQ_INT(nb, 5);  /* 5 full blocks: 80 tokens */
+    CHECK_EQ_INT(stream_flags(buf, n, flags), 5);
+    for (uint32_t i = 0; i < 5; i++)  /* the blocks ending at 32, 64 and 80 carry theirs */
+        CHECK_MSG(!!(flags[i] & WEFT_KVB_BLOCK_STATE) == (i == 1 || i == 3 || i == 4), "block %u: flags %#x", i,
+                  flags[i]);
+    struct weft_engine_stats st;
+    weft_engine_stats(e, &st);
+    struct weft_kvb_header h;
+    CHECK(weft_kvb_read_header(buf, n, &h) == WEFT_OK && h.state_bytes == st.kv.ckpt_bytes);
+    struct weft_engine_kv_stats io;
+    weft_engine_kv_stats(e, &io);
+    CHECK_EQ_INT(io.ckpts_out, 3);
+    /* the blocks without their checkpoints: taken, but no hit */
+    bare = malloc(n);
+    size_t nbare = bare ? strip_checkpoints(buf, n, bare) : 0;
+    CHECK(nbare == n - 3 * (size_t)h.state_bytes);
+    CHECK(weft_engine_kv_import(f, bare, nbare, &added) == WEFT_OK && added == 5);
+    submit(f, &a, &warm);
+    CHECK(weft_engine_run_all(f) == WEFT_OK && warm.done && warm.n_cached == 0);
+    CHECK(!memcmp(warm.ids, cold.ids, sizeof warm.ids));
+    weft_engine_free(f);
+    f = NULL;
+    CHECK(weft_engine_create(m, &cc, &f) == WEFT_OK);
+    if (!f) goto out;
+    /* a byte of the last checkpoint changed: its block (and the chain after) refused */
+    buf[n - 100] ^= 0x40;
+    CHECK(weft_engine_kv_import(f, buf, n, &added) == WEFT_ERR_FORMAT && added == 4);
+    weft_engine_kv_stats(f, &io);
+    CHECK_EQ_INT(io.rejected, 1);
+    buf[n - 100] ^= 0x40;
+    /* the whole stream: the blocks and 3 checkpoints taken; the prompt resumes at 80 */
+    CHECK(weft_engine_kv_import(f, buf, n, &added) == WEFT_OK && added == 1);
+    weft_engine_kv_stats(f, &io);
+    CHECK_EQ_INT(io.ckpts_in, 3);
+    submit(f, &a, &warm);
+    CHECK(weft_engine_run_all(f) == WEFT_OK && warm.done);
+    CHECK_MSG(warm.n_cached == 80, "%u cached", warm.n_cached);
+    CHECK(!memcmp(warm.ids, cold.ids, sizeof warm.ids) && !memcmp(warm.lp, cold.lp, sizeof warm.lp));
+    weft_engine_stats(f, &st);
+    CHECK_EQ_INT(st.kv.ckpt_hits, 1);
+    CHECK_EQ_INT(st.kv.ckpts_imported, 3);
+    printf("  a 90-token prompt's export: %u blocks, 3 checkpoints of %u bytes (%zu bytes); imported, resumed at %u\n",
+           nb, h.state_bytes, n, warm.n_cached);
+    free(bare);
+    free(buf);
+out:
+    weft_engine_free(e);
+    weft_engine_free(f);
+}
+
 int main(void)
 {
     char path[1200];
@@ -511,6 +629,7 @@ int main(void)
     RUN(concurrent_sequences_match_alone);
     RUN(engine_requests_match_alone);
     RUN(prefix_hits_restore_state_checkpoints);
+    RUN(checkpoints_travel_with_their_blocks);
     weft_model_free(m8);
     weft_model_free(m16);
     weft_backend_close(be);

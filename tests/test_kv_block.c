@@ -1,11 +1,12 @@
-/* KV block format v4 (base/kv_block.h) without a model: a stream written
+/* KV block format v5 (base/kv_block.h) without a model: a stream written
  * and read back; every single-bit flip, every truncation, a foreign model,
  * layout or KV type, a partial layer range and a block under a wrong name
  * are refused; MACs: made under the fleet secret, checked under it or the
  * previous one, and a block without one, under another secret, or moved
  * under another header is refused; a layout of several runs (the families
  * to come) round-trips and an unknown kind is refused; F16 <-> Q8_0
- * conversion only when asked; and the pool's import: a block put in is
+ * conversion only when asked; a hybrid's state checkpoints ride in the
+ * records of the blocks they end, under the CRC and the MAC; and the pool's import: a block put in is
  * byte-identical when read back and serves a prefix hit, counted. */
 #include <math.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ static void make_stream_keyed(struct stream *s, const struct weft_kvb_keys *keys
         s->hash[b] = parent = weft_kv_block_hash(parent, s->toks[b]);
         s->payload[b] = malloc(s->h.payload_bytes);
         fill_f16((weft_half *)s->payload[b], s->h.payload_bytes / 2);
-        weft_kvb_write_block(&s->h, &s->keys, s->parent[b], s->hash[b], s->toks[b], 0, s->payload[b],
+        weft_kvb_write_block(&s->h, &s->keys, s->parent[b], s->hash[b], s->toks[b], 0, s->payload[b], NULL,
                              s->buf + s->h.header_bytes + b * rec);
     }
 }
@@ -213,7 +214,7 @@ static void a_partial_layer_range_is_refused(void)
         unsigned char *buf = malloc(n);
         weft_kvb_write_header(&p, buf);
         for (int b = 0; b < 2; b++)
-            weft_kvb_write_block(&p, NULL, full.parent[b], full.hash[b], full.toks[b], 0, full.payload[b],
+            weft_kvb_write_block(&p, NULL, full.parent[b], full.hash[b], full.toks[b], 0, full.payload[b], NULL,
                                  buf + p.header_bytes + b * rec);
         struct weft_kvb_header h;
         uint32_t good = 9;
@@ -313,7 +314,7 @@ static void a_layout_of_several_runs_round_trips(void)
     for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = 100 + i;
     uint64_t hash = weft_kv_block_hash(0, toks);
     weft_kvb_write_header(&h, buf);
-    weft_kvb_write_block(&h, NULL, 0, hash, toks, 0, payload, buf + h.header_bytes);
+    weft_kvb_write_block(&h, NULL, 0, hash, toks, 0, payload, NULL, buf + h.header_bytes);
     struct weft_kvb_expect w = {.fp = FP, .n_layer = 5, .n_layout = 2};
     memcpy(w.layout, h.layout, sizeof h.layout[0] * 2);
     struct weft_kvb_header got;
@@ -343,6 +344,117 @@ static void a_layout_of_several_runs_round_trips(void)
     free(payload);
 }
 
+static void recrc(unsigned char *rec, size_t len)
+{
+    uint32_t crc = weft_crc32c(0, rec, len - 4);
+    for (int i = 0; i < 4; i++) rec[len - 4 + i] = (unsigned char)(crc >> (8 * i));
+}
+
+struct seen_st {
+    const unsigned char *state;  /* block 1's checkpoint */
+    uint32_t n, with_state;
+    bool right;
+};
+
+static weft_status saw(void *user, const struct weft_kvb_header *h, const struct weft_kvb_block *b)
+{
+    struct seen_st *v = user;
+    v->with_state += b->state != NULL;
+    v->right &= (b->state != NULL) == (v->n == 1) && (!b->state || !memcmp(b->state, v->state, h->state_bytes));
+    v->n++;
+    return WEFT_OK;
+}
+
+/* STATE runs (a hybrid's recurrent layers): no payload; a record that ends at a state
+ * checkpoint carries it after the payload (flag bit 1), under the CRC and the MAC; a
+ * reader walks records of both sizes. A checkpoint flag where the layout has no STATE
+ * run, a malformed STATE run and a v4 stream are refused. */
+static void state_checkpoints_ride_with_their_blocks(void)
+{
+    struct weft_kvb_keys keys;
+    CHECK(weft_kvb_keys_derive("a fleet secret of some length", NULL, &keys) == WEFT_OK);
+    struct weft_kvb_header h = {.fp = FP, .n_layer = 4, .layer0 = 0, .n_layers = 4, .n_blocks = 3, .mac = true};
+    weft_kvb_layout_attn(&h, WEFT_TYPE_F16, 4, 2, 32);
+    const bool rec_layers[4] = {true, true, false, true};
+    const struct weft_kvb_layout st = {.kind = WEFT_KVB_STATE, .type = WEFT_TYPE_F32, .a = 1024};
+    CHECK(weft_kvb_layout_replace(&h, rec_layers, &st));
+    CHECK(h.n_layout == 3 && h.layout[0].kind == WEFT_KVB_STATE && h.layout[0].n_layers == 2 &&
+          h.layout[1].kind == WEFT_KVB_ATTN && h.layout[2].kind == WEFT_KVB_STATE);
+    CHECK(weft_kvb_header_init(&h) == WEFT_OK);
+    CHECK_EQ_INT(h.payload_bytes, 2 * weft_kv_block_layer_bytes(WEFT_TYPE_F16, 2, 32));
+    CHECK_EQ_INT(h.state_bytes, 3 * 1024);
+    size_t rec = weft_kvb_record_bytes(&h), n = h.header_bytes + 3 * rec + h.state_bytes;
+    CHECK_EQ_INT(weft_kvb_record_bytes_flags(&h, WEFT_KVB_BLOCK_STATE), rec + 3 * 1024);
+    unsigned char *buf = malloc(n), *payload = malloc(h.payload_bytes), *state = malloc(h.state_bytes);
+    fill_f16((weft_half *)payload, h.payload_bytes / 2);
+    for (uint32_t i = 0; i < h.state_bytes; i++) state[i] = (unsigned char)rnd();
+    weft_kvb_write_header(&h, buf);
+    unsigned char *at = buf + h.header_bytes, *rec1 = NULL;
+    uint64_t parent = 0;
+    for (int b = 0; b < 3; b++) {
+        int32_t toks[WEFT_KVB_TOKENS];
+        for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = 7 * b + i;
+        uint64_t hash = weft_kv_block_hash(parent, toks);
+        uint32_t fl = b == 1 ? WEFT_KVB_BLOCK_STATE : 0;
+        if (b == 1) rec1 = at;
+        weft_kvb_write_block(&h, &keys, parent, hash, toks, fl, payload, b == 1 ? state : NULL, at);
+        at += weft_kvb_record_bytes_flags(&h, fl);
+        parent = hash;
+    }
+    CHECK(at == buf + n && weft_kvb_sizes_ok(&h, buf, n) && !weft_kvb_sizes_ok(&h, buf, n - 1));
+    struct weft_kvb_expect w = {.fp = FP, .n_layer = 4, .n_layout = 3, .keys = &keys};
+    memcpy(w.layout, h.layout, sizeof h.layout[0] * 3);
+    struct weft_kvb_header got;
+    uint32_t good = 0;
+    struct seen_st v = {.state = state, .right = true};
+    CHECK(weft_kvb_read_stream(buf, n, &w, &got, saw, &v, &good) == WEFT_OK && good == 3);
+    CHECK(v.n == 3 && v.with_state == 1 && v.right && got.state_bytes == 3 * 1024);
+    /* the checkpoint's bytes are under the CRC ... */
+    size_t len1 = rec + h.state_bytes, flips = 0, refused = 0;
+    for (size_t i = WEFT_KVB_BLOCK_META + h.payload_bytes; i < len1 - 4; i += 61, flips++) {
+        rec1[i] ^= 0x08;
+        refused += weft_kvb_read_stream(buf, n, &w, &got, NULL, NULL, &good) == WEFT_ERR_FORMAT && good == 1;
+        rec1[i] ^= 0x08;
+    }
+    CHECK(flips > 50 && refused == flips);
+    /* ... and the MAC: one changed, the CRC made good again, is not the fleet's */
+    rec1[WEFT_KVB_BLOCK_META + h.payload_bytes + 17] ^= 1;
+    recrc(rec1, len1);
+    CHECK(weft_kvb_read_stream(buf, n, &w, &got, NULL, NULL, &good) == WEFT_ERR_AUTH && good == 1);
+    rec1[WEFT_KVB_BLOCK_META + h.payload_bytes + 17] ^= 1;
+    recrc(rec1, len1);
+    /* the checkpoint cut short: the records are not whole, none is read */
+    CHECK(weft_kvb_read_stream(buf, n - 100, &w, &got, NULL, NULL, &good) == WEFT_ERR_FORMAT && good == 0);
+    CHECK(!weft_kvb_sizes_ok(&h, buf, n - 100));
+    /* a checkpoint flag in a layout without STATE runs */
+    struct stream p;
+    make_stream(&p, 2, 2, 2, 32, true);
+    unsigned char *b0 = p.buf + p.h.header_bytes;
+    b0[80] |= WEFT_KVB_BLOCK_STATE;
+    recrc(b0, weft_kvb_record_bytes(&p.h));
+    struct weft_kvb_expect wp;
+    CHECK(weft_kvb_read_stream(p.buf, p.n, expect_for(&p, &wp), &got, NULL, NULL, &good) == WEFT_ERR_FORMAT);
+    CHECK(good == 0 && strstr(weft_last_error(), "flags") != NULL);
+    free_stream(&p);
+    /* STATE runs are F32 of a multiple of 4 bytes a layer, nothing else */
+    struct weft_kvb_header bad = h;
+    bad.layout[0].a = 1022;
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    bad = h;
+    bad.layout[2].type = WEFT_TYPE_F16;
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    bad = h;
+    bad.layout[0].b = 32;
+    CHECK(weft_kvb_header_init(&bad) == WEFT_ERR_INVALID_ARG);
+    /* a v4 stream (its header's CRC good): refused by version */
+    buf[8] = 4;
+    recrc(buf, h.header_bytes);
+    CHECK(weft_kvb_read_header(buf, n, &got) == WEFT_ERR_FORMAT && strstr(weft_last_error(), "version 4") != NULL);
+    free(buf);
+    free(payload);
+    free(state);
+}
+
 /* A block whose bytes are intact (its CRC recomputed) but whose name is not
  * its parent's and tokens' hash: refused. */
 static void a_misnamed_block_is_refused(void)
@@ -352,7 +464,7 @@ static void a_misnamed_block_is_refused(void)
     size_t rec = weft_kvb_record_bytes(&s.h);
     unsigned char *b1 = s.buf + s.h.header_bytes + rec;
     s.toks[1][3] ^= 1;  /* other tokens under the old hash */
-    weft_kvb_write_block(&s.h, NULL, s.parent[1], s.hash[1], s.toks[1], 0, s.payload[1], b1);
+    weft_kvb_write_block(&s.h, NULL, s.parent[1], s.hash[1], s.toks[1], 0, s.payload[1], NULL, b1);
     struct weft_kvb_expect w;
     struct weft_kvb_header h;
     uint32_t good;
@@ -540,6 +652,7 @@ int main(void)
     RUN(a_misnamed_block_is_refused);
     RUN(macs_bind_blocks_to_the_fleet_secret);
     RUN(a_layout_of_several_runs_round_trips);
+    RUN(state_checkpoints_ride_with_their_blocks);
     RUN(conversion_is_what_the_backends_would_write);
     RUN(pool_import_serves_a_prefix);
     RUN(host_tier_demotes_and_promotes);

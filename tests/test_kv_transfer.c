@@ -173,7 +173,7 @@ static void refusals(const struct weft_model *m, const struct weft_model *other,
         for (size_t i = 0; i < nb; i++) {
             struct weft_kvb_block b;
             CHECK(weft_kvb_read_block(&full, NULL, s + full.header_bytes + i * rf, rf, &b) == WEFT_OK);
-            weft_kvb_write_block(&one, NULL, b.parent, b.hash, b.tokens, 0, b.payload, part + one.header_bytes + i * ro);
+            weft_kvb_write_block(&one, NULL, b.parent, b.hash, b.tokens, 0, b.payload, NULL, part + one.header_bytes + i * ro);
         }
         struct weft_engine *e = engine(m, WEFT_TYPE_F16, false);
         uint32_t added = 9;

@@ -1,4 +1,4 @@
-/* libFuzzer target: the KV block reader (base/kv_block.c, format v4), the
+/* libFuzzer target: the KV block reader (base/kv_block.c, format v5), the
  * door every block from another instance, a prefill/decode push or Redis
  * comes in by, and the import behind it (core/engine_kv.c into a real
  * engine's pool, stories260K on the CPU): every stream, whatever it
@@ -75,7 +75,7 @@ static weft_status check_block(void *user, const struct weft_kvb_header *h, cons
     const unsigned char *hdr = user;
     if (b->hash != weft_kv_block_hash(b->parent, b->tokens)) __builtin_trap();
     const unsigned char *rec = b->payload - WEFT_KVB_BLOCK_META;
-    size_t body = WEFT_KVB_BLOCK_META + h->payload_bytes;
+    size_t body = WEFT_KVB_BLOCK_META + h->payload_bytes + (b->state ? h->state_bytes : 0);
     if (!h->mac) __builtin_trap();  /* the reader holds a key: only MAC'd blocks pass */
     unsigned char want[32];
     mac_of(hdr, h->header_bytes, rec, body, want);
@@ -95,7 +95,7 @@ static void read_it(const unsigned char *buf, size_t n)
     weft_clear_error();
     weft_status st = weft_kvb_read_stream(buf, n, &WANT, &h, check_block, (void *)buf, &good);
     if (st != WEFT_OK && !weft_last_error()[0]) __builtin_trap();  /* every refusal says why */
-    if (st == WEFT_OK && !weft_kvb_sizes_ok(&h, n)) __builtin_trap();
+    if (st == WEFT_OK && !weft_kvb_sizes_ok(&h, buf, n)) __builtin_trap();
     uint32_t added = 0;
     weft_clear_error();
     weft_status is = weft_engine_kv_import(E, buf, n, &added);
@@ -126,7 +126,7 @@ static unsigned char *valid_stream(uint32_t n_blocks, uint32_t seed, size_t *n_o
         for (int i = 0; i < WEFT_KVB_TOKENS; i++) toks[i] = (int32_t)((seed * 31u + b * 17u + (uint32_t)i) % 500u);
         for (uint32_t i = 0; i < h->payload_bytes; i++) payload[i] = (unsigned char)(i * 7 + b);
         uint64_t hash = weft_kv_block_hash(parent, toks);
-        weft_kvb_write_block(h, &KEYS, parent, hash, toks, 0, payload, buf + h->header_bytes + b * rec);
+        weft_kvb_write_block(h, &KEYS, parent, hash, toks, 0, payload, NULL, buf + h->header_bytes + b * rec);
         parent = hash;
     }
     free(payload);
