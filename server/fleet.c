@@ -91,6 +91,7 @@ void weft_fleet_init(struct fleet *f, const struct fleet_config *cfg)
 static void instance_free(struct fleet_instance *in)
 {
     weft_prefix_index_free(&in->ix);
+    weft_prefix_index_free(&in->ckx);
     free(in->url);
     free(in->name);
     free(in);
@@ -211,7 +212,16 @@ void weft_fleet_request_result(struct fleet_instance *in, bool ok)
     }
 }
 
-bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash)
+/* The checkpoint index, taken when first needed: an instance holds at most 4096 (core/kv.h);
+ * NULL when out of memory (its hybrid prefixes then count no hit). */
+#define CKPT_INDEX_CAP 4096u
+static struct weft_prefix_index *ck_index(struct fleet_instance *in)
+{
+    if (!in->ckx.cap && weft_prefix_index_init(&in->ckx, CKPT_INDEX_CAP) != WEFT_OK) return NULL;
+    return &in->ckx;
+}
+
+bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, enum weft_kv_event_kind kind, uint64_t hash)
 {
     if (!in->ev_synced) return false;
     if (seq <= in->ev_seq) return true;  /* already in the snapshot */
@@ -221,8 +231,13 @@ bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, u
         return false;
     }
     in->ev_seq = seq;
-    if (stored) weft_prefix_index_insert(&in->ix, hash);
-    else weft_prefix_index_remove(&in->ix, hash);
+    struct weft_prefix_index *ck = kind >= WEFT_KV_EVENT_CKPT_STORED ? ck_index(in) : NULL;
+    switch (kind) {
+    case WEFT_KV_EVENT_STORED: weft_prefix_index_insert(&in->ix, hash); break;
+    case WEFT_KV_EVENT_REMOVED: weft_prefix_index_remove(&in->ix, hash); break;
+    case WEFT_KV_EVENT_CKPT_STORED: if (ck) weft_prefix_index_insert(ck, hash); break;
+    case WEFT_KV_EVENT_CKPT_REMOVED: if (ck) weft_prefix_index_remove(ck, hash); break;
+    }
     in->ev_applied++;
     return true;
 }
@@ -230,10 +245,17 @@ bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, u
 void weft_fleet_kv_snapshot_begin(struct fleet_instance *in)
 {
     weft_prefix_index_clear(&in->ix);
+    if (in->ckx.cap) weft_prefix_index_clear(&in->ckx);
     in->ev_synced = false;
 }
 
 void weft_fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash) { weft_prefix_index_insert(&in->ix, hash); }
+
+void weft_fleet_kv_snapshot_ckpt(struct fleet_instance *in, uint64_t hash)
+{
+    struct weft_prefix_index *ck = ck_index(in);
+    if (ck) weft_prefix_index_insert(ck, hash);
+}
 
 void weft_fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq)
 {
@@ -257,6 +279,18 @@ static bool excluded(const struct fleet_instance *in, struct fleet_instance *con
     for (uint32_t i = 0; i < n_except; i++)
         if (except[i] == in) return true;
     return false;
+}
+
+/* Routing history: the prompt's full blocks will be on in, and on a hybrid its state
+ * checkpoints: at multiples of its interval and at the prompt's last full block before its
+ * last token (core/kv.h; its events correct both). */
+static void history(struct fleet_instance *in, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt)
+{
+    weft_prefix_index_insert_chain(&in->ix, hashes, n_hashes);
+    const uint32_t per = in->load.ckpt_tokens / 16, last = n_prompt ? (n_prompt - 1) / 16 : 0;
+    struct weft_prefix_index *ck = per ? ck_index(in) : NULL;
+    for (uint32_t k = 1; ck && k <= n_hashes && k <= last; k++)
+        if (k % per == 0 || k == last) weft_prefix_index_insert(ck, hashes[k - 1]);
 }
 
 static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_hashes, uint32_t n_prompt,
@@ -293,12 +327,13 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         r->max_waiting = l->max_waiting;
         r->queued_prefill_tokens = l->queued_prefill_tokens > in->own_queued ? l->queued_prefill_tokens : in->own_queued;
         r->matched_blocks = n_hashes ? weft_prefix_index_match(&in->ix, hashes, n_hashes) : 0;
-        if (l->ckpt_tokens >= 16 && l->ckpt_tokens % 16 == 0 && r->matched_blocks) {
-            /* a hybrid resumes from a state checkpoint: its hit is the prefix's last full block
-             * before the last prompt token, down to a checkpoint boundary (core/kv.h) */
-            const uint32_t per = l->ckpt_tokens / 16, most = n_prompt ? (n_prompt - 1) / 16 : 0;
-            uint32_t mb = r->matched_blocks < most ? r->matched_blocks : most;
-            r->matched_blocks = mb / per * per;
+        if (l->ckpt_tokens && r->matched_blocks) {
+            /* a hybrid resumes only after a block that ends at a state checkpoint, before the
+             * prompt's last token (core/kv.h): a checkpoint counts like a block */
+            const uint32_t most = n_prompt ? (n_prompt - 1) / 16 : 0;
+            uint32_t k = r->matched_blocks < most ? r->matched_blocks : most;
+            while (k && !(in->ckx.cap && weft_prefix_index_contains(&in->ckx, hashes[k - 1]))) k--;
+            r->matched_blocks = k;
         }
         /* free blocks as reported, less what the router dispatched since (its uncached prompts) */
         uint64_t pending = in->own_queued / 16;
@@ -342,7 +377,7 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
         p->requests++;
         p->prompt_tokens += n_prompt;
         p->uncached_tokens += d->pd_uncached;
-        weft_prefix_index_insert_chain(&p->ix, hashes, n_hashes);
+        history(p, hashes, n_hashes, n_prompt);
         uint32_t tail = n_prompt - (n_prompt - 1) / WEFT_ROUTE_BLOCK_TOKENS * WEFT_ROUTE_BLOCK_TOKENS;
         if (d->uncached > tail) d->uncached = tail;
         f->pd_handoffs++;
@@ -356,8 +391,7 @@ static weft_status decide(struct fleet *f, const uint64_t *hashes, uint32_t n_ha
     in->requests++;
     in->prompt_tokens += n_prompt;
     in->uncached_tokens += d->uncached;
-    /* routing history: the prompt's full blocks will be there */
-    weft_prefix_index_insert_chain(&in->ix, hashes, n_hashes);
+    history(in, hashes, n_hashes, n_prompt);
     f->decisions[d->best.reason]++;
     return WEFT_OK;
 }

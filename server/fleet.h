@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/fingerprint.h"
+#include "core/kv.h"
 #include "core/prefix_index.h"
 #include "core/route.h"
 #include "base/status.h"
@@ -29,8 +30,8 @@ struct fleet_load {
     uint32_t running, waiting, tokenizing;
     uint64_t queued_prefill_tokens;
     uint32_t block_tokens;
-    uint32_t ckpt_tokens;          /* a hybrid's state checkpoint interval: its prefix hits end at a
-                                      multiple of it (0: any block) */
+    uint32_t ckpt_tokens;          /* a hybrid's state checkpoint interval (0: not a hybrid): its
+                                      prefix hits end at a block with a checkpoint (core/kv.h) */
     uint32_t kv_used, kv_cached, kv_free, kv_total, host_used, host_total;
     double prefill_tps, decode_tps;
     uint32_t decode_rows;          /* rows in the steps decode_tps was measured on */
@@ -76,6 +77,9 @@ struct fleet_instance {
     double gen_mean;               /* tokens its answers generated (moving average; 0: none seen) */
     /* the prefix index and the KV event stream's position */
     struct weft_prefix_index ix;
+    /* a hybrid's state checkpoints, named by the blocks they end (taken with the first one
+     * heard of: cap 0 until then) */
+    struct weft_prefix_index ckx;
     uint64_t ev_seq;               /* last event applied */
     bool ev_synced;                /* the index follows the instance's events */
     /* counters */
@@ -152,12 +156,13 @@ void weft_fleet_poll_failed(struct fleet_instance *in);
  * answer). Drives the circuit breaker. */
 void weft_fleet_request_result(struct fleet_instance *in, bool ok);
 
-/* KV events (server/kv_events.c): apply one; false when seq shows a gap
+/* KV events (server/kv_events.c; kinds as core/kv.h's): apply one; false when seq shows a gap
  * (the caller resyncs from a snapshot: weft_fleet_kv_snapshot_begin, inserts,
  * weft_fleet_kv_snapshot_end). */
-bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, bool stored, uint64_t hash);
+bool weft_fleet_kv_event(struct fleet_instance *in, uint64_t seq, enum weft_kv_event_kind kind, uint64_t hash);
 void weft_fleet_kv_snapshot_begin(struct fleet_instance *in);
 void weft_fleet_kv_snapshot_block(struct fleet_instance *in, uint64_t hash);
+void weft_fleet_kv_snapshot_ckpt(struct fleet_instance *in, uint64_t hash);
 void weft_fleet_kv_snapshot_end(struct fleet_instance *in, uint64_t seq);
 void weft_fleet_kv_unsynced(struct fleet_instance *in);
 

@@ -179,6 +179,9 @@ char *weft_metrics_render(const struct metrics *m, const struct weft_engine_stat
         one(&o, "weft_state_checkpoints_replaced_total", "counter",
             "Recurrent state checkpoints replaced by newer ones (the least recently used).",
             (double)es->kv.ckpts_replaced);
+        one(&o, "weft_state_checkpoints_imported_total", "counter",
+            "Recurrent state checkpoints taken with imported KV blocks (a transfer, a hand-off, Redis).",
+            (double)es->kv.ckpts_imported);
     }
     if (es->kv.n_window_blocks) {
         /* sliding-window layers' blocks (core/kv.h's window group) */

@@ -122,7 +122,7 @@ static void upstream_headers(const struct weft_router *r, char *buf, size_t cap)
 
 static void snapshot_start(struct inst_io *io);
 
-static void apply_event(struct inst_io *io, uint64_t seq, bool stored, uint64_t hash)
+static void apply_event(struct inst_io *io, uint64_t seq, enum weft_kv_event_kind kind, uint64_t hash)
 {
     if (io->snapshot) {  /* hold it until the snapshot is in */
         if (io->n_held == io->cap_held) {
@@ -137,11 +137,11 @@ static void apply_event(struct inst_io *io, uint64_t seq, bool stored, uint64_t 
         }
         io->held[io->n_held].seq = seq;
         io->held[io->n_held].hash = hash;
-        io->held[io->n_held].stored = stored;
+        io->held[io->n_held].kind = (uint8_t)kind;
         io->n_held++;
         return;
     }
-    if (!weft_fleet_kv_event(io->in, seq, stored, hash)) snapshot_start(io);
+    if (!weft_fleet_kv_event(io->in, seq, kind, hash)) snapshot_start(io);
 }
 
 static uint64_t hex64(const char *s)
@@ -158,8 +158,11 @@ static void event_line(struct inst_io *io, const char *data, size_t n)
     uint64_t seq = json_is_integer(sq) ? (uint64_t)json_integer_value(sq) : 0;
     if (type && !strcmp(type, "hello")) {
         if (!io->in->ev_synced && !io->snapshot) snapshot_start(io);
-    } else if (type && (!strcmp(type, "stored") || !strcmp(type, "removed"))) {
-        apply_event(io, seq, type[0] == 's', hex64(json_string_value(json_object_get(j, "hash"))));
+    } else if (type) {
+        static const char *const kinds[] = {"stored", "removed", "checkpoint", "checkpoint_removed"};
+        for (int k = 0; k < 4; k++)
+            if (!strcmp(type, kinds[k]))
+                apply_event(io, seq, (enum weft_kv_event_kind)(k + 1), hex64(json_string_value(json_object_get(j, "hash"))));
     }
     json_decref(j);
 }
@@ -222,9 +225,10 @@ static void snap_done(void *u, int err)
         size_t i;
         json_t *b;
         json_array_foreach(blocks, i, b) weft_fleet_kv_snapshot_block(io->in, hex64(json_string_value(json_array_get(b, 0))));
+        json_array_foreach(json_object_get(j, "checkpoints"), i, b) weft_fleet_kv_snapshot_ckpt(io->in, hex64(json_string_value(b)));
         weft_fleet_kv_snapshot_end(io->in, (uint64_t)json_integer_value(sq));
         for (uint32_t k = 0; k < io->n_held && ok; k++)
-            ok = weft_fleet_kv_event(io->in, io->held[k].seq, io->held[k].stored, io->held[k].hash);
+            ok = weft_fleet_kv_event(io->in, io->held[k].seq, (enum weft_kv_event_kind)io->held[k].kind, io->held[k].hash);
     }
     json_decref(j);
     io->n_held = 0;

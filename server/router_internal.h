@@ -62,7 +62,7 @@ struct inst_io {
     struct body_buf load, index;   /* the /load and /v1/kv/index answers being received */
     char *ebuf;                    /* the event stream's unparsed tail */
     size_t elen, ecap;
-    struct { uint64_t seq, hash; bool stored; } *held;  /* events during a snapshot */
+    struct { uint64_t seq, hash; uint8_t kind; } *held;  /* events during a snapshot (core/kv.h's kinds) */
     uint32_t n_held, cap_held;
     bool held_overflow;
     bool fp_warned;

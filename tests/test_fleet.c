@@ -102,20 +102,20 @@ static void events_correct_the_index(void)
     /* instance b reports it holds the prompt's first three blocks */
     weft_fleet_kv_snapshot_begin(b);
     weft_fleet_kv_snapshot_end(b, 10);
-    CHECK(weft_fleet_kv_event(b, 11, true, h[0]));
-    CHECK(weft_fleet_kv_event(b, 12, true, h[1]));
-    CHECK(weft_fleet_kv_event(b, 12, true, h[1]));  /* a repeat is ignored */
-    CHECK(weft_fleet_kv_event(b, 13, true, h[2]));
+    CHECK(weft_fleet_kv_event(b, 11, WEFT_KV_EVENT_STORED, h[0]));
+    CHECK(weft_fleet_kv_event(b, 12, WEFT_KV_EVENT_STORED, h[1]));
+    CHECK(weft_fleet_kv_event(b, 12, WEFT_KV_EVENT_STORED, h[1]));  /* a repeat is ignored */
+    CHECK(weft_fleet_kv_event(b, 13, WEFT_KV_EVENT_STORED, h[2]));
     struct fleet_decision d;
     CHECK(weft_fleet_decide(&f, ids, 64, 16, 0.1, &d) == WEFT_OK);
     CHECK(d.in == b);
     CHECK_EQ_INT(d.best.matched_tokens, 48);
     weft_fleet_finished(&f, &d, 48, false);
     /* it evicts the first: the chain breaks there */
-    CHECK(weft_fleet_kv_event(b, 14, false, h[0]));
+    CHECK(weft_fleet_kv_event(b, 14, WEFT_KV_EVENT_REMOVED, h[0]));
     CHECK_EQ_INT(weft_prefix_index_match(&b->ix, h, 4), 0);
     /* a gap: not applied, the caller must resync */
-    CHECK(!weft_fleet_kv_event(b, 16, true, h[0]));
+    CHECK(!weft_fleet_kv_event(b, 16, WEFT_KV_EVENT_STORED, h[0]));
     CHECK(!b->ev_synced);
     CHECK_EQ_INT(b->ev_gaps, 1);
     weft_fleet_free(&f);
@@ -170,8 +170,8 @@ static void million_unique_prompts_bounded(void)
         /* the instance confirms the first block, and later evicts it */
         uint64_t h[10];
         weft_prompt_block_hashes(ids, 160, h, 10);
-        weft_fleet_kv_event(d.in, ++seq[k], true, h[0]);
-        if (r % 3 == 0) weft_fleet_kv_event(d.in, ++seq[k], false, h[0]);
+        weft_fleet_kv_event(d.in, ++seq[k], WEFT_KV_EVENT_STORED, h[0]);
+        if (r % 3 == 0) weft_fleet_kv_event(d.in, ++seq[k], WEFT_KV_EVENT_REMOVED, h[0]);
         weft_fleet_finished(&f, &d, 0, false);
         if (r == 20000) rss_warm = maxrss_kib();
     }

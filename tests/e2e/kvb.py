@@ -1,4 +1,4 @@
-"""The KV block stream format v4 (base/kv_block.h), read and written in
+"""The KV block stream format v5 (base/kv_block.h), read and written in
 Python for the tests that play a peer, honest or hostile: reframe a real
 stream, forge a header or a block, make MACs under a fleet secret (or
 none), recompute CRCs so that only the check under test can refuse it."""
@@ -60,12 +60,21 @@ def record_bytes(h):
     return META + h["payload_bytes"] + (MAC if h["flags"] & 1 else 0) + 4
 
 
+def state_bytes(h):
+    """A state checkpoint's bytes: the STATE runs' (kind 5: a bytes a layer)."""
+    return sum(n * a for k, _, n, a, _ in h["layout"] if k == 5)
+
+
 def blocks(stream):
-    """[(meta bytes, payload bytes)] of a stream."""
+    """[(meta bytes, payload bytes)] of a stream (a record with a state checkpoint, flag
+    bit 1, is longer by it: skipped over)."""
     h = header(stream)
-    hb, rec = h["header_bytes"], record_bytes(h)
-    return [(stream[off:off + META], stream[off + META:off + META + h["payload_bytes"]])
-            for off in range(hb, len(stream), rec)]
+    off, rec, out = h["header_bytes"], record_bytes(h), []
+    while off < len(stream):
+        meta = stream[off:off + META]
+        out.append((meta, stream[off + META:off + META + h["payload_bytes"]]))
+        off += rec + (state_bytes(h) if struct.unpack_from("<I", meta, 80)[0] & 2 else 0)
+    return out
 
 
 def write_block(h, meta, payload, secret=None):

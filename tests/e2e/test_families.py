@@ -175,8 +175,9 @@ QWEN35 = os.path.join(os.path.dirname(ROOT), "shared", "models", "arch", "qwen35
 
 @pytest.mark.skipif(not os.path.exists(QWEN35), reason=f"no {QWEN35}")
 def test_a_hybrid_prefix_hit_resumes_from_a_state_checkpoint():
-    """Qwen3.5 (recurrent layers): a repeated prompt resumes from the state checkpoint at its
-    last 32-token boundary (counted) and answers as an instance without a prefix cache."""
+    """Qwen3.5 (recurrent layers): a repeated prompt resumes from the state checkpoint taken at
+    its last full block before its last token (counted; the interval's are every 32 tokens)
+    and answers as an instance without a prefix cache."""
     w = Server("-c", "512", "--state-checkpoint", "32", "--state-checkpoint-mib", "4", model=QWEN35, threads=1, cpu=0)
     o = Server("-c", "512", "--no-prefix-cache", model=QWEN35, threads=1, cpu=1)
     try:
@@ -188,7 +189,8 @@ def test_a_hybrid_prefix_hit_resumes_from_a_state_checkpoint():
         again = complete(w, text, max_tokens=24)
         assert first["choices"][0]["text"] == again["choices"][0]["text"] == ref["choices"][0]["text"]
         assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
-        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 32 * 32
+        assert (n - 1) // 16 % 2 == 1  # the last full block is past the interval's last
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16
         assert w.metric("weft_state_checkpoint_hits_total") == 1
         assert w.metric("weft_state_checkpoint_tokens") == 32
         assert w.metric("weft_state_checkpoints_stored_total") >= (n - 1) // 32
@@ -202,9 +204,10 @@ def test_a_hybrid_prefix_hit_resumes_from_a_state_checkpoint():
 @pytest.mark.skipif(not os.path.exists(QWEN35), reason=f"no {QWEN35}")
 def test_the_router_sends_a_hybrid_prefix_to_its_checkpoint():
     """Two Qwen3.5 instances behind weft router: a prompt's second sending goes to the
-    instance holding its state checkpoint (route header: reason prefix), the predicted match
-    the checkpoint's boundary (not the last full block), equal to what the instance reports
-    cached, the answer the same."""
+    instance holding its state checkpoint (route header: reason prefix); the router's index
+    holds the instance's checkpoints as it holds its blocks (its KV events, "checkpoint"), so
+    the predicted match is the block the checkpoint ends (the prompt's last full block, past
+    the interval's last), equal to what the instance reports cached, the answer the same."""
     import http.client
     from test_router import post, route_field
     a = Server("-c", "512", "--state-checkpoint", "32", model=QWEN35, threads=1, cpu=0)
@@ -231,10 +234,70 @@ def test_the_router_sends_a_hybrid_prefix_to_its_checkpoint():
         st, h2, d2 = post(conn, "/v1/completions", body)
         second = json.loads(d2)
         assert h2["x-weft-instance"] == holder and route_field(h2["x-weft-route"], "reason") == "prefix", h2["x-weft-route"]
-        assert int(route_field(h2["x-weft-route"], "matched")) == (n - 1) // 32 * 32
-        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 32 * 32
+        assert int(route_field(h2["x-weft-route"], "matched")) == (n - 1) // 16 * 16
+        assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16
+        # the instance names its checkpoints in its index snapshot and its event stream
+        idx = json.loads(srv.get("/v1/kv/index")[1])
+        assert len(idx["checkpoints"]) >= (n - 1) // 32 + 1
         assert second["choices"][0]["text"] == first["choices"][0]["text"]
         assert srv.metric("weft_state_checkpoint_hits_total") >= 1
     finally:
         for s in (r, a, b):
             s.stop()
+
+
+def complete_lp(srv, text, max_tokens):
+    """A greedy completion with each token's logprob."""
+    body = {"prompt": text, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "logprobs": 1}
+    return post(srv, "/v1/completions", body)
+
+
+def same_tokens(got, ref, tol=1e-3):
+    """Teacher forcing on one greedy path: the same text, each token's logprob within tol."""
+    assert got["choices"][0]["text"] == ref["choices"][0]["text"]
+    a = got["choices"][0]["logprobs"]["token_logprobs"]
+    b = ref["choices"][0]["logprobs"]["token_logprobs"]
+    assert len(a) == len(b) and max(abs(x - y) for x, y in zip(a, b)) <= tol, (a, b)
+
+
+@pytest.mark.skipif(not os.path.exists(QWEN35), reason=f"no {QWEN35}")
+@pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (scripts/install-deps.sh)")
+def test_a_hybrid_through_pd_and_redis_carries_its_state_checkpoint():
+    """Qwen3.5 through a PD hand-off and Redis (KV block format v5: STATE runs, the checkpoint
+    in the record of the block it ends). The prefill instance checkpoints the state at the
+    prompt's last full block (its default interval, 256, is past the prompt); the decode
+    instance takes the blocks and the checkpoint, restores it (counted) and computes only the
+    tail; a third instance takes both from Redis. Each answers as one instance without a
+    prefix cache, token for token with logprobs within 1e-3."""
+    redis = Redis()
+    url = "unix://" + redis.sock
+    p = Server("--role", "prefill", "-c", "1024", "--kv-remote", url, model=QWEN35, threads=1, cpu=0)
+    d = Server("--role", "decode", "-c", "1024", "--pd-idle-ms", "30000", model=QWEN35, threads=1, cpu=1)
+    o = Server("-c", "1024", "--no-prefix-cache", model=QWEN35, threads=1, cpu=1)
+    r = Router([p, d], "--pd-threshold", "64", "--pd-slack", "8")
+    b = None
+    try:
+        r.wait_ready(n_up=2)
+        text = prompt_of(6, 40)
+        ref = complete_lp(o, text, 24)
+        n = ref["usage"]["prompt_tokens"]
+        assert 64 <= n < 256
+        got = complete_lp(r, text, 24)
+        same_tokens(got, ref)
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == n - tail_tokens(n)
+        assert r.metric("weft_router_pd_handoffs_total", {"result": "ok"}) == 1
+        assert d.metric("weft_state_checkpoints_imported_total") == 1
+        assert d.metric("weft_state_checkpoint_hits_total") == 1
+        assert p.metric("weft_state_checkpoints_stored_total") == 1
+        # the prefill instance wrote the blocks, the last one with its checkpoint, to Redis
+        assert wait_metric(p, "weft_kv_remote_written_blocks_total", lambda v: v >= (n - 1) // 16), "write-behind"
+        b = Server("-c", "1024", "--kv-remote", url, model=QWEN35, threads=1, cpu=0)
+        got = complete_lp(b, text, 24)
+        same_tokens(got, ref)
+        assert b.metric("weft_kv_remote_hit_blocks_total") == (n - 1) // 16
+        assert b.metric("weft_state_checkpoint_hits_total") == 1
+        assert got["usage"]["prompt_tokens_details"]["cached_tokens"] == (n - 1) // 16 * 16
+    finally:
+        for s in (r, p, d, o, b, redis):
+            if s is not None:
+                s.stop()

@@ -485,7 +485,7 @@ def test_blocks_forged_in_redis_are_refused_and_the_answer_is_unchanged():
         for i, k in enumerate(keys):
             v = r.call("GET", k)
             h = kvb.header(v)
-            assert h["version"] == 4 and h["flags"] & 1  # written under the fleet secret
+            assert h["version"] == 5 and h["flags"] & 1  # written under the fleet secret
             meta, payload = kvb.blocks(v)[0]
             bad = bytes(reversed(payload))  # another payload under the same name
             h2 = dict(h, flags=0 if i % 2 else 1)
