@@ -279,6 +279,10 @@ weft_status weft_engine_kv_export_prefix(struct weft_engine *e, const int32_t *t
  * parent and tokens); stops at the first one not held. */
 weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *hashes, uint32_t n,
                                          unsigned char **out, size_t *n_out, uint32_t *n_blocks);
+/* The same with a hybrid's state checkpoint only on the block named ckpt: a hand-off resumes
+ * from the prompt's last one, and the others (megabytes each) would travel unused. */
+weft_status weft_engine_kv_export_hashes_ckpt(struct weft_engine *e, const uint64_t *hashes, uint32_t n, uint64_t ckpt,
+                                              unsigned char **out, size_t *n_out, uint32_t *n_blocks);
 /* How many of hashes[0..n) (a chain), from the first, this engine holds
  * (device or host tier). */
 uint32_t weft_engine_kv_held(struct weft_engine *e, const uint64_t *hashes, uint32_t n);

@@ -133,9 +133,10 @@ void weft_engine_kv_stats(struct weft_engine *e, struct weft_engine_kv_stats *ou
 
 /* Write the held blocks among hashes[0..n) after a header: up to the first
  * missing one, or (skip) every held one not imported; from the device, or
- * from the host tier for a block the device has evicted since; lock held.
- * ids[i] < 0: the host tier's. */
-static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, bool skip,
+ * from the host tier for a block the device has evicted since; each with its
+ * state checkpoint when it ends one (only the block named *ckpt's, unless NULL);
+ * lock held. ids[i] < 0: the host tier's. */
+static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, uint32_t n, bool skip, const uint64_t *ckpt,
                                  unsigned char **out, size_t *n_out, uint32_t *n_blocks)
 {
     struct weft_kv_pool *kv = &e->kv;
@@ -181,7 +182,8 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     /* a block that ends at a state checkpoint carries it */
     size_t total = h.header_bytes;
     for (uint32_t i = 0; i < held; i++)
-        total += weft_kvb_record_bytes_flags(&h, weft_kv_checkpoint(kv, names[i]) ? WEFT_KVB_BLOCK_STATE : 0);
+        total += weft_kvb_record_bytes_flags(&h, (!ckpt || names[i] == *ckpt) && weft_kv_checkpoint(kv, names[i])
+                                                     ? WEFT_KVB_BLOCK_STATE : 0);
     unsigned char *buf = malloc(total);
     unsigned char *payload = malloc(kv->block_bytes), *ordered = malloc(kv->block_bytes);
     if (!buf || !payload || !ordered) {
@@ -196,7 +198,7 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     unsigned char *at = buf + h.header_bytes;
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
-        const void *ck = weft_kv_checkpoint(kv, names[i]);
+        const void *ck = !ckpt || names[i] == *ckpt ? weft_kv_checkpoint(kv, names[i]) : NULL;
         const uint32_t with_ck = ck ? WEFT_KVB_BLOCK_STATE : 0;
         /* a pool without a window group has every block's window part */
         bool win = !weft_kv_has_window(kv);
@@ -244,7 +246,19 @@ weft_status weft_engine_kv_export_hashes(struct weft_engine *e, const uint64_t *
     *n_out = 0;
     *n_blocks = 0;
     lock_idle(e);
-    weft_status st = export_locked(e, hashes, n, false, out, n_out, n_blocks);
+    weft_status st = export_locked(e, hashes, n, false, NULL, out, n_out, n_blocks);
+    unlock_idle(e);
+    return st;
+}
+
+weft_status weft_engine_kv_export_hashes_ckpt(struct weft_engine *e, const uint64_t *hashes, uint32_t n, uint64_t ckpt,
+                                              unsigned char **out, size_t *n_out, uint32_t *n_blocks)
+{
+    *out = NULL;
+    *n_out = 0;
+    *n_blocks = 0;
+    lock_idle(e);
+    weft_status st = export_locked(e, hashes, n, false, &ckpt, out, n_out, n_blocks);
     unlock_idle(e);
     return st;
 }
@@ -256,7 +270,7 @@ weft_status weft_engine_kv_export_held(struct weft_engine *e, const uint64_t *ha
     *n_out = 0;
     *n_blocks = 0;
     lock_idle(e);
-    weft_status st = export_locked(e, hashes, n, true, out, n_out, n_blocks);
+    weft_status st = export_locked(e, hashes, n, true, NULL, out, n_out, n_blocks);
     unlock_idle(e);
     return st;
 }

@@ -382,7 +382,9 @@ static void push_work(void *arg)
     }
     uint32_t held = weft_engine_kv_held(s->eng, p->hashes, p->n);
     if (held > p->sent) {
-        p->st = weft_engine_kv_export_hashes(s->eng, p->hashes + p->sent, held - p->sent, &p->buf, &p->len, &p->nb);
+        /* a hybrid's decode side resumes from the state checkpoint of the prompt's last block */
+        p->st = weft_engine_kv_export_hashes_ckpt(s->eng, p->hashes + p->sent, held - p->sent, p->hashes[p->n - 1],
+                                                  &p->buf, &p->len, &p->nb);
         if (p->st != WEFT_OK) snprintf(p->msg, sizeof p->msg, "%s", weft_last_error());
     }
 }

@@ -562,6 +562,18 @@ static void checkpoints_travel_with_their_blocks(void)
     struct weft_engine_kv_stats io;
     weft_engine_kv_stats(e, &io);
     CHECK_EQ_INT(io.ckpts_out, 3);
+    /* a hand-off's export: only the checkpoint it resumes from (the last block's) */
+    {
+        uint64_t hs[5], x = 0;
+        unsigned char *one = NULL;
+        size_t n1 = 0;
+        uint32_t nb1 = 0;
+        for (uint32_t i = 0; i < 5; i++) hs[i] = x = weft_kv_block_hash(x, a.toks + 16 * i);
+        CHECK(weft_engine_kv_export_hashes_ckpt(e, hs, 5, hs[4], &one, &n1, &nb1) == WEFT_OK && nb1 == 5);
+        CHECK(stream_flags(one, n1, flags) == 5 && n1 == n - 2 * (size_t)h.state_bytes);
+        for (uint32_t i = 0; i < 5; i++) CHECK(!!(flags[i] & WEFT_KVB_BLOCK_STATE) == (i == 4));
+        free(one);
+    }
     /* the blocks without their checkpoints: taken, but no hit */
     bare = malloc(n);
     size_t nbare = bare ? strip_checkpoints(buf, n, bare) : 0;

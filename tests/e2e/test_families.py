@@ -264,14 +264,15 @@ def same_tokens(got, ref, tol=1e-3):
 @pytest.mark.skipif(REDIS is None, reason="redis-server is not installed (scripts/install-deps.sh)")
 def test_a_hybrid_through_pd_and_redis_carries_its_state_checkpoint():
     """Qwen3.5 through a PD hand-off and Redis (KV block format v5: STATE runs, the checkpoint
-    in the record of the block it ends). The prefill instance checkpoints the state at the
-    prompt's last full block (its default interval, 256, is past the prompt); the decode
-    instance takes the blocks and the checkpoint, restores it (counted) and computes only the
-    tail; a third instance takes both from Redis. Each answers as one instance without a
+    in the record of the block it ends). The prefill instance checkpoints the state every 32
+    tokens and at the prompt's last full block; the hand-off carries only that last one (the
+    decode side resumes from it), which the decode instance restores (counted) before
+    computing only the tail; a third instance takes the blocks and checkpoints from Redis. Each answers as one instance without a
     prefix cache, token for token with logprobs within 1e-3."""
     redis = Redis()
     url = "unix://" + redis.sock
-    p = Server("--role", "prefill", "-c", "1024", "--kv-remote", url, model=QWEN35, threads=1, cpu=0)
+    p = Server("--role", "prefill", "-c", "1024", "--kv-remote", url, "--state-checkpoint", "32", model=QWEN35,
+               threads=1, cpu=0)
     d = Server("--role", "decode", "-c", "1024", "--pd-idle-ms", "30000", model=QWEN35, threads=1, cpu=1)
     o = Server("-c", "1024", "--no-prefix-cache", model=QWEN35, threads=1, cpu=1)
     r = Router([p, d], "--pd-threshold", "64", "--pd-slack", "8")
@@ -288,7 +289,7 @@ def test_a_hybrid_through_pd_and_redis_carries_its_state_checkpoint():
         assert r.metric("weft_router_pd_handoffs_total", {"result": "ok"}) == 1
         assert d.metric("weft_state_checkpoints_imported_total") == 1
         assert d.metric("weft_state_checkpoint_hits_total") == 1
-        assert p.metric("weft_state_checkpoints_stored_total") == 1
+        assert p.metric("weft_state_checkpoints_stored_total") == (n - 1) // 32 + ((n - 1) // 16 % 2)
         # the prefill instance wrote the blocks, the last one with its checkpoint, to Redis
         assert wait_metric(p, "weft_kv_remote_written_blocks_total", lambda v: v >= (n - 1) // 16), "write-behind"
         b = Server("-c", "1024", "--kv-remote", url, model=QWEN35, threads=1, cpu=0)
