@@ -121,6 +121,43 @@ static void events_correct_the_index(void)
     weft_fleet_free(&f);
 }
 
+/* A hybrid instance (its /load names a checkpoint interval): a prefix counts only up to the
+ * last block a state checkpoint ends, as its events (and routing history) say; a checkpoint
+ * replaced takes the count back to the one before. */
+static void hybrid_matches_end_at_checkpoints(void)
+{
+    struct fleet f;
+    make_fleet(&f, 2, WEFT_ROUTE_WEFT, 1000);
+    int32_t ids[100];
+    prompt(ids, 100, 9, 0);
+    uint64_t h[6];
+    CHECK_EQ_INT(weft_prompt_block_hashes(ids, 100, h, 6), 6);
+    struct fleet_instance *b = f.inst[1];
+    for (uint32_t i = 0; i < 2; i++) f.inst[i]->load.ckpt_tokens = 32;
+    weft_fleet_kv_snapshot_begin(b);
+    weft_fleet_kv_snapshot_ckpt(b, h[1]);  /* a snapshot's checkpoint at 32 */
+    weft_fleet_kv_snapshot_end(b, 20);
+    for (uint32_t i = 0; i < 6; i++) CHECK(weft_fleet_kv_event(b, 21 + i, WEFT_KV_EVENT_STORED, h[i]));
+    CHECK(weft_fleet_kv_event(b, 27, WEFT_KV_EVENT_CKPT_STORED, h[3]));  /* 64 */
+    struct fleet_decision d;
+    CHECK(weft_fleet_decide(&f, ids, 100, 16, 0.1, &d) == WEFT_OK);
+    CHECK(d.in == b && d.best.reason == WEFT_ROUTE_R_PREFIX);
+    CHECK_EQ_INT(d.best.matched_tokens, 64);  /* six blocks held, the last checkpoint at 64 */
+    weft_fleet_finished(&f, &d, 64, false);
+    /* dispatched, the prompt leaves a checkpoint at its last full block (96 of 100): history */
+    CHECK(weft_fleet_decide(&f, ids, 100, 16, 0.1, &d) == WEFT_OK);
+    CHECK(d.in == b);
+    CHECK_EQ_INT(d.best.matched_tokens, 96);
+    weft_fleet_finished(&f, &d, 96, false);
+    /* the instance replaced those two: back to 32 */
+    CHECK(weft_fleet_kv_event(b, 28, WEFT_KV_EVENT_CKPT_REMOVED, h[5]));
+    CHECK(weft_fleet_kv_event(b, 29, WEFT_KV_EVENT_CKPT_REMOVED, h[3]));
+    CHECK(weft_fleet_decide(&f, ids, 100, 16, 0.1, &d) == WEFT_OK);
+    CHECK_EQ_INT(d.best.matched_tokens, 32);
+    weft_fleet_finished(&f, &d, 32, false);
+    weft_fleet_free(&f);
+}
+
 static void unhealthy_and_draining_are_skipped(void)
 {
     struct fleet f;
@@ -246,6 +283,7 @@ int main(void)
     RUN(device_class_or_the_device_name);
     RUN(history_keeps_prefix_together);
     RUN(events_correct_the_index);
+    RUN(hybrid_matches_end_at_checkpoints);
     RUN(unhealthy_and_draining_are_skipped);
     RUN(an_instance_still_starting_is_not_a_failed_one);
     RUN(million_unique_prompts_bounded);
