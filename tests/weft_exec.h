@@ -16,6 +16,9 @@
 #ifndef WEFT_SHARED_DIR
 #define WEFT_SHARED_DIR "../shared"
 #endif
+#ifndef WEFT_EXEC_PREFIX
+#define WEFT_EXEC_PREFIX "" /* a cross build's emulator (qemu-aarch64-static), one word */
+#endif
 
 static inline bool file_exists(const char *p)
 {
@@ -28,7 +31,8 @@ static inline bool file_exists(const char *p)
 static inline int weft_exec(const char *args, char **out)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "%s/weft %s", WEFT_BUILD_DIR, args);
+    snprintf(cmd, sizeof cmd, "%s%s%s/weft %s", WEFT_EXEC_PREFIX, WEFT_EXEC_PREFIX[0] ? " " : "", WEFT_BUILD_DIR,
+             args);
     FILE *f = popen(cmd, "r");
     if (!f) return -1;
     size_t cap = 1 << 16, len = 0;
