@@ -3,8 +3,9 @@
 # each table checked bit for bit against the reference as on x86. Today the ARM build has
 # only the portable C table (the NEON table is issue 39's next step,
 # docs/cpu-avx2-neon-plan.md). Not in the default list yet: test_quantizers (over 5
-# minutes under qemu) and the goldens (test_golden runs the built weft, which under qemu with
-# -t 2 spent minutes of CPU on stories260K: to be looked at before it joins CI).
+# minutes under qemu) and the goldens (test_golden runs the built weft with -t 2, which
+# spins in glibc's mutex code under qemu 7.2: docs/cpu-avx2-neon-plan.md; -t 1 gives x86's
+# ids and logprobs exactly).
 #   scripts/test-arm.sh [ctest -R regex]     (after scripts/install-arm-deps.sh)
 # Build folder: build-arm64/ (CMAKE_CROSSCOMPILING_EMULATOR runs each test under qemu).
 set -euo pipefail
