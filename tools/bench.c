@@ -191,8 +191,10 @@ int weft_cmd_bench(int argc, char **argv)
     }
     results = json_array();
     if (!o.json) {
-        printf("model: %s (%s, %.1f MiB of weights read per token), device %s, %d threads\n", name,
-               weft_type_name(weft_model_ftype(m)), wbytes / 1048576.0, o.device, threads);
+        /* the device as its backend names it (the CPU: its kernel table, e.g. avx2) */
+        printf("model: %s (%s, %.1f MiB of weights read per token), device %s%s%s%s, %d threads\n", name,
+               weft_type_name(weft_model_ftype(m)), wbytes / 1048576.0, o.device, dev_name[0] ? " (" : "", dev_name,
+               dev_name[0] ? ")" : "", threads);
         if (dev_bw > 0 && bw_src && !strcmp(bw_src, "measured"))
             printf("memory read bandwidth: %.1f GB/s (median of 3)\n\n", bw);
         else if (dev_bw > 0)
@@ -260,6 +262,7 @@ int weft_cmd_bench(int argc, char **argv)
                                  threads, "membw_gbs", bw, "device_bw_gbs", dev_bw, "kv_bytes_per_token",
                                  (json_int_t)kv_tok, "state_bytes_per_seq", (json_int_t)state, "results", results);
         results = NULL;
+        if (root) json_object_set_new(root, "device", json_string(dev_name[0] ? dev_name : o.device));
         char *str = json_dumps(root, JSON_REAL_PRECISION(6));
         if (str) puts(str);
         free(str);
