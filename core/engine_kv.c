@@ -143,9 +143,11 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     uint32_t held = 0;
     int32_t *ids = malloc(sizeof *ids * (n ? n : 1));
     uint64_t *names = malloc(sizeof *names * (n ? n : 1));
-    if (!ids || !names) {
+    const void **cks = malloc(sizeof *cks * (n ? n : 1));  /* each block's state checkpoint, or NULL */
+    if (!ids || !names || !cks) {
         free(ids);
         free(names);
+        free(cks);
         return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory");
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -166,24 +168,21 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     if (st == WEFT_OK && h.payload_bytes != kv->block_bytes)
         st = weft_error(WEFT_ERR_INVALID_ARG, "kv export: pool blocks of %zu bytes, the format's %u", kv->block_bytes,
                         h.payload_bytes);
-    if (st != WEFT_OK) {
-        free(ids);
-        free(names);
-        return st;
-    }
     if (st == WEFT_OK && h.state_bytes != (weft_kv_has_state(kv) ? kv->slot_bytes : 0))
         st = weft_error(WEFT_ERR_INVALID_ARG, "kv export: state checkpoints of %zu bytes, the format's %u",
                         kv->slot_bytes, h.state_bytes);
     if (st != WEFT_OK) {
         free(ids);
         free(names);
+        free(cks);
         return st;
     }
-    /* a block that ends at a state checkpoint carries it */
+    /* a block that ends at a state checkpoint carries it (looked up once: the lock is held) */
     size_t total = h.header_bytes;
-    for (uint32_t i = 0; i < held; i++)
-        total += weft_kvb_record_bytes_flags(&h, (!ckpt || names[i] == *ckpt) && weft_kv_checkpoint(kv, names[i])
-                                                     ? WEFT_KVB_BLOCK_STATE : 0);
+    for (uint32_t i = 0; i < held; i++) {
+        cks[i] = !ckpt || names[i] == *ckpt ? weft_kv_checkpoint(kv, names[i]) : NULL;
+        total += weft_kvb_record_bytes_flags(&h, cks[i] ? WEFT_KVB_BLOCK_STATE : 0);
+    }
     unsigned char *buf = malloc(total);
     unsigned char *payload = malloc(kv->block_bytes), *ordered = malloc(kv->block_bytes);
     if (!buf || !payload || !ordered) {
@@ -192,13 +191,14 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
         free(ordered);
         free(ids);
         free(names);
+        free(cks);
         return weft_error(WEFT_ERR_NOMEM, "kv export: out of memory for %u blocks", held);
     }
     weft_kvb_write_header(&h, buf);
     unsigned char *at = buf + h.header_bytes;
     for (uint32_t i = 0; i < held && st == WEFT_OK; i++) {
         int32_t b = ids[i];
-        const void *ck = !ckpt || names[i] == *ckpt ? weft_kv_checkpoint(kv, names[i]) : NULL;
+        const void *ck = cks[i];
         const uint32_t with_ck = ck ? WEFT_KVB_BLOCK_STATE : 0;
         /* a pool without a window group has every block's window part */
         bool win = !weft_kv_has_window(kv);
@@ -227,6 +227,7 @@ static weft_status export_locked(struct weft_engine *e, const uint64_t *hashes, 
     free(ordered);
     free(ids);
     free(names);
+    free(cks);
     if (st != WEFT_OK) {
         free(buf);
         return st;
