@@ -30,7 +30,7 @@
  *   F32    s25   s25   -     -     5     -     -     s
  *   F16    s2    s2    -     -     5     -     -     s2
  *   BF16   s25   s25   -     -     5     -     -     s2
- *   Q4_0   s2    -     2     2     -     v     v     s2
+ *   Q4_0   s2    -     2     2     -     2v    2v    s2
  *   Q4_1   s2    -     25v   2v    -     v     v     s2
  *   Q5_0   s2    -     2     v     -     v     -     s2
  *   Q5_1   s2    -     -     -     -     -     -     s2
@@ -240,6 +240,7 @@ void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni); /* attn/attn_avx2.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_dot4_avx2.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_gemm_avx2.c: prefill tiles */
+void weft_cpu_kernels_fill_avx2_packed(struct weft_cpu_kernels *k, bool vnni);   /* packed/packed_avx2.c: repacked Q4_0 decode + prefill */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q32.c: repacked decode */
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_kq.c: repacked decode, K-quants */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* q32/q32_gemm_avx512.c: prefill tiles (Q4_1) */

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "base/types.h"
+#include "backends/cpu/packed/layouts.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -127,12 +128,12 @@ static WEFT_AVX512_VNNI void gemmp_q8_0(const void *wp, int groups, const void *
  * is one activation row: per block its 32 qs, -8 * their sum (int32) and dx
  * (float), 40 bytes. */
 
-#define Q4P_UNIT 40
-#define Q4P_GROUP 288
+#define Q4P_UNIT WEFT_Q4P_UNIT
+#define Q4P_GROUP WEFT_Q4P_GROUP
 
-static size_t xp_size_q4_0(int64_t n) { return (size_t)(n / WEFT_QK8_0) * Q4P_UNIT; }
+size_t weft_cpu_xp_size_q4_0(int64_t n) { return (size_t)(n / WEFT_QK8_0) * Q4P_UNIT; }
 
-static void xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+void weft_cpu_xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *dst)
 {
     (void)xstride;
     (void)nx; /* one row per unit */
@@ -324,8 +325,8 @@ void weft_cpu_kernels_fill_avx512_gemmp(struct weft_cpu_kernels *k, bool vnni)
     struct weft_cpu_packed *q4 = &k->packed[WEFT_TYPE_Q4_0];
     if (q4->rows == 16) {
         q4->xrows = 1;
-        q4->xp_size = xp_size_q4_0;
-        q4->xpack = xpack_q4_0;
+        q4->xp_size = weft_cpu_xp_size_q4_0;
+        q4->xpack = weft_cpu_xpack_q4_0;
         q4->gemmp = gemmp_q4_0;
     }
     struct weft_cpu_packed *q41 = &k->packed[WEFT_TYPE_Q4_1];

@@ -39,6 +39,7 @@
 #include <string.h>
 
 #include "base/types.h"
+#include "backends/cpu/packed/layouts.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 
@@ -48,7 +49,7 @@
 
 #define ROWP(T, r) ((const T *)((const uint8_t *)w + (size_t)(r) * stride))
 
-static void pack_q4_0x16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+void weft_cpu_pack_q4_0x16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
 {
     const int64_t nb = n / WEFT_QK4_0;
     uint8_t *o = dst;
@@ -106,10 +107,10 @@ static void pack_q5_0x8(void *dst, const void *w, size_t stride, int64_t n_rows,
 
 /* ---- activation aux data ---- */
 
-static size_t aux8_size(int64_t n) { return (size_t)(n / 32) * 8; }
+size_t weft_cpu_aux8_size(int64_t n) { return (size_t)(n / 32) * 8; }
 static size_t aux64_size(int64_t n) { return (size_t)(n / 32) * 64; }
 
-static void aux_q4_0(const void *vx, int64_t n, void *vaux)
+void weft_cpu_aux_q4_0(const void *vx, int64_t n, void *vaux)
 {
     const struct weft_block_q8_0 *x = vx;
     uint8_t *a = vaux;
@@ -323,8 +324,8 @@ static WEFT_AVX512_VNNI void dotp_q5_0x8(const void *wp, const void *vx, const v
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni)
 {
     if (!vnni) return;
-    k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_0x16, .aux_size = aux8_size, .aux = aux_q4_0, .dot = dotp_q4_0x16};
-    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
+    k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = weft_cpu_pack_q4_0x16, .aux_size = weft_cpu_aux8_size, .aux = weft_cpu_aux_q4_0, .dot = dotp_q4_0x16};
+    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = weft_cpu_aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
     k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
     k->packed[WEFT_TYPE_Q5_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q5_0x8, .aux_size = aux64_size, .aux = aux_q5_0, .dot = dotp_q5_0x8};
 }
