@@ -31,10 +31,10 @@
  *   F16    s2    s2    -     -     5     -     -     s2
  *   BF16   s25   s25   -     -     5     -     -     s2
  *   Q4_0   s2    -     2     2     -     2v    2v    s2
- *   Q4_1   s2    -     25v   2v    -     v     v     s2
+ *   Q4_1   s2    -     25v   2v    -     2v    v     s2
  *   Q5_0   s2    -     2     v     -     v     -     s2
  *   Q5_1   s2    -     -     -     -     -     -     s2
- *   Q8_0   s2    -     25v   2v    -     v     v     s2
+ *   Q8_0   s2    -     25v   2v    -     2v    v     s2
  *   Q4_K   s2    -     -     v     -     v     v     s2
  *   Q5_K   s2    -     -     -     -     -     -     s2
  *   Q6_K   s2    -     -     -     -     v     v     s2

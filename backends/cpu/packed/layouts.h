@@ -11,7 +11,11 @@
  *    {int32 -8 * sum(x qs), float dx}.
  *  - prefill units (weft_cpu_xpack_q4_0, weft_cpu_xp_size_q4_0(n) bytes, one
  *    activation row each): per block its 32 qs, the int32 -8 * their sum and
- *    dx (float), 40 bytes. */
+ *    dx (float), 40 bytes.
+ *  - Q4_1 x8 (weft_cpu_pack_q4_1x8): per block column of 8 rows, 160 bytes:
+ *    (d, m)[8] (f16 pairs), then row r's 16 qs at 32 + 16r; decode aux
+ *    (weft_cpu_aux_q4_1, weft_cpu_aux8_size(n) bytes): per block {float dx,
+ *    float sx} of the Q8_1 activations. */
 #ifndef WEFT_CPU_PACKED_LAYOUTS_H
 #define WEFT_CPU_PACKED_LAYOUTS_H
 
@@ -24,6 +28,8 @@
 void weft_cpu_pack_q4_0x16(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n);
 size_t weft_cpu_aux8_size(int64_t n);
 void weft_cpu_aux_q4_0(const void *vx, int64_t n, void *vaux);
+void weft_cpu_pack_q4_1x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n);
+void weft_cpu_aux_q4_1(const void *vx, int64_t n, void *vaux);
 size_t weft_cpu_xp_size_q4_0(int64_t n);
 void weft_cpu_xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *dst);
 

@@ -1,6 +1,8 @@
-/* Repacked Q4_0 for AVX2 machines (no AVX-512): decode and prefill on the
- * x16 groups the AVX-512 VNNI kernels stream (packed/layouts.h), so an
- * AVX2-only CPU (Zen 2/3 EPYCs, most desktops) gets the repacked path too.
+/* Repacked layouts for AVX2 machines (no AVX-512), so an AVX2-only CPU (Zen
+ * 2/3 EPYCs, most desktops) streams one contiguous run per group of rows
+ * too: Q4_0 decode and prefill on the x16 groups the AVX-512 VNNI kernels
+ * stream (packed/layouts.h), Q4_1 decode on their x8 groups, Q8_0 decode on
+ * x8 groups of its own (below).
  * out is bit-identical to the one-row dot (tests/cpu/test_cpu_packed.c,
  * tests/cpu/test_cpu_packed_prefill.c check every table that has the form).
  *
@@ -28,6 +30,7 @@
 
 #include "backends/cpu/cpu_target.h"
 #include "backends/cpu/packed/packed.h"
+#include "backends/cpu/q32/q32_avx2.h"
 
 AI WEFT_AVX2 __m256i bc32(const uint8_t *p)
 {
@@ -128,6 +131,97 @@ static WEFT_AVX2 void gemmp_q4_0_avx2(const void *wp, int groups, const void *xp
     }
 }
 
+/* ---- Q4_1 x Q8_1, decode on the x8 groups ----
+ * The reference is the one-row AVX2 kernel's (q32/q32_dot_avx2.c dot_q4_1):
+ * per output 8 float lanes, lane l the exact int sum over elements
+ * 4l..4l+3, acc = fma(dw * dx, float(lanes), acc), a scalar chain
+ * summs = fma(m, sx, summs) (ggml_scalar_madd), and hsum_float_8(acc) +
+ * summs. Eight outputs, eight accumulators; (d, m) of rows 0..3 widen to
+ * d0 m0 .. d3 m3, so dm * dx holds the rows' dw * dx in its even lanes
+ * (each broadcast from memory) and fma(dm, sx, sm) their summs chains in
+ * its odd lanes. */
+AI WEFT_AVX2 __m256 lanes_f(__m256i u, __m256i s) { return _mm256_cvtepi32_ps(lanes_us(u, s)); }
+
+static WEFT_AVX2 void dotp_q4_1x8_avx2(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    const uint8_t *p = wp;
+    const float *a = vaux;
+    const struct weft_block_q8_1 *x = vx;
+    const int64_t nb = n / WEFT_QK4_1;
+    __m256 acc[8], sm0 = _mm256_setzero_ps(), sm1 = sm0;
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p += 160, a += 2) {
+        PREFETCH_COLUMN(p, 160);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256 xd = _mm256_broadcast_ss(a), xs = _mm256_broadcast_ss(a + 1);
+        const __m256 dm0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+        const __m256 dm1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+#if WEFT_GGML_SCALAR_CONTRACT
+        sm0 = _mm256_fmadd_ps(dm0, xs, sm0);
+        sm1 = _mm256_fmadd_ps(dm1, xs, sm1);
+#else
+        sm0 = _mm256_add_ps(sm0, _mm256_mul_ps(dm0, xs));
+        sm1 = _mm256_add_ps(sm1, _mm256_mul_ps(dm1, xs));
+#endif
+        float d[16] __attribute__((aligned(32)));
+        _mm256_store_ps(d, _mm256_mul_ps(dm0, xd));
+        _mm256_store_ps(d + 8, _mm256_mul_ps(dm1, xd));
+        __asm__("" : "+m"(d)); /* broadcast each from memory, not by shuffles */
+        for (int r = 0; r < 8; r++)
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + 2 * r), lanes_f(bytes_from_nibbles_32(p + 32 + 16 * r), xq),
+                                     acc[r]);
+    }
+    float s[16];
+    _mm256_storeu_ps(s, sm0);
+    _mm256_storeu_ps(s + 8, sm1);
+    for (int r = 0; r < 8; r++) out[r] = hsum_float_8(acc[r]) + s[2 * r + 1];
+}
+
+/* ---- Q8_0 x Q8_0, decode on x8 groups of its own ----
+ * The AVX-512 VNNI x8 layout stores w + 128 for vpdpbusd; vpmaddubsw would
+ * saturate on it, so here the weights stay signed and the lanes come as in
+ * the one-row kernel, maddubs(|w|, x with w's sign) (pairs at most
+ * 2 * 128 * 127). Block column, 272 bytes: d[8] (f16), then row r's 32 qs
+ * at 16 + 32r. Per output the reference's steps (q32/q32_dot_avx2.c
+ * dot_q8_0): acc = fma(dw * dx, float(lanes), acc), hsum_float_8(acc). */
+static void pack_q8_0x8s(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+{
+    const int64_t nb = n / WEFT_QK8_0;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_rows; g += 8)
+        for (int64_t i = 0; i < nb; i++, o += 8 * sizeof(struct weft_block_q8_0))
+            for (int r = 0; r < 8; r++) {
+                const struct weft_block_q8_0 *b =
+                    (const struct weft_block_q8_0 *)((const uint8_t *)w + (size_t)(g + r) * stride) + i;
+                memcpy(o + 2 * r, &b->d, 2);
+                memcpy(o + 16 + 32 * r, b->qs, 32);
+            }
+}
+
+static WEFT_AVX2 void dotp_q8_0x8s_avx2(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    (void)vaux;
+    const uint8_t *p = wp;
+    const struct weft_block_q8_0 *x = vx;
+    const int64_t nb = n / WEFT_QK8_0;
+    __m256 acc[8];
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < nb; i++, p += 272) {
+        PREFETCH_COLUMN(p, 272);
+        const __m256i xq = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        float d[8] __attribute__((aligned(32)));
+        _mm256_store_ps(d, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)),
+                                         _mm256_set1_ps(weft_half_to_f32(x[i].d))));
+        __asm__("" : "+m"(d)); /* broadcast each from memory, not by shuffles */
+        for (int r = 0; r < 8; r++) {
+            const __m256i wq = _mm256_loadu_si256((const __m256i *)(p + 16 + 32 * r));
+            acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(d + r),
+                                     lanes_f(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xq, wq)), acc[r]);
+        }
+    }
+    for (int r = 0; r < 8; r++) out[r] = hsum_float_8(acc[r]);
+}
+
 void weft_cpu_kernels_fill_avx2_packed(struct weft_cpu_kernels *k, bool vnni)
 {
     (void)vnni; /* the avx512vnni table has its own (packed/packed_q32.c) */
@@ -135,6 +229,10 @@ void weft_cpu_kernels_fill_avx2_packed(struct weft_cpu_kernels *k, bool vnni)
         .rows = 16, .pack = weft_cpu_pack_q4_0x16, .aux_size = weft_cpu_aux8_size, .aux = weft_cpu_aux_q4_0,
         .dot = dotp_q4_0x16_avx2, .xrows = 1, .xp_size = weft_cpu_xp_size_q4_0, .xpack = weft_cpu_xpack_q4_0,
         .gemmp = gemmp_q4_0_avx2};
+    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = weft_cpu_pack_q4_1x8,
+                                                         .aux_size = weft_cpu_aux8_size, .aux = weft_cpu_aux_q4_1,
+                                                         .dot = dotp_q4_1x8_avx2};
+    k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8s, .dot = dotp_q8_0x8s_avx2};
 }
 
 #else

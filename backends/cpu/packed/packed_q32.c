@@ -62,7 +62,7 @@ void weft_cpu_pack_q4_0x16(void *dst, const void *w, size_t stride, int64_t n_ro
             }
 }
 
-static void pack_q4_1x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+void weft_cpu_pack_q4_1x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
 {
     const int64_t nb = n / WEFT_QK4_1;
     uint8_t *o = dst;
@@ -124,7 +124,7 @@ void weft_cpu_aux_q4_0(const void *vx, int64_t n, void *vaux)
     }
 }
 
-static void aux_q4_1(const void *vx, int64_t n, void *vaux)
+void weft_cpu_aux_q4_1(const void *vx, int64_t n, void *vaux)
 {
     const struct weft_block_q8_1 *x = vx;
     float *a = vaux;
@@ -325,7 +325,7 @@ void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni)
 {
     if (!vnni) return;
     k->packed[WEFT_TYPE_Q4_0] = (struct weft_cpu_packed){.rows = 16, .pack = weft_cpu_pack_q4_0x16, .aux_size = weft_cpu_aux8_size, .aux = weft_cpu_aux_q4_0, .dot = dotp_q4_0x16};
-    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q4_1x8, .aux_size = weft_cpu_aux8_size, .aux = aux_q4_1, .dot = dotp_q4_1x8};
+    k->packed[WEFT_TYPE_Q4_1] = (struct weft_cpu_packed){.rows = 8, .pack = weft_cpu_pack_q4_1x8, .aux_size = weft_cpu_aux8_size, .aux = weft_cpu_aux_q4_1, .dot = dotp_q4_1x8};
     k->packed[WEFT_TYPE_Q8_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q8_0x8, .aux_size = aux64_size, .aux = aux_q8_0, .dot = dotp_q8_0x8};
     k->packed[WEFT_TYPE_Q5_0] = (struct weft_cpu_packed){.rows = 8, .pack = pack_q5_0x8, .aux_size = aux64_size, .aux = aux_q5_0, .dot = dotp_q5_0x8};
 }
