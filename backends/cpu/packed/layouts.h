@@ -15,7 +15,12 @@
  *  - Q4_1 x8 (weft_cpu_pack_q4_1x8): per block column of 8 rows, 160 bytes:
  *    (d, m)[8] (f16 pairs), then row r's 16 qs at 32 + 16r; decode aux
  *    (weft_cpu_aux_q4_1, weft_cpu_aux8_size(n) bytes): per block {float dx,
- *    float sx} of the Q8_1 activations. */
+ *    float sx} of the Q8_1 activations.
+ *  - Q4_K activations (weft_cpu_aux_q4_k: decode aux, and one-row prefill
+ *    units through weft_cpu_xpack_q4_k; weft_cpu_aux_q4_k_size(n) bytes), 288
+ *    bytes per Q8_K block: the 256 qs rearranged (sub-block j, lane l: bytes
+ *    32j + 4l + t hold x[32j + l + 8t]), the int16 sums B[j] = bsums[2j] +
+ *    bsums[2j+1] at 256, float dx at 272, zeros. */
 #ifndef WEFT_CPU_PACKED_LAYOUTS_H
 #define WEFT_CPU_PACKED_LAYOUTS_H
 
@@ -30,6 +35,9 @@ size_t weft_cpu_aux8_size(int64_t n);
 void weft_cpu_aux_q4_0(const void *vx, int64_t n, void *vaux);
 void weft_cpu_pack_q4_1x8(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n);
 void weft_cpu_aux_q4_1(const void *vx, int64_t n, void *vaux);
+size_t weft_cpu_aux_q4_k_size(int64_t n);
+void weft_cpu_aux_q4_k(const void *vx, int64_t n, void *vaux);
+void weft_cpu_xpack_q4_k(const void *x, size_t xstride, int nx, int64_t n, void *dst);
 size_t weft_cpu_xp_size_q4_0(int64_t n);
 void weft_cpu_xpack_q4_0(const void *x, size_t xstride, int nx, int64_t n, void *dst);
 

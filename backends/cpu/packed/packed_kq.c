@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "base/types.h"
+#include "backends/cpu/packed/layouts.h"
 
 /* -DWEFT_NO_PACKEDK builds without these layouts (for A/B timing) */
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD) && !defined(WEFT_NO_PACKEDK)
@@ -65,9 +66,9 @@ static void pack_q4_kx16(void *dst, const void *w, size_t stride, int64_t n_rows
 
 #define Q4K_AUX 288
 
-static size_t aux_q4_k_size(int64_t n) { return (size_t)(n / WEFT_QK_K) * Q4K_AUX; }
+size_t weft_cpu_aux_q4_k_size(int64_t n) { return (size_t)(n / WEFT_QK_K) * Q4K_AUX; }
 
-static void aux_q4_k(const void *vx, int64_t n, void *vaux)
+void weft_cpu_aux_q4_k(const void *vx, int64_t n, void *vaux)
 {
     const struct weft_block_q8_k *x = vx;
     uint8_t *a = vaux;
@@ -191,10 +192,10 @@ static WEFT_AVX512_VNNI void dotp_q4_kx16(const void *wp, const void *vx, const 
  * A unit is one activation row's aux (above). Every float step is the decode
  * kernel's in the same order, per activation row; int lane l is summed over
  * the 4 chunks 8c + l before its float step (exact). ---- */
-static void xpack_q4_k(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+void weft_cpu_xpack_q4_k(const void *x, size_t xstride, int nx, int64_t n, void *dst)
 {
     (void)xstride, (void)nx; /* one row per unit */
-    aux_q4_k(x, n, dst);
+    weft_cpu_aux_q4_k(x, n, dst);
 }
 
 AI WEFT_AVX512_VNNI void q4kp_tile(const uint8_t *p, const uint8_t *x, size_t ubytes, int64_t nb, float *out,
@@ -452,9 +453,9 @@ GEMMP_16(gemmp_q6_k, q6kp_tile, Q6K_COL, xp_size_q6_k(n))
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
     if (!vnni) return;
-    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_kx16, .aux_size = aux_q4_k_size,
-                                                         .aux = aux_q4_k, .dot = dotp_q4_kx16, .xrows = 1,
-                                                         .xp_size = aux_q4_k_size, .xpack = xpack_q4_k,
+    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q4_kx16, .aux_size = weft_cpu_aux_q4_k_size,
+                                                         .aux = weft_cpu_aux_q4_k, .dot = dotp_q4_kx16, .xrows = 1,
+                                                         .xp_size = weft_cpu_aux_q4_k_size, .xpack = weft_cpu_xpack_q4_k,
                                                          .gemmp = gemmp_q4_k};
     k->packed[WEFT_TYPE_Q6_K] = (struct weft_cpu_packed){.rows = 16, .pack = pack_q6_kx16, .dot = dotp_q6_kx16,
                                                          .xrows = 1, .xp_size = xp_size_q6_k, .xpack = xpack_q6_k,

@@ -1,0 +1,268 @@
+/* Repacked Q4_K for AVX2 machines (no AVX-512): decode and prefill on groups
+ * of 8 rows, so an AVX2-only CPU gets Q4_K's (and Q4_K_M's) prefill tiles.
+ * out is bit-identical to the one-row dot (tests/cpu/test_cpu_packed.c,
+ * tests/cpu/test_cpu_packed_prefill.c).
+ *
+ * The reference (cpu_ref_dot.c dot_q4_k, ggml's AVX2 order) keeps per output
+ * 8 int32 lanes per block, lane l the elements e with e % 8 == l, each times
+ * its 32-element sub-block's scale; adds d * float(lane) (d = dw * dx; mul,
+ * then add) into 8 float lanes; subtracts (dmin * dx) * float(summ) from a
+ * scalar sumf per block (summ = sum_j min_j * (bsums[2j] + bsums[2j + 1]));
+ * and at the end adds the 8 float lanes to sumf one by one. The two chains
+ * never meet before that end, so they run as two passes here:
+ *  - lanes: one ymm per output, its lanes the reference's. The weights are
+ *    stored so that sub-block j's 32 bytes put elements 32j + l + {0, 8, 16,
+ *    24} in int32 lane l (low nibbles of chunk c are sub-block 2c, high
+ *    nibbles 2c + 1), and the activations (weft_cpu_aux_q4_k) likewise, so
+ *    per sub-block one vpmaddubsw (pairs at most 2 * 15 * 128) and one
+ *    vpmaddwd by the (scale, scale) pair add scale * (four products) to each
+ *    lane, exact in int32. A row's unpacked nibbles and scales serve 4
+ *    activation rows.
+ *  - mins: eight outputs (rows) per ymm, the sumf chains lane-wise:
+ *    summ from vpmaddwd of each row's mins with the activation's B[j] =
+ *    bsums[2j] + bsums[2j + 1] (int16), exact, then
+ *    sumf - (dmin * dx) * float(summ).
+ *
+ * Block column of a group (1152 bytes, 8 blocks' worth): d[8], dmin[8]
+ * (f16), the rows' scales[12] at 32 + 12r, then row r's 128 qs at
+ * 128 + 128r, byte 32c + 4l + t holding qs[32c + l + 8t]. */
+#include "backends/cpu/cpu_kernels.h"
+
+#include <string.h>
+
+#include "base/quant_blocks.h"
+#include "base/types.h"
+#include "backends/cpu/packed/layouts.h"
+
+/* -DWEFT_NO_PACKEDK builds without the K-quant layouts (packed/packed_kq.c) */
+#if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD) && !defined(WEFT_NO_PACKEDK)
+
+#include <immintrin.h>
+
+#include "backends/cpu/cpu_target.h"
+#include "backends/cpu/packed/packed.h"
+
+#define Q4K8_COL 1152 /* 8 * sizeof(struct weft_block_q4_k) */
+#define Q4K_UNIT 288  /* bytes per block of weft_cpu_aux_q4_k */
+#define MAX_ACTS 64   /* activation rows per mins pass */
+
+static void pack_q4_kx8r(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    uint8_t *o = dst;
+    for (int64_t g = 0; g < n_rows; g += 8)
+        for (int64_t i = 0; i < nb; i++, o += Q4K8_COL)
+            for (int r = 0; r < 8; r++) {
+                const struct weft_block_q4_k *b =
+                    (const struct weft_block_q4_k *)((const uint8_t *)w + (size_t)(g + r) * stride) + i;
+                memcpy(o + 2 * r, &b->d, 2);
+                memcpy(o + 16 + 2 * r, &b->dmin, 2);
+                memcpy(o + 32 + 12 * r, b->scales, 12);
+                for (int c = 0; c < 4; c++)
+                    for (int l = 0; l < 8; l++)
+                        for (int t = 0; t < 4; t++) o[128 + 128 * r + 32 * c + 4 * l + t] = b->qs[32 * c + l + 8 * t];
+            }
+}
+
+/* A block's scales as int16 pairs (scale_j, scale_j) for vpmaddwd, stored
+ * to sp[0..8), and its mins as int16 (min_0 .. min_7), returned:
+ * weft_k4_scale_min's values, unpacked as ggml's four 32-bit words
+ * (v0 = scales 0..3, v1 = 4..7, v2 = mins 0..3, v3 = mins 4..7). s12 may be
+ * read 4 bytes past its 12 (inside the block column). */
+AI WEFT_AVX2 __m128i k4_pairs(const uint8_t *s12, int32_t *sp)
+{
+    const __m128i raw = _mm_loadu_si128((const __m128i *)s12); /* u0 u1 u2 . */
+    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)),
+                                                    _mm_setr_epi32(0, 0, 0, 4)),
+                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+    const __m128i hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 6), 4),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    const __m128i v = _mm_or_si128(lo, hi); /* v0 v1 v2 v3 */
+    const __m128i sc = _mm_cvtepu8_epi16(v);
+    _mm_storeu_si128((__m128i *)sp, _mm_unpacklo_epi16(sc, sc));
+    _mm_storeu_si128((__m128i *)(sp + 4), _mm_unpackhi_epi16(sc, sc));
+    return _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
+}
+
+/* the mins sums of eight rows (their mins m[r] as int16) with the activation's
+ * B pairs (bsums[2j] + bsums[2j + 1], int16 at B), lane r = row r */
+AI WEFT_AVX2 __m256i k4_summ8(const __m128i m[8], const uint8_t *B)
+{
+    const __m128i b = _mm_loadu_si128((const __m128i *)B);
+    __m128i t[8];
+    for (int r = 0; r < 8; r++) t[r] = _mm_madd_epi16(m[r], b);
+    const __m128i r03 = _mm_hadd_epi32(_mm_hadd_epi32(t[0], t[1]), _mm_hadd_epi32(t[2], t[3]));
+    const __m128i r47 = _mm_hadd_epi32(_mm_hadd_epi32(t[4], t[5]), _mm_hadd_epi32(t[6], t[7]));
+    return _mm256_set_m128i(r47, r03);
+}
+
+AI WEFT_AVX2 __m256i bc32(const void *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* mins pass: sumf[a][r] for activation rows a < na (units at x, ubytes apart) */
+AI WEFT_AVX2 void q4k8_mins(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, int na, float *sumf)
+{
+    for (int a = 0; a < na; a++) _mm256_storeu_ps(sumf + 8 * a, _mm256_setzero_ps());
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * Q4K8_COL;
+        __m128i mn[8];
+        for (int r = 0; r < 8; r++) {
+            int32_t sp[8];
+            mn[r] = k4_pairs(p + 32 + 12 * r, sp);
+        }
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+        for (int a = 0; a < na; a++) {
+            const uint8_t *u = x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT;
+            const __m256i s = k4_summ8(mn, u + 256);
+            const __m256 t = _mm256_mul_ps(_mm256_mul_ps(dmin, _mm256_broadcast_ss((const float *)(u + 272))),
+                                           _mm256_cvtepi32_ps(s));
+            _mm256_storeu_ps(sumf + 8 * a, _mm256_sub_ps(_mm256_loadu_ps(sumf + 8 * a), t));
+        }
+    }
+}
+
+/* lanes pass: row r of the group against NR activation rows (units at x,
+ * ubytes apart); the float lanes to lanes[a][0..8) */
+AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t ubytes, int64_t nb, float *lanes,
+                             const int NR)
+{
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[4];
+    for (int a = 0; a < NR; a++) acc[a] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = w + (size_t)b * Q4K8_COL;
+        PREFETCH_COLUMN(p + 128 + 128 * r, 128);
+        int32_t sp[8] __attribute__((aligned(32)));
+        (void)k4_pairs(p + 32 + 12 * r, sp);
+        __asm__("" : "+m"(sp));
+        __m256i ia[4];
+        for (int a = 0; a < NR; a++) ia[a] = _mm256_setzero_si256();
+        const uint8_t *q = p + 128 + 128 * r;
+        for (int c = 0; c < 4; c++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+            const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            const __m256i slo = bc32(sp + 2 * c), shi = bc32(sp + 2 * c + 1);
+            for (int a = 0; a < NR; a++) {
+                const uint8_t *y = x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 64 * c;
+                ia[a] = _mm256_add_epi32(
+                    ia[a], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)), slo));
+                ia[a] = _mm256_add_epi32(
+                    ia[a],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))), shi));
+            }
+        }
+        weft_half dh;
+        memcpy(&dh, p + 2 * r, 2);
+        const __m256 dw = _mm256_set1_ps(weft_half_to_f32(dh));
+        for (int a = 0; a < NR; a++) {
+            const float *dx = (const float *)(x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 272);
+            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dx)),
+                                                         _mm256_cvtepi32_ps(ia[a])));
+        }
+    }
+    for (int a = 0; a < NR; a++) _mm256_storeu_ps(lanes + 8 * a, acc[a]);
+}
+
+/* one group against na <= MAX_ACTS activation rows: out[a * ldo + r] */
+static WEFT_AVX2 void q4k8_group(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, int na, float *out,
+                                 size_t ldo)
+{
+    float sumf[MAX_ACTS * 8], lanes[4 * 8];
+    q4k8_mins(w, x, ubytes, nb, na, sumf);
+    for (int r = 0; r < 8; r++)
+        for (int a0 = 0; a0 < na; a0 += 4) {
+            const int nr = na - a0 < 4 ? na - a0 : 4;
+            const uint8_t *xa = x + (size_t)a0 * ubytes;
+            switch (nr) {
+            case 1: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 1); break;
+            case 2: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 2); break;
+            case 3: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 3); break;
+            default: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 4); break;
+            }
+            for (int a = 0; a < nr; a++) {
+                float s = sumf[8 * (a0 + a) + r];
+                for (int l = 0; l < 8; l++) s += lanes[8 * a + l];
+                out[(size_t)(a0 + a) * ldo + r] = s;
+            }
+        }
+}
+
+/* decode: one group against one activation row, block by block, the eight
+ * rows' lane accumulators and the mins chains (one ymm) side by side */
+static WEFT_AVX2 void dotp_q4_kx8r(const void *wp, const void *vx, const void *vaux, int64_t n, float *out)
+{
+    (void)vx;
+    const uint8_t *p = wp, *u = vaux;
+    const int64_t nb = n / WEFT_QK_K;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[8], sumf = _mm256_setzero_ps();
+    for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++, p += Q4K8_COL, u += Q4K_UNIT) {
+        PREFETCH_COLUMN(p, Q4K8_COL);
+        int32_t sp[8][8] __attribute__((aligned(32)));
+        __m128i mn[8];
+        for (int r = 0; r < 8; r++) mn[r] = k4_pairs(p + 32 + 12 * r, sp[r]);
+        const __m256 dx = _mm256_broadcast_ss((const float *)(u + 272));
+        const __m256i s = k4_summ8(mn, u + 256);
+        const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
+        sumf = _mm256_sub_ps(sumf, _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(s)));
+        float dd[8] __attribute__((aligned(32)));
+        _mm256_store_ps(dd, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)), dx));
+        __asm__("" : "+m"(dd), "+m"(sp)); /* broadcast each from memory */
+        for (int r = 0; r < 8; r++) {
+            const uint8_t *q = p + 128 + 128 * r;
+            __m256i ia = _mm256_setzero_si256();
+            for (int c = 0; c < 4; c++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                ia = _mm256_add_epi32(ia, _mm256_madd_epi16(
+                                              _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(u + 64 * c))),
+                                              bc32(&sp[r][2 * c])));
+                ia = _mm256_add_epi32(ia, _mm256_madd_epi16(_mm256_maddubs_epi16(
+                                                                hi, _mm256_loadu_si256((const __m256i *)(u + 64 * c + 32))),
+                                                            bc32(&sp[r][2 * c + 1])));
+            }
+            acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_broadcast_ss(dd + r), _mm256_cvtepi32_ps(ia)));
+        }
+    }
+    float sm[8], l[8];
+    _mm256_storeu_ps(sm, sumf);
+    for (int r = 0; r < 8; r++) {
+        _mm256_storeu_ps(l, acc[r]);
+        float v = sm[r];
+        for (int k = 0; k < 8; k++) v += l[k];
+        out[r] = v;
+    }
+}
+
+static WEFT_AVX2 void gemmp_q4_kx8r(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
+                                   size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK_K;
+    const size_t ubytes = (size_t)nb * Q4K_UNIT;
+    for (int a0 = 0; a0 < nx; a0 += MAX_ACTS) {
+        const int na = nx - a0 < MAX_ACTS ? nx - a0 : MAX_ACTS;
+        for (int g = 0; g < groups; g++)
+            q4k8_group((const uint8_t *)wp + (size_t)g * nb * Q4K8_COL, (const uint8_t *)xp + (size_t)a0 * ubytes,
+                       ubytes, nb, na, out + (size_t)a0 * ldo + 8 * g, ldo);
+    }
+}
+
+void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni)
+{
+    (void)vnni; /* the avx512vnni table has its own (packed/packed_kq.c) */
+    k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
+        .rows = 8, .pack = pack_q4_kx8r, .aux_size = weft_cpu_aux_q4_k_size, .aux = weft_cpu_aux_q4_k,
+        .dot = dotp_q4_kx8r, .xrows = 1, .xp_size = weft_cpu_aux_q4_k_size, .xpack = weft_cpu_xpack_q4_k,
+        .gemmp = gemmp_q4_kx8r};
+}
+
+#else
+
+void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }
+
+#endif
