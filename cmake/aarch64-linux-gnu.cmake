@@ -17,9 +17,12 @@ set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 set(CMAKE_LIBRARY_ARCHITECTURE aarch64-linux-gnu)
 set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgconfig)
 set(ENV{PKG_CONFIG_SYSROOT_DIR} "")
-# qemu finds the arm64 loader and libraries through QEMU_LD_PREFIX=/usr/aarch64-linux-gnu in
-# the environment (scripts/test-arm.sh sets it): one word, so that a test that runs the built
-# weft itself can put it in front (tests/weft_exec.h)
+# qemu finds the arm64 loader and libraries through QEMU_LD_PREFIX=/ in the environment
+# (scripts/test-arm.sh sets it): the multiarch libc6:arm64's loader and libc, which belong
+# together. Not /usr/aarch64-linux-gnu: that loader (libc6-arm64-cross) falls back to the
+# multiarch libc.so.6, a different glibc build whose internal layout differs, and
+# pthread_create then loops forever (every run with a worker thread hung). One word, so that
+# a test that runs the built weft itself can put it in front (tests/weft_exec.h)
 set(CMAKE_CROSSCOMPILING_EMULATOR qemu-aarch64-static)
 set(WEFT_VULKAN OFF CACHE STRING "" FORCE)
 set(WEFT_OPENCL OFF CACHE STRING "" FORCE)

@@ -1,20 +1,19 @@
 #!/usr/bin/env bash
 # weft cross-built for 64-bit ARM (AArch64) and its CPU kernel tests run under qemu-user,
-# each table checked bit for bit against the reference as on x86. Today the ARM build has
-# only the portable C table (the NEON table is issue 39's next step,
-# docs/cpu-avx2-neon-plan.md). Not in the default list yet: test_quantizers (over 5
-# minutes under qemu) and the goldens (test_golden runs the built weft with -t 2, which
-# spins in glibc's mutex code under qemu 7.2: docs/cpu-avx2-neon-plan.md; -t 1 gives x86's
-# ids and logprobs exactly).
+# each table (scalar, neon, neon_dotprod) checked bit for bit against the reference as on
+# x86, and the stories260K / synth256 goldens on the best table and on the portable C one.
+# Not in the default list: test_quantizers (over 5 minutes under qemu).
 #   scripts/test-arm.sh [ctest -R regex]     (after scripts/install-arm-deps.sh)
 # Build folder: build-arm64/ (CMAKE_CROSSCOMPILING_EMULATOR runs each test under qemu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=${1:-'^(test_cpu_q32|test_cpu_kquant|test_cpu_float|test_cpu_swiglu|test_cpu_recurrent|test_cpu_tables|test_cpu_attn|test_cpu_gemm|test_quant)$'}
+tests=${1:-'^(test_cpu_q32|test_cpu_kquant|test_cpu_float|test_cpu_swiglu|test_cpu_recurrent|test_cpu_tables|test_cpu_attn|test_cpu_gemm|test_cpu_determinism|test_quant|test_golden|test_golden_scalar|test_golden_neon)$'}
 for t in aarch64-linux-gnu-gcc qemu-aarch64-static; do
     command -v $t >/dev/null || { echo "test-arm: no $t (scripts/install-arm-deps.sh)" >&2; exit 1; }
 done
-export QEMU_LD_PREFIX=/usr/aarch64-linux-gnu  # the arm64 loader and libraries, for qemu
+# the arm64 loader and libraries for qemu: the multiarch ones, which belong together
+# (cmake/aarch64-linux-gnu.cmake says why not /usr/aarch64-linux-gnu)
+export QEMU_LD_PREFIX=/
 cmake -S . -B build-arm64 -DCMAKE_TOOLCHAIN_FILE=cmake/aarch64-linux-gnu.cmake -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build-arm64 -j"$(nproc)" >/dev/null
 file build-arm64/weft | grep -q "ARM aarch64" || { echo "test-arm: build-arm64/weft is not an AArch64 binary" >&2; exit 1; }

@@ -28,6 +28,10 @@ static bool have_avx512_vnni(void)
     return __get_cpuid_count(7, 0, &a, &b, &c, &d) && ((c >> 11) & 1);
 }
 #endif
+#if defined(__aarch64__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
 
 /* ---- the portable reference, as table entries ---- */
 #define REF_DOT(T)                                                                \
@@ -100,7 +104,8 @@ static void fill_scalar(struct weft_cpu_kernels *k)
 #undef Q
 }
 
-static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512", "avx512vnni"};
+static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512", "avx512vnni", "neon",
+                                                            "neon_dotprod"};
 
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa)
 {
@@ -122,6 +127,10 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
     case WEFT_CPU_ISA_AVX512_VNNI:
         return weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512) && have_avx512_vnni();
 #endif
+#if defined(__aarch64__)
+    case WEFT_CPU_ISA_NEON: return true;
+    case WEFT_CPU_ISA_NEON_DOTPROD: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#endif
     default: return false;
     }
 }
@@ -141,7 +150,7 @@ enum weft_cpu_isa weft_cpu_isa_select(const char *opts)
                 return best;
             }
         }
-        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512, avx512vnni); using %s\n", env,
+        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512, avx512vnni, neon, neon_dotprod); using %s\n", env,
                 isa_names[best]);
     }
     return best;
@@ -244,6 +253,12 @@ static void build_tables(void)
     merge_lower(&avx2v, &tables[WEFT_CPU_ISA_SCALAR]);
     fill_layer(&tables[WEFT_CPU_ISA_AVX512_VNNI], WEFT_CPU_ISA_AVX512, true);
     merge_lower(&tables[WEFT_CPU_ISA_AVX512_VNNI], &avx2v);
+#endif
+#if defined(__aarch64__)
+    weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON], false);
+    merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
+    weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
+    merge_lower(&tables[WEFT_CPU_ISA_NEON_DOTPROD], &tables[WEFT_CPU_ISA_NEON]);
 #endif
 }
 

@@ -32,7 +32,7 @@
  *   BF16   s25   s25   -     -     5     -     -     s2
  *   Q4_0   s2    -     2     2     -     2v    2v    s2
  *   Q4_1   s2    -     25v   2v    -     2v    v     s2
- *   Q5_0   s2    -     2     v     -     v     -     s2
+ *   Q5_0   s2    -     2     2v    -     v     -     s2
  *   Q5_1   s2    -     -     -     -     -     -     s2
  *   Q8_0   s2    -     25v   2v    -     2v    v     s2
  *   Q4_K   s2    -     -     v     -     2v    2v    s2
@@ -45,7 +45,11 @@
  *   MXFP4  s2    -     -     -     -     -     -     s2
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
- * The option cpu.isa=scalar|avx2|avx512|avx512vnni (WEFT_CPU_ISA for the weft binary)
+ * On AArch64 the levels are scalar < neon < neon_dotprod (backends/cpu/neon/:
+ * Q4_0, Q4_1 and Q8_0 dots so far, bit-identical to the x86 tables; the
+ * matrix above is x86's).
+ *
+ * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod (WEFT_CPU_ISA for the weft binary)
  * forces a table (for tests and comparisons); asking for one the CPU lacks
  * falls back to the best it has, with a warning on stderr. */
 #ifndef WEFT_CPU_KERNELS_H
@@ -57,10 +61,12 @@
 #include "base/types.h"
 
 enum weft_cpu_isa {
-    WEFT_CPU_ISA_SCALAR = 0,   /* portable C (any CPU; the NEON table will sit beside AVX2) */
+    WEFT_CPU_ISA_SCALAR = 0,   /* portable C (any CPU) */
     WEFT_CPU_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C */
     WEFT_CPU_ISA_AVX512 = 2,   /* AVX-512 F/BW/DQ/VL */
     WEFT_CPU_ISA_AVX512_VNNI = 3, /* AVX-512 F/BW/DQ/VL + VNNI */
+    WEFT_CPU_ISA_NEON = 4,     /* AArch64 Advanced SIMD (every AArch64 CPU) */
+    WEFT_CPU_ISA_NEON_DOTPROD = 5, /* neon + the dot product instructions (ARMv8.2 dotprod) */
     WEFT_CPU_ISA_COUNT_
 };
 
@@ -253,5 +259,7 @@ void weft_cpu_kernels_fill_avx2_swiglu(struct weft_cpu_kernels *k, bool vnni);  
 void weft_cpu_kernels_fill_avx2_dn(struct weft_cpu_kernels *k, bool vnni);       /* recurrent/dn_row.c: dn_row */
 void weft_cpu_kernels_fill_avx2_conv(struct weft_cpu_kernels *k, bool vnni);     /* recurrent/conv_row.c: conv_row */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* swiglu/swiglu.c: swiglu */
+/* AArch64: dotprod, filling the neon_dotprod level (false: neon) */
+void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod);      /* neon/q32_neon.c: Q4_0 Q4_1 Q8_0 */
 
 #endif

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/types.h"
 
@@ -76,6 +77,55 @@ AI WEFT_AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
             __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(g_load32(xr[j][b].qs), wv)), ones);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
+}
+
+/* ---- Q5_0 x Q8_0 ----
+ * The reference's steps are Q8_0's (lanes of four, fma(dw * dx, lanes, acc),
+ * hsum_float_8) on v = u - 16, u = nibble | high bit << 4 in 0..31: the lanes
+ * come as maddubs(u, x) (pairs at most 2 * 31 * 128) minus 16 times the
+ * activations' lane sums (made once per activation block for MR rows), the
+ * same exact int32. */
+AI WEFT_AVX2 __m256i q5_0_u(const struct weft_block_q5_0 *b)
+{
+    uint32_t qh;
+    memcpy(&qh, b->qh, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
+    hb = _mm256_cmpeq_epi8(_mm256_or_si256(hb, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
+    return _mm256_or_si256(g_nibbles(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+}
+
+AI WEFT_AVX2 void q5_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                                 size_t ldo, const int MR, const int NR)
+{
+    const struct weft_block_q5_0 *wr[MAXR];
+    const struct weft_block_q8_0 *xr[MAXR];
+    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q5_0 *)(w + i * ws);
+    for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_0 *)(x + j * xs);
+    __m256 acc[MAXR][MAXR];
+    for (int i = 0; i < MR; i++)
+        for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int64_t b = 0; b < nb; b++) {
+        __m256 dx[MAXR];
+        __m256i xq[MAXR], c16[MAXR];
+        for (int j = 0; j < NR; j++) {
+            dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+            xq[j] = g_load32(xr[j][b].qs);
+            /* 16 * (the lane sums of x) */
+            c16[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[j]), ones);
+        }
+        for (int i = 0; i < MR; i++) {
+            const __m256i u = q5_0_u(&wr[i][b]);
+            const __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
+            for (int j = 0; j < NR; j++) {
+                __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq[j]), ones), c16[j]);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
@@ -219,6 +269,7 @@ static WEFT_AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x,
 
 GEMM_DRIVER(WEFT_AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
+GEMM_DRIVER(WEFT_AVX2, gemm_q5_0_avx2, q5_0_tile_avx2, WEFT_QK5_0, 4, 2)
 
 /* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
  * half row j + 1), the weight block broadcast to both halves; each 256-bit
@@ -290,6 +341,7 @@ void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni)
     k->gemm[WEFT_TYPE_Q8_0] = vnni ? gemm_q8_0_z : gemm_q8_0_avx2;
     k->gemm[WEFT_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
+    k->gemm[WEFT_TYPE_Q5_0] = gemm_q5_0_avx2;
 }
 
 #else

@@ -1,0 +1,118 @@
+/* NEON (AArch64) dots for the 32-element types, written to the x86 order so
+ * ARM output equals x86 output bit for bit (tests/cpu/test_cpu_q32.c checks
+ * every table this machine runs against the reference, cpu_ref_dot.c, which
+ * emulates ggml's AVX2 lanes).
+ *
+ * An AVX2 ymm of 8 float lanes is two float32x4 here (lanes 0..3, 4..7).
+ * The int32 lane l of a block, the sum of elements 4l..4l+3 of w * x, is
+ * vdotq_s32's lane where the CPU has dotprod (the neon_dotprod table), and
+ * vmull_s8 + two pairwise adds where it has not (neon): both exact, so the
+ * two tables give the same bits. The float steps are the AVX2 kernels':
+ * fused multiply-adds (vfmaq), the scalar chains of Q4_0 and of the Q4_1 /
+ * Q5_1 mins, and hsum_float_8's order ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)).
+ *
+ * Built for any AArch64 (Advanced SIMD is part of the base ISA); the dotprod
+ * forms carry their own target attribute and are chosen at run time
+ * (cpu_kernels.c, getauxval's HWCAP_ASIMDDP), as the x86 levels are. */
+#include "backends/cpu/cpu_kernels.h"
+
+#if defined(__aarch64__)
+
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+
+#include "base/quant_blocks.h"
+#include "base/types.h"
+
+#define AI static inline __attribute__((always_inline))
+
+AI float h2f(weft_half h) { return weft_half_to_f32(h); }
+
+/* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) of lanes 0..3 = lo, 4..7 = hi */
+AI float hsum8(float32x4_t lo, float32x4_t hi)
+{
+    const float32x4_t r = vaddq_f32(lo, hi);
+    return (vgetq_lane_f32(r, 0) + vgetq_lane_f32(r, 2)) + (vgetq_lane_f32(r, 1) + vgetq_lane_f32(r, 3));
+}
+
+/* int32 lane l = sum over bytes 4l..4l+3 of a * b */
+AI int32x4_t dot4_base(int8x16_t a, int8x16_t b)
+{
+    const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
+    const int32x4_t hi = vpaddlq_s16(vmull_high_s8(a, b));
+    return vpaddq_s32(lo, hi);
+}
+
+#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
+AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_n_s32(0), a, b); }
+
+/* Each kernel once per form: NAME##_base with dot4_base, NAME##_dp with the
+ * dotprod instruction. */
+#define KERNELS(SFX, ATTR, DOT4)                                                                                    \
+    static ATTR float dot_q8_0_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q8_0 *w = vw, *x = vx;                                                             \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
+        for (int64_t i = 0; i < n / WEFT_QK8_0; i++) {                                                             \
+            const int32x4_t l0 = DOT4(vld1q_s8(w[i].qs), vld1q_s8(x[i].qs));                                       \
+            const int32x4_t l1 = DOT4(vld1q_s8(w[i].qs + 16), vld1q_s8(x[i].qs + 16));                             \
+            const float d = h2f(w[i].d) * h2f(x[i].d);                                                             \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(l0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(l1), d);                                                            \
+        }                                                                                                          \
+        return hsum8(a0, a1);                                                                                      \
+    }                                                                                                              \
+    /* Q4_0: the exact block total, then sumf += ((float)total * dw) * dx */                                      \
+    static ATTR float dot_q4_0_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q4_0 *w = vw;                                                                      \
+        const struct weft_block_q8_0 *x = vx;                                                                      \
+        const uint8x16_t m4 = vdupq_n_u8(0x0F);                                                                    \
+        const int8x16_t s8 = vdupq_n_s8(8);                                                                        \
+        float sumf = 0;                                                                                            \
+        for (int64_t i = 0; i < n / WEFT_QK4_0; i++) {                                                             \
+            const uint8x16_t q = vld1q_u8(w[i].qs);                                                                \
+            const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, m4)), s8);                               \
+            const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), s8);                              \
+            const int32x4_t l = vaddq_s32(DOT4(lo, vld1q_s8(x[i].qs)), DOT4(hi, vld1q_s8(x[i].qs + 16)));          \
+            sumf += ((float)vaddvq_s32(l) * h2f(w[i].d)) * h2f(x[i].d);                                            \
+        }                                                                                                          \
+        return sumf;                                                                                               \
+    }                                                                                                              \
+    /* Q4_1: 8 lanes of unsigned nibbles (low nibbles x[0..15]: lanes 0..3,                                        \
+     * high x[16..31]: 4..7), acc = fma(dw * dx, lanes, acc), summs = fmaf(m, s, summs) */                       \
+    static ATTR float dot_q4_1_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q4_1 *w = vw;                                                                      \
+        const struct weft_block_q8_1 *x = vx;                                                                      \
+        const uint8x16_t m4 = vdupq_n_u8(0x0F);                                                                    \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
+        float summs = 0;                                                                                           \
+        for (int64_t i = 0; i < n / WEFT_QK4_1; i++) {                                                             \
+            summs = fmaf(h2f(w[i].m), h2f(x[i].s), summs);                                                         \
+            const uint8x16_t q = vld1q_u8(w[i].qs);                                                                \
+            const int32x4_t l0 = DOT4(vreinterpretq_s8_u8(vandq_u8(q, m4)), vld1q_s8(x[i].qs));                    \
+            const int32x4_t l1 = DOT4(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vld1q_s8(x[i].qs + 16));              \
+            const float d = h2f(w[i].d) * h2f(x[i].d);                                                             \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(l0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(l1), d);                                                            \
+        }                                                                                                          \
+        return hsum8(a0, a1) + summs;                                                                              \
+    }
+
+KERNELS(base, , dot4_base)
+KERNELS(dp, DOTPROD, dot4_dp)
+
+void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod)
+{
+    k->dot[WEFT_TYPE_Q8_0] = dotprod ? dot_q8_0_dp : dot_q8_0_base;
+    k->dot[WEFT_TYPE_Q4_0] = dotprod ? dot_q4_0_dp : dot_q4_0_base;
+    k->dot[WEFT_TYPE_Q4_1] = dotprod ? dot_q4_1_dp : dot_q4_1_base;
+}
+
+#else
+
+void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod) { (void)k, (void)dotprod; }
+
+#endif
