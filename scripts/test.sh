@@ -6,9 +6,12 @@
 #   3. Release build in build/, ctest
 #   4. ASan+UBSan build in build-asan/ (CPU and Vulkan on lavapipe), ctest
 #   5. scripts/fuzz-{gguf,http,params,kvblock}.sh, ${WEFT_FUZZ_SECONDS:-60} each
+#   6. the AArch64 cross build in build-arm64/ and its CPU kernel tests and
+#      goldens under qemu-user (scripts/install-arm-deps.sh, scripts/test-arm.sh;
+#      about a minute and a half)
 # Every phase runs even if an earlier one failed; the exit code is non-zero if
 # any failed. Idempotent: re-running reuses the build folders.
-# Env: WEFT_FUZZ_SECONDS (0 skips fuzzing), WEFT_SKIP_ASAN=1, WEFT_SKIP_DEPS=1, JOBS.
+# Env: WEFT_FUZZ_SECONDS (0 skips fuzzing), WEFT_SKIP_ASAN=1, WEFT_SKIP_DEPS=1, WEFT_SKIP_ARM=1, JOBS.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -66,7 +69,16 @@ if [ "$fuzz_seconds" != 0 ]; then
     done
 fi
 
-# One closing line over both ctest runs. ctest lines look like
+if [ "${WEFT_SKIP_ARM:-0}" != 1 ]; then
+    say "arm64: cross build + kernel tests and goldens under qemu (build-arm64)"
+    if [ "${WEFT_SKIP_DEPS:-0}" != 1 ] && ! bash scripts/install-arm-deps.sh; then
+        fail_phase "arm64 deps"
+    elif ! bash scripts/test-arm.sh 2>&1 | tee "$logdir/arm64.log"; then
+        fail_phase "arm64 tests"
+    fi
+fi
+
+# One closing line over the ctest runs. ctest lines look like
 #   " 3/12 Test  #3: test_gguf ..........   Passed    0.05 sec" / "***Failed" / "***Skipped"
 passed=0 failed=0 skipped=0
 for log in "$logdir"/*.log; do
