@@ -55,6 +55,17 @@ AI WEFT_AVX2 __m256i g_nibbles(const uint8_t *qs)
 
 #define MAXR 6
 
+/* pr[j][i] = dw_i * dx_j (i < 4, j < NR), the products the reference
+ * broadcasts per block, four rows per vmulps (lane-wise the scalar
+ * products); the tiles broadcast each from memory into its fma, since a
+ * full-width vmulps per output would take the FP pipes the integer
+ * multiplies need. hw: the rows' f16 scales (unused ones 0). */
+AI WEFT_AVX2 void scale_products(const uint16_t hw[4], const float *dx, int NR, float pr[][4])
+{
+    const __m128 dw4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)hw));
+    for (int j = 0; j < NR; j++) _mm_store_ps(pr[j], _mm_mul_ps(dw4, _mm_set1_ps(dx[j])));
+}
+
 /* ---- Q8_0 x Q8_0 ---- */
 
 /* AVX2: lanes from |w| times x with w's sign (as the one-row kernel) */
@@ -69,15 +80,18 @@ AI WEFT_AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        __m256 dx[MAXR];
-        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        uint16_t hw[4] = {0, 0, 0, 0};
+        float dxs[MAXR], pr[MAXR][4] __attribute__((aligned(16)));
+        for (int i = 0; i < MR; i++) memcpy(&hw[i], &wr[i][b].d, 2);
+        for (int j = 0; j < NR; j++) dxs[j] = g_h2f(xr[j][b].d);
+        scale_products(hw, dxs, NR, pr);
+        __asm__("" : "+m"(pr));
         for (int i = 0; i < MR; i++) {
             __m256i wv = g_load32(wr[i][b].qs);
             __m256i wa = _mm256_sign_epi8(wv, wv);
-            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(g_load32(xr[j][b].qs), wv)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pr[j][i]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
     }
@@ -113,20 +127,23 @@ AI WEFT_AVX2 void q5_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         for (int j = 0; j < NR; j++) acc[i][j] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        __m256 dx[MAXR];
         __m256i xq[MAXR], c16[MAXR];
         for (int j = 0; j < NR; j++) {
-            dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
             xq[j] = g_load32(xr[j][b].qs);
             /* 16 * (the lane sums of x) */
             c16[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(16), xq[j]), ones);
         }
+        uint16_t hw[4] = {0, 0, 0, 0};
+        float dxs[MAXR], pr[MAXR][4] __attribute__((aligned(16)));
+        for (int i = 0; i < MR; i++) memcpy(&hw[i], &wr[i][b].d, 2);
+        for (int j = 0; j < NR; j++) dxs[j] = g_h2f(xr[j][b].d);
+        scale_products(hw, dxs, NR, pr);
+        __asm__("" : "+m"(pr));
         for (int i = 0; i < MR; i++) {
             const __m256i u = q5_0_u(&wr[i][b]);
-            const __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_sub_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(u, xq[j]), ones), c16[j]);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pr[j][i]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
     }
@@ -151,8 +168,12 @@ AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
     }
     const __m256i ones = _mm256_set1_epi16(1);
     for (int64_t b = 0; b < nb; b++) {
-        __m256 dx[MAXR];
-        for (int j = 0; j < NR; j++) dx[j] = _mm256_set1_ps(g_h2f(xr[j][b].d));
+        uint16_t hw[4] = {0, 0, 0, 0};
+        float dxs[MAXR], pr[MAXR][4] __attribute__((aligned(16)));
+        for (int i = 0; i < MR; i++) memcpy(&hw[i], &wr[i][b].d, 2);
+        for (int j = 0; j < NR; j++) dxs[j] = g_h2f(xr[j][b].d);
+        scale_products(hw, dxs, NR, pr);
+        __asm__("" : "+m"(pr));
         __m128 sx[2];
         sx[0] = _mm_cvtph_ps(_mm_setr_epi16((short)xr[0][b].s, (short)(NR > 1 ? xr[NR > 1 ? 1 : 0][b].s : 0),
                                             (short)(NR > 2 ? xr[NR > 2 ? 2 : 0][b].s : 0),
@@ -161,13 +182,12 @@ AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
                                             (short)(NR > 5 ? xr[NR > 5 ? 5 : 0][b].s : 0), 0, 0, 0, 0, 0, 0));
         for (int i = 0; i < MR; i++) {
             __m256i wv = g_nibbles(wr[i][b].qs);
-            __m256 dw = _mm256_set1_ps(g_h2f(wr[i][b].d));
             __m128 m = _mm_set1_ps(g_h2f(wr[i][b].m));
             summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
             if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx[j]), _mm256_cvtepi32_ps(p), acc[i][j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pr[j][i]), _mm256_cvtepi32_ps(p), acc[i][j]);
             }
         }
     }
