@@ -256,8 +256,10 @@ static void build_tables(void)
 #endif
 #if defined(__aarch64__)
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON], false);
+    weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON], false);
     merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
+    weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     merge_lower(&tables[WEFT_CPU_ISA_NEON_DOTPROD], &tables[WEFT_CPU_ISA_NEON]);
 #endif
 }
