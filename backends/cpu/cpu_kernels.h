@@ -46,7 +46,7 @@
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
  * On AArch64 the levels are scalar < neon < neon_dotprod (backends/cpu/neon/:
- * Q4_0, Q4_1, Q8_0, Q4_K and Q6_K dots so far, bit-identical to the x86
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K dots so far, bit-identical to the x86
  * tables; the matrix above is x86's).
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod (WEFT_CPU_ISA for the weft binary)
@@ -260,7 +260,7 @@ void weft_cpu_kernels_fill_avx2_dn(struct weft_cpu_kernels *k, bool vnni);      
 void weft_cpu_kernels_fill_avx2_conv(struct weft_cpu_kernels *k, bool vnni);     /* recurrent/conv_row.c: conv_row */
 void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni); /* swiglu/swiglu.c: swiglu */
 /* AArch64: dotprod, filling the neon_dotprod level (false: neon) */
-void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod);      /* neon/q32_neon.c: Q4_0 Q4_1 Q8_0 */
+void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod);      /* neon/q32_neon.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 */
 void weft_cpu_kernels_fill_neon_k(struct weft_cpu_kernels *k, bool dotprod);      /* neon/kq_neon.c: Q4_K Q6_K */
 
 #endif

@@ -1,4 +1,4 @@
-/* NEON (AArch64) dots for the 32-element types, written to the x86 order so
+/* NEON (AArch64) dots for the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), written to the x86 order so
  * ARM output equals x86 output bit for bit (tests/cpu/test_cpu_q32.c checks
  * every table this machine runs against the reference, cpu_ref_dot.c, which
  * emulates ggml's AVX2 lanes).
@@ -28,6 +28,20 @@
 #define AI static inline __attribute__((always_inline))
 
 AI float h2f(weft_half h) { return weft_half_to_f32(h); }
+
+/* ggml's scalar `summs += m * s`, contracted to an fma in ggml's GCC build
+ * (cpu_ref_dot.c's switch; keep in step with it) */
+#ifndef WEFT_GGML_SCALAR_CONTRACT
+#define WEFT_GGML_SCALAR_CONTRACT 1
+#endif
+AI float scalar_madd(float a, float b, float c)
+{
+#if WEFT_GGML_SCALAR_CONTRACT
+    return fmaf(a, b, c);
+#else
+    return c + a * b;
+#endif
+}
 
 /* ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) of lanes 0..3 = lo, 4..7 = hi */
 AI float hsum8(float32x4_t lo, float32x4_t hi)
@@ -81,7 +95,7 @@ AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_
         return sumf;                                                                                               \
     }                                                                                                              \
     /* Q4_1: 8 lanes of unsigned nibbles (low nibbles x[0..15]: lanes 0..3,                                        \
-     * high x[16..31]: 4..7), acc = fma(dw * dx, lanes, acc), summs = fmaf(m, s, summs) */                       \
+     * high x[16..31]: 4..7), acc = fma(dw * dx, lanes, acc), summs = scalar_madd(m, s, summs) */                       \
     static ATTR float dot_q4_1_##SFX(const void *vw, const void *vx, int64_t n)                                    \
     {                                                                                                              \
         const struct weft_block_q4_1 *w = vw;                                                                      \
@@ -90,7 +104,7 @@ AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_
         float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
         float summs = 0;                                                                                           \
         for (int64_t i = 0; i < n / WEFT_QK4_1; i++) {                                                             \
-            summs = fmaf(h2f(w[i].m), h2f(x[i].s), summs);                                                         \
+            summs = scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);                                                         \
             const uint8x16_t q = vld1q_u8(w[i].qs);                                                                \
             const int32x4_t l0 = DOT4(vreinterpretq_s8_u8(vandq_u8(q, m4)), vld1q_s8(x[i].qs));                    \
             const int32x4_t l1 = DOT4(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), vld1q_s8(x[i].qs + 16));              \
@@ -101,14 +115,73 @@ AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_
         return hsum8(a0, a1) + summs;                                                                              \
     }
 
+/* byte j = 0x10 where bit j of the 16 bits b is set */
+AI uint8x16_t hbit16(uint32_t b)
+{
+    static const uint8_t m[16] = {1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128};
+    const uint8x16_t v = vcombine_u8(vdup_n_u8((uint8_t)b), vdup_n_u8((uint8_t)(b >> 8)));
+    return vandq_u8(vtstq_u8(v, vld1q_u8(m)), vdupq_n_u8(0x10));
+}
+
+/* Q5_0 / Q5_1: u = nibble | high bit << 4 (0..31), elements 0..15 from the low
+ * nibbles and qh bits 0..15, 16..31 from the high nibbles and bits 16..31 */
+#define Q5_LANES(DOT4, b, x, sub, l0, l1)                                                                           \
+    do {                                                                                                           \
+        const uint32_t qh_ = weft_qh_load((b).qh);                                                                 \
+        const uint8x16_t q_ = vld1q_u8((b).qs);                                                                    \
+        int8x16_t u0_ = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q_, vdupq_n_u8(0x0F)), hbit16(qh_)));                 \
+        int8x16_t u1_ = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q_, 4), hbit16(qh_ >> 16)));                        \
+        u0_ = vsubq_s8(u0_, vdupq_n_s8(sub));                                                                      \
+        u1_ = vsubq_s8(u1_, vdupq_n_s8(sub));                                                                      \
+        l0 = DOT4(u0_, vld1q_s8((x).qs));                                                                          \
+        l1 = DOT4(u1_, vld1q_s8((x).qs + 16));                                                                     \
+    } while (0)
+
+/* Q5_0 as Q8_0 on v = u - 16; Q5_1 as Q4_1 on u */
+#define KERNELS5(SFX, ATTR, DOT4)                                                                                   \
+    static ATTR float dot_q5_0_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q5_0 *w = vw;                                                                      \
+        const struct weft_block_q8_0 *x = vx;                                                                      \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
+        for (int64_t i = 0; i < n / WEFT_QK5_0; i++) {                                                             \
+            int32x4_t l0, l1;                                                                                      \
+            Q5_LANES(DOT4, w[i], x[i], 16, l0, l1);                                                                \
+            const float d = h2f(w[i].d) * h2f(x[i].d);                                                             \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(l0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(l1), d);                                                            \
+        }                                                                                                          \
+        return hsum8(a0, a1);                                                                                      \
+    }                                                                                                              \
+    static ATTR float dot_q5_1_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q5_1 *w = vw;                                                                      \
+        const struct weft_block_q8_1 *x = vx;                                                                      \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
+        float summs = 0;                                                                                           \
+        for (int64_t i = 0; i < n / WEFT_QK5_1; i++) {                                                             \
+            summs = scalar_madd(h2f(w[i].m), h2f(x[i].s), summs);                                                         \
+            int32x4_t l0, l1;                                                                                      \
+            Q5_LANES(DOT4, w[i], x[i], 0, l0, l1);                                                                 \
+            const float d = h2f(w[i].d) * h2f(x[i].d);                                                             \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(l0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(l1), d);                                                            \
+        }                                                                                                          \
+        return hsum8(a0, a1) + summs;                                                                              \
+    }
+
 KERNELS(base, , dot4_base)
 KERNELS(dp, DOTPROD, dot4_dp)
+KERNELS5(base, , dot4_base)
+KERNELS5(dp, DOTPROD, dot4_dp)
 
 void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod)
 {
     k->dot[WEFT_TYPE_Q8_0] = dotprod ? dot_q8_0_dp : dot_q8_0_base;
     k->dot[WEFT_TYPE_Q4_0] = dotprod ? dot_q4_0_dp : dot_q4_0_base;
     k->dot[WEFT_TYPE_Q4_1] = dotprod ? dot_q4_1_dp : dot_q4_1_base;
+    k->dot[WEFT_TYPE_Q5_0] = dotprod ? dot_q5_0_dp : dot_q5_0_base;
+    k->dot[WEFT_TYPE_Q5_1] = dotprod ? dot_q5_1_dp : dot_q5_1_base;
 }
 
 #else
