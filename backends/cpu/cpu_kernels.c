@@ -129,7 +129,12 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
 #endif
 #if defined(__aarch64__)
     case WEFT_CPU_ISA_NEON: return true;
-    case WEFT_CPU_ISA_NEON_DOTPROD: return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    case WEFT_CPU_ISA_NEON_DOTPROD:
+#ifdef HWCAP_ASIMDDP
+        return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#else
+        return false; /* kernel headers older than the dotprod hwcap */
+#endif
 #endif
     default: return false;
     }

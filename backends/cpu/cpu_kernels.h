@@ -219,7 +219,7 @@ void weft_cpu_dn_row_ref(float *M, const float *q, const float *k, const float *
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
 /* The best supported table, or the one option cpu.isa (scalar, avx2,
- * avx512, avx512vnni) in opts (base/options.h) asks for, if supported (else a line on
+ * avx512, avx512vnni, neon, neon_dotprod) in opts (base/options.h) asks for, if supported (else a line on
  * stderr and the best). */
 enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
 /* The table for isa (entries a SIMD table lacks are filled from the next

@@ -18,10 +18,12 @@
 #include "base/quant.h"
 #include "backends/cpu/cpu_ref.h"
 #include "tests/check.h"
+#include "tests/cpu/q_extremes.h"
 #define TEST_RNG_SEED 0x7a11ab1e5eed0003ull
 #include "tests/test_rand.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,6 +39,7 @@ static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows,
         if (r % 5 == 3)
             for (int64_t i = 0; i < n; i++) tmp[i] = (i / 32) % 2 ? -1.0f : 1.0f + (float)(i % 7) * 1e-3f;
         CHECK(weft_quantize_row(t, tmp, w + (size_t)r * stride, n));
+        if (r % 5 == 4) max_nibble_row(t, w + (size_t)r * stride, n);
     }
 }
 
@@ -160,6 +163,11 @@ static long check_matmul_rows(enum weft_type t, const uint8_t *w, int64_t nv, co
 static void matmul_on_packed_weights_matches_the_one_row_dot(void)
 {
     struct weft_backend *be = NULL;
+    /* WEFT_CPU_ISA picks the backend's table, as it does for the weft binary
+     * (CMakeLists.txt runs these once more on the AVX2 table) */
+    char isa_opt[48];
+    snprintf(isa_opt, sizeof isa_opt, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
+    CHECK(weft_backend_set_options(isa_opt) == WEFT_OK);
     if (weft_backend_open("cpu", 2, &be) != WEFT_OK || !be) {
         printf("SKIP: no cpu backend: %s\n", weft_last_error());
         return;
