@@ -125,21 +125,34 @@ AI WEFT_AVX2 void q4k8_mins(const uint8_t *w, const uint8_t *x, size_t ubytes, i
     }
 }
 
-/* lanes pass: row r of the group against NR activation rows (units at x,
- * ubytes apart); the float lanes to lanes[a][0..8) */
+/* lanes pass: row r of the group against NR <= LT activation rows (units at
+ * x, ubytes apart); the float lanes to lanes[a][0..8). A row's unpacked
+ * nibbles and scales serve LT activation rows; their int lanes stay in
+ * registers through a block, their float lanes (one add per block) in memory. */
+#define LT 8
 AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t ubytes, int64_t nb, float *lanes,
                              const int NR)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256 acc[4];
-    for (int a = 0; a < NR; a++) acc[a] = _mm256_setzero_ps();
+    float acc[LT][8] __attribute__((aligned(32)));
+    for (int a = 0; a < NR; a++) _mm256_store_ps(acc[a], _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + (size_t)b * Q4K8_COL;
         PREFETCH_COLUMN(p + 128 + 128 * r, 128);
         int32_t sp[8] __attribute__((aligned(32)));
         (void)k4_pairs(p + 32 + 12 * r, sp);
-        __asm__("" : "+m"(sp));
-        __m256i ia[4];
+        weft_half dh;
+        memcpy(&dh, p + 2 * r, 2);
+        /* dw * dx of each activation row, broadcast from memory below */
+        float dd[LT] __attribute__((aligned(32)));
+        const float dw = weft_half_to_f32(dh);
+        for (int a = 0; a < NR; a++) {
+            float dx;
+            memcpy(&dx, x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 272, 4);
+            dd[a] = dw * dx;
+        }
+        __asm__("" : "+m"(sp), "+m"(dd));
+        __m256i ia[LT];
         for (int a = 0; a < NR; a++) ia[a] = _mm256_setzero_si256();
         const uint8_t *q = p + 128 + 128 * r;
         for (int c = 0; c < 4; c++) {
@@ -155,33 +168,32 @@ AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t u
                     _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))), shi));
             }
         }
-        weft_half dh;
-        memcpy(&dh, p + 2 * r, 2);
-        const __m256 dw = _mm256_set1_ps(weft_half_to_f32(dh));
-        for (int a = 0; a < NR; a++) {
-            const float *dx = (const float *)(x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 272);
-            acc[a] = _mm256_add_ps(acc[a], _mm256_mul_ps(_mm256_mul_ps(dw, _mm256_broadcast_ss(dx)),
-                                                         _mm256_cvtepi32_ps(ia[a])));
-        }
+        for (int a = 0; a < NR; a++)
+            _mm256_store_ps(acc[a], _mm256_add_ps(_mm256_load_ps(acc[a]), _mm256_mul_ps(_mm256_broadcast_ss(dd + a),
+                                                                                      _mm256_cvtepi32_ps(ia[a]))));
     }
-    for (int a = 0; a < NR; a++) _mm256_storeu_ps(lanes + 8 * a, acc[a]);
+    for (int a = 0; a < NR; a++) _mm256_storeu_ps(lanes + 8 * a, _mm256_load_ps(acc[a]));
 }
 
 /* one group against na <= MAX_ACTS activation rows: out[a * ldo + r] */
 static WEFT_AVX2 void q4k8_group(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, int na, float *out,
                                  size_t ldo)
 {
-    float sumf[MAX_ACTS * 8], lanes[4 * 8];
+    float sumf[MAX_ACTS * 8], lanes[LT * 8];
     q4k8_mins(w, x, ubytes, nb, na, sumf);
     for (int r = 0; r < 8; r++)
-        for (int a0 = 0; a0 < na; a0 += 4) {
-            const int nr = na - a0 < 4 ? na - a0 : 4;
+        for (int a0 = 0; a0 < na; a0 += LT) {
+            const int nr = na - a0 < LT ? na - a0 : LT;
             const uint8_t *xa = x + (size_t)a0 * ubytes;
             switch (nr) {
             case 1: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 1); break;
             case 2: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 2); break;
             case 3: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 3); break;
-            default: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 4); break;
+            case 4: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 4); break;
+            case 5: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 5); break;
+            case 6: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 6); break;
+            case 7: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 7); break;
+            default: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 8); break;
             }
             for (int a = 0; a < nr; a++) {
                 float s = sumf[8 * (a0 + a) + r];
