@@ -105,7 +105,7 @@ static void fill_scalar(struct weft_cpu_kernels *k)
 }
 
 static const char *const isa_names[WEFT_CPU_ISA_COUNT_] = {"scalar", "avx2", "avx512", "avx512vnni", "neon",
-                                                            "neon_dotprod"};
+                                                            "neon_dotprod", "neon_i8mm"};
 
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa)
 {
@@ -135,6 +135,12 @@ bool weft_cpu_isa_supported(enum weft_cpu_isa isa)
 #else
         return false; /* kernel headers older than the dotprod hwcap */
 #endif
+    case WEFT_CPU_ISA_NEON_I8MM:
+#ifdef HWCAP2_I8MM
+        return weft_cpu_isa_supported(WEFT_CPU_ISA_NEON_DOTPROD) && (getauxval(AT_HWCAP2) & HWCAP2_I8MM) != 0;
+#else
+        return false;
+#endif
 #endif
     default: return false;
     }
@@ -155,7 +161,7 @@ enum weft_cpu_isa weft_cpu_isa_select(const char *opts)
                 return best;
             }
         }
-        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512, avx512vnni, neon, neon_dotprod); using %s\n", env,
+        fprintf(stderr, "weft: unknown cpu.isa=%s (WEFT_CPU_ISA; scalar, avx2, avx512, avx512vnni, neon, neon_dotprod, neon_i8mm); using %s\n", env,
                 isa_names[best]);
     }
     return best;
@@ -266,6 +272,8 @@ static void build_tables(void)
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     merge_lower(&tables[WEFT_CPU_ISA_NEON_DOTPROD], &tables[WEFT_CPU_ISA_NEON]);
+    weft_cpu_kernels_fill_neon_i8mm(&tables[WEFT_CPU_ISA_NEON_I8MM]);
+    merge_lower(&tables[WEFT_CPU_ISA_NEON_I8MM], &tables[WEFT_CPU_ISA_NEON_DOTPROD]);
 #endif
 }
 

@@ -45,11 +45,11 @@
  *   MXFP4  s2    -     -     -     -     -     -     s2
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
  *
- * On AArch64 the levels are scalar < neon < neon_dotprod (backends/cpu/neon/:
+ * On AArch64 the levels are scalar < neon < neon_dotprod < neon_i8mm (backends/cpu/neon/:
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K dots so far, bit-identical to the x86
- * tables; the matrix above is x86's).
+ * tables, and neon_i8mm's Q4_0 prefill tile; the matrix above is x86's).
  *
- * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod (WEFT_CPU_ISA for the weft binary)
+ * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod|neon_i8mm (WEFT_CPU_ISA for the weft binary)
  * forces a table (for tests and comparisons); asking for one the CPU lacks
  * falls back to the best it has, with a warning on stderr. */
 #ifndef WEFT_CPU_KERNELS_H
@@ -67,6 +67,7 @@ enum weft_cpu_isa {
     WEFT_CPU_ISA_AVX512_VNNI = 3, /* AVX-512 F/BW/DQ/VL + VNNI */
     WEFT_CPU_ISA_NEON = 4,     /* AArch64 Advanced SIMD (every AArch64 CPU) */
     WEFT_CPU_ISA_NEON_DOTPROD = 5, /* neon + the dot product instructions (ARMv8.2 dotprod) */
+    WEFT_CPU_ISA_NEON_I8MM = 6, /* neon_dotprod + the int8 matrix multiply (smmla, ARMv8.6 i8mm) */
     WEFT_CPU_ISA_COUNT_
 };
 
@@ -219,7 +220,7 @@ void weft_cpu_dn_row_ref(float *M, const float *q, const float *k, const float *
 bool weft_cpu_isa_supported(enum weft_cpu_isa isa);
 const char *weft_cpu_isa_name(enum weft_cpu_isa isa);
 /* The best supported table, or the one option cpu.isa (scalar, avx2,
- * avx512, avx512vnni, neon, neon_dotprod) in opts (base/options.h) asks for, if supported (else a line on
+ * avx512, avx512vnni, neon, neon_dotprod, neon_i8mm) in opts (base/options.h) asks for, if supported (else a line on
  * stderr and the best). */
 enum weft_cpu_isa weft_cpu_isa_select(const char *opts);
 /* The table for isa (entries a SIMD table lacks are filled from the next
@@ -262,5 +263,6 @@ void weft_cpu_kernels_fill_avx512_swiglu(struct weft_cpu_kernels *k, bool vnni);
 /* AArch64: dotprod, filling the neon_dotprod level (false: neon) */
 void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod);      /* neon/q32_neon.c: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 */
 void weft_cpu_kernels_fill_neon_k(struct weft_cpu_kernels *k, bool dotprod);      /* neon/kq_neon.c: Q4_K Q6_K */
+void weft_cpu_kernels_fill_neon_i8mm(struct weft_cpu_kernels *k);                 /* neon/q32_i8mm.c: Q4_0 gemm */
 
 #endif

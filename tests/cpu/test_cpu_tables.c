@@ -12,7 +12,7 @@
 #include "base/quant.h"
 #include "tests/check.h"
 
-static const char lv[WEFT_CPU_ISA_COUNT_] = {'s', '2', '5', 'v', 'n', 'd'};
+static const char lv[WEFT_CPU_ISA_COUNT_] = {'s', '2', '5', 'v', 'n', 'd', 'i'};
 
 /* the levels at which the entry got by get(table) differs from the level below's */
 #define CELL(expr)                                                                          \
