@@ -1,6 +1,6 @@
 /* bench_cpu_kernels: the CPU kernel tables timed against each other, printed
  * (the tests check these kernels bit for bit; this only measures them).
- *   build/bench_cpu_kernels [gemm|float|swiglu ...]   (default: all three)
+ *   build/bench_cpu_kernels [gemm|float|swiglu ...]   (default: all)
  *   gemm    the best table's register-blocked prefill tile (gemm, or gemm_mm
  *           for the float types) against one dot per output, 1536 x 576
  *           weights times 64 activation rows, per 32-wide block and float
@@ -13,6 +13,10 @@
  *   packed  the repacked decode kernels against the plain dot, weight GB/s
  *           (one thread; 64 rows in L2 and 16384 rows from memory, K 2048;
  *           WEFT_CPU_PREFETCH sets the prefetch distance as cpu.prefetch does)
+ *   attn    every table's attention over one 512-token prefill of a KV head
+ *           with 3 query heads (SmolLM2-135M's GQA), head_dim 64 and 128:
+ *           the group form (attn_group), the row form per head (attn_row)
+ *           and the generic row, ns per (head, position)
  * Best of several repetitions each; single thread. Was three print-only cases
  * in tests/test_cpu_kernels_{gemm,f,swiglu}.c. */
 #include <stdint.h>
@@ -297,16 +301,75 @@ static void bench_packed(void)
     }
 }
 
+/* rows 0..511 of a prefill, each attending positions 0..its own, for the 3
+ * query heads of one KV head: the work of one layer's KV head in pp512 */
+static void bench_attn(void)
+{
+    const int64_t n = 512, G = 3;
+    for (uint32_t hd = 64; hd <= 128; hd *= 2) {
+        const int64_t nblk = n / 16;
+        const size_t tok = (size_t)hd * 2, layer = 16 * tok, block = 2 * layer;
+        uint8_t *kv = xmalloc(block * (size_t)nblk);
+        for (size_t i = 0; i < block * (size_t)nblk / 2; i++) {
+            const weft_half h = weft_f32_to_half(uniform(-1.0f, 1.0f));
+            memcpy(kv + 2 * i, &h, 2);
+        }
+        int32_t *bt = xmalloc((size_t)nblk * sizeof(int32_t));
+        for (int64_t b = 0; b < nblk; b++) bt[b] = (int32_t)((b * 7 + 3) % nblk);
+        float *q = xmalloc((size_t)(n * G * hd) * 4), *o = xmalloc((size_t)(n * G * hd) * 4);
+        for (int64_t i = 0; i < n * G * (int64_t)hd; i++) q[i] = uniform(-0.5f, 0.5f);
+        const double work = (double)G * (double)n * (double)(n + 1) / 2;
+        printf("attention, %lld rows x %lld heads of one KV head, head_dim %u, ns per (head, position):\n",
+               (long long)n, (long long)G, hd);
+        for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
+            const struct weft_cpu_kernels *k = weft_cpu_kernels_get((enum weft_cpu_isa)isa);
+            if (!k || isa == WEFT_CPU_ISA_SCALAR) continue; /* ~900 ns: not worth the wait */
+            double best[3] = {1e30, 1e30, 1e30};
+            for (int form = 0; form < 3; form++) {
+                if ((form == 0 && !k->attn_group) || (form == 1 && !k->attn_row)) continue;
+                for (int rep = 0; rep < 5; rep++) {
+                    const double t0 = now_s();
+                    for (int64_t r = 0; r < n; r++) {
+                        struct weft_cpu_attn_args a[3];
+                        for (int64_t h = 0; h < G; h++)
+                            a[h] = (struct weft_cpu_attn_args){.q = q + (r * G + h) * hd, .out = o + (r * G + h) * hd,
+                                                               .k0 = kv, .v_off = layer, .block_bytes = block,
+                                                               .tok_bytes = tok, .bt = bt, .n_pos = r + 1, .hd = hd,
+                                                               .scale = 0.125f};
+                        if (form == 0) k->attn_group(a, (int)G);
+                        else
+                            for (int64_t h = 0; h < G; h++) {
+                                if (form == 1) k->attn_row(&a[h]);
+                                else weft_cpu_attn_row_generic(k, &a[h]);
+                            }
+                    }
+                    const double t = now_s() - t0;
+                    if (t < best[form]) best[form] = t;
+                }
+            }
+            printf("  %-12s", k->name);
+            const char *names[3] = {"group", "row", "generic"};
+            for (int form = 0; form < 3; form++)
+                if (best[form] < 1e30) printf("   %s %6.2f", names[form], best[form] * 1e9 / work);
+            printf("\n");
+        }
+        free(kv);
+        free(bt);
+        free(q);
+        free(o);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct { const char *name; void (*fn)(void); } parts[] = {
-        {"gemm", bench_gemm}, {"float", bench_float}, {"swiglu", bench_swiglu}, {"packed", bench_packed}};
+        {"gemm", bench_gemm}, {"float", bench_float}, {"swiglu", bench_swiglu}, {"packed", bench_packed}, {"attn", bench_attn}};
     const int n_parts = (int)(sizeof parts / sizeof *parts);
     for (int i = 1; i < argc; i++) {
         bool known = false;
         for (int p = 0; p < n_parts; p++) known |= strcmp(argv[i], parts[p].name) == 0;
         if (!known) {
-            fprintf(stderr, "bench_cpu_kernels: unknown part '%s' (gemm, float, swiglu, packed)\n", argv[i]);
+            fprintf(stderr, "bench_cpu_kernels: unknown part '%s' (gemm, float, swiglu, packed, attn)\n", argv[i]);
             return 2;
         }
     }

@@ -143,12 +143,18 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 #include <immintrin.h>
 
+#include "backends/cpu/attn/expf_libm256.h"
 #include "backends/cpu/attn/expf_libm512.h"
 
-/* the AVX-512 softmax's expf equals libm's here (else the kernel falls back
- * to libm's, correct but slower: this says so) */
+/* the AVX-512 and AVX2 softmaxes' expf equal libm's here (else the kernels
+ * fall back to libm's, correct but slower: this says so) */
 static void vector_expf_equals_libm(void)
 {
+    if (!weft_cpu_isa_supported(WEFT_CPU_ISA_AVX2)) {
+        printf("  no AVX2: skipped\n");
+        return;
+    }
+    CHECK(weft_cpu_expf8_matches_libm());
     if (!weft_cpu_isa_supported(WEFT_CPU_ISA_AVX512)) {
         printf("  no AVX-512: skipped\n");
         return;

@@ -1,13 +1,28 @@
-/* AVX2 + F16C forms of flash attention's F16 accumulator updates, bit-identical
- * to the scalar ones in cpu_kernels.c: F16C converts with round-to-nearest-
- * even exactly as weft_f32_to_half does for every non-NaN value, and the
- * accumulator never holds NaN unless its inputs do. */
+/* AVX2 + F16C flash attention: the F16 accumulator updates (f16_mad,
+ * f16_scale), bit-identical to the scalar ones in cpu_kernels.c (F16C converts
+ * with round-to-nearest-even exactly as weft_f32_to_half does for every
+ * non-NaN value, and the accumulator never holds NaN unless its inputs do),
+ * and the attention row and group forms, bit-identical to
+ * weft_cpu_attn_row_generic (tests/cpu/test_cpu_attn.c checks them) for
+ * head_dim 64, 128, 192, 256. As attn_avx512.c does with 16 lanes:
+ *  - per token, the score is dot_f16_avx2's: eight 8-lane fma chains (element
+ *    e in chain (e/8)%8), lo = (s0+s4)+(s2+s6), hi = (s1+s5)+(s3+s7), then
+ *    hsum16(lo, hi); the lo + hi adds run per token, and the rest of hsum16
+ *    (128-bit halves, then pairs, then the last two) for 8 tokens at once
+ *    transposed, each lane adding the very same pairs;
+ *  - the accumulator as floats that are always exact halves (every update
+ *    rounded to F16 and back, as storing and loading halves does);
+ *  - the softmax steps of a KV block's 16 tokens around one vector expf
+ *    (attn/expf_libm256.h: glibc's, where it equals this libm's). */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_target.h"
 
 #if defined(__x86_64__) && defined(WEFT_HAVE_X86_SIMD)
 #include <immintrin.h>
 #include <math.h>
+
+#include "backends/cpu/attn/attn_steps.h"
+#include "backends/cpu/attn/expf_libm256.h"
 
 WEFT_AVX2 static void f16_mad_avx2(weft_half *acc, const weft_half *v, float s, int64_t n)
 {
@@ -34,11 +49,163 @@ WEFT_AVX2 static void f16_scale_avx2(weft_half *acc, float s, int64_t n)
     for (; i < n; i++) acc[i] = weft_f32_to_half(weft_half_to_f32(acc[i]) * s);
 }
 
+/* weft_expf8 equals this process's libm expf (checked once when the table is
+ * filled); false: the softmax steps call libm's expf one at a time */
+static bool vexp_ok;
+
+#define AI static inline __attribute__((always_inline))
+
+AI WEFT_AVX2 __m256 h8(const void *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+AI WEFT_AVX2 __m256 round_f16(__m256 x)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* t[0..7] (each token's lo + hi) -> lane i = the rest of hsum16 on t[i]:
+ * u = t's 128-bit halves added, v = (u0+u2, u1+u3), v0 + v1 */
+AI WEFT_AVX2 __m256 reduce8(const __m256 *t)
+{
+    __m256 p[4];
+    for (int i = 0; i < 4; i++) /* lanes 0..3: u of token 2i, 4..7: of token 2i+1 */
+        p[i] = _mm256_add_ps(_mm256_permute2f128_ps(t[2 * i], t[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(t[2 * i], t[2 * i + 1], 0x31));
+    /* (v0, v1) of tokens 0, 2 | 1, 3 and of 4, 6 | 5, 7 */
+    const __m256 q0 = _mm256_add_ps(_mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(p[0], p[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m256 q1 = _mm256_add_ps(_mm256_shuffle_ps(p[2], p[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                    _mm256_shuffle_ps(p[2], p[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* tokens 0, 2, 4, 6 | 1, 3, 5, 7 */
+    const __m256 x = _mm256_add_ps(_mm256_shuffle_ps(q0, q1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm256_shuffle_ps(q0, q1, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+/* the online-softmax steps of one head over a block's scores (attn_steps.h) */
+AI WEFT_AVX2 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
+{
+    if (!vexp_ok) {
+        weft_attn_softmax_libm(sc, nt, M, S, ms, vs);
+        return;
+    }
+    float arg[16] __attribute__((aligned(32))), e[16] __attribute__((aligned(32)));
+    const unsigned nm = weft_attn_softmax_args(sc, nt, M, arg);
+    _mm256_store_ps(e, weft_expf8(_mm256_load_ps(arg)));
+    if (nt > 8) _mm256_store_ps(e + 8, weft_expf8(_mm256_load_ps(arg + 8)));
+    weft_attn_softmax_finish(e, nm, nt, S, ms, vs);
+}
+
+/* G heads sharing one KV head and positions (GQA; G = 1: a single row), hd
+ * = 64 C, in three phases per KV block: the G x 16 scores, each K row
+ * converted once for all heads; the softmax steps per head; then the
+ * accumulator updates, each V row converted once for all heads. */
+AI WEFT_AVX2 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, const int G)
+{
+    __m256 q[4][32], acc[4][32];
+    float M[4], S[4];
+    for (int h = 0; h < G; h++) {
+        for (int i = 0; i < 8 * C; i++) {
+            q[h][i] = round_f16(_mm256_loadu_ps(a[h].q + 8 * i));
+            acc[h][i] = _mm256_setzero_ps();
+        }
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+    }
+    const __m256 scale = _mm256_set1_ps(a[0].scale);
+    for (int64_t p0 = 0; p0 < a[0].n_pos; p0 += 16) {
+        const uint8_t *kb = a[0].k0 + (size_t)a[0].bt[p0 / 16] * a[0].block_bytes;
+        const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
+        weft_attn_prefetch_block(a, p0, 2 * C);
+        __m256 r[4][16]; /* per head, per token: lo + hi, each K row converted once */
+        for (int t = 0; t < 16; t++) {
+            if (t >= nt) {
+                for (int h = 0; h < G; h++) r[h][t] = _mm256_setzero_ps();
+                continue;
+            }
+            const uint8_t *k = kb + (size_t)t * a[0].tok_bytes;
+            __m256 kh[32];
+            for (int i = 0; i < 8 * C; i++) kh[i] = h8(k + 16 * i);
+            for (int h = 0; h < G; h++) {
+                __m256 s[8];
+                for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(kh[j], q[h][j], _mm256_setzero_ps());
+                for (int c = 1; c < C; c++)
+                    for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(kh[8 * c + j], q[h][8 * c + j], s[j]);
+                const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6]));
+                const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7]));
+                r[h][t] = _mm256_add_ps(lo, hi);
+            }
+        }
+        float sc[16] __attribute__((aligned(32)));
+        float ms[4][16], vs[4][16];
+        for (int h = 0; h < G; h++) {
+            _mm256_store_ps(sc, _mm256_mul_ps(reduce8(r[h]), scale));
+            if (nt > 8) _mm256_store_ps(sc + 8, _mm256_mul_ps(reduce8(r[h] + 8), scale));
+            softmax_steps(sc, nt, &M[h], &S[h], ms[h], vs[h]);
+        }
+        for (int t = 0; t < nt; t++) {
+            const uint8_t *v = kb + (size_t)t * a[0].tok_bytes + a[0].v_off;
+            __m256 vh[32];
+            for (int i = 0; i < 8 * C; i++) vh[i] = h8(v + 16 * i);
+            for (int h = 0; h < G; h++) {
+                if (ms[h][t] != 1.0f) { /* a new maximum (ms == 1 leaves acc as it is) */
+                    const __m256 m = _mm256_set1_ps(ms[h][t]);
+                    for (int i = 0; i < 8 * C; i++) acc[h][i] = round_f16(_mm256_mul_ps(acc[h][i], m));
+                }
+                const __m256 vv = _mm256_set1_ps(vs[h][t]);
+                for (int i = 0; i < 8 * C; i++) acc[h][i] = round_f16(_mm256_fmadd_ps(vh[i], vv, acc[h][i]));
+            }
+        }
+    }
+    for (int h = 0; h < G; h++) {
+        const __m256 inv = _mm256_set1_ps(1.0f / S[h]);
+        for (int i = 0; i < 8 * C; i++) _mm256_storeu_ps(a[h].out + 8 * i, _mm256_mul_ps(acc[h][i], inv));
+    }
+}
+
+static WEFT_AVX2 void attn_row_avx2(const struct weft_cpu_attn_args *a)
+{
+    switch (a->hd) {
+    case 64: attn_group_c(a, 1, 1); break;
+    case 128: attn_group_c(a, 2, 1); break;
+    case 192: attn_group_c(a, 3, 1); break;
+    default: attn_group_c(a, 4, 1); break; /* 256 */
+    }
+}
+
+static WEFT_AVX2 void attn_group_avx2(const struct weft_cpu_attn_args *a, int n)
+{
+    while (n > 0) {
+        const int g = n < 4 ? n : n == 5 ? 2 : n == 6 ? 3 : 4; /* no group of one after a group */
+        if (a->hd == 64) {
+            switch (g) {
+            case 1: attn_group_c(a, 1, 1); break;
+            case 2: attn_group_c(a, 1, 2); break;
+            case 3: attn_group_c(a, 1, 3); break;
+            default: attn_group_c(a, 1, 4); break;
+            }
+        } else if (a->hd == 128) {
+            switch (g) {
+            case 1: attn_group_c(a, 2, 1); break;
+            case 2: attn_group_c(a, 2, 2); break;
+            case 3: attn_group_c(a, 2, 3); break;
+            default: attn_group_c(a, 2, 4); break;
+            }
+        } else {
+            for (int h = 0; h < g; h++) attn_row_avx2(a + h);
+        }
+        a += g;
+        n -= g;
+    }
+}
+
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni)
 {
     (void)vnni;
+    /* the tables are filled on every CPU: run the check only where it can */
+    vexp_ok = weft_cpu_isa_supported(WEFT_CPU_ISA_AVX2) && weft_cpu_expf8_matches_libm();
     k->f16_mad = f16_mad_avx2;
     k->f16_scale = f16_scale_avx2;
+    k->attn_row = attn_row_avx2;
+    k->attn_group = attn_group_avx2;
 }
 #else
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni) { (void)k, (void)vnni; }

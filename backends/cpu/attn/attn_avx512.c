@@ -29,6 +29,7 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "backends/cpu/attn/attn_steps.h"
 #include "backends/cpu/attn/expf_libm512.h"
 
 /* weft_expf16 equals this process's libm expf (checked once when the table
@@ -76,66 +77,17 @@ AI WEFT_AVX512 __m512 reduce16(const __m512 *r)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
-/* Prefetch the head's K and V rows of the sequence's next KV block (16
- * tokens, C * 128 bytes each): blocks sit far apart (a block holds every
- * layer), so the hardware prefetchers start cold at each one. */
-AI WEFT_AVX512 void prefetch_block(const struct weft_cpu_attn_args *a, int64_t p0, const int C)
-{
-    if (p0 + 16 >= a->n_pos) return;
-    const uint8_t *nb = a->k0 + (size_t)a->bt[p0 / 16 + 1] * a->block_bytes;
-    for (int t = 0; t < 16; t++)
-        for (int c = 0; c < 2 * C; c++) {
-            _mm_prefetch((const char *)nb + (size_t)t * a->tok_bytes + 64 * c, _MM_HINT_T0);
-            _mm_prefetch((const char *)nb + (size_t)t * a->tok_bytes + a->v_off + 64 * c, _MM_HINT_T0);
-        }
-}
-
-/* The online-softmax steps of one head over a block's scores sc[0..nt):
- * per token, a new maximum gives ms = expf(Mold - M), vs = 1, otherwise
- * ms = 1, vs = expf(s - M); then S = fma(S, ms, vs). Exactly the scalar
- * loop's values (NaN scores included: they never make a new maximum). */
+/* the online-softmax steps of one head over a block's scores (attn_steps.h) */
 AI WEFT_AVX512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
 {
-    float m = *M, s_ = *S;
     if (!vexp_ok) {
-        for (int t = 0; t < nt; t++) {
-            const float s = sc[t];
-            ms[t] = vs[t] = 1.0f;
-            if (s > m) {
-                const float mold = m;
-                m = s;
-                ms[t] = expf(mold - m);
-            } else {
-                vs[t] = expf(s - m);
-            }
-            s_ = fmaf(s_, ms[t], vs[t]);
-        }
-        *M = m;
-        *S = s_;
+        weft_attn_softmax_libm(sc, nt, M, S, ms, vs);
         return;
     }
-    float arg[16] __attribute__((aligned(64)));
-    unsigned nm = 0; /* tokens that raise the maximum */
-    for (int t = 0; t < 16; t++) {
-        if (t >= nt) {
-            arg[t] = 0.0f;
-            continue;
-        }
-        const float s = sc[t];
-        if (s > m) {
-            arg[t] = m - s;
-            m = s;
-            nm |= 1u << t;
-        } else {
-            arg[t] = s - m;
-        }
-    }
-    const __m512 e = weft_expf16(_mm512_load_ps(arg)), one = _mm512_set1_ps(1.0f);
-    _mm512_storeu_ps(ms, _mm512_mask_blend_ps((__mmask16)nm, one, e));
-    _mm512_storeu_ps(vs, _mm512_mask_blend_ps((__mmask16)nm, e, one));
-    for (int t = 0; t < nt; t++) s_ = fmaf(s_, ms[t], vs[t]);
-    *M = m;
-    *S = s_;
+    float arg[16] __attribute__((aligned(64))), e[16] __attribute__((aligned(64)));
+    const unsigned nm = weft_attn_softmax_args(sc, nt, M, arg);
+    _mm512_store_ps(e, weft_expf16(_mm512_load_ps(arg)));
+    weft_attn_softmax_finish(e, nm, nt, S, ms, vs);
 }
 
 AI WEFT_AVX512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
@@ -150,7 +102,7 @@ AI WEFT_AVX512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
     for (int64_t p0 = 0; p0 < a->n_pos; p0 += 16) {
         const uint8_t *kb = a->k0 + (size_t)a->bt[p0 / 16] * a->block_bytes;
         const int nt = a->n_pos - p0 < 16 ? (int)(a->n_pos - p0) : 16;
-        prefetch_block(a, p0, C);
+        weft_attn_prefetch_block(a, p0, 2 * C);
         __m512 r[16];
         for (int t = 0; t < 16; t++) r[t] = t < nt ? token_lanes(kb + (size_t)t * a->tok_bytes, q, C) : _mm512_setzero_ps();
         _mm512_store_ps(sc, _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale)));
@@ -202,7 +154,7 @@ AI WEFT_AVX512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C
     for (int64_t p0 = 0; p0 < a[0].n_pos; p0 += 16) {
         const uint8_t *kb = a[0].k0 + (size_t)a[0].bt[p0 / 16] * a[0].block_bytes;
         const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
-        prefetch_block(a, p0, C);
+        weft_attn_prefetch_block(a, p0, 2 * C);
         float sc[4][16] __attribute__((aligned(64)));
         __m512 r[4][16]; /* per head, per token: token_lanes' (s0+s2)+(s1+s3), each K row converted once */
         for (int t = 0; t < 16; t++) {
