@@ -289,7 +289,52 @@ static WEFT_AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x,
 
 GEMM_DRIVER(WEFT_AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
-GEMM_DRIVER(WEFT_AVX2, gemm_q5_0_avx2, q5_0_tile_avx2, WEFT_QK5_0, 4, 2)
+GEMM_DRIVER(WEFT_AVX2, gemm_q5_0_direct, q5_0_tile_avx2, WEFT_QK5_0, 4, 2)
+
+/* Q5_0 through the Q8_0 tile: the reference's Q5_0 steps are Q8_0's on the
+ * values u - 16 in [-16, 15] with the same d (cpu_ref_dot.c), so a weight
+ * block rewritten as a Q8_0 block gives every output bit for bit. Each group
+ * of 4 weight rows is rewritten once per call, onto the stack, and then
+ * serves all nx activation rows at Q8_0's cost per output (the unpacking of
+ * the 5-bit values, per weight block and tile, was most of Q5_0's). Rows of
+ * over Q5_MAX_NB blocks take the direct tile. */
+#define Q5_MAX_NB 512
+
+AI WEFT_AVX2 void q5_0_as_q8_0(const struct weft_block_q5_0 *b, struct weft_block_q8_0 *o)
+{
+    o->d = b->d;
+    _mm256_storeu_si256((__m256i *)o->qs, _mm256_sub_epi8(q5_0_u(b), _mm256_set1_epi8(16)));
+}
+
+static WEFT_AVX2 void gemm_q5_0_avx2(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,
+                                     float *out, size_t ldo)
+{
+    const int64_t nb = n / WEFT_QK5_0;
+    if (nb > Q5_MAX_NB) {
+        gemm_q5_0_direct(w, ws, nw, x, xs, nx, n, out, ldo);
+        return;
+    }
+    struct weft_block_q8_0 buf[4 * Q5_MAX_NB];
+    const size_t bs = (size_t)nb * sizeof(struct weft_block_q8_0);
+    for (int i = 0; i < nw; i += 4) {
+        const int mr = nw - i < 4 ? nw - i : 4;
+        for (int r = 0; r < mr; r++) {
+            const struct weft_block_q5_0 *wr = (const struct weft_block_q5_0 *)((const uint8_t *)w + (size_t)(i + r) * ws);
+            for (int64_t b = 0; b < nb; b++) q5_0_as_q8_0(&wr[b], &buf[r * nb + b]);
+        }
+        for (int j = 0; j < nx; j += 3) {
+            const int nr = nx - j < 3 ? nx - j : 3;
+            const uint8_t *wp = (const uint8_t *)buf, *xp = (const uint8_t *)x + (size_t)j * xs;
+            float *o = out + (size_t)j * ldo + i;
+            const size_t ws = bs;
+            switch (mr * 8 + nr) {
+                TILE_CASES_M(q8_0_tile_avx2, 1) TILE_CASES_M(q8_0_tile_avx2, 2) TILE_CASES_M(q8_0_tile_avx2, 3)
+                TILE_CASES_M(q8_0_tile_avx2, 4)
+            default: break;
+            }
+        }
+    }
+}
 
 /* AVX-512 VNNI with zmm: two activation rows per zmm (low half row j, high
  * half row j + 1), the weight block broadcast to both halves; each 256-bit
