@@ -43,7 +43,7 @@
  *   IQ4_NL s2    s2    -     -     -     -     -     s2
  *   IQ4_XS s2    -     -     -     -     -     -     s2
  *   MXFP4  s2    -     -     -     -     -     -     s2
- *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   5     5
+ *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   25    25
  *
  * On AArch64 the levels are scalar < neon < neon_dotprod < neon_i8mm (backends/cpu/neon/:
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K and Q6_K dots so far, bit-identical to the x86

@@ -9,6 +9,7 @@
 #include "base/quant.h"
 
 #include <math.h>
+#include <string.h>
 
 #define COL_TILE 16      /* weight rows per tile: reused across all activation rows */
 #define MAX_GROUP 4      /* matmuls sharing one input run as one job (q/k/v, gate/up) */
@@ -71,6 +72,29 @@ static void mm_quantize(void *ctx, int ith, int nth)
     }
 }
 
+/* out[i] = t[i] (+ bias[i]) (+ add[i]), i < n: a prefill tile's row into its
+ * output; add is out itself (the residual, in place) or apart from it. Each
+ * case its own loop, so the in-place one vectorizes too (a loop reading add
+ * and writing out would take its scalar version when they coincide). */
+static void tile_out(float *out, const float *t, const float *bias, const float *add, int n)
+{
+    if (add == out) {
+        if (bias)
+            for (int i = 0; i < n; i++) out[i] = (t[i] + bias[i]) + out[i];
+        else
+            for (int i = 0; i < n; i++) out[i] = t[i] + out[i];
+    } else if (add) {
+        if (bias)
+            for (int i = 0; i < n; i++) out[i] = (t[i] + bias[i]) + add[i];
+        else
+            for (int i = 0; i < n; i++) out[i] = t[i] + add[i];
+    } else if (bias) {
+        for (int i = 0; i < n; i++) out[i] = t[i] + bias[i];
+    } else {
+        memcpy(out, t, (size_t)n * sizeof(float));
+    }
+}
+
 static void mm_dot(void *ctx, int ith, int nth)
 {
     struct mm_job *j = ctx;
@@ -104,14 +128,9 @@ static void mm_dot(void *ctx, int ith, int nth)
             for (int64_t r0 = 0; r0 < j->n_rows; r0 += RC) {
                 int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
                 wp->pk->gemmp(wg, nw / G, j->xp + (size_t)(r0 / wp->pk->xrows) * j->xp_unit, nx, j->K, tmp, COL_TILE);
-                for (int x = 0; x < nx; x++) {
-                    float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
-                    const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
-                    for (int i = 0; i < nw; i++) {
-                        float v = bias ? tmp[x * COL_TILE + i] + bias[n0 + i] : tmp[x * COL_TILE + i];
-                        out[i] = add ? v + add[i] : v;
-                    }
-                }
+                for (int x = 0; x < nx; x++)
+                    tile_out(cpu_row_f32(j->out[g], r0 + x) + n0, tmp + x * COL_TILE, bias ? bias + n0 : NULL,
+                             j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL, nw);
             }
             continue;
         }
@@ -125,14 +144,9 @@ static void mm_dot(void *ctx, int ith, int nth)
                 int nx = (int)(j->n_rows - r0 < RC ? j->n_rows - r0 : RC);
                 j->gemm(wbase + (size_t)n0 * w->nb1, w->nb1, nw, xq + (size_t)r0 * j->xstride, j->xstride, nx, j->K,
                         tmp, COL_TILE);
-                for (int x = 0; x < nx; x++) {
-                    float *out = cpu_row_f32(j->out[g], r0 + x) + n0;
-                    const float *add = j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL;
-                    for (int i = 0; i < nw; i++) {
-                        float v = bias ? tmp[x * COL_TILE + i] + bias[n0 + i] : tmp[x * COL_TILE + i];
-                        out[i] = add ? v + add[i] : v;
-                    }
-                }
+                for (int x = 0; x < nx; x++)
+                    tile_out(cpu_row_f32(j->out[g], r0 + x) + n0, tmp + x * COL_TILE, bias ? bias + n0 : NULL,
+                             j->add[g] ? cpu_row_f32(j->add[g], r0 + x) + n0 : NULL, nw);
             }
             continue;
         }
