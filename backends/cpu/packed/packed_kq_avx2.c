@@ -126,17 +126,16 @@ AI WEFT_AVX2 void q4k8_mins(const uint8_t *w, const uint8_t *x, size_t ubytes, i
 }
 
 /* lanes pass: row r of the group against NR <= LT activation rows (units at
- * x, ubytes apart); the float lanes to lanes[a][0..8). A row's unpacked
- * nibbles and scales serve LT activation rows; their int lanes stay in
- * registers through a block, their float lanes (one add per block) in memory. */
+ * x, ubytes apart) over blocks b0..b1; the float lanes, acc[a][0..8), go on
+ * from what they hold. A row's unpacked nibbles and scales serve LT
+ * activation rows; their int lanes stay in registers through a block, their
+ * float lanes (one add per block) in memory. */
 #define LT 8
-AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t ubytes, int64_t nb, float *lanes,
-                             const int NR)
+AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t ubytes, int64_t b0, int64_t b1,
+                             float (*acc)[8], const int NR)
 {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    float acc[LT][8] __attribute__((aligned(32)));
-    for (int a = 0; a < NR; a++) _mm256_store_ps(acc[a], _mm256_setzero_ps());
-    for (int64_t b = 0; b < nb; b++) {
+    for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = w + (size_t)b * Q4K8_COL;
         PREFETCH_COLUMN(p + 128 + 128 * r, 128);
         int32_t sp[8] __attribute__((aligned(32)));
@@ -172,35 +171,44 @@ AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t u
             _mm256_store_ps(acc[a], _mm256_add_ps(_mm256_load_ps(acc[a]), _mm256_mul_ps(_mm256_broadcast_ss(dd + a),
                                                                                       _mm256_cvtepi32_ps(ia[a]))));
     }
-    for (int a = 0; a < NR; a++) _mm256_storeu_ps(lanes + 8 * a, _mm256_load_ps(acc[a]));
 }
+
+/* blocks per step of the lanes passes: LT activation rows' units of KB
+ * blocks (LT * KB * 288 bytes) stay in L1 while the group's 8 rows take them
+ * (each step of every row's chains goes on in block order) */
+#define KB 8
 
 /* one group against na <= MAX_ACTS activation rows: out[a * ldo + r] */
 static WEFT_AVX2 void q4k8_group(const uint8_t *w, const uint8_t *x, size_t ubytes, int64_t nb, int na, float *out,
                                  size_t ldo)
 {
-    float sumf[MAX_ACTS * 8], lanes[LT * 8];
+    float sumf[MAX_ACTS * 8];
+    float acc[8][LT][8] __attribute__((aligned(32)));
     q4k8_mins(w, x, ubytes, nb, na, sumf);
-    for (int r = 0; r < 8; r++)
-        for (int a0 = 0; a0 < na; a0 += LT) {
-            const int nr = na - a0 < LT ? na - a0 : LT;
-            const uint8_t *xa = x + (size_t)a0 * ubytes;
-            switch (nr) {
-            case 1: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 1); break;
-            case 2: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 2); break;
-            case 3: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 3); break;
-            case 4: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 4); break;
-            case 5: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 5); break;
-            case 6: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 6); break;
-            case 7: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 7); break;
-            default: q4k8_lanes(w, r, xa, ubytes, nb, lanes, 8); break;
-            }
+    for (int a0 = 0; a0 < na; a0 += LT) {
+        const int nr = na - a0 < LT ? na - a0 : LT;
+        const uint8_t *xa = x + (size_t)a0 * ubytes;
+        memset(acc, 0, sizeof acc);
+        for (int64_t b0 = 0; b0 < nb; b0 += KB) {
+            const int64_t b1 = nb - b0 < KB ? nb : b0 + KB;
+            for (int r = 0; r < 8; r++) switch (nr) {
+                case 1: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 1); break;
+                case 2: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 2); break;
+                case 3: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 3); break;
+                case 4: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 4); break;
+                case 5: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 5); break;
+                case 6: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 6); break;
+                case 7: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 7); break;
+                default: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 8); break;
+                }
+        }
+        for (int r = 0; r < 8; r++)
             for (int a = 0; a < nr; a++) {
                 float s = sumf[8 * (a0 + a) + r];
-                for (int l = 0; l < 8; l++) s += lanes[8 * a + l];
+                for (int l = 0; l < 8; l++) s += acc[r][a][l];
                 out[(size_t)(a0 + a) * ldo + r] = s;
             }
-        }
+    }
 }
 
 /* decode: one group against one activation row, block by block, the eight
