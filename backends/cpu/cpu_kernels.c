@@ -268,6 +268,7 @@ static void build_tables(void)
 #if defined(__aarch64__)
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON], false);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON], false);
+    weft_cpu_kernels_fill_neon_f(&tables[WEFT_CPU_ISA_NEON]);
     merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
