@@ -14,6 +14,11 @@
  * double; F32: products rounded and added in element order, the last n % 4
  * fused).
  *
+ * SwiGLU: swiglu/swiglu.c's AVX2 form on four lanes (ggml_v_expf's steps,
+ * each fmaf a vfmaq / vfmsq, ldexpf(j, n) as (j * 2^(n >> 1)) * 2^(n - (n >> 1)),
+ * the |n| > 192 blend), 16-element chunks and the reference for the rest;
+ * a NaN n converts to 0 here (INT_MIN on x86), whose factors are 1.0 too.
+ *
  * Conversions: vcvt_f32_f16 widens exactly; vcvt_f16_f32 rounds to nearest
  * even (the default FPCR mode), as weft_f32_to_half does for every non-NaN
  * value, and the accumulator never holds NaN unless its inputs do. */
@@ -105,8 +110,49 @@ static void f16_scale_neon(weft_half *acc, float s, int64_t n)
     for (; i < n; i++) acc[i] = weft_f32_to_half(weft_half_to_f32(acc[i]) * s);
 }
 
+/* ggml_v_expf, as swiglu.c's expf_avx2 */
+AI float32x4_t expf_neon(float32x4_t x)
+{
+    const float32x4_t r = vdupq_n_f32(0x1.8p23f);
+    const float32x4_t z = vfmaq_f32(r, x, vdupq_n_f32(0x1.715476p+0f));
+    const float32x4_t n = vsubq_f32(z, r);
+    const float32x4_t b =
+        vfmsq_f32(vfmsq_f32(x, n, vdupq_n_f32(0x1.62e4p-1f)), n, vdupq_n_f32(0x1.7f7d1cp-20f));
+    const uint32x4_t d = vcgtq_f32(vabsq_f32(n), vdupq_n_f32(192));
+    const float32x4_t u = vmulq_f32(b, b);
+    const float32x4_t j = vfmaq_f32(
+        vfmaq_f32(vdupq_n_f32(1.0f), vdupq_n_f32(0x1.ffffecp-1f), b),
+        vfmaq_f32(vfmaq_f32(vdupq_n_f32(0x1.fffdb6p-2f), vdupq_n_f32(0x1.555e66p-3f), b),
+                  vfmaq_f32(vdupq_n_f32(0x1.573e2ep-5f), vdupq_n_f32(0x1.0e4020p-7f), b), u),
+        u);
+    const int32x4_t ni = vcvtq_s32_f32(n);
+    const int32x4_t n1 = vshrq_n_s32(ni, 1), n2 = vsubq_s32(ni, n1);
+    const int32x4_t bias = vdupq_n_s32(127);
+    const float32x4_t p1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, bias), 23));
+    const float32x4_t p2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, bias), 23));
+    const float32x4_t res = vmulq_f32(vmulq_f32(j, p1), p2);
+    if (vmaxvq_u32(d) == 0) return res;
+    const float32x4_t alt = vbslq_f32(vclezq_f32(n), vdupq_n_f32(0.0f), vdupq_n_f32(INFINITY));
+    return vbslq_f32(d, alt, res);
+}
+
+static void swiglu_neon(float *out, const float *gate, const float *up, int64_t n)
+{
+    const float32x4_t one = vdupq_n_f32(1.0f), zero = vdupq_n_f32(0.0f);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) /* 16-element chunks, as the reference, in quarters */
+        for (int q = 0; q < 16; q += 4) {
+            const float32x4_t x = vld1q_f32(gate + i + q);
+            const float32x4_t e = expf_neon(vsubq_f32(zero, x));
+            const float32x4_t sl = vdivq_f32(x, vaddq_f32(one, e));
+            vst1q_f32(out + i + q, vmulq_f32(sl, vld1q_f32(up + i + q)));
+        }
+    if (i < n) weft_cpu_swiglu_ref(out + i, gate + i, up + i, n - i);
+}
+
 void weft_cpu_kernels_fill_neon_f(struct weft_cpu_kernels *k)
 {
+    k->swiglu = swiglu_neon;
     k->dot[WEFT_TYPE_F16] = dot_f16_neon;
     k->dot[WEFT_TYPE_F32] = dot_f32_neon;
     k->f16_mad = f16_mad_neon;
