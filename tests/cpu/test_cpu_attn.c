@@ -103,7 +103,10 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
         tables++;
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
             for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++)
-                for (int g = 1; g <= 7; g++) {
+                for (int gi = 0; gi < 9; gi++) {
+                    /* 1..7, and 9 (4 + 2 + 3) and 16 (4 x 4) as a group of 16 heads splits */
+                    static const int gs[] = {1, 2, 3, 4, 5, 6, 7, 9, 16};
+                    const int g = gs[gi];
                     const uint32_t hd = hds[hi], n_kv = 2, n_layer = 1;
                     const int64_t n = npos[pi], nblk = (n + 15) / 16 + 1;
                     const size_t tok = (size_t)n_kv * hd * 2, layer = 16 * tok, block = (size_t)n_layer * 2 * layer;
@@ -115,8 +118,8 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                     }
                     int32_t bt[40];
                     for (int64_t b = 0; b < nblk; b++) bt[b] = (int32_t)((b * 5 + 1) % nblk);
-                    float q[7][192], o1[192], o2[7][192];
-                    struct weft_cpu_attn_args a[7];
+                    float q[16][192], o1[192], o2[16][192];
+                    struct weft_cpu_attn_args a[16];
                     for (int h = 0; h < g; h++) {
                         for (uint32_t d = 0; d < hd; d++)
                             q[h][d] = (float)((int)(next() % 2001) - 1000) *

@@ -133,11 +133,12 @@ static void gemm_matches_dot_bit_for_bit(void)
                 }
                 /* long rows: the AVX-512 Q5_0 tiles lay out fewer activation
                  * rows per chunk (4096), or none and fall back (8224); the
-                 * AVX2 one rewrites rows of up to 512 blocks as Q8_0 and
-                 * takes its direct tile past that (16416) */
+                 * AVX2 one rewrites rows of up to 512 blocks as Q8_0 (16384)
+                 * and takes its direct tile past that (16416) */
                 if (!mm && t == WEFT_TYPE_Q5_0) {
                     check_shapes(k, t, 4096, 0, 0, mm);
                     check_shapes(k, t, 8224, 22, 0, mm);
+                    check_shapes(k, t, 32 * 512, 0, 0, mm);
                     check_shapes(k, t, 32 * 513, 0, 0, mm);
                 }
                 if (!mm && t == WEFT_TYPE_Q4_K) { /* one row pair per chunk; none (fallback) */

@@ -310,11 +310,11 @@ static WEFT_AVX2 void gemm_q5_0_avx2(const void *w, size_t ws, int nw, const voi
                                      float *out, size_t ldo)
 {
     const int64_t nb = n / WEFT_QK5_0;
-    if (nb > Q5_MAX_NB) {
+    if (nb > Q5_MAX_NB || nb < 1) { /* (no zero-length buffer) */
         gemm_q5_0_direct(w, ws, nw, x, xs, nx, n, out, ldo);
         return;
     }
-    struct weft_block_q8_0 buf[4 * Q5_MAX_NB];
+    struct weft_block_q8_0 buf[4 * nb]; /* at most 4 * Q5_MAX_NB blocks (68 KiB) */
     const size_t bs = (size_t)nb * sizeof(struct weft_block_q8_0);
     for (int i = 0; i < nw; i += 4) {
         const int mr = nw - i < 4 ? nw - i : 4;
@@ -324,12 +324,13 @@ static WEFT_AVX2 void gemm_q5_0_avx2(const void *w, size_t ws, int nw, const voi
         }
         for (int j = 0; j < nx; j += 3) {
             const int nr = nx - j < 3 ? nx - j : 3;
-            const uint8_t *wp = (const uint8_t *)buf, *xp = (const uint8_t *)x + (size_t)j * xs;
+            const uint8_t *bp = (const uint8_t *)buf, *xp = (const uint8_t *)x + (size_t)j * xs;
             float *o = out + (size_t)j * ldo + i;
-            const size_t ws = bs;
             switch (mr * 8 + nr) {
-                TILE_CASES_M(q8_0_tile_avx2, 1) TILE_CASES_M(q8_0_tile_avx2, 2) TILE_CASES_M(q8_0_tile_avx2, 3)
-                TILE_CASES_M(q8_0_tile_avx2, 4)
+#define Q8CASE(m, r) case (m) * 8 + (r): q8_0_tile_avx2(bp, bs, xp, xs, nb, o, ldo, m, r); break;
+                Q8CASE(1, 1) Q8CASE(1, 2) Q8CASE(1, 3) Q8CASE(2, 1) Q8CASE(2, 2) Q8CASE(2, 3)
+                Q8CASE(3, 1) Q8CASE(3, 2) Q8CASE(3, 3) Q8CASE(4, 1) Q8CASE(4, 2) Q8CASE(4, 3)
+#undef Q8CASE
             default: break;
             }
         }
