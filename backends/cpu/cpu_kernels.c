@@ -269,6 +269,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON], false);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON], false);
     weft_cpu_kernels_fill_neon_f(&tables[WEFT_CPU_ISA_NEON]);
+    weft_cpu_kernels_fill_neon_quant(&tables[WEFT_CPU_ISA_NEON]);
     merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
