@@ -1,4 +1,4 @@
-/* NEON (AArch64) dots for Q4_K and Q6_K (Q4_K_M's two types), in the x86
+/* NEON (AArch64) dots for Q4_K, Q5_K and Q6_K, in the x86
  * order as neon/q32_neon.c (tests/cpu/test_cpu_kquant.c checks every table
  * against cpu_ref_dot.c bit for bit). The int32 lanes are exact whatever
  * computes them; the float steps are the reference's:
@@ -12,12 +12,17 @@
  *    times x, times the 16-element scale), minus 32 * (bsums by scales);
  *    acc = fma(d, float(lanes), acc) and hsum_float_8, as the AVX2 kernel.
  *    The four-byte groups are vdotq_s32's lanes (dotprod) or vmull + two
- *    pairwise adds (neon). */
+ *    pairwise adds (neon).
+ *  - Q5_K: lane l sums elements 4l..4l+3 of each 32 (nibble | qh bit << 4,
+ *    0..31, times x), times the 32-element scale; per block
+ *    summs = fma(-x.d * dmin, float(summ), summs) and
+ *    acc = fma(x.d * d, float(lanes), acc); hsum_float_8(acc) + summs. */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__aarch64__)
 
 #include <arm_neon.h>
+#include <math.h>
 #include <string.h>
 
 #include "base/quant_blocks.h"
@@ -128,10 +133,55 @@ static float dot_q4_k_neon(const void *vw, const void *vx, int64_t n)
 Q6K(base, , dot4_base)
 Q6K(dp, DOTPROD, dot4_dp)
 
+/* ---- Q5_K ---- */
+#define Q5K(SFX, ATTR, DOT4)                                                                                       \
+    static ATTR float dot_q5_k_##SFX(const void *vw, const void *vx, int64_t n)                                    \
+    {                                                                                                              \
+        const struct weft_block_q5_k *w = vw;                                                                      \
+        const struct weft_block_q8_k *x = vx;                                                                      \
+        const uint8x16_t m4 = vdupq_n_u8(0x0F), b1 = vdupq_n_u8(1), b2 = vdupq_n_u8(2);                            \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = a0;                                                                  \
+        float summs = 0.0f;                                                                                        \
+        for (int64_t i = 0; i < n / WEFT_QK_K; i++) {                                                              \
+            uint8_t sc[8], mn[8];                                                                                  \
+            int summ = 0;                                                                                          \
+            for (int j = 0; j < 8; j++) {                                                                          \
+                weft_k4_scale_min(j, w[i].scales, &sc[j], &mn[j]);                                                 \
+                summ += (x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]) * mn[j];                                       \
+            }                                                                                                      \
+            uint8x16_t h0 = vld1q_u8(w[i].qh), h1 = vld1q_u8(w[i].qh + 16);                                        \
+            int32x4_t l0 = vdupq_n_s32(0), l1 = l0;                                                                \
+            for (int c = 0; c < 4; c++) {                                                                          \
+                const uint8x16_t q0 = vld1q_u8(w[i].qs + 32 * c), q1 = vld1q_u8(w[i].qs + 32 * c + 16);            \
+                /* elements 64c + (0..31): low nibbles, qh bit 2c; 64c + 32 + (0..31): high, bit 2c + 1 */         \
+                const uint8x16_t u00 = vorrq_u8(vandq_u8(q0, m4), vshlq_n_u8(vandq_u8(h0, b1), 4));                \
+                const uint8x16_t u01 = vorrq_u8(vandq_u8(q1, m4), vshlq_n_u8(vandq_u8(h1, b1), 4));                \
+                const uint8x16_t u10 = vorrq_u8(vshrq_n_u8(q0, 4), vshlq_n_u8(vandq_u8(h0, b2), 3));               \
+                const uint8x16_t u11 = vorrq_u8(vshrq_n_u8(q1, 4), vshlq_n_u8(vandq_u8(h1, b2), 3));               \
+                h0 = vshrq_n_u8(h0, 2);                                                                            \
+                h1 = vshrq_n_u8(h1, 2);                                                                            \
+                const int8_t *y = x[i].qs + 64 * c;                                                                \
+                l0 = vmlaq_n_s32(l0, DOT4(vreinterpretq_s8_u8(u00), vld1q_s8(y)), sc[2 * c]);                      \
+                l1 = vmlaq_n_s32(l1, DOT4(vreinterpretq_s8_u8(u01), vld1q_s8(y + 16)), sc[2 * c]);                 \
+                l0 = vmlaq_n_s32(l0, DOT4(vreinterpretq_s8_u8(u10), vld1q_s8(y + 32)), sc[2 * c + 1]);             \
+                l1 = vmlaq_n_s32(l1, DOT4(vreinterpretq_s8_u8(u11), vld1q_s8(y + 48)), sc[2 * c + 1]);             \
+            }                                                                                                      \
+            const float d = x[i].d * weft_half_to_f32(w[i].d), dmin = -x[i].d * weft_half_to_f32(w[i].dmin);      \
+            summs = fmaf(dmin, (float)summ, summs);                                                                \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(l0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(l1), d);                                                            \
+        }                                                                                                          \
+        return hsum8(a0, a1) + summs;                                                                              \
+    }
+
+Q5K(base, , dot4_base)
+Q5K(dp, DOTPROD, dot4_dp)
+
 void weft_cpu_kernels_fill_neon_k(struct weft_cpu_kernels *k, bool dotprod)
 {
     k->dot[WEFT_TYPE_Q4_K] = dot_q4_k_neon;
     k->dot[WEFT_TYPE_Q6_K] = dotprod ? dot_q6_k_dp : dot_q6_k_base;
+    k->dot[WEFT_TYPE_Q5_K] = dotprod ? dot_q5_k_dp : dot_q5_k_base;
 }
 
 #else
