@@ -46,10 +46,10 @@
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   25    25
  *
  * On AArch64 the levels are scalar < neon < neon_dotprod < neon_i8mm (backends/cpu/neon/:
- * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL (and its dot_mm),
- * IQ4_XS, MXFP4, F16 and F32 dots, the Q8_0, Q8_1 and Q8_K activation quantizers (neon), the
- * F16 accumulator updates and SwiGLU so far, bit-identical to the x86 tables, and neon_i8mm's
- * Q4_0 prefill tile; the matrix above is x86's).
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, F16, F32
+ * and BF16 dots, the dot_mm of F32, F16, BF16 and IQ4_NL, the Q8_0, Q8_1, Q8_K, F16 and BF16
+ * activation quantizers (neon), the F16 accumulator updates and SwiGLU so far, bit-identical to
+ * the x86 tables, and neon_i8mm's Q4_0 prefill tile; the matrix above is x86's).
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod|neon_i8mm (WEFT_CPU_ISA for the weft binary)
  * forces a table (for tests and comparisons); asking for one the CPU lacks
@@ -267,7 +267,7 @@ void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod);    
 void weft_cpu_kernels_fill_neon_k(struct weft_cpu_kernels *k, bool dotprod);      /* neon/kq_neon.c: Q4_K Q5_K Q6_K */
 void weft_cpu_kernels_fill_neon_low(struct weft_cpu_kernels *k, bool dotprod);    /* neon/kq_low_neon.c: Q2_K Q3_K IQ4_XS IQ4_NL MXFP4 */
 void weft_cpu_kernels_fill_neon_i8mm(struct weft_cpu_kernels *k);                 /* neon/q32_i8mm.c: Q4_0 gemm */
-void weft_cpu_kernels_fill_neon_f(struct weft_cpu_kernels *k);                    /* neon/f_neon.c: F16 F32 dots, f16_mad/scale, swiglu */
+void weft_cpu_kernels_fill_neon_f(struct weft_cpu_kernels *k);                    /* neon/f_neon.c: F16 F32 BF16 dots and dot_mm, F16/BF16 quant, f16_mad/scale, swiglu */
 void weft_cpu_kernels_fill_neon_quant(struct weft_cpu_kernels *k);                /* neon/quant_neon.c: Q8_0 Q8_1 Q8_K quant */
 
 #endif
