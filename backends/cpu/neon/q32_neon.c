@@ -1,4 +1,5 @@
-/* NEON (AArch64) dots for the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0), written to the x86 order so
+/* NEON (AArch64) dots for the 32-element types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; Q4_0 and Q8_0 also four
+ * rows at once, dot4, checked by tests/cpu/test_cpu_q32_dot4.c), written to the x86 order so
  * ARM output equals x86 output bit for bit (tests/cpu/test_cpu_q32.c checks
  * every table this machine runs against the reference, cpu_ref_dot.c, which
  * emulates ggml's AVX2 lanes).
@@ -170,10 +171,62 @@ AI uint8x16_t hbit16(uint32_t b)
         return hsum8(a0, a1) + summs;                                                                              \
     }
 
+/* Four rows at once (weft_cpu_dot4_fn): the activation block loaded once,
+ * each row's float steps exactly its one-row kernel's. Q8_0: row r's two
+ * accumulators, hsum8 each. Q4_0: the four block totals in one int32x4, then
+ * ((float)total * dw) * dx lane by lane into four row sums. */
+#define ROW(w, r, stride, T) ((const T *)((const uint8_t *)(w) + (size_t)(r) * (stride)))
+#define KERNELS4(SFX, ATTR, DOT4)                                                                                   \
+    static ATTR void dot4_q8_0_##SFX(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])       \
+    {                                                                                                              \
+        const struct weft_block_q8_0 *x = vx, *w[4];                                                               \
+        for (int r = 0; r < 4; r++) w[r] = ROW(vw, r, stride, struct weft_block_q8_0);                             \
+        float32x4_t a[4][2];                                                                                       \
+        for (int r = 0; r < 4; r++) a[r][0] = a[r][1] = vdupq_n_f32(0);                                            \
+        for (int64_t i = 0; i < n / WEFT_QK8_0; i++) {                                                             \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                                   \
+            const float dx = h2f(x[i].d);                                                                          \
+            for (int r = 0; r < 4; r++) {                                                                          \
+                const int32x4_t l0 = DOT4(vld1q_s8(w[r][i].qs), x0);                                               \
+                const int32x4_t l1 = DOT4(vld1q_s8(w[r][i].qs + 16), x1);                                          \
+                const float d = h2f(w[r][i].d) * dx;                                                               \
+                a[r][0] = vfmaq_n_f32(a[r][0], vcvtq_f32_s32(l0), d);                                              \
+                a[r][1] = vfmaq_n_f32(a[r][1], vcvtq_f32_s32(l1), d);                                              \
+            }                                                                                                      \
+        }                                                                                                          \
+        for (int r = 0; r < 4; r++) out[r] = hsum8(a[r][0], a[r][1]);                                              \
+    }                                                                                                              \
+    static ATTR void dot4_q4_0_##SFX(const void *vw, size_t stride, const void *vx, int64_t n, float out[4])       \
+    {                                                                                                              \
+        const struct weft_block_q8_0 *x = vx;                                                                      \
+        const struct weft_block_q4_0 *w[4];                                                                        \
+        for (int r = 0; r < 4; r++) w[r] = ROW(vw, r, stride, struct weft_block_q4_0);                             \
+        const uint8x16_t m4 = vdupq_n_u8(0x0F);                                                                    \
+        const int8x16_t s8 = vdupq_n_s8(8);                                                                        \
+        float32x4_t sum = vdupq_n_f32(0);                                                                          \
+        for (int64_t i = 0; i < n / WEFT_QK4_0; i++) {                                                             \
+            const int8x16_t x0 = vld1q_s8(x[i].qs), x1 = vld1q_s8(x[i].qs + 16);                                   \
+            int32x4_t l[4];                                                                                        \
+            float dw[4];                                                                                           \
+            for (int r = 0; r < 4; r++) {                                                                          \
+                const uint8x16_t q = vld1q_u8(w[r][i].qs);                                                         \
+                const int8x16_t lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(q, m4)), s8);                           \
+                const int8x16_t hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(q, 4)), s8);                          \
+                l[r] = vaddq_s32(DOT4(lo, x0), DOT4(hi, x1));                                                      \
+                dw[r] = h2f(w[r][i].d);                                                                            \
+            }                                                                                                      \
+            const int32x4_t t = vpaddq_s32(vpaddq_s32(l[0], l[1]), vpaddq_s32(l[2], l[3]));                        \
+            sum = vaddq_f32(sum, vmulq_n_f32(vmulq_f32(vcvtq_f32_s32(t), vld1q_f32(dw)), h2f(x[i].d)));            \
+        }                                                                                                          \
+        vst1q_f32(out, sum);                                                                                       \
+    }
+
 KERNELS(base, , dot4_base)
 KERNELS(dp, DOTPROD, dot4_dp)
 KERNELS5(base, , dot4_base)
 KERNELS5(dp, DOTPROD, dot4_dp)
+KERNELS4(base, , dot4_base)
+KERNELS4(dp, DOTPROD, dot4_dp)
 
 void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod)
 {
@@ -182,6 +235,8 @@ void weft_cpu_kernels_fill_neon_q(struct weft_cpu_kernels *k, bool dotprod)
     k->dot[WEFT_TYPE_Q4_1] = dotprod ? dot_q4_1_dp : dot_q4_1_base;
     k->dot[WEFT_TYPE_Q5_0] = dotprod ? dot_q5_0_dp : dot_q5_0_base;
     k->dot[WEFT_TYPE_Q5_1] = dotprod ? dot_q5_1_dp : dot_q5_1_base;
+    k->dot4[WEFT_TYPE_Q8_0] = dotprod ? dot4_q8_0_dp : dot4_q8_0_base;
+    k->dot4[WEFT_TYPE_Q4_0] = dotprod ? dot4_q4_0_dp : dot4_q4_0_base;
 }
 
 #else
