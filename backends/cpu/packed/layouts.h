@@ -16,8 +16,10 @@
  *    (d, m)[8] (f16 pairs), then row r's 16 qs at 32 + 16r; decode aux
  *    (weft_cpu_aux_q4_1, weft_cpu_aux8_size(n) bytes): per block {float dx,
  *    float sx} of the Q8_1 activations.
- *  - Q4_K activations (weft_cpu_aux_q4_k: decode aux, and one-row prefill
- *    units through weft_cpu_xpack_q4_k; weft_cpu_aux_q4_k_size(n) bytes), 288
+ *  - Q4_K activations of the AVX-512 VNNI x16 layout (weft_cpu_aux_q4_k:
+ *    decode aux, and one-row prefill units through weft_cpu_xpack_q4_k;
+ *    weft_cpu_aux_q4_k_size(n) bytes; the AVX2 x8 layout arranges its own,
+ *    packed/packed_kq_avx2.c), 288
  *    bytes per Q8_K block: the 256 qs rearranged (sub-block j, lane l: bytes
  *    32j + 4l + t hold x[32j + l + 8t]), the int16 sums B[j] = bsums[2j] +
  *    bsums[2j+1] at 256, float dx at 272, zeros. */

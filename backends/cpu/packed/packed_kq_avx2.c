@@ -10,14 +10,18 @@
  * scalar sumf per block (summ = sum_j min_j * (bsums[2j] + bsums[2j + 1]));
  * and at the end adds the 8 float lanes to sumf one by one. The two chains
  * never meet before that end, so they run as two passes here:
- *  - lanes: one ymm per output, its lanes the reference's. The weights are
- *    stored so that sub-block j's 32 bytes put elements 32j + l + {0, 8, 16,
- *    24} in int32 lane l (low nibbles of chunk c are sub-block 2c, high
- *    nibbles 2c + 1), and the activations (weft_cpu_aux_q4_k) likewise, so
- *    per sub-block one vpmaddubsw (pairs at most 2 * 15 * 128) and one
- *    vpmaddwd by the (scale, scale) pair add scale * (four products) to each
- *    lane, exact in int32. A row's unpacked nibbles and scales serve 4
- *    activation rows.
+ *  - lanes: one ymm per output, its lanes the reference's. Int32 lane l
+ *    gathers, for sub-block j, the elements 32j + l + 8t (t = 0..3). A chunk
+ *    c (sub-blocks 2c and 2c + 1) is stored as 32 bytes whose low nibbles
+ *    give, in lane l, (e(2c, l, 0), e(2c, l, 1), e(2c+1, l, 0), e(2c+1, l, 1))
+ *    and whose high nibbles give the same for t = 2, 3; the activations
+ *    (aux_q4_k8r) are arranged to match. vpmaddubsw of each against its
+ *    activations (pairs at most 2 * 15 * 128), vpaddw of the two (each int16
+ *    the sum of one sub-block's four products, at most 4 * 15 * 128), then
+ *    one vpmaddwd by the chunk's (scale_2c, scale_2c+1) pair adds
+ *    scale_j * (four products) of both sub-blocks to each lane, exact in
+ *    int32: three multiplies per 64 elements where one sub-block per vpmaddwd
+ *    took four. A row's unpacked nibbles and scales serve 8 activation rows.
  *  - mins: eight outputs (rows) per ymm, the sumf chains lane-wise:
  *    summ from vpmaddwd of each row's mins with the activation's B[j] =
  *    bsums[2j] + bsums[2j + 1] (int16), exact, then
@@ -25,7 +29,13 @@
  *
  * Block column of a group (1152 bytes, 8 blocks' worth): d[8], dmin[8]
  * (f16), the rows' scales[12] at 32 + 12r, then row r's 128 qs at
- * 128 + 128r, byte 32c + 4l + t holding qs[32c + l + 8t]. */
+ * 128 + 128r: byte 32c + 4l + k holds, for k = 2h + t (h, t in {0, 1}),
+ * the nibbles of elements 64c + 32h + l + 8t (low) and 64c + 32h + l + 8t + 16
+ * (high).
+ *
+ * Activation unit (aux_q4_k8r, 288 bytes per Q8_K block): at 64c + 4l + k
+ * x[64c + 32h + l + 8t], at 64c + 32 + 4l + k the same + 16; B[8] as int16
+ * at 256; dx (float) at 272. */
 #include "backends/cpu/cpu_kernels.h"
 
 #include <string.h>
@@ -58,17 +68,52 @@ static void pack_q4_kx8r(void *dst, const void *w, size_t stride, int64_t n_rows
                 memcpy(o + 2 * r, &b->d, 2);
                 memcpy(o + 16 + 2 * r, &b->dmin, 2);
                 memcpy(o + 32 + 12 * r, b->scales, 12);
+                /* element 64c + 32h + i is nibble h of qs[32c + i] */
                 for (int c = 0; c < 4; c++)
                     for (int l = 0; l < 8; l++)
-                        for (int t = 0; t < 4; t++) o[128 + 128 * r + 32 * c + 4 * l + t] = b->qs[32 * c + l + 8 * t];
+                        for (int k = 0; k < 4; k++) {
+                            const int h = k >> 1, i = l + 8 * (k & 1);
+                            const int e0 = (b->qs[32 * c + i] >> (4 * h)) & 0xF;
+                            const int e1 = (b->qs[32 * c + i + 16] >> (4 * h)) & 0xF;
+                            o[128 + 128 * r + 32 * c + 4 * l + k] = (uint8_t)(e0 | e1 << 4);
+                        }
             }
 }
 
-/* A block's scales as int16 pairs (scale_j, scale_j) for vpmaddwd, stored
- * to sp[0..8), and its mins as int16 (min_0 .. min_7), returned:
- * weft_k4_scale_min's values, unpacked as ggml's four 32-bit words
- * (v0 = scales 0..3, v1 = 4..7, v2 = mins 0..3, v3 = mins 4..7). s12 may be
- * read 4 bytes past its 12 (inside the block column). */
+static size_t aux_q4_k8r_size(int64_t n) { return (size_t)(n / WEFT_QK_K) * Q4K_UNIT; }
+
+static void aux_q4_k8r(const void *vx, int64_t n, void *vaux)
+{
+    const struct weft_block_q8_k *x = vx;
+    uint8_t *a = vaux;
+    for (int64_t i = 0; i < n / WEFT_QK_K; i++, a += Q4K_UNIT) {
+        memset(a, 0, Q4K_UNIT);
+        for (int c = 0; c < 4; c++)
+            for (int l = 0; l < 8; l++)
+                for (int k = 0; k < 4; k++) {
+                    const int e = 64 * c + 32 * (k >> 1) + l + 8 * (k & 1);
+                    a[64 * c + 4 * l + k] = (uint8_t)x[i].qs[e];
+                    a[64 * c + 32 + 4 * l + k] = (uint8_t)x[i].qs[e + 16];
+                }
+        for (int j = 0; j < 8; j++) {
+            const int16_t b = (int16_t)(x[i].bsums[2 * j] + x[i].bsums[2 * j + 1]);
+            memcpy(a + 256 + 2 * j, &b, 2);
+        }
+        memcpy(a + 272, &x[i].d, 4);
+    }
+}
+
+static void xpack_q4_k8r(const void *x, size_t xstride, int nx, int64_t n, void *dst)
+{
+    (void)xstride, (void)nx; /* one row per unit */
+    aux_q4_k8r(x, n, dst);
+}
+
+/* A block's scales as int16 pairs (scale_2c, scale_2c+1), pair c of the
+ * chunk c, stored to sp[0..4), and its mins as int16 (min_0 .. min_7),
+ * returned: weft_k4_scale_min's values, unpacked as ggml's four 32-bit
+ * words (v0 = scales 0..3, v1 = 4..7, v2 = mins 0..3, v3 = mins 4..7). s12
+ * may be read 4 bytes past its 12 (inside the block column). */
 AI WEFT_AVX2 __m128i k4_pairs(const uint8_t *s12, int32_t *sp)
 {
     const __m128i raw = _mm_loadu_si128((const __m128i *)s12); /* u0 u1 u2 . */
@@ -78,22 +123,37 @@ AI WEFT_AVX2 __m128i k4_pairs(const uint8_t *s12, int32_t *sp)
     const __m128i hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 6), 4),
                                      _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
     const __m128i v = _mm_or_si128(lo, hi); /* v0 v1 v2 v3 */
-    const __m128i sc = _mm_cvtepu8_epi16(v);
-    _mm_storeu_si128((__m128i *)sp, _mm_unpacklo_epi16(sc, sc));
-    _mm_storeu_si128((__m128i *)(sp + 4), _mm_unpackhi_epi16(sc, sc));
+    _mm_storeu_si128((__m128i *)sp, _mm_cvtepu8_epi16(v));
     return _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
 }
 
-/* the mins sums of eight rows (their mins m[r] as int16) with the activation's
- * B pairs (bsums[2j] + bsums[2j + 1], int16 at B), lane r = row r */
-AI WEFT_AVX2 __m256i k4_summ8(const __m128i m[8], const uint8_t *B)
+/* scale_2c * (sub-block 2c's four products) + scale_2c+1 * (2c + 1's) per
+ * lane, of a chunk's low and high nibbles (lo, hi) against its activations
+ * at y and y + 32, sc the broadcast scale pair */
+AI WEFT_AVX2 __m256i k4_chunk(__m256i lo, __m256i hi, const uint8_t *y, __m256i sc)
 {
-    const __m128i b = _mm_loadu_si128((const __m128i *)B);
-    __m128i t[8];
-    for (int r = 0; r < 8; r++) t[r] = _mm_madd_epi16(m[r], b);
-    const __m128i r03 = _mm_hadd_epi32(_mm_hadd_epi32(t[0], t[1]), _mm_hadd_epi32(t[2], t[3]));
-    const __m128i r47 = _mm_hadd_epi32(_mm_hadd_epi32(t[4], t[5]), _mm_hadd_epi32(t[6], t[7]));
-    return _mm256_set_m128i(r47, r03);
+    const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)),
+                                       _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))));
+    return _mm256_madd_epi16(t, sc);
+}
+
+/* the mins sums of eight rows with the activation's B pairs (bsums[2j] +
+ * bsums[2j + 1], int16 at B), lane r = row r; m[k] holds row k's mins
+ * (int16) in its low half and row k + 4's in its high half */
+AI WEFT_AVX2 __m256i k4_summ8(const __m256i m[4], const uint8_t *B)
+{
+    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)B));
+    const __m256i t01 = _mm256_hadd_epi32(_mm256_madd_epi16(m[0], b), _mm256_madd_epi16(m[1], b));
+    const __m256i t23 = _mm256_hadd_epi32(_mm256_madd_epi16(m[2], b), _mm256_madd_epi16(m[3], b));
+    return _mm256_hadd_epi32(t01, t23);
+}
+
+/* a block column's mins in k4_summ8's order */
+AI WEFT_AVX2 void k4_mins8(const uint8_t *p, __m256i m[4])
+{
+    int32_t sp[4];
+    for (int k = 0; k < 4; k++)
+        m[k] = _mm256_set_m128i(k4_pairs(p + 32 + 12 * (k + 4), sp), k4_pairs(p + 32 + 12 * k, sp));
 }
 
 AI WEFT_AVX2 __m256i bc32(const void *p)
@@ -109,11 +169,8 @@ AI WEFT_AVX2 void q4k8_mins(const uint8_t *w, const uint8_t *x, size_t ubytes, i
     for (int a = 0; a < na; a++) _mm256_storeu_ps(sumf + 8 * a, _mm256_setzero_ps());
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *p = w + (size_t)b * Q4K8_COL;
-        __m128i mn[8];
-        for (int r = 0; r < 8; r++) {
-            int32_t sp[8];
-            mn[r] = k4_pairs(p + 32 + 12 * r, sp);
-        }
+        __m256i mn[4];
+        k4_mins8(p, mn);
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
         for (int a = 0; a < na; a++) {
             const uint8_t *u = x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT;
@@ -138,7 +195,7 @@ AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t u
     for (int64_t b = b0; b < b1; b++) {
         const uint8_t *p = w + (size_t)b * Q4K8_COL;
         PREFETCH_COLUMN(p + 128 + 128 * r, 128);
-        int32_t sp[8] __attribute__((aligned(32)));
+        int32_t sp[4] __attribute__((aligned(16)));
         (void)k4_pairs(p + 32 + 12 * r, sp);
         weft_half dh;
         memcpy(&dh, p + 2 * r, 2);
@@ -157,15 +214,9 @@ AI WEFT_AVX2 void q4k8_lanes(const uint8_t *w, int r, const uint8_t *x, size_t u
         for (int c = 0; c < 4; c++) {
             const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
             const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-            const __m256i slo = bc32(sp + 2 * c), shi = bc32(sp + 2 * c + 1);
-            for (int a = 0; a < NR; a++) {
-                const uint8_t *y = x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 64 * c;
-                ia[a] = _mm256_add_epi32(
-                    ia[a], _mm256_madd_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)), slo));
-                ia[a] = _mm256_add_epi32(
-                    ia[a],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))), shi));
-            }
+            const __m256i sc = bc32(sp + c);
+            for (int a = 0; a < NR; a++)
+                ia[a] = _mm256_add_epi32(ia[a], k4_chunk(lo, hi, x + (size_t)a * ubytes + (size_t)b * Q4K_UNIT + 64 * c, sc));
         }
         for (int a = 0; a < NR; a++)
             _mm256_store_ps(acc[a], _mm256_add_ps(_mm256_load_ps(acc[a]), _mm256_mul_ps(_mm256_broadcast_ss(dd + a),
@@ -223,11 +274,13 @@ static WEFT_AVX2 void dotp_q4_kx8r(const void *wp, const void *vx, const void *v
     for (int r = 0; r < 8; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++, p += Q4K8_COL, u += Q4K_UNIT) {
         PREFETCH_COLUMN(p, Q4K8_COL);
-        int32_t sp[8][8] __attribute__((aligned(32)));
+        int32_t sp[8][4] __attribute__((aligned(16)));
         __m128i mn[8];
         for (int r = 0; r < 8; r++) mn[r] = k4_pairs(p + 32 + 12 * r, sp[r]);
+        __m256i m4x[4];
+        for (int k = 0; k < 4; k++) m4x[k] = _mm256_set_m128i(mn[k + 4], mn[k]);
         const __m256 dx = _mm256_broadcast_ss((const float *)(u + 272));
-        const __m256i s = k4_summ8(mn, u + 256);
+        const __m256i s = k4_summ8(m4x, u + 256);
         const __m256 dmin = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p + 16)));
         sumf = _mm256_sub_ps(sumf, _mm256_mul_ps(_mm256_mul_ps(dmin, dx), _mm256_cvtepi32_ps(s)));
         float dd[8] __attribute__((aligned(32)));
@@ -239,12 +292,7 @@ static WEFT_AVX2 void dotp_q4_kx8r(const void *wp, const void *vx, const void *v
             for (int c = 0; c < 4; c++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(q + 32 * c));
                 const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-                ia = _mm256_add_epi32(ia, _mm256_madd_epi16(
-                                              _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(u + 64 * c))),
-                                              bc32(&sp[r][2 * c])));
-                ia = _mm256_add_epi32(ia, _mm256_madd_epi16(_mm256_maddubs_epi16(
-                                                                hi, _mm256_loadu_si256((const __m256i *)(u + 64 * c + 32))),
-                                                            bc32(&sp[r][2 * c + 1])));
+                ia = _mm256_add_epi32(ia, k4_chunk(lo, hi, u + 64 * c, bc32(&sp[r][c])));
             }
             acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_broadcast_ss(dd + r), _mm256_cvtepi32_ps(ia)));
         }
@@ -276,8 +324,8 @@ void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni)
 {
     (void)vnni; /* the avx512vnni table has its own (packed/packed_kq.c) */
     k->packed[WEFT_TYPE_Q4_K] = (struct weft_cpu_packed){
-        .rows = 8, .pack = pack_q4_kx8r, .aux_size = weft_cpu_aux_q4_k_size, .aux = weft_cpu_aux_q4_k,
-        .dot = dotp_q4_kx8r, .xrows = 1, .xp_size = weft_cpu_aux_q4_k_size, .xpack = weft_cpu_xpack_q4_k,
+        .rows = 8, .pack = pack_q4_kx8r, .aux_size = aux_q4_k8r_size, .aux = aux_q4_k8r,
+        .dot = dotp_q4_kx8r, .xrows = 1, .xp_size = aux_q4_k8r_size, .xpack = xpack_q4_k8r,
         .gemmp = gemmp_q4_kx8r};
 }
 
