@@ -51,6 +51,7 @@
 
 #include "backends/cpu/cpu_target.h"
 #include "backends/cpu/packed/packed.h"
+#include "backends/cpu/packed/kq_avx2.h"
 
 #define Q4K8_COL 1152 /* 8 * sizeof(struct weft_block_q4_k) */
 #define Q4K_UNIT 288  /* bytes per block of weft_cpu_aux_q4_k */
@@ -109,24 +110,6 @@ static void xpack_q4_k8r(const void *x, size_t xstride, int nx, int64_t n, void 
     aux_q4_k8r(x, n, dst);
 }
 
-/* A block's scales as int16 pairs (scale_2c, scale_2c+1), pair c of the
- * chunk c, stored to sp[0..4), and its mins as int16 (min_0 .. min_7),
- * returned: weft_k4_scale_min's values, unpacked as ggml's four 32-bit
- * words (v0 = scales 0..3, v1 = 4..7, v2 = mins 0..3, v3 = mins 4..7). s12
- * may be read 4 bytes past its 12 (inside the block column). */
-AI WEFT_AVX2 __m128i k4_pairs(const uint8_t *s12, int32_t *sp)
-{
-    const __m128i raw = _mm_loadu_si128((const __m128i *)s12); /* u0 u1 u2 . */
-    const __m128i lo = _mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(2, 1, 2, 0)),
-                                                    _mm_setr_epi32(0, 0, 0, 4)),
-                                     _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
-    const __m128i hi = _mm_and_si128(_mm_slli_epi32(_mm_srli_epi32(_mm_shuffle_epi32(raw, _MM_SHUFFLE(1, 1, 0, 0)), 6), 4),
-                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
-    const __m128i v = _mm_or_si128(lo, hi); /* v0 v1 v2 v3 */
-    _mm_storeu_si128((__m128i *)sp, _mm_cvtepu8_epi16(v));
-    return _mm_cvtepu8_epi16(_mm_srli_si128(v, 8));
-}
-
 /* scale_2c * (sub-block 2c's four products) + scale_2c+1 * (2c + 1's) per
  * lane, of a chunk's low and high nibbles (lo, hi) against its activations
  * at y and y + 32, sc the broadcast scale pair */
@@ -135,32 +118,6 @@ AI WEFT_AVX2 __m256i k4_chunk(__m256i lo, __m256i hi, const uint8_t *y, __m256i 
     const __m256i t = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)y)),
                                        _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y + 32))));
     return _mm256_madd_epi16(t, sc);
-}
-
-/* the mins sums of eight rows with the activation's B pairs (bsums[2j] +
- * bsums[2j + 1], int16 at B), lane r = row r; m[k] holds row k's mins
- * (int16) in its low half and row k + 4's in its high half */
-AI WEFT_AVX2 __m256i k4_summ8(const __m256i m[4], const uint8_t *B)
-{
-    const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)B));
-    const __m256i t01 = _mm256_hadd_epi32(_mm256_madd_epi16(m[0], b), _mm256_madd_epi16(m[1], b));
-    const __m256i t23 = _mm256_hadd_epi32(_mm256_madd_epi16(m[2], b), _mm256_madd_epi16(m[3], b));
-    return _mm256_hadd_epi32(t01, t23);
-}
-
-/* a block column's mins in k4_summ8's order */
-AI WEFT_AVX2 void k4_mins8(const uint8_t *p, __m256i m[4])
-{
-    int32_t sp[4];
-    for (int k = 0; k < 4; k++)
-        m[k] = _mm256_set_m128i(k4_pairs(p + 32 + 12 * (k + 4), sp), k4_pairs(p + 32 + 12 * k, sp));
-}
-
-AI WEFT_AVX2 __m256i bc32(const void *p)
-{
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
 }
 
 /* mins pass: sumf[a][r] for activation rows a < na (units at x, ubytes apart) */

@@ -41,19 +41,13 @@
 
 #include "backends/cpu/cpu_target.h"
 #include "backends/cpu/packed/packed.h"
+#include "backends/cpu/packed/kq_avx2.h"
 
 #define Q6K8_COL 1680 /* 8 * sizeof(struct weft_block_q6_k) */
 #define Q6K8_Q 144    /* row 0's bytes in a block column */
 #define Q6K_UNIT 296  /* bytes per block of an activation unit */
 #define LT 8          /* activation rows per lanes pass */
 #define KB 8          /* blocks per step of the prefill (LT * KB units stay in L1) */
-
-/* the element of a 256-element block under byte j (0..31) of pair m's A (v = 0) or B (v = 1) */
-static inline int q6k8_elem(int m, int v, int j)
-{
-    const int l = j >> 2, t = j & 3;
-    return 32 * (2 * m + (t >> 1)) + 4 * l + 2 * v + (t & 1);
-}
 
 static void pack_q6_kx8r(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)
 {
@@ -72,7 +66,7 @@ static void pack_q6_kx8r(void *dst, const void *w, size_t stride, int64_t n_rows
                 memset(q + 128, 0, 64);
                 for (int m = 0; m < 4; m++)
                     for (int j = 0; j < 32; j++) {
-                        const int ua = a[q6k8_elem(m, 0, j)] + 32, ub = a[q6k8_elem(m, 1, j)] + 32;
+                        const int ua = a[kq8_pair_elem(m, 0, j)] + 32, ub = a[kq8_pair_elem(m, 1, j)] + 32;
                         q[32 * m + j] = (uint8_t)((ua & 0xF) | (ub & 0xF) << 4);
                         q[128 + 32 * (m >> 1) + j] |= (uint8_t)(((ua >> 4) | (ub >> 4) << 2) << (4 * (m & 1)));
                     }
@@ -89,7 +83,7 @@ static void aux_q6_k8r(const void *vx, int64_t n, void *vaux)
         memset(u, 0, Q6K_UNIT);
         for (int m = 0; m < 4; m++)
             for (int v = 0; v < 2; v++)
-                for (int j = 0; j < 32; j++) u[64 * m + 32 * v + j] = (uint8_t)x[i].qs[q6k8_elem(m, v, j)];
+                for (int j = 0; j < 32; j++) u[64 * m + 32 * v + j] = (uint8_t)x[i].qs[kq8_pair_elem(m, v, j)];
         memcpy(u + 256, x[i].bsums, 32);
         memcpy(u + 288, &x[i].d, 4);
     }
@@ -137,15 +131,6 @@ AI WEFT_AVX2 __m256i q6k8_pair_dot(__m256i A, __m256i B, const uint8_t *y, __m25
 AI WEFT_AVX2 __m256i q6k8_offset(__m256i sc16, const uint8_t *u)
 {
     return _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(u + 256))), 5);
-}
-
-/* ggml's hsum_float_8: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)) */
-AI WEFT_AVX2 float hsum8(__m256 a)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
 }
 
 /* decode: one group against one activation unit */
