@@ -211,6 +211,7 @@ static const struct {
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_packed},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_packedk},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_packed_q6k},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_packed_q5k},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_dot4},
     {WEFT_CPU_ISA_AVX512, weft_cpu_kernels_fill_avx512_swiglu},

@@ -36,7 +36,7 @@
  *   Q5_1   s2    -     -     -     -     -     -     s2
  *   Q8_0   s2    -     25v   2v    -     2v    v     s2
  *   Q4_K   s2    -     -     v     -     2v    2v    s2
- *   Q5_K   s2    -     -     -     -     -     -     s2
+ *   Q5_K   s2    -     -     -     -     2     2     s2
  *   Q6_K   s2    -     -     -     -     2v    2v    s2
  *   Q2_K   s2    -     -     -     -     -     -     s2
  *   Q3_K   s2    -     -     -     -     -     -     s2
@@ -253,6 +253,7 @@ void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* 
 void weft_cpu_kernels_fill_avx2_packed(struct weft_cpu_kernels *k, bool vnni);   /* packed/packed_avx2.c: repacked Q4_0 decode + prefill */
 void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni);  /* packed/packed_kq_avx2.c: repacked Q4_K decode + prefill */
 void weft_cpu_kernels_fill_avx2_packed_q6k(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q6k_avx2.c: repacked Q6_K decode + prefill */
+void weft_cpu_kernels_fill_avx2_packed_q5k(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q5k_avx2.c: repacked Q5_K decode + prefill */
 void weft_cpu_kernels_fill_avx512_packed(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q32.c: repacked decode */
 void weft_cpu_kernels_fill_avx512_packedk(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_kq.c: repacked decode, K-quants */
 void weft_cpu_kernels_fill_avx512_gemm(struct weft_cpu_kernels *k, bool vnni);   /* q32/q32_gemm_avx512.c: prefill tiles (Q4_1) */

@@ -29,9 +29,9 @@ static long n_groups_run, n_rows_checked;
  * nibbles 15 / all -128) so the integer paths see their limits */
 static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows, int64_t n, float *tmp)
 {
-    if (t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q6_K) {
-        /* no K-quant quantizer: random bytes (every fifth row all 0xFF: the
-         * largest nibbles, 6-bit values and Q4_K scales/mins, Q6_K scales -1),
+    if (t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K) {
+        /* random bytes (every fifth row all 0xFF: the largest nibbles, 5- and
+         * 6-bit values and Q4_K/Q5_K scales/mins, Q6_K scales -1),
          * small positive d (and dmin) */
         const size_t bb = weft_row_size(t, WEFT_QK_K);
         for (int64_t r = 0; r < rows; r++)
@@ -42,6 +42,9 @@ static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows,
                 const weft_half dmin = weft_f32_to_half((float)(1e-4 + 0.05 * rng_unit()));
                 if (t == WEFT_TYPE_Q4_K) {
                     struct weft_block_q4_k *b = (struct weft_block_q4_k *)by;
+                    b->d = d, b->dmin = dmin;
+                } else if (t == WEFT_TYPE_Q5_K) {
+                    struct weft_block_q5_k *b = (struct weft_block_q5_k *)by;
                     b->d = d, b->dmin = dmin;
                 } else {
                     ((struct weft_block_q6_k *)by)->d = d;
@@ -148,7 +151,7 @@ static void matmul_on_packed_k_weights_matches_the_one_row_dot(void)
         weft_backend_close(be);
         return;
     }
-    static const enum weft_type types[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K};
+    static const enum weft_type types[] = {WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
     static const int64_t Ks[] = {256, 1536}, Ns[] = {37, 16, 53}, Rs[] = {1, 2, 3, 5};
     const int64_t RMAX = 5;
     long checked = 0;
@@ -191,7 +194,7 @@ static void matmul_on_packed_k_weights_matches_the_one_row_dot(void)
                 for (int i = 0; i < 3; i++) bi->buffer_free(all[i]);
                 free(w), free(xq), free(x), free(o);
             }
-    printf("  backend %s: %ld Q4_K/Q6_K MATMUL outputs compared bit for bit\n", bi->name, checked);
+    printf("  backend %s: %ld Q4_K/Q5_K/Q6_K MATMUL outputs compared bit for bit\n", bi->name, checked);
     weft_backend_close(be);
 }
 

@@ -178,7 +178,7 @@ static void matmul_on_packed_weights_matches_the_one_row_dot(void)
         return;
     }
     static const enum weft_type types[] = {WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q8_0, WEFT_TYPE_Q5_0,
-                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q6_K};
+                                           WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K};
     /* N1, N2: the two matrices (tails of 3 rows past a group, a tile of 8
      * rows, 13 past a tile); R: activation rows */
     static const int64_t Ks[] = {224, 576}, Ns[][2] = {{27, 40}, {77, 16}}, Rs[] = {2, 3, 4, 5, 8, 9, 13, 64, 70};
