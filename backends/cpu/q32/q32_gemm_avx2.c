@@ -105,15 +105,18 @@ AI WEFT_AVX2 void q8_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
  * come as maddubs(u, x) (pairs at most 2 * 31 * 128) minus 16 times the
  * activations' lane sums (made once per activation block for MR rows), the
  * same exact int32. */
-AI WEFT_AVX2 __m256i q5_0_u(const struct weft_block_q5_0 *b)
+/* the 32 five-bit values of a block (its qh bits, its nibbles) */
+AI WEFT_AVX2 __m256i q5_u(const uint8_t *qh4, const uint8_t *qs)
 {
     uint32_t qh;
-    memcpy(&qh, b->qh, 4);
+    memcpy(&qh, qh4, 4);
     const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
     __m256i hb = _mm256_shuffle_epi8(_mm256_set1_epi32((int)qh), shuf);
     hb = _mm256_cmpeq_epi8(_mm256_or_si256(hb, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe)), _mm256_set1_epi64x(-1));
-    return _mm256_or_si256(g_nibbles(b->qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
+    return _mm256_or_si256(g_nibbles(qs), _mm256_and_si256(hb, _mm256_set1_epi8(0x10)));
 }
+
+AI WEFT_AVX2 __m256i q5_0_u(const struct weft_block_q5_0 *b) { return q5_u(b->qh, b->qs); }
 
 AI WEFT_AVX2 void q5_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
                                  size_t ldo, const int MR, const int NR)
@@ -151,14 +154,16 @@ AI WEFT_AVX2 void q5_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
 }
 
-/* ---- Q4_1 x Q8_1 ---- */
+/* ---- Q4_1 and Q5_1 x Q8_1 (the same steps on 4- or 5-bit values; Q5: the
+ * block {d, m, qh[4], qs[16]}, else {d, m, qs[16]}) ---- */
 
-AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
-                            size_t ldo, const int MR, const int NR)
+AI WEFT_AVX2 void q41_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                                size_t ldo, const int MR, const int NR, const int Q5)
 {
-    const struct weft_block_q4_1 *wr[MAXR];
+    const size_t bs = Q5 ? sizeof(struct weft_block_q5_1) : sizeof(struct weft_block_q4_1);
+    const uint8_t *wr[MAXR];
     const struct weft_block_q8_1 *xr[MAXR];
-    for (int i = 0; i < MR; i++) wr[i] = (const struct weft_block_q4_1 *)(w + i * ws);
+    for (int i = 0; i < MR; i++) wr[i] = w + i * ws;
     for (int j = 0; j < NR; j++) xr[j] = (const struct weft_block_q8_1 *)(x + j * xs);
     __m256 acc[MAXR][MAXR];
     __m128 summs[MAXR][2]; /* lane j & 3 of summs[i][j >> 2]: output (i, j) */
@@ -170,7 +175,7 @@ AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
     for (int64_t b = 0; b < nb; b++) {
         uint16_t hw[4] = {0, 0, 0, 0};
         float dxs[MAXR], pr[MAXR][4] __attribute__((aligned(16)));
-        for (int i = 0; i < MR; i++) memcpy(&hw[i], &wr[i][b].d, 2);
+        for (int i = 0; i < MR; i++) memcpy(&hw[i], wr[i] + b * bs, 2);
         for (int j = 0; j < NR; j++) dxs[j] = g_h2f(xr[j][b].d);
         scale_products(hw, dxs, NR, pr);
         __asm__("" : "+m"(pr));
@@ -181,8 +186,11 @@ AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         sx[1] = _mm_cvtph_ps(_mm_setr_epi16((short)(NR > 4 ? xr[NR > 4 ? 4 : 0][b].s : 0),
                                             (short)(NR > 5 ? xr[NR > 5 ? 5 : 0][b].s : 0), 0, 0, 0, 0, 0, 0));
         for (int i = 0; i < MR; i++) {
-            __m256i wv = g_nibbles(wr[i][b].qs);
-            __m128 m = _mm_set1_ps(g_h2f(wr[i][b].m));
+            const uint8_t *wb = wr[i] + b * bs;
+            const __m256i wv = Q5 ? q5_u(wb + 4, wb + 8) : g_nibbles(wb + 4);
+            weft_half mh;
+            memcpy(&mh, wb + 2, 2);
+            const __m128 m = _mm_set1_ps(g_h2f(mh));
             summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
             if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
             for (int j = 0; j < NR; j++) {
@@ -197,6 +205,18 @@ AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         _mm_storeu_ps(s + 4, summs[i][1]);
         for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]) + s[j];
     }
+}
+
+AI WEFT_AVX2 void q4_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                                 size_t ldo, const int MR, const int NR)
+{
+    q41_tile_avx2(w, ws, x, xs, nb, out, ldo, MR, NR, 0);
+}
+
+AI WEFT_AVX2 void q5_1_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, size_t xs, int64_t nb, float *out,
+                                 size_t ldo, const int MR, const int NR)
+{
+    q41_tile_avx2(w, ws, x, xs, nb, out, ldo, MR, NR, 1);
 }
 
 /* ---- Q4_0 x Q8_0: a 4 x 2 tile, rows clamped at the edges ---- */
@@ -289,6 +309,7 @@ static WEFT_AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x,
 
 GEMM_DRIVER(WEFT_AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
+GEMM_DRIVER(WEFT_AVX2, gemm_q5_1_avx2, q5_1_tile_avx2, WEFT_QK5_1, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q5_0_direct, q5_0_tile_avx2, WEFT_QK5_0, 4, 2)
 
 /* Q5_0 through the Q8_0 tile: the reference's Q5_0 steps are Q8_0's on the
@@ -408,6 +429,7 @@ void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni)
     k->gemm[WEFT_TYPE_Q4_0] = gemm_q4_0;
     k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
     k->gemm[WEFT_TYPE_Q5_0] = gemm_q5_0_avx2;
+    k->gemm[WEFT_TYPE_Q5_1] = gemm_q5_1_avx2;
 }
 
 #else
