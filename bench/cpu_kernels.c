@@ -74,7 +74,7 @@ static void bench_gemm(void)
 {
     /* the 32-wide block types and the float ones: the K-quants' 256-wide blocks do not divide K */
     static const enum weft_type types[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0,
-                                           WEFT_TYPE_Q5_1, WEFT_TYPE_F16,  WEFT_TYPE_F32,  WEFT_TYPE_BF16};
+                                           WEFT_TYPE_Q5_1, WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4, WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
     char opts[64];   /* WEFT_CPU_ISA, as the weft binary reads it (tools/env.c) */
     snprintf(opts, sizeof opts, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
     const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select(opts));
