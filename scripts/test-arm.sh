@@ -7,7 +7,7 @@
 # Build folder: build-arm64/ (CMAKE_CROSSCOMPILING_EMULATOR runs each test under qemu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tests=${1:-'^(test_cpu_q32|test_cpu_kquant|test_cpu_float|test_cpu_swiglu|test_cpu_recurrent|test_cpu_tables|test_cpu_attn|test_cpu_gemm|test_cpu_determinism|test_quant|test_golden|test_golden_scalar|test_golden_neon|test_golden_neon_dotprod)$'}
+tests=${1:-'^(test_cpu_q32|test_cpu_q32_dot4|test_cpu_kquant|test_cpu_float|test_cpu_swiglu|test_cpu_recurrent|test_cpu_tables|test_cpu_attn|test_cpu_gemm|test_cpu_determinism|test_quant|test_golden|test_golden_scalar|test_golden_neon|test_golden_neon_dotprod)$'}
 for t in aarch64-linux-gnu-gcc qemu-aarch64-static; do
     command -v $t >/dev/null || { echo "test-arm: no $t (scripts/install-arm-deps.sh)" >&2; exit 1; }
 done
