@@ -27,7 +27,7 @@ static bool is_k_quant(enum weft_type t)
 static bool is_block32(enum weft_type t)
 {
     return t == WEFT_TYPE_Q4_0 || t == WEFT_TYPE_Q4_1 || t == WEFT_TYPE_Q5_0 || t == WEFT_TYPE_Q5_1 ||
-           t == WEFT_TYPE_Q8_0;
+           t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_IQ4_NL || t == WEFT_TYPE_MXFP4;
 }
 
 /* one weight row of type t: quantized random data, or random K-quant

@@ -96,11 +96,7 @@ static WEFT_AVX2 float dot_q3_k_avx2(const void *vw, const void *vx, int64_t n)
 /* the 32 code-book values of 16 nibble bytes: low nibbles (elements 0..15), then high */
 static inline WEFT_AVX2 __m256i nl_values(const uint8_t *qs, __m128i book)
 {
-    const __m128i m4 = _mm_set1_epi8(0xF);
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i lo = _mm_shuffle_epi8(book, _mm_and_si128(q, m4));
-    const __m128i hi = _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-    return _mm256_insertf128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    return _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(book), bytes_from_nibbles_32(qs));
 }
 
 /* int16 pair sums of v * y (v signed: its sign moved onto y) */

@@ -1,4 +1,5 @@
-/* AVX2 prefill tiles (weft_cpu_gemm_fn) for the code-book types against Q8_0
+/* AVX2 prefill tiles (weft_cpu_gemm_fn) and four-row decode dots
+ * (weft_cpu_dot4_fn, the tiles' 4 x 1 form) for the code-book types against Q8_0
  * activations: IQ4_NL (gemm: the one-row dot's order; gemm_mm: tinyBLAS's
  * one-chain order, which the dense prefill takes) and MXFP4 (gemm, which the
  * mixtures' MATMUL_ID prefill of gpt-oss takes), bit-identical to the same
@@ -30,13 +31,9 @@
 #define NL_NR 2
 
 /* the block's 32 code-book values (low nibbles: elements 0..15, then the high ones) */
-AI WEFT_AVX2 __m256i nl_vals(const uint8_t *qs, __m128i book)
+AI WEFT_AVX2 __m256i nl_vals(const uint8_t *qs, __m256i book)
 {
-    const __m128i m4 = _mm_set1_epi8(0xF);
-    const __m128i q = _mm_loadu_si128((const __m128i *)qs);
-    const __m128i lo = _mm_shuffle_epi8(book, _mm_and_si128(q, m4));
-    const __m128i hi = _mm_shuffle_epi8(book, _mm_and_si128(_mm_srli_epi16(q, 4), m4));
-    return _mm256_insertf128_si256(_mm256_castsi128_si256(lo), hi, 1);
+    return _mm256_shuffle_epi8(book, bytes_from_nibbles_32(qs));
 }
 
 /* a weight block's scale as the dot reads it (MXFP4: e8m0 halved; IQ4_NL: its f16 d) */
@@ -54,7 +51,7 @@ AI WEFT_AVX2 void nl_tile(const uint8_t *w, size_t ws, const uint8_t *x, size_t 
                           const int MR, const int NR, const int MX, const int ONE)
 {
     static const int8_t kv_nl[16] = WEFT_KVALUES_IQ4NL, kv_mx[16] = WEFT_KVALUES_MXFP4;
-    const __m128i book = _mm_loadu_si128((const __m128i *)(MX ? kv_mx : kv_nl));
+    const __m256i book = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(MX ? kv_mx : kv_nl)));
     const size_t bs = MX ? sizeof(struct weft_block_mxfp4) : sizeof(struct weft_block_iq4_nl);
     const size_t qoff = MX ? 1 : 2; /* the nibbles' offset in a block */
     const __m256i ones = _mm256_set1_epi16(1);
@@ -137,12 +134,25 @@ NL_DRIVER(gemm_iq4_nl_avx2, 0, 0)
 NL_DRIVER(gemm_mm_iq4_nl_avx2, 0, 1)
 NL_DRIVER(gemm_mxfp4_avx2, 1, 0)
 
+/* decode: four rows against one activation row (weft_cpu_dot4_fn), the tile's 4 x 1 form */
+static WEFT_AVX2 void dot4_iq4_nl_avx2(const void *w, size_t stride, const void *x, int64_t n, float out[4])
+{
+    nl_tile(w, stride, x, 0, n / 32, out, 1, 4, 1, 0, 0);
+}
+
+static WEFT_AVX2 void dot4_mxfp4_avx2(const void *w, size_t stride, const void *x, int64_t n, float out[4])
+{
+    nl_tile(w, stride, x, 0, n / 32, out, 1, 4, 1, 1, 0);
+}
+
 void weft_cpu_kernels_fill_avx2_nl_gemm(struct weft_cpu_kernels *k, bool vnni)
 {
     (void)vnni;
     k->gemm[WEFT_TYPE_IQ4_NL] = gemm_iq4_nl_avx2;
     k->gemm_mm[WEFT_TYPE_IQ4_NL] = gemm_mm_iq4_nl_avx2;
     k->gemm[WEFT_TYPE_MXFP4] = gemm_mxfp4_avx2;
+    k->dot4[WEFT_TYPE_IQ4_NL] = dot4_iq4_nl_avx2;
+    k->dot4[WEFT_TYPE_MXFP4] = dot4_mxfp4_avx2;
 }
 
 #else

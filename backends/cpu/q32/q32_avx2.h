@@ -41,9 +41,9 @@ static inline WEFT_AVX2 float hsum_float_8(__m256 x)
  * 0..15), high nibbles in bytes 16..31 (elements 16..31). */
 static inline WEFT_AVX2 __m256i bytes_from_nibbles_32(const uint8_t *qs)
 {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+    /* the 16 bytes in both halves (a load-only broadcast), the high half shifted by 4 */
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(t, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 /* byte j = 0xFF if bit j of the little-endian 32-bit qh is set, else 0 */

@@ -48,9 +48,9 @@ AI WEFT_AVX2 __m256i g_load32(const void *p) { return _mm256_loadu_si256((const 
 
 AI WEFT_AVX2 __m256i g_nibbles(const uint8_t *qs)
 {
-    __m128i t = _mm_loadu_si128((const __m128i *)qs);
-    __m256i b = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(0x0F));
+    /* the 16 bytes in both halves (a load-only broadcast), the high half shifted by 4 */
+    const __m256i t = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+    return _mm256_and_si256(_mm256_srlv_epi32(t, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0F));
 }
 
 #define MAXR 6
