@@ -1,4 +1,4 @@
-/* NEON prefill tiles (weft_cpu_gemm_fn) for Q8_0, Q4_0, Q4_1 and Q5_0, on the neon and
+/* NEON prefill tiles (weft_cpu_gemm_fn) for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, on the neon and
  * neon_dotprod levels (the neon_i8mm table takes the dotprod ones through merge_lower, save
  * Q4_0, which has its smmla tile in q32_i8mm.c): for i < nw, j < nx,
  *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
@@ -10,7 +10,7 @@
  * the 4 weight rows. The int32 lanes are exact, so any sum order gives them;
  * every output keeps its one-row kernel's float chain:
  *   Q8_0, Q5_0: two float32x4 accumulators, acc = fma(lanes, dw * dx, acc), hsum8;
- *   Q4_1: the same plus summs = madd(m, s, summs), hsum8 + summs (summs of the
+ *   Q4_1, Q5_1: the same plus summs = madd(m, s, summs), hsum8 + summs (summs of the
  *         4 rows lane by lane, as fmaf / c + a * b of q32_neon.c's scalar_madd);
  *   Q4_0: sum += ((float)total * dw) * dx, the 4 rows' totals in one int32x4
  *         (as dot4_q4_0), lane by lane.
@@ -97,16 +97,21 @@ AI void w_q4_1(const struct weft_block_q4_1 *b, int8x16_t *lo, int8x16_t *hi)
     *lo = vreinterpretq_s8_u8(vandq_u8(q, vdupq_n_u8(0x0F)));
     *hi = vreinterpretq_s8_u8(vshrq_n_u8(q, 4));
 }
-AI void w_q5_0(const struct weft_block_q5_0 *b, int8x16_t *lo, int8x16_t *hi)
-{
-    const uint32_t qh = weft_qh_load(b->qh);
-    const uint8x16_t q = vld1q_u8(b->qs);
-    *lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), hbit16(qh))), vdupq_n_s8(16));
-    *hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), hbit16(qh >> 16))), vdupq_n_s8(16));
-}
+/* Q5_0 / Q5_1: u = nibble | high bit << 4 (0..31), less sub */
+#define W_Q5(NAME, T, SUB)                                                                                         \
+    AI void NAME(const T *b, int8x16_t *lo, int8x16_t *hi)                                                         \
+    {                                                                                                              \
+        const uint32_t qh = weft_qh_load(b->qh);                                                                   \
+        const uint8x16_t q = vld1q_u8(b->qs);                                                                      \
+        *lo = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q, vdupq_n_u8(0x0F)), hbit16(qh))), vdupq_n_s8(SUB)); \
+        *hi = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q, 4), hbit16(qh >> 16))), vdupq_n_s8(SUB));        \
+    }
+W_Q5(w_q5_0, struct weft_block_q5_0, 16)
+W_Q5(w_q5_1, struct weft_block_q5_1, 0)
 
-/* Q4_1's m and Q8_1's s (read only where HAS_MIN; void * so every type compiles) */
-AI const weft_half *blk_m(const void *b) { return &((const struct weft_block_q4_1 *)b)->m; }
+/* Q4_1's / Q5_1's m and Q8_1's s (read only where HAS_MIN; void * so every type compiles) */
+AI const weft_half *m_q4_1(const void *b) { return &((const struct weft_block_q4_1 *)b)->m; }
+AI const weft_half *m_q5_1(const void *b) { return &((const struct weft_block_q5_1 *)b)->m; }
 AI float blk_s(const void *b) { return h2f(((const struct weft_block_q8_1 *)b)->s); }
 
 /* four scales (weight rows 0..3) as floats, exact (vcvt_f32_f16) */
@@ -136,9 +141,9 @@ AI float32x4_t d4(const weft_half *a, const weft_half *b, const weft_half *c, co
 #define ROWP(base, r, stride, T) ((const T *)((const uint8_t *)(base) + (size_t)(r) * (stride)))
 
 /* The lane-accumulator types (Q8_0, Q5_0, Q4_1): tile of MR weight rows at w
- * (mr of them real) x NR activation rows at x (nr real). HAS_MIN: Q4_1's
- * m * s chain. */
-#define TILE_LANES(NAME, ATTR, DOTA, WT, XT, WLOAD, NR, HAS_MIN)                                                   \
+ * (mr of them real) x NR activation rows at x (nr real). HAS_MIN: Q4_1's /
+ * Q5_1's m * s chain. */
+#define TILE_LANES(NAME, ATTR, DOTA, WT, XT, WLOAD, NR, HAS_MIN, BLK_M)                                            \
     static ATTR void NAME(const uint8_t *w, size_t ws, int mr, const uint8_t *x, size_t xs, int nr, int64_t nb,    \
                           float *out, size_t ldo)                                                                  \
     {                                                                                                              \
@@ -163,7 +168,7 @@ AI float32x4_t d4(const weft_half *a, const weft_half *b, const weft_half *c, co
             }                                                                                                      \
             if (HAS_MIN) {                                                                                         \
                 const float32x4_t mv =                                                                             \
-                    d4(blk_m(&wr[0][b]), blk_m(&wr[1][b]), blk_m(&wr[2][b]), blk_m(&wr[3][b]));                    \
+                    d4(BLK_M(&wr[0][b]), BLK_M(&wr[1][b]), BLK_M(&wr[2][b]), BLK_M(&wr[3][b]));                    \
                 for (int c = 0; c < NR; c++) summs[c] = madd_n(summs[c], mv, blk_s(&xr[c][b]));                    \
             }                                                                                                      \
             LANES_ROW(0, NR, DOTA, WLOAD);                                                                         \
@@ -233,13 +238,15 @@ AI float32x4_t d4(const weft_half *a, const weft_half *b, const weft_half *c, co
 
 
 #define FORMS(SFX, ATTR, DOTA)                                                                                     \
-    TILE_LANES(tile_q8_0_##SFX, ATTR, DOTA, struct weft_block_q8_0, struct weft_block_q8_0, w_q8_0, 2, 0)          \
-    TILE_LANES(tile_q5_0_##SFX, ATTR, DOTA, struct weft_block_q5_0, struct weft_block_q8_0, w_q5_0, 2, 0)          \
-    TILE_LANES(tile_q4_1_##SFX, ATTR, DOTA, struct weft_block_q4_1, struct weft_block_q8_1, w_q4_1, 2, 1)          \
+    TILE_LANES(tile_q8_0_##SFX, ATTR, DOTA, struct weft_block_q8_0, struct weft_block_q8_0, w_q8_0, 2, 0, m_q4_1)  \
+    TILE_LANES(tile_q5_0_##SFX, ATTR, DOTA, struct weft_block_q5_0, struct weft_block_q8_0, w_q5_0, 2, 0, m_q4_1)  \
+    TILE_LANES(tile_q4_1_##SFX, ATTR, DOTA, struct weft_block_q4_1, struct weft_block_q8_1, w_q4_1, 2, 1, m_q4_1)  \
+    TILE_LANES(tile_q5_1_##SFX, ATTR, DOTA, struct weft_block_q5_1, struct weft_block_q8_1, w_q5_1, 2, 1, m_q5_1)  \
     TILE_Q4_0(tile_q4_0_##SFX, ATTR, DOTA, 4)                                                                      \
     GEMM(gemm_q8_0_##SFX, ATTR, tile_q8_0_##SFX, 2, WEFT_QK8_0)                                                    \
     GEMM(gemm_q5_0_##SFX, ATTR, tile_q5_0_##SFX, 2, WEFT_QK5_0)                                                    \
     GEMM(gemm_q4_1_##SFX, ATTR, tile_q4_1_##SFX, 2, WEFT_QK4_1)                                                    \
+    GEMM(gemm_q5_1_##SFX, ATTR, tile_q5_1_##SFX, 2, WEFT_QK5_1)                                                    \
     GEMM(gemm_q4_0_##SFX, ATTR, tile_q4_0_##SFX, 4, WEFT_QK4_0)
 
 FORMS(base, , dota_base)
@@ -251,6 +258,7 @@ void weft_cpu_kernels_fill_neon_gemm(struct weft_cpu_kernels *k, bool dotprod)
     k->gemm[WEFT_TYPE_Q4_0] = dotprod ? gemm_q4_0_dp : gemm_q4_0_base;
     k->gemm[WEFT_TYPE_Q4_1] = dotprod ? gemm_q4_1_dp : gemm_q4_1_base;
     k->gemm[WEFT_TYPE_Q5_0] = dotprod ? gemm_q5_0_dp : gemm_q5_0_base;
+    k->gemm[WEFT_TYPE_Q5_1] = dotprod ? gemm_q5_1_dp : gemm_q5_1_base;
 }
 
 #else

@@ -8,7 +8,7 @@
  * (tests/cpu/test_cpu_gemm.c checks every table's tiles). The other 32-element
  * types keep a float step per four-element lane, which 8-byte dot products
  * cannot give, so they have no smmla form: this level takes neon_dotprod's
- * sdot tiles for Q8_0, Q4_1 and Q5_0 (neon/q32_gemm_neon.c). */
+ * sdot tiles for Q8_0, Q4_1, Q5_0 and Q5_1 (neon/q32_gemm_neon.c). */
 #include "backends/cpu/cpu_kernels.h"
 
 #if defined(__aarch64__)
