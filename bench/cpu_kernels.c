@@ -69,20 +69,22 @@ static bool weight_row(enum weft_type t, uint8_t *dst, int64_t n)
     return ok;
 }
 
-/* 1536 x 576 weights times 64 rows, through 16-row tiles as the matmul does */
+/* 1536 x 576 weights (x 1536 for the 256-element blocks) times 64 rows, through 16-row tiles as the matmul does */
 static void bench_gemm(void)
 {
-    /* the 32-wide block types and the float ones: the K-quants' 256-wide blocks do not divide K */
+    /* the types with a plain gemm tile somewhere (the packed K-quants are bench_cpu_kernels packed's) */
     static const enum weft_type types[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0,
-                                           WEFT_TYPE_Q5_1, WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4, WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
+                                           WEFT_TYPE_Q5_1, WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4, WEFT_TYPE_IQ4_XS,
+                                           WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K, WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
     char opts[64];   /* WEFT_CPU_ISA, as the weft binary reads it (tools/env.c) */
     snprintf(opts, sizeof opts, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
     const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select(opts));
-    const int64_t N = 1536, K = 576, R = 64;
-    printf("gemm against dot, table %s, %lldx%lld weights x %lld rows:\n", k->name, (long long)N, (long long)K,
-           (long long)R);
+    const int64_t N = 1536, R = 64;
+    printf("gemm against dot, table %s, %lld x 576 (256-element blocks: x 1536) weights x %lld rows:\n", k->name,
+           (long long)N, (long long)R);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         enum weft_type t = types[ti], vt = weft_vec_dot_type(t);
+        const int64_t K = weft_type_get(t)->block_size == 256 ? 1536 : 576;
         const bool mm = !k->gemm[t] && k->gemm_mm[t] && K % k->mm_k_multiple[t] == 0;
         const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
         const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];

@@ -206,6 +206,8 @@ static const struct {
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_dot4},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_gemm},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_nl_gemm},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_iq4xs_gemm},
+    {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_low_gemm},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_swiglu},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_dn},
     {WEFT_CPU_ISA_AVX2, weft_cpu_kernels_fill_avx2_conv},

@@ -38,10 +38,10 @@
  *   Q4_K   s2    -     -     v     -     2v    2v    s2
  *   Q5_K   s2    -     -     -     -     2     2     s2
  *   Q6_K   s2    -     -     -     -     2v    2v    s2
- *   Q2_K   s2    -     -     -     -     -     -     s2
- *   Q3_K   s2    -     -     -     -     -     -     s2
+ *   Q2_K   s2    -     -     2     -     -     -     s2
+ *   Q3_K   s2    -     -     2     -     -     -     s2
  *   IQ4_NL s2    s2    2     2     2     -     -     s2
- *   IQ4_XS s2    -     -     -     -     -     -     s2
+ *   IQ4_XS s2    -     2     2     -     -     -     s2
  *   MXFP4  s2    -     2     2     -     -     -     s2
  *   other f16_mad f16_scale swiglu attn_row attn_group: s2    s2    s25   25    25
  *
@@ -251,7 +251,9 @@ void weft_cpu_kernels_fill_avx512_dot4(struct weft_cpu_kernels *k, bool vnni); /
 void weft_cpu_kernels_fill_avx2_attn(struct weft_cpu_kernels *k, bool vnni); /* attn/attn_avx2.c: f16_mad, f16_scale */
 void weft_cpu_kernels_fill_avx2_dot4(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_dot4_avx2.c: four-row dots */
 void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni); /* q32/q32_gemm_avx2.c: prefill tiles */
-void weft_cpu_kernels_fill_avx2_nl_gemm(struct weft_cpu_kernels *k, bool vnni); /* q32/nl_gemm_avx2.c: IQ4_NL, MXFP4 prefill tiles */
+void weft_cpu_kernels_fill_avx2_nl_gemm(struct weft_cpu_kernels *k, bool vnni); /* q32/nl_gemm_avx2.c: IQ4_NL, MXFP4 prefill tiles, dot4 */
+void weft_cpu_kernels_fill_avx2_iq4xs_gemm(struct weft_cpu_kernels *k, bool vnni); /* kquant/iq4xs_gemm_avx2.c: IQ4_XS prefill tile, dot4 */
+void weft_cpu_kernels_fill_avx2_low_gemm(struct weft_cpu_kernels *k, bool vnni); /* kquant/kq_low_gemm_avx2.c: Q2_K Q3_K prefill tiles */
 void weft_cpu_kernels_fill_avx2_packed(struct weft_cpu_kernels *k, bool vnni);   /* packed/packed_avx2.c: repacked Q4_0 decode + prefill */
 void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni);  /* packed/packed_kq_avx2.c: repacked Q4_K decode + prefill */
 void weft_cpu_kernels_fill_avx2_packed_q6k(struct weft_cpu_kernels *k, bool vnni); /* packed/packed_q6k_avx2.c: repacked Q6_K decode + prefill */

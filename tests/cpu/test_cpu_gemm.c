@@ -31,13 +31,15 @@ static void fill_data(float *x, int64_t n)
 
 static const enum weft_type types[] = {WEFT_TYPE_Q8_0, WEFT_TYPE_Q4_0, WEFT_TYPE_Q4_1, WEFT_TYPE_Q5_0,
                                        WEFT_TYPE_Q5_1, WEFT_TYPE_Q4_K, WEFT_TYPE_Q5_K, WEFT_TYPE_Q6_K,
-                                       WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4, WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
+                                       WEFT_TYPE_IQ4_NL, WEFT_TYPE_MXFP4, WEFT_TYPE_IQ4_XS, WEFT_TYPE_Q2_K, WEFT_TYPE_Q3_K,
+                                       WEFT_TYPE_F16, WEFT_TYPE_F32, WEFT_TYPE_BF16};
 
 static long n_compared, n_tables_types;
 
 static bool type_fits(enum weft_type t, int64_t n)
 {
-    bool k = t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K;
+    bool k = t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K || t == WEFT_TYPE_IQ4_XS ||
+             t == WEFT_TYPE_Q2_K || t == WEFT_TYPE_Q3_K;
     return n % (k ? 256 : 32) == 0;
 }
 

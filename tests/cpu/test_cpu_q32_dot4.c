@@ -30,6 +30,12 @@ static bool is_block32(enum weft_type t)
            t == WEFT_TYPE_Q8_0 || t == WEFT_TYPE_IQ4_NL || t == WEFT_TYPE_MXFP4;
 }
 
+/* 256-element blocks with a quantizer */
+static bool is_block256_q(enum weft_type t)
+{
+    return t == WEFT_TYPE_IQ4_XS;
+}
+
 /* one weight row of type t: quantized random data, or random K-quant
  * blocks with small positive d (and dmin) */
 static void fill_weight_row(enum weft_type t, void *w, int64_t n, float *tmp)
@@ -101,15 +107,16 @@ static void dot4_rows_match_the_one_row_dot_bit_for_bit(void)
         for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
             enum weft_type t = (enum weft_type)ti;
             if (!k->dot4[t]) continue;
-            CHECK_MSG(is_block32(t) || is_k_quant(t), "%s: dot4 for %s, which this test does not cover", k->name,
-                      weft_type_name(t));
-            if (!is_block32(t) && !is_k_quant(t)) continue;
+            CHECK_MSG(is_block32(t) || is_k_quant(t) || is_block256_q(t), "%s: dot4 for %s, which this test does not cover",
+                      k->name, weft_type_name(t));
+            if (!is_block32(t) && !is_k_quant(t) && !is_block256_q(t)) continue;
             any = true;
             static const int64_t blocks32[] = {1, 2, 3, 5, 7, 18, 37, 48, 101};
             static const int64_t blocks256[] = {1, 2, 3, 6, 7, 17};
-            const int64_t *bl = is_k_quant(t) ? blocks256 : blocks32;
-            int nbl = is_k_quant(t) ? 6 : 9;
-            int64_t qk = is_k_quant(t) ? WEFT_QK_K : 32;
+            const bool b256 = is_k_quant(t) || is_block256_q(t);
+            const int64_t *bl = b256 ? blocks256 : blocks32;
+            int nbl = b256 ? 6 : 9;
+            int64_t qk = b256 ? WEFT_QK_K : 32;
             size_t blk = weft_row_size(t, qk);
             const size_t extras[] = {0, blk, 3 * blk, 4096};
             for (int b = 0; b < nbl; b++)
@@ -173,8 +180,8 @@ static void timing_dot4_vs_four_dots(void)
     const struct weft_cpu_kernels *k = weft_cpu_kernels_get(isa);
     for (int ti = 0; ti < WEFT_TYPE_COUNT_; ti++) {
         enum weft_type t = (enum weft_type)ti;
-        if (!k || !k->dot4[t] || (!is_block32(t) && !is_k_quant(t))) continue;
-        if (is_k_quant(t)) {
+        if (!k || !k->dot4[t] || (!is_block32(t) && !is_k_quant(t) && !is_block256_q(t))) continue;
+        if (is_k_quant(t) || is_block256_q(t)) {
             time_matrix(k, t, 1536, 576);
         } else {
             time_matrix(k, t, 576, 1536);
