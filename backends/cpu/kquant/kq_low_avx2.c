@@ -70,9 +70,7 @@ static WEFT_AVX2 float dot_q3_k_avx2(const void *vw, const void *vx, int64_t n)
     const __m256i m3 = _mm256_set1_epi8(3), one = _mm256_set1_epi8(1);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < nb; i++) {
-        int8_t scv[16];
-        weft_q3_k_scales(w[i].scales, scv);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)scv);
+        const __m128i sc8 = q3k_scales_i8(w[i].scales);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)w[i].hmask);
         __m256i sumi = _mm256_setzero_si256();
         const int8_t *y = x[i].qs;

@@ -82,9 +82,7 @@ AI WEFT_AVX2 void q3k_tile(const uint8_t *w, const uint8_t *x, size_t xs, int64_
     __m256 acc[LO_NR];
     for (int j = 0; j < NR; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        int8_t scv[16];
-        weft_q3_k_scales(wr[b].scales, scv);
-        const __m128i sc8 = _mm_loadu_si128((const __m128i *)scv);
+        const __m128i sc8 = q3k_scales_i8(wr[b].scales);
         const __m256i hm = _mm256_loadu_si256((const __m256i *)wr[b].hmask);
         const float dw = weft_half_to_f32(wr[b].d);
         __m256i ia[LO_NR];

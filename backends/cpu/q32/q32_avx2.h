@@ -65,4 +65,20 @@ static inline WEFT_AVX2 __m256i lanes_us(__m256i u, __m256i s)
 
 static inline WEFT_AVX2 __m256i load32(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* Q3_K's 16 six-bit scales minus 32 (weft_q3_k_scales) as int8 lanes: the low
+ * nibbles of bytes 0..7, then their high nibbles; the 2-bit high parts from
+ * bytes 8..11, shifted by 0, 2, 4, 6 for scales 0-3, 4-7, 8-11, 12-15. Reads
+ * exactly the 12 bytes. */
+static inline WEFT_AVX2 __m128i q3k_scales_i8(const uint8_t q[12])
+{
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    const __m128i l = _mm_loadl_epi64((const __m128i *)q);
+    const __m128i lo = _mm_unpacklo_epi64(_mm_and_si128(l, m4), _mm_and_si128(_mm_srli_epi16(l, 4), m4));
+    int32_t h32;
+    memcpy(&h32, q + 8, 4);
+    const __m128i h = _mm_srlv_epi32(_mm_set1_epi32(h32), _mm_setr_epi32(0, 2, 4, 6));
+    const __m128i hi = _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi8(3)), 4);
+    return _mm_sub_epi8(_mm_or_si128(lo, hi), _mm_set1_epi8(32));
+}
+
 #endif
