@@ -72,4 +72,36 @@ AI int kq8_pair_elem(int m, int v, int j)
     return 32 * (2 * m + (t >> 1)) + 4 * l + 2 * v + (t & 1);
 }
 
+/* The prefill drivers of the 8-row layouts. KQ8_LANES_STEP: the lanes pass
+ * `lanes` of each of the group's 8 rows over blocks b0..b1 against nr (1..8)
+ * activation rows, the count a constant in each case. KQ8_GEMMP: a gemmp
+ * over `groups` groups of col_bytes per block column and nx activation rows
+ * (units of unit_bytes per block), at most max_acts at a time through
+ * `group` (w, x, ubytes, nb, na, out, ldo). */
+#define KQ8_LANES_STEP(lanes, w, xa, ubytes, b0, b1, acc, nr)                                                  \
+    for (int r_ = 0; r_ < 8; r_++) switch (nr) {                                                                \
+        case 1: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 1); break;                                          \
+        case 2: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 2); break;                                          \
+        case 3: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 3); break;                                          \
+        case 4: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 4); break;                                          \
+        case 5: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 5); break;                                          \
+        case 6: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 6); break;                                          \
+        case 7: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 7); break;                                          \
+        default: lanes(w, r_, xa, ubytes, b0, b1, (acc)[r_], 8); break;                                         \
+        }
+
+#define KQ8_GEMMP(name, group, col_bytes, unit_bytes, max_acts)                                                 \
+    static WEFT_AVX2 void name(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,        \
+                               size_t ldo)                                                                      \
+    {                                                                                                           \
+        const int64_t nb = n / WEFT_QK_K;                                                                       \
+        const size_t ubytes = (size_t)nb * (unit_bytes);                                                        \
+        for (int a0 = 0; a0 < nx; a0 += (max_acts)) {                                                           \
+            const int na = nx - a0 < (max_acts) ? nx - a0 : (max_acts);                                         \
+            for (int g = 0; g < groups; g++)                                                                    \
+                group((const uint8_t *)wp + (size_t)g * nb * (col_bytes), (const uint8_t *)xp + (size_t)a0 * ubytes, \
+                      ubytes, nb, na, out + (size_t)a0 * ldo + 8 * g, ldo);                                     \
+        }                                                                                                       \
+    }
+
 #endif

@@ -199,16 +199,7 @@ static WEFT_AVX2 void q4k8_group(const uint8_t *w, const uint8_t *x, size_t ubyt
         memset(acc, 0, sizeof acc);
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = nb - b0 < KB ? nb : b0 + KB;
-            for (int r = 0; r < 8; r++) switch (nr) {
-                case 1: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 1); break;
-                case 2: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 2); break;
-                case 3: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 3); break;
-                case 4: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 4); break;
-                case 5: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 5); break;
-                case 6: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 6); break;
-                case 7: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 7); break;
-                default: q4k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 8); break;
-                }
+            KQ8_LANES_STEP(q4k8_lanes, w, xa, ubytes, b0, b1, acc, nr);
         }
         for (int r = 0; r < 8; r++)
             for (int a = 0; a < nr; a++) {
@@ -264,18 +255,7 @@ static WEFT_AVX2 void dotp_q4_kx8r(const void *wp, const void *vx, const void *v
     }
 }
 
-static WEFT_AVX2 void gemmp_q4_kx8r(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
-                                   size_t ldo)
-{
-    const int64_t nb = n / WEFT_QK_K;
-    const size_t ubytes = (size_t)nb * Q4K_UNIT;
-    for (int a0 = 0; a0 < nx; a0 += MAX_ACTS) {
-        const int na = nx - a0 < MAX_ACTS ? nx - a0 : MAX_ACTS;
-        for (int g = 0; g < groups; g++)
-            q4k8_group((const uint8_t *)wp + (size_t)g * nb * Q4K8_COL, (const uint8_t *)xp + (size_t)a0 * ubytes,
-                       ubytes, nb, na, out + (size_t)a0 * ldo + 8 * g, ldo);
-    }
-}
+KQ8_GEMMP(gemmp_q4_kx8r, q4k8_group, Q4K8_COL, Q4K_UNIT, MAX_ACTS)
 
 void weft_cpu_kernels_fill_avx2_packedk(struct weft_cpu_kernels *k, bool vnni)
 {

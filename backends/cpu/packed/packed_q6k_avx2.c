@@ -213,16 +213,7 @@ static WEFT_AVX2 void q6k8_group(const uint8_t *w, const uint8_t *x, size_t ubyt
         memset(acc, 0, sizeof acc);
         for (int64_t b0 = 0; b0 < nb; b0 += KB) {
             const int64_t b1 = nb - b0 < KB ? nb : b0 + KB;
-            for (int r = 0; r < 8; r++) switch (nr) {
-                case 1: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 1); break;
-                case 2: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 2); break;
-                case 3: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 3); break;
-                case 4: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 4); break;
-                case 5: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 5); break;
-                case 6: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 6); break;
-                case 7: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 7); break;
-                default: q6k8_lanes(w, r, xa, ubytes, b0, b1, acc[r], 8); break;
-                }
+            KQ8_LANES_STEP(q6k8_lanes, w, xa, ubytes, b0, b1, acc, nr);
         }
         for (int r = 0; r < 8; r++)
             for (int a = 0; a < nr; a++) out[(size_t)(a0 + a) * ldo + r] = hsum8(_mm256_load_ps(acc[r][a]));
@@ -233,18 +224,7 @@ static WEFT_AVX2 void q6k8_group(const uint8_t *w, const uint8_t *x, size_t ubyt
  * each stay in L1 and L2 with the group's weights) */
 #define MAX_ACTS 64
 
-static WEFT_AVX2 void gemmp_q6_kx8r(const void *wp, int groups, const void *xp, int nx, int64_t n, float *out,
-                                   size_t ldo)
-{
-    const int64_t nb = n / WEFT_QK_K;
-    const size_t ubytes = (size_t)nb * Q6K_UNIT;
-    for (int a0 = 0; a0 < nx; a0 += MAX_ACTS) {
-        const int na = nx - a0 < MAX_ACTS ? nx - a0 : MAX_ACTS;
-        for (int g = 0; g < groups; g++)
-            q6k8_group((const uint8_t *)wp + (size_t)g * nb * Q6K8_COL, (const uint8_t *)xp + (size_t)a0 * ubytes,
-                       ubytes, nb, na, out + (size_t)a0 * ldo + 8 * g, ldo);
-    }
-}
+KQ8_GEMMP(gemmp_q6_kx8r, q6k8_group, Q6K8_COL, Q6K_UNIT, MAX_ACTS)
 
 void weft_cpu_kernels_fill_avx2_packed_q6k(struct weft_cpu_kernels *k, bool vnni)
 {
