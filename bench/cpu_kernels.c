@@ -3,8 +3,9 @@
  *   build/bench_cpu_kernels [gemm|float|swiglu ...]   (default: all)
  *   gemm    the best table's register-blocked prefill tile (gemm, or gemm_mm
  *           for the float types) against one dot per output, 1536 x 576
- *           weights times 64 activation rows, per 32-wide block and float
- *           weight type that has a tile
+ *           weights (x 1536 for the 256-element blocks) times 64 activation
+ *           rows, per weight type with a plain tile (the packed K-quants:
+ *           `packed`, and tests/cpu/test_cpu_packed_prefill.c's timing)
  *   float   every table's F32/F16/BF16 dot and dot_mm on a 1536 x 576 and a
  *           16 x 576 matrix (memory-bound and cache-resident), and the
  *           activation converters on 64 x 576 floats, against the scalar table
