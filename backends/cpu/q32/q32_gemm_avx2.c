@@ -310,6 +310,12 @@ static WEFT_AVX2 void gemm_q4_0(const void *w, size_t ws, int nw, const void *x,
 GEMM_DRIVER(WEFT_AVX2, gemm_q8_0_avx2, q8_0_tile_avx2, WEFT_QK8_0, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q4_1_avx2, q4_1_tile_avx2, WEFT_QK4_1, 4, 3)
 GEMM_DRIVER(WEFT_AVX2, gemm_q5_1_avx2, q5_1_tile_avx2, WEFT_QK5_1, 4, 3)
+
+/* Q5_1 decode: four rows against one activation row, the tile's 4 x 1 form */
+static WEFT_AVX2 void dot4_q5_1_avx2(const void *w, size_t stride, const void *x, int64_t n, float out[4])
+{
+    q5_1_tile_avx2(w, stride, x, 0, n / WEFT_QK5_1, out, 1, 4, 1);
+}
 GEMM_DRIVER(WEFT_AVX2, gemm_q5_0_direct, q5_0_tile_avx2, WEFT_QK5_0, 4, 2)
 
 /* Q5_0 through the Q8_0 tile: the reference's Q5_0 steps are Q8_0's on the
@@ -430,6 +436,7 @@ void weft_cpu_kernels_fill_avx2_gemm(struct weft_cpu_kernels *k, bool vnni)
     k->gemm[WEFT_TYPE_Q4_1] = gemm_q4_1_avx2;
     k->gemm[WEFT_TYPE_Q5_0] = gemm_q5_0_avx2;
     k->gemm[WEFT_TYPE_Q5_1] = gemm_q5_1_avx2;
+    k->dot4[WEFT_TYPE_Q5_1] = dot4_q5_1_avx2;
 }
 
 #else
