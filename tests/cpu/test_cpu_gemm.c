@@ -78,7 +78,7 @@ static void check_shapes(const struct weft_cpu_kernels *k, enum weft_type t, int
         fill_data(f, n);
         CHECK(weft_quantize_row_act(vt, f, x + (size_t)j * xs, n));
     }
-    static const int nws[] = {1, 3, 4, 5, 16}, nxs[] = {1, 2, 3, 7, 8, 64};
+    static const int nws[] = {1, 2, 3, 4, 5, 6, 16}, nxs[] = {1, 2, 3, 7, 8, 64};
     const size_t ldo = 19;
     float *out = malloc(sizeof(float) * ldo * NX);
     for (size_t a = 0; a < sizeof nws / sizeof *nws; a++) {

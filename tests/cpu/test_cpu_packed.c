@@ -26,7 +26,8 @@ static bool same_float(float a, float b) { return memcmp(&a, &b, sizeof a) == 0;
 static long n_groups_run, n_rows_checked;
 
 /* quantized random rows of type t; some rows get extreme blocks (all
- * nibbles 15 / all -128) so the integer paths see their limits */
+ * nibbles 15 / the K-quants' largest values) so the integer paths see their
+ * limits (check_one pairs every other group with saturated activations) */
 static void fill_rows(enum weft_type t, uint8_t *w, size_t stride, int64_t rows, int64_t n, float *tmp)
 {
     if (t == WEFT_TYPE_Q4_K || t == WEFT_TYPE_Q5_K || t == WEFT_TYPE_Q6_K) {
@@ -74,6 +75,9 @@ static void check_one(const struct weft_cpu_kernels *k, enum weft_type t, int64_
     memset(w, 0x5A, stride * (size_t)rows + 64);
     fill_rows(t, w, stride, rows, n, tmp);
     fill_activations(tmp, n);
+    static unsigned calls;
+    if (calls++ % 2) /* every other call: activations at +-127 in runs of four */
+        for (int64_t i = 0; i < n; i++) tmp[i] = (i / 4) % 2 ? -3.0f : 3.0f;
     CHECK(weft_quantize_row_act(vdt, tmp, xq, n));
     if (pk->aux) pk->aux(xq, n, aux);
     pk->pack(wp, w, stride, rows, n);

@@ -5,7 +5,9 @@
  * sub-blocks s (sc_s - 32) * (the code-book values of elements 32s + 4l..4l+3
  * times the activations), exactly; acc = fma(dw * dx, float(lane), acc);
  * hsum_float_8 at the end. A weight block's values, their absolute values
- * and its scales are unpacked once for NR activation rows. */
+ * and its scales are unpacked once for NR activation rows. The values'
+ * signs move onto the activations (vpsignb), exact because the Q8_K
+ * quantizer never writes -128 (it clamps to +-127). */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_target.h"
 

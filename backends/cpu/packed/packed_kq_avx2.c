@@ -54,7 +54,7 @@
 #include "backends/cpu/packed/kq_avx2.h"
 
 #define Q4K8_COL 1152 /* 8 * sizeof(struct weft_block_q4_k) */
-#define Q4K_UNIT 288  /* bytes per block of weft_cpu_aux_q4_k */
+#define Q4K_UNIT 288  /* bytes per block of an activation unit (aux_q4_k8r) */
 #define MAX_ACTS 64   /* activation rows per mins pass */
 
 static void pack_q4_kx8r(void *dst, const void *w, size_t stride, int64_t n_rows, int64_t n)

@@ -12,7 +12,9 @@
  *     sumf = fma(dx * dw, float(total), sumf);
  *   - dot_mm (IQ4_NL): one accumulator, fma(dw * dx, ...), hsum_float_8.
  * Each MR x NR micro-tile loads and unpacks a weight block once for NR
- * activation rows and an activation block once for MR weight rows. */
+ * activation rows and an activation block once for MR weight rows. The
+ * values' signs move onto the activations (vpsignb), exact because the
+ * activation quantizers never write -128 (they clamp to +-127). */
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_target.h"
 

@@ -154,6 +154,20 @@ AI WEFT_AVX2 void q5_0_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, 
         for (int j = 0; j < NR; j++) out[j * ldo + i] = g_hsum_float_8(acc[i][j]);
 }
 
+/* summs + m * s as the reference's ggml_scalar_madd (fused unless
+ * WEFT_GGML_SCALAR_CONTRACT is 0, as q32/q32_avx2.h), four outputs lane-wise */
+#ifndef WEFT_GGML_SCALAR_CONTRACT
+#define WEFT_GGML_SCALAR_CONTRACT 1
+#endif
+AI WEFT_AVX2 __m128 summs_step(__m128 m, __m128 s, __m128 acc)
+{
+#if WEFT_GGML_SCALAR_CONTRACT
+    return _mm_fmadd_ps(m, s, acc);
+#else
+    return _mm_add_ps(acc, _mm_mul_ps(m, s));
+#endif
+}
+
 /* ---- Q4_1 and Q5_1 x Q8_1 (the same steps on 4- or 5-bit values; Q5: the
  * block {d, m, qh[4], qs[16]}, else {d, m, qs[16]}) ---- */
 
@@ -191,8 +205,8 @@ AI WEFT_AVX2 void q41_tile_avx2(const uint8_t *w, size_t ws, const uint8_t *x, s
             weft_half mh;
             memcpy(&mh, wb + 2, 2);
             const __m128 m = _mm_set1_ps(g_h2f(mh));
-            summs[i][0] = _mm_fmadd_ps(m, sx[0], summs[i][0]);
-            if (NR > 4) summs[i][1] = _mm_fmadd_ps(m, sx[1], summs[i][1]);
+            summs[i][0] = summs_step(m, sx[0], summs[i][0]);
+            if (NR > 4) summs[i][1] = summs_step(m, sx[1], summs[i][1]);
             for (int j = 0; j < NR; j++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(wv, g_load32(xr[j][b].qs)), ones);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_broadcast_ss(&pr[j][i]), _mm256_cvtepi32_ps(p), acc[i][j]);
