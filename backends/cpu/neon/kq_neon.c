@@ -27,22 +27,10 @@
 
 #include "base/quant_blocks.h"
 #include "base/types.h"
+#include "backends/cpu/neon/neon_common.h"
 
-#define AI static inline __attribute__((always_inline))
-#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 
-AI int32x4_t dot4_base(int8x16_t a, int8x16_t b)
-{
-    const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpaddq_s32(lo, vpaddlq_s16(vmull_high_s8(a, b)));
-}
-AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_n_s32(0), a, b); }
 
-AI float hsum8(float32x4_t lo, float32x4_t hi)
-{
-    const float32x4_t r = vaddq_f32(lo, hi);
-    return (vgetq_lane_f32(r, 0) + vgetq_lane_f32(r, 2)) + (vgetq_lane_f32(r, 1) + vgetq_lane_f32(r, 3));
-}
 
 /* ---- Q4_K (the same code for both levels: no four-byte groups here) ---- */
 static float dot_q4_k_neon(const void *vw, const void *vx, int64_t n)

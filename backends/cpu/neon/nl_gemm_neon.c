@@ -29,36 +29,11 @@
 
 #include "base/quant_blocks.h"
 #include "base/types.h"
+#include "backends/cpu/neon/neon_common.h"
 
-#define AI static inline __attribute__((always_inline))
-#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 
-/* ggml's scalar `sumf += d * sumi` (keep in step with kq_low_neon.c and cpu_ref_dot.c) */
-#ifndef WEFT_GGML_SCALAR_CONTRACT
-#define WEFT_GGML_SCALAR_CONTRACT 1
-#endif
-AI float scalar_madd(float a, float b, float c)
-{
-#if WEFT_GGML_SCALAR_CONTRACT
-    return fmaf(a, b, c);
-#else
-    return c + a * b;
-#endif
-}
 
-AI int32x4_t dot4_base(int8x16_t a, int8x16_t b)
-{
-    const int32x4_t lo = vpaddlq_s16(vmull_s8(vget_low_s8(a), vget_low_s8(b)));
-    return vpaddq_s32(lo, vpaddlq_s16(vmull_high_s8(a, b)));
-}
-AI DOTPROD int32x4_t dot4_dp(int8x16_t a, int8x16_t b) { return vdotq_s32(vdupq_n_s32(0), a, b); }
 
-/* kq_low_neon.c's hsum8: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
-AI float hsum8(float32x4_t lo, float32x4_t hi)
-{
-    const float32x4_t r = vaddq_f32(lo, hi);
-    return (vgetq_lane_f32(r, 0) + vgetq_lane_f32(r, 2)) + (vgetq_lane_f32(r, 1) + vgetq_lane_f32(r, 3));
-}
 
 /* by the FCVT instruction: the exact widening weft_half_to_f32 gives (a NaN's quiet bit aside) */
 AI float h2f_at(const void *p)

@@ -26,8 +26,8 @@
 
 #include "base/quant_blocks.h"
 #include "base/types.h"
+#include "backends/cpu/neon/neon_common.h"
 
-#define AI static inline __attribute__((always_inline))
 
 /* the scales by the FCVT instruction: the exact widening weft_half_to_f32
  * gives (a NaN's quiet bit aside), without its branches in the inner loop */
@@ -53,12 +53,6 @@ AI float32x4_t madd_n(float32x4_t c, float32x4_t a, float s)
 #endif
 }
 
-/* q32_neon.c's hsum8: ((x0+x4)+(x2+x6)) + ((x1+x5)+(x3+x7)) */
-AI float hsum8(float32x4_t lo, float32x4_t hi)
-{
-    const float32x4_t r = vaddq_f32(lo, hi);
-    return (vgetq_lane_f32(r, 0) + vgetq_lane_f32(r, 2)) + (vgetq_lane_f32(r, 1) + vgetq_lane_f32(r, 3));
-}
 
 /* acc + (int32 lane l = sum over bytes 4l..4l+3 of a * b) */
 AI int32x4_t dota_base(int32x4_t acc, int8x16_t a, int8x16_t b)
@@ -68,7 +62,6 @@ AI int32x4_t dota_base(int32x4_t acc, int8x16_t a, int8x16_t b)
     return vaddq_s32(acc, vpaddq_s32(lo, hi));
 }
 
-#define DOTPROD __attribute__((target("arch=armv8.2-a+dotprod")))
 AI DOTPROD int32x4_t dota_dp(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
 
 /* q32_neon.c's hbit16: byte j = 0x10 where bit j of the 16 bits b is set */
