@@ -103,10 +103,13 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
         tables++;
         for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
             for (size_t pi = 0; pi < sizeof npos / sizeof npos[0]; pi++)
-                for (int gi = 0; gi < 9; gi++) {
-                    /* 1..7, and 9 (4 + 2 + 3) and 16 (4 x 4) as a group of 16 heads splits */
+                for (int gm = 0; gm < 27; gm++) {
+                    /* 1..7, and 9 (4 + 2 + 3) and 16 (4 x 4) as a group of 16 heads splits;
+                     * mode 0: random K, 1: K rows repeating every 4 tokens (tied scores,
+                     * the running maximum met again), 2: random with +-inf in K and a
+                     * head of zero q (NaN and +-0 scores) */
                     static const int gs[] = {1, 2, 3, 4, 5, 6, 7, 9, 16};
-                    const int g = gs[gi];
+                    const int g = gs[gm % 9], mode = gm / 9;
                     const uint32_t hd = hds[hi], n_kv = 2, n_layer = 1;
                     const int64_t n = npos[pi], nblk = (n + 15) / 16 + 1;
                     const size_t tok = (size_t)n_kv * hd * 2, layer = 16 * tok, block = (size_t)n_layer * 2 * layer;
@@ -114,6 +117,8 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                     for (size_t i = 0; i < block * (size_t)nblk / 2; i++) {
                         weft_half h = weft_f32_to_half((float)((int)(next() % 2001) - 1000) * 1e-3f *
                                                        (i % 89 == 0 ? 8.0f : 1.0f));
+                        if (mode == 1) h = weft_f32_to_half((float)((i / hd) % 4) * 0.25f - 0.25f);
+                        if (mode == 2 && i % 37 == 0) h = i % 74 ? 0x7c00 : 0xfc00; /* +inf, -inf */
                         memcpy(kv + 2 * i, &h, 2);
                     }
                     int32_t bt[40];
@@ -122,8 +127,10 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                     struct weft_cpu_attn_args a[16];
                     for (int h = 0; h < g; h++) {
                         for (uint32_t d = 0; d < hd; d++)
-                            q[h][d] = (float)((int)(next() % 2001) - 1000) *
-                                      (h % 3 == 2 ? 6e-2f : h % 2 ? 4e-3f : 1e-3f); /* wide scores too */
+                            q[h][d] = mode == 2 && h % 4 == 3 ? 0.0f
+                                                              : (float)((int)(next() % 2001) - 1000) *
+                                                                    (h % 3 == 2 ? 6e-2f : h % 2 ? 4e-3f : 1e-3f);
+                    /* wide scores too */
                         a[h] = (struct weft_cpu_attn_args){.q = q[h], .out = o2[h], .k0 = kv + (size_t)hd * 2,
                                                            .v_off = layer, .block_bytes = block, .tok_bytes = tok,
                                                            .bt = bt, .n_pos = n, .hd = hd, .scale = 0.125f};
@@ -134,7 +141,7 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                         r.out = o1;
                         weft_cpu_attn_row_generic(ref, &r);
                         CHECK_MSG(memcmp(o1, o2[h], hd * sizeof(float)) == 0,
-                                  "%s attn_group hd=%u n_pos=%lld of %d: head %d", k->name, hd, (long long)n, g, h);
+                                  "%s attn_group hd=%u n_pos=%lld of %d mode %d: head %d", k->name, hd, (long long)n, g, mode, h);
                         checked++;
                     }
                     free(kv);

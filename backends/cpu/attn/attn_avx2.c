@@ -80,18 +80,62 @@ AI WEFT_AVX2 __m256 reduce8(const __m256 *t)
     return _mm256_permutevar8x32_ps(x, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
-/* the online-softmax steps of one head over a block's scores (attn_steps.h) */
-AI WEFT_AVX2 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
+/* lane i <- lane i - K, lanes below K <- fill (K = 1, 2, 4) */
+#define SHL_LANES(x, K, fill)                                                                              \
+    _mm256_blend_ps(_mm256_permutevar8x32_ps((x), _mm256_setr_epi32(0, 1 - (K) < 0 ? 0 : 1 - (K),         \
+                                                                     2 - (K) < 0 ? 0 : 2 - (K),              \
+                                                                     3 - (K) < 0 ? 0 : 3 - (K), 4 - (K),     \
+                                                                     5 - (K), 6 - (K), 7 - (K))),            \
+                    (fill), (1 << (K)) - 1)
+
+/* lane t = the running maximum after x[0..t] as the scalar steps keep it (m
+ * = s > m ? s : m, from -inf): the earliest of the greatest values, which a
+ * scan can build in any grouping since max_ps(later, earlier) keeps the
+ * earlier one on ties (-0 == +0); no lane may be NaN */
+AI WEFT_AVX2 __m256 scan_max8(__m256 x)
 {
-    if (!vexp_ok) {
-        weft_attn_softmax_libm(sc, nt, M, S, ms, vs);
-        return;
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    x = _mm256_max_ps(x, SHL_LANES(x, 1, ninf));
+    x = _mm256_max_ps(x, SHL_LANES(x, 2, ninf));
+    return _mm256_max_ps(x, SHL_LANES(x, 4, ninf));
+}
+
+AI WEFT_AVX2 __m256 lane7(__m256 x) { return _mm256_permutevar8x32_ps(x, _mm256_set1_epi32(7)); }
+
+/* weft_attn_softmax_args + vector expf + the ms / vs selection of
+ * weft_attn_softmax_finish for one head's block scores s0 (tokens 0..7), s1
+ * (8..15), in vectors: the maximum before token t (pm) comes from a scan of
+ * the scores (NaN and tokens past nt as -inf, which never raise it), a token
+ * raises it where s > pm, exactly the tokens the scalar loop moves m on, and
+ * its argument is pm - s, otherwise s - pm (0 past nt). S is left to the
+ * caller (a serial fma per token). */
+AI WEFT_AVX2 void softmax_vec(__m256 s0, __m256 s1, int nt, float *M, float *ms, float *vs)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY), one = _mm256_set1_ps(1.0f);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 v0 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nt), iota));
+    const __m256 v1 = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(nt - 8), iota));
+    const __m256 c0 = _mm256_blendv_ps(ninf, s0, _mm256_and_ps(v0, _mm256_cmp_ps(s0, s0, _CMP_ORD_Q)));
+    const __m256 c1 = _mm256_blendv_ps(ninf, s1, _mm256_and_ps(v1, _mm256_cmp_ps(s1, s1, _CMP_ORD_Q)));
+    const __m256 i0 = scan_max8(c0);
+    const __m256 last0 = lane7(i0);
+    const __m256 i1 = _mm256_max_ps(scan_max8(c1), last0);
+    const __m256 m = _mm256_set1_ps(*M);
+    const __m256 pm0 = _mm256_max_ps(SHL_LANES(i0, 1, ninf), m);
+    const __m256 pm1 = _mm256_max_ps(SHL_LANES(i1, 1, last0), m);
+    *M = _mm256_cvtss_f32(_mm256_max_ps(lane7(i1), m));
+    const __m256 up0 = _mm256_and_ps(v0, _mm256_cmp_ps(s0, pm0, _CMP_GT_OQ));
+    const __m256 up1 = _mm256_and_ps(v1, _mm256_cmp_ps(s1, pm1, _CMP_GT_OQ));
+    const __m256 a0 = _mm256_and_ps(v0, _mm256_blendv_ps(_mm256_sub_ps(s0, pm0), _mm256_sub_ps(pm0, s0), up0));
+    const __m256 a1 = _mm256_and_ps(v1, _mm256_blendv_ps(_mm256_sub_ps(s1, pm1), _mm256_sub_ps(pm1, s1), up1));
+    const __m256 e0 = weft_expf8(a0);
+    _mm256_storeu_ps(ms, _mm256_blendv_ps(one, e0, up0));
+    _mm256_storeu_ps(vs, _mm256_blendv_ps(e0, one, up0));
+    if (nt > 8) {
+        const __m256 e1 = weft_expf8(a1);
+        _mm256_storeu_ps(ms + 8, _mm256_blendv_ps(one, e1, up1));
+        _mm256_storeu_ps(vs + 8, _mm256_blendv_ps(e1, one, up1));
     }
-    float arg[16] __attribute__((aligned(32))), e[16] __attribute__((aligned(32)));
-    const unsigned nm = weft_attn_softmax_args(sc, nt, M, arg);
-    _mm256_store_ps(e, weft_expf8(_mm256_load_ps(arg)));
-    if (nt > 8) _mm256_store_ps(e + 8, weft_expf8(_mm256_load_ps(arg + 8)));
-    weft_attn_softmax_finish(e, nm, nt, S, ms, vs);
 }
 
 /* G heads sharing one KV head and positions (GQA; G = 1: a single row), hd
@@ -135,11 +179,20 @@ AI WEFT_AVX2 void attn_group_c(const struct weft_cpu_attn_args *a, const int C, 
             }
         }
         float sc[16] __attribute__((aligned(32)));
-        float ms[4][16], vs[4][16];
-        for (int h = 0; h < G; h++) {
-            _mm256_store_ps(sc, _mm256_mul_ps(reduce8(r[h]), scale));
-            if (nt > 8) _mm256_store_ps(sc + 8, _mm256_mul_ps(reduce8(r[h] + 8), scale));
-            softmax_steps(sc, nt, &M[h], &S[h], ms[h], vs[h]);
+        float ms[4][16] __attribute__((aligned(32))), vs[4][16] __attribute__((aligned(32)));
+        if (vexp_ok) {
+            for (int h = 0; h < G; h++)
+                softmax_vec(_mm256_mul_ps(reduce8(r[h]), scale),
+                            nt > 8 ? _mm256_mul_ps(reduce8(r[h] + 8), scale) : _mm256_setzero_ps(), nt, &M[h], ms[h],
+                            vs[h]);
+            for (int t = 0; t < nt; t++) /* the heads' S chains side by side */
+                for (int h = 0; h < G; h++) S[h] = fmaf(S[h], ms[h][t], vs[h][t]);
+        } else {
+            for (int h = 0; h < G; h++) {
+                _mm256_store_ps(sc, _mm256_mul_ps(reduce8(r[h]), scale));
+                if (nt > 8) _mm256_store_ps(sc + 8, _mm256_mul_ps(reduce8(r[h] + 8), scale));
+                weft_attn_softmax_libm(sc, nt, &M[h], &S[h], ms[h], vs[h]);
+            }
         }
         for (int t = 0; t < nt; t++) {
             const uint8_t *v = kb + (size_t)t * a[0].tok_bytes + a[0].v_off;

@@ -77,17 +77,57 @@ AI WEFT_AVX512 __m512 reduce16(const __m512 *r)
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), x);
 }
 
-/* the online-softmax steps of one head over a block's scores (attn_steps.h) */
-AI WEFT_AVX512 void softmax_steps(const float *sc, int nt, float *M, float *S, float *ms, float *vs)
+/* lane i <- lane i - K, lanes below K <- fill */
+AI WEFT_AVX512 __m512 shl16(__m512 x, const int K, __m512 fill)
+{
+    const __m512i idx = _mm512_sub_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                         _mm512_set1_epi32(K));
+    return _mm512_mask_permutexvar_ps(fill, (__mmask16)(0xFFFFu << K), idx, x);
+}
+
+/* The online-softmax steps of one head over a block's scores s (attn_steps.h),
+ * but for S: weft_attn_softmax_args, the vector expf and the ms / vs of
+ * weft_attn_softmax_finish. The maximum before token t (pm) is a scan of the
+ * scores, NaN and tokens past nt as -inf (they never raise it): max_ps(later,
+ * earlier) keeps the earlier value on ties (-0 == +0), so any grouping gives
+ * the scalar loop's m = s > m ? s : m. A token raises it where s > pm, exactly
+ * where the loop moves m; its argument is pm - s, otherwise s - pm (0 past nt). */
+AI WEFT_AVX512 void softmax_vec16(__m512 s, int nt, float *M, float *ms, float *vs)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f);
+    const __mmask16 valid = (__mmask16)((1u << nt) - 1u);
+    __m512 x = _mm512_mask_mov_ps(ninf, valid & _mm512_cmp_ps_mask(s, s, _CMP_ORD_Q), s);
+    x = _mm512_max_ps(x, shl16(x, 1, ninf));
+    x = _mm512_max_ps(x, shl16(x, 2, ninf));
+    x = _mm512_max_ps(x, shl16(x, 4, ninf));
+    x = _mm512_max_ps(x, shl16(x, 8, ninf));
+    const __m512 m = _mm512_set1_ps(*M);
+    const __m512 pm = _mm512_max_ps(shl16(x, 1, ninf), m);
+    *M = _mm512_cvtss_f32(_mm512_max_ps(_mm512_permutexvar_ps(_mm512_set1_epi32(15), x), m));
+    const __mmask16 up = valid & _mm512_cmp_ps_mask(s, pm, _CMP_GT_OQ);
+    const __m512 arg = _mm512_maskz_mov_ps(valid, _mm512_mask_blend_ps(up, _mm512_sub_ps(s, pm), _mm512_sub_ps(pm, s)));
+    const __m512 e = weft_expf16(arg);
+    _mm512_storeu_ps(ms, _mm512_mask_blend_ps(up, one, e));
+    _mm512_storeu_ps(vs, _mm512_mask_blend_ps(up, e, one));
+}
+
+/* the softmax steps of G heads over a block: their scores s[h], then the
+ * heads' S chains side by side (with libm's expf one at a time where the
+ * vector one differs from it) */
+AI WEFT_AVX512 void softmax_heads(const __m512 *s, const int G, int nt, float *M, float *S, float (*ms)[16],
+                                  float (*vs)[16])
 {
     if (!vexp_ok) {
-        weft_attn_softmax_libm(sc, nt, M, S, ms, vs);
+        float sc[16] __attribute__((aligned(64)));
+        for (int h = 0; h < G; h++) {
+            _mm512_store_ps(sc, s[h]);
+            weft_attn_softmax_libm(sc, nt, &M[h], &S[h], ms[h], vs[h]);
+        }
         return;
     }
-    float arg[16] __attribute__((aligned(64))), e[16] __attribute__((aligned(64)));
-    const unsigned nm = weft_attn_softmax_args(sc, nt, M, arg);
-    _mm512_store_ps(e, weft_expf16(_mm512_load_ps(arg)));
-    weft_attn_softmax_finish(e, nm, nt, S, ms, vs);
+    for (int h = 0; h < G; h++) softmax_vec16(s[h], nt, &M[h], ms[h], vs[h]);
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < G; h++) S[h] = fmaf(S[h], ms[h][t], vs[h][t]);
 }
 
 AI WEFT_AVX512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
@@ -98,23 +138,22 @@ AI WEFT_AVX512 void attn_row_c(const struct weft_cpu_attn_args *a, const int C)
         acc[i] = _mm512_setzero_ps();
     }
     float M = -INFINITY, S = 0.0f;
-    float sc[16] __attribute__((aligned(64)));
     for (int64_t p0 = 0; p0 < a->n_pos; p0 += 16) {
         const uint8_t *kb = a->k0 + (size_t)a->bt[p0 / 16] * a->block_bytes;
         const int nt = a->n_pos - p0 < 16 ? (int)(a->n_pos - p0) : 16;
         weft_attn_prefetch_block(a, p0, 2 * C);
         __m512 r[16];
         for (int t = 0; t < 16; t++) r[t] = t < nt ? token_lanes(kb + (size_t)t * a->tok_bytes, q, C) : _mm512_setzero_ps();
-        _mm512_store_ps(sc, _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale)));
-        float ms[16], vs[16];
-        softmax_steps(sc, nt, &M, &S, ms, vs);
+        const __m512 sc = _mm512_mul_ps(reduce16(r), _mm512_set1_ps(a->scale));
+        float ms[1][16] __attribute__((aligned(64))), vs[1][16] __attribute__((aligned(64)));
+        softmax_heads(&sc, 1, nt, &M, &S, ms, vs);
         for (int t = 0; t < nt; t++) {
-            if (ms[t] != 1.0f) { /* a new maximum (ms == 1 leaves acc as it is) */
-                const __m512 m = _mm512_set1_ps(ms[t]);
+            if (ms[0][t] != 1.0f) { /* a new maximum (ms == 1 leaves acc as it is) */
+                const __m512 m = _mm512_set1_ps(ms[0][t]);
                 for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_mul_ps(acc[i], m));
             }
             const uint8_t *v = kb + (size_t)t * a->tok_bytes + a->v_off;
-            const __m512 vv = _mm512_set1_ps(vs[t]);
+            const __m512 vv = _mm512_set1_ps(vs[0][t]);
             for (int i = 0; i < 4 * C; i++) acc[i] = round_f16(_mm512_fmadd_ps(h16(v + 32 * i), vv, acc[i]));
         }
     }
@@ -155,7 +194,6 @@ AI WEFT_AVX512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C
         const uint8_t *kb = a[0].k0 + (size_t)a[0].bt[p0 / 16] * a[0].block_bytes;
         const int nt = a[0].n_pos - p0 < 16 ? (int)(a[0].n_pos - p0) : 16;
         weft_attn_prefetch_block(a, p0, 2 * C);
-        float sc[4][16] __attribute__((aligned(64)));
         __m512 r[4][16]; /* per head, per token: token_lanes' (s0+s2)+(s1+s3), each K row converted once */
         for (int t = 0; t < 16; t++) {
             if (t >= nt) {
@@ -177,9 +215,10 @@ AI WEFT_AVX512 void attn_group_c(const struct weft_cpu_attn_args *a, const int C
                 r[h][t] = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
             }
         }
-        for (int h = 0; h < G; h++) _mm512_store_ps(sc[h], _mm512_mul_ps(reduce16(r[h]), _mm512_set1_ps(scale)));
-        float ms[4][16], vs[4][16];
-        for (int h = 0; h < G; h++) softmax_steps(sc[h], nt, &M[h], &S[h], ms[h], vs[h]);
+        __m512 sc[4];
+        for (int h = 0; h < G; h++) sc[h] = _mm512_mul_ps(reduce16(r[h]), _mm512_set1_ps(scale));
+        float ms[4][16] __attribute__((aligned(64))), vs[4][16] __attribute__((aligned(64)));
+        softmax_heads(sc, G, nt, M, S, ms, vs);
         for (int t = 0; t < nt; t++) {
             const uint8_t *v = kb + (size_t)t * a[0].tok_bytes + a[0].v_off;
             __m512 vh[8];
