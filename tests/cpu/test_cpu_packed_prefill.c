@@ -120,7 +120,7 @@ static void gemmp_matches_the_one_row_dot_bit_for_bit(void)
             any = true;
             const int64_t bs = weft_type_get(t)->block_size;
             static const int64_t blocks[] = {1, 2, 3, 7, 18, 37};
-            static const int nxs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64};
+            static const int nxs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 64, 67}; /* 67: a second pass of the 64-row forms */
             for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++)
                 for (int groups = 1; groups <= 3; groups++)
                     for (size_t q = 0; q < sizeof nxs / sizeof nxs[0]; q++)
