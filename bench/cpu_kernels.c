@@ -81,11 +81,17 @@ static void bench_gemm(void)
     snprintf(opts, sizeof opts, "cpu.isa=%s", getenv("WEFT_CPU_ISA") ? getenv("WEFT_CPU_ISA") : "");
     const struct weft_cpu_kernels *k = weft_cpu_kernels_get(weft_cpu_isa_select(opts));
     const int64_t N = 1536, R = 64;
-    printf("gemm against dot, table %s, %lld x 576 (256-element blocks: x 1536) weights x %lld rows:\n", k->name,
-           (long long)N, (long long)R);
+    /* WEFT_BENCH_GEMM_K: another row length (a multiple of 256), e.g. a 1.7B model's 2048 or 8192 */
+    const int64_t Kenv = getenv("WEFT_BENCH_GEMM_K") ? atoll(getenv("WEFT_BENCH_GEMM_K")) : 0;
+    if (Kenv > 0 && Kenv % 256 == 0)
+        printf("gemm against dot, table %s, %lld x %lld weights x %lld rows:\n", k->name, (long long)N,
+               (long long)Kenv, (long long)R);
+    else
+        printf("gemm against dot, table %s, %lld x 576 (256-element blocks: x 1536) weights x %lld rows:\n", k->name,
+               (long long)N, (long long)R);
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         enum weft_type t = types[ti], vt = weft_vec_dot_type(t);
-        const int64_t K = weft_type_get(t)->block_size == 256 ? 1536 : 576;
+        const int64_t K = Kenv > 0 && Kenv % 256 == 0 ? Kenv : weft_type_get(t)->block_size == 256 ? 1536 : 576;
         const bool mm = !k->gemm[t] && k->gemm_mm[t] && K % k->mm_k_multiple[t] == 0;
         const weft_cpu_gemm_fn gemm = mm ? k->gemm_mm[t] : k->gemm[t];
         const weft_cpu_dot_fn dot = mm ? k->dot_mm[t] : k->dot[t];
