@@ -186,6 +186,10 @@ static void merge_lower(struct weft_cpu_kernels *k, const struct weft_cpu_kernel
     if (!k->swiglu) k->swiglu = lower->swiglu;
     if (!k->dn_row) k->dn_row = lower->dn_row;
     if (!k->conv_row) k->conv_row = lower->conv_row;
+    if (!k->attn_row) { /* the pair together: attn_group goes with its attn_row */
+        k->attn_row = lower->attn_row;
+        k->attn_group = lower->attn_group;
+    }
 }
 
 /* Every SIMD fill, in the order it runs, with the layer it fills: the avx2
@@ -278,6 +282,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_neon_quant(&tables[WEFT_CPU_ISA_NEON]);
     weft_cpu_kernels_fill_neon_gemm(&tables[WEFT_CPU_ISA_NEON], false);
     weft_cpu_kernels_fill_neon_nl_gemm(&tables[WEFT_CPU_ISA_NEON], false);
+    weft_cpu_kernels_fill_neon_attn(&tables[WEFT_CPU_ISA_NEON]);
     merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);

@@ -51,7 +51,8 @@
  * activation quantizers (neon), Q4_0, Q8_0, IQ4_NL and MXFP4 dot4, the Q8_0, Q4_0, Q4_1, Q5_0,
  * Q5_1, IQ4_NL and MXFP4 prefill tiles (gemm; neon_i8mm takes neon_dotprod's, save its own
  * smmla Q4_0 tile), IQ4_NL's gemm_mm (neon/nl_gemm_neon.c), the F16
- * accumulator updates and SwiGLU so far, bit-identical to the x86 tables; the matrix above is
+ * accumulator updates, SwiGLU and the flash-attention row and group forms (attn_row,
+ * attn_group: neon/attn_neon.c, head_dim 64-256; the upper levels take neon's) so far, bit-identical to the x86 tables; the matrix above is
  * x86's).
  *
  * The option cpu.isa=scalar|avx2|avx512|avx512vnni|neon|neon_dotprod|neon_i8mm (WEFT_CPU_ISA for the weft binary)
@@ -279,5 +280,6 @@ void weft_cpu_kernels_fill_neon_nl_gemm(struct weft_cpu_kernels *k, bool dotprod
 void weft_cpu_kernels_fill_neon_i8mm(struct weft_cpu_kernels *k);                 /* neon/q32_i8mm.c: Q4_0 gemm */
 void weft_cpu_kernels_fill_neon_f(struct weft_cpu_kernels *k);                    /* neon/f_neon.c: F16 F32 BF16 dots and dot_mm, F16/BF16 quant, f16_mad/scale, swiglu */
 void weft_cpu_kernels_fill_neon_quant(struct weft_cpu_kernels *k);                /* neon/quant_neon.c: Q8_0 Q8_1 Q8_K quant */
+void weft_cpu_kernels_fill_neon_attn(struct weft_cpu_kernels *k);                 /* neon/attn_neon.c: attn_row attn_group */
 
 #endif

@@ -94,7 +94,7 @@ static void attn_rows_match_the_generic_row_bit_for_bit(void)
 static void attn_groups_match_the_generic_row_bit_for_bit(void)
 {
     const struct weft_cpu_kernels *ref = weft_cpu_kernels_get(WEFT_CPU_ISA_SCALAR);
-    static const uint32_t hds[] = {64, 128, 192};
+    static const uint32_t hds[] = {64, 128, 192, 256};
     static const int64_t npos[] = {1, 15, 16, 17, 33, 100, 257};
     int checked = 0, tables = 0;
     for (int isa = 0; isa < WEFT_CPU_ISA_COUNT_; isa++) {
@@ -123,7 +123,7 @@ static void attn_groups_match_the_generic_row_bit_for_bit(void)
                     }
                     int32_t bt[40];
                     for (int64_t b = 0; b < nblk; b++) bt[b] = (int32_t)((b * 5 + 1) % nblk);
-                    float q[16][192], o1[192], o2[16][192];
+                    float q[16][256], o1[256], o2[16][256];
                     struct weft_cpu_attn_args a[16];
                     for (int h = 0; h < g; h++) {
                         for (uint32_t d = 0; d < hd; d++)
