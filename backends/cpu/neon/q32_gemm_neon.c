@@ -1,9 +1,10 @@
-/* NEON prefill tiles (weft_cpu_gemm_fn) for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, on the neon and
+/* NEON prefill tiles (weft_cpu_gemm_fn) for Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1, and the four-row
+ * decode dots (weft_cpu_dot4_fn, the lane tiles' 4 x 1 form) of Q4_1, Q5_0 and Q5_1, on the neon and
  * neon_dotprod levels (the neon_i8mm table takes the dotprod ones through merge_lower, save
  * Q4_0, which has its smmla tile in q32_i8mm.c): for i < nw, j < nx,
  *   out[j * ldo + i] = dot(w + i * wstride, x + j * xstride, n)
  * bit-identical to the same table's one-row dot (neon/q32_neon.c; tests/cpu/test_cpu_gemm.c
- * checks every table's tiles against its dot).
+ * and tests/cpu/test_cpu_q32_dot4.c check every table's tiles and dot4s against its dot).
  *
  * A tile is 4 weight rows x NR activation rows: each weight block is loaded
  * (and unpacked) once for the NR activations, each activation block once for
@@ -229,6 +230,12 @@ AI float32x4_t d4(const weft_half *a, const weft_half *b, const weft_half *c, co
         }                                                                                                          \
     }
 
+/* weft_cpu_dot4_fn: rows w, w + stride, .. against x, out[r] */
+#define DOT4(NAME, ATTR, TILE, QK)                                                                                 \
+    static ATTR void NAME(const void *w, size_t stride, const void *x, int64_t n, float out[4])                    \
+    {                                                                                                              \
+        TILE((const uint8_t *)w, stride, MR, (const uint8_t *)x, 0, 1, n / (QK), out, 1);                          \
+    }
 
 #define FORMS(SFX, ATTR, DOTA)                                                                                     \
     TILE_LANES(tile_q8_0_##SFX, ATTR, DOTA, struct weft_block_q8_0, struct weft_block_q8_0, w_q8_0, 2, 0, m_q4_1)  \
@@ -240,7 +247,14 @@ AI float32x4_t d4(const weft_half *a, const weft_half *b, const weft_half *c, co
     GEMM(gemm_q5_0_##SFX, ATTR, tile_q5_0_##SFX, 2, WEFT_QK5_0)                                                    \
     GEMM(gemm_q4_1_##SFX, ATTR, tile_q4_1_##SFX, 2, WEFT_QK4_1)                                                    \
     GEMM(gemm_q5_1_##SFX, ATTR, tile_q5_1_##SFX, 2, WEFT_QK5_1)                                                    \
-    GEMM(gemm_q4_0_##SFX, ATTR, tile_q4_0_##SFX, 4, WEFT_QK4_0)
+    GEMM(gemm_q4_0_##SFX, ATTR, tile_q4_0_##SFX, 4, WEFT_QK4_0)                                                    \
+    /* decode: four rows against one activation row, the lane tiles' 4 x 1 form */                                 \
+    TILE_LANES(tile1_q5_0_##SFX, ATTR, DOTA, struct weft_block_q5_0, struct weft_block_q8_0, w_q5_0, 1, 0, m_q4_1) \
+    TILE_LANES(tile1_q4_1_##SFX, ATTR, DOTA, struct weft_block_q4_1, struct weft_block_q8_1, w_q4_1, 1, 1, m_q4_1) \
+    TILE_LANES(tile1_q5_1_##SFX, ATTR, DOTA, struct weft_block_q5_1, struct weft_block_q8_1, w_q5_1, 1, 1, m_q5_1) \
+    DOT4(dot4_q5_0_##SFX, ATTR, tile1_q5_0_##SFX, WEFT_QK5_0)                                                      \
+    DOT4(dot4_q4_1_##SFX, ATTR, tile1_q4_1_##SFX, WEFT_QK4_1)                                                      \
+    DOT4(dot4_q5_1_##SFX, ATTR, tile1_q5_1_##SFX, WEFT_QK5_1)
 
 FORMS(base, , dota_base)
 FORMS(dp, DOTPROD, dota_dp)
@@ -252,6 +266,9 @@ void weft_cpu_kernels_fill_neon_gemm(struct weft_cpu_kernels *k, bool dotprod)
     k->gemm[WEFT_TYPE_Q4_1] = dotprod ? gemm_q4_1_dp : gemm_q4_1_base;
     k->gemm[WEFT_TYPE_Q5_0] = dotprod ? gemm_q5_0_dp : gemm_q5_0_base;
     k->gemm[WEFT_TYPE_Q5_1] = dotprod ? gemm_q5_1_dp : gemm_q5_1_base;
+    k->dot4[WEFT_TYPE_Q4_1] = dotprod ? dot4_q4_1_dp : dot4_q4_1_base;
+    k->dot4[WEFT_TYPE_Q5_0] = dotprod ? dot4_q5_0_dp : dot4_q5_0_base;
+    k->dot4[WEFT_TYPE_Q5_1] = dotprod ? dot4_q5_1_dp : dot4_q5_1_base;
 }
 
 #else
