@@ -284,6 +284,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_neon_nl_gemm(&tables[WEFT_CPU_ISA_NEON], false);
     weft_cpu_kernels_fill_neon_attn(&tables[WEFT_CPU_ISA_NEON]);
     weft_cpu_kernels_fill_neon_low_gemm(&tables[WEFT_CPU_ISA_NEON], false);
+    weft_cpu_kernels_fill_neon_k_gemm(&tables[WEFT_CPU_ISA_NEON], false);
     merge_lower(&tables[WEFT_CPU_ISA_NEON], &tables[WEFT_CPU_ISA_SCALAR]);
     weft_cpu_kernels_fill_neon_q(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_k(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
@@ -291,6 +292,7 @@ static void build_tables(void)
     weft_cpu_kernels_fill_neon_gemm(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_nl_gemm(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     weft_cpu_kernels_fill_neon_low_gemm(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
+    weft_cpu_kernels_fill_neon_k_gemm(&tables[WEFT_CPU_ISA_NEON_DOTPROD], true);
     merge_lower(&tables[WEFT_CPU_ISA_NEON_DOTPROD], &tables[WEFT_CPU_ISA_NEON]);
     weft_cpu_kernels_fill_neon_i8mm(&tables[WEFT_CPU_ISA_NEON_I8MM]);
     merge_lower(&tables[WEFT_CPU_ISA_NEON_I8MM], &tables[WEFT_CPU_ISA_NEON_DOTPROD]);
