@@ -48,8 +48,10 @@
  * On AArch64 the levels are scalar < neon < neon_dotprod < neon_i8mm (backends/cpu/neon/:
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4, F16, F32
  * and BF16 dots, the dot_mm of F32, F16, BF16 and IQ4_NL, the Q8_0, Q8_1, Q8_K, F16 and BF16
- * activation quantizers (neon), Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL, IQ4_XS and MXFP4 dot4
- * (Q4_1, Q5_0, Q5_1 in neon/q32_gemm_neon.c, IQ4_XS in neon/kq_low_gemm_neon.c), the Q8_0,
+ * activation quantizers (neon), Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS
+ * and MXFP4 dot4 (Q4_1, Q5_0, Q5_1 in neon/q32_gemm_neon.c, Q4_K, Q5_K, Q6_K in
+ * neon/kq_gemm_neon.c, IQ4_XS in neon/kq_low_gemm_neon.c; each the 4 x 1 form of its prefill
+ * tile), the Q8_0,
  * Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, IQ4_XS, IQ4_NL and MXFP4 prefill tiles
  * (gemm; Q4_K, Q5_K and Q6_K in neon/kq_gemm_neon.c, Q2_K, Q3_K and IQ4_XS in
  * neon/kq_low_gemm_neon.c; neon_i8mm takes neon_dotprod's, save its own
@@ -281,7 +283,7 @@ void weft_cpu_kernels_fill_neon_low(struct weft_cpu_kernels *k, bool dotprod);  
 void weft_cpu_kernels_fill_neon_gemm(struct weft_cpu_kernels *k, bool dotprod);   /* neon/q32_gemm_neon.c: Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 gemm, Q4_1 Q5_0 Q5_1 dot4 */
 void weft_cpu_kernels_fill_neon_nl_gemm(struct weft_cpu_kernels *k, bool dotprod); /* neon/nl_gemm_neon.c: IQ4_NL gemm gemm_mm, MXFP4 gemm, both dot4 */
 void weft_cpu_kernels_fill_neon_low_gemm(struct weft_cpu_kernels *k, bool dotprod); /* neon/kq_low_gemm_neon.c: Q2_K Q3_K IQ4_XS gemm, IQ4_XS dot4 */
-void weft_cpu_kernels_fill_neon_k_gemm(struct weft_cpu_kernels *k, bool dotprod);   /* neon/kq_gemm_neon.c: Q4_K Q5_K Q6_K gemm */
+void weft_cpu_kernels_fill_neon_k_gemm(struct weft_cpu_kernels *k, bool dotprod);   /* neon/kq_gemm_neon.c: Q4_K Q5_K Q6_K gemm and dot4 */
 void weft_cpu_kernels_fill_neon_i8mm(struct weft_cpu_kernels *k);                 /* neon/q32_i8mm.c: Q4_0 gemm */
 void weft_cpu_kernels_fill_neon_f(struct weft_cpu_kernels *k);                    /* neon/f_neon.c: F16 F32 BF16 dots and dot_mm, F16/BF16 quant, f16_mad/scale, swiglu */
 void weft_cpu_kernels_fill_neon_quant(struct weft_cpu_kernels *k);                /* neon/quant_neon.c: Q8_0 Q8_1 Q8_K quant */

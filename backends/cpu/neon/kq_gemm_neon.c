@@ -1,7 +1,8 @@
-/* NEON prefill tiles (weft_cpu_gemm_fn) for Q4_K, Q5_K and Q6_K against Q8_K activations, on
- * the neon and neon_dotprod levels (neon_i8mm takes the dotprod ones through merge_lower),
- * bit-identical to the same table's one-row dots (neon/kq_neon.c, which follows
- * cpu_ref_dot.c; tests/cpu/test_cpu_gemm.c checks every table's gemm against them).
+/* NEON prefill tiles (weft_cpu_gemm_fn) and four-row decode dots (weft_cpu_dot4_fn, the tile's
+ * 4 x 1 form) for Q4_K, Q5_K and Q6_K against Q8_K activations, on the neon and neon_dotprod
+ * levels (neon_i8mm takes the dotprod ones through merge_lower), bit-identical to the same
+ * table's one-row dots (neon/kq_neon.c, which follows cpu_ref_dot.c; tests/cpu/test_cpu_gemm.c
+ * and tests/cpu/test_cpu_q32_dot4.c check every table's gemm and dot4 against them).
  *
  * A 256-element block is 16 chunks of 16 elements (chunk k: elements 16k .. 16k + 15, against
  * x.qs + 16k); the int32 lanes are the one-row dots' (exact whatever the instruction order):
@@ -38,7 +39,7 @@
 #include "backends/cpu/neon/neon_common.h"
 
 enum { KQ4 = 0, KQ5 = 1, KQ6 = 2 };
-#define G_MAXR 2
+#define G_MAXR 4
 #define G_MAXC 4
 
 /* a weight block's 16 chunk scales, 8 mins (Q4_K, Q5_K), d and dmin (Q4_K, Q5_K) */
@@ -250,12 +251,23 @@ AI void q4_regroup(int8x16_t *a, int8x16_t *b, uint8x16_t ia, uint8x16_t ib)
         }                                                                                                          \
     }
 
+/* decode (weft_cpu_dot4_fn): weight rows w, w + stride, .. w + 3 stride against one activation
+ * row x, out[r]; the tile's 4 x 1 form (each activation chunk loaded once for the four rows) */
+#define G_DOT4(SFX, ATTR, NAME, T)                                                                                 \
+    static ATTR void NAME##_##SFX(const void *w, size_t stride, const void *x, int64_t n, float out[4])            \
+    {                                                                                                              \
+        g_tile_##SFX((const uint8_t *)w, stride, (const uint8_t *)x, 0, n / WEFT_QK_K, out, 1, 4, 1, T);          \
+    }
+
 /* every form on one level: SFX base (neon) or dp (neon_dotprod) */
 #define G_FORMS(SFX, ATTR, DOT4, Q4DP)                                                                                  \
     G_TILE(SFX, ATTR, DOT4, Q4DP)                                                                                      \
     G_DRIVER(SFX, ATTR, gemm_q4_k, KQ4)                                                                            \
     G_DRIVER(SFX, ATTR, gemm_q5_k, KQ5)                                                                            \
-    G_DRIVER(SFX, ATTR, gemm_q6_k, KQ6)
+    G_DRIVER(SFX, ATTR, gemm_q6_k, KQ6)                                                                            \
+    G_DOT4(SFX, ATTR, dot4_q4_k, KQ4)                                                                              \
+    G_DOT4(SFX, ATTR, dot4_q5_k, KQ5)                                                                              \
+    G_DOT4(SFX, ATTR, dot4_q6_k, KQ6)
 
 G_FORMS(base, , dot4_base, 0)
 G_FORMS(dp, DOTPROD, dot4_dp, 1)
@@ -265,6 +277,9 @@ void weft_cpu_kernels_fill_neon_k_gemm(struct weft_cpu_kernels *k, bool dotprod)
     k->gemm[WEFT_TYPE_Q4_K] = dotprod ? gemm_q4_k_dp : gemm_q4_k_base;
     k->gemm[WEFT_TYPE_Q5_K] = dotprod ? gemm_q5_k_dp : gemm_q5_k_base;
     k->gemm[WEFT_TYPE_Q6_K] = dotprod ? gemm_q6_k_dp : gemm_q6_k_base;
+    k->dot4[WEFT_TYPE_Q4_K] = dotprod ? dot4_q4_k_dp : dot4_q4_k_base;
+    k->dot4[WEFT_TYPE_Q5_K] = dotprod ? dot4_q5_k_dp : dot4_q5_k_base;
+    k->dot4[WEFT_TYPE_Q6_K] = dotprod ? dot4_q6_k_dp : dot4_q6_k_base;
 }
 
 #else
