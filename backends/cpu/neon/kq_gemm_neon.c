@@ -221,35 +221,7 @@ AI void q4_regroup(int8x16_t *a, int8x16_t *b, uint8x16_t ia, uint8x16_t ib)
             }                                                                                                      \
     }
 
-#define G_CASE(SFX, m, r, T)                                                                                       \
-    case (m) * 8 + (r): g_tile_##SFX(wp, ws, xp, xs, nb, o, ldo, m, r, T); break;
-/* the weight-row tiles outermost (a tile's rows stay in cache while the activations stream
- * by); 2 x 4 tiles, the edges as smaller ones */
-#define G_DRIVER(SFX, ATTR, NAME, T)                                                                               \
-    static ATTR void NAME##_##SFX(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,   \
-                                  float *out, size_t ldo)                                                          \
-    {                                                                                                              \
-        const int64_t nb = n / WEFT_QK_K;                                                                          \
-        for (int i = 0; i < nw; i += 2) {                                                                          \
-            const int mr = nw - i < 2 ? nw - i : 2;                                                                \
-            for (int j = 0; j < nx; j += 4) {                                                                      \
-                const int nr = nx - j < 4 ? nx - j : 4;                                                            \
-                const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws, *xp = (const uint8_t *)x + (size_t)j * xs; \
-                float *o = out + (size_t)j * ldo + i;                                                              \
-                switch (mr * 8 + nr) {                                                                             \
-                    G_CASE(SFX, 1, 1, T)                                                                           \
-                    G_CASE(SFX, 1, 2, T)                                                                           \
-                    G_CASE(SFX, 1, 3, T)                                                                           \
-                    G_CASE(SFX, 1, 4, T)                                                                           \
-                    G_CASE(SFX, 2, 1, T)                                                                           \
-                    G_CASE(SFX, 2, 2, T)                                                                           \
-                    G_CASE(SFX, 2, 3, T)                                                                           \
-                    G_CASE(SFX, 2, 4, T)                                                                           \
-                default: break;                                                                                    \
-                }                                                                                                  \
-            }                                                                                                      \
-        }                                                                                                          \
-    }
+#define G_DRIVER(SFX, ATTR, NAME, T) NEON_K2X4_DRIVER(g_tile_##SFX, ATTR, NAME##_##SFX, T)
 
 /* decode (weft_cpu_dot4_fn): weight rows w, w + stride, .. w + 3 stride against one activation
  * row x, out[r]; the tile's 4 x 1 form (each activation chunk loaded once for the four rows) */

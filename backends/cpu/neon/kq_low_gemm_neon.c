@@ -146,35 +146,7 @@ AI int8x16_t kq_chunk(const uint8_t *wb, const int T, int k, int8x16_t kv)
             for (int c = 0; c < NR; c++) out[c * ldo + r] = hsum8(acc[r][c][0], acc[r][c][1]);                     \
     }
 
-#define K_CASE(SFX, m, r, T)                                                                                       \
-    case (m) * 8 + (r): k_tile_##SFX(wp, ws, xp, xs, nb, o, ldo, m, r, T); break;
-/* the weight-row tiles outermost (a tile's rows stay in cache while the activations stream
- * by); 2 x 4 tiles, the edges as smaller ones */
-#define K_DRIVER(SFX, ATTR, NAME, T)                                                                               \
-    static ATTR void NAME##_##SFX(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n,   \
-                                  float *out, size_t ldo)                                                          \
-    {                                                                                                              \
-        const int64_t nb = n / WEFT_QK_K;                                                                          \
-        for (int i = 0; i < nw; i += 2) {                                                                          \
-            const int mr = nw - i < 2 ? nw - i : 2;                                                                \
-            for (int j = 0; j < nx; j += 4) {                                                                      \
-                const int nr = nx - j < 4 ? nx - j : 4;                                                            \
-                const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws, *xp = (const uint8_t *)x + (size_t)j * xs; \
-                float *o = out + (size_t)j * ldo + i;                                                              \
-                switch (mr * 8 + nr) {                                                                             \
-                    K_CASE(SFX, 1, 1, T)                                                                           \
-                    K_CASE(SFX, 1, 2, T)                                                                           \
-                    K_CASE(SFX, 1, 3, T)                                                                           \
-                    K_CASE(SFX, 1, 4, T)                                                                           \
-                    K_CASE(SFX, 2, 1, T)                                                                           \
-                    K_CASE(SFX, 2, 2, T)                                                                           \
-                    K_CASE(SFX, 2, 3, T)                                                                           \
-                    K_CASE(SFX, 2, 4, T)                                                                           \
-                default: break;                                                                                    \
-                }                                                                                                  \
-            }                                                                                                      \
-        }                                                                                                          \
-    }
+#define K_DRIVER(SFX, ATTR, NAME, T) NEON_K2X4_DRIVER(k_tile_##SFX, ATTR, NAME##_##SFX, T)
 
 /* every form on one level: SFX base (neon) or dp (neon_dotprod) */
 #define K_FORMS(SFX, ATTR, DOT4)                                                                                   \

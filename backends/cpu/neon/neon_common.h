@@ -39,4 +39,35 @@ AI float hsum8(float32x4_t lo, float32x4_t hi)
     return (vgetq_lane_f32(r, 0) + vgetq_lane_f32(r, 2)) + (vgetq_lane_f32(r, 1) + vgetq_lane_f32(r, 3));
 }
 
+/* Prefill driver over a 256-element-block tile TILE(wp, ws, xp, xs, nb, o, ldo, mr, nr, T)
+ * (neon/kq_gemm_neon.c, neon/kq_low_gemm_neon.c): the weight-row tiles outermost (a tile's
+ * rows stay in cache while the activations stream by); 2 x 4 tiles, the edges as smaller ones */
+#define NEON_K2X4_CASE(TILE, m, r, T)                                                                              \
+    case (m) * 8 + (r): TILE(wp, ws, xp, xs, nb, o, ldo, m, r, T); break;
+#define NEON_K2X4_DRIVER(TILE, ATTR, FN, T)                                                                        \
+    static ATTR void FN(const void *w, size_t ws, int nw, const void *x, size_t xs, int nx, int64_t n, float *out, \
+                        size_t ldo)                                                                                \
+    {                                                                                                              \
+        const int64_t nb = n / WEFT_QK_K;                                                                          \
+        for (int i = 0; i < nw; i += 2) {                                                                          \
+            const int mr = nw - i < 2 ? nw - i : 2;                                                                \
+            for (int j = 0; j < nx; j += 4) {                                                                      \
+                const int nr = nx - j < 4 ? nx - j : 4;                                                            \
+                const uint8_t *wp = (const uint8_t *)w + (size_t)i * ws, *xp = (const uint8_t *)x + (size_t)j * xs; \
+                float *o = out + (size_t)j * ldo + i;                                                              \
+                switch (mr * 8 + nr) {                                                                             \
+                    NEON_K2X4_CASE(TILE, 1, 1, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 1, 2, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 1, 3, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 1, 4, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 2, 1, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 2, 2, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 2, 3, T)                                                                  \
+                    NEON_K2X4_CASE(TILE, 2, 4, T)                                                                  \
+                default: break;                                                                                    \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
+    }
+
 #endif
